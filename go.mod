@@ -1,0 +1,3 @@
+module github.com/termivar/distributed
+
+go 1.26

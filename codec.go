@@ -1,0 +1,150 @@
+package distributed
+
+import (
+	"encoding/binary"
+	"hash/crc32"
+)
+
+// The core's binary encodings (exported state, leases, fences, receipts) share
+// one primitive codec: unsigned varints and length-prefixed byte strings,
+// framed as magic | version | body | CRC-32C(magic|version|body). Decoding
+// never allocates more than the remaining input can justify and never panics.
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+type encoder struct {
+	buf []byte
+}
+
+func newEncoder(magic string, version uint8) *encoder {
+	e := &encoder{buf: make([]byte, 0, 256)}
+	e.buf = append(e.buf, magic...)
+	e.buf = append(e.buf, version)
+	return e
+}
+
+func (e *encoder) uvarint(v uint64) { e.buf = binary.AppendUvarint(e.buf, v) }
+
+func (e *encoder) boolean(b bool) {
+	if b {
+		e.buf = append(e.buf, 1)
+	} else {
+		e.buf = append(e.buf, 0)
+	}
+}
+
+func (e *encoder) bytes(b []byte) {
+	e.uvarint(uint64(len(b)))
+	e.buf = append(e.buf, b...)
+}
+
+func (e *encoder) str(s string) {
+	e.uvarint(uint64(len(s)))
+	e.buf = append(e.buf, s...)
+}
+
+// finish appends the checksum and returns the frame.
+func (e *encoder) finish() []byte {
+	return binary.BigEndian.AppendUint32(e.buf, crc32.Checksum(e.buf, castagnoli))
+}
+
+// decoder reads a frame written by encoder. The first failure sticks: later
+// reads return zero values and ok() reports false.
+type decoder struct {
+	buf    []byte
+	failed bool
+}
+
+// newDecoder checks framing (magic, version, checksum) and returns a decoder
+// over the body.
+func newDecoder(data []byte, magic string, version uint8) (*decoder, bool) {
+	head := len(magic) + 1
+	if len(data) < head+4 {
+		return nil, false
+	}
+	if string(data[:len(magic)]) != magic || data[len(magic)] != version {
+		return nil, false
+	}
+	body, sum := data[:len(data)-4], binary.BigEndian.Uint32(data[len(data)-4:])
+	if crc32.Checksum(body, castagnoli) != sum {
+		return nil, false
+	}
+	return &decoder{buf: body[head:]}, true
+}
+
+func (d *decoder) fail() { d.failed = true; d.buf = nil }
+
+func (d *decoder) uvarint() uint64 {
+	if d.failed {
+		return 0
+	}
+	v, n := binary.Uvarint(d.buf)
+	if n <= 0 {
+		d.fail()
+		return 0
+	}
+	d.buf = d.buf[n:]
+	return v
+}
+
+// bounded reads a uvarint and fails unless it is at most limit.
+func (d *decoder) bounded(limit uint64) uint64 {
+	v := d.uvarint()
+	if v > limit {
+		d.fail()
+		return 0
+	}
+	return v
+}
+
+func (d *decoder) u32() uint32 { return uint32(d.bounded(1<<32 - 1)) }
+
+func (d *decoder) u16() uint16 { return uint16(d.bounded(1<<16 - 1)) }
+
+func (d *decoder) u8() uint8 { return uint8(d.bounded(1<<8 - 1)) }
+
+func (d *decoder) boolean() bool {
+	switch d.bounded(1) {
+	case 1:
+		return true
+	default:
+		return false
+	}
+}
+
+// rawBytes reads a length-prefixed byte string of at most limit bytes. The
+// result aliases the input.
+func (d *decoder) rawBytes(limit uint64) []byte {
+	n := d.bounded(limit)
+	if d.failed {
+		return nil
+	}
+	if uint64(len(d.buf)) < n {
+		d.fail()
+		return nil
+	}
+	b := d.buf[:n:n]
+	d.buf = d.buf[n:]
+	return b
+}
+
+func (d *decoder) bytes(limit uint64) []byte { return cloneBytes(d.rawBytes(limit)) }
+
+func (d *decoder) str(limit uint64) string { return string(d.rawBytes(limit)) }
+
+// count reads a collection length that must be at most limit and that the
+// remaining input could hold at minBytes bytes per element.
+func (d *decoder) count(limit uint64, minBytes int) int {
+	n := d.bounded(limit)
+	if d.failed {
+		return 0
+	}
+	if minBytes > 0 && n > uint64(len(d.buf)/minBytes) {
+		d.fail()
+		return 0
+	}
+	return int(n)
+}
+
+// done reports whether every read succeeded and the body is fully consumed.
+func (d *decoder) done() bool { return !d.failed && len(d.buf) == 0 }

@@ -1,0 +1,22 @@
+// Package raftfsm is the node's deterministic state machine: a
+// hashicorp/raft FSM that decodes one replicated log entry (a protobuf
+// termivar.v1.Command) and calls the core. Nothing else.
+//
+// Per tenant it owns one distributed.WorkerPool and one ResultAggregator plus
+// a little metadata that the core does not keep (limits, worker → API key
+// bindings, each scan's task IDs in enqueue order). Cluster-wide it keeps the
+// epoch ID every token is bound to, the API key table (hashes only) and the
+// last applied logical time.
+//
+// Determinism: Apply never reads a clock, randomness or Log.AppendedAt. The
+// logical time of a command is max(Command.now_secs, last applied time), so
+// time never regresses even across a leader change; the revision passed to
+// the core is the tenant's current one unless the command asks for
+// compare-and-set. Domain failures (every *distributed.Error and the FSM's
+// own *Error) travel back in the apply response; the error path of raft is
+// left to infrastructure failures.
+//
+// Concurrency: raft calls Apply, Snapshot and Restore from one goroutine.
+// Readers (the API) call the read methods from any goroutine; an RWMutex
+// guards the FSM's own maps, and the core instances have their own locks.
+package raftfsm

@@ -1,0 +1,73 @@
+package raftfsm
+
+// Error is a failure of the FSM's own rules (tenants, keys, worker
+// ownership, command decoding). Core failures are *distributed.Error.
+type Error struct {
+	Kind   ErrorKind
+	Reason string
+}
+
+// ErrorKind classifies FSM failures.
+type ErrorKind uint8
+
+// FSM error kinds.
+const (
+	// KindInvalidCommand: the log entry does not decode, has an unknown
+	// version or operation, or a field is out of range.
+	KindInvalidCommand ErrorKind = iota + 1
+	// KindUnknownTenant: the command names a tenant that does not exist.
+	KindUnknownTenant
+	// KindTenantExists: CreateTenant for an existing name.
+	KindTenantExists
+	// KindKeyExists: CreateKey for an existing key ID.
+	KindKeyExists
+	// KindPermissionDenied: the principal may not act for this worker.
+	KindPermissionDenied
+	// KindAlreadyInitialized: InitCluster on an initialised cluster.
+	KindAlreadyInitialized
+)
+
+// String returns the snake_case kind name used on the wire.
+func (k ErrorKind) String() string {
+	switch k {
+	case KindInvalidCommand:
+		return "invalid_command"
+	case KindUnknownTenant:
+		return "unknown_tenant"
+	case KindTenantExists:
+		return "tenant_exists"
+	case KindKeyExists:
+		return "key_exists"
+	case KindPermissionDenied:
+		return "permission_denied"
+	case KindAlreadyInitialized:
+		return "already_initialized"
+	}
+	return "unknown"
+}
+
+// Error implements error.
+func (e *Error) Error() string {
+	if e.Reason == "" {
+		return "raftfsm: " + e.Kind.String()
+	}
+	return "raftfsm: " + e.Kind.String() + ": " + e.Reason
+}
+
+// Is matches another *Error of the same kind.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Kind == e.Kind
+}
+
+// Sentinels for errors.Is.
+var (
+	ErrInvalidCommand     = &Error{Kind: KindInvalidCommand}
+	ErrUnknownTenant      = &Error{Kind: KindUnknownTenant}
+	ErrTenantExists       = &Error{Kind: KindTenantExists}
+	ErrKeyExists          = &Error{Kind: KindKeyExists}
+	ErrPermissionDenied   = &Error{Kind: KindPermissionDenied}
+	ErrAlreadyInitialized = &Error{Kind: KindAlreadyInitialized}
+)
+
+func fsmErr(k ErrorKind, reason string) *Error { return &Error{Kind: k, Reason: reason} }

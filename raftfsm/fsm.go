@@ -1,0 +1,671 @@
+package raftfsm
+
+import (
+	"errors"
+	"log/slog"
+	"math"
+	"sync"
+	"sync/atomic"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
+
+	distributed "github.com/termivar/distributed"
+	pb "github.com/termivar/distributed/gen/termivar/v1"
+)
+
+// CommandVersion is the only Command.version the FSM applies.
+const CommandVersion = 1
+
+// SystemTenant is created at bootstrap; its admin keys administer the
+// cluster (create tenants, create keys for any tenant).
+const SystemTenant = "default"
+
+// EpochBytes is the length of the cluster epoch ID.
+const EpochBytes = 16
+
+// MaxBatchCommands bounds the commands of one Batch entry.
+const MaxBatchCommands = 4096
+
+// MaxAcquireTasks bounds AcquireTasks.max_tasks.
+const MaxAcquireTasks = 256
+
+// MaxEnqueueTasks bounds the tasks of one EnqueueTasks command.
+const MaxEnqueueTasks = 4096
+
+// Role names stored in key records.
+const (
+	RoleAdmin    = "admin"
+	RoleProducer = "producer"
+	RoleWorker   = "worker"
+)
+
+// Options configure an FSM.
+type Options struct {
+	// Logger receives shell diagnostics; nil discards them.
+	Logger *slog.Logger
+	// NotifyFunc, when set, is called from the apply goroutine after a
+	// command that may have made queued tasks available in a tenant
+	// (enqueue, failure, recovery). It must not block.
+	NotifyFunc func(tenant string)
+}
+
+// KeyRecord is one API key as the cluster stores it: never the secret.
+type KeyRecord struct {
+	ID     string
+	Hash   []byte // SHA-256 of the secret
+	Tenant string
+	Role   string
+}
+
+// Response is the result of applying one command. Err is a
+// *distributed.Error, an *Error, or nil; Value's type depends on the
+// operation (see the apply* methods); Revision is the tenant's WorkerPool
+// revision after the command.
+type Response struct {
+	Revision uint64
+	Value    any
+	Err      error
+}
+
+// Acquired is one lease granted by AcquireTasks.
+type Acquired struct {
+	Lease     distributed.TaskLease
+	Task      distributed.ScanTask
+	Started   bool
+	StartedAt uint64
+}
+
+// CompleteValue is the value of CompleteTask: the completion outcome (with
+// its receipt) and the result store outcome.
+type CompleteValue struct {
+	Completion distributed.CompletionOutcome
+	Store      distributed.StoreResultOutcome
+}
+
+// Tenant is one namespace. Pool and results have their own locks; the maps
+// are guarded by the FSM's mutex.
+type Tenant struct {
+	name         string
+	limits       distributed.Limits
+	resultLimits distributed.ResultLimits
+	pool         *distributed.WorkerPool
+	results      *resultAggregator
+	owners       map[string]string   // worker ID → key ID of the worker key that registered it
+	scans        map[string][]string // scan ID → task IDs in enqueue order
+}
+
+// FSM implements raft.FSM. Create it with New.
+type FSM struct {
+	opts Options
+	log  *slog.Logger
+
+	mu       sync.RWMutex
+	epoch    []byte
+	lastTime uint64
+	keys     map[string]KeyRecord
+	tenants  map[string]*Tenant
+
+	appliedIndex atomic.Uint64
+}
+
+var _ raft.FSM = (*FSM)(nil)
+
+// New returns an empty FSM (no epoch, no tenants, no keys).
+func New(opts Options) *FSM {
+	l := opts.Logger
+	if l == nil {
+		l = slog.New(slog.DiscardHandler)
+	}
+	return &FSM{opts: opts, log: l, keys: map[string]KeyRecord{}, tenants: map[string]*Tenant{}}
+}
+
+// Apply decodes one log entry and applies it. It returns a Response, or a
+// []Response for a Batch (one per element, in order).
+func (f *FSM) Apply(l *raft.Log) any {
+	defer f.appliedIndex.Store(l.Index)
+	var cmd pb.Command
+	if err := proto.Unmarshal(l.Data, &cmd); err != nil {
+		return Response{Err: fsmErr(KindInvalidCommand, "log entry does not decode")}
+	}
+	return f.ApplyCommand(&cmd)
+}
+
+// ApplyCommand applies an already decoded command; Apply calls it. It is
+// exported for tests and tools that drive the FSM without raft, and must
+// only be called from one goroutine at a time, like Apply.
+func (f *FSM) ApplyCommand(cmd *pb.Command) any {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := max(cmd.GetNowSecs(), f.lastTime)
+	f.lastTime = now
+	if b := cmd.GetBatch(); b != nil {
+		if cmd.GetVersion() != CommandVersion {
+			return Response{Err: fsmErr(KindInvalidCommand, "unknown command version")}
+		}
+		if len(b.GetCommands()) > MaxBatchCommands {
+			return Response{Err: fsmErr(KindInvalidCommand, "batch is too large")}
+		}
+		out := make([]Response, len(b.GetCommands()))
+		for i, c := range b.GetCommands() {
+			out[i] = f.applyOne(c, now)
+		}
+		return out
+	}
+	return f.applyOne(cmd, now)
+}
+
+// applyOne applies one non-batch command at logical time now.
+func (f *FSM) applyOne(cmd *pb.Command, now uint64) Response {
+	if cmd.GetVersion() != CommandVersion {
+		return Response{Err: fsmErr(KindInvalidCommand, "unknown command version")}
+	}
+	switch op := cmd.GetOp().(type) {
+	case *pb.Command_InitCluster:
+		return f.applyInit(op.InitCluster)
+	case *pb.Command_CreateTenant:
+		return f.applyCreateTenant(op.CreateTenant)
+	case *pb.Command_CreateKey:
+		return f.applyCreateKey(op.CreateKey)
+	case *pb.Command_Batch, nil:
+		return Response{Err: fsmErr(KindInvalidCommand, "operation is missing or nested")}
+	}
+	t, ok := f.tenants[cmd.GetTenant()]
+	if !ok {
+		return Response{Err: fsmErr(KindUnknownTenant, "")}
+	}
+	rev := t.pool.Snapshot().Revision
+	if cmd.ExpectedRevision != nil {
+		rev = cmd.GetExpectedRevision()
+	}
+	r := f.applyTenant(t, cmd, rev, now)
+	r.Revision = t.pool.Snapshot().Revision
+	return r
+}
+
+func (f *FSM) applyTenant(t *Tenant, cmd *pb.Command, rev, now uint64) Response {
+	p := t.pool
+	principal := cmd.GetPrincipal()
+	switch op := cmd.GetOp().(type) {
+	case *pb.Command_Enqueue:
+		if err := f.authorizeProducer(principal, cmd.GetTenant()); err != nil {
+			return Response{Err: err}
+		}
+		r := f.applyEnqueue(t, op.Enqueue, cmd.ExpectedRevision != nil, rev, now)
+		if r.Err == nil {
+			f.notify(t.name)
+		}
+		return r
+	case *pb.Command_RegisterWorker:
+		spec, err := workerSpec(op.RegisterWorker.GetSpec())
+		if err != nil {
+			return Response{Err: err}
+		}
+		if err := f.authorizeBind(t, principal, cmd.GetTenant(), spec.WorkerID); err != nil {
+			return Response{Err: err}
+		}
+		tr, err := p.RegisterWorker(rev, now, spec)
+		if err == nil {
+			f.bind(t, principal, spec.WorkerID)
+		}
+		return resp(tr, err)
+	case *pb.Command_ReactivateWorker:
+		spec, err := workerSpec(op.ReactivateWorker.GetSpec())
+		if err != nil {
+			return Response{Err: err}
+		}
+		if err := f.authorizeBind(t, principal, cmd.GetTenant(), spec.WorkerID); err != nil {
+			return Response{Err: err}
+		}
+		tr, err := p.ReactivateWorker(rev, now, op.ReactivateWorker.GetOfflineGeneration(), spec)
+		if err == nil {
+			f.bind(t, principal, spec.WorkerID)
+		}
+		return resp(tr, err)
+	case *pb.Command_UpdateWorker:
+		u := op.UpdateWorker
+		if err := f.authorizeWorker(t, principal, cmd.GetTenant(), u.GetWorkerId()); err != nil {
+			return Response{Err: err}
+		}
+		obs, err := observation(u)
+		if err != nil {
+			return Response{Err: err}
+		}
+		return resp(p.UpdateWorker(rev, now, u.GetWorkerId(), u.GetGeneration(), obs))
+	case *pb.Command_DeregisterWorker:
+		d := op.DeregisterWorker
+		if err := f.authorizeWorker(t, principal, cmd.GetTenant(), d.GetWorkerId()); err != nil {
+			return Response{Err: err}
+		}
+		r := resp(p.DeregisterWorker(rev, now, d.GetWorkerId(), d.GetGeneration()))
+		f.notifyIf(t, r)
+		return r
+	case *pb.Command_PruneDeadWorkers:
+		if err := f.authorizeAdmin(principal, cmd.GetTenant()); err != nil {
+			return Response{Err: err}
+		}
+		r := resp(p.PruneDeadWorkers(rev, now))
+		f.notifyIf(t, r)
+		return r
+	case *pb.Command_RecoverExpiredLeases:
+		if err := f.authorizeAdmin(principal, cmd.GetTenant()); err != nil {
+			return Response{Err: err}
+		}
+		r := resp(p.RecoverExpiredLeases(rev, now))
+		f.notifyIf(t, r)
+		return r
+	case *pb.Command_ExpireOldTasks:
+		if err := f.authorizeAdmin(principal, cmd.GetTenant()); err != nil {
+			return Response{Err: err}
+		}
+		return resp(p.ExpireOldTasks(rev, now, op.ExpireOldTasks.GetMaxAgeSecs()))
+	case *pb.Command_AssignNextAvailable:
+		if err := f.authorizeAdmin(principal, cmd.GetTenant()); err != nil {
+			return Response{Err: err}
+		}
+		return resp(p.AssignNextAvailable(rev, now, op.AssignNextAvailable.GetLeaseTtlSecs()))
+	case *pb.Command_AssignNext:
+		a := op.AssignNext
+		if err := f.authorizeWorker(t, principal, cmd.GetTenant(), a.GetWorkerId()); err != nil {
+			return Response{Err: err}
+		}
+		return resp(p.AssignNext(rev, now, a.GetWorkerId(), a.GetLeaseTtlSecs()))
+	case *pb.Command_AssignTask:
+		a := op.AssignTask
+		if err := f.authorizeAdmin(principal, cmd.GetTenant()); err != nil {
+			return Response{Err: err}
+		}
+		return resp(p.AssignTask(rev, now, a.GetTaskId(), a.GetWorkerId(), a.GetLeaseTtlSecs()))
+	case *pb.Command_AcquireTasks:
+		return f.applyAcquire(t, principal, cmd.GetTenant(), op.AcquireTasks, rev, now)
+	case *pb.Command_StartTask:
+		lease, err := f.leaseFor(t, principal, cmd.GetTenant(), op.StartTask.GetLease())
+		if err != nil {
+			return Response{Err: err}
+		}
+		return resp(p.StartTask(rev, now, lease))
+	case *pb.Command_CompleteTask:
+		return f.applyComplete(t, principal, cmd.GetTenant(), op.CompleteTask, rev, now)
+	case *pb.Command_FailTask:
+		lease, err := f.leaseFor(t, principal, cmd.GetTenant(), op.FailTask.GetLease())
+		if err != nil {
+			return Response{Err: err}
+		}
+		r := resp(p.FailTask(rev, now, lease))
+		f.notifyIf(t, r)
+		return r
+	case *pb.Command_RenewLease:
+		lease, err := f.leaseFor(t, principal, cmd.GetTenant(), op.RenewLease.GetLease())
+		if err != nil {
+			return Response{Err: err}
+		}
+		return resp(p.RenewLease(rev, now, lease, op.RenewLease.GetLeaseTtlSecs()))
+	case *pb.Command_CancelTask:
+		var own distributed.TaskOwnership
+		if err := own.UnmarshalBinary(op.CancelTask.GetOwnership()); err != nil {
+			return Response{Err: fsmErr(KindInvalidCommand, "ownership does not decode")}
+		}
+		if err := f.authorizeProducer(principal, cmd.GetTenant()); err != nil {
+			return Response{Err: err}
+		}
+		return resp(p.CancelTask(rev, now, own))
+	}
+	return Response{Err: fsmErr(KindInvalidCommand, "unknown operation")}
+}
+
+func resp[T any](tr distributed.Transition[T], err error) Response {
+	if err != nil {
+		return Response{Err: err}
+	}
+	return Response{Revision: tr.Revision, Value: tr.Value}
+}
+
+func (f *FSM) notify(tenant string) {
+	if f.opts.NotifyFunc != nil {
+		f.opts.NotifyFunc(tenant)
+	}
+}
+
+func (f *FSM) notifyIf(t *Tenant, r Response) {
+	if r.Err == nil {
+		f.notify(t.name)
+	}
+}
+
+// principalKey returns the key record of principal if it may act in tenant.
+// An empty principal is the node itself and may do anything.
+func (f *FSM) principalKey(principal, tenant string) (KeyRecord, bool, error) {
+	if principal == "" {
+		return KeyRecord{}, false, nil
+	}
+	k, ok := f.keys[principal]
+	if !ok {
+		return KeyRecord{}, false, fsmErr(KindPermissionDenied, "unknown principal")
+	}
+	if k.Tenant != tenant {
+		return KeyRecord{}, false, fsmErr(KindPermissionDenied, "principal belongs to another tenant")
+	}
+	return k, true, nil
+}
+
+func (f *FSM) authorizeAdmin(principal, tenant string) error {
+	k, ok, err := f.principalKey(principal, tenant)
+	if err != nil || !ok {
+		return err
+	}
+	if k.Role != RoleAdmin {
+		return fsmErr(KindPermissionDenied, "operation needs an admin key")
+	}
+	return nil
+}
+
+func (f *FSM) authorizeProducer(principal, tenant string) error {
+	k, ok, err := f.principalKey(principal, tenant)
+	if err != nil || !ok {
+		return err
+	}
+	if k.Role != RoleAdmin && k.Role != RoleProducer {
+		return fsmErr(KindPermissionDenied, "operation needs a producer key")
+	}
+	return nil
+}
+
+// authorizeWorker allows admin keys, and worker keys for the workers they
+// registered.
+func (f *FSM) authorizeWorker(t *Tenant, principal, tenant, workerID string) error {
+	k, ok, err := f.principalKey(principal, tenant)
+	if err != nil || !ok {
+		return err
+	}
+	switch k.Role {
+	case RoleAdmin:
+		return nil
+	case RoleWorker:
+		if t.owners[workerID] == principal {
+			return nil
+		}
+		return fsmErr(KindPermissionDenied, "worker is not registered with this key")
+	}
+	return fsmErr(KindPermissionDenied, "operation needs a worker key")
+}
+
+// authorizeBind allows registering a worker ID that is unbound or bound to
+// the same key.
+func (f *FSM) authorizeBind(t *Tenant, principal, tenant, workerID string) error {
+	k, ok, err := f.principalKey(principal, tenant)
+	if err != nil || !ok {
+		return err
+	}
+	switch k.Role {
+	case RoleAdmin:
+		return nil
+	case RoleWorker:
+		if o, bound := t.owners[workerID]; !bound || o == principal {
+			return nil
+		}
+		return fsmErr(KindPermissionDenied, "worker is registered with another key")
+	}
+	return fsmErr(KindPermissionDenied, "operation needs a worker key")
+}
+
+func (f *FSM) bind(t *Tenant, principal, workerID string) {
+	if k, ok := f.keys[principal]; ok && k.Role == RoleWorker {
+		t.owners[workerID] = principal
+	}
+}
+
+func (f *FSM) leaseFor(t *Tenant, principal, tenant string, b []byte) (distributed.TaskLease, error) {
+	var l distributed.TaskLease
+	if err := l.UnmarshalBinary(b); err != nil {
+		return l, fsmErr(KindInvalidCommand, "lease does not decode")
+	}
+	if err := f.authorizeWorker(t, principal, tenant, l.WorkerID()); err != nil {
+		return distributed.TaskLease{}, err
+	}
+	return l, nil
+}
+
+// otherRevision returns a revision different from rev: passing it to a core
+// command runs argument validation only (step 1 of SPEC A.6) and then fails
+// the revision check, so it never changes state.
+func otherRevision(rev uint64) uint64 {
+	if rev == math.MaxUint64 {
+		return 0
+	}
+	return rev + 1
+}
+
+// applyEnqueue admits every task or none (value: []distributed.ScanTask).
+// Before the first write it validates every spec through the core (a dry
+// run with a non-matching revision), rejects duplicates and checks every
+// capacity for the whole batch, so the per-task Enqueue calls cannot fail.
+func (f *FSM) applyEnqueue(t *Tenant, e *pb.EnqueueTasks, cas bool, rev, now uint64) Response {
+	p := t.pool
+	n := len(e.GetTasks())
+	if n == 0 || n > MaxEnqueueTasks {
+		return Response{Err: fsmErr(KindInvalidCommand, "enqueue needs 1 to 4096 tasks")}
+	}
+	specs := make([]distributed.TaskSpec, n)
+	seen := make(map[string]struct{}, n)
+	for i, s := range e.GetTasks() {
+		if s.GetPriority() > math.MaxUint8 {
+			return Response{Err: &distributed.Error{Kind: distributed.KindInvalidTask, Reason: "priority is invalid"}}
+		}
+		specs[i] = distributed.TaskSpec{
+			TaskID:    s.GetTaskId(),
+			ScanID:    s.GetScanId(),
+			TargetRef: string(s.GetTargetRef()),
+			Phases:    s.GetPhases(),
+			Priority:  distributed.TaskPriority(s.GetPriority()),
+		}
+		if _, err := p.Enqueue(otherRevision(p.Snapshot().Revision), now, specs[i]); !errors.Is(err, distributed.ErrRevisionConflict) {
+			if err == nil {
+				panic("raftfsm: core accepted an enqueue with a wrong revision")
+			}
+			return Response{Err: err}
+		}
+	}
+	snap := p.Snapshot()
+	if cas && rev != snap.Revision {
+		return Response{Err: &distributed.Error{Kind: distributed.KindRevisionConflict, Expected: rev, Actual: snap.Revision}}
+	}
+	for _, s := range specs {
+		if _, dup := seen[s.TaskID]; dup {
+			return Response{Err: &distributed.Error{Kind: distributed.KindTaskAlreadyExists, TaskID: s.TaskID}}
+		}
+		seen[s.TaskID] = struct{}{}
+		if _, found, _ := p.GetTask(s.TaskID); found {
+			return Response{Err: &distributed.Error{Kind: distributed.KindTaskAlreadyExists, TaskID: s.TaskID}}
+		}
+	}
+	lim := t.limits
+	switch {
+	case snap.TaskRecords+n > lim.MaxTaskRecords:
+		return Response{Err: &distributed.Error{Kind: distributed.KindTaskRecordCapacityReached, Limit: uint64(lim.MaxTaskRecords)}}
+	case snap.ActiveTasks+n > lim.MaxActiveTasks:
+		return Response{Err: &distributed.Error{Kind: distributed.KindActiveTaskCapacityReached, Limit: uint64(lim.MaxActiveTasks)}}
+	case snap.QueuedTasks+n > lim.MaxQueuedTasks:
+		return Response{Err: &distributed.Error{Kind: distributed.KindQueuedTaskCapacityReached, Limit: uint64(lim.MaxQueuedTasks)}}
+	case snap.TerminalTasks+snap.ActiveTasks+n > lim.MaxTerminalTasks:
+		return Response{Err: &distributed.Error{Kind: distributed.KindTerminalCapacityReserved, Limit: uint64(lim.MaxTerminalTasks)}}
+	}
+	out := make([]distributed.ScanTask, 0, n)
+	cur := snap.Revision
+	for i, s := range specs {
+		tr, err := p.Enqueue(cur, now, s)
+		if err != nil {
+			// NB: unreachable unless a counter is exhausted; the prefix stays
+			// applied (deterministically on every replica) and is reported.
+			f.log.Error("enqueue batch failed after precheck", "index", i, "kind", kindOf(err))
+			return Response{Err: err, Value: out}
+		}
+		cur = tr.Revision
+		out = append(out, tr.Value)
+		t.scans[s.ScanID] = append(t.scans[s.ScanID], s.TaskID)
+	}
+	return Response{Revision: cur, Value: out}
+}
+
+// applyAcquire leases up to max_tasks tasks to one worker (value:
+// []Acquired). It fails only when the first assignment fails.
+func (f *FSM) applyAcquire(t *Tenant, principal, tenant string, a *pb.AcquireTasks, rev, now uint64) Response {
+	if err := f.authorizeWorker(t, principal, tenant, a.GetWorkerId()); err != nil {
+		return Response{Err: err}
+	}
+	n := int(a.GetMaxTasks())
+	if n == 0 {
+		n = 1
+	}
+	if n > MaxAcquireTasks {
+		return Response{Err: fsmErr(KindInvalidCommand, "max_tasks is above 256")}
+	}
+	p := t.pool
+	var out []Acquired
+	for i := range n {
+		tr, err := p.AssignNext(rev, now, a.GetWorkerId(), a.GetLeaseTtlSecs())
+		if err != nil {
+			if i == 0 {
+				return Response{Err: err}
+			}
+			break
+		}
+		rev = tr.Revision
+		acq := Acquired{Lease: tr.Value}
+		if a.GetStart() {
+			st, err := p.StartTask(rev, now, tr.Value)
+			if err != nil {
+				f.log.Error("start after assignment failed", "kind", kindOf(err))
+			} else {
+				rev = st.Revision
+				acq.Started, acq.StartedAt = true, st.Value.StartedAt
+			}
+		}
+		acq.Task, _, _ = p.GetTask(tr.Value.TaskID())
+		out = append(out, acq)
+	}
+	return Response{Revision: rev, Value: out}
+}
+
+// applyComplete completes a task and stores its result in one command
+// (value: CompleteValue). A fresh completion is prechecked against the
+// result limits first so that it cannot complete without its result.
+func (f *FSM) applyComplete(t *Tenant, principal, tenant string, c *pb.CompleteTask, rev, now uint64) Response {
+	lease, err := f.leaseFor(t, principal, tenant, c.GetLease())
+	if err != nil {
+		return Response{Err: err}
+	}
+	result := c.GetResult()
+	task, found, err := t.pool.GetTask(lease.TaskID())
+	if err != nil {
+		return Response{Err: err}
+	}
+	if found && task.Status() == distributed.TaskRunning {
+		rl := t.resultLimits
+		switch {
+		case len(result) > rl.MaxResultBytes:
+			return Response{Err: &distributed.Error{Kind: distributed.KindResultTooLarge, Actual: uint64(len(result)), Limit: uint64(rl.MaxResultBytes)}}
+		case t.results.ResultCount() >= rl.MaxResults:
+			return Response{Err: &distributed.Error{Kind: distributed.KindResultCapacityReached, Limit: uint64(rl.MaxResults)}}
+		case t.results.TotalBytes()+len(result) > rl.MaxTotalBytes:
+			return Response{Err: &distributed.Error{Kind: distributed.KindTotalResultBytesExceeded, Actual: uint64(t.results.TotalBytes() + len(result)), Limit: uint64(rl.MaxTotalBytes)}}
+		}
+		if _, stored, _ := t.results.GetResult(lease.TaskID()); stored {
+			return Response{Err: &distributed.Error{Kind: distributed.KindMismatchedResultReceipt, TaskID: lease.TaskID()}}
+		}
+	}
+	tr, err := t.pool.CompleteTask(rev, now, lease)
+	if err != nil {
+		return Response{Err: err}
+	}
+	st, err := t.results.StoreResult(t.results.Revision(), tr.Value.Receipt, result)
+	if err != nil {
+		if tr.Value.Kind == distributed.Completed {
+			// NB: unreachable after the precheck above; reported loudly.
+			f.log.Error("result store failed after completion", "kind", kindOf(err))
+		}
+		return Response{Revision: tr.Revision, Err: err}
+	}
+	return Response{Revision: tr.Revision, Value: CompleteValue{Completion: tr.Value, Store: st.Value}}
+}
+
+func (f *FSM) applyInit(c *pb.InitCluster) Response {
+	if f.epoch != nil {
+		return Response{Err: fsmErr(KindAlreadyInitialized, "")}
+	}
+	if len(c.GetEpochId()) != EpochBytes {
+		return Response{Err: fsmErr(KindInvalidCommand, "epoch ID must be 16 bytes")}
+	}
+	f.epoch = append([]byte(nil), c.GetEpochId()...)
+	return Response{}
+}
+
+func (f *FSM) applyCreateTenant(c *pb.CreateTenant) Response {
+	if !distributed.ValidIdentifier(c.GetName()) {
+		return Response{Err: fsmErr(KindInvalidCommand, "tenant name is invalid")}
+	}
+	if _, ok := f.tenants[c.GetName()]; ok {
+		return Response{Err: fsmErr(KindTenantExists, "")}
+	}
+	lim, err := LimitsFromProto(c.GetLimits())
+	if err != nil {
+		return Response{Err: err}
+	}
+	rl, err := ResultLimitsFromProto(c.GetResultLimits())
+	if err != nil {
+		return Response{Err: err}
+	}
+	t, err := newTenant(c.GetName(), lim, rl)
+	if err != nil {
+		return Response{Err: err}
+	}
+	f.tenants[t.name] = t
+	return Response{}
+}
+
+func newTenant(name string, lim distributed.Limits, rl distributed.ResultLimits) (*Tenant, error) {
+	pool, err := distributed.NewWorkerPoolWithLimits(lim)
+	if err != nil {
+		return nil, err
+	}
+	res, err := newResultAggregatorWithLimits(rl)
+	if err != nil {
+		return nil, err
+	}
+	return &Tenant{name: name, limits: lim, resultLimits: rl, pool: pool, results: res,
+		owners: map[string]string{}, scans: map[string][]string{}}, nil
+}
+
+func (f *FSM) applyCreateKey(c *pb.CreateKey) Response {
+	switch {
+	case c.GetKeyId() == "" || len(c.GetKeyId()) > 64 || !distributed.ValidIdentifier(c.GetKeyId()):
+		return Response{Err: fsmErr(KindInvalidCommand, "key ID is invalid")}
+	case len(c.GetSecretHash()) != 32:
+		return Response{Err: fsmErr(KindInvalidCommand, "secret hash must be 32 bytes")}
+	case c.GetRole() != RoleAdmin && c.GetRole() != RoleProducer && c.GetRole() != RoleWorker:
+		return Response{Err: fsmErr(KindInvalidCommand, "role is invalid")}
+	}
+	if _, ok := f.tenants[c.GetKeyTenant()]; !ok {
+		return Response{Err: fsmErr(KindUnknownTenant, "")}
+	}
+	if _, ok := f.keys[c.GetKeyId()]; ok {
+		return Response{Err: fsmErr(KindKeyExists, "")}
+	}
+	f.keys[c.GetKeyId()] = KeyRecord{ID: c.GetKeyId(), Hash: append([]byte(nil), c.GetSecretHash()...), Tenant: c.GetKeyTenant(), Role: c.GetRole()}
+	return Response{}
+}
+
+func kindOf(err error) string {
+	var de *distributed.Error
+	if errors.As(err, &de) {
+		return de.Kind.String()
+	}
+	var fe *Error
+	if errors.As(err, &fe) {
+		return fe.Kind.String()
+	}
+	return "internal"
+}
+
+// KindOf names the kind of an apply error: a core ErrorKind name, an FSM
+// ErrorKind name, or "internal".
+func KindOf(err error) string { return kindOf(err) }

@@ -41,8 +41,18 @@ func TestLimits_Validate(t *testing.T) {
 		{"zero lease ttl", func(l *Limits) { l.MaxLeaseTTLSecs = 0 }, &Error{Kind: KindInvalidLimit, Name: "max_lease_ttl_secs"}},
 		{"zero task ttl", func(l *Limits) { l.MaxTaskTTLSecs = 0 }, &Error{Kind: KindInvalidLimit, Name: "max_task_ttl_secs"}},
 		{"zero heartbeat", func(l *Limits) { l.HeartbeatTimeoutSecs = 0 }, &Error{Kind: KindInvalidLimit, Name: "heartbeat_timeout_secs"}},
-		{"zero time before relations", func(l *Limits) { l.HeartbeatTimeoutSecs = 0; l.MaxActiveTasks = 2000; l.MaxTaskRecords = 1500; l.MaxTerminalTasks = 1500 }, &Error{Kind: KindInvalidLimit, Name: "heartbeat_timeout_secs"}},
-		{"active above records", func(l *Limits) { l.MaxTaskRecords = 1000; l.MaxTerminalTasks = 1000; l.MaxActiveTasks = 1001; l.MaxQueuedTasks = 1001 }, &Error{Kind: KindInvalidLimitRelationship, Reason: "max_active_tasks exceeds max_task_records"}},
+		{"zero time before relations", func(l *Limits) {
+			l.HeartbeatTimeoutSecs = 0
+			l.MaxActiveTasks = 2000
+			l.MaxTaskRecords = 1500
+			l.MaxTerminalTasks = 1500
+		}, &Error{Kind: KindInvalidLimit, Name: "heartbeat_timeout_secs"}},
+		{"active above records", func(l *Limits) {
+			l.MaxTaskRecords = 1000
+			l.MaxTerminalTasks = 1000
+			l.MaxActiveTasks = 1001
+			l.MaxQueuedTasks = 1001
+		}, &Error{Kind: KindInvalidLimitRelationship, Reason: "max_active_tasks exceeds max_task_records"}},
 		{"queued above active", func(l *Limits) { l.MaxQueuedTasks = l.MaxActiveTasks + 1 }, &Error{Kind: KindInvalidLimitRelationship, Reason: "max_queued_tasks exceeds max_active_tasks"}},
 		{"terminal above records", func(l *Limits) { l.MaxTerminalTasks = l.MaxTaskRecords + 1 }, &Error{Kind: KindInvalidLimitRelationship, Reason: "max_terminal_tasks exceeds max_task_records"}},
 		{"terminal below active", func(l *Limits) { l.MaxTerminalTasks = l.MaxActiveTasks - 1 }, &Error{Kind: KindInvalidLimitRelationship, Reason: "max_terminal_tasks is smaller than max_active_tasks"}},

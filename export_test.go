@@ -120,9 +120,9 @@ func TestExport_RestoreRejectsCorruption(t *testing.T) {
 	check("future version", bad)
 }
 
-// reframe replaces the body of a frame and fixes its checksum, so that the
+// framePool replaces the body of a frame and fixes its checksum, so that the
 // semantic validation (not the CRC) must catch the problem.
-func reframe(magic string, body []byte) []byte {
+func framePool(magic string, body []byte) []byte {
 	out := append([]byte(magic), poolVersion)
 	out = append(out, body...)
 	return binary.BigEndian.AppendUint32(out, crc32.Checksum(out, castagnoli))
@@ -135,7 +135,7 @@ func TestExport_RestoreRejectsHostileButWellFramed(t *testing.T) {
 	_ = l
 	valid := h.export()
 	body := valid[len(poolMagic)+1 : len(valid)-4]
-	if _, err := RestoreWorkerPool(reframe(poolMagic, body)); err != nil {
+	if _, err := RestoreWorkerPool(framePool(poolMagic, body)); err != nil {
 		t.Fatalf("reframed valid state rejected: %v", err)
 	}
 	// Flip every byte of the body with a recomputed checksum: each result is
@@ -145,7 +145,7 @@ func TestExport_RestoreRejectsHostileButWellFramed(t *testing.T) {
 		for _, x := range []byte{0x01, 0x80, 0xff} {
 			b := bytes.Clone(body)
 			b[i] ^= x
-			data := reframe(poolMagic, b)
+			data := framePool(poolMagic, b)
 			p, err := RestoreWorkerPool(data)
 			if err != nil {
 				if !errors.Is(err, ErrInvalidState) {

@@ -48,6 +48,32 @@ func FuzzRestoreWorkerPool(f *testing.F) {
 	})
 }
 
+// FuzzRestoreWorkerPoolBody fuzzes the body behind a valid frame, so that the
+// checksum does not hide the semantic validation from the fuzzer.
+func FuzzRestoreWorkerPoolBody(f *testing.F) {
+	for _, s := range seedStates(f) {
+		if len(s) > len(poolMagic)+5 {
+			f.Add(s[len(poolMagic)+1 : len(s)-4])
+		}
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		data := framePool(poolMagic, body)
+		p, err := RestoreWorkerPool(data)
+		if err != nil {
+			if e, ok := err.(*Error); !ok || e.Kind != KindInvalidState || p != nil {
+				t.Fatalf("RestoreWorkerPool = %v, %v", p, err)
+			}
+			return
+		}
+		if err := p.CheckInvariants(); err != nil {
+			t.Fatalf("accepted state breaks invariants: %v", err)
+		}
+		if re, _ := p.ExportState(); !bytes.Equal(re, data) {
+			t.Fatal("accepted state does not re-export to its input")
+		}
+	})
+}
+
 func proofSeeds() [][]byte {
 	h := newHarness(&testing.T{}, DefaultLimits())
 	p := h.p
@@ -131,6 +157,14 @@ func TestWriteFuzzCorpus(t *testing.T) {
 	corpora := map[string][][]byte{
 		"FuzzRestoreWorkerPool": seedStates(t),
 		"FuzzProofs":            proofSeeds(),
+		"FuzzRestoreWorkerPoolBody": func() (out [][]byte) {
+			for _, s := range seedStates(t) {
+				if len(s) > len(poolMagic)+5 {
+					out = append(out, s[len(poolMagic)+1:len(s)-4])
+				}
+			}
+			return out
+		}(),
 	}
 	for name, seeds := range corpora {
 		dir := filepath.Join("testdata", "fuzz", name)

@@ -143,7 +143,10 @@ func TestRace_ManyClientsKeepInvariants(t *testing.T) {
 					}
 				}
 			}
-			retry(func(rev uint64) error { _, err := p.RegisterWorker(rev, 1, WorkerSpec{WorkerID: id, Capacity: 1}); return err })
+			retry(func(rev uint64) error {
+				_, err := p.RegisterWorker(rev, 1, WorkerSpec{WorkerID: id, Capacity: 1})
+				return err
+			})
 			for i := 0; i < tasksPer; i++ {
 				tid := id + "-" + string(rune('A'+i%26)) + string(rune('A'+i/26))
 				retry(func(rev uint64) error {

@@ -586,12 +586,15 @@ func TestResultAggregator_AggregateResults(t *testing.T) {
 					t.Fatalf("result %d = %s %q, want %s %q", i, r.TaskID, r.Result, tt.ids[i], data[tt.ids[i]])
 				}
 			}
-			// No aliasing: mutate and append to every returned result.
+			// No aliasing: overwrite every returned result, then append to
+			// each; an append must never spill into its neighbour.
 			for i := range got {
 				for j := range got[i].Result {
 					got[i].Result[j] = '#'
 				}
-				_ = append(got[i].Result, "overflow"...)
+			}
+			for i := range got {
+				_ = append(got[i].Result, '!') // one byte: fits any spare capacity
 			}
 			for i, r := range got {
 				if strings.Trim(string(r.Result), "#") != "" {

@@ -5,6 +5,8 @@ package distributed
 
 import (
 	"bytes"
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -29,6 +31,8 @@ func TestRedaction_EveryVerb(t *testing.T) {
 	values := map[string]any{
 		"spec": spec, "spec ptr": &spec, "task": task, "task ptr": &task, "tasks": h.p.Tasks(),
 		"pool": h.p, "queue": h.p.TaskQueue(), "transition": Transition[ScanTask]{Revision: 1, Value: task},
+		"specs": []TaskSpec{spec}, "nested": map[string]any{"s": spec, "t": []ScanTask{task}},
+		"results": []AggregatedResult{{TaskID: "t1", Result: []byte(secretTarget)}},
 	}
 	for name, v := range values {
 		for _, verb := range []string{"%v", "%+v", "%#v", "%s", "%q", "%x", "%X", "%d"} {
@@ -39,6 +43,13 @@ func TestRedaction_EveryVerb(t *testing.T) {
 		var buf bytes.Buffer
 		slog.New(slog.NewJSONHandler(&buf, nil)).Info("x", "v", v)
 		slog.New(slog.NewTextHandler(&buf, nil)).Info("x", "v", v)
+		b64 := base64.StdEncoding.EncodeToString([]byte(secretTarget))[:16]
+		if strings.Contains(buf.String(), b64) {
+			t.Errorf("%s logged with slog leaks the base64 target: %s", name, buf.String())
+		}
+		if js, err := json.Marshal(v); err == nil && (strings.Contains(string(js), secretTarget) || strings.Contains(string(js), b64)) {
+			t.Errorf("%s JSON-encoded leaks the target: %s", name, js)
+		}
 		if strings.Contains(buf.String(), secretTarget) {
 			t.Errorf("%s logged with slog leaks the target: %s", name, buf.String())
 		}

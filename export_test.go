@@ -24,12 +24,20 @@ func busyPool(t *testing.T) *harness {
 	h.register("a", 4)
 	h.register("b", 4)
 	h.register("gone", 1)
-	h.ok("tags", func(rev, now uint64) error {
+	h.ok("utilization", func(rev, now uint64) error {
 		_, err := h.p.UpdateWorker(rev, now, "b", 1, WorkerObservation{Status: WorkerHealthy, CPUBasisPoints: 1234})
 		return err
 	})
+	h.enqueue("old-queued", 0)
+	h.enqueue("old-leased", 0)
+	h.assign("old-leased", "a", 60)
+	h.now += 10
+	h.ok("expire", func(rev, now uint64) error { _, err := h.p.ExpireOldTasks(rev, now, 10); return err })
 	h.enqueue("queued", PriorityCritical)
-	h.enqueue("phased", PriorityLow)
+	h.ok("phased", func(rev, now uint64) error {
+		_, err := h.p.Enqueue(rev, now, TaskSpec{TaskID: "phased", ScanID: "s2", TargetRef: "t", Phases: []uint8{3, 1}, Priority: PriorityLow})
+		return err
+	})
 	h.enqueue("leased", 0)
 	h.assign("leased", "a", 60)
 	h.running("running", "b", 60)
@@ -37,15 +45,12 @@ func busyPool(t *testing.T) *harness {
 	h.ok("complete", func(rev, now uint64) error { _, err := h.p.CompleteTask(rev, now, done); return err })
 	failed := h.running("failed", "b", 60)
 	h.ok("fail", func(rev, now uint64) error { _, err := h.p.FailTask(rev, now, failed); return err })
-	own, _ := h.task("phased").Ownership()
 	h.enqueue("cancel", 0)
 	cOwn, _ := h.task("cancel").Ownership()
 	h.ok("cancel", func(rev, now uint64) error { _, err := h.p.CancelTask(rev, now, cOwn); return err })
-	_ = own
-	h.now += 10
+	cl := h.running("cancel-leased", "a", 60)
+	h.ok("cancel leased", func(rev, now uint64) error { _, err := h.p.CancelTask(rev, now, OwnershipFromLease(cl)); return err })
 	h.enqueue("young", 0)
-	h.ok("expire", func(rev, now uint64) error { _, err := h.p.ExpireOldTasks(rev, now, 10); return err })
-	h.enqueue("queued2", PriorityHigh)
 	h.ok("deregister", func(rev, now uint64) error { _, err := h.p.DeregisterWorker(rev, now, "gone", 1); return err })
 	return h
 }

@@ -175,3 +175,35 @@ func finish(ib *inflightBatch) {
 		}
 	}
 }
+
+// ProposeAll proposes every command before waiting for any, so they share
+// log entries; results come back in order. An infrastructure error fails
+// the whole call (some commands may still have been applied).
+func (n *Node) ProposeAll(ctx context.Context, cmds []*pb.Command) ([]raftfsm.Response, error) {
+	props := make([]*proposal, len(cmds))
+	for i, cmd := range cmds {
+		cmd.Version = raftfsm.CommandVersion
+		props[i] = &proposal{cmd: cmd, done: make(chan proposalResult, 1)}
+		select {
+		case n.proposals <- props[i]:
+		case <-n.stop:
+			return nil, ErrClosed
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	out := make([]raftfsm.Response, len(cmds))
+	var firstErr error
+	for i, p := range props {
+		select {
+		case r := <-p.done:
+			out[i] = r.resp
+			if r.err != nil && firstErr == nil {
+				firstErr = r.err
+			}
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return out, firstErr
+}

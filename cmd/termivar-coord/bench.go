@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -47,14 +48,28 @@ func runBench(args []string) int {
 	f.client.register(fs)
 	fs.BoolVar(&f.embedded, "embedded", true, "start an embedded node on loopback (false: use --server/--key)")
 	fs.StringVar(&f.dataDir, "data-dir", "", "embedded node data dir (default: a temporary dir)")
-	fs.IntVar(&f.producers, "producers", 4, "concurrent producers")
-	fs.IntVar(&f.workers, "workers", 8, "concurrent workers")
+	fs.IntVar(&f.producers, "producers", 2, "concurrent producers")
+	fs.IntVar(&f.workers, "workers", 16, "concurrent workers")
 	fs.IntVar(&f.tasks, "tasks", 60000, "tasks to run (at most 65536: one tenant's record ceiling)")
 	fs.IntVar(&f.batch, "batch", 500, "tasks per Enqueue")
 	fs.IntVar(&f.acquireMax, "acquire", 128, "max tasks per Acquire (and per CompleteMany)")
 	fs.IntVar(&f.resultBytes, "result-bytes", 32, "bytes of each result")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
+	}
+	if *cpuProfile != "" {
+		pf, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "termivar-coord bench:", err)
+			return exitUsage
+		}
+		defer pf.Close()
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			fmt.Fprintln(os.Stderr, "termivar-coord bench:", err)
+			return exitUsage
+		}
+		defer pprof.StopCPUProfile()
 	}
 	if f.tasks < 1 || f.tasks > distributed.MaxTaskRecords || f.producers < 1 || f.workers < 1 || f.batch < 1 || f.batch > raftfsm.MaxEnqueueTasks || f.acquireMax < 1 || f.acquireMax > raftfsm.MaxAcquireTasks {
 		fmt.Fprintln(os.Stderr, "termivar-coord bench: flag out of range")

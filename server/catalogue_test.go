@@ -93,7 +93,10 @@ func TestServer_BadInputCatalogue(t *testing.T) {
 
 	flip := func(tok []byte, i int) []byte { c := bytes.Clone(tok); c[i%len(c)] ^= 0x01; return c }
 	enqOne := func(task *pb.NewTask) func() error {
-		return func() error { _, err := p.producer.Enqueue(cx, req(&pb.EnqueueRequest{Tasks: []*pb.NewTask{task}})); return err }
+		return func() error {
+			_, err := p.producer.Enqueue(cx, req(&pb.EnqueueRequest{Tasks: []*pb.NewTask{task}}))
+			return err
+		}
 	}
 	var cases []catalogueCase
 	add := func(name string, code connect.Code, kind string, call func() error) {

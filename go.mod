@@ -1,3 +1,5 @@
 module github.com/termivar/distributed
 
 go 1.26
+
+require github.com/google/btree v1.1.3

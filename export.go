@@ -1,0 +1,264 @@
+package distributed
+
+// State export (SPEC A.13). Layout, version 1, inside the codec frame
+// ("TVWP" | 1 | body | CRC-32C):
+//
+//	limits: MaxTaskRecords MaxActiveTasks MaxQueuedTasks MaxTerminalTasks
+//	        MaxWorkers MaxRetries MaxLeaseTTLSecs MaxTaskTTLSecs HeartbeatTimeoutSecs
+//	revision logicalTime lastLeaseID lastOrdinal
+//	tasks:   count, then each task in task-ID order (see encodeTask)
+//	workers: count, then each worker in worker-ID order (see encodeWorker)
+//
+// Derived data (queue, indexes, counters, CurrentTasks, the worker lease sets,
+// the treap) is not encoded; Restore rebuilds it and then runs the full
+// invariant audit, so any inconsistency in the input is ErrInvalidState.
+
+const (
+	poolMagic   = "TVWP"
+	poolVersion = 1
+)
+
+// ExportState encodes the complete state deterministically: equal states give
+// equal bytes. It never fails; the error is for interface symmetry.
+func (p *WorkerPool) ExportState() ([]byte, error) {
+	c := p.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := newEncoder(poolMagic, poolVersion)
+	l := c.limits
+	for _, v := range [...]uint64{
+		uint64(l.MaxTaskRecords), uint64(l.MaxActiveTasks), uint64(l.MaxQueuedTasks),
+		uint64(l.MaxTerminalTasks), uint64(l.MaxWorkers), uint64(l.MaxRetries),
+		l.MaxLeaseTTLSecs, l.MaxTaskTTLSecs, l.HeartbeatTimeoutSecs,
+		c.revision, c.logicalTime, c.lastLeaseID, c.lastOrdinal,
+	} {
+		e.uvarint(v)
+	}
+	ids := c.sortedTaskIDs()
+	e.uvarint(uint64(len(ids)))
+	for _, id := range ids {
+		c.tasks[id].encode(e)
+	}
+	wids := c.sortedWorkerIDs()
+	e.uvarint(uint64(len(wids)))
+	for _, id := range wids {
+		c.workers[id].encode(e)
+	}
+	return e.finish(), nil
+}
+
+func (t *taskRec) encode(e *encoder) {
+	e.str(t.id)
+	e.str(t.scanID)
+	e.str(t.target)
+	e.bytes(t.phases)
+	e.uvarint(uint64(t.priority))
+	e.uvarint(uint64(t.status))
+	e.uvarint(t.createdAt)
+	e.boolean(t.hasStarted)
+	e.uvarint(t.startedAt)
+	e.boolean(t.hasCompleted)
+	e.uvarint(t.completedAt)
+	e.uvarint(uint64(t.retryCount))
+	e.uvarint(uint64(t.attempt))
+	e.uvarint(t.generation)
+	e.uvarint(t.version)
+	e.uvarint(t.ordinal)
+	e.boolean(t.hasLease)
+	if t.hasLease {
+		t.lease.encode(e)
+	}
+	e.boolean(t.hasProof)
+	if t.hasProof {
+		t.proof.encode(e)
+	}
+	if t.status == TaskCompleted {
+		t.receipt.encode(e)
+	}
+}
+
+func decodeTask(d *decoder) *taskRec {
+	t := &taskRec{
+		id:           d.str(MaxIdentifierBytes),
+		scanID:       d.str(MaxIdentifierBytes),
+		target:       d.str(MaxTargetRefBytes),
+		phases:       d.bytes(MaxTaskPhases),
+		priority:     TaskPriority(d.u8()),
+		status:       TaskStatus(d.u8()),
+		createdAt:    d.uvarint(),
+		hasStarted:   d.boolean(),
+		startedAt:    d.uvarint(),
+		hasCompleted: d.boolean(),
+		completedAt:  d.uvarint(),
+		retryCount:   d.u32(),
+		attempt:      d.u32(),
+		generation:   d.uvarint(),
+		version:      d.uvarint(),
+		ordinal:      d.uvarint(),
+	}
+	if len(t.phases) == 0 {
+		t.phases = nil
+	}
+	if t.hasLease = d.boolean(); t.hasLease {
+		t.lease = decodeLease(d)
+	}
+	if t.hasProof = d.boolean(); t.hasProof {
+		t.proof = decodeOwnership(d)
+	}
+	if t.status == TaskCompleted {
+		t.receipt = decodeReceipt(d)
+	}
+	return t
+}
+
+func (w *workerRec) encode(e *encoder) {
+	e.str(w.id)
+	e.uvarint(w.generation)
+	e.uvarint(uint64(w.status))
+	e.uvarint(uint64(w.capacity))
+	e.uvarint(w.completed)
+	e.uvarint(w.lastHeartbeat)
+	e.uvarint(uint64(w.cpu))
+	e.uvarint(uint64(w.mem))
+	e.uvarint(uint64(w.net))
+	e.uvarint(uint64(len(w.tags)))
+	for _, tag := range w.tags {
+		e.uvarint(uint64(tag))
+	}
+}
+
+func decodeWorker(d *decoder) *workerRec {
+	w := &workerRec{
+		id:            d.str(MaxIdentifierBytes),
+		generation:    d.uvarint(),
+		status:        WorkerStatus(d.u8()),
+		capacity:      d.u32(),
+		completed:     d.uvarint(),
+		lastHeartbeat: d.uvarint(),
+		cpu:           d.u16(),
+		mem:           d.u16(),
+		net:           d.u16(),
+		leases:        make(map[uint64]*taskRec),
+	}
+	n := d.count(MaxWorkerTags, 1)
+	for i := 0; i < n; i++ {
+		w.tags = append(w.tags, WorkerTag(d.u8()))
+	}
+	w.prio = treapPriority(w.id)
+	return w
+}
+
+func invalidState(reason string) *Error { return &Error{Kind: KindInvalidState, Reason: reason} }
+
+// RestoreWorkerPool rebuilds a pool from ExportState bytes. It validates the
+// frame, the limits, every bound, identifier and record, and every invariant;
+// any corrupt, truncated or hostile input returns ErrInvalidState (never a
+// panic). A restored pool re-exports to exactly the input bytes.
+func RestoreWorkerPool(data []byte) (*WorkerPool, error) {
+	d, ok := newDecoder(data, poolMagic, poolVersion)
+	if !ok {
+		return nil, invalidState("pool state frame is invalid")
+	}
+	var l Limits
+	l.MaxTaskRecords = int(d.bounded(MaxTaskRecords))
+	l.MaxActiveTasks = int(d.bounded(MaxActiveTasks))
+	l.MaxQueuedTasks = int(d.bounded(MaxActiveTasks))
+	l.MaxTerminalTasks = int(d.bounded(MaxTaskRecords))
+	l.MaxWorkers = int(d.bounded(MaxWorkers))
+	l.MaxRetries = uint32(d.bounded(MaxRetries))
+	l.MaxLeaseTTLSecs = d.bounded(MaxLeaseTTLSecs)
+	l.MaxTaskTTLSecs = d.bounded(MaxTaskTTLSecs)
+	l.HeartbeatTimeoutSecs = d.bounded(MaxHeartbeatTimeoutSecs)
+	if d.failed || l.Validate() != nil {
+		return nil, invalidState("pool limits are invalid")
+	}
+	c := newCoordinator(l)
+	c.revision = d.uvarint()
+	c.logicalTime = d.uvarint()
+	c.lastLeaseID = d.uvarint()
+	c.lastOrdinal = d.uvarint()
+
+	// A task takes at least 20 bytes encoded; a worker at least 11.
+	n := d.count(uint64(l.MaxTaskRecords), 20)
+	prev := ""
+	for i := 0; i < n && !d.failed; i++ {
+		t := decodeTask(d)
+		if d.failed {
+			break
+		}
+		if (i > 0 && t.id <= prev) || !ValidIdentifier(t.id) {
+			return nil, invalidState("task records are not in strict task-ID order")
+		}
+		prev = t.id
+		c.tasks[t.id] = t
+	}
+	nw := d.count(uint64(l.MaxWorkers), 11)
+	prev = ""
+	for i := 0; i < nw && !d.failed; i++ {
+		w := decodeWorker(d)
+		if d.failed {
+			break
+		}
+		if (i > 0 && w.id <= prev) || !ValidIdentifier(w.id) {
+			return nil, invalidState("worker records are not in strict worker-ID order")
+		}
+		prev = w.id
+		c.workers[w.id] = w
+	}
+	if !d.done() {
+		return nil, invalidState("pool state is truncated or has trailing bytes")
+	}
+	if err := c.rebuildIndexes(); err != nil {
+		return nil, err
+	}
+	if err := c.audit(); err != nil {
+		return nil, invalidState("restored pool breaks an invariant: " + err.Reason)
+	}
+	return &WorkerPool{c: c}, nil
+}
+
+// rebuildIndexes derives the queue, indexes, counters, worker lease sets and
+// the treap from decoded records, rejecting what cannot be linked.
+func (c *coordinator) rebuildIndexes() *Error {
+	for _, w := range c.workers {
+		if !w.status.Valid() {
+			return invalidState("worker status is invalid")
+		}
+	}
+	for _, t := range c.tasks {
+		if !t.status.Valid() || !t.priority.Valid() {
+			return invalidState("task status or priority is invalid")
+		}
+		if t.status.Terminal() {
+			c.terminal++
+		} else {
+			c.active++
+			if c.byAge.Has(t) {
+				return invalidState("duplicate age index entry")
+			}
+			c.byAge.ReplaceOrInsert(t)
+		}
+		if t.status == TaskQueued {
+			if _, dup := c.queue.ReplaceOrInsert(t); dup {
+				return invalidState("duplicate queue entry")
+			}
+		}
+		if t.hasLease {
+			w := c.workers[t.lease.workerID]
+			if w == nil || w.leases[t.lease.leaseID] != nil || w.current == MaxWorkerCapacity {
+				return invalidState("lease names an unknown worker or a duplicate lease ID")
+			}
+			if _, dup := c.byExpiry.ReplaceOrInsert(t); dup {
+				return invalidState("duplicate lease expiry entry")
+			}
+			w.leases[t.lease.leaseID] = t
+			w.current++
+		}
+	}
+	for _, id := range c.sortedWorkerIDs() {
+		if w := c.workers[id]; w.status != WorkerOffline {
+			c.alive = treapInsert(c.alive, w)
+		}
+	}
+	return nil
+}

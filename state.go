@@ -1,0 +1,410 @@
+package distributed
+
+import (
+	"math"
+	"sort"
+	"sync"
+
+	"github.com/google/btree"
+)
+
+// taskRec is the retained record of one task. Invariants are numbered as in
+// ARCHITECTURE.md.
+type taskRec struct {
+	id       string
+	scanID   string
+	target   string
+	phases   []uint8
+	priority TaskPriority
+	status   TaskStatus
+
+	createdAt    uint64
+	startedAt    uint64
+	hasStarted   bool
+	completedAt  uint64
+	hasCompleted bool
+
+	retryCount uint32
+	attempt    uint32 // Invariant (I5): only increases.
+	generation uint64 // Invariant (I5): only increases.
+	version    uint64 // Invariant (I6): +1 on every change of the record.
+	ordinal    uint64 // enqueue ordinal of the current queue entry
+
+	// lease is the current lease; hasLease iff status is leased or running (I3).
+	lease    TaskLease
+	hasLease bool
+
+	// proof is the retained terminal proof: the completing or exhausting lease,
+	// or the ownership that cancelled the task. receipt is set for completed
+	// tasks only. Expired tasks retain no proof.
+	proof    TaskOwnership
+	hasProof bool
+	receipt  CompletionReceipt
+}
+
+// workerRec is the retained record of one worker plus its treap links.
+type workerRec struct {
+	id            string
+	generation    uint64
+	status        WorkerStatus
+	capacity      uint32
+	current       uint32 // Invariant (I4): equals len(leases).
+	completed     uint64
+	lastHeartbeat uint64
+	cpu, mem, net uint16
+	tags          []WorkerTag
+
+	leases map[uint64]*taskRec // lease ID → task, for worker-loss recovery
+
+	prio        uint64
+	left, right *workerRec
+	best        *workerRec
+}
+
+func (w *workerRec) effectiveCapacity() uint32 {
+	return effectiveCapacity(w.capacity, w.cpu, w.mem, w.net)
+}
+
+func (w *workerRec) availableSlots() uint32 {
+	e := w.effectiveCapacity()
+	if e <= w.current {
+		return 0
+	}
+	return e - w.current
+}
+
+// coordinator is the state shared by a WorkerPool and its TaskQueue.
+type coordinator struct {
+	mu     sync.Mutex
+	limits Limits
+
+	revision    uint64
+	logicalTime uint64
+	lastLeaseID uint64 // Invariant (I7): every issued lease ID is ≤ lastLeaseID.
+	lastOrdinal uint64
+
+	tasks    map[string]*taskRec
+	queue    *btree.BTreeG[*taskRec] // queued tasks in lease order (I2)
+	byExpiry *btree.BTreeG[*taskRec] // leased/running tasks by (ExpiresAt, LeaseID)
+	byAge    *btree.BTreeG[*taskRec] // non-terminal tasks by (CreatedAt, TaskID)
+	active   int                     // non-terminal tasks
+	terminal int                     // terminal tasks
+
+	workers map[string]*workerRec
+	alive   *workerRec // treap of non-offline workers (I9)
+}
+
+func queueLess(a, b *taskRec) bool {
+	if a.priority != b.priority {
+		return a.priority > b.priority
+	}
+	if a.ordinal != b.ordinal {
+		return a.ordinal < b.ordinal
+	}
+	return a.id < b.id
+}
+
+func expiryLess(a, b *taskRec) bool {
+	if a.lease.expiresAt != b.lease.expiresAt {
+		return a.lease.expiresAt < b.lease.expiresAt
+	}
+	return a.lease.leaseID < b.lease.leaseID
+}
+
+func ageLess(a, b *taskRec) bool {
+	if a.createdAt != b.createdAt {
+		return a.createdAt < b.createdAt
+	}
+	return a.id < b.id
+}
+
+const btreeDegree = 32
+
+func newCoordinator(l Limits) *coordinator {
+	return &coordinator{
+		limits:   l,
+		tasks:    make(map[string]*taskRec),
+		queue:    btree.NewG(btreeDegree, queueLess),
+		byExpiry: btree.NewG(btreeDegree, expiryLess),
+		byAge:    btree.NewG(btreeDegree, ageLess),
+		workers:  make(map[string]*workerRec),
+	}
+}
+
+// WorkerPool is the coordinator: workers, tasks, leases and recovery under one
+// mutex and one revision. All methods are safe for concurrent use. Every
+// mutating method takes the expected revision and the caller's logical second
+// first, returns a Transition on success, and on failure returns an *Error and
+// changes nothing.
+type WorkerPool struct {
+	c *coordinator
+}
+
+// TaskQueue is the task-side facade of a coordinator. The TaskQueue returned
+// by WorkerPool.TaskQueue shares the pool's state, lock and revision; one made
+// by NewTaskQueue has a coordinator of its own with no workers.
+type TaskQueue struct {
+	c *coordinator
+}
+
+// NewWorkerPool returns an empty pool with DefaultLimits.
+func NewWorkerPool() *WorkerPool {
+	return &WorkerPool{c: newCoordinator(DefaultLimits())}
+}
+
+// NewWorkerPoolWithLimits returns an empty pool, or the first Limits.Validate
+// error.
+func NewWorkerPoolWithLimits(l Limits) (*WorkerPool, error) {
+	if err := l.Validate(); err != nil {
+		return nil, err
+	}
+	return &WorkerPool{c: newCoordinator(l)}, nil
+}
+
+// NewTaskQueue returns a standalone queue with DefaultLimits.
+func NewTaskQueue() *TaskQueue { return &TaskQueue{c: newCoordinator(DefaultLimits())} }
+
+// NewTaskQueueWithLimits returns a standalone queue, or the first
+// Limits.Validate error.
+func NewTaskQueueWithLimits(l Limits) (*TaskQueue, error) {
+	if err := l.Validate(); err != nil {
+		return nil, err
+	}
+	return &TaskQueue{c: newCoordinator(l)}, nil
+}
+
+// TaskQueue returns the pool's task facade: same state, same lock.
+func (p *WorkerPool) TaskQueue() *TaskQueue { return &TaskQueue{c: p.c} }
+
+// Limits returns the pool's limits.
+func (p *WorkerPool) Limits() Limits { return p.c.limits }
+
+// Limits returns the queue's limits.
+func (q *TaskQueue) Limits() Limits { return q.c.limits }
+
+// Snapshot returns the pool's counters.
+func (p *WorkerPool) Snapshot() StateSnapshot { return p.c.snapshot() }
+
+// Snapshot returns the queue's counters (the pool's, for a facade).
+func (q *TaskQueue) Snapshot() StateSnapshot { return q.c.snapshot() }
+
+func (c *coordinator) snapshot() StateSnapshot {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return StateSnapshot{
+		Revision:      c.revision,
+		LogicalTime:   c.logicalTime,
+		TaskRecords:   len(c.tasks),
+		ActiveTasks:   c.active,
+		QueuedTasks:   c.queue.Len(),
+		TerminalTasks: c.terminal,
+		Workers:       len(c.workers),
+	}
+}
+
+// PeekNext returns the task the next assignment would lease, if any.
+func (q *TaskQueue) PeekNext() (ScanTask, bool) {
+	q.c.mu.Lock()
+	defer q.c.mu.Unlock()
+	t, ok := q.c.queue.Min()
+	if !ok {
+		return ScanTask{}, false
+	}
+	return t.view(), true
+}
+
+// PeekNext returns the task the next assignment would lease, if any.
+func (p *WorkerPool) PeekNext() (ScanTask, bool) { return p.TaskQueue().PeekNext() }
+
+// GetTask returns a copy of the task. The error is ErrInvalidTask, only for an
+// invalid identifier.
+func (q *TaskQueue) GetTask(taskID string) (ScanTask, bool, error) {
+	if !ValidIdentifier(taskID) {
+		return ScanTask{}, false, invalidTaskID()
+	}
+	q.c.mu.Lock()
+	defer q.c.mu.Unlock()
+	t, ok := q.c.tasks[taskID]
+	if !ok {
+		return ScanTask{}, false, nil
+	}
+	return t.view(), true, nil
+}
+
+// GetTask returns a copy of the task; see TaskQueue.GetTask.
+func (p *WorkerPool) GetTask(taskID string) (ScanTask, bool, error) {
+	return p.TaskQueue().GetTask(taskID)
+}
+
+// Tasks returns copies of every task record in task-ID order.
+func (q *TaskQueue) Tasks() []ScanTask {
+	q.c.mu.Lock()
+	defer q.c.mu.Unlock()
+	ids := q.c.sortedTaskIDs()
+	out := make([]ScanTask, len(ids))
+	for i, id := range ids {
+		out[i] = q.c.tasks[id].view()
+	}
+	return out
+}
+
+// Tasks returns copies of every task record in task-ID order.
+func (p *WorkerPool) Tasks() []ScanTask { return p.TaskQueue().Tasks() }
+
+// QueuedTasks returns copies of the queued tasks in lease order.
+func (q *TaskQueue) QueuedTasks() []ScanTask {
+	q.c.mu.Lock()
+	defer q.c.mu.Unlock()
+	out := make([]ScanTask, 0, q.c.queue.Len())
+	q.c.queue.Ascend(func(t *taskRec) bool {
+		out = append(out, t.view())
+		return true
+	})
+	return out
+}
+
+func (c *coordinator) sortedTaskIDs() []string {
+	ids := make([]string, 0, len(c.tasks))
+	for id := range c.tasks {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+func (c *coordinator) sortedWorkerIDs() []string {
+	ids := make([]string, 0, len(c.workers))
+	for id := range c.workers {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// GetWorker returns a copy of the worker. The error is ErrInvalidWorker, only
+// for an invalid identifier.
+func (p *WorkerPool) GetWorker(workerID string) (WorkerNode, bool, error) {
+	if !ValidIdentifier(workerID) {
+		return WorkerNode{}, false, invalidWorkerID()
+	}
+	p.c.mu.Lock()
+	defer p.c.mu.Unlock()
+	w, ok := p.c.workers[workerID]
+	if !ok {
+		return WorkerNode{}, false, nil
+	}
+	return w.view(), true, nil
+}
+
+// Workers returns copies of every worker record in worker-ID order.
+func (p *WorkerPool) Workers() []WorkerNode {
+	p.c.mu.Lock()
+	defer p.c.mu.Unlock()
+	ids := p.c.sortedWorkerIDs()
+	out := make([]WorkerNode, len(ids))
+	for i, id := range ids {
+		out[i] = p.c.workers[id].view()
+	}
+	return out
+}
+
+// GetAvailableWorker returns the worker AssignNextAvailable would choose at
+// now, without changing anything. now earlier than logical time fails with
+// ErrLogicalTimeRegression.
+func (p *WorkerPool) GetAvailableWorker(now uint64) (WorkerNode, bool, error) {
+	p.c.mu.Lock()
+	defer p.c.mu.Unlock()
+	if now < p.c.logicalTime {
+		return WorkerNode{}, false, &Error{Kind: KindLogicalTimeRegression, Current: p.c.logicalTime, Proposed: now}
+	}
+	w := p.c.bestWorker(now)
+	if w == nil {
+		return WorkerNode{}, false, nil
+	}
+	return w.view(), true, nil
+}
+
+// bestWorker returns the eligible worker with the most available slots (ties:
+// smallest ID) at now, or nil.
+func (c *coordinator) bestWorker(now uint64) *workerRec {
+	t := c.limits.HeartbeatTimeoutSecs
+	if now < t {
+		return treapBestAlive(c.alive, 0, true)
+	}
+	return treapBestAlive(c.alive, now-t, false)
+}
+
+// dead reports whether w's heartbeat is stale at now.
+func (c *coordinator) dead(w *workerRec, now uint64) bool {
+	return now >= w.lastHeartbeat && now-w.lastHeartbeat >= c.limits.HeartbeatTimeoutSecs
+}
+
+func (t *taskRec) view() ScanTask {
+	return ScanTask{
+		taskID:         t.id,
+		scanID:         t.scanID,
+		targetRef:      t.target,
+		phases:         cloneBytes(t.phases),
+		status:         t.status,
+		priority:       t.priority,
+		createdAt:      t.createdAt,
+		startedAt:      t.startedAt,
+		hasStarted:     t.hasStarted,
+		completedAt:    t.completedAt,
+		hasCompleted:   t.hasCompleted,
+		retryCount:     t.retryCount,
+		attempt:        t.attempt,
+		taskGeneration: t.generation,
+		recordVersion:  t.version,
+		lease:          t.lease,
+		hasLease:       t.hasLease,
+	}
+}
+
+func (w *workerRec) view() WorkerNode {
+	return WorkerNode{
+		workerID:           w.id,
+		generation:         w.generation,
+		status:             w.status,
+		capacity:           w.capacity,
+		currentTasks:       w.current,
+		completedTasks:     w.completed,
+		lastHeartbeat:      w.lastHeartbeat,
+		cpuBasisPoints:     w.cpu,
+		memoryBasisPoints:  w.mem,
+		networkBasisPoints: w.net,
+		tags:               append([]WorkerTag(nil), w.tags...),
+	}
+}
+
+// begin runs the common checks 2 and 3 of SPEC A.6 (revision, then time).
+// The caller holds the lock and has already validated its arguments.
+func (c *coordinator) begin(rev, now uint64) *Error {
+	if rev != c.revision {
+		return &Error{Kind: KindRevisionConflict, Expected: rev, Actual: c.revision}
+	}
+	if now < c.logicalTime {
+		return &Error{Kind: KindLogicalTimeRegression, Current: c.logicalTime, Proposed: now}
+	}
+	return nil
+}
+
+// canCommit is check 5 for the revision counter itself.
+func (c *coordinator) canCommit() *Error {
+	if c.revision == math.MaxUint64 {
+		return exhausted("revision")
+	}
+	return nil
+}
+
+// commit finishes a successful command: one revision, logical time = now.
+func (c *coordinator) commit(now uint64) uint64 {
+	c.revision++
+	c.logicalTime = now
+	return c.revision
+}
+
+func exhausted(counter string) *Error { return &Error{Kind: KindCounterExhausted, Counter: counter} }
+
+// canBump reports whether v+1 does not overflow.
+func canBump(v uint64) bool { return v < math.MaxUint64 }

@@ -1,0 +1,324 @@
+package distributed
+
+import "math"
+
+func validateTaskSpec(s TaskSpec) *Error {
+	if p := identifierProblem(s.TaskID); p != "" {
+		return &Error{Kind: KindInvalidTask, Reason: "task_id " + p}
+	}
+	if p := identifierProblem(s.ScanID); p != "" {
+		return &Error{Kind: KindInvalidTask, Reason: "scan_id " + p}
+	}
+	switch {
+	case len(s.TargetRef) == 0:
+		return &Error{Kind: KindInvalidTask, Reason: "target_ref is empty"}
+	case len(s.TargetRef) > MaxTargetRefBytes:
+		return &Error{Kind: KindInvalidTask, Reason: "target_ref is too long"}
+	case len(s.Phases) > MaxTaskPhases:
+		return &Error{Kind: KindInvalidTask, Reason: "too many phases"}
+	case !s.Priority.Valid():
+		return &Error{Kind: KindInvalidTask, Reason: "priority is invalid"}
+	}
+	return nil
+}
+
+// Enqueue admits a new queued task. Errors, in order: ErrInvalidTask (spec),
+// ErrRevisionConflict, ErrLogicalTimeRegression, ErrTaskAlreadyExists,
+// ErrTaskRecordCapacityReached, ErrActiveTaskCapacityReached,
+// ErrQueuedTaskCapacityReached, ErrTerminalCapacityReserved,
+// ErrCounterExhausted.
+func (q *TaskQueue) Enqueue(expectedRevision, nowSecs uint64, spec TaskSpec) (Transition[ScanTask], error) {
+	if err := validateTaskSpec(spec); err != nil {
+		return Transition[ScanTask]{}, err
+	}
+	c := q.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.begin(expectedRevision, nowSecs); err != nil {
+		return Transition[ScanTask]{}, err
+	}
+	l := c.limits
+	records := len(c.tasks)
+	switch {
+	case c.tasks[spec.TaskID] != nil:
+		return Transition[ScanTask]{}, &Error{Kind: KindTaskAlreadyExists, TaskID: spec.TaskID}
+	case records >= l.MaxTaskRecords:
+		return Transition[ScanTask]{}, &Error{Kind: KindTaskRecordCapacityReached, Limit: uint64(l.MaxTaskRecords)}
+	case c.active >= l.MaxActiveTasks:
+		return Transition[ScanTask]{}, &Error{Kind: KindActiveTaskCapacityReached, Limit: uint64(l.MaxActiveTasks)}
+	case c.queue.Len() >= l.MaxQueuedTasks:
+		return Transition[ScanTask]{}, &Error{Kind: KindQueuedTaskCapacityReached, Limit: uint64(l.MaxQueuedTasks)}
+	case c.terminal+c.active+1 > l.MaxTerminalTasks:
+		return Transition[ScanTask]{}, &Error{Kind: KindTerminalCapacityReserved, Limit: uint64(l.MaxTerminalTasks)}
+	}
+	if err := c.canCommit(); err != nil {
+		return Transition[ScanTask]{}, err
+	}
+	if !canBump(c.lastOrdinal) {
+		return Transition[ScanTask]{}, exhausted("enqueue_ordinal")
+	}
+	t := &taskRec{
+		id:        spec.TaskID,
+		scanID:    spec.ScanID,
+		target:    spec.TargetRef,
+		phases:    normalizePhases(spec.Phases),
+		priority:  spec.Priority,
+		status:    TaskQueued,
+		createdAt: nowSecs,
+		version:   1,
+	}
+	c.tasks[t.id] = t
+	c.active++
+	c.byAge.ReplaceOrInsert(t)
+	c.pushQueue(t)
+	return Transition[ScanTask]{Revision: c.commit(nowSecs), Value: t.view()}, nil
+}
+
+// Enqueue admits a new queued task; see TaskQueue.Enqueue.
+func (p *WorkerPool) Enqueue(expectedRevision, nowSecs uint64, spec TaskSpec) (Transition[ScanTask], error) {
+	return p.TaskQueue().Enqueue(expectedRevision, nowSecs, spec)
+}
+
+// pushQueue gives t a fresh ordinal and queues it.
+func (c *coordinator) pushQueue(t *taskRec) {
+	c.lastOrdinal++
+	t.ordinal = c.lastOrdinal
+	c.queue.ReplaceOrInsert(t)
+}
+
+// CancelTask cancels a queued task with its exact fence, or a leased or
+// running task with its exact, unexpired lease. Replaying the proof that
+// cancelled the task returns AlreadyCancelled at the current revision.
+// Errors: ErrInvalidTask/ErrInvalidWorker (proof identifiers),
+// ErrRevisionConflict, ErrLogicalTimeRegression, ErrTaskNotFound,
+// ErrStaleOwnership, ErrLeaseExpired, ErrCounterExhausted.
+func (q *TaskQueue) CancelTask(expectedRevision, nowSecs uint64, own TaskOwnership) (Transition[CancellationOutcome], error) {
+	var zero Transition[CancellationOutcome]
+	if lease, isLease := own.Lease(); isLease {
+		if err := validateLease(lease); err != nil {
+			return zero, err
+		}
+	} else if !ValidIdentifier(own.fence.taskID) {
+		return zero, invalidTaskID()
+	}
+	c := q.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.begin(expectedRevision, nowSecs); err != nil {
+		return zero, err
+	}
+	t := c.tasks[own.TaskID()]
+	if t == nil {
+		return zero, &Error{Kind: KindTaskNotFound, TaskID: own.TaskID()}
+	}
+	if t.status == TaskCancelled && t.hasProof && t.proof == own {
+		return Transition[CancellationOutcome]{Revision: c.revision, Value: CancellationOutcome{Kind: AlreadyCancelled}}, nil
+	}
+	if lease, isLease := own.Lease(); isLease {
+		if err := c.checkLease(t, lease, nowSecs); err != nil {
+			return zero, err
+		}
+	} else if t.status != TaskQueued || own.fence != t.fence() {
+		return zero, &Error{Kind: KindStaleOwnership, TaskID: t.id}
+	}
+	if err := c.canCommit(); err != nil {
+		return zero, err
+	}
+	if !canBump(t.version) {
+		return zero, exhausted("record_version")
+	}
+	c.terminate(t, TaskCancelled)
+	t.proof, t.hasProof = own, true
+	return Transition[CancellationOutcome]{Revision: c.commit(nowSecs), Value: CancellationOutcome{Kind: Cancelled}}, nil
+}
+
+// CancelTask cancels a task; see TaskQueue.CancelTask.
+func (p *WorkerPool) CancelTask(expectedRevision, nowSecs uint64, own TaskOwnership) (Transition[CancellationOutcome], error) {
+	return p.TaskQueue().CancelTask(expectedRevision, nowSecs, own)
+}
+
+func (t *taskRec) fence() QueuedTaskFence {
+	return QueuedTaskFence{taskID: t.id, taskGeneration: t.generation, recordVersion: t.version}
+}
+
+// terminate moves a non-terminal task to a terminal status: it leaves the
+// queue or releases its worker, and stops counting as active. The caller has
+// checked that t.version can be bumped.
+func (c *coordinator) terminate(t *taskRec, status TaskStatus) {
+	switch {
+	case t.status == TaskQueued:
+		c.queue.Delete(t)
+	case t.hasLease:
+		c.releaseLease(t)
+	}
+	c.byAge.Delete(t)
+	c.active--
+	c.terminal++
+	t.status = status
+	t.version++
+}
+
+// ExpireOldTasks expires every non-terminal task with now − CreatedAt ≥
+// maxAgeSecs and returns how many. maxAgeSecs 0 fails with ErrInvalidLimit,
+// above Limits.MaxTaskTTLSecs with ErrTimeLimitExceedsMaximum (both named
+// "max_age_secs"); then ErrRevisionConflict, ErrLogicalTimeRegression,
+// ErrCounterExhausted.
+func (q *TaskQueue) ExpireOldTasks(expectedRevision, nowSecs, maxAgeSecs uint64) (Transition[int], error) {
+	c := q.c
+	if maxAgeSecs == 0 {
+		return Transition[int]{}, &Error{Kind: KindInvalidLimit, Name: "max_age_secs"}
+	}
+	if maxAgeSecs > c.limits.MaxTaskTTLSecs {
+		return Transition[int]{}, &Error{Kind: KindTimeLimitExceedsMaximum, Name: "max_age_secs", Actual: maxAgeSecs, Maximum: c.limits.MaxTaskTTLSecs}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.begin(expectedRevision, nowSecs); err != nil {
+		return Transition[int]{}, err
+	}
+	var old []*taskRec
+	if nowSecs >= maxAgeSecs {
+		cutoff := nowSecs - maxAgeSecs
+		c.byAge.Ascend(func(t *taskRec) bool {
+			if t.createdAt > cutoff {
+				return false
+			}
+			old = append(old, t)
+			return true
+		})
+	}
+	if err := c.canCommit(); err != nil {
+		return Transition[int]{}, err
+	}
+	for _, t := range old {
+		if !canBump(t.version) {
+			return Transition[int]{}, exhausted("record_version")
+		}
+	}
+	for _, t := range old {
+		c.terminate(t, TaskExpired)
+	}
+	return Transition[int]{Revision: c.commit(nowSecs), Value: len(old)}, nil
+}
+
+// ExpireOldTasks expires old tasks; see TaskQueue.ExpireOldTasks.
+func (p *WorkerPool) ExpireOldTasks(expectedRevision, nowSecs, maxAgeSecs uint64) (Transition[int], error) {
+	return p.TaskQueue().ExpireOldTasks(expectedRevision, nowSecs, maxAgeSecs)
+}
+
+// validateLease is argument validation for a lease: task ID, then worker ID.
+func validateLease(l TaskLease) *Error {
+	if !ValidIdentifier(l.taskID) {
+		return invalidTaskID()
+	}
+	if !ValidIdentifier(l.workerID) {
+		return invalidWorkerID()
+	}
+	return nil
+}
+
+// checkLease is the ownership rule shared by every lease-using command: the
+// lease must equal the task's current lease and be unexpired at now.
+func (c *coordinator) checkLease(t *taskRec, l TaskLease, now uint64) *Error {
+	if !t.hasLease || t.lease != l {
+		return &Error{Kind: KindStaleOwnership, TaskID: t.id}
+	}
+	if now >= l.expiresAt {
+		return &Error{Kind: KindLeaseExpired, TaskID: t.id}
+	}
+	return nil
+}
+
+// releaseLease ends t's current lease: the expiry index, the worker's lease
+// set and CurrentTasks. It does not change t's status or version.
+func (c *coordinator) releaseLease(t *taskRec) {
+	c.byExpiry.Delete(t)
+	if w := c.workers[t.lease.workerID]; w != nil {
+		c.touchWorker(w, func() {
+			delete(w.leases, t.lease.leaseID)
+			w.current--
+		})
+	}
+	t.lease, t.hasLease = TaskLease{}, false
+}
+
+// touchWorker applies change to w while keeping the live-worker treap valid.
+func (c *coordinator) touchWorker(w *workerRec, change func()) {
+	linked := w.status != WorkerOffline
+	if linked {
+		c.alive = treapRemove(c.alive, w)
+	}
+	change()
+	if w.status != WorkerOffline {
+		c.alive = treapInsert(c.alive, w)
+	}
+}
+
+// planRetries is the capacity and counter preflight of the retry rule for the
+// given leased or running tasks: check 4 (the queue bound) then check 5.
+func (c *coordinator) planRetries(ts []*taskRec) *Error {
+	requeues := 0
+	for _, t := range ts {
+		if t.retryCount < c.limits.MaxRetries {
+			requeues++
+		}
+	}
+	if c.queue.Len()+requeues > c.limits.MaxQueuedTasks {
+		return &Error{Kind: KindQueuedTaskCapacityReached, Limit: uint64(c.limits.MaxQueuedTasks)}
+	}
+	if err := c.canCommit(); err != nil {
+		return err
+	}
+	for _, t := range ts {
+		if !canBump(t.version) {
+			return exhausted("record_version")
+		}
+		if t.retryCount < c.limits.MaxRetries && !canBump(t.generation) {
+			return exhausted("task_generation")
+		}
+	}
+	if c.lastOrdinal > math.MaxUint64-uint64(requeues) {
+		return exhausted("enqueue_ordinal")
+	}
+	return nil
+}
+
+// retry applies the retry rule to a leased or running task whose preflight
+// passed: requeue under a new generation, or fail when retries are exhausted.
+func (c *coordinator) retry(t *taskRec) FailureOutcome {
+	lease := t.lease
+	if t.retryCount < c.limits.MaxRetries {
+		c.releaseLease(t)
+		t.generation++
+		t.retryCount++
+		t.status = TaskQueued
+		t.startedAt, t.hasStarted = 0, false
+		t.version++
+		c.pushQueue(t)
+		return FailureOutcome{Kind: Requeued, TaskGeneration: t.generation, RetryCount: t.retryCount}
+	}
+	c.terminate(t, TaskFailed)
+	t.proof, t.hasProof = OwnershipFromLease(lease), true
+	return FailureOutcome{Kind: RetryExhausted, TaskGeneration: t.generation, RetryCount: t.retryCount}
+}
+
+// recoverTasks applies the retry rule to ts in lease-ID order (ts is sorted by
+// the caller) and fills in the summary's task counts.
+func (c *coordinator) recoverTasks(ts []*taskRec, sum *RecoverySummary) {
+	for _, t := range ts {
+		if c.retry(t).Kind == Requeued {
+			sum.TasksRequeued++
+		} else {
+			sum.TasksFailed++
+		}
+	}
+}
+
+// normalizePhases copies phases; no phases is always stored as nil so that a
+// restored record equals the original.
+func normalizePhases(p []uint8) []uint8 {
+	if len(p) == 0 {
+		return nil
+	}
+	return cloneBytes(p)
+}

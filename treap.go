@@ -1,0 +1,207 @@
+package distributed
+
+// The live-worker index: a treap over every non-offline worker, keyed by
+// (LastHeartbeat, WorkerID) and augmented with the best eligible worker of
+// each subtree. Because a worker is alive at now exactly when
+// LastHeartbeat > now − HeartbeatTimeoutSecs, the alive workers are a suffix
+// of the key order, so "best alive, healthy worker with a free slot" is one
+// root-to-leaf walk (O(log n) expected), and the dead workers that
+// PruneDeadWorkers must visit are a prefix.
+//
+// Priorities come from a fixed hash of the worker ID, so the shape is a
+// deterministic function of the set of keys.
+//
+// Invariant (I9): a worker is in the treap iff it is not offline; its key
+// fields (lastHeartbeat, id) and its eligibility inputs are never changed
+// while it is linked. Callers unlink, change, then relink (see
+// coordinator.touchWorker).
+
+func treapPriority(id string) uint64 {
+	// FNV-1a followed by the splitmix64 finalizer.
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(id); i++ {
+		h ^= uint64(id[i])
+		h *= 1099511628211
+	}
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	h ^= h >> 31
+	return h
+}
+
+func workerKeyLess(a, b *workerRec) bool {
+	if a.lastHeartbeat != b.lastHeartbeat {
+		return a.lastHeartbeat < b.lastHeartbeat
+	}
+	return a.id < b.id
+}
+
+// eligibleIgnoringTime reports the parts of eligibility that do not depend on
+// now: healthy and at least one available slot.
+func (w *workerRec) eligibleIgnoringTime() bool {
+	return w.status == WorkerHealthy && w.availableSlots() > 0
+}
+
+// betterWorker returns the preferred of a and b: most available slots, then
+// the smallest worker ID. Either may be nil.
+func betterWorker(a, b *workerRec) *workerRec {
+	switch {
+	case a == nil:
+		return b
+	case b == nil:
+		return a
+	}
+	sa, sb := a.availableSlots(), b.availableSlots()
+	if sa != sb {
+		if sa > sb {
+			return a
+		}
+		return b
+	}
+	if a.id < b.id {
+		return a
+	}
+	return b
+}
+
+func (w *workerRec) pull() { w.best = w.subtreeBest() }
+
+// subtreeBest computes the best eligible worker among w and its children's
+// recorded bests.
+func (w *workerRec) subtreeBest() *workerRec {
+	var best *workerRec
+	if w.eligibleIgnoringTime() {
+		best = w
+	}
+	if w.left != nil {
+		best = betterWorker(best, w.left.best)
+	}
+	if w.right != nil {
+		best = betterWorker(best, w.right.best)
+	}
+	return best
+}
+
+// treapSplit splits t into keys < k and keys >= k.
+func treapSplit(t, k *workerRec) (*workerRec, *workerRec) {
+	if t == nil {
+		return nil, nil
+	}
+	if workerKeyLess(t, k) {
+		l, r := treapSplit(t.right, k)
+		t.right = l
+		t.pull()
+		return t, r
+	}
+	l, r := treapSplit(t.left, k)
+	t.left = r
+	t.pull()
+	return l, t
+}
+
+// treapMerge joins l and r where every key of l is below every key of r.
+func treapMerge(l, r *workerRec) *workerRec {
+	switch {
+	case l == nil:
+		return r
+	case r == nil:
+		return l
+	}
+	if l.prio >= r.prio {
+		l.right = treapMerge(l.right, r)
+		l.pull()
+		return l
+	}
+	r.left = treapMerge(l, r.left)
+	r.pull()
+	return r
+}
+
+func treapInsert(root, w *workerRec) *workerRec {
+	w.left, w.right = nil, nil
+	w.pull()
+	l, r := treapSplit(root, w)
+	return treapMerge(treapMerge(l, w), r)
+}
+
+// treapRemove unlinks w (which must be linked) and returns the new root.
+func treapRemove(root, w *workerRec) *workerRec {
+	if root == nil {
+		return nil
+	}
+	if root == w {
+		m := treapMerge(w.left, w.right)
+		w.left, w.right, w.best = nil, nil, nil
+		return m
+	}
+	if workerKeyLess(w, root) {
+		root.left = treapRemove(root.left, w)
+	} else {
+		root.right = treapRemove(root.right, w)
+	}
+	root.pull()
+	return root
+}
+
+// treapBestAlive returns the best eligible worker whose LastHeartbeat is
+// above cutoff (all workers when allAlive).
+func treapBestAlive(root *workerRec, cutoff uint64, allAlive bool) *workerRec {
+	var best *workerRec
+	for n := root; n != nil; {
+		if allAlive || n.lastHeartbeat > cutoff {
+			if n.eligibleIgnoringTime() {
+				best = betterWorker(best, n)
+			}
+			if n.right != nil {
+				best = betterWorker(best, n.right.best)
+			}
+			n = n.left
+		} else {
+			n = n.right
+		}
+	}
+	return best
+}
+
+// treapDead returns, in key order, every linked worker whose LastHeartbeat is
+// at most cutoff.
+func treapDead(root *workerRec, cutoff uint64) []*workerRec {
+	var out []*workerRec
+	var stack []*workerRec
+	n := root
+	for n != nil || len(stack) > 0 {
+		for n != nil {
+			stack = append(stack, n)
+			n = n.left
+		}
+		n = stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if n.lastHeartbeat > cutoff {
+			break
+		}
+		out = append(out, n)
+		n = n.right
+	}
+	return out
+}
+
+// treapCount returns the number of linked workers (for CheckInvariants).
+func treapWalk(root *workerRec, visit func(*workerRec) bool) bool {
+	var stack []*workerRec
+	n := root
+	for n != nil || len(stack) > 0 {
+		for n != nil {
+			stack = append(stack, n)
+			n = n.left
+		}
+		n = stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if !visit(n) {
+			return false
+		}
+		n = n.right
+	}
+	return true
+}

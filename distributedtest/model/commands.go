@@ -45,7 +45,14 @@ func (m *Model) Enqueue(rev, now uint64, spec distributed.TaskSpec) (Task, uint6
 		RecordVersion: 1,
 		Ordinal:       m.lastOrdinal,
 	}
-	m.tasks = append(m.tasks, t)
+	// Keep the slice in task-ID order so that Tasks needs no sort.
+	at := 0
+	for at < len(m.tasks) && m.tasks[at].TaskID < t.TaskID {
+		at++
+	}
+	m.tasks = append(m.tasks, Task{})
+	copy(m.tasks[at+1:], m.tasks[at:])
+	m.tasks[at] = t
 	r := m.commit(now)
 	t.Phases = append([]uint8(nil), t.Phases...)
 	return t, r, nil
@@ -82,7 +89,13 @@ func (m *Model) RegisterWorker(rev, now uint64, spec distributed.WorkerSpec) (Wo
 		NetworkBasisPoints: spec.NetworkBasisPoints,
 		Tags:               tags,
 	}
-	m.workers = append(m.workers, w)
+	at := 0
+	for at < len(m.workers) && m.workers[at].WorkerID < w.WorkerID {
+		at++
+	}
+	m.workers = append(m.workers, Worker{})
+	copy(m.workers[at+1:], m.workers[at:])
+	m.workers[at] = w
 	r := m.commit(now)
 	w.Tags = append([]distributed.WorkerTag(nil), tags...)
 	return w, r, nil

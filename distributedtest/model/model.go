@@ -14,8 +14,8 @@ type Model struct {
 	limits      distributed.Limits
 	revision    uint64
 	logicalTime uint64
-	tasks       []Task   // admission order; looked up by linear scan
-	workers     []Worker // registration order; looked up by linear scan
+	tasks       []Task   // task-ID order; looked up by linear scan
+	workers     []Worker // worker-ID order; looked up by linear scan
 	lastLeaseID uint64   // the last lease ID granted (0: none yet)
 	lastOrdinal uint64   // the last enqueue ordinal used
 }
@@ -103,7 +103,6 @@ func (m *Model) Tasks() []Task {
 		t.Phases = append([]uint8(nil), t.Phases...)
 		out = append(out, t)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].TaskID < out[j].TaskID })
 	return out
 }
 
@@ -114,9 +113,13 @@ func (m *Model) Workers() []Worker {
 		w.Tags = append([]distributed.WorkerTag(nil), w.Tags...)
 		out = append(out, w)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].WorkerID < out[j].WorkerID })
 	return out
 }
+
+// TaskRecords returns the model's own task records in task-ID order, without
+// copying. Callers must treat them as read-only; it exists so that the
+// simulator can compare every record after every step cheaply.
+func (m *Model) TaskRecords() []Task { return m.tasks }
 
 // GetTask returns the task with that ID. An invalid ID is an error.
 func (m *Model) GetTask(id string) (Task, bool, error) {

@@ -29,12 +29,12 @@ func lim(records, active, queued, terminal, workers int, retries uint32, leaseTT
 // Profiles are the limit families the simulator cycles through (seed modulo
 // the count picks one).
 var Profiles = []Profile{
-	{"tiny", lim(6, 4, 3, 6, 3, 1, 20, 200, 15), 8, 4, 400},
-	{"small", lim(48, 8, 6, 40, 4, 2, 60, 600, 30), 64, 6, 2000},
-	{"no-retry", lim(96, 12, 12, 96, 5, 0, 40, 900, 25), 128, 6, 2000},
-	{"medium", lim(160, 32, 24, 128, 8, 3, 120, 2400, 60), 200, 10, 2400},
-	{"many-retries", lim(64, 16, 16, 64, 4, 32, 15, 4000, 12), 80, 5, 2000},
-	{"one-worker", lim(24, 6, 6, 24, 1, 2, 30, 500, 20), 32, 2, 800},
+	{"tiny", lim(6, 4, 3, 6, 3, 1, 20, 200, 60), 8, 4, 200},
+	{"small", lim(48, 8, 6, 40, 4, 2, 60, 600, 90), 64, 6, 320},
+	{"no-retry", lim(96, 12, 12, 96, 5, 0, 40, 900, 80), 128, 6, 800},
+	{"medium", lim(320, 32, 24, 256, 8, 3, 120, 2400, 150), 400, 10, 2000},
+	{"many-retries", lim(64, 16, 16, 64, 4, 32, 15, 4000, 40), 80, 5, 500},
+	{"one-worker", lim(24, 6, 6, 24, 1, 2, 30, 500, 60), 32, 2, 200},
 }
 
 // ProbeKnownDivergences makes the generator produce inputs on which the core
@@ -68,7 +68,7 @@ func (g *Generator) n(n int) int { return g.src.Intn(n) }
 func (g *Generator) pct(p int) bool { return g.n(100) < p }
 
 var opWeights = [numOps]int{
-	OpEnqueue: 14, OpRegister: 4, OpUpdate: 8, OpDeregister: 2, OpPrune: 2, OpReactivate: 2,
+	OpEnqueue: 14, OpRegister: 4, OpUpdate: 14, OpDeregister: 2, OpPrune: 2, OpReactivate: 2,
 	OpAssignNextAvailable: 10, OpAssignNext: 5, OpAssignTask: 4, OpStart: 10, OpComplete: 8,
 	OpFail: 5, OpRenew: 5, OpCancel: 4, OpRecover: 3, OpExpire: 2, OpGetTask: 2, OpGetWorker: 1,
 	OpPeek: 1, OpAvailable: 2, OpRestart: 1,
@@ -189,14 +189,14 @@ func (g *Generator) clock(c *Command) {
 		g.note(c, "future-rev")
 	}
 	l := g.p.Limits
-	switch r := g.n(100); {
-	case r < 25:
+	switch r := g.n(1000); {
+	case r < 480:
 		c.NowDelta = 0
-	case r < 75:
-		c.NowDelta = int64(1 + g.n(5))
-	case r < 90:
-		c.NowDelta = int64(6 + g.n(55))
-	case r < 96:
+	case r < 880:
+		c.NowDelta = 1
+	case r < 960:
+		c.NowDelta = int64(2 + g.n(9))
+	case r < 975:
 		c.NowDelta = int64(l.MaxLeaseTTLSecs/2 + uint64(g.n(int(2*l.HeartbeatTimeoutSecs+1))))
 		g.note(c, "jump")
 	default:
@@ -220,6 +220,14 @@ func (g *Generator) taskID(c *Command) string {
 func (g *Generator) workerID(c *Command) string {
 	if g.pct(4) {
 		return g.hostile(c)
+	}
+	if ws := g.m.Workers(); len(ws) > 0 && g.pct(85) {
+		// Mostly a registered worker, preferring one that is not offline.
+		w := ws[g.n(len(ws))]
+		if w.Status == distributed.WorkerOffline && g.pct(70) {
+			w = ws[g.n(len(ws))]
+		}
+		return w.WorkerID
 	}
 	return fmt.Sprintf("w%d", g.n(g.p.Workers))
 }
@@ -351,13 +359,13 @@ func (g *Generator) workerSpec(c *Command) distributed.WorkerSpec {
 func (g *Generator) observation(c *Command) distributed.WorkerObservation {
 	o := distributed.WorkerObservation{CPUBasisPoints: g.util(), MemoryBasisPoints: g.util(), NetworkBasisPoints: g.util()}
 	switch r := g.n(100); {
-	case r < 72:
+	case r < 84:
 		o.Status = distributed.WorkerHealthy
-	case r < 82:
+	case r < 89:
 		o.Status = distributed.WorkerBusy
-	case r < 92:
+	case r < 94:
 		o.Status = distributed.WorkerDegraded
-	case r < 96:
+	case r < 97:
 		o.Status = distributed.WorkerOffline
 		g.note(c, "offline-heartbeat")
 	default:
@@ -468,13 +476,13 @@ func (g *Generator) lease(c *Command) model.Lease {
 			return cur[g.n(len(cur))]
 		}
 		fallthrough
-	case r < 80:
+	case r < 76:
 		if len(g.known) > 0 {
 			g.note(c, "old-lease")
 			return g.known[g.n(len(g.known))]
 		}
 		fallthrough
-	case r < 90:
+	case r < 85:
 		base := model.Lease{TaskID: "t00", WorkerID: "w0", WorkerGeneration: 1, Attempt: 1, LeaseID: 1, ExpiresAt: 10}
 		if len(cur) > 0 {
 			base = cur[g.n(len(cur))]
@@ -483,7 +491,11 @@ func (g *Generator) lease(c *Command) model.Lease {
 		}
 		g.note(c, "altered-lease")
 		return g.alter(base)
-	case r < 94:
+	case r < 90:
+		if len(cur) > 0 && g.pct(50) {
+			// A lease the client learned from the task record itself.
+			return cur[g.n(len(cur))]
+		}
 		g.note(c, "zero-lease")
 		return model.Lease{}
 	case r < 97:

@@ -25,8 +25,8 @@ var (
 )
 
 // fixedSeeds at each profile's default length give the CI budget:
-// 22 seeds per profile, 211 200 commands.
-const fixedSeeds = 132
+// 52 seeds per profile, 209 040 commands.
+const fixedSeeds = 52 * 6
 
 func runSeeds(t *testing.T, seeds []uint64, steps int) {
 	t.Helper()
@@ -39,6 +39,12 @@ func runSeeds(t *testing.T, seeds []uint64, steps int) {
 		agg.Rejected += rep.Stats.Rejected
 		agg.Replays += rep.Stats.Replays
 		agg.Restarts += rep.Stats.Restarts
+		for k, v := range rep.Stats.Kinds {
+			if agg.Kinds == nil {
+				agg.Kinds = map[string]int{}
+			}
+			agg.Kinds[k] += v
+		}
 		if rep.Failure != nil {
 			t.Fatal(rep.Failure.Error())
 		}
@@ -46,6 +52,7 @@ func runSeeds(t *testing.T, seeds []uint64, steps int) {
 	el := time.Since(start)
 	t.Logf("%d seeds, %d commands (%d accepted, %d replays, %d rejected, %d restarts) in %v: %.0f commands/s",
 		len(seeds), total, agg.Accepted, agg.Replays, agg.Rejected, agg.Restarts, el.Round(time.Millisecond), float64(total)/el.Seconds())
+	t.Logf("rejections by kind: %v", agg.Kinds)
 }
 
 func TestSimFixedSeeds(t *testing.T) {

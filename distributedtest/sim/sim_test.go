@@ -19,9 +19,10 @@ import (
 )
 
 var (
-	flagSeed  = flag.Uint64("sim.seed", 0, "run only this seed (TestSimSeed)")
-	flagSteps = flag.Int("sim.steps", 0, "commands per seed (0: the profile's default)")
-	flagSeeds = flag.Int("sim.seeds", 0, "number of fixed seeds for TestSimLong (0: skip)")
+	flagSeed     = flag.Uint64("sim.seed", 0, "run only this seed (TestSimSeed)")
+	flagSteps    = flag.Int("sim.steps", 0, "commands per seed (0: the profile's default)")
+	flagSeeds    = flag.Int("sim.seeds", 0, "number of seeds for TestSimLong")
+	flagCommands = flag.Int("sim.commands", 0, "TestSimLong: run consecutive seeds until this many commands ran")
 )
 
 // fixedSeeds at each profile's default length give the CI budget:
@@ -96,18 +97,34 @@ func TestSimSeed(t *testing.T) {
 	}
 }
 
-// TestSimLong runs many seeds: go test ./distributedtest/sim -run TestSimLong -sim.seeds=5000 -sim.steps=2000 -timeout 0.
+// TestSimLong runs many seeds from -sim.seed (default 1 000 000) on: either
+// -sim.seeds of them or as many as -sim.commands needs (make sim):
+//
+//	go test ./distributedtest/sim -run TestSimLong -sim.commands 10000000 -timeout 0 -v
 func TestSimLong(t *testing.T) {
-	if *flagSeeds == 0 {
-		t.Skip("no -sim.seeds")
+	if *flagSeeds == 0 && *flagCommands == 0 {
+		t.Skip("no -sim.seeds or -sim.commands")
 	}
-	base := uint64(1_000_000)
+	seed := uint64(1_000_000)
 	if *flagSeed != 0 {
-		base = *flagSeed
+		seed = *flagSeed
 	}
-	seeds := make([]uint64, *flagSeeds)
-	for i := range seeds {
-		seeds[i] = base + uint64(i)
+	start, total, n := time.Now(), 0, 0
+	var agg Stats
+	for ; (*flagSeeds > 0 && n < *flagSeeds) || (*flagSeeds == 0 && total < *flagCommands); n++ {
+		rep := Run(Config{Seed: seed + uint64(n), Steps: *flagSteps})
+		total += rep.Stats.Steps
+		agg.Accepted += rep.Stats.Accepted
+		agg.Replays += rep.Stats.Replays
+		agg.Rejected += rep.Stats.Rejected
+		if rep.Failure != nil {
+			t.Fatal(rep.Failure.Error())
+		}
+		if n%1000 == 999 {
+			t.Logf("%d seeds, %d commands, %.0f commands/s", n+1, total, float64(total)/time.Since(start).Seconds())
+		}
 	}
-	runSeeds(t, seeds, *flagSteps)
+	el := time.Since(start)
+	t.Logf("seeds %d..%d: %d commands (%d accepted, %d replays, %d rejected), 0 divergences, in %v: %.0f commands/s",
+		seed, seed+uint64(n)-1, total, agg.Accepted, agg.Replays, agg.Rejected, el.Round(time.Second), float64(total)/el.Seconds())
 }

@@ -58,6 +58,10 @@ type Generator struct {
 	tasks   []model.Task // the model's tasks when Next was called
 }
 
+// SetSource replaces the source of choices (the rapid test draws from the
+// current *rapid.T).
+func (g *Generator) SetSource(src Source) { g.src = src }
+
 // NewGenerator returns a generator reading choices from src.
 func NewGenerator(src Source, p Profile, m *model.Model) *Generator {
 	return &Generator{src: src, p: p, m: m}
@@ -98,15 +102,7 @@ func (g *Generator) Next() Command {
 	if len(g.recent) > 0 && g.pct(5) {
 		// Fault: a duplicate (retried with a fresh revision) or a delayed,
 		// reordered delivery of an earlier command with its original values.
-		c := g.recent[g.n(len(g.recent))]
-		if g.pct(60) {
-			c.AbsRev, c.AbsNow = false, false
-			c.RevDelta, c.NowDelta = 0, int64(g.n(3))
-			c.Note = "duplicate"
-		} else {
-			c.AbsRev, c.AbsNow = true, true
-			c.Note = "reordered"
-		}
+		c, _ := g.Duplicate()
 		return c
 	}
 	g.tasks = g.m.TaskRecords()
@@ -115,6 +111,30 @@ func (g *Generator) Next() Command {
 		// Nothing is leased: mostly do something that can lease.
 		op = g.pickOp()
 	}
+	return g.Build(op)
+}
+
+// Duplicate returns a duplicate or reordered delivery of a recent command
+// (false if there is none yet).
+func (g *Generator) Duplicate() (Command, bool) {
+	if len(g.recent) == 0 {
+		return Command{}, false
+	}
+	c := g.recent[g.n(len(g.recent))]
+	if g.pct(60) {
+		c.AbsRev, c.AbsNow = false, false
+		c.RevDelta, c.NowDelta = 0, int64(g.n(3))
+		c.Note = "duplicate"
+	} else {
+		c.AbsRev, c.AbsNow = true, true
+		c.Note = "reordered"
+	}
+	return c, true
+}
+
+// Build returns a command of the given op with generated arguments.
+func (g *Generator) Build(op Op) Command {
+	g.tasks = g.m.TaskRecords()
 	c := Command{Op: op}
 	g.clock(&c)
 	switch op {

@@ -34,6 +34,9 @@ const (
 	OpGetWorker
 	OpPeek
 	OpAvailable
+	OpStoreResult
+	OpGetResult
+	OpAggregate
 	OpRestart
 	numOps
 )
@@ -44,7 +47,8 @@ var opNames = [...]string{
 	OpAssignNext: "assign-next", OpAssignTask: "assign-task", OpStart: "start", OpComplete: "complete",
 	OpFail: "fail", OpRenew: "renew", OpCancel: "cancel", OpRecover: "recover-expired",
 	OpExpire: "expire-old", OpGetTask: "get-task", OpGetWorker: "get-worker", OpPeek: "peek",
-	OpAvailable: "get-available-worker", OpRestart: "restart",
+	OpAvailable: "get-available-worker", OpStoreResult: "store-result", OpGetResult: "get-result",
+	OpAggregate: "aggregate", OpRestart: "restart",
 }
 
 func (o Op) String() string {
@@ -55,7 +59,10 @@ func (o Op) String() string {
 }
 
 // Mutating reports whether the op is a command that takes a revision.
-func (o Op) Mutating() bool { return o <= OpExpire }
+func (o Op) Mutating() bool { return o <= OpExpire || o == OpStoreResult }
+
+// pool reports whether the op addresses the WorkerPool (not the results).
+func (o Op) pool() bool { return o <= OpAvailable }
 
 // Command is one step. RevDelta and NowDelta are relative to the revision
 // and logical time when the step is applied (so that a shrunk sequence stays
@@ -81,6 +88,9 @@ type Command struct {
 	MaxAge     uint64
 	Lease      model.Lease
 	Own        model.Ownership
+	Receipt    model.Receipt
+	Data       []byte
+	IDs        []string
 
 	// Note says which fault or choice the generator made (for reports).
 	Note string
@@ -139,6 +149,14 @@ func (c Command) String() string {
 		fmt.Fprintf(&b, " task=%s", short(c.TaskID))
 	case OpGetWorker:
 		fmt.Fprintf(&b, " worker=%s", short(c.WorkerID))
+	case OpStoreResult:
+		r := c.Receipt
+		fmt.Fprintf(&b, " receipt{task=%s tgen=%d attempt=%d lease=%d worker=%s wgen=%d rv=%d} bytes=%d",
+			short(r.TaskID), r.TaskGeneration, r.Attempt, r.LeaseID, short(r.WorkerID), r.WorkerGeneration, r.RecordVersion, len(c.Data))
+	case OpGetResult:
+		fmt.Fprintf(&b, " task=%s", short(c.TaskID))
+	case OpAggregate:
+		fmt.Fprintf(&b, " ids=%q", c.IDs)
 	}
 	if c.Note != "" {
 		fmt.Fprintf(&b, " [%s]", c.Note)

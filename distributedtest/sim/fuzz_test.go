@@ -27,7 +27,7 @@ func FuzzCommands(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		src := NewByteSource(data)
 		p := Profiles[src.Intn(len(Profiles))]
-		h, err := NewHarness(p.Limits)
+		h, err := NewHarnessFor(p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -51,7 +51,7 @@ func simStates(tb testing.TB) [][]byte {
 	var out [][]byte
 	for seed := uint64(1); seed <= 6; seed++ {
 		p := ProfileFor(seed)
-		h, err := NewHarness(p.Limits)
+		h, err := NewHarnessFor(p)
 		if err != nil {
 			tb.Fatal(err)
 		}

@@ -16,6 +16,22 @@ type Profile struct {
 	Tasks   int // size of the task ID pool
 	Workers int // size of the worker ID pool
 	Steps   int // commands per seed in the CI run (the records fill up: nothing is evicted)
+	// Results bounds the ResultAggregator driven next to the pool (zero:
+	// DefaultSimResultLimits).
+	Results distributed.ResultLimits
+}
+
+// DefaultSimResultLimits are small enough that every result bound is hit.
+var DefaultSimResultLimits = distributed.ResultLimits{
+	MaxResults: 12, MaxResultBytes: 48, MaxTotalBytes: 300, MaxAggregateItems: 5, MaxAggregateBytes: 120,
+}
+
+// ResultLimits returns the profile's result limits.
+func (p Profile) ResultLimits() distributed.ResultLimits {
+	if p.Results == (distributed.ResultLimits{}) {
+		return DefaultSimResultLimits
+	}
+	return p.Results
 }
 
 func lim(records, active, queued, terminal, workers int, retries uint32, leaseTTL, taskTTL, heartbeat uint64) distributed.Limits {
@@ -29,12 +45,12 @@ func lim(records, active, queued, terminal, workers int, retries uint32, leaseTT
 // Profiles are the limit families the simulator cycles through (seed modulo
 // the count picks one).
 var Profiles = []Profile{
-	{"tiny", lim(6, 4, 3, 6, 3, 1, 20, 200, 60), 8, 4, 200},
-	{"small", lim(48, 8, 6, 40, 4, 2, 60, 600, 90), 64, 6, 320},
-	{"no-retry", lim(96, 12, 12, 96, 5, 0, 40, 900, 80), 128, 6, 800},
-	{"medium", lim(320, 32, 24, 256, 8, 3, 120, 2400, 150), 400, 10, 2000},
-	{"many-retries", lim(64, 16, 16, 64, 4, 32, 15, 4000, 40), 80, 5, 500},
-	{"one-worker", lim(24, 6, 6, 24, 1, 2, 30, 500, 60), 32, 2, 200},
+	{"tiny", lim(6, 4, 3, 6, 3, 1, 20, 200, 60), 8, 4, 200, distributed.ResultLimits{MaxResults: 3, MaxResultBytes: 16, MaxTotalBytes: 40, MaxAggregateItems: 2, MaxAggregateBytes: 20}},
+	{"small", lim(48, 8, 6, 40, 4, 2, 60, 600, 90), 64, 6, 320, distributed.ResultLimits{}},
+	{"no-retry", lim(96, 12, 12, 96, 5, 0, 40, 900, 80), 128, 6, 800, distributed.ResultLimits{}},
+	{"medium", lim(320, 32, 24, 256, 8, 3, 120, 2400, 150), 400, 10, 2000, distributed.ResultLimits{}},
+	{"many-retries", lim(64, 16, 16, 64, 4, 32, 15, 4000, 40), 80, 5, 500, distributed.ResultLimits{}},
+	{"one-worker", lim(24, 6, 6, 24, 1, 2, 30, 500, 60), 32, 2, 200, distributed.ResultLimits{}},
 }
 
 // ProbeKnownDivergences makes the generator produce inputs on which the core
@@ -48,14 +64,16 @@ var ProbeKnownDivergences = false
 // proofs from the replies it gets — a reply can be lost, in which case the
 // simulated client never learns the lease.
 type Generator struct {
-	src     Source
-	p       Profile
-	m       *model.Model
-	known   []model.Lease     // leases learned from replies (newest last)
-	cancels []model.Ownership // proofs that cancelled a task (for replays)
-	recent  []Command         // recently applied commands (for duplicates)
-	fresh   int
-	tasks   []model.Task // the model's tasks when Next was called
+	src      Source
+	p        Profile
+	m        *model.Model
+	known    []model.Lease     // leases learned from replies (newest last)
+	cancels  []model.Ownership // proofs that cancelled a task (for replays)
+	receipts []model.Receipt   // receipts learned from completions
+	sent     map[string][]byte // the last result bytes sent per task
+	recent   []Command         // recently applied commands (for duplicates)
+	fresh    int
+	tasks    []model.Task // the model's tasks when Next was called
 }
 
 // SetSource replaces the source of choices (the rapid test draws from the
@@ -75,7 +93,7 @@ var opWeights = [numOps]int{
 	OpEnqueue: 14, OpRegister: 4, OpUpdate: 14, OpDeregister: 2, OpPrune: 2, OpReactivate: 2,
 	OpAssignNextAvailable: 10, OpAssignNext: 5, OpAssignTask: 4, OpStart: 10, OpComplete: 8,
 	OpFail: 5, OpRenew: 5, OpCancel: 4, OpRecover: 3, OpExpire: 2, OpGetTask: 2, OpGetWorker: 1,
-	OpPeek: 1, OpAvailable: 2, OpRestart: 1,
+	OpPeek: 1, OpAvailable: 2, OpStoreResult: 6, OpGetResult: 1, OpAggregate: 2, OpRestart: 1,
 }
 
 var totalWeight = func() int {
@@ -174,8 +192,93 @@ func (g *Generator) Build(op Op) Command {
 		c.TaskID = g.taskID(&c)
 	case OpGetWorker:
 		c.WorkerID = g.workerID(&c)
+	case OpStoreResult:
+		c.Receipt = g.receipt(&c)
+		c.Data = g.resultBytes(&c, c.Receipt.TaskID)
+	case OpGetResult:
+		c.TaskID = g.resultTaskID(&c)
+	case OpAggregate:
+		for range g.n(7) {
+			c.IDs = append(c.IDs, g.resultTaskID(&c))
+		}
+		if len(c.IDs) > 0 && g.pct(10) {
+			c.IDs = append(c.IDs, c.IDs[g.n(len(c.IDs))])
+			g.note(&c, "repeated-id")
+		}
 	}
 	return c
+}
+
+// receipt picks a learned receipt mostly, else an altered, forged, zero or
+// hostile one.
+func (g *Generator) receipt(c *Command) model.Receipt {
+	base := model.Receipt{TaskID: "t001", WorkerID: "w0", TaskGeneration: 0, Attempt: 1, LeaseID: 1, WorkerGeneration: 1, RecordVersion: 4}
+	if len(g.receipts) > 0 {
+		base = g.receipts[g.n(len(g.receipts))]
+	}
+	switch r := g.n(100); {
+	case r < 75:
+		return base
+	case r < 88:
+		g.note(c, "altered-receipt")
+		switch g.n(6) {
+		case 0:
+			base.TaskGeneration++
+		case 1:
+			base.Attempt++
+		case 2:
+			base.LeaseID++
+		case 3:
+			base.WorkerID = fmt.Sprintf("w%d", g.n(g.p.Workers))
+		case 4:
+			base.WorkerGeneration++
+		case 5:
+			base.RecordVersion--
+		}
+		return base
+	case r < 93:
+		g.note(c, "zero-receipt")
+		return model.Receipt{}
+	case r < 96:
+		if g.pct(50) {
+			base.TaskID = g.hostile(c)
+		} else {
+			base.WorkerID = g.hostile(c)
+		}
+		return base
+	default:
+		g.note(c, "forged-receipt")
+		base.TaskID = fmt.Sprintf("t%03d", g.n(g.p.Tasks))
+		return base
+	}
+}
+
+func (g *Generator) resultBytes(c *Command, taskID string) []byte {
+	if prev, ok := g.sent[taskID]; ok && g.pct(50) {
+		return prev
+	}
+	max := g.p.ResultLimits().MaxResultBytes
+	n := g.n(max + 1)
+	if g.pct(8) {
+		n = max + 1 + g.n(8)
+		g.note(c, "too-large")
+	}
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(g.n(256))
+	}
+	if g.sent == nil {
+		g.sent = map[string][]byte{}
+	}
+	g.sent[taskID] = b
+	return b
+}
+
+func (g *Generator) resultTaskID(c *Command) string {
+	if len(g.receipts) > 0 && g.pct(70) {
+		return g.receipts[g.n(len(g.receipts))].TaskID
+	}
+	return g.taskID(c)
 }
 
 func (g *Generator) pickOp() Op {
@@ -625,7 +728,10 @@ func (g *Generator) Observe(c Command, out Outcome) {
 	case model.Lease:
 		g.learn(v)
 	case model.Completion:
-		_ = v
+		g.receipts = append(g.receipts, v.Receipt)
+		if len(g.receipts) > 64 {
+			g.receipts = g.receipts[1:]
+		}
 	}
 	if c.Op == OpCancel {
 		g.cancels = append(g.cancels, c.Own)

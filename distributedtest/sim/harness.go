@@ -88,9 +88,28 @@ func completionValue(c distributed.CompletionOutcome) any {
 }
 
 // applyCore runs c on the core.
-func applyCore(p *distributed.WorkerPool, c Command) (Outcome, error) {
+func applyCore(p *distributed.WorkerPool, a *distributed.ResultAggregator, c Command) (Outcome, error) {
 	q := p.TaskQueue()
 	switch c.Op {
+	case OpStoreResult:
+		rc, err := CoreReceipt(c.Receipt)
+		if err != nil {
+			return Outcome{}, errUnencodable
+		}
+		tr, err := a.StoreResult(c.Rev, rc, c.Data)
+		return coreOut(tr, err, id[distributed.StoreResultOutcome]), nil
+	case OpGetResult:
+		b, ok, err := a.GetResult(c.TaskID)
+		if err != nil {
+			return Outcome{Err: toErr(err)}, nil
+		}
+		return Outcome{Value: Read{Found: ok, Record: string(b)}}, nil
+	case OpAggregate:
+		rs, err := a.AggregateResults(c.IDs)
+		if err != nil {
+			return Outcome{Err: toErr(err)}, nil
+		}
+		return Outcome{Value: aggregateValue(rs)}, nil
 	case OpEnqueue:
 		tr, err := q.Enqueue(c.Rev, c.Now, c.TaskSpec)
 		return coreOut(tr, err, taskValue), nil
@@ -191,9 +210,32 @@ func applyCore(p *distributed.WorkerPool, c Command) (Outcome, error) {
 	return Outcome{}, fmt.Errorf("sim: op %v has no core mapping", c.Op)
 }
 
+// aggregateValue renders aggregated results comparably.
+func aggregateValue(rs []distributed.AggregatedResult) []string {
+	out := make([]string, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, r.TaskID+"="+string(r.Result))
+	}
+	return out
+}
+
 // applyModel runs c on the model.
-func applyModel(m *model.Model, c Command) Outcome {
+func applyModel(m *model.Model, rm *model.Results, c Command) Outcome {
 	switch c.Op {
+	case OpStoreResult:
+		return modelOut(rm.StoreResult(c.Rev, c.Receipt, c.Data))
+	case OpGetResult:
+		b, ok, err := rm.GetResult(c.TaskID)
+		if err != nil {
+			return modelOut(0, 0, err)
+		}
+		return Outcome{Value: Read{Found: ok, Record: string(b)}}
+	case OpAggregate:
+		rs, err := rm.AggregateResults(c.IDs)
+		if err != nil {
+			return modelOut(0, 0, err)
+		}
+		return Outcome{Value: aggregateValue(rs)}
 	case OpEnqueue:
 		t, r, err := m.Enqueue(c.Rev, c.Now, c.TaskSpec)
 		return modelOut(TaskView(t), r, err)
@@ -288,12 +330,15 @@ type Accepted struct {
 
 // Harness applies commands to the core and the model and checks them.
 type Harness struct {
-	Limits distributed.Limits
-	Core   *distributed.WorkerPool
-	Model  *model.Model
-	Log    []Accepted
-	Stats  Stats
-	chk    *checker
+	Limits       distributed.Limits
+	ResultLimits distributed.ResultLimits
+	Core         *distributed.WorkerPool
+	Model        *model.Model
+	Results      *distributed.ResultAggregator
+	ResultsModel *model.Results
+	Log          []Accepted
+	Stats        Stats
+	chk          *checker
 }
 
 // Stats counts what a run did.
@@ -302,8 +347,15 @@ type Stats struct {
 	Kinds                                                        map[string]int
 }
 
-// NewHarness returns a harness over fresh core and model instances.
+// NewHarness returns a harness over fresh core and model instances with the
+// default simulator result limits.
 func NewHarness(l distributed.Limits) (*Harness, error) {
+	return NewHarnessFor(Profile{Limits: l})
+}
+
+// NewHarnessFor returns a harness with the profile's limits.
+func NewHarnessFor(pr Profile) (*Harness, error) {
+	l, rl := pr.Limits, pr.ResultLimits()
 	p, err := distributed.NewWorkerPoolWithLimits(l)
 	if err != nil {
 		return nil, err
@@ -312,13 +364,26 @@ func NewHarness(l distributed.Limits) (*Harness, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Harness{Limits: l, Core: p, Model: m, chk: newChecker(l), Stats: Stats{Kinds: map[string]int{}}}, nil
+	a, err := distributed.NewResultAggregatorWithLimits(rl)
+	if err != nil {
+		return nil, err
+	}
+	rm, err := model.NewResults(rl)
+	if err != nil {
+		return nil, err
+	}
+	return &Harness{Limits: l, ResultLimits: rl, Core: p, Model: m, Results: a, ResultsModel: rm,
+		chk: newChecker(l), Stats: Stats{Kinds: map[string]int{}}}, nil
 }
 
 // Resolve fills c.Rev and c.Now from the deltas and the current state.
 func (h *Harness) Resolve(c Command) Command {
 	if !c.AbsRev {
-		c.Rev = addDelta(h.Model.Revision(), c.RevDelta)
+		base := h.Model.Revision()
+		if !c.Op.pool() && c.Op != OpRestart {
+			base = h.ResultsModel.Revision()
+		}
+		c.Rev = addDelta(base, c.RevDelta)
 	}
 	if !c.AbsNow {
 		c.Now = addDelta(h.Model.LogicalTime(), c.NowDelta)
@@ -346,8 +411,11 @@ func (h *Harness) Step(c Command) (Command, Outcome, error) {
 		h.Stats.Restarts++
 		return c, Outcome{}, h.restart()
 	}
+	if !c.Op.pool() {
+		return h.resultStep(c)
+	}
 	before := h.Model.Snapshot()
-	co, err := applyCore(h.Core, c)
+	co, err := applyCore(h.Core, h.Results, c)
 	if errors.Is(err, errUnencodable) {
 		h.Stats.Skipped++
 		return c, Outcome{Err: &distributed.Error{Reason: "skipped"}}, nil
@@ -355,7 +423,7 @@ func (h *Harness) Step(c Command) (Command, Outcome, error) {
 	if err != nil {
 		return c, Outcome{}, err
 	}
-	mo := normalize(applyModel(h.Model, c))
+	mo := normalize(applyModel(h.Model, h.ResultsModel, c))
 	co = normalize(co)
 	if !sameOutcome(co, mo) {
 		return c, mo, fmt.Errorf("outcome diverges:\n\tcore:  %s\n\tmodel: %s", co, mo)
@@ -377,6 +445,68 @@ func (h *Harness) Step(c Command) (Command, Outcome, error) {
 		return c, mo, err
 	}
 	return c, mo, nil
+}
+
+// resultStep applies a result-store op to the core's ResultAggregator and
+// the model's and checks revision, counts and invariants.
+func (h *Harness) resultStep(c Command) (Command, Outcome, error) {
+	beforeRev := h.ResultsModel.Revision()
+	co, err := applyCore(h.Core, h.Results, c)
+	if errors.Is(err, errUnencodable) {
+		h.Stats.Skipped++
+		return c, Outcome{Err: &distributed.Error{Reason: "skipped"}}, nil
+	}
+	if err != nil {
+		return c, Outcome{}, err
+	}
+	mo := applyModel(h.Model, h.ResultsModel, c)
+	if !sameOutcome(co, mo) {
+		return c, mo, fmt.Errorf("outcome diverges:\n\tcore:  %s\n\tmodel: %s", co, mo)
+	}
+	switch {
+	case !c.Op.Mutating():
+		h.Stats.Reads++
+		if mo.Err != nil {
+			h.Stats.Kinds["read:"+mo.Err.Kind.String()]++
+		}
+	case mo.Err != nil:
+		h.Stats.Rejected++
+		h.Stats.Kinds[mo.Err.Kind.String()]++
+	case mo.Rev == beforeRev:
+		h.Stats.Replays++
+		h.Log = append(h.Log, Accepted{c, co})
+	default:
+		h.Stats.Accepted++
+		h.Log = append(h.Log, Accepted{c, co})
+	}
+	return c, mo, h.compareResults(c, beforeRev, co)
+}
+
+func (h *Harness) compareResults(c Command, beforeRev uint64, co Outcome) error {
+	a, rm := h.Results, h.ResultsModel
+	if a.Revision() != rm.Revision() || a.ResultCount() != rm.ResultCount() || a.TotalBytes() != rm.TotalBytes() {
+		return fmt.Errorf("results diverge: core rev %d count %d bytes %d, model rev %d count %d bytes %d",
+			a.Revision(), a.ResultCount(), a.TotalBytes(), rm.Revision(), rm.ResultCount(), rm.TotalBytes())
+	}
+	if err := a.CheckInvariants(); err != nil {
+		return fmt.Errorf("ResultAggregator CheckInvariants: %v", err)
+	}
+	if c.Op == OpStoreResult {
+		v, _ := co.Value.(distributed.StoreResultOutcome)
+		switch {
+		case co.Err != nil || v.Kind == distributed.AlreadyStored:
+			if a.Revision() != beforeRev || (co.Err == nil && co.Rev != beforeRev) {
+				return fmt.Errorf("store rejection or replay moved the results revision %d -> %d", beforeRev, a.Revision())
+			}
+		case a.Revision() != beforeRev+1 || co.Rev != a.Revision():
+			return fmt.Errorf("store moved the results revision %d -> %d (reported %d)", beforeRev, a.Revision(), co.Rev)
+		}
+	}
+	l := h.ResultLimits
+	if a.ResultCount() > l.MaxResults || a.TotalBytes() > l.MaxTotalBytes {
+		return fmt.Errorf("results outside limits: %d results, %d bytes", a.ResultCount(), a.TotalBytes())
+	}
+	return nil
 }
 
 // restart exports the core's state, restores a new pool from the bytes and
@@ -401,6 +531,21 @@ func (h *Harness) restart() error {
 		return fmt.Errorf("restored snapshot %+v, want %+v", p.Snapshot(), h.Core.Snapshot())
 	}
 	h.Core = p
+	rb, err := h.Results.ExportState()
+	if err != nil {
+		return fmt.Errorf("ResultAggregator ExportState: %v", err)
+	}
+	a, err := distributed.RestoreResultAggregator(rb)
+	if err != nil {
+		return fmt.Errorf("RestoreResultAggregator(ExportState()) = %v", err)
+	}
+	if rb2, err := a.ExportState(); err != nil || !bytes.Equal(rb, rb2) {
+		return fmt.Errorf("ResultAggregator ExportState after restore differs (%v)", err)
+	}
+	h.Results = a
+	if err := h.compareResults(Command{Op: OpRestart}, a.Revision(), Outcome{}); err != nil {
+		return err
+	}
 	return h.chk.compareState(h)
 }
 
@@ -411,8 +556,12 @@ func (h *Harness) ReplayLog() error {
 	if err != nil {
 		return err
 	}
+	agg, err := distributed.NewResultAggregatorWithLimits(h.ResultLimits)
+	if err != nil {
+		return err
+	}
 	for i, a := range h.Log {
-		out, err := applyCore(p, a.Cmd)
+		out, err := applyCore(p, agg, a.Cmd)
 		if err != nil {
 			return err
 		}
@@ -430,6 +579,17 @@ func (h *Harness) ReplayLog() error {
 	}
 	if !bytes.Equal(got, want) {
 		return fmt.Errorf("replaying %d accepted commands gives a different ExportState (%d vs %d bytes)", len(h.Log), len(got), len(want))
+	}
+	rwant, err := h.Results.ExportState()
+	if err != nil {
+		return err
+	}
+	rgot, err := agg.ExportState()
+	if err != nil {
+		return err
+	}
+	if !bytes.Equal(rgot, rwant) {
+		return fmt.Errorf("replaying the accepted stores gives a different ResultAggregator ExportState")
 	}
 	return nil
 }

@@ -27,7 +27,7 @@ func TestRapidStateMachine(t *testing.T) {
 	defer func() { t.Logf("%d actions, %d accepted", steps, accepted) }()
 	rapid.Check(t, func(rt *rapid.T) {
 		p := Profiles[rapid.IntRange(0, len(Profiles)-1).Draw(rt, "profile")]
-		h, err := NewHarness(p.Limits)
+		h, err := NewHarnessFor(p)
 		if err != nil {
 			rt.Fatal(err)
 		}

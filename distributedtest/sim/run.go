@@ -73,7 +73,7 @@ func Run(cfg Config) Report {
 	}
 	start := time.Now()
 	rep := Report{Seed: cfg.Seed, Profile: p.Name}
-	h, err := NewHarness(p.Limits)
+	h, err := NewHarnessFor(p)
 	if err != nil {
 		rep.Failure = &Failure{Seed: cfg.Seed, Profile: p.Name, Err: err}
 		return rep
@@ -102,7 +102,7 @@ func Run(cfg Config) Report {
 // Replay applies commands (deltas resolved at apply time) to fresh instances
 // and returns the index of the first failing step and its error, or -1.
 func Replay(p Profile, cmds []Command) (int, []Command, error) {
-	h, err := NewHarness(p.Limits)
+	h, err := NewHarnessFor(p)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -92,6 +92,7 @@ func (e *benchEnv) roomFor(s benchState, n int) {
 func batched[T any](b *testing.B, prepare func(n int) []T, op func(T)) {
 	b.ReportAllocs()
 	b.StopTimer()
+	b.ResetTimer() // the environment was built with the timer running
 	for done := 0; done < b.N; {
 		n := min(benchBatch, b.N-done)
 		inputs := prepare(n)

@@ -181,7 +181,11 @@ func (c *coordinator) audit() *Error {
 		if (w.left != nil && w.left.prio > w.prio) || (w.right != nil && w.right.prio > w.prio) {
 			return false
 		}
-		if w.best != w.subtreeBest() {
+		wantScore := uint32(0)
+		if w.eligibleIgnoringTime() {
+			wantScore = w.availableSlots()
+		}
+		if w.score != wantScore || w.best != w.subtreeBest() {
 			return false
 		}
 		prev = w

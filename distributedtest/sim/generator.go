@@ -23,7 +23,7 @@ type Profile struct {
 
 // DefaultSimResultLimits are small enough that every result bound is hit.
 var DefaultSimResultLimits = distributed.ResultLimits{
-	MaxResults: 12, MaxResultBytes: 48, MaxTotalBytes: 300, MaxAggregateItems: 5, MaxAggregateBytes: 120,
+	MaxResults: 12, MaxResultBytes: 48, MaxTotalBytes: 300, MaxAggregateItems: 5, MaxAggregateBytes: 60,
 }
 
 // ResultLimits returns the profile's result limits.

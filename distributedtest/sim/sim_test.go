@@ -21,6 +21,7 @@ import (
 var (
 	flagSeed     = flag.Uint64("sim.seed", 0, "run only this seed (TestSimSeed)")
 	flagSteps    = flag.Int("sim.steps", 0, "commands per seed (0: the profile's default)")
+	flagProbe    = flag.Bool("sim.probe", false, "also generate inputs of known, still open divergences (sim.ProbeKnownDivergences)")
 	flagSeeds    = flag.Int("sim.seeds", 0, "number of seeds for TestSimLong")
 	flagCommands = flag.Int("sim.commands", 0, "TestSimLong: run consecutive seeds until this many commands ran")
 )
@@ -28,6 +29,12 @@ var (
 // fixedSeeds at each profile's default length give the CI budget:
 // 52 seeds per profile, 209 040 commands.
 const fixedSeeds = 52 * 6
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	ProbeKnownDivergences = *flagProbe
+	os.Exit(m.Run())
+}
 
 func runSeeds(t *testing.T, seeds []uint64, steps int) {
 	t.Helper()

@@ -10,6 +10,7 @@ require (
 	github.com/hashicorp/raft-wal v0.4.0
 	go.uber.org/goleak v1.3.0
 	google.golang.org/protobuf v1.36.12
+	pgregory.net/rapid v1.3.0
 )
 
 require (

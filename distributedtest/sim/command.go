@@ -1,0 +1,165 @@
+package sim
+
+import (
+	"fmt"
+	"strings"
+
+	distributed "github.com/termivar/distributed"
+	"github.com/termivar/distributed/distributedtest/model"
+)
+
+// Op names one command (or read, or fault) of the simulator.
+type Op uint8
+
+// The simulator's operations: every mutating command of SPEC Part A, the
+// reads, and the restart fault (ExportState → RestoreWorkerPool).
+const (
+	OpEnqueue Op = iota
+	OpRegister
+	OpUpdate
+	OpDeregister
+	OpPrune
+	OpReactivate
+	OpAssignNextAvailable
+	OpAssignNext
+	OpAssignTask
+	OpStart
+	OpComplete
+	OpFail
+	OpRenew
+	OpCancel
+	OpRecover
+	OpExpire
+	OpGetTask
+	OpGetWorker
+	OpPeek
+	OpAvailable
+	OpStoreResult
+	OpGetResult
+	OpAggregate
+	OpRestart
+	numOps
+)
+
+var opNames = [...]string{
+	OpEnqueue: "enqueue", OpRegister: "register", OpUpdate: "update", OpDeregister: "deregister",
+	OpPrune: "prune", OpReactivate: "reactivate", OpAssignNextAvailable: "assign-next-available",
+	OpAssignNext: "assign-next", OpAssignTask: "assign-task", OpStart: "start", OpComplete: "complete",
+	OpFail: "fail", OpRenew: "renew", OpCancel: "cancel", OpRecover: "recover-expired",
+	OpExpire: "expire-old", OpGetTask: "get-task", OpGetWorker: "get-worker", OpPeek: "peek",
+	OpAvailable: "get-available-worker", OpStoreResult: "store-result", OpGetResult: "get-result",
+	OpAggregate: "aggregate", OpRestart: "restart",
+}
+
+func (o Op) String() string {
+	if o < numOps {
+		return opNames[o]
+	}
+	return fmt.Sprintf("op(%d)", uint8(o))
+}
+
+// Mutating reports whether the op is a command that takes a revision.
+func (o Op) Mutating() bool { return o <= OpExpire || o == OpStoreResult }
+
+// pool reports whether the op addresses the WorkerPool (not the results).
+func (o Op) pool() bool { return o <= OpAvailable }
+
+// Command is one step. RevDelta and NowDelta are relative to the revision
+// and logical time when the step is applied (so that a shrunk sequence stays
+// meaningful); Rev and Now hold the resolved absolute values once applied.
+// With AbsRev/AbsNow the absolute values are used as they are (duplicates
+// and reordered deliveries of an earlier command).
+type Command struct {
+	Op       Op
+	RevDelta int64
+	NowDelta int64
+	AbsRev   bool
+	AbsNow   bool
+	Rev      uint64
+	Now      uint64
+
+	TaskSpec   distributed.TaskSpec
+	WorkerSpec distributed.WorkerSpec
+	Obs        distributed.WorkerObservation
+	TaskID     string
+	WorkerID   string
+	Generation uint64
+	TTL        uint64
+	MaxAge     uint64
+	Lease      model.Lease
+	Own        model.Ownership
+	Receipt    model.Receipt
+	Data       []byte
+	IDs        []string
+
+	// Note says which fault or choice the generator made (for reports).
+	Note string
+}
+
+func short(s string) string {
+	if len(s) > 24 {
+		return fmt.Sprintf("%q…(%d bytes)", s[:12], len(s))
+	}
+	return fmt.Sprintf("%q", s)
+}
+
+func leaseString(l model.Lease) string {
+	return fmt.Sprintf("lease{task=%s worker=%s wgen=%d tgen=%d attempt=%d id=%d acq=%d exp=%d}",
+		short(l.TaskID), short(l.WorkerID), l.WorkerGeneration, l.TaskGeneration, l.Attempt, l.LeaseID, l.AcquiredAt, l.ExpiresAt)
+}
+
+// String renders the command on one line (targets are test data, not secrets).
+func (c Command) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s rev=%d now=%d", c.Op, c.Rev, c.Now)
+	switch c.Op {
+	case OpEnqueue:
+		s := c.TaskSpec
+		fmt.Fprintf(&b, " task=%s scan=%s target=%s phases=%d prio=%d", short(s.TaskID), short(s.ScanID), short(s.TargetRef), len(s.Phases), s.Priority)
+	case OpRegister, OpReactivate:
+		s := c.WorkerSpec
+		fmt.Fprintf(&b, " worker=%s cap=%d util=%d/%d/%d tags=%v", short(s.WorkerID), s.Capacity, s.CPUBasisPoints, s.MemoryBasisPoints, s.NetworkBasisPoints, s.Tags)
+		if c.Op == OpReactivate {
+			fmt.Fprintf(&b, " gen=%d", c.Generation)
+		}
+	case OpUpdate:
+		fmt.Fprintf(&b, " worker=%s gen=%d status=%d util=%d/%d/%d", short(c.WorkerID), c.Generation, c.Obs.Status, c.Obs.CPUBasisPoints, c.Obs.MemoryBasisPoints, c.Obs.NetworkBasisPoints)
+	case OpDeregister:
+		fmt.Fprintf(&b, " worker=%s gen=%d", short(c.WorkerID), c.Generation)
+	case OpAssignNextAvailable:
+		fmt.Fprintf(&b, " ttl=%d", c.TTL)
+	case OpAssignNext:
+		fmt.Fprintf(&b, " worker=%s ttl=%d", short(c.WorkerID), c.TTL)
+	case OpAssignTask:
+		fmt.Fprintf(&b, " task=%s worker=%s ttl=%d", short(c.TaskID), short(c.WorkerID), c.TTL)
+	case OpStart, OpComplete, OpFail:
+		b.WriteString(" " + leaseString(c.Lease))
+	case OpRenew:
+		fmt.Fprintf(&b, " %s ttl=%d", leaseString(c.Lease), c.TTL)
+	case OpCancel:
+		if c.Own.IsLease {
+			b.WriteString(" " + leaseString(c.Own.Lease))
+		} else {
+			f := c.Own.Fence
+			fmt.Fprintf(&b, " fence{task=%s tgen=%d rv=%d}", short(f.TaskID), f.TaskGeneration, f.RecordVersion)
+		}
+	case OpExpire:
+		fmt.Fprintf(&b, " max_age=%d", c.MaxAge)
+	case OpGetTask:
+		fmt.Fprintf(&b, " task=%s", short(c.TaskID))
+	case OpGetWorker:
+		fmt.Fprintf(&b, " worker=%s", short(c.WorkerID))
+	case OpStoreResult:
+		r := c.Receipt
+		fmt.Fprintf(&b, " receipt{task=%s tgen=%d attempt=%d lease=%d worker=%s wgen=%d rv=%d} bytes=%d",
+			short(r.TaskID), r.TaskGeneration, r.Attempt, r.LeaseID, short(r.WorkerID), r.WorkerGeneration, r.RecordVersion, len(c.Data))
+	case OpGetResult:
+		fmt.Fprintf(&b, " task=%s", short(c.TaskID))
+	case OpAggregate:
+		fmt.Fprintf(&b, " ids=%q", c.IDs)
+	}
+	if c.Note != "" {
+		fmt.Fprintf(&b, " [%s]", c.Note)
+	}
+	return b.String()
+}

@@ -1,0 +1,595 @@
+package sim
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"reflect"
+
+	distributed "github.com/termivar/distributed"
+	"github.com/termivar/distributed/distributedtest/model"
+)
+
+// Outcome is one side's answer to a command, in model vocabulary: the
+// revision a mutating command reported, its error (nil on success) and its
+// value (model types; reads return a Read).
+type Outcome struct {
+	Rev   uint64
+	Err   *distributed.Error
+	Value any
+}
+
+// Read is the value of a read: the record (if any) and whether it was found.
+type Read struct {
+	Found  bool
+	Record any
+}
+
+func (o Outcome) String() string {
+	if o.Err != nil {
+		return fmt.Sprintf("error %s %+v", o.Err.Kind, *o.Err)
+	}
+	return fmt.Sprintf("ok rev=%d value=%+v", o.Rev, o.Value)
+}
+
+func sameOutcome(a, b Outcome) bool {
+	if (a.Err == nil) != (b.Err == nil) {
+		return false
+	}
+	if a.Err != nil {
+		return *a.Err == *b.Err
+	}
+	return a.Rev == b.Rev && reflect.DeepEqual(a.Value, b.Value)
+}
+
+// errUnencodable marks a command whose proof cannot be expressed to the core
+// (it cannot happen for generated commands; fuzzed ones are skipped).
+var errUnencodable = errors.New("sim: proof cannot be encoded for the core")
+
+func toErr(err error) *distributed.Error {
+	if err == nil {
+		return nil
+	}
+	var de *distributed.Error
+	if errors.As(err, &de) {
+		c := *de
+		return &c
+	}
+	// Not an *Error at all: a contract violation that always diverges.
+	return &distributed.Error{Reason: "non-*Error: " + err.Error()}
+}
+
+func coreOut[T any](tr distributed.Transition[T], err error, conv func(T) any) Outcome {
+	if err != nil {
+		return Outcome{Err: toErr(err)}
+	}
+	return Outcome{Rev: tr.Revision, Value: conv(tr.Value)}
+}
+
+func modelOut[T any](v T, rev uint64, err error) Outcome {
+	if err != nil {
+		var de *distributed.Error
+		if errors.As(err, &de) {
+			c := *de
+			return Outcome{Err: &c}
+		}
+		return Outcome{Err: &distributed.Error{Reason: "model non-*Error: " + err.Error()}}
+	}
+	return Outcome{Rev: rev, Value: any(v)}
+}
+
+func id[T any](v T) any { return v }
+
+func taskValue(t distributed.ScanTask) any     { return ModelTask(t) }
+func workerValue(w distributed.WorkerNode) any { return ModelWorker(w) }
+func leaseValue(l distributed.TaskLease) any   { return ModelLease(l) }
+func completionValue(c distributed.CompletionOutcome) any {
+	return model.Completion{Kind: c.Kind, Receipt: ModelReceipt(c.Receipt)}
+}
+
+// applyCore runs c on the core.
+func applyCore(p *distributed.WorkerPool, a *distributed.ResultAggregator, c Command) (Outcome, error) {
+	q := p.TaskQueue()
+	switch c.Op {
+	case OpStoreResult:
+		rc, err := CoreReceipt(c.Receipt)
+		if err != nil {
+			return Outcome{}, errUnencodable
+		}
+		tr, err := a.StoreResult(c.Rev, rc, c.Data)
+		return coreOut(tr, err, id[distributed.StoreResultOutcome]), nil
+	case OpGetResult:
+		b, ok, err := a.GetResult(c.TaskID)
+		if err != nil {
+			return Outcome{Err: toErr(err)}, nil
+		}
+		return Outcome{Value: Read{Found: ok, Record: string(b)}}, nil
+	case OpAggregate:
+		rs, err := a.AggregateResults(c.IDs)
+		if err != nil {
+			return Outcome{Err: toErr(err)}, nil
+		}
+		return Outcome{Value: aggregateValue(rs)}, nil
+	case OpEnqueue:
+		tr, err := q.Enqueue(c.Rev, c.Now, c.TaskSpec)
+		return coreOut(tr, err, taskValue), nil
+	case OpRegister:
+		tr, err := p.RegisterWorker(c.Rev, c.Now, c.WorkerSpec)
+		return coreOut(tr, err, workerValue), nil
+	case OpUpdate:
+		tr, err := p.UpdateWorker(c.Rev, c.Now, c.WorkerID, c.Generation, c.Obs)
+		return coreOut(tr, err, workerValue), nil
+	case OpDeregister:
+		tr, err := p.DeregisterWorker(c.Rev, c.Now, c.WorkerID, c.Generation)
+		return coreOut(tr, err, id[distributed.RecoverySummary]), nil
+	case OpPrune:
+		tr, err := p.PruneDeadWorkers(c.Rev, c.Now)
+		return coreOut(tr, err, id[distributed.RecoverySummary]), nil
+	case OpReactivate:
+		tr, err := p.ReactivateWorker(c.Rev, c.Now, c.Generation, c.WorkerSpec)
+		return coreOut(tr, err, workerValue), nil
+	case OpAssignNextAvailable:
+		tr, err := p.AssignNextAvailable(c.Rev, c.Now, c.TTL)
+		return coreOut(tr, err, leaseValue), nil
+	case OpAssignNext:
+		tr, err := p.AssignNext(c.Rev, c.Now, c.WorkerID, c.TTL)
+		return coreOut(tr, err, leaseValue), nil
+	case OpAssignTask:
+		tr, err := p.AssignTask(c.Rev, c.Now, c.TaskID, c.WorkerID, c.TTL)
+		return coreOut(tr, err, leaseValue), nil
+	case OpStart, OpComplete, OpFail, OpRenew:
+		l, err := CoreLease(c.Lease)
+		if err != nil {
+			return Outcome{}, errUnencodable
+		}
+		switch c.Op {
+		case OpStart:
+			tr, err := p.StartTask(c.Rev, c.Now, l)
+			return coreOut(tr, err, id[distributed.StartOutcome]), nil
+		case OpComplete:
+			tr, err := p.CompleteTask(c.Rev, c.Now, l)
+			return coreOut(tr, err, completionValue), nil
+		case OpFail:
+			tr, err := p.FailTask(c.Rev, c.Now, l)
+			return coreOut(tr, err, id[distributed.FailureOutcome]), nil
+		default:
+			tr, err := p.RenewLease(c.Rev, c.Now, l, c.TTL)
+			return coreOut(tr, err, leaseValue), nil
+		}
+	case OpCancel:
+		o, err := CoreOwnership(c.Own)
+		if err != nil {
+			return Outcome{}, errUnencodable
+		}
+		tr, err := q.CancelTask(c.Rev, c.Now, o)
+		return coreOut(tr, err, id[distributed.CancellationOutcome]), nil
+	case OpRecover:
+		tr, err := p.RecoverExpiredLeases(c.Rev, c.Now)
+		return coreOut(tr, err, id[distributed.RecoverySummary]), nil
+	case OpExpire:
+		tr, err := q.ExpireOldTasks(c.Rev, c.Now, c.MaxAge)
+		return coreOut(tr, err, id[int]), nil
+	case OpGetTask:
+		t, ok, err := q.GetTask(c.TaskID)
+		if err != nil {
+			return Outcome{Err: toErr(err)}, nil
+		}
+		r := Read{Found: ok}
+		if ok {
+			r.Record = ModelTask(t)
+		}
+		return Outcome{Value: r}, nil
+	case OpGetWorker:
+		w, ok, err := p.GetWorker(c.WorkerID)
+		if err != nil {
+			return Outcome{Err: toErr(err)}, nil
+		}
+		r := Read{Found: ok}
+		if ok {
+			r.Record = ModelWorker(w)
+		}
+		return Outcome{Value: r}, nil
+	case OpPeek:
+		t, ok := q.PeekNext()
+		r := Read{Found: ok}
+		if ok {
+			r.Record = ModelTask(t)
+		}
+		return Outcome{Value: r}, nil
+	case OpAvailable:
+		w, ok, err := p.GetAvailableWorker(c.Now)
+		if err != nil {
+			return Outcome{Err: toErr(err)}, nil
+		}
+		r := Read{Found: ok}
+		if ok {
+			r.Record = ModelWorker(w)
+		}
+		return Outcome{Value: r}, nil
+	}
+	return Outcome{}, fmt.Errorf("sim: op %v has no core mapping", c.Op)
+}
+
+// aggregateValue renders aggregated results comparably.
+func aggregateValue(rs []distributed.AggregatedResult) []string {
+	out := make([]string, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, r.TaskID+"="+string(r.Result))
+	}
+	return out
+}
+
+// applyModel runs c on the model.
+func applyModel(m *model.Model, rm *model.Results, c Command) Outcome {
+	switch c.Op {
+	case OpStoreResult:
+		return modelOut(rm.StoreResult(c.Rev, c.Receipt, c.Data))
+	case OpGetResult:
+		b, ok, err := rm.GetResult(c.TaskID)
+		if err != nil {
+			return modelOut(0, 0, err)
+		}
+		return Outcome{Value: Read{Found: ok, Record: string(b)}}
+	case OpAggregate:
+		rs, err := rm.AggregateResults(c.IDs)
+		if err != nil {
+			return modelOut(0, 0, err)
+		}
+		return Outcome{Value: aggregateValue(rs)}
+	case OpEnqueue:
+		t, r, err := m.Enqueue(c.Rev, c.Now, c.TaskSpec)
+		return modelOut(TaskView(t), r, err)
+	case OpRegister:
+		return modelOut(m.RegisterWorker(c.Rev, c.Now, c.WorkerSpec))
+	case OpUpdate:
+		return modelOut(m.UpdateWorker(c.Rev, c.Now, c.WorkerID, c.Generation, c.Obs))
+	case OpDeregister:
+		return modelOut(m.DeregisterWorker(c.Rev, c.Now, c.WorkerID, c.Generation))
+	case OpPrune:
+		return modelOut(m.PruneDeadWorkers(c.Rev, c.Now))
+	case OpReactivate:
+		return modelOut(m.ReactivateWorker(c.Rev, c.Now, c.Generation, c.WorkerSpec))
+	case OpAssignNextAvailable:
+		return modelOut(m.AssignNextAvailable(c.Rev, c.Now, c.TTL))
+	case OpAssignNext:
+		return modelOut(m.AssignNext(c.Rev, c.Now, c.WorkerID, c.TTL))
+	case OpAssignTask:
+		return modelOut(m.AssignTask(c.Rev, c.Now, c.TaskID, c.WorkerID, c.TTL))
+	case OpStart:
+		return modelOut(m.StartTask(c.Rev, c.Now, c.Lease))
+	case OpComplete:
+		return modelOut(m.CompleteTask(c.Rev, c.Now, c.Lease))
+	case OpFail:
+		return modelOut(m.FailTask(c.Rev, c.Now, c.Lease))
+	case OpRenew:
+		return modelOut(m.RenewLease(c.Rev, c.Now, c.Lease, c.TTL))
+	case OpCancel:
+		return modelOut(m.CancelTask(c.Rev, c.Now, c.Own))
+	case OpRecover:
+		return modelOut(m.RecoverExpiredLeases(c.Rev, c.Now))
+	case OpExpire:
+		return modelOut(m.ExpireOldTasks(c.Rev, c.Now, c.MaxAge))
+	case OpGetTask:
+		t, ok, err := m.GetTask(c.TaskID)
+		if err != nil {
+			return modelOut(0, 0, err)
+		}
+		r := Read{Found: ok}
+		if ok {
+			r.Record = TaskView(t)
+		}
+		return Outcome{Value: r}
+	case OpGetWorker:
+		w, ok, err := m.GetWorker(c.WorkerID)
+		if err != nil {
+			return modelOut(0, 0, err)
+		}
+		r := Read{Found: ok}
+		if ok {
+			r.Record = WorkerView(w)
+		}
+		return Outcome{Value: r}
+	case OpPeek:
+		t, ok := m.PeekNext()
+		r := Read{Found: ok}
+		if ok {
+			r.Record = TaskView(t)
+		}
+		return Outcome{Value: r}
+	case OpAvailable:
+		w, ok, err := m.GetAvailableWorker(c.Now)
+		if err != nil {
+			return modelOut(0, 0, err)
+		}
+		r := Read{Found: ok}
+		if ok {
+			r.Record = WorkerView(w)
+		}
+		return Outcome{Value: r}
+	}
+	return Outcome{Err: &distributed.Error{Reason: "model: unknown op"}}
+}
+
+// normalize makes model values comparable with converted core values.
+func normalize(o Outcome) Outcome {
+	switch v := o.Value.(type) {
+	case model.Worker:
+		o.Value = WorkerView(v)
+	case model.Task:
+		o.Value = TaskView(v)
+	}
+	return o
+}
+
+// Accepted is one successful mutating command and the core's outcome, in
+// the order applied (the command log that replay must reproduce).
+type Accepted struct {
+	Cmd Command
+	Out Outcome
+}
+
+// Harness applies commands to the core and the model and checks them.
+type Harness struct {
+	Limits       distributed.Limits
+	ResultLimits distributed.ResultLimits
+	Core         *distributed.WorkerPool
+	Model        *model.Model
+	Results      *distributed.ResultAggregator
+	ResultsModel *model.Results
+	Log          []Accepted
+	Stats        Stats
+	chk          *checker
+}
+
+// Stats counts what a run did.
+type Stats struct {
+	Steps, Accepted, Replays, Rejected, Reads, Restarts, Skipped int
+	Kinds                                                        map[string]int
+}
+
+// NewHarness returns a harness over fresh core and model instances with the
+// default simulator result limits.
+func NewHarness(l distributed.Limits) (*Harness, error) {
+	return NewHarnessFor(Profile{Limits: l})
+}
+
+// NewHarnessFor returns a harness with the profile's limits.
+func NewHarnessFor(pr Profile) (*Harness, error) {
+	l, rl := pr.Limits, pr.ResultLimits()
+	p, err := distributed.NewWorkerPoolWithLimits(l)
+	if err != nil {
+		return nil, err
+	}
+	m, err := model.New(l)
+	if err != nil {
+		return nil, err
+	}
+	a, err := distributed.NewResultAggregatorWithLimits(rl)
+	if err != nil {
+		return nil, err
+	}
+	rm, err := model.NewResults(rl)
+	if err != nil {
+		return nil, err
+	}
+	return &Harness{Limits: l, ResultLimits: rl, Core: p, Model: m, Results: a, ResultsModel: rm,
+		chk: newChecker(l), Stats: Stats{Kinds: map[string]int{}}}, nil
+}
+
+// Resolve fills c.Rev and c.Now from the deltas and the current state.
+func (h *Harness) Resolve(c Command) Command {
+	if !c.AbsRev {
+		base := h.Model.Revision()
+		if !c.Op.pool() && c.Op != OpRestart {
+			base = h.ResultsModel.Revision()
+		}
+		c.Rev = addDelta(base, c.RevDelta)
+	}
+	if !c.AbsNow {
+		c.Now = addDelta(h.Model.LogicalTime(), c.NowDelta)
+	}
+	return c
+}
+
+func addDelta(base uint64, d int64) uint64 {
+	if d < 0 {
+		if uint64(-d) > base {
+			return 0
+		}
+		return base - uint64(-d)
+	}
+	return base + uint64(d)
+}
+
+// Step resolves and applies c, compares both sides and runs every per-step
+// check. It returns the resolved command, the model's outcome and the first
+// divergence or violated check.
+func (h *Harness) Step(c Command) (Command, Outcome, error) {
+	c = h.Resolve(c)
+	h.Stats.Steps++
+	if c.Op == OpRestart {
+		h.Stats.Restarts++
+		return c, Outcome{}, h.restart()
+	}
+	if !c.Op.pool() {
+		return h.resultStep(c)
+	}
+	before := h.Model.Snapshot()
+	co, err := applyCore(h.Core, h.Results, c)
+	if errors.Is(err, errUnencodable) {
+		h.Stats.Skipped++
+		return c, Outcome{Err: &distributed.Error{Reason: "skipped"}}, nil
+	}
+	if err != nil {
+		return c, Outcome{}, err
+	}
+	mo := normalize(applyModel(h.Model, h.ResultsModel, c))
+	co = normalize(co)
+	if !sameOutcome(co, mo) {
+		return c, mo, fmt.Errorf("outcome diverges:\n\tcore:  %s\n\tmodel: %s", co, mo)
+	}
+	switch {
+	case !c.Op.Mutating():
+		h.Stats.Reads++
+	case mo.Err != nil:
+		h.Stats.Rejected++
+		h.Stats.Kinds[mo.Err.Kind.String()]++
+	case mo.Rev == before.Revision:
+		h.Stats.Replays++
+		h.Log = append(h.Log, Accepted{c, co})
+	default:
+		h.Stats.Accepted++
+		h.Log = append(h.Log, Accepted{c, co})
+	}
+	if err := h.chk.step(h, c, before, co); err != nil {
+		return c, mo, err
+	}
+	return c, mo, nil
+}
+
+// resultStep applies a result-store op to the core's ResultAggregator and
+// the model's and checks revision, counts and invariants.
+func (h *Harness) resultStep(c Command) (Command, Outcome, error) {
+	beforeRev := h.ResultsModel.Revision()
+	co, err := applyCore(h.Core, h.Results, c)
+	if errors.Is(err, errUnencodable) {
+		h.Stats.Skipped++
+		return c, Outcome{Err: &distributed.Error{Reason: "skipped"}}, nil
+	}
+	if err != nil {
+		return c, Outcome{}, err
+	}
+	mo := applyModel(h.Model, h.ResultsModel, c)
+	if !sameOutcome(co, mo) {
+		return c, mo, fmt.Errorf("outcome diverges:\n\tcore:  %s\n\tmodel: %s", co, mo)
+	}
+	switch {
+	case !c.Op.Mutating():
+		h.Stats.Reads++
+		if mo.Err != nil {
+			h.Stats.Kinds["read:"+mo.Err.Kind.String()]++
+		}
+	case mo.Err != nil:
+		h.Stats.Rejected++
+		h.Stats.Kinds[mo.Err.Kind.String()]++
+	case mo.Rev == beforeRev:
+		h.Stats.Replays++
+		h.Log = append(h.Log, Accepted{c, co})
+	default:
+		h.Stats.Accepted++
+		h.Log = append(h.Log, Accepted{c, co})
+	}
+	return c, mo, h.compareResults(c, beforeRev, co)
+}
+
+func (h *Harness) compareResults(c Command, beforeRev uint64, co Outcome) error {
+	a, rm := h.Results, h.ResultsModel
+	if a.Revision() != rm.Revision() || a.ResultCount() != rm.ResultCount() || a.TotalBytes() != rm.TotalBytes() {
+		return fmt.Errorf("results diverge: core rev %d count %d bytes %d, model rev %d count %d bytes %d",
+			a.Revision(), a.ResultCount(), a.TotalBytes(), rm.Revision(), rm.ResultCount(), rm.TotalBytes())
+	}
+	if err := a.CheckInvariants(); err != nil {
+		return fmt.Errorf("ResultAggregator CheckInvariants: %v", err)
+	}
+	if c.Op == OpStoreResult {
+		v, _ := co.Value.(distributed.StoreResultOutcome)
+		switch {
+		case co.Err != nil || v.Kind == distributed.AlreadyStored:
+			if a.Revision() != beforeRev || (co.Err == nil && co.Rev != beforeRev) {
+				return fmt.Errorf("store rejection or replay moved the results revision %d -> %d", beforeRev, a.Revision())
+			}
+		case a.Revision() != beforeRev+1 || co.Rev != a.Revision():
+			return fmt.Errorf("store moved the results revision %d -> %d (reported %d)", beforeRev, a.Revision(), co.Rev)
+		}
+	}
+	l := h.ResultLimits
+	if a.ResultCount() > l.MaxResults || a.TotalBytes() > l.MaxTotalBytes {
+		return fmt.Errorf("results outside limits: %d results, %d bytes", a.ResultCount(), a.TotalBytes())
+	}
+	return nil
+}
+
+// restart exports the core's state, restores a new pool from the bytes and
+// continues on it (the crash-and-recover fault); the bytes must round-trip.
+func (h *Harness) restart() error {
+	b, err := h.Core.ExportState()
+	if err != nil {
+		return fmt.Errorf("ExportState: %v", err)
+	}
+	p, err := distributed.RestoreWorkerPool(b)
+	if err != nil {
+		return fmt.Errorf("RestoreWorkerPool(ExportState()) = %v", err)
+	}
+	b2, err := p.ExportState()
+	if err != nil {
+		return fmt.Errorf("ExportState after restore: %v", err)
+	}
+	if !bytes.Equal(b, b2) {
+		return fmt.Errorf("ExportState after restore differs (%d vs %d bytes)", len(b), len(b2))
+	}
+	if p.Snapshot() != h.Core.Snapshot() || p.Limits() != h.Core.Limits() {
+		return fmt.Errorf("restored snapshot %+v, want %+v", p.Snapshot(), h.Core.Snapshot())
+	}
+	h.Core = p
+	rb, err := h.Results.ExportState()
+	if err != nil {
+		return fmt.Errorf("ResultAggregator ExportState: %v", err)
+	}
+	a, err := distributed.RestoreResultAggregator(rb)
+	if err != nil {
+		return fmt.Errorf("RestoreResultAggregator(ExportState()) = %v", err)
+	}
+	if rb2, err := a.ExportState(); err != nil || !bytes.Equal(rb, rb2) {
+		return fmt.Errorf("ResultAggregator ExportState after restore differs (%v)", err)
+	}
+	h.Results = a
+	if err := h.compareResults(Command{Op: OpRestart}, a.Revision(), Outcome{}); err != nil {
+		return err
+	}
+	return h.chk.compareState(h)
+}
+
+// ReplayLog applies the accepted command log to a fresh pool and requires
+// every outcome and the final ExportState to be identical (determinism).
+func (h *Harness) ReplayLog() error {
+	p, err := distributed.NewWorkerPoolWithLimits(h.Limits)
+	if err != nil {
+		return err
+	}
+	agg, err := distributed.NewResultAggregatorWithLimits(h.ResultLimits)
+	if err != nil {
+		return err
+	}
+	for i, a := range h.Log {
+		out, err := applyCore(p, agg, a.Cmd)
+		if err != nil {
+			return err
+		}
+		if out = normalize(out); !sameOutcome(out, a.Out) {
+			return fmt.Errorf("replay of accepted command %d (%s) = %s, first run %s", i, a.Cmd, out, a.Out)
+		}
+	}
+	want, err := h.Core.ExportState()
+	if err != nil {
+		return err
+	}
+	got, err := p.ExportState()
+	if err != nil {
+		return err
+	}
+	if !bytes.Equal(got, want) {
+		return fmt.Errorf("replaying %d accepted commands gives a different ExportState (%d vs %d bytes)", len(h.Log), len(got), len(want))
+	}
+	rwant, err := h.Results.ExportState()
+	if err != nil {
+		return err
+	}
+	rgot, err := agg.ExportState()
+	if err != nil {
+		return err
+	}
+	if !bytes.Equal(rgot, rwant) {
+		return fmt.Errorf("replaying the accepted stores gives a different ResultAggregator ExportState")
+	}
+	return nil
+}

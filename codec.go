@@ -79,7 +79,10 @@ func (d *decoder) uvarint() uint64 {
 		return 0
 	}
 	v, n := binary.Uvarint(d.buf)
-	if n <= 0 {
+	// Only the minimal encoding is accepted (a multi-byte varint never ends
+	// in a zero byte), so every accepted input has exactly one encoding and
+	// re-encodes to itself.
+	if n <= 0 || (n > 1 && d.buf[n-1] == 0) {
 		d.fail()
 		return 0
 	}

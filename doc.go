@@ -50,8 +50,8 @@
 //     is recovered first and the task then cancelled by its queued fence.
 //   - Worker loss and lease expiry use FailTask's retry rule, so a lost
 //     attempt counts as a retry. Attempt counts leases and never resets.
-//   - More than five tags is "too many tags" before deduplication; an
-//     undeclared tag is "tag is invalid".
+//   - Duplicate tags are allowed; more than five distinct values is "too
+//     many tags", then an undeclared value is "tag is invalid".
 //   - ExpireOldTasks's maxAgeSecs 0 is ErrInvalidLimit and above
 //     Limits.MaxTaskTTLSecs is ErrTimeLimitExceedsMaximum, both named
 //     "max_age_secs".

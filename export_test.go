@@ -235,3 +235,34 @@ func TestCounters_Exhaustion(t *testing.T) {
 		}
 	})
 }
+
+// Regression (found by distributedtest/sim FuzzRestoreSimState): a padded,
+// non-minimal varint used to be accepted, so an accepted state could
+// re-export to different bytes. Only minimal varints are valid now.
+func TestExport_RejectsNonMinimalVarints(t *testing.T) {
+	d, ok := newDecoder(framePool(poolMagic, []byte{0x80, 0x00}), poolMagic, poolVersion)
+	if !ok {
+		t.Fatal("frame rejected")
+	}
+	if d.uvarint(); d.done() {
+		t.Fatal("padded zero accepted")
+	}
+	// The empty pool with its revision re-encoded as a two-byte zero.
+	valid, _ := NewWorkerPool().ExportState()
+	body := valid[len(poolMagic)+1 : len(valid)-4]
+	var padded []byte
+	e := newEncoder(poolMagic, poolVersion)
+	for _, v := range []uint64{4096, 1024, 1024, 4096, 256, 3, 3600, 86400, 60} {
+		e.uvarint(v)
+	}
+	prefix := len(e.buf) - len(poolMagic) - 1
+	padded = append(padded, body[:prefix]...)
+	padded = append(padded, 0x80, 0x00)
+	padded = append(padded, body[prefix+1:]...)
+	if _, err := RestoreWorkerPool(framePool(poolMagic, padded)); !errors.Is(err, ErrInvalidState) {
+		t.Fatalf("padded revision: %v", err)
+	}
+	if _, err := RestoreWorkerPool(framePool(poolMagic, body)); err != nil {
+		t.Fatalf("unpadded body rejected: %v", err)
+	}
+}

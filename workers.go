@@ -25,20 +25,28 @@ func normalizeWorkerSpec(s WorkerSpec) ([]WorkerTag, *Error) {
 	if err := validateUtilization(s.CPUBasisPoints, s.MemoryBasisPoints, s.NetworkBasisPoints); err != nil {
 		return nil, err
 	}
-	if len(s.Tags) > MaxWorkerTags {
+	// SPEC A.4 allows at most five distinct tags; duplicates are fine. Count
+	// distinct values first (undeclared ones included), then reject
+	// undeclared values.
+	var seen [256]bool
+	distinct, invalid := 0, false
+	for _, t := range s.Tags {
+		if !seen[t] {
+			seen[t] = true
+			distinct++
+			invalid = invalid || !t.Valid()
+		}
+	}
+	if distinct > MaxWorkerTags {
 		return nil, &Error{Kind: KindInvalidWorker, Reason: "too many tags"}
 	}
-	var seen [TagExternal + 1]bool
-	for _, t := range s.Tags {
-		if !t.Valid() {
-			return nil, &Error{Kind: KindInvalidWorker, Reason: "tag is invalid"}
-		}
-		seen[t] = true
+	if invalid {
+		return nil, &Error{Kind: KindInvalidWorker, Reason: "tag is invalid"}
 	}
-	tags := make([]WorkerTag, 0, len(seen))
-	for t, ok := range seen {
-		if ok {
-			tags = append(tags, WorkerTag(t))
+	tags := make([]WorkerTag, 0, distinct)
+	for t := TagLinux; t <= TagExternal; t++ {
+		if seen[t] {
+			tags = append(tags, t)
 		}
 	}
 	if len(tags) == 0 {

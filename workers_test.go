@@ -22,8 +22,10 @@ func TestWorkerPool_RegisterWorkerErrors(t *testing.T) {
 		{"cpu above 10000", WorkerSpec{WorkerID: "w", Capacity: 1, CPUBasisPoints: 10001}, "utilization exceeds 10000 basis points"},
 		{"memory above 10000", WorkerSpec{WorkerID: "w", Capacity: 1, MemoryBasisPoints: 10001}, "utilization exceeds 10000 basis points"},
 		{"network above 10000", WorkerSpec{WorkerID: "w", Capacity: 1, NetworkBasisPoints: 10001}, "utilization exceeds 10000 basis points"},
-		{"six tags", WorkerSpec{WorkerID: "w", Capacity: 1, Tags: []WorkerTag{0, 1, 2, 3, 4, 0}}, "too many tags"},
+		{"six distinct tags", WorkerSpec{WorkerID: "w", Capacity: 1, Tags: []WorkerTag{0, 1, 2, 3, 4, 7}}, "too many tags"},
+		{"six distinct before invalid", WorkerSpec{WorkerID: "w", Capacity: 1, Tags: []WorkerTag{9, 1, 2, 3, 4, 7, 9}}, "too many tags"},
 		{"invalid tag", WorkerSpec{WorkerID: "w", Capacity: 1, Tags: []WorkerTag{7}}, "tag is invalid"},
+		{"invalid among duplicates", WorkerSpec{WorkerID: "w", Capacity: 1, Tags: []WorkerTag{0, 0, 0, 0, 0, 0, 200}}, "tag is invalid"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -41,7 +43,7 @@ func TestWorkerPool_RegisterWorkerErrors(t *testing.T) {
 
 func TestWorkerPool_RegisterWorker(t *testing.T) {
 	l := smallLimits()
-	l.MaxWorkers = 2
+	l.MaxWorkers = 3
 	h := newHarness(t, l)
 	var w WorkerNode
 	h.ok("register", func(rev, now uint64) error {
@@ -56,6 +58,15 @@ func TestWorkerPool_RegisterWorker(t *testing.T) {
 	if tags := w.Tags(); len(tags) != 2 || tags[0] != TagLinux || tags[1] != TagGPU {
 		t.Fatalf("tags = %v, want [linux gpu]", tags)
 	}
+	h.ok("many duplicate tags are five distinct at most", func(rev, now uint64) error {
+		tr, err := h.p.RegisterWorker(rev, now, WorkerSpec{WorkerID: "dups", Capacity: 1,
+			Tags: []WorkerTag{TagExternal, TagLinux, TagExternal, TagLinux, TagGPU, TagWindows, TagInternal, TagGPU}})
+		if err == nil && len(tr.Value.Tags()) != 5 {
+			t.Fatalf("tags = %v", tr.Value.Tags())
+		}
+		return err
+	})
+	h.ok("deregister dups", func(rev, now uint64) error { _, err := h.p.DeregisterWorker(rev, now, "dups", 1); return err })
 	e := h.fail(KindWorkerAlreadyExists, func(rev, now uint64) error {
 		_, err := h.p.RegisterWorker(rev, now, WorkerSpec{WorkerID: "w1", Capacity: 1})
 		return err
@@ -68,7 +79,7 @@ func TestWorkerPool_RegisterWorker(t *testing.T) {
 		_, err := h.p.RegisterWorker(rev, now, WorkerSpec{WorkerID: "w3", Capacity: 1})
 		return err
 	})
-	if e.Limit != 2 {
+	if e.Limit != 3 {
 		t.Fatalf("limit = %d", e.Limit)
 	}
 	// Offline workers still count against MaxWorkers.

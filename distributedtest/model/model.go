@@ -373,9 +373,6 @@ func checkWorkerSpec(s distributed.WorkerSpec) ([]distributed.WorkerTag, error) 
 	}
 	var tags []distributed.WorkerTag
 	for _, t := range s.Tags {
-		if t > distributed.TagExternal {
-			return nil, invalidWorker("tag is invalid")
-		}
 		dup := false
 		for _, have := range tags {
 			if have == t {
@@ -388,6 +385,11 @@ func checkWorkerSpec(s distributed.WorkerSpec) ([]distributed.WorkerTag, error) 
 	}
 	if len(tags) > distributed.MaxWorkerTags {
 		return nil, invalidWorker("too many tags")
+	}
+	for _, t := range tags {
+		if t > distributed.TagExternal {
+			return nil, invalidWorker("tag is invalid")
+		}
 	}
 	sort.Slice(tags, func(i, j int) bool { return tags[i] < tags[j] })
 	return tags, nil

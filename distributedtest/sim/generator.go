@@ -57,7 +57,7 @@ var Profiles = []Profile{
 // is known to diverge from SPEC/ADR (see the regression tests in
 // regress_test.go). It is off so that the simulator keeps exploring
 // everything else; turn it on once the core is fixed.
-var ProbeKnownDivergences = false
+var ProbeKnownDivergences = true
 
 // Generator produces commands for one run. It reads the reference model (the
 // state both implementations agree on so far) to aim its choices, and learns
@@ -450,7 +450,7 @@ func (g *Generator) workerSpec(c *Command) distributed.WorkerSpec {
 		s.Tags = append(s.Tags, distributed.WorkerTag(g.n(5)))
 	}
 	if ProbeKnownDivergences && g.pct(3) {
-		// D1: more than five tags that are at most five distinct ones.
+		// D1 (fixed): more than five tags that are at most five distinct ones.
 		g.note(c, "six-raw-tags")
 		s.Tags = append(s.Tags, distributed.TagLinux, distributed.TagLinux, distributed.TagLinux, distributed.TagLinux, distributed.TagLinux, distributed.TagLinux)
 	}

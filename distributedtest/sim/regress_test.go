@@ -26,10 +26,12 @@ func steps(t *testing.T, l distributed.Limits, cmds ...Command) *Harness {
 	return h
 }
 
-// D1. SPEC A.4: a WorkerSpec has "≤ 5 distinct tags (stored sorted)" and
-// ADR 0001 dedupes tags and checks "tag is invalid" before "too many tags".
-// Six tags that are one distinct tag are valid; six tags with an invalid one
-// fail with "tag is invalid". (Found by seed 1, profile small, step 62.)
+// D1 (fixed in the core). SPEC A.4: a WorkerSpec has "≤ 5 distinct tags
+// (stored sorted)": duplicates are fine. ADR 0001: more than five distinct
+// values is "too many tags", then an undeclared value is "tag is invalid".
+// Six tags that are two distinct tags are valid; six entries with an
+// undeclared one fail with "tag is invalid". (Found by seed 1, profile
+// small, step 62.)
 func TestRegressionD1DuplicateTagsAreNotTooMany(t *testing.T) {
 	six := []distributed.WorkerTag{distributed.TagLinux, distributed.TagLinux, distributed.TagLinux,
 		distributed.TagLinux, distributed.TagLinux, distributed.TagGPU}

@@ -21,7 +21,7 @@ import (
 var (
 	flagSeed     = flag.Uint64("sim.seed", 0, "run only this seed (TestSimSeed)")
 	flagSteps    = flag.Int("sim.steps", 0, "commands per seed (0: the profile's default)")
-	flagProbe    = flag.Bool("sim.probe", false, "also generate inputs of known, still open divergences (sim.ProbeKnownDivergences)")
+	flagProbe    = flag.Bool("sim.probe", true, "also generate inputs of known, still open divergences (sim.ProbeKnownDivergences)")
 	flagSeeds    = flag.Int("sim.seeds", 0, "number of seeds for TestSimLong")
 	flagCommands = flag.Int("sim.commands", 0, "TestSimLong: run consecutive seeds until this many commands ran")
 )

@@ -57,6 +57,87 @@ func (q *TaskQueue) Enqueue(expectedRevision, nowSecs uint64, spec TaskSpec) (Tr
 	if !canBump(c.lastOrdinal) {
 		return Transition[ScanTask]{}, exhausted("enqueue_ordinal")
 	}
+	t := c.admit(spec, nowSecs)
+	return Transition[ScanTask]{Revision: c.commit(nowSecs), Value: t.view()}, nil
+}
+
+// Enqueue admits a new queued task; see TaskQueue.Enqueue.
+func (p *WorkerPool) Enqueue(expectedRevision, nowSecs uint64, spec TaskSpec) (Transition[ScanTask], error) {
+	return p.TaskQueue().Enqueue(expectedRevision, nowSecs, spec)
+}
+
+// Validate checks the spec as Enqueue does (SPEC A.7 reasons, in order) and
+// returns ErrInvalidTask or nil. It never echoes the invalid value.
+func (s TaskSpec) Validate() error {
+	if err := validateTaskSpec(s); err != nil {
+		return err
+	}
+	return nil
+}
+
+// EnqueueBatch admits every spec as a new queued task in one command, or none
+// (beyond SPEC Part A; hosts use it for all-or-nothing batch submission). The
+// tasks get consecutive ordinals in slice order; the revision increments
+// once. Errors, in order: ErrInvalidTask ("batch is empty", or the first
+// invalid spec), ErrRevisionConflict, ErrLogicalTimeRegression,
+// ErrTaskAlreadyExists (a repeated ID in the batch or an existing task), then
+// Enqueue's capacity checks for the whole batch (TaskRecordCapacityReached,
+// ActiveTaskCapacityReached, QueuedTaskCapacityReached,
+// TerminalCapacityReserved), then ErrCounterExhausted.
+func (q *TaskQueue) EnqueueBatch(expectedRevision, nowSecs uint64, specs []TaskSpec) (Transition[[]ScanTask], error) {
+	var zero Transition[[]ScanTask]
+	if len(specs) == 0 {
+		return zero, &Error{Kind: KindInvalidTask, Reason: "batch is empty"}
+	}
+	for _, s := range specs {
+		if err := validateTaskSpec(s); err != nil {
+			return zero, err
+		}
+	}
+	c := q.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.begin(expectedRevision, nowSecs); err != nil {
+		return zero, err
+	}
+	seen := make(map[string]struct{}, len(specs))
+	for _, s := range specs {
+		if _, dup := seen[s.TaskID]; dup || c.tasks[s.TaskID] != nil {
+			return zero, &Error{Kind: KindTaskAlreadyExists, TaskID: s.TaskID}
+		}
+		seen[s.TaskID] = struct{}{}
+	}
+	l, n := c.limits, len(specs)
+	switch {
+	case len(c.tasks)+n > l.MaxTaskRecords:
+		return zero, &Error{Kind: KindTaskRecordCapacityReached, Limit: uint64(l.MaxTaskRecords)}
+	case c.active+n > l.MaxActiveTasks:
+		return zero, &Error{Kind: KindActiveTaskCapacityReached, Limit: uint64(l.MaxActiveTasks)}
+	case c.queue.Len()+n > l.MaxQueuedTasks:
+		return zero, &Error{Kind: KindQueuedTaskCapacityReached, Limit: uint64(l.MaxQueuedTasks)}
+	case c.terminal+c.active+n > l.MaxTerminalTasks:
+		return zero, &Error{Kind: KindTerminalCapacityReserved, Limit: uint64(l.MaxTerminalTasks)}
+	}
+	if err := c.canCommit(); err != nil {
+		return zero, err
+	}
+	if c.lastOrdinal > math.MaxUint64-uint64(n) {
+		return zero, exhausted("enqueue_ordinal")
+	}
+	out := make([]ScanTask, n)
+	for i, s := range specs {
+		out[i] = c.admit(s, nowSecs).view()
+	}
+	return Transition[[]ScanTask]{Revision: c.commit(nowSecs), Value: out}, nil
+}
+
+// EnqueueBatch admits a batch all-or-nothing; see TaskQueue.EnqueueBatch.
+func (p *WorkerPool) EnqueueBatch(expectedRevision, nowSecs uint64, specs []TaskSpec) (Transition[[]ScanTask], error) {
+	return p.TaskQueue().EnqueueBatch(expectedRevision, nowSecs, specs)
+}
+
+// admit inserts a new queued task for a validated, admitted spec.
+func (c *coordinator) admit(spec TaskSpec, now uint64) *taskRec {
 	t := &taskRec{
 		id:        spec.TaskID,
 		scanID:    spec.ScanID,
@@ -64,19 +145,14 @@ func (q *TaskQueue) Enqueue(expectedRevision, nowSecs uint64, spec TaskSpec) (Tr
 		phases:    normalizePhases(spec.Phases),
 		priority:  spec.Priority,
 		status:    TaskQueued,
-		createdAt: nowSecs,
+		createdAt: now,
 		version:   1,
 	}
 	c.tasks[t.id] = t
 	c.active++
 	c.byAge.ReplaceOrInsert(t)
 	c.pushQueue(t)
-	return Transition[ScanTask]{Revision: c.commit(nowSecs), Value: t.view()}, nil
-}
-
-// Enqueue admits a new queued task; see TaskQueue.Enqueue.
-func (p *WorkerPool) Enqueue(expectedRevision, nowSecs uint64, spec TaskSpec) (Transition[ScanTask], error) {
-	return p.TaskQueue().Enqueue(expectedRevision, nowSecs, spec)
+	return t
 }
 
 // pushQueue gives t a fresh ordinal and queues it.

@@ -5,6 +5,7 @@ package distributed
 // failure is checked to leave the state byte-identical (harness.fail).
 
 import (
+	"errors"
 	"strings"
 	"testing"
 )
@@ -429,4 +430,64 @@ func TestTaskQueue_ExpireOldTasks(t *testing.T) {
 		}
 		return err
 	})
+}
+
+func TestTaskQueue_EnqueueBatch(t *testing.T) {
+	spec := func(id string, prio TaskPriority) TaskSpec {
+		return TaskSpec{TaskID: id, ScanID: "s", TargetRef: "x-" + id, Priority: prio}
+	}
+	l := smallLimits()
+	l.MaxActiveTasks = 6 // records 8, active 6, queued 4, terminal 8
+	h := newHarness(t, l)
+	batch := func(specs ...TaskSpec) func(rev, now uint64) error {
+		return func(rev, now uint64) error { _, err := h.p.EnqueueBatch(rev, now, specs); return err }
+	}
+	e := h.fail(KindInvalidTask, batch())
+	if e.Reason != "batch is empty" {
+		t.Fatalf("reason = %q", e.Reason)
+	}
+	e = h.fail(KindInvalidTask, batch(spec("a", 0), TaskSpec{TaskID: "b", ScanID: "s"}))
+	if e.Reason != "target_ref is empty" {
+		t.Fatalf("reason = %q", e.Reason)
+	}
+	if err := (TaskSpec{TaskID: "b", ScanID: "s"}).Validate(); !errors.Is(err, ErrInvalidTask) {
+		t.Fatalf("Validate = %v", err)
+	}
+	if err := spec("a", 0).Validate(); err != nil {
+		t.Fatalf("Validate = %v", err)
+	}
+	h.failAt(h.rev()+1, h.now, KindRevisionConflict, batch(spec("a", 0)))
+	e = h.fail(KindTaskAlreadyExists, batch(spec("a", 0), spec("b", 0), spec("a", 1)))
+	if e.TaskID != "a" {
+		t.Fatalf("details = %+v", e)
+	}
+	h.fail(KindQueuedTaskCapacityReached, batch(spec("a", 0), spec("b", 0), spec("c", 0), spec("d", 0), spec("e", 0)))
+	var got []ScanTask
+	h.ok("batch of four", func(rev, now uint64) error {
+		tr, err := h.p.EnqueueBatch(rev, now, []TaskSpec{spec("a", 0), spec("b", PriorityHigh), spec("c", 0), spec("d", 0)})
+		got = tr.Value
+		return err
+	})
+	if len(got) != 4 || got[1].TaskID() != "b" || got[1].Status() != TaskQueued || got[0].TargetRef() != "x-a" {
+		t.Fatalf("batch value = %v", got)
+	}
+	if next, _ := h.p.PeekNext(); next.TaskID() != "b" {
+		t.Fatalf("PeekNext = %v", next)
+	}
+	// The ordinals follow the slice order: a, c, d after b.
+	var order []string
+	for _, task := range h.p.TaskQueue().QueuedTasks() {
+		order = append(order, task.TaskID())
+	}
+	if strings.Join(order, " ") != "b a c d" {
+		t.Fatalf("order = %v", order)
+	}
+	h.fail(KindTaskAlreadyExists, batch(spec("z", 0), spec("c", 0)))
+	h.fail(KindQueuedTaskCapacityReached, batch(spec("z", 0)))
+	h.register("w", 4)
+	h.assign("a", "w", 60)
+	h.assign("b", "w", 60)
+	// 4 active + 3 > 6: the active bound is checked before the queue bound.
+	h.fail(KindActiveTaskCapacityReached, batch(spec("x", 0), spec("y", 0), spec("z", 0)))
+	h.ok("two more", batch(spec("x", 0), spec("y", 0)))
 }

@@ -33,6 +33,14 @@ func (m *Model) Enqueue(rev, now uint64, spec distributed.TaskSpec) (Task, uint6
 	if err := m.revisionExhausted(); err != nil {
 		return Task{}, 0, err
 	}
+	t := m.insert(spec, now)
+	r := m.commit(now)
+	t.Phases = append([]uint8(nil), t.Phases...)
+	return t, r, nil
+}
+
+// insert adds a queued task for an admitted spec with the next ordinal.
+func (m *Model) insert(spec distributed.TaskSpec, now uint64) Task {
 	m.lastOrdinal++
 	t := Task{
 		TaskID:        spec.TaskID,
@@ -53,9 +61,51 @@ func (m *Model) Enqueue(rev, now uint64, spec distributed.TaskSpec) (Task, uint6
 	m.tasks = append(m.tasks, Task{})
 	copy(m.tasks[at+1:], m.tasks[at:])
 	m.tasks[at] = t
-	r := m.commit(now)
-	t.Phases = append([]uint8(nil), t.Phases...)
-	return t, r, nil
+	return t
+}
+
+// EnqueueBatch admits every spec or none, as one command.
+func (m *Model) EnqueueBatch(rev, now uint64, specs []distributed.TaskSpec) ([]Task, uint64, error) {
+	if len(specs) == 0 {
+		return nil, 0, &distributed.Error{Kind: distributed.KindInvalidTask, Reason: "batch is empty"}
+	}
+	for _, s := range specs {
+		if err := checkTaskSpec(s); err != nil {
+			return nil, 0, err
+		}
+	}
+	if err := m.begin(rev, now); err != nil {
+		return nil, 0, err
+	}
+	for i, s := range specs {
+		dup := m.taskIndex(s.TaskID) >= 0
+		for _, earlier := range specs[:i] {
+			dup = dup || earlier.TaskID == s.TaskID
+		}
+		if dup {
+			return nil, 0, &distributed.Error{Kind: distributed.KindTaskAlreadyExists, TaskID: s.TaskID}
+		}
+	}
+	l, n := m.limits, len(specs)
+	switch {
+	case len(m.tasks)+n > l.MaxTaskRecords:
+		return nil, 0, &distributed.Error{Kind: distributed.KindTaskRecordCapacityReached, Limit: uint64(l.MaxTaskRecords)}
+	case m.nonTerminal()+n > l.MaxActiveTasks:
+		return nil, 0, &distributed.Error{Kind: distributed.KindActiveTaskCapacityReached, Limit: uint64(l.MaxActiveTasks)}
+	case m.count(distributed.TaskQueued)+n > l.MaxQueuedTasks:
+		return nil, 0, &distributed.Error{Kind: distributed.KindQueuedTaskCapacityReached, Limit: uint64(l.MaxQueuedTasks)}
+	case len(m.tasks)+n > l.MaxTerminalTasks:
+		return nil, 0, &distributed.Error{Kind: distributed.KindTerminalCapacityReserved, Limit: uint64(l.MaxTerminalTasks)}
+	}
+	if err := m.revisionExhausted(); err != nil {
+		return nil, 0, err
+	}
+	out := make([]Task, n)
+	for i, s := range specs {
+		out[i] = m.insert(s, now)
+		out[i].Phases = append([]uint8(nil), out[i].Phases...)
+	}
+	return out, m.commit(now), nil
 }
 
 // ---------------------------------------------------------------- workers

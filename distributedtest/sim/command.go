@@ -15,6 +15,7 @@ type Op uint8
 // reads, and the restart fault (ExportState → RestoreWorkerPool).
 const (
 	OpEnqueue Op = iota
+	OpEnqueueBatch
 	OpRegister
 	OpUpdate
 	OpDeregister
@@ -42,7 +43,7 @@ const (
 )
 
 var opNames = [...]string{
-	OpEnqueue: "enqueue", OpRegister: "register", OpUpdate: "update", OpDeregister: "deregister",
+	OpEnqueue: "enqueue", OpEnqueueBatch: "enqueue-batch", OpRegister: "register", OpUpdate: "update", OpDeregister: "deregister",
 	OpPrune: "prune", OpReactivate: "reactivate", OpAssignNextAvailable: "assign-next-available",
 	OpAssignNext: "assign-next", OpAssignTask: "assign-task", OpStart: "start", OpComplete: "complete",
 	OpFail: "fail", OpRenew: "renew", OpCancel: "cancel", OpRecover: "recover-expired",
@@ -79,6 +80,7 @@ type Command struct {
 	Now      uint64
 
 	TaskSpec   distributed.TaskSpec
+	TaskSpecs  []distributed.TaskSpec
 	WorkerSpec distributed.WorkerSpec
 	Obs        distributed.WorkerObservation
 	TaskID     string
@@ -116,6 +118,10 @@ func (c Command) String() string {
 	case OpEnqueue:
 		s := c.TaskSpec
 		fmt.Fprintf(&b, " task=%s scan=%s target=%s phases=%d prio=%d", short(s.TaskID), short(s.ScanID), short(s.TargetRef), len(s.Phases), s.Priority)
+	case OpEnqueueBatch:
+		for _, s := range c.TaskSpecs {
+			fmt.Fprintf(&b, " [task=%s scan=%s prio=%d]", short(s.TaskID), short(s.ScanID), s.Priority)
+		}
 	case OpRegister, OpReactivate:
 		s := c.WorkerSpec
 		fmt.Fprintf(&b, " worker=%s cap=%d util=%d/%d/%d tags=%v", short(s.WorkerID), s.Capacity, s.CPUBasisPoints, s.MemoryBasisPoints, s.NetworkBasisPoints, s.Tags)

@@ -90,7 +90,7 @@ func (g *Generator) n(n int) int { return g.src.Intn(n) }
 func (g *Generator) pct(p int) bool { return g.n(100) < p }
 
 var opWeights = [numOps]int{
-	OpEnqueue: 14, OpRegister: 4, OpUpdate: 14, OpDeregister: 2, OpPrune: 2, OpReactivate: 2,
+	OpEnqueue: 12, OpEnqueueBatch: 3, OpRegister: 4, OpUpdate: 14, OpDeregister: 2, OpPrune: 2, OpReactivate: 2,
 	OpAssignNextAvailable: 10, OpAssignNext: 5, OpAssignTask: 4, OpStart: 10, OpComplete: 8,
 	OpFail: 5, OpRenew: 5, OpCancel: 4, OpRecover: 3, OpExpire: 2, OpGetTask: 2, OpGetWorker: 1,
 	OpPeek: 1, OpAvailable: 2, OpStoreResult: 6, OpGetResult: 1, OpAggregate: 2, OpRestart: 1,
@@ -158,6 +158,14 @@ func (g *Generator) Build(op Op) Command {
 	switch op {
 	case OpEnqueue:
 		c.TaskSpec = g.taskSpec(&c)
+	case OpEnqueueBatch:
+		for range 1 + g.n(4) {
+			c.TaskSpecs = append(c.TaskSpecs, g.taskSpec(&c))
+		}
+		if g.pct(3) {
+			c.TaskSpecs = nil
+			g.note(&c, "empty-batch")
+		}
 	case OpRegister:
 		c.WorkerSpec = g.workerSpec(&c)
 	case OpReactivate:

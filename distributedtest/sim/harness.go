@@ -80,7 +80,14 @@ func modelOut[T any](v T, rev uint64, err error) Outcome {
 
 func id[T any](v T) any { return v }
 
-func taskValue(t distributed.ScanTask) any     { return ModelTask(t) }
+func taskValue(t distributed.ScanTask) any { return ModelTask(t) }
+func taskValues(ts []distributed.ScanTask) any {
+	out := make([]model.Task, len(ts))
+	for i, t := range ts {
+		out[i] = ModelTask(t)
+	}
+	return out
+}
 func workerValue(w distributed.WorkerNode) any { return ModelWorker(w) }
 func leaseValue(l distributed.TaskLease) any   { return ModelLease(l) }
 func completionValue(c distributed.CompletionOutcome) any {
@@ -113,6 +120,9 @@ func applyCore(p *distributed.WorkerPool, a *distributed.ResultAggregator, c Com
 	case OpEnqueue:
 		tr, err := q.Enqueue(c.Rev, c.Now, c.TaskSpec)
 		return coreOut(tr, err, taskValue), nil
+	case OpEnqueueBatch:
+		tr, err := q.EnqueueBatch(c.Rev, c.Now, c.TaskSpecs)
+		return coreOut(tr, err, taskValues), nil
 	case OpRegister:
 		tr, err := p.RegisterWorker(c.Rev, c.Now, c.WorkerSpec)
 		return coreOut(tr, err, workerValue), nil
@@ -239,6 +249,13 @@ func applyModel(m *model.Model, rm *model.Results, c Command) Outcome {
 	case OpEnqueue:
 		t, r, err := m.Enqueue(c.Rev, c.Now, c.TaskSpec)
 		return modelOut(TaskView(t), r, err)
+	case OpEnqueueBatch:
+		ts, r, err := m.EnqueueBatch(c.Rev, c.Now, c.TaskSpecs)
+		var views []model.Task
+		for _, t := range ts {
+			views = append(views, TaskView(t))
+		}
+		return modelOut(views, r, err)
 	case OpRegister:
 		return modelOut(m.RegisterWorker(c.Rev, c.Now, c.WorkerSpec))
 	case OpUpdate:

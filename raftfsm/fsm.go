@@ -434,20 +434,10 @@ func (f *FSM) leaseFor(t *Tenant, principal, tenant string, b []byte) (distribut
 	return l, nil
 }
 
-// otherRevision returns a revision different from rev: passing it to a core
-// command runs argument validation only (step 1 of SPEC A.6) and then fails
-// the revision check, so it never changes state.
-func otherRevision(rev uint64) uint64 {
-	if rev == math.MaxUint64 {
-		return 0
-	}
-	return rev + 1
-}
-
-// applyEnqueue admits every task or none (value: []distributed.ScanTask).
-// Before the first write it validates every spec through the core (a dry
-// run with a non-matching revision), rejects duplicates and checks every
-// capacity for the whole batch, so the per-task Enqueue calls cannot fail.
+// applyEnqueue admits every task or none (value: []distributed.ScanTask)
+// through the core's EnqueueBatch, which validates every spec, rejects
+// duplicates and checks every bound for the whole batch before it writes,
+// and commits the batch as one core command.
 func (f *FSM) applyEnqueue(t *Tenant, e *pb.EnqueueTasks, cas bool, rev, now uint64) Response {
 	p := t.pool
 	n := len(e.GetTasks())
@@ -455,7 +445,6 @@ func (f *FSM) applyEnqueue(t *Tenant, e *pb.EnqueueTasks, cas bool, rev, now uin
 		return Response{Err: fsmErr(KindInvalidCommand, "enqueue needs 1 to 4096 tasks")}
 	}
 	specs := make([]distributed.TaskSpec, n)
-	seen := make(map[string]struct{}, n)
 	for i, s := range e.GetTasks() {
 		if s.GetPriority() > math.MaxUint8 {
 			return Response{Err: &distributed.Error{Kind: distributed.KindInvalidTask, Reason: "priority is invalid"}}
@@ -467,52 +456,18 @@ func (f *FSM) applyEnqueue(t *Tenant, e *pb.EnqueueTasks, cas bool, rev, now uin
 			Phases:    s.GetPhases(),
 			Priority:  distributed.TaskPriority(s.GetPriority()),
 		}
-		if _, err := p.Enqueue(otherRevision(p.Snapshot().Revision), now, specs[i]); !errors.Is(err, distributed.ErrRevisionConflict) {
-			if err == nil {
-				panic("raftfsm: core accepted an enqueue with a wrong revision")
-			}
-			return Response{Err: err}
-		}
 	}
-	snap := p.Snapshot()
-	if cas && rev != snap.Revision {
-		return Response{Err: &distributed.Error{Kind: distributed.KindRevisionConflict, Expected: rev, Actual: snap.Revision}}
+	if !cas {
+		rev = p.Snapshot().Revision
+	}
+	tr, err := p.EnqueueBatch(rev, now, specs)
+	if err != nil {
+		return Response{Err: err}
 	}
 	for _, s := range specs {
-		if _, dup := seen[s.TaskID]; dup {
-			return Response{Err: &distributed.Error{Kind: distributed.KindTaskAlreadyExists, TaskID: s.TaskID}}
-		}
-		seen[s.TaskID] = struct{}{}
-		if _, found, _ := p.GetTask(s.TaskID); found {
-			return Response{Err: &distributed.Error{Kind: distributed.KindTaskAlreadyExists, TaskID: s.TaskID}}
-		}
-	}
-	lim := t.limits
-	switch {
-	case snap.TaskRecords+n > lim.MaxTaskRecords:
-		return Response{Err: &distributed.Error{Kind: distributed.KindTaskRecordCapacityReached, Limit: uint64(lim.MaxTaskRecords)}}
-	case snap.ActiveTasks+n > lim.MaxActiveTasks:
-		return Response{Err: &distributed.Error{Kind: distributed.KindActiveTaskCapacityReached, Limit: uint64(lim.MaxActiveTasks)}}
-	case snap.QueuedTasks+n > lim.MaxQueuedTasks:
-		return Response{Err: &distributed.Error{Kind: distributed.KindQueuedTaskCapacityReached, Limit: uint64(lim.MaxQueuedTasks)}}
-	case snap.TerminalTasks+snap.ActiveTasks+n > lim.MaxTerminalTasks:
-		return Response{Err: &distributed.Error{Kind: distributed.KindTerminalCapacityReserved, Limit: uint64(lim.MaxTerminalTasks)}}
-	}
-	out := make([]distributed.ScanTask, 0, n)
-	cur := snap.Revision
-	for i, s := range specs {
-		tr, err := p.Enqueue(cur, now, s)
-		if err != nil {
-			// NB: unreachable unless a counter is exhausted; the prefix stays
-			// applied (deterministically on every replica) and is reported.
-			f.log.Error("enqueue batch failed after precheck", "index", i, "kind", kindOf(err))
-			return Response{Err: err, Value: out}
-		}
-		cur = tr.Revision
-		out = append(out, tr.Value)
 		t.scans[s.ScanID] = append(t.scans[s.ScanID], s.TaskID)
 	}
-	return Response{Revision: cur, Value: out}
+	return Response{Revision: tr.Revision, Value: tr.Value}
 }
 
 // applyAcquire leases up to max_tasks tasks to one worker (value:

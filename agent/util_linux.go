@@ -1,0 +1,80 @@
+//go:build linux
+
+package agent
+
+import (
+	"bufio"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// cpuSampler turns two readings of /proc/stat into a utilization.
+type cpuSampler struct {
+	prevIdle, prevTotal uint64
+}
+
+// sample returns the CPU utilization in basis points since the previous
+// sample (or since boot, on the first call); 0 if /proc is unreadable.
+func (s *cpuSampler) sample() uint32 {
+	f, err := os.Open("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	if !sc.Scan() {
+		return 0
+	}
+	fields := strings.Fields(sc.Text())
+	if len(fields) < 5 || fields[0] != "cpu" {
+		return 0
+	}
+	var idle, total uint64
+	for i, f := range fields[1:] {
+		v, err := strconv.ParseUint(f, 10, 64)
+		if err != nil {
+			return 0
+		}
+		total += v
+		if i == 3 || i == 4 { // idle, iowait
+			idle += v
+		}
+	}
+	dIdle, dTotal := idle-s.prevIdle, total-s.prevTotal
+	s.prevIdle, s.prevTotal = idle, total
+	if dTotal == 0 || dIdle > dTotal {
+		return 0
+	}
+	return uint32((dTotal - dIdle) * 10000 / dTotal)
+}
+
+// memoryBasisPoints returns (MemTotal − MemAvailable) / MemTotal in basis
+// points from /proc/meminfo; 0 if unreadable.
+func memoryBasisPoints() uint32 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	var total, avail uint64
+	for _, line := range strings.Split(string(b), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) < 2 {
+			continue
+		}
+		v, err := strconv.ParseUint(fields[1], 10, 64)
+		if err != nil {
+			continue
+		}
+		switch fields[0] {
+		case "MemTotal:":
+			total = v
+		case "MemAvailable:":
+			avail = v
+		}
+	}
+	if total == 0 || avail > total {
+		return 0
+	}
+	return uint32((total - avail) * 10000 / total)
+}

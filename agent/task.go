@@ -284,4 +284,3 @@ func (l *lineLogger) flush() {
 	}
 	l.partial = l.partial[:0]
 }
-

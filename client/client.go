@@ -55,6 +55,7 @@ type Config struct {
 // use.
 type Client struct {
 	cfg      Config
+	hc       *http.Client
 	log      *slog.Logger
 	worker   termivarv1connect.WorkerClient
 	producer termivarv1connect.ProducerClient
@@ -109,12 +110,16 @@ func New(cfg Config) (*Client, error) {
 	hc.Transport = &bearer{key: cfg.Key, next: rt}
 	return &Client{
 		cfg:      cfg,
+		hc:       &hc,
 		log:      log,
 		worker:   termivarv1connect.NewWorkerClient(&hc, cfg.ServerURL),
 		producer: termivarv1connect.NewProducerClient(&hc, cfg.ServerURL),
 		admin:    termivarv1connect.NewAdminClient(&hc, cfg.ServerURL),
 	}, nil
 }
+
+// Close closes the client's idle connections. The client stays usable.
+func (c *Client) Close() { c.hc.CloseIdleConnections() }
 
 // ServerURL returns the base URL the client talks to.
 func (c *Client) ServerURL() string { return c.cfg.ServerURL }
@@ -129,6 +134,13 @@ func (b *bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	r2 := r.Clone(r.Context())
 	r2.Header.Set("Authorization", "Bearer "+b.key)
 	return b.next.RoundTrip(r2)
+}
+
+// CloseIdleConnections forwards to the wrapped transport.
+func (b *bearer) CloseIdleConnections() {
+	if c, ok := b.next.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
 }
 
 // retryable reports whether a failed call may be tried again.

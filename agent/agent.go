@@ -68,6 +68,11 @@ type Config struct {
 	// MaxResultBytes bounds a result (default 1 MiB, the default
 	// ResultLimits.MaxResultBytes); a larger stdout fails the attempt.
 	MaxResultBytes int
+	// UtilizationFunc, if set, replaces the CPU and memory utilization read
+	// from /proc (basis points, 0-10000). NB: the server scales the
+	// worker's capacity down by its utilization, so tests that count
+	// concurrent tasks pin it.
+	UtilizationFunc func() (cpuBasisPoints, memoryBasisPoints uint32)
 	// Logger receives the agent's log, including CMD's stderr; nil discards
 	// it.
 	Logger *slog.Logger
@@ -309,13 +314,23 @@ func (a *Agent) register(ctx context.Context) error {
 }
 
 func (a *Agent) spec() *pb.RegisterWorkerRequest {
+	cpu, mem := a.utilization()
 	return &pb.RegisterWorkerRequest{
 		WorkerId:          a.cfg.WorkerID,
 		Capacity:          uint32(a.cfg.Capacity),
-		CpuBasisPoints:    a.cpu.sample(),
-		MemoryBasisPoints: memoryBasisPoints(),
+		CpuBasisPoints:    cpu,
+		MemoryBasisPoints: mem,
 		Tags:              a.cfg.Tags,
 	}
+}
+
+// utilization returns the CPU and memory utilization in basis points.
+func (a *Agent) utilization() (cpu, mem uint32) {
+	if a.cfg.UtilizationFunc != nil {
+		cpu, mem = a.cfg.UtilizationFunc()
+		return min(cpu, 10000), min(mem, 10000)
+	}
+	return a.cpu.sample(), memoryBasisPoints()
 }
 
 func (a *Agent) registerOnce(ctx context.Context) (uint64, error) {
@@ -405,15 +420,15 @@ func (a *Agent) heartbeatLoop(ctx, soft context.Context) {
 		case <-a.fenced:
 		}
 		a.mu.Lock()
-		gen, busy := a.gen, len(a.running) >= a.cfg.Capacity
+		gen := a.gen
 		a.mu.Unlock()
-		status := "healthy"
-		if busy {
-			status = "busy"
-		}
+		// NB: always "healthy": a "busy" worker is not assignable, and the
+		// status would stay until the next heartbeat even after slots free
+		// up. The server already knows how many tasks the worker holds.
+		cpu, mem := a.utilization()
 		_, err := a.c.Heartbeat(ctx, &pb.HeartbeatRequest{
-			WorkerId: a.cfg.WorkerID, Generation: gen, Status: status,
-			CpuBasisPoints: a.cpu.sample(), MemoryBasisPoints: memoryBasisPoints(),
+			WorkerId: a.cfg.WorkerID, Generation: gen, Status: "healthy",
+			CpuBasisPoints: cpu, MemoryBasisPoints: mem,
 		})
 		switch {
 		case err == nil:

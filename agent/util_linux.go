@@ -7,16 +7,39 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 )
 
-// cpuSampler turns two readings of /proc/stat into a utilization.
+// minCPUWindow is the shortest window a CPU utilization is measured over:
+// /proc/stat counts in jiffies (10 ms), so shorter windows are noise.
+const minCPUWindow = time.Second
+
+// cpuSampler turns two readings of /proc/stat into a utilization. It is
+// safe for concurrent use.
 type cpuSampler struct {
+	mu                  sync.Mutex
 	prevIdle, prevTotal uint64
+	at                  time.Time
+	last                uint32
 }
 
-// sample returns the CPU utilization in basis points since the previous
-// sample (or since boot, on the first call); 0 if /proc is unreadable.
+// sample returns the CPU utilization in basis points over the window since
+// the previous measurement (since boot on the first call); a call less than
+// minCPUWindow after the last measurement returns that measurement. 0 if
+// /proc is unreadable.
 func (s *cpuSampler) sample() uint32 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.at.IsZero() && time.Since(s.at) < minCPUWindow {
+		return s.last
+	}
+	s.at = time.Now()
+	s.last = s.read()
+	return s.last
+}
+
+func (s *cpuSampler) read() uint32 {
 	f, err := os.Open("/proc/stat")
 	if err != nil {
 		return 0

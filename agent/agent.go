@@ -108,6 +108,7 @@ type Agent struct {
 
 	mu      sync.Mutex
 	gen     uint64              // current worker generation; 0 = not registered
+	slots   int                 // the server's effective capacity for us, from the last WorkerInfo
 	running map[string]*running // by task ID
 	crash   context.CancelFunc  // set by Run
 	crashed bool
@@ -293,13 +294,14 @@ func (a *Agent) deregister() {
 // unreachable servers until ctx ends.
 func (a *Agent) register(ctx context.Context) error {
 	for attempt := 1; ; attempt++ {
-		gen, err := a.registerOnce(ctx)
+		w, err := a.registerOnce(ctx)
 		if err == nil {
 			a.mu.Lock()
-			a.gen = gen
+			a.gen = w.GetGeneration()
 			a.mu.Unlock()
+			a.observe(w)
 			a.registrations.Add(1)
-			a.log.Info("registered", slog.Uint64("generation", gen), slog.Int("capacity", a.cfg.Capacity))
+			a.log.Info("registered", slog.Uint64("generation", w.GetGeneration()), slog.Int("capacity", a.cfg.Capacity))
 			return nil
 		}
 		if !client.IsUnreachable(err) {
@@ -333,44 +335,71 @@ func (a *Agent) utilization() (cpu, mem uint32) {
 	return a.cpu.sample(), memoryBasisPoints()
 }
 
-func (a *Agent) registerOnce(ctx context.Context) (uint64, error) {
+func (a *Agent) registerOnce(ctx context.Context) (*pb.WorkerInfo, error) {
 	resp, err := a.c.RegisterWorker(ctx, a.spec())
 	if err == nil {
-		return resp.GetWorker().GetGeneration(), nil
+		return resp.GetWorker(), nil
 	}
 	if !errors.Is(err, distributed.ErrWorkerAlreadyExists) {
-		return 0, err
+		return nil, err
 	}
 	// The worker exists: learn its generation (a reactivation naming
 	// generation 0 fails with the current one), then reactivate it.
 	gen, err := a.currentGeneration(ctx)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	req := a.spec()
 	req.ReactivateGeneration = &gen
 	resp, err = a.c.RegisterWorker(ctx, req)
 	if err == nil {
-		return resp.GetWorker().GetGeneration(), nil
+		return resp.GetWorker(), nil
 	}
 	if !errors.Is(err, distributed.ErrWorkerAlreadyExists) {
-		return 0, err
+		return nil, err
 	}
 	// Still live: an earlier process with this ID died without
 	// deregistering. Take the ID over; its leases go to the retry rule.
 	a.log.Warn("taking over a live worker registration", slog.Uint64("generation", gen))
 	if _, err := a.c.Deregister(ctx, &pb.DeregisterRequest{WorkerId: a.cfg.WorkerID, Generation: gen}); err != nil &&
 		!errors.Is(err, distributed.ErrWorkerUnavailable) {
-		return 0, err
+		return nil, err
 	}
 	gen++
 	req = a.spec()
 	req.ReactivateGeneration = &gen
 	resp, err = a.c.RegisterWorker(ctx, req)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	return resp.GetWorker().GetGeneration(), nil
+	return resp.GetWorker(), nil
+}
+
+// observe records the server's view of the worker: its effective capacity
+// (Capacity scaled down by the reported utilization) is how many tasks the
+// server will lease to it at once, so the agent never long-polls for more.
+func (a *Agent) observe(w *pb.WorkerInfo) {
+	if w == nil {
+		return
+	}
+	eff := int(w.GetAvailableSlots()) + int(w.GetCurrentTasks())
+	eff = max(min(eff, a.cfg.Capacity), 0)
+	a.mu.Lock()
+	changed := a.slots != eff
+	a.slots = eff
+	a.mu.Unlock()
+	if changed {
+		a.log.Debug("effective capacity", slog.Int("slots", eff))
+		a.signalSlot()
+	}
+}
+
+// signalSlot wakes the acquire loop.
+func (a *Agent) signalSlot() {
+	select {
+	case a.slotFree <- struct{}{}:
+	default:
+	}
 }
 
 // currentGeneration returns the worker's current generation.
@@ -426,12 +455,13 @@ func (a *Agent) heartbeatLoop(ctx, soft context.Context) {
 		// status would stay until the next heartbeat even after slots free
 		// up. The server already knows how many tasks the worker holds.
 		cpu, mem := a.utilization()
-		_, err := a.c.Heartbeat(ctx, &pb.HeartbeatRequest{
+		resp, err := a.c.Heartbeat(ctx, &pb.HeartbeatRequest{
 			WorkerId: a.cfg.WorkerID, Generation: gen, Status: "healthy",
 			CpuBasisPoints: cpu, MemoryBasisPoints: mem,
 		})
 		switch {
 		case err == nil:
+			a.observe(resp.GetWorker())
 			continue
 		case ctx.Err() != nil:
 			return
@@ -479,7 +509,7 @@ func (a *Agent) acquireLoop(soft, hard context.Context, tasks *sync.WaitGroup) {
 	failures := 0
 	for soft.Err() == nil {
 		a.mu.Lock()
-		free := a.cfg.Capacity - len(a.running)
+		free := a.slots - len(a.running)
 		a.mu.Unlock()
 		if free <= 0 {
 			select {
@@ -493,6 +523,14 @@ func (a *Agent) acquireLoop(soft, hard context.Context, tasks *sync.WaitGroup) {
 			WorkerId: a.cfg.WorkerID, LeaseTtlSecs: uint64(a.cfg.LeaseTTL / time.Second),
 			WaitSecs: waitSecs, MaxTasks: uint32(free), Start: true,
 		})
+		if errors.Is(err, distributed.ErrWorkerAtCapacity) {
+			// The server's view of our load changed since the last
+			// heartbeat: wait for a task to end or the next heartbeat.
+			a.mu.Lock()
+			a.slots = min(a.slots, len(a.running))
+			a.mu.Unlock()
+			continue
+		}
 		if err != nil && !errors.Is(err, distributed.ErrNoQueuedTask) {
 			if soft.Err() != nil {
 				return

@@ -64,10 +64,7 @@ func (a *Agent) finish(r *running) {
 	a.mu.Lock()
 	delete(a.running, r.task.TaskID)
 	a.mu.Unlock()
-	select {
-	case a.slotFree <- struct{}{}:
-	default:
-	}
+	a.signalSlot()
 }
 
 // outcome is what running a task produced.

@@ -54,7 +54,9 @@ func (s *cpuSampler) read() uint32 {
 		return 0
 	}
 	var idle, total uint64
-	for i, f := range fields[1:] {
+	// user nice system idle iowait irq softirq steal; guest and guest_nice
+	// are already counted in user and nice.
+	for i, f := range fields[1:min(len(fields), 9)] {
 		v, err := strconv.ParseUint(f, 10, 64)
 		if err != nil {
 			return 0

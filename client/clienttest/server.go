@@ -424,6 +424,7 @@ func (h *handler) Complete(_ context.Context, req *connect.Request[pb.CompleteRe
 	if !had {
 		s.results[l.TaskID()] = slices.Clone(req.Msg.GetResult())
 	}
+	s.wakeLocked() // a slot is free
 	return connect.NewResponse(&pb.CompleteResponse{
 		ReceiptToken: mustMarshal(tr.Value.Receipt), AlreadyCompleted: tr.Value.Kind == distributed.AlreadyCompleted,
 		AlreadyStored: had, Revision: tr.Revision,

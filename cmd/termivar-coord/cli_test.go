@@ -241,3 +241,26 @@ func TestCLI_WatchAndResults(t *testing.T) {
 		t.Errorf("watch of an empty scan: exit %d, want %d", code, exitRejected)
 	}
 }
+
+// TestDemo runs the demo and checks it exits 0 and prints its summary with
+// the crash, the recoveries and every result.
+func TestDemo(t *testing.T) {
+	t.Parallel()
+	var out, errOut bytes.Buffer
+	env := &cliEnv{stdin: strings.NewReader(""), stdout: &out, stderr: &errOut}
+	start := time.Now()
+	code, _ := runRegistered("demo", nil, env)
+	if code != exitOK {
+		t.Fatalf("demo: exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
+	}
+	t.Logf("demo took %s", time.Since(start))
+	s := out.String()
+	for _, want := range []string{"!! worker w2 crashed while running", "== summary", "tasks:        200 (200 completed, 0 failed)", "results:      200 in enqueue order", "leases recovered:"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("demo output lacks %q", want)
+		}
+	}
+	if strings.Contains(s, "leases recovered:         0 ") {
+		t.Errorf("demo recovered no leases:\n%s", s[strings.Index(s, "== summary"):])
+	}
+}

@@ -43,9 +43,21 @@ func scanDone(p *pb.ScanProgressResponse) bool {
 	return p.GetTotal() > 0 && terminalCount(p) >= p.GetTotal()
 }
 
+// describeProgress is the bar's short label: counts per status, the
+// terminal ones other than completed only when present (the bar itself
+// shows terminal/total).
 func describeProgress(p *pb.ScanProgressResponse) string {
-	return fmt.Sprintf("queued %d  running %d  completed %d  failed %d  cancelled %d  expired %d",
-		p.GetQueued(), p.GetLeased()+p.GetRunning(), p.GetCompleted(), p.GetFailed(), p.GetCancelled(), p.GetExpired())
+	s := fmt.Sprintf("queued %3d running %3d", p.GetQueued(), p.GetLeased()+p.GetRunning())
+	if n := p.GetFailed(); n > 0 {
+		s += fmt.Sprintf(" failed %d", n)
+	}
+	if n := p.GetCancelled(); n > 0 {
+		s += fmt.Sprintf(" cancelled %d", n)
+	}
+	if n := p.GetExpired(); n > 0 {
+		s += fmt.Sprintf(" expired %d", n)
+	}
+	return s
 }
 
 func runWatch(ctx context.Context, env *cliEnv, args []string) error {
@@ -100,7 +112,7 @@ func watchScan(ctx context.Context, c *client.Client, scan string, interval time
 			if bar == nil {
 				bar = progressbar.NewOptions64(int64(p.GetTotal()),
 					progressbar.OptionSetWriter(w),
-					progressbar.OptionSetWidth(30),
+					progressbar.OptionSetWidth(20),
 					progressbar.OptionShowCount(),
 					progressbar.OptionSetPredictTime(true),
 					progressbar.OptionShowElapsedTimeOnFinish(),

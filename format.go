@@ -1,6 +1,7 @@
 package distributed
 
 import (
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -172,3 +173,35 @@ func (k CancellationOutcomeKind) String() string { return outcomeName("cancellat
 
 // String returns "stored" or "already_stored".
 func (k StoreResultOutcomeKind) String() string { return outcomeName("store", uint8(k)) }
+
+// MarshalJSON renders the spec with its target redacted, so that slog's JSON
+// handler (which JSON-encodes slices and structs that contain specs) never
+// prints a target. Hosts that need the target on the wire use their own
+// message types.
+func (s TaskSpec) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		TaskID    string
+		ScanID    string
+		TargetRef string
+		Phases    int
+		Priority  string
+	}{safeID(s.TaskID), safeID(s.ScanID), redacted, len(s.Phases), s.Priority.String()})
+}
+
+// MarshalJSON renders the task with its target redacted; see TaskSpec.MarshalJSON.
+func (t ScanTask) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		TaskID, ScanID, TargetRef, Status string
+		Attempt                           uint32
+		TaskGeneration, RecordVersion     uint64
+	}{t.taskID, t.scanID, redacted, t.status.String(), t.attempt, t.taskGeneration, t.recordVersion})
+}
+
+// MarshalJSON renders the result with its bytes redacted; see TaskSpec.MarshalJSON.
+func (r AggregatedResult) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		TaskID      string
+		Result      string
+		ResultBytes int
+	}{r.TaskID, redacted, len(r.Result)})
+}

@@ -102,21 +102,30 @@ func (c *coordinator) audit() *Error {
 			}
 			leasesByWorker[w.id]++
 		}
+		proofLease, proofIsLease := t.proof.Lease()
+		leaseProofOK := proofIsLease && proofLease.taskID == t.id && proofLease.taskGeneration == t.generation &&
+			proofLease.attempt == t.attempt && proofLease.leaseID != 0 && proofLease.leaseID <= c.lastLeaseID &&
+			ValidIdentifier(proofLease.workerID) && c.workers[proofLease.workerID] != nil
 		switch t.status {
 		case TaskCompleted:
-			if !t.hasProof || t.receipt.taskID != t.id || t.receipt.recordVersion != t.version {
-				return bad("I10: completed task lacks its retained receipt")
+			r := t.receipt
+			if !t.hasProof || !leaseProofOK || r.taskID != t.id || r.recordVersion != t.version ||
+				r.taskGeneration != t.generation || r.attempt != proofLease.attempt || r.leaseID != proofLease.leaseID ||
+				r.workerID != proofLease.workerID || r.workerGeneration != proofLease.workerGeneration {
+				return bad("I10: completed task lacks its retained lease and matching receipt")
 			}
 		case TaskFailed:
-			if !t.hasProof || t.retryCount != l.MaxRetries {
-				return bad("I10: failed task lacks its proof or has retries left")
+			if !t.hasProof || !leaseProofOK || t.retryCount != l.MaxRetries {
+				return bad("I10: failed task lacks its exhausting lease or has retries left")
 			}
 		case TaskCancelled:
-			if !t.hasProof {
-				return bad("I10: cancelled task lacks its proof")
+			fence, isFence := t.proof.Fence()
+			fenceOK := isFence && fence.taskID == t.id && fence.taskGeneration == t.generation && fence.recordVersion+1 == t.version
+			if !t.hasProof || !(fenceOK || leaseProofOK) {
+				return bad("I10: cancelled task lacks the ownership that cancelled it")
 			}
 		default:
-			if t.hasProof {
+			if t.hasProof || !t.receipt.IsZero() {
 				return bad("I10: non-terminal or expired task retains a terminal proof")
 			}
 		}
@@ -172,7 +181,11 @@ func (c *coordinator) audit() *Error {
 		if (w.left != nil && w.left.prio > w.prio) || (w.right != nil && w.right.prio > w.prio) {
 			return false
 		}
-		if w.best != w.subtreeBest() {
+		wantScore := uint32(0)
+		if w.eligibleIgnoringTime() {
+			wantScore = w.availableSlots()
+		}
+		if w.score != wantScore || w.best != w.subtreeBest() {
 			return false
 		}
 		prev = w

@@ -58,10 +58,9 @@ func (c *coordinator) grant(t *taskRec, w *workerRec, now, ttl uint64) (Transiti
 	t.status = TaskLeased
 	t.version++
 	c.byExpiry.ReplaceOrInsert(t)
-	c.touchWorker(w, func() {
-		w.leases[t.lease.leaseID] = t
-		w.current++
-	})
+	w.leases[t.lease.leaseID] = t
+	w.current++
+	c.refreshWorker(w)
 	return Transition[TaskLease]{Revision: c.commit(now), Value: t.lease}, nil
 }
 

@@ -59,6 +59,7 @@ type workerRec struct {
 	prio        uint64
 	left, right *workerRec
 	best        *workerRec
+	score       uint32 // cached availableSlots() when eligible ignoring time, else 0
 }
 
 func (w *workerRec) effectiveCapacity() uint32 {
@@ -91,7 +92,8 @@ type coordinator struct {
 	terminal int                     // terminal tasks
 
 	workers map[string]*workerRec
-	alive   *workerRec // treap of non-offline workers (I9)
+	alive   *workerRec   // treap of non-offline workers (I9)
+	path    []*workerRec // scratch for treapRefresh
 }
 
 func queueLess(a, b *taskRec) bool {

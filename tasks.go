@@ -234,12 +234,19 @@ func (c *coordinator) checkLease(t *taskRec, l TaskLease, now uint64) *Error {
 func (c *coordinator) releaseLease(t *taskRec) {
 	c.byExpiry.Delete(t)
 	if w := c.workers[t.lease.workerID]; w != nil {
-		c.touchWorker(w, func() {
-			delete(w.leases, t.lease.leaseID)
-			w.current--
-		})
+		delete(w.leases, t.lease.leaseID)
+		w.current--
+		c.refreshWorker(w)
 	}
 	t.lease, t.hasLease = TaskLease{}, false
+}
+
+// refreshWorker updates the treap after a change to w that kept its key and
+// link state (only CurrentTasks changed).
+func (c *coordinator) refreshWorker(w *workerRec) {
+	if w.status != WorkerOffline {
+		c.path = treapRefresh(c.alive, w, c.path)
+	}
 }
 
 // touchWorker applies change to w while keeping the live-worker treap valid.

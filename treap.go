@@ -44,35 +44,41 @@ func (w *workerRec) eligibleIgnoringTime() bool {
 	return w.status == WorkerHealthy && w.availableSlots() > 0
 }
 
-// betterWorker returns the preferred of a and b: most available slots, then
-// the smallest worker ID. Either may be nil.
+// betterWorker returns the preferred of a and b, both linked and pulled:
+// most available slots (cached in score), then the smallest worker ID.
+// Either may be nil.
 func betterWorker(a, b *workerRec) *workerRec {
 	switch {
 	case a == nil:
 		return b
 	case b == nil:
 		return a
-	}
-	sa, sb := a.availableSlots(), b.availableSlots()
-	if sa != sb {
-		if sa > sb {
+	case a.score != b.score:
+		if a.score > b.score {
 			return a
 		}
 		return b
-	}
-	if a.id < b.id {
+	case a.id < b.id:
 		return a
 	}
 	return b
 }
 
-func (w *workerRec) pull() { w.best = w.subtreeBest() }
+// pull recomputes w's cached score (its available slots, or 0 when it is not
+// eligible ignoring time) and its subtree best.
+func (w *workerRec) pull() {
+	w.score = 0
+	if w.eligibleIgnoringTime() {
+		w.score = w.availableSlots()
+	}
+	w.best = w.subtreeBest()
+}
 
-// subtreeBest computes the best eligible worker among w and its children's
-// recorded bests.
+// subtreeBest computes the best eligible worker among w (by its cached score)
+// and its children's recorded bests.
 func (w *workerRec) subtreeBest() *workerRec {
 	var best *workerRec
-	if w.eligibleIgnoringTime() {
+	if w.score > 0 {
 		best = w
 	}
 	if w.left != nil {
@@ -145,13 +151,35 @@ func treapRemove(root, w *workerRec) *workerRec {
 	return root
 }
 
+// treapRefresh recomputes the cached scores and bests on the path from the
+// root to w after a change that kept w's key (LastHeartbeat, ID): O(depth),
+// no restructuring. w must be linked.
+func treapRefresh(root, w *workerRec, path []*workerRec) []*workerRec {
+	path = path[:0]
+	for n := root; n != nil; {
+		path = append(path, n)
+		if n == w {
+			break
+		}
+		if workerKeyLess(w, n) {
+			n = n.left
+		} else {
+			n = n.right
+		}
+	}
+	for i := len(path) - 1; i >= 0; i-- {
+		path[i].pull()
+	}
+	return path
+}
+
 // treapBestAlive returns the best eligible worker whose LastHeartbeat is
 // above cutoff (all workers when allAlive).
 func treapBestAlive(root *workerRec, cutoff uint64, allAlive bool) *workerRec {
 	var best *workerRec
 	for n := root; n != nil; {
 		if allAlive || n.lastHeartbeat > cutoff {
-			if n.eligibleIgnoringTime() {
+			if n.score > 0 {
 				best = betterWorker(best, n)
 			}
 			if n.right != nil {

@@ -90,7 +90,7 @@ type Tenant struct {
 	limits       distributed.Limits
 	resultLimits distributed.ResultLimits
 	pool         *distributed.WorkerPool
-	results      *resultAggregator
+	results      *distributed.ResultAggregator
 	owners       map[string]string   // worker ID → key ID of the worker key that registered it
 	scans        map[string][]string // scan ID → task IDs in enqueue order
 }
@@ -627,7 +627,7 @@ func newTenant(name string, lim distributed.Limits, rl distributed.ResultLimits)
 	if err != nil {
 		return nil, err
 	}
-	res, err := newResultAggregatorWithLimits(rl)
+	res, err := distributed.NewResultAggregatorWithLimits(rl)
 	if err != nil {
 		return nil, err
 	}

@@ -114,7 +114,7 @@ func (f *FSM) RestoreState(b []byte) error {
 		if err != nil || pool.Limits() != lim {
 			return ErrInvalidState
 		}
-		res, err := restoreResultAggregator(ts.GetResultState())
+		res, err := distributed.RestoreResultAggregator(ts.GetResultState())
 		if err != nil || res.Limits() != rl {
 			return ErrInvalidState
 		}

@@ -1,0 +1,42 @@
+# Developer commands. `make help` lists them.
+GO ?= go
+FUZZTIME ?= 30s
+SIM_COMMANDS ?= 10000000
+BENCHTIME ?= 1s
+COUNT ?= 1
+
+.PHONY: help test test/race bench fuzz sim lint verify tidy proto
+
+help: ## list targets
+	@grep -E '^[a-zA-Z/_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "%-12s %s\n", $$1, $$2}'
+
+test: ## run the README's test command
+	$(GO) test ./...
+
+test/race: ## run all tests with the race detector (what CI runs)
+	$(GO) test -race ./...
+
+bench: ## run the benchmarks (BENCHTIME, COUNT) with allocation figures
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count $(COUNT) ./...
+
+fuzz: ## run every fuzz target for FUZZTIME each
+	@for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	  done; \
+	done
+
+sim: ## run a long deterministic simulation (SIM_COMMANDS commands)
+	$(GO) test ./distributedtest/sim -run TestSimLong -sim.commands $(SIM_COMMANDS) -timeout 0 -v
+
+lint: ## go vet, gofmt and staticcheck
+	$(GO) vet ./...
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+
+verify: ## formatting, go.mod tidiness and generated code are up to date
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))"
+	$(GO) mod tidy -diff
+
+tidy: ## go mod tidy
+	$(GO) mod tidy

@@ -1,0 +1,52 @@
+package distributed
+
+// Goal: CheckInvariants detects each kind of corruption it claims to audit
+// (so the audit the simulator and Restore rely on can actually fail).
+
+import (
+	"errors"
+	"testing"
+)
+
+func TestCheckInvariants_DetectsCorruption(t *testing.T) {
+	corruptions := map[string]func(c *coordinator){
+		"active counter":        func(c *coordinator) { c.active++ },
+		"terminal counter":      func(c *coordinator) { c.terminal-- },
+		"worker current tasks":  func(c *coordinator) { c.workers["a"].current++ },
+		"lease worker gen":      func(c *coordinator) { c.tasks["leased"].lease.workerGeneration++ },
+		"lease attempt":         func(c *coordinator) { c.tasks["running"].lease.attempt++ },
+		"queued without queue":  func(c *coordinator) { c.queue.Delete(c.tasks["queued"]) },
+		"status without lease":  func(c *coordinator) { c.tasks["queued"].status = TaskRunning },
+		"retry vs generation":   func(c *coordinator) { c.tasks["queued"].generation++ },
+		"record version zero":   func(c *coordinator) { c.tasks["queued"].version = 0 },
+		"receipt mismatch":      func(c *coordinator) { c.tasks["done"].receipt.leaseID++ },
+		"cancel proof":          func(c *coordinator) { c.tasks["cancel"].hasProof = false },
+		"expired with proof":    func(c *coordinator) { c.tasks["old-queued"].hasProof = true },
+		"queued with proof":     func(c *coordinator) { c.tasks["young"].hasProof = true },
+		"failed with retries":   func(c *coordinator) { c.tasks["failed"].status = TaskCompleted },
+		"lease id beyond issue": func(c *coordinator) { c.lastLeaseID = 0 },
+		"future heartbeat":      func(c *coordinator) { c.workers["b"].lastHeartbeat = c.logicalTime + 1 },
+		"offline worker linked": func(c *coordinator) { c.workers["gone"].status = WorkerHealthy },
+		"stale treap score":     func(c *coordinator) { c.workers["b"].score++ },
+		"bad utilization":       func(c *coordinator) { c.workers["b"].cpu = 10001 },
+		"unsorted tags":         func(c *coordinator) { c.workers["b"].tags = []WorkerTag{TagGPU, TagLinux} },
+		"invalid target":        func(c *coordinator) { c.tasks["queued"].target = "" },
+	}
+	for name, corrupt := range corruptions {
+		t.Run(name, func(t *testing.T) {
+			h := busyPool(t)
+			if err := h.p.CheckInvariants(); err != nil {
+				t.Fatalf("clean pool: %v", err)
+			}
+			corrupt(h.p.c)
+			err := h.p.CheckInvariants()
+			var e *Error
+			if !errors.As(err, &e) || !errors.Is(err, ErrStateInvariant) || e.Reason == "" {
+				t.Fatalf("CheckInvariants after %s = %v, want ErrStateInvariant with a reason", name, err)
+			}
+			if h.p.TaskQueue().CheckInvariants() == nil {
+				t.Fatal("the facade's audit disagrees")
+			}
+		})
+	}
+}

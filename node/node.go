@@ -1,0 +1,403 @@
+// Package node is the raft shell around the FSM: it lays out the data
+// directory, keeps the cluster secret, opens hashicorp/raft over raft-wal
+// (log and stable store) and a file snapshot store, bootstraps a one-voter
+// cluster on first start, stamps and batches proposals, runs the leader's
+// background recovery ticker and wakes long-polling Acquire calls.
+//
+// Data directory layout (all created 0700/0600):
+//
+//	DIR/cluster.secret    32 random bytes (HMAC key for tokens), 0600
+//	DIR/raft/wal/         raft-wal segments and meta DB (log + stable store)
+//	DIR/raft/snapshots/   raft FileSnapshotStore (FSMState protobuf)
+//	DIR/audit.log         audit JSON lines (written by the server)
+//	DIR/admin.key         the first admin key, 0600 (written by the CLI)
+//
+// Durability: raft-wal fsyncs every appended batch before raft acknowledges
+// it, so an acknowledged command survives kill -9.
+package node
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	wal "github.com/hashicorp/raft-wal"
+	"github.com/hashicorp/raft-wal/metadb"
+	"google.golang.org/protobuf/proto"
+
+	distributed "github.com/termivar/distributed"
+	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/internal/token"
+	"github.com/termivar/distributed/raftfsm"
+)
+
+// File names inside the data directory.
+const (
+	SecretFile   = "cluster.secret"
+	AdminKeyFile = "admin.key"
+	raftDir      = "raft"
+)
+
+// Config configures a Node. Zero values take the documented defaults.
+type Config struct {
+	// DataDir holds everything durable (default "./termivar-data").
+	DataDir string
+	// NodeID names this raft server (default "node1").
+	NodeID string
+	// RaftAddr is the raft transport bind address (default "127.0.0.1:7421";
+	// port 0 picks a free port).
+	RaftAddr string
+	// Logger receives node diagnostics; nil discards them.
+	Logger *slog.Logger
+	// RaftLogOutput receives hashicorp/raft's own log at warn level; nil
+	// discards it.
+	RaftLogOutput io.Writer
+	// MaxBatchCommands bounds the commands coalesced into one log entry
+	// (default 1024, at most raftfsm.MaxBatchCommands).
+	MaxBatchCommands int
+	// TickInterval is the cadence of the leader's recovery ticker (default
+	// 1 s; negative disables it).
+	TickInterval time.Duration
+	// TaskTTLSecs is the age at which the ticker expires non-terminal tasks;
+	// 0 uses each tenant's MaxTaskTTLSecs.
+	TaskTTLSecs uint64
+	// DefaultLimits and DefaultResultLimits apply to the system tenant
+	// created at bootstrap (zero: the core's defaults).
+	DefaultLimits       distributed.Limits
+	DefaultResultLimits distributed.ResultLimits
+	// NowFunc is the wall clock used to stamp commands (default time.Now).
+	NowFunc func() time.Time
+	// SnapshotThreshold is the number of log entries between snapshots
+	// (default 8192).
+	SnapshotThreshold uint64
+}
+
+func (c *Config) setDefaults() {
+	if c.DataDir == "" {
+		c.DataDir = "termivar-data"
+	}
+	if c.NodeID == "" {
+		c.NodeID = "node1"
+	}
+	if c.RaftAddr == "" {
+		c.RaftAddr = "127.0.0.1:7421"
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.RaftLogOutput == nil {
+		c.RaftLogOutput = io.Discard
+	}
+	if c.MaxBatchCommands <= 0 || c.MaxBatchCommands > raftfsm.MaxBatchCommands {
+		c.MaxBatchCommands = 1024
+	}
+	if c.TickInterval == 0 {
+		c.TickInterval = time.Second
+	}
+	if c.DefaultLimits == (distributed.Limits{}) {
+		c.DefaultLimits = distributed.DefaultLimits()
+	}
+	if c.DefaultResultLimits == (distributed.ResultLimits{}) {
+		c.DefaultResultLimits = distributed.DefaultResultLimits()
+	}
+	if c.NowFunc == nil {
+		c.NowFunc = time.Now
+	}
+	if c.SnapshotThreshold == 0 {
+		c.SnapshotThreshold = 8192
+	}
+}
+
+// ErrNotLeader is returned by Propose on a node that is not the leader.
+var ErrNotLeader = errors.New("node: not the leader")
+
+// ErrClosed is returned by Propose after Close.
+var ErrClosed = errors.New("node: closed")
+
+// Node is a running coordinator node. Its methods are safe for concurrent
+// use.
+type Node struct {
+	cfg    Config
+	log    *slog.Logger
+	fsm    *raftfsm.FSM
+	raft   *raft.Raft
+	wal    *wal.WAL
+	meta   *metadb.BoltMetaDB
+	trans  *raft.NetworkTransport
+	secret []byte
+	codec  *token.Codec
+	wake   *notifier
+
+	proposals chan *proposal
+	inflight  chan *inflightBatch
+	stop      chan struct{}
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+}
+
+// Open starts a node on cfg.DataDir, bootstrapping a one-voter cluster on
+// first start, waits until it leads, and makes sure the cluster epoch and
+// the system tenant exist.
+func Open(ctx context.Context, cfg Config) (*Node, error) {
+	cfg.setDefaults()
+	if err := os.MkdirAll(filepath.Join(cfg.DataDir, raftDir, "wal"), 0o700); err != nil {
+		return nil, err
+	}
+	secret, err := loadOrCreateSecret(filepath.Join(cfg.DataDir, SecretFile))
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{
+		cfg:       cfg,
+		log:       cfg.Logger,
+		secret:    secret,
+		wake:      newNotifier(),
+		proposals: make(chan *proposal, 4*cfg.MaxBatchCommands),
+		inflight:  make(chan *inflightBatch, 256),
+		stop:      make(chan struct{}),
+	}
+	n.fsm = raftfsm.New(raftfsm.Options{Logger: cfg.Logger, NotifyFunc: n.wake.notify})
+	if err := n.openRaft(); err != nil {
+		n.closeStores()
+		return nil, err
+	}
+	n.wg.Add(2)
+	go n.proposeLoop()
+	go n.respondLoop()
+	if err := n.waitLeader(ctx); err != nil {
+		n.Close()
+		return nil, err
+	}
+	if err := n.ensureCluster(ctx); err != nil {
+		n.Close()
+		return nil, err
+	}
+	codec, err := token.NewCodec(secret, n.fsm.Epoch())
+	if err != nil {
+		n.Close()
+		return nil, err
+	}
+	n.codec = codec
+	if cfg.TickInterval > 0 {
+		n.wg.Add(1)
+		go n.tickLoop()
+	}
+	return n, nil
+}
+
+func (n *Node) openRaft() error {
+	cfg := n.cfg
+	hl := hclog.New(&hclog.LoggerOptions{Name: "raft", Output: cfg.RaftLogOutput, Level: hclog.Warn})
+	// NB: WAL.Close does not close its meta DB (and so keeps the bolt file
+	// lock); the node owns the meta store and closes it after the WAL.
+	n.meta = &metadb.BoltMetaDB{}
+	w, err := wal.Open(filepath.Join(cfg.DataDir, raftDir, "wal"), wal.WithLogger(hl), wal.WithMetaStore(n.meta))
+	if err != nil {
+		return fmt.Errorf("node: open raft-wal: %w", err)
+	}
+	n.wal = w
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(cfg.DataDir, raftDir), 2, hl)
+	if err != nil {
+		return fmt.Errorf("node: open snapshot store: %w", err)
+	}
+	trans, err := raft.NewTCPTransportWithLogger(cfg.RaftAddr, nil, 3, 10*time.Second, hl)
+	if err != nil {
+		return fmt.Errorf("node: raft transport: %w", err)
+	}
+	n.trans = trans
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.NodeID)
+	rc.Logger = hl
+	// NB: a single voter elects itself after one heartbeat timeout; keep the
+	// timeouts short so a restart is back to serving within a second.
+	rc.HeartbeatTimeout = 300 * time.Millisecond
+	rc.ElectionTimeout = 300 * time.Millisecond
+	rc.LeaderLeaseTimeout = 150 * time.Millisecond
+	rc.CommitTimeout = 5 * time.Millisecond
+	rc.MaxAppendEntries = 256
+	rc.BatchApplyCh = true
+	rc.SnapshotThreshold = cfg.SnapshotThreshold
+	rc.TrailingLogs = 4096
+	existing, err := raft.HasExistingState(w, w, snaps)
+	if err != nil {
+		return err
+	}
+	if !existing {
+		conf := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: rc.LocalID, Address: trans.LocalAddr()}}}
+		if err := raft.BootstrapCluster(rc, w, w, snaps, trans, conf); err != nil {
+			return fmt.Errorf("node: bootstrap: %w", err)
+		}
+	}
+	r, err := raft.NewRaft(rc, n.fsm, w, w, snaps, trans)
+	if err != nil {
+		return fmt.Errorf("node: start raft: %w", err)
+	}
+	n.raft = r
+	return nil
+}
+
+func (n *Node) waitLeader(ctx context.Context) error {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for n.raft.State() != raft.Leader {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("node: waiting for leadership: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
+	// Barrier: every entry of earlier terms is applied before we serve.
+	return n.raft.Barrier(30 * time.Second).Error()
+}
+
+// ensureCluster proposes InitCluster and the system tenant if the log does
+// not hold them yet (first start, or a crash in between).
+func (n *Node) ensureCluster(ctx context.Context) error {
+	if n.fsm.Epoch() == nil {
+		epoch := make([]byte, raftfsm.EpochBytes)
+		if _, err := rand.Read(epoch); err != nil {
+			return err
+		}
+		r, err := n.Propose(ctx, &pb.Command{Op: &pb.Command_InitCluster{InitCluster: &pb.InitCluster{EpochId: epoch}}})
+		if err != nil {
+			return err
+		}
+		if r.Err != nil && !errors.Is(r.Err, raftfsm.ErrAlreadyInitialized) {
+			return r.Err
+		}
+	}
+	if _, ok := n.fsm.Tenant(raftfsm.SystemTenant); !ok {
+		r, err := n.Propose(ctx, &pb.Command{Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{
+			Name: raftfsm.SystemTenant, Limits: raftfsm.LimitsToProto(n.cfg.DefaultLimits),
+			ResultLimits: raftfsm.ResultLimitsToProto(n.cfg.DefaultResultLimits)}}})
+		if err != nil {
+			return err
+		}
+		if r.Err != nil && !errors.Is(r.Err, raftfsm.ErrTenantExists) {
+			return r.Err
+		}
+	}
+	return nil
+}
+
+// FSM returns the state machine for reads.
+func (n *Node) FSM() *raftfsm.FSM { return n.fsm }
+
+// Codec returns the token codec bound to this cluster's secret and epoch.
+func (n *Node) Codec() *token.Codec { return n.codec }
+
+// Config returns the effective configuration.
+func (n *Node) Config() Config { return n.cfg }
+
+// RaftState returns "Leader", "Follower", "Candidate" or "Shutdown".
+func (n *Node) RaftState() string { return n.raft.State().String() }
+
+// Leader returns the leader's raft address and ID, if known.
+func (n *Node) Leader() (addr, id string) {
+	a, i := n.raft.LeaderWithID()
+	return string(a), string(i)
+}
+
+// RaftAddr returns the transport's address.
+func (n *Node) RaftAddr() string { return string(n.trans.LocalAddr()) }
+
+// WaitChan returns a channel that is closed the next time a command may
+// have made queued tasks available in tenant (Acquire long-polls on it).
+func (n *Node) WaitChan(tenant string) <-chan struct{} { return n.wake.wait(tenant) }
+
+// Snapshot forces a raft snapshot (tests and operators).
+func (n *Node) Snapshot() error { return n.raft.Snapshot().Error() }
+
+// Close stops the ticker and the proposer, shuts raft down and closes the
+// stores. Pending proposals fail with ErrClosed.
+func (n *Node) Close() error {
+	var err error
+	n.closeOnce.Do(func() {
+		close(n.stop)
+		n.wg.Wait()
+		if n.raft != nil {
+			err = n.raft.Shutdown().Error()
+		}
+		n.closeStores()
+	})
+	return err
+}
+
+func (n *Node) closeStores() {
+	if n.trans != nil {
+		n.trans.Close()
+	}
+	if n.wal != nil {
+		n.wal.Close()
+	}
+	if n.meta != nil {
+		n.meta.Close()
+	}
+}
+
+// loadOrCreateSecret reads the cluster secret, creating it (0600, written
+// to a temporary file, fsynced and renamed) on first start.
+func loadOrCreateSecret(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err == nil {
+		if len(b) < token.MinSecretBytes {
+			return nil, fmt.Errorf("node: %s is shorter than %d bytes", path, token.MinSecretBytes)
+		}
+		return b, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		return nil, err
+	}
+	if err := WriteFileAtomic(path, secret, 0o600); err != nil {
+		return nil, err
+	}
+	return secret, nil
+}
+
+// WriteFileAtomic writes data to path through a temporary file that is
+// fsynced and renamed, then fsyncs the directory.
+func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// marshalCommand encodes a command for the log.
+func marshalCommand(cmd *pb.Command) ([]byte, error) {
+	return proto.MarshalOptions{Deterministic: true}.Marshal(cmd)
+}

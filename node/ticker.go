@@ -1,0 +1,103 @@
+package node
+
+import (
+	"context"
+	"time"
+
+	distributed "github.com/termivar/distributed"
+	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/raftfsm"
+)
+
+// tickLoop is the leader's background recovery: on every tick it proposes,
+// for each tenant that has something to recover, RecoverExpiredLeases,
+// PruneDeadWorkers and ExpireOldTasks. Followers do nothing.
+func (n *Node) tickLoop() {
+	defer n.wg.Done()
+	t := time.NewTicker(n.cfg.TickInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-t.C:
+		}
+		if n.RaftState() != "Leader" {
+			continue
+		}
+		n.Tick(context.Background())
+	}
+}
+
+// Tick runs one round of background recovery now. It proposes only the
+// commands that would do something (a read-only check first), so an idle
+// cluster does not grow its log or move revisions.
+func (n *Node) Tick(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	now := max(n.fsm.LastTime(), uint64(max(n.cfg.NowFunc().Unix(), 0)))
+	for _, name := range n.fsm.TenantNames() {
+		tv, ok := n.fsm.Tenant(name)
+		if !ok {
+			continue
+		}
+		maxAge := n.cfg.TaskTTLSecs
+		if maxAge == 0 || maxAge > tv.Limits().MaxTaskTTLSecs {
+			maxAge = tv.Limits().MaxTaskTTLSecs
+		}
+		expired, old := scanTasks(tv.Pool(), now, maxAge)
+		dead := deadWorkers(tv.Pool(), now, tv.Limits().HeartbeatTimeoutSecs)
+		var ops []*pb.Command
+		if expired {
+			ops = append(ops, &pb.Command{Tenant: name, Op: &pb.Command_RecoverExpiredLeases{RecoverExpiredLeases: &pb.RecoverExpiredLeases{}}})
+		}
+		if dead {
+			ops = append(ops, &pb.Command{Tenant: name, Op: &pb.Command_PruneDeadWorkers{PruneDeadWorkers: &pb.PruneDeadWorkers{}}})
+		}
+		if old {
+			ops = append(ops, &pb.Command{Tenant: name, Op: &pb.Command_ExpireOldTasks{ExpireOldTasks: &pb.ExpireOldTasks{MaxAgeSecs: maxAge}}})
+		}
+		for _, op := range ops {
+			r, err := n.Propose(ctx, op)
+			if err != nil {
+				n.log.Warn("background recovery not proposed", "tenant", name, "error", err)
+				return
+			}
+			if r.Err != nil {
+				n.log.Warn("background recovery rejected", "tenant", name, "kind", raftfsm.KindOf(r.Err))
+			}
+		}
+	}
+}
+
+// scanTasks reports whether any lease has expired at now and whether any
+// non-terminal task is at least maxAge old.
+func scanTasks(p *distributed.WorkerPool, now, maxAge uint64) (expired, old bool) {
+	if p.Snapshot().ActiveTasks == 0 {
+		return false, false
+	}
+	for _, t := range p.Tasks() {
+		if t.Status().Terminal() {
+			continue
+		}
+		if l, ok := t.Lease(); ok && l.ExpiresAt() <= now {
+			expired = true
+		}
+		if t.AgeSecs(now) >= maxAge {
+			old = true
+		}
+		if expired && old {
+			return
+		}
+	}
+	return
+}
+
+func deadWorkers(p *distributed.WorkerPool, now, timeout uint64) bool {
+	for _, w := range p.Workers() {
+		if w.Status() != distributed.WorkerOffline && now >= w.LastHeartbeat() && now-w.LastHeartbeat() >= timeout {
+			return true
+		}
+	}
+	return false
+}

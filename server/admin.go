@@ -1,0 +1,103 @@
+package server
+
+import (
+	"context"
+
+	"connectrpc.com/connect"
+
+	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/internal/apikey"
+	"github.com/termivar/distributed/raftfsm"
+)
+
+type adminHandler struct{ s *Server }
+
+func (h adminHandler) Status(ctx context.Context, req *connect.Request[pb.StatusRequest]) (*connect.Response[pb.StatusResponse], error) {
+	return call(ctx, h.s, req, false, func(ctx context.Context, p principal, _ *pb.StatusRequest) (*pb.StatusResponse, uint64, error) {
+		tv, _ := h.s.node.FSM().Tenant(p.Tenant)
+		snap := tv.Pool().Snapshot()
+		addr, id := h.s.node.Leader()
+		return &pb.StatusResponse{
+			Tenant: p.Tenant, Revision: snap.Revision, LogicalTime: snap.LogicalTime,
+			TaskRecords: uint32(snap.TaskRecords), ActiveTasks: uint32(snap.ActiveTasks), QueuedTasks: uint32(snap.QueuedTasks),
+			TerminalTasks: uint32(snap.TerminalTasks), Workers: uint32(snap.Workers),
+			Results: uint32(tv.ResultCount()), ResultBytes: uint64(tv.ResultBytes()),
+			RaftState: h.s.node.RaftState(), Leader: id + "@" + addr, AppliedIndex: h.s.node.FSM().AppliedIndex(),
+			NodeId: h.s.node.Config().NodeID,
+		}, 0, nil
+	})
+}
+
+func (h adminHandler) ListWorkers(ctx context.Context, req *connect.Request[pb.ListWorkersRequest]) (*connect.Response[pb.ListWorkersResponse], error) {
+	return call(ctx, h.s, req, false, func(ctx context.Context, p principal, _ *pb.ListWorkersRequest) (*pb.ListWorkersResponse, uint64, error) {
+		tv, _ := h.s.node.FSM().Tenant(p.Tenant)
+		out := &pb.ListWorkersResponse{}
+		for _, w := range tv.Pool().Workers() {
+			out.Workers = append(out.Workers, workerInfo(w))
+		}
+		return out, 0, nil
+	})
+}
+
+func (h adminHandler) CreateTenant(ctx context.Context, req *connect.Request[pb.CreateTenantRequest]) (*connect.Response[pb.CreateTenantResponse], error) {
+	return call(ctx, h.s, req, true, func(ctx context.Context, p principal, m *pb.CreateTenantRequest) (*pb.CreateTenantResponse, uint64, error) {
+		if !p.systemAdmin() {
+			return nil, 0, errDenied("only an admin key of the system tenant may create tenants")
+		}
+		lim, rl := m.GetLimits(), m.GetResultLimits()
+		if lim == nil {
+			lim = raftfsm.LimitsToProto(h.s.node.Config().DefaultLimits)
+		}
+		if rl == nil {
+			rl = raftfsm.ResultLimitsToProto(h.s.node.Config().DefaultResultLimits)
+		}
+		r, err := h.s.node.Propose(ctx, &pb.Command{Principal: p.KeyID, Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{Name: m.GetName(), Limits: lim, ResultLimits: rl}}})
+		if err == nil {
+			err = r.Err
+		}
+		if err != nil {
+			return nil, 0, err
+		}
+		return &pb.CreateTenantResponse{}, 0, nil
+	})
+}
+
+func (h adminHandler) CreateKey(ctx context.Context, req *connect.Request[pb.CreateKeyRequest]) (*connect.Response[pb.CreateKeyResponse], error) {
+	return call(ctx, h.s, req, true, func(ctx context.Context, p principal, m *pb.CreateKeyRequest) (*pb.CreateKeyResponse, uint64, error) {
+		tenant := m.GetTenant()
+		if tenant == "" {
+			tenant = p.Tenant
+		}
+		if tenant != p.Tenant && !p.systemAdmin() {
+			return nil, 0, errDenied("only an admin key of the system tenant may create keys for other tenants")
+		}
+		role, ok := apikey.ParseRole(m.GetRole())
+		if !ok {
+			return nil, 0, errInvalid("role must be admin, producer or worker")
+		}
+		key, err := CreateKey(ctx, h.s.node, tenant, role)
+		if err != nil {
+			return nil, 0, err
+		}
+		return &pb.CreateKeyResponse{KeyId: key.ID, Key: key.Key}, 0, nil
+	})
+}
+
+// CreateKey generates a key and replicates its hash. The node uses it for
+// the first admin key; the API for Admin.CreateKey.
+func CreateKey(ctx context.Context, n interface {
+	Propose(context.Context, *pb.Command) (raftfsm.Response, error)
+}, tenant string, role apikey.Role) (apikey.Generated, error) {
+	g, err := apikey.Generate(nil)
+	if err != nil {
+		return apikey.Generated{}, err
+	}
+	r, err := n.Propose(ctx, &pb.Command{Op: &pb.Command_CreateKey{CreateKey: &pb.CreateKey{KeyId: g.ID, SecretHash: g.Hash[:], KeyTenant: tenant, Role: role.String()}}})
+	if err == nil {
+		err = r.Err
+	}
+	if err != nil {
+		return apikey.Generated{}, err
+	}
+	return g, nil
+}

@@ -1,0 +1,57 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"os"
+	"strings"
+
+	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/internal/apikey"
+	"github.com/termivar/distributed/node"
+	"github.com/termivar/distributed/raftfsm"
+)
+
+// EnsureAdminKey makes sure path holds an admin key of the system tenant
+// that the cluster knows. On first start it generates one, writes it (0600,
+// atomically) and only then replicates its hash, so a crash in between
+// leaves a file that the next start registers. It returns whether a key was
+// created.
+func EnsureAdminKey(ctx context.Context, n *node.Node, path string) (bool, error) {
+	data, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		id, secret, perr := apikey.Parse(strings.TrimSpace(string(data)))
+		if perr != nil {
+			return false, errors.New("server: admin key file is malformed")
+		}
+		if _, ok := n.FSM().Key(id); ok {
+			return false, nil
+		}
+		sum := sha256.Sum256([]byte(secret))
+		return false, proposeKey(ctx, n, id, sum[:])
+	case !errors.Is(err, os.ErrNotExist):
+		return false, err
+	}
+	g, err := apikey.Generate(nil)
+	if err != nil {
+		return false, err
+	}
+	if err := node.WriteFileAtomic(path, []byte(g.Key+"\n"), 0o600); err != nil {
+		return false, err
+	}
+	return true, proposeKey(ctx, n, g.ID, g.Hash[:])
+}
+
+func proposeKey(ctx context.Context, n *node.Node, id string, hash []byte) error {
+	r, err := n.Propose(ctx, &pb.Command{Op: &pb.Command_CreateKey{CreateKey: &pb.CreateKey{
+		KeyId: id, SecretHash: hash, KeyTenant: raftfsm.SystemTenant, Role: apikey.RoleAdmin.String()}}})
+	if err != nil {
+		return err
+	}
+	if r.Err != nil && !errors.Is(r.Err, raftfsm.ErrKeyExists) {
+		return r.Err
+	}
+	return nil
+}

@@ -1,0 +1,255 @@
+package server
+
+import (
+	"context"
+	"strconv"
+	"strings"
+
+	"connectrpc.com/connect"
+
+	distributed "github.com/termivar/distributed"
+	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/raftfsm"
+)
+
+type producerHandler struct{ s *Server }
+
+// Paging bounds of ListTasks.
+const (
+	defaultPageSize = 100
+	maxPageSize     = 1000
+)
+
+func (h producerHandler) Enqueue(ctx context.Context, req *connect.Request[pb.EnqueueRequest]) (*connect.Response[pb.EnqueueResponse], error) {
+	return call(ctx, h.s, req, true, func(ctx context.Context, p principal, m *pb.EnqueueRequest) (*pb.EnqueueResponse, uint64, error) {
+		if len(m.GetTasks()) == 0 || len(m.GetTasks()) > raftfsm.MaxEnqueueTasks {
+			return nil, 0, errInvalid("enqueue needs 1 to 4096 tasks")
+		}
+		e := &pb.EnqueueTasks{Tasks: make([]*pb.TaskSpec, len(m.GetTasks()))}
+		for i, t := range m.GetTasks() {
+			prio := uint32(distributed.PriorityNormal)
+			if t.GetPriority() != "" {
+				pr, ok := distributed.ParseTaskPriority(t.GetPriority())
+				prio = uint32(pr)
+				if !ok {
+					prio = invalidEnum
+				}
+			}
+			e.Tasks[i] = &pb.TaskSpec{TaskId: t.GetTaskId(), ScanId: t.GetScanId(), TargetRef: []byte(t.GetTargetRef()), Phases: t.GetPhases(), Priority: prio}
+		}
+		r, err := h.s.propose(ctx, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_Enqueue{Enqueue: e}})
+		if err != nil {
+			return nil, r.Revision, err
+		}
+		tasks := r.Value.([]distributed.ScanTask)
+		out := &pb.EnqueueResponse{Revision: r.Revision, Tasks: make([]*pb.EnqueuedTask, len(tasks))}
+		for i, t := range tasks {
+			et := &pb.EnqueuedTask{TaskId: t.TaskID()}
+			if own, ok := t.Ownership(); ok {
+				if f, ok := own.Fence(); ok {
+					et.FenceToken = h.s.node.Codec().SealFence(p.Tenant, f)
+				}
+			}
+			out.Tasks[i] = et
+		}
+		return out, r.Revision, nil
+	})
+}
+
+func (h producerHandler) Cancel(ctx context.Context, req *connect.Request[pb.CancelRequest]) (*connect.Response[pb.CancelResponse], error) {
+	return call(ctx, h.s, req, true, func(ctx context.Context, p principal, m *pb.CancelRequest) (*pb.CancelResponse, uint64, error) {
+		own, err := h.s.node.Codec().OpenOwnership(p.Tenant, m.GetOwnershipToken())
+		if err != nil {
+			return nil, 0, err
+		}
+		ob, _ := own.MarshalBinary()
+		r, err := h.s.propose(ctx, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_CancelTask{CancelTask: &pb.CancelTask{Ownership: ob}}})
+		if err != nil {
+			return nil, r.Revision, err
+		}
+		v := r.Value.(distributed.CancellationOutcome)
+		return &pb.CancelResponse{AlreadyCancelled: v.Kind == distributed.AlreadyCancelled, Revision: r.Revision}, r.Revision, nil
+	})
+}
+
+func (s *Server) taskInfo(p principal, tv raftfsm.TenantView, t distributed.ScanTask) *pb.TaskInfo {
+	ti := &pb.TaskInfo{
+		TaskId: t.TaskID(), ScanId: t.ScanID(), TargetRef: t.TargetRef(), Phases: t.Phases(),
+		Priority: t.Priority().String(), Status: t.Status().String(), CreatedAt: t.CreatedAt(),
+		RetryCount: t.RetryCount(), Attempt: t.Attempt(), TaskGeneration: t.TaskGeneration(), RecordVersion: t.RecordVersion(),
+	}
+	if v, ok := t.StartedAt(); ok {
+		ti.StartedAt = &v
+	}
+	if v, ok := t.CompletedAt(); ok {
+		ti.CompletedAt = &v
+	}
+	if l, ok := t.Lease(); ok {
+		ti.AssignedTo, ti.LeaseId, ti.LeaseExpiresAt = l.WorkerID(), l.LeaseID(), l.ExpiresAt()
+	}
+	if own, ok := t.Ownership(); ok {
+		if f, ok := own.Fence(); ok {
+			ti.FenceToken = s.node.Codec().SealFence(p.Tenant, f)
+		}
+	}
+	if t.Status() == distributed.TaskCompleted {
+		_, ti.HasResult, _ = tv.GetResult(t.TaskID())
+	}
+	return ti
+}
+
+func (h producerHandler) GetTask(ctx context.Context, req *connect.Request[pb.GetTaskRequest]) (*connect.Response[pb.GetTaskResponse], error) {
+	return call(ctx, h.s, req, false, func(ctx context.Context, p principal, m *pb.GetTaskRequest) (*pb.GetTaskResponse, uint64, error) {
+		tv, _ := h.s.node.FSM().Tenant(p.Tenant)
+		t, ok, err := tv.Pool().GetTask(m.GetTaskId())
+		if err != nil {
+			return nil, 0, err
+		}
+		if !ok {
+			return nil, 0, &distributed.Error{Kind: distributed.KindTaskNotFound, TaskID: m.GetTaskId()}
+		}
+		return &pb.GetTaskResponse{Task: h.s.taskInfo(p, tv, t)}, 0, nil
+	})
+}
+
+func (h producerHandler) ListTasks(ctx context.Context, req *connect.Request[pb.ListTasksRequest]) (*connect.Response[pb.ListTasksResponse], error) {
+	return call(ctx, h.s, req, false, func(ctx context.Context, p principal, m *pb.ListTasksRequest) (*pb.ListTasksResponse, uint64, error) {
+		size := int(m.GetPageSize())
+		if size == 0 {
+			size = defaultPageSize
+		}
+		if size > maxPageSize {
+			return nil, 0, errInvalid("page_size is above 1000")
+		}
+		var want distributed.TaskStatus
+		filter := m.GetStatus() != ""
+		if filter {
+			st, ok := distributed.ParseTaskStatus(m.GetStatus())
+			if !ok {
+				return nil, 0, errInvalid("status is not a task status")
+			}
+			want = st
+		}
+		if m.GetScanId() != "" && !distributed.ValidIdentifier(m.GetScanId()) {
+			return nil, 0, &distributed.Error{Kind: distributed.KindInvalidTask, Reason: "task command identifier is invalid"}
+		}
+		tv, _ := h.s.node.FSM().Tenant(p.Tenant)
+		out := &pb.ListTasksResponse{}
+		keep := func(t distributed.ScanTask) bool { return !filter || t.Status() == want }
+		if m.GetScanId() != "" {
+			// Scan order (enqueue order); the page token is an offset.
+			off := 0
+			if tok := m.GetPageToken(); tok != "" {
+				v, err := strconv.Atoi(strings.TrimPrefix(tok, "o:"))
+				if err != nil || v < 0 || !strings.HasPrefix(tok, "o:") {
+					return nil, 0, errInvalid("page_token is invalid")
+				}
+				off = v
+			}
+			ids := tv.ScanTaskIDs(m.GetScanId())
+			i := off
+			for ; i < len(ids) && len(out.Tasks) < size; i++ {
+				if t, ok, _ := tv.Pool().GetTask(ids[i]); ok && keep(t) {
+					out.Tasks = append(out.Tasks, h.s.taskInfo(p, tv, t))
+				}
+			}
+			if i < len(ids) {
+				out.NextPageToken = "o:" + strconv.Itoa(i)
+			}
+			return out, 0, nil
+		}
+		// Task-ID order; the page token is the last ID returned.
+		after, hasAfter := strings.CutPrefix(m.GetPageToken(), "k:")
+		if m.GetPageToken() != "" && !hasAfter {
+			return nil, 0, errInvalid("page_token is invalid")
+		}
+		all := tv.Pool().Tasks()
+		for i, t := range all {
+			if hasAfter && t.TaskID() <= after {
+				continue
+			}
+			if len(out.Tasks) == size {
+				if i < len(all) {
+					out.NextPageToken = "k:" + out.Tasks[len(out.Tasks)-1].GetTaskId()
+				}
+				break
+			}
+			if keep(t) {
+				out.Tasks = append(out.Tasks, h.s.taskInfo(p, tv, t))
+			}
+		}
+		return out, 0, nil
+	})
+}
+
+func (h producerHandler) ScanProgress(ctx context.Context, req *connect.Request[pb.ScanProgressRequest]) (*connect.Response[pb.ScanProgressResponse], error) {
+	return call(ctx, h.s, req, false, func(ctx context.Context, p principal, m *pb.ScanProgressRequest) (*pb.ScanProgressResponse, uint64, error) {
+		if !distributed.ValidIdentifier(m.GetScanId()) {
+			return nil, 0, &distributed.Error{Kind: distributed.KindInvalidTask, Reason: "task command identifier is invalid"}
+		}
+		tv, _ := h.s.node.FSM().Tenant(p.Tenant)
+		out := &pb.ScanProgressResponse{}
+		for _, id := range tv.ScanTaskIDs(m.GetScanId()) {
+			t, ok, _ := tv.Pool().GetTask(id)
+			if !ok {
+				continue
+			}
+			out.Total++
+			switch t.Status() {
+			case distributed.TaskQueued:
+				out.Queued++
+			case distributed.TaskLeased:
+				out.Leased++
+			case distributed.TaskRunning:
+				out.Running++
+			case distributed.TaskCompleted:
+				out.Completed++
+				if _, has, _ := tv.GetResult(id); has {
+					out.Results++
+				}
+			case distributed.TaskFailed:
+				out.Failed++
+			case distributed.TaskCancelled:
+				out.Cancelled++
+			case distributed.TaskExpired:
+				out.Expired++
+			}
+		}
+		return out, 0, nil
+	})
+}
+
+// AggregateResults streams the scan's stored results in enqueue order. It
+// aggregates through the core in chunks of MaxAggregateItems, so each chunk
+// is bounded by A.11 (items and bytes).
+func (h producerHandler) AggregateResults(ctx context.Context, req *connect.Request[pb.AggregateResultsRequest], stream *connect.ServerStream[pb.AggregateResultsResponse]) error {
+	p, err := h.s.authenticate(req.Header(), "Producer", "AggregateResults")
+	if err != nil {
+		return toConnect(err)
+	}
+	if !distributed.ValidIdentifier(req.Msg.GetScanId()) {
+		return toConnect(&distributed.Error{Kind: distributed.KindInvalidTask, Reason: "task command identifier is invalid"})
+	}
+	tv, _ := h.s.node.FSM().Tenant(p.Tenant)
+	var ids []string
+	for _, id := range tv.ScanTaskIDs(req.Msg.GetScanId()) {
+		if t, ok, _ := tv.Pool().GetTask(id); ok && t.Status() == distributed.TaskCompleted {
+			ids = append(ids, id)
+		}
+	}
+	chunk := tv.ResultLimits().MaxAggregateItems
+	for len(ids) > 0 {
+		n := min(chunk, len(ids))
+		res, err := tv.AggregateResults(ids[:n])
+		if err != nil {
+			return toConnect(err)
+		}
+		for _, r := range res {
+			if err := stream.Send(&pb.AggregateResultsResponse{TaskId: r.TaskID, Result: r.Result}); err != nil {
+				return err
+			}
+		}
+		ids = ids[n:]
+	}
+	return nil
+}

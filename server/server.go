@@ -1,0 +1,179 @@
+// Package server serves the node's Connect API (termivar.v1 Worker, Producer
+// and Admin; gRPC, gRPC-Web and Connect/JSON from one handler). Every request
+// needs a bearer API key; the key fixes the tenant and its role limits the
+// methods. Leases, fences and receipts cross the wire only as MACed tokens.
+// Every mutating request, accepted or rejected, appends one audit line.
+// Core error kinds map to Connect codes in one table (errors.go).
+package server
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/gen/termivar/v1/termivarv1connect"
+	"github.com/termivar/distributed/internal/apikey"
+	"github.com/termivar/distributed/internal/audit"
+	"github.com/termivar/distributed/node"
+	"github.com/termivar/distributed/raftfsm"
+)
+
+// Request size limits (bytes of one request message).
+const (
+	// MaxWorkerRequestBytes fits CompleteMany with large results.
+	MaxWorkerRequestBytes = 48 << 20
+	// MaxProducerRequestBytes fits one Enqueue of 4096 maximal tasks.
+	MaxProducerRequestBytes = 8 << 20
+	// MaxAdminRequestBytes bounds admin requests.
+	MaxAdminRequestBytes = 1 << 20
+	// MaxWaitSecs bounds Acquire's long poll.
+	MaxWaitSecs = 60
+	// MaxCompleteMany bounds CompleteMany items.
+	MaxCompleteMany = 1024
+)
+
+// Config configures a Server.
+type Config struct {
+	Node *node.Node
+	// Audit receives one entry per mutating request; nil discards them.
+	Audit *audit.Logger
+	// Logger receives diagnostics; nil discards them.
+	Logger *slog.Logger
+	// DefaultLeaseTTLSecs is used when a request asks for 0 (default 60).
+	DefaultLeaseTTLSecs uint64
+}
+
+// Server implements the three Connect services.
+type Server struct {
+	cfg   Config
+	node  *node.Node
+	audit *audit.Logger
+	log   *slog.Logger
+}
+
+// New returns a server for cfg.Node.
+func New(cfg Config) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.DefaultLeaseTTLSecs == 0 {
+		cfg.DefaultLeaseTTLSecs = 60
+	}
+	return &Server{cfg: cfg, node: cfg.Node, audit: cfg.Audit, log: cfg.Logger}
+}
+
+// Handler returns an http.Handler serving the API plus /healthz and /readyz.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle(termivarv1connect.NewWorkerHandler(workerHandler{s}, connect.WithReadMaxBytes(MaxWorkerRequestBytes)))
+	mux.Handle(termivarv1connect.NewProducerHandler(producerHandler{s}, connect.WithReadMaxBytes(MaxProducerRequestBytes)))
+	mux.Handle(termivarv1connect.NewAdminHandler(adminHandler{s}, connect.WithReadMaxBytes(MaxAdminRequestBytes)))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if s.node.RaftState() != "Leader" {
+			http.Error(w, "not leader", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	return mux
+}
+
+// NewHTTPServer returns an http.Server for h that speaks HTTP/1.1 and
+// unencrypted HTTP/2 (h2c) — gRPC needs HTTP/2 — with sane timeouts.
+func NewHTTPServer(addr string, h http.Handler) *http.Server {
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetHTTP2(true)
+	p.SetUnencryptedHTTP2(true)
+	return &http.Server{
+		Addr:              addr,
+		Handler:           h,
+		Protocols:         &p,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+	}
+}
+
+// principal is an authenticated caller.
+type principal struct {
+	KeyID  string
+	Tenant string
+	Role   apikey.Role
+}
+
+// systemAdmin reports whether p administers the cluster.
+func (p principal) systemAdmin() bool {
+	return p.Role == apikey.RoleAdmin && p.Tenant == raftfsm.SystemTenant
+}
+
+func splitProcedure(proc string) (service, method string) {
+	proc = strings.TrimPrefix(proc, "/termivar.v1.")
+	service, method, _ = strings.Cut(proc, "/")
+	return service, method
+}
+
+// authenticate checks the bearer key and the role's permission. On failure
+// the returned principal still carries the key ID when it parsed, for audit.
+func (s *Server) authenticate(h http.Header, service, method string) (principal, error) {
+	auth := h.Get("Authorization")
+	raw, ok := strings.CutPrefix(auth, "Bearer ")
+	if !ok {
+		return principal{}, errUnauthenticated("missing bearer API key")
+	}
+	id, secret, err := apikey.Parse(strings.TrimSpace(raw))
+	if err != nil {
+		return principal{}, errUnauthenticated("malformed API key")
+	}
+	rec, found := s.node.FSM().Key(id)
+	if !found || !apikey.Verify(rec.Hash, secret) {
+		return principal{KeyID: id}, errUnauthenticated("unknown API key")
+	}
+	role, _ := apikey.ParseRole(rec.Role)
+	p := principal{KeyID: id, Tenant: rec.Tenant, Role: role}
+	if !apikey.Allowed(role, service, method) {
+		return p, errDenied("role " + rec.Role + " may not call " + service + "." + method)
+	}
+	if _, ok := s.node.FSM().Tenant(rec.Tenant); !ok {
+		return p, &apiError{connect.CodeNotFound, KindUnknownTenant, "tenant does not exist"}
+	}
+	return p, nil
+}
+
+// call authenticates, runs fn, audits mutating calls and converts errors.
+func call[Req, Res any](ctx context.Context, s *Server, req *connect.Request[Req], mutating bool,
+	fn func(ctx context.Context, p principal, msg *Req) (*Res, uint64, error)) (*connect.Response[Res], error) {
+	service, method := splitProcedure(req.Spec().Procedure)
+	p, err := s.authenticate(req.Header(), service, method)
+	var res *Res
+	var rev uint64
+	if err == nil {
+		res, rev, err = fn(ctx, p, req.Msg)
+	}
+	if mutating {
+		s.audit.Record(ctx, audit.Entry{KeyID: p.KeyID, Tenant: p.Tenant, Method: service + "." + method, Outcome: kindOf(err), Revision: rev})
+	}
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(res), nil
+}
+
+// propose sends one tenant command for p and returns its response; domain
+// errors come back as err, with the revision at which they happened.
+func (s *Server) propose(ctx context.Context, p principal, expected *uint64, cmd *pb.Command) (raftfsm.Response, error) {
+	cmd.Tenant = p.Tenant
+	cmd.Principal = p.KeyID
+	cmd.ExpectedRevision = expected
+	r, err := s.node.Propose(ctx, cmd)
+	if err != nil {
+		return r, err
+	}
+	return r, r.Err
+}

@@ -1,0 +1,278 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"connectrpc.com/connect"
+
+	distributed "github.com/termivar/distributed"
+	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/raftfsm"
+)
+
+type workerHandler struct{ s *Server }
+
+func workerInfo(w distributed.WorkerNode) *pb.WorkerInfo {
+	tags := make([]string, 0, len(w.Tags()))
+	for _, t := range w.Tags() {
+		tags = append(tags, t.String())
+	}
+	return &pb.WorkerInfo{
+		WorkerId: w.WorkerID(), Generation: w.Generation(), Status: w.Status().String(),
+		Capacity: w.Capacity(), CurrentTasks: w.CurrentTasks(), CompletedTasks: w.CompletedTasks(),
+		LastHeartbeat: w.LastHeartbeat(), CpuBasisPoints: uint32(w.CPUBasisPoints()),
+		MemoryBasisPoints: uint32(w.MemoryBasisPoints()), NetworkBasisPoints: uint32(w.NetworkBasisPoints()),
+		Tags: tags, AvailableSlots: w.AvailableSlots(),
+	}
+}
+
+// invalidEnum is a value no core enum declares, so the core rejects it with
+// its own reason.
+const invalidEnum = 255
+
+func parseTags(names []string) []uint32 {
+	out := make([]uint32, 0, len(names))
+	for _, n := range names {
+		t, ok := distributed.ParseWorkerTag(n)
+		if !ok {
+			out = append(out, invalidEnum)
+			continue
+		}
+		out = append(out, uint32(t))
+	}
+	return out
+}
+
+func (h workerHandler) RegisterWorker(ctx context.Context, req *connect.Request[pb.RegisterWorkerRequest]) (*connect.Response[pb.RegisterWorkerResponse], error) {
+	return call(ctx, h.s, req, true, func(ctx context.Context, p principal, m *pb.RegisterWorkerRequest) (*pb.RegisterWorkerResponse, uint64, error) {
+		spec := &pb.WorkerSpec{WorkerId: m.GetWorkerId(), Capacity: m.GetCapacity(), CpuBasisPoints: m.GetCpuBasisPoints(),
+			MemoryBasisPoints: m.GetMemoryBasisPoints(), NetworkBasisPoints: m.GetNetworkBasisPoints(), Tags: parseTags(m.GetTags())}
+		cmd := &pb.Command{Op: &pb.Command_RegisterWorker{RegisterWorker: &pb.RegisterWorker{Spec: spec}}}
+		if m.ReactivateGeneration != nil {
+			cmd.Op = &pb.Command_ReactivateWorker{ReactivateWorker: &pb.ReactivateWorker{OfflineGeneration: m.GetReactivateGeneration(), Spec: spec}}
+		}
+		r, err := h.s.propose(ctx, p, m.ExpectedRevision, cmd)
+		if err != nil {
+			return nil, r.Revision, err
+		}
+		return &pb.RegisterWorkerResponse{Worker: workerInfo(r.Value.(distributed.WorkerNode)), Revision: r.Revision}, r.Revision, nil
+	})
+}
+
+func (h workerHandler) Heartbeat(ctx context.Context, req *connect.Request[pb.HeartbeatRequest]) (*connect.Response[pb.HeartbeatResponse], error) {
+	return call(ctx, h.s, req, true, func(ctx context.Context, p principal, m *pb.HeartbeatRequest) (*pb.HeartbeatResponse, uint64, error) {
+		status := uint32(distributed.WorkerHealthy)
+		if m.GetStatus() != "" {
+			st, ok := distributed.ParseWorkerStatus(m.GetStatus())
+			status = uint32(st)
+			if !ok {
+				status = invalidEnum
+			}
+		}
+		r, err := h.s.propose(ctx, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_UpdateWorker{UpdateWorker: &pb.UpdateWorker{
+			WorkerId: m.GetWorkerId(), Generation: m.GetGeneration(), Status: status, CpuBasisPoints: m.GetCpuBasisPoints(),
+			MemoryBasisPoints: m.GetMemoryBasisPoints(), NetworkBasisPoints: m.GetNetworkBasisPoints()}}})
+		if err != nil {
+			return nil, r.Revision, err
+		}
+		return &pb.HeartbeatResponse{Worker: workerInfo(r.Value.(distributed.WorkerNode)), Revision: r.Revision}, r.Revision, nil
+	})
+}
+
+func (h workerHandler) Acquire(ctx context.Context, req *connect.Request[pb.AcquireRequest]) (*connect.Response[pb.AcquireResponse], error) {
+	return call(ctx, h.s, req, true, func(ctx context.Context, p principal, m *pb.AcquireRequest) (*pb.AcquireResponse, uint64, error) {
+		if m.GetWaitSecs() > MaxWaitSecs {
+			return nil, 0, errInvalid("wait_secs is above 60")
+		}
+		if m.GetMaxTasks() > raftfsm.MaxAcquireTasks {
+			return nil, 0, errInvalid("max_tasks is above 256")
+		}
+		ttl := m.GetLeaseTtlSecs()
+		if ttl == 0 {
+			ttl = h.s.cfg.DefaultLeaseTTLSecs
+		}
+		tv, _ := h.s.node.FSM().Tenant(p.Tenant)
+		deadline := time.NewTimer(time.Duration(m.GetWaitSecs()) * time.Second)
+		defer deadline.Stop()
+		for {
+			// NB: take the wake channel before looking, so an enqueue between
+			// the look and the wait still wakes us.
+			wake := h.s.node.WaitChan(p.Tenant)
+			var r raftfsm.Response
+			err := error(&distributed.Error{Kind: distributed.KindNoQueuedTask})
+			if tv.Pool().Snapshot().QueuedTasks > 0 {
+				r, err = h.s.propose(ctx, p, nil, &pb.Command{Op: &pb.Command_AcquireTasks{AcquireTasks: &pb.AcquireTasks{
+					WorkerId: m.GetWorkerId(), LeaseTtlSecs: ttl, MaxTasks: m.GetMaxTasks(), Start: m.GetStart()}}})
+			}
+			if err == nil {
+				return h.acquired(p, r), r.Revision, nil
+			}
+			if !errors.Is(err, distributed.ErrNoQueuedTask) {
+				return nil, r.Revision, err
+			}
+			select {
+			case <-wake:
+				continue
+			case <-deadline.C:
+			case <-ctx.Done():
+			}
+			if r.Revision == 0 {
+				r.Revision = tv.Pool().Snapshot().Revision
+			}
+			return &pb.AcquireResponse{Revision: r.Revision}, r.Revision, nil
+		}
+	})
+}
+
+func (h workerHandler) acquired(p principal, r raftfsm.Response) *pb.AcquireResponse {
+	acq := r.Value.([]raftfsm.Acquired)
+	out := &pb.AcquireResponse{Revision: r.Revision, Tasks: make([]*pb.LeasedTask, 0, len(acq))}
+	codec := h.s.node.Codec()
+	for _, a := range acq {
+		out.Tasks = append(out.Tasks, &pb.LeasedTask{
+			LeaseToken: codec.SealLease(p.Tenant, a.Lease), TaskId: a.Task.TaskID(), ScanId: a.Task.ScanID(),
+			TargetRef: a.Task.TargetRef(), Phases: a.Task.Phases(), Priority: uint32(a.Task.Priority()),
+			Attempt: a.Lease.Attempt(), LeaseId: a.Lease.LeaseID(), ExpiresAt: a.Lease.ExpiresAt(), Started: a.Started,
+		})
+	}
+	return out
+}
+
+func (s *Server) leaseBytes(p principal, tok []byte) ([]byte, error) {
+	l, err := s.node.Codec().OpenLease(p.Tenant, tok)
+	if err != nil {
+		return nil, err
+	}
+	b, _ := l.MarshalBinary()
+	return b, nil
+}
+
+func (h workerHandler) Start(ctx context.Context, req *connect.Request[pb.StartRequest]) (*connect.Response[pb.StartResponse], error) {
+	return call(ctx, h.s, req, true, func(ctx context.Context, p principal, m *pb.StartRequest) (*pb.StartResponse, uint64, error) {
+		lb, err := h.s.leaseBytes(p, m.GetLeaseToken())
+		if err != nil {
+			return nil, 0, err
+		}
+		r, err := h.s.propose(ctx, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_StartTask{StartTask: &pb.StartTask{Lease: lb}}})
+		if err != nil {
+			return nil, r.Revision, err
+		}
+		v := r.Value.(distributed.StartOutcome)
+		return &pb.StartResponse{StartedAt: v.StartedAt, AlreadyStarted: v.Kind == distributed.StartAlreadyStarted, Revision: r.Revision}, r.Revision, nil
+	})
+}
+
+func (h workerHandler) RenewLease(ctx context.Context, req *connect.Request[pb.RenewLeaseRequest]) (*connect.Response[pb.RenewLeaseResponse], error) {
+	return call(ctx, h.s, req, true, func(ctx context.Context, p principal, m *pb.RenewLeaseRequest) (*pb.RenewLeaseResponse, uint64, error) {
+		lb, err := h.s.leaseBytes(p, m.GetLeaseToken())
+		if err != nil {
+			return nil, 0, err
+		}
+		ttl := m.GetLeaseTtlSecs()
+		if ttl == 0 {
+			ttl = h.s.cfg.DefaultLeaseTTLSecs
+		}
+		r, err := h.s.propose(ctx, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_RenewLease{RenewLease: &pb.RenewLease{Lease: lb, LeaseTtlSecs: ttl}}})
+		if err != nil {
+			return nil, r.Revision, err
+		}
+		l := r.Value.(distributed.TaskLease)
+		return &pb.RenewLeaseResponse{LeaseToken: h.s.node.Codec().SealLease(p.Tenant, l), LeaseId: l.LeaseID(), ExpiresAt: l.ExpiresAt(), Revision: r.Revision}, r.Revision, nil
+	})
+}
+
+func (s *Server) completeResponse(p principal, r raftfsm.Response) *pb.CompleteResponse {
+	v := r.Value.(raftfsm.CompleteValue)
+	return &pb.CompleteResponse{
+		ReceiptToken:     s.node.Codec().SealReceipt(p.Tenant, v.Completion.Receipt),
+		AlreadyCompleted: v.Completion.Kind == distributed.AlreadyCompleted,
+		AlreadyStored:    v.Store.Kind == distributed.AlreadyStored,
+		Revision:         r.Revision,
+	}
+}
+
+func (h workerHandler) Complete(ctx context.Context, req *connect.Request[pb.CompleteRequest]) (*connect.Response[pb.CompleteResponse], error) {
+	return call(ctx, h.s, req, true, func(ctx context.Context, p principal, m *pb.CompleteRequest) (*pb.CompleteResponse, uint64, error) {
+		lb, err := h.s.leaseBytes(p, m.GetLeaseToken())
+		if err != nil {
+			return nil, 0, err
+		}
+		r, err := h.s.propose(ctx, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_CompleteTask{CompleteTask: &pb.CompleteTask{Lease: lb, Result: m.GetResult()}}})
+		if err != nil {
+			return nil, r.Revision, err
+		}
+		return h.s.completeResponse(p, r), r.Revision, nil
+	})
+}
+
+func (h workerHandler) CompleteMany(ctx context.Context, req *connect.Request[pb.CompleteManyRequest]) (*connect.Response[pb.CompleteManyResponse], error) {
+	return call(ctx, h.s, req, true, func(ctx context.Context, p principal, m *pb.CompleteManyRequest) (*pb.CompleteManyResponse, uint64, error) {
+		items := m.GetItems()
+		if len(items) == 0 || len(items) > MaxCompleteMany {
+			return nil, 0, errInvalid("complete_many needs 1 to 1024 items")
+		}
+		out := &pb.CompleteManyResponse{Results: make([]*pb.CompleteItemResult, len(items))}
+		cmds := make([]*pb.Command, 0, len(items))
+		idx := make([]int, 0, len(items))
+		for i, it := range items {
+			lb, err := h.s.leaseBytes(p, it.GetLeaseToken())
+			if err != nil {
+				_, d := classify(err)
+				out.Results[i] = &pb.CompleteItemResult{Error: d}
+				continue
+			}
+			cmds = append(cmds, &pb.Command{Tenant: p.Tenant, Principal: p.KeyID, ExpectedRevision: it.ExpectedRevision,
+				Op: &pb.Command_CompleteTask{CompleteTask: &pb.CompleteTask{Lease: lb, Result: it.GetResult()}}})
+			idx = append(idx, i)
+		}
+		var rev uint64
+		if len(cmds) > 0 {
+			rs, err := h.s.node.ProposeAll(ctx, cmds)
+			if err != nil {
+				return nil, 0, err
+			}
+			for j, r := range rs {
+				rev = max(rev, r.Revision)
+				if r.Err != nil {
+					_, d := classify(r.Err)
+					out.Results[idx[j]] = &pb.CompleteItemResult{Error: d}
+					continue
+				}
+				out.Results[idx[j]] = &pb.CompleteItemResult{Response: h.s.completeResponse(p, r)}
+			}
+		}
+		return out, rev, nil
+	})
+}
+
+func (h workerHandler) Fail(ctx context.Context, req *connect.Request[pb.FailRequest]) (*connect.Response[pb.FailResponse], error) {
+	return call(ctx, h.s, req, true, func(ctx context.Context, p principal, m *pb.FailRequest) (*pb.FailResponse, uint64, error) {
+		lb, err := h.s.leaseBytes(p, m.GetLeaseToken())
+		if err != nil {
+			return nil, 0, err
+		}
+		r, err := h.s.propose(ctx, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_FailTask{FailTask: &pb.FailTask{Lease: lb}}})
+		if err != nil {
+			return nil, r.Revision, err
+		}
+		v := r.Value.(distributed.FailureOutcome)
+		return &pb.FailResponse{Requeued: v.Kind == distributed.Requeued, RetryExhausted: v.Kind == distributed.RetryExhausted,
+			TaskGeneration: v.TaskGeneration, RetryCount: v.RetryCount, Revision: r.Revision}, r.Revision, nil
+	})
+}
+
+func summary(s distributed.RecoverySummary) *pb.RecoverySummary {
+	return &pb.RecoverySummary{WorkersAffected: uint32(s.WorkersAffected), TasksRequeued: uint32(s.TasksRequeued), TasksFailed: uint32(s.TasksFailed)}
+}
+
+func (h workerHandler) Deregister(ctx context.Context, req *connect.Request[pb.DeregisterRequest]) (*connect.Response[pb.DeregisterResponse], error) {
+	return call(ctx, h.s, req, true, func(ctx context.Context, p principal, m *pb.DeregisterRequest) (*pb.DeregisterResponse, uint64, error) {
+		r, err := h.s.propose(ctx, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_DeregisterWorker{DeregisterWorker: &pb.DeregisterWorker{WorkerId: m.GetWorkerId(), Generation: m.GetGeneration()}}})
+		if err != nil {
+			return nil, r.Revision, err
+		}
+		return &pb.DeregisterResponse{Summary: summary(r.Value.(distributed.RecoverySummary)), Revision: r.Revision}, r.Revision, nil
+	})
+}

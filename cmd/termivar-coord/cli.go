@@ -22,16 +22,8 @@ import (
 	"github.com/termivar/distributed/client"
 )
 
-// Exit codes of the stable CLI surface.
-const (
-	exitOK          = 0
-	exitUsage       = 1
-	exitRejected    = 2
-	exitUnreachable = 3
-)
-
-// command is one subcommand registered from its own file's init.
-type command struct {
+// clientCommand is one subcommand registered from its own file's init.
+type clientCommand struct {
 	name    string
 	usage   string // one line: the arguments after the name
 	summary string
@@ -39,14 +31,14 @@ type command struct {
 	run func(ctx context.Context, env *cliEnv, args []string) error
 }
 
-// commands holds every registered subcommand by name.
-var commands = map[string]*command{}
+// clientCommands holds every registered subcommand by name.
+var clientCommands = map[string]*clientCommand{}
 
-func register(c *command) {
-	if _, dup := commands[c.name]; dup {
+func registerClient(c *clientCommand) {
+	if _, dup := clientCommands[c.name]; dup {
 		panic("duplicate command " + c.name)
 	}
-	commands[c.name] = c
+	clientCommands[c.name] = c
 }
 
 // cliEnv is what a command gets besides its arguments.
@@ -89,7 +81,7 @@ func exitCode(err error) int {
 
 // runRegistered runs a registered command; ok is false if name is not one.
 func runRegistered(name string, args []string, env *cliEnv) (code int, ok bool) {
-	c, ok := commands[name]
+	c, ok := clientCommands[name]
 	if !ok {
 		return 0, false
 	}
@@ -107,14 +99,14 @@ func runRegistered(name string, args []string, env *cliEnv) (code int, ok bool) 
 
 // registeredUsage lists the registered commands for the top-level help.
 func registeredUsage() string {
-	names := make([]string, 0, len(commands))
-	for n := range commands {
+	names := make([]string, 0, len(clientCommands))
+	for n := range clientCommands {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	var b strings.Builder
 	for _, n := range names {
-		fmt.Fprintf(&b, "  %-8s %s\n", n, commands[n].summary)
+		fmt.Fprintf(&b, "  %-8s %s\n", n, clientCommands[n].summary)
 	}
 	return b.String()
 }
@@ -127,7 +119,7 @@ type globalFlags struct {
 
 // newFlagSet returns a flag set with the global options bound to g, whose
 // defaults come from env (already resolved global flags).
-func newFlagSet(env *cliEnv, c *command, g *globalFlags, withJSON bool) *flag.FlagSet {
+func newFlagSet(env *cliEnv, c *clientCommand, g *globalFlags, withJSON bool) *flag.FlagSet {
 	fs := flag.NewFlagSet(c.name, flag.ContinueOnError)
 	fs.SetOutput(env.stderr)
 	fs.StringVar(&g.server, "server", env.server, "node URL (env "+client.EnvServer+", default "+client.DefaultServerURL+")")

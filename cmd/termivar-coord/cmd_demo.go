@@ -18,7 +18,7 @@ import (
 )
 
 func init() {
-	register(&command{
+	registerClient(&clientCommand{
 		name:    "demo",
 		usage:   "[--targets N] [--keep]",
 		summary: "run an embedded node, three workers and a scan with a worker crash, then print the results summary",
@@ -39,7 +39,7 @@ const (
 
 func runDemo(ctx context.Context, env *cliEnv, args []string) error {
 	var g globalFlags
-	fs := newFlagSet(env, commands["demo"], &g, false)
+	fs := newFlagSet(env, clientCommands["demo"], &g, false)
 	n := fs.Int("targets", 200, "number of targets to scan")
 	keep := fs.Bool("keep", false, "keep the node's data directory")
 	if err := parseFlags(fs, args); err != nil {
@@ -64,7 +64,7 @@ func runDemo(ctx context.Context, env *cliEnv, args []string) error {
 	}
 
 	fmt.Fprintln(out, "== starting an embedded node (one-voter raft cluster on loopback)")
-	node, err := startEmbedded(ctx, dir)
+	node, err := startDemoNode(ctx, dir)
 	if err != nil {
 		return fmt.Errorf("start embedded node: %w", err)
 	}

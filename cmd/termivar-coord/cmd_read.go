@@ -13,10 +13,10 @@ import (
 // This file holds the read commands status, tasks and workers, and cancel.
 
 func init() {
-	register(&command{name: "status", usage: "[--json]", summary: "show the node's and your tenant's status", run: runStatus})
-	register(&command{name: "tasks", usage: "[--scan S] [--status X] [--limit N] [--json]", summary: "list tasks (JSON: one object per line)", run: runTasks})
-	register(&command{name: "workers", usage: "[--json]", summary: "list workers (JSON: one object per line)", run: runWorkers})
-	register(&command{name: "cancel", usage: "[--json] TASK", summary: "cancel a queued task", run: runCancel})
+	registerClient(&clientCommand{name: "status", usage: "[--json]", summary: "show the node's and your tenant's status", run: runStatus})
+	registerClient(&clientCommand{name: "tasks", usage: "[--scan S] [--status X] [--limit N] [--json]", summary: "list tasks (JSON: one object per line)", run: runTasks})
+	registerClient(&clientCommand{name: "workers", usage: "[--json]", summary: "list workers (JSON: one object per line)", run: runWorkers})
+	registerClient(&clientCommand{name: "cancel", usage: "[--json] TASK", summary: "cancel a queued task", run: runCancel})
 }
 
 // statusJSON is the --json form of status.
@@ -39,7 +39,7 @@ type statusJSON struct {
 
 func runStatus(ctx context.Context, env *cliEnv, args []string) error {
 	var g globalFlags
-	fs := newFlagSet(env, commands["status"], &g, true)
+	fs := newFlagSet(env, clientCommands["status"], &g, true)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -101,7 +101,7 @@ func toTaskJSON(t *pb.TaskInfo) taskJSON {
 
 func runTasks(ctx context.Context, env *cliEnv, args []string) error {
 	var g globalFlags
-	fs := newFlagSet(env, commands["tasks"], &g, true)
+	fs := newFlagSet(env, clientCommands["tasks"], &g, true)
 	scan := fs.String("scan", "", "only this scan")
 	status := fs.String("status", "", "only this status (queued, leased, running, completed, failed, cancelled, expired)")
 	limit := fs.Int("limit", 0, "print at most N tasks (0 = all)")
@@ -167,7 +167,7 @@ type workerJSON struct {
 
 func runWorkers(ctx context.Context, env *cliEnv, args []string) error {
 	var g globalFlags
-	fs := newFlagSet(env, commands["workers"], &g, true)
+	fs := newFlagSet(env, clientCommands["workers"], &g, true)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -212,7 +212,7 @@ func runWorkers(ctx context.Context, env *cliEnv, args []string) error {
 
 func runCancel(ctx context.Context, env *cliEnv, args []string) error {
 	var g globalFlags
-	fs := newFlagSet(env, commands["cancel"], &g, true)
+	fs := newFlagSet(env, clientCommands["cancel"], &g, true)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

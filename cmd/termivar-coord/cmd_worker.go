@@ -12,7 +12,7 @@ import (
 )
 
 func init() {
-	register(&command{
+	registerClient(&clientCommand{
 		name:    "worker",
 		usage:   "[--id ID] [--capacity N] [--tag T ...] -- CMD ARGS...",
 		summary: "run a worker agent that runs CMD once per leased task",
@@ -28,7 +28,7 @@ func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
 func runWorker(ctx context.Context, env *cliEnv, args []string) error {
 	var g globalFlags
-	fs := newFlagSet(env, commands["worker"], &g, false)
+	fs := newFlagSet(env, clientCommands["worker"], &g, false)
 	host, _ := os.Hostname()
 	id := fs.String("id", defaultWorkerID(host), "worker ID (one process per ID)")
 	capacity := fs.Int("capacity", 1, "tasks run at once (1-256)")

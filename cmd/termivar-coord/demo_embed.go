@@ -23,9 +23,9 @@ type embeddedNode struct {
 // Close stops the HTTP server and the node.
 func (e *embeddedNode) Close() { e.close() }
 
-// startEmbedded opens a node on dir (raft and API on free loopback ports),
+// startDemoNode opens a node on dir (raft and API on free loopback ports),
 // makes its admin key and serves the API.
-func startEmbedded(ctx context.Context, dir string) (*embeddedNode, error) {
+func startDemoNode(ctx context.Context, dir string) (*embeddedNode, error) {
 	// NB: a quick recovery ticker so the crashed worker's expired leases go
 	// back to the queue within a fraction of a second of expiring.
 	n, err := node.Open(ctx, node.Config{DataDir: dir, RaftAddr: "127.0.0.1:0", TickInterval: 250 * time.Millisecond})

@@ -7,6 +7,14 @@ import (
 	"os"
 )
 
+// Exit codes (SPEC Part D).
+const (
+	exitOK          = 0
+	exitUsage       = 1
+	exitRejected    = 2
+	exitUnreachable = 3
+)
+
 func main() {
 	if code, ok := dispatchRegistered(os.Args[1:]); ok {
 		os.Exit(code)

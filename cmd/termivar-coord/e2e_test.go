@@ -259,28 +259,17 @@ func TestE2E_KillWorker(t *testing.T) {
 	start := time.Now()
 	workers := []*e2eWorker{
 		n.startWorker(t, "w1", 8, workScript),
-		n.startWorker(t, "w2", 8, workScript),
+		// w2 is slow, so that it always holds leases when it is killed.
+		n.startWorker(t, "w2", 8, strings.Replace(workScript, "sleep 0.02", "sleep 0.5", 1)),
 		n.startWorker(t, "w3", 8, workScript),
 	}
 	if code, out := n.cli(t, "", "enqueue", "--scan", "e2e", "--file", file); code != 0 || !strings.Contains(out, "enqueued 500 tasks") {
 		t.Fatalf("enqueue: exit %d, %q", code, out)
 	}
 
-	// Kill w2 with SIGKILL once the scan is under way and w2 holds leases.
-	var held []string
-	deadline := time.Now().Add(60 * time.Second)
-	for held == nil {
-		if time.Now().After(deadline) {
-			t.Fatal("w2 never held a lease after 100 completions")
-		}
-		p, err := c.ScanProgress(ctx, &pb.ScanProgressRequest{ScanId: "e2e"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if p.GetCompleted() < 100 {
-			time.Sleep(20 * time.Millisecond)
-			continue
-		}
+	// Kill w2 with SIGKILL once the scan is under way and w2 holds leases;
+	// the leases it holds after death are the ones to be recovered.
+	w2Leases := func() []string {
 		var ids []string
 		for _, st := range []string{"leased", "running"} {
 			if err := c.EachTask(ctx, &pb.ListTasksRequest{ScanId: "e2e", Status: st}, func(ti *pb.TaskInfo) error {
@@ -292,16 +281,31 @@ func TestE2E_KillWorker(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if len(ids) == 0 {
-			time.Sleep(5 * time.Millisecond)
+		return ids
+	}
+	var held []string
+	deadline := time.Now().Add(60 * time.Second)
+	for held == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("w2 never held a lease after 100 completions")
+		}
+		p, err := c.ScanProgress(ctx, &pb.ScanProgressRequest{ScanId: "e2e"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.GetCompleted() < 100 || len(w2Leases()) == 0 {
+			time.Sleep(10 * time.Millisecond)
 			continue
 		}
 		if err := workers[1].cmd.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
 		<-workers[1].done
-		held = ids
+		held = w2Leases()
 		t.Logf("SIGKILLed w2 holding %d leases at %d/%d completed", len(held), p.GetCompleted(), total)
+		if len(held) == 0 {
+			t.Fatal("w2 finished its tasks between the check and SIGKILL; nothing to recover")
+		}
 	}
 
 	// Wait for the scan to finish through the CLI's watch.

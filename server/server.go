@@ -70,9 +70,12 @@ func New(cfg Config) *Server {
 // Handler returns an http.Handler serving the API plus /healthz and /readyz.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle(termivarv1connect.NewWorkerHandler(workerHandler{s}, connect.WithReadMaxBytes(MaxWorkerRequestBytes)))
-	mux.Handle(termivarv1connect.NewProducerHandler(producerHandler{s}, connect.WithReadMaxBytes(MaxProducerRequestBytes)))
-	mux.Handle(termivarv1connect.NewAdminHandler(adminHandler{s}, connect.WithReadMaxBytes(MaxAdminRequestBytes)))
+	// NB: responses are compressed only when large and the client asks;
+	// gzip of small messages costs more CPU than it saves.
+	compress := connect.WithCompressMinBytes(256 << 10)
+	mux.Handle(termivarv1connect.NewWorkerHandler(workerHandler{s}, connect.WithReadMaxBytes(MaxWorkerRequestBytes), compress))
+	mux.Handle(termivarv1connect.NewProducerHandler(producerHandler{s}, connect.WithReadMaxBytes(MaxProducerRequestBytes), compress))
+	mux.Handle(termivarv1connect.NewAdminHandler(adminHandler{s}, connect.WithReadMaxBytes(MaxAdminRequestBytes), compress))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if s.node.RaftState() != "Leader" {

@@ -16,26 +16,13 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
 
 	"github.com/termivar/distributed/agent"
 	"github.com/termivar/distributed/client"
 	"github.com/termivar/distributed/client/clienttest"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if binPath != "" {
-		_ = os.RemoveAll(filepath.Dir(binPath))
-	}
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+// NB: TestMain (goleak) lives in kill9_test.go.
 
 type testBundle struct {
 	srv *clienttest.Server

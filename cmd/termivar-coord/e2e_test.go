@@ -29,34 +29,14 @@ import (
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 )
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-// binary builds termivar-coord once per test run.
+// binary builds termivar-coord into the test's temp dir (the build cache
+// makes the second build a link).
 func binary(t *testing.T) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("end-to-end test builds the binary; skipped with -short")
 	}
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "termivar-e2e-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "termivar-coord")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
+	return buildBinary(t)
 }
 
 // e2eNode is a `serve` process.
@@ -66,7 +46,7 @@ type e2eNode struct {
 	log                *bytes.Buffer
 }
 
-func freePort(t *testing.T) string {
+func freeAddr(t *testing.T) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -100,16 +80,12 @@ func (b *lockedBuffer) String() string {
 func startServe(t *testing.T) *e2eNode {
 	t.Helper()
 	bin := binary(t)
-	// TODO(cli): drop once the node branch's serve is merged into this one.
-	if out, _ := exec.Command(bin, "serve", "--help").CombinedOutput(); strings.Contains(string(out), "usage: termivar-coord [--server URL]") {
-		t.Skip("this build has no serve command yet")
-	}
 	dir := t.TempDir()
-	api := freePort(t)
+	api := freeAddr(t)
 	n := &e2eNode{bin: bin, dir: dir, url: "http://" + api}
 	logBuf := &lockedBuffer{}
 	n.cmd = exec.Command(bin, "serve", "--data-dir", filepath.Join(dir, "data"), "--api-addr", api,
-		"--raft-addr", freePort(t), "--node-id", "e2e", "--tick", "200ms")
+		"--raft-addr", freeAddr(t), "--node-id", "e2e", "--tick", "200ms")
 	n.cmd.Stdout, n.cmd.Stderr = logBuf, logBuf
 	if err := n.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -1,5 +1,14 @@
-// Command termivar-coord is the termivar coordinator: the node (serve), the
-// worker agent (worker) and the producer and operator CLI.
+// Command termivar-coord runs and drives the termivar coordinator node.
+//
+//	termivar-coord serve [flags]          run a node (defaults: ./termivar-data, 127.0.0.1:7420)
+//	termivar-coord keys create --tenant T --role admin|producer|worker
+//	termivar-coord tenants create --name N
+//	termivar-coord bench [flags]          end-to-end load generator
+//
+// Global flags of client commands: --server URL (env TERMIVAR_SERVER,
+// default http://127.0.0.1:7420) and --key KEY (env TERMIVAR_KEY, default
+// the admin key file of ./termivar-data). Exit codes: 0 success, 1 usage
+// error, 2 rejected request, 3 server unreachable.
 package main
 
 import (
@@ -15,10 +24,49 @@ const (
 	exitUnreachable = 3
 )
 
+type command struct {
+	name string
+	help string
+	run  func(args []string) int
+}
+
+func commands() []command {
+	return []command{
+		{"serve", "run a coordinator node", runServe},
+		{"keys", "manage API keys (keys create --tenant T --role R)", runKeys},
+		{"tenants", "manage tenants (tenants create --name N)", runTenants},
+		{"bench", "end-to-end load generator against an embedded or remote node", runBench},
+	}
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: termivar-coord <command> [flags]")
+	for _, c := range commands() {
+		fmt.Fprintf(os.Stderr, "  %-8s %s\n", c.name, c.help)
+	}
+	fmt.Fprint(os.Stderr, registeredUsage())
+}
+
 func main() {
+	// Client commands (worker, enqueue, status, tasks, workers, cancel,
+	// watch, results, demo) register themselves in cli.go's registry.
 	if code, ok := dispatchRegistered(os.Args[1:]); ok {
 		os.Exit(code)
 	}
-	fmt.Fprintf(os.Stderr, "usage: termivar-coord [--server URL] [--key KEY] COMMAND [flags]\n\ncommands:\n%s", registeredUsage())
+	if len(os.Args) < 2 {
+		usage()
+		os.Exit(exitUsage)
+	}
+	for _, c := range commands() {
+		if c.name == os.Args[1] {
+			os.Exit(c.run(os.Args[2:]))
+		}
+	}
+	if os.Args[1] == "help" || os.Args[1] == "-h" || os.Args[1] == "--help" {
+		usage()
+		os.Exit(exitOK)
+	}
+	fmt.Fprintf(os.Stderr, "termivar-coord: unknown command %q\n", os.Args[1])
+	usage()
 	os.Exit(exitUsage)
 }

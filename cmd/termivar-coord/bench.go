@@ -1,0 +1,328 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+
+	distributed "github.com/termivar/distributed"
+	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/internal/audit"
+	"github.com/termivar/distributed/node"
+	"github.com/termivar/distributed/raftfsm"
+	"github.com/termivar/distributed/server"
+)
+
+type benchFlags struct {
+	client      clientFlags
+	embedded    bool
+	dataDir     string
+	producers   int
+	workers     int
+	tasks       int
+	batch       int
+	acquireMax  int
+	resultBytes int
+}
+
+// runBench drives N producers and M workers against a node over loopback
+// HTTP and reports completed tasks/s and latency percentiles. Without
+// --server it starts an embedded node (fsync on, as in production) in a
+// temporary directory.
+func runBench(args []string) int {
+	var f benchFlags
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	f.client.register(fs)
+	fs.BoolVar(&f.embedded, "embedded", true, "start an embedded node on loopback (false: use --server/--key)")
+	fs.StringVar(&f.dataDir, "data-dir", "", "embedded node data dir (default: a temporary dir)")
+	fs.IntVar(&f.producers, "producers", 2, "concurrent producers")
+	fs.IntVar(&f.workers, "workers", 16, "concurrent workers")
+	fs.IntVar(&f.tasks, "tasks", 60000, "tasks to run (at most 65536: one tenant's record ceiling)")
+	fs.IntVar(&f.batch, "batch", 500, "tasks per Enqueue")
+	fs.IntVar(&f.acquireMax, "acquire", 128, "max tasks per Acquire (and per CompleteMany)")
+	fs.IntVar(&f.resultBytes, "result-bytes", 32, "bytes of each result")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	if *cpuProfile != "" {
+		pf, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "termivar-coord bench:", err)
+			return exitUsage
+		}
+		defer pf.Close()
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			fmt.Fprintln(os.Stderr, "termivar-coord bench:", err)
+			return exitUsage
+		}
+		defer pprof.StopCPUProfile()
+	}
+	if f.tasks < 1 || f.tasks > distributed.MaxTaskRecords || f.producers < 1 || f.workers < 1 || f.batch < 1 || f.batch > raftfsm.MaxEnqueueTasks || f.acquireMax < 1 || f.acquireMax > raftfsm.MaxAcquireTasks {
+		fmt.Fprintln(os.Stderr, "termivar-coord bench: flag out of range")
+		return exitUsage
+	}
+	url, key := f.client.server, f.client.key
+	if f.embedded {
+		stop, u, k, err := startEmbedded(f.dataDir)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "termivar-coord bench:", err)
+			return exitRejected
+		}
+		defer stop()
+		url, key = u, k
+	} else if key == "" {
+		var err error
+		if key, err = f.client.apiKey(); err != nil {
+			fmt.Fprintln(os.Stderr, "termivar-coord bench:", err)
+			return exitUsage
+		}
+	}
+	res, err := bench(context.Background(), f, url, key)
+	if err != nil {
+		return exitFor("bench", err)
+	}
+	fmt.Println(res)
+	return exitOK
+}
+
+func startEmbedded(dir string) (stop func(), url, key string, err error) {
+	tmp := ""
+	if dir == "" {
+		if tmp, err = os.MkdirTemp("", "termivar-bench-"); err != nil {
+			return nil, "", "", err
+		}
+		dir = tmp
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	n, err := node.Open(ctx, node.Config{DataDir: dir, RaftAddr: "127.0.0.1:0"})
+	if err != nil {
+		return nil, "", "", err
+	}
+	if _, err := server.EnsureAdminKey(ctx, n, filepath.Join(dir, node.AdminKeyFile)); err != nil {
+		n.Close()
+		return nil, "", "", err
+	}
+	kb, _ := os.ReadFile(filepath.Join(dir, node.AdminKeyFile))
+	al, err := audit.Open(filepath.Join(dir, audit.FileName), nil)
+	if err != nil {
+		n.Close()
+		return nil, "", "", err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		n.Close()
+		return nil, "", "", err
+	}
+	hs := server.NewHTTPServer(ln.Addr().String(), server.New(server.Config{Node: n, Audit: al}).Handler())
+	go func() { _ = hs.Serve(ln) }()
+	return func() {
+		_ = hs.Close()
+		n.Close()
+		al.Close()
+		if tmp != "" {
+			os.RemoveAll(tmp)
+		}
+	}, "http://" + ln.Addr().String(), strings.TrimSpace(string(kb)), nil
+}
+
+type benchResult struct {
+	tasks                  int
+	elapsed                time.Duration
+	leaseP50, leaseP99     time.Duration
+	e2eP50, e2eP99         time.Duration
+	producers, workers     int
+	batch, acquire         int
+	appliedBefore, applied uint64
+}
+
+func (r benchResult) String() string {
+	return fmt.Sprintf("tasks=%d producers=%d workers=%d batch=%d acquire=%d elapsed=%s\n"+
+		"completed_tasks_per_sec=%.0f\n"+
+		"acquire_to_complete_p50=%s acquire_to_complete_p99=%s\n"+
+		"enqueue_to_complete_p50=%s enqueue_to_complete_p99=%s\n"+
+		"raft_log_entries=%d",
+		r.tasks, r.producers, r.workers, r.batch, r.acquire, r.elapsed.Round(time.Millisecond),
+		float64(r.tasks)/r.elapsed.Seconds(),
+		r.leaseP50.Round(time.Microsecond), r.leaseP99.Round(time.Microsecond),
+		r.e2eP50.Round(time.Microsecond), r.e2eP99.Round(time.Microsecond),
+		r.applied-r.appliedBefore)
+}
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	slices.Sort(d)
+	i := int(float64(len(d)-1) * p)
+	return d[i]
+}
+
+func bench(ctx context.Context, f benchFlags, url, adminKey string) (benchResult, error) {
+	hc := newHTTPClient(f.client.insecure, f.producers+f.workers+4)
+	admin := newClients(hc, url, adminKey)
+	tenant := "bench-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	_, err := admin.admin.CreateTenant(ctx, connect.NewRequest(&pb.CreateTenantRequest{Name: tenant,
+		Limits: &pb.CoreLimits{MaxTaskRecords: distributed.MaxTaskRecords, MaxActiveTasks: distributed.MaxActiveTasks,
+			MaxQueuedTasks: distributed.MaxActiveTasks, MaxTerminalTasks: distributed.MaxTaskRecords, MaxWorkers: 1024,
+			MaxRetries: 3, MaxLeaseTtlSecs: 3600, MaxTaskTtlSecs: 86400, HeartbeatTimeoutSecs: 3600},
+		ResultLimits: &pb.ResultLimits{MaxResults: distributed.MaxResults, MaxResultBytes: 1 << 20, MaxTotalBytes: distributed.MaxTotalResultBytes,
+			MaxAggregateItems: distributed.MaxAggregateItems, MaxAggregateBytes: distributed.MaxTotalResultBytes}}))
+	if err != nil {
+		return benchResult{}, err
+	}
+	mkKey := func(role string) (string, error) {
+		r, err := admin.admin.CreateKey(ctx, connect.NewRequest(&pb.CreateKeyRequest{Tenant: tenant, Role: role}))
+		if err != nil {
+			return "", err
+		}
+		return r.Msg.GetKey(), nil
+	}
+	pk, err := mkKey("producer")
+	if err != nil {
+		return benchResult{}, err
+	}
+	prod := newClients(hc, url, pk)
+	workers := make([]apiClients, f.workers)
+	for i := range workers {
+		wk, err := mkKey("worker")
+		if err != nil {
+			return benchResult{}, err
+		}
+		workers[i] = newClients(hc, url, wk)
+		if _, err := workers[i].worker.RegisterWorker(ctx, connect.NewRequest(&pb.RegisterWorkerRequest{WorkerId: "w" + strconv.Itoa(i), Capacity: distributed.MaxWorkerCapacity})); err != nil {
+			return benchResult{}, err
+		}
+	}
+	st, err := prod.admin.Status(ctx, connect.NewRequest(&pb.StatusRequest{}))
+	if err != nil {
+		return benchResult{}, err
+	}
+	res := benchResult{tasks: f.tasks, producers: f.producers, workers: f.workers, batch: f.batch, acquire: f.acquireMax, appliedBefore: st.Msg.GetAppliedIndex()}
+	enqueuedAt := make([]atomic.Int64, f.tasks)
+	result := make([]byte, f.resultBytes)
+	var completed atomic.Int64
+	var next atomic.Int64
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var firstErr error
+	var errOnce sync.Once
+	fail := func(err error) {
+		errOnce.Do(func() { firstErr = err; cancel() })
+	}
+	var mu sync.Mutex
+	var leaseLat, e2eLat []time.Duration
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range f.producers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				lo := int(next.Add(int64(f.batch))) - f.batch
+				if lo >= f.tasks {
+					return
+				}
+				hi := min(lo+f.batch, f.tasks)
+				req := &pb.EnqueueRequest{Tasks: make([]*pb.NewTask, 0, hi-lo)}
+				for i := lo; i < hi; i++ {
+					req.Tasks = append(req.Tasks, &pb.NewTask{TaskId: "b-" + strconv.Itoa(i), ScanId: "bench", TargetRef: "target-" + strconv.Itoa(i)})
+				}
+				for {
+					_, err := prod.producer.Enqueue(runCtx, connect.NewRequest(req))
+					if err == nil {
+						break
+					}
+					if connect.CodeOf(err) == connect.CodeResourceExhausted {
+						time.Sleep(2 * time.Millisecond)
+						continue
+					}
+					fail(err)
+					return
+				}
+				now := time.Now().UnixNano()
+				for i := lo; i < hi; i++ {
+					enqueuedAt[i].Store(now)
+				}
+			}
+		}()
+	}
+	for i, w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := "w" + strconv.Itoa(i)
+			var ll, el []time.Duration
+			defer func() {
+				mu.Lock()
+				leaseLat, e2eLat = append(leaseLat, ll...), append(e2eLat, el...)
+				mu.Unlock()
+			}()
+			for completed.Load() < int64(f.tasks) {
+				acq, err := w.worker.Acquire(runCtx, connect.NewRequest(&pb.AcquireRequest{WorkerId: id, MaxTasks: uint32(f.acquireMax), Start: true, WaitSecs: 1, LeaseTtlSecs: 600}))
+				if err != nil {
+					if runCtx.Err() == nil {
+						fail(err)
+					}
+					return
+				}
+				tasks := acq.Msg.GetTasks()
+				if len(tasks) == 0 {
+					continue
+				}
+				leased := time.Now()
+				items := make([]*pb.CompleteRequest, len(tasks))
+				for j, t := range tasks {
+					items[j] = &pb.CompleteRequest{LeaseToken: t.GetLeaseToken(), Result: result}
+				}
+				cm, err := w.worker.CompleteMany(runCtx, connect.NewRequest(&pb.CompleteManyRequest{Items: items}))
+				if err != nil {
+					fail(err)
+					return
+				}
+				done := time.Now()
+				for j, r := range cm.Msg.GetResults() {
+					if r.GetError() != nil {
+						fail(errors.New("complete failed: " + r.GetError().GetKind()))
+						return
+					}
+					ll = append(ll, done.Sub(leased))
+					if idx, err := strconv.Atoi(strings.TrimPrefix(tasks[j].GetTaskId(), "b-")); err == nil && idx < f.tasks {
+						if at := enqueuedAt[idx].Load(); at != 0 {
+							el = append(el, done.Sub(time.Unix(0, at)))
+						}
+					}
+				}
+				if completed.Add(int64(len(tasks))) >= int64(f.tasks) {
+					cancel()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	res.elapsed = time.Since(start)
+	if firstErr != nil && completed.Load() < int64(f.tasks) {
+		return res, firstErr
+	}
+	st, err = admin.admin.Status(ctx, connect.NewRequest(&pb.StatusRequest{}))
+	if err == nil {
+		res.applied = st.Msg.GetAppliedIndex()
+	}
+	res.leaseP50, res.leaseP99 = percentile(leaseLat, 0.50), percentile(leaseLat, 0.99)
+	res.e2eP50, res.e2eP99 = percentile(e2eLat, 0.50), percentile(e2eLat, 0.99)
+	return res, nil
+}

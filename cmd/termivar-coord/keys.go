@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"connectrpc.com/connect"
+
+	pb "github.com/termivar/distributed/gen/termivar/v1"
+)
+
+func runKeys(args []string) int {
+	if len(args) == 0 || args[0] != "create" {
+		fmt.Fprintln(os.Stderr, "usage: termivar-coord keys create --tenant T --role admin|producer|worker")
+		return exitUsage
+	}
+	var c clientFlags
+	fs := flag.NewFlagSet("keys create", flag.ContinueOnError)
+	c.register(fs)
+	tenant := fs.String("tenant", "", "tenant of the new key (default: the caller's)")
+	role := fs.String("role", "", "admin, producer or worker")
+	if err := fs.Parse(args[1:]); err != nil || *role == "" {
+		fmt.Fprintln(os.Stderr, "usage: termivar-coord keys create --tenant T --role admin|producer|worker")
+		return exitUsage
+	}
+	key, err := c.apiKey()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "termivar-coord keys create:", err)
+		return exitUsage
+	}
+	cl := newClients(newHTTPClient(c.insecure, 1), c.server, key)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := cl.admin.CreateKey(ctx, connect.NewRequest(&pb.CreateKeyRequest{Tenant: *tenant, Role: *role}))
+	if err != nil {
+		return exitFor("keys create", err)
+	}
+	fmt.Fprintf(os.Stderr, "created key %s (role %s); it is shown once:\n", res.Msg.GetKeyId(), *role)
+	fmt.Println(res.Msg.GetKey())
+	return exitOK
+}
+
+func runTenants(args []string) int {
+	if len(args) == 0 || args[0] != "create" {
+		fmt.Fprintln(os.Stderr, "usage: termivar-coord tenants create --name N")
+		return exitUsage
+	}
+	var c clientFlags
+	fs := flag.NewFlagSet("tenants create", flag.ContinueOnError)
+	c.register(fs)
+	name := fs.String("name", "", "tenant name")
+	if err := fs.Parse(args[1:]); err != nil || *name == "" {
+		fmt.Fprintln(os.Stderr, "usage: termivar-coord tenants create --name N")
+		return exitUsage
+	}
+	key, err := c.apiKey()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "termivar-coord tenants create:", err)
+		return exitUsage
+	}
+	cl := newClients(newHTTPClient(c.insecure, 1), c.server, key)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := cl.admin.CreateTenant(ctx, connect.NewRequest(&pb.CreateTenantRequest{Name: *name})); err != nil {
+		return exitFor("tenants create", err)
+	}
+	fmt.Println("created tenant", *name)
+	return exitOK
+}

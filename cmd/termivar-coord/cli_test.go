@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/termivar/distributed/agent"
 	"github.com/termivar/distributed/client"
 	"github.com/termivar/distributed/client/clienttest"

@@ -115,8 +115,8 @@ func TestClient_EnqueueTargetsIdempotent(t *testing.T) {
 	}
 	// The same explicit ID with another target is an error.
 	_, err = b.c.EnqueueTargets(ctx, client.EnqueueOptions{ScanID: "s1", TaskIDs: []string{res.TaskIDs[0]}}, []string{"z.example"})
-	if err == nil {
-		t.Fatal("EnqueueTargets(existing ID, other target) = nil error")
+	if !errors.Is(err, client.ErrTargetMismatch) {
+		t.Fatalf("EnqueueTargets(existing ID, other target) = %v, want ErrTargetMismatch", err)
 	}
 	var n int
 	if err := b.c.EachTask(ctx, &pb.ListTasksRequest{ScanId: "s1", PageSize: 1}, func(*pb.TaskInfo) error { n++; return nil }); err != nil || n != 4 {

@@ -19,6 +19,10 @@ import (
 // server's own bound is raftfsm.MaxEnqueueTasks, 4096).
 const MaxEnqueueBatch = 4096
 
+// ErrTargetMismatch is returned by EnqueueTargets when a task ID it would
+// create already exists in the scan with a different target.
+var ErrTargetMismatch = errors.New("client: task ID already exists in the scan with another target")
+
 // Priorities accepted by Enqueue, lowest first.
 var Priorities = []string{"low", "normal", "high", "critical"}
 
@@ -113,7 +117,7 @@ type EnqueueResult struct {
 // task ID the scan holds for a different target is an error.
 //
 // Errors: *Error from the server (errors.Is against the core's sentinels),
-// or a plain error for invalid options.
+// ErrTargetMismatch, or a plain error for invalid options.
 func (c *Client) EnqueueTargets(ctx context.Context, opts EnqueueOptions, targets []string) (EnqueueResult, error) {
 	var res EnqueueResult
 	if !distributed.ValidIdentifier(opts.ScanID) {
@@ -172,7 +176,7 @@ func (c *Client) EnqueueTargets(ctx context.Context, opts EnqueueOptions, target
 				case target == t.GetTargetRef():
 					res.Existing++
 				default:
-					return res, fmt.Errorf("task %s already exists in scan %s with another target", t.GetTaskId(), opts.ScanID)
+					return res, fmt.Errorf("task %s: %w", t.GetTaskId(), ErrTargetMismatch)
 				}
 			}
 			if len(kept) == len(tasks) {

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -81,6 +82,9 @@ func runEnqueue(ctx context.Context, env *cliEnv, args []string) error {
 		opts.TaskIDs = ids
 	}
 	res, err := c.EnqueueTargets(ctx, opts, targets)
+	if errors.Is(err, client.ErrTargetMismatch) {
+		return rejectedError{err.Error()}
+	}
 	if err != nil {
 		return err
 	}

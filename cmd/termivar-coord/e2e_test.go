@@ -235,8 +235,10 @@ func TestE2E_KillWorker(t *testing.T) {
 	start := time.Now()
 	workers := []*e2eWorker{
 		n.startWorker(t, "w1", 8, workScript),
-		// w2 is slow, so that it always holds leases when it is killed.
-		n.startWorker(t, "w2", 8, strings.Replace(workScript, "sleep 0.02", "sleep 0.5", 1)),
+		// w2 hangs on every task until it dies (its tasks wait for their
+		// parent, the agent, to disappear), so every lease it holds when it
+		// is killed must be recovered and no Complete can be in flight.
+		n.startWorker(t, "w2", 8, `while kill -0 $PPID 2>/dev/null; do sleep 0.05; done`),
 		n.startWorker(t, "w3", 8, workScript),
 	}
 	if code, out := n.cli(t, "", "enqueue", "--scan", "e2e", "--file", file); code != 0 || !strings.Contains(out, "enqueued 500 tasks") {

@@ -368,3 +368,23 @@ func TestNew_Validation(t *testing.T) {
 		}
 	}
 }
+
+// TestAgent_KillsLeftoversAfterExit checks that background processes a task
+// leaves in its process group do not outlive the attempt.
+func TestAgent_KillsLeftoversAfterExit(t *testing.T) {
+	t.Parallel()
+	b := setup(t, clienttest.Options{})
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	enqueue(t, b.c, "s", "x")
+	start(t, agent.Config{
+		Client: b.c, WorkerID: "w1", PollWait: time.Second,
+		Command: sh(`sleep 60 >/dev/null 2>&1 & echo $! > ` + pidFile + `; echo done`),
+	})
+	waitFor(t, "completion", func() bool { return progress(t, b.c, "s").GetCompleted() == 1 })
+	raw, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(raw)))
+	waitFor(t, "leftover killed", func() bool { return syscall.Kill(pid, 0) != nil })
+}

@@ -171,6 +171,9 @@ func (a *Agent) execute(ctx context.Context, t Task, log *slog.Logger) outcome {
 	stderr := &lineLogger{log: log}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	err := cmd.Run()
+	// Whatever CMD left running in its process group (background jobs)
+	// belongs to this attempt and must not outlive it.
+	killGroup(cmd)
 	stderr.flush()
 	if err != nil {
 		return outcome{err: err}

@@ -295,6 +295,18 @@ func BenchmarkCommand(b *testing.B) {
 				must(e.p.UpdateWorker(e.rev(), e.now, e.workers[i%len(e.workers)], 1, WorkerObservation{CPUBasisPoints: uint16(i % 5000)}))
 			}
 		})
+		b.Run("UpdateWorkerNewSecond/"+s.name, func(b *testing.B) {
+			// Every heartbeat carries a later second, so the worker moves to
+			// the newest end of the heartbeat-ordered index (unlink + relink).
+			e := newBenchEnv(b, s)
+			i := 0
+			b.ReportAllocs()
+			for b.Loop() {
+				i++
+				e.now++
+				must(e.p.UpdateWorker(e.rev(), e.now, e.workers[i%len(e.workers)], 1, WorkerObservation{CPUBasisPoints: uint16(i % 5000)}))
+			}
+		})
 		b.Run("RegisterWorker/"+s.name, func(b *testing.B) {
 			small := s
 			if small.workers > benchBatch {

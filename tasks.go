@@ -249,13 +249,29 @@ func (c *coordinator) refreshWorker(w *workerRec) {
 	}
 }
 
-// touchWorker applies change to w while keeping the live-worker treap valid.
+// touchWorker applies change to w while keeping the live-worker treap valid
+// (I9). A linked worker whose key (LastHeartbeat) stays the same is refreshed
+// in place, O(depth) with no restructuring; one whose key moves is unlinked
+// under its old key and relinked under the new one; one that goes offline is
+// unlinked.
 func (c *coordinator) touchWorker(w *workerRec, change func()) {
-	linked := w.status != WorkerOffline
-	if linked {
-		c.alive = treapRemove(c.alive, w)
+	if w.status == WorkerOffline {
+		change()
+		if w.status != WorkerOffline {
+			c.alive = treapInsert(c.alive, w)
+		}
+		return
 	}
+	oldKey := w.lastHeartbeat
 	change()
+	if w.lastHeartbeat == oldKey && w.status != WorkerOffline {
+		c.refreshWorker(w)
+		return
+	}
+	newKey := w.lastHeartbeat
+	w.lastHeartbeat = oldKey // the treap navigates by the key w was linked under
+	c.alive = treapRemove(c.alive, w)
+	w.lastHeartbeat = newKey
 	if w.status != WorkerOffline {
 		c.alive = treapInsert(c.alive, w)
 	}

@@ -64,15 +64,17 @@ func betterWorker(a, b *workerRec) *workerRec {
 	return b
 }
 
-// pull recomputes w's cached score (its available slots, or 0 when it is not
-// eligible ignoring time) and its subtree best.
-func (w *workerRec) pull() {
+// rescore recomputes w's cached score: its available slots, or 0 when it is
+// not eligible ignoring time. Call it whenever w itself changed.
+func (w *workerRec) rescore() {
 	w.score = 0
 	if w.eligibleIgnoringTime() {
 		w.score = w.availableSlots()
 	}
-	w.best = w.subtreeBest()
 }
+
+// pull recomputes w's subtree best from its own score and its children.
+func (w *workerRec) pull() { w.best = w.subtreeBest() }
 
 // subtreeBest computes the best eligible worker among w (by its cached score)
 // and its children's recorded bests.
@@ -127,6 +129,7 @@ func treapMerge(l, r *workerRec) *workerRec {
 
 func treapInsert(root, w *workerRec) *workerRec {
 	w.left, w.right = nil, nil
+	w.rescore()
 	w.pull()
 	l, r := treapSplit(root, w)
 	return treapMerge(treapMerge(l, w), r)
@@ -167,6 +170,7 @@ func treapRefresh(root, w *workerRec, path []*workerRec) []*workerRec {
 			n = n.right
 		}
 	}
+	w.rescore()
 	for i := len(path) - 1; i >= 0; i-- {
 		path[i].pull()
 	}
@@ -176,6 +180,14 @@ func treapRefresh(root, w *workerRec, path []*workerRec) []*workerRec {
 // treapBestAlive returns the best eligible worker whose LastHeartbeat is
 // above cutoff (all workers when allAlive).
 func treapBestAlive(root *workerRec, cutoff uint64, allAlive bool) *workerRec {
+	if root == nil {
+		return nil
+	}
+	// Fast path: the best eligible worker overall is alive, so it is also the
+	// best alive one. Only when it is dead does the walk below run.
+	if b := root.best; b != nil && (allAlive || b.lastHeartbeat > cutoff) {
+		return b
+	}
 	var best *workerRec
 	for n := root; n != nil; {
 		if allAlive || n.lastHeartbeat > cutoff {

@@ -162,7 +162,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		secret:    secret,
 		wake:      newNotifier(),
 		proposals: make(chan *proposal, 4*cfg.MaxBatchCommands),
-		inflight:  make(chan *inflightBatch, 256),
+		inflight:  make(chan *inflightBatch, 2),
 		stop:      make(chan struct{}),
 	}
 	n.fsm = raftfsm.New(raftfsm.Options{Logger: cfg.Logger, NotifyFunc: n.wake.notify})

@@ -137,8 +137,9 @@ func (f *FSM) Apply(l *raft.Log) any {
 func (f *FSM) ApplyCommand(cmd *pb.Command) any {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	// NB: time advances only with a command that succeeds, so a rejected
+	// command leaves the whole FSM state byte-for-byte unchanged.
 	now := max(cmd.GetNowSecs(), f.lastTime)
-	f.lastTime = now
 	if b := cmd.GetBatch(); b != nil {
 		if cmd.GetVersion() != CommandVersion {
 			return Response{Err: fsmErr(KindInvalidCommand, "unknown command version")}
@@ -157,6 +158,14 @@ func (f *FSM) ApplyCommand(cmd *pb.Command) any {
 
 // applyOne applies one non-batch command at logical time now.
 func (f *FSM) applyOne(cmd *pb.Command, now uint64) Response {
+	r := f.applyOneAt(cmd, now)
+	if r.Err == nil {
+		f.lastTime = now
+	}
+	return r
+}
+
+func (f *FSM) applyOneAt(cmd *pb.Command, now uint64) Response {
 	if cmd.GetVersion() != CommandVersion {
 		return Response{Err: fsmErr(KindInvalidCommand, "unknown command version")}
 	}

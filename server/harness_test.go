@@ -162,4 +162,3 @@ func mustCode(t *testing.T, err error, code connect.Code, kind string) {
 		t.Fatalf("err = %v (code %v, kind %q), want code %v kind %q", err, c, k, code, kind)
 	}
 }
-

@@ -190,7 +190,7 @@ func TestServer_Auth(t *testing.T) {
 	mustCode(t, err, connect.CodeUnauthenticated, KindUnauthenticated)
 	_, err = b.clients("tvk_0123456789abcdef_wrongsecret").producer.Enqueue(ctx, req(enqueueReq("s", "t1")))
 	mustCode(t, err, connect.CodeUnauthenticated, KindUnauthenticated)
-	_, err = b.clients(pk + "x").producer.Enqueue(ctx, req(enqueueReq("s", "t1")))
+	_, err = b.clients(pk+"x").producer.Enqueue(ctx, req(enqueueReq("s", "t1")))
 	mustCode(t, err, connect.CodeUnauthenticated, KindUnauthenticated)
 	_, err = b.clients(wk).producer.Enqueue(ctx, req(enqueueReq("s", "t1")))
 	mustCode(t, err, connect.CodePermissionDenied, KindPermissionDenied)

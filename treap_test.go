@@ -1,0 +1,99 @@
+package distributed
+
+// Goal: the live-worker treap answers "best eligible alive worker" and "dead
+// workers" exactly like a brute-force scan, across random heartbeats, status
+// changes, leases, deregistrations and reactivations (seeded, reproducible).
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"testing"
+)
+
+func bruteBest(p *WorkerPool, now uint64) string {
+	best, bestSlots := "", uint32(0)
+	for _, w := range p.Workers() {
+		dead := now-w.LastHeartbeat() >= p.Limits().HeartbeatTimeoutSecs
+		if w.Status() != WorkerHealthy || dead || w.AvailableSlots() == 0 {
+			continue
+		}
+		if s := w.AvailableSlots(); s > bestSlots || (s == bestSlots && w.WorkerID() < best) {
+			best, bestSlots = w.WorkerID(), s
+		}
+	}
+	return best
+}
+
+func TestTreap_MatchesBruteForce(t *testing.T) {
+	for seed := uint64(1); seed <= 20; seed++ {
+		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 7))
+			l := DefaultLimits()
+			l.HeartbeatTimeoutSecs = 20
+			h := newHarness(t, l)
+			h.now = 100
+			var leases []TaskLease
+			task := 0
+			for step := 0; step < 400; step++ {
+				if rng.IntN(3) == 0 {
+					h.now += uint64(rng.IntN(8))
+				}
+				id := fmt.Sprint("w", rng.IntN(12))
+				w, exists, _ := h.p.GetWorker(id)
+				switch op := rng.IntN(6); {
+				case !exists:
+					h.p.RegisterWorker(h.rev(), h.now, WorkerSpec{WorkerID: id, Capacity: uint32(1 + rng.IntN(4))})
+				case op == 0 && w.Status() == WorkerOffline:
+					h.p.ReactivateWorker(h.rev(), h.now, w.Generation(), WorkerSpec{WorkerID: id, Capacity: uint32(1 + rng.IntN(4))})
+				case op == 0:
+					h.p.DeregisterWorker(h.rev(), h.now, id, w.Generation())
+				case op == 1:
+					h.p.UpdateWorker(h.rev(), h.now, id, w.Generation(), WorkerObservation{
+						Status: WorkerStatus(rng.IntN(3)), CPUBasisPoints: uint16(rng.IntN(10001)),
+					})
+				case op == 2:
+					task++
+					h.p.Enqueue(h.rev(), h.now, TaskSpec{TaskID: fmt.Sprint("t", task), ScanID: "s", TargetRef: "x"})
+					if tr, err := h.p.AssignNextAvailable(h.rev(), h.now, 1000); err == nil {
+						leases = append(leases, tr.Value)
+					}
+				case op == 3 && len(leases) > 0:
+					i := rng.IntN(len(leases))
+					h.p.CancelTask(h.rev(), h.now, OwnershipFromLease(leases[i]))
+					leases = append(leases[:i], leases[i+1:]...)
+				case op == 4:
+					h.p.PruneDeadWorkers(h.rev(), h.now)
+				}
+				if err := h.p.CheckInvariants(); err != nil {
+					t.Fatalf("step %d: %v", step, err)
+				}
+				for _, probe := range []uint64{h.now, h.now + 5, h.now + 25} {
+					got, ok, err := h.p.GetAvailableWorker(probe)
+					if err != nil {
+						t.Fatal(err)
+					}
+					want := bruteBest(h.p, probe)
+					if (want != "") != ok || (ok && got.WorkerID() != want) {
+						t.Fatalf("step %d now %d: treap picked %q (%v), brute force %q", step, probe, got.WorkerID(), ok, want)
+					}
+				}
+				var dead, wantDead []string
+				if h.now >= l.HeartbeatTimeoutSecs {
+					for _, w := range treapDead(h.p.c.alive, h.now-l.HeartbeatTimeoutSecs) {
+						dead = append(dead, w.id)
+					}
+				}
+				for _, w := range h.p.Workers() {
+					if w.Status() != WorkerOffline && h.now-w.LastHeartbeat() >= l.HeartbeatTimeoutSecs {
+						wantDead = append(wantDead, w.WorkerID())
+					}
+				}
+				sort.Strings(dead)
+				if fmt.Sprint(dead) != fmt.Sprint(wantDead) {
+					t.Fatalf("step %d: dead %v, want %v", step, dead, wantDead)
+				}
+			}
+		})
+	}
+}

@@ -88,6 +88,11 @@ func runRegistered(name string, args []string, env *cliEnv) (code int, ok bool) 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := c.run(ctx, env, args)
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		// Interrupted (SIGINT/SIGTERM) while waiting: the shell convention.
+		fmt.Fprintln(env.stderr)
+		return 130, true
+	}
 	if err != nil && !errors.Is(err, flag.ErrHelp) {
 		fmt.Fprintf(env.stderr, "termivar-coord %s: %v\n", name, err)
 	}

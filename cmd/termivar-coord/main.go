@@ -44,9 +44,15 @@ func usage() {
 	for _, c := range commands() {
 		fmt.Fprintf(os.Stderr, "  %-8s %s\n", c.name, c.help)
 	}
+	fmt.Fprint(os.Stderr, registeredUsage())
 }
 
 func main() {
+	// Client commands (worker, enqueue, status, tasks, workers, cancel,
+	// watch, results, demo) register themselves in cli.go's registry.
+	if code, ok := dispatchRegistered(os.Args[1:]); ok {
+		os.Exit(code)
+	}
 	if len(os.Args) < 2 {
 		usage()
 		os.Exit(exitUsage)

@@ -1,0 +1,561 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	distributed "github.com/termivar/distributed"
+	"github.com/termivar/distributed/client"
+	pb "github.com/termivar/distributed/gen/termivar/v1"
+)
+
+// Task is one leased task as a HandlerFunc sees it.
+type Task struct {
+	TaskID string
+	ScanID string
+	// Target is the opaque target reference. Never log it.
+	Target string
+	Phases []byte
+	// Attempt is 1 for the first lease of the task, 2 after one retry, ...
+	Attempt uint32
+	// Fence is the lease ID at start: it only grows across the task's
+	// leases, so downstream stores can reject writes from older attempts.
+	Fence    uint64
+	Priority uint32
+}
+
+// HandlerFunc runs one task in process and returns its result. It must
+// return soon after ctx ends (the lease is gone or the agent is stopping);
+// an error fails the attempt.
+type HandlerFunc func(ctx context.Context, t Task) ([]byte, error)
+
+// Config configures an Agent. Zero values take the documented defaults.
+type Config struct {
+	// Client talks to the node; required.
+	Client *client.Client
+	// WorkerID names the worker; required, one process per ID.
+	WorkerID string
+	// Capacity is the number of tasks run at once (default 1, at most 256).
+	Capacity int
+	// Tags are the worker's tags.
+	Tags []string
+	// Command is the argv run per task. Exactly one of Command and Handler
+	// is set.
+	Command []string
+	// Dir is Command's working directory ("" = the agent's).
+	Dir string
+	// Env is Command's base environment (nil = the agent's environment);
+	// the TERMIVAR_* variables are appended.
+	Env []string
+	// Handler runs tasks in process instead of Command.
+	Handler HandlerFunc
+	// LeaseTTL is the lease length asked for (default 30 s, whole seconds,
+	// at least 2 s). Renewals go out every third of it.
+	LeaseTTL time.Duration
+	// HeartbeatInterval is the heartbeat cadence (default 10 s); keep it well
+	// under the tenant's heartbeat timeout (60 s by default).
+	HeartbeatInterval time.Duration
+	// PollWait bounds one Acquire long-poll (default 20 s, at most 60 s).
+	PollWait time.Duration
+	// Grace is how long a drain waits for running tasks before it kills and
+	// fails them (default 30 s).
+	Grace time.Duration
+	// MaxResultBytes bounds a result (default 1 MiB, the default
+	// ResultLimits.MaxResultBytes); a larger stdout fails the attempt.
+	MaxResultBytes int
+	// UtilizationFunc, if set, replaces the CPU and memory utilization read
+	// from /proc (basis points, 0-10000). NB: the server scales the
+	// worker's capacity down by its utilization, so tests that count
+	// concurrent tasks pin it.
+	UtilizationFunc func() (cpuBasisPoints, memoryBasisPoints uint32)
+	// Logger receives the agent's log, including CMD's stderr; nil discards
+	// it.
+	Logger *slog.Logger
+}
+
+// Stats counts what an agent did. All fields are totals since New.
+type Stats struct {
+	// Acquired counts leased tasks received.
+	Acquired int64
+	// Completed counts tasks completed with a stored result.
+	Completed int64
+	// Failed counts attempts reported as failed.
+	Failed int64
+	// Abandoned counts tasks killed without a report because their lease
+	// went stale, the task was cancelled or the worker incarnation ended.
+	Abandoned int64
+	// Registrations counts successful registrations and reactivations.
+	Registrations int64
+}
+
+// ErrCrashed is returned by Run after Crash.
+var ErrCrashed = errors.New("agent: crashed on purpose")
+
+// Agent is one worker. Create it with New and run it with Run, once.
+// Stats and Crash are safe to call from any goroutine.
+type Agent struct {
+	cfg Config
+	c   *client.Client
+	log *slog.Logger
+	cpu cpuSampler
+
+	acquired, completed, failed, abandoned, registrations atomic.Int64
+
+	mu      sync.Mutex
+	gen     uint64              // current worker generation; 0 = not registered
+	slots   int                 // the server's effective capacity for us, from the last WorkerInfo
+	running map[string]*running // by task ID
+	crash   context.CancelFunc  // set by Run
+	crashed bool
+
+	slotFree chan struct{} // a task ended
+	fenced   chan struct{} // the worker incarnation ended: re-register
+}
+
+// New checks cfg and returns an Agent.
+func New(cfg Config) (*Agent, error) {
+	switch {
+	case cfg.Client == nil:
+		return nil, errors.New("agent: Client is required")
+	case !distributed.ValidIdentifier(cfg.WorkerID):
+		return nil, errors.New("agent: worker ID must be 1-256 letters, digits, '.', '_', ':' or '-'")
+	case (len(cfg.Command) == 0) == (cfg.Handler == nil):
+		return nil, errors.New("agent: set exactly one of Command and Handler")
+	case cfg.Capacity < 0 || cfg.Capacity > 256:
+		return nil, errors.New("agent: capacity must be 1-256")
+	}
+	if cfg.Capacity == 0 {
+		cfg.Capacity = 1
+	}
+	if cfg.LeaseTTL == 0 {
+		cfg.LeaseTTL = 30 * time.Second
+	}
+	cfg.LeaseTTL = cfg.LeaseTTL.Truncate(time.Second)
+	if cfg.LeaseTTL < 2*time.Second {
+		return nil, errors.New("agent: lease TTL must be at least 2s")
+	}
+	if cfg.HeartbeatInterval <= 0 {
+		cfg.HeartbeatInterval = 10 * time.Second
+	}
+	if cfg.PollWait <= 0 {
+		cfg.PollWait = 20 * time.Second
+	}
+	cfg.PollWait = min(cfg.PollWait, 60*time.Second)
+	if cfg.Grace <= 0 {
+		cfg.Grace = 30 * time.Second
+	}
+	if cfg.MaxResultBytes <= 0 {
+		cfg.MaxResultBytes = int(distributed.DefaultResultLimits().MaxResultBytes)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	a := &Agent{
+		cfg:      cfg,
+		c:        cfg.Client,
+		log:      log.With(slog.String("worker_id", cfg.WorkerID)),
+		running:  make(map[string]*running),
+		slotFree: make(chan struct{}, 1),
+		fenced:   make(chan struct{}, 1),
+	}
+	a.cpu.sample() // prime the delta
+	return a, nil
+}
+
+// Stats returns the agent's counters.
+func (a *Agent) Stats() Stats {
+	return Stats{
+		Acquired: a.acquired.Load(), Completed: a.completed.Load(), Failed: a.failed.Load(),
+		Abandoned: a.abandoned.Load(), Registrations: a.registrations.Load(),
+	}
+}
+
+// Running returns how many tasks run now.
+func (a *Agent) Running() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.running)
+}
+
+// Crash simulates the agent's process dying: every task is killed at once,
+// nothing is reported, the worker is not deregistered, and Run returns
+// ErrCrashed. The server recovers the leases when they expire. For demos and
+// tests.
+func (a *Agent) Crash() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.crashed = true
+	if a.crash != nil {
+		a.crash()
+	}
+}
+
+// Run registers the worker and serves tasks until ctx ends, then drains
+// (see the package doc) and returns nil. It returns an error only if the
+// first registration is rejected (e.g. a bad key), or ErrCrashed.
+func (a *Agent) Run(ctx context.Context) error {
+	hard, crash := context.WithCancel(context.Background())
+	defer crash()
+	a.mu.Lock()
+	a.crash = crash
+	if a.crashed {
+		crash()
+	}
+	a.mu.Unlock()
+	soft, stopSoft := context.WithCancel(ctx)
+	defer stopSoft()
+	go func() {
+		<-hard.Done()
+		stopSoft()
+	}()
+
+	if err := a.register(soft); err != nil {
+		if hard.Err() != nil {
+			return ErrCrashed
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	var wg sync.WaitGroup
+	hbCtx, stopHB := context.WithCancel(hard)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		a.heartbeatLoop(hbCtx, soft)
+	}()
+	var tasks sync.WaitGroup
+	a.acquireLoop(soft, hard, &tasks)
+	if hard.Err() != nil {
+		tasks.Wait()
+		stopHB()
+		wg.Wait()
+		return ErrCrashed
+	}
+	a.drain(&tasks)
+	stopHB()
+	wg.Wait()
+	a.deregister()
+	return nil
+}
+
+// drain waits up to Grace for running tasks, then aborts the rest (kill and
+// fail).
+func (a *Agent) drain(tasks *sync.WaitGroup) {
+	done := make(chan struct{})
+	go func() {
+		tasks.Wait()
+		close(done)
+	}()
+	n := a.Running()
+	if n > 0 {
+		a.log.Info("draining", slog.Int("running", n), slog.Duration("grace", a.cfg.Grace))
+	}
+	t := time.NewTimer(a.cfg.Grace)
+	defer t.Stop()
+	select {
+	case <-done:
+		return
+	case <-t.C:
+	}
+	a.mu.Lock()
+	for _, r := range a.running {
+		r.stop(stopAbort)
+	}
+	a.mu.Unlock()
+	<-done
+}
+
+func (a *Agent) deregister() {
+	a.mu.Lock()
+	gen := a.gen
+	a.mu.Unlock()
+	if gen == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := a.c.Deregister(ctx, &pb.DeregisterRequest{WorkerId: a.cfg.WorkerID, Generation: gen})
+	if err != nil {
+		a.log.Warn("deregister failed", slog.String("err", err.Error()))
+		return
+	}
+	a.log.Info("deregistered", slog.Uint64("tasks_requeued", uint64(resp.GetSummary().GetTasksRequeued())))
+}
+
+// register registers the worker, reactivating it if it exists, retrying
+// unreachable servers until ctx ends.
+func (a *Agent) register(ctx context.Context) error {
+	for attempt := 1; ; attempt++ {
+		w, err := a.registerOnce(ctx)
+		if err == nil {
+			a.mu.Lock()
+			a.gen = w.GetGeneration()
+			a.mu.Unlock()
+			a.observe(w)
+			a.registrations.Add(1)
+			a.log.Info("registered", slog.Uint64("generation", w.GetGeneration()), slog.Int("capacity", a.cfg.Capacity))
+			return nil
+		}
+		if !client.IsUnreachable(err) {
+			return fmt.Errorf("agent: register worker: %w", err)
+		}
+		d := client.Backoff(attempt, 200*time.Millisecond, 5*time.Second)
+		a.log.Warn("server unreachable, retrying", slog.String("op", "register"), slog.Duration("backoff", d))
+		if client.Sleep(ctx, d) != nil {
+			return ctx.Err()
+		}
+	}
+}
+
+func (a *Agent) spec() *pb.RegisterWorkerRequest {
+	cpu, mem := a.utilization()
+	return &pb.RegisterWorkerRequest{
+		WorkerId:          a.cfg.WorkerID,
+		Capacity:          uint32(a.cfg.Capacity),
+		CpuBasisPoints:    cpu,
+		MemoryBasisPoints: mem,
+		Tags:              a.cfg.Tags,
+	}
+}
+
+// utilization returns the CPU and memory utilization in basis points.
+func (a *Agent) utilization() (cpu, mem uint32) {
+	if a.cfg.UtilizationFunc != nil {
+		cpu, mem = a.cfg.UtilizationFunc()
+		return min(cpu, 10000), min(mem, 10000)
+	}
+	return a.cpu.sample(), memoryBasisPoints()
+}
+
+func (a *Agent) registerOnce(ctx context.Context) (*pb.WorkerInfo, error) {
+	resp, err := a.c.RegisterWorker(ctx, a.spec())
+	if err == nil {
+		return resp.GetWorker(), nil
+	}
+	if !errors.Is(err, distributed.ErrWorkerAlreadyExists) {
+		return nil, err
+	}
+	// The worker exists: learn its generation (a reactivation naming
+	// generation 0 fails with the current one), then reactivate it.
+	gen, err := a.currentGeneration(ctx)
+	if err != nil {
+		return nil, err
+	}
+	req := a.spec()
+	req.ReactivateGeneration = &gen
+	resp, err = a.c.RegisterWorker(ctx, req)
+	if err == nil {
+		return resp.GetWorker(), nil
+	}
+	if !errors.Is(err, distributed.ErrWorkerAlreadyExists) {
+		return nil, err
+	}
+	// Still live: an earlier process with this ID died without
+	// deregistering. Take the ID over; its leases go to the retry rule.
+	a.log.Warn("taking over a live worker registration", slog.Uint64("generation", gen))
+	if _, err := a.c.Deregister(ctx, &pb.DeregisterRequest{WorkerId: a.cfg.WorkerID, Generation: gen}); err != nil &&
+		!errors.Is(err, distributed.ErrWorkerUnavailable) {
+		return nil, err
+	}
+	gen++
+	req = a.spec()
+	req.ReactivateGeneration = &gen
+	resp, err = a.c.RegisterWorker(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetWorker(), nil
+}
+
+// observe records the server's view of the worker: its effective capacity
+// (Capacity scaled down by the reported utilization) is how many tasks the
+// server will lease to it at once, so the agent never long-polls for more.
+func (a *Agent) observe(w *pb.WorkerInfo) {
+	if w == nil {
+		return
+	}
+	eff := int(w.GetAvailableSlots()) + int(w.GetCurrentTasks())
+	eff = max(min(eff, a.cfg.Capacity), 0)
+	a.mu.Lock()
+	changed := a.slots != eff
+	a.slots = eff
+	a.mu.Unlock()
+	if changed {
+		a.log.Debug("effective capacity", slog.Int("slots", eff))
+		a.signalSlot()
+	}
+}
+
+// signalSlot wakes the acquire loop.
+func (a *Agent) signalSlot() {
+	select {
+	case a.slotFree <- struct{}{}:
+	default:
+	}
+}
+
+// currentGeneration returns the worker's current generation.
+func (a *Agent) currentGeneration(ctx context.Context) (uint64, error) {
+	zero := uint64(0)
+	req := a.spec()
+	req.ReactivateGeneration = &zero
+	_, err := a.c.RegisterWorker(ctx, req)
+	var ce *client.Error
+	if errors.Is(err, distributed.ErrWorkerGenerationConflict) && errors.As(err, &ce) && ce.Actual != 0 {
+		return ce.Actual, nil
+	}
+	// Fall back on ListWorkers (admin keys only).
+	resp, lerr := a.c.ListWorkers(ctx, &pb.ListWorkersRequest{})
+	if lerr == nil {
+		for _, w := range resp.GetWorkers() {
+			if w.GetWorkerId() == a.cfg.WorkerID {
+				return w.GetGeneration(), nil
+			}
+		}
+	}
+	if err == nil {
+		err = errors.New("agent: cannot learn the worker's generation")
+	}
+	return 0, err
+}
+
+// incarnationGone reports whether err says this worker generation no
+// longer exists on the server.
+func incarnationGone(err error) bool {
+	return errors.Is(err, distributed.ErrWorkerGenerationConflict) ||
+		errors.Is(err, distributed.ErrWorkerUnavailable) ||
+		errors.Is(err, distributed.ErrWorkerNotFound)
+}
+
+// heartbeatLoop heartbeats every HeartbeatInterval. When the server says
+// the incarnation is gone it abandons every running task and registers
+// again (unless the agent is draining).
+func (a *Agent) heartbeatLoop(ctx, soft context.Context) {
+	t := time.NewTicker(a.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-a.fenced:
+		}
+		a.mu.Lock()
+		gen := a.gen
+		a.mu.Unlock()
+		// NB: always "healthy": a "busy" worker is not assignable, and the
+		// status would stay until the next heartbeat even after slots free
+		// up. The server already knows how many tasks the worker holds.
+		cpu, mem := a.utilization()
+		resp, err := a.c.Heartbeat(ctx, &pb.HeartbeatRequest{
+			WorkerId: a.cfg.WorkerID, Generation: gen, Status: "healthy",
+			CpuBasisPoints: cpu, MemoryBasisPoints: mem,
+		})
+		switch {
+		case err == nil:
+			a.observe(resp.GetWorker())
+			continue
+		case ctx.Err() != nil:
+			return
+		case client.IsUnreachable(err):
+			a.log.Warn("heartbeat: server unreachable", slog.String("err", err.Error()))
+			continue
+		case !incarnationGone(err):
+			a.log.Warn("heartbeat rejected", slog.String("err", err.Error()))
+			continue
+		}
+		a.log.Warn("worker incarnation ended; abandoning tasks and registering again", slog.String("err", err.Error()))
+		a.abandonAll()
+		if soft.Err() != nil {
+			a.mu.Lock()
+			a.gen = 0 // nothing left to deregister
+			a.mu.Unlock()
+			return
+		}
+		if err := a.register(soft); err != nil && soft.Err() == nil {
+			a.log.Error("re-registration rejected", slog.String("err", err.Error()))
+		}
+	}
+}
+
+// abandonAll kills every running task without reporting.
+func (a *Agent) abandonAll() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, r := range a.running {
+		r.stop(stopAbandon)
+	}
+}
+
+// signalFenced asks the heartbeat loop to check the incarnation now.
+func (a *Agent) signalFenced() {
+	select {
+	case a.fenced <- struct{}{}:
+	default:
+	}
+}
+
+// acquireLoop leases tasks while there are free slots until soft ends.
+func (a *Agent) acquireLoop(soft, hard context.Context, tasks *sync.WaitGroup) {
+	waitSecs := uint32(a.cfg.PollWait / time.Second)
+	failures := 0
+	for soft.Err() == nil {
+		a.mu.Lock()
+		free := a.slots - len(a.running)
+		a.mu.Unlock()
+		if free <= 0 {
+			select {
+			case <-soft.Done():
+				return
+			case <-a.slotFree:
+			}
+			continue
+		}
+		resp, err := a.c.Acquire(soft, &pb.AcquireRequest{
+			WorkerId: a.cfg.WorkerID, LeaseTtlSecs: uint64(a.cfg.LeaseTTL / time.Second),
+			WaitSecs: waitSecs, MaxTasks: uint32(free), Start: true,
+		})
+		if errors.Is(err, distributed.ErrWorkerAtCapacity) {
+			// The server's view of our load changed since the last
+			// heartbeat: wait for a task to end or the next heartbeat.
+			a.mu.Lock()
+			a.slots = min(a.slots, len(a.running))
+			a.mu.Unlock()
+			continue
+		}
+		if err != nil && !errors.Is(err, distributed.ErrNoQueuedTask) {
+			if soft.Err() != nil {
+				return
+			}
+			failures++
+			switch {
+			case client.IsUnreachable(err):
+				a.log.Warn("acquire: server unreachable", slog.String("err", err.Error()))
+			case incarnationGone(err):
+				a.signalFenced()
+			default:
+				a.log.Warn("acquire rejected", slog.String("err", err.Error()))
+			}
+			_ = client.Sleep(soft, client.Backoff(failures, 200*time.Millisecond, 5*time.Second))
+			continue
+		}
+		failures = 0
+		for _, lt := range resp.GetTasks() {
+			a.acquired.Add(1)
+			r := a.newRunning(lt)
+			tasks.Add(1)
+			go func() {
+				defer tasks.Done()
+				a.runTask(hard, r)
+			}()
+		}
+	}
+}

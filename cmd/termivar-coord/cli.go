@@ -1,0 +1,232 @@
+// This file holds the command registry of the client-side commands (worker,
+// enqueue, status, tasks, workers, cancel, watch, results, demo), their
+// shared flags (--server, --key, --json) and the exit-code mapping of the
+// stable CLI surface (SPEC Part D): 0 ok, 1 usage error, 2 rejected request,
+// 3 server unreachable.
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+
+	"github.com/termivar/distributed/client"
+)
+
+// clientCommand is one subcommand registered from its own file's init.
+type clientCommand struct {
+	name    string
+	usage   string // one line: the arguments after the name
+	summary string
+	// run executes the command. It returns a usageError for bad arguments.
+	run func(ctx context.Context, env *cliEnv, args []string) error
+}
+
+// clientCommands holds every registered subcommand by name.
+var clientCommands = map[string]*clientCommand{}
+
+func registerClient(c *clientCommand) {
+	if _, dup := clientCommands[c.name]; dup {
+		panic("duplicate command " + c.name)
+	}
+	clientCommands[c.name] = c
+}
+
+// cliEnv is what a command gets besides its arguments.
+type cliEnv struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	// server, key and json are the global options given before the command
+	// name; each command's own flags may override them.
+	server, key string
+	json        bool
+}
+
+// usageError is a bad invocation (exit code 1).
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+
+// rejectedError is a request the CLI itself refuses on the server's
+// answer (exit code 2, like a rejection by the server).
+type rejectedError struct{ msg string }
+
+func (e rejectedError) Error() string { return e.msg }
+
+// exitCode maps an error to the CLI's exit code.
+func exitCode(err error) int {
+	var ce *client.Error
+	var re rejectedError
+	switch {
+	case err == nil:
+		return exitOK
+	case client.IsUnreachable(err):
+		return exitUnreachable
+	case errors.As(err, &ce), errors.As(err, &re):
+		return exitRejected
+	}
+	return exitUsage
+}
+
+// runRegistered runs a registered command; ok is false if name is not one.
+func runRegistered(name string, args []string, env *cliEnv) (code int, ok bool) {
+	c, ok := clientCommands[name]
+	if !ok {
+		return 0, false
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := c.run(ctx, env, args)
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		// Interrupted (SIGINT/SIGTERM) while waiting: the shell convention.
+		fmt.Fprintln(env.stderr)
+		return 130, true
+	}
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintf(env.stderr, "termivar-coord %s: %v\n", name, err)
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK, true
+	}
+	return exitCode(err), true
+}
+
+// registeredUsage lists the registered commands for the top-level help.
+func registeredUsage() string {
+	names := make([]string, 0, len(clientCommands))
+	for n := range clientCommands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	for _, n := range names {
+		fmt.Fprintf(&b, "  %-8s %s\n", n, clientCommands[n].summary)
+	}
+	return b.String()
+}
+
+// globalFlags are the options every client command accepts.
+type globalFlags struct {
+	server, key string
+	json        bool
+}
+
+// newFlagSet returns a flag set with the global options bound to g, whose
+// defaults come from env (already resolved global flags).
+func newFlagSet(env *cliEnv, c *clientCommand, g *globalFlags, withJSON bool) *flag.FlagSet {
+	fs := flag.NewFlagSet(c.name, flag.ContinueOnError)
+	fs.SetOutput(env.stderr)
+	fs.StringVar(&g.server, "server", env.server, "node URL (env "+client.EnvServer+", default "+client.DefaultServerURL+")")
+	fs.StringVar(&g.key, "key", env.key, "API key (env "+client.EnvKey+", default the key in ./"+client.DefaultKeyFile+")")
+	if withJSON {
+		fs.BoolVar(&g.json, "json", env.json, "print JSON instead of a table")
+	}
+	fs.Usage = func() {
+		fmt.Fprintf(env.stderr, "usage: termivar-coord %s %s\n\n%s\n\nflags:\n", c.name, c.usage, c.summary)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFlags parses args, turning flag errors into usage errors.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err.Error()}
+	}
+	return nil
+}
+
+// newClient resolves the server and key (flag, then environment, then the
+// default key file) and returns a client.
+func newClient(g *globalFlags) (*client.Client, error) {
+	server := g.server
+	if server == "" {
+		server = os.Getenv(client.EnvServer)
+	}
+	key := g.key
+	if key == "" {
+		key = os.Getenv(client.EnvKey)
+	}
+	if key == "" {
+		k, err := client.LoadKey(client.DefaultKeyFile)
+		if err != nil {
+			return nil, usageError{"no API key: pass --key, set " + client.EnvKey + ", or run where ./" + client.DefaultKeyFile + " exists"}
+		}
+		key = k
+	}
+	c, err := client.New(client.Config{ServerURL: server, Key: key})
+	if err != nil {
+		return nil, usageError{err.Error()}
+	}
+	return c, nil
+}
+
+// parseGlobal consumes the global options that precede the command name.
+// It returns the remaining arguments.
+func parseGlobal(args []string, env *cliEnv) ([]string, error) {
+	for len(args) > 0 && strings.HasPrefix(args[0], "-") {
+		name, val, hasVal := strings.Cut(strings.TrimLeft(args[0], "-"), "=")
+		switch name {
+		case "json":
+			env.json = !hasVal || val == "true"
+			args = args[1:]
+			continue
+		case "server", "key":
+		default:
+			return args, nil
+		}
+		if !hasVal {
+			if len(args) < 2 {
+				return nil, usagef("flag --%s needs a value", name)
+			}
+			val, args = args[1], args[1:]
+		}
+		args = args[1:]
+		if name == "server" {
+			env.server = val
+		} else {
+			env.key = val
+		}
+	}
+	return args, nil
+}
+
+// writeJSON prints v as one line of JSON.
+func writeJSON(w io.Writer, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
+}
+
+// dispatchRegistered is the one hook main needs: it parses the global
+// options before the command name and runs the command if it is registered
+// here. ok is false when the command is not one of ours (main handles it).
+func dispatchRegistered(args []string) (code int, ok bool) {
+	env := &cliEnv{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr}
+	rest, err := parseGlobal(args, env)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "termivar-coord:", err)
+		return exitUsage, true
+	}
+	if len(rest) == 0 {
+		return 0, false
+	}
+	return runRegistered(rest[0], rest[1:], env)
+}

@@ -1,0 +1,247 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/termivar/distributed/client"
+	pb "github.com/termivar/distributed/gen/termivar/v1"
+)
+
+// This file holds the read commands status, tasks and workers, and cancel.
+
+func init() {
+	registerClient(&clientCommand{name: "status", usage: "[--json]", summary: "show the node's and your tenant's status", run: runStatus})
+	registerClient(&clientCommand{name: "tasks", usage: "[--scan S] [--status X] [--limit N] [--json]", summary: "list tasks (JSON: one object per line)", run: runTasks})
+	registerClient(&clientCommand{name: "workers", usage: "[--json]", summary: "list workers (JSON: one object per line)", run: runWorkers})
+	registerClient(&clientCommand{name: "cancel", usage: "[--json] TASK", summary: "cancel a queued task", run: runCancel})
+}
+
+// statusJSON is the --json form of status.
+type statusJSON struct {
+	NodeID        string `json:"node_id"`
+	RaftState     string `json:"raft_state"`
+	Leader        string `json:"leader"`
+	AppliedIndex  uint64 `json:"applied_index"`
+	Tenant        string `json:"tenant"`
+	Revision      uint64 `json:"revision"`
+	LogicalTime   uint64 `json:"logical_time"`
+	TaskRecords   uint32 `json:"task_records"`
+	ActiveTasks   uint32 `json:"active_tasks"`
+	QueuedTasks   uint32 `json:"queued_tasks"`
+	TerminalTasks uint32 `json:"terminal_tasks"`
+	Workers       uint32 `json:"workers"`
+	Results       uint32 `json:"results"`
+	ResultBytes   uint64 `json:"result_bytes"`
+}
+
+func runStatus(ctx context.Context, env *cliEnv, args []string) error {
+	var g globalFlags
+	fs := newFlagSet(env, clientCommands["status"], &g, true)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("status takes no arguments")
+	}
+	c, err := newClient(&g)
+	if err != nil {
+		return err
+	}
+	s, err := c.Status(ctx, &pb.StatusRequest{})
+	if err != nil {
+		return err
+	}
+	if g.json {
+		return writeJSON(env.stdout, statusJSON{
+			NodeID: s.GetNodeId(), RaftState: s.GetRaftState(), Leader: s.GetLeader(), AppliedIndex: s.GetAppliedIndex(),
+			Tenant: s.GetTenant(), Revision: s.GetRevision(), LogicalTime: s.GetLogicalTime(),
+			TaskRecords: s.GetTaskRecords(), ActiveTasks: s.GetActiveTasks(), QueuedTasks: s.GetQueuedTasks(),
+			TerminalTasks: s.GetTerminalTasks(), Workers: s.GetWorkers(), Results: s.GetResults(), ResultBytes: s.GetResultBytes(),
+		})
+	}
+	w := tabwriter.NewWriter(env.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(w, "node\t%s (%s, leader %s, applied index %d)\n", s.GetNodeId(), s.GetRaftState(), s.GetLeader(), s.GetAppliedIndex())
+	fmt.Fprintf(w, "tenant\t%s (revision %d, logical time %d)\n", s.GetTenant(), s.GetRevision(), s.GetLogicalTime())
+	fmt.Fprintf(w, "tasks\t%d records: %d queued, %d active, %d terminal\n", s.GetTaskRecords(), s.GetQueuedTasks(), s.GetActiveTasks(), s.GetTerminalTasks())
+	fmt.Fprintf(w, "workers\t%d\n", s.GetWorkers())
+	fmt.Fprintf(w, "results\t%d (%d bytes)\n", s.GetResults(), s.GetResultBytes())
+	return w.Flush()
+}
+
+// taskJSON is one line of tasks --json.
+type taskJSON struct {
+	TaskID         string  `json:"task_id"`
+	ScanID         string  `json:"scan_id"`
+	TargetRef      string  `json:"target_ref"`
+	Phases         string  `json:"phases"`
+	Priority       string  `json:"priority"`
+	Status         string  `json:"status"`
+	CreatedAt      uint64  `json:"created_at"`
+	StartedAt      *uint64 `json:"started_at,omitempty"`
+	CompletedAt    *uint64 `json:"completed_at,omitempty"`
+	RetryCount     uint32  `json:"retry_count"`
+	Attempt        uint32  `json:"attempt"`
+	AssignedTo     string  `json:"assigned_to,omitempty"`
+	LeaseID        uint64  `json:"lease_id,omitempty"`
+	LeaseExpiresAt uint64  `json:"lease_expires_at,omitempty"`
+	HasResult      bool    `json:"has_result"`
+}
+
+func toTaskJSON(t *pb.TaskInfo) taskJSON {
+	return taskJSON{
+		TaskID: t.GetTaskId(), ScanID: t.GetScanId(), TargetRef: t.GetTargetRef(), Phases: client.FormatPhases(t.GetPhases()),
+		Priority: t.GetPriority(), Status: t.GetStatus(), CreatedAt: t.GetCreatedAt(), StartedAt: t.StartedAt, CompletedAt: t.CompletedAt,
+		RetryCount: t.GetRetryCount(), Attempt: t.GetAttempt(), AssignedTo: t.GetAssignedTo(), LeaseID: t.GetLeaseId(),
+		LeaseExpiresAt: t.GetLeaseExpiresAt(), HasResult: t.GetHasResult(),
+	}
+}
+
+func runTasks(ctx context.Context, env *cliEnv, args []string) error {
+	var g globalFlags
+	fs := newFlagSet(env, clientCommands["tasks"], &g, true)
+	scan := fs.String("scan", "", "only this scan")
+	status := fs.String("status", "", "only this status (queued, leased, running, completed, failed, cancelled, expired)")
+	limit := fs.Int("limit", 0, "print at most N tasks (0 = all)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("tasks takes no arguments")
+	}
+	c, err := newClient(&g)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(env.stdout, 0, 0, 2, ' ', 0)
+	if !g.json {
+		fmt.Fprintln(tw, "TASK\tSCAN\tSTATUS\tPRIORITY\tATTEMPT\tRETRIES\tWORKER\tRESULT")
+	}
+	n := 0
+	errStop := fmt.Errorf("limit reached")
+	err = c.EachTask(ctx, &pb.ListTasksRequest{ScanId: *scan, Status: *status}, func(t *pb.TaskInfo) error {
+		if *limit > 0 && n >= *limit {
+			return errStop
+		}
+		n++
+		if g.json {
+			return writeJSON(env.stdout, toTaskJSON(t))
+		}
+		res := "-"
+		if t.GetHasResult() {
+			res = "yes"
+		}
+		worker := t.GetAssignedTo()
+		if worker == "" {
+			worker = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", t.GetTaskId(), t.GetScanId(), t.GetStatus(), t.GetPriority(), t.GetAttempt(), t.GetRetryCount(), worker, res)
+		return nil
+	})
+	if err != nil && err != errStop {
+		return err
+	}
+	if g.json {
+		return nil
+	}
+	return tw.Flush()
+}
+
+// workerJSON is one line of workers --json.
+type workerJSON struct {
+	WorkerID       string   `json:"worker_id"`
+	Generation     uint64   `json:"generation"`
+	Status         string   `json:"status"`
+	Capacity       uint32   `json:"capacity"`
+	CurrentTasks   uint32   `json:"current_tasks"`
+	AvailableSlots uint32   `json:"available_slots"`
+	CompletedTasks uint64   `json:"completed_tasks"`
+	LastHeartbeat  uint64   `json:"last_heartbeat"`
+	CPUBasisPoints uint32   `json:"cpu_basis_points"`
+	MemBasisPoints uint32   `json:"memory_basis_points"`
+	NetBasisPoints uint32   `json:"network_basis_points"`
+	Tags           []string `json:"tags"`
+}
+
+func runWorkers(ctx context.Context, env *cliEnv, args []string) error {
+	var g globalFlags
+	fs := newFlagSet(env, clientCommands["workers"], &g, true)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("workers takes no arguments")
+	}
+	c, err := newClient(&g)
+	if err != nil {
+		return err
+	}
+	resp, err := c.ListWorkers(ctx, &pb.ListWorkersRequest{})
+	if err != nil {
+		return err
+	}
+	if g.json {
+		for _, w := range resp.GetWorkers() {
+			tags := w.GetTags()
+			if tags == nil {
+				tags = []string{}
+			}
+			if err := writeJSON(env.stdout, workerJSON{
+				WorkerID: w.GetWorkerId(), Generation: w.GetGeneration(), Status: w.GetStatus(), Capacity: w.GetCapacity(),
+				CurrentTasks: w.GetCurrentTasks(), AvailableSlots: w.GetAvailableSlots(), CompletedTasks: w.GetCompletedTasks(),
+				LastHeartbeat: w.GetLastHeartbeat(), CPUBasisPoints: w.GetCpuBasisPoints(), MemBasisPoints: w.GetMemoryBasisPoints(),
+				NetBasisPoints: w.GetNetworkBasisPoints(), Tags: tags,
+			}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(env.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "WORKER\tGEN\tSTATUS\tTASKS\tCOMPLETED\tCPU\tMEM\tHEARTBEAT")
+	for _, w := range resp.GetWorkers() {
+		hb := time.Unix(int64(w.GetLastHeartbeat()), 0).Format(time.TimeOnly)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d/%d\t%d\t%.1f%%\t%.1f%%\t%s\n", w.GetWorkerId(), w.GetGeneration(), w.GetStatus(),
+			w.GetCurrentTasks(), w.GetCapacity(), w.GetCompletedTasks(),
+			float64(w.GetCpuBasisPoints())/100, float64(w.GetMemoryBasisPoints())/100, hb)
+	}
+	return tw.Flush()
+}
+
+func runCancel(ctx context.Context, env *cliEnv, args []string) error {
+	var g globalFlags
+	fs := newFlagSet(env, clientCommands["cancel"], &g, true)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return usagef("usage: termivar-coord cancel TASK")
+	}
+	id := fs.Arg(0)
+	c, err := newClient(&g)
+	if err != nil {
+		return err
+	}
+	t, err := c.GetTask(ctx, &pb.GetTaskRequest{TaskId: id})
+	if err != nil {
+		return err
+	}
+	if len(t.GetTask().GetFenceToken()) == 0 {
+		return rejectedError{fmt.Sprintf("task %s is %s; only queued tasks can be cancelled from the CLI", id, t.GetTask().GetStatus())}
+	}
+	resp, err := c.Cancel(ctx, &pb.CancelRequest{OwnershipToken: t.GetTask().GetFenceToken()})
+	if err != nil {
+		return err
+	}
+	if g.json {
+		return writeJSON(env.stdout, map[string]any{"task_id": id, "already_cancelled": resp.GetAlreadyCancelled(), "revision": resp.GetRevision()})
+	}
+	if resp.GetAlreadyCancelled() {
+		fmt.Fprintf(env.stdout, "task %s was already cancelled\n", id)
+	} else {
+		fmt.Fprintf(env.stdout, "cancelled task %s\n", id)
+	}
+	return nil
+}

@@ -40,3 +40,6 @@ verify: ## formatting, go.mod tidiness and generated code are up to date
 
 tidy: ## go mod tidy
 	$(GO) mod tidy
+
+proto: ## regenerate gen/ from proto/ (needs protoc, protoc-gen-go, protoc-gen-connect-go; see docs/node.md)
+	$(GO) generate ./proto

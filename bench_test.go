@@ -126,8 +126,11 @@ func BenchmarkLifecycle(b *testing.B) {
 	}
 }
 
-// BenchmarkBaselineMutexBTree runs the same five steps on the simplest
-// possible structure: one mutex, a B-tree queue and two maps.
+// BenchmarkBaselineMutexBTree runs the same five steps as BenchmarkLifecycle
+// on the simplest possible structure: one mutex, a B-tree queue and two
+// maps, no validation, no indexes, no fencing. At "max" it starts with the
+// same number of records as the core's max state (half queued), so both
+// structures work at the same size.
 func BenchmarkBaselineMutexBTree(b *testing.B) {
 	type item struct {
 		prio    uint8
@@ -135,51 +138,64 @@ func BenchmarkBaselineMutexBTree(b *testing.B) {
 		id      string
 	}
 	type rec struct {
-		status  TaskStatus
-		worker  string
-		lease   uint64
-		target  string
-		ordinal uint64
+		status TaskStatus
+		worker string
+		lease  uint64
+		target string
 	}
-	var mu sync.Mutex
-	queue := btree.NewG(32, func(a, b item) bool {
-		if a.prio != b.prio {
-			return a.prio > b.prio
-		}
-		return a.ordinal < b.ordinal
-	})
-	tasks := map[string]*rec{}
-	results := map[string][]byte{}
-	var ordinal, leaseID uint64
-	b.ReportAllocs()
-	i := 0
-	for b.Loop() {
-		i++
-		id := "task-" + strconv.Itoa(i)
-		mu.Lock()
-		ordinal++
-		tasks[id] = &rec{target: "10.0.0.1", ordinal: ordinal}
-		queue.ReplaceOrInsert(item{prio: uint8(i % 4), ordinal: ordinal, id: id})
-		mu.Unlock()
-		mu.Lock()
-		it, _ := queue.DeleteMin()
-		r := tasks[it.id]
-		leaseID++
-		r.status, r.worker, r.lease = TaskLeased, "worker-0", leaseID
-		mu.Unlock()
-		mu.Lock()
-		if r := tasks[it.id]; r.lease == leaseID {
-			r.status = TaskRunning
-		}
-		mu.Unlock()
-		mu.Lock()
-		if r := tasks[it.id]; r.lease == leaseID {
-			r.status = TaskCompleted
-		}
-		mu.Unlock()
-		mu.Lock()
-		results[it.id] = append([]byte(nil), "ok"...)
-		mu.Unlock()
+	for _, s := range poolBenchStates {
+		b.Run(s.name, func(b *testing.B) {
+			var mu sync.Mutex
+			queue := btree.NewG(32, func(a, b item) bool {
+				if a.prio != b.prio {
+					return a.prio > b.prio
+				}
+				return a.ordinal < b.ordinal
+			})
+			tasks := map[string]*rec{}
+			results := map[string][]byte{}
+			var ordinal, leaseID uint64
+			seq := 0
+			enqueue := func() {
+				seq++
+				id := "task-" + strconv.Itoa(seq)
+				mu.Lock()
+				ordinal++
+				tasks[id] = &rec{target: "10.0.0.1"}
+				queue.ReplaceOrInsert(item{prio: uint8(seq % 4), ordinal: ordinal, id: id})
+				mu.Unlock()
+			}
+			for i := 0; i < s.base; i++ {
+				enqueue()
+				if i%2 == 0 {
+					it, _ := queue.DeleteMin()
+					tasks[it.id].status = TaskRunning
+				}
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				enqueue()
+				mu.Lock()
+				it, _ := queue.DeleteMin()
+				r := tasks[it.id]
+				leaseID++
+				r.status, r.worker, r.lease = TaskLeased, "worker-0", leaseID
+				mu.Unlock()
+				mu.Lock()
+				if r := tasks[it.id]; r.lease == leaseID {
+					r.status = TaskRunning
+				}
+				mu.Unlock()
+				mu.Lock()
+				if r := tasks[it.id]; r.lease == leaseID {
+					r.status = TaskCompleted
+				}
+				mu.Unlock()
+				mu.Lock()
+				results[it.id] = append([]byte(nil), "ok"...)
+				mu.Unlock()
+			}
+		})
 	}
 }
 

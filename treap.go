@@ -170,9 +170,20 @@ func treapRefresh(root, w *workerRec, path []*workerRec) []*workerRec {
 			n = n.right
 		}
 	}
+	oldScore := w.score
 	w.rescore()
+	if w.score == oldScore {
+		return path // nothing any subtree best depends on has changed
+	}
 	for i := len(path) - 1; i >= 0; i-- {
-		path[i].pull()
+		n := path[i]
+		before := n.best
+		n.pull()
+		// Above a node whose best is the same other worker as before,
+		// nothing changes: every input of the ancestors' bests is as it was.
+		if n.best == before && before != w && n != w {
+			break
+		}
 	}
 	return path
 }

@@ -105,6 +105,7 @@ type FSM struct {
 	lastTime uint64
 	keys     map[string]KeyRecord
 	tenants  map[string]*Tenant
+	nodes    map[string]string // node ID → advertised API URL (cluster.go)
 
 	appliedIndex atomic.Uint64
 }
@@ -117,7 +118,7 @@ func New(opts Options) *FSM {
 	if l == nil {
 		l = slog.New(slog.DiscardHandler)
 	}
-	return &FSM{opts: opts, log: l, keys: map[string]KeyRecord{}, tenants: map[string]*Tenant{}}
+	return &FSM{opts: opts, log: l, keys: map[string]KeyRecord{}, tenants: map[string]*Tenant{}, nodes: map[string]string{}}
 }
 
 // Apply decodes one log entry and applies it. It returns a Response, or a
@@ -176,6 +177,8 @@ func (f *FSM) applyOneAt(cmd *pb.Command, now uint64) Response {
 		return f.applyCreateTenant(op.CreateTenant)
 	case *pb.Command_CreateKey:
 		return f.applyCreateKey(op.CreateKey)
+	case *pb.Command_SetNodeInfo:
+		return f.applySetNodeInfo(op.SetNodeInfo)
 	case *pb.Command_Batch, nil:
 		return Response{Err: fsmErr(KindInvalidCommand, "operation is missing or nested")}
 	}

@@ -35,7 +35,7 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 func (f *FSM) ExportState() ([]byte, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	st := &pb.FSMState{Version: StateVersion, EpochId: f.epoch, LastTime: f.lastTime}
+	st := &pb.FSMState{Version: StateVersion, EpochId: f.epoch, LastTime: f.lastTime, Nodes: f.exportNodes()}
 	for _, id := range sortedKeys(f.keys) {
 		k := f.keys[id]
 		st.Keys = append(st.Keys, &pb.KeyRecord{KeyId: k.ID, SecretHash: k.Hash, Tenant: k.Tenant, Role: k.Role})
@@ -96,6 +96,10 @@ func (f *FSM) RestoreState(b []byte) error {
 	if st.EpochId != nil && len(st.GetEpochId()) != EpochBytes {
 		return ErrInvalidState
 	}
+	nodes, ok := restoreNodes(st.GetNodes())
+	if !ok {
+		return ErrInvalidState
+	}
 	keys := map[string]KeyRecord{}
 	tenants := map[string]*Tenant{}
 	for _, ts := range st.GetTenants() {
@@ -140,6 +144,7 @@ func (f *FSM) RestoreState(b []byte) error {
 	f.lastTime = st.GetLastTime()
 	f.keys = keys
 	f.tenants = tenants
+	f.nodes = nodes
 	return nil
 }
 

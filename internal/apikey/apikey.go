@@ -133,12 +133,13 @@ func Verify(storedHash []byte, secret string) bool {
 
 // Allowed reports whether role may call method of service (the short
 // protobuf names, e.g. "Worker", "Acquire"). Admin may call everything in its
-// tenant; producers the Producer service; workers the Worker service; every
+// tenant (Cluster membership calls also check for the system tenant);
+// producers the Producer service; workers the Worker service; every
 // role may read Admin.Status of its own tenant.
 func Allowed(role Role, service, method string) bool {
 	switch role {
 	case RoleAdmin:
-		return service == "Worker" || service == "Producer" || service == "Admin"
+		return service == "Worker" || service == "Producer" || service == "Admin" || service == "Cluster"
 	case RoleProducer:
 		return service == "Producer" || (service == "Admin" && method == "Status")
 	case RoleWorker:

@@ -76,6 +76,9 @@ func TestAllowed(t *testing.T) {
 		{RoleWorker, "Admin", "ListWorkers", false},
 		{Role(0), "Admin", "Status", false},
 		{RoleAdmin, "Other", "X", false},
+		{RoleAdmin, "Cluster", "Join", true},
+		{RoleProducer, "Cluster", "Members", false},
+		{RoleWorker, "Cluster", "Join", false},
 	}
 	for _, tc := range cases {
 		if got := Allowed(tc.role, tc.service, tc.method); got != tc.want {

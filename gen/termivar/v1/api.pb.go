@@ -2617,6 +2617,8 @@ type StatusResponse struct {
 	Leader        string                 `protobuf:"bytes,12,opt,name=leader,proto3" json:"leader,omitempty"`
 	AppliedIndex  uint64                 `protobuf:"varint,13,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
 	NodeId        string                 `protobuf:"bytes,14,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// members is the raft configuration as this node sees it.
+	Members       []*ClusterMember `protobuf:"bytes,15,rep,name=members,proto3" json:"members,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2747,6 +2749,13 @@ func (x *StatusResponse) GetNodeId() string {
 		return x.NodeId
 	}
 	return ""
+}
+
+func (x *StatusResponse) GetMembers() []*ClusterMember {
+	if x != nil {
+		return x.Members
+	}
+	return nil
 }
 
 type ListWorkersRequest struct {
@@ -3043,7 +3052,7 @@ var File_termivar_v1_api_proto protoreflect.FileDescriptor
 
 const file_termivar_v1_api_proto_rawDesc = "" +
 	"\n" +
-	"\x15termivar/v1/api.proto\x12\vtermivar.v1\x1a\x19termivar/v1/command.proto\"\x83\x01\n" +
+	"\x15termivar/v1/api.proto\x12\vtermivar.v1\x1a\x19termivar/v1/cluster.proto\x1a\x19termivar/v1/command.proto\"\x83\x01\n" +
 	"\vErrorDetail\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1a\n" +
@@ -3271,7 +3280,7 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x18AggregateResultsResponse\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x16\n" +
 	"\x06result\x18\x02 \x01(\fR\x06result\"\x0f\n" +
-	"\rStatusRequest\"\xc3\x03\n" +
+	"\rStatusRequest\"\xf9\x03\n" +
 	"\x0eStatusResponse\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12!\n" +
@@ -3288,7 +3297,8 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"raft_state\x18\v \x01(\tR\traftState\x12\x16\n" +
 	"\x06leader\x18\f \x01(\tR\x06leader\x12#\n" +
 	"\rapplied_index\x18\r \x01(\x04R\fappliedIndex\x12\x17\n" +
-	"\anode_id\x18\x0e \x01(\tR\x06nodeId\"\x14\n" +
+	"\anode_id\x18\x0e \x01(\tR\x06nodeId\x124\n" +
+	"\amembers\x18\x0f \x03(\v2\x1a.termivar.v1.ClusterMemberR\amembers\"\x14\n" +
 	"\x12ListWorkersRequest\"H\n" +
 	"\x13ListWorkersResponse\x121\n" +
 	"\aworkers\x18\x01 \x03(\v2\x17.termivar.v1.WorkerInfoR\aworkers\"\x9a\x01\n" +
@@ -3389,8 +3399,9 @@ var file_termivar_v1_api_proto_goTypes = []any{
 	(*CreateTenantResponse)(nil),     // 43: termivar.v1.CreateTenantResponse
 	(*CreateKeyRequest)(nil),         // 44: termivar.v1.CreateKeyRequest
 	(*CreateKeyResponse)(nil),        // 45: termivar.v1.CreateKeyResponse
-	(*CoreLimits)(nil),               // 46: termivar.v1.CoreLimits
-	(*ResultLimits)(nil),             // 47: termivar.v1.ResultLimits
+	(*ClusterMember)(nil),            // 46: termivar.v1.ClusterMember
+	(*CoreLimits)(nil),               // 47: termivar.v1.CoreLimits
+	(*ResultLimits)(nil),             // 48: termivar.v1.ResultLimits
 }
 var file_termivar_v1_api_proto_depIdxs = []int32{
 	1,  // 0: termivar.v1.RegisterWorkerResponse.worker:type_name -> termivar.v1.WorkerInfo
@@ -3405,52 +3416,53 @@ var file_termivar_v1_api_proto_depIdxs = []int32{
 	25, // 9: termivar.v1.EnqueueResponse.tasks:type_name -> termivar.v1.EnqueuedTask
 	29, // 10: termivar.v1.GetTaskResponse.task:type_name -> termivar.v1.TaskInfo
 	29, // 11: termivar.v1.ListTasksResponse.tasks:type_name -> termivar.v1.TaskInfo
-	1,  // 12: termivar.v1.ListWorkersResponse.workers:type_name -> termivar.v1.WorkerInfo
-	46, // 13: termivar.v1.CreateTenantRequest.limits:type_name -> termivar.v1.CoreLimits
-	47, // 14: termivar.v1.CreateTenantRequest.result_limits:type_name -> termivar.v1.ResultLimits
-	2,  // 15: termivar.v1.Worker.RegisterWorker:input_type -> termivar.v1.RegisterWorkerRequest
-	4,  // 16: termivar.v1.Worker.Heartbeat:input_type -> termivar.v1.HeartbeatRequest
-	6,  // 17: termivar.v1.Worker.Acquire:input_type -> termivar.v1.AcquireRequest
-	9,  // 18: termivar.v1.Worker.Start:input_type -> termivar.v1.StartRequest
-	11, // 19: termivar.v1.Worker.RenewLease:input_type -> termivar.v1.RenewLeaseRequest
-	13, // 20: termivar.v1.Worker.Complete:input_type -> termivar.v1.CompleteRequest
-	15, // 21: termivar.v1.Worker.CompleteMany:input_type -> termivar.v1.CompleteManyRequest
-	18, // 22: termivar.v1.Worker.Fail:input_type -> termivar.v1.FailRequest
-	21, // 23: termivar.v1.Worker.Deregister:input_type -> termivar.v1.DeregisterRequest
-	24, // 24: termivar.v1.Producer.Enqueue:input_type -> termivar.v1.EnqueueRequest
-	27, // 25: termivar.v1.Producer.Cancel:input_type -> termivar.v1.CancelRequest
-	30, // 26: termivar.v1.Producer.GetTask:input_type -> termivar.v1.GetTaskRequest
-	32, // 27: termivar.v1.Producer.ListTasks:input_type -> termivar.v1.ListTasksRequest
-	34, // 28: termivar.v1.Producer.ScanProgress:input_type -> termivar.v1.ScanProgressRequest
-	36, // 29: termivar.v1.Producer.AggregateResults:input_type -> termivar.v1.AggregateResultsRequest
-	38, // 30: termivar.v1.Admin.Status:input_type -> termivar.v1.StatusRequest
-	40, // 31: termivar.v1.Admin.ListWorkers:input_type -> termivar.v1.ListWorkersRequest
-	42, // 32: termivar.v1.Admin.CreateTenant:input_type -> termivar.v1.CreateTenantRequest
-	44, // 33: termivar.v1.Admin.CreateKey:input_type -> termivar.v1.CreateKeyRequest
-	3,  // 34: termivar.v1.Worker.RegisterWorker:output_type -> termivar.v1.RegisterWorkerResponse
-	5,  // 35: termivar.v1.Worker.Heartbeat:output_type -> termivar.v1.HeartbeatResponse
-	8,  // 36: termivar.v1.Worker.Acquire:output_type -> termivar.v1.AcquireResponse
-	10, // 37: termivar.v1.Worker.Start:output_type -> termivar.v1.StartResponse
-	12, // 38: termivar.v1.Worker.RenewLease:output_type -> termivar.v1.RenewLeaseResponse
-	14, // 39: termivar.v1.Worker.Complete:output_type -> termivar.v1.CompleteResponse
-	17, // 40: termivar.v1.Worker.CompleteMany:output_type -> termivar.v1.CompleteManyResponse
-	19, // 41: termivar.v1.Worker.Fail:output_type -> termivar.v1.FailResponse
-	22, // 42: termivar.v1.Worker.Deregister:output_type -> termivar.v1.DeregisterResponse
-	26, // 43: termivar.v1.Producer.Enqueue:output_type -> termivar.v1.EnqueueResponse
-	28, // 44: termivar.v1.Producer.Cancel:output_type -> termivar.v1.CancelResponse
-	31, // 45: termivar.v1.Producer.GetTask:output_type -> termivar.v1.GetTaskResponse
-	33, // 46: termivar.v1.Producer.ListTasks:output_type -> termivar.v1.ListTasksResponse
-	35, // 47: termivar.v1.Producer.ScanProgress:output_type -> termivar.v1.ScanProgressResponse
-	37, // 48: termivar.v1.Producer.AggregateResults:output_type -> termivar.v1.AggregateResultsResponse
-	39, // 49: termivar.v1.Admin.Status:output_type -> termivar.v1.StatusResponse
-	41, // 50: termivar.v1.Admin.ListWorkers:output_type -> termivar.v1.ListWorkersResponse
-	43, // 51: termivar.v1.Admin.CreateTenant:output_type -> termivar.v1.CreateTenantResponse
-	45, // 52: termivar.v1.Admin.CreateKey:output_type -> termivar.v1.CreateKeyResponse
-	34, // [34:53] is the sub-list for method output_type
-	15, // [15:34] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	46, // 12: termivar.v1.StatusResponse.members:type_name -> termivar.v1.ClusterMember
+	1,  // 13: termivar.v1.ListWorkersResponse.workers:type_name -> termivar.v1.WorkerInfo
+	47, // 14: termivar.v1.CreateTenantRequest.limits:type_name -> termivar.v1.CoreLimits
+	48, // 15: termivar.v1.CreateTenantRequest.result_limits:type_name -> termivar.v1.ResultLimits
+	2,  // 16: termivar.v1.Worker.RegisterWorker:input_type -> termivar.v1.RegisterWorkerRequest
+	4,  // 17: termivar.v1.Worker.Heartbeat:input_type -> termivar.v1.HeartbeatRequest
+	6,  // 18: termivar.v1.Worker.Acquire:input_type -> termivar.v1.AcquireRequest
+	9,  // 19: termivar.v1.Worker.Start:input_type -> termivar.v1.StartRequest
+	11, // 20: termivar.v1.Worker.RenewLease:input_type -> termivar.v1.RenewLeaseRequest
+	13, // 21: termivar.v1.Worker.Complete:input_type -> termivar.v1.CompleteRequest
+	15, // 22: termivar.v1.Worker.CompleteMany:input_type -> termivar.v1.CompleteManyRequest
+	18, // 23: termivar.v1.Worker.Fail:input_type -> termivar.v1.FailRequest
+	21, // 24: termivar.v1.Worker.Deregister:input_type -> termivar.v1.DeregisterRequest
+	24, // 25: termivar.v1.Producer.Enqueue:input_type -> termivar.v1.EnqueueRequest
+	27, // 26: termivar.v1.Producer.Cancel:input_type -> termivar.v1.CancelRequest
+	30, // 27: termivar.v1.Producer.GetTask:input_type -> termivar.v1.GetTaskRequest
+	32, // 28: termivar.v1.Producer.ListTasks:input_type -> termivar.v1.ListTasksRequest
+	34, // 29: termivar.v1.Producer.ScanProgress:input_type -> termivar.v1.ScanProgressRequest
+	36, // 30: termivar.v1.Producer.AggregateResults:input_type -> termivar.v1.AggregateResultsRequest
+	38, // 31: termivar.v1.Admin.Status:input_type -> termivar.v1.StatusRequest
+	40, // 32: termivar.v1.Admin.ListWorkers:input_type -> termivar.v1.ListWorkersRequest
+	42, // 33: termivar.v1.Admin.CreateTenant:input_type -> termivar.v1.CreateTenantRequest
+	44, // 34: termivar.v1.Admin.CreateKey:input_type -> termivar.v1.CreateKeyRequest
+	3,  // 35: termivar.v1.Worker.RegisterWorker:output_type -> termivar.v1.RegisterWorkerResponse
+	5,  // 36: termivar.v1.Worker.Heartbeat:output_type -> termivar.v1.HeartbeatResponse
+	8,  // 37: termivar.v1.Worker.Acquire:output_type -> termivar.v1.AcquireResponse
+	10, // 38: termivar.v1.Worker.Start:output_type -> termivar.v1.StartResponse
+	12, // 39: termivar.v1.Worker.RenewLease:output_type -> termivar.v1.RenewLeaseResponse
+	14, // 40: termivar.v1.Worker.Complete:output_type -> termivar.v1.CompleteResponse
+	17, // 41: termivar.v1.Worker.CompleteMany:output_type -> termivar.v1.CompleteManyResponse
+	19, // 42: termivar.v1.Worker.Fail:output_type -> termivar.v1.FailResponse
+	22, // 43: termivar.v1.Worker.Deregister:output_type -> termivar.v1.DeregisterResponse
+	26, // 44: termivar.v1.Producer.Enqueue:output_type -> termivar.v1.EnqueueResponse
+	28, // 45: termivar.v1.Producer.Cancel:output_type -> termivar.v1.CancelResponse
+	31, // 46: termivar.v1.Producer.GetTask:output_type -> termivar.v1.GetTaskResponse
+	33, // 47: termivar.v1.Producer.ListTasks:output_type -> termivar.v1.ListTasksResponse
+	35, // 48: termivar.v1.Producer.ScanProgress:output_type -> termivar.v1.ScanProgressResponse
+	37, // 49: termivar.v1.Producer.AggregateResults:output_type -> termivar.v1.AggregateResultsResponse
+	39, // 50: termivar.v1.Admin.Status:output_type -> termivar.v1.StatusResponse
+	41, // 51: termivar.v1.Admin.ListWorkers:output_type -> termivar.v1.ListWorkersResponse
+	43, // 52: termivar.v1.Admin.CreateTenant:output_type -> termivar.v1.CreateTenantResponse
+	45, // 53: termivar.v1.Admin.CreateKey:output_type -> termivar.v1.CreateKeyResponse
+	35, // [35:54] is the sub-list for method output_type
+	16, // [16:35] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_termivar_v1_api_proto_init() }
@@ -3458,6 +3470,7 @@ func file_termivar_v1_api_proto_init() {
 	if File_termivar_v1_api_proto != nil {
 		return
 	}
+	file_termivar_v1_cluster_proto_init()
 	file_termivar_v1_command_proto_init()
 	file_termivar_v1_api_proto_msgTypes[2].OneofWrappers = []any{}
 	file_termivar_v1_api_proto_msgTypes[4].OneofWrappers = []any{}

@@ -68,6 +68,7 @@ type Command struct {
 	//	*Command_RecoverExpiredLeases
 	//	*Command_ExpireOldTasks
 	//	*Command_AcquireTasks
+	//	*Command_SetNodeInfo
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -334,6 +335,15 @@ func (x *Command) GetAcquireTasks() *AcquireTasks {
 	return nil
 }
 
+func (x *Command) GetSetNodeInfo() *SetNodeInfo {
+	if x != nil {
+		if x, ok := x.Op.(*Command_SetNodeInfo); ok {
+			return x.SetNodeInfo
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -422,6 +432,11 @@ type Command_AcquireTasks struct {
 	AcquireTasks *AcquireTasks `protobuf:"bytes,30,opt,name=acquire_tasks,json=acquireTasks,proto3,oneof"`
 }
 
+type Command_SetNodeInfo struct {
+	// 40+: cluster membership metadata (kept apart from the task ops).
+	SetNodeInfo *SetNodeInfo `protobuf:"bytes,40,opt,name=set_node_info,json=setNodeInfo,proto3,oneof"`
+}
+
 func (*Command_Batch) isCommand_Op() {}
 
 func (*Command_InitCluster) isCommand_Op() {}
@@ -463,6 +478,8 @@ func (*Command_RecoverExpiredLeases) isCommand_Op() {}
 func (*Command_ExpireOldTasks) isCommand_Op() {}
 
 func (*Command_AcquireTasks) isCommand_Op() {}
+
+func (*Command_SetNodeInfo) isCommand_Op() {}
 
 // Batch coalesces concurrent commands into one log entry. The FSM applies
 // them in order, each with its own response; the batch's now_secs applies
@@ -1903,6 +1920,7 @@ type FSMState struct {
 	LastTime      uint64                 `protobuf:"varint,3,opt,name=last_time,json=lastTime,proto3" json:"last_time,omitempty"`
 	Keys          []*KeyRecord           `protobuf:"bytes,4,rep,name=keys,proto3" json:"keys,omitempty"`
 	Tenants       []*TenantState         `protobuf:"bytes,5,rep,name=tenants,proto3" json:"tenants,omitempty"`
+	Nodes         []*NodeInfo            `protobuf:"bytes,20,rep,name=nodes,proto3" json:"nodes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1968,6 +1986,13 @@ func (x *FSMState) GetKeys() []*KeyRecord {
 func (x *FSMState) GetTenants() []*TenantState {
 	if x != nil {
 		return x.Tenants
+	}
+	return nil
+}
+
+func (x *FSMState) GetNodes() []*NodeInfo {
+	if x != nil {
+		return x.Nodes
 	}
 	return nil
 }
@@ -2237,11 +2262,117 @@ func (x *ScanIndex) GetTaskIds() []string {
 	return nil
 }
 
+// SetNodeInfo records a node's advertised API URL (so followers can forward
+// requests to the leader); an empty api_url removes the entry.
+type SetNodeInfo struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	ApiUrl        string                 `protobuf:"bytes,2,opt,name=api_url,json=apiUrl,proto3" json:"api_url,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetNodeInfo) Reset() {
+	*x = SetNodeInfo{}
+	mi := &file_termivar_v1_command_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetNodeInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetNodeInfo) ProtoMessage() {}
+
+func (x *SetNodeInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_command_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetNodeInfo.ProtoReflect.Descriptor instead.
+func (*SetNodeInfo) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *SetNodeInfo) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *SetNodeInfo) GetApiUrl() string {
+	if x != nil {
+		return x.ApiUrl
+	}
+	return ""
+}
+
+type NodeInfo struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	ApiUrl        string                 `protobuf:"bytes,2,opt,name=api_url,json=apiUrl,proto3" json:"api_url,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeInfo) Reset() {
+	*x = NodeInfo{}
+	mi := &file_termivar_v1_command_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeInfo) ProtoMessage() {}
+
+func (x *NodeInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_command_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
+func (*NodeInfo) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *NodeInfo) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *NodeInfo) GetApiUrl() string {
+	if x != nil {
+		return x.ApiUrl
+	}
+	return ""
+}
+
 var File_termivar_v1_command_proto protoreflect.FileDescriptor
 
 const file_termivar_v1_command_proto_rawDesc = "" +
 	"\n" +
-	"\x19termivar/v1/command.proto\x12\vtermivar.v1\"\xb3\f\n" +
+	"\x19termivar/v1/command.proto\x12\vtermivar.v1\"\xf3\f\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x19\n" +
 	"\bnow_secs\x18\x02 \x01(\x04R\anowSecs\x12\x16\n" +
@@ -2275,7 +2406,8 @@ const file_termivar_v1_command_proto_rawDesc = "" +
 	"renewLease\x12Y\n" +
 	"\x16recover_expired_leases\x18\x1c \x01(\v2!.termivar.v1.RecoverExpiredLeasesH\x00R\x14recoverExpiredLeases\x12G\n" +
 	"\x10expire_old_tasks\x18\x1d \x01(\v2\x1b.termivar.v1.ExpireOldTasksH\x00R\x0eexpireOldTasks\x12@\n" +
-	"\racquire_tasks\x18\x1e \x01(\v2\x19.termivar.v1.AcquireTasksH\x00R\facquireTasksB\x04\n" +
+	"\racquire_tasks\x18\x1e \x01(\v2\x19.termivar.v1.AcquireTasksH\x00R\facquireTasks\x12>\n" +
+	"\rset_node_info\x18( \x01(\v2\x18.termivar.v1.SetNodeInfoH\x00R\vsetNodeInfoB\x04\n" +
 	"\x02opB\x14\n" +
 	"\x12_expected_revision\"9\n" +
 	"\x05Batch\x120\n" +
@@ -2383,13 +2515,14 @@ const file_termivar_v1_command_proto_rawDesc = "" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12$\n" +
 	"\x0elease_ttl_secs\x18\x02 \x01(\x04R\fleaseTtlSecs\x12\x1b\n" +
 	"\tmax_tasks\x18\x03 \x01(\rR\bmaxTasks\x12\x14\n" +
-	"\x05start\x18\x04 \x01(\bR\x05start\"\xbc\x01\n" +
+	"\x05start\x18\x04 \x01(\bR\x05start\"\xe9\x01\n" +
 	"\bFSMState\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x19\n" +
 	"\bepoch_id\x18\x02 \x01(\fR\aepochId\x12\x1b\n" +
 	"\tlast_time\x18\x03 \x01(\x04R\blastTime\x12*\n" +
 	"\x04keys\x18\x04 \x03(\v2\x16.termivar.v1.KeyRecordR\x04keys\x122\n" +
-	"\atenants\x18\x05 \x03(\v2\x18.termivar.v1.TenantStateR\atenants\"o\n" +
+	"\atenants\x18\x05 \x03(\v2\x18.termivar.v1.TenantStateR\atenants\x12+\n" +
+	"\x05nodes\x18\x14 \x03(\v2\x15.termivar.v1.NodeInfoR\x05nodes\"o\n" +
 	"\tKeyRecord\x12\x15\n" +
 	"\x06key_id\x18\x01 \x01(\tR\x05keyId\x12\x1f\n" +
 	"\vsecret_hash\x18\x02 \x01(\fR\n" +
@@ -2410,7 +2543,13 @@ const file_termivar_v1_command_proto_rawDesc = "" +
 	"\x06key_id\x18\x02 \x01(\tR\x05keyId\"?\n" +
 	"\tScanIndex\x12\x17\n" +
 	"\ascan_id\x18\x01 \x01(\tR\x06scanId\x12\x19\n" +
-	"\btask_ids\x18\x02 \x03(\tR\ataskIdsB<Z:github.com/termivar/distributed/gen/termivar/v1;termivarv1b\x06proto3"
+	"\btask_ids\x18\x02 \x03(\tR\ataskIds\"?\n" +
+	"\vSetNodeInfo\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x17\n" +
+	"\aapi_url\x18\x02 \x01(\tR\x06apiUrl\"<\n" +
+	"\bNodeInfo\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x17\n" +
+	"\aapi_url\x18\x02 \x01(\tR\x06apiUrlB<Z:github.com/termivar/distributed/gen/termivar/v1;termivarv1b\x06proto3"
 
 var (
 	file_termivar_v1_command_proto_rawDescOnce sync.Once
@@ -2424,7 +2563,7 @@ func file_termivar_v1_command_proto_rawDescGZIP() []byte {
 	return file_termivar_v1_command_proto_rawDescData
 }
 
-var file_termivar_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_termivar_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_termivar_v1_command_proto_goTypes = []any{
 	(*Command)(nil),              // 0: termivar.v1.Command
 	(*Batch)(nil),                // 1: termivar.v1.Batch
@@ -2457,6 +2596,8 @@ var file_termivar_v1_command_proto_goTypes = []any{
 	(*TenantState)(nil),          // 28: termivar.v1.TenantState
 	(*WorkerOwner)(nil),          // 29: termivar.v1.WorkerOwner
 	(*ScanIndex)(nil),            // 30: termivar.v1.ScanIndex
+	(*SetNodeInfo)(nil),          // 31: termivar.v1.SetNodeInfo
+	(*NodeInfo)(nil),             // 32: termivar.v1.NodeInfo
 }
 var file_termivar_v1_command_proto_depIdxs = []int32{
 	1,  // 0: termivar.v1.Command.batch:type_name -> termivar.v1.Batch
@@ -2480,23 +2621,25 @@ var file_termivar_v1_command_proto_depIdxs = []int32{
 	23, // 18: termivar.v1.Command.recover_expired_leases:type_name -> termivar.v1.RecoverExpiredLeases
 	24, // 19: termivar.v1.Command.expire_old_tasks:type_name -> termivar.v1.ExpireOldTasks
 	25, // 20: termivar.v1.Command.acquire_tasks:type_name -> termivar.v1.AcquireTasks
-	0,  // 21: termivar.v1.Batch.commands:type_name -> termivar.v1.Command
-	3,  // 22: termivar.v1.CreateTenant.limits:type_name -> termivar.v1.CoreLimits
-	4,  // 23: termivar.v1.CreateTenant.result_limits:type_name -> termivar.v1.ResultLimits
-	7,  // 24: termivar.v1.EnqueueTasks.tasks:type_name -> termivar.v1.TaskSpec
-	9,  // 25: termivar.v1.RegisterWorker.spec:type_name -> termivar.v1.WorkerSpec
-	9,  // 26: termivar.v1.ReactivateWorker.spec:type_name -> termivar.v1.WorkerSpec
-	27, // 27: termivar.v1.FSMState.keys:type_name -> termivar.v1.KeyRecord
-	28, // 28: termivar.v1.FSMState.tenants:type_name -> termivar.v1.TenantState
-	3,  // 29: termivar.v1.TenantState.limits:type_name -> termivar.v1.CoreLimits
-	4,  // 30: termivar.v1.TenantState.result_limits:type_name -> termivar.v1.ResultLimits
-	29, // 31: termivar.v1.TenantState.worker_owners:type_name -> termivar.v1.WorkerOwner
-	30, // 32: termivar.v1.TenantState.scans:type_name -> termivar.v1.ScanIndex
-	33, // [33:33] is the sub-list for method output_type
-	33, // [33:33] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	31, // 21: termivar.v1.Command.set_node_info:type_name -> termivar.v1.SetNodeInfo
+	0,  // 22: termivar.v1.Batch.commands:type_name -> termivar.v1.Command
+	3,  // 23: termivar.v1.CreateTenant.limits:type_name -> termivar.v1.CoreLimits
+	4,  // 24: termivar.v1.CreateTenant.result_limits:type_name -> termivar.v1.ResultLimits
+	7,  // 25: termivar.v1.EnqueueTasks.tasks:type_name -> termivar.v1.TaskSpec
+	9,  // 26: termivar.v1.RegisterWorker.spec:type_name -> termivar.v1.WorkerSpec
+	9,  // 27: termivar.v1.ReactivateWorker.spec:type_name -> termivar.v1.WorkerSpec
+	27, // 28: termivar.v1.FSMState.keys:type_name -> termivar.v1.KeyRecord
+	28, // 29: termivar.v1.FSMState.tenants:type_name -> termivar.v1.TenantState
+	32, // 30: termivar.v1.FSMState.nodes:type_name -> termivar.v1.NodeInfo
+	3,  // 31: termivar.v1.TenantState.limits:type_name -> termivar.v1.CoreLimits
+	4,  // 32: termivar.v1.TenantState.result_limits:type_name -> termivar.v1.ResultLimits
+	29, // 33: termivar.v1.TenantState.worker_owners:type_name -> termivar.v1.WorkerOwner
+	30, // 34: termivar.v1.TenantState.scans:type_name -> termivar.v1.ScanIndex
+	35, // [35:35] is the sub-list for method output_type
+	35, // [35:35] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_termivar_v1_command_proto_init() }
@@ -2526,6 +2669,7 @@ func file_termivar_v1_command_proto_init() {
 		(*Command_RecoverExpiredLeases)(nil),
 		(*Command_ExpireOldTasks)(nil),
 		(*Command_AcquireTasks)(nil),
+		(*Command_SetNodeInfo)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2533,7 +2677,7 @@ func file_termivar_v1_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_termivar_v1_command_proto_rawDesc), len(file_termivar_v1_command_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   31,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -79,6 +80,29 @@ type Config struct {
 	// SnapshotThreshold is the number of log entries between snapshots
 	// (default 8192).
 	SnapshotThreshold uint64
+
+	// Cluster settings (cluster.go). With neither Peers nor Join the node
+	// bootstraps a one-voter cluster.
+
+	// Peers is the static voter set bootstrapped on first start (every
+	// member gets the same list, including itself; ignored on restart).
+	Peers []Peer
+	// Join, when set and the node is not yet a member, asks an existing
+	// member to add this node as a voter and returns the cluster secret.
+	Join JoinFunc
+	// SharedSecretFile holds a cluster secret shared by every member
+	// (required on the first start of a Peers member); it is copied to
+	// DIR/cluster.secret, and must match it on later starts.
+	SharedSecretFile string
+	// APIURL is this node's advertised API base URL; the leader replicates
+	// its own so that followers can forward requests to it.
+	APIURL string
+	// RaftListener, when set, is used instead of listening on RaftAddr
+	// (tests pre-open port-0 listeners to know every address up front).
+	RaftListener net.Listener
+	// RaftTimeout is raft's heartbeat and election timeout (default 300 ms
+	// for a single node, 1 s with Peers or Join).
+	RaftTimeout time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -115,6 +139,12 @@ func (c *Config) setDefaults() {
 	if c.SnapshotThreshold == 0 {
 		c.SnapshotThreshold = 8192
 	}
+	if c.RaftTimeout <= 0 {
+		c.RaftTimeout = 300 * time.Millisecond
+		if len(c.Peers) > 1 || c.Join != nil {
+			c.RaftTimeout = time.Second
+		}
+	}
 }
 
 // ErrNotLeader is returned by Propose on a node that is not the leader.
@@ -136,6 +166,7 @@ type Node struct {
 	secret []byte
 	codec  *token.Codec
 	wake   *notifier
+	clu    clusterState
 
 	proposals chan *proposal
 	inflight  chan *inflightBatch
@@ -144,15 +175,19 @@ type Node struct {
 	closeOnce sync.Once
 }
 
-// Open starts a node on cfg.DataDir, bootstrapping a one-voter cluster on
-// first start, waits until it leads, and makes sure the cluster epoch and
-// the system tenant exist.
+// Open starts a node on cfg.DataDir — bootstrapping a one-voter cluster,
+// or the static Peers, on first start, or joining through Join — waits
+// until the cluster epoch, the system tenant (and in a Peers cluster the
+// first admin key) exist, and starts the leader's background loops.
 func Open(ctx context.Context, cfg Config) (*Node, error) {
 	cfg.setDefaults()
+	if err := cfg.validateCluster(); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(filepath.Join(cfg.DataDir, raftDir, "wal"), 0o700); err != nil {
 		return nil, err
 	}
-	secret, err := loadOrCreateSecret(filepath.Join(cfg.DataDir, SecretFile))
+	secret, err := initSecret(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -166,22 +201,25 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		stop:      make(chan struct{}),
 	}
 	n.fsm = raftfsm.New(raftfsm.Options{Logger: cfg.Logger, NotifyFunc: n.wake.notify})
-	if err := n.openRaft(); err != nil {
+	existing, err := n.openRaft()
+	if err != nil {
 		n.closeStores()
 		return nil, err
 	}
 	n.wg.Add(2)
 	go n.proposeLoop()
 	go n.respondLoop()
-	if err := n.waitLeader(ctx); err != nil {
+	if cfg.Join != nil && (!existing || n.secret == nil) {
+		if err := n.join(ctx); err != nil {
+			n.Close()
+			return nil, err
+		}
+	}
+	if err := n.waitReady(ctx); err != nil {
 		n.Close()
 		return nil, err
 	}
-	if err := n.ensureCluster(ctx); err != nil {
-		n.Close()
-		return nil, err
-	}
-	codec, err := token.NewCodec(secret, n.fsm.Epoch())
+	codec, err := token.NewCodec(n.secret, n.fsm.Epoch())
 	if err != nil {
 		n.Close()
 		return nil, err
@@ -191,10 +229,14 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		n.wg.Add(1)
 		go n.tickLoop()
 	}
+	n.wg.Add(1)
+	go n.memberLoop()
 	return n, nil
 }
 
-func (n *Node) openRaft() error {
+// openRaft opens the stores and raft, bootstrapping on first start; it
+// reports whether raft state existed.
+func (n *Node) openRaft() (bool, error) {
 	cfg := n.cfg
 	hl := hclog.New(&hclog.LoggerOptions{Name: "raft", Output: cfg.RaftLogOutput, Level: hclog.Warn})
 	// NB: WAL.Close does not close its meta DB (and so keeps the bolt file
@@ -202,16 +244,16 @@ func (n *Node) openRaft() error {
 	n.meta = &metadb.BoltMetaDB{}
 	w, err := wal.Open(filepath.Join(cfg.DataDir, raftDir, "wal"), wal.WithLogger(hl), wal.WithMetaStore(n.meta))
 	if err != nil {
-		return fmt.Errorf("node: open raft-wal: %w", err)
+		return false, fmt.Errorf("node: open raft-wal: %w", err)
 	}
 	n.wal = w
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(cfg.DataDir, raftDir), 2, hl)
 	if err != nil {
-		return fmt.Errorf("node: open snapshot store: %w", err)
+		return false, fmt.Errorf("node: open snapshot store: %w", err)
 	}
-	trans, err := raft.NewTCPTransportWithLogger(cfg.RaftAddr, nil, 3, 10*time.Second, hl)
+	trans, err := n.newTransport(hl)
 	if err != nil {
-		return fmt.Errorf("node: raft transport: %w", err)
+		return false, fmt.Errorf("node: raft transport: %w", err)
 	}
 	n.trans = trans
 	rc := raft.DefaultConfig()
@@ -219,9 +261,9 @@ func (n *Node) openRaft() error {
 	rc.Logger = hl
 	// NB: a single voter elects itself after one heartbeat timeout; keep the
 	// timeouts short so a restart is back to serving within a second.
-	rc.HeartbeatTimeout = 300 * time.Millisecond
-	rc.ElectionTimeout = 300 * time.Millisecond
-	rc.LeaderLeaseTimeout = 150 * time.Millisecond
+	rc.HeartbeatTimeout = cfg.RaftTimeout
+	rc.ElectionTimeout = cfg.RaftTimeout
+	rc.LeaderLeaseTimeout = cfg.RaftTimeout / 2
 	rc.CommitTimeout = 5 * time.Millisecond
 	rc.MaxAppendEntries = 256
 	rc.BatchApplyCh = true
@@ -229,34 +271,19 @@ func (n *Node) openRaft() error {
 	rc.TrailingLogs = 4096
 	existing, err := raft.HasExistingState(w, w, snaps)
 	if err != nil {
-		return err
+		return false, err
 	}
-	if !existing {
-		conf := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: rc.LocalID, Address: trans.LocalAddr()}}}
+	if conf, ok := n.bootstrapConfiguration(trans.LocalAddr()); ok && !existing {
 		if err := raft.BootstrapCluster(rc, w, w, snaps, trans, conf); err != nil {
-			return fmt.Errorf("node: bootstrap: %w", err)
+			return false, fmt.Errorf("node: bootstrap: %w", err)
 		}
 	}
 	r, err := raft.NewRaft(rc, n.fsm, w, w, snaps, trans)
 	if err != nil {
-		return fmt.Errorf("node: start raft: %w", err)
+		return false, fmt.Errorf("node: start raft: %w", err)
 	}
 	n.raft = r
-	return nil
-}
-
-func (n *Node) waitLeader(ctx context.Context) error {
-	t := time.NewTicker(20 * time.Millisecond)
-	defer t.Stop()
-	for n.raft.State() != raft.Leader {
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("node: waiting for leadership: %w", ctx.Err())
-		case <-t.C:
-		}
-	}
-	// Barrier: every entry of earlier terms is applied before we serve.
-	return n.raft.Barrier(30 * time.Second).Error()
+	return existing, nil
 }
 
 // ensureCluster proposes InitCluster and the system tenant if the log does

@@ -1,0 +1,560 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"crypto/hkdf"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+
+	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/internal/apikey"
+	"github.com/termivar/distributed/internal/token"
+	"github.com/termivar/distributed/raftfsm"
+)
+
+// Peer is one voter of a static bootstrap (serve --peers id=addr,...).
+type Peer struct {
+	ID   string // raft server ID (--node-id of that member)
+	Addr string // raft transport address host:port
+}
+
+// ParsePeers parses "id1=host:port,id2=host:port,...".
+func ParsePeers(s string) ([]Peer, error) {
+	var out []Peer
+	ids, addrs := map[string]bool{}, map[string]bool{}
+	for part := range strings.SplitSeq(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		id, addr, ok := strings.Cut(part, "=")
+		if !ok || id == "" || addr == "" {
+			return nil, fmt.Errorf("node: peer %q is not id=host:port", part)
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return nil, fmt.Errorf("node: peer %q: %w", part, err)
+		}
+		if ids[id] || addrs[addr] {
+			return nil, fmt.Errorf("node: peer %q is listed twice", part)
+		}
+		ids[id], addrs[addr] = true, true
+		out = append(out, Peer{ID: id, Addr: addr})
+	}
+	if len(out) == 0 {
+		return nil, errors.New("node: --peers lists no peer")
+	}
+	return out, nil
+}
+
+// JoinFunc asks an existing member to add this node (nodeID, reachable at
+// raftAddr) as a voter and returns the cluster secret.
+type JoinFunc func(ctx context.Context, nodeID, raftAddr string) (secret []byte, err error)
+
+// Member is one server of the raft configuration.
+type Member struct {
+	ID, RaftAddr, APIURL string
+	Suffrage             string // voter, nonvoter, staging
+	Leader               bool
+}
+
+// clusterState is the node's view of its own leadership.
+type clusterState struct {
+	barrierTerm atomic.Uint64 // term in which a barrier completed on this leader
+	adminOnce   sync.Once
+	adminKey    apikey.Generated
+	adminErr    error
+}
+
+// memberLoopInterval is how often the leader checks its own registration.
+const memberLoopInterval = 100 * time.Millisecond
+
+func (c *Config) validateCluster() error {
+	if len(c.Peers) > 0 && c.Join != nil {
+		return errors.New("node: --peers and --join exclude each other")
+	}
+	if len(c.Peers) > 0 {
+		found := false
+		for _, p := range c.Peers {
+			found = found || p.ID == c.NodeID
+		}
+		if !found {
+			return fmt.Errorf("node: --peers does not list this node (%s)", c.NodeID)
+		}
+	}
+	return nil
+}
+
+// initSecret returns the cluster secret: DIR/cluster.secret, which must
+// equal the shared secret file when one is given (and is created from it
+// on first start). Without either, a Peers member fails, a joiner gets the
+// secret from Join (nil here) and a single node creates a random one.
+func initSecret(cfg Config) ([]byte, error) {
+	path := filepath.Join(cfg.DataDir, SecretFile)
+	local, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	if err == nil && len(local) < token.MinSecretBytes {
+		return nil, fmt.Errorf("node: %s is shorter than %d bytes", path, token.MinSecretBytes)
+	}
+	if cfg.SharedSecretFile != "" {
+		shared, err := os.ReadFile(cfg.SharedSecretFile)
+		if err != nil {
+			return nil, fmt.Errorf("node: cluster secret file: %w", err)
+		}
+		if len(shared) < token.MinSecretBytes {
+			return nil, fmt.Errorf("node: cluster secret file is shorter than %d bytes", token.MinSecretBytes)
+		}
+		if local != nil && !bytes.Equal(local, shared) {
+			return nil, fmt.Errorf("node: the cluster secret file differs from %s", path)
+		}
+		if local == nil {
+			if err := WriteFileAtomic(path, shared, 0o600); err != nil {
+				return nil, err
+			}
+		}
+		return shared, nil
+	}
+	if local != nil {
+		return local, nil
+	}
+	switch {
+	case len(cfg.Peers) > 1:
+		return nil, errors.New("node: a --peers cluster needs --cluster-secret-file (the same file on every member)")
+	case cfg.Join != nil:
+		return nil, nil
+	}
+	return loadOrCreateSecret(path)
+}
+
+// streamLayer serves raft over a TCP listener and closes every connection
+// it accepted or dialed when it is closed, so that a stopped node leaves no
+// connection (and no transport goroutine) behind.
+type streamLayer struct {
+	net.Listener
+	mu     sync.Mutex
+	conns  map[*trackedConn]struct{}
+	closed bool
+}
+
+type trackedConn struct {
+	net.Conn
+	s    *streamLayer
+	once sync.Once
+}
+
+func (c *trackedConn) Close() error {
+	c.once.Do(func() {
+		c.s.mu.Lock()
+		delete(c.s.conns, c)
+		c.s.mu.Unlock()
+	})
+	return c.Conn.Close()
+}
+
+func (s *streamLayer) track(c net.Conn) (net.Conn, error) {
+	tc := &trackedConn{Conn: c, s: s}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		c.Close()
+		return nil, net.ErrClosed
+	}
+	s.conns[tc] = struct{}{}
+	return tc, nil
+}
+
+func (s *streamLayer) Accept() (net.Conn, error) {
+	c, err := s.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return s.track(c)
+}
+
+func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	c, err := net.DialTimeout("tcp", string(addr), timeout)
+	if err != nil {
+		return nil, err
+	}
+	return s.track(c)
+}
+
+func (s *streamLayer) Close() error {
+	err := s.Listener.Close()
+	s.mu.Lock()
+	s.closed = true
+	conns := s.conns
+	s.conns = nil
+	s.mu.Unlock()
+	for c := range conns {
+		c.Conn.Close()
+	}
+	return err
+}
+
+func (n *Node) newTransport(hl hclog.Logger) (*raft.NetworkTransport, error) {
+	ln := n.cfg.RaftListener
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", n.cfg.RaftAddr); err != nil {
+			return nil, err
+		}
+	}
+	if a, ok := ln.Addr().(*net.TCPAddr); !ok || a.IP.IsUnspecified() {
+		ln.Close()
+		return nil, fmt.Errorf("raft address %s is not advertisable (use a concrete host)", ln.Addr())
+	}
+	s := &streamLayer{Listener: ln, conns: map[*trackedConn]struct{}{}}
+	return raft.NewNetworkTransportWithLogger(s, 3, 10*time.Second, hl), nil
+}
+
+// bootstrapConfiguration is the first configuration of a new node: the
+// static peers, or this node alone; a joiner bootstraps nothing.
+func (n *Node) bootstrapConfiguration(local raft.ServerAddress) (raft.Configuration, bool) {
+	switch {
+	case n.cfg.Join != nil:
+		return raft.Configuration{}, false
+	case len(n.cfg.Peers) > 0:
+		var c raft.Configuration
+		for _, p := range n.cfg.Peers {
+			c.Servers = append(c.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.Addr)})
+		}
+		return c, true
+	}
+	return raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: raft.ServerID(n.cfg.NodeID), Address: local}}}, true
+}
+
+// join asks a member to add this node and stores the secret it returns.
+func (n *Node) join(ctx context.Context) error {
+	secret, err := n.cfg.Join(ctx, n.cfg.NodeID, n.RaftAddr())
+	if err != nil {
+		return fmt.Errorf("node: join: %w", err)
+	}
+	if len(secret) < token.MinSecretBytes {
+		return errors.New("node: join: the member sent no cluster secret")
+	}
+	if n.secret != nil {
+		if !bytes.Equal(n.secret, secret) {
+			return errors.New("node: join: the cluster's secret differs from --cluster-secret-file")
+		}
+		return nil
+	}
+	if err := WriteFileAtomic(filepath.Join(n.cfg.DataDir, SecretFile), secret, 0o600); err != nil {
+		return err
+	}
+	n.secret = secret
+	return nil
+}
+
+// waitReady waits until the FSM holds the epoch, the system tenant and (in
+// a Peers cluster) the first admin key; whenever this node leads meanwhile
+// it proposes what is missing. A node that is the only voter also waits
+// until it leads with everything applied, so that it serves at once.
+func (n *Node) waitReady(ctx context.Context) error {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if n.raft.State() == raft.Leader {
+			if err := n.leaderInit(ctx); err != nil && !errors.Is(err, ErrNotLeader) && ctx.Err() == nil {
+				n.log.Warn("cluster initialisation failed; retrying", "error", err)
+			}
+		}
+		if n.ready() {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("node: waiting for the cluster (leader %q): %w", n.leaderID(), ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+func (n *Node) leaderID() string {
+	_, id := n.raft.LeaderWithID()
+	return string(id)
+}
+
+func (n *Node) ready() bool {
+	if n.fsm.Epoch() == nil {
+		return false
+	}
+	if _, ok := n.fsm.Tenant(raftfsm.SystemTenant); !ok {
+		return false
+	}
+	if len(n.cfg.Peers) > 0 {
+		g, err := n.firstAdminKey()
+		if err != nil {
+			return false
+		}
+		if _, ok := n.fsm.Key(g.ID); !ok {
+			return false
+		}
+	}
+	if n.soleVoter() {
+		return n.raft.State() == raft.Leader && n.cluBarrierDone()
+	}
+	return true
+}
+
+func (n *Node) soleVoter() bool {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	voters := 0
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage == raft.Voter {
+			voters++
+		}
+	}
+	return voters <= 1
+}
+
+func (n *Node) cluBarrierDone() bool { return n.clu.barrierTerm.Load() == n.raft.CurrentTerm() }
+
+// leaderInit runs on a leader: a barrier, then whatever of the cluster's
+// bootstrap state is missing.
+func (n *Node) leaderInit(ctx context.Context) error {
+	if err := n.ensureBarrier(); err != nil {
+		return err
+	}
+	if err := n.ensureCluster(ctx); err != nil {
+		return err
+	}
+	if len(n.cfg.Peers) > 0 {
+		g, err := n.firstAdminKey()
+		if err != nil {
+			return err
+		}
+		if _, ok := n.fsm.Key(g.ID); !ok {
+			r, err := n.Propose(ctx, &pb.Command{Op: &pb.Command_CreateKey{CreateKey: &pb.CreateKey{
+				KeyId: g.ID, SecretHash: g.Hash[:], KeyTenant: raftfsm.SystemTenant, Role: apikey.RoleAdmin.String()}}})
+			if err != nil {
+				return err
+			}
+			if r.Err != nil && !errors.Is(r.Err, raftfsm.ErrKeyExists) {
+				return r.Err
+			}
+		}
+	}
+	return nil
+}
+
+// ensureBarrier makes sure that every entry committed before this
+// leader's term is applied (once per term).
+func (n *Node) ensureBarrier() error {
+	term := n.raft.CurrentTerm()
+	if n.clu.barrierTerm.Load() == term {
+		return nil
+	}
+	if err := mapRaftErr(n.raft.Barrier(applyTimeout).Error()); err != nil {
+		return err
+	}
+	n.clu.barrierTerm.Store(term)
+	return nil
+}
+
+func mapRaftErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		return ErrNotLeader
+	case errors.Is(err, raft.ErrRaftShutdown):
+		return ErrClosed
+	}
+	return err
+}
+
+// firstAdminKey derives the first admin key of a Peers cluster from the
+// cluster secret and epoch, so that every member writes the same
+// admin.key without talking to the others: HKDF-SHA256(secret, salt =
+// epoch, info = "termivar/v1 first admin key") → 8 ID + 32 secret bytes.
+func (n *Node) firstAdminKey() (apikey.Generated, error) {
+	epoch := n.fsm.Epoch()
+	if epoch == nil {
+		return apikey.Generated{}, errors.New("node: no epoch yet")
+	}
+	n.clu.adminOnce.Do(func() {
+		b, err := hkdf.Key(sha256.New, n.secret, epoch, "termivar/v1 first admin key", 40)
+		if err != nil {
+			n.clu.adminErr = err
+			return
+		}
+		n.clu.adminKey, n.clu.adminErr = apikey.Generate(bytes.NewReader(b))
+	})
+	return n.clu.adminKey, n.clu.adminErr
+}
+
+// FirstAdminKey returns the derived first admin key of a Peers cluster
+// ("" for a single node or a joiner, whose admin key comes from elsewhere).
+func (n *Node) FirstAdminKey() string {
+	if len(n.cfg.Peers) == 0 {
+		return ""
+	}
+	g, err := n.firstAdminKey()
+	if err != nil {
+		return ""
+	}
+	return g.Key
+}
+
+// memberLoop keeps the leader's API URL registered in the replicated node
+// table (followers forward there) and its per-term barrier done.
+func (n *Node) memberLoop() {
+	defer n.wg.Done()
+	t := time.NewTicker(memberLoopInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-t.C:
+		}
+		if n.raft.State() != raft.Leader {
+			continue
+		}
+		if err := n.ensureBarrier(); err != nil {
+			continue
+		}
+		if n.cfg.APIURL == "" {
+			continue
+		}
+		if u, ok := n.fsm.NodeAPIURL(n.cfg.NodeID); ok && u == n.cfg.APIURL {
+			continue
+		}
+		if err := n.setNodeInfo(context.Background(), n.cfg.NodeID, n.cfg.APIURL); err != nil {
+			n.log.Debug("registering the API URL failed", "error", err)
+		}
+	}
+}
+
+func (n *Node) setNodeInfo(ctx context.Context, id, apiURL string) error {
+	ctx, cancel := context.WithTimeout(ctx, applyTimeout)
+	defer cancel()
+	r, err := n.Propose(ctx, &pb.Command{Op: &pb.Command_SetNodeInfo{SetNodeInfo: &pb.SetNodeInfo{NodeId: id, ApiUrl: apiURL}}})
+	if err != nil {
+		return err
+	}
+	return r.Err
+}
+
+// IsLeader reports whether this node is the raft leader.
+func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
+
+// NodeID returns this node's raft server ID.
+func (n *Node) NodeID() string { return n.cfg.NodeID }
+
+// LeaderAPIURL returns the advertised API URL of the current leader, or ""
+// when there is no leader or it has not registered its URL yet.
+func (n *Node) LeaderAPIURL() string {
+	id := n.leaderID()
+	if id == "" {
+		return ""
+	}
+	u, _ := n.fsm.NodeAPIURL(id)
+	return u
+}
+
+// LinearizableRead returns nil when a read of the local FSM that starts
+// now is linearizable: this node leads, every entry of earlier terms is
+// applied, and a quorum still confirms its leadership. Otherwise
+// ErrNotLeader (or ErrClosed).
+func (n *Node) LinearizableRead(ctx context.Context) error {
+	if n.raft.State() != raft.Leader {
+		return ErrNotLeader
+	}
+	if err := n.ensureBarrier(); err != nil {
+		return err
+	}
+	f := n.raft.VerifyLeader()
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return mapRaftErr(err)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Members returns the raft configuration with each node's API URL.
+func (n *Node) Members() ([]Member, error) {
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return nil, mapRaftErr(err)
+	}
+	urls := n.fsm.NodeAPIURLs()
+	leader := n.leaderID()
+	var out []Member
+	for _, s := range f.Configuration().Servers {
+		m := Member{ID: string(s.ID), RaftAddr: string(s.Address), APIURL: urls[string(s.ID)], Leader: string(s.ID) == leader}
+		switch s.Suffrage {
+		case raft.Voter:
+			m.Suffrage = "voter"
+		case raft.Nonvoter:
+			m.Suffrage = "nonvoter"
+		default:
+			m.Suffrage = "staging"
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// AddVoter (on the leader) records the node's API URL and adds it as a
+// voter; adding a member again with the same address changes nothing.
+func (n *Node) AddVoter(ctx context.Context, id, raftAddr, apiURL string) error {
+	if n.raft.State() != raft.Leader {
+		return ErrNotLeader
+	}
+	if apiURL != "" {
+		if u, ok := n.fsm.NodeAPIURL(id); !ok || u != apiURL {
+			if err := n.setNodeInfo(ctx, id, apiURL); err != nil {
+				return err
+			}
+		}
+	}
+	if f := n.raft.GetConfiguration(); f.Error() == nil {
+		for _, s := range f.Configuration().Servers {
+			if string(s.ID) == id && string(s.Address) == raftAddr && s.Suffrage == raft.Voter {
+				return nil
+			}
+		}
+	}
+	return mapRaftErr(n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, 30*time.Second).Error())
+}
+
+// RemoveServer (on the leader) removes a server from the configuration and
+// forgets its API URL.
+func (n *Node) RemoveServer(ctx context.Context, id string) error {
+	if n.raft.State() != raft.Leader {
+		return ErrNotLeader
+	}
+	if err := mapRaftErr(n.raft.RemoveServer(raft.ServerID(id), 0, 30*time.Second).Error()); err != nil {
+		return err
+	}
+	if id != n.cfg.NodeID {
+		if _, ok := n.fsm.NodeAPIURL(id); ok {
+			_ = n.setNodeInfo(ctx, id, "")
+		}
+	}
+	return nil
+}
+
+// Secret returns the cluster secret (the leader hands it to joiners).
+func (n *Node) Secret() []byte { return bytes.Clone(n.secret) }

@@ -8,6 +8,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -46,6 +47,12 @@ type Config struct {
 	Logger *slog.Logger
 	// DefaultLeaseTTLSecs is used when a request asks for 0 (default 60).
 	DefaultLeaseTTLSecs uint64
+	// ForwardTLS configures the connection to the leader when a follower
+	// forwards to an https:// URL (forward.go); nil: system roots.
+	ForwardTLS *tls.Config
+	// NoForwarding makes a follower answer not_leader with the leader's URL
+	// instead of proxying.
+	NoForwarding bool
 }
 
 // Server implements the three Connect services.
@@ -54,6 +61,7 @@ type Server struct {
 	node  *node.Node
 	audit *audit.Logger
 	log   *slog.Logger
+	fwd   *forwarder
 }
 
 // New returns a server for cfg.Node.
@@ -64,7 +72,9 @@ func New(cfg Config) *Server {
 	if cfg.DefaultLeaseTTLSecs == 0 {
 		cfg.DefaultLeaseTTLSecs = 60
 	}
-	return &Server{cfg: cfg, node: cfg.Node, audit: cfg.Audit, log: cfg.Logger}
+	s := &Server{cfg: cfg, node: cfg.Node, audit: cfg.Audit, log: cfg.Logger}
+	s.fwd = newForwarder(s)
+	return s
 }
 
 // Handler returns an http.Handler serving the API plus /healthz and /readyz.
@@ -76,15 +86,16 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle(termivarv1connect.NewWorkerHandler(workerHandler{s}, connect.WithReadMaxBytes(MaxWorkerRequestBytes), compress))
 	mux.Handle(termivarv1connect.NewProducerHandler(producerHandler{s}, connect.WithReadMaxBytes(MaxProducerRequestBytes), compress))
 	mux.Handle(termivarv1connect.NewAdminHandler(adminHandler{s}, connect.WithReadMaxBytes(MaxAdminRequestBytes), compress))
+	mux.Handle(termivarv1connect.NewClusterHandler(clusterHandler{s}, connect.WithReadMaxBytes(MaxAdminRequestBytes)))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if s.node.RaftState() != "Leader" {
-			http.Error(w, "not leader", http.StatusServiceUnavailable)
+		if !s.readyToServe() {
+			http.Error(w, "no leader", http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	return mux
+	return s.fwd.handler(mux)
 }
 
 // NewHTTPServer returns an http.Server for h that speaks HTTP/1.1 and
@@ -156,6 +167,9 @@ func call[Req, Res any](ctx context.Context, s *Server, req *connect.Request[Req
 	p, err := s.authenticate(req.Header(), service, method)
 	var res *Res
 	var rev uint64
+	if err == nil && !mutating {
+		err = s.readBarrier(ctx, req.Spec().Procedure)
+	}
 	if err == nil {
 		res, rev, err = fn(ctx, p, req.Msg)
 	}
@@ -163,7 +177,7 @@ func call[Req, Res any](ctx context.Context, s *Server, req *connect.Request[Req
 		s.audit.Record(ctx, audit.Entry{KeyID: p.KeyID, Tenant: p.Tenant, Method: service + "." + method, Outcome: kindOf(err), Revision: rev})
 	}
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, s.withLeaderHint(toConnect(err))
 	}
 	return connect.NewResponse(res), nil
 }

@@ -1,0 +1,84 @@
+package server
+
+import (
+	"context"
+	"net"
+	"net/url"
+
+	"connectrpc.com/connect"
+
+	distributed "github.com/termivar/distributed"
+	pb "github.com/termivar/distributed/gen/termivar/v1"
+)
+
+// clusterHandler serves termivar.v1.Cluster (system-tenant admins only).
+type clusterHandler struct{ s *Server }
+
+func (s *Server) members() []*pb.ClusterMember {
+	ms, err := s.node.Members()
+	if err != nil {
+		return nil
+	}
+	out := make([]*pb.ClusterMember, len(ms))
+	for i, m := range ms {
+		out[i] = &pb.ClusterMember{NodeId: m.ID, RaftAddr: m.RaftAddr, ApiUrl: m.APIURL, Suffrage: m.Suffrage, Leader: m.Leader}
+	}
+	return out
+}
+
+func (h clusterHandler) Join(ctx context.Context, req *connect.Request[pb.JoinRequest]) (*connect.Response[pb.JoinResponse], error) {
+	return call(ctx, h.s, req, true, func(ctx context.Context, p principal, m *pb.JoinRequest) (*pb.JoinResponse, uint64, error) {
+		if !p.systemAdmin() {
+			return nil, 0, errDenied("only an admin key of the system tenant may change the cluster")
+		}
+		if !distributed.ValidIdentifier(m.GetNodeId()) {
+			return nil, 0, errInvalid("node_id must be 1 to 256 letters, digits, '.', '_', ':' or '-'")
+		}
+		if _, _, err := net.SplitHostPort(m.GetRaftAddr()); err != nil {
+			return nil, 0, errInvalid("raft_addr must be host:port")
+		}
+		if m.GetApiUrl() != "" {
+			if u, err := url.Parse(m.GetApiUrl()); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || len(m.GetApiUrl()) > 1024 {
+				return nil, 0, errInvalid("api_url must be http(s)://host:port")
+			}
+		}
+		if err := h.s.node.AddVoter(ctx, m.GetNodeId(), m.GetRaftAddr(), m.GetApiUrl()); err != nil {
+			return nil, 0, err
+		}
+		h.s.log.Info("node joined", "node_id", m.GetNodeId(), "raft_addr", m.GetRaftAddr(), "api_url", m.GetApiUrl())
+		return &pb.JoinResponse{ClusterSecret: h.s.node.Secret(), Members: h.s.members()}, 0, nil
+	})
+}
+
+func (h clusterHandler) Members(ctx context.Context, req *connect.Request[pb.MembersRequest]) (*connect.Response[pb.MembersResponse], error) {
+	return call(ctx, h.s, req, false, func(ctx context.Context, p principal, _ *pb.MembersRequest) (*pb.MembersResponse, uint64, error) {
+		if !p.systemAdmin() {
+			return nil, 0, errDenied("only an admin key of the system tenant may list the cluster")
+		}
+		_, id := h.s.node.Leader()
+		return &pb.MembersResponse{Members: h.s.members(), LeaderId: id}, 0, nil
+	})
+}
+
+func (h clusterHandler) RemoveMember(ctx context.Context, req *connect.Request[pb.RemoveMemberRequest]) (*connect.Response[pb.RemoveMemberResponse], error) {
+	return call(ctx, h.s, req, true, func(ctx context.Context, p principal, m *pb.RemoveMemberRequest) (*pb.RemoveMemberResponse, uint64, error) {
+		if !p.systemAdmin() {
+			return nil, 0, errDenied("only an admin key of the system tenant may change the cluster")
+		}
+		found := false
+		ms, err := h.s.node.Members()
+		if err != nil {
+			return nil, 0, err
+		}
+		for _, x := range ms {
+			found = found || x.ID == m.GetNodeId()
+		}
+		if !found {
+			return nil, 0, &apiError{connect.CodeNotFound, KindInvalidArgument, "no such member"}
+		}
+		if err := h.s.node.RemoveServer(ctx, m.GetNodeId()); err != nil {
+			return nil, 0, err
+		}
+		return &pb.RemoveMemberResponse{}, 0, nil
+	})
+}

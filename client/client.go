@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -33,7 +32,10 @@ const (
 
 // Config configures a Client. Zero values take the documented defaults.
 type Config struct {
-	// ServerURL is the node's base URL (default DefaultServerURL).
+	// ServerURL is the node's base URL (default DefaultServerURL). A
+	// comma-separated list names several cluster nodes: the client moves
+	// to the next one when a node cannot be reached, and follows a
+	// not_leader answer to the leader (cluster.go).
 	ServerURL string
 	// Key is the API key sent as "Authorization: Bearer <key>". Required.
 	Key string
@@ -60,6 +62,7 @@ type Client struct {
 	worker   termivarv1connect.WorkerClient
 	producer termivarv1connect.ProducerClient
 	admin    termivarv1connect.AdminClient
+	router   *router
 }
 
 // ErrNoKey is returned by New when Config.Key is empty.
@@ -70,11 +73,12 @@ func New(cfg Config) (*Client, error) {
 	if cfg.ServerURL == "" {
 		cfg.ServerURL = DefaultServerURL
 	}
-	cfg.ServerURL = strings.TrimRight(cfg.ServerURL, "/")
-	u, err := url.Parse(cfg.ServerURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, errors.New("client: server URL must be http(s)://host:port")
+	urls, err := parseServerURLs(cfg.ServerURL)
+	if err != nil {
+		return nil, err
 	}
+	cfg.ServerURL = urls[0].String()
+	rtr := &router{urls: urls}
 	cfg.Key = strings.TrimSpace(cfg.Key)
 	if cfg.Key == "" {
 		return nil, ErrNoKey
@@ -107,9 +111,10 @@ func New(cfg Config) (*Client, error) {
 		rt = http.DefaultTransport
 	}
 	hc := *base
-	hc.Transport = &bearer{key: cfg.Key, next: rt}
+	hc.Transport = &bearer{key: cfg.Key, next: rt, router: rtr}
 	return &Client{
 		cfg:      cfg,
+		router:   rtr,
 		hc:       &hc,
 		log:      log,
 		worker:   termivarv1connect.NewWorkerClient(&hc, cfg.ServerURL),
@@ -121,18 +126,22 @@ func New(cfg Config) (*Client, error) {
 // Close closes the client's idle connections. The client stays usable.
 func (c *Client) Close() { c.hc.CloseIdleConnections() }
 
-// ServerURL returns the base URL the client talks to.
+// ServerURL returns the (first) base URL the client talks to.
 func (c *Client) ServerURL() string { return c.cfg.ServerURL }
 
 // bearer adds the API key to every request.
 type bearer struct {
-	key  string
-	next http.RoundTripper
+	key    string
+	next   http.RoundTripper
+	router *router
 }
 
 func (b *bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	r2 := r.Clone(r.Context())
 	r2.Header.Set("Authorization", "Bearer "+b.key)
+	if b.router != nil {
+		b.router.rewrite(r2)
+	}
 	return b.next.RoundTrip(r2)
 }
 
@@ -157,6 +166,7 @@ func call[Req, Resp any](ctx context.Context, c *Client, op string, req *Req, rp
 			return resp.Msg, nil
 		}
 		lastErr = err
+		c.router.observe(err)
 		if !retryable(err) || attempt >= c.cfg.MaxAttempts || ctx.Err() != nil {
 			break
 		}

@@ -1,0 +1,96 @@
+package client
+
+import (
+	"errors"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+
+	"connectrpc.com/connect"
+)
+
+// LeaderHeader is the response header in which a cluster node that cannot
+// forward a request names the leader's API URL (server.LeaderHeader).
+const LeaderHeader = "Termivar-Leader"
+
+// router picks the node a request goes to. A Client is configured with one
+// or more node URLs (ServerURL "http://a:7420,http://b:7420"); requests go
+// to the current one. A not_leader answer that names the leader switches to
+// the leader; a connection failure moves on to the next configured URL (so
+// a client survives the loss of the node it talks to).
+type router struct {
+	mu      sync.Mutex
+	urls    []*url.URL
+	current int
+	leader  *url.URL // set from a LeaderHeader until it fails
+}
+
+func parseServerURLs(s string) ([]*url.URL, error) {
+	var out []*url.URL
+	for part := range strings.SplitSeq(s, ",") {
+		part = strings.TrimRight(strings.TrimSpace(part), "/")
+		if part == "" {
+			continue
+		}
+		u, err := url.Parse(part)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, errors.New("client: server URL must be http(s)://host:port")
+		}
+		out = append(out, u)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("client: server URL must be http(s)://host:port")
+	}
+	return out, nil
+}
+
+// target returns the scheme and host the next request should use.
+func (r *router) target() *url.URL {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.leader != nil {
+		return r.leader
+	}
+	return r.urls[r.current]
+}
+
+// observe updates the route after a failed call.
+func (r *router) observe(err error) {
+	var ce *connect.Error
+	if err == nil || !errors.As(err, &ce) || ce.Code() != connect.CodeUnavailable {
+		return
+	}
+	if l := ce.Meta().Get(LeaderHeader); l != "" {
+		if u, perr := url.Parse(l); perr == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" {
+			r.mu.Lock()
+			r.leader = u
+			r.mu.Unlock()
+			return
+		}
+	}
+	if len(ce.Details()) > 0 {
+		return // the node answered (e.g. no leader yet): stay
+	}
+	// NB: no answer at all: the node is down or unreachable.
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.leader != nil {
+		r.leader = nil
+		return
+	}
+	r.current = (r.current + 1) % len(r.urls)
+}
+
+// rewrite points req at the current target (the generated clients are
+// built for the first URL).
+func (r *router) rewrite(req *http.Request) {
+	t := r.target()
+	if t == r.urls[0] {
+		return
+	}
+	req.URL.Scheme, req.URL.Host, req.Host = t.Scheme, t.Host, ""
+	if t.Path != "" && t.Path != r.urls[0].Path {
+		req.URL.Path = t.Path + strings.TrimPrefix(req.URL.Path, r.urls[0].Path)
+	}
+}

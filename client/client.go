@@ -62,6 +62,7 @@ type Client struct {
 	worker   termivarv1connect.WorkerClient
 	producer termivarv1connect.ProducerClient
 	admin    termivarv1connect.AdminClient
+	cluster  termivarv1connect.ClusterClient
 	router   *router
 }
 
@@ -120,6 +121,7 @@ func New(cfg Config) (*Client, error) {
 		worker:   termivarv1connect.NewWorkerClient(&hc, cfg.ServerURL),
 		producer: termivarv1connect.NewProducerClient(&hc, cfg.ServerURL),
 		admin:    termivarv1connect.NewAdminClient(&hc, cfg.ServerURL),
+		cluster:  termivarv1connect.NewClusterClient(&hc, cfg.ServerURL),
 	}, nil
 }
 

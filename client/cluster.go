@@ -1,6 +1,7 @@
 package client
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"net/url"
@@ -8,6 +9,8 @@ import (
 	"sync"
 
 	"connectrpc.com/connect"
+
+	pb "github.com/termivar/distributed/gen/termivar/v1"
 )
 
 // LeaderHeader is the response header in which a cluster node that cannot
@@ -93,4 +96,22 @@ func (r *router) rewrite(req *http.Request) {
 	if t.Path != "" && t.Path != r.urls[0].Path {
 		req.URL.Path = t.Path + strings.TrimPrefix(req.URL.Path, r.urls[0].Path)
 	}
+}
+
+// Cluster service (admin keys of the system tenant).
+
+// Join asks the cluster to add a node as a voter; the response carries the
+// cluster secret.
+func (c *Client) Join(ctx context.Context, req *pb.JoinRequest) (*pb.JoinResponse, error) {
+	return call(ctx, c, "Cluster.Join", req, c.cluster.Join)
+}
+
+// Members lists the raft configuration as the node asked sees it.
+func (c *Client) Members(ctx context.Context, req *pb.MembersRequest) (*pb.MembersResponse, error) {
+	return call(ctx, c, "Cluster.Members", req, c.cluster.Members)
+}
+
+// RemoveMember removes a node from the raft configuration.
+func (c *Client) RemoveMember(ctx context.Context, req *pb.RemoveMemberRequest) (*pb.RemoveMemberResponse, error) {
+	return call(ctx, c, "Cluster.RemoveMember", req, c.cluster.RemoveMember)
 }

@@ -32,6 +32,7 @@ type serveFlags struct {
 	auditStderr                        bool
 	limits                             distributed.Limits
 	resultLimits                       distributed.ResultLimits
+	cluster                            clusterFlags
 }
 
 func newServeFlagSet(f *serveFlags) *flag.FlagSet {
@@ -48,6 +49,7 @@ func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.Uint64Var(&f.leaseTTL, "lease-ttl", 60, "default lease TTL in seconds")
 	fs.Uint64Var(&f.taskTTL, "task-ttl", 0, "expire non-terminal tasks older than this many seconds (0: the tenant's max-task-ttl)")
 	fs.BoolVar(&f.auditStderr, "audit-stderr", false, "also write audit lines to stderr")
+	addClusterFlags(fs, &f.cluster)
 	d, rd := distributed.DefaultLimits(), distributed.DefaultResultLimits()
 	fs.IntVar(&f.limits.MaxTaskRecords, "max-task-records", d.MaxTaskRecords, "per-tenant default: retained task records")
 	fs.IntVar(&f.limits.MaxActiveTasks, "max-active-tasks", d.MaxActiveTasks, "per-tenant default: non-terminal tasks")
@@ -147,27 +149,119 @@ func runServe(args []string) int {
 func serve(f serveFlags, logger *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	rn, err := startNode(ctx, f, logger)
+	if err != nil {
+		return err
+	}
+	defer rn.close()
+	logger.Info("serving", "api", rn.url, "raft", rn.n.RaftAddr(), "data_dir", f.dataDir, "tls", f.tlsCert != "")
+	errc := make(chan error, 1)
+	go func() { errc <- rn.hs.Serve(rn.ln) }()
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		if !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+	}
+	logger.Info("shutting down")
+	return nil
+}
+
+// runningNode is a started node with its API server (not yet serving).
+type runningNode struct {
+	n   *node.Node
+	srv *server.Server
+	hs  *http.Server
+	ln  net.Listener
+	al  *audit.Logger
+	url string // advertised API URL
+}
+
+// close stops the HTTP server, then the node.
+func (r *runningNode) close() {
+	sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer scancel()
+	_ = r.hs.Shutdown(sctx)
+	r.srv.CloseIdleConnections()
+	r.al.Close()
+	r.n.Close()
+}
+
+// startNode listens on the API address, opens (or bootstraps, or joins) the
+// node, makes sure the admin key file exists and builds the API server.
+func startNode(ctx context.Context, f serveFlags, logger *slog.Logger) (_ *runningNode, err error) {
 	tick := f.tick
 	if tick <= 0 {
 		tick = -1
 	}
-	openCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	n, err := node.Open(openCtx, node.Config{
+	ln := f.cluster.apiListener
+	if ln == nil {
+		if ln, err = net.Listen("tcp", f.apiAddr); err != nil {
+			return nil, err
+		}
+	}
+	defer func() {
+		if err != nil {
+			ln.Close()
+		}
+	}()
+	var serverTLS, forwardTLS *tls.Config
+	scheme := "http"
+	if f.tlsCert != "" {
+		cert, err := tls.LoadX509KeyPair(f.tlsCert, f.tlsKey)
+		if err != nil {
+			return nil, err
+		}
+		serverTLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
+		// NB: a follower forwards to the leader over TLS, presenting its own
+		// certificate (for mutual TLS) and trusting --client-ca, else the
+		// system roots.
+		forwardTLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		if f.clientCA != "" {
+			pem, err := os.ReadFile(f.clientCA)
+			if err != nil {
+				return nil, err
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, errors.New("client CA file has no certificates")
+			}
+			serverTLS.ClientCAs, serverTLS.ClientAuth = pool, tls.RequireAndVerifyClientCert
+			forwardTLS.RootCAs = pool
+		}
+		scheme = "https"
+	}
+	apiURL := f.cluster.advertiseURL
+	if apiURL == "" {
+		apiURL = scheme + "://" + ln.Addr().String()
+	}
+	ncfg := node.Config{
 		DataDir: f.dataDir, NodeID: f.nodeID, RaftAddr: f.raftAddr, Logger: logger, RaftLogOutput: os.Stderr,
 		TickInterval: tick, TaskTTLSecs: f.taskTTL, DefaultLimits: f.limits, DefaultResultLimits: f.resultLimits,
-	})
-	if err != nil {
-		return err
+		APIURL: apiURL,
 	}
-	defer n.Close()
-	keyPath := filepath.Join(f.dataDir, node.AdminKeyFile)
-	created, err := server.EnsureAdminKey(openCtx, n, keyPath)
+	openCtx, cancel, err := f.cluster.apply(ctx, &ncfg, logger, forwardTLS)
 	if err != nil {
-		return err
+		return nil, err
+	}
+	defer cancel()
+	n, err := node.Open(openCtx, ncfg)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			n.Close()
+		}
+	}()
+	keyPath := filepath.Join(f.dataDir, node.AdminKeyFile)
+	created, err := ensureAdminKeyFile(openCtx, n, keyPath, f.cluster)
+	if err != nil {
+		return nil, err
 	}
 	if created {
-		logger.Info("created the admin key of the default tenant", "path", keyPath)
+		logger.Info("wrote the admin key of the default tenant", "path", keyPath)
 	}
 	var tee *os.File
 	if f.auditStderr {
@@ -180,47 +274,12 @@ func serve(f serveFlags, logger *slog.Logger) error {
 		al, err = audit.Open(filepath.Join(f.dataDir, audit.FileName), nil)
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer al.Close()
-	srv := server.New(server.Config{Node: n, Audit: al, Logger: logger, DefaultLeaseTTLSecs: f.leaseTTL})
+	srv := server.New(server.Config{Node: n, Audit: al, Logger: logger, DefaultLeaseTTLSecs: f.leaseTTL, ForwardTLS: forwardTLS})
 	hs := server.NewHTTPServer(f.apiAddr, srv.Handler())
-	ln, err := net.Listen("tcp", f.apiAddr)
-	if err != nil {
-		return err
+	if serverTLS != nil {
+		ln = tls.NewListener(ln, serverTLS)
 	}
-	if f.tlsCert != "" {
-		cert, err := tls.LoadX509KeyPair(f.tlsCert, f.tlsKey)
-		if err != nil {
-			return err
-		}
-		tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
-		if f.clientCA != "" {
-			pem, err := os.ReadFile(f.clientCA)
-			if err != nil {
-				return err
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return errors.New("client CA file has no certificates")
-			}
-			tc.ClientCAs, tc.ClientAuth = pool, tls.RequireAndVerifyClientCert
-		}
-		ln = tls.NewListener(ln, tc)
-	}
-	logger.Info("serving", "api", "http://"+ln.Addr().String(), "raft", n.RaftAddr(), "data_dir", f.dataDir, "tls", f.tlsCert != "")
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
-	select {
-	case <-ctx.Done():
-	case err := <-errc:
-		if !errors.Is(err, http.ErrServerClosed) {
-			return err
-		}
-	}
-	logger.Info("shutting down")
-	sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer scancel()
-	_ = hs.Shutdown(sctx)
-	return nil
+	return &runningNode{n: n, srv: srv, hs: hs, ln: ln, al: al, url: apiURL}, nil
 }

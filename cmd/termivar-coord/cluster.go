@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/termivar/distributed/client"
+	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/node"
+	"github.com/termivar/distributed/server"
+)
+
+// clusterFlags are serve's multi-node options (docs/node.md, "Clusters").
+type clusterFlags struct {
+	peers        string
+	join         string
+	joinKey      string
+	joinKeyFile  string
+	secretFile   string
+	advertiseURL string
+	raftTimeout  time.Duration
+
+	// Tests hand in pre-opened port-0 listeners.
+	apiListener, raftListener net.Listener
+}
+
+func addClusterFlags(fs *flag.FlagSet, c *clusterFlags) {
+	fs.StringVar(&c.peers, "peers", "", "static cluster bootstrap: id1=raftaddr1,id2=raftaddr2,... (the same list on every member, itself included; needs --cluster-secret-file)")
+	fs.StringVar(&c.join, "join", "", "join the cluster through the API URL of any member (comma-separated URLs allowed)")
+	fs.StringVar(&c.joinKey, "join-key", "", "admin key of the default tenant used by --join (default: env "+client.EnvKey+")")
+	fs.StringVar(&c.joinKeyFile, "join-key-file", "", "file holding the --join admin key")
+	fs.StringVar(&c.secretFile, "cluster-secret-file", "", "cluster secret shared by every member (at least 32 random bytes, e.g. head -c 32 /dev/urandom)")
+	fs.StringVar(&c.advertiseURL, "advertise-url", "", "API URL other members forward to (default: scheme://api-addr)")
+	fs.DurationVar(&c.raftTimeout, "raft-timeout", 0, "raft heartbeat and election timeout (default 300ms single node, 1s cluster)")
+}
+
+// clustered reports whether the node runs with --peers or --join.
+func (c clusterFlags) clustered() bool { return c.peers != "" || c.join != "" }
+
+// joinKeyValue resolves the --join key: flag, file, environment.
+func (c clusterFlags) joinKeyValue() (string, error) {
+	switch {
+	case c.joinKey != "":
+		return strings.TrimSpace(c.joinKey), nil
+	case c.joinKeyFile != "":
+		return client.LoadKey(c.joinKeyFile)
+	case os.Getenv(client.EnvKey) != "":
+		return strings.TrimSpace(os.Getenv(client.EnvKey)), nil
+	}
+	return "", errors.New("--join needs an admin key of the default tenant: --join-key, --join-key-file or " + client.EnvKey)
+}
+
+// apply fills the cluster part of cfg and returns the context node.Open
+// waits under: a single node gets 60 s; a cluster member waits for its
+// peers as long as the process runs.
+func (c clusterFlags) apply(ctx context.Context, cfg *node.Config, logger *slog.Logger, tlsConf *tls.Config) (context.Context, context.CancelFunc, error) {
+	cfg.SharedSecretFile = c.secretFile
+	cfg.RaftTimeout = c.raftTimeout
+	cfg.RaftListener = c.raftListener
+	if c.peers != "" && c.join != "" {
+		return nil, nil, errors.New("--peers and --join exclude each other")
+	}
+	if c.peers != "" {
+		peers, err := node.ParsePeers(c.peers)
+		if err != nil {
+			return nil, nil, err
+		}
+		cfg.Peers = peers
+	}
+	if c.join != "" {
+		cfg.Join = c.joinFunc(cfg.APIURL, logger, tlsConf)
+	}
+	if !c.clustered() {
+		ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		return ctx, cancel, nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	return ctx, cancel, nil
+}
+
+// joinFunc calls Cluster.Join on a member (which forwards to the leader).
+func (c clusterFlags) joinFunc(apiURL string, logger *slog.Logger, tlsConf *tls.Config) node.JoinFunc {
+	return func(ctx context.Context, nodeID, raftAddr string) ([]byte, error) {
+		key, err := c.joinKeyValue()
+		if err != nil {
+			return nil, err
+		}
+		cfg := client.Config{ServerURL: c.join, Key: key, MaxAttempts: 30, MaxBackoff: time.Second, Logger: logger}
+		if tlsConf != nil {
+			cfg.HTTPClient = &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConf, ForceAttemptHTTP2: true}}
+		}
+		cl, err := client.New(cfg)
+		if err != nil {
+			return nil, err
+		}
+		defer cl.Close()
+		logger.Info("joining the cluster", "via", c.join, "node_id", nodeID, "raft", raftAddr, "api", apiURL)
+		res, err := cl.Join(ctx, &pb.JoinRequest{NodeId: nodeID, RaftAddr: raftAddr, ApiUrl: apiURL})
+		if err != nil {
+			return nil, err
+		}
+		return res.GetClusterSecret(), nil
+	}
+}
+
+// ensureAdminKeyFile makes sure DIR/admin.key holds an admin key of the
+// default tenant: a --peers member writes the key every member derives
+// from the shared secret and the epoch; a joiner writes the key it joined
+// with; a single node creates one on first start.
+func ensureAdminKeyFile(ctx context.Context, n *node.Node, path string, c clusterFlags) (bool, error) {
+	var key string
+	switch {
+	case c.peers != "":
+		key = n.FirstAdminKey()
+	case c.join != "":
+		if _, err := os.Stat(path); err == nil {
+			return false, nil
+		}
+		k, err := c.joinKeyValue()
+		if err != nil {
+			return false, err
+		}
+		key = k
+	default:
+		return server.EnsureAdminKey(ctx, n, path)
+	}
+	if _, err := os.Stat(path); err == nil {
+		return false, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return false, err
+	}
+	if key == "" {
+		return false, fmt.Errorf("no admin key to write to %s", path)
+	}
+	return true, node.WriteFileAtomic(path, []byte(key+"\n"), 0o600)
+}

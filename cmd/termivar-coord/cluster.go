@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -29,8 +30,9 @@ type clusterFlags struct {
 	advertiseURL string
 	raftTimeout  time.Duration
 
-	// Tests hand in pre-opened port-0 listeners.
+	// Tests hand in pre-opened port-0 listeners and quiet raft.
 	apiListener, raftListener net.Listener
+	raftLog                   io.Writer
 }
 
 func addClusterFlags(fs *flag.FlagSet, c *clusterFlags) {
@@ -66,6 +68,9 @@ func (c clusterFlags) apply(ctx context.Context, cfg *node.Config, logger *slog.
 	cfg.SharedSecretFile = c.secretFile
 	cfg.RaftTimeout = c.raftTimeout
 	cfg.RaftListener = c.raftListener
+	if c.raftLog != nil {
+		cfg.RaftLogOutput = c.raftLog
+	}
 	if c.peers != "" && c.join != "" {
 		return nil, nil, errors.New("--peers and --join exclude each other")
 	}

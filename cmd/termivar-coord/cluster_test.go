@@ -1,0 +1,779 @@
+// Multi-node tests on loopback: in-process `serve` nodes (startNode) on temp
+// dirs and port-0 listeners. TestCluster_StaticThreeNodes checks --peers,
+// forwarding and shared tokens; TestCluster_LeaderFailover kills the leader
+// under concurrent producers and workers and checks that nothing
+// acknowledged is lost or doubled; TestCluster_Linearizable records a
+// history across a leader change and checks it with porcupine;
+// TestCluster_JoinFourthNode adds a node with --join.
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/anishathalye/porcupine"
+
+	distributed "github.com/termivar/distributed"
+	"github.com/termivar/distributed/client"
+	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/node"
+	"github.com/termivar/distributed/raftfsm"
+)
+
+// tnode is one in-process cluster member.
+type tnode struct {
+	id, dir, url string
+	rn           *runningNode
+	served       chan struct{}
+	stopped      bool
+}
+
+type tcluster struct {
+	t          *testing.T
+	base       string
+	secretFile string
+	nodes      []*tnode
+	adminKey   string
+	mu         sync.Mutex
+	clients    []*client.Client
+}
+
+func listen(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
+}
+
+// nodeFlags are serve's defaults for a test member.
+func nodeFlags(t *testing.T, dir, id string, apiLn, raftLn net.Listener) serveFlags {
+	t.Helper()
+	var f serveFlags
+	if err := newServeFlagSet(&f).Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	f.dataDir, f.nodeID = dir, id
+	f.apiAddr, f.raftAddr = apiLn.Addr().String(), raftLn.Addr().String()
+	f.tick = 200 * time.Millisecond
+	f.cluster.apiListener, f.cluster.raftListener = apiLn, raftLn
+	f.cluster.raftLog = io.Discard
+	// NB: short raft timeouts keep failover quick; they are still several
+	// times the loopback round trip on a loaded 2-core machine under -race.
+	f.cluster.raftTimeout = 500 * time.Millisecond
+	return f
+}
+
+// start runs startNode (which returns once the node is ready) and serves.
+func (n *tnode) start(ctx context.Context, f serveFlags) error {
+	rn, err := startNode(ctx, f, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return err
+	}
+	n.rn, n.url = rn, rn.url
+	n.served = make(chan struct{})
+	go func() {
+		defer close(n.served)
+		_ = rn.hs.Serve(rn.ln)
+	}()
+	return nil
+}
+
+// kill stops the node hard: connections dropped, raft shut down without
+// handing over leadership.
+func (n *tnode) kill() {
+	if n.stopped || n.rn == nil {
+		return
+	}
+	n.stopped = true
+	_ = n.rn.hs.Close()
+	n.rn.n.Close()
+	n.rn.srv.CloseIdleConnections()
+	n.rn.al.Close()
+	<-n.served
+}
+
+// startCluster starts size members bootstrapped with --peers and a shared
+// --cluster-secret-file.
+func startCluster(t *testing.T, size int) *tcluster {
+	t.Helper()
+	c := &tcluster{t: t, base: t.TempDir()}
+	c.secretFile = filepath.Join(c.base, "cluster.secret")
+	secret := make([]byte, 32)
+	for i := range secret {
+		secret[i] = byte(rand.N(256))
+	}
+	if err := os.WriteFile(c.secretFile, secret, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	apiLns, raftLns := make([]net.Listener, size), make([]net.Listener, size)
+	var peers []string
+	for i := range size {
+		apiLns[i], raftLns[i] = listen(t), listen(t)
+		peers = append(peers, fmt.Sprintf("n%d=%s", i+1, raftLns[i].Addr()))
+	}
+	t.Cleanup(c.stop)
+	errs := make([]error, size)
+	var wg sync.WaitGroup
+	for i := range size {
+		n := &tnode{id: fmt.Sprintf("n%d", i+1), dir: filepath.Join(c.base, fmt.Sprintf("n%d", i+1))}
+		c.nodes = append(c.nodes, n)
+		f := nodeFlags(t, n.dir, n.id, apiLns[i], raftLns[i])
+		f.cluster.peers = strings.Join(peers, ",")
+		f.cluster.secretFile = c.secretFile
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			errs[i] = n.start(ctx, f)
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("start %s: %v", c.nodes[i].id, err)
+		}
+	}
+	key, err := client.LoadKey(filepath.Join(c.nodes[0].dir, node.AdminKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.adminKey = key
+	return c
+}
+
+func (c *tcluster) stop() {
+	c.mu.Lock()
+	for _, cl := range c.clients {
+		cl.Close()
+	}
+	c.mu.Unlock()
+	for _, n := range c.nodes {
+		n.kill()
+	}
+}
+
+// urls lists the live members' URLs starting at member first.
+func (c *tcluster) urls(first int) string {
+	var out []string
+	for i := range c.nodes {
+		n := c.nodes[(first+i)%len(c.nodes)]
+		if !n.stopped {
+			out = append(out, n.url)
+		}
+	}
+	return strings.Join(out, ",")
+}
+
+func (c *tcluster) client(serverURL, key string) *client.Client {
+	c.t.Helper()
+	cl, err := client.New(client.Config{ServerURL: serverURL, Key: key, MaxAttempts: 200, MinBackoff: 20 * time.Millisecond, MaxBackoff: 250 * time.Millisecond})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.mu.Lock()
+	c.clients = append(c.clients, cl)
+	c.mu.Unlock()
+	return cl
+}
+
+// leader waits for a live member that leads with its URL replicated.
+func (c *tcluster) leader() *tnode {
+	c.t.Helper()
+	var l *tnode
+	waitCond(c.t, "a leader", func() bool {
+		for _, n := range c.nodes {
+			if !n.stopped && n.rn.n.IsLeader() && n.rn.n.LeaderAPIURL() == n.url {
+				l = n
+				return true
+			}
+		}
+		return false
+	})
+	return l
+}
+
+func waitCond(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(25 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (c *tcluster) createKey(cl *client.Client, role string) string {
+	c.t.Helper()
+	r, err := cl.CreateKey(context.Background(), &pb.CreateKeyRequest{Role: role})
+	if err != nil {
+		c.t.Fatalf("CreateKey %s: %v", role, err)
+	}
+	return r.GetKey()
+}
+
+func codeOf(err error) connect.Code { return connect.CodeOf(err) }
+
+func TestCluster_StaticThreeNodes(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// Every member derived the same first admin key and holds the secret.
+	for _, n := range c.nodes {
+		k, err := client.LoadKey(filepath.Join(n.dir, node.AdminKeyFile))
+		if err != nil || k != c.adminKey {
+			t.Fatalf("%s admin.key = %q, %v; want the key of n1", n.id, k, err)
+		}
+		st, err := os.Stat(filepath.Join(n.dir, node.SecretFile))
+		if err != nil || st.Mode().Perm() != 0o600 {
+			t.Fatalf("%s cluster.secret: %v, %v", n.id, st, err)
+		}
+	}
+	leader := c.leader()
+	// Tokens sealed by one member open on every other.
+	var lease distributed.TaskLease
+	for _, a := range c.nodes {
+		fence := a.rn.n.Codec().SealLease(raftfsm.SystemTenant, lease)
+		for _, b := range c.nodes {
+			if _, _, err := b.rn.n.Codec().Open(raftfsm.SystemTenant, fence); err != nil {
+				t.Fatalf("token of %s does not open on %s: %v", a.id, b.id, err)
+			}
+		}
+	}
+	// Writes and reads through every member (followers forward).
+	for i, n := range c.nodes {
+		cl := c.client(n.url, c.adminKey)
+		id := fmt.Sprintf("via-%s", n.id)
+		er, err := cl.Enqueue(ctx, &pb.EnqueueRequest{Tasks: []*pb.NewTask{{TaskId: id, ScanId: "s", TargetRef: "t"}}})
+		if err != nil {
+			t.Fatalf("Enqueue via %s: %v", n.id, err)
+		}
+		for _, m := range c.nodes {
+			g, err := c.client(m.url, c.adminKey).GetTask(ctx, &pb.GetTaskRequest{TaskId: id})
+			if err != nil || g.GetTask().GetStatus() != "queued" {
+				t.Fatalf("GetTask(%s) via %s = %v, %v", id, m.id, g, err)
+			}
+		}
+		// A fence token minted (by the leader) for a request through member
+		// i cancels through member i+1.
+		next := c.client(c.nodes[(i+1)%3].url, c.adminKey)
+		if _, err := next.Cancel(ctx, &pb.CancelRequest{OwnershipToken: er.GetTasks()[0].GetFenceToken()}); err != nil {
+			t.Fatalf("Cancel via the next member: %v", err)
+		}
+		st, err := cl.Status(ctx, &pb.StatusRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.GetNodeId() != n.id || len(st.GetMembers()) != 3 || !strings.HasPrefix(st.GetLeader(), leader.id+"@") {
+			t.Fatalf("Status via %s = node %s leader %s members %d", n.id, st.GetNodeId(), st.GetLeader(), len(st.GetMembers()))
+		}
+		ms, err := cl.Members(ctx, &pb.MembersRequest{})
+		if err != nil || len(ms.GetMembers()) != 3 || ms.GetLeaderId() != leader.id {
+			t.Fatalf("Members via %s = %v, %v", n.id, ms, err)
+		}
+	}
+	// A producer key created through a follower works on every member; a
+	// producer may not call Cluster.
+	var follower *tnode
+	for _, n := range c.nodes {
+		if n != leader {
+			follower = n
+		}
+	}
+	prod := c.createKey(c.client(follower.url, c.adminKey), "producer")
+	for _, n := range c.nodes {
+		if _, err := c.client(n.url, prod).GetTask(ctx, &pb.GetTaskRequest{TaskId: "via-n1"}); err != nil {
+			t.Fatalf("producer key via %s: %v", n.id, err)
+		}
+	}
+	if _, err := c.client(follower.url, prod).Members(ctx, &pb.MembersRequest{}); codeOf(err) != connect.CodePermissionDenied {
+		t.Fatalf("producer Members = %v, want PermissionDenied", err)
+	}
+}
+
+// clusterLedger records what the cluster acknowledged.
+type clusterLedger struct {
+	mu        sync.Mutex
+	enqueued  map[string]bool   // acknowledged enqueues
+	uncertain map[string]bool   // enqueues whose outcome the client never learned
+	completed map[string]string // acknowledged completions → result
+}
+
+func TestCluster_LeaderFailover(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	admin := c.client(c.urls(0), c.adminKey)
+	prodKey, workKey := c.createKey(admin, "producer"), c.createKey(admin, "worker")
+	led := &clusterLedger{enqueued: map[string]bool{}, uncertain: map[string]bool{}, completed: map[string]string{}}
+	count := func() (int, int) {
+		led.mu.Lock()
+		defer led.mu.Unlock()
+		return len(led.enqueued), len(led.completed)
+	}
+
+	stopProducers := make(chan struct{})
+	var producers sync.WaitGroup
+	for p := range 3 {
+		cl := c.client(c.urls(p), prodKey)
+		producers.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stopProducers:
+					return
+				default:
+				}
+				var tasks []*pb.NewTask
+				for j := range 4 {
+					tasks = append(tasks, &pb.NewTask{TaskId: fmt.Sprintf("p%d-%d-%d", p, i, j), ScanId: "s", TargetRef: "x"})
+				}
+				_, err := cl.Enqueue(ctx, &pb.EnqueueRequest{Tasks: tasks})
+				led.mu.Lock()
+				for _, tk := range tasks {
+					if err == nil {
+						led.enqueued[tk.GetTaskId()] = true
+					} else {
+						led.uncertain[tk.GetTaskId()] = true
+					}
+				}
+				led.mu.Unlock()
+				if err != nil && ctx.Err() != nil {
+					return
+				}
+			}
+		})
+	}
+	wctx, stopWorkers := context.WithCancel(ctx)
+	var workers sync.WaitGroup
+	var workerErrs atomic.Int64
+	for w := range 3 {
+		cl := c.client(c.urls(w), workKey)
+		workers.Go(func() {
+			id := fmt.Sprintf("w%d", w)
+			if _, err := cl.RegisterWorker(wctx, &pb.RegisterWorkerRequest{WorkerId: id, Capacity: 16}); err != nil && codeOf(err) != connect.CodeAlreadyExists {
+				t.Errorf("RegisterWorker %s: %v", id, err)
+				return
+			}
+			for wctx.Err() == nil {
+				ar, err := cl.Acquire(wctx, &pb.AcquireRequest{WorkerId: id, WaitSecs: 1, MaxTasks: 8, Start: true, LeaseTtlSecs: 3})
+				if err != nil {
+					workerErrs.Add(1)
+					continue
+				}
+				for _, lt := range ar.GetTasks() {
+					res := "result-" + lt.GetTaskId()
+					_, err := cl.Complete(wctx, &pb.CompleteRequest{LeaseToken: lt.GetLeaseToken(), Result: []byte(res)})
+					if err != nil {
+						workerErrs.Add(1)
+						continue
+					}
+					led.mu.Lock()
+					led.completed[lt.GetTaskId()] = res
+					led.mu.Unlock()
+				}
+			}
+		})
+	}
+
+	waitCond(t, "progress before the failover", func() bool { e, d := count(); return e >= 60 && d >= 20 })
+	old := c.leader()
+	e0, d0 := count()
+	old.kill()
+	t.Logf("killed leader %s after %d enqueues and %d completions", old.id, e0, d0)
+	nl := c.leader()
+	t.Logf("new leader %s", nl.id)
+	waitCond(t, "progress after the failover", func() bool { e, d := count(); return e >= e0+60 && d >= d0+20 })
+	close(stopProducers)
+	producers.Wait()
+
+	// Drain: every task that exists completes.
+	reader := c.client(c.urls(0), c.adminKey)
+	waitCond(t, "every task completed", func() bool {
+		done, total := 0, 0
+		err := reader.EachTask(ctx, &pb.ListTasksRequest{}, func(ti *pb.TaskInfo) error {
+			total++
+			if ti.GetStatus() == "completed" {
+				done++
+			}
+			return nil
+		})
+		return err == nil && done == total
+	})
+	stopWorkers()
+	workers.Wait()
+
+	seen := map[string]int{}
+	if err := reader.EachTask(ctx, &pb.ListTasksRequest{}, func(ti *pb.TaskInfo) error {
+		seen[ti.GetTaskId()]++
+		if !ti.GetHasResult() {
+			return fmt.Errorf("task %s has no result", ti.GetTaskId())
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	results := map[string]int{}
+	if err := reader.Results(ctx, "s", func(id string, r []byte) error {
+		results[id]++
+		if want := "result-" + id; string(r) != want {
+			return fmt.Errorf("result of %s = %q", id, r)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	led.mu.Lock()
+	defer led.mu.Unlock()
+	for id := range led.enqueued {
+		if seen[id] != 1 {
+			t.Errorf("acknowledged enqueue %s listed %d times", id, seen[id])
+		}
+	}
+	for id, res := range led.completed {
+		if seen[id] != 1 || results[id] != 1 {
+			t.Errorf("acknowledged completion %s (%s): listed %d, results %d", id, res, seen[id], results[id])
+		}
+	}
+	for id, n := range seen {
+		if n != 1 || results[id] != 1 {
+			t.Errorf("task %s listed %d times with %d results", id, n, results[id])
+		}
+		if !led.enqueued[id] && !led.uncertain[id] {
+			t.Errorf("task %s exists but was never enqueued", id)
+		}
+	}
+	t.Logf("%d acknowledged enqueues (%d uncertain), %d acknowledged completions, %d tasks, %d retried worker calls",
+		len(led.enqueued), len(led.uncertain), len(led.completed), len(seen), workerErrs.Load())
+}
+
+// Linearizability model: per task ID, 0 absent, 1 active (queued, leased
+// or running), 2 completed.
+type linInput struct {
+	op  string // enqueue, get, complete
+	key string
+}
+
+type linOutput struct {
+	kind string // ok, exists, absent, active, completed, failed, unknown
+}
+
+var linModel = porcupine.NondeterministicModel{
+	Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
+		by := map[string][]porcupine.Operation{}
+		var keys []string
+		for _, op := range h {
+			k := op.Input.(linInput).key
+			if _, ok := by[k]; !ok {
+				keys = append(keys, k)
+			}
+			by[k] = append(by[k], op)
+		}
+		out := make([][]porcupine.Operation, 0, len(keys))
+		for _, k := range keys {
+			out = append(out, by[k])
+		}
+		return out
+	},
+	Init: func() []any { return []any{0} },
+	Step: func(state, input, output any) []any {
+		s, in, out := state.(int), input.(linInput), output.(linOutput)
+		switch in.op {
+		case "enqueue":
+			switch out.kind {
+			case "ok":
+				if s == 0 {
+					return []any{1}
+				}
+			case "exists":
+				if s != 0 {
+					return []any{s}
+				}
+			case "unknown":
+				if s == 0 {
+					return []any{0, 1}
+				}
+				return []any{s}
+			}
+		case "get":
+			switch out.kind {
+			case "absent":
+				if s == 0 {
+					return []any{0}
+				}
+			case "active":
+				if s == 1 {
+					return []any{1}
+				}
+			case "completed":
+				if s == 2 {
+					return []any{2}
+				}
+			case "unknown":
+				return []any{s}
+			}
+		case "complete":
+			switch out.kind {
+			case "ok":
+				if s == 1 {
+					return []any{2}
+				}
+			case "failed":
+				return []any{s}
+			case "unknown":
+				if s == 1 {
+					return []any{1, 2}
+				}
+				return []any{s}
+			}
+		}
+		return nil
+	},
+	DescribeOperation: func(in, out any) string {
+		return fmt.Sprintf("%s(%s) -> %s", in.(linInput).op, in.(linInput).key, out.(linOutput).kind)
+	},
+}
+
+// history records operations with monotonic timestamps.
+type history struct {
+	mu    sync.Mutex
+	start time.Time
+	ops   []porcupine.Operation
+}
+
+func (h *history) now() int64 { return int64(time.Since(h.start)) }
+
+func (h *history) add(client int, in linInput, call int64, out linOutput) {
+	ret := h.now()
+	if out.kind == "unknown" {
+		// NB: an operation whose outcome is unknown may take effect any
+		// time later: it never returns.
+		ret = math.MaxInt64
+	}
+	h.mu.Lock()
+	h.ops = append(h.ops, porcupine.Operation{ClientId: client, Input: in, Call: call, Output: out, Return: ret})
+	h.mu.Unlock()
+}
+
+func TestCluster_Linearizable(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	admin := c.client(c.urls(0), c.adminKey)
+	prodKey, workKey := c.createKey(admin, "producer"), c.createKey(admin, "worker")
+	h := &history{start: time.Now()}
+	const keys = 24
+	key := func() string { return fmt.Sprintf("k%02d", rand.N(keys)) }
+
+	// Clients time out individual calls so that a call stuck across the
+	// failover becomes an unknown outcome instead of stalling the test.
+	callCtx := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 8*time.Second) }
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var ops atomic.Int64
+	for p := range 4 {
+		cl := c.client(c.urls(p), prodKey)
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				k := key()
+				cctx, ccancel := callCtx()
+				call := h.now()
+				if rand.N(3) == 0 {
+					_, err := cl.Enqueue(cctx, &pb.EnqueueRequest{Tasks: []*pb.NewTask{{TaskId: k, ScanId: "s", TargetRef: "x"}}})
+					out := linOutput{"ok"}
+					switch {
+					case err == nil:
+					case client.KindOf(err) == distributed.KindTaskAlreadyExists.String():
+						out.kind = "exists"
+					default:
+						out.kind = "unknown"
+					}
+					h.add(p, linInput{"enqueue", k}, call, out)
+				} else {
+					g, err := cl.GetTask(cctx, &pb.GetTaskRequest{TaskId: k})
+					out := linOutput{"unknown"}
+					switch {
+					case err == nil && g.GetTask().GetStatus() == "completed":
+						out.kind = "completed"
+					case err == nil:
+						out.kind = "active"
+					case client.KindOf(err) == distributed.KindTaskNotFound.String():
+						out.kind = "absent"
+					}
+					h.add(p, linInput{"get", k}, call, out)
+				}
+				ccancel()
+				ops.Add(1)
+			}
+		})
+	}
+	for w := range 2 {
+		cl := c.client(c.urls(w+1), workKey)
+		wg.Go(func() {
+			id := fmt.Sprintf("lw%d", w)
+			if _, err := cl.RegisterWorker(ctx, &pb.RegisterWorkerRequest{WorkerId: id, Capacity: 4}); err != nil && codeOf(err) != connect.CodeAlreadyExists {
+				t.Errorf("RegisterWorker: %v", err)
+				return
+			}
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				cctx, ccancel := callCtx()
+				// NB: a long lease keeps recovery out of the model (no
+				// lease expires while the test runs).
+				ar, err := cl.Acquire(cctx, &pb.AcquireRequest{WorkerId: id, WaitSecs: 1, MaxTasks: 1, Start: true, LeaseTtlSecs: 600})
+				ccancel()
+				if err != nil {
+					continue
+				}
+				for _, lt := range ar.GetTasks() {
+					cctx, ccancel := callCtx()
+					call := h.now()
+					_, err := cl.Complete(cctx, &pb.CompleteRequest{LeaseToken: lt.GetLeaseToken(), Result: []byte("r")})
+					ccancel()
+					out := linOutput{"ok"}
+					if err != nil {
+						out.kind = "unknown"
+						if ce := codeOf(err); ce != connect.CodeUnavailable && ce != connect.CodeDeadlineExceeded && ce != connect.CodeCanceled {
+							out.kind = "failed"
+						}
+					}
+					h.add(10+w, linInput{"complete", lt.GetTaskId()}, call, out)
+					ops.Add(1)
+				}
+			}
+		})
+	}
+	waitCond(t, "operations before the failover", func() bool { return ops.Load() >= 150 })
+	old := c.leader()
+	before := ops.Load()
+	old.kill()
+	nl := c.leader()
+	waitCond(t, "operations after the failover", func() bool { return ops.Load() >= before+150 })
+	close(stop)
+	wg.Wait()
+
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	unknown := 0
+	for _, op := range h.ops {
+		if op.Output.(linOutput).kind == "unknown" {
+			unknown++
+		}
+	}
+	res := porcupine.CheckOperationsTimeout(linModel.ToModel(), h.ops, 20*time.Second)
+	t.Logf("leader %s → %s; %d operations (%d with unknown outcome): %s", old.id, nl.id, len(h.ops), unknown, res)
+	if res == porcupine.Illegal {
+		var b strings.Builder
+		for _, op := range h.ops {
+			fmt.Fprintf(&b, "[%d,%d] c%d %s\n", op.Call, op.Return, op.ClientId, linModel.DescribeOperation(op.Input, op.Output))
+		}
+		t.Fatalf("history is not linearizable:\n%s", b.String())
+	}
+}
+
+func TestCluster_JoinFourthNode(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	admin := c.client(c.urls(0), c.adminKey)
+	var tasks []*pb.NewTask
+	for i := range 50 {
+		tasks = append(tasks, &pb.NewTask{TaskId: fmt.Sprintf("before-%d", i), ScanId: "s", TargetRef: "x"})
+	}
+	if _, err := admin.Enqueue(ctx, &pb.EnqueueRequest{Tasks: tasks}); err != nil {
+		t.Fatal(err)
+	}
+	leader := c.leader()
+	if err := leader.rn.n.Snapshot(); err != nil {
+		t.Fatalf("Snapshot: %v", err)
+	}
+	var via *tnode
+	for _, n := range c.nodes {
+		if n != leader {
+			via = n // join through a follower: it forwards to the leader
+		}
+	}
+	n4 := &tnode{id: "n4", dir: filepath.Join(c.base, "n4")}
+	f := nodeFlags(t, n4.dir, n4.id, listen(t), listen(t))
+	f.cluster.join = via.url
+	f.cluster.joinKey = c.adminKey
+	c.nodes = append(c.nodes, n4)
+	if err := n4.start(ctx, f); err != nil {
+		t.Fatalf("join: %v", err)
+	}
+	secret, _ := os.ReadFile(c.secretFile)
+	got, err := os.ReadFile(filepath.Join(n4.dir, node.SecretFile))
+	if st, serr := os.Stat(filepath.Join(n4.dir, node.SecretFile)); err != nil || !bytes.Equal(got, secret) || serr != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("joiner's cluster.secret: equal %v, %v", bytes.Equal(got, secret), err)
+	}
+	if k, err := client.LoadKey(filepath.Join(n4.dir, node.AdminKeyFile)); err != nil || k != c.adminKey {
+		t.Fatalf("joiner's admin.key = %q, %v", k, err)
+	}
+	waitCond(t, "the joiner to catch up", func() bool {
+		tv, ok := n4.rn.n.FSM().Tenant(raftfsm.SystemTenant)
+		return ok && tv.Pool().Snapshot().TaskRecords == 50
+	})
+	c4 := c.client(n4.url, c.adminKey)
+	if _, err := c4.Enqueue(ctx, &pb.EnqueueRequest{Tasks: []*pb.NewTask{{TaskId: "after", ScanId: "s", TargetRef: "x"}}}); err != nil {
+		t.Fatalf("Enqueue via the joiner: %v", err)
+	}
+	if g, err := c4.GetTask(ctx, &pb.GetTaskRequest{TaskId: "before-7"}); err != nil || g.GetTask().GetStatus() != "queued" {
+		t.Fatalf("GetTask via the joiner = %v, %v", g, err)
+	}
+	ms, err := c4.Members(ctx, &pb.MembersRequest{})
+	if err != nil || len(ms.GetMembers()) != 4 {
+		t.Fatalf("Members = %v, %v", ms, err)
+	}
+	for _, m := range ms.GetMembers() {
+		if m.GetNodeId() == "n4" && (m.GetApiUrl() != n4.url || m.GetSuffrage() != "voter") {
+			t.Fatalf("joiner's member entry = %v", m)
+		}
+	}
+	waitCond(t, "the joiner to apply the last write", func() bool {
+		tv, _ := n4.rn.n.FSM().Tenant(raftfsm.SystemTenant)
+		_, ok, _ := tv.Pool().GetTask("after")
+		return ok
+	})
+	// Joining again is a no-op; removing the member shrinks the cluster.
+	if _, err := admin.Join(ctx, &pb.JoinRequest{NodeId: "n4", RaftAddr: n4.rn.n.RaftAddr(), ApiUrl: n4.url}); err != nil {
+		t.Fatalf("repeated Join: %v", err)
+	}
+	if _, err := admin.RemoveMember(ctx, &pb.RemoveMemberRequest{NodeId: "n4"}); err != nil {
+		t.Fatalf("RemoveMember: %v", err)
+	}
+	n4.kill()
+	waitCond(t, "three members", func() bool {
+		ms, err := admin.Members(ctx, &pb.MembersRequest{})
+		return err == nil && len(ms.GetMembers()) == 3
+	})
+	if _, err := admin.RemoveMember(ctx, &pb.RemoveMemberRequest{NodeId: "nope"}); codeOf(err) != connect.CodeNotFound {
+		t.Fatalf("RemoveMember(unknown) = %v", err)
+	}
+}

@@ -777,3 +777,28 @@ func TestCluster_JoinFourthNode(t *testing.T) {
 		t.Fatalf("RemoveMember(unknown) = %v", err)
 	}
 }
+
+// TestLinModel_RejectsStaleRead makes sure the model can fail: a read that
+// misses an acknowledged enqueue, or sees a completion that never happened.
+func TestLinModel_RejectsStaleRead(t *testing.T) {
+	t.Parallel()
+	op := func(c int, o, k string, call, ret int64, out string) porcupine.Operation {
+		return porcupine.Operation{ClientId: c, Input: linInput{o, k}, Call: call, Output: linOutput{out}, Return: ret}
+	}
+	m := linModel.ToModel()
+	ok := []porcupine.Operation{op(0, "enqueue", "a", 0, 10, "ok"), op(1, "get", "a", 5, 6, "absent"), op(1, "get", "a", 11, 12, "active"),
+		op(2, "enqueue", "b", 0, math.MaxInt64, "unknown"), op(1, "get", "b", 20, 21, "active")}
+	if !porcupine.CheckOperations(m, ok) {
+		t.Fatal("a linearizable history was rejected")
+	}
+	for name, h := range map[string][]porcupine.Operation{
+		"stale read":          {op(0, "enqueue", "a", 0, 10, "ok"), op(1, "get", "a", 11, 12, "absent")},
+		"phantom completion":  {op(0, "enqueue", "a", 0, 10, "ok"), op(1, "get", "a", 11, 12, "completed")},
+		"double enqueue":      {op(0, "enqueue", "a", 0, 10, "ok"), op(1, "enqueue", "a", 11, 12, "ok")},
+		"completion reverted": {op(0, "enqueue", "a", 0, 1, "ok"), op(0, "complete", "a", 2, 3, "ok"), op(1, "get", "a", 4, 5, "active")},
+	} {
+		if porcupine.CheckOperations(m, h) {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}

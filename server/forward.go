@@ -15,12 +15,14 @@ import (
 	"connectrpc.com/connect"
 
 	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/internal/apikey"
 )
 
 // Cluster routing. Every API request that reaches a follower is proxied to
 // the leader's advertised API URL (learned from the replicated node table),
 // authentication and all: the leader authenticates, audits and answers.
-// Admin.Status and Cluster.Members are answered by the node asked. When the
+// Admin.Status and Cluster.Members are answered by the node asked (unless
+// it does not know the caller's key yet). When the
 // leader is unknown, or the request was already forwarded once, the node
 // answers Unavailable / not_leader with the leader's URL (if known) in the
 // LeaderHeader response header; client/ follows it.
@@ -126,7 +128,8 @@ func (s *Server) withLeaderHint(err error) error {
 // handler wraps the API mux with forwarding.
 func (f *forwarder) handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !strings.HasPrefix(r.URL.Path, "/termivar.v1.") || localProcedures[r.URL.Path] || f.s.node.IsLeader() || !f.errw.IsSupported(r) {
+		if !strings.HasPrefix(r.URL.Path, "/termivar.v1.") || f.s.node.IsLeader() || !f.errw.IsSupported(r) ||
+			(localProcedures[r.URL.Path] && f.s.keyKnownLocally(r.Header)) {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -150,6 +153,23 @@ func (f *forwarder) handler(next http.Handler) http.Handler {
 		}
 		p.ServeHTTP(w, r)
 	})
+}
+
+// keyKnownLocally reports whether this node's FSM already holds the
+// request's API key. A follower may lag behind a key created a moment ago
+// through the leader; a local procedure with such a key is forwarded
+// instead of failing with "unknown API key".
+func (s *Server) keyKnownLocally(h http.Header) bool {
+	raw, ok := strings.CutPrefix(h.Get("Authorization"), "Bearer ")
+	if !ok {
+		return true // fails the same everywhere
+	}
+	id, _, err := apikey.Parse(strings.TrimSpace(raw))
+	if err != nil {
+		return true
+	}
+	_, found := s.node.FSM().Key(id)
+	return found
 }
 
 // CloseIdleConnections closes the idle connections of the forwarding

@@ -148,3 +148,26 @@ func ensureAdminKeyFile(ctx context.Context, n *node.Node, path string, c cluste
 	}
 	return true, node.WriteFileAtomic(path, []byte(key+"\n"), 0o600)
 }
+
+// membersLine renders a cluster's members for `status`: "n1 (leader),
+// n2, n3 (nonvoter)".
+func membersLine(ms []*pb.ClusterMember) string {
+	parts := make([]string, len(ms))
+	for i, m := range ms {
+		var tags []string
+		if m.GetLeader() {
+			tags = append(tags, "leader")
+		}
+		if m.GetSuffrage() != "voter" {
+			tags = append(tags, m.GetSuffrage())
+		}
+		parts[i] = m.GetNodeId()
+		if len(tags) > 0 {
+			parts[i] += " (" + strings.Join(tags, ", ") + ")"
+		}
+		if m.GetApiUrl() != "" {
+			parts[i] += " " + m.GetApiUrl()
+		}
+	}
+	return strings.Join(parts, ", ")
+}

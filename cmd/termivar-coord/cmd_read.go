@@ -68,6 +68,9 @@ func runStatus(ctx context.Context, env *cliEnv, args []string) error {
 	fmt.Fprintf(w, "tasks\t%d records: %d queued, %d active, %d terminal\n", s.GetTaskRecords(), s.GetQueuedTasks(), s.GetActiveTasks(), s.GetTerminalTasks())
 	fmt.Fprintf(w, "workers\t%d\n", s.GetWorkers())
 	fmt.Fprintf(w, "results\t%d (%d bytes)\n", s.GetResults(), s.GetResultBytes())
+	if len(s.GetMembers()) > 1 {
+		fmt.Fprintf(w, "members\t%s\n", membersLine(s.GetMembers()))
+	}
 	return w.Flush()
 }
 

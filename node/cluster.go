@@ -419,6 +419,7 @@ func (n *Node) memberLoop() {
 	defer n.wg.Done()
 	t := time.NewTicker(memberLoopInterval)
 	defer t.Stop()
+	var nextRegister time.Time
 	for {
 		select {
 		case <-n.stop:
@@ -426,6 +427,10 @@ func (n *Node) memberLoop() {
 		case <-t.C:
 		}
 		if n.raft.State() != raft.Leader {
+			if n.cfg.RegisterSelf != nil && n.cfg.APIURL != "" && time.Now().After(nextRegister) {
+				nextRegister = time.Now().Add(2 * time.Second)
+				n.registerSelf()
+			}
 			continue
 		}
 		if err := n.ensureBarrier(); err != nil {
@@ -440,6 +445,29 @@ func (n *Node) memberLoop() {
 		if err := n.setNodeInfo(context.Background(), n.cfg.NodeID, n.cfg.APIURL); err != nil {
 			n.log.Debug("registering the API URL failed", "error", err)
 		}
+	}
+}
+
+// registerSelf asks the leader to record this follower's API URL.
+func (n *Node) registerSelf() {
+	if u, ok := n.fsm.NodeAPIURL(n.cfg.NodeID); ok && u == n.cfg.APIURL {
+		return
+	}
+	leader := n.LeaderAPIURL()
+	if leader == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	go func() {
+		select {
+		case <-n.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	if err := n.cfg.RegisterSelf(ctx, leader); err != nil {
+		n.log.Debug("registering the API URL with the leader failed", "error", err)
 	}
 }
 
@@ -513,11 +541,19 @@ func (n *Node) Members() ([]Member, error) {
 	return out, nil
 }
 
+// ErrNotMember is returned by AddVoter without a raft address for a node
+// that is not in the configuration.
+var ErrNotMember = errors.New("node: not a member of the cluster")
+
 // AddVoter (on the leader) records the node's API URL and adds it as a
-// voter; adding a member again with the same address changes nothing.
+// voter; adding a member again with the same address changes nothing, and
+// an empty raftAddr only records the API URL of an existing member.
 func (n *Node) AddVoter(ctx context.Context, id, raftAddr, apiURL string) error {
 	if n.raft.State() != raft.Leader {
 		return ErrNotLeader
+	}
+	if raftAddr == "" && apiURL == "" {
+		return ErrNotMember
 	}
 	if apiURL != "" {
 		if u, ok := n.fsm.NodeAPIURL(id); !ok || u != apiURL {
@@ -526,12 +562,19 @@ func (n *Node) AddVoter(ctx context.Context, id, raftAddr, apiURL string) error 
 			}
 		}
 	}
-	if f := n.raft.GetConfiguration(); f.Error() == nil {
-		for _, s := range f.Configuration().Servers {
-			if string(s.ID) == id && string(s.Address) == raftAddr && s.Suffrage == raft.Voter {
-				return nil
-			}
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return mapRaftErr(err)
+	}
+	member := false
+	for _, s := range f.Configuration().Servers {
+		member = member || string(s.ID) == id
+		if string(s.ID) == id && (raftAddr == "" || string(s.Address) == raftAddr) && s.Suffrage == raft.Voter {
+			return nil
 		}
+	}
+	if raftAddr == "" && !member {
+		return ErrNotMember
 	}
 	return mapRaftErr(n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, 30*time.Second).Error())
 }

@@ -97,6 +97,11 @@ type Config struct {
 	// APIURL is this node's advertised API base URL; the leader replicates
 	// its own so that followers can forward requests to it.
 	APIURL string
+	// RegisterSelf, when set, is called on a follower whose APIURL is not
+	// in the replicated node table yet, with the leader's API URL; it should
+	// ask the leader to record it (serve calls Cluster.Join with the admin
+	// key). Leaders register themselves.
+	RegisterSelf func(ctx context.Context, leaderAPIURL string) error
 	// RaftListener, when set, is used instead of listening on RaftAddr
 	// (tests pre-open port-0 listeners to know every address up front).
 	RaftListener net.Listener

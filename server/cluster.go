@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/url"
 
@@ -9,6 +10,7 @@ import (
 
 	distributed "github.com/termivar/distributed"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/node"
 )
 
 // clusterHandler serves termivar.v1.Cluster (system-tenant admins only).
@@ -34,7 +36,7 @@ func (h clusterHandler) Join(ctx context.Context, req *connect.Request[pb.JoinRe
 		if !distributed.ValidIdentifier(m.GetNodeId()) {
 			return nil, 0, errInvalid("node_id must be 1 to 256 letters, digits, '.', '_', ':' or '-'")
 		}
-		if _, _, err := net.SplitHostPort(m.GetRaftAddr()); err != nil {
+		if _, _, err := net.SplitHostPort(m.GetRaftAddr()); err != nil && m.GetRaftAddr() != "" {
 			return nil, 0, errInvalid("raft_addr must be host:port")
 		}
 		if m.GetApiUrl() != "" {
@@ -42,7 +44,9 @@ func (h clusterHandler) Join(ctx context.Context, req *connect.Request[pb.JoinRe
 				return nil, 0, errInvalid("api_url must be http(s)://host:port")
 			}
 		}
-		if err := h.s.node.AddVoter(ctx, m.GetNodeId(), m.GetRaftAddr(), m.GetApiUrl()); err != nil {
+		if err := h.s.node.AddVoter(ctx, m.GetNodeId(), m.GetRaftAddr(), m.GetApiUrl()); errors.Is(err, node.ErrNotMember) {
+			return nil, 0, &apiError{connect.CodeFailedPrecondition, KindInvalidArgument, "without raft_addr, node_id must be a member and api_url is required"}
+		} else if err != nil {
 			return nil, 0, err
 		}
 		h.s.log.Info("node joined", "node_id", m.GetNodeId(), "raft_addr", m.GetRaftAddr(), "api_url", m.GetApiUrl())

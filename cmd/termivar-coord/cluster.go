@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -84,6 +85,9 @@ func (c clusterFlags) apply(ctx context.Context, cfg *node.Config, logger *slog.
 	if c.join != "" {
 		cfg.Join = c.joinFunc(cfg.APIURL, logger, tlsConf)
 	}
+	if c.clustered() {
+		cfg.RegisterSelf = registerSelf(cfg.NodeID, cfg.APIURL, filepath.Join(cfg.DataDir, node.AdminKeyFile), tlsConf)
+	}
 	if !c.clustered() {
 		ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 		return ctx, cancel, nil
@@ -114,6 +118,28 @@ func (c clusterFlags) joinFunc(apiURL string, logger *slog.Logger, tlsConf *tls.
 			return nil, err
 		}
 		return res.GetClusterSecret(), nil
+	}
+}
+
+// registerSelf records a follower's API URL through the leader with the
+// node's admin key (Cluster.Join without a raft address).
+func registerSelf(nodeID, apiURL, keyFile string, tlsConf *tls.Config) func(context.Context, string) error {
+	return func(ctx context.Context, leader string) error {
+		key, err := client.LoadKey(keyFile)
+		if err != nil {
+			return err
+		}
+		cfg := client.Config{ServerURL: leader, Key: key, MaxAttempts: 1}
+		if tlsConf != nil {
+			cfg.HTTPClient = &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConf, ForceAttemptHTTP2: true}}
+		}
+		cl, err := client.New(cfg)
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		_, err = cl.Join(ctx, &pb.JoinRequest{NodeId: nodeID, ApiUrl: apiURL})
+		return err
 	}
 }
 

@@ -305,6 +305,19 @@ func TestCluster_StaticThreeNodes(t *testing.T) {
 	if _, err := c.client(follower.url, prod).Members(ctx, &pb.MembersRequest{}); codeOf(err) != connect.CodePermissionDenied {
 		t.Fatalf("producer Members = %v, want PermissionDenied", err)
 	}
+	// Followers register their own API URLs through the leader.
+	waitCond(t, "every member's API URL", func() bool {
+		ms, err := c.client(follower.url, c.adminKey).Members(ctx, &pb.MembersRequest{})
+		if err != nil {
+			return false
+		}
+		for i, m := range ms.GetMembers() {
+			if m.GetApiUrl() != c.nodes[i].url {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // clusterLedger records what the cluster acknowledged.

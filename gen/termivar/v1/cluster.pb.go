@@ -22,9 +22,11 @@ const (
 )
 
 type JoinRequest struct {
-	state    protoimpl.MessageState `protogen:"open.v1"`
-	NodeId   string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	RaftAddr string                 `protobuf:"bytes,2,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// raft_addr empty: only record api_url of a node that is already a member
+	// (followers of a --peers cluster register their URL this way).
+	RaftAddr string `protobuf:"bytes,2,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
 	// api_url is the joiner's advertised API base URL (http(s)://host:port).
 	ApiUrl        string `protobuf:"bytes,3,opt,name=api_url,json=apiUrl,proto3" json:"api_url,omitempty"`
 	unknownFields protoimpl.UnknownFields

@@ -58,6 +58,9 @@ func (h producerHandler) Enqueue(ctx context.Context, req *connect.Request[pb.En
 
 func (h producerHandler) Cancel(ctx context.Context, req *connect.Request[pb.CancelRequest]) (*connect.Response[pb.CancelResponse], error) {
 	return call(ctx, h.s, req, true, func(ctx context.Context, p principal, m *pb.CancelRequest) (*pb.CancelResponse, uint64, error) {
+		if m.GetTaskId() != "" {
+			return h.cancelByID(ctx, p, m)
+		}
 		own, err := h.s.node.Codec().OpenOwnership(p.Tenant, m.GetOwnershipToken())
 		if err != nil {
 			return nil, 0, err
@@ -70,6 +73,23 @@ func (h producerHandler) Cancel(ctx context.Context, req *connect.Request[pb.Can
 		v := r.Value.(distributed.CancellationOutcome)
 		return &pb.CancelResponse{AlreadyCancelled: v.Kind == distributed.AlreadyCancelled, Revision: r.Revision}, r.Revision, nil
 	})
+}
+
+// cancelByID cancels a task by ID: the FSM cancels it with the ownership
+// it holds when the command is applied (queued, leased or running).
+func (h producerHandler) cancelByID(ctx context.Context, p principal, m *pb.CancelRequest) (*pb.CancelResponse, uint64, error) {
+	if len(m.GetOwnershipToken()) != 0 {
+		return nil, 0, errInvalid("set either ownership_token or task_id, not both")
+	}
+	if !distributed.ValidIdentifier(m.GetTaskId()) {
+		return nil, 0, &distributed.Error{Kind: distributed.KindInvalidTask, Reason: "task command identifier is invalid"}
+	}
+	r, err := h.s.propose(ctx, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_CancelTaskById{CancelTaskById: &pb.CancelTaskByID{TaskId: m.GetTaskId()}}})
+	if err != nil {
+		return nil, r.Revision, err
+	}
+	v := r.Value.(raftfsm.CancelByIDValue)
+	return &pb.CancelResponse{AlreadyCancelled: v.Outcome.Kind == distributed.AlreadyCancelled, PreviousStatus: v.PreviousStatus.String(), Revision: r.Revision}, r.Revision, nil
 }
 
 func (s *Server) taskInfo(p principal, tv raftfsm.TenantView, t distributed.ScanTask) *pb.TaskInfo {

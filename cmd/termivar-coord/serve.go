@@ -184,7 +184,9 @@ func serve(f serveFlags, logger *slog.Logger) error {
 	}
 	defer al.Close()
 	srv := server.New(server.Config{Node: n, Audit: al, Logger: logger, DefaultLeaseTTLSecs: f.leaseTTL})
-	hs := server.NewHTTPServer(f.apiAddr, srv.Handler())
+	// NB: HTTPServer wakes pending Acquire long-polls when Shutdown starts,
+	// so shutting down does not wait for them.
+	hs := srv.HTTPServer(f.apiAddr)
 	ln, err := net.Listen("tcp", f.apiAddr)
 	if err != nil {
 		return err
@@ -221,6 +223,9 @@ func serve(f serveFlags, logger *slog.Logger) error {
 	logger.Info("shutting down")
 	sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer scancel()
-	_ = hs.Shutdown(sctx)
+	if err := hs.Shutdown(sctx); err != nil {
+		logger.Warn("requests still running at shutdown; closing their connections", "error", err)
+		_ = hs.Close()
+	}
 	return nil
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 
@@ -239,9 +240,13 @@ func (h producerHandler) ScanProgress(ctx context.Context, req *connect.Request[
 	})
 }
 
-// AggregateResults streams the scan's stored results in enqueue order. It
-// aggregates through the core in chunks of MaxAggregateItems, so each chunk
-// is bounded by A.11 (items and bytes).
+// AggregateResults streams the scan's stored results in enqueue order,
+// every completed task's result exactly once. It aggregates through the
+// core in chunks that each respect the tenant's A.11 bounds: at most
+// MaxAggregateItems results and MaxAggregateBytes bytes per chunk (a chunk
+// is cut short when the next result would pass the byte bound). Only a
+// single result larger than MaxAggregateBytes cannot be sent; the stream
+// then ends with aggregate_bytes_exceeded.
 func (h producerHandler) AggregateResults(ctx context.Context, req *connect.Request[pb.AggregateResultsRequest], stream *connect.ServerStream[pb.AggregateResultsResponse]) error {
 	p, err := h.s.authenticate(req.Header(), "Producer", "AggregateResults")
 	if err != nil {
@@ -257,10 +262,17 @@ func (h producerHandler) AggregateResults(ctx context.Context, req *connect.Requ
 			ids = append(ids, id)
 		}
 	}
-	chunk := tv.ResultLimits().MaxAggregateItems
+	rl := tv.ResultLimits()
 	for len(ids) > 0 {
-		n := min(chunk, len(ids))
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		n := min(rl.MaxAggregateItems, len(ids))
 		res, err := tv.AggregateResults(ids[:n])
+		if errors.Is(err, distributed.ErrAggregateBytesExceeded) {
+			n = fitBytes(tv, ids[:n], rl.MaxAggregateBytes)
+			res, err = tv.AggregateResults(ids[:n])
+		}
 		if err != nil {
 			return toConnect(err)
 		}
@@ -272,4 +284,19 @@ func (h producerHandler) AggregateResults(ctx context.Context, req *connect.Requ
 		ids = ids[n:]
 	}
 	return nil
+}
+
+// fitBytes returns the length of the longest prefix of ids whose results
+// total at most maxBytes, and at least 1 (a single result above the bound
+// is left for the core to reject).
+func fitBytes(tv raftfsm.TenantView, ids []string, maxBytes int) int {
+	total := 0
+	for i, id := range ids {
+		r, _, _ := tv.GetResult(id)
+		total += len(r)
+		if total > maxBytes {
+			return max(i, 1)
+		}
+	}
+	return len(ids)
 }

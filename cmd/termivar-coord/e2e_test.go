@@ -58,21 +58,25 @@ func freeAddr(t *testing.T) string {
 
 // lockedBuffer is a bytes.Buffer safe for a process's output goroutine and
 // the test.
+//
+// NB: the buffer is a named field, not embedded: an embedded bytes.Buffer
+// would promote ReadFrom, which os/exec's copy goroutine prefers to Write,
+// bypassing the lock.
 type lockedBuffer struct {
-	mu sync.Mutex
-	bytes.Buffer
+	mu  sync.Mutex
+	buf bytes.Buffer
 }
 
 func (b *lockedBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.Buffer.Write(p)
+	return b.buf.Write(p)
 }
 
 func (b *lockedBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.Buffer.String()
+	return b.buf.String()
 }
 
 // startServe starts `serve` on a temp dir and waits until it is ready and

@@ -42,12 +42,17 @@ func TestServer_ShutdownWakesLongPoll(t *testing.T) {
 		t.Fatal(err)
 	}
 	hs := s.HTTPServer(ln.Addr().String())
-	active := make(chan struct{}, 16)
-	hs.ConnState = func(_ net.Conn, st http.ConnState) {
-		if st == http.StateActive {
-			active <- struct{}{}
+	// NB: wait until the Acquire is inside the handler. (ConnState's
+	// StateActive is too early: a Shutdown between it and the handler drops
+	// the request, which net/http does by design.)
+	entered := make(chan struct{}, 1)
+	inner := hs.Handler
+	hs.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/Acquire") {
+			entered <- struct{}{}
 		}
-	}
+		inner.ServeHTTP(w, r)
+	})
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 
@@ -59,7 +64,6 @@ func TestServer_ShutdownWakesLongPoll(t *testing.T) {
 	if _, err := w.RegisterWorker(ctx, req(&pb.RegisterWorkerRequest{WorkerId: "w1", Capacity: 1})); err != nil {
 		t.Fatal(err)
 	}
-	<-active // the registration's connection
 	type result struct {
 		res *connect.Response[pb.AcquireResponse]
 		err error
@@ -71,7 +75,7 @@ func TestServer_ShutdownWakesLongPoll(t *testing.T) {
 		polled <- result{r, err, time.Now()}
 	}()
 	select {
-	case <-active: // the long-poll request is being served
+	case <-entered: // the long-poll request is being served
 	case <-time.After(10 * time.Second):
 		t.Fatal("the Acquire request never reached the server")
 	}

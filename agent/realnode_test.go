@@ -3,7 +3,11 @@ package agent_test
 import (
 	"context"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -91,4 +95,46 @@ func TestAgent_RealNode_DeregisteredFromOutside(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Errorf("first agent Run = %v", err)
 	}
+}
+
+// TestAgent_RealNode_CancelledByProducerKillsProcessGroup runs a command
+// (with a background grandchild) for a task on a real node; a producer
+// cancels the running task by ID (no token). The agent's next renewal is
+// rejected (stale_ownership) and it must kill the whole process group,
+// report nothing, and keep serving: a task enqueued afterwards completes.
+func TestAgent_RealNode_CancelledByProducerKillsProcessGroup(t *testing.T) {
+	t.Parallel()
+	c := realNode(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "pid")
+	ids := enqueue(t, c, "s", "x")
+	a, _ := start(t, agent.Config{
+		Client: c, WorkerID: "w1", Capacity: 1, PollWait: time.Second, LeaseTTL: 3 * time.Second,
+		Logger:  testLogger(t),
+		Command: sh(`if [ "$TERMIVAR_TARGET" = x ]; then sleep 60 & echo $! > ` + pidFile + `.tmp; mv ` + pidFile + `.tmp ` + pidFile + `; wait; fi; echo done`),
+	})
+	var pid int
+	waitFor(t, "grandchild pid", func() bool {
+		b, err := os.ReadFile(pidFile)
+		if err != nil {
+			return false
+		}
+		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil
+	})
+	resp, err := c.CancelTask(ctx, ids[0])
+	if err != nil || resp.GetPreviousStatus() != "running" {
+		t.Fatalf("CancelTask = %v, %v; want a running task cancelled", resp, err)
+	}
+	waitFor(t, "abandon", func() bool { return a.Stats().Abandoned == 1 })
+	waitFor(t, "grandchild killed", func() bool { return syscall.Kill(pid, 0) != nil })
+	if s := a.Stats(); s.Completed != 0 || s.Failed != 0 {
+		t.Errorf("Stats = %+v; a cancelled task must not be reported", s)
+	}
+	if st := task(t, c, ids[0]).GetStatus(); st != "cancelled" {
+		t.Errorf("task status = %s, want cancelled", st)
+	}
+	more := enqueue(t, c, "s", "y")
+	waitFor(t, "next task", func() bool { return task(t, c, more[0]).GetStatus() == "completed" })
 }

@@ -290,6 +290,15 @@ func (c *Client) Cancel(ctx context.Context, req *pb.CancelRequest) (*pb.CancelR
 	return call(ctx, c, "Producer.Cancel", req, c.producer.Cancel)
 }
 
+// CancelTask cancels a queued, leased or running task by ID: the node
+// cancels it with the ownership it holds when the command is applied, so no
+// token is needed. A task cancelled before answers AlreadyCancelled (so a
+// retry after a lost reply is harmless); any other terminal task fails with
+// invalid_transition (errors.Is(err, distributed.ErrInvalidTransition)).
+func (c *Client) CancelTask(ctx context.Context, taskID string) (*pb.CancelResponse, error) {
+	return call(ctx, c, "Producer.Cancel", &pb.CancelRequest{TaskId: taskID}, c.producer.Cancel)
+}
+
 // GetTask returns one task.
 func (c *Client) GetTask(ctx context.Context, req *pb.GetTaskRequest) (*pb.GetTaskResponse, error) {
 	return call(ctx, c, "Producer.GetTask", req, c.producer.GetTask)

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 
@@ -58,6 +59,9 @@ func (h producerHandler) Enqueue(ctx context.Context, req *connect.Request[pb.En
 
 func (h producerHandler) Cancel(ctx context.Context, req *connect.Request[pb.CancelRequest]) (*connect.Response[pb.CancelResponse], error) {
 	return call(ctx, h.s, req, true, func(ctx context.Context, p principal, m *pb.CancelRequest) (*pb.CancelResponse, uint64, error) {
+		if m.GetTaskId() != "" {
+			return h.cancelByID(ctx, p, m)
+		}
 		own, err := h.s.node.Codec().OpenOwnership(p.Tenant, m.GetOwnershipToken())
 		if err != nil {
 			return nil, 0, err
@@ -70,6 +74,23 @@ func (h producerHandler) Cancel(ctx context.Context, req *connect.Request[pb.Can
 		v := r.Value.(distributed.CancellationOutcome)
 		return &pb.CancelResponse{AlreadyCancelled: v.Kind == distributed.AlreadyCancelled, Revision: r.Revision}, r.Revision, nil
 	})
+}
+
+// cancelByID cancels a task by ID: the FSM cancels it with the ownership
+// it holds when the command is applied (queued, leased or running).
+func (h producerHandler) cancelByID(ctx context.Context, p principal, m *pb.CancelRequest) (*pb.CancelResponse, uint64, error) {
+	if len(m.GetOwnershipToken()) != 0 {
+		return nil, 0, errInvalid("set either ownership_token or task_id, not both")
+	}
+	if !distributed.ValidIdentifier(m.GetTaskId()) {
+		return nil, 0, &distributed.Error{Kind: distributed.KindInvalidTask, Reason: "task command identifier is invalid"}
+	}
+	r, err := h.s.propose(ctx, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_CancelTaskById{CancelTaskById: &pb.CancelTaskByID{TaskId: m.GetTaskId()}}})
+	if err != nil {
+		return nil, r.Revision, err
+	}
+	v := r.Value.(raftfsm.CancelByIDValue)
+	return &pb.CancelResponse{AlreadyCancelled: v.Outcome.Kind == distributed.AlreadyCancelled, PreviousStatus: v.PreviousStatus.String(), Revision: r.Revision}, r.Revision, nil
 }
 
 func (s *Server) taskInfo(p principal, tv raftfsm.TenantView, t distributed.ScanTask) *pb.TaskInfo {
@@ -219,9 +240,13 @@ func (h producerHandler) ScanProgress(ctx context.Context, req *connect.Request[
 	})
 }
 
-// AggregateResults streams the scan's stored results in enqueue order. It
-// aggregates through the core in chunks of MaxAggregateItems, so each chunk
-// is bounded by A.11 (items and bytes).
+// AggregateResults streams the scan's stored results in enqueue order,
+// every completed task's result exactly once. It aggregates through the
+// core in chunks that each respect the tenant's A.11 bounds: at most
+// MaxAggregateItems results and MaxAggregateBytes bytes per chunk (a chunk
+// is cut short when the next result would pass the byte bound). Only a
+// single result larger than MaxAggregateBytes cannot be sent; the stream
+// then ends with aggregate_bytes_exceeded.
 func (h producerHandler) AggregateResults(ctx context.Context, req *connect.Request[pb.AggregateResultsRequest], stream *connect.ServerStream[pb.AggregateResultsResponse]) error {
 	p, err := h.s.authenticate(req.Header(), "Producer", "AggregateResults")
 	if err != nil {
@@ -237,10 +262,17 @@ func (h producerHandler) AggregateResults(ctx context.Context, req *connect.Requ
 			ids = append(ids, id)
 		}
 	}
-	chunk := tv.ResultLimits().MaxAggregateItems
+	rl := tv.ResultLimits()
 	for len(ids) > 0 {
-		n := min(chunk, len(ids))
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		n := min(rl.MaxAggregateItems, len(ids))
 		res, err := tv.AggregateResults(ids[:n])
+		if errors.Is(err, distributed.ErrAggregateBytesExceeded) {
+			n = fitBytes(tv, ids[:n], rl.MaxAggregateBytes)
+			res, err = tv.AggregateResults(ids[:n])
+		}
 		if err != nil {
 			return toConnect(err)
 		}
@@ -252,4 +284,19 @@ func (h producerHandler) AggregateResults(ctx context.Context, req *connect.Requ
 		ids = ids[n:]
 	}
 	return nil
+}
+
+// fitBytes returns the length of the longest prefix of ids whose results
+// total at most maxBytes, and at least 1 (a single result above the bound
+// is left for the core to reject).
+func fitBytes(tv raftfsm.TenantView, ids []string, maxBytes int) int {
+	total := 0
+	for i, id := range ids {
+		r, _, _ := tv.GetResult(id)
+		total += len(r)
+		if total > maxBytes {
+			return max(i, 1)
+		}
+	}
+	return len(ids)
 }

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -62,6 +63,9 @@ type Server struct {
 	audit *audit.Logger
 	log   *slog.Logger
 	fwd   *forwarder
+
+	stopping  chan struct{} // closed by Close: long-polls stop waiting
+	closeOnce sync.Once
 }
 
 // New returns a server for cfg.Node.
@@ -72,9 +76,26 @@ func New(cfg Config) *Server {
 	if cfg.DefaultLeaseTTLSecs == 0 {
 		cfg.DefaultLeaseTTLSecs = 60
 	}
-	s := &Server{cfg: cfg, node: cfg.Node, audit: cfg.Audit, log: cfg.Logger}
+	s := &Server{cfg: cfg, node: cfg.Node, audit: cfg.Audit, log: cfg.Logger, stopping: make(chan struct{})}
 	s.fwd = newForwarder(s)
 	return s
+}
+
+// Close wakes every pending Acquire long-poll, which then answers at once
+// with no tasks (as if its wait had ended), and keeps later Acquire calls
+// from waiting. Other calls are not affected. Call it when the HTTP server
+// shuts down, so that http.Server.Shutdown does not wait up to a minute for
+// long-polls; HTTPServer registers it for that. Close is idempotent.
+func (s *Server) Close() {
+	s.closeOnce.Do(func() { close(s.stopping) })
+}
+
+// HTTPServer returns NewHTTPServer(addr, s.Handler()) with Close registered
+// to run as soon as its Shutdown starts.
+func (s *Server) HTTPServer(addr string) *http.Server {
+	hs := NewHTTPServer(addr, s.Handler())
+	hs.RegisterOnShutdown(s.Close)
+	return hs
 }
 
 // Handler returns an http.Handler serving the API plus /healthz and /readyz.

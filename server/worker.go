@@ -117,6 +117,7 @@ func (h workerHandler) Acquire(ctx context.Context, req *connect.Request[pb.Acqu
 				continue
 			case <-deadline.C:
 			case <-ctx.Done():
+			case <-h.s.stopping: // shutting down: answer now, empty
 			}
 			if r.Revision == 0 {
 				r.Revision = tv.Pool().Snapshot().Revision

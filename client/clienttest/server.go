@@ -498,6 +498,9 @@ func (h *handler) Enqueue(_ context.Context, req *connect.Request[pb.EnqueueRequ
 
 func (h *handler) Cancel(_ context.Context, req *connect.Request[pb.CancelRequest]) (*connect.Response[pb.CancelResponse], error) {
 	s := h.s
+	if id := req.Msg.GetTaskId(); id != "" {
+		return s.cancelByID(id)
+	}
 	var own distributed.TaskOwnership
 	var f distributed.QueuedTaskFence
 	if err := f.UnmarshalBinary(req.Msg.GetOwnershipToken()); err == nil {
@@ -516,6 +519,41 @@ func (h *handler) Cancel(_ context.Context, req *connect.Request[pb.CancelReques
 		return nil, toConnect(err)
 	}
 	return connect.NewResponse(&pb.CancelResponse{AlreadyCancelled: tr.Value.Kind == distributed.AlreadyCancelled, Revision: tr.Revision}), nil
+}
+
+// cancelByID mirrors the node's cancel by task ID: cancel with the current
+// ownership; an expired lease is first recovered by the retry rule.
+func (s *Server) cancelByID(id string) (*connect.Response[pb.CancelResponse], error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, ok, err := s.pool.GetTask(id)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	if !ok {
+		return nil, toConnect(&distributed.Error{Kind: distributed.KindTaskNotFound, TaskID: id})
+	}
+	prev := t.Status()
+	own, ok := t.Ownership()
+	if !ok {
+		if prev == distributed.TaskCancelled {
+			return connect.NewResponse(&pb.CancelResponse{AlreadyCancelled: true, PreviousStatus: prev.String(), Revision: s.rev()}), nil
+		}
+		return nil, toConnect(&distributed.Error{Kind: distributed.KindInvalidTransition, TaskID: id, Status: prev, Operation: "cancel"})
+	}
+	tr, err := s.pool.CancelTask(s.rev(), s.now(), own)
+	if errors.Is(err, distributed.ErrLeaseExpired) {
+		if _, err = s.pool.RecoverExpiredLeases(s.rev(), s.now()); err == nil {
+			s.wakeLocked()
+			t, _, _ = s.pool.GetTask(id)
+			own, _ = t.Ownership()
+			tr, err = s.pool.CancelTask(s.rev(), s.now(), own)
+		}
+	}
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&pb.CancelResponse{AlreadyCancelled: tr.Value.Kind == distributed.AlreadyCancelled, PreviousStatus: prev.String(), Revision: tr.Revision}), nil
 }
 
 func (h *handler) GetTask(_ context.Context, req *connect.Request[pb.GetTaskRequest]) (*connect.Response[pb.GetTaskResponse], error) {

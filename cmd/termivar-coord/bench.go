@@ -128,7 +128,7 @@ func startEmbedded(dir string) (stop func(), url, key string, err error) {
 		n.Close()
 		return nil, "", "", err
 	}
-	hs := server.NewHTTPServer(ln.Addr().String(), server.New(server.Config{Node: n, Audit: al}).Handler())
+	hs := server.New(server.Config{Node: n, Audit: al}).HTTPServer(ln.Addr().String())
 	go func() { _ = hs.Serve(ln) }()
 	return func() {
 		_ = hs.Close()

@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"text/tabwriter"
 	"time"
 
+	distributed "github.com/termivar/distributed"
 	"github.com/termivar/distributed/client"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 )
@@ -16,7 +18,7 @@ func init() {
 	registerClient(&clientCommand{name: "status", usage: "[--json]", summary: "show the node's and your tenant's status", run: runStatus})
 	registerClient(&clientCommand{name: "tasks", usage: "[--scan S] [--status X] [--limit N] [--json]", summary: "list tasks (JSON: one object per line)", run: runTasks})
 	registerClient(&clientCommand{name: "workers", usage: "[--json]", summary: "list workers (JSON: one object per line)", run: runWorkers})
-	registerClient(&clientCommand{name: "cancel", usage: "[--json] TASK", summary: "cancel a queued task", run: runCancel})
+	registerClient(&clientCommand{name: "cancel", usage: "[--json] TASK", summary: "cancel a queued, leased or running task", run: runCancel})
 }
 
 // statusJSON is the --json form of status.
@@ -227,24 +229,26 @@ func runCancel(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	t, err := c.GetTask(ctx, &pb.GetTaskRequest{TaskId: id})
-	if err != nil {
-		return err
+	resp, err := c.CancelTask(ctx, id)
+	if errors.Is(err, distributed.ErrInvalidTransition) {
+		// A terminal task: say which status it ended in.
+		status := "terminal"
+		if t, gerr := c.GetTask(ctx, &pb.GetTaskRequest{TaskId: id}); gerr == nil {
+			status = t.GetTask().GetStatus()
+		}
+		return rejectedError{fmt.Sprintf("task %s is already %s; only queued, leased or running tasks can be cancelled", id, status)}
 	}
-	if len(t.GetTask().GetFenceToken()) == 0 {
-		return rejectedError{fmt.Sprintf("task %s is %s; only queued tasks can be cancelled from the CLI", id, t.GetTask().GetStatus())}
-	}
-	resp, err := c.Cancel(ctx, &pb.CancelRequest{OwnershipToken: t.GetTask().GetFenceToken()})
 	if err != nil {
 		return err
 	}
 	if g.json {
-		return writeJSON(env.stdout, map[string]any{"task_id": id, "already_cancelled": resp.GetAlreadyCancelled(), "revision": resp.GetRevision()})
+		return writeJSON(env.stdout, map[string]any{"task_id": id, "already_cancelled": resp.GetAlreadyCancelled(),
+			"previous_status": resp.GetPreviousStatus(), "revision": resp.GetRevision()})
 	}
 	if resp.GetAlreadyCancelled() {
 		fmt.Fprintf(env.stdout, "task %s was already cancelled\n", id)
 	} else {
-		fmt.Fprintf(env.stdout, "cancelled task %s\n", id)
+		fmt.Fprintf(env.stdout, "cancelled task %s (was %s)\n", id, resp.GetPreviousStatus())
 	}
 	return nil
 }

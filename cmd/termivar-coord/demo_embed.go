@@ -47,7 +47,7 @@ func startDemoNode(ctx context.Context, dir string) (*embeddedNode, error) {
 		n.Close()
 		return nil, err
 	}
-	hs := server.NewHTTPServer(l.Addr().String(), server.New(server.Config{Node: n}).Handler())
+	hs := server.New(server.Config{Node: n}).HTTPServer(l.Addr().String())
 	served := make(chan struct{})
 	go func() {
 		defer close(served)

@@ -277,7 +277,9 @@ func startNode(ctx context.Context, f serveFlags, logger *slog.Logger) (_ *runni
 		return nil, err
 	}
 	srv := server.New(server.Config{Node: n, Audit: al, Logger: logger, DefaultLeaseTTLSecs: f.leaseTTL, ForwardTLS: forwardTLS})
-	hs := server.NewHTTPServer(f.apiAddr, srv.Handler())
+	// NB: HTTPServer wakes pending Acquire long-polls when Shutdown starts,
+	// so shutting down does not wait for them.
+	hs := srv.HTTPServer(f.apiAddr)
 	if serverTLS != nil {
 		ln = tls.NewListener(ln, serverTLS)
 	}

@@ -1826,10 +1826,17 @@ func (x *EnqueueResponse) GetRevision() uint64 {
 type CancelRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// ownership_token is a fence token (queued task) or a lease token.
+	// Exactly one of ownership_token and task_id is set.
 	OwnershipToken   []byte  `protobuf:"bytes,1,opt,name=ownership_token,json=ownershipToken,proto3" json:"ownership_token,omitempty"`
 	ExpectedRevision *uint64 `protobuf:"varint,2,opt,name=expected_revision,json=expectedRevision,proto3,oneof" json:"expected_revision,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// task_id cancels the task with whatever ownership it holds when the
+	// command is applied: queued, leased or running (a lease that has already
+	// expired is first recovered by the retry rule). Cancelling a cancelled
+	// task answers already_cancelled; any other terminal task is rejected
+	// with invalid_transition.
+	TaskId        string `protobuf:"bytes,3,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CancelRequest) Reset() {
@@ -1876,12 +1883,22 @@ func (x *CancelRequest) GetExpectedRevision() uint64 {
 	return 0
 }
 
+func (x *CancelRequest) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
 type CancelResponse struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	AlreadyCancelled bool                   `protobuf:"varint,1,opt,name=already_cancelled,json=alreadyCancelled,proto3" json:"already_cancelled,omitempty"`
 	Revision         uint64                 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// previous_status is the task's status before a cancel by task_id
+	// (queued, leased or running; "cancelled" when already cancelled).
+	PreviousStatus string `protobuf:"bytes,3,opt,name=previous_status,json=previousStatus,proto3" json:"previous_status,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *CancelResponse) Reset() {
@@ -1926,6 +1943,13 @@ func (x *CancelResponse) GetRevision() uint64 {
 		return x.Revision
 	}
 	return 0
+}
+
+func (x *CancelResponse) GetPreviousStatus() string {
+	if x != nil {
+		return x.PreviousStatus
+	}
+	return ""
 }
 
 type TaskInfo struct {
@@ -3213,14 +3237,16 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"fenceToken\"^\n" +
 	"\x0fEnqueueResponse\x12/\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x19.termivar.v1.EnqueuedTaskR\x05tasks\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x04R\brevision\"\x80\x01\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\"\x99\x01\n" +
 	"\rCancelRequest\x12'\n" +
 	"\x0fownership_token\x18\x01 \x01(\fR\x0eownershipToken\x120\n" +
-	"\x11expected_revision\x18\x02 \x01(\x04H\x00R\x10expectedRevision\x88\x01\x01B\x14\n" +
-	"\x12_expected_revision\"Y\n" +
+	"\x11expected_revision\x18\x02 \x01(\x04H\x00R\x10expectedRevision\x88\x01\x01\x12\x17\n" +
+	"\atask_id\x18\x03 \x01(\tR\x06taskIdB\x14\n" +
+	"\x12_expected_revision\"\x82\x01\n" +
 	"\x0eCancelResponse\x12+\n" +
 	"\x11already_cancelled\x18\x01 \x01(\bR\x10alreadyCancelled\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x04R\brevision\"\xe3\x04\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\x12'\n" +
+	"\x0fprevious_status\x18\x03 \x01(\tR\x0epreviousStatus\"\xe3\x04\n" +
 	"\bTaskInfo\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x17\n" +
 	"\ascan_id\x18\x02 \x01(\tR\x06scanId\x12\x1d\n" +

@@ -68,6 +68,7 @@ type Command struct {
 	//	*Command_RecoverExpiredLeases
 	//	*Command_ExpireOldTasks
 	//	*Command_AcquireTasks
+	//	*Command_CancelTaskById
 	//	*Command_SetNodeInfo
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
@@ -335,6 +336,15 @@ func (x *Command) GetAcquireTasks() *AcquireTasks {
 	return nil
 }
 
+func (x *Command) GetCancelTaskById() *CancelTaskByID {
+	if x != nil {
+		if x, ok := x.Op.(*Command_CancelTaskById); ok {
+			return x.CancelTaskById
+		}
+	}
+	return nil
+}
+
 func (x *Command) GetSetNodeInfo() *SetNodeInfo {
 	if x != nil {
 		if x, ok := x.Op.(*Command_SetNodeInfo); ok {
@@ -432,6 +442,10 @@ type Command_AcquireTasks struct {
 	AcquireTasks *AcquireTasks `protobuf:"bytes,30,opt,name=acquire_tasks,json=acquireTasks,proto3,oneof"`
 }
 
+type Command_CancelTaskById struct {
+	CancelTaskById *CancelTaskByID `protobuf:"bytes,31,opt,name=cancel_task_by_id,json=cancelTaskById,proto3,oneof"`
+}
+
 type Command_SetNodeInfo struct {
 	// 40+: cluster membership metadata (kept apart from the task ops).
 	SetNodeInfo *SetNodeInfo `protobuf:"bytes,40,opt,name=set_node_info,json=setNodeInfo,proto3,oneof"`
@@ -478,6 +492,8 @@ func (*Command_RecoverExpiredLeases) isCommand_Op() {}
 func (*Command_ExpireOldTasks) isCommand_Op() {}
 
 func (*Command_AcquireTasks) isCommand_Op() {}
+
+func (*Command_CancelTaskById) isCommand_Op() {}
 
 func (*Command_SetNodeInfo) isCommand_Op() {}
 
@@ -1708,6 +1724,54 @@ func (x *CancelTask) GetOwnership() []byte {
 	return nil
 }
 
+// CancelTaskByID cancels a non-terminal task by ID with the ownership it
+// holds at apply time (its queued fence or its current lease). If that lease
+// has expired, the FSM first applies the retry rule (RecoverExpiredLeases)
+// in the same command and then cancels by the new queued fence.
+type CancelTaskByID struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TaskId        string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelTaskByID) Reset() {
+	*x = CancelTaskByID{}
+	mi := &file_termivar_v1_command_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelTaskByID) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelTaskByID) ProtoMessage() {}
+
+func (x *CancelTaskByID) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_command_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelTaskByID.ProtoReflect.Descriptor instead.
+func (*CancelTaskByID) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *CancelTaskByID) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
 type RenewLease struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Lease         []byte                 `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
@@ -1718,7 +1782,7 @@ type RenewLease struct {
 
 func (x *RenewLease) Reset() {
 	*x = RenewLease{}
-	mi := &file_termivar_v1_command_proto_msgTypes[22]
+	mi := &file_termivar_v1_command_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1730,7 +1794,7 @@ func (x *RenewLease) String() string {
 func (*RenewLease) ProtoMessage() {}
 
 func (x *RenewLease) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[22]
+	mi := &file_termivar_v1_command_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1743,7 +1807,7 @@ func (x *RenewLease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewLease.ProtoReflect.Descriptor instead.
 func (*RenewLease) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{22}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RenewLease) GetLease() []byte {
@@ -1768,7 +1832,7 @@ type RecoverExpiredLeases struct {
 
 func (x *RecoverExpiredLeases) Reset() {
 	*x = RecoverExpiredLeases{}
-	mi := &file_termivar_v1_command_proto_msgTypes[23]
+	mi := &file_termivar_v1_command_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1780,7 +1844,7 @@ func (x *RecoverExpiredLeases) String() string {
 func (*RecoverExpiredLeases) ProtoMessage() {}
 
 func (x *RecoverExpiredLeases) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[23]
+	mi := &file_termivar_v1_command_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1793,7 +1857,7 @@ func (x *RecoverExpiredLeases) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverExpiredLeases.ProtoReflect.Descriptor instead.
 func (*RecoverExpiredLeases) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{23}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{24}
 }
 
 type ExpireOldTasks struct {
@@ -1805,7 +1869,7 @@ type ExpireOldTasks struct {
 
 func (x *ExpireOldTasks) Reset() {
 	*x = ExpireOldTasks{}
-	mi := &file_termivar_v1_command_proto_msgTypes[24]
+	mi := &file_termivar_v1_command_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1817,7 +1881,7 @@ func (x *ExpireOldTasks) String() string {
 func (*ExpireOldTasks) ProtoMessage() {}
 
 func (x *ExpireOldTasks) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[24]
+	mi := &file_termivar_v1_command_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1830,7 +1894,7 @@ func (x *ExpireOldTasks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireOldTasks.ProtoReflect.Descriptor instead.
 func (*ExpireOldTasks) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{24}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ExpireOldTasks) GetMaxAgeSecs() uint64 {
@@ -1855,7 +1919,7 @@ type AcquireTasks struct {
 
 func (x *AcquireTasks) Reset() {
 	*x = AcquireTasks{}
-	mi := &file_termivar_v1_command_proto_msgTypes[25]
+	mi := &file_termivar_v1_command_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1867,7 +1931,7 @@ func (x *AcquireTasks) String() string {
 func (*AcquireTasks) ProtoMessage() {}
 
 func (x *AcquireTasks) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[25]
+	mi := &file_termivar_v1_command_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1880,7 +1944,7 @@ func (x *AcquireTasks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireTasks.ProtoReflect.Descriptor instead.
 func (*AcquireTasks) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{25}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *AcquireTasks) GetWorkerId() string {
@@ -1927,7 +1991,7 @@ type FSMState struct {
 
 func (x *FSMState) Reset() {
 	*x = FSMState{}
-	mi := &file_termivar_v1_command_proto_msgTypes[26]
+	mi := &file_termivar_v1_command_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1939,7 +2003,7 @@ func (x *FSMState) String() string {
 func (*FSMState) ProtoMessage() {}
 
 func (x *FSMState) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[26]
+	mi := &file_termivar_v1_command_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1952,7 +2016,7 @@ func (x *FSMState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FSMState.ProtoReflect.Descriptor instead.
 func (*FSMState) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{26}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *FSMState) GetVersion() uint32 {
@@ -2009,7 +2073,7 @@ type KeyRecord struct {
 
 func (x *KeyRecord) Reset() {
 	*x = KeyRecord{}
-	mi := &file_termivar_v1_command_proto_msgTypes[27]
+	mi := &file_termivar_v1_command_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2021,7 +2085,7 @@ func (x *KeyRecord) String() string {
 func (*KeyRecord) ProtoMessage() {}
 
 func (x *KeyRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[27]
+	mi := &file_termivar_v1_command_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2034,7 +2098,7 @@ func (x *KeyRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyRecord.ProtoReflect.Descriptor instead.
 func (*KeyRecord) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{27}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *KeyRecord) GetKeyId() string {
@@ -2080,7 +2144,7 @@ type TenantState struct {
 
 func (x *TenantState) Reset() {
 	*x = TenantState{}
-	mi := &file_termivar_v1_command_proto_msgTypes[28]
+	mi := &file_termivar_v1_command_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2092,7 +2156,7 @@ func (x *TenantState) String() string {
 func (*TenantState) ProtoMessage() {}
 
 func (x *TenantState) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[28]
+	mi := &file_termivar_v1_command_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2105,7 +2169,7 @@ func (x *TenantState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantState.ProtoReflect.Descriptor instead.
 func (*TenantState) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{28}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *TenantState) GetName() string {
@@ -2167,7 +2231,7 @@ type WorkerOwner struct {
 
 func (x *WorkerOwner) Reset() {
 	*x = WorkerOwner{}
-	mi := &file_termivar_v1_command_proto_msgTypes[29]
+	mi := &file_termivar_v1_command_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2179,7 +2243,7 @@ func (x *WorkerOwner) String() string {
 func (*WorkerOwner) ProtoMessage() {}
 
 func (x *WorkerOwner) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[29]
+	mi := &file_termivar_v1_command_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2192,7 +2256,7 @@ func (x *WorkerOwner) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerOwner.ProtoReflect.Descriptor instead.
 func (*WorkerOwner) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{29}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *WorkerOwner) GetWorkerId() string {
@@ -2220,7 +2284,7 @@ type ScanIndex struct {
 
 func (x *ScanIndex) Reset() {
 	*x = ScanIndex{}
-	mi := &file_termivar_v1_command_proto_msgTypes[30]
+	mi := &file_termivar_v1_command_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2232,7 +2296,7 @@ func (x *ScanIndex) String() string {
 func (*ScanIndex) ProtoMessage() {}
 
 func (x *ScanIndex) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[30]
+	mi := &file_termivar_v1_command_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2245,7 +2309,7 @@ func (x *ScanIndex) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanIndex.ProtoReflect.Descriptor instead.
 func (*ScanIndex) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{30}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ScanIndex) GetScanId() string {
@@ -2274,7 +2338,7 @@ type SetNodeInfo struct {
 
 func (x *SetNodeInfo) Reset() {
 	*x = SetNodeInfo{}
-	mi := &file_termivar_v1_command_proto_msgTypes[31]
+	mi := &file_termivar_v1_command_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2286,7 +2350,7 @@ func (x *SetNodeInfo) String() string {
 func (*SetNodeInfo) ProtoMessage() {}
 
 func (x *SetNodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[31]
+	mi := &file_termivar_v1_command_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2299,7 +2363,7 @@ func (x *SetNodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeInfo.ProtoReflect.Descriptor instead.
 func (*SetNodeInfo) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{31}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SetNodeInfo) GetNodeId() string {
@@ -2326,7 +2390,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_termivar_v1_command_proto_msgTypes[32]
+	mi := &file_termivar_v1_command_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2338,7 +2402,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[32]
+	mi := &file_termivar_v1_command_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2351,7 +2415,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{32}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *NodeInfo) GetNodeId() string {
@@ -2372,7 +2436,7 @@ var File_termivar_v1_command_proto protoreflect.FileDescriptor
 
 const file_termivar_v1_command_proto_rawDesc = "" +
 	"\n" +
-	"\x19termivar/v1/command.proto\x12\vtermivar.v1\"\xf3\f\n" +
+	"\x19termivar/v1/command.proto\x12\vtermivar.v1\"\xbd\r\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x19\n" +
 	"\bnow_secs\x18\x02 \x01(\x04R\anowSecs\x12\x16\n" +
@@ -2406,7 +2470,8 @@ const file_termivar_v1_command_proto_rawDesc = "" +
 	"renewLease\x12Y\n" +
 	"\x16recover_expired_leases\x18\x1c \x01(\v2!.termivar.v1.RecoverExpiredLeasesH\x00R\x14recoverExpiredLeases\x12G\n" +
 	"\x10expire_old_tasks\x18\x1d \x01(\v2\x1b.termivar.v1.ExpireOldTasksH\x00R\x0eexpireOldTasks\x12@\n" +
-	"\racquire_tasks\x18\x1e \x01(\v2\x19.termivar.v1.AcquireTasksH\x00R\facquireTasks\x12>\n" +
+	"\racquire_tasks\x18\x1e \x01(\v2\x19.termivar.v1.AcquireTasksH\x00R\facquireTasks\x12H\n" +
+	"\x11cancel_task_by_id\x18\x1f \x01(\v2\x1b.termivar.v1.CancelTaskByIDH\x00R\x0ecancelTaskById\x12>\n" +
 	"\rset_node_info\x18( \x01(\v2\x18.termivar.v1.SetNodeInfoH\x00R\vsetNodeInfoB\x04\n" +
 	"\x02opB\x14\n" +
 	"\x12_expected_revision\"9\n" +
@@ -2502,7 +2567,9 @@ const file_termivar_v1_command_proto_rawDesc = "" +
 	"\x05lease\x18\x01 \x01(\fR\x05lease\"*\n" +
 	"\n" +
 	"CancelTask\x12\x1c\n" +
-	"\townership\x18\x01 \x01(\fR\townership\"H\n" +
+	"\townership\x18\x01 \x01(\fR\townership\")\n" +
+	"\x0eCancelTaskByID\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\"H\n" +
 	"\n" +
 	"RenewLease\x12\x14\n" +
 	"\x05lease\x18\x01 \x01(\fR\x05lease\x12$\n" +
@@ -2563,7 +2630,7 @@ func file_termivar_v1_command_proto_rawDescGZIP() []byte {
 	return file_termivar_v1_command_proto_rawDescData
 }
 
-var file_termivar_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_termivar_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_termivar_v1_command_proto_goTypes = []any{
 	(*Command)(nil),              // 0: termivar.v1.Command
 	(*Batch)(nil),                // 1: termivar.v1.Batch
@@ -2587,17 +2654,18 @@ var file_termivar_v1_command_proto_goTypes = []any{
 	(*CompleteTask)(nil),         // 19: termivar.v1.CompleteTask
 	(*FailTask)(nil),             // 20: termivar.v1.FailTask
 	(*CancelTask)(nil),           // 21: termivar.v1.CancelTask
-	(*RenewLease)(nil),           // 22: termivar.v1.RenewLease
-	(*RecoverExpiredLeases)(nil), // 23: termivar.v1.RecoverExpiredLeases
-	(*ExpireOldTasks)(nil),       // 24: termivar.v1.ExpireOldTasks
-	(*AcquireTasks)(nil),         // 25: termivar.v1.AcquireTasks
-	(*FSMState)(nil),             // 26: termivar.v1.FSMState
-	(*KeyRecord)(nil),            // 27: termivar.v1.KeyRecord
-	(*TenantState)(nil),          // 28: termivar.v1.TenantState
-	(*WorkerOwner)(nil),          // 29: termivar.v1.WorkerOwner
-	(*ScanIndex)(nil),            // 30: termivar.v1.ScanIndex
-	(*SetNodeInfo)(nil),          // 31: termivar.v1.SetNodeInfo
-	(*NodeInfo)(nil),             // 32: termivar.v1.NodeInfo
+	(*CancelTaskByID)(nil),       // 22: termivar.v1.CancelTaskByID
+	(*RenewLease)(nil),           // 23: termivar.v1.RenewLease
+	(*RecoverExpiredLeases)(nil), // 24: termivar.v1.RecoverExpiredLeases
+	(*ExpireOldTasks)(nil),       // 25: termivar.v1.ExpireOldTasks
+	(*AcquireTasks)(nil),         // 26: termivar.v1.AcquireTasks
+	(*FSMState)(nil),             // 27: termivar.v1.FSMState
+	(*KeyRecord)(nil),            // 28: termivar.v1.KeyRecord
+	(*TenantState)(nil),          // 29: termivar.v1.TenantState
+	(*WorkerOwner)(nil),          // 30: termivar.v1.WorkerOwner
+	(*ScanIndex)(nil),            // 31: termivar.v1.ScanIndex
+	(*SetNodeInfo)(nil),          // 32: termivar.v1.SetNodeInfo
+	(*NodeInfo)(nil),             // 33: termivar.v1.NodeInfo
 }
 var file_termivar_v1_command_proto_depIdxs = []int32{
 	1,  // 0: termivar.v1.Command.batch:type_name -> termivar.v1.Batch
@@ -2617,29 +2685,30 @@ var file_termivar_v1_command_proto_depIdxs = []int32{
 	19, // 14: termivar.v1.Command.complete_task:type_name -> termivar.v1.CompleteTask
 	20, // 15: termivar.v1.Command.fail_task:type_name -> termivar.v1.FailTask
 	21, // 16: termivar.v1.Command.cancel_task:type_name -> termivar.v1.CancelTask
-	22, // 17: termivar.v1.Command.renew_lease:type_name -> termivar.v1.RenewLease
-	23, // 18: termivar.v1.Command.recover_expired_leases:type_name -> termivar.v1.RecoverExpiredLeases
-	24, // 19: termivar.v1.Command.expire_old_tasks:type_name -> termivar.v1.ExpireOldTasks
-	25, // 20: termivar.v1.Command.acquire_tasks:type_name -> termivar.v1.AcquireTasks
-	31, // 21: termivar.v1.Command.set_node_info:type_name -> termivar.v1.SetNodeInfo
-	0,  // 22: termivar.v1.Batch.commands:type_name -> termivar.v1.Command
-	3,  // 23: termivar.v1.CreateTenant.limits:type_name -> termivar.v1.CoreLimits
-	4,  // 24: termivar.v1.CreateTenant.result_limits:type_name -> termivar.v1.ResultLimits
-	7,  // 25: termivar.v1.EnqueueTasks.tasks:type_name -> termivar.v1.TaskSpec
-	9,  // 26: termivar.v1.RegisterWorker.spec:type_name -> termivar.v1.WorkerSpec
-	9,  // 27: termivar.v1.ReactivateWorker.spec:type_name -> termivar.v1.WorkerSpec
-	27, // 28: termivar.v1.FSMState.keys:type_name -> termivar.v1.KeyRecord
-	28, // 29: termivar.v1.FSMState.tenants:type_name -> termivar.v1.TenantState
-	32, // 30: termivar.v1.FSMState.nodes:type_name -> termivar.v1.NodeInfo
-	3,  // 31: termivar.v1.TenantState.limits:type_name -> termivar.v1.CoreLimits
-	4,  // 32: termivar.v1.TenantState.result_limits:type_name -> termivar.v1.ResultLimits
-	29, // 33: termivar.v1.TenantState.worker_owners:type_name -> termivar.v1.WorkerOwner
-	30, // 34: termivar.v1.TenantState.scans:type_name -> termivar.v1.ScanIndex
-	35, // [35:35] is the sub-list for method output_type
-	35, // [35:35] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	23, // 17: termivar.v1.Command.renew_lease:type_name -> termivar.v1.RenewLease
+	24, // 18: termivar.v1.Command.recover_expired_leases:type_name -> termivar.v1.RecoverExpiredLeases
+	25, // 19: termivar.v1.Command.expire_old_tasks:type_name -> termivar.v1.ExpireOldTasks
+	26, // 20: termivar.v1.Command.acquire_tasks:type_name -> termivar.v1.AcquireTasks
+	22, // 21: termivar.v1.Command.cancel_task_by_id:type_name -> termivar.v1.CancelTaskByID
+	32, // 22: termivar.v1.Command.set_node_info:type_name -> termivar.v1.SetNodeInfo
+	0,  // 23: termivar.v1.Batch.commands:type_name -> termivar.v1.Command
+	3,  // 24: termivar.v1.CreateTenant.limits:type_name -> termivar.v1.CoreLimits
+	4,  // 25: termivar.v1.CreateTenant.result_limits:type_name -> termivar.v1.ResultLimits
+	7,  // 26: termivar.v1.EnqueueTasks.tasks:type_name -> termivar.v1.TaskSpec
+	9,  // 27: termivar.v1.RegisterWorker.spec:type_name -> termivar.v1.WorkerSpec
+	9,  // 28: termivar.v1.ReactivateWorker.spec:type_name -> termivar.v1.WorkerSpec
+	28, // 29: termivar.v1.FSMState.keys:type_name -> termivar.v1.KeyRecord
+	29, // 30: termivar.v1.FSMState.tenants:type_name -> termivar.v1.TenantState
+	33, // 31: termivar.v1.FSMState.nodes:type_name -> termivar.v1.NodeInfo
+	3,  // 32: termivar.v1.TenantState.limits:type_name -> termivar.v1.CoreLimits
+	4,  // 33: termivar.v1.TenantState.result_limits:type_name -> termivar.v1.ResultLimits
+	30, // 34: termivar.v1.TenantState.worker_owners:type_name -> termivar.v1.WorkerOwner
+	31, // 35: termivar.v1.TenantState.scans:type_name -> termivar.v1.ScanIndex
+	36, // [36:36] is the sub-list for method output_type
+	36, // [36:36] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_termivar_v1_command_proto_init() }
@@ -2669,6 +2738,7 @@ func file_termivar_v1_command_proto_init() {
 		(*Command_RecoverExpiredLeases)(nil),
 		(*Command_ExpireOldTasks)(nil),
 		(*Command_AcquireTasks)(nil),
+		(*Command_CancelTaskById)(nil),
 		(*Command_SetNodeInfo)(nil),
 	}
 	type x struct{}
@@ -2677,7 +2747,7 @@ func file_termivar_v1_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_termivar_v1_command_proto_rawDesc), len(file_termivar_v1_command_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   33,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -217,28 +217,21 @@ func treapBestAlive(root *workerRec, cutoff uint64, allAlive bool) *workerRec {
 }
 
 // treapDead returns, in key order, every linked worker whose LastHeartbeat is
-// at most cutoff.
+// at most cutoff: a prefix of the in-order walk, so O(k + depth).
 func treapDead(root *workerRec, cutoff uint64) []*workerRec {
 	var out []*workerRec
-	var stack []*workerRec
-	n := root
-	for n != nil || len(stack) > 0 {
-		for n != nil {
-			stack = append(stack, n)
-			n = n.left
+	treapWalk(root, func(w *workerRec) bool {
+		if w.lastHeartbeat > cutoff {
+			return false
 		}
-		n = stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		if n.lastHeartbeat > cutoff {
-			break
-		}
-		out = append(out, n)
-		n = n.right
-	}
+		out = append(out, w)
+		return true
+	})
 	return out
 }
 
-// treapCount returns the number of linked workers (for CheckInvariants).
+// treapWalk visits the linked workers in key order until visit returns false
+// and reports whether it visited all of them.
 func treapWalk(root *workerRec, visit func(*workerRec) bool) bool {
 	var stack []*workerRec
 	n := root

@@ -213,6 +213,55 @@ func (p *WorkerPool) CancelTask(expectedRevision, nowSecs uint64, own TaskOwners
 	return p.TaskQueue().CancelTask(expectedRevision, nowSecs, own)
 }
 
+// CancelTaskByID is the trusted host's cancellation (beyond SPEC Part A): it
+// cancels the named queued, leased or running task with the ownership the
+// task holds at that moment — also when its lease has already expired, since
+// the host, not a worker, asks — and retains that ownership as the proof, so
+// a later CancelTask with it replays as AlreadyCancelled. Cancelling a
+// cancelled task returns AlreadyCancelled at the current revision and
+// changes nothing. Errors: ErrInvalidTask, ErrRevisionConflict,
+// ErrLogicalTimeRegression, ErrTaskNotFound, ErrInvalidTransition (the task
+// is completed, failed or expired; Operation "cancel"), ErrCounterExhausted.
+func (q *TaskQueue) CancelTaskByID(expectedRevision, nowSecs uint64, taskID string) (Transition[CancellationOutcome], error) {
+	var zero Transition[CancellationOutcome]
+	if !ValidIdentifier(taskID) {
+		return zero, invalidTaskID()
+	}
+	c := q.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.begin(expectedRevision, nowSecs); err != nil {
+		return zero, err
+	}
+	t := c.tasks[taskID]
+	switch {
+	case t == nil:
+		return zero, &Error{Kind: KindTaskNotFound, TaskID: taskID}
+	case t.status == TaskCancelled:
+		return Transition[CancellationOutcome]{Revision: c.revision, Value: CancellationOutcome{Kind: AlreadyCancelled}}, nil
+	case t.status.Terminal():
+		return zero, &Error{Kind: KindInvalidTransition, TaskID: taskID, Status: t.status, Operation: "cancel"}
+	}
+	if err := c.canCommit(); err != nil {
+		return zero, err
+	}
+	if !canBump(t.version) {
+		return zero, exhausted("record_version")
+	}
+	own := OwnershipFromFence(t.fence())
+	if t.hasLease {
+		own = OwnershipFromLease(t.lease)
+	}
+	c.terminate(t, TaskCancelled)
+	t.proof, t.hasProof = own, true
+	return Transition[CancellationOutcome]{Revision: c.commit(nowSecs), Value: CancellationOutcome{Kind: Cancelled}}, nil
+}
+
+// CancelTaskByID cancels a task by ID; see TaskQueue.CancelTaskByID.
+func (p *WorkerPool) CancelTaskByID(expectedRevision, nowSecs uint64, taskID string) (Transition[CancellationOutcome], error) {
+	return p.TaskQueue().CancelTaskByID(expectedRevision, nowSecs, taskID)
+}
+
 func (t *taskRec) fence() QueuedTaskFence {
 	return QueuedTaskFence{taskID: t.id, taskGeneration: t.generation, recordVersion: t.version}
 }

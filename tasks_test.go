@@ -491,3 +491,57 @@ func TestTaskQueue_EnqueueBatch(t *testing.T) {
 	h.fail(KindActiveTaskCapacityReached, batch(spec("x", 0), spec("y", 0), spec("z", 0)))
 	h.ok("two more", batch(spec("x", 0), spec("y", 0)))
 }
+
+func TestTaskQueue_CancelTaskByID(t *testing.T) {
+	h := newHarness(t, DefaultLimits())
+	h.register("w", 4)
+	h.enqueue("q", 0)
+	leased := h.enqueue("l", 0)
+	_ = leased
+	ll := h.assign("l", "w", 10)
+	rl := h.running("r", "w", 10)
+	done := h.running("d", "w", 100)
+	h.ok("complete d", func(rev, now uint64) error { _, err := h.p.CompleteTask(rev, now, done); return err })
+	byID := func(id string) func(rev, now uint64) error {
+		return func(rev, now uint64) error {
+			tr, err := h.p.CancelTaskByID(rev, now, id)
+			if err == nil && tr.Value.Kind != Cancelled {
+				t.Fatalf("outcome %v", tr.Value.Kind)
+			}
+			return err
+		}
+	}
+	h.fail(KindInvalidTask, byID("bad id"))
+	h.fail(KindTaskNotFound, byID("nope"))
+	h.failAt(h.rev()+1, h.now, KindRevisionConflict, byID("q"))
+	e := h.fail(KindInvalidTransition, byID("d"))
+	if e.Status != TaskCompleted || e.Operation != "cancel" {
+		t.Fatalf("details = %+v", e)
+	}
+	qOwn, _ := h.task("q").Ownership()
+	h.ok("cancel queued", byID("q"))
+	h.now += 10 // l's and r's leases have expired, not yet recovered
+	h.ok("cancel leased with an expired lease", byID("l"))
+	h.ok("cancel running with an expired lease", byID("r"))
+	if w := h.worker("w"); w.CurrentTasks() != 0 {
+		t.Fatalf("worker holds %d tasks", w.CurrentTasks())
+	}
+	// Replays: by ID and with the retained proofs.
+	h.replay(func(rev, now uint64) (uint64, error) {
+		tr, err := h.p.CancelTaskByID(rev, now, "l")
+		if err == nil && tr.Value.Kind != AlreadyCancelled {
+			t.Fatalf("replay = %v", tr.Value.Kind)
+		}
+		return tr.Revision, err
+	})
+	for _, own := range []TaskOwnership{qOwn, OwnershipFromLease(ll), OwnershipFromLease(rl)} {
+		h.replay(func(rev, now uint64) (uint64, error) {
+			tr, err := h.p.CancelTask(rev, now, own)
+			if err == nil && tr.Value.Kind != AlreadyCancelled {
+				t.Fatalf("proof replay = %v", tr.Value.Kind)
+			}
+			return tr.Revision, err
+		})
+	}
+	h.fail(KindStaleOwnership, func(rev, now uint64) error { _, err := h.p.CompleteTask(rev, now, rl); return err })
+}

@@ -56,7 +56,7 @@ func TestFSM_CancelByID(t *testing.T) {
 
 	// Queued.
 	v := b.must(t, cancelByIDCmd("kprod", "q1")).Value.(CancelByIDValue)
-	if v.Outcome.Kind != distributed.Cancelled || v.PreviousStatus != distributed.TaskQueued || v.Recovered {
+	if v.Outcome.Kind != distributed.Cancelled || v.PreviousStatus != distributed.TaskQueued {
 		t.Fatalf("cancel queued = %+v", v)
 	}
 	// Leased (not started) and running.
@@ -88,21 +88,22 @@ func TestFSM_CancelByID(t *testing.T) {
 	}
 
 	// Expired leases: x1 and x2 run, time passes their expiry; cancelling
-	// x1 recovers both (retry rule) and cancels x1 by its new fence.
+	// x1 cancels it with its expired lease in one core command, and leaves
+	// x2 to the recovery ticker.
 	exp := b.must(t, acquireCmd("kw1", "w1", 2)).Value.([]Acquired)
 	if len(exp) != 2 {
 		t.Fatalf("acquire = %+v", exp)
 	}
 	b.now += 31
 	v = b.must(t, cancelByIDCmd("kprod", "x1")).Value.(CancelByIDValue)
-	if v.Outcome.Kind != distributed.Cancelled || v.PreviousStatus != distributed.TaskRunning || !v.Recovered || v.Recovery.TasksRequeued != 2 {
+	if v.Outcome.Kind != distributed.Cancelled || v.PreviousStatus != distributed.TaskRunning {
 		t.Fatalf("cancel expired = %+v", v)
 	}
-	if st := b.status(t, "acme", "x1"); st.Status() != distributed.TaskCancelled || st.RetryCount() != 1 {
+	if st := b.status(t, "acme", "x1"); st.Status() != distributed.TaskCancelled || st.RetryCount() != 0 {
 		t.Fatalf("x1 is %s after %d retries", st.Status(), st.RetryCount())
 	}
-	if st := b.status(t, "acme", "x2"); st.Status() != distributed.TaskQueued || st.RetryCount() != 1 {
-		t.Fatalf("x2 is %s after %d retries", st.Status(), st.RetryCount())
+	if st := b.status(t, "acme", "x2"); st.Status() != distributed.TaskRunning {
+		t.Fatalf("x2 is %s", st.Status())
 	}
 	b.mustReject(t, renewCmd("kw1", exp[0].Lease), distributed.ErrStaleOwnership)
 
@@ -133,9 +134,10 @@ func TestFSM_CancelByID(t *testing.T) {
 	b.mustReject(t, cmd, distributed.ErrRevisionConflict)
 }
 
-// TestFSM_CancelByIDExpiredNoRetries: a lease that expired with no retries
-// left is not recovered by a cancel (the retry rule would fail the task):
-// the command is rejected with LeaseExpired and changes nothing.
+// TestFSM_CancelByIDExpiredNoRetries: a task whose lease expired with no
+// retries left is cancelled by a producer's cancel (not failed by the retry
+// rule first): the producer asked for cancellation, and the worker's lease is
+// stale from then on.
 func TestFSM_CancelByIDExpiredNoRetries(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -152,8 +154,11 @@ func TestFSM_CancelByIDExpiredNoRetries(t *testing.T) {
 	b.now += 31
 	c := cancelByIDCmd("", "t1")
 	c.Tenant = "strict"
-	b.mustReject(t, c, distributed.ErrLeaseExpired)
-	if st := b.status(t, "strict", "t1"); st.Status() != distributed.TaskRunning {
-		t.Fatalf("t1 is %s", st.Status())
+	v := b.must(t, c).Value.(CancelByIDValue)
+	if v.Outcome.Kind != distributed.Cancelled || v.PreviousStatus != distributed.TaskRunning {
+		t.Fatalf("cancel = %+v", v)
+	}
+	if st := b.status(t, "strict", "t1"); st.Status() != distributed.TaskCancelled || st.RetryCount() != 0 {
+		t.Fatalf("t1 is %s after %d retries", st.Status(), st.RetryCount())
 	}
 }

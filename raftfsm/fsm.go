@@ -88,11 +88,6 @@ type CancelByIDValue struct {
 	Outcome distributed.CancellationOutcome
 	// PreviousStatus is the task's status before the command.
 	PreviousStatus distributed.TaskStatus
-	// Recovered is set when the task's lease had expired and the command
-	// first applied RecoverExpiredLeases; Recovery is that step's summary
-	// (it covers every expired lease of the tenant, not only this task's).
-	Recovered bool
-	Recovery  distributed.RecoverySummary
 }
 
 // CompleteValue is the value of CompleteTask: the completion outcome (with
@@ -576,69 +571,25 @@ func (f *FSM) applyComplete(t *Tenant, principal, tenant string, c *pb.CompleteT
 	return Response{Revision: tr.Revision, Value: CompleteValue{Completion: tr.Value, Store: st.Value}}
 }
 
-// applyCancelByID cancels a non-terminal task with the ownership it holds
-// now (value: CancelByIDValue): the queued fence, or the current lease. If
-// that lease has expired (the core answers LeaseExpired), the task is first
-// put through the retry rule by RecoverExpiredLeases at the same logical
-// time and then cancelled by its new queued fence, all in this one command.
-// A lease that expired with no retries left is not recovered here (the
-// retry rule would fail the task, not queue it): the command is rejected
-// with LeaseExpired and changes nothing. A cancelled task answers
-// AlreadyCancelled; any other terminal task InvalidTransition.
+// applyCancelByID cancels a queued, leased or running task with the
+// ownership it holds now — also when its lease has expired — through the
+// core's CancelTaskByID, one core command (value: CancelByIDValue). A
+// cancelled task answers AlreadyCancelled; any other terminal task
+// InvalidTransition.
 func (f *FSM) applyCancelByID(t *Tenant, principal, tenant string, c *pb.CancelTaskByID, rev, now uint64) Response {
 	if err := f.authorizeProducer(principal, tenant); err != nil {
 		return Response{Err: err}
 	}
 	p := t.pool
-	id := c.GetTaskId()
-	task, found, err := p.GetTask(id)
+	prev := distributed.TaskStatus(0)
+	if task, found, err := p.GetTask(c.GetTaskId()); err == nil && found {
+		prev = task.Status()
+	}
+	tr, err := p.CancelTaskByID(rev, now, c.GetTaskId())
 	if err != nil {
 		return Response{Err: err}
 	}
-	if !found {
-		return Response{Err: &distributed.Error{Kind: distributed.KindTaskNotFound, TaskID: id}}
-	}
-	prev := task.Status()
-	own, ok := task.Ownership()
-	if !ok {
-		if cur := p.Snapshot().Revision; rev != cur {
-			return Response{Err: &distributed.Error{Kind: distributed.KindRevisionConflict, Expected: rev, Actual: cur}}
-		}
-		if prev == distributed.TaskCancelled {
-			return Response{Value: CancelByIDValue{Outcome: distributed.CancellationOutcome{Kind: distributed.AlreadyCancelled}, PreviousStatus: prev}}
-		}
-		return Response{Err: &distributed.Error{Kind: distributed.KindInvalidTransition, TaskID: id, Status: prev, Operation: "cancel"}}
-	}
-	tr, err := p.CancelTask(rev, now, own)
-	if err == nil {
-		return Response{Value: CancelByIDValue{Outcome: tr.Value, PreviousStatus: prev}}
-	}
-	if !errors.Is(err, distributed.ErrLeaseExpired) {
-		return Response{Err: err}
-	}
-	if task.RetryCount() >= t.limits.MaxRetries {
-		return Response{Err: &distributed.Error{Kind: distributed.KindLeaseExpired, TaskID: id,
-			Reason: "the lease expired with no retries left; recovery fails the task"}}
-	}
-	rec, err := p.RecoverExpiredLeases(rev, now)
-	if err != nil {
-		return Response{Err: err}
-	}
-	f.notify(t.name) // other expired leases may have been requeued too
-	val := CancelByIDValue{PreviousStatus: prev, Recovered: true, Recovery: rec.Value}
-	task, _, _ = p.GetTask(id)
-	own, ok = task.Ownership()
-	if !ok || task.Status() != distributed.TaskQueued {
-		// NB: unreachable: the retry rule requeues a task with retries left.
-		f.log.Error("expired lease not requeued by recovery", "status", task.Status().String())
-		return Response{Err: &distributed.Error{Kind: distributed.KindInvalidTransition, TaskID: id, Status: task.Status(), Operation: "cancel"}, changed: true}
-	}
-	tr, err = p.CancelTask(rec.Revision, now, own)
-	if err != nil {
-		return Response{Err: err, changed: true}
-	}
-	val.Outcome = tr.Value
-	return Response{Value: val}
+	return Response{Value: CancelByIDValue{Outcome: tr.Value, PreviousStatus: prev}}
 }
 
 func (f *FSM) applyInit(c *pb.InitCluster) Response {

@@ -521,35 +521,17 @@ func (h *handler) Cancel(_ context.Context, req *connect.Request[pb.CancelReques
 	return connect.NewResponse(&pb.CancelResponse{AlreadyCancelled: tr.Value.Kind == distributed.AlreadyCancelled, Revision: tr.Revision}), nil
 }
 
-// cancelByID mirrors the node's cancel by task ID: cancel with the current
-// ownership; an expired lease is first recovered by the retry rule.
+// cancelByID mirrors the node's cancel by task ID: the core's
+// CancelTaskByID cancels with the task's current ownership, an expired lease
+// included.
 func (s *Server) cancelByID(id string) (*connect.Response[pb.CancelResponse], error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	t, ok, err := s.pool.GetTask(id)
-	if err != nil {
-		return nil, toConnect(err)
+	prev := distributed.TaskStatus(0)
+	if t, ok, err := s.pool.GetTask(id); err == nil && ok {
+		prev = t.Status()
 	}
-	if !ok {
-		return nil, toConnect(&distributed.Error{Kind: distributed.KindTaskNotFound, TaskID: id})
-	}
-	prev := t.Status()
-	own, ok := t.Ownership()
-	if !ok {
-		if prev == distributed.TaskCancelled {
-			return connect.NewResponse(&pb.CancelResponse{AlreadyCancelled: true, PreviousStatus: prev.String(), Revision: s.rev()}), nil
-		}
-		return nil, toConnect(&distributed.Error{Kind: distributed.KindInvalidTransition, TaskID: id, Status: prev, Operation: "cancel"})
-	}
-	tr, err := s.pool.CancelTask(s.rev(), s.now(), own)
-	if errors.Is(err, distributed.ErrLeaseExpired) {
-		if _, err = s.pool.RecoverExpiredLeases(s.rev(), s.now()); err == nil {
-			s.wakeLocked()
-			t, _, _ = s.pool.GetTask(id)
-			own, _ = t.Ownership()
-			tr, err = s.pool.CancelTask(s.rev(), s.now(), own)
-		}
-	}
+	tr, err := s.pool.CancelTaskByID(s.rev(), s.now(), id)
 	if err != nil {
 		return nil, toConnect(err)
 	}

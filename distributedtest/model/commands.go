@@ -596,6 +596,41 @@ func (m *Model) CancelTask(rev, now uint64, own Ownership) (distributed.Cancella
 	return distributed.CancellationOutcome{Kind: distributed.Cancelled}, m.commit(now), nil
 }
 
+// CancelTaskByID cancels the named non-terminal task with whatever ownership
+// it holds now (an expired lease included); a cancelled task replays.
+func (m *Model) CancelTaskByID(rev, now uint64, taskID string) (distributed.CancellationOutcome, uint64, error) {
+	if !distributed.ValidIdentifier(taskID) {
+		return distributed.CancellationOutcome{}, 0, invalidTask(badTaskCommandID)
+	}
+	if err := m.begin(rev, now); err != nil {
+		return distributed.CancellationOutcome{}, 0, err
+	}
+	ti := m.taskIndex(taskID)
+	if ti < 0 {
+		return distributed.CancellationOutcome{}, 0, &distributed.Error{Kind: distributed.KindTaskNotFound, TaskID: taskID}
+	}
+	t := &m.tasks[ti]
+	if t.Status == distributed.TaskCancelled {
+		return distributed.CancellationOutcome{Kind: distributed.AlreadyCancelled}, m.revision, nil
+	}
+	switch t.Status {
+	case distributed.TaskCompleted, distributed.TaskFailed, distributed.TaskExpired:
+		return distributed.CancellationOutcome{}, 0, &distributed.Error{Kind: distributed.KindInvalidTransition, TaskID: taskID, Status: t.Status, Operation: "cancel"}
+	}
+	if err := m.revisionExhausted(); err != nil {
+		return distributed.CancellationOutcome{}, 0, err
+	}
+	own := Ownership{Fence: Fence{TaskID: t.TaskID, TaskGeneration: t.TaskGeneration, RecordVersion: t.RecordVersion}}
+	if t.HasLease {
+		own = Ownership{IsLease: true, Lease: t.Lease}
+		m.release(ti)
+	}
+	t.Status = distributed.TaskCancelled
+	t.RecordVersion++
+	t.CancelledBy = own
+	return distributed.CancellationOutcome{Kind: distributed.Cancelled}, m.commit(now), nil
+}
+
 // ---------------------------------------------------------------- recovery
 
 // RecoverExpiredLeases retries or fails every leased or running task whose

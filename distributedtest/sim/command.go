@@ -29,6 +29,7 @@ const (
 	OpFail
 	OpRenew
 	OpCancel
+	OpCancelByID
 	OpRecover
 	OpExpire
 	OpGetTask
@@ -46,7 +47,7 @@ var opNames = [...]string{
 	OpEnqueue: "enqueue", OpEnqueueBatch: "enqueue-batch", OpRegister: "register", OpUpdate: "update", OpDeregister: "deregister",
 	OpPrune: "prune", OpReactivate: "reactivate", OpAssignNextAvailable: "assign-next-available",
 	OpAssignNext: "assign-next", OpAssignTask: "assign-task", OpStart: "start", OpComplete: "complete",
-	OpFail: "fail", OpRenew: "renew", OpCancel: "cancel", OpRecover: "recover-expired",
+	OpFail: "fail", OpRenew: "renew", OpCancel: "cancel", OpCancelByID: "cancel-by-id", OpRecover: "recover-expired",
 	OpExpire: "expire-old", OpGetTask: "get-task", OpGetWorker: "get-worker", OpPeek: "peek",
 	OpAvailable: "get-available-worker", OpStoreResult: "store-result", OpGetResult: "get-result",
 	OpAggregate: "aggregate", OpRestart: "restart",
@@ -142,6 +143,8 @@ func (c Command) String() string {
 		b.WriteString(" " + leaseString(c.Lease))
 	case OpRenew:
 		fmt.Fprintf(&b, " %s ttl=%d", leaseString(c.Lease), c.TTL)
+	case OpCancelByID:
+		fmt.Fprintf(&b, " task=%s", short(c.TaskID))
 	case OpCancel:
 		if c.Own.IsLease {
 			b.WriteString(" " + leaseString(c.Own.Lease))

@@ -92,7 +92,7 @@ func (g *Generator) pct(p int) bool { return g.n(100) < p }
 var opWeights = [numOps]int{
 	OpEnqueue: 12, OpEnqueueBatch: 3, OpRegister: 4, OpUpdate: 14, OpDeregister: 2, OpPrune: 2, OpReactivate: 2,
 	OpAssignNextAvailable: 10, OpAssignNext: 5, OpAssignTask: 4, OpStart: 10, OpComplete: 8,
-	OpFail: 5, OpRenew: 5, OpCancel: 4, OpRecover: 3, OpExpire: 2, OpGetTask: 2, OpGetWorker: 1,
+	OpFail: 5, OpRenew: 5, OpCancel: 4, OpCancelByID: 2, OpRecover: 3, OpExpire: 2, OpGetTask: 2, OpGetWorker: 1,
 	OpPeek: 1, OpAvailable: 2, OpStoreResult: 6, OpGetResult: 1, OpAggregate: 2, OpRestart: 1,
 }
 
@@ -194,6 +194,8 @@ func (g *Generator) Build(op Op) Command {
 		c.TTL = g.ttl(&c)
 	case OpCancel:
 		c.Own = g.ownership(&c)
+	case OpCancelByID:
+		c.TaskID = g.taskID(&c)
 	case OpExpire:
 		c.MaxAge = g.maxAge(&c)
 	case OpGetTask:

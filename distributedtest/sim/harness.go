@@ -166,6 +166,9 @@ func applyCore(p *distributed.WorkerPool, a *distributed.ResultAggregator, c Com
 			tr, err := p.RenewLease(c.Rev, c.Now, l, c.TTL)
 			return coreOut(tr, err, leaseValue), nil
 		}
+	case OpCancelByID:
+		tr, err := q.CancelTaskByID(c.Rev, c.Now, c.TaskID)
+		return coreOut(tr, err, id[distributed.CancellationOutcome]), nil
 	case OpCancel:
 		o, err := CoreOwnership(c.Own)
 		if err != nil {
@@ -282,6 +285,8 @@ func applyModel(m *model.Model, rm *model.Results, c Command) Outcome {
 		return modelOut(m.RenewLease(c.Rev, c.Now, c.Lease, c.TTL))
 	case OpCancel:
 		return modelOut(m.CancelTask(c.Rev, c.Now, c.Own))
+	case OpCancelByID:
+		return modelOut(m.CancelTaskByID(c.Rev, c.Now, c.TaskID))
 	case OpRecover:
 		return modelOut(m.RecoverExpiredLeases(c.Rev, c.Now))
 	case OpExpire:

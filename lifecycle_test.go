@@ -435,3 +435,39 @@ func TestWorkerPool_RecoveryExhaustsRetries(t *testing.T) {
 		return tr.Revision, err
 	})
 }
+
+func TestWorkerPool_RecoveryDue(t *testing.T) {
+	h := newHarness(t, DefaultLimits()) // heartbeat timeout 60
+	if e, d, o := h.p.RecoveryDue(h.now, 10); e || d || o {
+		t.Fatal("empty pool has recovery due")
+	}
+	h.register("w", 2)
+	h.running("t", "w", 30) // created 1000, expires 1030
+	check := func(now, maxAge uint64, wantE, wantD, wantO bool) {
+		t.Helper()
+		before := h.export()
+		e, d, o := h.p.RecoveryDue(now, maxAge)
+		if e != wantE || d != wantD || o != wantO {
+			t.Fatalf("RecoveryDue(%d, %d) = %v %v %v, want %v %v %v", now, maxAge, e, d, o, wantE, wantD, wantO)
+		}
+		if string(before) != string(h.export()) {
+			t.Fatal("RecoveryDue changed the state")
+		}
+	}
+	check(1029, 0, false, false, false)
+	check(1030, 0, true, false, false)
+	check(1030, 30, true, false, true)
+	check(1030, 31, true, false, false)
+	check(1059, 0, true, false, false)
+	check(1060, 0, true, true, false)
+	// Each answer matches what the command then does.
+	h.now = 1060
+	h.ok("recover", func(rev, now uint64) error {
+		tr, err := h.p.RecoverExpiredLeases(rev, now)
+		if err == nil && tr.Value.TasksRequeued != 1 {
+			t.Fatalf("summary %+v", tr.Value)
+		}
+		return err
+	})
+	check(1060, 0, false, true, false)
+}

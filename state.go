@@ -326,6 +326,27 @@ func (p *WorkerPool) GetAvailableWorker(now uint64) (WorkerNode, bool, error) {
 	return w.view(), true, nil
 }
 
+// RecoveryDue reports, without changing anything, whether at now
+// RecoverExpiredLeases would find an expired lease, PruneDeadWorkers a dead
+// worker, and ExpireOldTasks(maxAgeSecs) an old task (maxAgeSecs 0: never).
+// It reads the minimum of three indexes, O(log n), so a host can poll it
+// often and propose recovery commands only when they would do something.
+func (p *WorkerPool) RecoveryDue(now, maxAgeSecs uint64) (expiredLeases, deadWorkers, oldTasks bool) {
+	c := p.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t, ok := c.byExpiry.Min(); ok {
+		expiredLeases = t.lease.expiresAt <= now
+	}
+	if t, ok := c.byAge.Min(); ok && maxAgeSecs > 0 {
+		oldTasks = now >= t.createdAt && now-t.createdAt >= maxAgeSecs
+	}
+	if w := treapFirst(c.alive); w != nil {
+		deadWorkers = c.dead(w, now)
+	}
+	return expiredLeases, deadWorkers, oldTasks
+}
+
 // bestWorker returns the eligible worker with the most available slots (ties:
 // smallest ID) at now, or nil.
 func (c *coordinator) bestWorker(now uint64) *workerRec {

@@ -216,6 +216,14 @@ func treapBestAlive(root *workerRec, cutoff uint64, allAlive bool) *workerRec {
 	return best
 }
 
+// treapFirst returns the linked worker with the oldest heartbeat, or nil.
+func treapFirst(root *workerRec) *workerRec {
+	for root != nil && root.left != nil {
+		root = root.left
+	}
+	return root
+}
+
 // treapDead returns, in key order, every linked worker whose LastHeartbeat is
 // at most cutoff: a prefix of the in-order walk, so O(k + depth).
 func treapDead(root *workerRec, cutoff uint64) []*workerRec {

@@ -55,7 +55,7 @@ func TestTreap_MatchesBruteForce(t *testing.T) {
 				case op == 2:
 					task++
 					h.p.Enqueue(h.rev(), h.now, TaskSpec{TaskID: fmt.Sprint("t", task), ScanID: "s", TargetRef: "x"})
-					if tr, err := h.p.AssignNextAvailable(h.rev(), h.now, 1000); err == nil {
+					if tr, err := h.p.AssignNextAvailable(h.rev(), h.now, uint64(1+rng.IntN(40))); err == nil {
 						leases = append(leases, tr.Value)
 					}
 				case op == 3 && len(leases) > 0:
@@ -92,6 +92,29 @@ func TestTreap_MatchesBruteForce(t *testing.T) {
 				sort.Strings(dead)
 				if fmt.Sprint(dead) != fmt.Sprint(wantDead) {
 					t.Fatalf("step %d: dead %v, want %v", step, dead, wantDead)
+				}
+				// RecoveryDue agrees with brute force on all three questions.
+				for _, probe := range []uint64{h.now, h.now + 9, h.now + 30} {
+					const maxAge = 15
+					wantExpired, wantOld, wantDeadAny := false, false, false
+					for _, task := range h.p.Tasks() {
+						if l, ok := task.Lease(); ok && l.ExpiresAt() <= probe {
+							wantExpired = true
+						}
+						if !task.Status().Terminal() && task.AgeSecs(probe) >= maxAge {
+							wantOld = true
+						}
+					}
+					for _, w := range h.p.Workers() {
+						if w.Status() != WorkerOffline && probe-w.LastHeartbeat() >= l.HeartbeatTimeoutSecs {
+							wantDeadAny = true
+						}
+					}
+					gotExpired, gotDead, gotOld := h.p.RecoveryDue(probe, maxAge)
+					if gotExpired != wantExpired || gotDead != wantDeadAny || gotOld != wantOld {
+						t.Fatalf("step %d now %d: RecoveryDue = %v %v %v, want %v %v %v", step, probe,
+							gotExpired, gotDead, gotOld, wantExpired, wantDeadAny, wantOld)
+					}
 				}
 			}
 		})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	distributed "github.com/termivar/distributed"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 	"github.com/termivar/distributed/raftfsm"
 )
@@ -45,8 +44,8 @@ func (n *Node) Tick(ctx context.Context) {
 		if maxAge == 0 || maxAge > tv.Limits().MaxTaskTTLSecs {
 			maxAge = tv.Limits().MaxTaskTTLSecs
 		}
-		expired, old := scanTasks(tv.Pool(), now, maxAge)
-		dead := deadWorkers(tv.Pool(), now, tv.Limits().HeartbeatTimeoutSecs)
+		// O(log n) index minima under the core's lock; no copies of records.
+		expired, dead, old := tv.Pool().RecoveryDue(now, maxAge)
 		var ops []*pb.Command
 		if expired {
 			ops = append(ops, &pb.Command{Tenant: name, Op: &pb.Command_RecoverExpiredLeases{RecoverExpiredLeases: &pb.RecoverExpiredLeases{}}})
@@ -68,36 +67,4 @@ func (n *Node) Tick(ctx context.Context) {
 			}
 		}
 	}
-}
-
-// scanTasks reports whether any lease has expired at now and whether any
-// non-terminal task is at least maxAge old.
-func scanTasks(p *distributed.WorkerPool, now, maxAge uint64) (expired, old bool) {
-	if p.Snapshot().ActiveTasks == 0 {
-		return false, false
-	}
-	for _, t := range p.Tasks() {
-		if t.Status().Terminal() {
-			continue
-		}
-		if l, ok := t.Lease(); ok && l.ExpiresAt() <= now {
-			expired = true
-		}
-		if t.AgeSecs(now) >= maxAge {
-			old = true
-		}
-		if expired && old {
-			return
-		}
-	}
-	return
-}
-
-func deadWorkers(p *distributed.WorkerPool, now, timeout uint64) bool {
-	for _, w := range p.Workers() {
-		if w.Status() != distributed.WorkerOffline && now >= w.LastHeartbeat() && now-w.LastHeartbeat() >= timeout {
-			return true
-		}
-	}
-	return false
 }

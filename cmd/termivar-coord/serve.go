@@ -50,23 +50,35 @@ func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.Uint64Var(&f.taskTTL, "task-ttl", 0, "expire non-terminal tasks older than this many seconds (0: the tenant's max-task-ttl)")
 	fs.BoolVar(&f.auditStderr, "audit-stderr", false, "also write audit lines to stderr")
 	addClusterFlags(fs, &f.cluster)
-	d, rd := distributed.DefaultLimits(), distributed.DefaultResultLimits()
-	fs.IntVar(&f.limits.MaxTaskRecords, "max-task-records", d.MaxTaskRecords, "per-tenant default: retained task records")
-	fs.IntVar(&f.limits.MaxActiveTasks, "max-active-tasks", d.MaxActiveTasks, "per-tenant default: non-terminal tasks")
-	fs.IntVar(&f.limits.MaxQueuedTasks, "max-queued-tasks", d.MaxQueuedTasks, "per-tenant default: queued tasks")
-	fs.IntVar(&f.limits.MaxTerminalTasks, "max-terminal-tasks", d.MaxTerminalTasks, "per-tenant default: terminal reservation")
-	fs.IntVar(&f.limits.MaxWorkers, "max-workers", d.MaxWorkers, "per-tenant default: workers")
-	f.limits.MaxRetries = d.MaxRetries
-	fs.Var(retryValue{&f.limits.MaxRetries}, "max-retries", "per-tenant default: retries")
-	fs.Uint64Var(&f.limits.MaxLeaseTTLSecs, "max-lease-ttl", d.MaxLeaseTTLSecs, "per-tenant default: longest lease (s)")
-	fs.Uint64Var(&f.limits.MaxTaskTTLSecs, "max-task-ttl", d.MaxTaskTTLSecs, "per-tenant default: longest task age (s)")
-	fs.Uint64Var(&f.limits.HeartbeatTimeoutSecs, "heartbeat-timeout", d.HeartbeatTimeoutSecs, "per-tenant default: heartbeat timeout (s)")
-	fs.IntVar(&f.resultLimits.MaxResults, "max-results", rd.MaxResults, "per-tenant default: stored results")
-	fs.IntVar(&f.resultLimits.MaxResultBytes, "max-result-bytes", rd.MaxResultBytes, "per-tenant default: bytes of one result")
-	fs.IntVar(&f.resultLimits.MaxTotalBytes, "max-total-result-bytes", rd.MaxTotalBytes, "per-tenant default: bytes of all results")
-	fs.IntVar(&f.resultLimits.MaxAggregateItems, "max-aggregate-items", rd.MaxAggregateItems, "per-tenant default: items per aggregate")
-	fs.IntVar(&f.resultLimits.MaxAggregateBytes, "max-aggregate-bytes", rd.MaxAggregateBytes, "per-tenant default: bytes per aggregate")
+	addLimitFlags(fs, &f.limits, &f.resultLimits, "per-tenant default: ")
 	return fs
+}
+
+// limitFlagNames are the flags addLimitFlags defines.
+var limitFlagNames = []string{"max-task-records", "max-active-tasks", "max-queued-tasks", "max-terminal-tasks",
+	"max-workers", "max-retries", "max-lease-ttl", "max-task-ttl", "heartbeat-timeout", "max-results",
+	"max-result-bytes", "max-total-result-bytes", "max-aggregate-items", "max-aggregate-bytes"}
+
+// addLimitFlags defines one flag per core and result limit, defaulting to
+// the core's defaults; serve uses them for the default tenant and tenants
+// create for a new tenant.
+func addLimitFlags(fs *flag.FlagSet, l *distributed.Limits, rl *distributed.ResultLimits, help string) {
+	d, rd := distributed.DefaultLimits(), distributed.DefaultResultLimits()
+	fs.IntVar(&l.MaxTaskRecords, "max-task-records", d.MaxTaskRecords, help+"retained task records")
+	fs.IntVar(&l.MaxActiveTasks, "max-active-tasks", d.MaxActiveTasks, help+"non-terminal tasks")
+	fs.IntVar(&l.MaxQueuedTasks, "max-queued-tasks", d.MaxQueuedTasks, help+"queued tasks")
+	fs.IntVar(&l.MaxTerminalTasks, "max-terminal-tasks", d.MaxTerminalTasks, help+"terminal reservation")
+	fs.IntVar(&l.MaxWorkers, "max-workers", d.MaxWorkers, help+"workers")
+	l.MaxRetries = d.MaxRetries
+	fs.Var(retryValue{&l.MaxRetries}, "max-retries", help+"retries")
+	fs.Uint64Var(&l.MaxLeaseTTLSecs, "max-lease-ttl", d.MaxLeaseTTLSecs, help+"longest lease (s)")
+	fs.Uint64Var(&l.MaxTaskTTLSecs, "max-task-ttl", d.MaxTaskTTLSecs, help+"longest task age (s)")
+	fs.Uint64Var(&l.HeartbeatTimeoutSecs, "heartbeat-timeout", d.HeartbeatTimeoutSecs, help+"heartbeat timeout (s)")
+	fs.IntVar(&rl.MaxResults, "max-results", rd.MaxResults, help+"stored results")
+	fs.IntVar(&rl.MaxResultBytes, "max-result-bytes", rd.MaxResultBytes, help+"bytes of one result")
+	fs.IntVar(&rl.MaxTotalBytes, "max-total-result-bytes", rd.MaxTotalBytes, help+"bytes of all results")
+	fs.IntVar(&rl.MaxAggregateItems, "max-aggregate-items", rd.MaxAggregateItems, help+"items per aggregate")
+	fs.IntVar(&rl.MaxAggregateBytes, "max-aggregate-bytes", rd.MaxAggregateBytes, help+"bytes per aggregate")
 }
 
 type retryValue struct{ p *uint32 }

@@ -65,8 +65,10 @@ type Config struct {
 	// Grace is how long a drain waits for running tasks before it kills and
 	// fails them (default 30 s).
 	Grace time.Duration
-	// MaxResultBytes bounds a result (default 1 MiB, the default
-	// ResultLimits.MaxResultBytes); a larger stdout fails the attempt.
+	// MaxResultBytes bounds a result; a larger stdout fails the attempt.
+	// Zero means the tenant's limit, which the server reports at
+	// registration (1 MiB, the default, if it does not); a positive value
+	// is capped by the tenant's limit.
 	MaxResultBytes int
 	// UtilizationFunc, if set, replaces the CPU and memory utilization read
 	// from /proc (basis points, 0-10000). NB: the server scales the
@@ -105,6 +107,9 @@ type Agent struct {
 	cpu cpuSampler
 
 	acquired, completed, failed, abandoned, registrations atomic.Int64
+	// maxResult is the result bound in force: Config.MaxResultBytes capped
+	// by the tenant's limit learnt at the last registration.
+	maxResult atomic.Int64
 
 	mu      sync.Mutex
 	gen     uint64              // current worker generation; 0 = not registered
@@ -149,8 +154,8 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Grace <= 0 {
 		cfg.Grace = 30 * time.Second
 	}
-	if cfg.MaxResultBytes <= 0 {
-		cfg.MaxResultBytes = int(distributed.DefaultResultLimits().MaxResultBytes)
+	if cfg.MaxResultBytes < 0 {
+		cfg.MaxResultBytes = 0
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -294,14 +299,17 @@ func (a *Agent) deregister() {
 // unreachable servers until ctx ends.
 func (a *Agent) register(ctx context.Context) error {
 	for attempt := 1; ; attempt++ {
-		w, err := a.registerOnce(ctx)
+		resp, err := a.registerOnce(ctx)
 		if err == nil {
+			w := resp.GetWorker()
+			a.maxResult.Store(int64(resultBound(a.cfg.MaxResultBytes, resp.GetMaxResultBytes())))
 			a.mu.Lock()
 			a.gen = w.GetGeneration()
 			a.mu.Unlock()
 			a.observe(w)
 			a.registrations.Add(1)
-			a.log.Info("registered", slog.Uint64("generation", w.GetGeneration()), slog.Int("capacity", a.cfg.Capacity))
+			a.log.Info("registered", slog.Uint64("generation", w.GetGeneration()), slog.Int("capacity", a.cfg.Capacity),
+				slog.Int64("max_result_bytes", a.maxResult.Load()))
 			return nil
 		}
 		if !client.IsUnreachable(err) {
@@ -335,10 +343,23 @@ func (a *Agent) utilization() (cpu, mem uint32) {
 	return a.cpu.sample(), memoryBasisPoints()
 }
 
-func (a *Agent) registerOnce(ctx context.Context) (*pb.WorkerInfo, error) {
+// resultBound is the result bound for a configured value (0: none) and the
+// tenant's limit the server reported (0: unknown, the default applies).
+func resultBound(configured int, tenant uint64) int {
+	limit := int(distributed.DefaultResultLimits().MaxResultBytes)
+	if tenant > 0 && tenant <= distributed.MaxResultBytes {
+		limit = int(tenant)
+	}
+	if configured > 0 {
+		return min(configured, limit)
+	}
+	return limit
+}
+
+func (a *Agent) registerOnce(ctx context.Context) (*pb.RegisterWorkerResponse, error) {
 	resp, err := a.c.RegisterWorker(ctx, a.spec())
 	if err == nil {
-		return resp.GetWorker(), nil
+		return resp, nil
 	}
 	if !errors.Is(err, distributed.ErrWorkerAlreadyExists) {
 		return nil, err
@@ -353,7 +374,7 @@ func (a *Agent) registerOnce(ctx context.Context) (*pb.WorkerInfo, error) {
 	req.ReactivateGeneration = &gen
 	resp, err = a.c.RegisterWorker(ctx, req)
 	if err == nil {
-		return resp.GetWorker(), nil
+		return resp, nil
 	}
 	if !errors.Is(err, distributed.ErrWorkerAlreadyExists) {
 		return nil, err
@@ -372,7 +393,7 @@ func (a *Agent) registerOnce(ctx context.Context) (*pb.WorkerInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	return resp.GetWorker(), nil
+	return resp, nil
 }
 
 // observe records the server's view of the worker: its effective capacity

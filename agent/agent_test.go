@@ -388,3 +388,26 @@ func TestAgent_KillsLeftoversAfterExit(t *testing.T) {
 	pid, _ := strconv.Atoi(strings.TrimSpace(string(raw)))
 	waitFor(t, "leftover killed", func() bool { return syscall.Kill(pid, 0) != nil })
 }
+
+// TestAgent_UsesTenantResultLimit: with no MaxResultBytes configured the
+// agent bounds results by the limit the server reports at registration, and
+// fails an attempt whose output is larger instead of sending it.
+func TestAgent_UsesTenantResultLimit(t *testing.T) {
+	t.Parallel()
+	b := setup(t, clienttest.Options{MaxResultBytes: 16})
+	enqueue(t, b.c, "s", "small", "big")
+	a, _ := start(t, agent.Config{
+		Client: b.c, WorkerID: "w1", Capacity: 2, PollWait: time.Second,
+		Command: sh(`case "$TERMIVAR_TARGET" in small) printf 0123456789abcdef;; big) printf 0123456789abcdefX;; esac`),
+	})
+	waitFor(t, "all terminal", func() bool {
+		p := progress(t, b.c, "s")
+		return p.GetCompleted() == 1 && p.GetFailed() == 1
+	})
+	if got := results(t, b.c, "s"); len(got) != 1 || got[0] != "0123456789abcdef" {
+		t.Errorf("results = %q, want the 16-byte output only", got)
+	}
+	if s := a.Stats(); s.Completed != 1 || s.Failed != 4 {
+		t.Errorf("Stats = %+v, want 1 completion and 4 failed attempts", s)
+	}
+}

@@ -139,7 +139,7 @@ func (a *Agent) runTask(hard context.Context, r *running) {
 
 // execute runs the task by Handler or Command.
 func (a *Agent) execute(ctx context.Context, t Task, log *slog.Logger) outcome {
-	max := a.cfg.MaxResultBytes
+	max := int(a.maxResult.Load())
 	if a.cfg.Handler != nil {
 		res, err := a.cfg.Handler(ctx, t)
 		if err != nil {
@@ -189,7 +189,7 @@ func (a *Agent) report(ctx context.Context, r *running, out outcome, deadline ti
 		a.fail(ctx, r, deadline, log)
 		return
 	case out.tooLarge:
-		log.Warn("task output exceeds the result limit; failing the attempt", slog.Int("max_result_bytes", a.cfg.MaxResultBytes))
+		log.Warn("task output exceeds the result limit; failing the attempt", slog.Int64("max_result_bytes", a.maxResult.Load()))
 		a.fail(ctx, r, deadline, log)
 		return
 	}

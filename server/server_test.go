@@ -47,6 +47,9 @@ func TestServer_WorkerProducerFlow(t *testing.T) {
 	if reg.Msg.GetWorker().GetGeneration() != 1 {
 		t.Fatalf("generation = %d", reg.Msg.GetWorker().GetGeneration())
 	}
+	if got, want := reg.Msg.GetMaxResultBytes(), uint64(distributed.DefaultResultLimits().MaxResultBytes); got != want {
+		t.Fatalf("max_result_bytes = %d, want the tenant's %d", got, want)
+	}
 	enq, err := p.producer.Enqueue(ctx, req(enqueueReq("scan1", "t1", "t2", "t3")))
 	if err != nil {
 		t.Fatal(err)

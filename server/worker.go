@@ -57,7 +57,11 @@ func (h workerHandler) RegisterWorker(ctx context.Context, req *connect.Request[
 		if err != nil {
 			return nil, r.Revision, err
 		}
-		return &pb.RegisterWorkerResponse{Worker: workerInfo(r.Value.(distributed.WorkerNode)), Revision: r.Revision}, r.Revision, nil
+		resp := &pb.RegisterWorkerResponse{Worker: workerInfo(r.Value.(distributed.WorkerNode)), Revision: r.Revision}
+		if tv, ok := h.s.node.FSM().Tenant(p.Tenant); ok {
+			resp.MaxResultBytes = uint64(tv.ResultLimits().MaxResultBytes)
+		}
+		return resp, r.Revision, nil
 	})
 }
 

@@ -296,7 +296,7 @@ func (h *handler) RegisterWorker(_ context.Context, req *connect.Request[pb.Regi
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	return connect.NewResponse(&pb.RegisterWorkerResponse{Worker: workerInfo(tr.Value), Revision: tr.Revision}), nil
+	return connect.NewResponse(&pb.RegisterWorkerResponse{Worker: workerInfo(tr.Value), Revision: tr.Revision, MaxResultBytes: uint64(s.opts.MaxResultBytes)}), nil
 }
 
 func (h *handler) Heartbeat(_ context.Context, req *connect.Request[pb.HeartbeatRequest]) (*connect.Response[pb.HeartbeatResponse], error) {

@@ -38,7 +38,7 @@ func runWorker(ctx context.Context, env *cliEnv, args []string) error {
 	heartbeat := fs.Duration("heartbeat", 10*time.Second, "heartbeat interval")
 	pollWait := fs.Duration("poll-wait", 20*time.Second, "Acquire long-poll bound (at most 60s)")
 	grace := fs.Duration("grace", 30*time.Second, "on SIGTERM/SIGINT, how long running tasks may finish before they are killed and failed")
-	maxResult := fs.Int("max-result-bytes", 1<<20, "largest stdout stored as a result (the tenant's result limit); larger output fails the attempt")
+	maxResult := fs.Int("max-result-bytes", 0, "largest stdout stored as a result (0: the tenant's result limit, which the server reports); larger output fails the attempt")
 	verbose := fs.Bool("v", false, "log debug messages")
 	if err := parseFlags(fs, args); err != nil {
 		return err

@@ -344,11 +344,14 @@ func (x *RegisterWorkerRequest) GetExpectedRevision() uint64 {
 }
 
 type RegisterWorkerResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Worker        *WorkerInfo            `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
-	Revision      uint64                 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Worker   *WorkerInfo            `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	Revision uint64                 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	// The tenant's MaxResultBytes: Complete rejects a larger result, so an
+	// agent fails such an attempt itself with a clear message.
+	MaxResultBytes uint64 `protobuf:"varint,3,opt,name=max_result_bytes,json=maxResultBytes,proto3" json:"max_result_bytes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *RegisterWorkerResponse) Reset() {
@@ -391,6 +394,13 @@ func (x *RegisterWorkerResponse) GetWorker() *WorkerInfo {
 func (x *RegisterWorkerResponse) GetRevision() uint64 {
 	if x != nil {
 		return x.Revision
+	}
+	return 0
+}
+
+func (x *RegisterWorkerResponse) GetMaxResultBytes() uint64 {
+	if x != nil {
+		return x.MaxResultBytes
 	}
 	return 0
 }
@@ -3110,10 +3120,11 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x15reactivate_generation\x18\a \x01(\x04H\x00R\x14reactivateGeneration\x88\x01\x01\x120\n" +
 	"\x11expected_revision\x18\b \x01(\x04H\x01R\x10expectedRevision\x88\x01\x01B\x18\n" +
 	"\x16_reactivate_generationB\x14\n" +
-	"\x12_expected_revision\"e\n" +
+	"\x12_expected_revision\"\x8f\x01\n" +
 	"\x16RegisterWorkerResponse\x12/\n" +
 	"\x06worker\x18\x01 \x01(\v2\x17.termivar.v1.WorkerInfoR\x06worker\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x04R\brevision\"\xbb\x02\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\x12(\n" +
+	"\x10max_result_bytes\x18\x03 \x01(\x04R\x0emaxResultBytes\"\xbb\x02\n" +
 	"\x10HeartbeatRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x1e\n" +
 	"\n" +

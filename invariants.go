@@ -167,6 +167,9 @@ func (c *coordinator) audit() *Error {
 		if w.status == WorkerOffline && w.current != 0 {
 			return bad("I4: an offline worker holds leases")
 		}
+		if w.status == WorkerOffline && (w.parent != nil || w.left != nil || w.right != nil) {
+			return bad("I9: an offline worker is linked into the live-worker index")
+		}
 		if w.status != WorkerOffline {
 			linked++
 		}
@@ -178,7 +181,7 @@ func (c *coordinator) audit() *Error {
 		if c.workers[w.id] != w || w.status == WorkerOffline || (prev != nil && !workerKeyLess(prev, w)) {
 			return false
 		}
-		if (w.left != nil && w.left.prio > w.prio) || (w.right != nil && w.right.prio > w.prio) {
+		if (w.left != nil && (w.left.prio > w.prio || w.left.parent != w)) || (w.right != nil && (w.right.prio > w.prio || w.right.parent != w)) {
 			return false
 		}
 		wantScore := uint32(0)
@@ -191,6 +194,9 @@ func (c *coordinator) audit() *Error {
 		prev = w
 		return true
 	})
+	if c.alive != nil && c.alive.parent != nil {
+		ok = false
+	}
 	if !ok || count != linked {
 		return bad("I9: the live-worker index differs from the worker records")
 	}

@@ -58,6 +58,7 @@ type workerRec struct {
 
 	prio        uint64
 	left, right *workerRec
+	parent      *workerRec // nil for the root and for unlinked workers
 	best        *workerRec
 	score       uint32 // cached availableSlots() when eligible ignoring time, else 0
 }
@@ -92,8 +93,7 @@ type coordinator struct {
 	terminal int                     // terminal tasks
 
 	workers map[string]*workerRec
-	alive   *workerRec   // treap of non-offline workers (I9)
-	path    []*workerRec // scratch for treapRefresh
+	alive   *workerRec // treap of non-offline workers (I9)
 }
 
 func queueLess(a, b *taskRec) bool {

@@ -370,15 +370,14 @@ func (c *coordinator) releaseLease(t *taskRec) {
 // link state (only CurrentTasks changed).
 func (c *coordinator) refreshWorker(w *workerRec) {
 	if w.status != WorkerOffline {
-		c.path = treapRefresh(c.alive, w, c.path)
+		treapRefresh(w)
 	}
 }
 
 // touchWorker applies change to w while keeping the live-worker treap valid
 // (I9). A linked worker whose key (LastHeartbeat) stays the same is refreshed
 // in place, O(depth) with no restructuring; one whose key moves is unlinked
-// under its old key and relinked under the new one; one that goes offline is
-// unlinked.
+// and relinked under the new key; one that goes offline is unlinked.
 func (c *coordinator) touchWorker(w *workerRec, change func()) {
 	if w.status == WorkerOffline {
 		change()
@@ -393,10 +392,7 @@ func (c *coordinator) touchWorker(w *workerRec, change func()) {
 		c.refreshWorker(w)
 		return
 	}
-	newKey := w.lastHeartbeat
-	w.lastHeartbeat = oldKey // the treap navigates by the key w was linked under
-	c.alive = treapRemove(c.alive, w)
-	w.lastHeartbeat = newKey
+	c.alive = treapRemove(c.alive, w) // by parent links: the changed key is not used
 	if w.status != WorkerOffline {
 		c.alive = treapInsert(c.alive, w)
 	}

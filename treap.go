@@ -92,19 +92,42 @@ func (w *workerRec) subtreeBest() *workerRec {
 	return best
 }
 
-// treapSplit splits t into keys < k and keys >= k.
+func (w *workerRec) setLeft(c *workerRec) {
+	w.left = c
+	if c != nil {
+		c.parent = w
+	}
+}
+
+func (w *workerRec) setRight(c *workerRec) {
+	w.right = c
+	if c != nil {
+		c.parent = w
+	}
+}
+
+// asRoot clears t's parent link and returns t (nil stays nil).
+func asRoot(t *workerRec) *workerRec {
+	if t != nil {
+		t.parent = nil
+	}
+	return t
+}
+
+// treapSplit splits t into keys < k and keys >= k. The returned roots'
+// parent links are left for the caller to set.
 func treapSplit(t, k *workerRec) (*workerRec, *workerRec) {
 	if t == nil {
 		return nil, nil
 	}
 	if workerKeyLess(t, k) {
 		l, r := treapSplit(t.right, k)
-		t.right = l
+		t.setRight(l)
 		t.pull()
 		return t, r
 	}
 	l, r := treapSplit(t.left, k)
-	t.left = r
+	t.setLeft(r)
 	t.pull()
 	return l, t
 }
@@ -118,65 +141,58 @@ func treapMerge(l, r *workerRec) *workerRec {
 		return l
 	}
 	if l.prio >= r.prio {
-		l.right = treapMerge(l.right, r)
+		l.setRight(treapMerge(l.right, r))
 		l.pull()
 		return l
 	}
-	r.left = treapMerge(l, r.left)
+	r.setLeft(treapMerge(l, r.left))
 	r.pull()
 	return r
 }
 
 func treapInsert(root, w *workerRec) *workerRec {
-	w.left, w.right = nil, nil
+	w.left, w.right, w.parent = nil, nil, nil
 	w.rescore()
 	w.pull()
 	l, r := treapSplit(root, w)
-	return treapMerge(treapMerge(l, w), r)
+	return asRoot(treapMerge(treapMerge(l, w), r))
 }
 
-// treapRemove unlinks w (which must be linked) and returns the new root.
+// treapRemove unlinks w (which must be linked) and returns the new root:
+// w's children are merged into its place, then the bests on the way up are
+// recomputed. No key comparisons: the parent links lead up.
 func treapRemove(root, w *workerRec) *workerRec {
-	if root == nil {
-		return nil
+	m := treapMerge(w.left, w.right)
+	p := w.parent
+	w.left, w.right, w.parent, w.best = nil, nil, nil, nil
+	switch {
+	case p == nil:
+		return asRoot(m)
+	case p.left == w:
+		p.setLeft(m)
+	default:
+		p.setRight(m)
 	}
-	if root == w {
-		m := treapMerge(w.left, w.right)
-		w.left, w.right, w.best = nil, nil, nil
-		return m
+	for n := p; n != nil; n = n.parent {
+		before := n.best
+		n.pull()
+		if n.best == before && before != w {
+			break // the ancestors' inputs are unchanged (see treapRefresh)
+		}
 	}
-	if workerKeyLess(w, root) {
-		root.left = treapRemove(root.left, w)
-	} else {
-		root.right = treapRemove(root.right, w)
-	}
-	root.pull()
 	return root
 }
 
-// treapRefresh recomputes the cached scores and bests on the path from the
-// root to w after a change that kept w's key (LastHeartbeat, ID): O(depth),
-// no restructuring. w must be linked.
-func treapRefresh(root, w *workerRec, path []*workerRec) []*workerRec {
-	path = path[:0]
-	for n := root; n != nil; {
-		path = append(path, n)
-		if n == w {
-			break
-		}
-		if workerKeyLess(w, n) {
-			n = n.left
-		} else {
-			n = n.right
-		}
-	}
+// treapRefresh recomputes w's cached score and the bests on its way up to
+// the root after a change that kept w's key (LastHeartbeat, ID): O(depth),
+// no restructuring and no key comparisons. w must be linked.
+func treapRefresh(w *workerRec) {
 	oldScore := w.score
 	w.rescore()
 	if w.score == oldScore {
-		return path // nothing any subtree best depends on has changed
+		return // nothing any subtree best depends on has changed
 	}
-	for i := len(path) - 1; i >= 0; i-- {
-		n := path[i]
+	for n := w; n != nil; n = n.parent {
 		before := n.best
 		n.pull()
 		// Above a node whose best is the same other worker as before,
@@ -185,7 +201,6 @@ func treapRefresh(root, w *workerRec, path []*workerRec) []*workerRec {
 			break
 		}
 	}
-	return path
 }
 
 // treapBestAlive returns the best eligible worker whose LastHeartbeat is

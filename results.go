@@ -143,25 +143,76 @@ func (a *ResultAggregator) StoreResult(expectedRevision uint64, receipt Completi
 		return Transition[StoreResultOutcome]{Revision: a.revision, Value: StoreResultOutcome{Kind: AlreadyStored}}, nil
 	}
 	size := len(result)
-	if size > a.limits.MaxResultBytes {
-		return none, &Error{Kind: KindResultTooLarge, Actual: uint64(size), Limit: uint64(a.limits.MaxResultBytes)}
-	}
-	if len(a.results) >= a.limits.MaxResults {
-		return none, &Error{Kind: KindResultCapacityReached, Limit: uint64(a.limits.MaxResults)}
-	}
-	// NB: cannot overflow: totalBytes <= MaxTotalResultBytes and size <= MaxResultBytes.
-	total := a.totalBytes + size
-	if total > a.limits.MaxTotalBytes {
-		return none, &Error{Kind: KindTotalResultBytesExceeded, Actual: uint64(total), Limit: uint64(a.limits.MaxTotalBytes)}
-	}
-	if a.revision == math.MaxUint64 {
-		return none, &Error{Kind: KindCounterExhausted, Counter: "revision"}
+	if err := a.checkNewLocked(size); err != nil {
+		return none, err
 	}
 
 	a.results[receipt.taskID] = &storedResult{receipt: receipt, data: append(make([]byte, 0, size), result...)}
-	a.totalBytes = total
+	a.totalBytes += size
 	a.revision++
 	return Transition[StoreResultOutcome]{Revision: a.revision, Value: StoreResultOutcome{Kind: Stored}}, nil
+}
+
+// checkNewLocked runs StoreResult's checks for a new result of size bytes
+// after the occupied-ID check: size, count, total bytes, then the revision
+// counter. The caller holds a.mu.
+func (a *ResultAggregator) checkNewLocked(size int) *Error {
+	if size > a.limits.MaxResultBytes {
+		return &Error{Kind: KindResultTooLarge, Actual: uint64(size), Limit: uint64(a.limits.MaxResultBytes)}
+	}
+	if len(a.results) >= a.limits.MaxResults {
+		return &Error{Kind: KindResultCapacityReached, Limit: uint64(a.limits.MaxResults)}
+	}
+	// NB: cannot overflow: totalBytes <= MaxTotalResultBytes and size <= MaxResultBytes.
+	if total := a.totalBytes + size; total > a.limits.MaxTotalBytes {
+		return &Error{Kind: KindTotalResultBytesExceeded, Actual: uint64(total), Limit: uint64(a.limits.MaxTotalBytes)}
+	}
+	if a.revision == math.MaxUint64 {
+		return &Error{Kind: KindCounterExhausted, Counter: "revision"}
+	}
+	return nil
+}
+
+// CheckStore reports, without changing anything, the error StoreResult
+// would return for a result of size bytes stored for taskID under a receipt
+// the store has not seen (a fresh completion's): ErrInvalidTask for an
+// invalid ID, ErrMismatchedResultReceipt when the task already has a
+// result, then ErrResultTooLarge, ErrResultCapacityReached,
+// ErrTotalResultBytesExceeded, ErrCounterExhausted. Hosts that complete a
+// task and store its result in one step call it before completing, so the
+// completion can never be left without its result.
+func (a *ResultAggregator) CheckStore(taskID string, size int) error {
+	if a == nil {
+		return errNilResultAggregator()
+	}
+	if !ValidIdentifier(taskID) {
+		return invalidTaskID()
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.initLocked()
+	if _, ok := a.results[taskID]; ok {
+		return &Error{Kind: KindMismatchedResultReceipt, TaskID: taskID}
+	}
+	if err := a.checkNewLocked(size); err != nil {
+		return err
+	}
+	return nil
+}
+
+// HasResult reports whether the task has a stored result, without copying
+// it. An invalid task ID fails with ErrInvalidTask.
+func (a *ResultAggregator) HasResult(taskID string) (bool, error) {
+	if a == nil {
+		return false, errNilResultAggregator()
+	}
+	if !ValidIdentifier(taskID) {
+		return false, invalidTaskID()
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	_, ok := a.results[taskID]
+	return ok, nil
 }
 
 // GetResult returns a copy of the task's result and true, or nil and false if

@@ -21,6 +21,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -983,4 +984,55 @@ func TestResultAggregator_Redaction(t *testing.T) {
 	_, err = a.StoreResult(a.Revision(), testReceipt("t1"), []byte("SECRET-other"))
 	requireError(t, err, &Error{Kind: KindConflictingResult, TaskID: "t1"})
 	requireNoSecret(t, "conflict error", err.Error())
+}
+
+// TestResultAggregator_CheckStoreAgreesWithStore: CheckStore predicts, for a
+// fresh receipt, exactly the error StoreResult then returns (or success), and
+// neither CheckStore nor HasResult changes anything.
+func TestResultAggregator_CheckStoreAgreesWithStore(t *testing.T) {
+	l := ResultLimits{MaxResults: 2, MaxResultBytes: 8, MaxTotalBytes: 12, MaxAggregateItems: 4, MaxAggregateBytes: 12}
+	cases := []struct {
+		name  string
+		setup []string // results stored first (task IDs, 6 bytes each)
+		task  string
+		size  int
+		want  ErrorKind // 0: accepted
+	}{
+		{"fits", nil, "t1", 8, 0},
+		{"too large", nil, "t1", 9, KindResultTooLarge},
+		{"total exceeded", []string{"a"}, "t1", 7, KindTotalResultBytesExceeded},
+		{"capacity", []string{"a", "b"}, "t1", 0, KindResultCapacityReached},
+		{"occupied", []string{"t1"}, "t1", 1, KindMismatchedResultReceipt},
+		{"invalid id", nil, "bad id", 1, KindInvalidTask},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			a := newTestAggregator(t, l)
+			for _, id := range tc.setup {
+				mustStore(t, a, testReceipt(id), []byte("abcdef"))
+			}
+			before, _ := a.ExportState()
+			err := a.CheckStore(tc.task, tc.size)
+			has, _ := a.HasResult("t1")
+			if after, _ := a.ExportState(); !bytes.Equal(before, after) {
+				t.Fatal("CheckStore or HasResult changed the state")
+			}
+			if has != slices.Contains(tc.setup, "t1") {
+				t.Fatalf("HasResult(t1) = %v", has)
+			}
+			r := testReceipt(tc.task)
+			r.leaseID += 100 // a receipt the store has not seen
+			_, storeErr := a.StoreResult(a.Revision(), r, make([]byte, tc.size))
+			for _, e := range []error{err, storeErr} {
+				var got ErrorKind
+				var de *Error
+				if errors.As(e, &de) {
+					got = de.Kind
+				}
+				if got != tc.want {
+					t.Fatalf("CheckStore = %v, StoreResult = %v; want kind %v", err, storeErr, tc.want)
+				}
+			}
+		})
+	}
 }

@@ -530,8 +530,8 @@ func (f *FSM) applyAcquire(t *Tenant, principal, tenant string, a *pb.AcquireTas
 }
 
 // applyComplete completes a task and stores its result in one command
-// (value: CompleteValue). A fresh completion is prechecked against the
-// result limits first so that it cannot complete without its result.
+// (value: CompleteValue). A fresh completion is prechecked with the result
+// store's own CheckStore so that it cannot complete without its result.
 func (f *FSM) applyComplete(t *Tenant, principal, tenant string, c *pb.CompleteTask, rev, now uint64) Response {
 	lease, err := f.leaseFor(t, principal, tenant, c.GetLease())
 	if err != nil {
@@ -543,17 +543,10 @@ func (f *FSM) applyComplete(t *Tenant, principal, tenant string, c *pb.CompleteT
 		return Response{Err: err}
 	}
 	if found && task.Status() == distributed.TaskRunning {
-		rl := t.resultLimits
-		switch {
-		case len(result) > rl.MaxResultBytes:
-			return Response{Err: &distributed.Error{Kind: distributed.KindResultTooLarge, Actual: uint64(len(result)), Limit: uint64(rl.MaxResultBytes)}}
-		case t.results.ResultCount() >= rl.MaxResults:
-			return Response{Err: &distributed.Error{Kind: distributed.KindResultCapacityReached, Limit: uint64(rl.MaxResults)}}
-		case t.results.TotalBytes()+len(result) > rl.MaxTotalBytes:
-			return Response{Err: &distributed.Error{Kind: distributed.KindTotalResultBytesExceeded, Actual: uint64(t.results.TotalBytes() + len(result)), Limit: uint64(rl.MaxTotalBytes)}}
-		}
-		if _, stored, _ := t.results.GetResult(lease.TaskID()); stored {
-			return Response{Err: &distributed.Error{Kind: distributed.KindMismatchedResultReceipt, TaskID: lease.TaskID()}}
+		// A fresh completion: the result store must accept this result
+		// before the task is completed.
+		if err := t.results.CheckStore(lease.TaskID(), len(result)); err != nil {
+			return Response{Err: err}
 		}
 	}
 	tr, err := t.pool.CompleteTask(rev, now, lease)

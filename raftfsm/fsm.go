@@ -66,11 +66,6 @@ type Response struct {
 	Revision uint64
 	Value    any
 	Err      error
-
-	// changed is set on a rejected command that nevertheless changed the
-	// state (CancelTaskByID after its recovery step), so that the FSM's
-	// logical time still follows the core's.
-	changed bool
 }
 
 // Acquired is one lease granted by AcquireTasks.
@@ -174,7 +169,7 @@ func (f *FSM) ApplyCommand(cmd *pb.Command) any {
 // applyOne applies one non-batch command at logical time now.
 func (f *FSM) applyOne(cmd *pb.Command, now uint64) Response {
 	r := f.applyOneAt(cmd, now)
-	if r.Err == nil || r.changed {
+	if r.Err == nil {
 		f.lastTime = now
 	}
 	return r
@@ -217,7 +212,7 @@ func (f *FSM) applyTenant(t *Tenant, cmd *pb.Command, rev, now uint64) Response 
 		if err := f.authorizeProducer(principal, cmd.GetTenant()); err != nil {
 			return Response{Err: err}
 		}
-		r := f.applyEnqueue(t, op.Enqueue, cmd.ExpectedRevision != nil, rev, now)
+		r := f.applyEnqueue(t, op.Enqueue, rev, now)
 		if r.Err == nil {
 			f.notify(t.name)
 		}
@@ -457,7 +452,7 @@ func (f *FSM) leaseFor(t *Tenant, principal, tenant string, b []byte) (distribut
 // through the core's EnqueueBatch, which validates every spec, rejects
 // duplicates and checks every bound for the whole batch before it writes,
 // and commits the batch as one core command.
-func (f *FSM) applyEnqueue(t *Tenant, e *pb.EnqueueTasks, cas bool, rev, now uint64) Response {
+func (f *FSM) applyEnqueue(t *Tenant, e *pb.EnqueueTasks, rev, now uint64) Response {
 	p := t.pool
 	n := len(e.GetTasks())
 	if n == 0 || n > MaxEnqueueTasks {
@@ -475,9 +470,6 @@ func (f *FSM) applyEnqueue(t *Tenant, e *pb.EnqueueTasks, cas bool, rev, now uin
 			Phases:    s.GetPhases(),
 			Priority:  distributed.TaskPriority(s.GetPriority()),
 		}
-	}
-	if !cas {
-		rev = p.Snapshot().Revision
 	}
 	tr, err := p.EnqueueBatch(rev, now, specs)
 	if err != nil {

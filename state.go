@@ -2,7 +2,9 @@ package distributed
 
 import (
 	"math"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/google/btree"
@@ -238,17 +240,34 @@ func (p *WorkerPool) GetTask(taskID string) (ScanTask, bool, error) {
 	return p.TaskQueue().GetTask(taskID)
 }
 
-// Tasks returns copies of every task record in task-ID order.
+// Tasks returns copies of every task record in task-ID order. Only the
+// copying holds the lock; the sort runs after it is released.
 func (q *TaskQueue) Tasks() []ScanTask {
 	q.c.mu.Lock()
-	defer q.c.mu.Unlock()
-	ids := q.c.sortedTaskIDs()
-	out := make([]ScanTask, len(ids))
-	for i, id := range ids {
-		out[i] = q.c.tasks[id].view()
+	out := make([]ScanTask, 0, len(q.c.tasks))
+	for _, t := range q.c.tasks {
+		out = append(out, t.view())
 	}
+	q.c.mu.Unlock()
+	slices.SortFunc(out, func(a, b ScanTask) int { return strings.Compare(a.taskID, b.taskID) })
 	return out
 }
+
+// TaskIDs returns every task ID in order, without copying the records (for
+// paging through Tasks with GetTask). Only the copying holds the lock.
+func (q *TaskQueue) TaskIDs() []string {
+	q.c.mu.Lock()
+	ids := make([]string, 0, len(q.c.tasks))
+	for id := range q.c.tasks {
+		ids = append(ids, id)
+	}
+	q.c.mu.Unlock()
+	slices.Sort(ids)
+	return ids
+}
+
+// TaskIDs returns every task ID in order; see TaskQueue.TaskIDs.
+func (p *WorkerPool) TaskIDs() []string { return p.TaskQueue().TaskIDs() }
 
 // Tasks returns copies of every task record in task-ID order.
 func (p *WorkerPool) Tasks() []ScanTask { return p.TaskQueue().Tasks() }

@@ -73,6 +73,12 @@ func (v TenantView) Limits() distributed.Limits { return v.t.limits }
 func (v TenantView) ResultLimits() distributed.ResultLimits { return v.t.resultLimits }
 
 // GetResult returns a copy of a task's result.
+// HasResult reports whether the task has a stored result, without copying it.
+func (v TenantView) HasResult(taskID string) bool {
+	ok, _ := v.t.results.HasResult(taskID)
+	return ok
+}
+
 func (v TenantView) GetResult(taskID string) ([]byte, bool, error) {
 	return v.t.results.GetResult(taskID)
 }

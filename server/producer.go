@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -114,7 +115,7 @@ func (s *Server) taskInfo(p principal, tv raftfsm.TenantView, t distributed.Scan
 		}
 	}
 	if t.Status() == distributed.TaskCompleted {
-		_, ti.HasResult, _ = tv.GetResult(t.TaskID())
+		ti.HasResult = tv.HasResult(t.TaskID())
 	}
 	return ti
 }
@@ -184,18 +185,22 @@ func (h producerHandler) ListTasks(ctx context.Context, req *connect.Request[pb.
 		if m.GetPageToken() != "" && !hasAfter {
 			return nil, 0, errInvalid("page_token is invalid")
 		}
-		all := tv.Pool().Tasks()
-		for i, t := range all {
-			if hasAfter && t.TaskID() <= after {
-				continue
+		// Page by IDs (no copy of every record under the core's lock); only
+		// the tasks examined for this page are read.
+		ids := tv.Pool().TaskIDs()
+		start := 0
+		if hasAfter {
+			start = sort.SearchStrings(ids, after)
+			if start < len(ids) && ids[start] == after {
+				start++
 			}
+		}
+		for _, id := range ids[start:] {
 			if len(out.Tasks) == size {
-				if i < len(all) {
-					out.NextPageToken = "k:" + out.Tasks[len(out.Tasks)-1].GetTaskId()
-				}
+				out.NextPageToken = "k:" + out.Tasks[len(out.Tasks)-1].GetTaskId()
 				break
 			}
-			if keep(t) {
+			if t, ok, _ := tv.Pool().GetTask(id); ok && keep(t) {
 				out.Tasks = append(out.Tasks, h.s.taskInfo(p, tv, t))
 			}
 		}
@@ -225,7 +230,7 @@ func (h producerHandler) ScanProgress(ctx context.Context, req *connect.Request[
 				out.Running++
 			case distributed.TaskCompleted:
 				out.Completed++
-				if _, has, _ := tv.GetResult(id); has {
+				if tv.HasResult(id) {
 					out.Results++
 				}
 			case distributed.TaskFailed:

@@ -361,3 +361,50 @@ func TestCoreCodes_Complete(t *testing.T) {
 		}
 	}
 }
+
+// TestServer_ListTasksPagesByTaskID: without a scan, ListTasks pages through
+// every task in task-ID order, each exactly once, with and without a status
+// filter, and an unknown position token resumes after it.
+func TestServer_ListTasksPagesByTaskID(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	p := b.clients(b.createKey(t, "", "producer"))
+	if _, err := p.producer.Enqueue(ctx, req(enqueueReq("s2", "t5", "t1", "t3"))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.producer.Enqueue(ctx, req(enqueueReq("s1", "t4", "t2", "t6", "t7"))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.producer.Cancel(ctx, req(&pb.CancelRequest{TaskId: "t3"})); err != nil {
+		t.Fatal(err)
+	}
+	pages := func(status string, size uint32) (ids []string, n int) {
+		tok := ""
+		for {
+			r, err := p.producer.ListTasks(ctx, req(&pb.ListTasksRequest{Status: status, PageSize: size, PageToken: tok}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			n++
+			for _, ti := range r.Msg.GetTasks() {
+				ids = append(ids, ti.GetTaskId())
+			}
+			if tok = r.Msg.GetNextPageToken(); tok == "" {
+				return ids, n
+			}
+			if n > 10 {
+				t.Fatal("paging does not end")
+			}
+		}
+	}
+	if ids, n := pages("", 2); strings.Join(ids, " ") != "t1 t2 t3 t4 t5 t6 t7" || n != 4 {
+		t.Fatalf("all tasks = %v in %d pages", ids, n)
+	}
+	if ids, _ := pages("queued", 2); strings.Join(ids, " ") != "t1 t2 t4 t5 t6 t7" {
+		t.Fatalf("queued tasks = %v", ids)
+	}
+	r, err := p.producer.ListTasks(ctx, req(&pb.ListTasksRequest{PageSize: 2, PageToken: "k:t35"}))
+	if err != nil || len(r.Msg.GetTasks()) != 2 || r.Msg.GetTasks()[0].GetTaskId() != "t4" {
+		t.Fatalf("resume after t35 = %v, %v", r.Msg.GetTasks(), err)
+	}
+}

@@ -16,7 +16,7 @@ import (
 // busyPool builds a pool that has every kind of record: queued, leased,
 // running, completed, failed, cancelled, expired tasks; healthy, busy and
 // offline workers.
-func busyPool(t *testing.T) *harness {
+func busyPool(t testing.TB) *harness {
 	t.Helper()
 	l := DefaultLimits()
 	l.MaxRetries = 0

@@ -14,12 +14,8 @@ import (
 )
 
 func seedStates(t testing.TB) [][]byte {
-	tt, ok := t.(*testing.T)
-	if !ok {
-		tt = &testing.T{}
-	}
 	empty, _ := NewWorkerPool().ExportState()
-	h := busyPool(tt)
+	h := busyPool(t)
 	busy := h.export()
 	return [][]byte{empty, busy, busy[:len(busy)/2]}
 }
@@ -74,23 +70,26 @@ func FuzzRestoreWorkerPoolBody(f *testing.F) {
 	})
 }
 
-func proofSeeds() [][]byte {
-	h := newHarness(&testing.T{}, DefaultLimits())
-	p := h.p
-	p.RegisterWorker(0, 1, WorkerSpec{WorkerID: "w", Capacity: 1})
-	p.Enqueue(1, 1, TaskSpec{TaskID: "t", ScanID: "s", TargetRef: "x"})
-	tr, _ := p.AssignNextAvailable(2, 1, 10)
-	p.StartTask(3, 1, tr.Value)
-	done, _ := p.CompleteTask(4, 2, tr.Value)
-	lb, _ := tr.Value.MarshalBinary()
-	rb, _ := done.Value.Receipt.MarshalBinary()
+// proofSeeds returns a real lease, receipt, fence and ownership, encoded.
+func proofSeeds(t testing.TB) [][]byte {
+	h := newHarness(t, DefaultLimits())
+	h.register("w", 1)
+	lease := h.running("t", "w", 10)
+	var receipt CompletionReceipt
+	h.ok("complete", func(rev, now uint64) error {
+		tr, err := h.p.CompleteTask(rev, now, lease)
+		receipt = tr.Value.Receipt
+		return err
+	})
+	lb, _ := lease.MarshalBinary()
+	rb, _ := receipt.MarshalBinary()
 	fb, _ := QueuedTaskFence{taskID: "t", recordVersion: 1}.MarshalBinary()
-	ob, _ := OwnershipFromLease(tr.Value).MarshalBinary()
+	ob, _ := OwnershipFromLease(lease).MarshalBinary()
 	return [][]byte{lb, rb, fb, ob}
 }
 
 func FuzzProofs(f *testing.F) {
-	for _, s := range proofSeeds() {
+	for _, s := range proofSeeds(f) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -122,7 +121,7 @@ func FuzzProofs(f *testing.F) {
 }
 
 func TestProofs_RoundTripAndRejection(t *testing.T) {
-	seeds := proofSeeds()
+	seeds := proofSeeds(t)
 	var l TaskLease
 	if err := l.UnmarshalBinary(seeds[0]); err != nil || l.LeaseID() != 1 || l.TaskID() != "t" {
 		t.Fatalf("lease round trip: %v %+v", err, l)
@@ -156,7 +155,7 @@ func TestProofs_RoundTripAndRejection(t *testing.T) {
 func TestWriteFuzzCorpus(t *testing.T) {
 	corpora := map[string][][]byte{
 		"FuzzRestoreWorkerPool": seedStates(t),
-		"FuzzProofs":            proofSeeds(),
+		"FuzzProofs":            proofSeeds(t),
 		"FuzzRestoreWorkerPoolBody": func() (out [][]byte) {
 			for _, s := range seedStates(t) {
 				if len(s) > len(poolMagic)+5 {

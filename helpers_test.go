@@ -12,12 +12,12 @@ import (
 )
 
 type harness struct {
-	t   *testing.T
+	t   testing.TB
 	p   *WorkerPool
 	now uint64
 }
 
-func newHarness(t *testing.T, l Limits) *harness {
+func newHarness(t testing.TB, l Limits) *harness {
 	t.Helper()
 	p, err := NewWorkerPoolWithLimits(l)
 	if err != nil {

@@ -7,9 +7,11 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -99,23 +101,20 @@ func (c *Config) validateCluster() error {
 // initSecret returns the cluster secret: DIR/cluster.secret, which must
 // equal the shared secret file when one is given (and is created from it
 // on first start). Without either, a Peers member fails, a joiner gets the
-// secret from Join (nil here) and a single node creates a random one.
-func initSecret(cfg Config) ([]byte, error) {
+// secret from Join (nil here) and a new single node creates a random one;
+// a data dir with raft state but no secret is refused, never given a new
+// one (every outstanding token would die). Secret files must be private
+// (0600) and look random.
+func initSecret(cfg Config, raftState bool) ([]byte, error) {
 	path := filepath.Join(cfg.DataDir, SecretFile)
-	local, err := os.ReadFile(path)
+	local, err := readSecretFile(path)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
-	if err == nil && len(local) < token.MinSecretBytes {
-		return nil, fmt.Errorf("node: %s is shorter than %d bytes", path, token.MinSecretBytes)
-	}
 	if cfg.SharedSecretFile != "" {
-		shared, err := os.ReadFile(cfg.SharedSecretFile)
+		shared, err := readSecretFile(cfg.SharedSecretFile)
 		if err != nil {
 			return nil, fmt.Errorf("node: cluster secret file: %w", err)
-		}
-		if len(shared) < token.MinSecretBytes {
-			return nil, fmt.Errorf("node: cluster secret file is shorter than %d bytes", token.MinSecretBytes)
 		}
 		if local != nil && !bytes.Equal(local, shared) {
 			return nil, fmt.Errorf("node: the cluster secret file differs from %s", path)
@@ -131,12 +130,33 @@ func initSecret(cfg Config) ([]byte, error) {
 		return local, nil
 	}
 	switch {
+	case raftState:
+		return nil, dataDirError("%s is missing but the data dir holds raft state: restore the secret (every member of a cluster shares it; --cluster-secret-file takes a copy); a new one would invalidate every token", path)
 	case len(cfg.Peers) > 1:
 		return nil, errors.New("node: a --peers cluster needs --cluster-secret-file (the same file on every member)")
 	case cfg.Join != nil:
 		return nil, nil
 	}
 	return loadOrCreateSecret(path)
+}
+
+// readSecretFile reads a secret file and checks that it is private, long
+// enough and not obviously low-entropy.
+func readSecretFile(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckPrivateFile(path); err != nil {
+		return nil, err
+	}
+	if len(b) < token.MinSecretBytes {
+		return nil, fmt.Errorf("node: %s is shorter than %d bytes", path, token.MinSecretBytes)
+	}
+	if err := checkSecretEntropy(path, b); err != nil {
+		return nil, err
+	}
+	return b, nil
 }
 
 // streamLayer serves raft over a TCP listener and closes every connection
@@ -295,14 +315,10 @@ func (n *Node) ready() bool {
 	if _, ok := n.fsm.Tenant(raftfsm.SystemTenant); !ok {
 		return false
 	}
-	if len(n.cfg.Peers) > 0 {
-		g, err := n.firstAdminKey()
-		if err != nil {
-			return false
-		}
-		if _, ok := n.fsm.Key(g.ID); !ok {
-			return false
-		}
+	// NB: the first admin key exists once any key does (only bootstrap
+	// mints it; it may be revoked later and must not come back).
+	if len(n.cfg.Peers) > 0 && n.fsm.KeyCount() == 0 {
+		return false
 	}
 	if n.soleVoter() {
 		return n.raft.State() == raft.Leader && n.cluBarrierDone()
@@ -335,21 +351,20 @@ func (n *Node) leaderInit(ctx context.Context) error {
 	if err := n.ensureCluster(ctx); err != nil {
 		return err
 	}
-	if len(n.cfg.Peers) > 0 {
-		g, err := n.firstAdminKey()
-		if err != nil {
-			return err
-		}
-		if _, ok := n.fsm.Key(g.ID); !ok {
-			r, err := n.Propose(ctx, &pb.Command{Op: &pb.Command_CreateKey{CreateKey: &pb.CreateKey{
-				KeyId: g.ID, SecretHash: g.Hash[:], KeyTenant: raftfsm.SystemTenant, Role: apikey.RoleAdmin.String()}}})
-			if err != nil {
-				return err
-			}
-			if r.Err != nil && !errors.Is(r.Err, raftfsm.ErrKeyExists) {
-				return r.Err
-			}
-		}
+	if len(n.cfg.Peers) == 0 || n.fsm.KeyCount() > 0 {
+		return nil
+	}
+	g, err := n.firstAdminKey()
+	if err != nil {
+		return err
+	}
+	r, err := n.Propose(ctx, &pb.Command{Op: &pb.Command_CreateKey{CreateKey: &pb.CreateKey{
+		KeyId: g.ID, SecretHash: g.Hash[:], KeyTenant: raftfsm.SystemTenant, Role: apikey.RoleAdmin.String()}}})
+	if err != nil {
+		return err
+	}
+	if r.Err != nil && !errors.Is(r.Err, raftfsm.ErrKeyExists) {
+		return r.Err
 	}
 	return nil
 }
@@ -439,18 +454,27 @@ func (n *Node) memberLoop() {
 		if n.cfg.APIURL == "" {
 			continue
 		}
-		if u, ok := n.fsm.NodeAPIURL(n.cfg.NodeID); ok && u == n.cfg.APIURL {
+		if n.registered() {
 			continue
 		}
-		if err := n.setNodeInfo(context.Background(), n.cfg.NodeID, n.cfg.APIURL); err != nil {
+		if err := n.setNodeInfo(context.Background(), n.cfg.NodeID, n.cfg.APIURL, n.Incarnation()); err != nil {
 			n.log.Debug("registering the API URL failed", "error", err)
 		}
 	}
 }
 
-// registerSelf asks the leader to record this follower's API URL.
+// registered reports whether the node table records this node's API URL
+// and data dir incarnation.
+func (n *Node) registered() bool {
+	u, ok := n.fsm.NodeAPIURL(n.cfg.NodeID)
+	inc, _ := n.fsm.NodeIncarnation(n.cfg.NodeID)
+	return ok && u == n.cfg.APIURL && bytes.Equal(inc, n.Incarnation())
+}
+
+// registerSelf asks the leader to record this follower's API URL and
+// incarnation.
 func (n *Node) registerSelf() {
-	if u, ok := n.fsm.NodeAPIURL(n.cfg.NodeID); ok && u == n.cfg.APIURL {
+	if n.registered() {
 		return
 	}
 	leader := n.LeaderAPIURL()
@@ -466,15 +490,15 @@ func (n *Node) registerSelf() {
 		case <-ctx.Done():
 		}
 	}()
-	if err := n.cfg.RegisterSelf(ctx, leader); err != nil {
+	if err := n.cfg.RegisterSelf(ctx, leader, n.Incarnation()); err != nil {
 		n.log.Debug("registering the API URL with the leader failed", "error", err)
 	}
 }
 
-func (n *Node) setNodeInfo(ctx context.Context, id, apiURL string) error {
+func (n *Node) setNodeInfo(ctx context.Context, id, apiURL string, incarnation []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, applyTimeout)
 	defer cancel()
-	r, err := n.Propose(ctx, &pb.Command{Op: &pb.Command_SetNodeInfo{SetNodeInfo: &pb.SetNodeInfo{NodeId: id, ApiUrl: apiURL}}})
+	r, err := n.Propose(ctx, &pb.Command{Op: &pb.Command_SetNodeInfo{SetNodeInfo: &pb.SetNodeInfo{NodeId: id, ApiUrl: apiURL, Incarnation: incarnation}}})
 	if err != nil {
 		return err
 	}
@@ -545,10 +569,11 @@ func (n *Node) Members() ([]Member, error) {
 // that is not in the configuration.
 var ErrNotMember = errors.New("node: not a member of the cluster")
 
-// AddVoter (on the leader) records the node's API URL and adds it as a
-// voter; adding a member again with the same address changes nothing, and
-// an empty raftAddr only records the API URL of an existing member.
-func (n *Node) AddVoter(ctx context.Context, id, raftAddr, apiURL string) error {
+// AddVoter (on the leader) records the node's API URL and data dir
+// incarnation (may be nil) and adds it as a voter; adding a member again
+// with the same address changes nothing, and an empty raftAddr only
+// records the API URL of an existing member.
+func (n *Node) AddVoter(ctx context.Context, id, raftAddr, apiURL string, incarnation []byte) error {
 	if n.raft.State() != raft.Leader {
 		return ErrNotLeader
 	}
@@ -556,8 +581,10 @@ func (n *Node) AddVoter(ctx context.Context, id, raftAddr, apiURL string) error 
 		return ErrNotMember
 	}
 	if apiURL != "" {
-		if u, ok := n.fsm.NodeAPIURL(id); !ok || u != apiURL {
-			if err := n.setNodeInfo(ctx, id, apiURL); err != nil {
+		u, ok := n.fsm.NodeAPIURL(id)
+		inc, _ := n.fsm.NodeIncarnation(id)
+		if !ok || u != apiURL || (len(incarnation) > 0 && !bytes.Equal(inc, incarnation)) {
+			if err := n.setNodeInfo(ctx, id, apiURL, incarnation); err != nil {
 				return err
 			}
 		}
@@ -590,10 +617,52 @@ func (n *Node) RemoveServer(ctx context.Context, id string) error {
 	}
 	if id != n.cfg.NodeID {
 		if _, ok := n.fsm.NodeAPIURL(id); ok {
-			_ = n.setNodeInfo(ctx, id, "")
+			_ = n.setNodeInfo(ctx, id, "", nil)
 		}
 	}
 	return nil
+}
+
+// warnPeersDiffer logs the differences between --peers and the stored
+// raft configuration of an existing data dir: the stored one wins (the
+// list is only a first-start bootstrap), but a silent difference hides a
+// misconfiguration.
+func (n *Node) warnPeersDiffer() {
+	if len(n.cfg.Peers) == 0 {
+		return
+	}
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return
+	}
+	if diff := peersDiff(n.cfg.Peers, f.Configuration()); diff != "" {
+		n.log.Warn("--peers differs from the stored cluster configuration, which is used (change membership with termivar-coord cluster add/remove)",
+			"difference", diff)
+	}
+}
+
+// peersDiff describes how peers differ from a raft configuration ("" when
+// they list the same servers at the same addresses).
+func peersDiff(peers []Peer, conf raft.Configuration) string {
+	stored := map[string]string{}
+	for _, s := range conf.Servers {
+		stored[string(s.ID)] = string(s.Address)
+	}
+	var d []string
+	for _, p := range peers {
+		addr, ok := stored[p.ID]
+		switch {
+		case !ok:
+			d = append(d, p.ID+" is not a member")
+		case addr != p.Addr:
+			d = append(d, fmt.Sprintf("%s is at %s, not %s", p.ID, addr, p.Addr))
+		}
+		delete(stored, p.ID)
+	}
+	for _, id := range slices.Sorted(maps.Keys(stored)) {
+		d = append(d, id+" ("+stored[id]+") is a member but not listed")
+	}
+	return strings.Join(d, "; ")
 }
 
 // Secret returns the cluster secret (the leader hands it to joiners).

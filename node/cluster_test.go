@@ -20,7 +20,7 @@ func openCluster(t *testing.T, size int) []*Node {
 	t.Helper()
 	base := t.TempDir()
 	secretFile := filepath.Join(base, "shared.secret")
-	if err := os.WriteFile(secretFile, bytes.Repeat([]byte{7}, 32), 0o600); err != nil {
+	if err := os.WriteFile(secretFile, randomSecret(t), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	lns := make([]net.Listener, size)

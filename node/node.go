@@ -101,13 +101,17 @@ type Config struct {
 	// in the replicated node table yet, with the leader's API URL; it should
 	// ask the leader to record it (serve calls Cluster.Join with the admin
 	// key). Leaders register themselves.
-	RegisterSelf func(ctx context.Context, leaderAPIURL string) error
+	RegisterSelf func(ctx context.Context, leaderAPIURL string, incarnation []byte) error
 	// RaftListener, when set, is used instead of listening on RaftAddr
 	// (tests pre-open port-0 listeners to know every address up front).
 	RaftListener net.Listener
 	// RaftTimeout is raft's heartbeat and election timeout (default 300 ms
 	// for a single node, 1 s with Peers or Join).
 	RaftTimeout time.Duration
+	// ForceNewCluster starts a new, empty cluster in a data dir that has no
+	// raft state but remains of an old cluster (identity, secret, keys);
+	// without it such a start is refused (identity.go).
+	ForceNewCluster bool
 }
 
 func (c *Config) setDefaults() {
@@ -172,6 +176,8 @@ type Node struct {
 	codec  *token.Codec
 	wake   *notifier
 	clu    clusterState
+	ident  *identity
+	lock   *dirLock
 
 	proposals chan *proposal
 	inflight  chan *inflightBatch
@@ -184,15 +190,34 @@ type Node struct {
 // or the static Peers, on first start, or joining through Join — waits
 // until the cluster epoch, the system tenant (and in a Peers cluster the
 // first admin key) exist, and starts the leader's background loops.
-func Open(ctx context.Context, cfg Config) (*Node, error) {
+func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 	cfg.setDefaults()
 	if err := cfg.validateCluster(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, err
+	}
+	if err := checkDataDirMode(cfg.DataDir); err != nil {
+		return nil, err
+	}
+	lock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			lock.unlock()
+		}
+	}()
+	ident, raftState, err := prepareIdentity(cfg)
+	if err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(filepath.Join(cfg.DataDir, raftDir, "wal"), 0o700); err != nil {
 		return nil, err
 	}
-	secret, err := initSecret(cfg)
+	secret, err := initSecret(cfg, raftState)
 	if err != nil {
 		return nil, err
 	}
@@ -200,10 +225,14 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		cfg:       cfg,
 		log:       cfg.Logger,
 		secret:    secret,
+		ident:     ident,
 		wake:      newNotifier(),
 		proposals: make(chan *proposal, 4*cfg.MaxBatchCommands),
 		inflight:  make(chan *inflightBatch, 2),
 		stop:      make(chan struct{}),
+	}
+	if err := n.checkSecretIdentity(); err != nil {
+		return nil, err
 	}
 	n.fsm = raftfsm.New(raftfsm.Options{Logger: cfg.Logger, NotifyFunc: n.wake.notify})
 	existing, err := n.openRaft()
@@ -211,23 +240,42 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		n.closeStores()
 		return nil, err
 	}
+	n.lock = lock
+	if err := n.start(ctx, existing); err != nil {
+		n.Close()
+		return nil, err
+	}
+	return n, nil
+}
+
+// start runs the proposer, joins when asked, waits until the cluster is
+// ready, checks the data dir's identity against it and starts the
+// leader's background loops.
+func (n *Node) start(ctx context.Context, existing bool) error {
+	cfg := n.cfg
 	n.wg.Add(2)
 	go n.proposeLoop()
 	go n.respondLoop()
+	if existing {
+		n.warnPeersDiffer()
+	}
 	if cfg.Join != nil && (!existing || n.secret == nil) {
 		if err := n.join(ctx); err != nil {
-			n.Close()
-			return nil, err
+			return err
+		}
+		if err := n.checkSecretIdentity(); err != nil {
+			return err
 		}
 	}
 	if err := n.waitReady(ctx); err != nil {
-		n.Close()
-		return nil, err
+		return err
+	}
+	if err := n.checkEpochIdentity(); err != nil {
+		return err
 	}
 	codec, err := token.NewCodec(n.secret, n.fsm.Epoch())
 	if err != nil {
-		n.Close()
-		return nil, err
+		return err
 	}
 	n.codec = codec
 	if cfg.TickInterval > 0 {
@@ -236,7 +284,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.wg.Add(1)
 	go n.memberLoop()
-	return n, nil
+	return nil
 }
 
 // openRaft opens the stores and raft, bootstrapping on first start; it
@@ -360,6 +408,7 @@ func (n *Node) Close() error {
 			err = n.raft.Shutdown().Error()
 		}
 		n.closeStores()
+		n.lock.unlock()
 	})
 	return err
 }

@@ -114,7 +114,7 @@ type FSM struct {
 	lastTime uint64
 	keys     map[string]KeyRecord
 	tenants  map[string]*Tenant
-	nodes    map[string]string // node ID → advertised API URL (cluster.go)
+	nodes    map[string]nodeRecord // node ID → advertised API URL and incarnation (cluster.go)
 
 	appliedIndex atomic.Uint64
 }
@@ -127,7 +127,7 @@ func New(opts Options) *FSM {
 	if l == nil {
 		l = slog.New(slog.DiscardHandler)
 	}
-	return &FSM{opts: opts, log: l, keys: map[string]KeyRecord{}, tenants: map[string]*Tenant{}, nodes: map[string]string{}}
+	return &FSM{opts: opts, log: l, keys: map[string]KeyRecord{}, tenants: map[string]*Tenant{}, nodes: map[string]nodeRecord{}}
 }
 
 // Apply decodes one log entry and applies it. It returns a Response, or a

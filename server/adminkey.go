@@ -16,12 +16,17 @@ import (
 // EnsureAdminKey makes sure path holds an admin key of the system tenant
 // that the cluster knows. On first start it generates one, writes it (0600,
 // atomically) and only then replicates its hash, so a crash in between
-// leaves a file that the next start registers. It returns whether a key was
-// created.
+// leaves a file that the next start registers — but only while the cluster
+// has no key at all: once bootstrap is over, a key planted in the file is
+// never registered (it is ignored with a warning by the caller seeing
+// ErrAdminKeyUnknown). It returns whether a key was created.
 func EnsureAdminKey(ctx context.Context, n *node.Node, path string) (bool, error) {
 	data, err := os.ReadFile(path)
 	switch {
 	case err == nil:
+		if err := node.CheckPrivateFile(path); err != nil {
+			return false, err
+		}
 		id, secret, perr := apikey.Parse(strings.TrimSpace(string(data)))
 		if perr != nil {
 			return false, errors.New("server: admin key file is malformed")
@@ -29,10 +34,18 @@ func EnsureAdminKey(ctx context.Context, n *node.Node, path string) (bool, error
 		if _, ok := n.FSM().Key(id); ok {
 			return false, nil
 		}
+		if n.FSM().KeyCount() > 0 {
+			return false, ErrAdminKeyUnknown
+		}
 		sum := sha256.Sum256([]byte(secret))
 		return false, proposeKey(ctx, n, id, sum[:])
 	case !errors.Is(err, os.ErrNotExist):
 		return false, err
+	}
+	if n.FSM().KeyCount() > 0 {
+		// NB: the file was deleted after bootstrap; a new admin key is not
+		// minted on the side (keys are created with an admin key).
+		return false, ErrAdminKeyUnknown
 	}
 	g, err := apikey.Generate(nil)
 	if err != nil {
@@ -43,6 +56,12 @@ func EnsureAdminKey(ctx context.Context, n *node.Node, path string) (bool, error
 	}
 	return true, proposeKey(ctx, n, g.ID, g.Hash[:])
 }
+
+// ErrAdminKeyUnknown is returned by EnsureAdminKey when the admin key file
+// is missing or holds a key the cluster does not know after bootstrap: the
+// file is not (re)registered, because only bootstrap may mint the first
+// admin key.
+var ErrAdminKeyUnknown = errors.New("server: the admin key file is missing or holds a key this cluster does not know; it is not registered after bootstrap (create keys with an existing admin key)")
 
 func proposeKey(ctx context.Context, n *node.Node, id string, hash []byte) error {
 	r, err := n.Propose(ctx, &pb.Command{Op: &pb.Command_CreateKey{CreateKey: &pb.CreateKey{

@@ -11,6 +11,7 @@ import (
 	distributed "github.com/termivar/distributed"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 	"github.com/termivar/distributed/node"
+	"github.com/termivar/distributed/raftfsm"
 )
 
 // clusterHandler serves termivar.v1.Cluster (system-tenant admins only).
@@ -39,12 +40,15 @@ func (h clusterHandler) Join(ctx context.Context, req *connect.Request[pb.JoinRe
 		if _, _, err := net.SplitHostPort(m.GetRaftAddr()); err != nil && m.GetRaftAddr() != "" {
 			return nil, 0, errInvalid("raft_addr must be host:port")
 		}
+		if len(m.GetIncarnation()) > raftfsm.MaxIncarnationBytes {
+			return nil, 0, errInvalid("incarnation is too long")
+		}
 		if m.GetApiUrl() != "" {
 			if u, err := url.Parse(m.GetApiUrl()); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || len(m.GetApiUrl()) > 1024 {
 				return nil, 0, errInvalid("api_url must be http(s)://host:port")
 			}
 		}
-		if err := h.s.node.AddVoter(ctx, m.GetNodeId(), m.GetRaftAddr(), m.GetApiUrl()); errors.Is(err, node.ErrNotMember) {
+		if err := h.s.node.AddVoter(ctx, m.GetNodeId(), m.GetRaftAddr(), m.GetApiUrl(), m.GetIncarnation()); errors.Is(err, node.ErrNotMember) {
 			return nil, 0, &apiError{connect.CodeFailedPrecondition, KindInvalidArgument, "without raft_addr, node_id must be a member and api_url is required"}
 		} else if err != nil {
 			return nil, 0, err

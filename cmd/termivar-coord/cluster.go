@@ -123,8 +123,8 @@ func (c clusterFlags) joinFunc(apiURL string, logger *slog.Logger, tlsConf *tls.
 
 // registerSelf records a follower's API URL through the leader with the
 // node's admin key (Cluster.Join without a raft address).
-func registerSelf(nodeID, apiURL, keyFile string, tlsConf *tls.Config) func(context.Context, string) error {
-	return func(ctx context.Context, leader string) error {
+func registerSelf(nodeID, apiURL, keyFile string, tlsConf *tls.Config) func(context.Context, string, []byte) error {
+	return func(ctx context.Context, leader string, incarnation []byte) error {
 		key, err := client.LoadKey(keyFile)
 		if err != nil {
 			return err
@@ -138,7 +138,7 @@ func registerSelf(nodeID, apiURL, keyFile string, tlsConf *tls.Config) func(cont
 			return err
 		}
 		defer cl.Close()
-		_, err = cl.Join(ctx, &pb.JoinRequest{NodeId: nodeID, ApiUrl: apiURL})
+		_, err = cl.Join(ctx, &pb.JoinRequest{NodeId: nodeID, ApiUrl: apiURL, Incarnation: incarnation})
 		return err
 	}
 }

@@ -29,7 +29,7 @@ type serveFlags struct {
 	configFile                         string
 	tick                               time.Duration
 	leaseTTL, taskTTL                  uint64
-	auditStderr                        bool
+	auditStderr, forceNewCluster       bool
 	limits                             distributed.Limits
 	resultLimits                       distributed.ResultLimits
 	cluster                            clusterFlags
@@ -49,6 +49,7 @@ func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.Uint64Var(&f.leaseTTL, "lease-ttl", 60, "default lease TTL in seconds")
 	fs.Uint64Var(&f.taskTTL, "task-ttl", 0, "expire non-terminal tasks older than this many seconds (0: the tenant's max-task-ttl)")
 	fs.BoolVar(&f.auditStderr, "audit-stderr", false, "also write audit lines to stderr")
+	fs.BoolVar(&f.forceNewCluster, "force-new-cluster", false, "start a new, empty cluster in a data dir whose raft state is gone but whose identity, secret or keys remain (otherwise refused)")
 	addClusterFlags(fs, &f.cluster)
 	addLimitFlags(fs, &f.limits, &f.resultLimits, "per-tenant default: ")
 	return fs
@@ -251,7 +252,7 @@ func startNode(ctx context.Context, f serveFlags, logger *slog.Logger) (_ *runni
 	ncfg := node.Config{
 		DataDir: f.dataDir, NodeID: f.nodeID, RaftAddr: f.raftAddr, Logger: logger, RaftLogOutput: os.Stderr,
 		TickInterval: tick, TaskTTLSecs: f.taskTTL, DefaultLimits: f.limits, DefaultResultLimits: f.resultLimits,
-		APIURL: apiURL,
+		APIURL: apiURL, ForceNewCluster: f.forceNewCluster,
 	}
 	openCtx, cancel, err := f.cluster.apply(ctx, &ncfg, logger, forwardTLS)
 	if err != nil {
@@ -269,7 +270,9 @@ func startNode(ctx context.Context, f serveFlags, logger *slog.Logger) (_ *runni
 	}()
 	keyPath := filepath.Join(f.dataDir, node.AdminKeyFile)
 	created, err := ensureAdminKeyFile(openCtx, n, keyPath, f.cluster)
-	if err != nil {
+	if errors.Is(err, server.ErrAdminKeyUnknown) {
+		logger.Warn("the admin key file is missing or unknown to the cluster and is not registered after bootstrap", "path", keyPath)
+	} else if err != nil {
 		return nil, err
 	}
 	if created {

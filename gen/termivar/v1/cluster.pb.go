@@ -28,7 +28,11 @@ type JoinRequest struct {
 	// (followers of a --peers cluster register their URL this way).
 	RaftAddr string `protobuf:"bytes,2,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
 	// api_url is the joiner's advertised API base URL (http(s)://host:port).
-	ApiUrl        string `protobuf:"bytes,3,opt,name=api_url,json=apiUrl,proto3" json:"api_url,omitempty"`
+	ApiUrl string `protobuf:"bytes,3,opt,name=api_url,json=apiUrl,proto3" json:"api_url,omitempty"`
+	// incarnation is the joiner's data dir incarnation (16 bytes), recorded
+	// in the node table so that the cluster refuses the node's raft traffic
+	// once its data dir is replaced.
+	Incarnation   []byte `protobuf:"bytes,10,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -82,6 +86,13 @@ func (x *JoinRequest) GetApiUrl() string {
 		return x.ApiUrl
 	}
 	return ""
+}
+
+func (x *JoinRequest) GetIncarnation() []byte {
+	if x != nil {
+		return x.Incarnation
+	}
+	return nil
 }
 
 type JoinResponse struct {
@@ -387,11 +398,13 @@ var File_termivar_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_termivar_v1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x19termivar/v1/cluster.proto\x12\vtermivar.v1\"\\\n" +
+	"\x19termivar/v1/cluster.proto\x12\vtermivar.v1\"~\n" +
 	"\vJoinRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x17\n" +
-	"\aapi_url\x18\x03 \x01(\tR\x06apiUrl\"k\n" +
+	"\aapi_url\x18\x03 \x01(\tR\x06apiUrl\x12 \n" +
+	"\vincarnation\x18\n" +
+	" \x01(\fR\vincarnation\"k\n" +
 	"\fJoinResponse\x12%\n" +
 	"\x0ecluster_secret\x18\x01 \x01(\fR\rclusterSecret\x124\n" +
 	"\amembers\x18\x02 \x03(\v2\x1a.termivar.v1.ClusterMemberR\amembers\"\x92\x01\n" +

@@ -2327,11 +2327,14 @@ func (x *ScanIndex) GetTaskIds() []string {
 }
 
 // SetNodeInfo records a node's advertised API URL (so followers can forward
-// requests to the leader); an empty api_url removes the entry.
+// requests to the leader) and its data dir's incarnation; an empty api_url
+// removes the entry. An empty incarnation keeps the recorded one; a
+// different one is refused (a replaced data dir must be removed first).
 type SetNodeInfo struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	ApiUrl        string                 `protobuf:"bytes,2,opt,name=api_url,json=apiUrl,proto3" json:"api_url,omitempty"`
+	Incarnation   []byte                 `protobuf:"bytes,3,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2380,10 +2383,18 @@ func (x *SetNodeInfo) GetApiUrl() string {
 	return ""
 }
 
+func (x *SetNodeInfo) GetIncarnation() []byte {
+	if x != nil {
+		return x.Incarnation
+	}
+	return nil
+}
+
 type NodeInfo struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	ApiUrl        string                 `protobuf:"bytes,2,opt,name=api_url,json=apiUrl,proto3" json:"api_url,omitempty"`
+	Incarnation   []byte                 `protobuf:"bytes,3,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2430,6 +2441,13 @@ func (x *NodeInfo) GetApiUrl() string {
 		return x.ApiUrl
 	}
 	return ""
+}
+
+func (x *NodeInfo) GetIncarnation() []byte {
+	if x != nil {
+		return x.Incarnation
+	}
+	return nil
 }
 
 var File_termivar_v1_command_proto protoreflect.FileDescriptor
@@ -2610,13 +2628,15 @@ const file_termivar_v1_command_proto_rawDesc = "" +
 	"\x06key_id\x18\x02 \x01(\tR\x05keyId\"?\n" +
 	"\tScanIndex\x12\x17\n" +
 	"\ascan_id\x18\x01 \x01(\tR\x06scanId\x12\x19\n" +
-	"\btask_ids\x18\x02 \x03(\tR\ataskIds\"?\n" +
+	"\btask_ids\x18\x02 \x03(\tR\ataskIds\"a\n" +
 	"\vSetNodeInfo\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x17\n" +
-	"\aapi_url\x18\x02 \x01(\tR\x06apiUrl\"<\n" +
+	"\aapi_url\x18\x02 \x01(\tR\x06apiUrl\x12 \n" +
+	"\vincarnation\x18\x03 \x01(\fR\vincarnation\"^\n" +
 	"\bNodeInfo\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x17\n" +
-	"\aapi_url\x18\x02 \x01(\tR\x06apiUrlB<Z:github.com/termivar/distributed/gen/termivar/v1;termivarv1b\x06proto3"
+	"\aapi_url\x18\x02 \x01(\tR\x06apiUrl\x12 \n" +
+	"\vincarnation\x18\x03 \x01(\fR\vincarnationB<Z:github.com/termivar/distributed/gen/termivar/v1;termivarv1b\x06proto3"
 
 var (
 	file_termivar_v1_command_proto_rawDescOnce sync.Once

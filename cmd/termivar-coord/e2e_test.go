@@ -43,7 +43,7 @@ func binary(t *testing.T) string {
 type e2eNode struct {
 	bin, dir, url, key string
 	cmd                *exec.Cmd
-	log                *bytes.Buffer
+	logBuf             *lockedBuffer
 }
 
 func freeAddr(t *testing.T) string {
@@ -88,6 +88,7 @@ func startServe(t *testing.T) *e2eNode {
 	api := freeAddr(t)
 	n := &e2eNode{bin: bin, dir: dir, url: "http://" + api}
 	logBuf := &lockedBuffer{}
+	n.logBuf = logBuf
 	n.cmd = exec.Command(bin, "serve", "--data-dir", filepath.Join(dir, "data"), "--api-addr", api,
 		"--raft-addr", freeAddr(t), "--node-id", "e2e", "--tick", "200ms")
 	n.cmd.Stdout, n.cmd.Stderr = logBuf, logBuf

@@ -1,7 +1,7 @@
 // Package distributed is the pure core of the termivar coordinator: a
 // deterministic, bounded, in-process state machine that hands scan tasks to
 // workers under fenced leases, retries failures, recovers lost work when the
-// caller asks, and keeps results in a bounded store. It is SPEC Part A.
+// caller asks, and keeps results in a bounded store. It is contract Part A.
 //
 // The package does no I/O, reads no clock, starts no goroutine and uses no
 // randomness: the same accepted command sequence gives byte-for-byte equal
@@ -39,7 +39,7 @@
 // the same revision have exactly one winner, the others get
 // ErrRevisionConflict.
 //
-// # Choices where the SPEC is silent
+// # Choices where the contract is silent
 //
 // docs/adr/0001-core-semantics.md lists them; the main ones:
 //   - Lease-using commands check: task exists, exact terminal replay, the

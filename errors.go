@@ -9,7 +9,7 @@ import (
 // (ErrXxx) that errors.Is matches by kind.
 type ErrorKind uint8
 
-// The error kinds of SPEC A.12. The zero value is not a valid kind.
+// The error kinds of contract A.12. The zero value is not a valid kind.
 const (
 	KindInvalidLimit ErrorKind = iota + 1
 	KindInvalidLimitRelationship
@@ -128,7 +128,7 @@ func ParseErrorKind(name string) (ErrorKind, bool) {
 }
 
 // Error is the only error type the core returns. Kind says what went wrong;
-// the other fields carry the details named by SPEC A.12 for that kind and are
+// the other fields carry the details named by contract A.12 for that kind and are
 // zero otherwise. Match kinds with errors.Is(err, ErrXxx); read details with
 // errors.As(err, &e).
 //
@@ -295,7 +295,7 @@ var (
 	ErrInvalidState = &Error{Kind: KindInvalidState}
 )
 
-// Reasons used for invalid command identifiers (SPEC A.6).
+// Reasons used for invalid command identifiers (contract A.6).
 const (
 	reasonTaskCommandID   = "task command identifier is invalid"
 	reasonWorkerCommandID = "worker command identifier is invalid"

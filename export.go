@@ -1,6 +1,6 @@
 package distributed
 
-// State export (SPEC A.13). Layout, version 1, inside the codec frame
+// State export (contract A.13). Layout, version 1, inside the codec frame
 // ("TVWP" | 1 | body | CRC-32C):
 //
 //	limits: MaxTaskRecords MaxActiveTasks MaxQueuedTasks MaxTerminalTasks

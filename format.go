@@ -8,7 +8,7 @@ import (
 	"strings"
 )
 
-// Redaction (SPEC A.1): every type that holds a target reference or result
+// Redaction (contract A.1): every type that holds a target reference or result
 // bytes implements fmt.Formatter (so %v %+v %#v %s %q %x all go through it),
 // fmt.Stringer, fmt.GoStringer and slog.LogValuer, and none of them prints the
 // target. Getters still return the real values.

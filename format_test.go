@@ -1,6 +1,6 @@
 package distributed
 
-// Goal: targets never appear in any formatted form (SPEC A.1), while getters
+// Goal: targets never appear in any formatted form (contract A.1), while getters
 // return them; error messages never echo invalid identifiers.
 
 import (

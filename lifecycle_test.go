@@ -1,6 +1,6 @@
 package distributed
 
-// Goal: the lease lifecycle of SPEC A.9 and recovery of A.10: assignment
+// Goal: the lease lifecycle of contract A.9 and recovery of A.10: assignment
 // errors and TTL bounds, start/complete/fail/renew/cancel with exact
 // ownership, expiry at −1/0/+1 second, exact terminal replays, the retry rule
 // and RecoverExpiredLeases order.

@@ -1,6 +1,6 @@
 package distributed
 
-// Hard ceilings (SPEC A.2). Configured limits may be lower, never higher.
+// Hard ceilings (contract A.2). Configured limits may be lower, never higher.
 const (
 	MaxIdentifierBytes      = 256
 	MaxTargetRefBytes       = 1024
@@ -81,7 +81,7 @@ type timeLimit struct {
 	maximum uint64
 }
 
-// Validate checks l in the order of SPEC A.3 and returns the first failure:
+// Validate checks l in the order of contract A.3 and returns the first failure:
 // zero count (ErrInvalidLimit), count above ceiling
 // (ErrCountLimitExceedsMaximum), time above ceiling
 // (ErrTimeLimitExceedsMaximum), retries above 32

@@ -1,7 +1,7 @@
 package distributed
 
 // Goal: Limits.Validate and ResultLimits.Validate report the first failure in
-// the SPEC A.3 order with the pinned names, details and reasons.
+// the contract A.3 order with the pinned names, details and reasons.
 
 import (
 	"errors"

@@ -1,6 +1,6 @@
 package distributed
 
-// Goal: the core stays pure (SPEC A.1, STYLE §1). This test parses every
+// Goal: the core stays pure (contract A.1; ARCHITECTURE.md, Layers). This test parses every
 // non-test file of the root package and fails on an import that could do
 // I/O, read a clock, spawn work or draw randomness, and on any use of the
 // time package (the core has no business with wall-clock time at all).

@@ -11,7 +11,7 @@ import (
 )
 
 // ResultAggregator stores the result bytes of completed tasks, at most one
-// per task ID, and returns them in the order a caller asks for (SPEC A.11).
+// per task ID, and returns them in the order a caller asks for (contract A.11).
 // It is a pure, bounded state machine: every limit is a ResultLimits field,
 // nothing is evicted, and every failure returns an *Error and leaves the
 // state exactly as it was.

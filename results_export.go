@@ -6,7 +6,7 @@ import (
 	"slices"
 )
 
-// Exported result aggregator state (SPEC A.13), framed by the shared codec:
+// Exported result aggregator state (contract A.13), framed by the shared codec:
 //
 //	"TVRA" | version 1 | body | CRC-32C
 //	body = limits (MaxResults, MaxResultBytes, MaxTotalBytes,

@@ -1,6 +1,6 @@
 package distributed
 
-// Goal: prove every rule of SPEC A.11 for ResultAggregator — limit
+// Goal: prove every rule of contract A.11 for ResultAggregator — limit
 // validation, the exact check order of StoreResult and AggregateResults, the
 // detail fields of every error kind, exact boundaries (limit and limit+1),
 // error atomicity, copy semantics, concurrency and redaction.
@@ -757,7 +757,7 @@ func TestResultAggregator_Concurrent(t *testing.T) {
 }
 
 // resultModel is a naive reference for StoreResult and AggregateResults,
-// written from SPEC A.11 independently of the implementation.
+// written from contract A.11 independently of the implementation.
 type resultModel struct {
 	limits   ResultLimits
 	revision uint64

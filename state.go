@@ -419,7 +419,7 @@ func (w *workerRec) view() WorkerNode {
 	}
 }
 
-// begin runs the common checks 2 and 3 of SPEC A.6 (revision, then time).
+// begin runs the common checks 2 and 3 of contract A.6 (revision, then time).
 // The caller holds the lock and has already validated its arguments.
 func (c *coordinator) begin(rev, now uint64) *Error {
 	if rev != c.revision {

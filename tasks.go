@@ -66,7 +66,7 @@ func (p *WorkerPool) Enqueue(expectedRevision, nowSecs uint64, spec TaskSpec) (T
 	return p.TaskQueue().Enqueue(expectedRevision, nowSecs, spec)
 }
 
-// Validate checks the spec as Enqueue does (SPEC A.7 reasons, in order) and
+// Validate checks the spec as Enqueue does (contract A.7 reasons, in order) and
 // returns ErrInvalidTask or nil. It never echoes the invalid value.
 func (s TaskSpec) Validate() error {
 	if err := validateTaskSpec(s); err != nil {
@@ -76,7 +76,7 @@ func (s TaskSpec) Validate() error {
 }
 
 // EnqueueBatch admits every spec as a new queued task in one command, or none
-// (beyond SPEC Part A; hosts use it for all-or-nothing batch submission). The
+// (beyond contract Part A; hosts use it for all-or-nothing batch submission). The
 // tasks get consecutive ordinals in slice order; the revision increments
 // once. Errors, in order: ErrInvalidTask ("batch is empty", or the first
 // invalid spec), ErrRevisionConflict, ErrLogicalTimeRegression,
@@ -213,7 +213,7 @@ func (p *WorkerPool) CancelTask(expectedRevision, nowSecs uint64, own TaskOwners
 	return p.TaskQueue().CancelTask(expectedRevision, nowSecs, own)
 }
 
-// CancelTaskByID is the trusted host's cancellation (beyond SPEC Part A): it
+// CancelTaskByID is the trusted host's cancellation (beyond contract Part A): it
 // cancels the named queued, leased or running task with the ownership the
 // task holds at that moment — also when its lease has already expired, since
 // the host, not a worker, asks — and retains that ownership as the proof, so

@@ -1,6 +1,6 @@
 package distributed
 
-// Goal: every enqueue, queue-order, cancellation and expiry rule of SPEC A.7,
+// Goal: every enqueue, queue-order, cancellation and expiry rule of contract A.7,
 // A.9 (cancel) and A.10 (ExpireOldTasks), including exact limits; every
 // failure is checked to leave the state byte-identical (harness.fail).
 

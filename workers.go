@@ -25,7 +25,7 @@ func normalizeWorkerSpec(s WorkerSpec) ([]WorkerTag, *Error) {
 	if err := validateUtilization(s.CPUBasisPoints, s.MemoryBasisPoints, s.NetworkBasisPoints); err != nil {
 		return nil, err
 	}
-	// SPEC A.4 allows at most five distinct tags; duplicates are fine. Count
+	// contract A.4 allows at most five distinct tags; duplicates are fine. Count
 	// distinct values first (undeclared ones included), then reject
 	// undeclared values.
 	var seen [256]bool

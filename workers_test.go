@@ -1,6 +1,6 @@
 package distributed
 
-// Goal: every worker rule of SPEC A.8: registration errors, heartbeats,
+// Goal: every worker rule of contract A.8: registration errors, heartbeats,
 // deregistration, pruning at the exact heartbeat-timeout edge, reactivation,
 // effective capacity in integer basis points, eligibility and selection.
 

@@ -17,7 +17,7 @@ import (
 	"github.com/termivar/distributed/gen/termivar/v1/termivarv1connect"
 )
 
-// Defaults of the stable CLI surface (SPEC Part D).
+// Defaults of the stable CLI surface (contract Part D).
 const (
 	// DefaultServerURL is the server when neither a flag nor
 	// TERMIVAR_SERVER names one.

@@ -83,7 +83,7 @@ func (v TenantView) GetResult(taskID string) ([]byte, bool, error) {
 	return v.t.results.GetResult(taskID)
 }
 
-// AggregateResults aggregates results in the given order (SPEC A.11).
+// AggregateResults aggregates results in the given order (contract A.11).
 func (v TenantView) AggregateResults(ids []string) ([]distributed.AggregatedResult, error) {
 	return v.t.results.AggregateResults(ids)
 }

@@ -16,7 +16,7 @@ import (
 	"os"
 )
 
-// Exit codes (SPEC Part D).
+// Exit codes (contract Part D).
 const (
 	exitOK          = 0
 	exitUsage       = 1

@@ -268,7 +268,7 @@ func (m *Model) bestWorker(now uint64) int {
 
 // ---------------------------------------------------------------- common checks
 
-// begin runs the revision and logical-time checks (SPEC A.6 steps 2 and 3).
+// begin runs the revision and logical-time checks (contract A.6 steps 2 and 3).
 func (m *Model) begin(rev, now uint64) error {
 	if rev != m.revision {
 		return &distributed.Error{Kind: distributed.KindRevisionConflict, Expected: rev, Actual: m.revision}

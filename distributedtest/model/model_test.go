@@ -1,8 +1,8 @@
-// Goal: check the reference model itself on hand-written scenarios of SPEC
+// Goal: check the reference model itself on hand-written scenarios of the contract
 // Part A and ADR 0001, so that a divergence found by the simulator can be
 // blamed on the core or the model with some confidence. Method: drive one
 // model through short command sequences and compare every value, revision and
-// error kind with what the SPEC says.
+// error kind with what the contract says.
 package model
 
 import (

@@ -4,7 +4,7 @@ import (
 	distributed "github.com/termivar/distributed"
 )
 
-// Results is the reference ResultAggregator (SPEC A.11): a list of stored
+// Results is the reference ResultAggregator (contract A.11): a list of stored
 // results, each under the receipt that stored it.
 type Results struct {
 	limits   distributed.ResultLimits

@@ -1,5 +1,5 @@
 // Package model is a deliberately simple reference implementation of the
-// WorkerPool/TaskQueue state machine of SPEC Part A and ADR 0001, written to be
+// WorkerPool/TaskQueue state machine of contract Part A and ADR 0001, written to be
 // obviously correct rather than fast: plain slices, linear scans, no indexes,
 // no shared code with the core's logic. The simulator in distributedtest/sim
 // and the property tests drive the core and this model with the same commands

@@ -11,7 +11,7 @@ import (
 // Op names one command (or read, or fault) of the simulator.
 type Op uint8
 
-// The simulator's operations: every mutating command of SPEC Part A, the
+// The simulator's operations: every mutating command of contract Part A, the
 // reads, and the restart fault (ExportState → RestoreWorkerPool).
 const (
 	OpEnqueue Op = iota

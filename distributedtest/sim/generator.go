@@ -54,7 +54,7 @@ var Profiles = []Profile{
 }
 
 // ProbeKnownDivergences makes the generator produce inputs on which the core
-// is known to diverge from SPEC/ADR (see the regression tests in
+// is known to diverge from the contract or ADR (see the regression tests in
 // regress_test.go). It is off so that the simulator keeps exploring
 // everything else; turn it on once the core is fixed.
 var ProbeKnownDivergences = true

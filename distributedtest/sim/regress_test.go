@@ -1,5 +1,5 @@
 // Goal: pin every divergence the simulator, the rapid test or the fuzzer
-// found between the core and SPEC/ADR (or the model), as a plain test that
+// found between the core and the contract or ADR (or the model), as a plain test that
 // names the rule. Method: a short explicit command sequence applied to both
 // through the harness; the test fails while the core diverges.
 package sim
@@ -26,7 +26,7 @@ func steps(t *testing.T, l distributed.Limits, cmds ...Command) *Harness {
 	return h
 }
 
-// D1 (fixed in the core). SPEC A.4: a WorkerSpec has "≤ 5 distinct tags
+// D1 (fixed in the core). contract A.4: a WorkerSpec has "≤ 5 distinct tags
 // (stored sorted)": duplicates are fine. ADR 0001: more than five distinct
 // values is "too many tags", then an undeclared value is "tag is invalid".
 // Six tags that are two distinct tags are valid; six entries with an

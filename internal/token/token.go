@@ -2,7 +2,7 @@
 // completion receipts) into opaque tokens that clients hold, and opens them
 // again. A token binds the proof to a tenant and to the cluster's epoch ID and
 // is authenticated with HMAC-SHA256 under the cluster secret, which closes the
-// cross-instance replay the core alone cannot detect (SPEC Part C).
+// cross-instance replay the core alone cannot detect (contract Part C).
 //
 // Wire form (all lengths are uvarints):
 //

@@ -23,20 +23,21 @@ const MaxEnqueueBatch = 4096
 // create already exists in the scan with a different target.
 var ErrTargetMismatch = errors.New("client: task ID already exists in the scan with another target")
 
-// Priorities accepted by Enqueue, lowest first.
-var Priorities = []string{"low", "normal", "high", "critical"}
+// Priorities returns the priorities Enqueue accepts, lowest first (a new
+// slice on every call).
+func Priorities() []string { return []string{"low", "normal", "high", "critical"} }
 
 // ParsePriority checks a priority name; "" means "normal".
 func ParsePriority(s string) (string, error) {
 	if s == "" {
 		return "normal", nil
 	}
-	for _, p := range Priorities {
+	for _, p := range Priorities() {
 		if s == p {
 			return s, nil
 		}
 	}
-	return "", fmt.Errorf("priority must be one of %s", strings.Join(Priorities, ", "))
+	return "", fmt.Errorf("priority must be one of %s", strings.Join(Priorities(), ", "))
 }
 
 // ParsePhases parses a comma-separated phase list such as "1,2" into the

@@ -26,7 +26,7 @@ func FuzzCommands(f *testing.F) {
 	f.Add(bytes.Repeat([]byte{255, 0, 128}, 60))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		src := NewByteSource(data)
-		p := Profiles[src.Intn(len(Profiles))]
+		p := AllProfiles()[src.Intn(len(AllProfiles()))]
 		h, err := NewHarnessFor(p)
 		if err != nil {
 			t.Fatal(err)

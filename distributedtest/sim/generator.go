@@ -42,30 +42,31 @@ func lim(records, active, queued, terminal, workers int, retries uint32, leaseTT
 	}
 }
 
-// Profiles are the limit families the simulator cycles through (seed modulo
-// the count picks one).
-var Profiles = []Profile{
-	{"tiny", lim(6, 4, 3, 6, 3, 1, 20, 200, 60), 8, 4, 200, distributed.ResultLimits{MaxResults: 3, MaxResultBytes: 16, MaxTotalBytes: 40, MaxAggregateItems: 2, MaxAggregateBytes: 20}},
-	{"small", lim(48, 8, 6, 40, 4, 2, 60, 600, 90), 64, 6, 320, distributed.ResultLimits{}},
-	{"no-retry", lim(96, 12, 12, 96, 5, 0, 40, 900, 80), 128, 6, 800, distributed.ResultLimits{}},
-	{"medium", lim(320, 32, 24, 256, 8, 3, 120, 2400, 150), 400, 10, 2000, distributed.ResultLimits{}},
-	{"many-retries", lim(64, 16, 16, 64, 4, 32, 15, 4000, 40), 80, 5, 500, distributed.ResultLimits{}},
-	{"one-worker", lim(24, 6, 6, 24, 1, 2, 30, 500, 60), 32, 2, 200, distributed.ResultLimits{}},
+// AllProfiles returns the limit families the simulator cycles through (seed
+// modulo the count picks one), a new slice on every call.
+func AllProfiles() []Profile {
+	return []Profile{
+		{"tiny", lim(6, 4, 3, 6, 3, 1, 20, 200, 60), 8, 4, 200, distributed.ResultLimits{MaxResults: 3, MaxResultBytes: 16, MaxTotalBytes: 40, MaxAggregateItems: 2, MaxAggregateBytes: 20}},
+		{"small", lim(48, 8, 6, 40, 4, 2, 60, 600, 90), 64, 6, 320, distributed.ResultLimits{}},
+		{"no-retry", lim(96, 12, 12, 96, 5, 0, 40, 900, 80), 128, 6, 800, distributed.ResultLimits{}},
+		{"medium", lim(320, 32, 24, 256, 8, 3, 120, 2400, 150), 400, 10, 2000, distributed.ResultLimits{}},
+		{"many-retries", lim(64, 16, 16, 64, 4, 32, 15, 4000, 40), 80, 5, 500, distributed.ResultLimits{}},
+		{"one-worker", lim(24, 6, 6, 24, 1, 2, 30, 500, 60), 32, 2, 200, distributed.ResultLimits{}},
+	}
 }
-
-// ProbeKnownDivergences makes the generator produce inputs on which the core
-// is known to diverge from the contract or ADR (see the regression tests in
-// regress_test.go). It is off so that the simulator keeps exploring
-// everything else; turn it on once the core is fixed.
-var ProbeKnownDivergences = true
 
 // Generator produces commands for one run. It reads the reference model (the
 // state both implementations agree on so far) to aim its choices, and learns
 // proofs from the replies it gets — a reply can be lost, in which case the
 // simulated client never learns the lease.
 type Generator struct {
-	src      Source
-	p        Profile
+	src Source
+	p   Profile
+	// probe makes the generator also produce inputs on which the core was
+	// known to diverge from the contract or ADR (regress_test.go); on by
+	// default, off through SkipKnownDivergences to explore everything else
+	// while such a divergence is open.
+	probe    bool
 	m        *model.Model
 	known    []model.Lease     // leases learned from replies (newest last)
 	cancels  []model.Ownership // proofs that cancelled a task (for replays)
@@ -80,9 +81,13 @@ type Generator struct {
 // current *rapid.T).
 func (g *Generator) SetSource(src Source) { g.src = src }
 
+// SkipKnownDivergences stops the generator from producing inputs of known
+// divergences.
+func (g *Generator) SkipKnownDivergences() { g.probe = false }
+
 // NewGenerator returns a generator reading choices from src.
 func NewGenerator(src Source, p Profile, m *model.Model) *Generator {
-	return &Generator{src: src, p: p, m: m}
+	return &Generator{src: src, p: p, m: m, probe: true}
 }
 
 func (g *Generator) n(n int) int { return g.src.Intn(n) }
@@ -459,7 +464,7 @@ func (g *Generator) workerSpec(c *Command) distributed.WorkerSpec {
 	for range g.n(6) {
 		s.Tags = append(s.Tags, distributed.WorkerTag(g.n(5)))
 	}
-	if ProbeKnownDivergences && g.pct(3) {
+	if g.probe && g.pct(3) {
 		// D1 (fixed): more than five tags that are at most five distinct ones.
 		g.note(c, "six-raw-tags")
 		s.Tags = append(s.Tags, distributed.TagLinux, distributed.TagLinux, distributed.TagLinux, distributed.TagLinux, distributed.TagLinux, distributed.TagLinux)

@@ -26,7 +26,7 @@ func TestRapidStateMachine(t *testing.T) {
 	steps, accepted := 0, 0
 	defer func() { t.Logf("%d actions, %d accepted", steps, accepted) }()
 	rapid.Check(t, func(rt *rapid.T) {
-		p := Profiles[rapid.IntRange(0, len(Profiles)-1).Draw(rt, "profile")]
+		p := AllProfiles()[rapid.IntRange(0, len(AllProfiles())-1).Draw(rt, "profile")]
 		h, err := NewHarnessFor(p)
 		if err != nil {
 			rt.Fatal(err)

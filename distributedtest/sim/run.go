@@ -10,7 +10,9 @@ import (
 type Config struct {
 	Seed    uint64
 	Steps   int      // 0: the profile's Steps
-	Profile *Profile // nil: Profiles[Seed % len(Profiles)]
+	Profile *Profile // nil: AllProfiles()[Seed % len(AllProfiles())]
+	// SkipKnownDivergences: do not generate inputs of known divergences.
+	SkipKnownDivergences bool
 	// Shrink bounds the work spent shrinking a failure (replays); 0 = 400.
 	Shrink int
 }
@@ -59,7 +61,10 @@ func (f *Failure) Error() string {
 }
 
 // ProfileFor returns the profile a seed uses by default.
-func ProfileFor(seed uint64) Profile { return Profiles[seed%uint64(len(Profiles))] }
+func ProfileFor(seed uint64) Profile {
+	ps := AllProfiles()
+	return ps[seed%uint64(len(ps))]
+}
 
 // Run generates and applies cfg.Steps commands from cfg.Seed, checking after
 // every step; at the end it replays the accepted log on a fresh pool.
@@ -79,6 +84,9 @@ func Run(cfg Config) Report {
 		return rep
 	}
 	g := NewGenerator(NewRandSource(cfg.Seed), p, h.Model)
+	if cfg.SkipKnownDivergences {
+		g.SkipKnownDivergences()
+	}
 	var cmds []Command
 	for i := 0; i < cfg.Steps; i++ {
 		c := g.Next()

@@ -21,7 +21,7 @@ import (
 var (
 	flagSeed     = flag.Uint64("sim.seed", 0, "run only this seed (TestSimSeed)")
 	flagSteps    = flag.Int("sim.steps", 0, "commands per seed (0: the profile's default)")
-	flagProbe    = flag.Bool("sim.probe", true, "also generate inputs of known, still open divergences (sim.ProbeKnownDivergences)")
+	flagProbe    = flag.Bool("sim.probe", true, "also generate inputs of known, still open divergences (Config.SkipKnownDivergences when false)")
 	flagSeeds    = flag.Int("sim.seeds", 0, "number of seeds for TestSimLong")
 	flagCommands = flag.Int("sim.commands", 0, "TestSimLong: run consecutive seeds until this many commands ran")
 )
@@ -32,7 +32,6 @@ const fixedSeeds = 52 * 6
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	ProbeKnownDivergences = *flagProbe
 	os.Exit(m.Run())
 }
 
@@ -41,7 +40,7 @@ func runSeeds(t *testing.T, seeds []uint64, steps int) {
 	total, start := 0, time.Now()
 	var agg Stats
 	for _, s := range seeds {
-		rep := Run(Config{Seed: s, Steps: steps})
+		rep := Run(Config{Seed: s, Steps: steps, SkipKnownDivergences: !*flagProbe})
 		total += rep.Stats.Steps
 		agg.Accepted += rep.Stats.Accepted
 		agg.Rejected += rep.Stats.Rejected
@@ -72,7 +71,7 @@ func TestSimFixedSeeds(t *testing.T) {
 		seeds[i] = uint64(i + 1)
 	}
 	if testing.Short() {
-		seeds = seeds[:len(Profiles)*2]
+		seeds = seeds[:len(AllProfiles())*2]
 	}
 	runSeeds(t, seeds, 0)
 }
@@ -86,7 +85,7 @@ func TestSimTimeSeeded(t *testing.T) {
 		seed, _ = strconv.ParseUint(s, 10, 64)
 	}
 	t.Logf("time seed: %d (reproduce: go test ./distributedtest/sim -run 'TestSimSeed$' -sim.seed=%d -v)", seed, seed)
-	rep := Run(Config{Seed: seed})
+	rep := Run(Config{Seed: seed, SkipKnownDivergences: !*flagProbe})
 	if rep.Failure != nil {
 		t.Fatal(rep.Failure.Error())
 	}
@@ -97,7 +96,7 @@ func TestSimSeed(t *testing.T) {
 	if *flagSeed == 0 {
 		t.Skip("no -sim.seed")
 	}
-	rep := Run(Config{Seed: *flagSeed, Steps: *flagSteps})
+	rep := Run(Config{Seed: *flagSeed, Steps: *flagSteps, SkipKnownDivergences: !*flagProbe})
 	t.Logf("seed %d profile %s: %+v in %v", rep.Seed, rep.Profile, rep.Stats, rep.Duration)
 	if rep.Failure != nil {
 		t.Fatal(rep.Failure.Error())
@@ -119,7 +118,7 @@ func TestSimLong(t *testing.T) {
 	start, total, n := time.Now(), 0, 0
 	var agg Stats
 	for ; (*flagSeeds > 0 && n < *flagSeeds) || (*flagSeeds == 0 && total < *flagCommands); n++ {
-		rep := Run(Config{Seed: seed + uint64(n), Steps: *flagSteps})
+		rep := Run(Config{Seed: seed + uint64(n), Steps: *flagSteps, SkipKnownDivergences: !*flagProbe})
 		total += rep.Stats.Steps
 		agg.Accepted += rep.Stats.Accepted
 		agg.Replays += rep.Stats.Replays

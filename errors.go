@@ -216,11 +216,13 @@ var (
 	ErrInvalidLimit = &Error{Kind: KindInvalidLimit}
 	// ErrInvalidLimitRelationship: two limits contradict each other (Reason).
 	ErrInvalidLimitRelationship = &Error{Kind: KindInvalidLimitRelationship}
-	// ErrCountLimitExceedsMaximum: a count limit is above its hard ceiling.
+	// ErrCountLimitExceedsMaximum: a configured count limit is above its hard ceiling.
 	ErrCountLimitExceedsMaximum = &Error{Kind: KindCountLimitExceedsMaximum}
-	// ErrTimeLimitExceedsMaximum: a time limit is above its hard ceiling.
+	// ErrTimeLimitExceedsMaximum: a configured time limit is above its hard
+	// ceiling.
 	ErrTimeLimitExceedsMaximum = &Error{Kind: KindTimeLimitExceedsMaximum}
-	// ErrRetryLimitExceedsMaximum: MaxRetries is above MaxRetries (32).
+	// ErrRetryLimitExceedsMaximum: the configured limit Limits.MaxRetries is
+	// above the hard ceiling distributed.MaxRetries (32).
 	ErrRetryLimitExceedsMaximum = &Error{Kind: KindRetryLimitExceedsMaximum}
 	// ErrInvalidTask: a task spec or task command identifier is invalid (Reason).
 	ErrInvalidTask = &Error{Kind: KindInvalidTask}

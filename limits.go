@@ -1,6 +1,10 @@
 package distributed
 
-// Hard ceilings (contract A.2). Configured limits may be lower, never higher.
+// Hard ceilings (contract A.2): compile-time constants that no configured
+// limit may exceed. NB: several share the name of a Limits field
+// (distributed.MaxRetries is the ceiling, Limits.MaxRetries the configured
+// limit, which Validate checks against it); the names are the contract's
+// and stay. Read "ceiling" for the constant and "limit" for the field.
 const (
 	MaxIdentifierBytes      = 256
 	MaxTargetRefBytes       = 1024
@@ -21,8 +25,9 @@ const (
 	MaxAggregateItems       = 65536
 )
 
-// Limits bounds one coordinator (a WorkerPool and its TaskQueue). Every field
-// must be non-zero and at most its hard ceiling; see Validate.
+// Limits bounds one coordinator (a WorkerPool and its TaskQueue): the
+// configured limits. Every field must be non-zero and at most the hard
+// ceiling of the same name (the package constants above); see Validate.
 type Limits struct {
 	MaxTaskRecords   int // retained task records, terminal included
 	MaxActiveTasks   int // non-terminal tasks

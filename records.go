@@ -219,7 +219,8 @@ func (t ScanTask) Ownership() (TaskOwnership, bool) {
 	return TaskOwnership{}, false
 }
 
-// WorkerNode is a copy of one worker record.
+// WorkerNode is a copy of one worker record (the contract's name; not to be
+// confused with node.Node, a raft member running the coordinator).
 type WorkerNode struct {
 	workerID           string
 	generation         uint64

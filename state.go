@@ -186,7 +186,8 @@ func (p *WorkerPool) Limits() Limits { return p.c.limits }
 // Limits returns the queue's limits.
 func (q *TaskQueue) Limits() Limits { return q.c.limits }
 
-// Snapshot returns the pool's counters.
+// Snapshot returns the pool's counters (a StateSnapshot; the whole state
+// is ExportState).
 func (p *WorkerPool) Snapshot() StateSnapshot { return p.c.snapshot() }
 
 // Snapshot returns the queue's counters (the pool's, for a facade).

@@ -204,7 +204,10 @@ type Transition[T any] struct {
 	Value    T
 }
 
-// StateSnapshot summarizes a coordinator. It is comparable with ==.
+// StateSnapshot summarizes a coordinator: counters (tasks per status,
+// workers, leases, revision), comparable with ==. NB: despite the
+// contract's name it is not a state snapshot; the state itself is exported
+// by ExportState, and raft's snapshots (raftfsm) are built from that.
 type StateSnapshot struct {
 	Revision      uint64
 	LogicalTime   uint64

@@ -1,0 +1,113 @@
+package distributed
+
+// Goal: close two gaps that mutation testing found (issue 14): each test
+// here fails on the named single-line mutant. Method: build inputs that only
+// the removed check rejects.
+
+import (
+	"bytes"
+	"encoding/binary"
+	"hash/crc32"
+	"errors"
+	"slices"
+	"testing"
+)
+
+// exportTasksInOrder mirrors ExportState but writes the task records in
+// the given order (which may repeat or reorder IDs).
+func exportTasksInOrder(p *WorkerPool, ids []string) []byte {
+	c := p.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := newEncoder(poolMagic, poolVersion)
+	l := c.limits
+	for _, v := range [...]uint64{
+		uint64(l.MaxTaskRecords), uint64(l.MaxActiveTasks), uint64(l.MaxQueuedTasks),
+		uint64(l.MaxTerminalTasks), uint64(l.MaxWorkers), uint64(l.MaxRetries),
+		l.MaxLeaseTTLSecs, l.MaxTaskTTLSecs, l.HeartbeatTimeoutSecs,
+		c.revision, c.logicalTime, c.lastLeaseID, c.lastOrdinal,
+	} {
+		e.uvarint(v)
+	}
+	e.uvarint(uint64(len(ids)))
+	for _, id := range ids {
+		c.tasks[id].encode(e)
+	}
+	wids := c.sortedWorkerIDs()
+	e.uvarint(uint64(len(wids)))
+	for _, id := range wids {
+		c.workers[id].encode(e)
+	}
+	return e.finish()
+}
+
+// Mutant: RestoreWorkerPool's check that task records are in strict
+// task-ID order removed (export.go). Unsorted records would restore into
+// the map and re-export differently; a duplicate would silently overwrite.
+func TestRestoreWorkerPool_RejectsUnsortedOrDuplicateTasks(t *testing.T) {
+	h := newHarness(t, DefaultLimits())
+	h.register("w", 2)
+	h.enqueue("a", PriorityNormal)
+	h.enqueue("b", PriorityHigh)
+	h.enqueue("c", PriorityLow)
+	ids := []string{"a", "b", "c"}
+	if got := exportTasksInOrder(h.p, ids); !bytes.Equal(got, h.export()) {
+		t.Fatal("the test's encoder does not match ExportState")
+	}
+	rev := slices.Clone(ids)
+	slices.Reverse(rev)
+	for name, order := range map[string][]string{
+		"reversed":  rev,
+		"swapped":   {"b", "a", "c"},
+		"duplicate": {"a", "b", "b", "c"},
+	} {
+		if _, err := RestoreWorkerPool(exportTasksInOrder(h.p, order)); !errors.Is(err, ErrInvalidState) {
+			t.Errorf("%s task records: RestoreWorkerPool = %v, want InvalidState", name, err)
+		}
+	}
+}
+
+// Mutant: a proof's UnmarshalBinary accepts trailing bytes (proofs.go).
+// Every proof has exactly one encoding; anything after it is refused and
+// the receiver is left unchanged.
+func TestProofs_RejectTrailingBytes(t *testing.T) {
+	h := newHarness(t, DefaultLimits())
+	h.register("w", 1)
+	q := h.enqueue("q", PriorityNormal)
+	l := h.assign("q", "w", 60)
+	h.start(l)
+	own, _ := h.task("q").Ownership()
+	fence := QueuedTaskFence{taskID: q.TaskID(), taskGeneration: q.TaskGeneration(), recordVersion: q.RecordVersion()}
+	receipt := CompletionReceipt{taskID: "q", taskGeneration: 1, attempt: 1, leaseID: 1, workerID: "w", workerGeneration: 1, recordVersion: 3}
+	type proof interface {
+		MarshalBinary() ([]byte, error)
+	}
+	cases := map[string]struct {
+		p   proof
+		dst interface{ UnmarshalBinary([]byte) error }
+	}{
+		"lease":     {l, new(TaskLease)},
+		"fence":     {fence, new(QueuedTaskFence)},
+		"receipt":   {receipt, new(CompletionReceipt)},
+		"ownership": {own, new(TaskOwnership)},
+	}
+	for name, c := range cases {
+		b, err := c.p.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.dst.UnmarshalBinary(b); err != nil {
+			t.Fatalf("%s: canonical encoding refused: %v", name, err)
+		}
+		for _, tail := range [][]byte{{0}, {0xff}, b} {
+			// Trailing bytes inside a valid frame (checksum recomputed), so
+			// that the decoder's own end check must refuse them.
+			body := append(bytes.Clone(b[:len(b)-4]), tail...)
+			framed := binary.BigEndian.AppendUint32(body, crc32.Checksum(body, castagnoli))
+			err := c.dst.UnmarshalBinary(framed)
+			if !errors.Is(err, ErrInvalidState) {
+				t.Errorf("%s with %d trailing bytes: UnmarshalBinary = %v, want InvalidState", name, len(tail), err)
+			}
+		}
+	}
+}

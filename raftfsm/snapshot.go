@@ -100,43 +100,25 @@ func (f *FSM) RestoreState(b []byte) error {
 	if !ok {
 		return ErrInvalidState
 	}
-	keys := map[string]KeyRecord{}
+	keys, ok := restoreKeys(st.GetKeys())
+	if !ok {
+		return ErrInvalidState
+	}
 	tenants := map[string]*Tenant{}
 	for _, ts := range st.GetTenants() {
 		if _, dup := tenants[ts.GetName()]; dup || !distributed.ValidIdentifier(ts.GetName()) {
 			return ErrInvalidState
 		}
-		lim, err := LimitsFromProto(ts.GetLimits())
-		if err != nil {
+		t, ok := restoreTenant(ts, keys)
+		if !ok {
 			return ErrInvalidState
-		}
-		rl, err := ResultLimitsFromProto(ts.GetResultLimits())
-		if err != nil {
-			return ErrInvalidState
-		}
-		pool, err := distributed.RestoreWorkerPool(ts.GetPoolState())
-		if err != nil || pool.Limits() != lim {
-			return ErrInvalidState
-		}
-		res, err := distributed.RestoreResultAggregator(ts.GetResultState())
-		if err != nil || res.Limits() != rl {
-			return ErrInvalidState
-		}
-		t := &Tenant{name: ts.GetName(), limits: lim, resultLimits: rl, pool: pool, results: res,
-			owners: map[string]string{}, scans: map[string][]string{}}
-		for _, o := range ts.GetWorkerOwners() {
-			t.owners[o.GetWorkerId()] = o.GetKeyId()
-		}
-		for _, s := range ts.GetScans() {
-			t.scans[s.GetScanId()] = slices.Clone(s.GetTaskIds())
 		}
 		tenants[t.name] = t
 	}
-	for _, k := range st.GetKeys() {
-		if _, ok := tenants[k.GetTenant()]; !ok || len(k.GetSecretHash()) != 32 {
+	for _, k := range keys {
+		if _, ok := tenants[k.Tenant]; !ok {
 			return ErrInvalidState
 		}
-		keys[k.GetKeyId()] = KeyRecord{ID: k.GetKeyId(), Hash: slices.Clone(k.GetSecretHash()), Tenant: k.GetTenant(), Role: k.GetRole()}
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -146,6 +128,66 @@ func (f *FSM) RestoreState(b []byte) error {
 	f.tenants = tenants
 	f.nodes = nodes
 	return nil
+}
+
+// restoreKeys validates a snapshot's key table: unique valid IDs, 32-byte
+// hashes, known roles.
+func restoreKeys(in []*pb.KeyRecord) (map[string]KeyRecord, bool) {
+	keys := make(map[string]KeyRecord, len(in))
+	for _, k := range in {
+		_, dup := keys[k.GetKeyId()]
+		if dup || !distributed.ValidIdentifier(k.GetKeyId()) || len(k.GetSecretHash()) != 32 || !validRole(k.GetRole()) {
+			return nil, false
+		}
+		keys[k.GetKeyId()] = KeyRecord{ID: k.GetKeyId(), Hash: slices.Clone(k.GetSecretHash()), Tenant: k.GetTenant(), Role: k.GetRole()}
+	}
+	return keys, true
+}
+
+func validRole(r string) bool { return r == RoleAdmin || r == RoleProducer || r == RoleWorker }
+
+// restoreTenant validates one tenant: limits, the core's pool and result
+// states under those limits, worker owners bound to worker keys of this
+// tenant, and scans listing tasks of the pool.
+func restoreTenant(ts *pb.TenantState, keys map[string]KeyRecord) (*Tenant, bool) {
+	lim, err := LimitsFromProto(ts.GetLimits())
+	if err != nil {
+		return nil, false
+	}
+	rl, err := ResultLimitsFromProto(ts.GetResultLimits())
+	if err != nil {
+		return nil, false
+	}
+	pool, err := distributed.RestoreWorkerPool(ts.GetPoolState())
+	if err != nil || pool.Limits() != lim {
+		return nil, false
+	}
+	res, err := distributed.RestoreResultAggregator(ts.GetResultState())
+	if err != nil || res.Limits() != rl {
+		return nil, false
+	}
+	t := &Tenant{name: ts.GetName(), limits: lim, resultLimits: rl, pool: pool, results: res,
+		owners: map[string]string{}, scans: map[string][]string{}}
+	for _, o := range ts.GetWorkerOwners() {
+		k, ok := keys[o.GetKeyId()]
+		_, dup := t.owners[o.GetWorkerId()]
+		if dup || !ok || k.Role != RoleWorker || k.Tenant != t.name {
+			return nil, false
+		}
+		t.owners[o.GetWorkerId()] = o.GetKeyId()
+	}
+	for _, sc := range ts.GetScans() {
+		if _, dup := t.scans[sc.GetScanId()]; dup || !distributed.ValidIdentifier(sc.GetScanId()) {
+			return nil, false
+		}
+		for _, id := range sc.GetTaskIds() {
+			if task, _, err := pool.GetTask(id); err != nil || task.ScanID() != sc.GetScanId() {
+				return nil, false
+			}
+		}
+		t.scans[sc.GetScanId()] = slices.Clone(sc.GetTaskIds())
+	}
+	return t, true
 }
 
 type snapshot struct {

@@ -74,6 +74,11 @@ type outcome struct {
 	err      error
 }
 
+// renewInterval is how often a running task's lease is renewed, and how
+// long one renewal may take: a third of the TTL, so that two renewals can
+// fail (a leader change, a slow network) before the lease runs out.
+func renewInterval(ttl time.Duration) time.Duration { return ttl / 3 }
+
 // runTask starts, runs, renews and reports one task. hard ends only when
 // the agent crashes.
 func (a *Agent) runTask(hard context.Context, r *running) {
@@ -92,7 +97,7 @@ func (a *Agent) runTask(hard context.Context, r *running) {
 	defer cancel()
 	done := make(chan outcome, 1)
 	go func() { done <- a.execute(ctx, r.task, log) }()
-	renew := time.NewTicker(ttl / 3)
+	renew := time.NewTicker(renewInterval(ttl))
 	defer renew.Stop()
 	for {
 		select {
@@ -116,7 +121,7 @@ func (a *Agent) runTask(hard context.Context, r *running) {
 			a.fail(hard, r, deadline, log)
 			return
 		case <-renew.C:
-			rctx, rcancel := context.WithTimeout(hard, ttl/3)
+			rctx, rcancel := context.WithTimeout(hard, renewInterval(ttl))
 			resp, err := a.c.RenewLease(rctx, &pb.RenewLeaseRequest{LeaseToken: r.token, LeaseTtlSecs: uint64(ttl / time.Second)})
 			rcancel()
 			switch {

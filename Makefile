@@ -5,7 +5,7 @@ SIM_COMMANDS ?= 10000000
 BENCHTIME ?= 1s
 COUNT ?= 1
 
-.PHONY: help test test/race bench fuzz sim lint verify tidy proto
+.PHONY: help test test/race bench fuzz fuzz-short sim lint verify tidy proto
 
 help: ## list targets
 	@grep -E '^[a-zA-Z/_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "%-12s %s\n", $$1, $$2}'
@@ -34,9 +34,13 @@ lint: ## go vet, gofmt and staticcheck
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
-verify: ## formatting, go.mod tidiness and generated code are up to date
+verify: ## formatting, go.mod tidiness and generated code are up to date (regenerates gen/)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))"
 	$(GO) mod tidy -diff
+	sh scripts/check-gen.sh
+
+fuzz-short: ## run every fuzz target for a few seconds (what CI runs)
+	sh scripts/fuzz-short.sh
 
 tidy: ## go mod tidy
 	$(GO) mod tidy

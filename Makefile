@@ -5,7 +5,7 @@ SIM_COMMANDS ?= 10000000
 BENCHTIME ?= 1s
 COUNT ?= 1
 
-.PHONY: help test test/race bench fuzz fuzz-short sim lint verify tidy proto
+.PHONY: help test test/race bench fuzz fuzz-short mutants sim lint verify tidy proto
 
 help: ## list targets
 	@grep -E '^[a-zA-Z/_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "%-12s %s\n", $$1, $$2}'
@@ -38,6 +38,9 @@ verify: ## formatting, go.mod tidiness and generated code are up to date (regene
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))"
 	$(GO) mod tidy -diff
 	sh scripts/check-gen.sh
+
+mutants: ## mutation test: every mutant in scripts/mutants.txt must fail the tests
+	$(GO) run ./scripts/mutants
 
 fuzz-short: ## run every fuzz target for a few seconds (what CI runs)
 	sh scripts/fuzz-short.sh

@@ -1,7 +1,5 @@
 package distributed
 
-import "fmt"
-
 // CheckInvariants audits the whole state (O(n)) and returns ErrStateInvariant
 // naming the first invariant that does not hold. It is meant for tests, the
 // simulator and Restore; commands never call it.
@@ -19,161 +17,228 @@ func (c *coordinator) checkInvariants() error {
 	return nil
 }
 
-// audit checks the invariants I1–I10 of ARCHITECTURE.md. The caller holds the
-// lock (or owns c exclusively, as Restore does).
+// audit checks the invariants I1–I10 of ARCHITECTURE.md, one group at a
+// time. The caller holds the lock (or owns c exclusively, as Restore does).
 func (c *coordinator) audit() *Error {
-	bad := func(format string, args ...any) *Error { return invariantError(fmt.Sprintf(format, args...)) }
-	l := c.limits
-	if err := l.Validate(); err != nil {
-		return bad("I1: limits are invalid")
+	if err := c.limits.Validate(); err != nil {
+		return auditError("I1: limits are invalid")
 	}
-	active, terminal, queued, leased := 0, 0, 0, 0
-	leasesByWorker := make(map[string]int)
-	seenLease := make(map[uint64]bool)
+	tally := taskTally{leasesByWorker: map[string]int{}, seenLease: map[uint64]bool{}}
 	for id, t := range c.tasks {
 		if id != t.id {
-			return bad("I2: task map key differs from its record")
+			return auditError("I2: task map key differs from its record")
 		}
-		if validateTaskSpec(TaskSpec{TaskID: t.id, ScanID: t.scanID, TargetRef: t.target, Phases: t.phases, Priority: t.priority}) != nil {
-			return bad("I2: a task record holds an invalid spec")
-		}
-		if !t.status.Valid() || t.version == 0 {
-			return bad("I2: task status or record version is invalid")
-		}
-		if uint64(t.retryCount) != t.generation || t.retryCount > l.MaxRetries {
-			return bad("I5: retry count must equal the task generation and stay within max_retries")
-		}
-		if t.attempt < t.retryCount {
-			return bad("I5: attempt is below the retry count")
-		}
-		if t.createdAt > c.logicalTime {
-			return bad("I8: task created after logical time")
-		}
-		if t.status.Terminal() {
-			terminal++
-			if c.byAge.Has(t) {
-				return bad("I3: terminal task in the age index")
-			}
-		} else {
-			active++
-			if !c.byAge.Has(t) {
-				return bad("I3: non-terminal task missing from the age index")
-			}
-		}
-		inQueue := c.queue.Has(t)
-		if (t.status == TaskQueued) != inQueue {
-			return bad("I2: queue membership differs from queued status")
-		}
-		if inQueue {
-			queued++
-			if t.ordinal == 0 || t.ordinal > c.lastOrdinal {
-				return bad("I2: queued task has an invalid ordinal")
-			}
-		}
-		wantLease := t.status == TaskLeased || t.status == TaskRunning
-		if wantLease != t.hasLease {
-			return bad("I3: lease presence differs from leased/running status")
-		}
-		if !t.status.Terminal() && t.hasStarted != (t.status == TaskRunning) {
-			return bad("I3: started time on a task that is not running")
-		}
-		if t.hasCompleted != (t.status == TaskCompleted) {
-			return bad("I3: completion time without completed status")
-		}
-		if t.hasLease {
-			leased++
-			ls := t.lease
-			if ls.taskID != t.id || ls.taskGeneration != t.generation || ls.attempt != t.attempt {
-				return bad("I3: lease does not match its task")
-			}
-			if ls.leaseID == 0 || ls.leaseID > c.lastLeaseID || seenLease[ls.leaseID] {
-				return bad("I7: lease ID is zero, unissued or duplicated")
-			}
-			seenLease[ls.leaseID] = true
-			if ls.acquiredAt > c.logicalTime || ls.expiresAt <= ls.acquiredAt {
-				return bad("I8: lease times are inconsistent")
-			}
-			if !c.byExpiry.Has(t) {
-				return bad("I3: lease missing from the expiry index")
-			}
-			w := c.workers[ls.workerID]
-			if w == nil || w.status == WorkerOffline || w.generation != ls.workerGeneration || w.leases[ls.leaseID] != t {
-				return bad("I4: lease is not held by a live worker of its generation")
-			}
-			leasesByWorker[w.id]++
-		}
-		proofLease, proofIsLease := t.proof.Lease()
-		leaseProofOK := proofIsLease && proofLease.taskID == t.id && proofLease.taskGeneration == t.generation &&
-			proofLease.attempt == t.attempt && proofLease.leaseID != 0 && proofLease.leaseID <= c.lastLeaseID &&
-			ValidIdentifier(proofLease.workerID) && c.workers[proofLease.workerID] != nil
-		switch t.status {
-		case TaskCompleted:
-			r := t.receipt
-			if !t.hasProof || !leaseProofOK || r.taskID != t.id || r.recordVersion != t.version ||
-				r.taskGeneration != t.generation || r.attempt != proofLease.attempt || r.leaseID != proofLease.leaseID ||
-				r.workerID != proofLease.workerID || r.workerGeneration != proofLease.workerGeneration {
-				return bad("I10: completed task lacks its retained lease and matching receipt")
-			}
-		case TaskFailed:
-			if !t.hasProof || !leaseProofOK || t.retryCount != l.MaxRetries {
-				return bad("I10: failed task lacks its exhausting lease or has retries left")
-			}
-		case TaskCancelled:
-			fence, isFence := t.proof.Fence()
-			fenceOK := isFence && fence.taskID == t.id && fence.taskGeneration == t.generation && fence.recordVersion+1 == t.version
-			if !t.hasProof || !(fenceOK || leaseProofOK) {
-				return bad("I10: cancelled task lacks the ownership that cancelled it")
-			}
-		default:
-			if t.hasProof || !t.receipt.IsZero() {
-				return bad("I10: non-terminal or expired task retains a terminal proof")
-			}
+		if err := c.auditTask(t, &tally); err != nil {
+			return err
 		}
 	}
-	if active != c.active || terminal != c.terminal {
-		return bad("I1: active/terminal counters differ from the records")
-	}
-	if queued != c.queue.Len() || leased != c.byExpiry.Len() || active != c.byAge.Len() {
-		return bad("I2: an index holds records it should not")
-	}
-	if len(c.tasks) > l.MaxTaskRecords || active > l.MaxActiveTasks || queued > l.MaxQueuedTasks || terminal+active > l.MaxTerminalTasks {
-		return bad("I1: a task bound is exceeded")
-	}
-	if len(c.workers) > l.MaxWorkers {
-		return bad("I1: the worker bound is exceeded")
+	if err := c.auditCounts(&tally); err != nil {
+		return err
 	}
 	linked := 0
 	for id, w := range c.workers {
-		if id != w.id || !ValidIdentifier(id) {
-			return bad("I4: worker map key differs from its record")
-		}
-		if w.generation == 0 || !w.status.Valid() || w.capacity == 0 || w.capacity > MaxWorkerCapacity {
-			return bad("I4: worker record is invalid")
-		}
-		if validateUtilization(w.cpu, w.mem, w.net) != nil || len(w.tags) > MaxWorkerTags {
-			return bad("I4: worker utilization or tags are invalid")
-		}
-		for i, tag := range w.tags {
-			if !tag.Valid() || (i > 0 && w.tags[i-1] >= tag) {
-				return bad("I4: worker tags are not sorted, distinct and valid")
-			}
-		}
-		if w.lastHeartbeat > c.logicalTime {
-			return bad("I8: heartbeat after logical time")
-		}
-		if int(w.current) != len(w.leases) || leasesByWorker[id] != len(w.leases) {
-			return bad("I4: CurrentTasks differs from the leases the worker holds")
-		}
-		if w.status == WorkerOffline && w.current != 0 {
-			return bad("I4: an offline worker holds leases")
-		}
-		if w.status == WorkerOffline && (w.parent != nil || w.left != nil || w.right != nil) {
-			return bad("I9: an offline worker is linked into the live-worker index")
+		if err := c.auditWorker(id, w, tally.leasesByWorker[id]); err != nil {
+			return err
 		}
 		if w.status != WorkerOffline {
 			linked++
 		}
 	}
+	return c.auditTreap(linked)
+}
+
+func auditError(reason string) *Error { return invariantError(reason) }
+
+// taskTally accumulates what the per-task checks count.
+type taskTally struct {
+	active, terminal, queued, leased int
+	leasesByWorker                   map[string]int
+	seenLease                        map[uint64]bool
+}
+
+// auditTask checks one task record: its spec and counters (I2, I5, I8),
+// its index memberships (I2, I3), its lease (I3, I4, I7, I8) and its
+// retained proof (I10).
+func (c *coordinator) auditTask(t *taskRec, tally *taskTally) *Error {
+	if validateTaskSpec(TaskSpec{TaskID: t.id, ScanID: t.scanID, TargetRef: t.target, Phases: t.phases, Priority: t.priority}) != nil {
+		return auditError("I2: a task record holds an invalid spec")
+	}
+	if !t.status.Valid() || t.version == 0 {
+		return auditError("I2: task status or record version is invalid")
+	}
+	if uint64(t.retryCount) != t.generation || t.retryCount > c.limits.MaxRetries {
+		return auditError("I5: retry count must equal the task generation and stay within max_retries")
+	}
+	if t.attempt < t.retryCount {
+		return auditError("I5: attempt is below the retry count")
+	}
+	if t.createdAt > c.logicalTime {
+		return auditError("I8: task created after logical time")
+	}
+	if err := c.auditTaskIndexes(t, tally); err != nil {
+		return err
+	}
+	if t.hasLease {
+		if err := c.auditLease(t, tally); err != nil {
+			return err
+		}
+	}
+	return c.auditTaskProof(t)
+}
+
+// auditTaskIndexes checks that the age index holds exactly the
+// non-terminal tasks, the queue exactly the queued ones (I2, I3), and that
+// the status agrees with the lease and the start and completion times.
+func (c *coordinator) auditTaskIndexes(t *taskRec, tally *taskTally) *Error {
+	if t.status.Terminal() {
+		tally.terminal++
+		if c.byAge.Has(t) {
+			return auditError("I3: terminal task in the age index")
+		}
+	} else {
+		tally.active++
+		if !c.byAge.Has(t) {
+			return auditError("I3: non-terminal task missing from the age index")
+		}
+	}
+	inQueue := c.queue.Has(t)
+	if (t.status == TaskQueued) != inQueue {
+		return auditError("I2: queue membership differs from queued status")
+	}
+	if inQueue {
+		tally.queued++
+		if t.ordinal == 0 || t.ordinal > c.lastOrdinal {
+			return auditError("I2: queued task has an invalid ordinal")
+		}
+	}
+	wantLease := t.status == TaskLeased || t.status == TaskRunning
+	if wantLease != t.hasLease {
+		return auditError("I3: lease presence differs from leased/running status")
+	}
+	if !t.status.Terminal() && t.hasStarted != (t.status == TaskRunning) {
+		return auditError("I3: started time on a task that is not running")
+	}
+	if t.hasCompleted != (t.status == TaskCompleted) {
+		return auditError("I3: completion time without completed status")
+	}
+	return nil
+}
+
+// auditLease checks a leased or running task's lease: it matches the task
+// (I3), was issued once (I7), has consistent times (I8), is in the expiry
+// index (I3) and is held by a live worker of its generation (I4).
+func (c *coordinator) auditLease(t *taskRec, tally *taskTally) *Error {
+	tally.leased++
+	ls := t.lease
+	if ls.taskID != t.id || ls.taskGeneration != t.generation || ls.attempt != t.attempt {
+		return auditError("I3: lease does not match its task")
+	}
+	if ls.leaseID == 0 || ls.leaseID > c.lastLeaseID || tally.seenLease[ls.leaseID] {
+		return auditError("I7: lease ID is zero, unissued or duplicated")
+	}
+	tally.seenLease[ls.leaseID] = true
+	if ls.acquiredAt > c.logicalTime || ls.expiresAt <= ls.acquiredAt {
+		return auditError("I8: lease times are inconsistent")
+	}
+	if !c.byExpiry.Has(t) {
+		return auditError("I3: lease missing from the expiry index")
+	}
+	w := c.workers[ls.workerID]
+	if w == nil || w.status == WorkerOffline || w.generation != ls.workerGeneration || w.leases[ls.leaseID] != t {
+		return auditError("I4: lease is not held by a live worker of its generation")
+	}
+	tally.leasesByWorker[w.id]++
+	return nil
+}
+
+// auditTaskProof checks the proof a terminal task retains (I10).
+func (c *coordinator) auditTaskProof(t *taskRec) *Error {
+	proofLease, proofIsLease := t.proof.Lease()
+	leaseProofOK := proofIsLease && proofLease.taskID == t.id && proofLease.taskGeneration == t.generation &&
+		proofLease.attempt == t.attempt && proofLease.leaseID != 0 && proofLease.leaseID <= c.lastLeaseID &&
+		ValidIdentifier(proofLease.workerID) && c.workers[proofLease.workerID] != nil
+	switch t.status {
+	case TaskCompleted:
+		r := t.receipt
+		if !t.hasProof || !leaseProofOK || r.taskID != t.id || r.recordVersion != t.version ||
+			r.taskGeneration != t.generation || r.attempt != proofLease.attempt || r.leaseID != proofLease.leaseID ||
+			r.workerID != proofLease.workerID || r.workerGeneration != proofLease.workerGeneration {
+			return auditError("I10: completed task lacks its retained lease and matching receipt")
+		}
+	case TaskFailed:
+		if !t.hasProof || !leaseProofOK || t.retryCount != c.limits.MaxRetries {
+			return auditError("I10: failed task lacks its exhausting lease or has retries left")
+		}
+	case TaskCancelled:
+		fence, isFence := t.proof.Fence()
+		fenceOK := isFence && fence.taskID == t.id && fence.taskGeneration == t.generation && fence.recordVersion+1 == t.version
+		if !t.hasProof || !(fenceOK || leaseProofOK) {
+			return auditError("I10: cancelled task lacks the ownership that cancelled it")
+		}
+	default:
+		if t.hasProof || !t.receipt.IsZero() {
+			return auditError("I10: non-terminal or expired task retains a terminal proof")
+		}
+	}
+	return nil
+}
+
+// auditCounts compares the tallies with the counters, the index sizes and
+// the bounds (I1, I2).
+func (c *coordinator) auditCounts(tally *taskTally) *Error {
+	l := c.limits
+	if tally.active != c.active || tally.terminal != c.terminal {
+		return auditError("I1: active/terminal counters differ from the records")
+	}
+	if tally.queued != c.queue.Len() || tally.leased != c.byExpiry.Len() || tally.active != c.byAge.Len() {
+		return auditError("I2: an index holds records it should not")
+	}
+	if len(c.tasks) > l.MaxTaskRecords || tally.active > l.MaxActiveTasks || tally.queued > l.MaxQueuedTasks ||
+		tally.terminal+tally.active > l.MaxTerminalTasks {
+		return auditError("I1: a task bound is exceeded")
+	}
+	if len(c.workers) > l.MaxWorkers {
+		return auditError("I1: the worker bound is exceeded")
+	}
+	return nil
+}
+
+// auditWorker checks one worker record (I4, I8, I9); leases is the number
+// of live leases the tasks name it as holder of.
+func (c *coordinator) auditWorker(id string, w *workerRec, leases int) *Error {
+	if id != w.id || !ValidIdentifier(id) {
+		return auditError("I4: worker map key differs from its record")
+	}
+	if w.generation == 0 || !w.status.Valid() || w.capacity == 0 || w.capacity > MaxWorkerCapacity {
+		return auditError("I4: worker record is invalid")
+	}
+	if validateUtilization(w.cpu, w.mem, w.net) != nil || len(w.tags) > MaxWorkerTags {
+		return auditError("I4: worker utilization or tags are invalid")
+	}
+	for i, tag := range w.tags {
+		if !tag.Valid() || (i > 0 && w.tags[i-1] >= tag) {
+			return auditError("I4: worker tags are not sorted, distinct and valid")
+		}
+	}
+	if w.lastHeartbeat > c.logicalTime {
+		return auditError("I8: heartbeat after logical time")
+	}
+	if int(w.current) != len(w.leases) || leases != len(w.leases) {
+		return auditError("I4: CurrentTasks differs from the leases the worker holds")
+	}
+	if w.status == WorkerOffline && w.current != 0 {
+		return auditError("I4: an offline worker holds leases")
+	}
+	if w.status == WorkerOffline && (w.parent != nil || w.left != nil || w.right != nil) {
+		return auditError("I9: an offline worker is linked into the live-worker index")
+	}
+	return nil
+}
+
+// auditTreap checks the live-worker index (I9): exactly the linked
+// workers, in key order, heap-ordered by priority, with parent links,
+// cached scores and subtree bests.
+func (c *coordinator) auditTreap(linked int) *Error {
 	count := 0
 	var prev *workerRec
 	ok := treapWalk(c.alive, func(w *workerRec) bool {
@@ -198,7 +263,7 @@ func (c *coordinator) audit() *Error {
 		ok = false
 	}
 	if !ok || count != linked {
-		return bad("I9: the live-worker index differs from the worker records")
+		return auditError("I9: the live-worker index differs from the worker records")
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -441,10 +442,36 @@ func (c *coordinator) canCommit() *Error {
 }
 
 // commit finishes a successful command: one revision, logical time = now.
+// In invariants builds it then audits the state (assertAfterCommand).
 func (c *coordinator) commit(now uint64) uint64 {
 	c.revision++
 	c.logicalTime = now
+	if invariantsEnabled {
+		c.assertAfterCommand()
+	}
 	return c.revision
+}
+
+// auditEveryCommandRecords bounds the state size up to which invariants
+// builds audit after every command; larger states are audited every
+// auditLargeStateEvery commands, so a test that fills a pool to its hard
+// ceilings stays O(n) per audit amortised, not O(n²).
+const (
+	auditEveryCommandRecords = 2048
+	auditLargeStateEvery     = 1024
+)
+
+// assertAfterCommand runs the full audit after a command (invariants
+// builds only) and panics naming the broken invariant: a programmer error
+// in the core, caught at the command that caused it. NB: release builds
+// never get here, so the core still never panics in production.
+func (c *coordinator) assertAfterCommand() {
+	if len(c.tasks)+len(c.workers) > auditEveryCommandRecords && c.revision%auditLargeStateEvery != 0 {
+		return
+	}
+	if err := c.audit(); err != nil {
+		panic("distributed: invariant broken by the command that committed revision " + strconv.FormatUint(c.revision, 10) + ": " + err.Reason)
+	}
 }
 
 func exhausted(counter string) *Error { return &Error{Kind: KindCounterExhausted, Counter: counter} }

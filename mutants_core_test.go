@@ -7,8 +7,8 @@ package distributed
 import (
 	"bytes"
 	"encoding/binary"
-	"hash/crc32"
 	"errors"
+	"hash/crc32"
 	"slices"
 	"testing"
 )

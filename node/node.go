@@ -168,10 +168,18 @@ type Node struct {
 	wal    *wal.WAL
 	meta   *metadb.BoltMetaDB
 	trans  *raft.NetworkTransport
+	stream *tlsStreamLayer
 	secret []byte
-	codec  *token.Codec
-	wake   *notifier
-	clu    clusterState
+	// incarnation is carried in this node's raft certificate, and
+	// verifyPeer (nil: accept every holder of the cluster credential) and
+	// onRaftRefused (nil: only logged) are the stream layer's hooks; all
+	// are set before openRaft.
+	incarnation   []byte
+	verifyPeer    func(peerNodeID string, peerIncarnation []byte) error
+	onRaftRefused func(reason string)
+	codec         *token.Codec
+	wake          *notifier
+	clu           clusterState
 
 	proposals chan *proposal
 	inflight  chan *inflightBatch
@@ -192,9 +200,14 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	if err := os.MkdirAll(filepath.Join(cfg.DataDir, raftDir, "wal"), 0o700); err != nil {
 		return nil, err
 	}
-	secret, err := initSecret(cfg)
+	secret, wroteSecret, err := initSecret(cfg)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Join != nil && secret == nil {
+		if secret, err = fetchSecret(ctx, cfg); err != nil {
+			return nil, err
+		}
 	}
 	n := &Node{
 		cfg:       cfg,
@@ -214,9 +227,14 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	n.wg.Add(2)
 	go n.proposeLoop()
 	go n.respondLoop()
-	if cfg.Join != nil && (!existing || n.secret == nil) {
+	if cfg.Join != nil && !existing {
 		if err := n.join(ctx); err != nil {
 			n.Close()
+			if wroteSecret && errors.Is(err, ErrJoinerUnverified) {
+				// NB: the leader proved this secret foreign and changed
+				// nothing; do not leave it behind for a later start.
+				_ = os.Remove(filepath.Join(cfg.DataDir, SecretFile))
+			}
 			return nil, err
 		}
 	}

@@ -28,9 +28,13 @@ type JoinRequest struct {
 	// (followers of a --peers cluster register their URL this way).
 	RaftAddr string `protobuf:"bytes,2,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
 	// api_url is the joiner's advertised API base URL (http(s)://host:port).
-	ApiUrl        string `protobuf:"bytes,3,opt,name=api_url,json=apiUrl,proto3" json:"api_url,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ApiUrl string `protobuf:"bytes,3,opt,name=api_url,json=apiUrl,proto3" json:"api_url,omitempty"`
+	// credential_only: return the cluster secret without any configuration
+	// change (a joiner fetches it before it opens its raft transport);
+	// raft_addr and api_url must then be empty.
+	CredentialOnly bool `protobuf:"varint,4,opt,name=credential_only,json=credentialOnly,proto3" json:"credential_only,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *JoinRequest) Reset() {
@@ -82,6 +86,13 @@ func (x *JoinRequest) GetApiUrl() string {
 		return x.ApiUrl
 	}
 	return ""
+}
+
+func (x *JoinRequest) GetCredentialOnly() bool {
+	if x != nil {
+		return x.CredentialOnly
+	}
+	return false
 }
 
 type JoinResponse struct {
@@ -387,11 +398,12 @@ var File_termivar_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_termivar_v1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x19termivar/v1/cluster.proto\x12\vtermivar.v1\"\\\n" +
+	"\x19termivar/v1/cluster.proto\x12\vtermivar.v1\"\x85\x01\n" +
 	"\vJoinRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x17\n" +
-	"\aapi_url\x18\x03 \x01(\tR\x06apiUrl\"k\n" +
+	"\aapi_url\x18\x03 \x01(\tR\x06apiUrl\x12'\n" +
+	"\x0fcredential_only\x18\x04 \x01(\bR\x0ecredentialOnly\"k\n" +
 	"\fJoinResponse\x12%\n" +
 	"\x0ecluster_secret\x18\x01 \x01(\fR\rclusterSecret\x124\n" +
 	"\amembers\x18\x02 \x03(\v2\x1a.termivar.v1.ClusterMemberR\amembers\"\x92\x01\n" +

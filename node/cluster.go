@@ -81,6 +81,11 @@ type JoinFunc func(ctx context.Context, mode JoinMode, nodeID, raftAddr string) 
 // fails or answers as another node; the configuration is unchanged.
 var ErrJoinerUnverified = errors.New("node: the joiner could not be verified")
 
+// JoinerUnverified returns an error that wraps ErrJoinerUnverified with
+// the leader's reason (for JoinFunc implementations that receive the
+// refusal over the API).
+func JoinerUnverified(reason string) error { return &joinerError{reason} }
+
 // joinerError is an ErrJoinerUnverified with the reason.
 type joinerError struct{ msg string }
 

@@ -122,7 +122,7 @@ func (c clusterFlags) joinFunc(apiURL string, logger *slog.Logger, tlsConf *tls.
 		logger.Info("joining the cluster", "via", c.join, "node_id", nodeID, "raft", raftAddr, "api", apiURL, "credential_only", req.CredentialOnly)
 		res, err := cl.Join(ctx, req)
 		if d, ok := server.DetailOf(err); ok && d.GetKind() == server.KindJoinUnverified {
-			return nil, fmt.Errorf("%w: %s", node.ErrJoinerUnverified, d.GetReason())
+			return nil, node.JoinerUnverified(d.GetReason())
 		}
 		if err != nil {
 			return nil, err

@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
 	"github.com/termivar/distributed/client"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 	"github.com/termivar/distributed/node"
@@ -75,6 +77,30 @@ func TestCluster_JoinWithForeignSecretRefused(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(n4.dir, node.SecretFile)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the refused joiner kept the foreign secret: %v", err)
+	}
+
+	// credential_only hands out the secret and changes nothing; it takes no
+	// raft_addr, and only system admins may call it.
+	secret, _ := os.ReadFile(c.secretFile)
+	if r, err := admin.Join(ctx, &pb.JoinRequest{NodeId: "n9", CredentialOnly: true}); err != nil || !bytes.Equal(r.GetClusterSecret(), secret) {
+		t.Fatalf("Join(credential_only) = secret equal %v, %v", bytes.Equal(r.GetClusterSecret(), secret), err)
+	}
+	if _, err := admin.Join(ctx, &pb.JoinRequest{NodeId: "n9", RaftAddr: "127.0.0.1:1", CredentialOnly: true}); codeOf(err) != connect.CodeInvalidArgument {
+		t.Fatalf("Join(credential_only, raft_addr) = %v", err)
+	}
+	prod := c.client(c.urls(0), c.createKey(admin, "producer"))
+	if _, err := prod.Join(ctx, &pb.JoinRequest{NodeId: "n9", CredentialOnly: true}); codeOf(err) != connect.CodePermissionDenied {
+		t.Fatalf("Join(credential_only) with a producer key = %v", err)
+	}
+	// A raft address nobody listens on is refused as unverified too.
+	dead := listen(t)
+	deadAddr := dead.Addr().String()
+	dead.Close()
+	if _, err := admin.Join(ctx, &pb.JoinRequest{NodeId: "n9", RaftAddr: deadAddr}); codeOf(err) != connect.CodeFailedPrecondition {
+		t.Fatalf("Join(unreachable raft_addr) = %v", err)
+	}
+	if got := memberSet(t, ctx, admin); got != before {
+		t.Fatalf("members after the Join calls = %s, want %s", got, before)
 	}
 
 	// The command exits 2 (rejected), and still nothing changed.

@@ -312,7 +312,7 @@ func (s *tlsStreamLayer) handshakeIdentity(raw net.Conn, inbound bool, timeout t
 		tc = tls.Client(raw, s.client)
 	}
 	if err := tc.Handshake(); err != nil {
-		return peerIdentity{}, nil, fmt.Errorf("%w: %w", errNoCredential, err)
+		return peerIdentity{}, nil, handshakeErr(err)
 	}
 	id, err := identityOf(tc.ConnectionState())
 	verdict := err
@@ -320,14 +320,14 @@ func (s *tlsStreamLayer) handshakeIdentity(raw net.Conn, inbound bool, timeout t
 		verdict = s.cfg.VerifyPeerFunc(id.NodeID, id.Incarnation)
 	}
 	if err := writeHello(tc, verdict); err != nil {
-		return id, nil, fmt.Errorf("%w: %w", errNoCredential, err)
+		return id, nil, handshakeErr(err)
 	}
 	reason, refused, err := readHello(tc)
 	switch {
 	case err != nil:
 		// NB: a TLS 1.3 client learns that the server rejected its
 		// certificate only here, from the server's alert.
-		return id, nil, fmt.Errorf("%w: %w", errNoCredential, err)
+		return id, nil, handshakeErr(err)
 	case verdict != nil:
 		return id, nil, &refusedError{by: "us", reason: verdict.Error()}
 	case refused:
@@ -345,6 +345,15 @@ func (s *tlsStreamLayer) handshakeIdentity(raw net.Conn, inbound bool, timeout t
 // errNoCredential marks a TLS or hello failure: the peer does not hold the
 // cluster credential (or is not a raft peer of this cluster at all).
 var errNoCredential = errors.New("raft handshake failed")
+
+// handshakeErr marks err as errNoCredential unless the peer merely did not
+// answer in time (a paused or overloaded member).
+func handshakeErr(err error) error {
+	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+		return fmt.Errorf("raft handshake timed out: %w", err)
+	}
+	return fmt.Errorf("%w: %w", errNoCredential, err)
+}
 
 // refusedError is a hello refusal, by us (VerifyPeerFunc) or by the peer.
 type refusedError struct{ by, reason string }

@@ -478,3 +478,29 @@ func TestNode_JoinVerified(t *testing.T) {
 		t.Fatalf("members after the refused AddVoter = %s, want %s", got, joined)
 	}
 }
+
+func TestStreamLayer_SilentServerIsATimeoutNotACredentialFailure(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	held := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			held <- c // accepted and never answered, like a paused member
+		}
+		close(held)
+	}()
+	b := newTestLayer(t, streamConfig{Secret: secretA, NodeID: "b", HandshakeTimeout: 200 * time.Millisecond})
+	_, _, err = b.dial(ln.Addr().String(), 5*time.Second)
+	var ne net.Error
+	if err == nil || errors.Is(err, errNoCredential) || !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("dial to a silent server = %v, want a timeout that is not errNoCredential", err)
+	}
+	for c := range held {
+		c.Close()
+	}
+}

@@ -1,6 +1,7 @@
 // Package node is the raft shell around the FSM: it lays out the data
 // directory, keeps the cluster secret, opens hashicorp/raft over raft-wal
-// (log and stable store) and a file snapshot store, bootstraps a one-voter
+// (log and stable store), a file snapshot store and a mutual-TLS transport
+// keyed by the cluster secret (transport.go), bootstraps a one-voter
 // cluster on first start, stamps and batches proposals, runs the leader's
 // background recovery ticker and wakes long-polling Acquire calls.
 //
@@ -87,8 +88,10 @@ type Config struct {
 	// Peers is the static voter set bootstrapped on first start (every
 	// member gets the same list, including itself; ignored on restart).
 	Peers []Peer
-	// Join, when set and the node is not yet a member, asks an existing
-	// member to add this node as a voter and returns the cluster secret.
+	// Join, when set and the node is not yet a member, is called first for
+	// the cluster secret (JoinCredential, unless the node has one) and,
+	// once raft listens, for membership (JoinMember: the leader verifies
+	// the node over the authenticated raft transport, then adds it).
 	Join JoinFunc
 	// SharedSecretFile holds a cluster secret shared by every member
 	// (required on the first start of a Peers member); it is copied to

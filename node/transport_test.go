@@ -155,12 +155,19 @@ func TestStreamLayer_ForeignSecretAndPlainTCPRejected(t *testing.T) {
 	if _, _, err := b.dial(a.Addr().String(), 5*time.Second); !errors.Is(err, errNoCredential) {
 		t.Fatalf("dial with another cluster's secret = %v, want errNoCredential", err)
 	}
+	// A foreign dialer that trusts any server: a must refuse its
+	// certificate.
+	trusting := newTestLayer(t, streamConfig{Secret: secretB, NodeID: "mallory"})
+	trusting.client.VerifyConnection = nil
+	if _, _, err := trusting.dial(a.Addr().String(), 5*time.Second); !errors.Is(err, errNoCredential) {
+		t.Fatalf("trusting dial with another cluster's secret = %v, want errNoCredential", err)
+	}
 	raw := rawConn(t, a.Addr())
 	if _, err := raw.Write([]byte("\x00plain raft rpc")); err != nil {
 		t.Fatal(err)
 	}
 	waitClosedByPeer(t, raw)
-	waitFor(t, "two rejections", func() bool { return a.Rejected() == 2 })
+	waitFor(t, "three rejections", func() bool { return a.Rejected() == 3 })
 	if b.Rejected() != 1 {
 		t.Fatalf("dialer counted %d failed handshakes, want 1", b.Rejected())
 	}
@@ -309,6 +316,9 @@ func TestNode_RaftPortRejectsUnauthenticated(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// NB: the attacker trusts any server, so it is the node that
+			// must refuse the attacker's certificate.
+			s.client.VerifyConnection = nil
 			return raft.NewNetworkTransport(s, 1, 5*time.Second, io.Discard)
 		},
 	}

@@ -60,9 +60,42 @@ func ParsePeers(s string) ([]Peer, error) {
 	return out, nil
 }
 
-// JoinFunc asks an existing member to add this node (nodeID, reachable at
-// raftAddr) as a voter and returns the cluster secret.
-type JoinFunc func(ctx context.Context, nodeID, raftAddr string) (secret []byte, err error)
+// JoinMode says what a JoinFunc asks the cluster for.
+type JoinMode int
+
+const (
+	// JoinCredential asks only for the cluster secret (Cluster.Join with
+	// credential_only, raftAddr empty); the configuration does not change.
+	JoinCredential JoinMode = iota + 1
+	// JoinMember asks the leader to verify that this node (nodeID, raft
+	// listener at raftAddr) holds the cluster credential and to add it as
+	// a voter; it also returns the cluster secret.
+	JoinMember
+)
+
+// JoinFunc asks an existing member for the cluster secret or for
+// membership (see JoinMode). When the leader refuses a JoinMember because
+// it could not verify the joiner, the error wraps ErrJoinerUnverified.
+type JoinFunc func(ctx context.Context, mode JoinMode, nodeID, raftAddr string) (secret []byte, err error)
+
+// ErrJoinerUnverified is returned by AddVoter (and by a JoinFunc, wrapped)
+// when the leader's authenticated raft dial to the joiner's raft address
+// fails or answers as another node; the configuration is unchanged.
+var ErrJoinerUnverified = errors.New("node: the joiner could not be verified")
+
+// JoinerUnverified returns an error that wraps ErrJoinerUnverified with
+// the leader's reason (for JoinFunc implementations that receive the
+// refusal over the API).
+func JoinerUnverified(reason string) error { return &joinerError{reason} }
+
+// joinerError is an ErrJoinerUnverified with the reason.
+type joinerError struct{ msg string }
+
+func (e *joinerError) Error() string        { return e.msg }
+func (e *joinerError) Is(target error) bool { return target == ErrJoinerUnverified }
+
+// joinVerifyTimeout bounds the leader's dial to a joiner.
+const joinVerifyTimeout = 10 * time.Second
 
 // Member is one server of the raft configuration.
 type Member struct {
@@ -100,44 +133,45 @@ func (c *Config) validateCluster() error {
 
 // initSecret returns the cluster secret: DIR/cluster.secret, which must
 // equal the shared secret file when one is given (and is created from it
-// on first start). Without either, a Peers member fails, a joiner gets the
-// secret from Join (nil here) and a new single node creates a random one;
-// a data dir with raft state but no secret is refused, never given a new
-// one (every outstanding token would die). Secret files must be private
-// (0600) and look random.
-func initSecret(cfg Config, raftState bool) ([]byte, error) {
+// on first start; wrote reports that). Without either, a Peers member
+// fails, a joiner gets the secret from Join (nil here) and a new single
+// node creates a random one; a data dir with raft state but no secret is
+// refused, never given a new one (every outstanding token would die).
+// Secret files must be private (0600) and look random.
+func initSecret(cfg Config, raftState bool) (secret []byte, wrote bool, err error) {
 	path := filepath.Join(cfg.DataDir, SecretFile)
 	local, err := readSecretFile(path)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, err
+		return nil, false, err
 	}
 	if cfg.SharedSecretFile != "" {
 		shared, err := readSecretFile(cfg.SharedSecretFile)
 		if err != nil {
-			return nil, fmt.Errorf("node: cluster secret file: %w", err)
+			return nil, false, fmt.Errorf("node: cluster secret file: %w", err)
 		}
 		if local != nil && !bytes.Equal(local, shared) {
-			return nil, fmt.Errorf("node: the cluster secret file differs from %s", path)
+			return nil, false, fmt.Errorf("node: the cluster secret file differs from %s", path)
 		}
 		if local == nil {
 			if err := WriteFileAtomic(path, shared, 0o600); err != nil {
-				return nil, err
+				return nil, false, err
 			}
 		}
-		return shared, nil
+		return shared, local == nil, nil
 	}
 	if local != nil {
-		return local, nil
+		return local, false, nil
 	}
 	switch {
 	case raftState:
-		return nil, dataDirError("%s is missing but the data dir holds raft state: restore the secret (every member of a cluster shares it; --cluster-secret-file takes a copy); a new one would invalidate every token", path)
+		return nil, false, dataDirError("%s is missing but the data dir holds raft state: restore the secret (every member of a cluster shares it; --cluster-secret-file takes a copy); a new one would invalidate every token", path)
 	case len(cfg.Peers) > 1:
-		return nil, errors.New("node: a --peers cluster needs --cluster-secret-file (the same file on every member)")
+		return nil, false, errors.New("node: a --peers cluster needs --cluster-secret-file (the same file on every member)")
 	case cfg.Join != nil:
-		return nil, nil
+		return nil, false, nil
 	}
-	return loadOrCreateSecret(path)
+	secret, err = loadOrCreateSecret(path)
+	return secret, err == nil, err
 }
 
 // readSecretFile reads a secret file and checks that it is private, long
@@ -159,72 +193,6 @@ func readSecretFile(path string) ([]byte, error) {
 	return b, nil
 }
 
-// streamLayer serves raft over a TCP listener and closes every connection
-// it accepted or dialed when it is closed, so that a stopped node leaves no
-// connection (and no transport goroutine) behind.
-type streamLayer struct {
-	net.Listener
-	mu     sync.Mutex
-	conns  map[*trackedConn]struct{}
-	closed bool
-}
-
-type trackedConn struct {
-	net.Conn
-	s    *streamLayer
-	once sync.Once
-}
-
-func (c *trackedConn) Close() error {
-	c.once.Do(func() {
-		c.s.mu.Lock()
-		delete(c.s.conns, c)
-		c.s.mu.Unlock()
-	})
-	return c.Conn.Close()
-}
-
-func (s *streamLayer) track(c net.Conn) (net.Conn, error) {
-	tc := &trackedConn{Conn: c, s: s}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		c.Close()
-		return nil, net.ErrClosed
-	}
-	s.conns[tc] = struct{}{}
-	return tc, nil
-}
-
-func (s *streamLayer) Accept() (net.Conn, error) {
-	c, err := s.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	return s.track(c)
-}
-
-func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	c, err := net.DialTimeout("tcp", string(addr), timeout)
-	if err != nil {
-		return nil, err
-	}
-	return s.track(c)
-}
-
-func (s *streamLayer) Close() error {
-	err := s.Listener.Close()
-	s.mu.Lock()
-	s.closed = true
-	conns := s.conns
-	s.conns = nil
-	s.mu.Unlock()
-	for c := range conns {
-		c.Conn.Close()
-	}
-	return err
-}
-
 func (n *Node) newTransport(hl hclog.Logger) (*raft.NetworkTransport, error) {
 	ln := n.cfg.RaftListener
 	if ln == nil {
@@ -237,8 +205,25 @@ func (n *Node) newTransport(hl hclog.Logger) (*raft.NetworkTransport, error) {
 		ln.Close()
 		return nil, fmt.Errorf("raft address %s is not advertisable (use a concrete host)", ln.Addr())
 	}
-	s := &streamLayer{Listener: ln, conns: map[*trackedConn]struct{}{}}
+	s, err := newStreamLayer(ln, streamConfig{
+		Secret: n.secret, NodeID: n.cfg.NodeID, Incarnation: n.incarnation,
+		VerifyPeerFunc: n.verifyPeer, OnRefusedFunc: n.onRaftRefused, Logger: n.log,
+	})
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	n.stream = s
 	return raft.NewNetworkTransportWithLogger(s, 3, 10*time.Second, hl), nil
+}
+
+// RaftRejectedConns counts raft connections that failed authentication or
+// were refused, inbound and outbound, since Open.
+func (n *Node) RaftRejectedConns() uint64 {
+	if n.stream == nil {
+		return 0
+	}
+	return n.stream.Rejected()
 }
 
 // bootstrapConfiguration is the first configuration of a new node: the
@@ -257,25 +242,35 @@ func (n *Node) bootstrapConfiguration(local raft.ServerAddress) (raft.Configurat
 	return raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: raft.ServerID(n.cfg.NodeID), Address: local}}}, true
 }
 
-// join asks a member to add this node and stores the secret it returns.
-func (n *Node) join(ctx context.Context) error {
-	secret, err := n.cfg.Join(ctx, n.cfg.NodeID, n.RaftAddr())
+// fetchSecret asks a member for the cluster secret (JoinCredential, no
+// configuration change) and stores it 0600 before raft opens, so that the
+// raft transport can prove membership.
+func fetchSecret(ctx context.Context, cfg Config) ([]byte, error) {
+	secret, err := cfg.Join(ctx, JoinCredential, cfg.NodeID, "")
 	if err != nil {
-		return fmt.Errorf("node: join: %w", err)
+		return nil, fmt.Errorf("node: join (credential): %w", err)
 	}
 	if len(secret) < token.MinSecretBytes {
-		return errors.New("node: join: the member sent no cluster secret")
+		return nil, errors.New("node: join: the member sent no cluster secret")
 	}
-	if n.secret != nil {
-		if !bytes.Equal(n.secret, secret) {
-			return errors.New("node: join: the cluster's secret differs from --cluster-secret-file")
-		}
-		return nil
+	if err := WriteFileAtomic(filepath.Join(cfg.DataDir, SecretFile), secret, 0o600); err != nil {
+		return nil, err
 	}
-	if err := WriteFileAtomic(filepath.Join(n.cfg.DataDir, SecretFile), secret, 0o600); err != nil {
-		return err
+	return secret, nil
+}
+
+// join asks the leader to verify this node over raft and add it as a
+// voter.
+func (n *Node) join(ctx context.Context) error {
+	secret, err := n.cfg.Join(ctx, JoinMember, n.cfg.NodeID, n.RaftAddr())
+	switch {
+	case errors.Is(err, ErrJoinerUnverified) && n.cfg.SharedSecretFile != "":
+		return fmt.Errorf("node: join refused, the cluster's secret differs from --cluster-secret-file: %w", err)
+	case err != nil:
+		return fmt.Errorf("node: join: %w", err)
+	case !bytes.Equal(n.secret, secret):
+		return errors.New("node: join: the cluster's secret differs from --cluster-secret-file")
 	}
-	n.secret = secret
 	return nil
 }
 
@@ -295,8 +290,14 @@ func (n *Node) waitReady(ctx context.Context) error {
 		if n.ready() {
 			return nil
 		}
+		if r, long := n.refusal(); long {
+			return dataDirError("the cluster refuses this node: %s", r)
+		}
 		select {
 		case <-ctx.Done():
+			if r, _ := n.refusal(); r != "" {
+				return dataDirError("the cluster refuses this node: %s", r)
+			}
 			return fmt.Errorf("node: waiting for the cluster (leader %q): %w", n.leaderID(), ctx.Err())
 		case <-t.C:
 		}
@@ -569,16 +570,39 @@ func (n *Node) Members() ([]Member, error) {
 // that is not in the configuration.
 var ErrNotMember = errors.New("node: not a member of the cluster")
 
-// AddVoter (on the leader) records the node's API URL and data dir
-// incarnation (may be nil) and adds it as a voter; adding a member again
-// with the same address changes nothing, and an empty raftAddr only
-// records the API URL of an existing member.
+// AddVoter (on the leader) adds the node as a voter and records its API
+// URL and data dir incarnation (may be nil). A new raft address is
+// verified first: the leader dials it through the authenticated raft
+// transport, and the peer must hold the cluster credential and answer as
+// id, else ErrJoinerUnverified and nothing changes. Adding a member again
+// with the same address changes nothing (but the API URL); an empty
+// raftAddr only records the API URL of an existing member (ErrNotMember
+// otherwise).
 func (n *Node) AddVoter(ctx context.Context, id, raftAddr, apiURL string, incarnation []byte) error {
 	if n.raft.State() != raft.Leader {
 		return ErrNotLeader
 	}
 	if raftAddr == "" && apiURL == "" {
 		return ErrNotMember
+	}
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return mapRaftErr(err)
+	}
+	member, current := false, false
+	for _, s := range f.Configuration().Servers {
+		if string(s.ID) == id {
+			member = true
+			current = (raftAddr == "" || string(s.Address) == raftAddr) && s.Suffrage == raft.Voter
+		}
+	}
+	if raftAddr == "" && !member {
+		return ErrNotMember
+	}
+	if raftAddr != "" && !current {
+		if err := n.verifyJoiner(id, raftAddr); err != nil {
+			return err
+		}
 	}
 	if apiURL != "" {
 		u, ok := n.fsm.NodeAPIURL(id)
@@ -589,21 +613,31 @@ func (n *Node) AddVoter(ctx context.Context, id, raftAddr, apiURL string, incarn
 			}
 		}
 	}
-	f := n.raft.GetConfiguration()
-	if err := f.Error(); err != nil {
-		return mapRaftErr(err)
-	}
-	member := false
-	for _, s := range f.Configuration().Servers {
-		member = member || string(s.ID) == id
-		if string(s.ID) == id && (raftAddr == "" || string(s.Address) == raftAddr) && s.Suffrage == raft.Voter {
-			return nil
-		}
-	}
-	if raftAddr == "" && !member {
-		return ErrNotMember
+	if current {
+		return nil
 	}
 	return mapRaftErr(n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, 30*time.Second).Error())
+}
+
+// verifyJoiner dials addr through the authenticated stream layer and
+// checks that the peer answers as node id.
+func (n *Node) verifyJoiner(id, addr string) error {
+	peer, c, err := n.stream.dial(addr, joinVerifyTimeout)
+	if c != nil {
+		c.Close()
+	}
+	var refused *refusedError
+	switch {
+	case err == nil && peer.NodeID != id:
+		return &joinerError{fmt.Sprintf("node: the joiner at %s answers as node %q, not %q", addr, peer.NodeID, id)}
+	case err == nil:
+		return nil
+	case errors.As(err, &refused):
+		return &joinerError{fmt.Sprintf("node: the joiner at %s: %v", addr, err)}
+	case errors.Is(err, errNoCredential):
+		return &joinerError{fmt.Sprintf("node: the joiner at %s does not hold this cluster's credential", addr)}
+	}
+	return &joinerError{fmt.Sprintf("node: cannot reach the joiner at %s over raft: %v", addr, err)}
 }
 
 // RemoveServer (on the leader) removes a server from the configuration and

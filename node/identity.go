@@ -207,16 +207,20 @@ func remains(dir string) []string {
 
 // prepareIdentity runs before anything in the data dir is created or
 // opened: it checks the identity against the configuration and the raft
-// state present, and returns the identity to use (new or existing).
-func prepareIdentity(cfg Config) (_ *identity, raftState bool, err error) {
+// state present, and returns the identity to use (new or existing) and
+// whether the data dir is established — it served a cluster once (its
+// identity names the epoch; for a data dir from before identity files: it
+// has raft files), so its secret must not be replaced.
+func prepareIdentity(cfg Config) (_ *identity, established bool, err error) {
 	id, err := readIdentity(cfg.DataDir)
 	if err != nil {
 		return nil, false, err
 	}
-	raftState, err = hasRaftFiles(cfg.DataDir)
+	raftState, err := hasRaftFiles(cfg.DataDir)
 	if err != nil {
 		return nil, false, err
 	}
+	established = (id != nil && id.ClusterEpoch != "" && raftState) || (id == nil && raftState)
 	if id != nil && id.NodeID != cfg.NodeID {
 		return nil, false, dataDirError("%s belongs to node %q, not %q: start it with --node-id %s, or use another --data-dir",
 			cfg.DataDir, id.NodeID, cfg.NodeID, id.NodeID)
@@ -234,7 +238,7 @@ func prepareIdentity(cfg Config) (_ *identity, raftState bool, err error) {
 			return nil, false, err
 		}
 	}
-	return id, raftState, nil
+	return id, established, nil
 }
 
 // checkNoRemains refuses a data dir without raft state that shows it
@@ -301,6 +305,30 @@ func (n *Node) verifyRaftPeer(peerID string, incarnation []byte) error {
 	}
 	return fmt.Errorf("node %s's data dir was replaced (the cluster knows incarnation %x…, it presents %x…): "+
 		"remove it (termivar-coord cluster remove %s) and re-join it with --join", peerID, rec[:4], prefix4(incarnation), peerID)
+}
+
+// raftRefused records that a member refused this node's raft connection
+// (e.g. its data dir was replaced): logged loudly each time, and named by
+// waitReady if the node cannot start. It is not fatal on its own: a
+// member that has not applied a removal yet may refuse for a moment.
+func (n *Node) raftRefused(reason string) {
+	n.lastRefusal.Store(&reason)
+	n.firstRefusal.CompareAndSwap(0, time.Now().UnixNano())
+	n.log.Error("a cluster member refused this node's raft connection", "reason", reason)
+}
+
+// refusalGrace is how long a starting node keeps waiting while members
+// refuse it before it gives up with their reason.
+const refusalGrace = 10 * time.Second
+
+// refusal returns the last reason a member refused this node and whether
+// refusals have lasted longer than refusalGrace.
+func (n *Node) refusal() (string, bool) {
+	r := n.lastRefusal.Load()
+	if r == nil {
+		return "", false
+	}
+	return *r, time.Since(time.Unix(0, n.firstRefusal.Load())) > refusalGrace
 }
 
 func prefix4(b []byte) []byte {

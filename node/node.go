@@ -1,6 +1,7 @@
 // Package node is the raft shell around the FSM: it lays out the data
 // directory, keeps the cluster secret, opens hashicorp/raft over raft-wal
-// (log and stable store) and a file snapshot store, bootstraps a one-voter
+// (log and stable store), a file snapshot store and a mutual-TLS transport
+// keyed by the cluster secret (transport.go), bootstraps a one-voter
 // cluster on first start, stamps and batches proposals, runs the leader's
 // background recovery ticker and wakes long-polling Acquire calls.
 //
@@ -27,6 +28,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -87,8 +89,10 @@ type Config struct {
 	// Peers is the static voter set bootstrapped on first start (every
 	// member gets the same list, including itself; ignored on restart).
 	Peers []Peer
-	// Join, when set and the node is not yet a member, asks an existing
-	// member to add this node as a voter and returns the cluster secret.
+	// Join, when set and the node is not yet a member, is called first for
+	// the cluster secret (JoinCredential, unless the node has one) and,
+	// once raft listens, for membership (JoinMember: the leader verifies
+	// the node over the authenticated raft transport, then adds it).
 	Join JoinFunc
 	// SharedSecretFile holds a cluster secret shared by every member
 	// (required on the first start of a Peers member); it is copied to
@@ -172,12 +176,22 @@ type Node struct {
 	wal    *wal.WAL
 	meta   *metadb.BoltMetaDB
 	trans  *raft.NetworkTransport
+	stream *tlsStreamLayer
 	secret []byte
-	codec  *token.Codec
-	wake   *notifier
-	clu    clusterState
-	ident  *identity
-	lock   *dirLock
+	// incarnation is carried in this node's raft certificate, and
+	// verifyPeer (nil: accept every holder of the cluster credential) and
+	// onRaftRefused (nil: only logged) are the stream layer's hooks; all
+	// are set before openRaft.
+	incarnation   []byte
+	verifyPeer    func(peerNodeID string, peerIncarnation []byte) error
+	onRaftRefused func(reason string)
+	lastRefusal   atomic.Pointer[string]
+	firstRefusal  atomic.Int64 // unix nanoseconds of the first refusal
+	codec         *token.Codec
+	wake          *notifier
+	clu           clusterState
+	ident         *identity
+	lock          *dirLock
 
 	proposals chan *proposal
 	inflight  chan *inflightBatch
@@ -210,16 +224,21 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 			lock.unlock()
 		}
 	}()
-	ident, raftState, err := prepareIdentity(cfg)
+	ident, established, err := prepareIdentity(cfg)
 	if err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(filepath.Join(cfg.DataDir, raftDir, "wal"), 0o700); err != nil {
 		return nil, err
 	}
-	secret, err := initSecret(cfg, raftState)
+	secret, wroteSecret, err := initSecret(cfg, established)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Join != nil && secret == nil {
+		if secret, err = fetchSecret(ctx, cfg); err != nil {
+			return nil, err
+		}
 	}
 	n := &Node{
 		cfg:       cfg,
@@ -231,8 +250,15 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 		inflight:  make(chan *inflightBatch, 2),
 		stop:      make(chan struct{}),
 	}
-	if err := n.checkSecretIdentity(); err != nil {
-		return nil, err
+	n.incarnation = ident.incarnation()
+	n.verifyPeer = n.verifyRaftPeer
+	n.onRaftRefused = n.raftRefused
+	if established {
+		// NB: a new data dir records the fingerprint once it is ready (a
+		// joiner's fetched secret may still be refused as foreign).
+		if err := n.checkSecretIdentity(); err != nil {
+			return nil, err
+		}
 	}
 	n.fsm = raftfsm.New(raftfsm.Options{Logger: cfg.Logger, NotifyFunc: n.wake.notify})
 	existing, err := n.openRaft()
@@ -241,7 +267,7 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	n.lock = lock
-	if err := n.start(ctx, existing); err != nil {
+	if err := n.start(ctx, existing, wroteSecret); err != nil {
 		n.Close()
 		return nil, err
 	}
@@ -251,7 +277,7 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 // start runs the proposer, joins when asked, waits until the cluster is
 // ready, checks the data dir's identity against it and starts the
 // leader's background loops.
-func (n *Node) start(ctx context.Context, existing bool) error {
+func (n *Node) start(ctx context.Context, existing, wroteSecret bool) error {
 	cfg := n.cfg
 	n.wg.Add(2)
 	go n.proposeLoop()
@@ -259,15 +285,20 @@ func (n *Node) start(ctx context.Context, existing bool) error {
 	if existing {
 		n.warnPeersDiffer()
 	}
-	if cfg.Join != nil && (!existing || n.secret == nil) {
+	if cfg.Join != nil && !existing {
 		if err := n.join(ctx); err != nil {
-			return err
-		}
-		if err := n.checkSecretIdentity(); err != nil {
+			if wroteSecret && errors.Is(err, ErrJoinerUnverified) {
+				// NB: the leader proved this secret foreign and changed
+				// nothing; do not leave it behind for a later start.
+				_ = os.Remove(filepath.Join(cfg.DataDir, SecretFile))
+			}
 			return err
 		}
 	}
 	if err := n.waitReady(ctx); err != nil {
+		return err
+	}
+	if err := n.checkSecretIdentity(); err != nil {
 		return err
 	}
 	if err := n.checkEpochIdentity(); err != nil {

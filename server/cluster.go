@@ -14,6 +14,10 @@ import (
 	"github.com/termivar/distributed/raftfsm"
 )
 
+// KindJoinUnverified: the leader could not verify a joiner over the
+// authenticated raft transport (FailedPrecondition; nothing changed).
+const KindJoinUnverified = "join_unverified"
+
 // clusterHandler serves termivar.v1.Cluster (system-tenant admins only).
 type clusterHandler struct{ s *Server }
 
@@ -37,6 +41,13 @@ func (h clusterHandler) Join(ctx context.Context, req *connect.Request[pb.JoinRe
 		if !distributed.ValidIdentifier(m.GetNodeId()) {
 			return nil, 0, errInvalid("node_id must be 1 to 256 letters, digits, '.', '_', ':' or '-'")
 		}
+		if m.GetCredentialOnly() {
+			if m.GetRaftAddr() != "" || m.GetApiUrl() != "" {
+				return nil, 0, errInvalid("credential_only takes no raft_addr or api_url")
+			}
+			h.s.log.Info("cluster credential handed out", "node_id", m.GetNodeId())
+			return &pb.JoinResponse{ClusterSecret: h.s.node.Secret(), Members: h.s.members()}, 0, nil
+		}
 		if _, _, err := net.SplitHostPort(m.GetRaftAddr()); err != nil && m.GetRaftAddr() != "" {
 			return nil, 0, errInvalid("raft_addr must be host:port")
 		}
@@ -50,6 +61,8 @@ func (h clusterHandler) Join(ctx context.Context, req *connect.Request[pb.JoinRe
 		}
 		if err := h.s.node.AddVoter(ctx, m.GetNodeId(), m.GetRaftAddr(), m.GetApiUrl(), m.GetIncarnation()); errors.Is(err, node.ErrNotMember) {
 			return nil, 0, &apiError{connect.CodeFailedPrecondition, KindInvalidArgument, "without raft_addr, node_id must be a member and api_url is required"}
+		} else if errors.Is(err, node.ErrJoinerUnverified) {
+			return nil, 0, &apiError{connect.CodeFailedPrecondition, KindJoinUnverified, err.Error()}
 		} else if err != nil {
 			return nil, 0, err
 		}

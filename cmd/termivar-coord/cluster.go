@@ -96,9 +96,12 @@ func (c clusterFlags) apply(ctx context.Context, cfg *node.Config, logger *slog.
 	return ctx, cancel, nil
 }
 
-// joinFunc calls Cluster.Join on a member (which forwards to the leader).
+// joinFunc calls Cluster.Join on a member (which forwards to the leader):
+// credential_only for node.JoinCredential, with the raft address for
+// node.JoinMember. A join_unverified refusal is returned wrapping
+// node.ErrJoinerUnverified.
 func (c clusterFlags) joinFunc(apiURL string, logger *slog.Logger, tlsConf *tls.Config) node.JoinFunc {
-	return func(ctx context.Context, nodeID, raftAddr string) ([]byte, error) {
+	return func(ctx context.Context, mode node.JoinMode, nodeID, raftAddr string) ([]byte, error) {
 		key, err := c.joinKeyValue()
 		if err != nil {
 			return nil, err
@@ -112,8 +115,15 @@ func (c clusterFlags) joinFunc(apiURL string, logger *slog.Logger, tlsConf *tls.
 			return nil, err
 		}
 		defer cl.Close()
-		logger.Info("joining the cluster", "via", c.join, "node_id", nodeID, "raft", raftAddr, "api", apiURL)
-		res, err := cl.Join(ctx, &pb.JoinRequest{NodeId: nodeID, RaftAddr: raftAddr, ApiUrl: apiURL})
+		req := &pb.JoinRequest{NodeId: nodeID, CredentialOnly: true}
+		if mode == node.JoinMember {
+			req = &pb.JoinRequest{NodeId: nodeID, RaftAddr: raftAddr, ApiUrl: apiURL}
+		}
+		logger.Info("joining the cluster", "via", c.join, "node_id", nodeID, "raft", raftAddr, "api", apiURL, "credential_only", req.CredentialOnly)
+		res, err := cl.Join(ctx, req)
+		if d, ok := server.DetailOf(err); ok && d.GetKind() == server.KindJoinUnverified {
+			return nil, node.JoinerUnverified(d.GetReason())
+		}
 		if err != nil {
 			return nil, err
 		}

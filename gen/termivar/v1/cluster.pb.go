@@ -29,6 +29,10 @@ type JoinRequest struct {
 	RaftAddr string `protobuf:"bytes,2,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
 	// api_url is the joiner's advertised API base URL (http(s)://host:port).
 	ApiUrl string `protobuf:"bytes,3,opt,name=api_url,json=apiUrl,proto3" json:"api_url,omitempty"`
+	// credential_only: return the cluster secret without any configuration
+	// change (a joiner fetches it before it opens its raft transport);
+	// raft_addr and api_url must then be empty.
+	CredentialOnly bool `protobuf:"varint,4,opt,name=credential_only,json=credentialOnly,proto3" json:"credential_only,omitempty"`
 	// incarnation is the joiner's data dir incarnation (16 bytes), recorded
 	// in the node table so that the cluster refuses the node's raft traffic
 	// once its data dir is replaced.
@@ -86,6 +90,13 @@ func (x *JoinRequest) GetApiUrl() string {
 		return x.ApiUrl
 	}
 	return ""
+}
+
+func (x *JoinRequest) GetCredentialOnly() bool {
+	if x != nil {
+		return x.CredentialOnly
+	}
+	return false
 }
 
 func (x *JoinRequest) GetIncarnation() []byte {
@@ -398,11 +409,12 @@ var File_termivar_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_termivar_v1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x19termivar/v1/cluster.proto\x12\vtermivar.v1\"~\n" +
+	"\x19termivar/v1/cluster.proto\x12\vtermivar.v1\"\xa7\x01\n" +
 	"\vJoinRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x17\n" +
-	"\aapi_url\x18\x03 \x01(\tR\x06apiUrl\x12 \n" +
+	"\aapi_url\x18\x03 \x01(\tR\x06apiUrl\x12'\n" +
+	"\x0fcredential_only\x18\x04 \x01(\bR\x0ecredentialOnly\x12 \n" +
 	"\vincarnation\x18\n" +
 	" \x01(\fR\vincarnation\"k\n" +
 	"\fJoinResponse\x12%\n" +

@@ -46,7 +46,11 @@ type ClusterClient interface {
 	// Join adds the calling node as a voter (a repeated Join of a member with
 	// the same address is a no-op) and returns the cluster secret, which the
 	// joiner stores 0600 in its data directory. Use TLS between nodes: the
-	// secret crosses this call.
+	// secret crosses this call. Before adding a new raft address the leader
+	// dials it over the authenticated raft transport: a joiner that does not
+	// hold the cluster credential, or answers as another node, gets
+	// FAILED_PRECONDITION (kind join_unverified) and nothing changes. With
+	// credential_only the leader returns the secret and changes nothing.
 	Join(context.Context, *connect.Request[v1.JoinRequest]) (*connect.Response[v1.JoinResponse], error)
 	// Members lists the raft configuration with each node's API URL.
 	Members(context.Context, *connect.Request[v1.MembersRequest]) (*connect.Response[v1.MembersResponse], error)
@@ -113,7 +117,11 @@ type ClusterHandler interface {
 	// Join adds the calling node as a voter (a repeated Join of a member with
 	// the same address is a no-op) and returns the cluster secret, which the
 	// joiner stores 0600 in its data directory. Use TLS between nodes: the
-	// secret crosses this call.
+	// secret crosses this call. Before adding a new raft address the leader
+	// dials it over the authenticated raft transport: a joiner that does not
+	// hold the cluster credential, or answers as another node, gets
+	// FAILED_PRECONDITION (kind join_unverified) and nothing changes. With
+	// credential_only the leader returns the secret and changes nothing.
 	Join(context.Context, *connect.Request[v1.JoinRequest]) (*connect.Response[v1.JoinResponse], error)
 	// Members lists the raft configuration with each node's API URL.
 	Members(context.Context, *connect.Request[v1.MembersRequest]) (*connect.Response[v1.MembersResponse], error)

@@ -30,6 +30,11 @@ var ErrUnknownVoter = errors.New("node: the target is not a voter of the cluster
 // when another node than the named target won.
 var ErrTransferFailed = errors.New("node: leadership transfer failed")
 
+// maxTransferWaitTimeouts bounds a whole transfer, in raft timeouts: raft
+// gives up on the transfer itself after two election timeouts, and the new
+// leader's first heartbeat follows its election at once.
+const maxTransferWaitTimeouts = 10
+
 // HandOverTimeout bounds the hand-over of a graceful shutdown
 // (HandOverLeadership).
 const HandOverTimeout = 5 * time.Second
@@ -42,7 +47,8 @@ const HandOverTimeout = 5 * time.Second
 // It returns ErrNotLeader on a follower, ErrSoleVoter without another
 // voter, ErrUnknownVoter for a target that is not a voter, ErrTransferFailed
 // when raft gave up or another node won, and ctx's error (wrapped) when no
-// new leader was known in time; the transfer may then still complete.
+// new leader was known in time (ctx, at most ten raft timeouts); the
+// transfer may then still complete.
 func (n *Node) TransferLeadership(ctx context.Context, targetID string) (string, error) {
 	if n.raft.State() != raft.Leader {
 		return "", ErrNotLeader
@@ -54,6 +60,8 @@ func (n *Node) TransferLeadership(ctx context.Context, targetID string) (string,
 	if err != nil {
 		return "", err
 	}
+	ctx, cancel := context.WithTimeout(ctx, maxTransferWaitTimeouts*n.cfg.RaftTimeout)
+	defer cancel()
 	// NB: the observer is registered before the transfer starts, so the
 	// leader change it waits for cannot slip by unseen.
 	changed := make(chan raft.Observation, 1)

@@ -155,9 +155,11 @@ func (n *Node) awaitNewLeader(ctx context.Context, changed <-chan raft.Observati
 // HandOverLeadership is the first step of a graceful shutdown: a leader
 // with other voters transfers leadership (bounded by HandOverTimeout and
 // ctx) so that the cluster does not wait an election timeout for a new
-// leader, and logs the outcome. A follower, or the only voter, returns ""
-// and nil at once. A failed hand-over is logged and returned; the caller
-// shuts down anyway (the cluster then elects after the timeout).
+// leader, and logs the outcome. raft picks the most up-to-date voter,
+// which may be down (it still has the longest log); when that transfer
+// fails, each other voter is tried by name. A follower, or the only voter,
+// returns "" and nil at once. A failed hand-over is logged and returned;
+// the caller shuts down anyway (the cluster then elects after the timeout).
 func (n *Node) HandOverLeadership(ctx context.Context) (string, error) {
 	if n.raft.State() != raft.Leader || n.soleVoter() {
 		return "", nil
@@ -165,7 +167,7 @@ func (n *Node) HandOverLeadership(ctx context.Context) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, HandOverTimeout)
 	defer cancel()
 	start := time.Now()
-	id, err := n.TransferLeadership(ctx, "")
+	id, err := n.handOver(ctx)
 	elapsed := time.Since(start)
 	if err != nil {
 		n.log.Warn("leadership hand-over before shutdown failed", "error", err, "elapsed", elapsed)
@@ -173,4 +175,30 @@ func (n *Node) HandOverLeadership(ctx context.Context) (string, error) {
 	}
 	n.log.Info("leadership handed over before shutdown", "new_leader", id, "elapsed", elapsed)
 	return id, nil
+}
+
+// handOver tries raft's pick, then every other voter by name, until one
+// leads; any other leader than this node counts as success.
+func (n *Node) handOver(ctx context.Context) (string, error) {
+	targets := []string{""}
+	if ms, err := n.Members(); err == nil {
+		for _, m := range ms {
+			if m.Suffrage == "voter" && m.ID != n.cfg.NodeID {
+				targets = append(targets, m.ID)
+			}
+		}
+	}
+	var err error
+	for _, target := range targets {
+		var id string
+		id, err = n.TransferLeadership(ctx, target)
+		if id != "" && id != n.cfg.NodeID && (err == nil || errors.Is(err, ErrTransferFailed)) {
+			return id, nil
+		}
+		if !errors.Is(err, ErrTransferFailed) {
+			return "", err
+		}
+		n.log.Debug("leadership hand-over attempt failed", "target", target, "error", err)
+	}
+	return "", err
 }

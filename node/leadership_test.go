@@ -121,3 +121,39 @@ func TestNode_TransferLeadershipSoleVoter(t *testing.T) {
 		t.Fatal("the single node lost leadership")
 	}
 }
+
+// TestNode_HandOverLeadershipPastDeadVoter: with one follower down, the
+// hand-over still reaches the live one. The dead follower is the first
+// other voter in configuration order and as up to date as the live one,
+// so raft's own pick (longest log, first on ties) usually names it and the
+// fallback to naming each voter does the work.
+func TestNode_HandOverLeadershipPastDeadVoter(t *testing.T) {
+	t.Parallel()
+	nodes := openCluster(t, 3)
+	var leader *Node
+	waitFor(t, "a leader", func() bool { leader = leaderOf(nodes); return leader != nil })
+	var dead, live *Node
+	for _, n := range nodes {
+		switch {
+		case n == leader:
+		case dead == nil:
+			dead = n
+		default:
+			live = n
+		}
+	}
+	if _, err := leader.Propose(context.Background(), enqueue(raftfsm.SystemTenant, "before")); err != nil {
+		t.Fatalf("Propose: %v", err)
+	}
+	waitFor(t, "both followers to apply", func() bool {
+		return dead.FSM().AppliedIndex() == leader.FSM().AppliedIndex() && live.FSM().AppliedIndex() == leader.FSM().AppliedIndex()
+	})
+	dead.Close()
+	got, err := leader.HandOverLeadership(context.Background())
+	if errors.Is(err, ErrNotLeader) || (err == nil && got == "") {
+		t.Fatalf("leadership moved on its own before the hand-over (%q, %v)", got, err)
+	}
+	if err != nil || got != live.NodeID() || !live.IsLeader() || leader.IsLeader() {
+		t.Fatalf("HandOverLeadership = %q, %v; %s leads %v, old leader leads %v", got, err, live.NodeID(), live.IsLeader(), leader.IsLeader())
+	}
+}

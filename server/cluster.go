@@ -113,7 +113,9 @@ func (h clusterHandler) TransferLeadership(ctx context.Context, req *connect.Req
 		case err != nil:
 			return nil, 0, err
 		}
-		h.s.log.Info("leadership transferred", "from", h.s.node.NodeID(), "to", id)
+		if id != h.s.node.NodeID() {
+			h.s.log.Info("leadership transferred", "from", h.s.node.NodeID(), "to", id)
+		}
 		return &pb.TransferLeadershipResponse{LeaderId: id}, 0, nil
 	})
 }

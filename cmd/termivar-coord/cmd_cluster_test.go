@@ -154,8 +154,9 @@ func TestCLI_ClusterMembership(t *testing.T) {
 	}
 }
 
-// checkClusterRefusals: a producer key is refused (2) and bad arguments
-// are usage errors (1); the membership and the leader stay as they were.
+// checkClusterRefusals: a producer key is refused (2), bad arguments are
+// usage errors (1) and a closed port is unreachable (3); the membership
+// and the leader stay as they were.
 func checkClusterRefusals(t *testing.T, c *tcluster, via string) {
 	t.Helper()
 	leader := c.leader()
@@ -177,6 +178,12 @@ func checkClusterRefusals(t *testing.T, c *tcluster, via string) {
 		if code, _, errOut := runCLI(t, via, c.adminKey, append([]string{"cluster"}, args...)...); code != exitUsage {
 			t.Errorf("cluster %v = %d %s, want %d", args, code, errOut, exitUsage)
 		}
+	}
+	deadLn := listen(t)
+	deadURL := "http://" + deadLn.Addr().String()
+	deadLn.Close()
+	if code, _, errOut := runCLI(t, deadURL, c.adminKey, "cluster", "members"); code != exitUnreachable {
+		t.Errorf("cluster members against a closed port = %d %s, want %d", code, errOut, exitUnreachable)
 	}
 	if code, _, errOut := runCLI(t, via, c.adminKey, "cluster", "--help"); code != exitOK || !strings.Contains(errOut, "transfer-leadership [--to NODE_ID]") {
 		t.Errorf("cluster --help = %d %s", code, errOut)

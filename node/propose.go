@@ -140,11 +140,9 @@ func finish(ib *inflightBatch) {
 			resp = ib.fut.Response()
 		}
 	}
-	if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
-		err = ErrNotLeader
-	} else if errors.Is(err, raft.ErrRaftShutdown) {
-		err = ErrClosed
-	}
+	// NB: an entry refused during a leadership transfer is a not-leader
+	// answer too (mapRaftErr), so clients retry it on the new leader.
+	err = mapRaftErr(err)
 	if err != nil {
 		for _, p := range ib.props {
 			p.done <- proposalResult{err: err}

@@ -103,3 +103,36 @@ func (h clusterHandler) RemoveMember(ctx context.Context, req *connect.Request[p
 		return &pb.RemoveMemberResponse{}, 0, nil
 	})
 }
+
+// KindTransferFailed is the ErrorDetail kind of a leadership transfer that
+// raft gave up on, or that another node than the named one won.
+const KindTransferFailed = "transfer_failed"
+
+// TransferLeadership runs on the leader (followers forward it): the leader
+// hands over to the named voter, or to the most up-to-date one, and answers
+// with the new leader once it knows it. Audited like every mutating call.
+func (h clusterHandler) TransferLeadership(ctx context.Context, req *connect.Request[pb.TransferLeadershipRequest]) (*connect.Response[pb.TransferLeadershipResponse], error) {
+	return call(ctx, h.s, req, true, func(ctx context.Context, p principal, m *pb.TransferLeadershipRequest) (*pb.TransferLeadershipResponse, uint64, error) {
+		if !p.systemAdmin() {
+			return nil, 0, errDenied("only an admin key of the system tenant may change the cluster")
+		}
+		if m.GetNodeId() != "" && !distributed.ValidIdentifier(m.GetNodeId()) {
+			return nil, 0, errInvalid("node_id must be 1 to 256 letters, digits, '.', '_', ':' or '-'")
+		}
+		id, err := h.s.node.TransferLeadership(ctx, m.GetNodeId())
+		switch {
+		case errors.Is(err, node.ErrUnknownVoter):
+			return nil, 0, &apiError{connect.CodeNotFound, KindInvalidArgument, "no such voter"}
+		case errors.Is(err, node.ErrSoleVoter):
+			return nil, 0, &apiError{connect.CodeFailedPrecondition, KindInvalidArgument, "the cluster has no other voter"}
+		case errors.Is(err, node.ErrTransferFailed):
+			return nil, 0, &apiError{connect.CodeAborted, KindTransferFailed, err.Error()}
+		case err != nil:
+			return nil, 0, err
+		}
+		if id != h.s.node.NodeID() {
+			h.s.log.Info("leadership transferred", "from", h.s.node.NodeID(), "to", id)
+		}
+		return &pb.TransferLeadershipResponse{LeaderId: id}, 0, nil
+	})
+}

@@ -1,5 +1,5 @@
 // This file holds the command registry of the client-side commands (worker,
-// enqueue, status, tasks, workers, cancel, watch, results, demo), their
+// enqueue, status, tasks, workers, cancel, watch, results, demo, cluster), their
 // shared flags (--server, --key, --json) and the exit-code mapping of the
 // stable CLI surface (contract Part D): 0 ok, 1 usage error, 2 rejected request,
 // 3 server unreachable.

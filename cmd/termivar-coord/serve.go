@@ -191,8 +191,12 @@ type runningNode struct {
 	url string // advertised API URL
 }
 
-// close stops the HTTP server, then the node.
+// close hands leadership over (a leader with other voters; the node logs
+// the outcome), stops the HTTP server, then the node. NB: the API keeps
+// serving during the hand-over, so requests meanwhile are forwarded to the
+// new leader instead of meeting a closed port.
 func (r *runningNode) close() {
+	_, _ = r.n.HandOverLeadership(context.Background())
 	sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer scancel()
 	_ = r.hs.Shutdown(sctx)

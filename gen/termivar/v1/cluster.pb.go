@@ -405,6 +405,97 @@ func (*RemoveMemberResponse) Descriptor() ([]byte, []int) {
 	return file_termivar_v1_cluster_proto_rawDescGZIP(), []int{6}
 }
 
+type TransferLeadershipRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// node_id names the voter that should lead; empty: raft picks the most
+	// up-to-date voter.
+	NodeId        string `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransferLeadershipRequest) Reset() {
+	*x = TransferLeadershipRequest{}
+	mi := &file_termivar_v1_cluster_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferLeadershipRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferLeadershipRequest) ProtoMessage() {}
+
+func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_cluster_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
+func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_cluster_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *TransferLeadershipRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+type TransferLeadershipResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// leader_id is the node that leads after the transfer.
+	LeaderId      string `protobuf:"bytes,1,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransferLeadershipResponse) Reset() {
+	*x = TransferLeadershipResponse{}
+	mi := &file_termivar_v1_cluster_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferLeadershipResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferLeadershipResponse) ProtoMessage() {}
+
+func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_cluster_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
+func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_cluster_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *TransferLeadershipResponse) GetLeaderId() string {
+	if x != nil {
+		return x.LeaderId
+	}
+	return ""
+}
+
 var File_termivar_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_termivar_v1_cluster_proto_rawDesc = "" +
@@ -432,11 +523,16 @@ const file_termivar_v1_cluster_proto_rawDesc = "" +
 	"\tleader_id\x18\x02 \x01(\tR\bleaderId\".\n" +
 	"\x13RemoveMemberRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\x16\n" +
-	"\x14RemoveMemberResponse2\xe1\x01\n" +
+	"\x14RemoveMemberResponse\"4\n" +
+	"\x19TransferLeadershipRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"9\n" +
+	"\x1aTransferLeadershipResponse\x12\x1b\n" +
+	"\tleader_id\x18\x01 \x01(\tR\bleaderId2\xc8\x02\n" +
 	"\aCluster\x12;\n" +
 	"\x04Join\x12\x18.termivar.v1.JoinRequest\x1a\x19.termivar.v1.JoinResponse\x12D\n" +
 	"\aMembers\x12\x1b.termivar.v1.MembersRequest\x1a\x1c.termivar.v1.MembersResponse\x12S\n" +
-	"\fRemoveMember\x12 .termivar.v1.RemoveMemberRequest\x1a!.termivar.v1.RemoveMemberResponseB<Z:github.com/termivar/distributed/gen/termivar/v1;termivarv1b\x06proto3"
+	"\fRemoveMember\x12 .termivar.v1.RemoveMemberRequest\x1a!.termivar.v1.RemoveMemberResponse\x12e\n" +
+	"\x12TransferLeadership\x12&.termivar.v1.TransferLeadershipRequest\x1a'.termivar.v1.TransferLeadershipResponseB<Z:github.com/termivar/distributed/gen/termivar/v1;termivarv1b\x06proto3"
 
 var (
 	file_termivar_v1_cluster_proto_rawDescOnce sync.Once
@@ -450,15 +546,17 @@ func file_termivar_v1_cluster_proto_rawDescGZIP() []byte {
 	return file_termivar_v1_cluster_proto_rawDescData
 }
 
-var file_termivar_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_termivar_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_termivar_v1_cluster_proto_goTypes = []any{
-	(*JoinRequest)(nil),          // 0: termivar.v1.JoinRequest
-	(*JoinResponse)(nil),         // 1: termivar.v1.JoinResponse
-	(*ClusterMember)(nil),        // 2: termivar.v1.ClusterMember
-	(*MembersRequest)(nil),       // 3: termivar.v1.MembersRequest
-	(*MembersResponse)(nil),      // 4: termivar.v1.MembersResponse
-	(*RemoveMemberRequest)(nil),  // 5: termivar.v1.RemoveMemberRequest
-	(*RemoveMemberResponse)(nil), // 6: termivar.v1.RemoveMemberResponse
+	(*JoinRequest)(nil),                // 0: termivar.v1.JoinRequest
+	(*JoinResponse)(nil),               // 1: termivar.v1.JoinResponse
+	(*ClusterMember)(nil),              // 2: termivar.v1.ClusterMember
+	(*MembersRequest)(nil),             // 3: termivar.v1.MembersRequest
+	(*MembersResponse)(nil),            // 4: termivar.v1.MembersResponse
+	(*RemoveMemberRequest)(nil),        // 5: termivar.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),       // 6: termivar.v1.RemoveMemberResponse
+	(*TransferLeadershipRequest)(nil),  // 7: termivar.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil), // 8: termivar.v1.TransferLeadershipResponse
 }
 var file_termivar_v1_cluster_proto_depIdxs = []int32{
 	2, // 0: termivar.v1.JoinResponse.members:type_name -> termivar.v1.ClusterMember
@@ -466,11 +564,13 @@ var file_termivar_v1_cluster_proto_depIdxs = []int32{
 	0, // 2: termivar.v1.Cluster.Join:input_type -> termivar.v1.JoinRequest
 	3, // 3: termivar.v1.Cluster.Members:input_type -> termivar.v1.MembersRequest
 	5, // 4: termivar.v1.Cluster.RemoveMember:input_type -> termivar.v1.RemoveMemberRequest
-	1, // 5: termivar.v1.Cluster.Join:output_type -> termivar.v1.JoinResponse
-	4, // 6: termivar.v1.Cluster.Members:output_type -> termivar.v1.MembersResponse
-	6, // 7: termivar.v1.Cluster.RemoveMember:output_type -> termivar.v1.RemoveMemberResponse
-	5, // [5:8] is the sub-list for method output_type
-	2, // [2:5] is the sub-list for method input_type
+	7, // 5: termivar.v1.Cluster.TransferLeadership:input_type -> termivar.v1.TransferLeadershipRequest
+	1, // 6: termivar.v1.Cluster.Join:output_type -> termivar.v1.JoinResponse
+	4, // 7: termivar.v1.Cluster.Members:output_type -> termivar.v1.MembersResponse
+	6, // 8: termivar.v1.Cluster.RemoveMember:output_type -> termivar.v1.RemoveMemberResponse
+	8, // 9: termivar.v1.Cluster.TransferLeadership:output_type -> termivar.v1.TransferLeadershipResponse
+	6, // [6:10] is the sub-list for method output_type
+	2, // [2:6] is the sub-list for method input_type
 	2, // [2:2] is the sub-list for extension type_name
 	2, // [2:2] is the sub-list for extension extendee
 	0, // [0:2] is the sub-list for field type_name
@@ -487,7 +587,7 @@ func file_termivar_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_termivar_v1_cluster_proto_rawDesc), len(file_termivar_v1_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

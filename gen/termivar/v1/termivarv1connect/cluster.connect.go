@@ -39,6 +39,9 @@ const (
 	ClusterMembersProcedure = "/termivar.v1.Cluster/Members"
 	// ClusterRemoveMemberProcedure is the fully-qualified name of the Cluster's RemoveMember RPC.
 	ClusterRemoveMemberProcedure = "/termivar.v1.Cluster/RemoveMember"
+	// ClusterTransferLeadershipProcedure is the fully-qualified name of the Cluster's
+	// TransferLeadership RPC.
+	ClusterTransferLeadershipProcedure = "/termivar.v1.Cluster/TransferLeadership"
 )
 
 // ClusterClient is a client for the termivar.v1.Cluster service.
@@ -56,6 +59,10 @@ type ClusterClient interface {
 	Members(context.Context, *connect.Request[v1.MembersRequest]) (*connect.Response[v1.MembersResponse], error)
 	// RemoveMember removes a server from the raft configuration.
 	RemoveMember(context.Context, *connect.Request[v1.RemoveMemberRequest]) (*connect.Response[v1.RemoveMemberResponse], error)
+	// TransferLeadership hands the leader's role to another voter (node_id,
+	// or the most up-to-date voter when empty) and answers once another
+	// leader is known. A named target that already leads answers at once.
+	TransferLeadership(context.Context, *connect.Request[v1.TransferLeadershipRequest]) (*connect.Response[v1.TransferLeadershipResponse], error)
 }
 
 // NewClusterClient constructs a client for the termivar.v1.Cluster service. By default, it uses the
@@ -87,14 +94,21 @@ func NewClusterClient(httpClient connect.HTTPClient, baseURL string, opts ...con
 			connect.WithSchema(clusterMethods.ByName("RemoveMember")),
 			connect.WithClientOptions(opts...),
 		),
+		transferLeadership: connect.NewClient[v1.TransferLeadershipRequest, v1.TransferLeadershipResponse](
+			httpClient,
+			baseURL+ClusterTransferLeadershipProcedure,
+			connect.WithSchema(clusterMethods.ByName("TransferLeadership")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // clusterClient implements ClusterClient.
 type clusterClient struct {
-	join         *connect.Client[v1.JoinRequest, v1.JoinResponse]
-	members      *connect.Client[v1.MembersRequest, v1.MembersResponse]
-	removeMember *connect.Client[v1.RemoveMemberRequest, v1.RemoveMemberResponse]
+	join               *connect.Client[v1.JoinRequest, v1.JoinResponse]
+	members            *connect.Client[v1.MembersRequest, v1.MembersResponse]
+	removeMember       *connect.Client[v1.RemoveMemberRequest, v1.RemoveMemberResponse]
+	transferLeadership *connect.Client[v1.TransferLeadershipRequest, v1.TransferLeadershipResponse]
 }
 
 // Join calls termivar.v1.Cluster.Join.
@@ -112,6 +126,11 @@ func (c *clusterClient) RemoveMember(ctx context.Context, req *connect.Request[v
 	return c.removeMember.CallUnary(ctx, req)
 }
 
+// TransferLeadership calls termivar.v1.Cluster.TransferLeadership.
+func (c *clusterClient) TransferLeadership(ctx context.Context, req *connect.Request[v1.TransferLeadershipRequest]) (*connect.Response[v1.TransferLeadershipResponse], error) {
+	return c.transferLeadership.CallUnary(ctx, req)
+}
+
 // ClusterHandler is an implementation of the termivar.v1.Cluster service.
 type ClusterHandler interface {
 	// Join adds the calling node as a voter (a repeated Join of a member with
@@ -127,6 +146,10 @@ type ClusterHandler interface {
 	Members(context.Context, *connect.Request[v1.MembersRequest]) (*connect.Response[v1.MembersResponse], error)
 	// RemoveMember removes a server from the raft configuration.
 	RemoveMember(context.Context, *connect.Request[v1.RemoveMemberRequest]) (*connect.Response[v1.RemoveMemberResponse], error)
+	// TransferLeadership hands the leader's role to another voter (node_id,
+	// or the most up-to-date voter when empty) and answers once another
+	// leader is known. A named target that already leads answers at once.
+	TransferLeadership(context.Context, *connect.Request[v1.TransferLeadershipRequest]) (*connect.Response[v1.TransferLeadershipResponse], error)
 }
 
 // NewClusterHandler builds an HTTP handler from the service implementation. It returns the path on
@@ -154,6 +177,12 @@ func NewClusterHandler(svc ClusterHandler, opts ...connect.HandlerOption) (strin
 		connect.WithSchema(clusterMethods.ByName("RemoveMember")),
 		connect.WithHandlerOptions(opts...),
 	)
+	clusterTransferLeadershipHandler := connect.NewUnaryHandler(
+		ClusterTransferLeadershipProcedure,
+		svc.TransferLeadership,
+		connect.WithSchema(clusterMethods.ByName("TransferLeadership")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/termivar.v1.Cluster/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ClusterJoinProcedure:
@@ -162,6 +191,8 @@ func NewClusterHandler(svc ClusterHandler, opts ...connect.HandlerOption) (strin
 			clusterMembersHandler.ServeHTTP(w, r)
 		case ClusterRemoveMemberProcedure:
 			clusterRemoveMemberHandler.ServeHTTP(w, r)
+		case ClusterTransferLeadershipProcedure:
+			clusterTransferLeadershipHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -181,4 +212,8 @@ func (UnimplementedClusterHandler) Members(context.Context, *connect.Request[v1.
 
 func (UnimplementedClusterHandler) RemoveMember(context.Context, *connect.Request[v1.RemoveMemberRequest]) (*connect.Response[v1.RemoveMemberResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Cluster.RemoveMember is not implemented"))
+}
+
+func (UnimplementedClusterHandler) TransferLeadership(context.Context, *connect.Request[v1.TransferLeadershipRequest]) (*connect.Response[v1.TransferLeadershipResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Cluster.TransferLeadership is not implemented"))
 }

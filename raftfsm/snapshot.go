@@ -36,10 +36,7 @@ func (f *FSM) ExportState() ([]byte, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	st := &pb.FSMState{Version: StateVersion, EpochId: f.epoch, LastTime: f.lastTime, Nodes: f.exportNodes()}
-	for _, id := range sortedKeys(f.keys) {
-		k := f.keys[id]
-		st.Keys = append(st.Keys, &pb.KeyRecord{KeyId: k.ID, SecretHash: k.Hash, Tenant: k.Tenant, Role: k.Role})
-	}
+	st.Keys, st.RevokedKeys = f.exportKeys()
 	for _, name := range sortedKeys(f.tenants) {
 		t := f.tenants[name]
 		ps, err := t.pool.ExportState()
@@ -100,7 +97,6 @@ func (f *FSM) RestoreState(b []byte) error {
 	if !ok {
 		return ErrInvalidState
 	}
-	keys := map[string]KeyRecord{}
 	tenants := map[string]*Tenant{}
 	for _, ts := range st.GetTenants() {
 		if _, dup := tenants[ts.GetName()]; dup || !distributed.ValidIdentifier(ts.GetName()) {
@@ -132,17 +128,16 @@ func (f *FSM) RestoreState(b []byte) error {
 		}
 		tenants[t.name] = t
 	}
-	for _, k := range st.GetKeys() {
-		if _, ok := tenants[k.GetTenant()]; !ok || len(k.GetSecretHash()) != 32 {
-			return ErrInvalidState
-		}
-		keys[k.GetKeyId()] = KeyRecord{ID: k.GetKeyId(), Hash: slices.Clone(k.GetSecretHash()), Tenant: k.GetTenant(), Role: k.GetRole()}
+	keys, revoked, ok := restoreKeys(&st, tenants)
+	if !ok {
+		return ErrInvalidState
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.epoch = slices.Clone(st.GetEpochId())
 	f.lastTime = st.GetLastTime()
 	f.keys = keys
+	f.revoked = revoked
 	f.tenants = tenants
 	f.nodes = nodes
 	return nil

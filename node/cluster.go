@@ -300,7 +300,7 @@ func (n *Node) ready() bool {
 		if err != nil {
 			return false
 		}
-		if _, ok := n.fsm.Key(g.ID); !ok {
+		if !n.fsm.KeyKnown(g.ID) {
 			return false
 		}
 	}
@@ -340,7 +340,9 @@ func (n *Node) leaderInit(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if _, ok := n.fsm.Key(g.ID); !ok {
+		// NB: KeyKnown, not Key: a revoked (or rotated) first admin key
+		// must stay revoked.
+		if !n.fsm.KeyKnown(g.ID) {
 			r, err := n.Propose(ctx, &pb.Command{Op: &pb.Command_CreateKey{CreateKey: &pb.CreateKey{
 				KeyId: g.ID, SecretHash: g.Hash[:], KeyTenant: raftfsm.SystemTenant, Role: apikey.RoleAdmin.String()}}})
 			if err != nil {

@@ -179,6 +179,16 @@ func (f *FSM) rebind(k KeyRecord, newID string) {
 	}
 }
 
+// KeyKnown reports whether id names a live or a revoked key: an ID that
+// CreateKey will never accept again.
+func (f *FSM) KeyKnown(id string) bool {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	_, live := f.keys[id]
+	_, revoked := f.revoked[id]
+	return live || revoked
+}
+
 // ListKeys returns the keys of tenant ("" for every tenant), revoked ones
 // too when includeRevoked, sorted by tenant and ID. It never returns hashes.
 func (f *FSM) ListKeys(tenant string, includeRevoked bool) []KeyInfo {

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -20,11 +23,13 @@ import (
 	"github.com/termivar/distributed/server"
 )
 
-// clientFlags are the global flags of every client command.
+// clientFlags are the global flags of the keys, tenants and bench
+// commands (the registered commands use globalFlags, cli.go).
 type clientFlags struct {
 	server   string
 	key      string
 	insecure bool
+	tls      tlsFlags
 }
 
 func (c *clientFlags) register(fs *flag.FlagSet) {
@@ -35,6 +40,20 @@ func (c *clientFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.server, "server", def, "server URL (env TERMIVAR_SERVER)")
 	fs.StringVar(&c.key, "key", os.Getenv("TERMIVAR_KEY"), "API key (env TERMIVAR_KEY; default: ./termivar-data/admin.key)")
 	fs.BoolVar(&c.insecure, "insecure", false, "skip TLS certificate verification")
+	c.tls.register(fs, tlsFromEnv())
+}
+
+// httpClient returns newHTTPClient's client with the TLS options applied.
+func (c *clientFlags) httpClient(conns int) (*http.Client, error) {
+	conf, err := c.tls.config()
+	if err != nil {
+		return nil, err
+	}
+	if conf == nil {
+		return newHTTPClient(c.insecure, conns), nil
+	}
+	conf.InsecureSkipVerify = c.insecure //nolint:gosec // opt-in flag
+	return &http.Client{Transport: newTransport(conf, conns)}, nil
 }
 
 func (c *clientFlags) apiKey() (string, error) {
@@ -78,14 +97,118 @@ func (b bearerInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFun
 // newHTTPClient returns a keep-alive HTTP/1.1 client with many idle
 // connections per host (one per concurrent caller).
 func newHTTPClient(insecure bool, conns int) *http.Client {
-	tr := &http.Transport{
+	tr := newTransport(nil, conns)
+	tr.TLSClientConfig = &tls.Config{InsecureSkipVerify: insecure} //nolint:gosec // opt-in flag
+	return &http.Client{Transport: tr}
+}
+
+// newTransport returns a keep-alive transport with conns idle connections
+// per host. With conf it speaks TLS with those options and negotiates
+// HTTP/2 when the node offers it (serve does); without, plain HTTP/1.1.
+func newTransport(conf *tls.Config, conns int) *http.Transport {
+	return &http.Transport{
+		Proxy:               http.ProxyFromEnvironment,
 		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		MaxIdleConns:        conns,
 		MaxIdleConnsPerHost: conns,
 		IdleConnTimeout:     90 * time.Second,
-		TLSClientConfig:     &tls.Config{InsecureSkipVerify: insecure}, //nolint:gosec // opt-in flag
+		TLSClientConfig:     conf,
+		ForceAttemptHTTP2:   conf != nil,
 	}
-	return &http.Client{Transport: tr}
+}
+
+// Environment variables of the client TLS options.
+//
+// NB: not TERMIVAR_KEY_FILE: next to TERMIVAR_KEY (the API key) that name
+// would read as "the file holding the API key".
+const (
+	envCAFile   = "TERMIVAR_TLS_CA_FILE"
+	envCertFile = "TERMIVAR_TLS_CERT_FILE"
+	envKeyFile  = "TERMIVAR_TLS_KEY_FILE"
+)
+
+// tlsFlags are the TLS options of every client command and of worker:
+// the CA that signs the node's certificate and, for a node started with
+// --client-ca (mutual TLS), the client certificate and its key.
+type tlsFlags struct {
+	caFile, certFile, keyFile string
+}
+
+// tlsFromEnv returns the TLS options of the environment.
+func tlsFromEnv() tlsFlags {
+	return tlsFlags{caFile: os.Getenv(envCAFile), certFile: os.Getenv(envCertFile), keyFile: os.Getenv(envKeyFile)}
+}
+
+// register binds the TLS flags to t with the defaults def.
+func (t *tlsFlags) register(fs *flag.FlagSet, def tlsFlags) {
+	fs.StringVar(&t.caFile, "ca-file", def.caFile, "PEM CA certificates that sign the node's TLS certificate (env "+envCAFile+"; default: the system roots)")
+	fs.StringVar(&t.certFile, "cert-file", def.certFile, "PEM client certificate for a node with --client-ca (env "+envCertFile+"; needs --key-file)")
+	fs.StringVar(&t.keyFile, "key-file", def.keyFile, "PEM private key of --cert-file (env "+envKeyFile+"; not the API key, which is --key)")
+}
+
+// set assigns the option called name ("ca-file", "cert-file" or
+// "key-file"); it reports whether name is one.
+func (t *tlsFlags) set(name, val string) bool {
+	switch name {
+	case "ca-file":
+		t.caFile = val
+	case "cert-file":
+		t.certFile = val
+	case "key-file":
+		t.keyFile = val
+	default:
+		return false
+	}
+	return true
+}
+
+// orEnv fills each empty option from the environment.
+func (t tlsFlags) orEnv() tlsFlags {
+	e := tlsFromEnv()
+	t.caFile = cmp.Or(t.caFile, e.caFile)
+	t.certFile = cmp.Or(t.certFile, e.certFile)
+	t.keyFile = cmp.Or(t.keyFile, e.keyFile)
+	return t
+}
+
+// config builds the client TLS configuration, or nil when no option is set
+// (the transport's defaults then apply: system roots for https URLs).
+func (t tlsFlags) config() (*tls.Config, error) {
+	if t == (tlsFlags{}) {
+		return nil, nil
+	}
+	if (t.certFile == "") != (t.keyFile == "") {
+		return nil, errors.New("--cert-file and --key-file go together")
+	}
+	conf := &tls.Config{MinVersion: tls.VersionTLS12}
+	if t.caFile != "" {
+		pem, err := os.ReadFile(t.caFile)
+		if err != nil {
+			return nil, fmt.Errorf("CA file: %w", err)
+		}
+		conf.RootCAs = x509.NewCertPool()
+		if !conf.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("CA file %s holds no PEM certificate", t.caFile)
+		}
+	}
+	if t.certFile != "" {
+		cert, err := tls.LoadX509KeyPair(t.certFile, t.keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("client certificate: %w", err)
+		}
+		conf.Certificates = []tls.Certificate{cert}
+	}
+	return conf, nil
+}
+
+// httpClient returns an HTTP client for the TLS options, or nil when none
+// is set (client.New then uses its default).
+func (t tlsFlags) httpClient() (*http.Client, error) {
+	conf, err := t.config()
+	if err != nil || conf == nil {
+		return nil, err
+	}
+	return &http.Client{Transport: newTransport(conf, 256)}, nil
 }
 
 func newClients(hc *http.Client, url, key string) apiClients {
@@ -100,7 +223,10 @@ func newClients(hc *http.Client, url, key string) apiClients {
 }
 
 // exitFor maps a client error to the CLI exit code and prints it.
-func exitFor(cmd string, err error) int {
+func exitFor(cmd string, err error) int { return exitForTo(os.Stderr, cmd, err) }
+
+// exitForTo is exitFor printing to w.
+func exitForTo(w io.Writer, cmd string, err error) int {
 	if err == nil {
 		return exitOK
 	}
@@ -108,7 +234,7 @@ func exitFor(cmd string, err error) int {
 	if code == connect.CodeUnavailable || code == connect.CodeUnknown || code == connect.CodeDeadlineExceeded {
 		var ce *connect.Error
 		if !errors.As(err, &ce) || code == connect.CodeUnavailable {
-			fmt.Fprintf(os.Stderr, "termivar-coord %s: server unreachable: %v\n", cmd, err)
+			fmt.Fprintf(w, "termivar-coord %s: server unreachable: %v\n", cmd, err)
 			return exitUnreachable
 		}
 	}
@@ -116,6 +242,6 @@ func exitFor(cmd string, err error) int {
 	if d, ok := server.DetailOf(err); ok {
 		kind = " [" + d.GetKind() + "]"
 	}
-	fmt.Fprintf(os.Stderr, "termivar-coord %s: %v%s\n", cmd, err, kind)
+	fmt.Fprintf(w, "termivar-coord %s: %v%s\n", cmd, err, kind)
 	return exitRejected
 }

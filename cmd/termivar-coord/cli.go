@@ -172,7 +172,7 @@ func newClient(g *globalFlags) (*client.Client, error) {
 		}
 		key = k
 	}
-	hc, err := g.tls.orEnv().httpClient()
+	hc, err := g.tls.orEnv().httpClient(server)
 	if err != nil {
 		return nil, usageError{err.Error()}
 	}

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
@@ -43,17 +44,18 @@ func (c *clientFlags) register(fs *flag.FlagSet) {
 	c.tls.register(fs, tlsFromEnv())
 }
 
-// httpClient returns newHTTPClient's client with the TLS options applied.
+// httpClient returns a keep-alive client (conns idle connections per host)
+// with the TLS options and --insecure applied.
 func (c *clientFlags) httpClient(conns int) (*http.Client, error) {
 	conf, err := c.tls.config()
 	if err != nil {
 		return nil, err
 	}
 	if conf == nil {
-		return newHTTPClient(c.insecure, conns), nil
+		conf = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
 	conf.InsecureSkipVerify = c.insecure //nolint:gosec // opt-in flag
-	return &http.Client{Transport: newTransport(conf, conns)}, nil
+	return &http.Client{Transport: hinted(newTransport(conf, conns), conf)}, nil
 }
 
 func (c *clientFlags) apiKey() (string, error) {
@@ -202,13 +204,57 @@ func (t tlsFlags) config() (*tls.Config, error) {
 }
 
 // httpClient returns an HTTP client for the TLS options, or nil when none
-// is set (client.New then uses its default).
-func (t tlsFlags) httpClient() (*http.Client, error) {
+// is set and serverURL names no https node (client.New then uses its
+// default).
+func (t tlsFlags) httpClient(serverURL string) (*http.Client, error) {
 	conf, err := t.config()
-	if err != nil || conf == nil {
+	if err != nil {
 		return nil, err
 	}
-	return &http.Client{Transport: newTransport(conf, 256)}, nil
+	if conf == nil {
+		if !strings.Contains(serverURL, "https://") {
+			return nil, nil
+		}
+		conf = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	return &http.Client{Transport: hinted(newTransport(conf, 256), conf)}, nil
+}
+
+// certHint is added to the connection errors of a client without a
+// certificate.
+const certHint = " (a node started with --client-ca also needs --cert-file and --key-file)"
+
+// hinted wraps rt so that, when conf has no client certificate, a
+// connection that breaks on an https request carries certHint.
+//
+// NB: under TLS 1.3 a node that requires client certificates rejects the
+// missing one after the client finished its handshake, so the client
+// mostly sees a broken pipe or a reset, not a certificate error.
+func hinted(rt http.RoundTripper, conf *tls.Config) http.RoundTripper {
+	if len(conf.Certificates) > 0 {
+		return rt
+	}
+	return hintTransport{next: rt}
+}
+
+type hintTransport struct{ next http.RoundTripper }
+
+// RoundTrip implements http.RoundTripper.
+func (h hintTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	res, err := h.next.RoundTrip(r)
+	if err != nil && r.URL.Scheme == "https" &&
+		(errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) || strings.Contains(err.Error(), "certificate required")) {
+		return nil, fmt.Errorf("%w%s", err, certHint)
+	}
+	return res, err
+}
+
+// CloseIdleConnections lets http.Client.CloseIdleConnections reach the
+// wrapped transport.
+func (h hintTransport) CloseIdleConnections() {
+	if c, ok := h.next.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
 }
 
 func newClients(hc *http.Client, url, key string) apiClients {

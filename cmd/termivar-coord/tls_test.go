@@ -201,7 +201,7 @@ func TestCLI_MutualTLS(t *testing.T) {
 		code int
 		want string
 	}{
-		{"without a client certificate", []string{"--ca-file", p.ca}, refused, ""},
+		{"without a client certificate", []string{"--ca-file", p.ca}, refused, "--cert-file and --key-file"},
 		{"with a stranger's certificate", []string{"--ca-file", p.ca, "--cert-file", p.strangerCert, "--key-file", p.strangerKey}, refused, ""},
 		{"without the node's CA", []string{"--cert-file", p.clientCert, "--key-file", p.clientKey}, exitUnreachable, "certificate signed by unknown authority"},
 		{"over plain HTTP", append([]string{"--server", "http" + strings.TrimPrefix(url, "https")}, mtls...), refused, ""},

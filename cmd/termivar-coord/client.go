@@ -104,9 +104,13 @@ func newHTTPClient(insecure bool, conns int) *http.Client {
 	return &http.Client{Transport: tr}
 }
 
-// newTransport returns a keep-alive transport with conns idle connections
-// per host. With conf it speaks TLS with those options and negotiates
-// HTTP/2 when the node offers it (serve does); without, plain HTTP/1.1.
+// newTransport returns a keep-alive HTTP/1.1 transport with conns idle
+// connections per host, speaking TLS with conf to https URLs.
+//
+// NB: HTTP/1.1 like client.New's default: a long-polling Acquire holds its
+// own connection, and a refused client certificate surfaces as the
+// connection's error instead of HTTP/2's "client conn could not be
+// established".
 func newTransport(conf *tls.Config, conns int) *http.Transport {
 	return &http.Transport{
 		Proxy:               http.ProxyFromEnvironment,
@@ -115,7 +119,6 @@ func newTransport(conf *tls.Config, conns int) *http.Transport {
 		MaxIdleConnsPerHost: conns,
 		IdleConnTimeout:     90 * time.Second,
 		TLSClientConfig:     conf,
-		ForceAttemptHTTP2:   conf != nil,
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -84,7 +85,10 @@ func (k *keysCommand) client() (termivarv1connect.AdminClient, bool) {
 	if err == nil {
 		var hc *http.Client
 		if hc, err = k.c.httpClient(1); err == nil {
-			return newClients(hc, k.c.server, key).admin, true
+			// NB: of a comma-separated --server list, keys uses the first
+			// node (any member forwards to the leader).
+			url, _, _ := strings.Cut(k.c.server, ",")
+			return newClients(hc, strings.TrimSpace(url), key).admin, true
 		}
 	}
 	fmt.Fprintf(k.stderr, "termivar-coord %s: %v\n", k.name, err)

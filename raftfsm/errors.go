@@ -25,6 +25,15 @@ const (
 	KindPermissionDenied
 	// KindAlreadyInitialized: InitCluster on an initialised cluster.
 	KindAlreadyInitialized
+	// KindKeyNotFound: RevokeKey or RotateKey names no live key the
+	// principal may see (unknown, revoked, or of another tenant).
+	KindKeyNotFound
+	// KindLastAdminKey: RevokeKey of the only live admin key of the
+	// system tenant (the cluster would have no administrator left).
+	KindLastAdminKey
+	// KindKeyLimit: the key table (live and revoked records) holds
+	// MaxKeyRecords.
+	KindKeyLimit
 )
 
 // String returns the snake_case kind name used on the wire.
@@ -42,6 +51,12 @@ func (k ErrorKind) String() string {
 		return "permission_denied"
 	case KindAlreadyInitialized:
 		return "already_initialized"
+	case KindKeyNotFound:
+		return "key_not_found"
+	case KindLastAdminKey:
+		return "last_admin_key"
+	case KindKeyLimit:
+		return "key_limit"
 	}
 	return "unknown"
 }
@@ -68,6 +83,9 @@ var (
 	ErrKeyExists          = &Error{Kind: KindKeyExists}
 	ErrPermissionDenied   = &Error{Kind: KindPermissionDenied}
 	ErrAlreadyInitialized = &Error{Kind: KindAlreadyInitialized}
+	ErrKeyNotFound        = &Error{Kind: KindKeyNotFound}
+	ErrLastAdminKey       = &Error{Kind: KindLastAdminKey}
+	ErrKeyLimit           = &Error{Kind: KindKeyLimit}
 )
 
 func fsmErr(k ErrorKind, reason string) *Error { return &Error{Kind: k, Reason: reason} }

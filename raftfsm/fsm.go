@@ -53,9 +53,12 @@ type Options struct {
 // KeyRecord is one API key as the cluster stores it: never the secret.
 type KeyRecord struct {
 	ID     string
-	Hash   []byte // SHA-256 of the secret
+	Hash   []byte // SHA-256 of the secret; nil in a revoked record
 	Tenant string
 	Role   string
+	// CreatedSecs is the logical time of the key's creation (0: created
+	// before it was recorded); RevokedSecs of its revocation (0: live).
+	CreatedSecs, RevokedSecs uint64
 }
 
 // Response is the result of applying one command. Err is a
@@ -112,7 +115,8 @@ type FSM struct {
 	mu       sync.RWMutex
 	epoch    []byte
 	lastTime uint64
-	keys     map[string]KeyRecord
+	keys     map[string]KeyRecord // live keys, the only ones Key returns
+	revoked  map[string]KeyRecord // revoked keys (no hash); disjoint from keys (keys.go)
 	tenants  map[string]*Tenant
 	nodes    map[string]nodeRecord // node ID → advertised API URL and incarnation (cluster.go)
 
@@ -127,7 +131,7 @@ func New(opts Options) *FSM {
 	if l == nil {
 		l = slog.New(slog.DiscardHandler)
 	}
-	return &FSM{opts: opts, log: l, keys: map[string]KeyRecord{}, tenants: map[string]*Tenant{}, nodes: map[string]nodeRecord{}}
+	return &FSM{opts: opts, log: l, keys: map[string]KeyRecord{}, revoked: map[string]KeyRecord{}, tenants: map[string]*Tenant{}, nodes: map[string]nodeRecord{}}
 }
 
 // Apply decodes one log entry and applies it. It returns a Response, or a
@@ -185,7 +189,11 @@ func (f *FSM) applyOneAt(cmd *pb.Command, now uint64) Response {
 	case *pb.Command_CreateTenant:
 		return f.applyCreateTenant(op.CreateTenant)
 	case *pb.Command_CreateKey:
-		return f.applyCreateKey(op.CreateKey)
+		return f.applyCreateKey(op.CreateKey, now)
+	case *pb.Command_RevokeKey:
+		return f.applyRevokeKey(cmd.GetPrincipal(), op.RevokeKey, now)
+	case *pb.Command_RotateKey:
+		return f.applyRotateKey(cmd.GetPrincipal(), op.RotateKey, now)
 	case *pb.Command_SetNodeInfo:
 		return f.applySetNodeInfo(op.SetNodeInfo)
 	case *pb.Command_Batch, nil:
@@ -622,25 +630,6 @@ func newTenant(name string, lim distributed.Limits, rl distributed.ResultLimits)
 	}
 	return &Tenant{name: name, limits: lim, resultLimits: rl, pool: pool, results: res,
 		owners: map[string]string{}, scans: map[string][]string{}}, nil
-}
-
-func (f *FSM) applyCreateKey(c *pb.CreateKey) Response {
-	switch {
-	case c.GetKeyId() == "" || len(c.GetKeyId()) > 64 || !distributed.ValidIdentifier(c.GetKeyId()):
-		return Response{Err: fsmErr(KindInvalidCommand, "key ID is invalid")}
-	case len(c.GetSecretHash()) != 32:
-		return Response{Err: fsmErr(KindInvalidCommand, "secret hash must be 32 bytes")}
-	case c.GetRole() != RoleAdmin && c.GetRole() != RoleProducer && c.GetRole() != RoleWorker:
-		return Response{Err: fsmErr(KindInvalidCommand, "role is invalid")}
-	}
-	if _, ok := f.tenants[c.GetKeyTenant()]; !ok {
-		return Response{Err: fsmErr(KindUnknownTenant, "")}
-	}
-	if _, ok := f.keys[c.GetKeyId()]; ok {
-		return Response{Err: fsmErr(KindKeyExists, "")}
-	}
-	f.keys[c.GetKeyId()] = KeyRecord{ID: c.GetKeyId(), Hash: append([]byte(nil), c.GetSecretHash()...), Tenant: c.GetKeyTenant(), Role: c.GetRole()}
-	return Response{}
 }
 
 func kindOf(err error) string {

@@ -36,10 +36,7 @@ func (f *FSM) ExportState() ([]byte, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	st := &pb.FSMState{Version: StateVersion, EpochId: f.epoch, LastTime: f.lastTime, Nodes: f.exportNodes()}
-	for _, id := range sortedKeys(f.keys) {
-		k := f.keys[id]
-		st.Keys = append(st.Keys, &pb.KeyRecord{KeyId: k.ID, SecretHash: k.Hash, Tenant: k.Tenant, Role: k.Role})
-	}
+	st.Keys, st.RevokedKeys = f.exportKeys()
 	for _, name := range sortedKeys(f.tenants) {
 		t := f.tenants[name]
 		ps, err := t.pool.ExportState()
@@ -100,56 +97,37 @@ func (f *FSM) RestoreState(b []byte) error {
 	if !ok {
 		return ErrInvalidState
 	}
-	keys, ok := restoreKeys(st.GetKeys())
-	if !ok {
-		return ErrInvalidState
-	}
 	tenants := map[string]*Tenant{}
 	for _, ts := range st.GetTenants() {
 		if _, dup := tenants[ts.GetName()]; dup || !distributed.ValidIdentifier(ts.GetName()) {
 			return ErrInvalidState
 		}
-		t, ok := restoreTenant(ts, keys)
+		t, ok := restoreTenant(ts)
 		if !ok {
 			return ErrInvalidState
 		}
 		tenants[t.name] = t
 	}
-	for _, k := range keys {
-		if _, ok := tenants[k.Tenant]; !ok {
-			return ErrInvalidState
-		}
+	keys, revoked, ok := restoreKeys(&st, tenants)
+	if !ok {
+		return ErrInvalidState
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.epoch = slices.Clone(st.GetEpochId())
 	f.lastTime = st.GetLastTime()
 	f.keys = keys
+	f.revoked = revoked
 	f.tenants = tenants
 	f.nodes = nodes
 	return nil
 }
 
-// restoreKeys validates a snapshot's key table: unique valid IDs, 32-byte
-// hashes, known roles.
-func restoreKeys(in []*pb.KeyRecord) (map[string]KeyRecord, bool) {
-	keys := make(map[string]KeyRecord, len(in))
-	for _, k := range in {
-		_, dup := keys[k.GetKeyId()]
-		if dup || !distributed.ValidIdentifier(k.GetKeyId()) || len(k.GetSecretHash()) != 32 || !validRole(k.GetRole()) {
-			return nil, false
-		}
-		keys[k.GetKeyId()] = KeyRecord{ID: k.GetKeyId(), Hash: slices.Clone(k.GetSecretHash()), Tenant: k.GetTenant(), Role: k.GetRole()}
-	}
-	return keys, true
-}
-
-func validRole(r string) bool { return r == RoleAdmin || r == RoleProducer || r == RoleWorker }
-
 // restoreTenant validates one tenant: limits, the core's pool and result
-// states under those limits, worker owners bound to worker keys of this
-// tenant, and scans listing tasks of the pool.
-func restoreTenant(ts *pb.TenantState, keys map[string]KeyRecord) (*Tenant, bool) {
+// states under those limits, unique worker owners (restoreKeys checks that
+// each is a worker key of this tenant), and scans listing tasks of the
+// pool.
+func restoreTenant(ts *pb.TenantState) (*Tenant, bool) {
 	lim, err := LimitsFromProto(ts.GetLimits())
 	if err != nil {
 		return nil, false
@@ -169,9 +147,7 @@ func restoreTenant(ts *pb.TenantState, keys map[string]KeyRecord) (*Tenant, bool
 	t := &Tenant{name: ts.GetName(), limits: lim, resultLimits: rl, pool: pool, results: res,
 		owners: map[string]string{}, scans: map[string][]string{}}
 	for _, o := range ts.GetWorkerOwners() {
-		k, ok := keys[o.GetKeyId()]
-		_, dup := t.owners[o.GetWorkerId()]
-		if dup || !ok || k.Role != RoleWorker || k.Tenant != t.name {
+		if _, dup := t.owners[o.GetWorkerId()]; dup {
 			return nil, false
 		}
 		t.owners[o.GetWorkerId()] = o.GetKeyId()

@@ -101,3 +101,76 @@ func CreateKey(ctx context.Context, n interface {
 	}
 	return g, nil
 }
+
+// ListKeys lists keys without secrets or hashes: an admin's own tenant, or
+// any tenant (all of them when none is named) for a system admin.
+func (h adminHandler) ListKeys(ctx context.Context, req *connect.Request[pb.ListKeysRequest]) (*connect.Response[pb.ListKeysResponse], error) {
+	return call(ctx, h.s, req, false, func(ctx context.Context, p principal, m *pb.ListKeysRequest) (*pb.ListKeysResponse, uint64, error) {
+		tenant := m.GetTenant()
+		switch {
+		case tenant == "" && !p.systemAdmin():
+			tenant = p.Tenant
+		case tenant != "" && tenant != p.Tenant && !p.systemAdmin():
+			return nil, 0, errDenied("only an admin key of the system tenant may list other tenants' keys")
+		}
+		out := &pb.ListKeysResponse{}
+		for _, k := range h.s.node.FSM().ListKeys(tenant, m.GetIncludeRevoked()) {
+			out.Keys = append(out.Keys, &pb.KeyInfo{KeyId: k.ID, Tenant: k.Tenant, Role: k.Role, CreatedSecs: k.CreatedSecs, RevokedSecs: k.RevokedSecs})
+		}
+		return out, 0, nil
+	})
+}
+
+// RevokeKey revokes a key through the log; the FSM checks that the caller
+// may (admin of the key's tenant or of the system tenant) and keeps the
+// system tenant's last admin key.
+func (h adminHandler) RevokeKey(ctx context.Context, req *connect.Request[pb.RevokeKeyRequest]) (*connect.Response[pb.RevokeKeyResponse], error) {
+	return call(ctx, h.s, req, true, func(ctx context.Context, p principal, m *pb.RevokeKeyRequest) (*pb.RevokeKeyResponse, uint64, error) {
+		if !apikey.ValidID(m.GetKeyId()) {
+			return nil, 0, errInvalid("key_id must be the 16 hex digits of a key ID")
+		}
+		if err := h.s.proposeKeyCommand(ctx, p, &pb.Command{Op: &pb.Command_RevokeKey{RevokeKey: &pb.RevokeKey{KeyId: m.GetKeyId()}}}); err != nil {
+			return nil, 0, err
+		}
+		return &pb.RevokeKeyResponse{}, 0, nil
+	})
+}
+
+// RotateKey replaces a key by a new one (same tenant and role) in one log
+// command and returns the new key once.
+func (h adminHandler) RotateKey(ctx context.Context, req *connect.Request[pb.RotateKeyRequest]) (*connect.Response[pb.RotateKeyResponse], error) {
+	return call(ctx, h.s, req, true, func(ctx context.Context, p principal, m *pb.RotateKeyRequest) (*pb.RotateKeyResponse, uint64, error) {
+		if !apikey.ValidID(m.GetKeyId()) {
+			return nil, 0, errInvalid("key_id must be the 16 hex digits of a key ID")
+		}
+		g, err := apikey.Generate(nil)
+		if err != nil {
+			return nil, 0, err
+		}
+		op := &pb.Command_RotateKey{RotateKey: &pb.RotateKey{KeyId: m.GetKeyId(), NewKeyId: g.ID, NewSecretHash: g.Hash[:]}}
+		if err := h.s.proposeKeyCommand(ctx, p, &pb.Command{Op: op}); err != nil {
+			return nil, 0, err
+		}
+		return &pb.RotateKeyResponse{KeyId: g.ID, Key: g.Key, RevokedKeyId: m.GetKeyId()}, 0, nil
+	})
+}
+
+// proposeKeyCommand proposes a key-table command on behalf of p (the FSM
+// authorizes p at apply time) and returns its domain error, if any.
+func (s *Server) proposeKeyCommand(ctx context.Context, p principal, cmd *pb.Command) error {
+	cmd.Principal = p.KeyID
+	r, err := s.node.Propose(ctx, cmd)
+	if err == nil {
+		err = r.Err
+	}
+	return err
+}
+
+// auditSubject names the key a key-management request acts on (its
+// key_id), for the audit line; "" for other requests.
+func auditSubject(msg any) string {
+	if m, ok := msg.(interface{ GetKeyId() string }); ok {
+		return m.GetKeyId()
+	}
+	return ""
+}

@@ -67,6 +67,9 @@ var fsmCodes = map[raftfsm.ErrorKind]connect.Code{
 	raftfsm.KindKeyExists:          connect.CodeAlreadyExists,
 	raftfsm.KindPermissionDenied:   connect.CodePermissionDenied,
 	raftfsm.KindAlreadyInitialized: connect.CodeFailedPrecondition,
+	raftfsm.KindKeyNotFound:        connect.CodeNotFound,
+	raftfsm.KindLastAdminKey:       connect.CodeFailedPrecondition,
+	raftfsm.KindKeyLimit:           connect.CodeResourceExhausted,
 }
 
 // Node-level error kinds carried in ErrorDetail.kind.

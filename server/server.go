@@ -195,7 +195,7 @@ func call[Req, Res any](ctx context.Context, s *Server, req *connect.Request[Req
 		res, rev, err = fn(ctx, p, req.Msg)
 	}
 	if mutating {
-		s.audit.Record(ctx, audit.Entry{KeyID: p.KeyID, Tenant: p.Tenant, Method: service + "." + method, Outcome: kindOf(err), Revision: rev})
+		s.audit.Record(ctx, audit.Entry{KeyID: p.KeyID, Tenant: p.Tenant, Method: service + "." + method, Outcome: kindOf(err), Revision: rev, Subject: auditSubject(req.Msg)})
 	}
 	if err != nil {
 		return nil, s.withLeaderHint(toConnect(err))

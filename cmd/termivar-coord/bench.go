@@ -173,10 +173,13 @@ func percentile(d []time.Duration, p float64) time.Duration {
 }
 
 func bench(ctx context.Context, f benchFlags, url, adminKey string) (benchResult, error) {
-	hc := newHTTPClient(f.client.insecure, f.producers+f.workers+4)
+	hc, err := f.client.httpClient(f.producers + f.workers + 4)
+	if err != nil {
+		return benchResult{}, err
+	}
 	admin := newClients(hc, url, adminKey)
 	tenant := "bench-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	_, err := admin.admin.CreateTenant(ctx, connect.NewRequest(&pb.CreateTenantRequest{Name: tenant,
+	_, err = admin.admin.CreateTenant(ctx, connect.NewRequest(&pb.CreateTenantRequest{Name: tenant,
 		Limits: &pb.CoreLimits{MaxTaskRecords: distributed.MaxTaskRecords, MaxActiveTasks: distributed.MaxActiveTasks,
 			MaxQueuedTasks: distributed.MaxActiveTasks, MaxTerminalTasks: distributed.MaxTaskRecords, MaxWorkers: 1024,
 			MaxRetries: 3, MaxLeaseTtlSecs: 3600, MaxTaskTtlSecs: 86400, HeartbeatTimeoutSecs: 3600},

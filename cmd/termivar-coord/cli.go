@@ -1,7 +1,9 @@
 // This file holds the command registry of the client-side commands (worker,
-// enqueue, status, tasks, workers, cancel, watch, results, demo, cluster), their
-// shared flags (--server, --key, --json) and the exit-code mapping of the
-// stable CLI surface (contract Part D): 0 ok, 1 usage error, 2 rejected request,
+// enqueue, status, tasks, workers, cancel, watch, results, demo, cluster),
+// their shared flags (--server, --key, --json, and the TLS options
+// --ca-file, --cert-file, --key-file of client.go) and the exit-code mapping
+// of the stable CLI surface (contract Part D): 0 ok, 1 usage error, 2
+// rejected request,
 // 3 server unreachable.
 
 package main
@@ -49,6 +51,7 @@ type cliEnv struct {
 	// name; each command's own flags may override them.
 	server, key string
 	json        bool
+	tls         tlsFlags // --ca-file, --cert-file, --key-file (client.go)
 }
 
 // usageError is a bad invocation (exit code 1).
@@ -120,6 +123,7 @@ func registeredUsage() string {
 type globalFlags struct {
 	server, key string
 	json        bool
+	tls         tlsFlags
 }
 
 // newFlagSet returns a flag set with the global options bound to g, whose
@@ -129,6 +133,7 @@ func newFlagSet(env *cliEnv, c *clientCommand, g *globalFlags, withJSON bool) *f
 	fs.SetOutput(env.stderr)
 	fs.StringVar(&g.server, "server", env.server, "node URL (env "+client.EnvServer+", default "+client.DefaultServerURL+")")
 	fs.StringVar(&g.key, "key", env.key, "API key (env "+client.EnvKey+", default the key in ./"+client.DefaultKeyFile+")")
+	g.tls.register(fs, env.tls)
 	if withJSON {
 		fs.BoolVar(&g.json, "json", env.json, "print JSON instead of a table")
 	}
@@ -168,7 +173,11 @@ func newClient(g *globalFlags) (*client.Client, error) {
 		}
 		key = k
 	}
-	c, err := client.New(client.Config{ServerURL: server, Key: key})
+	hc, err := g.tls.orEnv().httpClient(server)
+	if err != nil {
+		return nil, usageError{err.Error()}
+	}
+	c, err := client.New(client.Config{ServerURL: server, Key: key, HTTPClient: hc})
 	if err != nil {
 		return nil, usageError{err.Error()}
 	}
@@ -185,7 +194,7 @@ func parseGlobal(args []string, env *cliEnv) ([]string, error) {
 			env.json = !hasVal || val == "true"
 			args = args[1:]
 			continue
-		case "server", "key":
+		case "server", "key", "ca-file", "cert-file", "key-file":
 		default:
 			return args, nil
 		}
@@ -196,10 +205,13 @@ func parseGlobal(args []string, env *cliEnv) ([]string, error) {
 			val, args = args[1], args[1:]
 		}
 		args = args[1:]
-		if name == "server" {
+		switch name {
+		case "server":
 			env.server = val
-		} else {
+		case "key":
 			env.key = val
+		default:
+			env.tls.set(name, val)
 		}
 	}
 	return args, nil

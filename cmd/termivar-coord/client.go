@@ -1,16 +1,20 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
@@ -20,11 +24,13 @@ import (
 	"github.com/termivar/distributed/server"
 )
 
-// clientFlags are the global flags of every client command.
+// clientFlags are the global flags of the keys, tenants and bench
+// commands (the registered commands use globalFlags, cli.go).
 type clientFlags struct {
 	server   string
 	key      string
 	insecure bool
+	tls      tlsFlags
 }
 
 func (c *clientFlags) register(fs *flag.FlagSet) {
@@ -35,6 +41,21 @@ func (c *clientFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.server, "server", def, "server URL (env TERMIVAR_SERVER)")
 	fs.StringVar(&c.key, "key", os.Getenv("TERMIVAR_KEY"), "API key (env TERMIVAR_KEY; default: ./termivar-data/admin.key)")
 	fs.BoolVar(&c.insecure, "insecure", false, "skip TLS certificate verification")
+	c.tls.register(fs, tlsFromEnv())
+}
+
+// httpClient returns a keep-alive client (conns idle connections per host)
+// with the TLS options and --insecure applied.
+func (c *clientFlags) httpClient(conns int) (*http.Client, error) {
+	conf, err := c.tls.config()
+	if err != nil {
+		return nil, err
+	}
+	if conf == nil {
+		conf = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	conf.InsecureSkipVerify = c.insecure //nolint:gosec // opt-in flag
+	return &http.Client{Transport: hinted(newTransport(conf, conns), conf)}, nil
 }
 
 func (c *clientFlags) apiKey() (string, error) {
@@ -78,14 +99,165 @@ func (b bearerInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFun
 // newHTTPClient returns a keep-alive HTTP/1.1 client with many idle
 // connections per host (one per concurrent caller).
 func newHTTPClient(insecure bool, conns int) *http.Client {
-	tr := &http.Transport{
+	tr := newTransport(nil, conns)
+	tr.TLSClientConfig = &tls.Config{InsecureSkipVerify: insecure} //nolint:gosec // opt-in flag
+	return &http.Client{Transport: tr}
+}
+
+// newTransport returns a keep-alive HTTP/1.1 transport with conns idle
+// connections per host, speaking TLS with conf to https URLs.
+//
+// NB: HTTP/1.1 like client.New's default: a long-polling Acquire holds its
+// own connection, and a refused client certificate surfaces as the
+// connection's error instead of HTTP/2's "client conn could not be
+// established".
+func newTransport(conf *tls.Config, conns int) *http.Transport {
+	return &http.Transport{
+		Proxy:               http.ProxyFromEnvironment,
 		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		MaxIdleConns:        conns,
 		MaxIdleConnsPerHost: conns,
 		IdleConnTimeout:     90 * time.Second,
-		TLSClientConfig:     &tls.Config{InsecureSkipVerify: insecure}, //nolint:gosec // opt-in flag
+		TLSClientConfig:     conf,
 	}
-	return &http.Client{Transport: tr}
+}
+
+// Environment variables of the client TLS options.
+//
+// NB: not TERMIVAR_KEY_FILE: next to TERMIVAR_KEY (the API key) that name
+// would read as "the file holding the API key".
+const (
+	envCAFile   = "TERMIVAR_TLS_CA_FILE"
+	envCertFile = "TERMIVAR_TLS_CERT_FILE"
+	envKeyFile  = "TERMIVAR_TLS_KEY_FILE"
+)
+
+// tlsFlags are the TLS options of every client command and of worker:
+// the CA that signs the node's certificate and, for a node started with
+// --client-ca (mutual TLS), the client certificate and its key.
+type tlsFlags struct {
+	caFile, certFile, keyFile string
+}
+
+// tlsFromEnv returns the TLS options of the environment.
+func tlsFromEnv() tlsFlags {
+	return tlsFlags{caFile: os.Getenv(envCAFile), certFile: os.Getenv(envCertFile), keyFile: os.Getenv(envKeyFile)}
+}
+
+// register binds the TLS flags to t with the defaults def.
+func (t *tlsFlags) register(fs *flag.FlagSet, def tlsFlags) {
+	fs.StringVar(&t.caFile, "ca-file", def.caFile, "PEM CA certificates that sign the node's TLS certificate (env "+envCAFile+"; default: the system roots)")
+	fs.StringVar(&t.certFile, "cert-file", def.certFile, "PEM client certificate for a node with --client-ca (env "+envCertFile+"; needs --key-file)")
+	fs.StringVar(&t.keyFile, "key-file", def.keyFile, "PEM private key of --cert-file (env "+envKeyFile+"; not the API key, which is --key)")
+}
+
+// set assigns the option called name ("ca-file", "cert-file" or
+// "key-file"); it reports whether name is one.
+func (t *tlsFlags) set(name, val string) bool {
+	switch name {
+	case "ca-file":
+		t.caFile = val
+	case "cert-file":
+		t.certFile = val
+	case "key-file":
+		t.keyFile = val
+	default:
+		return false
+	}
+	return true
+}
+
+// orEnv fills each empty option from the environment.
+func (t tlsFlags) orEnv() tlsFlags {
+	e := tlsFromEnv()
+	t.caFile = cmp.Or(t.caFile, e.caFile)
+	t.certFile = cmp.Or(t.certFile, e.certFile)
+	t.keyFile = cmp.Or(t.keyFile, e.keyFile)
+	return t
+}
+
+// config builds the client TLS configuration, or nil when no option is set
+// (the transport's defaults then apply: system roots for https URLs).
+func (t tlsFlags) config() (*tls.Config, error) {
+	if t == (tlsFlags{}) {
+		return nil, nil
+	}
+	if (t.certFile == "") != (t.keyFile == "") {
+		return nil, errors.New("--cert-file and --key-file go together")
+	}
+	conf := &tls.Config{MinVersion: tls.VersionTLS12}
+	if t.caFile != "" {
+		pem, err := os.ReadFile(t.caFile)
+		if err != nil {
+			return nil, fmt.Errorf("CA file: %w", err)
+		}
+		conf.RootCAs = x509.NewCertPool()
+		if !conf.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("CA file %s holds no PEM certificate", t.caFile)
+		}
+	}
+	if t.certFile != "" {
+		cert, err := tls.LoadX509KeyPair(t.certFile, t.keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("client certificate: %w", err)
+		}
+		conf.Certificates = []tls.Certificate{cert}
+	}
+	return conf, nil
+}
+
+// httpClient returns an HTTP client for the TLS options, or nil when none
+// is set and serverURL names no https node (client.New then uses its
+// default).
+func (t tlsFlags) httpClient(serverURL string) (*http.Client, error) {
+	conf, err := t.config()
+	if err != nil {
+		return nil, err
+	}
+	if conf == nil {
+		if !strings.Contains(serverURL, "https://") {
+			return nil, nil
+		}
+		conf = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	return &http.Client{Transport: hinted(newTransport(conf, 256), conf)}, nil
+}
+
+// certHint is added to the connection errors of a client without a
+// certificate.
+const certHint = " (a node started with --client-ca also needs --cert-file and --key-file)"
+
+// hinted wraps rt so that, when conf has no client certificate, a
+// connection that breaks on an https request carries certHint.
+//
+// NB: under TLS 1.3 a node that requires client certificates rejects the
+// missing one after the client finished its handshake, so the client
+// mostly sees a broken pipe or a reset, not a certificate error.
+func hinted(rt http.RoundTripper, conf *tls.Config) http.RoundTripper {
+	if len(conf.Certificates) > 0 {
+		return rt
+	}
+	return hintTransport{next: rt}
+}
+
+type hintTransport struct{ next http.RoundTripper }
+
+// RoundTrip implements http.RoundTripper.
+func (h hintTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	res, err := h.next.RoundTrip(r)
+	if err != nil && r.URL.Scheme == "https" &&
+		(errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) || strings.Contains(err.Error(), "certificate required")) {
+		return nil, fmt.Errorf("%w%s", err, certHint)
+	}
+	return res, err
+}
+
+// CloseIdleConnections lets http.Client.CloseIdleConnections reach the
+// wrapped transport.
+func (h hintTransport) CloseIdleConnections() {
+	if c, ok := h.next.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
 }
 
 func newClients(hc *http.Client, url, key string) apiClients {
@@ -100,7 +272,10 @@ func newClients(hc *http.Client, url, key string) apiClients {
 }
 
 // exitFor maps a client error to the CLI exit code and prints it.
-func exitFor(cmd string, err error) int {
+func exitFor(cmd string, err error) int { return exitForTo(os.Stderr, cmd, err) }
+
+// exitForTo is exitFor printing to w.
+func exitForTo(w io.Writer, cmd string, err error) int {
 	if err == nil {
 		return exitOK
 	}
@@ -108,7 +283,7 @@ func exitFor(cmd string, err error) int {
 	if code == connect.CodeUnavailable || code == connect.CodeUnknown || code == connect.CodeDeadlineExceeded {
 		var ce *connect.Error
 		if !errors.As(err, &ce) || code == connect.CodeUnavailable {
-			fmt.Fprintf(os.Stderr, "termivar-coord %s: server unreachable: %v\n", cmd, err)
+			fmt.Fprintf(w, "termivar-coord %s: server unreachable: %v\n", cmd, err)
 			return exitUnreachable
 		}
 	}
@@ -116,6 +291,6 @@ func exitFor(cmd string, err error) int {
 	if d, ok := server.DetailOf(err); ok {
 		kind = " [" + d.GetKind() + "]"
 	}
-	fmt.Fprintf(os.Stderr, "termivar-coord %s: %v%s\n", cmd, err, kind)
+	fmt.Fprintf(w, "termivar-coord %s: %v%s\n", cmd, err, kind)
 	return exitRejected
 }

@@ -4,8 +4,13 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
+	"math"
+	"net/http"
 	"os"
 	"slices"
+	"strings"
+	"text/tabwriter"
 	"time"
 
 	"connectrpc.com/connect"
@@ -13,37 +18,223 @@ import (
 	distributed "github.com/termivar/distributed"
 
 	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/gen/termivar/v1/termivarv1connect"
+	"github.com/termivar/distributed/internal/apikey"
+	"github.com/termivar/distributed/node"
 	"github.com/termivar/distributed/raftfsm"
 )
 
-func runKeys(args []string) int {
-	if len(args) == 0 || args[0] != "create" {
-		fmt.Fprintln(os.Stderr, "usage: termivar-coord keys create --tenant T --role admin|producer|worker")
+const keysUsage = `usage: termivar-coord keys <subcommand> [flags]
+  keys create --tenant T --role admin|producer|worker   print a new key (shown once)
+  keys list [--tenant T] [--revoked] [--json]           list key IDs, tenants, roles, times
+  keys revoke KEYID                                     revoke a key on every node
+  keys rotate KEYID [--out FILE]                        replace a key by a new one (same tenant and role)`
+
+func runKeys(args []string) int { return runKeysTo(args, os.Stdout, os.Stderr) }
+
+// runKeysTo runs a keys subcommand writing to stdout and stderr.
+func runKeysTo(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		k := &keysCommand{name: "keys " + args[0], stdout: stdout, stderr: stderr}
+		k.fs = flag.NewFlagSet(k.name, flag.ContinueOnError)
+		k.fs.SetOutput(stderr)
+		k.c.register(k.fs)
+		switch args[0] {
+		case "create":
+			return k.create(args[1:])
+		case "list":
+			return k.list(args[1:])
+		case "revoke":
+			return k.revoke(args[1:])
+		case "rotate":
+			return k.rotate(args[1:])
+		}
+	}
+	fmt.Fprintln(stderr, keysUsage)
+	return exitUsage
+}
+
+// keysCommand is the shared part of the keys subcommands: flags, key and
+// admin client.
+type keysCommand struct {
+	name           string
+	c              clientFlags
+	fs             *flag.FlagSet
+	stdout, stderr io.Writer
+}
+
+// parse parses args and returns the positional arguments; flags may come
+// before or after them.
+func (k *keysCommand) parse(args []string) ([]string, bool) {
+	var pos []string
+	for {
+		if err := k.fs.Parse(args); err != nil {
+			return nil, false
+		}
+		if k.fs.NArg() == 0 {
+			return pos, true
+		}
+		pos = append(pos, k.fs.Arg(0))
+		args = k.fs.Args()[1:]
+	}
+}
+
+// client returns the Admin client, or prints why not (exit 1).
+func (k *keysCommand) client() (termivarv1connect.AdminClient, bool) {
+	key, err := k.c.apiKey()
+	if err == nil {
+		var hc *http.Client
+		if hc, err = k.c.httpClient(1); err == nil {
+			// NB: of a comma-separated --server list, keys uses the first
+			// node (any member forwards to the leader).
+			url, _, _ := strings.Cut(k.c.server, ",")
+			return newClients(hc, strings.TrimSpace(url), key).admin, true
+		}
+	}
+	fmt.Fprintf(k.stderr, "termivar-coord %s: %v\n", k.name, err)
+	return nil, false
+}
+
+func (k *keysCommand) create(args []string) int {
+	tenant := k.fs.String("tenant", "", "tenant of the new key (default: the caller's)")
+	role := k.fs.String("role", "", "admin, producer or worker")
+	if pos, ok := k.parse(args); !ok || len(pos) > 0 || *role == "" {
+		fmt.Fprintln(k.stderr, "usage: termivar-coord keys create --tenant T --role admin|producer|worker")
 		return exitUsage
 	}
-	var c clientFlags
-	fs := flag.NewFlagSet("keys create", flag.ContinueOnError)
-	c.register(fs)
-	tenant := fs.String("tenant", "", "tenant of the new key (default: the caller's)")
-	role := fs.String("role", "", "admin, producer or worker")
-	if err := fs.Parse(args[1:]); err != nil || *role == "" {
-		fmt.Fprintln(os.Stderr, "usage: termivar-coord keys create --tenant T --role admin|producer|worker")
+	admin, ok := k.client()
+	if !ok {
 		return exitUsage
 	}
-	key, err := c.apiKey()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "termivar-coord keys create:", err)
-		return exitUsage
-	}
-	cl := newClients(newHTTPClient(c.insecure, 1), c.server, key)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	res, err := cl.admin.CreateKey(ctx, connect.NewRequest(&pb.CreateKeyRequest{Tenant: *tenant, Role: *role}))
+	res, err := admin.CreateKey(ctx, connect.NewRequest(&pb.CreateKeyRequest{Tenant: *tenant, Role: *role}))
 	if err != nil {
-		return exitFor("keys create", err)
+		return exitForTo(k.stderr, k.name, err)
 	}
-	fmt.Fprintf(os.Stderr, "created key %s (role %s); it is shown once:\n", res.Msg.GetKeyId(), *role)
-	fmt.Println(res.Msg.GetKey())
+	fmt.Fprintf(k.stderr, "created key %s (role %s); it is shown once:\n", res.Msg.GetKeyId(), *role)
+	fmt.Fprintln(k.stdout, res.Msg.GetKey())
+	return exitOK
+}
+
+// keyJSON is one line of keys list --json.
+type keyJSON struct {
+	KeyID       string `json:"key_id"`
+	Tenant      string `json:"tenant"`
+	Role        string `json:"role"`
+	CreatedSecs uint64 `json:"created_secs"`
+	RevokedSecs uint64 `json:"revoked_secs,omitempty"`
+}
+
+func (k *keysCommand) list(args []string) int {
+	tenant := k.fs.String("tenant", "", "only this tenant's keys (default: your tenant; every tenant for a system admin)")
+	revoked := k.fs.Bool("revoked", false, "also list revoked keys")
+	asJSON := k.fs.Bool("json", false, "print one JSON object per key")
+	if pos, ok := k.parse(args); !ok || len(pos) > 0 {
+		fmt.Fprintln(k.stderr, "usage: termivar-coord keys list [--tenant T] [--revoked] [--json]")
+		return exitUsage
+	}
+	admin, ok := k.client()
+	if !ok {
+		return exitUsage
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := admin.ListKeys(ctx, connect.NewRequest(&pb.ListKeysRequest{Tenant: *tenant, IncludeRevoked: *revoked}))
+	if err != nil {
+		return exitForTo(k.stderr, k.name, err)
+	}
+	if err := printKeys(k.stdout, res.Msg.GetKeys(), *asJSON); err != nil {
+		fmt.Fprintf(k.stderr, "termivar-coord %s: %v\n", k.name, err)
+		return exitUsage
+	}
+	return exitOK
+}
+
+// printKeys writes keys as a table or as JSON lines. Times are the
+// cluster's logical seconds (Unix time), shown in UTC.
+func printKeys(w io.Writer, keys []*pb.KeyInfo, asJSON bool) error {
+	if asJSON {
+		for _, k := range keys {
+			if err := writeJSON(w, keyJSON{KeyID: k.GetKeyId(), Tenant: k.GetTenant(), Role: k.GetRole(), CreatedSecs: k.GetCreatedSecs(), RevokedSecs: k.GetRevokedSecs()}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY ID\tTENANT\tROLE\tCREATED\tREVOKED")
+	for _, k := range keys {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", k.GetKeyId(), k.GetTenant(), k.GetRole(), secsUTC(k.GetCreatedSecs()), secsUTC(k.GetRevokedSecs()))
+	}
+	return tw.Flush()
+}
+
+// secsUTC renders logical seconds as UTC time, "-" for 0 (unknown or not).
+func secsUTC(s uint64) string {
+	if s == 0 || s > math.MaxInt64 {
+		return "-"
+	}
+	return time.Unix(int64(s), 0).UTC().Format(time.RFC3339)
+}
+
+func (k *keysCommand) revoke(args []string) int {
+	pos, ok := k.parse(args)
+	if !ok || len(pos) != 1 {
+		fmt.Fprintln(k.stderr, "usage: termivar-coord keys revoke KEYID")
+		return exitUsage
+	}
+	if !apikey.ValidID(pos[0]) {
+		fmt.Fprintf(k.stderr, "termivar-coord %s: KEYID is the 16 hex digits after tvk_ (see keys list), not a key\n", k.name)
+		return exitUsage
+	}
+	admin, ok := k.client()
+	if !ok {
+		return exitUsage
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := admin.RevokeKey(ctx, connect.NewRequest(&pb.RevokeKeyRequest{KeyId: pos[0]})); err != nil {
+		return exitForTo(k.stderr, k.name, err)
+	}
+	fmt.Fprintln(k.stdout, "revoked key", pos[0])
+	return exitOK
+}
+
+func (k *keysCommand) rotate(args []string) int {
+	out := k.fs.String("out", "", "write the new key to this file (0600, replaced atomically) instead of stdout")
+	pos, ok := k.parse(args)
+	if !ok || len(pos) != 1 {
+		fmt.Fprintln(k.stderr, "usage: termivar-coord keys rotate KEYID [--out FILE]")
+		return exitUsage
+	}
+	if !apikey.ValidID(pos[0]) {
+		fmt.Fprintf(k.stderr, "termivar-coord %s: KEYID is the 16 hex digits after tvk_ (see keys list), not a key\n", k.name)
+		return exitUsage
+	}
+	admin, ok := k.client()
+	if !ok {
+		return exitUsage
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := admin.RotateKey(ctx, connect.NewRequest(&pb.RotateKeyRequest{KeyId: pos[0]}))
+	if err != nil {
+		return exitForTo(k.stderr, k.name, err)
+	}
+	if *out != "" {
+		if err := node.WriteFileAtomic(*out, []byte(res.Msg.GetKey()+"\n"), 0o600); err != nil {
+			// NB: the old key is already revoked; print the new one rather
+			// than lose it.
+			fmt.Fprintf(k.stderr, "termivar-coord %s: write %s: %v; the new key is:\n", k.name, *out, err)
+			fmt.Fprintln(k.stdout, res.Msg.GetKey())
+			return exitRejected
+		}
+		fmt.Fprintf(k.stderr, "revoked key %s; new key %s written to %s\n", pos[0], res.Msg.GetKeyId(), *out)
+		return exitOK
+	}
+	fmt.Fprintf(k.stderr, "revoked key %s; new key %s (same tenant and role) is shown once:\n", pos[0], res.Msg.GetKeyId())
+	fmt.Fprintln(k.stdout, res.Msg.GetKey())
 	return exitOK
 }
 
@@ -87,7 +278,12 @@ func runTenants(args []string) int {
 		fmt.Fprintln(os.Stderr, "termivar-coord tenants create:", err)
 		return exitUsage
 	}
-	cl := newClients(newHTTPClient(c.insecure, 1), c.server, key)
+	hc, err := c.httpClient(1)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "termivar-coord tenants create:", err)
+		return exitUsage
+	}
+	cl := newClients(hc, c.server, key)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := cl.admin.CreateTenant(ctx, connect.NewRequest(req)); err != nil {

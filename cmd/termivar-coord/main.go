@@ -2,12 +2,15 @@
 //
 //	termivar-coord serve [flags]          run a node (defaults: ./termivar-data, 127.0.0.1:7420)
 //	termivar-coord keys create --tenant T --role admin|producer|worker
+//	termivar-coord keys list|revoke KEYID|rotate KEYID
 //	termivar-coord tenants create --name N
 //	termivar-coord bench [flags]          end-to-end load generator
 //
 // Global flags of client commands: --server URL (env TERMIVAR_SERVER,
 // default http://127.0.0.1:7420) and --key KEY (env TERMIVAR_KEY, default
-// the admin key file of ./termivar-data). Exit codes: 0 success, 1 usage
+// the admin key file of ./termivar-data), and for TLS --ca-file,
+// --cert-file, --key-file (env TERMIVAR_TLS_CA_FILE, TERMIVAR_TLS_CERT_FILE,
+// TERMIVAR_TLS_KEY_FILE). Exit codes: 0 success, 1 usage
 // error, 2 rejected request, 3 server unreachable.
 package main
 
@@ -33,7 +36,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"serve", "run a coordinator node", runServe},
-		{"keys", "manage API keys (keys create --tenant T --role R)", runKeys},
+		{"keys", "manage API keys (create, list, revoke KEYID, rotate KEYID)", runKeys},
 		{"tenants", "manage tenants (tenants create --name N)", runTenants},
 		{"bench", "end-to-end load generator against an embedded or remote node", runBench},
 	}

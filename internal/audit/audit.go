@@ -1,7 +1,8 @@
 // Package audit writes the node's audit log: one JSON line per mutating
 // request, accepted or rejected, with the time, the principal's key ID, the
-// tenant, the method, the outcome ("ok" or the error kind) and the revision.
-// By construction an Entry has no field for targets, results, tokens or keys,
+// tenant, the method, the outcome ("ok" or the error kind) and the revision,
+// plus, for key management (revoke, rotate), the ID of the key acted on (an
+// ID names a key; it is not a secret). By construction an Entry has no field for targets, results, tokens or keys,
 // so none can be logged.
 package audit
 
@@ -23,6 +24,9 @@ type Entry struct {
 	Method   string // e.g. "Worker.Complete"
 	Outcome  string // "ok", or the error kind (e.g. "stale_ownership")
 	Revision uint64 // tenant revision after the request; 0 when unknown
+	// Subject is the key ID a key-management request acted on (e.g. the
+	// revoked key); empty, and then not written, for other requests.
+	Subject string
 }
 
 // OutcomeOK is the outcome of an accepted request.
@@ -79,13 +83,17 @@ func (l *Logger) Record(ctx context.Context, e Entry) {
 	if l == nil {
 		return
 	}
-	l.log.LogAttrs(ctx, slog.LevelInfo, "audit",
+	attrs := []slog.Attr{
 		slog.String("key_id", e.KeyID),
 		slog.String("tenant", e.Tenant),
 		slog.String("method", e.Method),
 		slog.String("outcome", e.Outcome),
 		slog.Uint64("revision", e.Revision),
-	)
+	}
+	if e.Subject != "" {
+		attrs = append(attrs, slog.String("subject_key_id", e.Subject))
+	}
+	l.log.LogAttrs(ctx, slog.LevelInfo, "audit", attrs...)
 }
 
 // Close closes the underlying file, if Open created one.

@@ -3082,6 +3082,366 @@ func (x *CreateKeyResponse) GetKey() string {
 	return ""
 }
 
+type ListKeysRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// tenant filters the keys; empty: the caller's tenant, or every tenant
+	// for an admin of the system tenant.
+	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// include_revoked also lists revoked keys.
+	IncludeRevoked bool `protobuf:"varint,2,opt,name=include_revoked,json=includeRevoked,proto3" json:"include_revoked,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ListKeysRequest) Reset() {
+	*x = ListKeysRequest{}
+	mi := &file_termivar_v1_api_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListKeysRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListKeysRequest) ProtoMessage() {}
+
+func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
+func (*ListKeysRequest) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *ListKeysRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *ListKeysRequest) GetIncludeRevoked() bool {
+	if x != nil {
+		return x.IncludeRevoked
+	}
+	return false
+}
+
+type KeyInfo struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	KeyId         string                 `protobuf:"bytes,1,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	Tenant        string                 `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Role          string                 `protobuf:"bytes,3,opt,name=role,proto3" json:"role,omitempty"`
+	CreatedSecs   uint64                 `protobuf:"varint,4,opt,name=created_secs,json=createdSecs,proto3" json:"created_secs,omitempty"` // logical time; 0: unknown
+	RevokedSecs   uint64                 `protobuf:"varint,5,opt,name=revoked_secs,json=revokedSecs,proto3" json:"revoked_secs,omitempty"` // 0: live
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyInfo) Reset() {
+	*x = KeyInfo{}
+	mi := &file_termivar_v1_api_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyInfo) ProtoMessage() {}
+
+func (x *KeyInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyInfo.ProtoReflect.Descriptor instead.
+func (*KeyInfo) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *KeyInfo) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+func (x *KeyInfo) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *KeyInfo) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *KeyInfo) GetCreatedSecs() uint64 {
+	if x != nil {
+		return x.CreatedSecs
+	}
+	return 0
+}
+
+func (x *KeyInfo) GetRevokedSecs() uint64 {
+	if x != nil {
+		return x.RevokedSecs
+	}
+	return 0
+}
+
+type ListKeysResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keys          []*KeyInfo             `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"` // sorted by tenant, then key ID
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListKeysResponse) Reset() {
+	*x = ListKeysResponse{}
+	mi := &file_termivar_v1_api_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListKeysResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListKeysResponse) ProtoMessage() {}
+
+func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListKeysResponse.ProtoReflect.Descriptor instead.
+func (*ListKeysResponse) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *ListKeysResponse) GetKeys() []*KeyInfo {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+type RevokeKeyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	KeyId         string                 `protobuf:"bytes,1,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeKeyRequest) Reset() {
+	*x = RevokeKeyRequest{}
+	mi := &file_termivar_v1_api_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeKeyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeKeyRequest) ProtoMessage() {}
+
+func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeKeyRequest.ProtoReflect.Descriptor instead.
+func (*RevokeKeyRequest) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *RevokeKeyRequest) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+type RevokeKeyResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeKeyResponse) Reset() {
+	*x = RevokeKeyResponse{}
+	mi := &file_termivar_v1_api_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeKeyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeKeyResponse) ProtoMessage() {}
+
+func (x *RevokeKeyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeKeyResponse.ProtoReflect.Descriptor instead.
+func (*RevokeKeyResponse) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{50}
+}
+
+type RotateKeyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	KeyId         string                 `protobuf:"bytes,1,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateKeyRequest) Reset() {
+	*x = RotateKeyRequest{}
+	mi := &file_termivar_v1_api_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateKeyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateKeyRequest) ProtoMessage() {}
+
+func (x *RotateKeyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateKeyRequest.ProtoReflect.Descriptor instead.
+func (*RotateKeyRequest) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *RotateKeyRequest) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+type RotateKeyResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	KeyId string                 `protobuf:"bytes,1,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	// key is the new key, shown once; only its hash is stored.
+	Key           string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	RevokedKeyId  string `protobuf:"bytes,3,opt,name=revoked_key_id,json=revokedKeyId,proto3" json:"revoked_key_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateKeyResponse) Reset() {
+	*x = RotateKeyResponse{}
+	mi := &file_termivar_v1_api_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateKeyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateKeyResponse) ProtoMessage() {}
+
+func (x *RotateKeyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateKeyResponse.ProtoReflect.Descriptor instead.
+func (*RotateKeyResponse) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *RotateKeyResponse) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+func (x *RotateKeyResponse) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *RotateKeyResponse) GetRevokedKeyId() string {
+	if x != nil {
+		return x.RevokedKeyId
+	}
+	return ""
+}
+
 var File_termivar_v1_api_proto protoreflect.FileDescriptor
 
 const file_termivar_v1_api_proto_rawDesc = "" +
@@ -3350,7 +3710,27 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x04role\x18\x02 \x01(\tR\x04role\"<\n" +
 	"\x11CreateKeyResponse\x12\x15\n" +
 	"\x06key_id\x18\x01 \x01(\tR\x05keyId\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\tR\x03key2\xae\x05\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\"R\n" +
+	"\x0fListKeysRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12'\n" +
+	"\x0finclude_revoked\x18\x02 \x01(\bR\x0eincludeRevoked\"\x92\x01\n" +
+	"\aKeyInfo\x12\x15\n" +
+	"\x06key_id\x18\x01 \x01(\tR\x05keyId\x12\x16\n" +
+	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x12\n" +
+	"\x04role\x18\x03 \x01(\tR\x04role\x12!\n" +
+	"\fcreated_secs\x18\x04 \x01(\x04R\vcreatedSecs\x12!\n" +
+	"\frevoked_secs\x18\x05 \x01(\x04R\vrevokedSecs\"<\n" +
+	"\x10ListKeysResponse\x12(\n" +
+	"\x04keys\x18\x01 \x03(\v2\x14.termivar.v1.KeyInfoR\x04keys\")\n" +
+	"\x10RevokeKeyRequest\x12\x15\n" +
+	"\x06key_id\x18\x01 \x01(\tR\x05keyId\"\x13\n" +
+	"\x11RevokeKeyResponse\")\n" +
+	"\x10RotateKeyRequest\x12\x15\n" +
+	"\x06key_id\x18\x01 \x01(\tR\x05keyId\"b\n" +
+	"\x11RotateKeyResponse\x12\x15\n" +
+	"\x06key_id\x18\x01 \x01(\tR\x05keyId\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12$\n" +
+	"\x0erevoked_key_id\x18\x03 \x01(\tR\frevokedKeyId2\xae\x05\n" +
 	"\x06Worker\x12Y\n" +
 	"\x0eRegisterWorker\x12\".termivar.v1.RegisterWorkerRequest\x1a#.termivar.v1.RegisterWorkerResponse\x12J\n" +
 	"\tHeartbeat\x12\x1d.termivar.v1.HeartbeatRequest\x1a\x1e.termivar.v1.HeartbeatResponse\x12D\n" +
@@ -3369,12 +3749,15 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\aGetTask\x12\x1b.termivar.v1.GetTaskRequest\x1a\x1c.termivar.v1.GetTaskResponse\x12J\n" +
 	"\tListTasks\x12\x1d.termivar.v1.ListTasksRequest\x1a\x1e.termivar.v1.ListTasksResponse\x12S\n" +
 	"\fScanProgress\x12 .termivar.v1.ScanProgressRequest\x1a!.termivar.v1.ScanProgressResponse\x12a\n" +
-	"\x10AggregateResults\x12$.termivar.v1.AggregateResultsRequest\x1a%.termivar.v1.AggregateResultsResponse0\x012\xbd\x02\n" +
+	"\x10AggregateResults\x12$.termivar.v1.AggregateResultsRequest\x1a%.termivar.v1.AggregateResultsResponse0\x012\x9e\x04\n" +
 	"\x05Admin\x12A\n" +
 	"\x06Status\x12\x1a.termivar.v1.StatusRequest\x1a\x1b.termivar.v1.StatusResponse\x12P\n" +
 	"\vListWorkers\x12\x1f.termivar.v1.ListWorkersRequest\x1a .termivar.v1.ListWorkersResponse\x12S\n" +
 	"\fCreateTenant\x12 .termivar.v1.CreateTenantRequest\x1a!.termivar.v1.CreateTenantResponse\x12J\n" +
-	"\tCreateKey\x12\x1d.termivar.v1.CreateKeyRequest\x1a\x1e.termivar.v1.CreateKeyResponseB<Z:github.com/termivar/distributed/gen/termivar/v1;termivarv1b\x06proto3"
+	"\tCreateKey\x12\x1d.termivar.v1.CreateKeyRequest\x1a\x1e.termivar.v1.CreateKeyResponse\x12G\n" +
+	"\bListKeys\x12\x1c.termivar.v1.ListKeysRequest\x1a\x1d.termivar.v1.ListKeysResponse\x12J\n" +
+	"\tRevokeKey\x12\x1d.termivar.v1.RevokeKeyRequest\x1a\x1e.termivar.v1.RevokeKeyResponse\x12J\n" +
+	"\tRotateKey\x12\x1d.termivar.v1.RotateKeyRequest\x1a\x1e.termivar.v1.RotateKeyResponseB<Z:github.com/termivar/distributed/gen/termivar/v1;termivarv1b\x06proto3"
 
 var (
 	file_termivar_v1_api_proto_rawDescOnce sync.Once
@@ -3388,7 +3771,7 @@ func file_termivar_v1_api_proto_rawDescGZIP() []byte {
 	return file_termivar_v1_api_proto_rawDescData
 }
 
-var file_termivar_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
+var file_termivar_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
 var file_termivar_v1_api_proto_goTypes = []any{
 	(*ErrorDetail)(nil),              // 0: termivar.v1.ErrorDetail
 	(*WorkerInfo)(nil),               // 1: termivar.v1.WorkerInfo
@@ -3436,9 +3819,16 @@ var file_termivar_v1_api_proto_goTypes = []any{
 	(*CreateTenantResponse)(nil),     // 43: termivar.v1.CreateTenantResponse
 	(*CreateKeyRequest)(nil),         // 44: termivar.v1.CreateKeyRequest
 	(*CreateKeyResponse)(nil),        // 45: termivar.v1.CreateKeyResponse
-	(*ClusterMember)(nil),            // 46: termivar.v1.ClusterMember
-	(*CoreLimits)(nil),               // 47: termivar.v1.CoreLimits
-	(*ResultLimits)(nil),             // 48: termivar.v1.ResultLimits
+	(*ListKeysRequest)(nil),          // 46: termivar.v1.ListKeysRequest
+	(*KeyInfo)(nil),                  // 47: termivar.v1.KeyInfo
+	(*ListKeysResponse)(nil),         // 48: termivar.v1.ListKeysResponse
+	(*RevokeKeyRequest)(nil),         // 49: termivar.v1.RevokeKeyRequest
+	(*RevokeKeyResponse)(nil),        // 50: termivar.v1.RevokeKeyResponse
+	(*RotateKeyRequest)(nil),         // 51: termivar.v1.RotateKeyRequest
+	(*RotateKeyResponse)(nil),        // 52: termivar.v1.RotateKeyResponse
+	(*ClusterMember)(nil),            // 53: termivar.v1.ClusterMember
+	(*CoreLimits)(nil),               // 54: termivar.v1.CoreLimits
+	(*ResultLimits)(nil),             // 55: termivar.v1.ResultLimits
 }
 var file_termivar_v1_api_proto_depIdxs = []int32{
 	1,  // 0: termivar.v1.RegisterWorkerResponse.worker:type_name -> termivar.v1.WorkerInfo
@@ -3453,53 +3843,60 @@ var file_termivar_v1_api_proto_depIdxs = []int32{
 	25, // 9: termivar.v1.EnqueueResponse.tasks:type_name -> termivar.v1.EnqueuedTask
 	29, // 10: termivar.v1.GetTaskResponse.task:type_name -> termivar.v1.TaskInfo
 	29, // 11: termivar.v1.ListTasksResponse.tasks:type_name -> termivar.v1.TaskInfo
-	46, // 12: termivar.v1.StatusResponse.members:type_name -> termivar.v1.ClusterMember
+	53, // 12: termivar.v1.StatusResponse.members:type_name -> termivar.v1.ClusterMember
 	1,  // 13: termivar.v1.ListWorkersResponse.workers:type_name -> termivar.v1.WorkerInfo
-	47, // 14: termivar.v1.CreateTenantRequest.limits:type_name -> termivar.v1.CoreLimits
-	48, // 15: termivar.v1.CreateTenantRequest.result_limits:type_name -> termivar.v1.ResultLimits
-	2,  // 16: termivar.v1.Worker.RegisterWorker:input_type -> termivar.v1.RegisterWorkerRequest
-	4,  // 17: termivar.v1.Worker.Heartbeat:input_type -> termivar.v1.HeartbeatRequest
-	6,  // 18: termivar.v1.Worker.Acquire:input_type -> termivar.v1.AcquireRequest
-	9,  // 19: termivar.v1.Worker.Start:input_type -> termivar.v1.StartRequest
-	11, // 20: termivar.v1.Worker.RenewLease:input_type -> termivar.v1.RenewLeaseRequest
-	13, // 21: termivar.v1.Worker.Complete:input_type -> termivar.v1.CompleteRequest
-	15, // 22: termivar.v1.Worker.CompleteMany:input_type -> termivar.v1.CompleteManyRequest
-	18, // 23: termivar.v1.Worker.Fail:input_type -> termivar.v1.FailRequest
-	21, // 24: termivar.v1.Worker.Deregister:input_type -> termivar.v1.DeregisterRequest
-	24, // 25: termivar.v1.Producer.Enqueue:input_type -> termivar.v1.EnqueueRequest
-	27, // 26: termivar.v1.Producer.Cancel:input_type -> termivar.v1.CancelRequest
-	30, // 27: termivar.v1.Producer.GetTask:input_type -> termivar.v1.GetTaskRequest
-	32, // 28: termivar.v1.Producer.ListTasks:input_type -> termivar.v1.ListTasksRequest
-	34, // 29: termivar.v1.Producer.ScanProgress:input_type -> termivar.v1.ScanProgressRequest
-	36, // 30: termivar.v1.Producer.AggregateResults:input_type -> termivar.v1.AggregateResultsRequest
-	38, // 31: termivar.v1.Admin.Status:input_type -> termivar.v1.StatusRequest
-	40, // 32: termivar.v1.Admin.ListWorkers:input_type -> termivar.v1.ListWorkersRequest
-	42, // 33: termivar.v1.Admin.CreateTenant:input_type -> termivar.v1.CreateTenantRequest
-	44, // 34: termivar.v1.Admin.CreateKey:input_type -> termivar.v1.CreateKeyRequest
-	3,  // 35: termivar.v1.Worker.RegisterWorker:output_type -> termivar.v1.RegisterWorkerResponse
-	5,  // 36: termivar.v1.Worker.Heartbeat:output_type -> termivar.v1.HeartbeatResponse
-	8,  // 37: termivar.v1.Worker.Acquire:output_type -> termivar.v1.AcquireResponse
-	10, // 38: termivar.v1.Worker.Start:output_type -> termivar.v1.StartResponse
-	12, // 39: termivar.v1.Worker.RenewLease:output_type -> termivar.v1.RenewLeaseResponse
-	14, // 40: termivar.v1.Worker.Complete:output_type -> termivar.v1.CompleteResponse
-	17, // 41: termivar.v1.Worker.CompleteMany:output_type -> termivar.v1.CompleteManyResponse
-	19, // 42: termivar.v1.Worker.Fail:output_type -> termivar.v1.FailResponse
-	22, // 43: termivar.v1.Worker.Deregister:output_type -> termivar.v1.DeregisterResponse
-	26, // 44: termivar.v1.Producer.Enqueue:output_type -> termivar.v1.EnqueueResponse
-	28, // 45: termivar.v1.Producer.Cancel:output_type -> termivar.v1.CancelResponse
-	31, // 46: termivar.v1.Producer.GetTask:output_type -> termivar.v1.GetTaskResponse
-	33, // 47: termivar.v1.Producer.ListTasks:output_type -> termivar.v1.ListTasksResponse
-	35, // 48: termivar.v1.Producer.ScanProgress:output_type -> termivar.v1.ScanProgressResponse
-	37, // 49: termivar.v1.Producer.AggregateResults:output_type -> termivar.v1.AggregateResultsResponse
-	39, // 50: termivar.v1.Admin.Status:output_type -> termivar.v1.StatusResponse
-	41, // 51: termivar.v1.Admin.ListWorkers:output_type -> termivar.v1.ListWorkersResponse
-	43, // 52: termivar.v1.Admin.CreateTenant:output_type -> termivar.v1.CreateTenantResponse
-	45, // 53: termivar.v1.Admin.CreateKey:output_type -> termivar.v1.CreateKeyResponse
-	35, // [35:54] is the sub-list for method output_type
-	16, // [16:35] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	54, // 14: termivar.v1.CreateTenantRequest.limits:type_name -> termivar.v1.CoreLimits
+	55, // 15: termivar.v1.CreateTenantRequest.result_limits:type_name -> termivar.v1.ResultLimits
+	47, // 16: termivar.v1.ListKeysResponse.keys:type_name -> termivar.v1.KeyInfo
+	2,  // 17: termivar.v1.Worker.RegisterWorker:input_type -> termivar.v1.RegisterWorkerRequest
+	4,  // 18: termivar.v1.Worker.Heartbeat:input_type -> termivar.v1.HeartbeatRequest
+	6,  // 19: termivar.v1.Worker.Acquire:input_type -> termivar.v1.AcquireRequest
+	9,  // 20: termivar.v1.Worker.Start:input_type -> termivar.v1.StartRequest
+	11, // 21: termivar.v1.Worker.RenewLease:input_type -> termivar.v1.RenewLeaseRequest
+	13, // 22: termivar.v1.Worker.Complete:input_type -> termivar.v1.CompleteRequest
+	15, // 23: termivar.v1.Worker.CompleteMany:input_type -> termivar.v1.CompleteManyRequest
+	18, // 24: termivar.v1.Worker.Fail:input_type -> termivar.v1.FailRequest
+	21, // 25: termivar.v1.Worker.Deregister:input_type -> termivar.v1.DeregisterRequest
+	24, // 26: termivar.v1.Producer.Enqueue:input_type -> termivar.v1.EnqueueRequest
+	27, // 27: termivar.v1.Producer.Cancel:input_type -> termivar.v1.CancelRequest
+	30, // 28: termivar.v1.Producer.GetTask:input_type -> termivar.v1.GetTaskRequest
+	32, // 29: termivar.v1.Producer.ListTasks:input_type -> termivar.v1.ListTasksRequest
+	34, // 30: termivar.v1.Producer.ScanProgress:input_type -> termivar.v1.ScanProgressRequest
+	36, // 31: termivar.v1.Producer.AggregateResults:input_type -> termivar.v1.AggregateResultsRequest
+	38, // 32: termivar.v1.Admin.Status:input_type -> termivar.v1.StatusRequest
+	40, // 33: termivar.v1.Admin.ListWorkers:input_type -> termivar.v1.ListWorkersRequest
+	42, // 34: termivar.v1.Admin.CreateTenant:input_type -> termivar.v1.CreateTenantRequest
+	44, // 35: termivar.v1.Admin.CreateKey:input_type -> termivar.v1.CreateKeyRequest
+	46, // 36: termivar.v1.Admin.ListKeys:input_type -> termivar.v1.ListKeysRequest
+	49, // 37: termivar.v1.Admin.RevokeKey:input_type -> termivar.v1.RevokeKeyRequest
+	51, // 38: termivar.v1.Admin.RotateKey:input_type -> termivar.v1.RotateKeyRequest
+	3,  // 39: termivar.v1.Worker.RegisterWorker:output_type -> termivar.v1.RegisterWorkerResponse
+	5,  // 40: termivar.v1.Worker.Heartbeat:output_type -> termivar.v1.HeartbeatResponse
+	8,  // 41: termivar.v1.Worker.Acquire:output_type -> termivar.v1.AcquireResponse
+	10, // 42: termivar.v1.Worker.Start:output_type -> termivar.v1.StartResponse
+	12, // 43: termivar.v1.Worker.RenewLease:output_type -> termivar.v1.RenewLeaseResponse
+	14, // 44: termivar.v1.Worker.Complete:output_type -> termivar.v1.CompleteResponse
+	17, // 45: termivar.v1.Worker.CompleteMany:output_type -> termivar.v1.CompleteManyResponse
+	19, // 46: termivar.v1.Worker.Fail:output_type -> termivar.v1.FailResponse
+	22, // 47: termivar.v1.Worker.Deregister:output_type -> termivar.v1.DeregisterResponse
+	26, // 48: termivar.v1.Producer.Enqueue:output_type -> termivar.v1.EnqueueResponse
+	28, // 49: termivar.v1.Producer.Cancel:output_type -> termivar.v1.CancelResponse
+	31, // 50: termivar.v1.Producer.GetTask:output_type -> termivar.v1.GetTaskResponse
+	33, // 51: termivar.v1.Producer.ListTasks:output_type -> termivar.v1.ListTasksResponse
+	35, // 52: termivar.v1.Producer.ScanProgress:output_type -> termivar.v1.ScanProgressResponse
+	37, // 53: termivar.v1.Producer.AggregateResults:output_type -> termivar.v1.AggregateResultsResponse
+	39, // 54: termivar.v1.Admin.Status:output_type -> termivar.v1.StatusResponse
+	41, // 55: termivar.v1.Admin.ListWorkers:output_type -> termivar.v1.ListWorkersResponse
+	43, // 56: termivar.v1.Admin.CreateTenant:output_type -> termivar.v1.CreateTenantResponse
+	45, // 57: termivar.v1.Admin.CreateKey:output_type -> termivar.v1.CreateKeyResponse
+	48, // 58: termivar.v1.Admin.ListKeys:output_type -> termivar.v1.ListKeysResponse
+	50, // 59: termivar.v1.Admin.RevokeKey:output_type -> termivar.v1.RevokeKeyResponse
+	52, // 60: termivar.v1.Admin.RotateKey:output_type -> termivar.v1.RotateKeyResponse
+	39, // [39:61] is the sub-list for method output_type
+	17, // [17:39] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_termivar_v1_api_proto_init() }
@@ -3525,7 +3922,7 @@ func file_termivar_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_termivar_v1_api_proto_rawDesc), len(file_termivar_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   46,
+			NumMessages:   53,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -69,6 +69,8 @@ type Command struct {
 	//	*Command_ExpireOldTasks
 	//	*Command_AcquireTasks
 	//	*Command_CancelTaskById
+	//	*Command_RevokeKey
+	//	*Command_RotateKey
 	//	*Command_SetNodeInfo
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
@@ -345,6 +347,24 @@ func (x *Command) GetCancelTaskById() *CancelTaskByID {
 	return nil
 }
 
+func (x *Command) GetRevokeKey() *RevokeKey {
+	if x != nil {
+		if x, ok := x.Op.(*Command_RevokeKey); ok {
+			return x.RevokeKey
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetRotateKey() *RotateKey {
+	if x != nil {
+		if x, ok := x.Op.(*Command_RotateKey); ok {
+			return x.RotateKey
+		}
+	}
+	return nil
+}
+
 func (x *Command) GetSetNodeInfo() *SetNodeInfo {
 	if x != nil {
 		if x, ok := x.Op.(*Command_SetNodeInfo); ok {
@@ -446,6 +466,15 @@ type Command_CancelTaskById struct {
 	CancelTaskById *CancelTaskByID `protobuf:"bytes,31,opt,name=cancel_task_by_id,json=cancelTaskById,proto3,oneof"`
 }
 
+type Command_RevokeKey struct {
+	// 32-39: key management.
+	RevokeKey *RevokeKey `protobuf:"bytes,32,opt,name=revoke_key,json=revokeKey,proto3,oneof"`
+}
+
+type Command_RotateKey struct {
+	RotateKey *RotateKey `protobuf:"bytes,33,opt,name=rotate_key,json=rotateKey,proto3,oneof"`
+}
+
 type Command_SetNodeInfo struct {
 	// 40+: cluster membership metadata (kept apart from the task ops).
 	SetNodeInfo *SetNodeInfo `protobuf:"bytes,40,opt,name=set_node_info,json=setNodeInfo,proto3,oneof"`
@@ -494,6 +523,10 @@ func (*Command_ExpireOldTasks) isCommand_Op() {}
 func (*Command_AcquireTasks) isCommand_Op() {}
 
 func (*Command_CancelTaskById) isCommand_Op() {}
+
+func (*Command_RevokeKey) isCommand_Op() {}
+
+func (*Command_RotateKey) isCommand_Op() {}
 
 func (*Command_SetNodeInfo) isCommand_Op() {}
 
@@ -906,6 +939,118 @@ func (x *CreateKey) GetRole() string {
 	return ""
 }
 
+// RevokeKey removes a live key from the key table and keeps its ID as
+// revoked (IDs are never reused): every node refuses the key from the entry
+// on. Worker IDs bound to the key become unbound. The principal must be an
+// admin key of the key's tenant or of the system tenant; the last admin key
+// of the system tenant cannot be revoked.
+type RevokeKey struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	KeyId         string                 `protobuf:"bytes,1,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeKey) Reset() {
+	*x = RevokeKey{}
+	mi := &file_termivar_v1_command_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeKey) ProtoMessage() {}
+
+func (x *RevokeKey) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_command_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeKey.ProtoReflect.Descriptor instead.
+func (*RevokeKey) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *RevokeKey) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+// RotateKey atomically creates a key with the same tenant and role as
+// key_id (new_key_id, hash of its secret), moves key_id's worker bindings to
+// it, and revokes key_id, all in one command. Authorization as RevokeKey.
+type RotateKey struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	KeyId         string                 `protobuf:"bytes,1,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	NewKeyId      string                 `protobuf:"bytes,2,opt,name=new_key_id,json=newKeyId,proto3" json:"new_key_id,omitempty"`
+	NewSecretHash []byte                 `protobuf:"bytes,3,opt,name=new_secret_hash,json=newSecretHash,proto3" json:"new_secret_hash,omitempty"` // SHA-256 of the new secret
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateKey) Reset() {
+	*x = RotateKey{}
+	mi := &file_termivar_v1_command_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateKey) ProtoMessage() {}
+
+func (x *RotateKey) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_command_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateKey.ProtoReflect.Descriptor instead.
+func (*RotateKey) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *RotateKey) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+func (x *RotateKey) GetNewKeyId() string {
+	if x != nil {
+		return x.NewKeyId
+	}
+	return ""
+}
+
+func (x *RotateKey) GetNewSecretHash() []byte {
+	if x != nil {
+		return x.NewSecretHash
+	}
+	return nil
+}
+
 // TaskSpec mirrors distributed.TaskSpec.
 type TaskSpec struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -920,7 +1065,7 @@ type TaskSpec struct {
 
 func (x *TaskSpec) Reset() {
 	*x = TaskSpec{}
-	mi := &file_termivar_v1_command_proto_msgTypes[7]
+	mi := &file_termivar_v1_command_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -932,7 +1077,7 @@ func (x *TaskSpec) String() string {
 func (*TaskSpec) ProtoMessage() {}
 
 func (x *TaskSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[7]
+	mi := &file_termivar_v1_command_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -945,7 +1090,7 @@ func (x *TaskSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskSpec.ProtoReflect.Descriptor instead.
 func (*TaskSpec) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{7}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *TaskSpec) GetTaskId() string {
@@ -993,7 +1138,7 @@ type EnqueueTasks struct {
 
 func (x *EnqueueTasks) Reset() {
 	*x = EnqueueTasks{}
-	mi := &file_termivar_v1_command_proto_msgTypes[8]
+	mi := &file_termivar_v1_command_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1005,7 +1150,7 @@ func (x *EnqueueTasks) String() string {
 func (*EnqueueTasks) ProtoMessage() {}
 
 func (x *EnqueueTasks) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[8]
+	mi := &file_termivar_v1_command_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1018,7 +1163,7 @@ func (x *EnqueueTasks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueTasks.ProtoReflect.Descriptor instead.
 func (*EnqueueTasks) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{8}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *EnqueueTasks) GetTasks() []*TaskSpec {
@@ -1043,7 +1188,7 @@ type WorkerSpec struct {
 
 func (x *WorkerSpec) Reset() {
 	*x = WorkerSpec{}
-	mi := &file_termivar_v1_command_proto_msgTypes[9]
+	mi := &file_termivar_v1_command_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1055,7 +1200,7 @@ func (x *WorkerSpec) String() string {
 func (*WorkerSpec) ProtoMessage() {}
 
 func (x *WorkerSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[9]
+	mi := &file_termivar_v1_command_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1068,7 +1213,7 @@ func (x *WorkerSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerSpec.ProtoReflect.Descriptor instead.
 func (*WorkerSpec) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{9}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *WorkerSpec) GetWorkerId() string {
@@ -1122,7 +1267,7 @@ type RegisterWorker struct {
 
 func (x *RegisterWorker) Reset() {
 	*x = RegisterWorker{}
-	mi := &file_termivar_v1_command_proto_msgTypes[10]
+	mi := &file_termivar_v1_command_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1134,7 +1279,7 @@ func (x *RegisterWorker) String() string {
 func (*RegisterWorker) ProtoMessage() {}
 
 func (x *RegisterWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[10]
+	mi := &file_termivar_v1_command_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1147,7 +1292,7 @@ func (x *RegisterWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterWorker.ProtoReflect.Descriptor instead.
 func (*RegisterWorker) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{10}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RegisterWorker) GetSpec() *WorkerSpec {
@@ -1171,7 +1316,7 @@ type UpdateWorker struct {
 
 func (x *UpdateWorker) Reset() {
 	*x = UpdateWorker{}
-	mi := &file_termivar_v1_command_proto_msgTypes[11]
+	mi := &file_termivar_v1_command_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1183,7 +1328,7 @@ func (x *UpdateWorker) String() string {
 func (*UpdateWorker) ProtoMessage() {}
 
 func (x *UpdateWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[11]
+	mi := &file_termivar_v1_command_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1196,7 +1341,7 @@ func (x *UpdateWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateWorker.ProtoReflect.Descriptor instead.
 func (*UpdateWorker) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{11}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *UpdateWorker) GetWorkerId() string {
@@ -1251,7 +1396,7 @@ type DeregisterWorker struct {
 
 func (x *DeregisterWorker) Reset() {
 	*x = DeregisterWorker{}
-	mi := &file_termivar_v1_command_proto_msgTypes[12]
+	mi := &file_termivar_v1_command_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1263,7 +1408,7 @@ func (x *DeregisterWorker) String() string {
 func (*DeregisterWorker) ProtoMessage() {}
 
 func (x *DeregisterWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[12]
+	mi := &file_termivar_v1_command_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1276,7 +1421,7 @@ func (x *DeregisterWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterWorker.ProtoReflect.Descriptor instead.
 func (*DeregisterWorker) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{12}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DeregisterWorker) GetWorkerId() string {
@@ -1301,7 +1446,7 @@ type PruneDeadWorkers struct {
 
 func (x *PruneDeadWorkers) Reset() {
 	*x = PruneDeadWorkers{}
-	mi := &file_termivar_v1_command_proto_msgTypes[13]
+	mi := &file_termivar_v1_command_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1313,7 +1458,7 @@ func (x *PruneDeadWorkers) String() string {
 func (*PruneDeadWorkers) ProtoMessage() {}
 
 func (x *PruneDeadWorkers) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[13]
+	mi := &file_termivar_v1_command_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1326,7 +1471,7 @@ func (x *PruneDeadWorkers) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneDeadWorkers.ProtoReflect.Descriptor instead.
 func (*PruneDeadWorkers) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{13}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{15}
 }
 
 type ReactivateWorker struct {
@@ -1339,7 +1484,7 @@ type ReactivateWorker struct {
 
 func (x *ReactivateWorker) Reset() {
 	*x = ReactivateWorker{}
-	mi := &file_termivar_v1_command_proto_msgTypes[14]
+	mi := &file_termivar_v1_command_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1351,7 +1496,7 @@ func (x *ReactivateWorker) String() string {
 func (*ReactivateWorker) ProtoMessage() {}
 
 func (x *ReactivateWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[14]
+	mi := &file_termivar_v1_command_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1364,7 +1509,7 @@ func (x *ReactivateWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReactivateWorker.ProtoReflect.Descriptor instead.
 func (*ReactivateWorker) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{14}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ReactivateWorker) GetOfflineGeneration() uint64 {
@@ -1390,7 +1535,7 @@ type AssignNextAvailable struct {
 
 func (x *AssignNextAvailable) Reset() {
 	*x = AssignNextAvailable{}
-	mi := &file_termivar_v1_command_proto_msgTypes[15]
+	mi := &file_termivar_v1_command_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1402,7 +1547,7 @@ func (x *AssignNextAvailable) String() string {
 func (*AssignNextAvailable) ProtoMessage() {}
 
 func (x *AssignNextAvailable) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[15]
+	mi := &file_termivar_v1_command_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1415,7 +1560,7 @@ func (x *AssignNextAvailable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignNextAvailable.ProtoReflect.Descriptor instead.
 func (*AssignNextAvailable) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{15}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AssignNextAvailable) GetLeaseTtlSecs() uint64 {
@@ -1435,7 +1580,7 @@ type AssignNext struct {
 
 func (x *AssignNext) Reset() {
 	*x = AssignNext{}
-	mi := &file_termivar_v1_command_proto_msgTypes[16]
+	mi := &file_termivar_v1_command_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1447,7 +1592,7 @@ func (x *AssignNext) String() string {
 func (*AssignNext) ProtoMessage() {}
 
 func (x *AssignNext) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[16]
+	mi := &file_termivar_v1_command_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1460,7 +1605,7 @@ func (x *AssignNext) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignNext.ProtoReflect.Descriptor instead.
 func (*AssignNext) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{16}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *AssignNext) GetWorkerId() string {
@@ -1488,7 +1633,7 @@ type AssignTask struct {
 
 func (x *AssignTask) Reset() {
 	*x = AssignTask{}
-	mi := &file_termivar_v1_command_proto_msgTypes[17]
+	mi := &file_termivar_v1_command_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1500,7 +1645,7 @@ func (x *AssignTask) String() string {
 func (*AssignTask) ProtoMessage() {}
 
 func (x *AssignTask) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[17]
+	mi := &file_termivar_v1_command_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1513,7 +1658,7 @@ func (x *AssignTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignTask.ProtoReflect.Descriptor instead.
 func (*AssignTask) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{17}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *AssignTask) GetTaskId() string {
@@ -1548,7 +1693,7 @@ type StartTask struct {
 
 func (x *StartTask) Reset() {
 	*x = StartTask{}
-	mi := &file_termivar_v1_command_proto_msgTypes[18]
+	mi := &file_termivar_v1_command_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1560,7 +1705,7 @@ func (x *StartTask) String() string {
 func (*StartTask) ProtoMessage() {}
 
 func (x *StartTask) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[18]
+	mi := &file_termivar_v1_command_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1573,7 +1718,7 @@ func (x *StartTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartTask.ProtoReflect.Descriptor instead.
 func (*StartTask) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{18}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *StartTask) GetLease() []byte {
@@ -1594,7 +1739,7 @@ type CompleteTask struct {
 
 func (x *CompleteTask) Reset() {
 	*x = CompleteTask{}
-	mi := &file_termivar_v1_command_proto_msgTypes[19]
+	mi := &file_termivar_v1_command_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1606,7 +1751,7 @@ func (x *CompleteTask) String() string {
 func (*CompleteTask) ProtoMessage() {}
 
 func (x *CompleteTask) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[19]
+	mi := &file_termivar_v1_command_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1619,7 +1764,7 @@ func (x *CompleteTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteTask.ProtoReflect.Descriptor instead.
 func (*CompleteTask) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{19}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CompleteTask) GetLease() []byte {
@@ -1645,7 +1790,7 @@ type FailTask struct {
 
 func (x *FailTask) Reset() {
 	*x = FailTask{}
-	mi := &file_termivar_v1_command_proto_msgTypes[20]
+	mi := &file_termivar_v1_command_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1657,7 +1802,7 @@ func (x *FailTask) String() string {
 func (*FailTask) ProtoMessage() {}
 
 func (x *FailTask) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[20]
+	mi := &file_termivar_v1_command_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1670,7 +1815,7 @@ func (x *FailTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailTask.ProtoReflect.Descriptor instead.
 func (*FailTask) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{20}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *FailTask) GetLease() []byte {
@@ -1689,7 +1834,7 @@ type CancelTask struct {
 
 func (x *CancelTask) Reset() {
 	*x = CancelTask{}
-	mi := &file_termivar_v1_command_proto_msgTypes[21]
+	mi := &file_termivar_v1_command_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1701,7 +1846,7 @@ func (x *CancelTask) String() string {
 func (*CancelTask) ProtoMessage() {}
 
 func (x *CancelTask) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[21]
+	mi := &file_termivar_v1_command_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1714,7 +1859,7 @@ func (x *CancelTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTask.ProtoReflect.Descriptor instead.
 func (*CancelTask) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{21}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CancelTask) GetOwnership() []byte {
@@ -1737,7 +1882,7 @@ type CancelTaskByID struct {
 
 func (x *CancelTaskByID) Reset() {
 	*x = CancelTaskByID{}
-	mi := &file_termivar_v1_command_proto_msgTypes[22]
+	mi := &file_termivar_v1_command_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1749,7 +1894,7 @@ func (x *CancelTaskByID) String() string {
 func (*CancelTaskByID) ProtoMessage() {}
 
 func (x *CancelTaskByID) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[22]
+	mi := &file_termivar_v1_command_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1762,7 +1907,7 @@ func (x *CancelTaskByID) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskByID.ProtoReflect.Descriptor instead.
 func (*CancelTaskByID) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{22}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CancelTaskByID) GetTaskId() string {
@@ -1782,7 +1927,7 @@ type RenewLease struct {
 
 func (x *RenewLease) Reset() {
 	*x = RenewLease{}
-	mi := &file_termivar_v1_command_proto_msgTypes[23]
+	mi := &file_termivar_v1_command_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1794,7 +1939,7 @@ func (x *RenewLease) String() string {
 func (*RenewLease) ProtoMessage() {}
 
 func (x *RenewLease) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[23]
+	mi := &file_termivar_v1_command_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1807,7 +1952,7 @@ func (x *RenewLease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewLease.ProtoReflect.Descriptor instead.
 func (*RenewLease) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{23}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RenewLease) GetLease() []byte {
@@ -1832,7 +1977,7 @@ type RecoverExpiredLeases struct {
 
 func (x *RecoverExpiredLeases) Reset() {
 	*x = RecoverExpiredLeases{}
-	mi := &file_termivar_v1_command_proto_msgTypes[24]
+	mi := &file_termivar_v1_command_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1844,7 +1989,7 @@ func (x *RecoverExpiredLeases) String() string {
 func (*RecoverExpiredLeases) ProtoMessage() {}
 
 func (x *RecoverExpiredLeases) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[24]
+	mi := &file_termivar_v1_command_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1857,7 +2002,7 @@ func (x *RecoverExpiredLeases) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverExpiredLeases.ProtoReflect.Descriptor instead.
 func (*RecoverExpiredLeases) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{24}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{26}
 }
 
 type ExpireOldTasks struct {
@@ -1869,7 +2014,7 @@ type ExpireOldTasks struct {
 
 func (x *ExpireOldTasks) Reset() {
 	*x = ExpireOldTasks{}
-	mi := &file_termivar_v1_command_proto_msgTypes[25]
+	mi := &file_termivar_v1_command_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1881,7 +2026,7 @@ func (x *ExpireOldTasks) String() string {
 func (*ExpireOldTasks) ProtoMessage() {}
 
 func (x *ExpireOldTasks) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[25]
+	mi := &file_termivar_v1_command_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1894,7 +2039,7 @@ func (x *ExpireOldTasks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireOldTasks.ProtoReflect.Descriptor instead.
 func (*ExpireOldTasks) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{25}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ExpireOldTasks) GetMaxAgeSecs() uint64 {
@@ -1919,7 +2064,7 @@ type AcquireTasks struct {
 
 func (x *AcquireTasks) Reset() {
 	*x = AcquireTasks{}
-	mi := &file_termivar_v1_command_proto_msgTypes[26]
+	mi := &file_termivar_v1_command_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1931,7 +2076,7 @@ func (x *AcquireTasks) String() string {
 func (*AcquireTasks) ProtoMessage() {}
 
 func (x *AcquireTasks) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[26]
+	mi := &file_termivar_v1_command_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1944,7 +2089,7 @@ func (x *AcquireTasks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireTasks.ProtoReflect.Descriptor instead.
 func (*AcquireTasks) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{26}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *AcquireTasks) GetWorkerId() string {
@@ -1978,20 +2123,22 @@ func (x *AcquireTasks) GetStart() bool {
 // FSMState is the node's snapshot: cluster metadata plus, per tenant, the
 // core's ExportState bytes.
 type FSMState struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
-	EpochId       []byte                 `protobuf:"bytes,2,opt,name=epoch_id,json=epochId,proto3" json:"epoch_id,omitempty"`
-	LastTime      uint64                 `protobuf:"varint,3,opt,name=last_time,json=lastTime,proto3" json:"last_time,omitempty"`
-	Keys          []*KeyRecord           `protobuf:"bytes,4,rep,name=keys,proto3" json:"keys,omitempty"`
-	Tenants       []*TenantState         `protobuf:"bytes,5,rep,name=tenants,proto3" json:"tenants,omitempty"`
-	Nodes         []*NodeInfo            `protobuf:"bytes,20,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Version  uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	EpochId  []byte                 `protobuf:"bytes,2,opt,name=epoch_id,json=epochId,proto3" json:"epoch_id,omitempty"`
+	LastTime uint64                 `protobuf:"varint,3,opt,name=last_time,json=lastTime,proto3" json:"last_time,omitempty"`
+	Keys     []*KeyRecord           `protobuf:"bytes,4,rep,name=keys,proto3" json:"keys,omitempty"`
+	Tenants  []*TenantState         `protobuf:"bytes,5,rep,name=tenants,proto3" json:"tenants,omitempty"`
+	Nodes    []*NodeInfo            `protobuf:"bytes,20,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	// revoked_keys holds the revoked keys (no secret hash), sorted by ID.
+	RevokedKeys   []*KeyRecord `protobuf:"bytes,21,rep,name=revoked_keys,json=revokedKeys,proto3" json:"revoked_keys,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *FSMState) Reset() {
 	*x = FSMState{}
-	mi := &file_termivar_v1_command_proto_msgTypes[27]
+	mi := &file_termivar_v1_command_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2003,7 +2150,7 @@ func (x *FSMState) String() string {
 func (*FSMState) ProtoMessage() {}
 
 func (x *FSMState) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[27]
+	mi := &file_termivar_v1_command_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2016,7 +2163,7 @@ func (x *FSMState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FSMState.ProtoReflect.Descriptor instead.
 func (*FSMState) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{27}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *FSMState) GetVersion() uint32 {
@@ -2061,19 +2208,30 @@ func (x *FSMState) GetNodes() []*NodeInfo {
 	return nil
 }
 
+func (x *FSMState) GetRevokedKeys() []*KeyRecord {
+	if x != nil {
+		return x.RevokedKeys
+	}
+	return nil
+}
+
 type KeyRecord struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	KeyId         string                 `protobuf:"bytes,1,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
-	SecretHash    []byte                 `protobuf:"bytes,2,opt,name=secret_hash,json=secretHash,proto3" json:"secret_hash,omitempty"`
-	Tenant        string                 `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
-	Role          string                 `protobuf:"bytes,4,opt,name=role,proto3" json:"role,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	KeyId      string                 `protobuf:"bytes,1,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	SecretHash []byte                 `protobuf:"bytes,2,opt,name=secret_hash,json=secretHash,proto3" json:"secret_hash,omitempty"` // empty for a revoked key
+	Tenant     string                 `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Role       string                 `protobuf:"bytes,4,opt,name=role,proto3" json:"role,omitempty"`
+	// created_secs is the logical time the key was created (0: created
+	// before the field existed); revoked_secs when it was revoked (0: live).
+	CreatedSecs   uint64 `protobuf:"varint,5,opt,name=created_secs,json=createdSecs,proto3" json:"created_secs,omitempty"`
+	RevokedSecs   uint64 `protobuf:"varint,6,opt,name=revoked_secs,json=revokedSecs,proto3" json:"revoked_secs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *KeyRecord) Reset() {
 	*x = KeyRecord{}
-	mi := &file_termivar_v1_command_proto_msgTypes[28]
+	mi := &file_termivar_v1_command_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2085,7 +2243,7 @@ func (x *KeyRecord) String() string {
 func (*KeyRecord) ProtoMessage() {}
 
 func (x *KeyRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[28]
+	mi := &file_termivar_v1_command_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2098,7 +2256,7 @@ func (x *KeyRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyRecord.ProtoReflect.Descriptor instead.
 func (*KeyRecord) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{28}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *KeyRecord) GetKeyId() string {
@@ -2129,6 +2287,20 @@ func (x *KeyRecord) GetRole() string {
 	return ""
 }
 
+func (x *KeyRecord) GetCreatedSecs() uint64 {
+	if x != nil {
+		return x.CreatedSecs
+	}
+	return 0
+}
+
+func (x *KeyRecord) GetRevokedSecs() uint64 {
+	if x != nil {
+		return x.RevokedSecs
+	}
+	return 0
+}
+
 type TenantState struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -2144,7 +2316,7 @@ type TenantState struct {
 
 func (x *TenantState) Reset() {
 	*x = TenantState{}
-	mi := &file_termivar_v1_command_proto_msgTypes[29]
+	mi := &file_termivar_v1_command_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2156,7 +2328,7 @@ func (x *TenantState) String() string {
 func (*TenantState) ProtoMessage() {}
 
 func (x *TenantState) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[29]
+	mi := &file_termivar_v1_command_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2169,7 +2341,7 @@ func (x *TenantState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantState.ProtoReflect.Descriptor instead.
 func (*TenantState) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{29}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *TenantState) GetName() string {
@@ -2231,7 +2403,7 @@ type WorkerOwner struct {
 
 func (x *WorkerOwner) Reset() {
 	*x = WorkerOwner{}
-	mi := &file_termivar_v1_command_proto_msgTypes[30]
+	mi := &file_termivar_v1_command_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2243,7 +2415,7 @@ func (x *WorkerOwner) String() string {
 func (*WorkerOwner) ProtoMessage() {}
 
 func (x *WorkerOwner) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[30]
+	mi := &file_termivar_v1_command_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2256,7 +2428,7 @@ func (x *WorkerOwner) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerOwner.ProtoReflect.Descriptor instead.
 func (*WorkerOwner) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{30}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *WorkerOwner) GetWorkerId() string {
@@ -2284,7 +2456,7 @@ type ScanIndex struct {
 
 func (x *ScanIndex) Reset() {
 	*x = ScanIndex{}
-	mi := &file_termivar_v1_command_proto_msgTypes[31]
+	mi := &file_termivar_v1_command_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2296,7 +2468,7 @@ func (x *ScanIndex) String() string {
 func (*ScanIndex) ProtoMessage() {}
 
 func (x *ScanIndex) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[31]
+	mi := &file_termivar_v1_command_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2309,7 +2481,7 @@ func (x *ScanIndex) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanIndex.ProtoReflect.Descriptor instead.
 func (*ScanIndex) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{31}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ScanIndex) GetScanId() string {
@@ -2341,7 +2513,7 @@ type SetNodeInfo struct {
 
 func (x *SetNodeInfo) Reset() {
 	*x = SetNodeInfo{}
-	mi := &file_termivar_v1_command_proto_msgTypes[32]
+	mi := &file_termivar_v1_command_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2353,7 +2525,7 @@ func (x *SetNodeInfo) String() string {
 func (*SetNodeInfo) ProtoMessage() {}
 
 func (x *SetNodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[32]
+	mi := &file_termivar_v1_command_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2366,7 +2538,7 @@ func (x *SetNodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeInfo.ProtoReflect.Descriptor instead.
 func (*SetNodeInfo) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{32}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SetNodeInfo) GetNodeId() string {
@@ -2401,7 +2573,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_termivar_v1_command_proto_msgTypes[33]
+	mi := &file_termivar_v1_command_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2413,7 +2585,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[33]
+	mi := &file_termivar_v1_command_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2426,7 +2598,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{33}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *NodeInfo) GetNodeId() string {
@@ -2454,7 +2626,7 @@ var File_termivar_v1_command_proto protoreflect.FileDescriptor
 
 const file_termivar_v1_command_proto_rawDesc = "" +
 	"\n" +
-	"\x19termivar/v1/command.proto\x12\vtermivar.v1\"\xbd\r\n" +
+	"\x19termivar/v1/command.proto\x12\vtermivar.v1\"\xaf\x0e\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x19\n" +
 	"\bnow_secs\x18\x02 \x01(\x04R\anowSecs\x12\x16\n" +
@@ -2489,7 +2661,11 @@ const file_termivar_v1_command_proto_rawDesc = "" +
 	"\x16recover_expired_leases\x18\x1c \x01(\v2!.termivar.v1.RecoverExpiredLeasesH\x00R\x14recoverExpiredLeases\x12G\n" +
 	"\x10expire_old_tasks\x18\x1d \x01(\v2\x1b.termivar.v1.ExpireOldTasksH\x00R\x0eexpireOldTasks\x12@\n" +
 	"\racquire_tasks\x18\x1e \x01(\v2\x19.termivar.v1.AcquireTasksH\x00R\facquireTasks\x12H\n" +
-	"\x11cancel_task_by_id\x18\x1f \x01(\v2\x1b.termivar.v1.CancelTaskByIDH\x00R\x0ecancelTaskById\x12>\n" +
+	"\x11cancel_task_by_id\x18\x1f \x01(\v2\x1b.termivar.v1.CancelTaskByIDH\x00R\x0ecancelTaskById\x127\n" +
+	"\n" +
+	"revoke_key\x18  \x01(\v2\x16.termivar.v1.RevokeKeyH\x00R\trevokeKey\x127\n" +
+	"\n" +
+	"rotate_key\x18! \x01(\v2\x16.termivar.v1.RotateKeyH\x00R\trotateKey\x12>\n" +
 	"\rset_node_info\x18( \x01(\v2\x18.termivar.v1.SetNodeInfoH\x00R\vsetNodeInfoB\x04\n" +
 	"\x02opB\x14\n" +
 	"\x12_expected_revision\"9\n" +
@@ -2527,7 +2703,14 @@ const file_termivar_v1_command_proto_rawDesc = "" +
 	"secretHash\x12\x1d\n" +
 	"\n" +
 	"key_tenant\x18\x03 \x01(\tR\tkeyTenant\x12\x12\n" +
-	"\x04role\x18\x04 \x01(\tR\x04role\"\x8f\x01\n" +
+	"\x04role\x18\x04 \x01(\tR\x04role\"\"\n" +
+	"\tRevokeKey\x12\x15\n" +
+	"\x06key_id\x18\x01 \x01(\tR\x05keyId\"h\n" +
+	"\tRotateKey\x12\x15\n" +
+	"\x06key_id\x18\x01 \x01(\tR\x05keyId\x12\x1c\n" +
+	"\n" +
+	"new_key_id\x18\x02 \x01(\tR\bnewKeyId\x12&\n" +
+	"\x0fnew_secret_hash\x18\x03 \x01(\fR\rnewSecretHash\"\x8f\x01\n" +
 	"\bTaskSpec\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x17\n" +
 	"\ascan_id\x18\x02 \x01(\tR\x06scanId\x12\x1d\n" +
@@ -2600,20 +2783,23 @@ const file_termivar_v1_command_proto_rawDesc = "" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12$\n" +
 	"\x0elease_ttl_secs\x18\x02 \x01(\x04R\fleaseTtlSecs\x12\x1b\n" +
 	"\tmax_tasks\x18\x03 \x01(\rR\bmaxTasks\x12\x14\n" +
-	"\x05start\x18\x04 \x01(\bR\x05start\"\xe9\x01\n" +
+	"\x05start\x18\x04 \x01(\bR\x05start\"\xa4\x02\n" +
 	"\bFSMState\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x19\n" +
 	"\bepoch_id\x18\x02 \x01(\fR\aepochId\x12\x1b\n" +
 	"\tlast_time\x18\x03 \x01(\x04R\blastTime\x12*\n" +
 	"\x04keys\x18\x04 \x03(\v2\x16.termivar.v1.KeyRecordR\x04keys\x122\n" +
 	"\atenants\x18\x05 \x03(\v2\x18.termivar.v1.TenantStateR\atenants\x12+\n" +
-	"\x05nodes\x18\x14 \x03(\v2\x15.termivar.v1.NodeInfoR\x05nodes\"o\n" +
+	"\x05nodes\x18\x14 \x03(\v2\x15.termivar.v1.NodeInfoR\x05nodes\x129\n" +
+	"\frevoked_keys\x18\x15 \x03(\v2\x16.termivar.v1.KeyRecordR\vrevokedKeys\"\xb5\x01\n" +
 	"\tKeyRecord\x12\x15\n" +
 	"\x06key_id\x18\x01 \x01(\tR\x05keyId\x12\x1f\n" +
 	"\vsecret_hash\x18\x02 \x01(\fR\n" +
 	"secretHash\x12\x16\n" +
 	"\x06tenant\x18\x03 \x01(\tR\x06tenant\x12\x12\n" +
-	"\x04role\x18\x04 \x01(\tR\x04role\"\xc1\x02\n" +
+	"\x04role\x18\x04 \x01(\tR\x04role\x12!\n" +
+	"\fcreated_secs\x18\x05 \x01(\x04R\vcreatedSecs\x12!\n" +
+	"\frevoked_secs\x18\x06 \x01(\x04R\vrevokedSecs\"\xc1\x02\n" +
 	"\vTenantState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
 	"\x06limits\x18\x02 \x01(\v2\x17.termivar.v1.CoreLimitsR\x06limits\x12>\n" +
@@ -2650,7 +2836,7 @@ func file_termivar_v1_command_proto_rawDescGZIP() []byte {
 	return file_termivar_v1_command_proto_rawDescData
 }
 
-var file_termivar_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_termivar_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_termivar_v1_command_proto_goTypes = []any{
 	(*Command)(nil),              // 0: termivar.v1.Command
 	(*Batch)(nil),                // 1: termivar.v1.Batch
@@ -2659,76 +2845,81 @@ var file_termivar_v1_command_proto_goTypes = []any{
 	(*ResultLimits)(nil),         // 4: termivar.v1.ResultLimits
 	(*CreateTenant)(nil),         // 5: termivar.v1.CreateTenant
 	(*CreateKey)(nil),            // 6: termivar.v1.CreateKey
-	(*TaskSpec)(nil),             // 7: termivar.v1.TaskSpec
-	(*EnqueueTasks)(nil),         // 8: termivar.v1.EnqueueTasks
-	(*WorkerSpec)(nil),           // 9: termivar.v1.WorkerSpec
-	(*RegisterWorker)(nil),       // 10: termivar.v1.RegisterWorker
-	(*UpdateWorker)(nil),         // 11: termivar.v1.UpdateWorker
-	(*DeregisterWorker)(nil),     // 12: termivar.v1.DeregisterWorker
-	(*PruneDeadWorkers)(nil),     // 13: termivar.v1.PruneDeadWorkers
-	(*ReactivateWorker)(nil),     // 14: termivar.v1.ReactivateWorker
-	(*AssignNextAvailable)(nil),  // 15: termivar.v1.AssignNextAvailable
-	(*AssignNext)(nil),           // 16: termivar.v1.AssignNext
-	(*AssignTask)(nil),           // 17: termivar.v1.AssignTask
-	(*StartTask)(nil),            // 18: termivar.v1.StartTask
-	(*CompleteTask)(nil),         // 19: termivar.v1.CompleteTask
-	(*FailTask)(nil),             // 20: termivar.v1.FailTask
-	(*CancelTask)(nil),           // 21: termivar.v1.CancelTask
-	(*CancelTaskByID)(nil),       // 22: termivar.v1.CancelTaskByID
-	(*RenewLease)(nil),           // 23: termivar.v1.RenewLease
-	(*RecoverExpiredLeases)(nil), // 24: termivar.v1.RecoverExpiredLeases
-	(*ExpireOldTasks)(nil),       // 25: termivar.v1.ExpireOldTasks
-	(*AcquireTasks)(nil),         // 26: termivar.v1.AcquireTasks
-	(*FSMState)(nil),             // 27: termivar.v1.FSMState
-	(*KeyRecord)(nil),            // 28: termivar.v1.KeyRecord
-	(*TenantState)(nil),          // 29: termivar.v1.TenantState
-	(*WorkerOwner)(nil),          // 30: termivar.v1.WorkerOwner
-	(*ScanIndex)(nil),            // 31: termivar.v1.ScanIndex
-	(*SetNodeInfo)(nil),          // 32: termivar.v1.SetNodeInfo
-	(*NodeInfo)(nil),             // 33: termivar.v1.NodeInfo
+	(*RevokeKey)(nil),            // 7: termivar.v1.RevokeKey
+	(*RotateKey)(nil),            // 8: termivar.v1.RotateKey
+	(*TaskSpec)(nil),             // 9: termivar.v1.TaskSpec
+	(*EnqueueTasks)(nil),         // 10: termivar.v1.EnqueueTasks
+	(*WorkerSpec)(nil),           // 11: termivar.v1.WorkerSpec
+	(*RegisterWorker)(nil),       // 12: termivar.v1.RegisterWorker
+	(*UpdateWorker)(nil),         // 13: termivar.v1.UpdateWorker
+	(*DeregisterWorker)(nil),     // 14: termivar.v1.DeregisterWorker
+	(*PruneDeadWorkers)(nil),     // 15: termivar.v1.PruneDeadWorkers
+	(*ReactivateWorker)(nil),     // 16: termivar.v1.ReactivateWorker
+	(*AssignNextAvailable)(nil),  // 17: termivar.v1.AssignNextAvailable
+	(*AssignNext)(nil),           // 18: termivar.v1.AssignNext
+	(*AssignTask)(nil),           // 19: termivar.v1.AssignTask
+	(*StartTask)(nil),            // 20: termivar.v1.StartTask
+	(*CompleteTask)(nil),         // 21: termivar.v1.CompleteTask
+	(*FailTask)(nil),             // 22: termivar.v1.FailTask
+	(*CancelTask)(nil),           // 23: termivar.v1.CancelTask
+	(*CancelTaskByID)(nil),       // 24: termivar.v1.CancelTaskByID
+	(*RenewLease)(nil),           // 25: termivar.v1.RenewLease
+	(*RecoverExpiredLeases)(nil), // 26: termivar.v1.RecoverExpiredLeases
+	(*ExpireOldTasks)(nil),       // 27: termivar.v1.ExpireOldTasks
+	(*AcquireTasks)(nil),         // 28: termivar.v1.AcquireTasks
+	(*FSMState)(nil),             // 29: termivar.v1.FSMState
+	(*KeyRecord)(nil),            // 30: termivar.v1.KeyRecord
+	(*TenantState)(nil),          // 31: termivar.v1.TenantState
+	(*WorkerOwner)(nil),          // 32: termivar.v1.WorkerOwner
+	(*ScanIndex)(nil),            // 33: termivar.v1.ScanIndex
+	(*SetNodeInfo)(nil),          // 34: termivar.v1.SetNodeInfo
+	(*NodeInfo)(nil),             // 35: termivar.v1.NodeInfo
 }
 var file_termivar_v1_command_proto_depIdxs = []int32{
 	1,  // 0: termivar.v1.Command.batch:type_name -> termivar.v1.Batch
 	2,  // 1: termivar.v1.Command.init_cluster:type_name -> termivar.v1.InitCluster
 	5,  // 2: termivar.v1.Command.create_tenant:type_name -> termivar.v1.CreateTenant
 	6,  // 3: termivar.v1.Command.create_key:type_name -> termivar.v1.CreateKey
-	8,  // 4: termivar.v1.Command.enqueue:type_name -> termivar.v1.EnqueueTasks
-	10, // 5: termivar.v1.Command.register_worker:type_name -> termivar.v1.RegisterWorker
-	11, // 6: termivar.v1.Command.update_worker:type_name -> termivar.v1.UpdateWorker
-	12, // 7: termivar.v1.Command.deregister_worker:type_name -> termivar.v1.DeregisterWorker
-	13, // 8: termivar.v1.Command.prune_dead_workers:type_name -> termivar.v1.PruneDeadWorkers
-	14, // 9: termivar.v1.Command.reactivate_worker:type_name -> termivar.v1.ReactivateWorker
-	15, // 10: termivar.v1.Command.assign_next_available:type_name -> termivar.v1.AssignNextAvailable
-	16, // 11: termivar.v1.Command.assign_next:type_name -> termivar.v1.AssignNext
-	17, // 12: termivar.v1.Command.assign_task:type_name -> termivar.v1.AssignTask
-	18, // 13: termivar.v1.Command.start_task:type_name -> termivar.v1.StartTask
-	19, // 14: termivar.v1.Command.complete_task:type_name -> termivar.v1.CompleteTask
-	20, // 15: termivar.v1.Command.fail_task:type_name -> termivar.v1.FailTask
-	21, // 16: termivar.v1.Command.cancel_task:type_name -> termivar.v1.CancelTask
-	23, // 17: termivar.v1.Command.renew_lease:type_name -> termivar.v1.RenewLease
-	24, // 18: termivar.v1.Command.recover_expired_leases:type_name -> termivar.v1.RecoverExpiredLeases
-	25, // 19: termivar.v1.Command.expire_old_tasks:type_name -> termivar.v1.ExpireOldTasks
-	26, // 20: termivar.v1.Command.acquire_tasks:type_name -> termivar.v1.AcquireTasks
-	22, // 21: termivar.v1.Command.cancel_task_by_id:type_name -> termivar.v1.CancelTaskByID
-	32, // 22: termivar.v1.Command.set_node_info:type_name -> termivar.v1.SetNodeInfo
-	0,  // 23: termivar.v1.Batch.commands:type_name -> termivar.v1.Command
-	3,  // 24: termivar.v1.CreateTenant.limits:type_name -> termivar.v1.CoreLimits
-	4,  // 25: termivar.v1.CreateTenant.result_limits:type_name -> termivar.v1.ResultLimits
-	7,  // 26: termivar.v1.EnqueueTasks.tasks:type_name -> termivar.v1.TaskSpec
-	9,  // 27: termivar.v1.RegisterWorker.spec:type_name -> termivar.v1.WorkerSpec
-	9,  // 28: termivar.v1.ReactivateWorker.spec:type_name -> termivar.v1.WorkerSpec
-	28, // 29: termivar.v1.FSMState.keys:type_name -> termivar.v1.KeyRecord
-	29, // 30: termivar.v1.FSMState.tenants:type_name -> termivar.v1.TenantState
-	33, // 31: termivar.v1.FSMState.nodes:type_name -> termivar.v1.NodeInfo
-	3,  // 32: termivar.v1.TenantState.limits:type_name -> termivar.v1.CoreLimits
-	4,  // 33: termivar.v1.TenantState.result_limits:type_name -> termivar.v1.ResultLimits
-	30, // 34: termivar.v1.TenantState.worker_owners:type_name -> termivar.v1.WorkerOwner
-	31, // 35: termivar.v1.TenantState.scans:type_name -> termivar.v1.ScanIndex
-	36, // [36:36] is the sub-list for method output_type
-	36, // [36:36] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	10, // 4: termivar.v1.Command.enqueue:type_name -> termivar.v1.EnqueueTasks
+	12, // 5: termivar.v1.Command.register_worker:type_name -> termivar.v1.RegisterWorker
+	13, // 6: termivar.v1.Command.update_worker:type_name -> termivar.v1.UpdateWorker
+	14, // 7: termivar.v1.Command.deregister_worker:type_name -> termivar.v1.DeregisterWorker
+	15, // 8: termivar.v1.Command.prune_dead_workers:type_name -> termivar.v1.PruneDeadWorkers
+	16, // 9: termivar.v1.Command.reactivate_worker:type_name -> termivar.v1.ReactivateWorker
+	17, // 10: termivar.v1.Command.assign_next_available:type_name -> termivar.v1.AssignNextAvailable
+	18, // 11: termivar.v1.Command.assign_next:type_name -> termivar.v1.AssignNext
+	19, // 12: termivar.v1.Command.assign_task:type_name -> termivar.v1.AssignTask
+	20, // 13: termivar.v1.Command.start_task:type_name -> termivar.v1.StartTask
+	21, // 14: termivar.v1.Command.complete_task:type_name -> termivar.v1.CompleteTask
+	22, // 15: termivar.v1.Command.fail_task:type_name -> termivar.v1.FailTask
+	23, // 16: termivar.v1.Command.cancel_task:type_name -> termivar.v1.CancelTask
+	25, // 17: termivar.v1.Command.renew_lease:type_name -> termivar.v1.RenewLease
+	26, // 18: termivar.v1.Command.recover_expired_leases:type_name -> termivar.v1.RecoverExpiredLeases
+	27, // 19: termivar.v1.Command.expire_old_tasks:type_name -> termivar.v1.ExpireOldTasks
+	28, // 20: termivar.v1.Command.acquire_tasks:type_name -> termivar.v1.AcquireTasks
+	24, // 21: termivar.v1.Command.cancel_task_by_id:type_name -> termivar.v1.CancelTaskByID
+	7,  // 22: termivar.v1.Command.revoke_key:type_name -> termivar.v1.RevokeKey
+	8,  // 23: termivar.v1.Command.rotate_key:type_name -> termivar.v1.RotateKey
+	34, // 24: termivar.v1.Command.set_node_info:type_name -> termivar.v1.SetNodeInfo
+	0,  // 25: termivar.v1.Batch.commands:type_name -> termivar.v1.Command
+	3,  // 26: termivar.v1.CreateTenant.limits:type_name -> termivar.v1.CoreLimits
+	4,  // 27: termivar.v1.CreateTenant.result_limits:type_name -> termivar.v1.ResultLimits
+	9,  // 28: termivar.v1.EnqueueTasks.tasks:type_name -> termivar.v1.TaskSpec
+	11, // 29: termivar.v1.RegisterWorker.spec:type_name -> termivar.v1.WorkerSpec
+	11, // 30: termivar.v1.ReactivateWorker.spec:type_name -> termivar.v1.WorkerSpec
+	30, // 31: termivar.v1.FSMState.keys:type_name -> termivar.v1.KeyRecord
+	31, // 32: termivar.v1.FSMState.tenants:type_name -> termivar.v1.TenantState
+	35, // 33: termivar.v1.FSMState.nodes:type_name -> termivar.v1.NodeInfo
+	30, // 34: termivar.v1.FSMState.revoked_keys:type_name -> termivar.v1.KeyRecord
+	3,  // 35: termivar.v1.TenantState.limits:type_name -> termivar.v1.CoreLimits
+	4,  // 36: termivar.v1.TenantState.result_limits:type_name -> termivar.v1.ResultLimits
+	32, // 37: termivar.v1.TenantState.worker_owners:type_name -> termivar.v1.WorkerOwner
+	33, // 38: termivar.v1.TenantState.scans:type_name -> termivar.v1.ScanIndex
+	39, // [39:39] is the sub-list for method output_type
+	39, // [39:39] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_termivar_v1_command_proto_init() }
@@ -2759,6 +2950,8 @@ func file_termivar_v1_command_proto_init() {
 		(*Command_ExpireOldTasks)(nil),
 		(*Command_AcquireTasks)(nil),
 		(*Command_CancelTaskById)(nil),
+		(*Command_RevokeKey)(nil),
+		(*Command_RotateKey)(nil),
 		(*Command_SetNodeInfo)(nil),
 	}
 	type x struct{}
@@ -2767,7 +2960,7 @@ func file_termivar_v1_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_termivar_v1_command_proto_rawDesc), len(file_termivar_v1_command_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   34,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -84,6 +84,12 @@ const (
 	AdminCreateTenantProcedure = "/termivar.v1.Admin/CreateTenant"
 	// AdminCreateKeyProcedure is the fully-qualified name of the Admin's CreateKey RPC.
 	AdminCreateKeyProcedure = "/termivar.v1.Admin/CreateKey"
+	// AdminListKeysProcedure is the fully-qualified name of the Admin's ListKeys RPC.
+	AdminListKeysProcedure = "/termivar.v1.Admin/ListKeys"
+	// AdminRevokeKeyProcedure is the fully-qualified name of the Admin's RevokeKey RPC.
+	AdminRevokeKeyProcedure = "/termivar.v1.Admin/RevokeKey"
+	// AdminRotateKeyProcedure is the fully-qualified name of the Admin's RotateKey RPC.
+	AdminRotateKeyProcedure = "/termivar.v1.Admin/RotateKey"
 )
 
 // WorkerClient is a client for the termivar.v1.Worker service.
@@ -582,6 +588,15 @@ type AdminClient interface {
 	ListWorkers(context.Context, *connect.Request[v1.ListWorkersRequest]) (*connect.Response[v1.ListWorkersResponse], error)
 	CreateTenant(context.Context, *connect.Request[v1.CreateTenantRequest]) (*connect.Response[v1.CreateTenantResponse], error)
 	CreateKey(context.Context, *connect.Request[v1.CreateKeyRequest]) (*connect.Response[v1.CreateKeyResponse], error)
+	// ListKeys lists key IDs, tenants, roles and times; never secrets or
+	// hashes. Tenant admins see their tenant's keys, system admins any.
+	ListKeys(context.Context, *connect.Request[v1.ListKeysRequest]) (*connect.Response[v1.ListKeysResponse], error)
+	// RevokeKey revokes a key: every node refuses it once it applied the
+	// revocation's log entry.
+	RevokeKey(context.Context, *connect.Request[v1.RevokeKeyRequest]) (*connect.Response[v1.RevokeKeyResponse], error)
+	// RotateKey replaces a key by a new one with the same tenant and role in
+	// one log entry and returns the new key once.
+	RotateKey(context.Context, *connect.Request[v1.RotateKeyRequest]) (*connect.Response[v1.RotateKeyResponse], error)
 }
 
 // NewAdminClient constructs a client for the termivar.v1.Admin service. By default, it uses the
@@ -619,6 +634,24 @@ func NewAdminClient(httpClient connect.HTTPClient, baseURL string, opts ...conne
 			connect.WithSchema(adminMethods.ByName("CreateKey")),
 			connect.WithClientOptions(opts...),
 		),
+		listKeys: connect.NewClient[v1.ListKeysRequest, v1.ListKeysResponse](
+			httpClient,
+			baseURL+AdminListKeysProcedure,
+			connect.WithSchema(adminMethods.ByName("ListKeys")),
+			connect.WithClientOptions(opts...),
+		),
+		revokeKey: connect.NewClient[v1.RevokeKeyRequest, v1.RevokeKeyResponse](
+			httpClient,
+			baseURL+AdminRevokeKeyProcedure,
+			connect.WithSchema(adminMethods.ByName("RevokeKey")),
+			connect.WithClientOptions(opts...),
+		),
+		rotateKey: connect.NewClient[v1.RotateKeyRequest, v1.RotateKeyResponse](
+			httpClient,
+			baseURL+AdminRotateKeyProcedure,
+			connect.WithSchema(adminMethods.ByName("RotateKey")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -628,6 +661,9 @@ type adminClient struct {
 	listWorkers  *connect.Client[v1.ListWorkersRequest, v1.ListWorkersResponse]
 	createTenant *connect.Client[v1.CreateTenantRequest, v1.CreateTenantResponse]
 	createKey    *connect.Client[v1.CreateKeyRequest, v1.CreateKeyResponse]
+	listKeys     *connect.Client[v1.ListKeysRequest, v1.ListKeysResponse]
+	revokeKey    *connect.Client[v1.RevokeKeyRequest, v1.RevokeKeyResponse]
+	rotateKey    *connect.Client[v1.RotateKeyRequest, v1.RotateKeyResponse]
 }
 
 // Status calls termivar.v1.Admin.Status.
@@ -650,12 +686,36 @@ func (c *adminClient) CreateKey(ctx context.Context, req *connect.Request[v1.Cre
 	return c.createKey.CallUnary(ctx, req)
 }
 
+// ListKeys calls termivar.v1.Admin.ListKeys.
+func (c *adminClient) ListKeys(ctx context.Context, req *connect.Request[v1.ListKeysRequest]) (*connect.Response[v1.ListKeysResponse], error) {
+	return c.listKeys.CallUnary(ctx, req)
+}
+
+// RevokeKey calls termivar.v1.Admin.RevokeKey.
+func (c *adminClient) RevokeKey(ctx context.Context, req *connect.Request[v1.RevokeKeyRequest]) (*connect.Response[v1.RevokeKeyResponse], error) {
+	return c.revokeKey.CallUnary(ctx, req)
+}
+
+// RotateKey calls termivar.v1.Admin.RotateKey.
+func (c *adminClient) RotateKey(ctx context.Context, req *connect.Request[v1.RotateKeyRequest]) (*connect.Response[v1.RotateKeyResponse], error) {
+	return c.rotateKey.CallUnary(ctx, req)
+}
+
 // AdminHandler is an implementation of the termivar.v1.Admin service.
 type AdminHandler interface {
 	Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error)
 	ListWorkers(context.Context, *connect.Request[v1.ListWorkersRequest]) (*connect.Response[v1.ListWorkersResponse], error)
 	CreateTenant(context.Context, *connect.Request[v1.CreateTenantRequest]) (*connect.Response[v1.CreateTenantResponse], error)
 	CreateKey(context.Context, *connect.Request[v1.CreateKeyRequest]) (*connect.Response[v1.CreateKeyResponse], error)
+	// ListKeys lists key IDs, tenants, roles and times; never secrets or
+	// hashes. Tenant admins see their tenant's keys, system admins any.
+	ListKeys(context.Context, *connect.Request[v1.ListKeysRequest]) (*connect.Response[v1.ListKeysResponse], error)
+	// RevokeKey revokes a key: every node refuses it once it applied the
+	// revocation's log entry.
+	RevokeKey(context.Context, *connect.Request[v1.RevokeKeyRequest]) (*connect.Response[v1.RevokeKeyResponse], error)
+	// RotateKey replaces a key by a new one with the same tenant and role in
+	// one log entry and returns the new key once.
+	RotateKey(context.Context, *connect.Request[v1.RotateKeyRequest]) (*connect.Response[v1.RotateKeyResponse], error)
 }
 
 // NewAdminHandler builds an HTTP handler from the service implementation. It returns the path on
@@ -689,6 +749,24 @@ func NewAdminHandler(svc AdminHandler, opts ...connect.HandlerOption) (string, h
 		connect.WithSchema(adminMethods.ByName("CreateKey")),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminListKeysHandler := connect.NewUnaryHandler(
+		AdminListKeysProcedure,
+		svc.ListKeys,
+		connect.WithSchema(adminMethods.ByName("ListKeys")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminRevokeKeyHandler := connect.NewUnaryHandler(
+		AdminRevokeKeyProcedure,
+		svc.RevokeKey,
+		connect.WithSchema(adminMethods.ByName("RevokeKey")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminRotateKeyHandler := connect.NewUnaryHandler(
+		AdminRotateKeyProcedure,
+		svc.RotateKey,
+		connect.WithSchema(adminMethods.ByName("RotateKey")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/termivar.v1.Admin/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AdminStatusProcedure:
@@ -699,6 +777,12 @@ func NewAdminHandler(svc AdminHandler, opts ...connect.HandlerOption) (string, h
 			adminCreateTenantHandler.ServeHTTP(w, r)
 		case AdminCreateKeyProcedure:
 			adminCreateKeyHandler.ServeHTTP(w, r)
+		case AdminListKeysProcedure:
+			adminListKeysHandler.ServeHTTP(w, r)
+		case AdminRevokeKeyProcedure:
+			adminRevokeKeyHandler.ServeHTTP(w, r)
+		case AdminRotateKeyProcedure:
+			adminRotateKeyHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -722,4 +806,16 @@ func (UnimplementedAdminHandler) CreateTenant(context.Context, *connect.Request[
 
 func (UnimplementedAdminHandler) CreateKey(context.Context, *connect.Request[v1.CreateKeyRequest]) (*connect.Response[v1.CreateKeyResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Admin.CreateKey is not implemented"))
+}
+
+func (UnimplementedAdminHandler) ListKeys(context.Context, *connect.Request[v1.ListKeysRequest]) (*connect.Response[v1.ListKeysResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Admin.ListKeys is not implemented"))
+}
+
+func (UnimplementedAdminHandler) RevokeKey(context.Context, *connect.Request[v1.RevokeKeyRequest]) (*connect.Response[v1.RevokeKeyResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Admin.RevokeKey is not implemented"))
+}
+
+func (UnimplementedAdminHandler) RotateKey(context.Context, *connect.Request[v1.RotateKeyRequest]) (*connect.Response[v1.RotateKeyResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Admin.RotateKey is not implemented"))
 }

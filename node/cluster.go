@@ -278,6 +278,8 @@ func (n *Node) waitReady(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("node: waiting for the cluster (leader %q): %w", n.leaderID(), ctx.Err())
+		case <-n.hl.failed:
+			return n.Err()
 		case <-t.C:
 		}
 	}

@@ -33,7 +33,6 @@ import (
 	"github.com/hashicorp/raft"
 	wal "github.com/hashicorp/raft-wal"
 	"github.com/hashicorp/raft-wal/metadb"
-	"google.golang.org/protobuf/proto"
 
 	distributed "github.com/termivar/distributed"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
@@ -108,6 +107,13 @@ type Config struct {
 	// RaftTimeout is raft's heartbeat and election timeout (default 300 ms
 	// for a single node, 1 s with Peers or Join).
 	RaftTimeout time.Duration
+
+	// Test hooks (integrity_test.go): wrapLogStore wraps raft-wal before
+	// raft sees it, trailingLogs replaces raft's TrailingLogs (default
+	// 4096), storeFailGrace replaces defaultStoreFailGrace.
+	wrapLogStore   func(raft.LogStore) raft.LogStore
+	trailingLogs   uint64
+	storeFailGrace time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -172,6 +178,7 @@ type Node struct {
 	codec  *token.Codec
 	wake   *notifier
 	clu    clusterState
+	hl     *health // fatal errors and log store failures (health.go)
 
 	proposals chan *proposal
 	inflight  chan *inflightBatch
@@ -201,19 +208,21 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		log:       cfg.Logger,
 		secret:    secret,
 		wake:      newNotifier(),
+		hl:        newHealth(),
 		proposals: make(chan *proposal, 4*cfg.MaxBatchCommands),
 		inflight:  make(chan *inflightBatch, 2),
 		stop:      make(chan struct{}),
 	}
-	n.fsm = raftfsm.New(raftfsm.Options{Logger: cfg.Logger, NotifyFunc: n.wake.notify})
+	n.fsm = raftfsm.New(n.fsmOptions())
 	existing, err := n.openRaft()
 	if err != nil {
 		n.closeStores()
 		return nil, err
 	}
-	n.wg.Add(2)
+	n.wg.Add(3)
 	go n.proposeLoop()
 	go n.respondLoop()
+	go n.storeWatchLoop()
 	if cfg.Join != nil && (!existing || n.secret == nil) {
 		if err := n.join(ctx); err != nil {
 			n.Close()
@@ -246,6 +255,11 @@ func (n *Node) openRaft() (bool, error) {
 	hl := hclog.New(&hclog.LoggerOptions{Name: "raft", Output: cfg.RaftLogOutput, Level: hclog.Warn})
 	// NB: WAL.Close does not close its meta DB (and so keeps the bolt file
 	// lock); the node owns the meta store and closes it after the WAL.
+	// NB: scanWALSegments checks every byte of the segments before raft-wal
+	// opens (and silently trims) them (walscan.go).
+	if err := scanWALSegments(filepath.Join(cfg.DataDir, raftDir, "wal")); err != nil {
+		return false, err
+	}
 	n.meta = &metadb.BoltMetaDB{}
 	w, err := wal.Open(filepath.Join(cfg.DataDir, raftDir, "wal"), wal.WithLogger(hl), wal.WithMetaStore(n.meta))
 	if err != nil {
@@ -274,16 +288,27 @@ func (n *Node) openRaft() (bool, error) {
 	rc.BatchApplyCh = true
 	rc.SnapshotThreshold = cfg.SnapshotThreshold
 	rc.TrailingLogs = 4096
-	existing, err := raft.HasExistingState(w, w, snaps)
+	if cfg.trailingLogs > 0 {
+		rc.TrailingLogs = cfg.trailingLogs
+	}
+	var logs raft.LogStore = w
+	if cfg.wrapLogStore != nil {
+		logs = cfg.wrapLogStore(logs)
+	}
+	logs = &watchedLogStore{LogStore: logs, h: n.hl}
+	existing, err := raft.HasExistingState(logs, w, snaps)
 	if err != nil {
 		return false, err
 	}
+	if err := n.verifyDataDir(logs, w, snaps); err != nil {
+		return false, err
+	}
 	if conf, ok := n.bootstrapConfiguration(trans.LocalAddr()); ok && !existing {
-		if err := raft.BootstrapCluster(rc, w, w, snaps, trans, conf); err != nil {
+		if err := raft.BootstrapCluster(rc, logs, w, snaps, trans, conf); err != nil {
 			return false, fmt.Errorf("node: bootstrap: %w", err)
 		}
 	}
-	r, err := raft.NewRaft(rc, n.fsm, w, w, snaps, trans)
+	r, err := raft.NewRaft(rc, n.fsm, logs, w, snaps, trans)
 	if err != nil {
 		return false, fmt.Errorf("node: start raft: %w", err)
 	}
@@ -427,9 +452,4 @@ func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
 	}
 	defer d.Close()
 	return d.Sync()
-}
-
-// marshalCommand encodes a command for the log.
-func marshalCommand(cmd *pb.Command) ([]byte, error) {
-	return proto.MarshalOptions{Deterministic: true}.Marshal(cmd)
 }

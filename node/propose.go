@@ -207,3 +207,10 @@ func (n *Node) ProposeAll(ctx context.Context, cmds []*pb.Command) ([]raftfsm.Re
 	}
 	return out, firstErr
 }
+
+// marshalCommand encodes a command for the log, framed with its version
+// and CRC-32C (raftfsm/frame.go); Apply and the startup verification
+// (verify.go) check the frame before they decode.
+func marshalCommand(cmd *pb.Command) ([]byte, error) {
+	return raftfsm.MarshalEntry(cmd)
+}

@@ -114,6 +114,10 @@ func (s *Server) Handler() http.Handler {
 			http.Error(w, "no leader", http.StatusServiceUnavailable)
 			return
 		}
+		if err := s.node.CommitHealth(); err != nil {
+			http.Error(w, "cannot commit: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	return s.fwd.handler(mux)

@@ -169,9 +169,18 @@ func lastDataExtentEnd(f *os.File, size int64) int64 {
 	return min(end, size)
 }
 
+// zeroRange zeroes [from, to) in page-aligned chunks from the back, so
+// that a crash part-way leaves a shorter prefix of the same cut-short
+// write, which the next scan accepts again.
 func zeroRange(f *os.File, from, to int64) error {
-	if _, err := f.WriteAt(make([]byte, to-from), from); err != nil {
-		return err
+	const page = 4096
+	zeros := make([]byte, page)
+	for end := to; end > from; {
+		start := max(from, (end-1)/page*page)
+		if _, err := f.WriteAt(zeros[:end-start], start); err != nil {
+			return err
+		}
+		end = start
 	}
 	return f.Sync()
 }
@@ -228,11 +237,9 @@ func (w *walker) damage(reason string) {
 func (w *walker) run() {
 	end := int64(len(w.b))
 	for w.off < end && w.sc.damage == nil {
-		if w.off+walFrameHeaderBytes > end {
-			w.damage("a frame header is cut off")
-			return
-		}
-		h := w.b[w.off : w.off+walFrameHeaderBytes]
+		// NB: b stops at the last non-zero byte; the file is zero after it.
+		var h [walFrameHeaderBytes]byte
+		copy(h[:], w.b[w.off:])
 		if h[1] != 0 || h[2] != 0 || h[3] != 0 {
 			w.damage("a frame header has non-zero reserved bytes")
 			return
@@ -251,6 +258,10 @@ func (w *walker) run() {
 			w.off += frameSize(n)
 		case walFrameCommit:
 			w.commit(uint32(n))
+		case 0:
+			// Zeros where a frame belongs, yet non-zero bytes further on (the
+			// walk only runs up to the last non-zero byte).
+			w.damage("non-zero bytes follow the end of the log")
 		default:
 			w.damage(fmt.Sprintf("a frame header has unknown type %d", h[0]))
 		}
@@ -282,7 +293,7 @@ func (w *walker) entry(n int64) bool {
 // last frame of a write cut short, or a damaged length field. Only in the
 // first case does the whole encoded entry fail to fit in the data.
 func (w *walker) cutEntry(start, n int64) bool {
-	if l, ok := encodedLogLen(w.b[start:]); ok && l < n {
+	if l, ok := encodedLogLen(w.b[min(start, int64(len(w.b))):]); ok && l < n {
 		w.damage(fmt.Sprintf("an entry frame claims %d bytes but its entry ends after %d", n, l))
 		return false
 	}

@@ -66,38 +66,52 @@ type segmentScan struct {
 	damage        *segmentDamage
 }
 
-// loadWALMeta reads raft-wal's segment list without opening the WAL. It
-// returns no segments for a new data dir.
-func loadWALMeta(walDir string) (types.PersistentState, error) {
+// loadWALMeta reads raft-wal's segment list, and whether raft ever
+// stored a term, without opening the WAL. A new data dir has neither.
+func loadWALMeta(walDir string) (types.PersistentState, bool, error) {
 	if _, err := os.Stat(filepath.Join(walDir, "wal-meta.db")); errors.Is(err, os.ErrNotExist) {
-		return types.PersistentState{}, nil
+		return types.PersistentState{}, false, nil
 	}
 	db := &metadb.BoltMetaDB{}
 	defer db.Close()
-	return db.Load(walDir)
+	st, err := db.Load(walDir)
+	if err != nil {
+		return st, false, err
+	}
+	term, err := db.GetStable([]byte("CurrentTerm"))
+	return st, len(term) > 0, err
 }
 
 // scanWALSegments checks every segment listed in raft-wal's meta DB and
 // zeroes a cut-short write after the tail's last commit. It returns a
 // *DataDirError naming the file for any damage.
 func scanWALSegments(walDir string) error {
-	meta, err := loadWALMeta(walDir)
+	meta, hasTerm, err := loadWALMeta(walDir)
 	if err != nil {
 		return dataDirErr(filepath.Join(walDir, "wal-meta.db"), "cannot be read: "+err.Error(), remedyCorruptLog)
 	}
 	for i, si := range meta.Segments {
 		tail := i == len(meta.Segments)-1 && si.SealTime.IsZero()
-		if err := scanWALSegment(walDir, si, tail); err != nil {
+		// NB: raft-wal commits a new tail to its meta DB before it creates
+		// the file, so a crash, or ENOSPC while preallocating, leaves a tail
+		// file that is missing or short, and empty: legitimate right after
+		// a rotation (a sealed segment precedes it) or in a data dir that
+		// never stored a raft term. Anywhere else it means deleted data.
+		mayBeEmpty := tail && ((i > 0 && !meta.Segments[i-1].SealTime.IsZero()) || !hasTerm)
+		if err := scanWALSegment(walDir, si, tail, mayBeEmpty); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func scanWALSegment(walDir string, si types.SegmentInfo, tail bool) error {
+func scanWALSegment(walDir string, si types.SegmentInfo, tail, mayBeEmpty bool) error {
 	path := filepath.Join(walDir, segment.FileName(si))
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if errors.Is(err, os.ErrNotExist) {
+		if mayBeEmpty {
+			return nil
+		}
 		return dataDirErr(path, fmt.Sprintf("is missing but raft-wal's wal-meta.db lists it (entries from index %d)", si.BaseIndex), remedyCorruptLog)
 	}
 	if err != nil {
@@ -108,7 +122,7 @@ func scanWALSegment(walDir string, si types.SegmentInfo, tail bool) error {
 	if err != nil {
 		return err
 	}
-	if fi.Size() < int64(si.SizeLimit) {
+	if fi.Size() < int64(si.SizeLimit) && !(mayBeEmpty && isAllZero(f, fi.Size())) {
 		return dataDirErr(path, fmt.Sprintf("is %d bytes, shorter than the %d bytes raft-wal preallocates: the file was truncated (entries from index %d may be lost)",
 			fi.Size(), si.SizeLimit, si.BaseIndex), remedyCorruptLog)
 	}
@@ -368,4 +382,11 @@ func encodedLogLen(p []byte) (int64, bool) {
 		return 0, false
 	}
 	return int64(off + tl), true
+}
+
+// isAllZero reports whether the file's first size bytes are all zero (a
+// tail whose preallocation failed).
+func isAllZero(f *os.File, size int64) bool {
+	b, err := readWritten(f, size)
+	return err == nil && len(b) == 0
 }

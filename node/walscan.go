@@ -122,15 +122,15 @@ func scanWALSegment(walDir string, si types.SegmentInfo, tail, mayBeEmpty bool) 
 	if err != nil {
 		return err
 	}
-	if fi.Size() < int64(si.SizeLimit) && !(mayBeEmpty && isAllZero(f, fi.Size())) {
-		return dataDirErr(path, fmt.Sprintf("is %d bytes, shorter than the %d bytes raft-wal preallocates: the file was truncated (entries from index %d may be lost)",
-			fi.Size(), si.SizeLimit, si.BaseIndex), remedyCorruptLog)
-	}
 	b, err := readWritten(f, fi.Size())
 	if err != nil {
 		return dataDirErr(path, "cannot be read: "+err.Error(), remedyCorruptLog)
 	}
 	sc := walkSegment(b, si, tail)
+	if fi.Size() < int64(si.SizeLimit) && !(mayBeEmpty && len(b) == 0) {
+		return dataDirErr(path, fmt.Sprintf("is %d bytes, shorter than the %d bytes raft-wal preallocates: the file was truncated "+
+			"(log entries from index %d may be lost)", fi.Size(), si.SizeLimit, sc.lastCommitted+1), remedyCorruptLog)
+	}
 	if d := sc.damage; d != nil {
 		return dataDirErr(path, fmt.Sprintf("is damaged at byte %d: %s (log entries from index %d cannot be trusted)", d.offset, d.reason, d.index), remedyCorruptLog)
 	}
@@ -382,11 +382,4 @@ func encodedLogLen(p []byte) (int64, bool) {
 		return 0, false
 	}
 	return int64(off + tl), true
-}
-
-// isAllZero reports whether the file's first size bytes are all zero (a
-// tail whose preallocation failed).
-func isAllZero(f *os.File, size int64) bool {
-	b, err := readWritten(f, size)
-	return err == nil && len(b) == 0
 }

@@ -69,10 +69,10 @@ func (h *health) storeResult(err error, now time.Time) {
 }
 
 // storeFailure returns the current failure streak's error and start.
-func (h *health) storeFailure() (error, time.Time) {
+func (h *health) storeFailure() (time.Time, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.storeErr, h.storeSince
+	return h.storeSince, h.storeErr
 }
 
 // Failed returns a channel that is closed when the node cannot go on: a
@@ -92,7 +92,7 @@ func (n *Node) CommitHealth() error {
 	if err := n.Err(); err != nil {
 		return err
 	}
-	if err, since := n.hl.storeFailure(); err != nil {
+	if since, err := n.hl.storeFailure(); err != nil {
 		return fmt.Errorf("%w since %s: %w", ErrLogStoreFailing, since.UTC().Format(time.RFC3339), err)
 	}
 	return nil
@@ -121,7 +121,7 @@ func (n *Node) storeWatchLoop() {
 			return
 		case <-t.C:
 		}
-		if err, since := n.hl.storeFailure(); err != nil && time.Since(since) > grace {
+		if since, err := n.hl.storeFailure(); err != nil && time.Since(since) > grace {
 			n.log.Error("the raft log store failed every write; giving up", "since", since, "error", err)
 			n.hl.setFatal(fmt.Errorf("%w for %s (last error: %w); exiting so that a supervisor restarts the node (free disk space first if the disk is full)",
 				ErrLogStoreFailing, grace, err))

@@ -236,6 +236,23 @@ func (o *outcomes) judge(t *testing.T, what string, got []byte, err error, want 
 	}
 }
 
+// openState runs a full Open on dir and returns its FSM state, or the
+// refusal; it fails the test if Open hangs.
+func openState(t *testing.T, dir string) ([]byte, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	n, err := Open(ctx, Config{DataDir: dir, RaftAddr: "127.0.0.1:0", TickInterval: -1})
+	if ctx.Err() != nil {
+		t.Fatalf("Open hung: %v", err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer n.Close()
+	return n.FSM().ExportState()
+}
+
 func readSegment(t *testing.T, path string) []byte {
 	t.Helper()
 	f, err := os.Open(path)
@@ -297,8 +314,10 @@ func TestIntegrity_FlippedBytes(t *testing.T) {
 	for _, off := range offsets {
 		dir := copyDataDir(t, src)
 		patchFile(t, segmentPath(t, dir), off, func(b byte) byte { return b ^ 0xff })
-		bare := copyDataDir(t, dir)
+		bare, full := copyDataDir(t, dir), copyDataDir(t, dir)
 		got, err := replayDataDir(dir)
+		fullGot, fullErr := openState(t, full)
+		o.judge(t, fmt.Sprintf("Open, byte %d flipped", off), fullGot, fullErr, want)
 		if o.refused == 0 && err != nil {
 			t.Logf("first refusal: %v", err)
 		}
@@ -312,7 +331,7 @@ func TestIntegrity_FlippedBytes(t *testing.T) {
 			unscanned[2]++
 		}
 	}
-	t.Logf("%d flips over %d written bytes (record %d..%d flipped byte by byte): %d refused, %d identical",
+	t.Logf("%d flips over %d written bytes (record %d..%d flipped byte by byte), each replayed and opened (two runs per copy): %d runs refused, %d identical",
 		len(offsets), len(seg), mid.off, mid.end, o.refused, o.identical)
 	t.Logf("for comparison, without the byte scan: %d refused, %d identical, %d opened with a different state",
 		unscanned[0], unscanned[1], unscanned[2])
@@ -337,10 +356,13 @@ func TestIntegrity_TruncatedLastRecord(t *testing.T) {
 		if err := os.Truncate(segmentPath(t, dir), off); err != nil {
 			t.Fatal(err)
 		}
+		full := copyDataDir(t, dir)
 		got, err := replayDataDir(dir)
 		o.judge(t, fmt.Sprintf("truncated at %d", off), got, err, want)
+		got, err = openState(t, full)
+		o.judge(t, fmt.Sprintf("Open, truncated at %d", off), got, err, want)
 	}
-	t.Logf("truncated at %d offsets (%d..%d): %d refused, %d identical", int64(len(seg))-last.off, last.off, len(seg)-1, o.refused, o.identical)
+	t.Logf("truncated at %d offsets (%d..%d), each replayed and opened (two runs per copy): %d runs refused, %d identical", int64(len(seg))-last.off, last.off, len(seg)-1, o.refused, o.identical)
 }
 
 // TestIntegrity_ZeroedTail zeroes the segment from every 8-byte-aligned
@@ -376,6 +398,12 @@ func TestIntegrity_ZeroedTail(t *testing.T) {
 				continue
 			}
 			o.judge(t, fmt.Sprintf("zeroed from %d", off), got, err, wantBefore)
+			if off%64 == last.off%64 { // a sample through a full Open
+				zeroed := copyDataDir(t, src)
+				zeroFrom(t, segmentPath(t, zeroed), off, int64(len(seg)))
+				got, err = openState(t, zeroed)
+				o.judge(t, fmt.Sprintf("Open, zeroed from %d", off), got, err, wantBefore)
+			}
 			if err == nil && len(readSegment(t, segmentPath(t, dir))) != int(last.off) {
 				t.Errorf("zeroed from %d: the cut-short write was not cleared", off)
 			}

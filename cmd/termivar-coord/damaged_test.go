@@ -10,10 +10,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -130,5 +133,110 @@ func TestServe_DamagedDataDirExits2(t *testing.T) {
 			}
 			t.Logf("%s", errLines[0])
 		})
+	}
+}
+
+// TestServe_DiskFullExitsForRestart fills a small tmpfs under a running
+// serve: raft-wal's segment rotation fails with ENOSPC and every later
+// write answers "segment is sealed". serve must exit non-zero (2) with one
+// message within the log store's grace period (10 s), and once space is
+// freed a restart serves again. Needs root and mount rights.
+func TestServe_DiskFullExitsForRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: builds the binary and fills a tmpfs")
+	}
+	mnt := filepath.Join(t.TempDir(), "mnt")
+	if err := os.Mkdir(mnt, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=80m", "tmpfs", mnt).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs (needs root and mount rights): %v %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", mnt).Run() })
+	bin := buildBinary(t)
+	dir := filepath.Join(mnt, "data")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	api, raftPort := freePort(t), freePort(t)
+	c := startCoord(t, bin, dir, api, raftPort)
+	exited := make(chan error, 1)
+	go func() { exited <- c.cmd.Wait() }()
+	key, err := os.ReadFile(filepath.Join(dir, "admin.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	filler := filepath.Join(mnt, "filler")
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(mnt, &st); err != nil {
+		t.Fatal(err)
+	}
+	if free := int64(st.Bavail)*st.Bsize - 4<<20; free > 0 {
+		if err := os.WriteFile(filler, make([]byte, free), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	var code int
+wait:
+	for i := 0; ; i++ {
+		select {
+		case err := <-exited:
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) {
+				t.Fatalf("serve ended with %v, want a non-zero exit", err)
+			}
+			code = ee.ExitCode()
+			break wait
+		default:
+		}
+		if time.Since(start) > 90*time.Second {
+			c.kill9(t)
+			t.Fatal("serve kept running on a full disk")
+		}
+		if i < 40 {
+			postPadding(c.url, strings.TrimSpace(string(key)), i)
+		} else {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	log, _ := os.ReadFile(filepath.Join(dir, "serve.log"))
+	if code != exitRejected || !strings.Contains(string(log), "the raft log store fails its writes") {
+		t.Fatalf("exit code %d, want %d with the log store message; log:\n%s", code, exitRejected, log)
+	}
+	t.Logf("serve exited %d after %s", code, time.Since(start).Round(time.Millisecond))
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	c = startCoord(t, bin, dir, api, raftPort) // fails the test unless /readyz turns ok
+	c.cmd.Process.Signal(syscall.SIGTERM)
+	_ = c.cmd.Wait()
+}
+
+// postPadding sends an Enqueue of about 4 MB that the FSM rejects (its
+// expected revision is never current) but that raft still logs.
+func postPadding(url, key string, i int) {
+	var sb strings.Builder
+	sb.WriteString(`{"expected_revision":"1099511627776","tasks":[`)
+	target := strings.Repeat("x", 1000)
+	for j := range 4000 {
+		if j > 0 {
+			sb.WriteByte(',')
+		}
+		fmt.Fprintf(&sb, `{"task_id":"p%d-%d","scan_id":"s","target_ref":"%s"}`, i, j, target)
+	}
+	sb.WriteString(`]}`)
+	req, err := http.NewRequest(http.MethodPost, url+"/termivar.v1.Producer/Enqueue", strings.NewReader(sb.String()))
+	if err != nil {
+		return
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+key)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := http.DefaultClient.Do(req.WithContext(ctx))
+	if err == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
 	}
 }

@@ -110,10 +110,12 @@ type Config struct {
 
 	// Test hooks (integrity_test.go): wrapLogStore wraps raft-wal before
 	// raft sees it, trailingLogs replaces raft's TrailingLogs (default
-	// 4096), storeFailGrace replaces defaultStoreFailGrace.
-	wrapLogStore   func(raft.LogStore) raft.LogStore
-	trailingLogs   uint64
-	storeFailGrace time.Duration
+	// 4096), storeFailGrace replaces defaultStoreFailGrace, walSegmentBytes
+	// replaces raft-wal's segment size (64 MiB).
+	wrapLogStore    func(raft.LogStore) raft.LogStore
+	trailingLogs    uint64
+	storeFailGrace  time.Duration
+	walSegmentBytes int
 }
 
 func (c *Config) setDefaults() {
@@ -261,7 +263,11 @@ func (n *Node) openRaft() (bool, error) {
 		return false, err
 	}
 	n.meta = &metadb.BoltMetaDB{}
-	w, err := wal.Open(filepath.Join(cfg.DataDir, raftDir, "wal"), wal.WithLogger(hl), wal.WithMetaStore(n.meta))
+	segSize := wal.WithSegmentSize(wal.DefaultSegmentSize)
+	if cfg.walSegmentBytes > 0 {
+		segSize = wal.WithSegmentSize(cfg.walSegmentBytes)
+	}
+	w, err := wal.Open(filepath.Join(cfg.DataDir, raftDir, "wal"), wal.WithLogger(hl), wal.WithMetaStore(n.meta), segSize)
 	if err != nil {
 		return false, fmt.Errorf("node: open raft-wal: %w", err)
 	}

@@ -567,8 +567,8 @@ func TestNode_CorruptCommittedEntryStopsNode(t *testing.T) {
 	if !bytes.Equal(before, after) {
 		t.Error("the corrupt entry changed the state")
 	}
-	if r, err := n.Propose(context.Background(), enqueue(raftfsm.SystemTenant, "c")); err == nil && r.Err == nil {
-		t.Error("a command was applied after the failure")
+	if _, err := n.Propose(context.Background(), enqueue(raftfsm.SystemTenant, "c")); !errors.Is(err, ErrDamagedDataDir) {
+		t.Errorf("Propose after the failure: err %v, want the node's failure", err)
 	}
 	if err := n.Snapshot(); err == nil {
 		t.Error("a snapshot was taken past the corrupt entry")

@@ -299,6 +299,8 @@ func (n *Node) waitReady(ctx context.Context) error {
 				return dataDirError("the cluster refuses this node: %s", r)
 			}
 			return fmt.Errorf("node: waiting for the cluster (leader %q): %w", n.leaderID(), ctx.Err())
+		case <-n.hl.failed:
+			return n.Err()
 		case <-t.C:
 		}
 	}

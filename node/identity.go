@@ -177,10 +177,12 @@ func checkDataDirMode(dir string) error {
 }
 
 // hasRaftFiles reports whether the data dir holds any raft state: a WAL
-// segment or a snapshot.
+// segment, raft-wal's meta DB (which lists the segments: with segments
+// lost, the byte scan names them) or a snapshot.
 func hasRaftFiles(dir string) (bool, error) {
 	for _, pattern := range []string{
 		filepath.Join(dir, raftDir, "wal", "*.wal"),
+		filepath.Join(dir, raftDir, "wal", "wal-meta.db"),
 		filepath.Join(dir, raftDir, "snapshots", "*", "meta.json"),
 	} {
 		m, err := filepath.Glob(pattern)

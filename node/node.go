@@ -35,7 +35,6 @@ import (
 	"github.com/hashicorp/raft"
 	wal "github.com/hashicorp/raft-wal"
 	"github.com/hashicorp/raft-wal/metadb"
-	"google.golang.org/protobuf/proto"
 
 	distributed "github.com/termivar/distributed"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
@@ -116,6 +115,15 @@ type Config struct {
 	// raft state but remains of an old cluster (identity, secret, keys);
 	// without it such a start is refused (identity.go).
 	ForceNewCluster bool
+
+	// Test hooks (integrity_test.go): wrapLogStore wraps raft-wal before
+	// raft sees it, trailingLogs replaces raft's TrailingLogs (default
+	// 4096), storeFailGrace replaces defaultStoreFailGrace, walSegmentBytes
+	// replaces raft-wal's segment size (64 MiB).
+	wrapLogStore    func(raft.LogStore) raft.LogStore
+	trailingLogs    uint64
+	storeFailGrace  time.Duration
+	walSegmentBytes int
 }
 
 func (c *Config) setDefaults() {
@@ -192,6 +200,7 @@ type Node struct {
 	clu           clusterState
 	ident         *identity
 	lock          *dirLock
+	hl            *health // fatal errors and log store failures (health.go)
 
 	proposals chan *proposal
 	inflight  chan *inflightBatch
@@ -246,6 +255,7 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 		secret:    secret,
 		ident:     ident,
 		wake:      newNotifier(),
+		hl:        newHealth(),
 		proposals: make(chan *proposal, 4*cfg.MaxBatchCommands),
 		inflight:  make(chan *inflightBatch, 2),
 		stop:      make(chan struct{}),
@@ -260,7 +270,7 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 			return nil, err
 		}
 	}
-	n.fsm = raftfsm.New(raftfsm.Options{Logger: cfg.Logger, NotifyFunc: n.wake.notify})
+	n.fsm = raftfsm.New(n.fsmOptions())
 	existing, err := n.openRaft()
 	if err != nil {
 		n.closeStores()
@@ -279,9 +289,10 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 // leader's background loops.
 func (n *Node) start(ctx context.Context, existing, wroteSecret bool) error {
 	cfg := n.cfg
-	n.wg.Add(2)
+	n.wg.Add(3)
 	go n.proposeLoop()
 	go n.respondLoop()
+	go n.storeWatchLoop()
 	if existing {
 		n.warnPeersDiffer()
 	}
@@ -325,8 +336,17 @@ func (n *Node) openRaft() (bool, error) {
 	hl := hclog.New(&hclog.LoggerOptions{Name: "raft", Output: cfg.RaftLogOutput, Level: hclog.Warn})
 	// NB: WAL.Close does not close its meta DB (and so keeps the bolt file
 	// lock); the node owns the meta store and closes it after the WAL.
+	// NB: scanWALSegments checks every byte of the segments before raft-wal
+	// opens (and silently trims) them (walscan.go).
+	if err := scanWALSegments(filepath.Join(cfg.DataDir, raftDir, "wal")); err != nil {
+		return false, err
+	}
 	n.meta = &metadb.BoltMetaDB{}
-	w, err := wal.Open(filepath.Join(cfg.DataDir, raftDir, "wal"), wal.WithLogger(hl), wal.WithMetaStore(n.meta))
+	segSize := wal.WithSegmentSize(wal.DefaultSegmentSize)
+	if cfg.walSegmentBytes > 0 {
+		segSize = wal.WithSegmentSize(cfg.walSegmentBytes)
+	}
+	w, err := wal.Open(filepath.Join(cfg.DataDir, raftDir, "wal"), wal.WithLogger(hl), wal.WithMetaStore(n.meta), segSize)
 	if err != nil {
 		return false, fmt.Errorf("node: open raft-wal: %w", err)
 	}
@@ -353,16 +373,27 @@ func (n *Node) openRaft() (bool, error) {
 	rc.BatchApplyCh = true
 	rc.SnapshotThreshold = cfg.SnapshotThreshold
 	rc.TrailingLogs = 4096
-	existing, err := raft.HasExistingState(w, w, snaps)
+	if cfg.trailingLogs > 0 {
+		rc.TrailingLogs = cfg.trailingLogs
+	}
+	var logs raft.LogStore = w
+	if cfg.wrapLogStore != nil {
+		logs = cfg.wrapLogStore(logs)
+	}
+	logs = &watchedLogStore{LogStore: logs, h: n.hl}
+	existing, err := raft.HasExistingState(logs, w, snaps)
 	if err != nil {
 		return false, err
 	}
+	if err := n.verifyDataDir(logs, w, snaps); err != nil {
+		return false, err
+	}
 	if conf, ok := n.bootstrapConfiguration(trans.LocalAddr()); ok && !existing {
-		if err := raft.BootstrapCluster(rc, w, w, snaps, trans, conf); err != nil {
+		if err := raft.BootstrapCluster(rc, logs, w, snaps, trans, conf); err != nil {
 			return false, fmt.Errorf("node: bootstrap: %w", err)
 		}
 	}
-	r, err := raft.NewRaft(rc, n.fsm, w, w, snaps, trans)
+	r, err := raft.NewRaft(rc, n.fsm, logs, w, snaps, trans)
 	if err != nil {
 		return false, fmt.Errorf("node: start raft: %w", err)
 	}
@@ -507,9 +538,4 @@ func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
 	}
 	defer d.Close()
 	return d.Sync()
-}
-
-// marshalCommand encodes a command for the log.
-func marshalCommand(cmd *pb.Command) ([]byte, error) {
-	return proto.MarshalOptions{Deterministic: true}.Marshal(cmd)
 }

@@ -33,10 +33,14 @@ type inflightBatch struct {
 // Propose stamps cmd with the leader's time, coalesces it with concurrent
 // proposals into one log entry and waits until it is applied. The returned
 // Response carries domain errors; the error result is for infrastructure
-// failures (ErrNotLeader, ErrClosed, a raft error, ctx).
+// failures (ErrNotLeader, ErrClosed, a raft error, ctx, or Err() once the
+// node has failed).
 //
 // NB: if ctx ends first the command may still be applied.
 func (n *Node) Propose(ctx context.Context, cmd *pb.Command) (raftfsm.Response, error) {
+	if err := n.Err(); err != nil {
+		return raftfsm.Response{}, err // a failed node commits nothing more (health.go)
+	}
 	cmd.Version = raftfsm.CommandVersion
 	p := &proposal{cmd: cmd, done: make(chan proposalResult, 1)}
 	select {
@@ -178,6 +182,9 @@ func finish(ib *inflightBatch) {
 // log entries; results come back in order. An infrastructure error fails
 // the whole call (some commands may still have been applied).
 func (n *Node) ProposeAll(ctx context.Context, cmds []*pb.Command) ([]raftfsm.Response, error) {
+	if err := n.Err(); err != nil {
+		return nil, err
+	}
 	props := make([]*proposal, len(cmds))
 	for i, cmd := range cmds {
 		cmd.Version = raftfsm.CommandVersion
@@ -204,4 +211,11 @@ func (n *Node) ProposeAll(ctx context.Context, cmds []*pb.Command) ([]raftfsm.Re
 		}
 	}
 	return out, firstErr
+}
+
+// marshalCommand encodes a command for the log, framed with its version
+// and CRC-32C (raftfsm/frame.go); Apply and the startup verification
+// (verify.go) check the frame before they decode.
+func marshalCommand(cmd *pb.Command) ([]byte, error) {
+	return raftfsm.MarshalEntry(cmd)
 }

@@ -1,6 +1,9 @@
 // Package raftfsm is the node's deterministic state machine: a
-// hashicorp/raft FSM that decodes one replicated log entry (a protobuf
-// termivar.v1.Command) and calls the core. Nothing else.
+// hashicorp/raft FSM that checks one replicated log entry's integrity
+// frame (version byte + CRC-32C, frame.go), decodes it (a protobuf
+// termivar.v1.Command) and calls the core. Nothing else. A committed entry
+// that fails the check or does not decode stops the FSM (fatal.go); it is
+// never applied as a rejected command.
 //
 // Per tenant it owns one distributed.WorkerPool and one ResultAggregator plus
 // a little metadata that the core does not keep (limits, worker → API key

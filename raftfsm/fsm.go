@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 
 	"github.com/hashicorp/raft"
-	"google.golang.org/protobuf/proto"
 
 	distributed "github.com/termivar/distributed"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
@@ -48,6 +47,10 @@ type Options struct {
 	// command that may have made queued tasks available in a tenant
 	// (enqueue, failure, recovery). It must not block.
 	NotifyFunc func(tenant string)
+	// FatalFunc, when set, is called once from the apply goroutine when a
+	// committed entry fails its integrity check or does not decode
+	// (fatal.go). It must not block; the FSM applies nothing after it.
+	FatalFunc func(err error)
 }
 
 // KeyRecord is one API key as the cluster stores it: never the secret.
@@ -121,6 +124,9 @@ type FSM struct {
 	nodes    map[string]nodeRecord // node ID → advertised API URL and incarnation (cluster.go)
 
 	appliedIndex atomic.Uint64
+	// fatal is set once, by the first corrupt committed entry; from then on
+	// Apply applies nothing and Snapshot fails (fatal.go).
+	fatal atomic.Pointer[EntryError]
 }
 
 var _ raft.FSM = (*FSM)(nil)
@@ -134,15 +140,22 @@ func New(opts Options) *FSM {
 	return &FSM{opts: opts, log: l, keys: map[string]KeyRecord{}, revoked: map[string]KeyRecord{}, tenants: map[string]*Tenant{}, nodes: map[string]nodeRecord{}}
 }
 
-// Apply decodes one log entry and applies it. It returns a Response, or a
-// []Response for a Batch (one per element, in order).
+// Apply checks one log entry's integrity frame (frame.go), decodes it and
+// applies it. It returns a Response, or a []Response for a Batch (one per
+// element, in order). A committed entry that fails the check or does not
+// decode is never applied as a rejected command: the FSM records a fatal
+// *EntryError naming the index, calls FatalFunc and applies nothing from
+// then on (every later Apply answers the fatal error).
 func (f *FSM) Apply(l *raft.Log) any {
-	defer f.appliedIndex.Store(l.Index)
-	var cmd pb.Command
-	if err := proto.Unmarshal(l.Data, &cmd); err != nil {
-		return Response{Err: fsmErr(KindInvalidCommand, "log entry does not decode")}
+	if err := f.Fatal(); err != nil {
+		return Response{Err: err}
 	}
-	return f.ApplyCommand(&cmd)
+	cmd, err := DecodeEntry(l.Index, l.Data)
+	if err != nil {
+		return Response{Err: f.setFatal(err)}
+	}
+	defer f.appliedIndex.Store(l.Index)
+	return f.ApplyCommand(cmd)
 }
 
 // ApplyCommand applies an already decoded command; Apply calls it. It is

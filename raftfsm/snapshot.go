@@ -21,7 +21,13 @@ const MaxSnapshotBytes = 8 << 30
 
 // Snapshot captures the whole state as bytes (raft calls it on the FSM
 // goroutine, so the capture is a consistent point; Persist then only writes).
+//
+// A fatal FSM (fatal.go) refuses: its state stops before the corrupt entry,
+// and a snapshot would claim it covers indexes it never applied.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	if err := f.Fatal(); err != nil {
+		return nil, err
+	}
 	b, err := f.ExportState()
 	if err != nil {
 		return nil, err

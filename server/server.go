@@ -110,6 +110,10 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle(termivarv1connect.NewClusterHandler(clusterHandler{s}, connect.WithReadMaxBytes(MaxAdminRequestBytes)))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := s.node.CommitHealth(); err != nil {
+			http.Error(w, "cannot commit: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
 		if !s.readyToServe() {
 			http.Error(w, "no leader", http.StatusServiceUnavailable)
 			return

@@ -172,6 +172,10 @@ func serve(f serveFlags, logger *slog.Logger) error {
 	go func() { errc <- rn.hs.Serve(rn.ln) }()
 	select {
 	case <-ctx.Done():
+	case <-rn.n.Failed():
+		// NB: a corrupt committed entry or a log store that keeps failing;
+		// exit 2 with the node's one message (runServe), after closing.
+		return rn.n.Err()
 	case err := <-errc:
 		if !errors.Is(err, http.ErrServerClosed) {
 			return err

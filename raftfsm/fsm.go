@@ -117,6 +117,12 @@ type FSM struct {
 	nodes    map[string]string // node ID → advertised API URL (cluster.go)
 
 	appliedIndex atomic.Uint64
+	// applyMu is held by Apply and Restore across the state change and the
+	// applied index, so StateHash reads the two as one pair.
+	applyMu sync.Mutex
+	// indexKnown is false after a snapshot restore until the next Apply
+	// (Restore is not told the snapshot's index). Guarded by applyMu.
+	indexKnown bool
 }
 
 var _ raft.FSM = (*FSM)(nil)
@@ -133,7 +139,9 @@ func New(opts Options) *FSM {
 // Apply decodes one log entry and applies it. It returns a Response, or a
 // []Response for a Batch (one per element, in order).
 func (f *FSM) Apply(l *raft.Log) any {
-	defer f.appliedIndex.Store(l.Index)
+	f.applyMu.Lock()
+	defer f.applyMu.Unlock()
+	defer f.markApplied(l.Index)
 	var cmd pb.Command
 	if err := proto.Unmarshal(l.Data, &cmd); err != nil {
 		return Response{Err: fsmErr(KindInvalidCommand, "log entry does not decode")}

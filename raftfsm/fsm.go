@@ -127,6 +127,12 @@ type FSM struct {
 	// fatal is set once, by the first corrupt committed entry; from then on
 	// Apply applies nothing and Snapshot fails (fatal.go).
 	fatal atomic.Pointer[EntryError]
+	// applyMu is held by Apply and Restore across the state change and the
+	// applied index, so StateHash reads the two as one pair.
+	applyMu sync.Mutex
+	// indexKnown is false after a snapshot restore until the next Apply
+	// (Restore is not told the snapshot's index). Guarded by applyMu.
+	indexKnown bool
 }
 
 var _ raft.FSM = (*FSM)(nil)
@@ -147,6 +153,8 @@ func New(opts Options) *FSM {
 // *EntryError naming the index, calls FatalFunc and applies nothing from
 // then on (every later Apply answers the fatal error).
 func (f *FSM) Apply(l *raft.Log) any {
+	f.applyMu.Lock()
+	defer f.applyMu.Unlock()
 	if err := f.Fatal(); err != nil {
 		return Response{Err: err}
 	}
@@ -154,7 +162,7 @@ func (f *FSM) Apply(l *raft.Log) any {
 	if err != nil {
 		return Response{Err: f.setFatal(err)}
 	}
-	defer f.appliedIndex.Store(l.Index)
+	defer f.markApplied(l.Index)
 	return f.ApplyCommand(cmd)
 }
 

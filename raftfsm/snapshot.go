@@ -82,7 +82,13 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	if _, err := io.Copy(&buf, io.LimitReader(rc, MaxSnapshotBytes)); err != nil {
 		return err
 	}
-	return f.RestoreState(buf.Bytes())
+	f.applyMu.Lock()
+	defer f.applyMu.Unlock()
+	if err := f.RestoreState(buf.Bytes()); err != nil {
+		return err
+	}
+	f.indexKnown = false
+	return nil
 }
 
 // ErrInvalidState is returned by RestoreState for bytes that are not a

@@ -13,19 +13,41 @@ import (
 type adminHandler struct{ s *Server }
 
 func (h adminHandler) Status(ctx context.Context, req *connect.Request[pb.StatusRequest]) (*connect.Response[pb.StatusResponse], error) {
-	return call(ctx, h.s, req, false, func(ctx context.Context, p principal, _ *pb.StatusRequest) (*pb.StatusResponse, uint64, error) {
+	return call(ctx, h.s, req, false, func(ctx context.Context, p principal, m *pb.StatusRequest) (*pb.StatusResponse, uint64, error) {
 		tv, _ := h.s.node.FSM().Tenant(p.Tenant)
 		snap := tv.Pool().Snapshot()
 		addr, id := h.s.node.Leader()
-		return &pb.StatusResponse{
+		out := &pb.StatusResponse{
 			Tenant: p.Tenant, Revision: snap.Revision, LogicalTime: snap.LogicalTime,
 			TaskRecords: uint32(snap.TaskRecords), ActiveTasks: uint32(snap.ActiveTasks), QueuedTasks: uint32(snap.QueuedTasks),
 			TerminalTasks: uint32(snap.TerminalTasks), Workers: uint32(snap.Workers),
 			Results: uint32(tv.ResultCount()), ResultBytes: uint64(tv.ResultBytes()),
 			RaftState: h.s.node.RaftState(), Leader: id + "@" + addr, AppliedIndex: h.s.node.FSM().AppliedIndex(),
 			NodeId: h.s.node.Config().NodeID, Members: h.s.members(),
-		}, 0, nil
+		}
+		if m.GetStateHash() {
+			if err := h.stateHash(p, out); err != nil {
+				return nil, 0, err
+			}
+		}
+		return out, 0, nil
 	})
+}
+
+// stateHash fills the FSM state hash of this node into out (system-tenant
+// admins only: the hash covers every tenant).
+func (h adminHandler) stateHash(p principal, out *pb.StatusResponse) error {
+	if !p.systemAdmin() {
+		return errDenied("only an admin key of the system tenant may ask for the state hash")
+	}
+	sh, err := h.s.node.FSM().StateHash()
+	if err != nil {
+		return err
+	}
+	if sh.IndexKnown {
+		out.StateHash, out.StateHashIndex = sh.Sum[:], sh.Index
+	}
+	return nil
 }
 
 func (h adminHandler) ListWorkers(ctx context.Context, req *connect.Request[pb.ListWorkersRequest]) (*connect.Response[pb.ListWorkersResponse], error) {

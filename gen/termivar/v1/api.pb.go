@@ -2600,7 +2600,10 @@ func (x *AggregateResultsResponse) GetResult() []byte {
 }
 
 type StatusRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// state_hash asks for a hash of the node's whole FSM state (admin keys of
+	// the system tenant only; it costs a full state encoding).
+	StateHash     bool `protobuf:"varint,1,opt,name=state_hash,json=stateHash,proto3" json:"state_hash,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2635,6 +2638,13 @@ func (*StatusRequest) Descriptor() ([]byte, []int) {
 	return file_termivar_v1_api_proto_rawDescGZIP(), []int{38}
 }
 
+func (x *StatusRequest) GetStateHash() bool {
+	if x != nil {
+		return x.StateHash
+	}
+	return false
+}
+
 type StatusResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
@@ -2652,9 +2662,17 @@ type StatusResponse struct {
 	AppliedIndex  uint64                 `protobuf:"varint,13,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
 	NodeId        string                 `protobuf:"bytes,14,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	// members is the raft configuration as this node sees it.
-	Members       []*ClusterMember `protobuf:"bytes,15,rep,name=members,proto3" json:"members,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Members []*ClusterMember `protobuf:"bytes,15,rep,name=members,proto3" json:"members,omitempty"`
+	// state_hash, when asked for, is the SHA-256 of this node's deterministic
+	// FSM state encoding (the snapshot bytes), taken when the entry at
+	// state_hash_index was the last one applied: members with equal indexes
+	// must have equal hashes. Both are empty when the state was just
+	// restored from a snapshot and no entry has been applied since (the
+	// index the state belongs to is then unknown).
+	StateHash      []byte `protobuf:"bytes,16,opt,name=state_hash,json=stateHash,proto3" json:"state_hash,omitempty"`
+	StateHashIndex uint64 `protobuf:"varint,17,opt,name=state_hash_index,json=stateHashIndex,proto3" json:"state_hash_index,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -2790,6 +2808,20 @@ func (x *StatusResponse) GetMembers() []*ClusterMember {
 		return x.Members
 	}
 	return nil
+}
+
+func (x *StatusResponse) GetStateHash() []byte {
+	if x != nil {
+		return x.StateHash
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetStateHashIndex() uint64 {
+	if x != nil {
+		return x.StateHashIndex
+	}
+	return 0
 }
 
 type ListWorkersRequest struct {
@@ -3676,8 +3708,10 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\ascan_id\x18\x01 \x01(\tR\x06scanId\"K\n" +
 	"\x18AggregateResultsResponse\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x16\n" +
-	"\x06result\x18\x02 \x01(\fR\x06result\"\x0f\n" +
-	"\rStatusRequest\"\xf9\x03\n" +
+	"\x06result\x18\x02 \x01(\fR\x06result\".\n" +
+	"\rStatusRequest\x12\x1d\n" +
+	"\n" +
+	"state_hash\x18\x01 \x01(\bR\tstateHash\"\xc2\x04\n" +
 	"\x0eStatusResponse\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12!\n" +
@@ -3695,7 +3729,10 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x06leader\x18\f \x01(\tR\x06leader\x12#\n" +
 	"\rapplied_index\x18\r \x01(\x04R\fappliedIndex\x12\x17\n" +
 	"\anode_id\x18\x0e \x01(\tR\x06nodeId\x124\n" +
-	"\amembers\x18\x0f \x03(\v2\x1a.termivar.v1.ClusterMemberR\amembers\"\x14\n" +
+	"\amembers\x18\x0f \x03(\v2\x1a.termivar.v1.ClusterMemberR\amembers\x12\x1d\n" +
+	"\n" +
+	"state_hash\x18\x10 \x01(\fR\tstateHash\x12(\n" +
+	"\x10state_hash_index\x18\x11 \x01(\x04R\x0estateHashIndex\"\x14\n" +
 	"\x12ListWorkersRequest\"H\n" +
 	"\x13ListWorkersResponse\x121\n" +
 	"\aworkers\x18\x01 \x03(\v2\x17.termivar.v1.WorkerInfoR\aworkers\"\x9a\x01\n" +

@@ -28,6 +28,7 @@ type testBundle struct {
 	dir      string
 	node     *node.Node
 	srv      *httptest.Server
+	api      *Server
 	adminKey string
 	auditLog string
 }
@@ -68,7 +69,7 @@ func setup(t *testing.T, mut func(*node.Config)) *testBundle {
 		n.Close()
 		al.Close()
 	})
-	return &testBundle{dir: dir, node: n, srv: srv, adminKey: strings.TrimSpace(string(key)), auditLog: auditPath}
+	return &testBundle{dir: dir, node: n, srv: srv, api: s, adminKey: strings.TrimSpace(string(key)), auditLog: auditPath}
 }
 
 type bearer string

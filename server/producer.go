@@ -253,7 +253,7 @@ func (h producerHandler) ScanProgress(ctx context.Context, req *connect.Request[
 // single result larger than MaxAggregateBytes cannot be sent; the stream
 // then ends with aggregate_bytes_exceeded.
 func (h producerHandler) AggregateResults(ctx context.Context, req *connect.Request[pb.AggregateResultsRequest], stream *connect.ServerStream[pb.AggregateResultsResponse]) error {
-	p, err := h.s.authenticate(req.Header(), "Producer", "AggregateResults")
+	p, err := principalFrom(ctx)
 	if err != nil {
 		return toConnect(err)
 	}

@@ -261,7 +261,7 @@ func TestServer_AuditLog(t *testing.T) {
 	p.producer.Enqueue(ctx, req(enqueueReq("s", "t1"))) // duplicate: rejected
 	b.clients("").producer.Enqueue(ctx, req(enqueueReq("s", "t2")))
 	p.producer.GetTask(ctx, req(&pb.GetTaskRequest{TaskId: "t1"})) // read: not audited
-	b.api.failures.Flush(time.Now())                                // failed authentications: aggregated
+	b.api.failures.Flush(time.Now())                               // failed authentications: aggregated
 	data, err := os.ReadFile(b.auditLog)
 	if err != nil {
 		t.Fatal(err)

@@ -41,6 +41,12 @@ type clients struct {
 
 func setup(t *testing.T, mut func(*node.Config)) *testBundle {
 	t.Helper()
+	return setupServer(t, mut, Config{})
+}
+
+// setupServer is setup with the server's Limits and clock from scfg.
+func setupServer(t *testing.T, mut func(*node.Config), scfg Config) *testBundle {
+	t.Helper()
 	dir := t.TempDir()
 	cfg := node.Config{DataDir: dir, RaftAddr: "127.0.0.1:0", TickInterval: -1}
 	if mut != nil {
@@ -62,8 +68,12 @@ func setup(t *testing.T, mut func(*node.Config)) *testBundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := New(Config{Node: n, Audit: al})
-	srv := httptest.NewServer(s.Handler())
+	scfg.Node, scfg.Audit = n, al
+	s := New(scfg)
+	// NB: HTTP/1.1 and h2c, as serve speaks them (NewHTTPServer).
+	srv := httptest.NewUnstartedServer(s.Handler())
+	srv.Config.Protocols = NewHTTPServer("", nil).Protocols
+	srv.Start()
 	t.Cleanup(func() {
 		srv.Close()
 		n.Close()

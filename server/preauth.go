@@ -93,8 +93,9 @@ func (s *Server) preauth(next http.Handler) http.Handler {
 		if !ok {
 			return
 		}
-		s.boundBody(w, r, now)
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), authCtxKey{}, res)))
+		r2 := r.WithContext(context.WithValue(r.Context(), authCtxKey{}, res))
+		s.boundBody(w, r2, now)
+		next.ServeHTTP(w, r2)
 	})
 }
 
@@ -192,7 +193,10 @@ func maxBodyBytes(path string) int64 {
 }
 
 // boundBody gives an admitted request's body its byte bound and its read
-// deadline (BodyTimeout from now). The deadline is lifted when the body
+// deadline (BodyTimeout from now). r must be a copy of the request net/http
+// passed in: net/http decides from the original body whether it was read
+// to its end, and closes the connection if not (so unread body bytes are
+// never parsed as the next request). The deadline is lifted when the body
 // has been read to its end, so a long-poll or a response stream is not cut
 // off; a body never read to its end keeps it, which also bounds net/http's
 // drain of it after the handler.

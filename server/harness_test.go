@@ -22,7 +22,12 @@ import (
 	"github.com/termivar/distributed/node"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(envHostileRole) != "" {
+		os.Exit(runHostileChild()) // an attacker of TestServer_HostileLoad
+	}
+	goleak.VerifyTestMain(m)
+}
 
 type testBundle struct {
 	dir      string

@@ -249,13 +249,11 @@ func TestLimitListener_TotalBound(t *testing.T) {
 			accepted <- c
 		}
 	}()
-	var clients []net.Conn
 	for range 3 {
 		c, err := net.Dial("tcp", inner.Addr().String())
 		if err != nil {
 			t.Fatal(err)
 		}
-		clients = append(clients, c)
 		defer c.Close()
 	}
 	first, second := <-accepted, <-accepted

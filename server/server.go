@@ -1,9 +1,13 @@
 // Package server serves the node's Connect API (termivar.v1 Worker, Producer
 // and Admin; gRPC, gRPC-Web and Connect/JSON from one handler). Every request
-// needs a bearer API key; the key fixes the tenant and its role limits the
-// methods. Leases, fences and receipts cross the wire only as MACed tokens.
-// Every mutating request, accepted or rejected, appends one audit line.
-// Core error kinds map to Connect codes in one table (errors.go).
+// needs a bearer API key, checked from the headers before the body is read
+// (preauth.go); the key fixes the tenant and its role limits the methods.
+// Connections, header and body times and failed authentications are
+// bounded by Limits (limits.go). Leases, fences and receipts cross the wire
+// only as MACed tokens. Every mutating request of an authenticated caller,
+// accepted or rejected, appends one audit line; failed authentications are
+// audited in aggregate per source. Core error kinds map to Connect codes in
+// one table (errors.go).
 package server
 
 import (

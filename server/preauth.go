@@ -94,7 +94,7 @@ func (s *Server) preauth(next http.Handler) http.Handler {
 			return
 		}
 		r2 := r.WithContext(context.WithValue(r.Context(), authCtxKey{}, res))
-		s.boundBody(w, r2, now)
+		s.boundBody(w, r2)
 		next.ServeHTTP(w, r2)
 	})
 }
@@ -142,10 +142,18 @@ func (s *Server) localGate(next http.Handler) http.Handler {
 }
 
 // refuse answers err in the request's protocol without reading the body.
-// NB: the read deadline set to now makes net/http give up on the unread
-// body at once and close the connection after the answer, instead of
-// draining up to 256 KiB from a client that may never send it.
+// NB: over HTTP/1 the connection is closed after the answer (keeping it
+// would mean draining a body that may never come), and the read deadline
+// set to now makes net/http's last drain of the unread body fail at once
+// instead of waiting for a client that never sends it. Closing matters:
+// net/http treats a failed read on a kept connection as the client gone
+// and cancels the context of every later request on it. Over HTTP/2 only
+// the stream is affected (a GOAWAY would hit every stream of a shared
+// connection, e.g. a follower's).
 func (s *Server) refuse(w http.ResponseWriter, r *http.Request, err error, retryAfter time.Duration) {
+	if r.ProtoMajor == 1 {
+		w.Header().Set("Connection", "close")
+	}
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now())
 	var ce *connect.Error
 	if !errors.As(toConnect(err), &ce) {
@@ -193,16 +201,23 @@ func maxBodyBytes(path string) int64 {
 }
 
 // boundBody gives an admitted request's body its byte bound and its read
-// deadline (BodyTimeout from now). r must be a copy of the request net/http
+// deadline (BodyTimeout from now, on the wall clock: Config.Now serves the
+// throttle and the audit, a connection deadline is real). A request
+// without a body gets no deadline: net/http already reads the connection
+// in the background to notice a client leaving, and a deadline expiring
+// there would cancel a long handler. r must be a copy of the request net/http
 // passed in: net/http decides from the original body whether it was read
 // to its end, and closes the connection if not (so unread body bytes are
 // never parsed as the next request). The deadline is lifted when the body
 // has been read to its end, so a long-poll or a response stream is not cut
 // off; a body never read to its end keeps it, which also bounds net/http's
 // drain of it after the handler.
-func (s *Server) boundBody(w http.ResponseWriter, r *http.Request, now time.Time) {
+func (s *Server) boundBody(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength == 0 {
+		return
+	}
 	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(now.Add(s.limits.BodyTimeout))
+	_ = rc.SetReadDeadline(time.Now().Add(s.limits.BodyTimeout))
 	r.Body = &deadlineBody{ReadCloser: http.MaxBytesReader(w, r.Body, maxBodyBytes(r.URL.Path)), rc: rc}
 }
 

@@ -88,6 +88,13 @@ func TestPreauth_UnauthenticatedAnsweredBeforeBody(t *testing.T) {
 			t.Errorf("%s: the connection stays open for a body that was never read", tc.name)
 		}
 	}
+	// A complete small body too: a refused HTTP/1 connection is not kept
+	// (net/http would cancel later requests on it, see refuse).
+	c := rawPost(t, addr, "", "/termivar.v1.Admin/Status", "", 5, []byte("\x0a\x03abc"))
+	defer c.Close()
+	if res, _ := readResponse(t, c); res.StatusCode != http.StatusUnauthorized || !res.Close {
+		t.Errorf("complete body: status %d, close %v; want 401 and close", res.StatusCode, res.Close)
+	}
 }
 
 // TestPreauth_GRPCUnauthenticatedBeforeBody sends a gRPC request over h2c

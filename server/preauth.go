@@ -105,6 +105,14 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, now time.Time) (
 	src := s.source(r, now)
 	if wait := s.throttle.retryAfter(src, now); wait > 0 {
 		s.failures.Add(now, src, true)
+		if r.ProtoMajor == 2 && src == sourceOf(r.RemoteAddr) {
+			// NB: over HTTP/2 a throttled client's connection is shut down
+			// (GOAWAY), so each further attempt costs it a new connection
+			// instead of a stream that has already pushed a receive
+			// window of body at us. Not when a follower forwarded the
+			// request: its connection carries other clients.
+			w.Header().Set("Connection", "close")
+		}
 		s.refuse(w, r, &apiError{connect.CodeResourceExhausted, KindAuthThrottled, "too many failed authentications from this address; retry later"}, wait)
 		return authResult{}, false
 	}

@@ -20,6 +20,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -488,4 +489,37 @@ func TestProducer_NULTargetMessage(t *testing.T) {
 		t.Fatalf("message %q: want it to name the task and the NUL byte, and not quote the target", msg)
 	}
 	b.assertUnchanged(t, before, "NUL target")
+}
+
+// TestPreauth_ThrottledHTTP2ConnectionShutDown: over HTTP/2 a throttled
+// client's connection gets a GOAWAY, so its next attempt needs a new
+// connection.
+func TestPreauth_ThrottledHTTP2ConnectionShutDown(t *testing.T) {
+	t.Parallel()
+	clk := &fakeClock{t: time.Unix(2_000_000, 0)}
+	b := setupServer(t, nil, Config{Now: clk.now, Limits: Limits{AuthFailureBurst: 1, AuthFailureRefill: time.Hour}})
+	var dials atomic.Int64
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	d := &net.Dialer{}
+	tr := &http.Transport{Protocols: &p, DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dials.Add(1)
+		return d.DialContext(ctx, network, addr)
+	}}
+	defer tr.CloseIdleConnections()
+	bad := termivarv1connect.NewAdminClient(&http.Client{Transport: tr}, b.srv.URL, connect.WithInterceptors(authInterceptor{"tvk_0000000000000000_x"}))
+	status := func() error { _, err := bad.Status(ctx, req(&pb.StatusRequest{})); return err }
+	mustCode(t, status(), connect.CodeUnauthenticated, KindUnauthenticated)
+	mustCode(t, status(), connect.CodeResourceExhausted, KindAuthThrottled)
+	if n := dials.Load(); n != 1 {
+		t.Fatalf("%d dials before the throttled answer, want 1 (one HTTP/2 connection)", n)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for dials.Load() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the throttled client's HTTP/2 connection was kept")
+		}
+		mustCode(t, status(), connect.CodeResourceExhausted, KindAuthThrottled)
+		time.Sleep(10 * time.Millisecond) // poll interval, not synchronisation
+	}
 }

@@ -52,6 +52,7 @@ func TestCluster_FailedAuthThroughFollowerChargedToClient(t *testing.T) {
 			break
 		}
 	}
+	waitCond(t, "the follower knowing the leader", func() bool { return follower.rn.n.LeaderAPIURL() == leader.url })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	bad := adminFrom(t, follower.url, "127.0.0.5", "tvk_0000000000000000_guessedsecret")

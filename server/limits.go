@@ -89,8 +89,8 @@ func (l Limits) withDefaults() Limits {
 // ErrInvalidLimits is returned by Limits.Validate.
 var ErrInvalidLimits = errors.New("server: invalid limits")
 
-// Validate reports a negative field (zero means the default) and a
-// per-source connection bound above the total.
+// Validate reports a negative field (zero means the default). A
+// per-source connection bound above the total is allowed: it never binds.
 func (l Limits) Validate() error {
 	type field struct {
 		name string
@@ -106,9 +106,6 @@ func (l Limits) Validate() error {
 		if f.v < 0 {
 			return fmt.Errorf("%s must not be negative: %w", f.name, ErrInvalidLimits)
 		}
-	}
-	if l.MaxConns > 0 && l.MaxConnsPerSource > l.MaxConns {
-		return fmt.Errorf("max-conns-per-source is above max-conns: %w", ErrInvalidLimits)
 	}
 	return nil
 }

@@ -523,3 +523,21 @@ func TestPreauth_ThrottledHTTP2ConnectionShutDown(t *testing.T) {
 		time.Sleep(10 * time.Millisecond) // poll interval, not synchronisation
 	}
 }
+
+func TestLimits_Validate(t *testing.T) {
+	t.Parallel()
+	if err := (Limits{}).Validate(); err != nil {
+		t.Fatalf("zero Limits: %v", err)
+	}
+	if err := DefaultLimits().Validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	for _, l := range []Limits{{MaxConns: -1}, {BodyTimeout: -time.Second}, {AuthSources: -1}, {AuthAuditWindow: -1}} {
+		if err := l.Validate(); !errors.Is(err, ErrInvalidLimits) {
+			t.Errorf("Validate(%+v) = %v, want ErrInvalidLimits", l, err)
+		}
+	}
+	if got := (Limits{MaxConns: 7}).withDefaults(); got.MaxConns != 7 || got.BodyTimeout != DefaultLimits().BodyTimeout {
+		t.Fatalf("withDefaults = %+v", got)
+	}
+}

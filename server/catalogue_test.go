@@ -266,6 +266,13 @@ func TestServer_BadInputCatalogue(t *testing.T) {
 	})
 	add("enqueue empty target", connect.CodeInvalidArgument, "invalid_task", enqOne(&pb.NewTask{TaskId: "n", ScanId: "s"}))
 	add("enqueue target too long", connect.CodeInvalidArgument, "invalid_task", enqOne(&pb.NewTask{TaskId: "n", ScanId: "s", TargetRef: strings.Repeat("t", 1025)}))
+	add("enqueue target with NUL", connect.CodeInvalidArgument, KindInvalidArgument, enqOne(&pb.NewTask{TaskId: "n", ScanId: "s", TargetRef: "a\x00b"}))
+	add("enqueue valid then NUL target", connect.CodeInvalidArgument, KindInvalidArgument, func() error {
+		r := enqueueReq("s", "n1", "n2")
+		r.Tasks[1].TargetRef = "\x00"
+		_, err := p.producer.Enqueue(cx, req(r))
+		return err
+	})
 	add("enqueue too many phases", connect.CodeInvalidArgument, "invalid_task", enqOne(&pb.NewTask{TaskId: "n", ScanId: "s", TargetRef: "t", Phases: make([]byte, 257)}))
 	add("enqueue bad priority", connect.CodeInvalidArgument, "invalid_task", enqOne(&pb.NewTask{TaskId: "n", ScanId: "s", TargetRef: "t", Priority: "urgent"}))
 	add("enqueue duplicate existing", connect.CodeAlreadyExists, "task_already_exists", enqOne(&pb.NewTask{TaskId: "queued", ScanId: "s", TargetRef: "t"}))

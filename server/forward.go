@@ -80,6 +80,7 @@ func (f *forwarder) proxy(leader string) (*httputil.ReverseProxy, error) {
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
 			pr.Out.Header.Set(ForwardedHeader, f.s.node.NodeID())
+			pr.Out.Header.Set(ForwardedForHeader, f.s.sealForwardedFor(f.s.source(pr.In, f.s.now()), f.s.now()))
 		},
 		Transport:     f.tr,
 		FlushInterval: -1,

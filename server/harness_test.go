@@ -22,12 +22,18 @@ import (
 	"github.com/termivar/distributed/node"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(envHostileRole) != "" {
+		os.Exit(runHostileChild()) // an attacker of TestServer_HostileLoad
+	}
+	goleak.VerifyTestMain(m)
+}
 
 type testBundle struct {
 	dir      string
 	node     *node.Node
 	srv      *httptest.Server
+	api      *Server
 	adminKey string
 	auditLog string
 }
@@ -39,6 +45,12 @@ type clients struct {
 }
 
 func setup(t *testing.T, mut func(*node.Config)) *testBundle {
+	t.Helper()
+	return setupServer(t, mut, Config{})
+}
+
+// setupServer is setup with the server's Limits and clock from scfg.
+func setupServer(t *testing.T, mut func(*node.Config), scfg Config) *testBundle {
 	t.Helper()
 	dir := t.TempDir()
 	cfg := node.Config{DataDir: dir, RaftAddr: "127.0.0.1:0", TickInterval: -1}
@@ -61,14 +73,18 @@ func setup(t *testing.T, mut func(*node.Config)) *testBundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := New(Config{Node: n, Audit: al})
-	srv := httptest.NewServer(s.Handler())
+	scfg.Node, scfg.Audit = n, al
+	s := New(scfg)
+	// NB: HTTP/1.1 and h2c, as serve speaks them (NewHTTPServer).
+	srv := httptest.NewUnstartedServer(s.Handler())
+	srv.Config.Protocols = NewHTTPServer("", nil).Protocols
+	srv.Start()
 	t.Cleanup(func() {
 		srv.Close()
 		n.Close()
 		al.Close()
 	})
-	return &testBundle{dir: dir, node: n, srv: srv, adminKey: strings.TrimSpace(string(key)), auditLog: auditPath}
+	return &testBundle{dir: dir, node: n, srv: srv, api: s, adminKey: strings.TrimSpace(string(key)), auditLog: auditPath}
 }
 
 type bearer string

@@ -27,6 +27,9 @@ func (h producerHandler) Enqueue(ctx context.Context, req *connect.Request[pb.En
 		if len(m.GetTasks()) == 0 || len(m.GetTasks()) > raftfsm.MaxEnqueueTasks {
 			return nil, 0, errInvalid("enqueue needs 1 to 4096 tasks")
 		}
+		if err := checkRunnableTargets(m.GetTasks()); err != nil {
+			return nil, 0, err
+		}
 		e := &pb.EnqueueTasks{Tasks: make([]*pb.TaskSpec, len(m.GetTasks()))}
 		for i, t := range m.GetTasks() {
 			prio := uint32(distributed.PriorityNormal)
@@ -56,6 +59,21 @@ func (h producerHandler) Enqueue(ctx context.Context, req *connect.Request[pb.En
 		}
 		return out, r.Revision, nil
 	})
+}
+
+// checkRunnableTargets refuses targets the shipped worker agent cannot
+// run: it hands a target to its command in the environment
+// (TERMIVAR_TARGET), which cannot hold a NUL byte. NB: the core keeps
+// target_ref opaque bytes (SPEC Part A); this is the API's policy, checked
+// before anything is proposed. The message names the task by position and
+// never quotes the target.
+func checkRunnableTargets(tasks []*pb.NewTask) error {
+	for i, t := range tasks {
+		if strings.IndexByte(t.GetTargetRef(), 0) >= 0 {
+			return errInvalid("tasks[" + strconv.Itoa(i) + "].target_ref contains a NUL byte, which the worker agent cannot pass to its command")
+		}
+	}
+	return nil
 }
 
 func (h producerHandler) Cancel(ctx context.Context, req *connect.Request[pb.CancelRequest]) (*connect.Response[pb.CancelResponse], error) {
@@ -253,7 +271,7 @@ func (h producerHandler) ScanProgress(ctx context.Context, req *connect.Request[
 // single result larger than MaxAggregateBytes cannot be sent; the stream
 // then ends with aggregate_bytes_exceeded.
 func (h producerHandler) AggregateResults(ctx context.Context, req *connect.Request[pb.AggregateResultsRequest], stream *connect.ServerStream[pb.AggregateResultsResponse]) error {
-	p, err := h.s.authenticate(req.Header(), "Producer", "AggregateResults")
+	p, err := principalFrom(ctx)
 	if err != nil {
 		return toConnect(err)
 	}

@@ -1,9 +1,13 @@
 // Package server serves the node's Connect API (termivar.v1 Worker, Producer
 // and Admin; gRPC, gRPC-Web and Connect/JSON from one handler). Every request
-// needs a bearer API key; the key fixes the tenant and its role limits the
-// methods. Leases, fences and receipts cross the wire only as MACed tokens.
-// Every mutating request, accepted or rejected, appends one audit line.
-// Core error kinds map to Connect codes in one table (errors.go).
+// needs a bearer API key, checked from the headers before the body is read
+// (preauth.go); the key fixes the tenant and its role limits the methods.
+// Connections, header and body times and failed authentications are
+// bounded by Limits (limits.go). Leases, fences and receipts cross the wire
+// only as MACed tokens. Every mutating request of an authenticated caller,
+// accepted or rejected, appends one audit line; failed authentications are
+// audited in aggregate per source. Core error kinds map to Connect codes in
+// one table (errors.go).
 package server
 
 import (
@@ -54,6 +58,12 @@ type Config struct {
 	// NoForwarding makes a follower answer not_leader with the leader's URL
 	// instead of proxying.
 	NoForwarding bool
+	// Limits bound what unauthenticated and slow clients can make the
+	// server hold (limits.go); zero fields take their defaults.
+	Limits Limits
+	// Now is the clock of the throttle and the failure audit; nil:
+	// time.Now.
+	Now func() time.Time
 }
 
 // Server implements the three Connect services.
@@ -64,11 +74,19 @@ type Server struct {
 	log   *slog.Logger
 	fwd   *forwarder
 
+	limits     Limits
+	now        func() time.Time
+	errw       *connect.ErrorWriter
+	throttle   *failureThrottle
+	failures   *audit.FailureAggregator
+	preauthSem chan struct{} // one token per request awaiting authentication
+
 	stopping  chan struct{} // closed by Close: long-polls stop waiting
 	closeOnce sync.Once
 }
 
-// New returns a server for cfg.Node.
+// New returns a server for cfg.Node. It panics if cfg.Limits does not
+// validate (callers check flags with Limits.Validate first).
 func New(cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -76,7 +94,19 @@ func New(cfg Config) *Server {
 	if cfg.DefaultLeaseTTLSecs == 0 {
 		cfg.DefaultLeaseTTLSecs = 60
 	}
-	s := &Server{cfg: cfg, node: cfg.Node, audit: cfg.Audit, log: cfg.Logger, stopping: make(chan struct{})}
+	if err := cfg.Limits.Validate(); err != nil {
+		panic(err)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	lim := cfg.Limits.withDefaults()
+	s := &Server{cfg: cfg, node: cfg.Node, audit: cfg.Audit, log: cfg.Logger, stopping: make(chan struct{}),
+		limits: lim, now: cfg.Now, errw: connect.NewErrorWriter(),
+		throttle:   newFailureThrottle(lim.AuthFailureBurst, lim.AuthFailureRefill, lim.AuthSources),
+		failures:   cfg.Audit.Failures(audit.FailureConfig{Window: lim.AuthAuditWindow, MaxSources: lim.AuthSources}),
+		preauthSem: make(chan struct{}, lim.MaxPreAuthRequests),
+	}
 	s.fwd = newForwarder(s)
 	return s
 }
@@ -90,10 +120,14 @@ func (s *Server) Close() {
 	s.closeOnce.Do(func() { close(s.stopping) })
 }
 
-// HTTPServer returns NewHTTPServer(addr, s.Handler()) with Close registered
-// to run as soon as its Shutdown starts.
+// HTTPServer returns NewHTTPServer(addr, s.Handler()) with the header and
+// idle timeouts of s's Limits, and Close registered to run as soon as its
+// Shutdown starts. Serve it on s.LimitListener(ln) for the connection
+// bounds.
 func (s *Server) HTTPServer(addr string) *http.Server {
 	hs := NewHTTPServer(addr, s.Handler())
+	hs.ReadHeaderTimeout = s.limits.HeaderTimeout
+	hs.IdleTimeout = s.limits.IdleTimeout
 	hs.RegisterOnShutdown(s.Close)
 	return hs
 }
@@ -104,10 +138,10 @@ func (s *Server) Handler() http.Handler {
 	// NB: responses are compressed only when large and the client asks;
 	// gzip of small messages costs more CPU than it saves.
 	compress := connect.WithCompressMinBytes(256 << 10)
-	mux.Handle(termivarv1connect.NewWorkerHandler(workerHandler{s}, connect.WithReadMaxBytes(MaxWorkerRequestBytes), compress))
-	mux.Handle(termivarv1connect.NewProducerHandler(producerHandler{s}, connect.WithReadMaxBytes(MaxProducerRequestBytes), compress))
-	mux.Handle(termivarv1connect.NewAdminHandler(adminHandler{s}, connect.WithReadMaxBytes(MaxAdminRequestBytes), compress))
-	mux.Handle(termivarv1connect.NewClusterHandler(clusterHandler{s}, connect.WithReadMaxBytes(MaxAdminRequestBytes)))
+	mux.Handle(termivarv1connect.NewWorkerHandler(workerHandler{s}, readMax(MaxWorkerRequestBytes), compress))
+	mux.Handle(termivarv1connect.NewProducerHandler(producerHandler{s}, readMax(MaxProducerRequestBytes), compress))
+	mux.Handle(termivarv1connect.NewAdminHandler(adminHandler{s}, readMax(MaxAdminRequestBytes), compress))
+	mux.Handle(termivarv1connect.NewClusterHandler(clusterHandler{s}, readMax(MaxAdminRequestBytes)))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if err := s.node.CommitHealth(); err != nil {
@@ -120,7 +154,15 @@ func (s *Server) Handler() http.Handler {
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	return s.fwd.handler(mux)
+	// NB: authentication comes first, before forwarding and before any
+	// body byte is read (preauth.go).
+	return s.preauth(s.fwd.handler(s.localGate(mux)))
+}
+
+// readMax bounds a handler's request messages to n bytes, decompressed
+// size included (compress.go).
+func readMax(n int64) connect.HandlerOption {
+	return connect.WithHandlerOptions(connect.WithReadMaxBytes(int(n)), withCappedGzip(n))
 }
 
 // NewHTTPServer returns an http.Server for h that speaks HTTP/1.1 and
@@ -158,8 +200,10 @@ func splitProcedure(proc string) (service, method string) {
 	return service, method
 }
 
-// authenticate checks the bearer key and the role's permission. On failure
-// the returned principal still carries the key ID when it parsed, for audit.
+// authenticate checks the bearer key and the role's permission, from the
+// headers alone; preauth calls it once per request, before the body. On
+// failure the returned principal still carries the key ID when it parsed,
+// for audit.
 func (s *Server) authenticate(h http.Header, service, method string) (principal, error) {
 	auth := h.Get("Authorization")
 	raw, ok := strings.CutPrefix(auth, "Bearer ")
@@ -185,11 +229,12 @@ func (s *Server) authenticate(h http.Header, service, method string) (principal,
 	return p, nil
 }
 
-// call authenticates, runs fn, audits mutating calls and converts errors.
+// call takes the principal preauth computed, runs fn, audits mutating
+// calls and converts errors.
 func call[Req, Res any](ctx context.Context, s *Server, req *connect.Request[Req], mutating bool,
 	fn func(ctx context.Context, p principal, msg *Req) (*Res, uint64, error)) (*connect.Response[Res], error) {
 	service, method := splitProcedure(req.Spec().Procedure)
-	p, err := s.authenticate(req.Header(), service, method)
+	p, err := principalFrom(ctx)
 	var res *Res
 	var rev uint64
 	if err == nil && !mutating {

@@ -261,6 +261,7 @@ func TestServer_AuditLog(t *testing.T) {
 	p.producer.Enqueue(ctx, req(enqueueReq("s", "t1"))) // duplicate: rejected
 	b.clients("").producer.Enqueue(ctx, req(enqueueReq("s", "t2")))
 	p.producer.GetTask(ctx, req(&pb.GetTaskRequest{TaskId: "t1"})) // read: not audited
+	b.api.failures.Flush(time.Now())                               // failed authentications: aggregated
 	data, err := os.ReadFile(b.auditLog)
 	if err != nil {
 		t.Fatal(err)
@@ -270,7 +271,7 @@ func TestServer_AuditLog(t *testing.T) {
 		t.Fatalf("audit.log mode %v", st.Mode().Perm())
 	}
 	log := string(data)
-	for _, want := range []string{`"method":"Producer.Enqueue","outcome":"ok"`, `"outcome":"task_already_exists"`, `"outcome":"unauthenticated"`} {
+	for _, want := range []string{`"method":"Producer.Enqueue","outcome":"ok"`, `"outcome":"task_already_exists"`, `"event":"auth_failures","source":"127.0.0.1","failures":1,"throttled":0`} {
 		if !strings.Contains(log, want) {
 			t.Errorf("audit log lacks %s:\n%s", want, log)
 		}

@@ -33,6 +33,7 @@ type serveFlags struct {
 	limits                             distributed.Limits
 	resultLimits                       distributed.ResultLimits
 	cluster                            clusterFlags
+	serverLimits                       server.Limits
 }
 
 func newServeFlagSet(f *serveFlags) *flag.FlagSet {
@@ -52,6 +53,7 @@ func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.BoolVar(&f.forceNewCluster, "force-new-cluster", false, "start a new, empty cluster in a data dir whose raft state is gone but whose identity, secret or keys remain (otherwise refused)")
 	addClusterFlags(fs, &f.cluster)
 	addLimitFlags(fs, &f.limits, &f.resultLimits, "per-tenant default: ")
+	addServerLimitFlags(fs, &f.serverLimits)
 	return fs
 }
 
@@ -147,6 +149,10 @@ func runServe(args []string) int {
 		fmt.Fprintln(os.Stderr, "termivar-coord serve: result limits:", err)
 		return exitUsage
 	}
+	if err := f.serverLimits.Validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "termivar-coord serve:", err)
+		return exitUsage
+	}
 	if (f.tlsCert == "") != (f.tlsKey == "") || (f.clientCA != "" && f.tlsCert == "") {
 		fmt.Fprintln(os.Stderr, "termivar-coord serve: --tls-cert and --tls-key go together; --client-ca needs them")
 		return exitUsage
@@ -168,6 +174,7 @@ func serve(f serveFlags, logger *slog.Logger) error {
 	}
 	defer rn.close()
 	logger.Info("serving", "api", rn.url, "raft", rn.n.RaftAddr(), "data_dir", f.dataDir, "tls", f.tlsCert != "")
+	warnPlaintext(logger, rn.ln.Addr(), f.tlsCert != "")
 	errc := make(chan error, 1)
 	go func() { errc <- rn.hs.Serve(rn.ln) }()
 	select {
@@ -299,10 +306,11 @@ func startNode(ctx context.Context, f serveFlags, logger *slog.Logger) (_ *runni
 	if err != nil {
 		return nil, err
 	}
-	srv := server.New(server.Config{Node: n, Audit: al, Logger: logger, DefaultLeaseTTLSecs: f.leaseTTL, ForwardTLS: forwardTLS})
+	srv := server.New(server.Config{Node: n, Audit: al, Logger: logger, DefaultLeaseTTLSecs: f.leaseTTL, ForwardTLS: forwardTLS, Limits: f.serverLimits})
 	// NB: HTTPServer wakes pending Acquire long-polls when Shutdown starts,
 	// so shutting down does not wait for them.
 	hs := srv.HTTPServer(f.apiAddr)
+	ln = srv.LimitListener(ln) // NB: inside TLS, so http.Server still sees *tls.Conn
 	if serverTLS != nil {
 		ln = tls.NewListener(ln, serverTLS)
 	}

@@ -1,8 +1,11 @@
 // Package audit writes the node's audit log: one JSON line per mutating
-// request, accepted or rejected, with the time, the principal's key ID, the
-// tenant, the method, the outcome ("ok" or the error kind) and the revision,
-// plus, for key management (revoke, rotate), the ID of the key acted on (an
-// ID names a key; it is not a secret). By construction an Entry has no field for targets, results, tokens or keys,
+// request of an authenticated caller, accepted or rejected, with the time,
+// the principal's key ID, the tenant, the method, the outcome ("ok" or the
+// error kind) and the revision, plus, for key management (revoke, rotate),
+// the ID of the key acted on (an ID names a key; it is not a secret); and,
+// aggregated per source and window, the failed authentications
+// (FailureAggregator). By construction an Entry has no field for targets,
+// results, tokens or keys,
 // so none can be logged.
 package audit
 
@@ -12,6 +15,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"time"
 )
 
 // FileName is the audit log's name inside the data directory.
@@ -35,9 +39,10 @@ const OutcomeOK = "ok"
 // Logger appends entries as JSON lines. It is safe for concurrent use; each
 // entry is written with one Write call.
 type Logger struct {
-	mu     sync.Mutex
-	closer io.Closer
-	log    *slog.Logger
+	mu       sync.Mutex
+	closer   io.Closer
+	log      *slog.Logger
+	failures *FailureAggregator // attached by Failures; flushed by Close
 }
 
 // Open appends to path (created with mode 0600). When tee is non-nil every
@@ -96,13 +101,32 @@ func (l *Logger) Record(ctx context.Context, e Entry) {
 	l.log.LogAttrs(ctx, slog.LevelInfo, "audit", attrs...)
 }
 
-// Close closes the underlying file, if Open created one.
+// Failures returns the logger's failed-authentication aggregator, creating
+// it with cfg on the first call (later calls ignore cfg). Close flushes it.
+// A nil Logger returns a nil aggregator, whose methods do nothing.
+func (l *Logger) Failures(cfg FailureConfig) *FailureAggregator {
+	if l == nil {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.failures == nil {
+		l.failures = NewFailureAggregator(l, cfg)
+	}
+	return l.failures
+}
+
+// Close writes the pending failed-authentication lines, then closes the
+// underlying file, if Open created one.
 func (l *Logger) Close() error {
 	if l == nil {
 		return nil
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.failures != nil {
+		l.failures.Flush(time.Now())
+	}
 	if l.closer == nil {
 		return nil
 	}

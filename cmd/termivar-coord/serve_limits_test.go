@@ -1,0 +1,68 @@
+// Tests of serve's pre-authentication limit flags and of the warning for
+// an API that listens beyond loopback without TLS.
+package main
+
+import (
+	"bytes"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/termivar/distributed/server"
+)
+
+func TestWarnPlaintext(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		addr string
+		tls  bool
+		warn bool
+	}{
+		{"0.0.0.0:7420", false, true},
+		{"[::]:7420", false, true},
+		{"192.0.2.10:7420", false, true},
+		{"0.0.0.0:7420", true, false},
+		{"127.0.0.1:7420", false, false},
+		{"[::1]:7420", false, false},
+	}
+	for _, tc := range cases {
+		ta, err := net.ResolveTCPAddr("tcp", tc.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var buf bytes.Buffer
+		warnPlaintext(slog.New(slog.NewTextHandler(&buf, nil)), ta, tc.tls)
+		if got := strings.Contains(buf.String(), "level=WARN") && strings.Contains(buf.String(), "without TLS"); got != tc.warn {
+			t.Errorf("warnPlaintext(%s, tls=%v) warned = %v, want %v: %q", tc.addr, tc.tls, got, tc.warn, buf.String())
+		}
+	}
+}
+
+func TestServeFlags_Limits(t *testing.T) {
+	t.Parallel()
+	var f serveFlags
+	if err := newServeFlagSet(&f).Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	if f.serverLimits != server.DefaultLimits() {
+		t.Fatalf("defaults = %+v, want %+v", f.serverLimits, server.DefaultLimits())
+	}
+	f = serveFlags{}
+	err := newServeFlagSet(&f).Parse([]string{"--max-conns", "100", "--max-conns-per-source", "10", "--max-preauth-requests", "5",
+		"--header-timeout", "2s", "--body-timeout", "3s", "--idle-timeout", "4s", "--auth-failure-burst", "6",
+		"--auth-failure-refill", "7s", "--auth-sources", "8", "--auth-audit-window", "9s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := server.Limits{MaxConns: 100, MaxConnsPerSource: 10, MaxPreAuthRequests: 5, HeaderTimeout: 2 * time.Second,
+		BodyTimeout: 3 * time.Second, IdleTimeout: 4 * time.Second, AuthFailureBurst: 6, AuthFailureRefill: 7 * time.Second,
+		AuthSources: 8, AuthAuditWindow: 9 * time.Second}
+	if f.serverLimits != want {
+		t.Fatalf("parsed = %+v, want %+v", f.serverLimits, want)
+	}
+	if code := runServe([]string{"--max-conns", "-1"}); code != exitUsage {
+		t.Fatalf("serve --max-conns -1 exit = %d, want %d", code, exitUsage)
+	}
+}

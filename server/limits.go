@@ -1,0 +1,111 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Limits are the server's pre-authentication and connection bounds: what an
+// unauthenticated or slow client can make the node hold. Every field has a
+// serve flag (cmd/termivar-coord/serve_limits.go) and its default is in
+// DefaultLimits and docs/node.md, "Pre-authentication limits". A zero field
+// takes its default.
+type Limits struct {
+	// MaxConns bounds open API connections; Accept waits while it is reached
+	// (further clients queue in the kernel's backlog).
+	MaxConns int
+	// MaxConnsPerSource bounds open connections from one IP address; a
+	// connection above it is closed at once.
+	MaxConnsPerSource int
+	// MaxPreAuthRequests bounds requests between the arrival of their
+	// headers and the decision on their key; a request above it is answered
+	// Unavailable without being looked at.
+	MaxPreAuthRequests int
+	// HeaderTimeout bounds the time to receive a request's headers.
+	HeaderTimeout time.Duration
+	// BodyTimeout bounds the time to receive a request's body, counted from
+	// the end of its headers; a stalled body is cut off and the connection
+	// closed.
+	BodyTimeout time.Duration
+	// IdleTimeout closes keep-alive connections idle this long.
+	IdleTimeout time.Duration
+	// AuthFailureBurst is how many failed authentications a source may have
+	// in a row before it is throttled.
+	AuthFailureBurst int
+	// AuthFailureRefill is the time after which a throttled source may try
+	// once more (one failure token refills per AuthFailureRefill).
+	AuthFailureRefill time.Duration
+	// AuthSources bounds the per-source tables (failure throttle and
+	// failure audit).
+	AuthSources int
+	// AuthAuditWindow is the failed-authentication audit interval: one line
+	// per source per window.
+	AuthAuditWindow time.Duration
+}
+
+// DefaultLimits returns the documented defaults.
+func DefaultLimits() Limits {
+	return Limits{
+		MaxConns:           4096,
+		MaxConnsPerSource:  512,
+		MaxPreAuthRequests: 1024,
+		HeaderTimeout:      10 * time.Second,
+		BodyTimeout:        60 * time.Second,
+		IdleTimeout:        120 * time.Second,
+		AuthFailureBurst:   20,
+		AuthFailureRefill:  time.Second,
+		AuthSources:        4096,
+		AuthAuditWindow:    time.Minute,
+	}
+}
+
+// withDefaults fills zero fields from DefaultLimits.
+func (l Limits) withDefaults() Limits {
+	d := DefaultLimits()
+	setInt := func(p *int, v int) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	setDur := func(p *time.Duration, v time.Duration) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	setInt(&l.MaxConns, d.MaxConns)
+	setInt(&l.MaxConnsPerSource, d.MaxConnsPerSource)
+	setInt(&l.MaxPreAuthRequests, d.MaxPreAuthRequests)
+	setDur(&l.HeaderTimeout, d.HeaderTimeout)
+	setDur(&l.BodyTimeout, d.BodyTimeout)
+	setDur(&l.IdleTimeout, d.IdleTimeout)
+	setInt(&l.AuthFailureBurst, d.AuthFailureBurst)
+	setDur(&l.AuthFailureRefill, d.AuthFailureRefill)
+	setInt(&l.AuthSources, d.AuthSources)
+	setDur(&l.AuthAuditWindow, d.AuthAuditWindow)
+	return l
+}
+
+// ErrInvalidLimits is returned by Limits.Validate.
+var ErrInvalidLimits = errors.New("server: invalid limits")
+
+// Validate reports a negative field (zero means the default). A
+// per-source connection bound above the total is allowed: it never binds.
+func (l Limits) Validate() error {
+	type field struct {
+		name string
+		v    int64
+	}
+	for _, f := range []field{
+		{"max-conns", int64(l.MaxConns)}, {"max-conns-per-source", int64(l.MaxConnsPerSource)},
+		{"max-preauth-requests", int64(l.MaxPreAuthRequests)}, {"header-timeout", int64(l.HeaderTimeout)},
+		{"body-timeout", int64(l.BodyTimeout)}, {"idle-timeout", int64(l.IdleTimeout)},
+		{"auth-failure-burst", int64(l.AuthFailureBurst)}, {"auth-failure-refill", int64(l.AuthFailureRefill)},
+		{"auth-sources", int64(l.AuthSources)}, {"auth-audit-window", int64(l.AuthAuditWindow)},
+	} {
+		if f.v < 0 {
+			return fmt.Errorf("%s must not be negative: %w", f.name, ErrInvalidLimits)
+		}
+	}
+	return nil
+}

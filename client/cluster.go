@@ -17,17 +17,31 @@ import (
 // forward a request names the leader's API URL (server.LeaderHeader).
 const LeaderHeader = "Termivar-Leader"
 
+// OutcomeHeader is set to OutcomeUnknown on an Unavailable answer of a node
+// that forwarded the request to a leader and got no answer (the leader
+// stopped answering or lost leadership meanwhile): the leader may have
+// applied the request. Calls that are not safe to replay are not retried
+// after such an answer (server.OutcomeHeader).
+const (
+	OutcomeHeader  = "Termivar-Outcome"
+	OutcomeUnknown = "unknown"
+)
+
 // router picks the node a request goes to. A Client is configured with one
 // or more node URLs (ServerURL "http://a:7420,http://b:7420"); requests go
 // to the current one. A not_leader answer that names the leader switches to
-// the leader; a connection failure moves on to the next configured URL (so
-// a client survives the loss of the node it talks to).
+// the leader; a connection failure, or a try that ran out of its attempt
+// deadline, moves on from the node that failed (so a client survives the
+// loss or the pause of the node it talks to).
 type router struct {
 	mu      sync.Mutex
 	urls    []*url.URL
 	current int
 	leader  *url.URL // set from a LeaderHeader until it fails
 }
+
+// targetKey is the context key of a try's target (*url.URL).
+type targetKey struct{}
 
 func parseServerURLs(s string) ([]*url.URL, error) {
 	var out []*url.URL
@@ -58,8 +72,13 @@ func (r *router) target() *url.URL {
 	return r.urls[r.current]
 }
 
-// observe updates the route after a failed call.
-func (r *router) observe(err error) {
+// observe updates the route after a try at target failed; timedOut says
+// the try ran out of its attempt deadline.
+func (r *router) observe(target *url.URL, err error, timedOut bool) {
+	if timedOut {
+		r.skip(target)
+		return
+	}
 	var ce *connect.Error
 	if err == nil || !errors.As(err, &ce) || ce.Code() != connect.CodeUnavailable {
 		return
@@ -76,19 +95,27 @@ func (r *router) observe(err error) {
 		return // the node answered (e.g. no leader yet): stay
 	}
 	// NB: no answer at all: the node is down or unreachable.
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.leader != nil {
-		r.leader = nil
-		return
-	}
-	r.current = (r.current + 1) % len(r.urls)
+	r.skip(target)
 }
 
-// rewrite points req at the current target (the generated clients are
-// built for the first URL).
-func (r *router) rewrite(req *http.Request) {
-	t := r.target()
+// skip moves the route off target: a leader hint naming it is dropped and,
+// if it is the current configured URL, the next one becomes current. A
+// route that has already moved on is left alone, so that many concurrent
+// calls failing on the same node move the route once, not once each.
+func (r *router) skip(target *url.URL) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.leader != nil && r.leader.Host == target.Host {
+		r.leader = nil
+	}
+	if r.urls[r.current].Host == target.Host {
+		r.current = (r.current + 1) % len(r.urls)
+	}
+}
+
+// rewrite points req at t (the generated clients are built for the first
+// URL).
+func (r *router) rewrite(req *http.Request, t *url.URL) {
 	if t == r.urls[0] {
 		return
 	}

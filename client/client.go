@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 	"github.com/termivar/distributed/gen/termivar/v1/termivarv1connect"
@@ -30,12 +31,14 @@ const (
 	// EnvServer and EnvKey name the environment variables the CLI reads.
 	EnvServer = "TERMIVAR_SERVER"
 	EnvKey    = "TERMIVAR_KEY"
-	// DefaultAttemptTimeout is Config.AttemptTimeout's default: twice a
-	// cluster's default raft election timeout (1 s). A healthy leader
-	// answers in milliseconds, and a follower stops waiting on a leader it
-	// lost within about one election timeout (server/forward.go), so an
-	// attempt that takes longer is talking to a paused or cut-off node.
-	DefaultAttemptTimeout = 2 * time.Second
+	// DefaultAttemptTimeout is Config.AttemptTimeout's default: a
+	// cluster's default raft election timeout (1 s). A healthy node answers
+	// in milliseconds, so a try that takes longer is talking to a paused or
+	// cut-off node; a new leader needs one to two election timeouts, so a
+	// client that gives up on the paused node after one is back on a
+	// working node about as soon as there is one (docs/node.md, "Paused
+	// nodes": 2 s here put a floor of 2 s under the slowest request).
+	DefaultAttemptTimeout = time.Second
 )
 
 // Config configures a Client. Zero values take the documented defaults.
@@ -230,12 +233,16 @@ func call[Req, Resp any](ctx context.Context, c *Client, op string, req *Req, rp
 
 // invoke runs one unary RPC with retries. Each try goes to the router's
 // target of the moment; a try of an op that replaySafe lists gets its own
-// deadline, Config.AttemptTimeout plus wait (the server-side long-poll),
-// and a try that runs out of it moves the router on and is re-issued at
+// deadline, Config.AttemptTimeout plus wait (the server-side long-poll)
+// plus the request's upload time at attemptBytesPerSecond, and a try that
+// runs out of it moves the router on and is re-issued at
 // once (it has waited already). Other failures back off before the next
 // try (Backoff).
 func invoke[Req, Resp any](ctx context.Context, c *Client, op string, wait time.Duration, req *Req, rpc func(context.Context, *connect.Request[Req]) (*connect.Response[Resp], error)) (*Resp, error) {
 	safe := replaySafe[op]
+	if m, ok := any(req).(proto.Message); ok && safe {
+		wait += time.Duration(proto.Size(m)) * time.Second / attemptBytesPerSecond
+	}
 	var lastErr error
 	for attempt := 1; ; attempt++ {
 		target := c.router.target()
@@ -243,6 +250,9 @@ func invoke[Req, Resp any](ctx context.Context, c *Client, op string, wait time.
 		resp, err := rpc(actx, connect.NewRequest(req))
 		timedOut := attemptExpired(ctx, actx, err)
 		cancel()
+		if err == nil || !timedOut && connect.CodeOf(err) != connect.CodeUnavailable {
+			c.router.answered(target)
+		}
 		if err == nil {
 			return resp.Msg, nil
 		}
@@ -266,6 +276,12 @@ func invoke[Req, Resp any](ctx context.Context, c *Client, op string, wait time.
 	}
 	return nil, wrapErr(op, lastErr)
 }
+
+// attemptBytesPerSecond is the slowest upload an attempt deadline allows
+// for: a try gets one more second per MiB of request (a 48 MiB
+// CompleteMany, 48 s), so a large batch on a slow link is not cut off and
+// re-sent over and over.
+const attemptBytesPerSecond = 1 << 20
 
 // attemptExpired reports whether a try failed because its own deadline
 // passed (not the caller's context, not an answer from a server).

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -38,7 +39,16 @@ type router struct {
 	urls    []*url.URL
 	current int
 	leader  *url.URL // set from a LeaderHeader until it fails
+	// suspect maps a host to when a try there last went unanswered; the
+	// route passes over it, and leader hints naming it, for suspectFor
+	// unless every URL is suspect or it answers again.
+	suspect map[string]time.Time
 }
+
+// suspectFor is how long a node that left a try unanswered is passed over
+// when the route moves on, so that a client does not bounce back to a
+// paused node while the others elect a leader.
+const suspectFor = 10 * time.Second
 
 // targetKey is the context key of a try's target (*url.URL).
 type targetKey struct{}
@@ -85,9 +95,7 @@ func (r *router) observe(target *url.URL, err error, timedOut bool) {
 	}
 	if l := ce.Meta().Get(LeaderHeader); l != "" {
 		if u, perr := url.Parse(l); perr == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" {
-			r.mu.Lock()
-			r.leader = u
-			r.mu.Unlock()
+			r.follow(u)
 			return
 		}
 	}
@@ -98,18 +106,56 @@ func (r *router) observe(target *url.URL, err error, timedOut bool) {
 	r.skip(target)
 }
 
-// skip moves the route off target: a leader hint naming it is dropped and,
-// if it is the current configured URL, the next one becomes current. A
+// follow routes to the leader a hint names — unless that node left a try
+// unanswered within suspectFor: a node that has not noticed the leader's
+// pause yet still names it, and the route stays where it is (the nodes
+// there forward to whichever leader they know).
+func (r *router) follow(leader *url.URL) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if at, ok := r.suspect[leader.Host]; ok && time.Since(at) < suspectFor {
+		return
+	}
+	r.leader = leader
+}
+
+// skip moves the route off target and marks it suspect: a leader hint
+// naming it is dropped and, if it is the current configured URL, the next
+// URL that is not suspect becomes current (the next one if all are). A
 // route that has already moved on is left alone, so that many concurrent
 // calls failing on the same node move the route once, not once each.
 func (r *router) skip(target *url.URL) {
+	now := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.suspect == nil {
+		r.suspect = map[string]time.Time{}
+	}
+	r.suspect[target.Host] = now
 	if r.leader != nil && r.leader.Host == target.Host {
 		r.leader = nil
 	}
-	if r.urls[r.current].Host == target.Host {
-		r.current = (r.current + 1) % len(r.urls)
+	if r.urls[r.current].Host != target.Host {
+		return
+	}
+	n := len(r.urls)
+	next := (r.current + 1) % n // every URL is suspect: the next one
+	for i := 1; i < n; i++ {
+		j := (r.current + i) % n
+		if at, ok := r.suspect[r.urls[j].Host]; !ok || now.Sub(at) >= suspectFor {
+			next = j
+			break
+		}
+	}
+	r.current = next
+}
+
+// answered clears target's suspect mark after a try there got an answer.
+func (r *router) answered(target *url.URL) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.suspect) > 0 {
+		delete(r.suspect, target.Host)
 	}
 }
 

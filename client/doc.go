@@ -20,8 +20,9 @@
 // a not_leader answer that names the leader (LeaderHeader), and moves on to
 // the next URL when a node does not answer: a connection error, or — for
 // the calls marked "replay" below — a try that runs out of its own
-// deadline, Config.AttemptTimeout (default 2 s, twice a cluster's default
-// election timeout; an Acquire try gets its long-poll wait on top). A
+// deadline, Config.AttemptTimeout (default 1 s, a cluster's default
+// election timeout; an Acquire try gets its long-poll wait on top, and
+// every try one second per MiB of request). A
 // paused (SIGSTOPped) node still accepts TCP connections, so the attempt
 // deadline is what takes a client off it. A try that timed out is
 // re-issued at once on the next node; other retries back off. Unavailable

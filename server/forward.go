@@ -131,10 +131,12 @@ func (f *forwarder) proxy(leader string) (*httputil.ReverseProxy, error) {
 	return p, nil
 }
 
-// proxyError answers a forward that failed: the leader changed or did not
-// answer in time (outcome unknown), the leader could not be dialled (not
-// sent), or it broke off (outcome unknown). A caller that went away gets
-// nothing.
+// proxyError answers a forward that failed: the leader changed (with the
+// new hint) or did not answer in time (outcome unknown), the leader could
+// not be dialled (not sent), or it broke off (outcome unknown). A leader
+// that failed to answer is not named as the hint, so that clients keep
+// asking this node, which forwards to whichever leader it knows next. A
+// caller that went away gets nothing.
 func (f *forwarder) proxyError(w http.ResponseWriter, r *http.Request, leader string, err error) {
 	cause := context.Cause(r.Context())
 	switch {
@@ -142,7 +144,7 @@ func (f *forwarder) proxyError(w http.ResponseWriter, r *http.Request, leader st
 		f.writeUnknown(w, r, f.leaderURLFunc(), errLeaderChanged.Error())
 		return
 	case errors.Is(cause, errForwardTimeout):
-		f.writeUnknown(w, r, leader, errForwardTimeout.Error())
+		f.writeUnknown(w, r, "", errForwardTimeout.Error())
 		return
 	case r.Context().Err() != nil:
 		return
@@ -150,10 +152,10 @@ func (f *forwarder) proxyError(w http.ResponseWriter, r *http.Request, leader st
 	f.log.Debug("forwarding to the leader failed", "leader", leader, "error", err)
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
-		f.writeErr(w, r, leader, "the leader cannot be reached")
+		f.writeErr(w, r, "", "the leader cannot be reached")
 		return
 	}
-	f.writeUnknown(w, r, leader, "the leader did not answer")
+	f.writeUnknown(w, r, "", "the leader did not answer")
 }
 
 // forward proxies r to leader until the leader answers, the node's view of

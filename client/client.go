@@ -269,7 +269,7 @@ func invoke[Req, Resp any](ctx context.Context, c *Client, op string, wait time.
 			continue
 		}
 		d := Backoff(attempt, c.cfg.MinBackoff, c.cfg.MaxBackoff)
-		c.log.Debug("retrying request", slog.String("op", op), slog.Int("attempt", attempt), slog.Duration("backoff", d))
+		c.log.Debug("retrying request", slog.String("op", op), slog.Int("attempt", attempt), slog.String("node", target.Host), slog.Duration("backoff", d), slog.String("error", connectMessage(err)))
 		if err := Sleep(ctx, d); err != nil {
 			break
 		}

@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -136,11 +137,20 @@ func (n *pauseNode) stop(t *testing.T) {
 	}
 }
 
-// pauseLeader waits for the one node that reports itself leader.
+// pauseLeader waits for a settled cluster — one node reports itself
+// leader and every node's replicated table has every member's API URL —
+// and returns the leader.
+//
+// NB: a follower forwards only to a leader whose API URL it has; a follower
+// elected before its URL was replicated leaves the other answering "no
+// leader is known" until it registers (seen: seconds), which is a
+// different fault from the pause measured here.
 func pauseLeader(t *testing.T, nodes []*pauseNode, key string) *pauseNode {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
+		var leader *pauseNode
+		settled := true
 		for _, n := range nodes {
 			c, err := client.New(client.Config{ServerURL: n.url, Key: key, MaxAttempts: 1})
 			if err != nil {
@@ -148,13 +158,23 @@ func pauseLeader(t *testing.T, nodes []*pauseNode, key string) *pauseNode {
 			}
 			st, err := c.Status(context.Background(), &pb.StatusRequest{})
 			c.Close()
-			if err == nil && st.GetRaftState() == "Leader" {
-				return n
+			if err != nil || len(st.GetMembers()) != len(nodes) {
+				settled = false
+				continue
 			}
+			for _, m := range st.GetMembers() {
+				settled = settled && m.GetApiUrl() != ""
+			}
+			if st.GetRaftState() == "Leader" {
+				leader = n
+			}
+		}
+		if settled && leader != nil {
+			return leader
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Fatal("no leader after 20 s")
+	t.Fatal("no settled cluster after 20 s")
 	return nil
 }
 
@@ -198,8 +218,15 @@ func TestServe_PausedLeaderFailover(t *testing.T) {
 			urls = append(urls, n.url)
 		}
 	}
+	retryLog := &lockedBuffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("client retries:\n%s", tail(retryLog.String(), 20000))
+		}
+	})
+	logger := slog.New(slog.NewTextHandler(retryLog, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	newClient := func(key string) *client.Client {
-		c, err := client.New(client.Config{ServerURL: strings.Join(urls, ","), Key: key,
+		c, err := client.New(client.Config{ServerURL: strings.Join(urls, ","), Key: key, Logger: logger,
 			MaxAttempts: 30, MinBackoff: 50 * time.Millisecond, MaxBackoff: 250 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)

@@ -66,7 +66,9 @@
 //	Cluster.Join,            no      membership changes
 //	  RemoveMember
 //
-// Results (a stream) is retried only until its first result arrived.
+// Results (a stream) has no attempt deadline (a paused node holds it until
+// the caller's context ends) and is retried on Unavailable only until its
+// first result arrived.
 //
 // Every method is safe for concurrent use. Errors that the server returns
 // match the core's sentinels: errors.Is(err, distributed.ErrLeaseExpired).

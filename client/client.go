@@ -3,15 +3,18 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 	"github.com/termivar/distributed/gen/termivar/v1/termivarv1connect"
@@ -28,6 +31,14 @@ const (
 	// EnvServer and EnvKey name the environment variables the CLI reads.
 	EnvServer = "TERMIVAR_SERVER"
 	EnvKey    = "TERMIVAR_KEY"
+	// DefaultAttemptTimeout is Config.AttemptTimeout's default: a
+	// cluster's default raft election timeout (1 s). A healthy node answers
+	// in milliseconds, so a try that takes longer is talking to a paused or
+	// cut-off node; a new leader needs one to two election timeouts, so a
+	// client that gives up on the paused node after one is back on a
+	// working node about as soon as there is one (docs/node.md, "Paused
+	// nodes": 2 s here put a floor of 2 s under the slowest request).
+	DefaultAttemptTimeout = time.Second
 )
 
 // Config configures a Client. Zero values take the documented defaults.
@@ -43,9 +54,17 @@ type Config struct {
 	// connections and no overall timeout, because Acquire long-polls;
 	// every call is bounded by its context).
 	HTTPClient *http.Client
-	// MaxAttempts bounds the tries of one call that fails with Unavailable
-	// or a connection error (default 4; 1 disables retries).
+	// MaxAttempts bounds the tries of one call that fails with Unavailable,
+	// a connection error or (for calls that are safe to replay) an expired
+	// attempt deadline (default 4; 1 disables retries).
 	MaxAttempts int
+	// AttemptTimeout bounds one try of a call that is safe to replay (the
+	// table in doc.go): when it passes without an answer — a paused node
+	// accepts connections and never answers — the client moves to the next
+	// URL and tries again there. Acquire's tries get their long-poll wait
+	// on top. Calls that are not safe to replay are bounded by their
+	// context only. Default DefaultAttemptTimeout; negative disables.
+	AttemptTimeout time.Duration
 	// MinBackoff and MaxBackoff bound the jittered exponential backoff
 	// between tries (defaults 100 ms and 2 s).
 	MinBackoff, MaxBackoff time.Duration
@@ -86,6 +105,9 @@ func New(cfg Config) (*Client, error) {
 	}
 	if cfg.MaxAttempts <= 0 {
 		cfg.MaxAttempts = 4
+	}
+	if cfg.AttemptTimeout == 0 {
+		cfg.AttemptTimeout = DefaultAttemptTimeout
 	}
 	if cfg.MinBackoff <= 0 {
 		cfg.MinBackoff = 100 * time.Millisecond
@@ -142,7 +164,11 @@ func (b *bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	r2 := r.Clone(r.Context())
 	r2.Header.Set("Authorization", "Bearer "+b.key)
 	if b.router != nil {
-		b.router.rewrite(r2)
+		t, ok := r.Context().Value(targetKey{}).(*url.URL)
+		if !ok {
+			t = b.router.target() // streams: no per-try target
+		}
+		b.router.rewrite(r2, t)
 	}
 	return b.next.RoundTrip(r2)
 }
@@ -154,31 +180,128 @@ func (b *bearer) CloseIdleConnections() {
 	}
 }
 
-// retryable reports whether a failed call may be tried again.
-func retryable(err error) bool {
-	return connect.CodeOf(err) == connect.CodeUnavailable
+// replaySafe lists the RPCs that may be sent again after a try that got no
+// answer (it may have been applied): a replay changes nothing the first
+// try did not (doc.go has the table and the reasons). Every other RPC,
+// including any added later and not listed here, has no attempt deadline
+// and is retried only on an Unavailable answer that says it was not
+// handled.
+var replaySafe = map[string]bool{
+	"Worker.Heartbeat":      true,
+	"Worker.Acquire":        true,
+	"Worker.Start":          true,
+	"Worker.RenewLease":     true,
+	"Worker.Complete":       true,
+	"Worker.CompleteMany":   true,
+	"Worker.Fail":           true,
+	"Worker.Deregister":     true,
+	"Producer.Enqueue":      true,
+	"Producer.Cancel":       true,
+	"Producer.GetTask":      true,
+	"Producer.ListTasks":    true,
+	"Producer.ScanProgress": true,
+	"Admin.Status":          true,
+	"Admin.ListWorkers":     true,
+	"Cluster.Members":       true,
 }
 
-// call runs one unary RPC with retries.
+// retryable reports whether a failed call may be tried again: Unavailable
+// (not handled; see outcomeUnknown), or an attempt deadline that passed on
+// a call that is safe to replay.
+func retryable(err error, safe, timedOut bool) bool {
+	if timedOut {
+		return safe
+	}
+	if connect.CodeOf(err) != connect.CodeUnavailable {
+		return false
+	}
+	return safe || !outcomeUnknown(err)
+}
+
+// outcomeUnknown reports whether a node answered Unavailable after it had
+// forwarded the request to a leader that never answered (OutcomeHeader):
+// the leader may have applied it.
+func outcomeUnknown(err error) bool {
+	var ce *connect.Error
+	return errors.As(err, &ce) && ce.Meta().Get(OutcomeHeader) == OutcomeUnknown
+}
+
+// call runs one unary RPC with retries (invoke without a long-poll wait).
 func call[Req, Resp any](ctx context.Context, c *Client, op string, req *Req, rpc func(context.Context, *connect.Request[Req]) (*connect.Response[Resp], error)) (*Resp, error) {
+	return invoke(ctx, c, op, 0, req, rpc)
+}
+
+// invoke runs one unary RPC with retries. Each try goes to the router's
+// target of the moment; a try of an op that replaySafe lists gets its own
+// deadline, Config.AttemptTimeout plus wait (the server-side long-poll)
+// plus the request's upload time at attemptBytesPerSecond, and a try that
+// runs out of it moves the router on and is re-issued at
+// once (it has waited already). Other failures back off before the next
+// try (Backoff).
+func invoke[Req, Resp any](ctx context.Context, c *Client, op string, wait time.Duration, req *Req, rpc func(context.Context, *connect.Request[Req]) (*connect.Response[Resp], error)) (*Resp, error) {
+	safe := replaySafe[op]
+	if m, ok := any(req).(proto.Message); ok && safe {
+		wait += time.Duration(proto.Size(m)) * time.Second / attemptBytesPerSecond
+	}
 	var lastErr error
 	for attempt := 1; ; attempt++ {
-		resp, err := rpc(ctx, connect.NewRequest(req))
+		target := c.router.target()
+		actx, cancel := c.attemptContext(ctx, target, safe, wait)
+		resp, err := rpc(actx, connect.NewRequest(req))
+		timedOut := attemptExpired(ctx, actx, err)
+		cancel()
+		if err == nil || !timedOut && connect.CodeOf(err) != connect.CodeUnavailable {
+			c.router.answered(target)
+		}
 		if err == nil {
 			return resp.Msg, nil
 		}
+		if timedOut {
+			err = connect.NewError(connect.CodeUnavailable, fmt.Errorf("no answer from %s within the attempt timeout: %w", target.Host, err))
+		}
 		lastErr = err
-		c.router.observe(err)
-		if !retryable(err) || attempt >= c.cfg.MaxAttempts || ctx.Err() != nil {
+		c.router.observe(target, err, timedOut)
+		if !retryable(err, safe, timedOut) || attempt >= c.cfg.MaxAttempts || ctx.Err() != nil {
 			break
 		}
+		if timedOut {
+			c.log.Debug("re-issuing request on the next node", slog.String("op", op), slog.Int("attempt", attempt), slog.String("unanswered", target.Host))
+			continue
+		}
 		d := Backoff(attempt, c.cfg.MinBackoff, c.cfg.MaxBackoff)
-		c.log.Debug("retrying request", slog.String("op", op), slog.Int("attempt", attempt), slog.Duration("backoff", d))
+		c.log.Debug("retrying request", slog.String("op", op), slog.Int("attempt", attempt), slog.String("node", target.Host), slog.Duration("backoff", d), slog.String("error", connectMessage(err)))
 		if err := Sleep(ctx, d); err != nil {
 			break
 		}
 	}
 	return nil, wrapErr(op, lastErr)
+}
+
+// attemptBytesPerSecond is the slowest upload an attempt deadline allows
+// for: a try gets one more second per MiB of request (a 48 MiB
+// CompleteMany, 48 s), so a large batch on a slow link is not cut off and
+// re-sent over and over.
+const attemptBytesPerSecond = 1 << 20
+
+// attemptExpired reports whether a try failed because its own deadline
+// passed (not the caller's context, not an answer from a server).
+func attemptExpired(ctx, actx context.Context, err error) bool {
+	if err == nil || ctx.Err() != nil || !errors.Is(actx.Err(), context.DeadlineExceeded) {
+		return false
+	}
+	code := connect.CodeOf(err)
+	return code == connect.CodeDeadlineExceeded || code == connect.CodeUnavailable || code == connect.CodeCanceled
+}
+
+// attemptContext is the context of one try: it carries the try's target
+// (bearer.RoundTrip sends the request there) and, for a call that is safe
+// to replay, the try's deadline.
+func (c *Client) attemptContext(ctx context.Context, target *url.URL, safe bool, wait time.Duration) (context.Context, context.CancelFunc) {
+	ctx = context.WithValue(ctx, targetKey{}, target)
+	if !safe || c.cfg.AttemptTimeout < 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, c.cfg.AttemptTimeout+wait)
 }
 
 // Backoff returns the jittered delay before try attempt+1: uniformly in
@@ -239,8 +362,12 @@ func (c *Client) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.H
 //
 // NB: a retried Acquire whose first reply was lost leaves those leases to
 // expire; the server recovers them by the retry rule.
+//
+// A try that gets no answer within req.WaitSecs plus Config.AttemptTimeout
+// is re-issued on the next node.
 func (c *Client) Acquire(ctx context.Context, req *pb.AcquireRequest) (*pb.AcquireResponse, error) {
-	return call(ctx, c, "Worker.Acquire", req, c.worker.Acquire)
+	wait := time.Duration(req.GetWaitSecs()) * time.Second
+	return invoke(ctx, c, "Worker.Acquire", wait, req, c.worker.Acquire)
 }
 
 // Start marks a leased task running.

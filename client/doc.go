@@ -13,6 +13,63 @@
 //	...
 //	err = c.Results(ctx, "s1", func(taskID string, result []byte) error { ... })
 //
+// # Retries and failover
+//
+// A Client configured with several URLs (ServerURL "http://a:7420,
+// http://b:7420,http://c:7420") sends each try to its current node, follows
+// a not_leader answer that names the leader (LeaderHeader), and moves on to
+// the next URL when a node does not answer: a connection error, or — for
+// the calls marked "replay" below — a try that runs out of its own
+// deadline, Config.AttemptTimeout (default 1 s, a cluster's default
+// election timeout; an Acquire try gets its long-poll wait on top, and
+// every try one second per MiB of request). A
+// paused (SIGSTOPped) node still accepts TCP connections, so the attempt
+// deadline is what takes a client off it. A try that timed out is
+// re-issued at once on the next node; other retries back off. Unavailable
+// answers are retried for every call, up to Config.MaxAttempts tries,
+// except that a call without "replay" is not retried when the answer says
+// the outcome is unknown (OutcomeHeader); ResourceExhausted and every
+// other code are returned at once.
+//
+// A call is marked "replay" when sending it again after a try that may
+// have been applied changes nothing the first try did not:
+//
+//	RPC                      replay  why
+//	Producer.GetTask,        yes     reads
+//	  ListTasks, ScanProgress,
+//	  Admin.Status, ListWorkers,
+//	  Cluster.Members
+//	Worker.Heartbeat         yes     sets the same status again
+//	Worker.Start             yes     same lease: AlreadyStarted
+//	Worker.Complete,         yes     same lease: AlreadyCompleted with the
+//	  CompleteMany                   same receipt
+//	Worker.Fail              yes     same lease: the same outcome (retries
+//	                                 exhausted) or stale_ownership (the
+//	                                 task was requeued under a new lease)
+//	Worker.RenewLease        yes     the old token is stale once the first
+//	                                 try applied: stale_ownership, and the
+//	                                 lease runs out at its earlier expiry
+//	Worker.Deregister        yes     names the generation: a replay fails
+//	                                 (worker_unavailable or a generation
+//	                                 conflict)
+//	Worker.Acquire           yes     leases a lost reply granted expire and
+//	                                 the tasks are leased again (retry rule)
+//	Producer.Enqueue         yes     task IDs are required: a replay fails
+//	                                 with task_already_exists, which
+//	                                 EnqueueTargets resolves
+//	Producer.Cancel          yes     AlreadyCancelled
+//	Worker.RegisterWorker    no      a replay fails worker_already_exists,
+//	                                 which the caller cannot tell from a
+//	                                 real conflict
+//	Admin.CreateTenant       no      likewise (tenant exists)
+//	Admin.CreateKey          no      a replay creates a second key
+//	Cluster.Join,            no      membership changes
+//	  RemoveMember
+//
+// Results (a stream) has no attempt deadline (a paused node holds it until
+// the caller's context ends) and is retried on Unavailable only until its
+// first result arrived.
+//
 // Every method is safe for concurrent use. Errors that the server returns
 // match the core's sentinels: errors.Is(err, distributed.ErrLeaseExpired).
 // Errors never contain the key, target references or result bytes.

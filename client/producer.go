@@ -239,7 +239,7 @@ func (c *Client) Results(ctx context.Context, scanID string, fn func(taskID stri
 			return nil
 		}
 		lastErr = err
-		if got > 0 || !retryable(err) || attempt >= c.cfg.MaxAttempts || ctx.Err() != nil {
+		if got > 0 || !retryable(err, true, false) || attempt >= c.cfg.MaxAttempts || ctx.Err() != nil {
 			break
 		}
 		if Sleep(ctx, Backoff(attempt, c.cfg.MinBackoff, c.cfg.MaxBackoff)) != nil {

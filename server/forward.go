@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -26,11 +27,30 @@ import (
 // leader is unknown, or the request was already forwarded once, the node
 // answers Unavailable / not_leader with the leader's URL (if known) in the
 // LeaderHeader response header; client/ follows it.
+//
+// A forwarded request stops waiting when the node's view of the leader
+// changes (it notices a paused or cut-off leader within about one election
+// timeout, when raft starts an election) or after ForwardTimeout (calls
+// other than Acquire's long-poll and the AggregateResults stream). It then
+// answers Unavailable / not_leader with the leader hint of the moment and
+// OutcomeHeader: OutcomeUnknown, because the old leader may have applied
+// the request; the client retries what is safe to replay on another node.
 const (
 	// ForwardedHeader names the node that forwarded a request.
 	ForwardedHeader = "Termivar-Forwarded-By"
 	// LeaderHeader carries the leader's API URL on a not_leader error.
 	LeaderHeader = "Termivar-Leader"
+	// OutcomeHeader is set to OutcomeUnknown on a not_leader error of a
+	// forward that was sent and got no answer.
+	OutcomeHeader  = "Termivar-Outcome"
+	OutcomeUnknown = "unknown"
+	// ForwardTimeout bounds a forwarded call that does not wait on purpose
+	// (an Acquire gets MaxWaitSecs on top; an AggregateResults stream is
+	// bounded only by the leader watch). A leader that raft still trusts
+	// but whose API does not answer costs at most this.
+	ForwardTimeout = 10 * time.Second
+	// leaderPollInterval is how often a forward checks the node's leader.
+	leaderPollInterval = 50 * time.Millisecond
 )
 
 // localProcedures are answered by the node asked, leader or not.
@@ -39,15 +59,35 @@ var localProcedures = map[string]bool{
 	"/termivar.v1.Cluster/Members": true,
 }
 
+// Causes of a forward's cancellation.
+var (
+	errLeaderChanged  = errors.New("the leader changed while the request was forwarded")
+	errForwardTimeout = errors.New("the leader did not answer in time")
+)
+
 type forwarder struct {
 	s       *Server
 	errw    *connect.ErrorWriter
 	mu      sync.Mutex
 	proxies map[string]*httputil.ReverseProxy
 	tr      *http.Transport
+
+	// nodeID names this node in ForwardedHeader.
+	nodeID string
+	// leaderURLFunc is the node's current view of the leader's API URL
+	// ("" when none is known).
+	leaderURLFunc func() string
+	// timeout is ForwardTimeout (tests shorten it).
+	timeout time.Duration
+	log     *slog.Logger
 }
 
 func newForwarder(s *Server) *forwarder {
+	return &forwarder{s: s, errw: connect.NewErrorWriter(), proxies: map[string]*httputil.ReverseProxy{}, tr: newForwardTransport(s.cfg.ForwardTLS),
+		nodeID: s.node.NodeID(), leaderURLFunc: s.node.LeaderAPIURL, timeout: ForwardTimeout, log: s.log}
+}
+
+func newForwardTransport(tlsConf *tls.Config) *http.Transport {
 	var p http.Protocols
 	// NB: HTTP/2 only (h2c for http://, h2 over TLS for https://), so gRPC
 	// trailers and server streams pass through unchanged.
@@ -55,7 +95,7 @@ func newForwarder(s *Server) *forwarder {
 	p.SetUnencryptedHTTP2(true)
 	tr := &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		TLSClientConfig:     s.cfg.ForwardTLS,
+		TLSClientConfig:     tlsConf,
 		Protocols:           &p,
 		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     90 * time.Second,
@@ -63,7 +103,7 @@ func newForwarder(s *Server) *forwarder {
 	if tr.TLSClientConfig == nil {
 		tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
-	return &forwarder{s: s, errw: connect.NewErrorWriter(), proxies: map[string]*httputil.ReverseProxy{}, tr: tr}
+	return tr
 }
 
 func (f *forwarder) proxy(leader string) (*httputil.ReverseProxy, error) {
@@ -79,21 +119,104 @@ func (f *forwarder) proxy(leader string) (*httputil.ReverseProxy, error) {
 	p := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
-			pr.Out.Header.Set(ForwardedHeader, f.s.node.NodeID())
-			pr.Out.Header.Set(ForwardedForHeader, f.s.sealForwardedFor(f.s.source(pr.In, f.s.now()), f.s.now()))
+			pr.Out.Header.Set(ForwardedHeader, f.nodeID)
+			if f.s != nil { // NB: forward tests build a forwarder without a server
+				now := f.s.now()
+				pr.Out.Header.Set(ForwardedForHeader, f.s.sealForwardedFor(f.s.source(pr.In, now), now))
+			}
 		},
 		Transport:     f.tr,
 		FlushInterval: -1,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			if errors.Is(err, context.Canceled) {
-				return
-			}
-			f.s.log.Debug("forwarding to the leader failed", "leader", leader, "error", err)
-			f.writeErr(w, r, leader, "the leader did not answer")
+			f.proxyError(w, r, leader, err)
 		},
 	}
 	f.proxies[leader] = p
 	return p, nil
+}
+
+// proxyError answers a forward that failed: the leader changed (with the
+// new hint) or did not answer in time (outcome unknown), the leader could
+// not be dialled (not sent), or it broke off (outcome unknown). A leader
+// that failed to answer is not named as the hint, so that clients keep
+// asking this node, which forwards to whichever leader it knows next. A
+// caller that went away gets nothing.
+func (f *forwarder) proxyError(w http.ResponseWriter, r *http.Request, leader string, err error) {
+	cause := context.Cause(r.Context())
+	switch {
+	case errors.Is(cause, errLeaderChanged):
+		f.writeUnknown(w, r, f.leaderURLFunc(), errLeaderChanged.Error())
+		return
+	case errors.Is(cause, errForwardTimeout):
+		f.writeUnknown(w, r, "", errForwardTimeout.Error())
+		return
+	case r.Context().Err() != nil:
+		return
+	}
+	f.log.Debug("forwarding to the leader failed", "leader", leader, "error", err)
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		f.writeErr(w, r, "", "the leader cannot be reached")
+		return
+	}
+	f.writeUnknown(w, r, "", "the leader did not answer")
+}
+
+// forward proxies r to leader until the leader answers, the node's view of
+// the leader changes (errLeaderChanged) or the procedure's bound passes
+// (errForwardTimeout).
+func (f *forwarder) forward(w http.ResponseWriter, r *http.Request, leader string, p *httputil.ReverseProxy) {
+	ctx, cancel := context.WithCancelCause(r.Context())
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel(nil)
+	if d := f.bound(r.URL.Path); d > 0 {
+		t := time.AfterFunc(d, func() { cancel(errForwardTimeout) })
+		defer t.Stop()
+	}
+	wg.Go(func() { f.watchLeader(ctx, leader, cancel) })
+	p.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// bound is the time a forward of procedure may take (0: no bound).
+func (f *forwarder) bound(procedure string) time.Duration {
+	switch procedure {
+	case "/termivar.v1.Worker/Acquire":
+		return MaxWaitSecs*time.Second + f.timeout
+	case "/termivar.v1.Producer/AggregateResults":
+		return 0
+	}
+	return f.timeout
+}
+
+// watchLeader cancels the forward with errLeaderChanged as soon as the
+// node's leader is no longer leader; it returns when ctx ends.
+//
+// NB: polling (cheap: two reads under raft's and the FSM's locks) keeps the
+// node's API unchanged; a paused leader is noticed by raft after an
+// election timeout, far above the poll interval.
+func (f *forwarder) watchLeader(ctx context.Context, leader string, cancel context.CancelCauseFunc) {
+	t := time.NewTicker(leaderPollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if f.leaderURLFunc() != leader {
+				cancel(errLeaderChanged)
+				return
+			}
+		}
+	}
+}
+
+// writeUnknown answers Unavailable / not_leader for a forward that was
+// sent and got no answer.
+func (f *forwarder) writeUnknown(w http.ResponseWriter, r *http.Request, leader, msg string) {
+	ce := notLeaderError(leader, msg)
+	ce.Meta().Set(OutcomeHeader, OutcomeUnknown)
+	_ = f.errw.Write(w, r, ce)
 }
 
 // writeErr answers Unavailable / not_leader in the request's protocol.
@@ -134,7 +257,7 @@ func (f *forwarder) handler(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		leader := f.s.node.LeaderAPIURL()
+		leader := f.leaderURLFunc()
 		switch {
 		case leader == "":
 			f.writeErr(w, r, "", "no leader is known")
@@ -152,7 +275,7 @@ func (f *forwarder) handler(next http.Handler) http.Handler {
 			f.writeErr(w, r, "", "the leader's URL is invalid")
 			return
 		}
-		p.ServeHTTP(w, r)
+		f.forward(w, r, leader, p)
 	})
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	"connectrpc.com/connect"
 
 	distributed "github.com/termivar/distributed"
+	"github.com/termivar/distributed/client"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 	"github.com/termivar/distributed/internal/audit"
 	"github.com/termivar/distributed/node"
@@ -36,12 +38,15 @@ type benchFlags struct {
 	batch       int
 	acquireMax  int
 	resultBytes int
+	leaseTTL    int
 }
 
 // runBench drives N producers and M workers against a node over loopback
 // HTTP and reports completed tasks/s and latency percentiles. Without
 // --server it starts an embedded node (fsync on, as in production) in a
-// temporary directory.
+// temporary directory. --server takes the same comma-separated URL list as
+// every client command; the load rides through leader changes (see
+// benchRetry).
 func runBench(args []string) int {
 	var f benchFlags
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
@@ -54,6 +59,7 @@ func runBench(args []string) int {
 	fs.IntVar(&f.batch, "batch", 500, "tasks per Enqueue")
 	fs.IntVar(&f.acquireMax, "acquire", 128, "max tasks per Acquire (and per CompleteMany)")
 	fs.IntVar(&f.resultBytes, "result-bytes", 32, "bytes of each result")
+	fs.IntVar(&f.leaseTTL, "lease-ttl-secs", 30, "lease TTL of each Acquire (leases granted by a reply lost in a leader change come back after it)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
@@ -71,7 +77,7 @@ func runBench(args []string) int {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	if f.tasks < 1 || f.tasks > distributed.MaxTaskRecords || f.producers < 1 || f.workers < 1 || f.batch < 1 || f.batch > raftfsm.MaxEnqueueTasks || f.acquireMax < 1 || f.acquireMax > raftfsm.MaxAcquireTasks {
+	if f.tasks < 1 || f.tasks > distributed.MaxTaskRecords || f.producers < 1 || f.workers < 1 || f.batch < 1 || f.batch > raftfsm.MaxEnqueueTasks || f.acquireMax < 1 || f.acquireMax > raftfsm.MaxAcquireTasks || f.leaseTTL < 1 {
 		fmt.Fprintln(os.Stderr, "termivar-coord bench: flag out of range")
 		return exitUsage
 	}
@@ -148,6 +154,7 @@ type benchResult struct {
 	producers, workers     int
 	batch, acquire         int
 	appliedBefore, applied uint64
+	errors, retries        int64
 }
 
 func (r benchResult) String() string {
@@ -155,12 +162,13 @@ func (r benchResult) String() string {
 		"completed_tasks_per_sec=%.0f\n"+
 		"acquire_to_complete_p50=%s acquire_to_complete_p99=%s\n"+
 		"enqueue_to_complete_p50=%s enqueue_to_complete_p99=%s\n"+
-		"raft_log_entries=%d",
+		"raft_log_entries=%d\n"+
+		"failed_calls_retried=%d client_retries=%d",
 		r.tasks, r.producers, r.workers, r.batch, r.acquire, r.elapsed.Round(time.Millisecond),
 		float64(r.tasks)/r.elapsed.Seconds(),
 		r.leaseP50.Round(time.Microsecond), r.leaseP99.Round(time.Microsecond),
 		r.e2eP50.Round(time.Microsecond), r.e2eP99.Round(time.Microsecond),
-		r.applied-r.appliedBefore)
+		r.applied-r.appliedBefore, r.errors, r.retries)
 }
 
 func percentile(d []time.Duration, p float64) time.Duration {
@@ -172,50 +180,90 @@ func percentile(d []time.Duration, p float64) time.Duration {
 	return d[i]
 }
 
+// Bench's clients ride through leader changes: each call gets
+// benchMaxAttempts tries (client.Client moves between the --server URLs,
+// follows leader hints, and re-issues a try that its attempt deadline cut
+// off); a call that still fails unreachable is counted and sent again by
+// the bench loop, up to benchMaxConsecutiveErrors times in a row.
+const (
+	benchMaxAttempts          = 10
+	benchMaxConsecutiveErrors = 20
+)
+
+// retryCounter is a slog.Handler that counts the client's retry messages.
+type retryCounter struct{ n *atomic.Int64 }
+
+func (h retryCounter) Enabled(context.Context, slog.Level) bool { return true }
+func (h retryCounter) Handle(context.Context, slog.Record) error {
+	h.n.Add(1)
+	return nil
+}
+func (h retryCounter) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h retryCounter) WithGroup(string) slog.Handler      { return h }
+
+// benchRetry reports whether a failed call is ridden through (counted in
+// errs, then sent again): unreachable after all the client's tries, unless
+// consecutive such failures (counted in *streak) reached the cap.
+func benchRetry(err error, streak *int, errs *atomic.Int64) bool {
+	if !client.IsUnreachable(err) {
+		return false
+	}
+	errs.Add(1)
+	*streak++
+	return *streak < benchMaxConsecutiveErrors
+}
+
 func bench(ctx context.Context, f benchFlags, url, adminKey string) (benchResult, error) {
 	hc, err := f.client.httpClient(f.producers + f.workers + 4)
 	if err != nil {
 		return benchResult{}, err
 	}
-	admin := newClients(hc, url, adminKey)
+	var retries, errs atomic.Int64
+	log := slog.New(retryCounter{&retries})
+	newC := func(key string) (*client.Client, error) {
+		return client.New(client.Config{ServerURL: url, Key: key, HTTPClient: hc, MaxAttempts: benchMaxAttempts,
+			MinBackoff: 50 * time.Millisecond, MaxBackoff: time.Second, Logger: log})
+	}
+	admin, err := newC(adminKey)
+	if err != nil {
+		return benchResult{}, err
+	}
+	defer admin.Close()
 	tenant := "bench-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	_, err = admin.admin.CreateTenant(ctx, connect.NewRequest(&pb.CreateTenantRequest{Name: tenant,
+	_, err = admin.CreateTenant(ctx, &pb.CreateTenantRequest{Name: tenant,
 		Limits: &pb.CoreLimits{MaxTaskRecords: distributed.MaxTaskRecords, MaxActiveTasks: distributed.MaxActiveTasks,
 			MaxQueuedTasks: distributed.MaxActiveTasks, MaxTerminalTasks: distributed.MaxTaskRecords, MaxWorkers: 1024,
 			MaxRetries: 3, MaxLeaseTtlSecs: 3600, MaxTaskTtlSecs: 86400, HeartbeatTimeoutSecs: 3600},
 		ResultLimits: &pb.ResultLimits{MaxResults: distributed.MaxResults, MaxResultBytes: 1 << 20, MaxTotalBytes: distributed.MaxTotalResultBytes,
-			MaxAggregateItems: distributed.MaxAggregateItems, MaxAggregateBytes: distributed.MaxTotalResultBytes}}))
+			MaxAggregateItems: distributed.MaxAggregateItems, MaxAggregateBytes: distributed.MaxTotalResultBytes}})
 	if err != nil {
 		return benchResult{}, err
 	}
-	mkKey := func(role string) (string, error) {
-		r, err := admin.admin.CreateKey(ctx, connect.NewRequest(&pb.CreateKeyRequest{Tenant: tenant, Role: role}))
+	mkClient := func(role string) (*client.Client, error) {
+		r, err := admin.CreateKey(ctx, &pb.CreateKeyRequest{Tenant: tenant, Role: role})
 		if err != nil {
-			return "", err
+			return nil, err
 		}
-		return r.Msg.GetKey(), nil
+		return newC(r.GetKey())
 	}
-	pk, err := mkKey("producer")
+	prod, err := mkClient("producer")
 	if err != nil {
 		return benchResult{}, err
 	}
-	prod := newClients(hc, url, pk)
-	workers := make([]apiClients, f.workers)
+	workers := make([]*client.Client, f.workers)
 	for i := range workers {
-		wk, err := mkKey("worker")
-		if err != nil {
+		if workers[i], err = mkClient("worker"); err != nil {
 			return benchResult{}, err
 		}
-		workers[i] = newClients(hc, url, wk)
-		if _, err := workers[i].worker.RegisterWorker(ctx, connect.NewRequest(&pb.RegisterWorkerRequest{WorkerId: "w" + strconv.Itoa(i), Capacity: distributed.MaxWorkerCapacity})); err != nil {
+		if _, err := workers[i].RegisterWorker(ctx, &pb.RegisterWorkerRequest{WorkerId: "w" + strconv.Itoa(i), Capacity: distributed.MaxWorkerCapacity}); err != nil {
 			return benchResult{}, err
 		}
 	}
-	st, err := prod.admin.Status(ctx, connect.NewRequest(&pb.StatusRequest{}))
+	st, err := prod.Status(ctx, &pb.StatusRequest{})
 	if err != nil {
 		return benchResult{}, err
 	}
-	res := benchResult{tasks: f.tasks, producers: f.producers, workers: f.workers, batch: f.batch, acquire: f.acquireMax, appliedBefore: st.Msg.GetAppliedIndex()}
+	res := benchResult{tasks: f.tasks, producers: f.producers, workers: f.workers, batch: f.batch, acquire: f.acquireMax, appliedBefore: st.GetAppliedIndex()}
 	enqueuedAt := make([]atomic.Int64, f.tasks)
 	result := make([]byte, f.resultBytes)
 	var completed atomic.Int64
@@ -245,16 +293,10 @@ func bench(ctx context.Context, f benchFlags, url, adminKey string) (benchResult
 				for i := lo; i < hi; i++ {
 					req.Tasks = append(req.Tasks, &pb.NewTask{TaskId: "b-" + strconv.Itoa(i), ScanId: "bench", TargetRef: "target-" + strconv.Itoa(i)})
 				}
-				for {
-					_, err := prod.producer.Enqueue(runCtx, connect.NewRequest(req))
-					if err == nil {
-						break
+				if err := benchEnqueue(runCtx, prod, req, &errs); err != nil {
+					if runCtx.Err() == nil {
+						fail(err)
 					}
-					if connect.CodeOf(err) == connect.CodeResourceExhausted {
-						time.Sleep(2 * time.Millisecond)
-						continue
-					}
-					fail(err)
 					return
 				}
 				now := time.Now().UnixNano()
@@ -275,15 +317,21 @@ func bench(ctx context.Context, f benchFlags, url, adminKey string) (benchResult
 				leaseLat, e2eLat = append(leaseLat, ll...), append(e2eLat, el...)
 				mu.Unlock()
 			}()
+			streak := 0
 			for completed.Load() < int64(f.tasks) {
-				acq, err := w.worker.Acquire(runCtx, connect.NewRequest(&pb.AcquireRequest{WorkerId: id, MaxTasks: uint32(f.acquireMax), Start: true, WaitSecs: 1, LeaseTtlSecs: 600}))
+				acq, err := w.Acquire(runCtx, &pb.AcquireRequest{WorkerId: id, MaxTasks: uint32(f.acquireMax), Start: true, WaitSecs: 1, LeaseTtlSecs: uint64(f.leaseTTL)})
 				if err != nil {
-					if runCtx.Err() == nil {
-						fail(err)
+					if runCtx.Err() != nil {
+						return
 					}
+					if benchRetry(err, &streak, &errs) {
+						continue
+					}
+					fail(err)
 					return
 				}
-				tasks := acq.Msg.GetTasks()
+				streak = 0
+				tasks := acq.GetTasks()
 				if len(tasks) == 0 {
 					continue
 				}
@@ -292,13 +340,15 @@ func bench(ctx context.Context, f benchFlags, url, adminKey string) (benchResult
 				for j, t := range tasks {
 					items[j] = &pb.CompleteRequest{LeaseToken: t.GetLeaseToken(), Result: result}
 				}
-				cm, err := w.worker.CompleteMany(runCtx, connect.NewRequest(&pb.CompleteManyRequest{Items: items}))
+				cm, err := benchCompleteMany(runCtx, w, items, &errs)
 				if err != nil {
-					fail(err)
+					if runCtx.Err() == nil {
+						fail(err)
+					}
 					return
 				}
 				done := time.Now()
-				for j, r := range cm.Msg.GetResults() {
+				for j, r := range cm.GetResults() {
 					if r.GetError() != nil {
 						fail(errors.New("complete failed: " + r.GetError().GetKind()))
 						return
@@ -318,14 +368,50 @@ func bench(ctx context.Context, f benchFlags, url, adminKey string) (benchResult
 	}
 	wg.Wait()
 	res.elapsed = time.Since(start)
+	res.errors, res.retries = errs.Load(), retries.Load()
+	for _, w := range workers {
+		w.Close()
+	}
+	prod.Close()
 	if firstErr != nil && completed.Load() < int64(f.tasks) {
 		return res, firstErr
 	}
-	st, err = admin.admin.Status(ctx, connect.NewRequest(&pb.StatusRequest{}))
+	st, err = admin.Status(ctx, &pb.StatusRequest{})
 	if err == nil {
-		res.applied = st.Msg.GetAppliedIndex()
+		res.applied = st.GetAppliedIndex()
 	}
 	res.leaseP50, res.leaseP99 = percentile(leaseLat, 0.50), percentile(leaseLat, 0.99)
 	res.e2eP50, res.e2eP99 = percentile(e2eLat, 0.50), percentile(e2eLat, 0.99)
 	return res, nil
+}
+
+// benchEnqueue admits one batch, riding through leader changes. The batch's
+// task IDs are unique to this run, so task_already_exists can only mean
+// that an earlier try of this very batch was applied (all-or-nothing): the
+// batch is in.
+func benchEnqueue(ctx context.Context, prod *client.Client, req *pb.EnqueueRequest, errs *atomic.Int64) error {
+	streak := 0
+	for {
+		_, err := prod.Enqueue(ctx, req)
+		switch {
+		case err == nil, errors.Is(err, distributed.ErrTaskAlreadyExists):
+			return nil
+		case connect.CodeOf(err) == connect.CodeResourceExhausted:
+			time.Sleep(2 * time.Millisecond)
+		case ctx.Err() != nil || !benchRetry(err, &streak, errs):
+			return err
+		}
+	}
+}
+
+// benchCompleteMany completes a batch of leases, riding through leader
+// changes (a replay of an applied completion answers already_completed).
+func benchCompleteMany(ctx context.Context, w *client.Client, items []*pb.CompleteRequest, errs *atomic.Int64) (*pb.CompleteManyResponse, error) {
+	streak := 0
+	for {
+		cm, err := w.CompleteMany(ctx, &pb.CompleteManyRequest{Items: items})
+		if err == nil || ctx.Err() != nil || !benchRetry(err, &streak, errs) {
+			return cm, err
+		}
+	}
 }

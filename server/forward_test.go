@@ -1,0 +1,161 @@
+// Tests of a follower's forward to the leader. Goal: a forward to a leader
+// that accepts connections and never answers (a SIGSTOPped node: a
+// listener nobody accepts on) stops as soon as the node's view of the
+// leader changes, and after ForwardTimeout for a call that does not wait on
+// purpose, answering not_leader with the current leader hint and an
+// unknown outcome; an Acquire long-poll is not cut by ForwardTimeout; a
+// leader that cannot be dialled answers not_leader without the unknown
+// outcome (nothing was sent). Method: a forwarder whose view of the leader
+// is a test function, in front of an httptest server.
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/gen/termivar/v1/termivarv1connect"
+)
+
+type forwardBundle struct {
+	f        *forwarder
+	leader   atomic.Pointer[string]
+	polls    atomic.Int64
+	producer termivarv1connect.ProducerClient
+	worker   termivarv1connect.WorkerClient
+}
+
+// setupForward serves a forwarder to leader with the given ForwardTimeout.
+func setupForward(t *testing.T, leader string, timeout time.Duration) *forwardBundle {
+	t.Helper()
+	b := &forwardBundle{}
+	b.leader.Store(&leader)
+	b.f = &forwarder{errw: connect.NewErrorWriter(), proxies: map[string]*httputil.ReverseProxy{}, tr: newForwardTransport(nil),
+		nodeID: "follower", timeout: timeout, log: slog.New(slog.DiscardHandler),
+		leaderURLFunc: func() string { b.polls.Add(1); return *b.leader.Load() }}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		l := b.f.leaderURLFunc()
+		p, err := b.f.proxy(l)
+		if err != nil {
+			b.f.writeErr(w, r, "", "bad leader URL")
+			return
+		}
+		b.f.forward(w, r, l, p)
+	}))
+	hc := &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+	t.Cleanup(func() {
+		srv.Close()
+		hc.CloseIdleConnections()
+		b.f.tr.CloseIdleConnections()
+	})
+	b.producer = termivarv1connect.NewProducerClient(hc, srv.URL)
+	b.worker = termivarv1connect.NewWorkerClient(hc, srv.URL)
+	return b
+}
+
+// pausedLeader is the URL of a listener nobody accepts on.
+func pausedLeader(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return "http://" + ln.Addr().String()
+}
+
+// checkNotLeader asserts err is Unavailable / not_leader with the given
+// leader hint and outcome header.
+func checkNotLeader(t *testing.T, err error, leader, outcome string) {
+	t.Helper()
+	var ce *connect.Error
+	if !errors.As(err, &ce) || ce.Code() != connect.CodeUnavailable {
+		t.Fatalf("forward error = %v, want Unavailable", err)
+	}
+	if d, ok := DetailOf(ce); !ok || d.GetKind() != KindNotLeader {
+		t.Errorf("forward error = %v, want kind %s", err, KindNotLeader)
+	}
+	if got := ce.Meta().Get(LeaderHeader); got != leader {
+		t.Errorf("leader hint = %q, want %q", got, leader)
+	}
+	if got := ce.Meta().Get(OutcomeHeader); got != outcome {
+		t.Errorf("outcome header = %q, want %q", got, outcome)
+	}
+}
+
+func TestForwarder_StopsWhenLeaderChanges(t *testing.T) {
+	t.Parallel()
+	b := setupForward(t, pausedLeader(t), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.producer.GetTask(ctx, connect.NewRequest(&pb.GetTaskRequest{TaskId: "t"}))
+		done <- err
+	}()
+	// One look-up by the handler, then at least one by the watch: the
+	// request is being forwarded.
+	deadline := time.Now().Add(10 * time.Second)
+	for b.polls.Load() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the forward never started watching the leader")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	newLeader := "http://127.0.0.1:1"
+	b.leader.Store(&newLeader)
+	err := <-done
+	if ctx.Err() != nil {
+		t.Fatalf("the forward held the request until the caller's deadline: %v", err)
+	}
+	checkNotLeader(t, err, newLeader, OutcomeUnknown)
+}
+
+func TestForwarder_Bound(t *testing.T) {
+	t.Parallel()
+	t.Run("unary-call", func(t *testing.T) {
+		t.Parallel()
+		leader := pausedLeader(t)
+		b := setupForward(t, leader, 100*time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_, err := b.producer.GetTask(ctx, connect.NewRequest(&pb.GetTaskRequest{TaskId: "t"}))
+		if ctx.Err() != nil {
+			t.Fatalf("the forward held the request until the caller's deadline: %v", err)
+		}
+		checkNotLeader(t, err, "", OutcomeUnknown) // no hint: that leader does not answer
+	})
+	t.Run("acquire-long-poll", func(t *testing.T) {
+		t.Parallel()
+		b := setupForward(t, pausedLeader(t), 100*time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
+		defer cancel()
+		_, err := b.worker.Acquire(ctx, connect.NewRequest(&pb.AcquireRequest{WorkerId: "w", WaitSecs: 30}))
+		if connect.CodeOf(err) != connect.CodeDeadlineExceeded {
+			t.Fatalf("Acquire(wait 30 s) through a 100 ms forward bound = %v, want the caller's own deadline", err)
+		}
+	})
+}
+
+func TestForwarder_LeaderNotDialled(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := "http://" + ln.Addr().String()
+	ln.Close() // nothing listens there now
+	b := setupForward(t, leader, time.Minute)
+	_, err = b.producer.GetTask(context.Background(), connect.NewRequest(&pb.GetTaskRequest{TaskId: "t"}))
+	checkNotLeader(t, err, "", "")
+}

@@ -262,3 +262,23 @@ func TestDemo(t *testing.T) {
 		t.Errorf("demo recovered no leases:\n%s", s[strings.Index(s, "== summary"):])
 	}
 }
+
+// TestDemo_MutualTLS runs the demo over mutual TLS: the node refuses a
+// client without a certificate, and the whole scan (workers included) runs
+// with client certificates.
+func TestDemo_MutualTLS(t *testing.T) {
+	t.Parallel()
+	var out, errOut bytes.Buffer
+	env := &cliEnv{stdin: strings.NewReader(""), stdout: &out, stderr: &errOut}
+	code, _ := runRegistered("demo", []string{"--mtls", "--targets", "80"}, env)
+	if code != exitOK {
+		t.Fatalf("demo --mtls: exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
+	}
+	s := out.String()
+	for _, want := range []string{"serving the API on https://127.0.0.1:", "mutual TLS: a client without a certificate is refused",
+		"tasks:        80 (80 completed, 0 failed)", "results:      80 in enqueue order"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("demo --mtls output lacks %q:\n%s", want, s)
+		}
+	}
+}

@@ -42,6 +42,7 @@ func runDemo(ctx context.Context, env *cliEnv, args []string) error {
 	fs := newFlagSet(env, clientCommands["demo"], &g, false)
 	n := fs.Int("targets", 200, "number of targets to scan")
 	keep := fs.Bool("keep", false, "keep the node's data directory")
+	mtls := fs.Bool("mtls", false, "serve the API over mutual TLS (a CA and certificates made for this run)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -64,17 +65,28 @@ func runDemo(ctx context.Context, env *cliEnv, args []string) error {
 	}
 
 	fmt.Fprintln(out, "== starting an embedded node (one-voter raft cluster on loopback)")
-	node, err := startDemoNode(ctx, dir)
+	var certs *demoTLS
+	if *mtls {
+		if certs, err = newDemoTLS(); err != nil {
+			return err
+		}
+	}
+	node, err := startDemoNode(ctx, dir, certs)
 	if err != nil {
 		return fmt.Errorf("start embedded node: %w", err)
 	}
 	defer node.Close()
 	fmt.Fprintf(out, "   serving the API on %s\n", node.URL)
-	c, err := client.New(client.Config{ServerURL: node.URL, Key: node.Key})
+	c, err := client.New(client.Config{ServerURL: node.URL, Key: node.Key, HTTPClient: node.HTTPClient})
 	if err != nil {
 		return err
 	}
 	defer c.Close()
+	if certs != nil {
+		if err := showMutualTLS(ctx, out, node, certs); err != nil {
+			return err
+		}
+	}
 
 	d := &demo{c: c, out: out}
 	fmt.Fprintf(out, "== starting %d workers, %d tasks each at once, %s leases\n", demoWorkers, demoCapacity, demoLeaseTTL)
@@ -102,6 +114,21 @@ func runDemo(ctx context.Context, env *cliEnv, args []string) error {
 	held := <-crashed
 	d.stopWorkers()
 	return d.summary(ctx, held, time.Since(start))
+}
+
+// showMutualTLS proves the node requires a client certificate: a call with
+// the admin key but no certificate is refused, one with it answers.
+func showMutualTLS(ctx context.Context, out io.Writer, node *embeddedNode, certs *demoTLS) error {
+	bare, err := client.New(client.Config{ServerURL: node.URL, Key: node.Key, HTTPClient: certs.bare, MaxAttempts: 1})
+	if err != nil {
+		return err
+	}
+	defer bare.Close()
+	if _, err := bare.Status(ctx, &pb.StatusRequest{}); err == nil {
+		return errors.New("demo: the node answered a client without a certificate")
+	}
+	fmt.Fprintln(out, "   mutual TLS: a client without a certificate is refused; the demo's clients present one signed by this run's CA")
+	return nil
 }
 
 type demo struct {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"net/http"
@@ -17,15 +18,17 @@ import (
 // the demo.
 type embeddedNode struct {
 	URL, Key string
-	close    func()
+	// HTTPClient carries the demo's calls (nil: the client's default).
+	HTTPClient *http.Client
+	close      func()
 }
 
 // Close stops the HTTP server and the node.
 func (e *embeddedNode) Close() { e.close() }
 
 // startDemoNode opens a node on dir (raft and API on free loopback ports),
-// makes its admin key and serves the API.
-func startDemoNode(ctx context.Context, dir string) (*embeddedNode, error) {
+// makes its admin key and serves the API — over mutual TLS when mtls is set.
+func startDemoNode(ctx context.Context, dir string, mtls *demoTLS) (*embeddedNode, error) {
 	// NB: a quick recovery ticker so the crashed worker's expired leases go
 	// back to the queue within a fraction of a second of expiring.
 	n, err := node.Open(ctx, node.Config{DataDir: dir, RaftAddr: "127.0.0.1:0", TickInterval: 250 * time.Millisecond})
@@ -48,6 +51,12 @@ func startDemoNode(ctx context.Context, dir string) (*embeddedNode, error) {
 		return nil, err
 	}
 	hs := server.New(server.Config{Node: n}).HTTPServer(l.Addr().String())
+	url := "http://" + l.Addr().String()
+	var hc *http.Client
+	if mtls != nil {
+		url, hc = "https://"+l.Addr().String(), mtls.client
+		l = tls.NewListener(l, mtls.server)
+	}
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
@@ -55,7 +64,7 @@ func startDemoNode(ctx context.Context, dir string) (*embeddedNode, error) {
 			_ = err // the demo notices through its client
 		}
 	}()
-	return &embeddedNode{URL: "http://" + l.Addr().String(), Key: key, close: func() {
+	return &embeddedNode{URL: url, Key: key, HTTPClient: hc, close: func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = hs.Shutdown(sctx)

@@ -24,6 +24,13 @@ func (p *WorkerPool) ExportState() ([]byte, error) {
 	c := p.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.exportTasks(c.sortedTaskIDs()), nil
+}
+
+// exportTasks encodes the state with the task records in the order of ids
+// (ExportState passes every ID sorted; tests pass other orders to prove
+// that restore refuses them). The caller holds the lock.
+func (c *coordinator) exportTasks(ids []string) []byte {
 	e := newEncoder(poolMagic, poolVersion)
 	l := c.limits
 	for _, v := range [...]uint64{
@@ -34,7 +41,6 @@ func (p *WorkerPool) ExportState() ([]byte, error) {
 	} {
 		e.uvarint(v)
 	}
-	ids := c.sortedTaskIDs()
 	e.uvarint(uint64(len(ids)))
 	for _, id := range ids {
 		c.tasks[id].encode(e)
@@ -44,7 +50,7 @@ func (p *WorkerPool) ExportState() ([]byte, error) {
 	for _, id := range wids {
 		c.workers[id].encode(e)
 	}
-	return e.finish(), nil
+	return e.finish()
 }
 
 func (t *taskRec) encode(e *encoder) {

@@ -13,32 +13,12 @@ import (
 	"testing"
 )
 
-// exportTasksInOrder mirrors ExportState but writes the task records in
-// the given order (which may repeat or reorder IDs).
+// exportTasksInOrder encodes p's state with the task records in the given
+// order (which may repeat or reorder IDs).
 func exportTasksInOrder(p *WorkerPool, ids []string) []byte {
-	c := p.c
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e := newEncoder(poolMagic, poolVersion)
-	l := c.limits
-	for _, v := range [...]uint64{
-		uint64(l.MaxTaskRecords), uint64(l.MaxActiveTasks), uint64(l.MaxQueuedTasks),
-		uint64(l.MaxTerminalTasks), uint64(l.MaxWorkers), uint64(l.MaxRetries),
-		l.MaxLeaseTTLSecs, l.MaxTaskTTLSecs, l.HeartbeatTimeoutSecs,
-		c.revision, c.logicalTime, c.lastLeaseID, c.lastOrdinal,
-	} {
-		e.uvarint(v)
-	}
-	e.uvarint(uint64(len(ids)))
-	for _, id := range ids {
-		c.tasks[id].encode(e)
-	}
-	wids := c.sortedWorkerIDs()
-	e.uvarint(uint64(len(wids)))
-	for _, id := range wids {
-		c.workers[id].encode(e)
-	}
-	return e.finish()
+	p.c.mu.Lock()
+	defer p.c.mu.Unlock()
+	return p.c.exportTasks(ids)
 }
 
 // Mutant: RestoreWorkerPool's check that task records are in strict

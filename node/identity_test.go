@@ -32,13 +32,7 @@ func randomSecret(t testing.TB) []byte {
 // opened).
 func tryOpen(t *testing.T, dir string, mut func(*Config)) error {
 	t.Helper()
-	cfg := Config{DataDir: dir, RaftAddr: "127.0.0.1:0", TickInterval: -1}
-	if mut != nil {
-		mut(&cfg)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	n, err := Open(ctx, cfg)
+	n, err := openNodeErr(dir, mut)
 	if err == nil {
 		n.Close()
 	}

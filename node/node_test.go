@@ -23,17 +23,23 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func openNode(t *testing.T, dir string, mut func(*Config)) *Node {
 	t.Helper()
+	n, err := openNodeErr(dir, mut)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	return n
+}
+
+// openNodeErr opens a test node on dir (loopback raft on a free port, no
+// ticker) and returns Open's error.
+func openNodeErr(dir string, mut func(*Config)) (*Node, error) {
 	cfg := Config{DataDir: dir, RaftAddr: "127.0.0.1:0", TickInterval: -1}
 	if mut != nil {
 		mut(&cfg)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	n, err := Open(ctx, cfg)
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	return n
+	return Open(ctx, cfg)
 }
 
 func mustPropose(t *testing.T, n *Node, cmd *pb.Command) raftfsm.Response {

@@ -14,6 +14,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -63,7 +64,7 @@ func startPauseCluster(t *testing.T, bin string) ([]*pauseNode, string) {
 	t.Helper()
 	base := t.TempDir()
 	secret := filepath.Join(base, "cluster.secret")
-	if err := os.WriteFile(secret, []byte(strings.Repeat("pause-test-secret-", 4)), 0o600); err != nil {
+	if err := os.WriteFile(secret, []byte(rand.Text()+rand.Text()), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	nodes := make([]*pauseNode, 3)

@@ -27,7 +27,7 @@ var rpcMutates = map[string]bool{
 	"Worker.RegisterWorker": true, "Worker.Heartbeat": true, "Worker.Acquire": true, "Worker.Start": true,
 	"Worker.RenewLease": true, "Worker.Complete": true, "Worker.CompleteMany": true, "Worker.Fail": true,
 	"Worker.Deregister": true,
-	"Producer.Enqueue": true, "Producer.Cancel": true, "Producer.GetTask": false, "Producer.ListTasks": false,
+	"Producer.Enqueue":  true, "Producer.Cancel": true, "Producer.GetTask": false, "Producer.ListTasks": false,
 	"Producer.ScanProgress": false, "Producer.AggregateResults": false,
 	"Admin.Status": false, "Admin.ListWorkers": false, "Admin.CreateTenant": true, "Admin.CreateKey": true,
 	"Admin.ListKeys": false, "Admin.RevokeKey": true, "Admin.RotateKey": true,

@@ -23,7 +23,7 @@ func (h adminHandler) Status(ctx context.Context, req *connect.Request[pb.Status
 			TerminalTasks: uint32(snap.TerminalTasks), Workers: uint32(snap.Workers),
 			Results: uint32(tv.ResultCount()), ResultBytes: uint64(tv.ResultBytes()),
 			RaftState: h.s.node.RaftState(), Leader: id + "@" + addr, AppliedIndex: h.s.node.FSM().AppliedIndex(),
-			NodeId: h.s.node.Config().NodeID, Members: h.s.members(),
+			NodeId: h.s.node.Config().NodeID, Members: h.s.members(), LongPollsWaiting: h.s.LongPollsWaiting(),
 		}
 		if m.GetStateHash() {
 			if err := h.stateHash(p, out); err != nil {

@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -82,6 +83,8 @@ type Server struct {
 	preauthSem chan struct{} // one token per request awaiting authentication
 
 	stopping  chan struct{} // closed by Close: long-polls stop waiting
+	// longPolls counts the Acquire calls waiting for work right now.
+	longPolls atomic.Int64
 	closeOnce sync.Once
 }
 
@@ -110,6 +113,9 @@ func New(cfg Config) *Server {
 	s.fwd = newForwarder(s)
 	return s
 }
+
+// LongPollsWaiting returns how many Acquire calls wait for work now.
+func (s *Server) LongPollsWaiting() int64 { return s.longPolls.Load() }
 
 // Close wakes every pending Acquire long-poll, which then answers at once
 // with no tasks (as if its wait had ended), and keeps later Acquire calls

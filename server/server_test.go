@@ -305,11 +305,16 @@ func TestServer_AcquireLongPoll(t *testing.T) {
 			got = r.Msg
 		}
 	}()
-	time.Sleep(300 * time.Millisecond)
+	// NB: enqueue only once the poll waits in the handler, so the task
+	// must come through the wake-up, not a first look at the queue.
+	waitUntil(t, "the Acquire to wait", func() bool { return b.api.LongPollsWaiting() == 1 })
 	p.producer.Enqueue(ctx, req(enqueueReq("s", "t1")))
 	wg.Wait()
-	if got == nil || len(got.GetTasks()) != 1 || elapsed > 5*time.Second || elapsed < 250*time.Millisecond {
-		t.Fatalf("long poll = %v after %v", got, elapsed)
+	if got == nil || len(got.GetTasks()) != 1 || elapsed >= 10*time.Second {
+		t.Fatalf("long poll = %v after %v (woken by the enqueue, not its 10 s wait)", got, elapsed)
+	}
+	if n := b.api.LongPollsWaiting(); n != 0 {
+		t.Fatalf("LongPollsWaiting after the poll answered = %d", n)
 	}
 	// Timeout without work: empty after about wait_secs.
 	start := time.Now()
@@ -407,5 +412,17 @@ func TestServer_ListTasksPagesByTaskID(t *testing.T) {
 	r, err := p.producer.ListTasks(ctx, req(&pb.ListTasksRequest{PageSize: 2, PageToken: "k:t35"}))
 	if err != nil || len(r.Msg.GetTasks()) != 2 || r.Msg.GetTasks()[0].GetTaskId() != "t4" {
 		t.Fatalf("resume after t35 = %v, %v", r.Msg.GetTasks(), err)
+	}
+}
+
+// waitUntil polls cond until it holds (10 s at most).
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

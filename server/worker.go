@@ -116,12 +116,8 @@ func (h workerHandler) Acquire(ctx context.Context, req *connect.Request[pb.Acqu
 			if !errors.Is(err, distributed.ErrNoQueuedTask) {
 				return nil, r.Revision, err
 			}
-			select {
-			case <-wake:
+			if h.wait(ctx, wake, deadline.C) {
 				continue
-			case <-deadline.C:
-			case <-ctx.Done():
-			case <-h.s.stopping: // shutting down: answer now, empty
 			}
 			if r.Revision == 0 {
 				r.Revision = tv.Pool().Snapshot().Revision
@@ -129,6 +125,21 @@ func (h workerHandler) Acquire(ctx context.Context, req *connect.Request[pb.Acqu
 			return &pb.AcquireResponse{Revision: r.Revision}, r.Revision, nil
 		}
 	})
+}
+
+// wait blocks an Acquire until work may be there (true) or its wait ends:
+// deadline, caller gone or server shutting down (false).
+func (h workerHandler) wait(ctx context.Context, wake <-chan struct{}, deadline <-chan time.Time) bool {
+	h.s.longPolls.Add(1)
+	defer h.s.longPolls.Add(-1)
+	select {
+	case <-wake:
+		return true
+	case <-deadline:
+	case <-ctx.Done():
+	case <-h.s.stopping: // shutting down: answer now, empty
+	}
+	return false
 }
 
 func (h workerHandler) acquired(p principal, r raftfsm.Response) *pb.AcquireResponse {

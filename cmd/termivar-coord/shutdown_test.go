@@ -31,7 +31,18 @@ func TestServe_SIGTERMWithLongPoll(t *testing.T) {
 		_, _ = c.Acquire(ctx, &pb.AcquireRequest{WorkerId: "w1", WaitSecs: 30})
 		polled <- time.Now()
 	}()
-	time.Sleep(500 * time.Millisecond) // let the poll reach the server
+	// The poll must be waiting inside the server before the SIGTERM.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		st, err := c.Status(ctx, &pb.StatusRequest{})
+		if err == nil && st.GetLongPollsWaiting() == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the long-poll never reached the server (status %v, %v)", st, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	exited := make(chan struct{})
 	go func() { _ = n.cmd.Wait(); close(exited) }()
 	start := time.Now()

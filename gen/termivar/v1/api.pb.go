@@ -2671,8 +2671,11 @@ type StatusResponse struct {
 	// index the state belongs to is then unknown).
 	StateHash      []byte `protobuf:"bytes,16,opt,name=state_hash,json=stateHash,proto3" json:"state_hash,omitempty"`
 	StateHashIndex uint64 `protobuf:"varint,17,opt,name=state_hash_index,json=stateHashIndex,proto3" json:"state_hash_index,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// long_polls_waiting is the number of Acquire calls this node holds
+	// waiting for work right now.
+	LongPollsWaiting int64 `protobuf:"varint,18,opt,name=long_polls_waiting,json=longPollsWaiting,proto3" json:"long_polls_waiting,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -2820,6 +2823,13 @@ func (x *StatusResponse) GetStateHash() []byte {
 func (x *StatusResponse) GetStateHashIndex() uint64 {
 	if x != nil {
 		return x.StateHashIndex
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetLongPollsWaiting() int64 {
+	if x != nil {
+		return x.LongPollsWaiting
 	}
 	return 0
 }
@@ -3711,7 +3721,7 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x06result\x18\x02 \x01(\fR\x06result\".\n" +
 	"\rStatusRequest\x12\x1d\n" +
 	"\n" +
-	"state_hash\x18\x01 \x01(\bR\tstateHash\"\xc2\x04\n" +
+	"state_hash\x18\x01 \x01(\bR\tstateHash\"\xf0\x04\n" +
 	"\x0eStatusResponse\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12!\n" +
@@ -3732,7 +3742,8 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\amembers\x18\x0f \x03(\v2\x1a.termivar.v1.ClusterMemberR\amembers\x12\x1d\n" +
 	"\n" +
 	"state_hash\x18\x10 \x01(\fR\tstateHash\x12(\n" +
-	"\x10state_hash_index\x18\x11 \x01(\x04R\x0estateHashIndex\"\x14\n" +
+	"\x10state_hash_index\x18\x11 \x01(\x04R\x0estateHashIndex\x12,\n" +
+	"\x12long_polls_waiting\x18\x12 \x01(\x03R\x10longPollsWaiting\"\x14\n" +
 	"\x12ListWorkersRequest\"H\n" +
 	"\x13ListWorkersResponse\x121\n" +
 	"\aworkers\x18\x01 \x03(\v2\x17.termivar.v1.WorkerInfoR\aworkers\"\x9a\x01\n" +

@@ -82,7 +82,7 @@ type Server struct {
 	failures   *audit.FailureAggregator
 	preauthSem chan struct{} // one token per request awaiting authentication
 
-	stopping  chan struct{} // closed by Close: long-polls stop waiting
+	stopping chan struct{} // closed by Close: long-polls stop waiting
 	// longPolls counts the Acquire calls waiting for work right now.
 	longPolls atomic.Int64
 	closeOnce sync.Once

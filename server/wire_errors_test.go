@@ -1,0 +1,409 @@
+// Goal: every core error a request can provoke reaches a remote caller as
+// an equal *distributed.Error — kind and every detail field — through the
+// real server and the real client, with the registry's Connect code, and
+// errors.Is matches the core's sentinel. Method: a node with tenants and
+// tasks in every state; for each case the request goes through
+// client.Client over HTTP, and the same log command is proposed to the node
+// in process (or, for read paths, the core's constructor gives the error);
+// the client's errors.As result must equal the in-process error field for
+// field. Kinds no request can provoke (logical_time_regression,
+// counter_exhausted, state_invariant, …) are covered field for field by
+// internal/wireerr's encode → decode table.
+package server
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"net/http"
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	distributed "github.com/termivar/distributed"
+	"github.com/termivar/distributed/client"
+	pb "github.com/termivar/distributed/gen/termivar/v1"
+)
+
+type wireCase struct {
+	name   string
+	kind   distributed.ErrorKind
+	api    func() error
+	inproc func() error // the same command proposed in process
+}
+
+func TestServer_WireErrorsRoundTrip(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	cx := context.Background()
+	cl := func(key string) *client.Client {
+		c, err := client.New(client.Config{ServerURL: b.srv.URL, Key: key, HTTPClient: b.srv.Client(), MaxAttempts: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		return c
+	}
+	who := func(key, service, method string) principal {
+		p, err := b.api.authenticate(http.Header{"Authorization": {"Bearer " + key}}, service, method)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	prop := func(p principal, expected *uint64, cmd *pb.Command) func() error {
+		return func() error {
+			r, err := b.api.propose(cx, p, expected, cmd)
+			if err == nil && r.Err != nil {
+				t.Fatalf("propose: Response.Err %v without error", r.Err)
+			}
+			return err
+		}
+	}
+	adminKey, wk, pk := b.adminKey, b.createKey(t, "", "worker"), b.createKey(t, "", "producer")
+	admin, w, p := cl(adminKey), cl(wk), cl(pk)
+	adminP, wP, pP := who(adminKey, "Admin", "CreateTenant"), who(wk, "Worker", "Heartbeat"), who(pk, "Producer", "Enqueue")
+	b.createTenant(t, "tiny", &pb.CoreLimits{MaxTaskRecords: 2, MaxActiveTasks: 2, MaxQueuedTasks: 2, MaxTerminalTasks: 2, MaxWorkers: 1,
+		MaxRetries: 0, MaxLeaseTtlSecs: 60, MaxTaskTtlSecs: 3600, HeartbeatTimeoutSecs: 60},
+		&pb.ResultLimits{MaxResults: 1, MaxResultBytes: 8, MaxTotalBytes: 8, MaxAggregateItems: 1, MaxAggregateBytes: 8})
+	tpk, twk := b.createKey(t, "tiny", "producer"), b.createKey(t, "tiny", "worker")
+	tinyP, tinyW := cl(tpk), cl(twk)
+	tinyPP, tinyWP := who(tpk, "Producer", "Enqueue"), who(twk, "Worker", "Heartbeat")
+
+	// Fixture in the default tenant: w1 with tasks done, running, leased
+	// and queued; an offline worker; a lease that will expire.
+	reg, err := w.RegisterWorker(cx, &pb.RegisterWorkerRequest{WorkerId: "w1", Capacity: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen := reg.GetWorker().GetGeneration()
+	if _, err := p.Enqueue(cx, enqueueReq("scan", "done", "running", "leased", "queued")); err != nil {
+		t.Fatal(err)
+	}
+	acq, err := w.Acquire(cx, &pb.AcquireRequest{WorkerId: "w1", MaxTasks: 3})
+	if err != nil || len(acq.GetTasks()) != 3 {
+		t.Fatalf("acquire: %v %v", acq, err)
+	}
+	leaseDone, leaseRunning, leaseLeased := acq.GetTasks()[0].GetLeaseToken(), acq.GetTasks()[1].GetLeaseToken(), acq.GetTasks()[2].GetLeaseToken()
+	for _, lt := range [][]byte{leaseDone, leaseRunning} {
+		if _, err := w.Start(cx, &pb.StartRequest{LeaseToken: lt}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := w.Complete(cx, &pb.CompleteRequest{LeaseToken: leaseDone, Result: []byte("ok")}); err != nil {
+		t.Fatal(err)
+	}
+	offReg, err := admin.RegisterWorker(cx, &pb.RegisterWorkerRequest{WorkerId: "off", Capacity: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Deregister(cx, &pb.DeregisterRequest{WorkerId: "off", Generation: offReg.GetWorker().GetGeneration()}); err != nil {
+		t.Fatal(err)
+	}
+	offGen := uint64(0)
+	ws, err := admin.ListWorkers(cx, &pb.ListWorkersRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, wi := range ws.GetWorkers() {
+		if wi.GetWorkerId() == "off" {
+			offGen = wi.GetGeneration()
+		}
+	}
+	// Tenant tiny: full (2 records), its one worker at capacity 1.
+	if _, err := tinyW.RegisterWorker(cx, &pb.RegisterWorkerRequest{WorkerId: "tw", Capacity: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tinyP.Enqueue(cx, enqueueReq("scan", "a", "b")); err != nil {
+		t.Fatal(err)
+	}
+	tacq, err := tinyW.Acquire(cx, &pb.AcquireRequest{WorkerId: "tw", Start: true})
+	if err != nil || len(tacq.GetTasks()) != 1 {
+		t.Fatalf("tiny acquire: %v %v", tacq, err)
+	}
+	tinyLease := tacq.GetTasks()[0].GetLeaseToken()
+
+	lease := func(pr principal, tok []byte) []byte {
+		lb, err := b.api.leaseBytes(pr, tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lb
+	}
+	enqCmd := func(ids ...string) *pb.Command {
+		e := &pb.EnqueueTasks{}
+		for _, id := range ids {
+			e.Tasks = append(e.Tasks, &pb.TaskSpec{TaskId: id, ScanId: "s", TargetRef: []byte("t"), Priority: uint32(distributed.PriorityNormal)})
+		}
+		return &pb.Command{Op: &pb.Command_Enqueue{Enqueue: e}}
+	}
+	regCmd := func(id string, capacity uint32) *pb.Command {
+		return &pb.Command{Op: &pb.Command_RegisterWorker{RegisterWorker: &pb.RegisterWorker{Spec: &pb.WorkerSpec{WorkerId: id, Capacity: capacity, Tags: []uint32{}}}}}
+	}
+	hbCmd := func(id string, g uint64) *pb.Command {
+		return &pb.Command{Op: &pb.Command_UpdateWorker{UpdateWorker: &pb.UpdateWorker{WorkerId: id, Generation: g, Status: uint32(distributed.WorkerHealthy)}}}
+	}
+	tenantCmd := func(lim *pb.CoreLimits) *pb.Command {
+		return &pb.Command{Principal: adminP.KeyID, Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{Name: "z", Limits: lim,
+			ResultLimits: &pb.ResultLimits{MaxResults: 1, MaxResultBytes: 8, MaxTotalBytes: 8, MaxAggregateItems: 1, MaxAggregateBytes: 8}}}}
+	}
+	createTenant := func(lim *pb.CoreLimits) wireCaseCalls {
+		return wireCaseCalls{
+			api: func() error {
+				_, err := admin.CreateTenant(cx, &pb.CreateTenantRequest{Name: "z", Limits: lim, ResultLimits: tenantCmd(lim).GetCreateTenant().GetResultLimits()})
+				return err
+			},
+			inproc: func() error {
+				r, err := b.node.Propose(cx, tenantCmd(lim))
+				if err != nil {
+					return err
+				}
+				return r.Err
+			},
+		}
+	}
+	okLimits := func() *pb.CoreLimits {
+		return &pb.CoreLimits{MaxTaskRecords: 4, MaxActiveTasks: 4, MaxQueuedTasks: 4, MaxTerminalTasks: 4, MaxWorkers: 1,
+			MaxLeaseTtlSecs: 60, MaxTaskTtlSecs: 60, HeartbeatTimeoutSecs: 60}
+	}
+	with := func(mut func(*pb.CoreLimits)) *pb.CoreLimits { l := okLimits(); mut(l); return l }
+	rev1 := uint64(1)
+
+	var cases []wireCase
+	add := func(name string, kind distributed.ErrorKind, c wireCaseCalls) {
+		cases = append(cases, wireCase{name: name, kind: kind, api: c.api, inproc: c.inproc})
+	}
+	add("create tenant zero limit", distributed.KindInvalidLimit, createTenant(with(func(l *pb.CoreLimits) { l.MaxWorkers = 0 })))
+	add("create tenant active above records", distributed.KindInvalidLimitRelationship, createTenant(with(func(l *pb.CoreLimits) { l.MaxActiveTasks = 5 })))
+	add("create tenant records above ceiling", distributed.KindCountLimitExceedsMaximum, createTenant(with(func(l *pb.CoreLimits) { l.MaxTaskRecords = 1 << 30 })))
+	add("create tenant lease ttl above ceiling", distributed.KindTimeLimitExceedsMaximum, createTenant(with(func(l *pb.CoreLimits) { l.MaxLeaseTtlSecs = 1 << 40 })))
+	add("create tenant retries above ceiling", distributed.KindRetryLimitExceedsMaximum, createTenant(with(func(l *pb.CoreLimits) { l.MaxRetries = 33 })))
+	add("enqueue invalid task id", distributed.KindInvalidTask, wireCaseCalls{
+		api:    func() error { _, err := p.Enqueue(cx, enqueueReq("s", "a b")); return err },
+		inproc: prop(pP, nil, enqCmd("a b")),
+	})
+	add("enqueue existing task", distributed.KindTaskAlreadyExists, wireCaseCalls{
+		api:    func() error { _, err := p.Enqueue(cx, enqueueReq("s", "queued")); return err },
+		inproc: prop(pP, nil, enqCmd("queued")),
+	})
+	add("enqueue stale revision", distributed.KindRevisionConflict, wireCaseCalls{
+		api: func() error {
+			_, err := p.Enqueue(cx, &pb.EnqueueRequest{Tasks: enqueueReq("s", "n1").Tasks, ExpectedRevision: &rev1})
+			return err
+		},
+		inproc: prop(pP, &rev1, enqCmd("n1")),
+	})
+	add("enqueue into full tenant", distributed.KindTaskRecordCapacityReached, wireCaseCalls{
+		api:    func() error { _, err := tinyP.Enqueue(cx, enqueueReq("s", "c")); return err },
+		inproc: prop(tinyPP, nil, enqCmd("c")),
+	})
+	add("register capacity zero", distributed.KindInvalidWorker, wireCaseCalls{
+		api: func() error {
+			_, err := admin.RegisterWorker(cx, &pb.RegisterWorkerRequest{WorkerId: "nw", Capacity: 0})
+			return err
+		},
+		inproc: prop(adminP, nil, regCmd("nw", 0)),
+	})
+	add("register existing worker", distributed.KindWorkerAlreadyExists, wireCaseCalls{
+		api: func() error {
+			_, err := w.RegisterWorker(cx, &pb.RegisterWorkerRequest{WorkerId: "w1", Capacity: 1})
+			return err
+		},
+		inproc: prop(wP, nil, regCmd("w1", 1)),
+	})
+	add("register into full worker table", distributed.KindWorkerCapacityReached, wireCaseCalls{
+		api: func() error {
+			_, err := tinyW.RegisterWorker(cx, &pb.RegisterWorkerRequest{WorkerId: "tw2", Capacity: 1})
+			return err
+		},
+		inproc: prop(tinyWP, nil, regCmd("tw2", 1)),
+	})
+	add("heartbeat stale generation", distributed.KindWorkerGenerationConflict, wireCaseCalls{
+		api: func() error {
+			_, err := w.Heartbeat(cx, &pb.HeartbeatRequest{WorkerId: "w1", Generation: gen + 5})
+			return err
+		},
+		inproc: prop(wP, nil, hbCmd("w1", gen+5)),
+	})
+	add("heartbeat unknown worker", distributed.KindWorkerNotFound, wireCaseCalls{
+		api: func() error {
+			_, err := admin.Heartbeat(cx, &pb.HeartbeatRequest{WorkerId: "ghost", Generation: 1})
+			return err
+		},
+		inproc: prop(adminP, nil, hbCmd("ghost", 1)),
+	})
+	add("heartbeat offline worker", distributed.KindWorkerUnavailable, wireCaseCalls{
+		api: func() error {
+			_, err := admin.Heartbeat(cx, &pb.HeartbeatRequest{WorkerId: "off", Generation: offGen})
+			return err
+		},
+		inproc: prop(adminP, nil, hbCmd("off", offGen)),
+	})
+	add("acquire lease ttl above limit", distributed.KindLeaseTTLOutOfRange, wireCaseCalls{
+		api: func() error {
+			_, err := w.Acquire(cx, &pb.AcquireRequest{WorkerId: "w1", LeaseTtlSecs: 3601})
+			return err
+		},
+		inproc: prop(wP, nil, &pb.Command{Op: &pb.Command_AcquireTasks{AcquireTasks: &pb.AcquireTasks{
+			WorkerId: "w1", LeaseTtlSecs: 3601}}}),
+	})
+	add("acquire worker at capacity", distributed.KindWorkerAtCapacity, wireCaseCalls{
+		api: func() error { _, err := tinyW.Acquire(cx, &pb.AcquireRequest{WorkerId: "tw"}); return err },
+		inproc: prop(tinyWP, nil, &pb.Command{Op: &pb.Command_AcquireTasks{AcquireTasks: &pb.AcquireTasks{
+			WorkerId: "tw", LeaseTtlSecs: b.api.cfg.DefaultLeaseTTLSecs}}}),
+	})
+	add("complete leased not started", distributed.KindInvalidTransition, wireCaseCalls{
+		api: func() error {
+			_, err := w.Complete(cx, &pb.CompleteRequest{LeaseToken: leaseLeased, Result: []byte("r")})
+			return err
+		},
+		inproc: prop(wP, nil, &pb.Command{Op: &pb.Command_CompleteTask{CompleteTask: &pb.CompleteTask{Lease: lease(wP, leaseLeased), Result: []byte("r")}}}),
+	})
+	add("start done task", distributed.KindStaleOwnership, wireCaseCalls{
+		api:    func() error { _, err := w.Start(cx, &pb.StartRequest{LeaseToken: leaseDone}); return err },
+		inproc: prop(wP, nil, &pb.Command{Op: &pb.Command_StartTask{StartTask: &pb.StartTask{Lease: lease(wP, leaseDone)}}}),
+	})
+	add("complete conflicting result", distributed.KindConflictingResult, wireCaseCalls{
+		api: func() error {
+			_, err := w.Complete(cx, &pb.CompleteRequest{LeaseToken: leaseDone, Result: []byte("other")})
+			return err
+		},
+		inproc: prop(wP, nil, &pb.Command{Op: &pb.Command_CompleteTask{CompleteTask: &pb.CompleteTask{Lease: lease(wP, leaseDone), Result: []byte("other")}}}),
+	})
+	add("complete oversize result", distributed.KindResultTooLarge, wireCaseCalls{
+		api: func() error {
+			_, err := tinyW.Complete(cx, &pb.CompleteRequest{LeaseToken: tinyLease, Result: make([]byte, 9)})
+			return err
+		},
+		inproc: prop(tinyWP, nil, &pb.Command{Op: &pb.Command_CompleteTask{CompleteTask: &pb.CompleteTask{Lease: lease(tinyWP, tinyLease), Result: make([]byte, 9)}}}),
+	})
+	add("cancel unknown task by id", distributed.KindTaskNotFound, wireCaseCalls{
+		api:    func() error { _, err := p.Cancel(cx, &pb.CancelRequest{TaskId: "ghost"}); return err },
+		inproc: prop(pP, nil, &pb.Command{Op: &pb.Command_CancelTaskById{CancelTaskById: &pb.CancelTaskByID{TaskId: "ghost"}}}),
+	})
+	add("cancel completed task by id", distributed.KindInvalidTransition, wireCaseCalls{
+		api:    func() error { _, err := p.Cancel(cx, &pb.CancelRequest{TaskId: "done"}); return err },
+		inproc: prop(pP, nil, &pb.Command{Op: &pb.Command_CancelTaskById{CancelTaskById: &pb.CancelTaskByID{TaskId: "done"}}}),
+	})
+	// Read paths: the server answers with the core's constructors.
+	add("get unknown task", distributed.KindTaskNotFound, wireCaseCalls{
+		api:    func() error { _, err := p.GetTask(cx, &pb.GetTaskRequest{TaskId: "ghost"}); return err },
+		inproc: func() error { return distributed.NewTaskNotFoundError("ghost") },
+	})
+	add("list invalid scan id", distributed.KindInvalidTask, wireCaseCalls{
+		api:    func() error { _, err := p.ListTasks(cx, &pb.ListTasksRequest{ScanId: "a b"}); return err },
+		inproc: func() error { return distributed.CheckTaskCommandID("a b") },
+	})
+	add("results of invalid scan id", distributed.KindInvalidTask, wireCaseCalls{
+		api:    func() error { return p.Results(cx, "a/b", func(string, []byte) error { return nil }) },
+		inproc: func() error { return distributed.CheckTaskCommandID("a/b") },
+	})
+
+	fields := map[string]bool{}
+	for _, tc := range cases {
+		apiErr, inErr := tc.api(), tc.inproc()
+		checkWireError(t, tc.name, tc.kind, apiErr, inErr)
+		markFields(fields, inErr)
+	}
+	leaseExpired(t, cx, w, p, wP, lease, prop, fields)
+
+	// The cases must exercise the fields the old wire detail dropped.
+	for _, f := range []string{"Name", "Reason", "TaskID", "WorkerID", "Status", "Expected", "Actual", "Limit", "Maximum"} {
+		if !fields[f] {
+			t.Errorf("no case sets distributed.Error.%s; the round trip of that field is untested here", f)
+		}
+	}
+	t.Logf("%d cases; fields exercised: %v", len(cases)+1, slices.Sorted(maps.Keys(fields)))
+}
+
+type wireCaseCalls struct {
+	api, inproc func() error
+}
+
+// leaseExpired provokes lease_expired: a 1 s lease renewed after its expiry
+// (the ticker is off, so nothing recovers it meanwhile). It polls the
+// renewal until the node's clock has passed the expiry.
+func leaseExpired(t *testing.T, cx context.Context, w, p *client.Client, wP principal,
+	lease func(principal, []byte) []byte, prop func(principal, *uint64, *pb.Command) func() error, fields map[string]bool) {
+	t.Helper()
+	if _, err := p.Enqueue(cx, enqueueReq("exp", "exp1")); err != nil {
+		t.Fatal(err)
+	}
+	acq, err := w.Acquire(cx, &pb.AcquireRequest{WorkerId: "w1", LeaseTtlSecs: 1, MaxTasks: 4, Start: true})
+	if err != nil || len(acq.GetTasks()) == 0 {
+		t.Fatalf("acquire: %v %v", acq, err)
+	}
+	var tok []byte
+	var expiresAt uint64
+	for _, lt := range acq.GetTasks() {
+		if lt.GetTaskId() == "exp1" {
+			tok, expiresAt = lt.GetLeaseToken(), lt.GetExpiresAt()
+		}
+	}
+	if tok == nil {
+		t.Fatalf("exp1 not acquired: %v", acq.GetTasks())
+	}
+	// NB: a renewal before the expiry would extend the lease, so wait until
+	// the wall clock (which the node's stamp never falls behind) is past
+	// the expiry, then renew once.
+	deadline := time.Now().Add(15 * time.Second)
+	for uint64(time.Now().Unix()) <= expiresAt {
+		if time.Now().After(deadline) {
+			t.Fatal("the wall clock did not pass a 1 s lease's expiry within 15 s")
+		}
+		time.Sleep(50 * time.Millisecond) // poll interval, not synchronisation
+	}
+	_, err = w.RenewLease(cx, &pb.RenewLeaseRequest{LeaseToken: tok, LeaseTtlSecs: 1})
+	inErr := prop(wP, nil, &pb.Command{Op: &pb.Command_RenewLease{RenewLease: &pb.RenewLease{Lease: lease(wP, tok), LeaseTtlSecs: 1}}})()
+	checkWireError(t, "renew expired lease", distributed.KindLeaseExpired, err, inErr)
+	markFields(fields, inErr)
+}
+
+// checkWireError asserts that apiErr, received by the client, carries a
+// *distributed.Error equal to the in-process error inErr, of kind, with the
+// registry's code, matched by errors.Is against the kind's sentinel.
+func checkWireError(t *testing.T, name string, kind distributed.ErrorKind, apiErr, inErr error) {
+	t.Helper()
+	var want *distributed.Error
+	if !errors.As(inErr, &want) || want.Kind != kind {
+		t.Errorf("%s: in-process error = %v, want kind %v", name, inErr, kind)
+		return
+	}
+	var got *distributed.Error
+	if !errors.As(apiErr, &got) {
+		t.Errorf("%s: client error %v has no *distributed.Error", name, apiErr)
+		return
+	}
+	if *got != *want {
+		t.Errorf("%s: client's error = %+v, in process %+v", name, *got, *want)
+	}
+	if !errors.Is(apiErr, &distributed.Error{Kind: kind}) {
+		t.Errorf("%s: errors.Is(%v, sentinel of %v) = false", name, apiErr, kind)
+	}
+	var ce *client.Error
+	if !errors.As(apiErr, &ce) || ce.Code != kindCodes[kind.String()] || ce.Kind != kind.String() {
+		t.Errorf("%s: client error %v, want code %v kind %v", name, apiErr, kindCodes[kind.String()], kind)
+	}
+	if connect.CodeOf(apiErr) != kindCodes[kind.String()] {
+		t.Errorf("%s: connect.CodeOf = %v, want %v", name, connect.CodeOf(apiErr), kindCodes[kind.String()])
+	}
+}
+
+// markFields records which detail fields of err are non-zero (Status
+// counts when the kind reports one).
+func markFields(seen map[string]bool, err error) {
+	var e *distributed.Error
+	if !errors.As(err, &e) {
+		return
+	}
+	v := reflect.ValueOf(*e)
+	for i := range v.NumField() {
+		name := v.Type().Field(i).Name
+		if !v.Field(i).IsZero() || (name == "Status" && (e.Kind == distributed.KindInvalidTransition || e.Kind == distributed.KindTaskNotQueued)) {
+			seen[name] = true
+		}
+	}
+}

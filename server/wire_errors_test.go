@@ -6,9 +6,16 @@
 // client.Client over HTTP, and the same log command is proposed to the node
 // in process (or, for read paths, the core's constructor gives the error);
 // the client's errors.As result must equal the in-process error field for
-// field. Kinds no request can provoke (logical_time_regression,
-// counter_exhausted, state_invariant, …) are covered field for field by
-// internal/wireerr's encode → decode table.
+// field (TestServer_WireErrorsRoundTripBounds does the same for the
+// capacity and result bounds). Kinds not provoked here, each covered field
+// for field by internal/wireerr's encode → decode table instead:
+// logical_time_regression (the node's stamps never go back),
+// counter_exhausted, state_invariant and invalid_state (not reachable by a
+// request), no_queued_task (Acquire waits instead), no_available_worker and
+// task_not_queued (no API call assigns a named task), aggregate_item_limit_
+// exceeded, duplicate_aggregate_task and missing_result (the server builds
+// aggregate requests itself), mismatched_result_receipt and
+// total_result_bytes_exceeded (reachable, not yet here).
 package server
 
 import (
@@ -39,30 +46,8 @@ func TestServer_WireErrorsRoundTrip(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	cx := context.Background()
-	cl := func(key string) *client.Client {
-		c, err := client.New(client.Config{ServerURL: b.srv.URL, Key: key, HTTPClient: b.srv.Client(), MaxAttempts: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(c.Close)
-		return c
-	}
-	who := func(key, service, method string) principal {
-		p, err := b.api.authenticate(http.Header{"Authorization": {"Bearer " + key}}, service, method)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	prop := func(p principal, expected *uint64, cmd *pb.Command) func() error {
-		return func() error {
-			r, err := b.api.propose(cx, p, expected, cmd)
-			if err == nil && r.Err != nil {
-				t.Fatalf("propose: Response.Err %v without error", r.Err)
-			}
-			return err
-		}
-	}
+	e := wireEnv{t: t, b: b, cx: cx}
+	cl, who, prop, lease := e.client, e.principal, e.prop, e.lease
 	adminKey, wk, pk := b.adminKey, b.createKey(t, "", "worker"), b.createKey(t, "", "producer")
 	admin, w, p := cl(adminKey), cl(wk), cl(pk)
 	adminP, wP, pP := who(adminKey, "Admin", "CreateTenant"), who(wk, "Worker", "Heartbeat"), who(pk, "Producer", "Enqueue")
@@ -126,20 +111,6 @@ func TestServer_WireErrorsRoundTrip(t *testing.T) {
 	}
 	tinyLease := tacq.GetTasks()[0].GetLeaseToken()
 
-	lease := func(pr principal, tok []byte) []byte {
-		lb, err := b.api.leaseBytes(pr, tok)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return lb
-	}
-	enqCmd := func(ids ...string) *pb.Command {
-		e := &pb.EnqueueTasks{}
-		for _, id := range ids {
-			e.Tasks = append(e.Tasks, &pb.TaskSpec{TaskId: id, ScanId: "s", TargetRef: []byte("t"), Priority: uint32(distributed.PriorityNormal)})
-		}
-		return &pb.Command{Op: &pb.Command_Enqueue{Enqueue: e}}
-	}
 	regCmd := func(id string, capacity uint32) *pb.Command {
 		return &pb.Command{Op: &pb.Command_RegisterWorker{RegisterWorker: &pb.RegisterWorker{Spec: &pb.WorkerSpec{WorkerId: id, Capacity: capacity, Tags: []uint32{}}}}}
 	}
@@ -183,22 +154,22 @@ func TestServer_WireErrorsRoundTrip(t *testing.T) {
 	add("create tenant retries above ceiling", distributed.KindRetryLimitExceedsMaximum, createTenant(with(func(l *pb.CoreLimits) { l.MaxRetries = 33 })))
 	add("enqueue invalid task id", distributed.KindInvalidTask, wireCaseCalls{
 		api:    func() error { _, err := p.Enqueue(cx, enqueueReq("s", "a b")); return err },
-		inproc: prop(pP, nil, enqCmd("a b")),
+		inproc: prop(pP, nil, enqueueCmd("a b")),
 	})
 	add("enqueue existing task", distributed.KindTaskAlreadyExists, wireCaseCalls{
 		api:    func() error { _, err := p.Enqueue(cx, enqueueReq("s", "queued")); return err },
-		inproc: prop(pP, nil, enqCmd("queued")),
+		inproc: prop(pP, nil, enqueueCmd("queued")),
 	})
 	add("enqueue stale revision", distributed.KindRevisionConflict, wireCaseCalls{
 		api: func() error {
 			_, err := p.Enqueue(cx, &pb.EnqueueRequest{Tasks: enqueueReq("s", "n1").Tasks, ExpectedRevision: &rev1})
 			return err
 		},
-		inproc: prop(pP, &rev1, enqCmd("n1")),
+		inproc: prop(pP, &rev1, enqueueCmd("n1")),
 	})
 	add("enqueue into full tenant", distributed.KindTaskRecordCapacityReached, wireCaseCalls{
 		api:    func() error { _, err := tinyP.Enqueue(cx, enqueueReq("s", "c")); return err },
-		inproc: prop(tinyPP, nil, enqCmd("c")),
+		inproc: prop(tinyPP, nil, enqueueCmd("c")),
 	})
 	add("register capacity zero", distributed.KindInvalidWorker, wireCaseCalls{
 		api: func() error {
@@ -319,6 +290,59 @@ func TestServer_WireErrorsRoundTrip(t *testing.T) {
 	t.Logf("%d cases; fields exercised: %v", len(cases)+1, slices.Sorted(maps.Keys(fields)))
 }
 
+// wireEnv builds clients, principals and in-process proposals on a test
+// node.
+type wireEnv struct {
+	t  *testing.T
+	b  *testBundle
+	cx context.Context
+}
+
+// client is a client.Client for key that tries each call once.
+func (e wireEnv) client(key string) *client.Client {
+	c, err := client.New(client.Config{ServerURL: e.b.srv.URL, Key: key, HTTPClient: e.b.srv.Client(), MaxAttempts: 1})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(c.Close)
+	return c
+}
+
+// principal is key's principal as the server authenticates it.
+func (e wireEnv) principal(key, service, method string) principal {
+	p, err := e.b.api.authenticate(http.Header{"Authorization": {"Bearer " + key}}, service, method)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return p
+}
+
+// prop proposes cmd for p in process, as the handlers do.
+func (e wireEnv) prop(p principal, expected *uint64, cmd *pb.Command) func() error {
+	return func() error {
+		_, err := e.b.api.propose(e.cx, p, expected, cmd)
+		return err
+	}
+}
+
+// lease opens a lease token as the handlers do.
+func (e wireEnv) lease(p principal, tok []byte) []byte {
+	lb, err := e.b.api.leaseBytes(p, tok)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return lb
+}
+
+// enqueueCmd is the Enqueue command of the server for tasks ids of scan s.
+func enqueueCmd(ids ...string) *pb.Command {
+	e := &pb.EnqueueTasks{}
+	for _, id := range ids {
+		e.Tasks = append(e.Tasks, &pb.TaskSpec{TaskId: id, ScanId: "s", TargetRef: []byte("t"), Priority: uint32(distributed.PriorityNormal)})
+	}
+	return &pb.Command{Op: &pb.Command_Enqueue{Enqueue: e}}
+}
+
 type wireCaseCalls struct {
 	api, inproc func() error
 }
@@ -406,4 +430,69 @@ func markFields(seen map[string]bool, err error) {
 			seen[name] = true
 		}
 	}
+}
+
+// TestServer_WireErrorsRoundTripBounds: the capacity and result-bound kinds
+// (results, queue, terminal reservation, active tasks, aggregate bytes) round-trip equal, in a
+// tenant small enough to reach each bound.
+func TestServer_WireErrorsRoundTripBounds(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	cx := context.Background()
+	e := wireEnv{t: t, b: b, cx: cx}
+	b.createTenant(t, "res", &pb.CoreLimits{MaxTaskRecords: 16, MaxActiveTasks: 4, MaxQueuedTasks: 2, MaxTerminalTasks: 4, MaxWorkers: 1,
+		MaxLeaseTtlSecs: 60, MaxTaskTtlSecs: 3600, HeartbeatTimeoutSecs: 60},
+		&pb.ResultLimits{MaxResults: 1, MaxResultBytes: 16, MaxTotalBytes: 64, MaxAggregateItems: 4, MaxAggregateBytes: 8})
+	pk, wk := b.createKey(t, "res", "producer"), b.createKey(t, "res", "worker")
+	p, w := e.client(pk), e.client(wk)
+	pP, wP := e.principal(pk, "Producer", "Enqueue"), e.principal(wk, "Worker", "Heartbeat")
+	must := func(_ any, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	startAll := func(n int) []*pb.LeasedTask {
+		t.Helper()
+		acq, err := w.Acquire(cx, &pb.AcquireRequest{WorkerId: "rw", MaxTasks: uint32(n), Start: true})
+		if err != nil || len(acq.GetTasks()) != n {
+			t.Fatalf("acquire %d: %v %v", n, acq, err)
+		}
+		return acq.GetTasks()
+	}
+	must(w.RegisterWorker(cx, &pb.RegisterWorkerRequest{WorkerId: "rw", Capacity: 4}))
+	must(p.Enqueue(cx, enqueueReq("rs", "r1", "r2")))
+	leases := startAll(2)
+	must(w.Complete(cx, &pb.CompleteRequest{LeaseToken: leases[0].GetLeaseToken(), Result: []byte("0123456789")}))
+	r2 := leases[1].GetLeaseToken()
+
+	check := func(name string, kind distributed.ErrorKind, apiErr, inErr error) {
+		t.Helper()
+		checkWireError(t, name, kind, apiErr, inErr)
+	}
+	_, err := w.Complete(cx, &pb.CompleteRequest{LeaseToken: r2, Result: []byte("x")})
+	check("complete beyond MaxResults", distributed.KindResultCapacityReached, err,
+		e.prop(wP, nil, &pb.Command{Op: &pb.Command_CompleteTask{CompleteTask: &pb.CompleteTask{Lease: e.lease(wP, r2), Result: []byte("x")}}})())
+
+	err = p.Results(cx, "rs", func(string, []byte) error { return nil })
+	tv, _ := b.node.FSM().Tenant("res")
+	_, inErr := tv.AggregateResults([]string{"r1"})
+	check("aggregate a result above MaxAggregateBytes", distributed.KindAggregateBytesExceeded, err, inErr)
+
+	must(p.Enqueue(cx, enqueueReq("rs", "q1", "q2")))
+	_, err = p.Enqueue(cx, enqueueReq("rs", "q3"))
+	check("enqueue beyond MaxQueuedTasks", distributed.KindQueuedTaskCapacityReached, err, e.prop(pP, nil, enqueueCmd("q3"))())
+
+	startAll(2) // terminal r1, active r2 q1 q2: one more breaks the reservation of 4
+	_, err = p.Enqueue(cx, enqueueReq("rs", "q3"))
+	check("enqueue into the terminal reservation", distributed.KindTerminalCapacityReserved, err, e.prop(pP, nil, enqueueCmd("q3"))())
+
+	// Tenant act: two active tasks fill it long before any other bound.
+	b.createTenant(t, "act", &pb.CoreLimits{MaxTaskRecords: 8, MaxActiveTasks: 2, MaxQueuedTasks: 2, MaxTerminalTasks: 4, MaxWorkers: 1,
+		MaxLeaseTtlSecs: 60, MaxTaskTtlSecs: 3600, HeartbeatTimeoutSecs: 60}, nil)
+	apk := b.createKey(t, "act", "producer")
+	ap, apP := e.client(apk), e.principal(apk, "Producer", "Enqueue")
+	must(ap.Enqueue(cx, enqueueReq("as", "a1", "a2")))
+	_, err = ap.Enqueue(cx, enqueueReq("as", "a3"))
+	check("enqueue beyond MaxActiveTasks", distributed.KindActiveTaskCapacityReached, err, e.prop(apP, nil, enqueueCmd("a3"))())
 }

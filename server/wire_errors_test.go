@@ -12,9 +12,10 @@
 // logical_time_regression (the node's stamps never go back),
 // counter_exhausted, state_invariant and invalid_state (not reachable by a
 // request), no_queued_task (Acquire waits instead), no_available_worker and
-// task_not_queued (no API call assigns a named task), aggregate_item_limit_
-// exceeded, duplicate_aggregate_task and missing_result (the server builds
-// aggregate requests itself), mismatched_result_receipt and
+// task_not_queued (no API call assigns a named task),
+// aggregate_item_limit_exceeded, duplicate_aggregate_task and
+// missing_result (the server builds aggregate requests itself),
+// mismatched_result_receipt and
 // total_result_bytes_exceeded (reachable, not yet here).
 package server
 

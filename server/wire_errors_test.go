@@ -34,6 +34,7 @@ import (
 	distributed "github.com/termivar/distributed"
 	"github.com/termivar/distributed/client"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/internal/wireerr"
 )
 
 type wireCase struct {
@@ -279,6 +280,17 @@ func TestServer_WireErrorsRoundTrip(t *testing.T) {
 		apiErr, inErr := tc.api(), tc.inproc()
 		checkWireError(t, tc.name, tc.kind, apiErr, inErr)
 		markFields(fields, inErr)
+	}
+	// CompleteMany reports each item's error as a detail of its own.
+	many, err := w.CompleteMany(cx, &pb.CompleteManyRequest{Items: []*pb.CompleteRequest{{LeaseToken: leaseDone, Result: []byte("other")}}})
+	if err != nil || len(many.GetResults()) != 1 {
+		t.Fatalf("CompleteMany: %v %v", many, err)
+	}
+	itemErr, ok := wireerr.Decode(many.GetResults()[0].GetError())
+	inErr := prop(wP, nil, &pb.Command{Op: &pb.Command_CompleteTask{CompleteTask: &pb.CompleteTask{Lease: lease(wP, leaseDone), Result: []byte("other")}}})()
+	var want *distributed.Error
+	if !ok || !errors.As(inErr, &want) || *itemErr != *want {
+		t.Errorf("CompleteMany item error = %+v (decoded %v), in process %v", many.GetResults()[0].GetError(), ok, inErr)
 	}
 	leaseExpired(t, cx, w, p, wP, lease, prop, fields)
 

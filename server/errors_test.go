@@ -4,7 +4,8 @@
 // mapped to Aborted instead of FailedPrecondition, fails); the kinds in
 // code are collected from the core's and the FSM's AllErrorKinds and from
 // this package's Kind constants, read from its source files, and compared
-// with the registry in both directions.
+// with the registry in both directions; an apiError built with a kind that
+// is not such a constant fails too.
 package server
 
 import (
@@ -72,6 +73,9 @@ func serverKinds(t *testing.T) []string {
 			t.Fatal(err)
 		}
 		ast.Inspect(f, func(n ast.Node) bool {
+			if cl, ok := n.(*ast.CompositeLit); ok {
+				checkAPIErrorLiteral(t, fset, cl)
+			}
 			vs, ok := n.(*ast.ValueSpec)
 			if !ok {
 				return true
@@ -89,6 +93,18 @@ func serverKinds(t *testing.T) []string {
 		})
 	}
 	return out
+}
+
+// checkAPIErrorLiteral fails the test when an apiError literal names its
+// kind by anything but a Kind constant (which the registry must hold).
+func checkAPIErrorLiteral(t *testing.T, fset *token.FileSet, cl *ast.CompositeLit) {
+	t.Helper()
+	if id, ok := cl.Type.(*ast.Ident); !ok || id.Name != "apiError" || len(cl.Elts) == 0 {
+		return
+	}
+	if k, ok := cl.Elts[0].(*ast.Ident); !ok || !strings.HasPrefix(k.Name, "Kind") {
+		t.Errorf("%s: apiError literal whose kind is not a Kind constant", fset.Position(cl.Pos()))
+	}
 }
 
 func TestKindCodes_Complete(t *testing.T) {

@@ -75,5 +75,6 @@
 // match the core's sentinels: errors.Is(err, distributed.ErrLeaseExpired);
 // errors.As(err, &de) with a *distributed.Error de gives the same error,
 // every detail field included, that the core returned on the server.
+// ItemError gives a CompleteMany item's error the same shape.
 // Errors never contain the key, target references or result bytes.
 package client

@@ -54,12 +54,16 @@ func (e *Error) Error() string {
 }
 
 // Unwrap returns the core error the server reported (when Kind is a core
-// kind) and the underlying Connect error.
+// kind) and the underlying Connect error (none for an ItemError).
 func (e *Error) Unwrap() []error {
-	if e.core == nil {
-		return []error{e.err}
+	var out []error
+	if e.core != nil {
+		out = append(out, e.core)
 	}
-	return []error{e.core, e.err}
+	if e.err != nil {
+		out = append(out, e.err)
+	}
+	return out
 }
 
 // Unreachable reports whether the request never got an answer from a server
@@ -96,6 +100,23 @@ func wrapErr(op string, err error) error {
 		if de, ok := wireerr.Decode(det); ok {
 			e.core = de
 		}
+	}
+	return e
+}
+
+// ItemError returns the error of one CompleteMany item, nil when the item
+// succeeded: an *Error for Worker.CompleteMany with the item's kind and
+// reason that, like a call's error, unwraps to the core's
+// *distributed.Error for a core kind. Its Code is connect.CodeUnknown: the
+// response carries a Connect code only for the whole call.
+func ItemError(item *pb.CompleteItemResult) error {
+	det := item.GetError()
+	if det == nil {
+		return nil
+	}
+	e := &Error{Op: "Worker.CompleteMany", Code: connect.CodeUnknown, Kind: det.GetKind(), Reason: det.GetReason()}
+	if de, ok := wireerr.Decode(det); ok {
+		e.core = de
 	}
 	return e
 }

@@ -34,7 +34,6 @@ import (
 	distributed "github.com/termivar/distributed"
 	"github.com/termivar/distributed/client"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
-	"github.com/termivar/distributed/internal/wireerr"
 )
 
 type wireCase struct {
@@ -286,11 +285,14 @@ func TestServer_WireErrorsRoundTrip(t *testing.T) {
 	if err != nil || len(many.GetResults()) != 1 {
 		t.Fatalf("CompleteMany: %v %v", many, err)
 	}
-	itemErr, ok := wireerr.Decode(many.GetResults()[0].GetError())
+	itemErr := client.ItemError(many.GetResults()[0])
 	inErr := prop(wP, nil, &pb.Command{Op: &pb.Command_CompleteTask{CompleteTask: &pb.CompleteTask{Lease: lease(wP, leaseDone), Result: []byte("other")}}})()
-	var want *distributed.Error
-	if !ok || !errors.As(inErr, &want) || *itemErr != *want {
-		t.Errorf("CompleteMany item error = %+v (decoded %v), in process %v", many.GetResults()[0].GetError(), ok, inErr)
+	var got, want *distributed.Error
+	if !errors.As(itemErr, &got) || !errors.As(inErr, &want) || *got != *want || !errors.Is(itemErr, distributed.ErrConflictingResult) {
+		t.Errorf("CompleteMany item error = %v, in process %v", itemErr, inErr)
+	}
+	if err := client.ItemError(&pb.CompleteItemResult{Response: &pb.CompleteResponse{}}); err != nil {
+		t.Errorf("ItemError(success) = %v, want nil", err)
 	}
 	leaseExpired(t, cx, w, p, wP, lease, prop, fields)
 

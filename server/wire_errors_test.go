@@ -15,8 +15,8 @@
 // task_not_queued (no API call assigns a named task),
 // aggregate_item_limit_exceeded, duplicate_aggregate_task and
 // missing_result (the server builds aggregate requests itself),
-// mismatched_result_receipt and
-// total_result_bytes_exceeded (reachable, not yet here).
+// mismatched_result_receipt (reachable only with a receipt of another
+// completion of the same task, not built here).
 package server
 
 import (
@@ -448,8 +448,9 @@ func markFields(seen map[string]bool, err error) {
 }
 
 // TestServer_WireErrorsRoundTripBounds: the capacity and result-bound kinds
-// (results, queue, terminal reservation, active tasks, aggregate bytes) round-trip equal, in a
-// tenant small enough to reach each bound.
+// (results, total result bytes, queue, terminal reservation, active tasks,
+// aggregate bytes) round-trip equal, in tenants small enough to reach each
+// bound.
 func TestServer_WireErrorsRoundTripBounds(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
@@ -510,4 +511,20 @@ func TestServer_WireErrorsRoundTripBounds(t *testing.T) {
 	must(ap.Enqueue(cx, enqueueReq("as", "a1", "a2")))
 	_, err = ap.Enqueue(cx, enqueueReq("as", "a3"))
 	check("enqueue beyond MaxActiveTasks", distributed.KindActiveTaskCapacityReached, err, e.prop(apP, nil, enqueueCmd("a3"))())
+
+	// Tenant tot: room for results by count, not by total bytes.
+	b.createTenant(t, "tot", nil, &pb.ResultLimits{MaxResults: 4, MaxResultBytes: 8, MaxTotalBytes: 8, MaxAggregateItems: 4, MaxAggregateBytes: 8})
+	tpk, twk := b.createKey(t, "tot", "producer"), b.createKey(t, "tot", "worker")
+	tp, tw, twP := e.client(tpk), e.client(twk), e.principal(twk, "Worker", "Heartbeat")
+	must(tw.RegisterWorker(cx, &pb.RegisterWorkerRequest{WorkerId: "tw", Capacity: 2}))
+	must(tp.Enqueue(cx, enqueueReq("ts", "t1", "t2")))
+	tacq, err := tw.Acquire(cx, &pb.AcquireRequest{WorkerId: "tw", MaxTasks: 2, Start: true})
+	if err != nil || len(tacq.GetTasks()) != 2 {
+		t.Fatalf("tot acquire: %v %v", tacq, err)
+	}
+	must(tw.Complete(cx, &pb.CompleteRequest{LeaseToken: tacq.GetTasks()[0].GetLeaseToken(), Result: []byte("01234567")}))
+	t2 := tacq.GetTasks()[1].GetLeaseToken()
+	_, err = tw.Complete(cx, &pb.CompleteRequest{LeaseToken: t2, Result: []byte("x")})
+	check("complete beyond MaxTotalBytes", distributed.KindTotalResultBytesExceeded, err,
+		e.prop(twP, nil, &pb.Command{Op: &pb.Command_CompleteTask{CompleteTask: &pb.CompleteTask{Lease: e.lease(twP, t2), Result: []byte("x")}}})())
 }

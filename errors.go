@@ -303,6 +303,45 @@ const (
 	reasonWorkerCommandID = "worker command identifier is invalid"
 )
 
+// CheckTaskCommandID returns nil when id is a valid identifier
+// (ValidIdentifier) and otherwise the InvalidTask error the core returns for
+// an invalid task command identifier (contract A.6). Shells use it for the
+// task and scan IDs they check before a read or a proposal, so a remote
+// caller gets the same error as an in-process one.
+func CheckTaskCommandID(id string) error {
+	if !ValidIdentifier(id) {
+		return invalidTaskID()
+	}
+	return nil
+}
+
+// NewTaskNotFoundError returns the TaskNotFound error of taskID, for a shell
+// whose read found no such task. An invalid taskID gives the InvalidTask
+// error of CheckTaskCommandID instead: an invalid identifier is never copied
+// into an error.
+func NewTaskNotFoundError(taskID string) *Error {
+	if !ValidIdentifier(taskID) {
+		return invalidTaskID()
+	}
+	return &Error{Kind: KindTaskNotFound, TaskID: taskID}
+}
+
+// NewInvalidTaskError returns an InvalidTask error with reason, for a shell
+// that refuses a task spec before the core sees it (e.g. a wire priority
+// that does not fit a TaskPriority). The reason must not quote a target or
+// an invalid identifier.
+func NewInvalidTaskError(reason string) *Error {
+	return &Error{Kind: KindInvalidTask, Reason: reason}
+}
+
+// NewInvalidWorkerError returns an InvalidWorker error with reason, for a
+// shell that refuses a worker spec or observation before the core sees it
+// (e.g. a wire value out of its type's range). The reason must not quote an
+// invalid identifier.
+func NewInvalidWorkerError(reason string) *Error {
+	return &Error{Kind: KindInvalidWorker, Reason: reason}
+}
+
 func invalidTaskID() *Error   { return &Error{Kind: KindInvalidTask, Reason: reasonTaskCommandID} }
 func invalidWorkerID() *Error { return &Error{Kind: KindInvalidWorker, Reason: reasonWorkerCommandID} }
 

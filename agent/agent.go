@@ -429,9 +429,9 @@ func (a *Agent) currentGeneration(ctx context.Context) (uint64, error) {
 	req := a.spec()
 	req.ReactivateGeneration = &zero
 	_, err := a.c.RegisterWorker(ctx, req)
-	var ce *client.Error
-	if errors.Is(err, distributed.ErrWorkerGenerationConflict) && errors.As(err, &ce) && ce.Actual != 0 {
-		return ce.Actual, nil
+	var de *distributed.Error
+	if errors.As(err, &de) && de.Kind == distributed.KindWorkerGenerationConflict && de.Actual != 0 {
+		return de.Actual, nil
 	}
 	// Fall back on ListWorkers (admin keys only).
 	resp, lerr := a.c.ListWorkers(ctx, &pb.ListWorkersRequest{})

@@ -2,7 +2,8 @@
 // wrappers over the generated ConnectRPC clients of the Worker, Producer and
 // Admin services that add bearer-key authentication, retries with capped
 // exponential backoff on Unavailable and connection errors, and one error
-// type, *Error, that exposes the core's ErrorKind and the Connect code.
+// type, *Error, that carries the RPC, the Connect code and the server's
+// error kind, and unwraps to the core's *distributed.Error.
 //
 // The worker agent (package agent) and the termivar-coord CLI are built on
 // it; it is also the way to write a worker or producer in Go:
@@ -71,6 +72,9 @@
 // first result arrived.
 //
 // Every method is safe for concurrent use. Errors that the server returns
-// match the core's sentinels: errors.Is(err, distributed.ErrLeaseExpired).
+// match the core's sentinels: errors.Is(err, distributed.ErrLeaseExpired);
+// errors.As(err, &de) with a *distributed.Error de gives the same error,
+// every detail field included, that the core returned on the server.
+// ItemError gives a CompleteMany item's error the same shape.
 // Errors never contain the key, target references or result bytes.
 package client

@@ -8,34 +8,35 @@ import (
 
 	distributed "github.com/termivar/distributed"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/internal/wireerr"
 )
 
 // Error is every failure a Client method returns for a request that reached
 // the server or tried to: the RPC name, the Connect code and, when the server
-// attached an ErrorDetail, its kind and numbers.
+// attached an ErrorDetail, its kind and reason.
 //
-// Is maps Kind to the core's sentinels, so errors.Is(err,
-// distributed.ErrStaleOwnership) works through any %w chain; Unwrap returns
-// the underlying *connect.Error.
+// When the kind is a core kind, the server's *distributed.Error is rebuilt
+// with every detail field (internal/wireerr) and is reachable through
+// Unwrap, as is the underlying *connect.Error: errors.Is(err,
+// distributed.ErrStaleOwnership) and errors.As(err, &de) with a
+// *distributed.Error de give a remote caller what an in-process caller
+// gets, through any %w chain.
 type Error struct {
 	// Op is the RPC, e.g. "Worker.RenewLease".
 	Op string
 	// Code is the Connect code (connect.CodeUnavailable for a server that
 	// cannot be reached).
 	Code connect.Code
-	// Kind is the ErrorDetail kind: a core kind name such as
-	// "stale_ownership" or a node kind such as "unauthenticated"; empty when
-	// the server sent no detail (e.g. connection errors).
+	// Kind is the ErrorDetail kind, one name of the server's error
+	// registry: a core kind name such as "stale_ownership", an FSM kind
+	// such as "key_not_found" or a node kind such as "unauthenticated";
+	// empty when the server sent no detail (e.g. connection errors).
 	Kind string
-	// CoreKind is Kind parsed as a core ErrorKind, 0 if it is not one.
-	CoreKind distributed.ErrorKind
 	// Reason is the server's human-readable reason, if any.
 	Reason string
-	// Expected, Actual and Limit are the detail's numbers (e.g. the current
-	// worker generation of a worker_generation_conflict).
-	Expected, Actual, Limit uint64
 
-	err error
+	core *distributed.Error // nil unless Kind is a core kind
+	err  error
 }
 
 // Error implements error.
@@ -52,15 +53,17 @@ func (e *Error) Error() string {
 	return msg
 }
 
-// Unwrap returns the underlying Connect error.
-func (e *Error) Unwrap() error { return e.err }
-
-// Is reports whether target is the core sentinel of e's kind.
-func (e *Error) Is(target error) bool {
-	if e.CoreKind == 0 {
-		return false
+// Unwrap returns the core error the server reported (when Kind is a core
+// kind) and the underlying Connect error (none for an ItemError).
+func (e *Error) Unwrap() []error {
+	var out []error
+	if e.core != nil {
+		out = append(out, e.core)
 	}
-	return errors.Is(&distributed.Error{Kind: e.CoreKind}, target)
+	if e.err != nil {
+		out = append(out, e.err)
+	}
+	return out
 }
 
 // Unreachable reports whether the request never got an answer from a server
@@ -92,25 +95,48 @@ func wrapErr(op string, err error) error {
 		return nil
 	}
 	e := &Error{Op: op, Code: connect.CodeOf(err), err: err}
-	var ce *connect.Error
-	if errors.As(err, &ce) {
-		for _, d := range ce.Details() {
-			v, derr := d.Value()
-			if derr != nil {
-				continue
-			}
-			if det, ok := v.(*pb.ErrorDetail); ok {
-				e.Kind = det.GetKind()
-				e.Reason = det.GetReason()
-				e.Expected, e.Actual, e.Limit = det.GetExpected(), det.GetActual(), det.GetLimit()
-				if k, ok := distributed.ParseErrorKind(e.Kind); ok {
-					e.CoreKind = k
-				}
-				break
-			}
+	if det, ok := detailOf(err); ok {
+		e.Kind, e.Reason = det.GetKind(), det.GetReason()
+		if de, ok := wireerr.Decode(det); ok {
+			e.core = de
 		}
 	}
 	return e
+}
+
+// ItemError returns the error of one CompleteMany item, nil when the item
+// succeeded: an *Error for Worker.CompleteMany with the item's kind and
+// reason that, like a call's error, unwraps to the core's
+// *distributed.Error for a core kind. Its Code is connect.CodeUnknown: the
+// response carries a Connect code only for the whole call.
+func ItemError(item *pb.CompleteItemResult) error {
+	det := item.GetError()
+	if det == nil {
+		return nil
+	}
+	e := &Error{Op: "Worker.CompleteMany", Code: connect.CodeUnknown, Kind: det.GetKind(), Reason: det.GetReason()}
+	if de, ok := wireerr.Decode(det); ok {
+		e.core = de
+	}
+	return e
+}
+
+// detailOf returns the first ErrorDetail of a Connect error.
+func detailOf(err error) (*pb.ErrorDetail, bool) {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return nil, false
+	}
+	for _, d := range ce.Details() {
+		v, derr := d.Value()
+		if derr != nil {
+			continue
+		}
+		if det, ok := v.(*pb.ErrorDetail); ok {
+			return det, true
+		}
+	}
+	return nil, false
 }
 
 // connectMessage is the message of a Connect error without the code prefix.

@@ -8,7 +8,7 @@ import (
 )
 
 func invalidWorker(reason string) error {
-	return &distributed.Error{Kind: distributed.KindInvalidWorker, Reason: reason}
+	return distributed.NewInvalidWorkerError(reason)
 }
 
 func basisPoints(v uint32) (uint16, bool) {

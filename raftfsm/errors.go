@@ -34,7 +34,18 @@ const (
 	// KindKeyLimit: the key table (live and revoked records) holds
 	// MaxKeyRecords.
 	KindKeyLimit
+	kindEnd
 )
+
+// AllErrorKinds returns every FSM kind in declaration order (the server's
+// error registry must name each).
+func AllErrorKinds() []ErrorKind {
+	out := make([]ErrorKind, 0, int(kindEnd)-1)
+	for k := ErrorKind(1); k < kindEnd; k++ {
+		out = append(out, k)
+	}
+	return out
+}
 
 // String returns the snake_case kind name used on the wire.
 func (k ErrorKind) String() string {

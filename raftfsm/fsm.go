@@ -490,7 +490,7 @@ func (f *FSM) applyEnqueue(t *Tenant, e *pb.EnqueueTasks, rev, now uint64) Respo
 	specs := make([]distributed.TaskSpec, n)
 	for i, s := range e.GetTasks() {
 		if s.GetPriority() > math.MaxUint8 {
-			return Response{Err: &distributed.Error{Kind: distributed.KindInvalidTask, Reason: "priority is invalid"}}
+			return Response{Err: distributed.NewInvalidTaskError("priority is invalid")}
 		}
 		specs[i] = distributed.TaskSpec{
 			TaskID:    s.GetTaskId(),

@@ -60,9 +60,9 @@ func (h clusterHandler) Join(ctx context.Context, req *connect.Request[pb.JoinRe
 			}
 		}
 		if err := h.s.node.AddVoter(ctx, m.GetNodeId(), m.GetRaftAddr(), m.GetApiUrl(), m.GetIncarnation()); errors.Is(err, node.ErrNotMember) {
-			return nil, 0, &apiError{connect.CodeFailedPrecondition, KindInvalidArgument, "without raft_addr, node_id must be a member and api_url is required"}
+			return nil, 0, &apiError{KindNotAMember, "without raft_addr, node_id must be a member and api_url is required"}
 		} else if errors.Is(err, node.ErrJoinerUnverified) {
-			return nil, 0, &apiError{connect.CodeFailedPrecondition, KindJoinUnverified, err.Error()}
+			return nil, 0, &apiError{KindJoinUnverified, err.Error()}
 		} else if err != nil {
 			return nil, 0, err
 		}
@@ -95,7 +95,7 @@ func (h clusterHandler) RemoveMember(ctx context.Context, req *connect.Request[p
 			found = found || x.ID == m.GetNodeId()
 		}
 		if !found {
-			return nil, 0, &apiError{connect.CodeNotFound, KindInvalidArgument, "no such member"}
+			return nil, 0, &apiError{KindNoSuchMember, "no such member"}
 		}
 		if err := h.s.node.RemoveServer(ctx, m.GetNodeId()); err != nil {
 			return nil, 0, err
@@ -122,11 +122,11 @@ func (h clusterHandler) TransferLeadership(ctx context.Context, req *connect.Req
 		id, err := h.s.node.TransferLeadership(ctx, m.GetNodeId())
 		switch {
 		case errors.Is(err, node.ErrUnknownVoter):
-			return nil, 0, &apiError{connect.CodeNotFound, KindInvalidArgument, "no such voter"}
+			return nil, 0, &apiError{KindNoSuchMember, "no such voter"}
 		case errors.Is(err, node.ErrSoleVoter):
-			return nil, 0, &apiError{connect.CodeFailedPrecondition, KindInvalidArgument, "the cluster has no other voter"}
+			return nil, 0, &apiError{KindSoleVoter, "the cluster has no other voter"}
 		case errors.Is(err, node.ErrTransferFailed):
-			return nil, 0, &apiError{connect.CodeAborted, KindTransferFailed, err.Error()}
+			return nil, 0, &apiError{KindTransferFailed, err.Error()}
 		case err != nil:
 			return nil, 0, err
 		}

@@ -33,10 +33,10 @@ func TestServer_TransferLeadershipRefusals(t *testing.T) {
 		{"admin of another tenant", b.createKey(t, "acme", "admin"), "", connect.CodePermissionDenied, KindPermissionDenied},
 		{"no key", "", "", connect.CodeUnauthenticated, KindUnauthenticated},
 		{"malformed target", b.adminKey, "bad target!", connect.CodeInvalidArgument, KindInvalidArgument},
-		{"no other voter", b.adminKey, "", connect.CodeFailedPrecondition, KindInvalidArgument},
+		{"no other voter", b.adminKey, "", connect.CodeFailedPrecondition, KindSoleVoter},
 		// NB: with no other voter any target is refused the same way; an
 		// unknown target of a real cluster answers not_found (CLI tests).
-		{"no other voter, named target", b.adminKey, "nope", connect.CodeFailedPrecondition, KindInvalidArgument},
+		{"no other voter, named target", b.adminKey, "nope", connect.CodeFailedPrecondition, KindSoleVoter},
 	}
 	before := b.state(t)
 	for _, tc := range cases {

@@ -9,70 +9,106 @@ import (
 	distributed "github.com/termivar/distributed"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 	"github.com/termivar/distributed/internal/token"
+	"github.com/termivar/distributed/internal/wireerr"
 	"github.com/termivar/distributed/node"
 	"github.com/termivar/distributed/raftfsm"
 )
 
-// coreCodes maps every core ErrorKind to exactly one Connect code. It is the
-// single table the API uses; TestCoreCodes_Complete checks it covers every
-// kind.
-var coreCodes = map[distributed.ErrorKind]connect.Code{
-	distributed.KindInvalidLimit:               connect.CodeInvalidArgument,
-	distributed.KindInvalidLimitRelationship:   connect.CodeInvalidArgument,
-	distributed.KindCountLimitExceedsMaximum:   connect.CodeInvalidArgument,
-	distributed.KindTimeLimitExceedsMaximum:    connect.CodeInvalidArgument,
-	distributed.KindRetryLimitExceedsMaximum:   connect.CodeInvalidArgument,
-	distributed.KindInvalidTask:                connect.CodeInvalidArgument,
-	distributed.KindInvalidWorker:              connect.CodeInvalidArgument,
-	distributed.KindRevisionConflict:           connect.CodeAborted,
-	distributed.KindLogicalTimeRegression:      connect.CodeFailedPrecondition,
-	distributed.KindCounterExhausted:           connect.CodeResourceExhausted,
-	distributed.KindTaskAlreadyExists:          connect.CodeAlreadyExists,
-	distributed.KindTaskNotFound:               connect.CodeNotFound,
-	distributed.KindWorkerAlreadyExists:        connect.CodeAlreadyExists,
-	distributed.KindWorkerNotFound:             connect.CodeNotFound,
-	distributed.KindWorkerGenerationConflict:   connect.CodeAborted,
-	distributed.KindTaskRecordCapacityReached:  connect.CodeResourceExhausted,
-	distributed.KindActiveTaskCapacityReached:  connect.CodeResourceExhausted,
-	distributed.KindQueuedTaskCapacityReached:  connect.CodeResourceExhausted,
-	distributed.KindTerminalCapacityReserved:   connect.CodeResourceExhausted,
-	distributed.KindWorkerCapacityReached:      connect.CodeResourceExhausted,
-	distributed.KindNoQueuedTask:               connect.CodeFailedPrecondition,
-	distributed.KindNoAvailableWorker:          connect.CodeFailedPrecondition,
-	distributed.KindWorkerUnavailable:          connect.CodeFailedPrecondition,
-	distributed.KindWorkerAtCapacity:           connect.CodeResourceExhausted,
-	distributed.KindTaskNotQueued:              connect.CodeFailedPrecondition,
-	distributed.KindInvalidTransition:          connect.CodeFailedPrecondition,
-	distributed.KindStaleOwnership:             connect.CodeFailedPrecondition,
-	distributed.KindLeaseExpired:               connect.CodeFailedPrecondition,
-	distributed.KindLeaseTTLOutOfRange:         connect.CodeInvalidArgument,
-	distributed.KindConflictingResult:          connect.CodeAlreadyExists,
-	distributed.KindMismatchedResultReceipt:    connect.CodeFailedPrecondition,
-	distributed.KindResultCapacityReached:      connect.CodeResourceExhausted,
-	distributed.KindResultTooLarge:             connect.CodeResourceExhausted,
-	distributed.KindTotalResultBytesExceeded:   connect.CodeResourceExhausted,
-	distributed.KindAggregateItemLimitExceeded: connect.CodeResourceExhausted,
-	distributed.KindDuplicateAggregateTask:     connect.CodeInvalidArgument,
-	distributed.KindMissingResult:              connect.CodeNotFound,
-	distributed.KindAggregateBytesExceeded:     connect.CodeResourceExhausted,
-	distributed.KindStateInvariant:             connect.CodeInternal,
-	distributed.KindInvalidState:               connect.CodeDataLoss,
+// kindCodes is the error registry: every kind the API puts in
+// ErrorDetail.kind, mapped to its one Connect code. It holds the core's
+// kinds (distributed.ErrorKind.String()), the FSM's (raftfsm.ErrorKind.String())
+// and the node's own (the Kind constants of this package); where the FSM and
+// the node name the same failure (permission_denied, unknown_tenant) they
+// share one entry. testdata/kind_codes.golden pins every value
+// (TestKindCodes_Golden) and TestKindCodes_Complete fails when a kind exists
+// in code but not here, or here but not in code.
+var kindCodes = map[string]connect.Code{
+	// Core: configuration and input.
+	"invalid_limit":               connect.CodeInvalidArgument,
+	"invalid_limit_relationship":  connect.CodeInvalidArgument,
+	"count_limit_exceeds_maximum": connect.CodeInvalidArgument,
+	"time_limit_exceeds_maximum":  connect.CodeInvalidArgument,
+	"retry_limit_exceeds_maximum": connect.CodeInvalidArgument,
+	"invalid_task":                connect.CodeInvalidArgument,
+	"invalid_worker":              connect.CodeInvalidArgument,
+	"lease_ttl_out_of_range":      connect.CodeInvalidArgument,
+	"duplicate_aggregate_task":    connect.CodeInvalidArgument,
+	// Core: concurrency.
+	"revision_conflict":          connect.CodeAborted,
+	"worker_generation_conflict": connect.CodeAborted,
+	"logical_time_regression":    connect.CodeFailedPrecondition,
+	// Core: existence.
+	"task_already_exists":   connect.CodeAlreadyExists,
+	"task_not_found":        connect.CodeNotFound,
+	"worker_already_exists": connect.CodeAlreadyExists,
+	"worker_not_found":      connect.CodeNotFound,
+	"missing_result":        connect.CodeNotFound,
+	// Core: capacity and result bounds.
+	"counter_exhausted":             connect.CodeResourceExhausted,
+	"task_record_capacity_reached":  connect.CodeResourceExhausted,
+	"active_task_capacity_reached":  connect.CodeResourceExhausted,
+	"queued_task_capacity_reached":  connect.CodeResourceExhausted,
+	"terminal_capacity_reserved":    connect.CodeResourceExhausted,
+	"worker_capacity_reached":       connect.CodeResourceExhausted,
+	"worker_at_capacity":            connect.CodeResourceExhausted,
+	"result_capacity_reached":       connect.CodeResourceExhausted,
+	"result_too_large":              connect.CodeResourceExhausted,
+	"total_result_bytes_exceeded":   connect.CodeResourceExhausted,
+	"aggregate_item_limit_exceeded": connect.CodeResourceExhausted,
+	"aggregate_bytes_exceeded":      connect.CodeResourceExhausted,
+	// Core: scheduling and ownership.
+	"no_queued_task":            connect.CodeFailedPrecondition,
+	"no_available_worker":       connect.CodeFailedPrecondition,
+	"worker_unavailable":        connect.CodeFailedPrecondition,
+	"task_not_queued":           connect.CodeFailedPrecondition,
+	"invalid_transition":        connect.CodeFailedPrecondition,
+	"stale_ownership":           connect.CodeFailedPrecondition,
+	"lease_expired":             connect.CodeFailedPrecondition,
+	"conflicting_result":        connect.CodeAlreadyExists,
+	"mismatched_result_receipt": connect.CodeFailedPrecondition,
+	// Core: integrity.
+	"state_invariant": connect.CodeInternal,
+	"invalid_state":   connect.CodeDataLoss,
+	// FSM (raftfsm.ErrorKind).
+	"invalid_command":     connect.CodeInvalidArgument,
+	"unknown_tenant":      connect.CodeNotFound, // also the node's KindUnknownTenant
+	"tenant_exists":       connect.CodeAlreadyExists,
+	"key_exists":          connect.CodeAlreadyExists,
+	"permission_denied":   connect.CodePermissionDenied, // also the node's KindPermissionDenied
+	"already_initialized": connect.CodeFailedPrecondition,
+	"key_not_found":       connect.CodeNotFound,
+	"last_admin_key":      connect.CodeFailedPrecondition,
+	"key_limit":           connect.CodeResourceExhausted,
+	// Node (the Kind constants of this package).
+	KindInvalidToken:     connect.CodePermissionDenied,
+	KindUnauthenticated:  connect.CodeUnauthenticated,
+	KindInvalidArgument:  connect.CodeInvalidArgument,
+	KindNotLeader:        connect.CodeUnavailable,
+	KindUnavailable:      connect.CodeUnavailable,
+	KindCanceled:         connect.CodeCanceled,
+	KindDeadlineExceeded: connect.CodeDeadlineExceeded,
+	KindInternal:         connect.CodeInternal,
+	KindBusy:             connect.CodeUnavailable,
+	KindAuthThrottled:    connect.CodeResourceExhausted,
+	KindJoinUnverified:   connect.CodeFailedPrecondition,
+	KindNotAMember:       connect.CodeFailedPrecondition,
+	KindNoSuchMember:     connect.CodeNotFound,
+	KindSoleVoter:        connect.CodeFailedPrecondition,
+	KindTransferFailed:   connect.CodeAborted,
 }
 
-// fsmCodes maps the FSM's own kinds.
-var fsmCodes = map[raftfsm.ErrorKind]connect.Code{
-	raftfsm.KindInvalidCommand:     connect.CodeInvalidArgument,
-	raftfsm.KindUnknownTenant:      connect.CodeNotFound,
-	raftfsm.KindTenantExists:       connect.CodeAlreadyExists,
-	raftfsm.KindKeyExists:          connect.CodeAlreadyExists,
-	raftfsm.KindPermissionDenied:   connect.CodePermissionDenied,
-	raftfsm.KindAlreadyInitialized: connect.CodeFailedPrecondition,
-	raftfsm.KindKeyNotFound:        connect.CodeNotFound,
-	raftfsm.KindLastAdminKey:       connect.CodeFailedPrecondition,
-	raftfsm.KindKeyLimit:           connect.CodeResourceExhausted,
+// codeOf returns the registry's code of kind; a kind missing from the
+// registry (which TestKindCodes_Complete forbids) is Internal.
+func codeOf(kind string) connect.Code {
+	if c, ok := kindCodes[kind]; ok {
+		return c
+	}
+	return connect.CodeInternal
 }
 
-// Node-level error kinds carried in ErrorDetail.kind.
+// Node-level error kinds carried in ErrorDetail.kind (the registry's node
+// section; KindBusy and KindAuthThrottled are in preauth.go,
+// KindJoinUnverified and KindTransferFailed in cluster.go).
 const (
 	KindInvalidToken     = "invalid_token"
 	KindUnauthenticated  = "unauthenticated"
@@ -82,62 +118,63 @@ const (
 	KindNotLeader        = "not_leader"
 	KindUnavailable      = "unavailable"
 	KindCanceled         = "canceled"
+	KindDeadlineExceeded = "deadline_exceeded"
 	KindInternal         = "internal"
+	// KindNotAMember: Cluster.Join without a raft address for a node ID
+	// that is not a member, or without an API URL.
+	KindNotAMember = "not_a_member"
+	// KindNoSuchMember: Cluster.Remove or TransferLeadership names no
+	// member (or no voter).
+	KindNoSuchMember = "no_such_member"
+	// KindSoleVoter: TransferLeadership in a cluster with no other voter.
+	KindSoleVoter = "sole_voter"
 )
 
-// apiError is a node-level failure with its kind.
+// apiError is a node-level failure: a kind of the registry and a message.
 type apiError struct {
-	code connect.Code
 	kind string
 	msg  string
 }
 
 func (e *apiError) Error() string { return e.msg }
 
-func errUnauthenticated(msg string) error {
-	return &apiError{connect.CodeUnauthenticated, KindUnauthenticated, msg}
-}
+func errUnauthenticated(msg string) error { return &apiError{KindUnauthenticated, msg} }
 
-func errDenied(msg string) error {
-	return &apiError{connect.CodePermissionDenied, KindPermissionDenied, msg}
-}
+func errDenied(msg string) error { return &apiError{KindPermissionDenied, msg} }
 
-func errInvalid(msg string) error {
-	return &apiError{connect.CodeInvalidArgument, KindInvalidArgument, msg}
-}
+func errInvalid(msg string) error { return &apiError{KindInvalidArgument, msg} }
 
-// classify returns the Connect code, the kind name and the detail of err.
+// classify returns the Connect code and the ErrorDetail of err: a core
+// error with every detail field (internal/wireerr), an FSM or node error
+// with its kind and reason; the code is the registry's.
 func classify(err error) (connect.Code, *pb.ErrorDetail) {
+	d := detailOf(err)
+	return codeOf(d.GetKind()), d
+}
+
+func detailOf(err error) *pb.ErrorDetail {
 	var de *distributed.Error
 	var fe *raftfsm.Error
 	var ae *apiError
 	switch {
 	case errors.As(err, &de):
-		code, ok := coreCodes[de.Kind]
-		if !ok {
-			code = connect.CodeInternal
-		}
-		return code, &pb.ErrorDetail{Kind: de.Kind.String(), Reason: de.Reason, Expected: de.Expected, Actual: de.Actual, Limit: de.Limit}
+		return wireerr.Encode(de)
 	case errors.As(err, &fe):
-		code, ok := fsmCodes[fe.Kind]
-		if !ok {
-			code = connect.CodeInternal
-		}
-		return code, &pb.ErrorDetail{Kind: fe.Kind.String(), Reason: fe.Reason}
+		return &pb.ErrorDetail{Kind: fe.Kind.String(), Reason: fe.Reason}
 	case errors.Is(err, token.ErrInvalidToken):
-		return connect.CodePermissionDenied, &pb.ErrorDetail{Kind: KindInvalidToken, Reason: err.Error()}
+		return &pb.ErrorDetail{Kind: KindInvalidToken, Reason: err.Error()}
 	case errors.As(err, &ae):
-		return ae.code, &pb.ErrorDetail{Kind: ae.kind, Reason: ae.msg}
+		return &pb.ErrorDetail{Kind: ae.kind, Reason: ae.msg}
 	case errors.Is(err, node.ErrNotLeader):
-		return connect.CodeUnavailable, &pb.ErrorDetail{Kind: KindNotLeader}
+		return &pb.ErrorDetail{Kind: KindNotLeader}
 	case errors.Is(err, node.ErrClosed):
-		return connect.CodeUnavailable, &pb.ErrorDetail{Kind: KindUnavailable}
+		return &pb.ErrorDetail{Kind: KindUnavailable}
 	case errors.Is(err, context.Canceled):
-		return connect.CodeCanceled, &pb.ErrorDetail{Kind: KindCanceled}
+		return &pb.ErrorDetail{Kind: KindCanceled}
 	case errors.Is(err, context.DeadlineExceeded):
-		return connect.CodeDeadlineExceeded, &pb.ErrorDetail{Kind: KindCanceled}
+		return &pb.ErrorDetail{Kind: KindDeadlineExceeded}
 	}
-	return connect.CodeInternal, &pb.ErrorDetail{Kind: KindInternal}
+	return &pb.ErrorDetail{Kind: KindInternal}
 }
 
 // kindOf names err for the audit log ("ok" for nil).

@@ -61,7 +61,7 @@ type authCtxKey struct{}
 func principalFrom(ctx context.Context) (principal, error) {
 	res, ok := ctx.Value(authCtxKey{}).(authResult)
 	if !ok {
-		return principal{}, &apiError{connect.CodeInternal, KindInternal, "request was not authenticated"}
+		return principal{}, &apiError{KindInternal, "request was not authenticated"}
 	}
 	return res.p, res.err
 }
@@ -70,7 +70,7 @@ func principalFrom(ctx context.Context) (principal, error) {
 // authorisation) failure.
 func isUnauthenticated(err error) bool {
 	var ae *apiError
-	return errors.As(err, &ae) && ae.code == connect.CodeUnauthenticated
+	return errors.As(err, &ae) && ae.kind == KindUnauthenticated
 }
 
 // preauth is gate 1 (see above).
@@ -85,7 +85,7 @@ func (s *Server) preauth(next http.Handler) http.Handler {
 		select {
 		case s.preauthSem <- struct{}{}:
 		default:
-			s.refuse(w, r, &apiError{connect.CodeUnavailable, KindBusy, "too many requests awaiting authentication; retry later"}, 0)
+			s.refuse(w, r, &apiError{KindBusy, "too many requests awaiting authentication; retry later"}, 0)
 			return
 		}
 		res, ok := s.decide(w, r, now)
@@ -113,7 +113,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, now time.Time) (
 			// request: its connection carries other clients.
 			w.Header().Set("Connection", "close")
 		}
-		s.refuse(w, r, &apiError{connect.CodeResourceExhausted, KindAuthThrottled, "too many failed authentications from this address; retry later"}, wait)
+		s.refuse(w, r, &apiError{KindAuthThrottled, "too many failed authentications from this address; retry later"}, wait)
 		return authResult{}, false
 	}
 	service, method := splitProcedure(r.URL.Path)

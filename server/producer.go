@@ -101,8 +101,8 @@ func (h producerHandler) cancelByID(ctx context.Context, p principal, m *pb.Canc
 	if len(m.GetOwnershipToken()) != 0 {
 		return nil, 0, errInvalid("set either ownership_token or task_id, not both")
 	}
-	if !distributed.ValidIdentifier(m.GetTaskId()) {
-		return nil, 0, &distributed.Error{Kind: distributed.KindInvalidTask, Reason: "task command identifier is invalid"}
+	if err := distributed.CheckTaskCommandID(m.GetTaskId()); err != nil {
+		return nil, 0, err
 	}
 	r, err := h.s.propose(ctx, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_CancelTaskById{CancelTaskById: &pb.CancelTaskByID{TaskId: m.GetTaskId()}}})
 	if err != nil {
@@ -146,7 +146,7 @@ func (h producerHandler) GetTask(ctx context.Context, req *connect.Request[pb.Ge
 			return nil, 0, err
 		}
 		if !ok {
-			return nil, 0, &distributed.Error{Kind: distributed.KindTaskNotFound, TaskID: m.GetTaskId()}
+			return nil, 0, distributed.NewTaskNotFoundError(m.GetTaskId())
 		}
 		return &pb.GetTaskResponse{Task: h.s.taskInfo(p, tv, t)}, 0, nil
 	})
@@ -170,8 +170,10 @@ func (h producerHandler) ListTasks(ctx context.Context, req *connect.Request[pb.
 			}
 			want = st
 		}
-		if m.GetScanId() != "" && !distributed.ValidIdentifier(m.GetScanId()) {
-			return nil, 0, &distributed.Error{Kind: distributed.KindInvalidTask, Reason: "task command identifier is invalid"}
+		if m.GetScanId() != "" {
+			if err := distributed.CheckTaskCommandID(m.GetScanId()); err != nil {
+				return nil, 0, err
+			}
 		}
 		tv, _ := h.s.node.FSM().Tenant(p.Tenant)
 		out := &pb.ListTasksResponse{}
@@ -228,8 +230,8 @@ func (h producerHandler) ListTasks(ctx context.Context, req *connect.Request[pb.
 
 func (h producerHandler) ScanProgress(ctx context.Context, req *connect.Request[pb.ScanProgressRequest]) (*connect.Response[pb.ScanProgressResponse], error) {
 	return call(ctx, h.s, req, false, func(ctx context.Context, p principal, m *pb.ScanProgressRequest) (*pb.ScanProgressResponse, uint64, error) {
-		if !distributed.ValidIdentifier(m.GetScanId()) {
-			return nil, 0, &distributed.Error{Kind: distributed.KindInvalidTask, Reason: "task command identifier is invalid"}
+		if err := distributed.CheckTaskCommandID(m.GetScanId()); err != nil {
+			return nil, 0, err
 		}
 		tv, _ := h.s.node.FSM().Tenant(p.Tenant)
 		out := &pb.ScanProgressResponse{}
@@ -275,8 +277,8 @@ func (h producerHandler) AggregateResults(ctx context.Context, req *connect.Requ
 	if err != nil {
 		return toConnect(err)
 	}
-	if !distributed.ValidIdentifier(req.Msg.GetScanId()) {
-		return toConnect(&distributed.Error{Kind: distributed.KindInvalidTask, Reason: "task command identifier is invalid"})
+	if err := distributed.CheckTaskCommandID(req.Msg.GetScanId()); err != nil {
+		return toConnect(err)
 	}
 	tv, _ := h.s.node.FSM().Tenant(p.Tenant)
 	var ids []string

@@ -230,7 +230,7 @@ func (s *Server) authenticate(h http.Header, service, method string) (principal,
 		return p, errDenied("role " + rec.Role + " may not call " + service + "." + method)
 	}
 	if _, ok := s.node.FSM().Tenant(rec.Tenant); !ok {
-		return p, &apiError{connect.CodeNotFound, KindUnknownTenant, "tenant does not exist"}
+		return p, &apiError{KindUnknownTenant, "tenant does not exist"}
 	}
 	return p, nil
 }

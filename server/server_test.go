@@ -359,15 +359,6 @@ func TestServer_BackgroundRecovery(t *testing.T) {
 	t.Fatal("w1's lease was never recovered")
 }
 
-func TestCoreCodes_Complete(t *testing.T) {
-	t.Parallel()
-	for _, k := range distributed.AllErrorKinds() {
-		if _, ok := coreCodes[k]; !ok {
-			t.Errorf("kind %v has no Connect code", k)
-		}
-	}
-}
-
 // TestServer_ListTasksPagesByTaskID: without a scan, ListTasks pages through
 // every task in task-ID order, each exactly once, with and without a status
 // filter, and an unknown position token resumes after it.

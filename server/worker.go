@@ -105,7 +105,7 @@ func (h workerHandler) Acquire(ctx context.Context, req *connect.Request[pb.Acqu
 			// the look and the wait still wakes us.
 			wake := h.s.node.WaitChan(p.Tenant)
 			var r raftfsm.Response
-			err := error(&distributed.Error{Kind: distributed.KindNoQueuedTask})
+			err := error(distributed.ErrNoQueuedTask)
 			if tv.Pool().Snapshot().QueuedTasks > 0 {
 				r, err = h.s.propose(ctx, p, nil, &pb.Command{Op: &pb.Command_AcquireTasks{AcquireTasks: &pb.AcquireTasks{
 					WorkerId: m.GetWorkerId(), LeaseTtlSecs: ttl, MaxTasks: m.GetMaxTasks(), Start: m.GetStart()}}})

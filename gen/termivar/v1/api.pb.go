@@ -29,17 +29,31 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// ErrorDetail is attached to every error the API returns.
+// ErrorDetail is attached to every error the API returns. For a core kind
+// it carries every detail field of the core's *distributed.Error, so the
+// client rebuilds an equal error (internal/wireerr encodes and decodes it).
 type ErrorDetail struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// kind is the core's ErrorKind name (e.g. "revision_conflict") or a node
-	// kind: "invalid_token", "unauthenticated", "permission_denied",
-	// "invalid_argument", "unknown_tenant", "not_leader", "unavailable".
-	Kind          string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
-	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
-	Expected      uint64 `protobuf:"varint,3,opt,name=expected,proto3" json:"expected,omitempty"`
-	Actual        uint64 `protobuf:"varint,4,opt,name=actual,proto3" json:"actual,omitempty"`
-	Limit         uint64 `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
+	// kind is one name of the error registry (server/errors.go): a core
+	// ErrorKind name (e.g. "revision_conflict"), an FSM kind (e.g.
+	// "key_not_found") or a node kind (e.g. "not_leader", "unauthenticated").
+	Kind     string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Reason   string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	Expected uint64 `protobuf:"varint,3,opt,name=expected,proto3" json:"expected,omitempty"`
+	Actual   uint64 `protobuf:"varint,4,opt,name=actual,proto3" json:"actual,omitempty"`
+	Limit    uint64 `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
+	// The remaining detail fields of a core error; zero when unused.
+	Name      string `protobuf:"bytes,6,opt,name=name,proto3" json:"name,omitempty"`
+	Operation string `protobuf:"bytes,7,opt,name=operation,proto3" json:"operation,omitempty"`
+	Counter   string `protobuf:"bytes,8,opt,name=counter,proto3" json:"counter,omitempty"`
+	TaskId    string `protobuf:"bytes,9,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	WorkerId  string `protobuf:"bytes,10,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	// status is a task status name ("queued", …); empty means the core
+	// error's Status is the zero value and the kind does not report one.
+	Status        string `protobuf:"bytes,11,opt,name=status,proto3" json:"status,omitempty"`
+	Maximum       uint64 `protobuf:"varint,12,opt,name=maximum,proto3" json:"maximum,omitempty"`
+	Current       uint64 `protobuf:"varint,13,opt,name=current,proto3" json:"current,omitempty"`
+	Proposed      uint64 `protobuf:"varint,14,opt,name=proposed,proto3" json:"proposed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -105,6 +119,69 @@ func (x *ErrorDetail) GetActual() uint64 {
 func (x *ErrorDetail) GetLimit() uint64 {
 	if x != nil {
 		return x.Limit
+	}
+	return 0
+}
+
+func (x *ErrorDetail) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ErrorDetail) GetOperation() string {
+	if x != nil {
+		return x.Operation
+	}
+	return ""
+}
+
+func (x *ErrorDetail) GetCounter() string {
+	if x != nil {
+		return x.Counter
+	}
+	return ""
+}
+
+func (x *ErrorDetail) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *ErrorDetail) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+func (x *ErrorDetail) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *ErrorDetail) GetMaximum() uint64 {
+	if x != nil {
+		return x.Maximum
+	}
+	return 0
+}
+
+func (x *ErrorDetail) GetCurrent() uint64 {
+	if x != nil {
+		return x.Current
+	}
+	return 0
+}
+
+func (x *ErrorDetail) GetProposed() uint64 {
+	if x != nil {
+		return x.Proposed
 	}
 	return 0
 }
@@ -3488,13 +3565,23 @@ var File_termivar_v1_api_proto protoreflect.FileDescriptor
 
 const file_termivar_v1_api_proto_rawDesc = "" +
 	"\n" +
-	"\x15termivar/v1/api.proto\x12\vtermivar.v1\x1a\x19termivar/v1/cluster.proto\x1a\x19termivar/v1/command.proto\"\x83\x01\n" +
+	"\x15termivar/v1/api.proto\x12\vtermivar.v1\x1a\x19termivar/v1/cluster.proto\x1a\x19termivar/v1/command.proto\"\xed\x02\n" +
 	"\vErrorDetail\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1a\n" +
 	"\bexpected\x18\x03 \x01(\x04R\bexpected\x12\x16\n" +
 	"\x06actual\x18\x04 \x01(\x04R\x06actual\x12\x14\n" +
-	"\x05limit\x18\x05 \x01(\x04R\x05limit\"\xbb\x03\n" +
+	"\x05limit\x18\x05 \x01(\x04R\x05limit\x12\x12\n" +
+	"\x04name\x18\x06 \x01(\tR\x04name\x12\x1c\n" +
+	"\toperation\x18\a \x01(\tR\toperation\x12\x18\n" +
+	"\acounter\x18\b \x01(\tR\acounter\x12\x17\n" +
+	"\atask_id\x18\t \x01(\tR\x06taskId\x12\x1b\n" +
+	"\tworker_id\x18\n" +
+	" \x01(\tR\bworkerId\x12\x16\n" +
+	"\x06status\x18\v \x01(\tR\x06status\x12\x18\n" +
+	"\amaximum\x18\f \x01(\x04R\amaximum\x12\x18\n" +
+	"\acurrent\x18\r \x01(\x04R\acurrent\x12\x1a\n" +
+	"\bproposed\x18\x0e \x01(\x04R\bproposed\"\xbb\x03\n" +
 	"\n" +
 	"WorkerInfo\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x1e\n" +

@@ -434,6 +434,15 @@ func (n *Node) ensureCluster(ctx context.Context) error {
 // FSM returns the state machine for reads.
 func (n *Node) FSM() *raftfsm.FSM { return n.fsm }
 
+// Reads returns a read-only handle on the applied state (the server's
+// view of it; writes go through Propose).
+func (n *Node) Reads() raftfsm.Reader { return n.fsm.Reader() }
+
+// DefaultLimits returns the limits a tenant created without any gets.
+func (n *Node) DefaultLimits() (distributed.Limits, distributed.ResultLimits) {
+	return n.cfg.DefaultLimits, n.cfg.DefaultResultLimits
+}
+
 // Codec returns the token codec bound to this cluster's secret and epoch.
 func (n *Node) Codec() *token.Codec { return n.codec }
 

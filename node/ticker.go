@@ -45,7 +45,7 @@ func (n *Node) Tick(ctx context.Context) {
 			maxAge = tv.Limits().MaxTaskTTLSecs
 		}
 		// O(log n) index minima under the core's lock; no copies of records.
-		expired, dead, old := tv.Pool().RecoveryDue(now, maxAge)
+		expired, dead, old := tv.RecoveryDue(now, maxAge)
 		var ops []*pb.Command
 		if expired {
 			ops = append(ops, &pb.Command{Tenant: name, Op: &pb.Command_RecoverExpiredLeases{RecoverExpiredLeases: &pb.RecoverExpiredLeases{}}})

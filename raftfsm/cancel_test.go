@@ -21,7 +21,7 @@ func renewCmd(principal string, l distributed.TaskLease) *pb.Command {
 func (b *testBundle) status(t *testing.T, tenant, id string) distributed.ScanTask {
 	t.Helper()
 	tv, _ := b.f.Tenant(tenant)
-	st, ok, err := tv.Pool().GetTask(id)
+	st, ok, err := tv.GetTask(id)
 	if err != nil || !ok {
 		t.Fatalf("GetTask(%s) = %v, %v", id, ok, err)
 	}
@@ -83,7 +83,7 @@ func TestFSM_CancelByID(t *testing.T) {
 		t.Fatalf("r1 is %s", st.Status())
 	}
 	tv, _ := b.f.Tenant("acme")
-	if w, _, _ := tv.Pool().GetWorker("w1"); w.CurrentTasks() != 0 {
+	if w, _, _ := tv.GetWorker("w1"); w.CurrentTasks() != 0 {
 		t.Fatalf("w1 still holds %d tasks", w.CurrentTasks())
 	}
 
@@ -109,9 +109,9 @@ func TestFSM_CancelByID(t *testing.T) {
 
 	// Already cancelled: idempotent, no change.
 	tv, _ = b.f.Tenant("acme")
-	rev := tv.Pool().Snapshot().Revision
+	rev := tv.Counters().Revision
 	v = b.must(t, cancelByIDCmd("kprod", "x1")).Value.(CancelByIDValue)
-	if v.Outcome.Kind != distributed.AlreadyCancelled || v.PreviousStatus != distributed.TaskCancelled || tv.Pool().Snapshot().Revision != rev {
+	if v.Outcome.Kind != distributed.AlreadyCancelled || v.PreviousStatus != distributed.TaskCancelled || tv.Counters().Revision != rev {
 		t.Fatalf("cancel cancelled = %+v", v)
 	}
 

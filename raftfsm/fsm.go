@@ -2,6 +2,7 @@ package raftfsm
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"sync"
@@ -668,3 +669,15 @@ func kindOf(err error) string {
 // KindOf names the kind of an apply error: a core ErrorKind name, an FSM
 // ErrorKind name, or "internal".
 func KindOf(err error) string { return kindOf(err) }
+
+// ValueAs returns r.Value as a T, or an error naming op when the FSM
+// answered op with a value of another type (a shell and FSM out of step:
+// reported, never a panic). Callers check r.Err first.
+func ValueAs[T any](r Response, op string) (T, error) {
+	v, ok := r.Value.(T)
+	if !ok {
+		var zero T
+		return zero, fmt.Errorf("raftfsm: %s answered with a %T value, want %T", op, r.Value, zero)
+	}
+	return v, nil
+}

@@ -47,7 +47,7 @@ func startDemoNode(ctx context.Context, dir string) (*embeddedNode, error) {
 		n.Close()
 		return nil, err
 	}
-	hs := server.New(server.Config{Node: n}).HTTPServer(l.Addr().String())
+	hs := server.New(server.Config{Backend: n}).HTTPServer(l.Addr().String())
 	served := make(chan struct{})
 	go func() {
 		defer close(served)

@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	distributed "github.com/termivar/distributed"
+	pb "github.com/termivar/distributed/gen/termivar/v1"
 )
 
 // AppliedIndex returns the raft index of the last applied entry.
@@ -167,4 +168,28 @@ func (v TenantView) WorkerOwner(workerID string) (string, bool) {
 	defer v.f.mu.RUnlock()
 	k, ok := v.t.owners[workerID]
 	return k, ok
+}
+
+// RecoveryCommands returns the background recovery commands that would do
+// something in the named tenant at logical time now: RecoverExpiredLeases,
+// PruneDeadWorkers and ExpireOldTasks (tasks older than maxAgeSecs; 0 or a
+// value above the tenant's MaxTaskTTLSecs takes MaxTaskTTLSecs). It reads
+// the core's index minima only (O(log n), no record copies), so an idle
+// tenant yields none and does not grow the log.
+func (v TenantView) RecoveryCommands(now, maxAgeSecs uint64) []*pb.Command {
+	if maxAgeSecs == 0 || maxAgeSecs > v.t.limits.MaxTaskTTLSecs {
+		maxAgeSecs = v.t.limits.MaxTaskTTLSecs
+	}
+	expired, dead, old := v.t.pool.RecoveryDue(now, maxAgeSecs)
+	var ops []*pb.Command
+	if expired {
+		ops = append(ops, &pb.Command{Tenant: v.t.name, Op: &pb.Command_RecoverExpiredLeases{RecoverExpiredLeases: &pb.RecoverExpiredLeases{}}})
+	}
+	if dead {
+		ops = append(ops, &pb.Command{Tenant: v.t.name, Op: &pb.Command_PruneDeadWorkers{PruneDeadWorkers: &pb.PruneDeadWorkers{}}})
+	}
+	if old {
+		ops = append(ops, &pb.Command{Tenant: v.t.name, Op: &pb.Command_ExpireOldTasks{ExpireOldTasks: &pb.ExpireOldTasks{MaxAgeSecs: maxAgeSecs}}})
+	}
+	return ops
 }

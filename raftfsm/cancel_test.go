@@ -7,6 +7,7 @@ import (
 
 	distributed "github.com/termivar/distributed"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/internal/wire"
 )
 
 func cancelByIDCmd(principal, id string) *pb.Command {
@@ -143,7 +144,7 @@ func TestFSM_CancelByIDExpiredNoRetries(t *testing.T) {
 	b := setup(t)
 	lim := distributed.DefaultLimits()
 	lim.MaxRetries = 0
-	b.must(t, &pb.Command{Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{Name: "strict", Limits: LimitsToProto(lim)}}})
+	b.must(t, &pb.Command{Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{Name: "strict", Limits: wire.LimitsToProto(lim)}}})
 	b.must(t, &pb.Command{Tenant: "strict", Op: &pb.Command_RegisterWorker{RegisterWorker: &pb.RegisterWorker{Spec: &pb.WorkerSpec{WorkerId: "w1", Capacity: 8}}}})
 	e := enqueueCmd("", "t1")
 	e.Tenant = "strict"

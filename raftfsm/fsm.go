@@ -12,6 +12,7 @@ import (
 
 	distributed "github.com/termivar/distributed"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/internal/wire"
 )
 
 // CommandVersion is the only Command.version the FSM applies.
@@ -625,11 +626,11 @@ func (f *FSM) applyCreateTenant(c *pb.CreateTenant) Response {
 	if _, ok := f.tenants[c.GetName()]; ok {
 		return Response{Err: fsmErr(KindTenantExists, "")}
 	}
-	lim, err := LimitsFromProto(c.GetLimits())
+	lim, err := wire.LimitsFromProto(c.GetLimits())
 	if err != nil {
 		return Response{Err: err}
 	}
-	rl, err := ResultLimitsFromProto(c.GetResultLimits())
+	rl, err := wire.ResultLimitsFromProto(c.GetResultLimits())
 	if err != nil {
 		return Response{Err: err}
 	}

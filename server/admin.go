@@ -7,6 +7,7 @@ import (
 
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 	"github.com/termivar/distributed/internal/apikey"
+	"github.com/termivar/distributed/internal/wire"
 	"github.com/termivar/distributed/raftfsm"
 )
 
@@ -69,10 +70,10 @@ func (h adminHandler) CreateTenant(ctx context.Context, req *connect.Request[pb.
 		lim, rl := m.GetLimits(), m.GetResultLimits()
 		defLim, defRL := h.s.node.DefaultLimits()
 		if lim == nil {
-			lim = raftfsm.LimitsToProto(defLim)
+			lim = wire.LimitsToProto(defLim)
 		}
 		if rl == nil {
-			rl = raftfsm.ResultLimitsToProto(defRL)
+			rl = wire.ResultLimitsToProto(defRL)
 		}
 		r, err := h.s.node.Propose(ctx, &pb.Command{Principal: p.KeyID, Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{Name: m.GetName(), Limits: lim, ResultLimits: rl}}})
 		if err == nil {

@@ -12,6 +12,7 @@ import (
 	distributed "github.com/termivar/distributed"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 	"github.com/termivar/distributed/internal/token"
+	"github.com/termivar/distributed/internal/wire"
 	"github.com/termivar/distributed/raftfsm"
 	"github.com/termivar/distributed/server"
 )
@@ -55,7 +56,7 @@ func newBackend(lim distributed.Limits, rl distributed.ResultLimits) (*backend, 
 	boot := []*pb.Command{
 		{Op: &pb.Command_InitCluster{InitCluster: &pb.InitCluster{EpochId: epoch}}},
 		{Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{Name: raftfsm.SystemTenant,
-			Limits: raftfsm.LimitsToProto(lim), ResultLimits: raftfsm.ResultLimitsToProto(rl)}}},
+			Limits: wire.LimitsToProto(lim), ResultLimits: wire.ResultLimitsToProto(rl)}}},
 	}
 	for _, cmd := range boot {
 		r, err := b.Propose(context.Background(), cmd)

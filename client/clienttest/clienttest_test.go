@@ -17,9 +17,9 @@ import (
 	"go.uber.org/goleak"
 
 	distributed "github.com/termivar/distributed"
-	pb "github.com/termivar/distributed/gen/termivar/v1"
 	"github.com/termivar/distributed/client"
 	"github.com/termivar/distributed/client/clienttest"
+	pb "github.com/termivar/distributed/gen/termivar/v1"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

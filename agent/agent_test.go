@@ -20,7 +20,6 @@ import (
 
 	"go.uber.org/goleak"
 
-	distributed "github.com/termivar/distributed"
 	"github.com/termivar/distributed/agent"
 	"github.com/termivar/distributed/client"
 	"github.com/termivar/distributed/client/clienttest"
@@ -40,7 +39,7 @@ func setup(t *testing.T, opts clienttest.Options) *testBundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := client.New(client.Config{ServerURL: srv.URL, Key: "k", MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
+	c, err := client.New(client.Config{ServerURL: srv.URL, Key: srv.Key, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,14 +233,10 @@ func TestAgent_StaleLeaseKillsProcessGroup(t *testing.T) {
 		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
 		return err == nil
 	})
-	// Cancel through the lease (as an operator with the lease would).
-	b.srv.Pool(func(p *distributed.WorkerPool, rev, now uint64) {
-		st, _, _ := p.GetTask(ids[0])
-		own, _ := st.Ownership()
-		if _, err := p.CancelTask(rev, now, own); err != nil {
-			t.Errorf("CancelTask = %v", err)
-		}
-	})
+	// Cancel through the API, as an operator would.
+	if _, err := b.c.CancelTask(t.Context(), ids[0]); err != nil {
+		t.Fatalf("CancelTask = %v", err)
+	}
 	waitFor(t, "abandon", func() bool { return a.Stats().Abandoned == 1 })
 	if !processDead(pid) {
 		t.Fatal("the agent counted the task abandoned while its grandchild still ran")

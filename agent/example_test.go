@@ -20,7 +20,7 @@ func Example() {
 		panic(err)
 	}
 	defer srv.Close()
-	c, err := client.New(client.Config{ServerURL: srv.URL, Key: "any"})
+	c, err := client.New(client.Config{ServerURL: srv.URL, Key: srv.Key})
 	if err != nil {
 		panic(err)
 	}

@@ -37,7 +37,7 @@ func realNode(t *testing.T) *client.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(server.New(server.Config{Node: n}).Handler())
+	srv := httptest.NewServer(server.New(server.Config{Backend: n}).Handler())
 	c, err := client.New(client.Config{ServerURL: srv.URL, Key: key, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

@@ -33,7 +33,7 @@ func setup(t *testing.T) *testBundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := client.New(client.Config{ServerURL: srv.URL, Key: "k"})
+	c, err := client.New(client.Config{ServerURL: srv.URL, Key: srv.Key})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -110,7 +110,7 @@ func TestNode_StaticPeersReplicate(t *testing.T) {
 	for _, n := range nodes {
 		waitFor(t, "replication to "+n.NodeID(), func() bool {
 			tv, _ := n.FSM().Tenant(raftfsm.SystemTenant)
-			_, ok, _ := tv.Pool().GetTask("t1")
+			_, ok, _ := tv.GetTask("t1")
 			return ok
 		})
 		if !n.IsLeader() {

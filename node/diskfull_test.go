@@ -60,7 +60,7 @@ func checkTasks(t *testing.T, dir string, acked []string) {
 	defer n.Close()
 	tv, _ := n.FSM().Tenant(raftfsm.SystemTenant)
 	for _, id := range acked {
-		if _, _, err := tv.Pool().GetTask(id); err != nil {
+		if _, _, err := tv.GetTask(id); err != nil {
 			t.Errorf("acknowledged task %s is lost: %v", id, err)
 		}
 	}

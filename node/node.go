@@ -39,6 +39,7 @@ import (
 	distributed "github.com/termivar/distributed"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 	"github.com/termivar/distributed/internal/token"
+	"github.com/termivar/distributed/internal/wire"
 	"github.com/termivar/distributed/raftfsm"
 )
 
@@ -419,8 +420,8 @@ func (n *Node) ensureCluster(ctx context.Context) error {
 	}
 	if _, ok := n.fsm.Tenant(raftfsm.SystemTenant); !ok {
 		r, err := n.Propose(ctx, &pb.Command{Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{
-			Name: raftfsm.SystemTenant, Limits: raftfsm.LimitsToProto(n.cfg.DefaultLimits),
-			ResultLimits: raftfsm.ResultLimitsToProto(n.cfg.DefaultResultLimits)}}})
+			Name: raftfsm.SystemTenant, Limits: wire.LimitsToProto(n.cfg.DefaultLimits),
+			ResultLimits: wire.ResultLimitsToProto(n.cfg.DefaultResultLimits)}}})
 		if err != nil {
 			return err
 		}
@@ -433,6 +434,15 @@ func (n *Node) ensureCluster(ctx context.Context) error {
 
 // FSM returns the state machine for reads.
 func (n *Node) FSM() *raftfsm.FSM { return n.fsm }
+
+// Reads returns a read-only handle on the applied state (the server's
+// view of it; writes go through Propose).
+func (n *Node) Reads() raftfsm.Reader { return n.fsm.Reader() }
+
+// DefaultLimits returns the limits a tenant created without any gets.
+func (n *Node) DefaultLimits() (distributed.Limits, distributed.ResultLimits) {
+	return n.cfg.DefaultLimits, n.cfg.DefaultResultLimits
+}
 
 // Codec returns the token codec bound to this cluster's secret and epoch.
 func (n *Node) Codec() *token.Codec { return n.codec }

@@ -128,7 +128,7 @@ func TestNode_ConcurrentProposalsBatch(t *testing.T) {
 	}
 	wg.Wait()
 	tv, _ := n.FSM().Tenant(raftfsm.SystemTenant)
-	if got := tv.Pool().Snapshot().TaskRecords; got != workers*per {
+	if got := tv.Counters().TaskRecords; got != workers*per {
 		t.Fatalf("TaskRecords = %d, want %d", got, workers*per)
 	}
 	// Fewer log entries than commands means proposals were coalesced.
@@ -153,7 +153,7 @@ func TestNode_TickRecoversExpiredLeases(t *testing.T) {
 	mu.Unlock()
 	n.Tick(context.Background())
 	tv, _ := n.FSM().Tenant(raftfsm.SystemTenant)
-	task, _, _ := tv.Pool().GetTask("a")
+	task, _, _ := tv.GetTask("a")
 	if task.Status() != distributed.TaskQueued || task.RetryCount() != 1 {
 		t.Fatalf("task after tick: status %v retries %d, want queued 1", task.Status(), task.RetryCount())
 	}

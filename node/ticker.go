@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	pb "github.com/termivar/distributed/gen/termivar/v1"
 	"github.com/termivar/distributed/raftfsm"
 )
 
@@ -40,23 +39,7 @@ func (n *Node) Tick(ctx context.Context) {
 		if !ok {
 			continue
 		}
-		maxAge := n.cfg.TaskTTLSecs
-		if maxAge == 0 || maxAge > tv.Limits().MaxTaskTTLSecs {
-			maxAge = tv.Limits().MaxTaskTTLSecs
-		}
-		// O(log n) index minima under the core's lock; no copies of records.
-		expired, dead, old := tv.Pool().RecoveryDue(now, maxAge)
-		var ops []*pb.Command
-		if expired {
-			ops = append(ops, &pb.Command{Tenant: name, Op: &pb.Command_RecoverExpiredLeases{RecoverExpiredLeases: &pb.RecoverExpiredLeases{}}})
-		}
-		if dead {
-			ops = append(ops, &pb.Command{Tenant: name, Op: &pb.Command_PruneDeadWorkers{PruneDeadWorkers: &pb.PruneDeadWorkers{}}})
-		}
-		if old {
-			ops = append(ops, &pb.Command{Tenant: name, Op: &pb.Command_ExpireOldTasks{ExpireOldTasks: &pb.ExpireOldTasks{MaxAgeSecs: maxAge}}})
-		}
-		for _, op := range ops {
+		for _, op := range tv.RecoveryCommands(now, n.cfg.TaskTTLSecs) {
 			r, err := n.Propose(ctx, op)
 			if err != nil {
 				n.log.Warn("background recovery not proposed", "tenant", name, "error", err)

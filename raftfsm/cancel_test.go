@@ -7,6 +7,7 @@ import (
 
 	distributed "github.com/termivar/distributed"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/internal/wire"
 )
 
 func cancelByIDCmd(principal, id string) *pb.Command {
@@ -21,7 +22,7 @@ func renewCmd(principal string, l distributed.TaskLease) *pb.Command {
 func (b *testBundle) status(t *testing.T, tenant, id string) distributed.ScanTask {
 	t.Helper()
 	tv, _ := b.f.Tenant(tenant)
-	st, ok, err := tv.Pool().GetTask(id)
+	st, ok, err := tv.GetTask(id)
 	if err != nil || !ok {
 		t.Fatalf("GetTask(%s) = %v, %v", id, ok, err)
 	}
@@ -83,7 +84,7 @@ func TestFSM_CancelByID(t *testing.T) {
 		t.Fatalf("r1 is %s", st.Status())
 	}
 	tv, _ := b.f.Tenant("acme")
-	if w, _, _ := tv.Pool().GetWorker("w1"); w.CurrentTasks() != 0 {
+	if w, _, _ := tv.GetWorker("w1"); w.CurrentTasks() != 0 {
 		t.Fatalf("w1 still holds %d tasks", w.CurrentTasks())
 	}
 
@@ -109,9 +110,9 @@ func TestFSM_CancelByID(t *testing.T) {
 
 	// Already cancelled: idempotent, no change.
 	tv, _ = b.f.Tenant("acme")
-	rev := tv.Pool().Snapshot().Revision
+	rev := tv.Counters().Revision
 	v = b.must(t, cancelByIDCmd("kprod", "x1")).Value.(CancelByIDValue)
-	if v.Outcome.Kind != distributed.AlreadyCancelled || v.PreviousStatus != distributed.TaskCancelled || tv.Pool().Snapshot().Revision != rev {
+	if v.Outcome.Kind != distributed.AlreadyCancelled || v.PreviousStatus != distributed.TaskCancelled || tv.Counters().Revision != rev {
 		t.Fatalf("cancel cancelled = %+v", v)
 	}
 
@@ -143,7 +144,7 @@ func TestFSM_CancelByIDExpiredNoRetries(t *testing.T) {
 	b := setup(t)
 	lim := distributed.DefaultLimits()
 	lim.MaxRetries = 0
-	b.must(t, &pb.Command{Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{Name: "strict", Limits: LimitsToProto(lim)}}})
+	b.must(t, &pb.Command{Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{Name: "strict", Limits: wire.LimitsToProto(lim)}}})
 	b.must(t, &pb.Command{Tenant: "strict", Op: &pb.Command_RegisterWorker{RegisterWorker: &pb.RegisterWorker{Spec: &pb.WorkerSpec{WorkerId: "w1", Capacity: 8}}}})
 	e := enqueueCmd("", "t1")
 	e.Tenant = "strict"

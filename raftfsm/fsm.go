@@ -2,6 +2,7 @@ package raftfsm
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"sync"
@@ -11,6 +12,7 @@ import (
 
 	distributed "github.com/termivar/distributed"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/internal/wire"
 )
 
 // CommandVersion is the only Command.version the FSM applies.
@@ -624,11 +626,11 @@ func (f *FSM) applyCreateTenant(c *pb.CreateTenant) Response {
 	if _, ok := f.tenants[c.GetName()]; ok {
 		return Response{Err: fsmErr(KindTenantExists, "")}
 	}
-	lim, err := LimitsFromProto(c.GetLimits())
+	lim, err := wire.LimitsFromProto(c.GetLimits())
 	if err != nil {
 		return Response{Err: err}
 	}
-	rl, err := ResultLimitsFromProto(c.GetResultLimits())
+	rl, err := wire.ResultLimitsFromProto(c.GetResultLimits())
 	if err != nil {
 		return Response{Err: err}
 	}
@@ -668,3 +670,15 @@ func kindOf(err error) string {
 // KindOf names the kind of an apply error: a core ErrorKind name, an FSM
 // ErrorKind name, or "internal".
 func KindOf(err error) string { return kindOf(err) }
+
+// ValueAs returns r.Value as a T, or an error naming op when the FSM
+// answered op with a value of another type (a shell and FSM out of step:
+// reported, never a panic). Callers check r.Err first.
+func ValueAs[T any](r Response, op string) (T, error) {
+	v, ok := r.Value.(T)
+	if !ok {
+		var zero T
+		return zero, fmt.Errorf("raftfsm: %s answered with a %T value, want %T", op, r.Value, zero)
+	}
+	return v, nil
+}

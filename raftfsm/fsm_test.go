@@ -182,7 +182,7 @@ func TestFSM_CompleteResultPrecheck(t *testing.T) {
 		t.Fatalf("second result = %v, want ErrResultCapacityReached", r.Err)
 	}
 	tv, _ := b.f.Tenant("small")
-	if task, _, _ := tv.Pool().GetTask("b"); task.Status() != distributed.TaskRunning {
+	if task, _, _ := tv.GetTask("b"); task.Status() != distributed.TaskRunning {
 		t.Fatalf("task b status = %v, want running (nothing changed)", task.Status())
 	}
 }

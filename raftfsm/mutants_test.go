@@ -18,6 +18,7 @@ import (
 
 	distributed "github.com/termivar/distributed"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/internal/wire"
 )
 
 // richState builds an FSM with tenants (one with custom limits and result
@@ -26,7 +27,7 @@ func richState(t *testing.T) *testBundle {
 	t.Helper()
 	b := setup(t)
 	b.must(t, &pb.Command{Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{Name: "custom",
-		Limits:       LimitsToProto(distributed.Limits{MaxTaskRecords: 100, MaxActiveTasks: 50, MaxQueuedTasks: 50, MaxTerminalTasks: 100, MaxWorkers: 5, MaxRetries: 2, MaxLeaseTTLSecs: 120, MaxTaskTTLSecs: 600, HeartbeatTimeoutSecs: 30}),
+		Limits:       wire.LimitsToProto(distributed.Limits{MaxTaskRecords: 100, MaxActiveTasks: 50, MaxQueuedTasks: 50, MaxTerminalTasks: 100, MaxWorkers: 5, MaxRetries: 2, MaxLeaseTTLSecs: 120, MaxTaskTTLSecs: 600, HeartbeatTimeoutSecs: 30}),
 		ResultLimits: &pb.ResultLimits{MaxResults: 7, MaxResultBytes: 64, MaxTotalBytes: 256, MaxAggregateItems: 7, MaxAggregateBytes: 256}}}})
 	b.must(t, &pb.Command{Op: &pb.Command_SetNodeInfo{SetNodeInfo: &pb.SetNodeInfo{NodeId: "n1", ApiUrl: "http://127.0.0.1:1", Incarnation: bytes.Repeat([]byte{3}, 16)}}})
 	for _, tenant := range []string{"acme", "custom"} {

@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	distributed "github.com/termivar/distributed"
+	pb "github.com/termivar/distributed/gen/termivar/v1"
 )
 
 // AppliedIndex returns the raft index of the last applied entry.
@@ -45,8 +46,44 @@ func (f *FSM) TenantNames() []string {
 	return sortedKeys(f.tenants)
 }
 
-// TenantView is a read handle on one tenant. The core instances are safe
-// for concurrent use; the other accessors copy under the FSM lock.
+// Reader is a read-only handle on an FSM: every read the API serves and
+// none of the writes (those go through the log: Apply). node.Node hands it
+// to the server; a Reader is cheap to copy and safe for concurrent use.
+type Reader struct{ f *FSM }
+
+// Reader returns a read-only handle on f.
+func (f *FSM) Reader() Reader { return Reader{f: f} }
+
+// Key returns the live key record with this ID.
+func (r Reader) Key(id string) (KeyRecord, bool) { return r.f.Key(id) }
+
+// KeyCount returns how many live keys exist.
+func (r Reader) KeyCount() int { return r.f.KeyCount() }
+
+// ListKeys lists a tenant's keys (every tenant's for ""), see FSM.ListKeys.
+func (r Reader) ListKeys(tenant string, includeRevoked bool) []KeyInfo {
+	return r.f.ListKeys(tenant, includeRevoked)
+}
+
+// Tenant returns a read handle on the named tenant.
+func (r Reader) Tenant(name string) (TenantView, bool) { return r.f.Tenant(name) }
+
+// TenantNames returns every tenant name, sorted.
+func (r Reader) TenantNames() []string { return r.f.TenantNames() }
+
+// AppliedIndex returns the raft index of the last applied entry.
+func (r Reader) AppliedIndex() uint64 { return r.f.AppliedIndex() }
+
+// LastTime returns the logical time of the last applied command.
+func (r Reader) LastTime() uint64 { return r.f.LastTime() }
+
+// StateHash returns the hash of the whole applied state (statehash.go).
+func (r Reader) StateHash() (StateHash, error) { return r.f.StateHash() }
+
+// TenantView is a read-only handle on one tenant: it exposes the reads of
+// the tenant's WorkerPool and results, never the instances themselves, so
+// no write path is reachable from it. The core instances are safe for
+// concurrent use; the other accessors copy under the FSM lock.
 type TenantView struct {
 	f *FSM
 	t *Tenant
@@ -63,8 +100,32 @@ func (f *FSM) Tenant(name string) (TenantView, bool) {
 // Name returns the tenant's name.
 func (v TenantView) Name() string { return v.t.name }
 
-// Pool returns the tenant's WorkerPool. Callers must only read through it.
-func (v TenantView) Pool() *distributed.WorkerPool { return v.t.pool }
+// GetTask returns a copy of the task record (WorkerPool.GetTask).
+func (v TenantView) GetTask(taskID string) (distributed.ScanTask, bool, error) {
+	return v.t.pool.GetTask(taskID)
+}
+
+// TaskIDs returns every task ID, sorted (WorkerPool.TaskIDs).
+func (v TenantView) TaskIDs() []string { return v.t.pool.TaskIDs() }
+
+// GetWorker returns a copy of the worker record (WorkerPool.GetWorker).
+func (v TenantView) GetWorker(workerID string) (distributed.WorkerNode, bool, error) {
+	return v.t.pool.GetWorker(workerID)
+}
+
+// Workers returns copies of every worker record (WorkerPool.Workers).
+func (v TenantView) Workers() []distributed.WorkerNode { return v.t.pool.Workers() }
+
+// Counters returns the pool's counters and revision: the core's
+// StateSnapshot, which is not a state snapshot (that is ExportState, and
+// raft's snapshots are built from it).
+func (v TenantView) Counters() distributed.StateSnapshot { return v.t.pool.Snapshot() }
+
+// RecoveryDue reports which background recoveries would do something at
+// now (WorkerPool.RecoveryDue).
+func (v TenantView) RecoveryDue(now, maxAgeSecs uint64) (expiredLeases, deadWorkers, oldTasks bool) {
+	return v.t.pool.RecoveryDue(now, maxAgeSecs)
+}
 
 // Limits returns the tenant's core limits.
 func (v TenantView) Limits() distributed.Limits { return v.t.limits }
@@ -72,13 +133,13 @@ func (v TenantView) Limits() distributed.Limits { return v.t.limits }
 // ResultLimits returns the tenant's result limits.
 func (v TenantView) ResultLimits() distributed.ResultLimits { return v.t.resultLimits }
 
-// GetResult returns a copy of a task's result.
 // HasResult reports whether the task has a stored result, without copying it.
 func (v TenantView) HasResult(taskID string) bool {
 	ok, _ := v.t.results.HasResult(taskID)
 	return ok
 }
 
+// GetResult returns a copy of a task's result.
 func (v TenantView) GetResult(taskID string) ([]byte, bool, error) {
 	return v.t.results.GetResult(taskID)
 }
@@ -107,4 +168,28 @@ func (v TenantView) WorkerOwner(workerID string) (string, bool) {
 	defer v.f.mu.RUnlock()
 	k, ok := v.t.owners[workerID]
 	return k, ok
+}
+
+// RecoveryCommands returns the background recovery commands that would do
+// something in the named tenant at logical time now: RecoverExpiredLeases,
+// PruneDeadWorkers and ExpireOldTasks (tasks older than maxAgeSecs; 0 or a
+// value above the tenant's MaxTaskTTLSecs takes MaxTaskTTLSecs). It reads
+// the core's index minima only (O(log n), no record copies), so an idle
+// tenant yields none and does not grow the log.
+func (v TenantView) RecoveryCommands(now, maxAgeSecs uint64) []*pb.Command {
+	if maxAgeSecs == 0 || maxAgeSecs > v.t.limits.MaxTaskTTLSecs {
+		maxAgeSecs = v.t.limits.MaxTaskTTLSecs
+	}
+	expired, dead, old := v.t.pool.RecoveryDue(now, maxAgeSecs)
+	var ops []*pb.Command
+	if expired {
+		ops = append(ops, &pb.Command{Tenant: v.t.name, Op: &pb.Command_RecoverExpiredLeases{RecoverExpiredLeases: &pb.RecoverExpiredLeases{}}})
+	}
+	if dead {
+		ops = append(ops, &pb.Command{Tenant: v.t.name, Op: &pb.Command_PruneDeadWorkers{PruneDeadWorkers: &pb.PruneDeadWorkers{}}})
+	}
+	if old {
+		ops = append(ops, &pb.Command{Tenant: v.t.name, Op: &pb.Command_ExpireOldTasks{ExpireOldTasks: &pb.ExpireOldTasks{MaxAgeSecs: maxAgeSecs}}})
+	}
+	return ops
 }

@@ -11,6 +11,7 @@ import (
 
 	distributed "github.com/termivar/distributed"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/internal/wire"
 )
 
 // StateVersion is the FSMState.version this package writes and reads.
@@ -53,7 +54,7 @@ func (f *FSM) ExportState() ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		ts := &pb.TenantState{Name: name, Limits: LimitsToProto(t.limits), ResultLimits: ResultLimitsToProto(t.resultLimits), PoolState: ps, ResultState: rs}
+		ts := &pb.TenantState{Name: name, Limits: wire.LimitsToProto(t.limits), ResultLimits: wire.ResultLimitsToProto(t.resultLimits), PoolState: ps, ResultState: rs}
 		for _, w := range sortedKeys(t.owners) {
 			ts.WorkerOwners = append(ts.WorkerOwners, &pb.WorkerOwner{WorkerId: w, KeyId: t.owners[w]})
 		}
@@ -140,11 +141,11 @@ func (f *FSM) RestoreState(b []byte) error {
 // each is a worker key of this tenant), and scans listing tasks of the
 // pool.
 func restoreTenant(ts *pb.TenantState) (*Tenant, bool) {
-	lim, err := LimitsFromProto(ts.GetLimits())
+	lim, err := wire.LimitsFromProto(ts.GetLimits())
 	if err != nil {
 		return nil, false
 	}
-	rl, err := ResultLimitsFromProto(ts.GetResultLimits())
+	rl, err := wire.ResultLimitsFromProto(ts.GetResultLimits())
 	if err != nil {
 		return nil, false
 	}

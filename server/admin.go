@@ -7,6 +7,7 @@ import (
 
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 	"github.com/termivar/distributed/internal/apikey"
+	"github.com/termivar/distributed/internal/wire"
 	"github.com/termivar/distributed/raftfsm"
 )
 
@@ -14,16 +15,16 @@ type adminHandler struct{ s *Server }
 
 func (h adminHandler) Status(ctx context.Context, req *connect.Request[pb.StatusRequest]) (*connect.Response[pb.StatusResponse], error) {
 	return call(ctx, h.s, req, false, func(ctx context.Context, p principal, m *pb.StatusRequest) (*pb.StatusResponse, uint64, error) {
-		tv, _ := h.s.node.FSM().Tenant(p.Tenant)
-		snap := tv.Pool().Snapshot()
+		tv, _ := h.s.node.Reads().Tenant(p.Tenant)
+		snap := tv.Counters()
 		addr, id := h.s.node.Leader()
 		out := &pb.StatusResponse{
 			Tenant: p.Tenant, Revision: snap.Revision, LogicalTime: snap.LogicalTime,
 			TaskRecords: uint32(snap.TaskRecords), ActiveTasks: uint32(snap.ActiveTasks), QueuedTasks: uint32(snap.QueuedTasks),
 			TerminalTasks: uint32(snap.TerminalTasks), Workers: uint32(snap.Workers),
 			Results: uint32(tv.ResultCount()), ResultBytes: uint64(tv.ResultBytes()),
-			RaftState: h.s.node.RaftState(), Leader: id + "@" + addr, AppliedIndex: h.s.node.FSM().AppliedIndex(),
-			NodeId: h.s.node.Config().NodeID, Members: h.s.members(), LongPollsWaiting: h.s.LongPollsWaiting(),
+			RaftState: h.s.node.RaftState(), Leader: id + "@" + addr, AppliedIndex: h.s.node.Reads().AppliedIndex(),
+			NodeId: h.s.node.NodeID(), Members: h.s.members(), LongPollsWaiting: h.s.LongPollsWaiting(),
 		}
 		if m.GetStateHash() {
 			if err := h.stateHash(p, out); err != nil {
@@ -40,7 +41,7 @@ func (h adminHandler) stateHash(p principal, out *pb.StatusResponse) error {
 	if !p.systemAdmin() {
 		return errDenied("only an admin key of the system tenant may ask for the state hash")
 	}
-	sh, err := h.s.node.FSM().StateHash()
+	sh, err := h.s.node.Reads().StateHash()
 	if err != nil {
 		return err
 	}
@@ -52,9 +53,9 @@ func (h adminHandler) stateHash(p principal, out *pb.StatusResponse) error {
 
 func (h adminHandler) ListWorkers(ctx context.Context, req *connect.Request[pb.ListWorkersRequest]) (*connect.Response[pb.ListWorkersResponse], error) {
 	return call(ctx, h.s, req, false, func(ctx context.Context, p principal, _ *pb.ListWorkersRequest) (*pb.ListWorkersResponse, uint64, error) {
-		tv, _ := h.s.node.FSM().Tenant(p.Tenant)
+		tv, _ := h.s.node.Reads().Tenant(p.Tenant)
 		out := &pb.ListWorkersResponse{}
-		for _, w := range tv.Pool().Workers() {
+		for _, w := range tv.Workers() {
 			out.Workers = append(out.Workers, workerInfo(w))
 		}
 		return out, 0, nil
@@ -67,11 +68,12 @@ func (h adminHandler) CreateTenant(ctx context.Context, req *connect.Request[pb.
 			return nil, 0, errDenied("only an admin key of the system tenant may create tenants")
 		}
 		lim, rl := m.GetLimits(), m.GetResultLimits()
+		defLim, defRL := h.s.node.DefaultLimits()
 		if lim == nil {
-			lim = raftfsm.LimitsToProto(h.s.node.Config().DefaultLimits)
+			lim = wire.LimitsToProto(defLim)
 		}
 		if rl == nil {
-			rl = raftfsm.ResultLimitsToProto(h.s.node.Config().DefaultResultLimits)
+			rl = wire.ResultLimitsToProto(defRL)
 		}
 		r, err := h.s.node.Propose(ctx, &pb.Command{Principal: p.KeyID, Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{Name: m.GetName(), Limits: lim, ResultLimits: rl}}})
 		if err == nil {
@@ -136,7 +138,7 @@ func (h adminHandler) ListKeys(ctx context.Context, req *connect.Request[pb.List
 			return nil, 0, errDenied("only an admin key of the system tenant may list other tenants' keys")
 		}
 		out := &pb.ListKeysResponse{}
-		for _, k := range h.s.node.FSM().ListKeys(tenant, m.GetIncludeRevoked()) {
+		for _, k := range h.s.node.Reads().ListKeys(tenant, m.GetIncludeRevoked()) {
 			out.Keys = append(out.Keys, &pb.KeyInfo{KeyId: k.ID, Tenant: k.Tenant, Role: k.Role, CreatedSecs: k.CreatedSecs, RevokedSecs: k.RevokedSecs})
 		}
 		return out, 0, nil

@@ -20,7 +20,7 @@ import (
 // has no key at all: once bootstrap is over, a key planted in the file is
 // never registered (it is ignored with a warning by the caller seeing
 // ErrAdminKeyUnknown). It returns whether a key was created.
-func EnsureAdminKey(ctx context.Context, n *node.Node, path string) (bool, error) {
+func EnsureAdminKey(ctx context.Context, n Backend, path string) (bool, error) {
 	data, err := os.ReadFile(path)
 	switch {
 	case err == nil:
@@ -31,10 +31,10 @@ func EnsureAdminKey(ctx context.Context, n *node.Node, path string) (bool, error
 		if perr != nil {
 			return false, errors.New("server: admin key file is malformed")
 		}
-		if _, ok := n.FSM().Key(id); ok {
+		if _, ok := n.Reads().Key(id); ok {
 			return false, nil
 		}
-		if n.FSM().KeyCount() > 0 {
+		if n.Reads().KeyCount() > 0 {
 			return false, ErrAdminKeyUnknown
 		}
 		sum := sha256.Sum256([]byte(secret))
@@ -42,7 +42,7 @@ func EnsureAdminKey(ctx context.Context, n *node.Node, path string) (bool, error
 	case !errors.Is(err, os.ErrNotExist):
 		return false, err
 	}
-	if n.FSM().KeyCount() > 0 {
+	if n.Reads().KeyCount() > 0 {
 		// NB: the file was deleted after bootstrap; a new admin key is not
 		// minted on the side (keys are created with an admin key).
 		return false, ErrAdminKeyUnknown
@@ -63,7 +63,7 @@ func EnsureAdminKey(ctx context.Context, n *node.Node, path string) (bool, error
 // admin key.
 var ErrAdminKeyUnknown = errors.New("server: the admin key file is missing or holds a key this cluster does not know; it is not registered after bootstrap (create keys with an existing admin key)")
 
-func proposeKey(ctx context.Context, n *node.Node, id string, hash []byte) error {
+func proposeKey(ctx context.Context, n Backend, id string, hash []byte) error {
 	r, err := n.Propose(ctx, &pb.Command{Op: &pb.Command_CreateKey{CreateKey: &pb.CreateKey{
 		KeyId: id, SecretHash: hash, KeyTenant: raftfsm.SystemTenant, Role: apikey.RoleAdmin.String()}}})
 	if err != nil {

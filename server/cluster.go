@@ -21,8 +21,17 @@ const KindJoinUnverified = "join_unverified"
 // clusterHandler serves termivar.v1.Cluster (system-tenant admins only).
 type clusterHandler struct{ s *Server }
 
+// errNoCluster answers a Cluster call on a backend without membership.
+func errNoCluster() error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("this node has no cluster membership"))
+}
+
 func (s *Server) members() []*pb.ClusterMember {
-	ms, err := s.node.Members()
+	c, ok := s.cluster()
+	if !ok {
+		return nil
+	}
+	ms, err := c.Members()
 	if err != nil {
 		return nil
 	}
@@ -37,6 +46,10 @@ func (h clusterHandler) Join(ctx context.Context, req *connect.Request[pb.JoinRe
 	return call(ctx, h.s, req, true, func(ctx context.Context, p principal, m *pb.JoinRequest) (*pb.JoinResponse, uint64, error) {
 		if !p.systemAdmin() {
 			return nil, 0, errDenied("only an admin key of the system tenant may change the cluster")
+		}
+		c, ok := h.s.cluster()
+		if !ok {
+			return nil, 0, errNoCluster()
 		}
 		if !distributed.ValidIdentifier(m.GetNodeId()) {
 			return nil, 0, errInvalid("node_id must be 1 to 256 letters, digits, '.', '_', ':' or '-'")
@@ -59,7 +72,7 @@ func (h clusterHandler) Join(ctx context.Context, req *connect.Request[pb.JoinRe
 				return nil, 0, errInvalid("api_url must be http(s)://host:port")
 			}
 		}
-		if err := h.s.node.AddVoter(ctx, m.GetNodeId(), m.GetRaftAddr(), m.GetApiUrl(), m.GetIncarnation()); errors.Is(err, node.ErrNotMember) {
+		if err := c.AddVoter(ctx, m.GetNodeId(), m.GetRaftAddr(), m.GetApiUrl(), m.GetIncarnation()); errors.Is(err, node.ErrNotMember) {
 			return nil, 0, &apiError{KindNotAMember, "without raft_addr, node_id must be a member and api_url is required"}
 		} else if errors.Is(err, node.ErrJoinerUnverified) {
 			return nil, 0, &apiError{KindJoinUnverified, err.Error()}
@@ -86,8 +99,12 @@ func (h clusterHandler) RemoveMember(ctx context.Context, req *connect.Request[p
 		if !p.systemAdmin() {
 			return nil, 0, errDenied("only an admin key of the system tenant may change the cluster")
 		}
+		c, ok := h.s.cluster()
+		if !ok {
+			return nil, 0, errNoCluster()
+		}
 		found := false
-		ms, err := h.s.node.Members()
+		ms, err := c.Members()
 		if err != nil {
 			return nil, 0, err
 		}
@@ -97,7 +114,7 @@ func (h clusterHandler) RemoveMember(ctx context.Context, req *connect.Request[p
 		if !found {
 			return nil, 0, &apiError{KindNoSuchMember, "no such member"}
 		}
-		if err := h.s.node.RemoveServer(ctx, m.GetNodeId()); err != nil {
+		if err := c.RemoveServer(ctx, m.GetNodeId()); err != nil {
 			return nil, 0, err
 		}
 		return &pb.RemoveMemberResponse{}, 0, nil
@@ -119,7 +136,11 @@ func (h clusterHandler) TransferLeadership(ctx context.Context, req *connect.Req
 		if m.GetNodeId() != "" && !distributed.ValidIdentifier(m.GetNodeId()) {
 			return nil, 0, errInvalid("node_id must be 1 to 256 letters, digits, '.', '_', ':' or '-'")
 		}
-		id, err := h.s.node.TransferLeadership(ctx, m.GetNodeId())
+		c, ok := h.s.cluster()
+		if !ok {
+			return nil, 0, errNoCluster()
+		}
+		id, err := c.TransferLeadership(ctx, m.GetNodeId())
 		switch {
 		case errors.Is(err, node.ErrUnknownVoter):
 			return nil, 0, &apiError{KindNoSuchMember, "no such voter"}

@@ -292,7 +292,7 @@ func (s *Server) keyKnownLocally(h http.Header) bool {
 	if err != nil {
 		return true
 	}
-	_, found := s.node.FSM().Key(id)
+	_, found := s.node.Reads().Key(id)
 	return found
 }
 

@@ -73,7 +73,7 @@ func setupServer(t *testing.T, mut func(*node.Config), scfg Config) *testBundle 
 	if err != nil {
 		t.Fatal(err)
 	}
-	scfg.Node, scfg.Audit = n, al
+	scfg.Backend, scfg.Audit = n, al
 	s := New(scfg)
 	// NB: HTTP/1.1 and h2c, as serve speaks them (NewHTTPServer).
 	srv := httptest.NewUnstartedServer(s.Handler())

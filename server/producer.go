@@ -46,7 +46,10 @@ func (h producerHandler) Enqueue(ctx context.Context, req *connect.Request[pb.En
 		if err != nil {
 			return nil, r.Revision, err
 		}
-		tasks := r.Value.([]distributed.ScanTask)
+		tasks, err := raftfsm.ValueAs[[]distributed.ScanTask](r, "EnqueueTasks")
+		if err != nil {
+			return nil, r.Revision, err
+		}
 		out := &pb.EnqueueResponse{Revision: r.Revision, Tasks: make([]*pb.EnqueuedTask, len(tasks))}
 		for i, t := range tasks {
 			et := &pb.EnqueuedTask{TaskId: t.TaskID()}
@@ -90,7 +93,10 @@ func (h producerHandler) Cancel(ctx context.Context, req *connect.Request[pb.Can
 		if err != nil {
 			return nil, r.Revision, err
 		}
-		v := r.Value.(distributed.CancellationOutcome)
+		v, err := raftfsm.ValueAs[distributed.CancellationOutcome](r, "CancelTask")
+		if err != nil {
+			return nil, r.Revision, err
+		}
 		return &pb.CancelResponse{AlreadyCancelled: v.Kind == distributed.AlreadyCancelled, Revision: r.Revision}, r.Revision, nil
 	})
 }
@@ -108,7 +114,10 @@ func (h producerHandler) cancelByID(ctx context.Context, p principal, m *pb.Canc
 	if err != nil {
 		return nil, r.Revision, err
 	}
-	v := r.Value.(raftfsm.CancelByIDValue)
+	v, err := raftfsm.ValueAs[raftfsm.CancelByIDValue](r, "CancelTaskByID")
+	if err != nil {
+		return nil, r.Revision, err
+	}
 	return &pb.CancelResponse{AlreadyCancelled: v.Outcome.Kind == distributed.AlreadyCancelled, PreviousStatus: v.PreviousStatus.String(), Revision: r.Revision}, r.Revision, nil
 }
 
@@ -140,8 +149,8 @@ func (s *Server) taskInfo(p principal, tv raftfsm.TenantView, t distributed.Scan
 
 func (h producerHandler) GetTask(ctx context.Context, req *connect.Request[pb.GetTaskRequest]) (*connect.Response[pb.GetTaskResponse], error) {
 	return call(ctx, h.s, req, false, func(ctx context.Context, p principal, m *pb.GetTaskRequest) (*pb.GetTaskResponse, uint64, error) {
-		tv, _ := h.s.node.FSM().Tenant(p.Tenant)
-		t, ok, err := tv.Pool().GetTask(m.GetTaskId())
+		tv, _ := h.s.node.Reads().Tenant(p.Tenant)
+		t, ok, err := tv.GetTask(m.GetTaskId())
 		if err != nil {
 			return nil, 0, err
 		}
@@ -175,7 +184,7 @@ func (h producerHandler) ListTasks(ctx context.Context, req *connect.Request[pb.
 				return nil, 0, err
 			}
 		}
-		tv, _ := h.s.node.FSM().Tenant(p.Tenant)
+		tv, _ := h.s.node.Reads().Tenant(p.Tenant)
 		out := &pb.ListTasksResponse{}
 		keep := func(t distributed.ScanTask) bool { return !filter || t.Status() == want }
 		if m.GetScanId() != "" {
@@ -191,7 +200,7 @@ func (h producerHandler) ListTasks(ctx context.Context, req *connect.Request[pb.
 			ids := tv.ScanTaskIDs(m.GetScanId())
 			i := off
 			for ; i < len(ids) && len(out.Tasks) < size; i++ {
-				if t, ok, _ := tv.Pool().GetTask(ids[i]); ok && keep(t) {
+				if t, ok, _ := tv.GetTask(ids[i]); ok && keep(t) {
 					out.Tasks = append(out.Tasks, h.s.taskInfo(p, tv, t))
 				}
 			}
@@ -207,7 +216,7 @@ func (h producerHandler) ListTasks(ctx context.Context, req *connect.Request[pb.
 		}
 		// Page by IDs (no copy of every record under the core's lock); only
 		// the tasks examined for this page are read.
-		ids := tv.Pool().TaskIDs()
+		ids := tv.TaskIDs()
 		start := 0
 		if hasAfter {
 			start = sort.SearchStrings(ids, after)
@@ -220,7 +229,7 @@ func (h producerHandler) ListTasks(ctx context.Context, req *connect.Request[pb.
 				out.NextPageToken = "k:" + out.Tasks[len(out.Tasks)-1].GetTaskId()
 				break
 			}
-			if t, ok, _ := tv.Pool().GetTask(id); ok && keep(t) {
+			if t, ok, _ := tv.GetTask(id); ok && keep(t) {
 				out.Tasks = append(out.Tasks, h.s.taskInfo(p, tv, t))
 			}
 		}
@@ -233,10 +242,10 @@ func (h producerHandler) ScanProgress(ctx context.Context, req *connect.Request[
 		if err := distributed.CheckTaskCommandID(m.GetScanId()); err != nil {
 			return nil, 0, err
 		}
-		tv, _ := h.s.node.FSM().Tenant(p.Tenant)
+		tv, _ := h.s.node.Reads().Tenant(p.Tenant)
 		out := &pb.ScanProgressResponse{}
 		for _, id := range tv.ScanTaskIDs(m.GetScanId()) {
-			t, ok, _ := tv.Pool().GetTask(id)
+			t, ok, _ := tv.GetTask(id)
 			if !ok {
 				continue
 			}
@@ -280,10 +289,10 @@ func (h producerHandler) AggregateResults(ctx context.Context, req *connect.Requ
 	if err := distributed.CheckTaskCommandID(req.Msg.GetScanId()); err != nil {
 		return toConnect(err)
 	}
-	tv, _ := h.s.node.FSM().Tenant(p.Tenant)
+	tv, _ := h.s.node.Reads().Tenant(p.Tenant)
 	var ids []string
 	for _, id := range tv.ScanTaskIDs(req.Msg.GetScanId()) {
-		if t, ok, _ := tv.Pool().GetTask(id); ok && t.Status() == distributed.TaskCompleted {
+		if t, ok, _ := tv.GetTask(id); ok && t.Status() == distributed.TaskCompleted {
 			ids = append(ids, id)
 		}
 	}

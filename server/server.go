@@ -26,7 +26,6 @@ import (
 	"github.com/termivar/distributed/gen/termivar/v1/termivarv1connect"
 	"github.com/termivar/distributed/internal/apikey"
 	"github.com/termivar/distributed/internal/audit"
-	"github.com/termivar/distributed/node"
 	"github.com/termivar/distributed/raftfsm"
 )
 
@@ -46,7 +45,9 @@ const (
 
 // Config configures a Server.
 type Config struct {
-	Node *node.Node
+	// Backend is the node served: node.Node in production, an in-memory
+	// backend in tests (backend.go).
+	Backend Backend
 	// Audit receives one entry per mutating request; nil discards them.
 	Audit *audit.Logger
 	// Logger receives diagnostics; nil discards them.
@@ -70,7 +71,7 @@ type Config struct {
 // Server implements the three Connect services.
 type Server struct {
 	cfg   Config
-	node  *node.Node
+	node  Backend
 	audit *audit.Logger
 	log   *slog.Logger
 	fwd   *forwarder
@@ -88,7 +89,7 @@ type Server struct {
 	closeOnce sync.Once
 }
 
-// New returns a server for cfg.Node. It panics if cfg.Limits does not
+// New returns a server for cfg.Backend. It panics if cfg.Limits does not
 // validate (callers check flags with Limits.Validate first).
 func New(cfg Config) *Server {
 	if cfg.Logger == nil {
@@ -104,7 +105,7 @@ func New(cfg Config) *Server {
 		cfg.Now = time.Now
 	}
 	lim := cfg.Limits.withDefaults()
-	s := &Server{cfg: cfg, node: cfg.Node, audit: cfg.Audit, log: cfg.Logger, stopping: make(chan struct{}),
+	s := &Server{cfg: cfg, node: cfg.Backend, audit: cfg.Audit, log: cfg.Logger, stopping: make(chan struct{}),
 		limits: lim, now: cfg.Now, errw: connect.NewErrorWriter(),
 		throttle:   newFailureThrottle(lim.AuthFailureBurst, lim.AuthFailureRefill, lim.AuthSources),
 		failures:   cfg.Audit.Failures(audit.FailureConfig{Window: lim.AuthAuditWindow, MaxSources: lim.AuthSources}),
@@ -220,7 +221,7 @@ func (s *Server) authenticate(h http.Header, service, method string) (principal,
 	if err != nil {
 		return principal{}, errUnauthenticated("malformed API key")
 	}
-	rec, found := s.node.FSM().Key(id)
+	rec, found := s.node.Reads().Key(id)
 	if !found || !apikey.Verify(rec.Hash, secret) {
 		return principal{KeyID: id}, errUnauthenticated("unknown API key")
 	}
@@ -229,7 +230,7 @@ func (s *Server) authenticate(h http.Header, service, method string) (principal,
 	if !apikey.Allowed(role, service, method) {
 		return p, errDenied("role " + rec.Role + " may not call " + service + "." + method)
 	}
-	if _, ok := s.node.FSM().Tenant(rec.Tenant); !ok {
+	if _, ok := s.node.Reads().Tenant(rec.Tenant); !ok {
 		return p, &apiError{KindUnknownTenant, "tenant does not exist"}
 	}
 	return p, nil

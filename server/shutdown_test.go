@@ -36,7 +36,7 @@ func TestServer_ShutdownWakesLongPoll(t *testing.T) {
 	if _, err := EnsureAdminKey(octx, n, keyPath); err != nil {
 		t.Fatal(err)
 	}
-	s := New(Config{Node: n})
+	s := New(Config{Backend: n})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

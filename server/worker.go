@@ -57,8 +57,12 @@ func (h workerHandler) RegisterWorker(ctx context.Context, req *connect.Request[
 		if err != nil {
 			return nil, r.Revision, err
 		}
-		resp := &pb.RegisterWorkerResponse{Worker: workerInfo(r.Value.(distributed.WorkerNode)), Revision: r.Revision}
-		if tv, ok := h.s.node.FSM().Tenant(p.Tenant); ok {
+		w, err := raftfsm.ValueAs[distributed.WorkerNode](r, "RegisterWorker")
+		if err != nil {
+			return nil, r.Revision, err
+		}
+		resp := &pb.RegisterWorkerResponse{Worker: workerInfo(w), Revision: r.Revision}
+		if tv, ok := h.s.node.Reads().Tenant(p.Tenant); ok {
 			resp.MaxResultBytes = uint64(tv.ResultLimits().MaxResultBytes)
 		}
 		return resp, r.Revision, nil
@@ -81,7 +85,11 @@ func (h workerHandler) Heartbeat(ctx context.Context, req *connect.Request[pb.He
 		if err != nil {
 			return nil, r.Revision, err
 		}
-		return &pb.HeartbeatResponse{Worker: workerInfo(r.Value.(distributed.WorkerNode)), Revision: r.Revision}, r.Revision, nil
+		w, err := raftfsm.ValueAs[distributed.WorkerNode](r, "UpdateWorker")
+		if err != nil {
+			return nil, r.Revision, err
+		}
+		return &pb.HeartbeatResponse{Worker: workerInfo(w), Revision: r.Revision}, r.Revision, nil
 	})
 }
 
@@ -97,7 +105,7 @@ func (h workerHandler) Acquire(ctx context.Context, req *connect.Request[pb.Acqu
 		if ttl == 0 {
 			ttl = h.s.cfg.DefaultLeaseTTLSecs
 		}
-		tv, _ := h.s.node.FSM().Tenant(p.Tenant)
+		tv, _ := h.s.node.Reads().Tenant(p.Tenant)
 		deadline := time.NewTimer(time.Duration(m.GetWaitSecs()) * time.Second)
 		defer deadline.Stop()
 		for {
@@ -106,12 +114,13 @@ func (h workerHandler) Acquire(ctx context.Context, req *connect.Request[pb.Acqu
 			wake := h.s.node.WaitChan(p.Tenant)
 			var r raftfsm.Response
 			err := error(distributed.ErrNoQueuedTask)
-			if tv.Pool().Snapshot().QueuedTasks > 0 {
+			if tv.Counters().QueuedTasks > 0 {
 				r, err = h.s.propose(ctx, p, nil, &pb.Command{Op: &pb.Command_AcquireTasks{AcquireTasks: &pb.AcquireTasks{
 					WorkerId: m.GetWorkerId(), LeaseTtlSecs: ttl, MaxTasks: m.GetMaxTasks(), Start: m.GetStart()}}})
 			}
 			if err == nil {
-				return h.acquired(p, r), r.Revision, nil
+				out, err := h.acquired(p, r)
+				return out, r.Revision, err
 			}
 			if !errors.Is(err, distributed.ErrNoQueuedTask) {
 				return nil, r.Revision, err
@@ -120,7 +129,7 @@ func (h workerHandler) Acquire(ctx context.Context, req *connect.Request[pb.Acqu
 				continue
 			}
 			if r.Revision == 0 {
-				r.Revision = tv.Pool().Snapshot().Revision
+				r.Revision = tv.Counters().Revision
 			}
 			return &pb.AcquireResponse{Revision: r.Revision}, r.Revision, nil
 		}
@@ -142,8 +151,11 @@ func (h workerHandler) wait(ctx context.Context, wake <-chan struct{}, deadline 
 	return false
 }
 
-func (h workerHandler) acquired(p principal, r raftfsm.Response) *pb.AcquireResponse {
-	acq := r.Value.([]raftfsm.Acquired)
+func (h workerHandler) acquired(p principal, r raftfsm.Response) (*pb.AcquireResponse, error) {
+	acq, err := raftfsm.ValueAs[[]raftfsm.Acquired](r, "AcquireTasks")
+	if err != nil {
+		return nil, err
+	}
 	out := &pb.AcquireResponse{Revision: r.Revision, Tasks: make([]*pb.LeasedTask, 0, len(acq))}
 	codec := h.s.node.Codec()
 	for _, a := range acq {
@@ -153,7 +165,7 @@ func (h workerHandler) acquired(p principal, r raftfsm.Response) *pb.AcquireResp
 			Attempt: a.Lease.Attempt(), LeaseId: a.Lease.LeaseID(), ExpiresAt: a.Lease.ExpiresAt(), Started: a.Started,
 		})
 	}
-	return out
+	return out, nil
 }
 
 func (s *Server) leaseBytes(p principal, tok []byte) ([]byte, error) {
@@ -175,7 +187,10 @@ func (h workerHandler) Start(ctx context.Context, req *connect.Request[pb.StartR
 		if err != nil {
 			return nil, r.Revision, err
 		}
-		v := r.Value.(distributed.StartOutcome)
+		v, err := raftfsm.ValueAs[distributed.StartOutcome](r, "StartTask")
+		if err != nil {
+			return nil, r.Revision, err
+		}
 		return &pb.StartResponse{StartedAt: v.StartedAt, AlreadyStarted: v.Kind == distributed.StartAlreadyStarted, Revision: r.Revision}, r.Revision, nil
 	})
 }
@@ -194,19 +209,25 @@ func (h workerHandler) RenewLease(ctx context.Context, req *connect.Request[pb.R
 		if err != nil {
 			return nil, r.Revision, err
 		}
-		l := r.Value.(distributed.TaskLease)
+		l, err := raftfsm.ValueAs[distributed.TaskLease](r, "RenewLease")
+		if err != nil {
+			return nil, r.Revision, err
+		}
 		return &pb.RenewLeaseResponse{LeaseToken: h.s.node.Codec().SealLease(p.Tenant, l), LeaseId: l.LeaseID(), ExpiresAt: l.ExpiresAt(), Revision: r.Revision}, r.Revision, nil
 	})
 }
 
-func (s *Server) completeResponse(p principal, r raftfsm.Response) *pb.CompleteResponse {
-	v := r.Value.(raftfsm.CompleteValue)
+func (s *Server) completeResponse(p principal, r raftfsm.Response) (*pb.CompleteResponse, error) {
+	v, err := raftfsm.ValueAs[raftfsm.CompleteValue](r, "CompleteTask")
+	if err != nil {
+		return nil, err
+	}
 	return &pb.CompleteResponse{
 		ReceiptToken:     s.node.Codec().SealReceipt(p.Tenant, v.Completion.Receipt),
 		AlreadyCompleted: v.Completion.Kind == distributed.AlreadyCompleted,
 		AlreadyStored:    v.Store.Kind == distributed.AlreadyStored,
 		Revision:         r.Revision,
-	}
+	}, nil
 }
 
 func (h workerHandler) Complete(ctx context.Context, req *connect.Request[pb.CompleteRequest]) (*connect.Response[pb.CompleteResponse], error) {
@@ -219,7 +240,8 @@ func (h workerHandler) Complete(ctx context.Context, req *connect.Request[pb.Com
 		if err != nil {
 			return nil, r.Revision, err
 		}
-		return h.s.completeResponse(p, r), r.Revision, nil
+		out, err := h.s.completeResponse(p, r)
+		return out, r.Revision, err
 	})
 }
 
@@ -256,7 +278,11 @@ func (h workerHandler) CompleteMany(ctx context.Context, req *connect.Request[pb
 					out.Results[idx[j]] = &pb.CompleteItemResult{Error: d}
 					continue
 				}
-				out.Results[idx[j]] = &pb.CompleteItemResult{Response: h.s.completeResponse(p, r)}
+				cr, err := h.s.completeResponse(p, r)
+				if err != nil {
+					return nil, rev, err
+				}
+				out.Results[idx[j]] = &pb.CompleteItemResult{Response: cr}
 			}
 		}
 		return out, rev, nil
@@ -273,7 +299,10 @@ func (h workerHandler) Fail(ctx context.Context, req *connect.Request[pb.FailReq
 		if err != nil {
 			return nil, r.Revision, err
 		}
-		v := r.Value.(distributed.FailureOutcome)
+		v, err := raftfsm.ValueAs[distributed.FailureOutcome](r, "FailTask")
+		if err != nil {
+			return nil, r.Revision, err
+		}
 		return &pb.FailResponse{Requeued: v.Kind == distributed.Requeued, RetryExhausted: v.Kind == distributed.RetryExhausted,
 			TaskGeneration: v.TaskGeneration, RetryCount: v.RetryCount, Revision: r.Revision}, r.Revision, nil
 	})
@@ -289,6 +318,10 @@ func (h workerHandler) Deregister(ctx context.Context, req *connect.Request[pb.D
 		if err != nil {
 			return nil, r.Revision, err
 		}
-		return &pb.DeregisterResponse{Summary: summary(r.Value.(distributed.RecoverySummary)), Revision: r.Revision}, r.Revision, nil
+		sum, err := raftfsm.ValueAs[distributed.RecoverySummary](r, "DeregisterWorker")
+		if err != nil {
+			return nil, r.Revision, err
+		}
+		return &pb.DeregisterResponse{Summary: summary(sum), Revision: r.Revision}, r.Revision, nil
 	})
 }

@@ -134,7 +134,7 @@ func startEmbedded(dir string) (stop func(), url, key string, err error) {
 		n.Close()
 		return nil, "", "", err
 	}
-	hs := server.New(server.Config{Node: n, Audit: al}).HTTPServer(ln.Addr().String())
+	hs := server.New(server.Config{Backend: n, Audit: al}).HTTPServer(ln.Addr().String())
 	go func() { _ = hs.Serve(ln) }()
 	return func() {
 		_ = hs.Close()

@@ -39,7 +39,7 @@ func inProcessNode(t *testing.T, cfg node.Config) (url, key string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(server.New(server.Config{Node: n}).Handler())
+	srv := httptest.NewServer(server.New(server.Config{Backend: n}).Handler())
 	t.Cleanup(func() {
 		srv.CloseClientConnections()
 		srv.Close()

@@ -43,7 +43,7 @@ func (b *testBundle) run(t *testing.T, stdin string, args ...string) (int, strin
 	t.Helper()
 	var out, errOut bytes.Buffer
 	env := &cliEnv{stdin: strings.NewReader(stdin), stdout: &out, stderr: &errOut}
-	rest, err := parseGlobal(append([]string{"--server", b.srv.URL, "--key", "k"}, args...), env)
+	rest, err := parseGlobal(append([]string{"--server", b.srv.URL, "--key", b.srv.Key}, args...), env)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,9 +55,9 @@ func (b *testBundle) run(t *testing.T, stdin string, args ...string) (int, strin
 }
 
 // work runs an in-process agent whose result is "r:" + the target.
-func work(t *testing.T, url string, delay time.Duration) {
+func work(t *testing.T, url, key string, delay time.Duration) {
 	t.Helper()
-	c, err := client.New(client.Config{ServerURL: url, Key: "k"})
+	c, err := client.New(client.Config{ServerURL: url, Key: key})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func TestCLI_KeyFromEnvironmentAndFile(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(dir, "termivar-data"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, client.DefaultKeyFile), []byte("filekey\n"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, client.DefaultKeyFile), []byte(b.srv.Key+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	t.Chdir(dir)
@@ -137,7 +137,7 @@ func TestCLI_KeyFromEnvironmentAndFile(t *testing.T) {
 	if code, _ := runRegistered("status", nil, env); code != exitUsage {
 		t.Errorf("status without any key: exit %d, want %d", code, exitUsage)
 	}
-	t.Setenv(client.EnvKey, "envkey")
+	t.Setenv(client.EnvKey, b.srv.Key)
 	if code, _ := runRegistered("status", nil, env); code != exitOK {
 		t.Errorf("status with TERMIVAR_KEY: exit %d: %s", code, errOut.String())
 	}
@@ -199,7 +199,7 @@ func TestCLI_WatchAndResults(t *testing.T) {
 	if code, _, stderr := b.run(t, "", append([]string{"enqueue", "--scan", "w"}, targets...)...); code != exitOK {
 		t.Fatalf("enqueue: %s", stderr)
 	}
-	work(t, b.srv.URL, 20*time.Millisecond)
+	work(t, b.srv.URL, b.srv.Key, 20*time.Millisecond)
 	code, out, stderr := b.run(t, "", "watch", "--scan", "w", "--json", "--interval", "50ms")
 	if code != exitOK {
 		t.Fatalf("watch --json: exit %d: %s", code, stderr)

@@ -760,7 +760,7 @@ func TestCluster_JoinFourthNode(t *testing.T) {
 	}
 	waitCond(t, "the joiner to catch up", func() bool {
 		tv, ok := n4.rn.n.FSM().Tenant(raftfsm.SystemTenant)
-		return ok && tv.Pool().Snapshot().TaskRecords == 50
+		return ok && tv.Counters().TaskRecords == 50
 	})
 	c4 := c.client(n4.url, c.adminKey)
 	if _, err := c4.Enqueue(ctx, &pb.EnqueueRequest{Tasks: []*pb.NewTask{{TaskId: "after", ScanId: "s", TargetRef: "x"}}}); err != nil {
@@ -780,7 +780,7 @@ func TestCluster_JoinFourthNode(t *testing.T) {
 	}
 	waitCond(t, "the joiner to apply the last write", func() bool {
 		tv, _ := n4.rn.n.FSM().Tenant(raftfsm.SystemTenant)
-		_, ok, _ := tv.Pool().GetTask("after")
+		_, ok, _ := tv.GetTask("after")
 		return ok
 	})
 	// Joining again is a no-op; removing the member shrinks the cluster.

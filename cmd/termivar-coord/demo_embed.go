@@ -50,7 +50,7 @@ func startDemoNode(ctx context.Context, dir string, mtls *demoTLS) (*embeddedNod
 		n.Close()
 		return nil, err
 	}
-	hs := server.New(server.Config{Node: n}).HTTPServer(l.Addr().String())
+	hs := server.New(server.Config{Backend: n}).HTTPServer(l.Addr().String())
 	url := "http://" + l.Addr().String()
 	var hc *http.Client
 	if mtls != nil {

@@ -20,8 +20,8 @@ import (
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 	"github.com/termivar/distributed/gen/termivar/v1/termivarv1connect"
 	"github.com/termivar/distributed/internal/apikey"
+	"github.com/termivar/distributed/internal/wire"
 	"github.com/termivar/distributed/node"
-	"github.com/termivar/distributed/raftfsm"
 )
 
 const keysUsage = `usage: termivar-coord keys <subcommand> [flags]
@@ -271,7 +271,7 @@ func runTenants(args []string) int {
 			fmt.Fprintln(os.Stderr, "termivar-coord tenants create:", err)
 			return exitUsage
 		}
-		req.Limits, req.ResultLimits = raftfsm.LimitsToProto(lim), raftfsm.ResultLimitsToProto(rlim)
+		req.Limits, req.ResultLimits = wire.LimitsToProto(lim), wire.ResultLimitsToProto(rlim)
 	}
 	key, err := c.apiKey()
 	if err != nil {

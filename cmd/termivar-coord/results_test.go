@@ -10,8 +10,8 @@ import (
 	distributed "github.com/termivar/distributed"
 	"github.com/termivar/distributed/client"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/internal/wire"
 	"github.com/termivar/distributed/node"
-	"github.com/termivar/distributed/raftfsm"
 )
 
 // fillScan enqueues n tasks of scan s (IDs s-00000…, enqueue order
@@ -111,7 +111,7 @@ func TestCLI_ResultsLargerThanOneAggregate(t *testing.T) {
 	ctx := context.Background()
 	brl := rl
 	brl.MaxAggregateBytes = 64 << 10
-	if _, err := c.CreateTenant(ctx, &pb.CreateTenantRequest{Name: "bytes", Limits: raftfsm.LimitsToProto(lim), ResultLimits: raftfsm.ResultLimitsToProto(brl)}); err != nil {
+	if _, err := c.CreateTenant(ctx, &pb.CreateTenantRequest{Name: "bytes", Limits: wire.LimitsToProto(lim), ResultLimits: wire.ResultLimitsToProto(brl)}); err != nil {
 		t.Fatal(err)
 	}
 	kr, err := c.CreateKey(ctx, &pb.CreateKeyRequest{Tenant: "bytes", Role: "admin"})

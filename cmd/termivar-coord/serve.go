@@ -306,7 +306,7 @@ func startNode(ctx context.Context, f serveFlags, logger *slog.Logger) (_ *runni
 	if err != nil {
 		return nil, err
 	}
-	srv := server.New(server.Config{Node: n, Audit: al, Logger: logger, DefaultLeaseTTLSecs: f.leaseTTL, ForwardTLS: forwardTLS, Limits: f.serverLimits})
+	srv := server.New(server.Config{Backend: n, Audit: al, Logger: logger, DefaultLeaseTTLSecs: f.leaseTTL, ForwardTLS: forwardTLS, Limits: f.serverLimits})
 	// NB: HTTPServer wakes pending Acquire long-polls when Shutdown starts,
 	// so shutting down does not wait for them.
 	hs := srv.HTTPServer(f.apiAddr)

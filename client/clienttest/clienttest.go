@@ -1,0 +1,113 @@
+// Package clienttest is a test-only, in-process termivar node: the real
+// server.Server (the same handlers, authentication, tokens and error
+// mapping as production) over a real raftfsm.FSM, with an in-memory
+// backend in place of raft (backend.go). Nothing is replicated or written
+// to disk. It lets the client, the agent and the CLI be tested in
+// milliseconds against the handlers they meet in production.
+//
+// Do not use it outside tests: its state lives only in memory and its
+// cluster secret is thrown away on Close.
+package clienttest
+
+import (
+	"context"
+	"net/http/httptest"
+	"sync"
+	"time"
+
+	distributed "github.com/termivar/distributed"
+	"github.com/termivar/distributed/internal/apikey"
+	"github.com/termivar/distributed/raftfsm"
+	"github.com/termivar/distributed/server"
+)
+
+// Options configures a Server. Zero values take the core's defaults.
+type Options struct {
+	// Limits are the system tenant's limits (default
+	// distributed.DefaultLimits).
+	Limits distributed.Limits
+	// MaxResultBytes bounds one result (default 1 MiB).
+	MaxResultBytes int
+	// TickInterval is the cadence of background recovery: expired leases,
+	// dead workers, old tasks (default 100 ms).
+	TickInterval time.Duration
+}
+
+// Server is a running in-process node. Its methods are safe for concurrent
+// use.
+type Server struct {
+	// URL is the base URL to give client.Config.ServerURL.
+	URL string
+	// Key is an admin key of the system tenant, the tenant the tasks live
+	// in: it may call every Worker, Producer and Admin method.
+	Key string
+
+	be   *backend
+	api  *server.Server
+	http *httptest.Server
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// New starts a node on a loopback port. Close it when done.
+func New(opts Options) (*Server, error) {
+	if opts.Limits == (distributed.Limits{}) {
+		opts.Limits = distributed.DefaultLimits()
+	}
+	rl := distributed.DefaultResultLimits()
+	if opts.MaxResultBytes != 0 {
+		rl.MaxResultBytes = opts.MaxResultBytes
+	}
+	if opts.TickInterval == 0 {
+		opts.TickInterval = 100 * time.Millisecond
+	}
+	be, err := newBackend(opts.Limits, rl)
+	if err != nil {
+		return nil, err
+	}
+	key, err := server.CreateKey(context.Background(), be, raftfsm.SystemTenant, apikey.RoleAdmin)
+	if err != nil {
+		return nil, err
+	}
+	api := server.New(server.Config{Backend: be})
+	s := &Server{Key: key.Key, be: be, api: api, http: httptest.NewServer(api.Handler()), stop: make(chan struct{})}
+	s.URL = s.http.URL
+	s.wg.Add(1)
+	go s.tickLoop(opts.TickInterval)
+	return s, nil
+}
+
+// Close stops the node: pending Acquire long-polls answer at once, then
+// the HTTP server and the recovery ticker stop.
+func (s *Server) Close() {
+	close(s.stop)
+	s.wg.Wait()
+	s.api.Close()
+	s.http.CloseClientConnections()
+	s.http.Close()
+}
+
+// Advance moves the node's clock forward by d (whole seconds) and runs
+// background recovery at once, to expire leases or heartbeats without
+// waiting.
+func (s *Server) Advance(d time.Duration) {
+	s.be.advance(d)
+	s.be.tick()
+}
+
+// Renewals returns how many RenewLease commands succeeded.
+func (s *Server) Renewals() int { return s.be.renewalCount() }
+
+func (s *Server) tickLoop(every time.Duration) {
+	defer s.wg.Done()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			s.be.tick()
+		}
+	}
+}

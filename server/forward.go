@@ -174,8 +174,19 @@ func (f *forwarder) forward(w http.ResponseWriter, r *http.Request, leader strin
 		t := time.AfterFunc(d, func() { cancel(errForwardTimeout) })
 		defer t.Stop()
 	}
-	wg.Go(func() { f.watchLeader(ctx, leader, cancel) })
+	if watchesLeader(r.URL.Path) {
+		wg.Go(func() { f.watchLeader(ctx, leader, cancel) })
+	}
 	p.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// watchesLeader reports whether a forward of procedure stops when the
+// leader changes. NB: TransferLeadership changes the leader on purpose; the
+// old leader answers it once the new one is known (bounded by its own
+// timeout and the forward's), so a change is its success, not a reason to
+// give up.
+func watchesLeader(procedure string) bool {
+	return procedure != "/termivar.v1.Cluster/TransferLeadership"
 }
 
 // bound is the time a forward of procedure may take (0: no bound).

@@ -33,6 +33,7 @@ type forwardBundle struct {
 	polls    atomic.Int64
 	producer termivarv1connect.ProducerClient
 	worker   termivarv1connect.WorkerClient
+	cluster  termivarv1connect.ClusterClient
 }
 
 // setupForward serves a forwarder to leader with the given ForwardTimeout.
@@ -60,6 +61,7 @@ func setupForward(t *testing.T, leader string, timeout time.Duration) *forwardBu
 	})
 	b.producer = termivarv1connect.NewProducerClient(hc, srv.URL)
 	b.worker = termivarv1connect.NewWorkerClient(hc, srv.URL)
+	b.cluster = termivarv1connect.NewClusterClient(hc, srv.URL)
 	return b
 }
 
@@ -158,4 +160,41 @@ func TestForwarder_LeaderNotDialled(t *testing.T) {
 	b := setupForward(t, leader, time.Minute)
 	_, err = b.producer.GetTask(context.Background(), connect.NewRequest(&pb.GetTaskRequest{TaskId: "t"}))
 	checkNotLeader(t, err, "", "")
+}
+
+// TestForwarder_TransferLeadershipOutlivesTheChange: a forwarded
+// TransferLeadership changes the leader on purpose; the forward must wait
+// for the old leader's answer instead of giving up when the change shows
+// (it did, under -race: `cluster transfer-leadership` through a follower
+// then failed although the transfer succeeded).
+func TestForwarder_TransferLeadershipOutlivesTheChange(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	old := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-release
+		w.Header().Set("Content-Type", "application/proto")
+	}))
+	old.Config.Protocols = NewHTTPServer("", nil).Protocols // h2c, as the forward speaks it
+	old.Start()
+	t.Cleanup(old.Close)
+	b := setupForward(t, old.URL, time.Minute)
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.cluster.TransferLeadership(context.Background(), connect.NewRequest(&pb.TransferLeadershipRequest{NodeId: "n2"}))
+		done <- err
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for b.polls.Load() < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the forward never started")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	newLeader := "http://127.0.0.1:1"
+	b.leader.Store(&newLeader)
+	time.Sleep(3 * leaderPollInterval) // NB: the watch would have fired by now
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatalf("TransferLeadership through the forward = %v, want the old leader's answer", err)
+	}
 }

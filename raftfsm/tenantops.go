@@ -39,19 +39,26 @@ func (n need) String() string {
 	return "need(?)"
 }
 
-// tenantCall is one tenant command on its way through tenantOps: the
-// tenant, the command, the revision and time it applies at, and what the
-// entry's target step decoded from it.
-type tenantCall struct {
-	t        *Tenant
-	cmd      *pb.Command
-	rev, now uint64
+// opTarget is what a tenantOps entry's target step decodes from a command
+// before it is authorized.
+type opTarget struct {
 	// worker is the worker the command acts for; needWorker and needBind
 	// check the principal against it.
 	worker string
 	lease  distributed.TaskLease     // set by byLease
 	spec   distributed.WorkerSpec    // set by bySpec
 	own    distributed.TaskOwnership // set by byOwnership
+}
+
+// tenantCall is one tenant command on its way through tenantOps: the
+// tenant, the command, the revision and time it applies at, and its
+// decoded target. NB: it is passed by value so that it stays on the stack
+// (a pointer passed to the table's func values would escape to the heap).
+type tenantCall struct {
+	t        *Tenant
+	cmd      *pb.Command
+	rev, now uint64
+	opTarget
 }
 
 // tenantOp is one row of the tenant command table.
@@ -61,9 +68,9 @@ type tenantOp struct {
 	// authorized: the worker ID a worker need is checked against, and the
 	// lease, spec or ownership the handler uses. A decoding failure is
 	// answered before authorization.
-	target func(c *tenantCall) error
+	target func(cmd *pb.Command) (opTarget, error)
 	// apply runs the authorized command.
-	apply func(f *FSM, c *tenantCall) Response
+	apply func(f *FSM, c tenantCall) Response
 	// notify: NotifyFunc is called after the command succeeds, as it may
 	// have made queued tasks available.
 	notify bool
@@ -75,7 +82,7 @@ type tenantOp struct {
 // applyOneAt. Read-only after package initialization.
 var tenantOps = map[reflect.Type]tenantOp{
 	reflect.TypeFor[*pb.Command_Enqueue](): {need: needProducer, notify: true,
-		apply: func(f *FSM, c *tenantCall) Response { return f.applyEnqueue(c.t, c.cmd.GetEnqueue(), c.rev, c.now) }},
+		apply: func(f *FSM, c tenantCall) Response { return f.applyEnqueue(c.t, c.cmd.GetEnqueue(), c.rev, c.now) }},
 	reflect.TypeFor[*pb.Command_RegisterWorker](): {need: needBind,
 		target: bySpec(func(c *pb.Command) *pb.WorkerSpec { return c.GetRegisterWorker().GetSpec() }),
 		apply:  (*FSM).applyRegister},
@@ -87,58 +94,58 @@ var tenantOps = map[reflect.Type]tenantOp{
 		apply:  (*FSM).applyUpdateWorker},
 	reflect.TypeFor[*pb.Command_DeregisterWorker](): {need: needWorker, notify: true,
 		target: byWorker(func(c *pb.Command) string { return c.GetDeregisterWorker().GetWorkerId() }),
-		apply: func(f *FSM, c *tenantCall) Response {
+		apply: func(f *FSM, c tenantCall) Response {
 			d := c.cmd.GetDeregisterWorker()
 			return resp(c.t.pool.DeregisterWorker(c.rev, c.now, d.GetWorkerId(), d.GetGeneration()))
 		}},
 	reflect.TypeFor[*pb.Command_PruneDeadWorkers](): {need: needAdmin, notify: true,
-		apply: func(f *FSM, c *tenantCall) Response { return resp(c.t.pool.PruneDeadWorkers(c.rev, c.now)) }},
+		apply: func(f *FSM, c tenantCall) Response { return resp(c.t.pool.PruneDeadWorkers(c.rev, c.now)) }},
 	reflect.TypeFor[*pb.Command_RecoverExpiredLeases](): {need: needAdmin, notify: true,
-		apply: func(f *FSM, c *tenantCall) Response { return resp(c.t.pool.RecoverExpiredLeases(c.rev, c.now)) }},
+		apply: func(f *FSM, c tenantCall) Response { return resp(c.t.pool.RecoverExpiredLeases(c.rev, c.now)) }},
 	reflect.TypeFor[*pb.Command_ExpireOldTasks](): {need: needAdmin,
-		apply: func(f *FSM, c *tenantCall) Response {
+		apply: func(f *FSM, c tenantCall) Response {
 			return resp(c.t.pool.ExpireOldTasks(c.rev, c.now, c.cmd.GetExpireOldTasks().GetMaxAgeSecs()))
 		}},
 	reflect.TypeFor[*pb.Command_AssignNextAvailable](): {need: needAdmin,
-		apply: func(f *FSM, c *tenantCall) Response {
+		apply: func(f *FSM, c tenantCall) Response {
 			return resp(c.t.pool.AssignNextAvailable(c.rev, c.now, c.cmd.GetAssignNextAvailable().GetLeaseTtlSecs()))
 		}},
 	reflect.TypeFor[*pb.Command_AssignNext](): {need: needWorker,
 		target: byWorker(func(c *pb.Command) string { return c.GetAssignNext().GetWorkerId() }),
-		apply: func(f *FSM, c *tenantCall) Response {
+		apply: func(f *FSM, c tenantCall) Response {
 			return resp(c.t.pool.AssignNext(c.rev, c.now, c.worker, c.cmd.GetAssignNext().GetLeaseTtlSecs()))
 		}},
 	reflect.TypeFor[*pb.Command_AssignTask](): {need: needAdmin,
-		apply: func(f *FSM, c *tenantCall) Response {
+		apply: func(f *FSM, c tenantCall) Response {
 			a := c.cmd.GetAssignTask()
 			return resp(c.t.pool.AssignTask(c.rev, c.now, a.GetTaskId(), a.GetWorkerId(), a.GetLeaseTtlSecs()))
 		}},
 	reflect.TypeFor[*pb.Command_AcquireTasks](): {need: needWorker,
 		target: byWorker(func(c *pb.Command) string { return c.GetAcquireTasks().GetWorkerId() }),
-		apply: func(f *FSM, c *tenantCall) Response {
+		apply: func(f *FSM, c tenantCall) Response {
 			return f.applyAcquire(c.t, c.cmd.GetAcquireTasks(), c.rev, c.now)
 		}},
 	reflect.TypeFor[*pb.Command_StartTask](): {need: needWorker,
 		target: byLease(func(c *pb.Command) []byte { return c.GetStartTask().GetLease() }),
-		apply:  func(f *FSM, c *tenantCall) Response { return resp(c.t.pool.StartTask(c.rev, c.now, c.lease)) }},
+		apply:  func(f *FSM, c tenantCall) Response { return resp(c.t.pool.StartTask(c.rev, c.now, c.lease)) }},
 	reflect.TypeFor[*pb.Command_CompleteTask](): {need: needWorker,
 		target: byLease(func(c *pb.Command) []byte { return c.GetCompleteTask().GetLease() }),
-		apply: func(f *FSM, c *tenantCall) Response {
+		apply: func(f *FSM, c tenantCall) Response {
 			return f.applyComplete(c.t, c.lease, c.cmd.GetCompleteTask().GetResult(), c.rev, c.now)
 		}},
 	reflect.TypeFor[*pb.Command_FailTask](): {need: needWorker, notify: true,
 		target: byLease(func(c *pb.Command) []byte { return c.GetFailTask().GetLease() }),
-		apply:  func(f *FSM, c *tenantCall) Response { return resp(c.t.pool.FailTask(c.rev, c.now, c.lease)) }},
+		apply:  func(f *FSM, c tenantCall) Response { return resp(c.t.pool.FailTask(c.rev, c.now, c.lease)) }},
 	reflect.TypeFor[*pb.Command_RenewLease](): {need: needWorker,
 		target: byLease(func(c *pb.Command) []byte { return c.GetRenewLease().GetLease() }),
-		apply: func(f *FSM, c *tenantCall) Response {
+		apply: func(f *FSM, c tenantCall) Response {
 			return resp(c.t.pool.RenewLease(c.rev, c.now, c.lease, c.cmd.GetRenewLease().GetLeaseTtlSecs()))
 		}},
 	reflect.TypeFor[*pb.Command_CancelTask](): {need: needProducer,
 		target: byOwnership(func(c *pb.Command) []byte { return c.GetCancelTask().GetOwnership() }),
-		apply:  func(f *FSM, c *tenantCall) Response { return resp(c.t.pool.CancelTask(c.rev, c.now, c.own)) }},
+		apply:  func(f *FSM, c tenantCall) Response { return resp(c.t.pool.CancelTask(c.rev, c.now, c.own)) }},
 	reflect.TypeFor[*pb.Command_CancelTaskById](): {need: needProducer,
-		apply: func(f *FSM, c *tenantCall) Response {
+		apply: func(f *FSM, c tenantCall) Response {
 			return f.applyCancelByID(c.t, c.cmd.GetCancelTaskById(), c.rev, c.now)
 		}},
 }
@@ -150,13 +157,15 @@ func (f *FSM) applyTenant(t *Tenant, cmd *pb.Command, rev, now uint64) Response 
 	if !ok {
 		return Response{Err: fsmErr(KindInvalidCommand, "unknown operation")}
 	}
-	c := &tenantCall{t: t, cmd: cmd, rev: rev, now: now}
+	c := tenantCall{t: t, cmd: cmd, rev: rev, now: now}
 	if op.target != nil {
-		if err := op.target(c); err != nil {
+		tg, err := op.target(cmd)
+		if err != nil {
 			return Response{Err: err}
 		}
+		c.opTarget = tg
 	}
-	if err := f.authorize(op.need, c); err != nil {
+	if err := f.authorize(op.need, &c); err != nil {
 		return Response{Err: err}
 	}
 	r := op.apply(f, c)
@@ -167,43 +176,43 @@ func (f *FSM) applyTenant(t *Tenant, cmd *pb.Command, rev, now uint64) Response 
 }
 
 // byWorker targets the worker ID the command names.
-func byWorker(id func(*pb.Command) string) func(*tenantCall) error {
-	return func(c *tenantCall) error {
-		c.worker = id(c.cmd)
-		return nil
+func byWorker(id func(*pb.Command) string) func(*pb.Command) (opTarget, error) {
+	return func(cmd *pb.Command) (opTarget, error) {
+		return opTarget{worker: id(cmd)}, nil
 	}
 }
 
 // bySpec decodes the command's worker spec and targets its worker ID.
-func bySpec(spec func(*pb.Command) *pb.WorkerSpec) func(*tenantCall) error {
-	return func(c *tenantCall) error {
-		s, err := workerSpec(spec(c.cmd))
+func bySpec(spec func(*pb.Command) *pb.WorkerSpec) func(*pb.Command) (opTarget, error) {
+	return func(cmd *pb.Command) (opTarget, error) {
+		s, err := workerSpec(spec(cmd))
 		if err != nil {
-			return err
+			return opTarget{}, err
 		}
-		c.spec, c.worker = s, s.WorkerID
-		return nil
+		return opTarget{worker: s.WorkerID, spec: s}, nil
 	}
 }
 
 // byLease decodes the command's lease and targets the worker holding it.
-func byLease(lease func(*pb.Command) []byte) func(*tenantCall) error {
-	return func(c *tenantCall) error {
-		if err := c.lease.UnmarshalBinary(lease(c.cmd)); err != nil {
-			return fsmErr(KindInvalidCommand, "lease does not decode")
+func byLease(lease func(*pb.Command) []byte) func(*pb.Command) (opTarget, error) {
+	return func(cmd *pb.Command) (opTarget, error) {
+		var tg opTarget
+		if err := tg.lease.UnmarshalBinary(lease(cmd)); err != nil {
+			return opTarget{}, fsmErr(KindInvalidCommand, "lease does not decode")
 		}
-		c.worker = c.lease.WorkerID()
-		return nil
+		tg.worker = tg.lease.WorkerID()
+		return tg, nil
 	}
 }
 
 // byOwnership decodes the command's task ownership; it targets no worker.
-func byOwnership(own func(*pb.Command) []byte) func(*tenantCall) error {
-	return func(c *tenantCall) error {
-		if err := c.own.UnmarshalBinary(own(c.cmd)); err != nil {
-			return fsmErr(KindInvalidCommand, "ownership does not decode")
+func byOwnership(own func(*pb.Command) []byte) func(*pb.Command) (opTarget, error) {
+	return func(cmd *pb.Command) (opTarget, error) {
+		var tg opTarget
+		if err := tg.own.UnmarshalBinary(own(cmd)); err != nil {
+			return opTarget{}, fsmErr(KindInvalidCommand, "ownership does not decode")
 		}
-		return nil
+		return tg, nil
 	}
 }
 
@@ -251,7 +260,7 @@ func authorizeWorker(n need, k KeyRecord, owners map[string]string, principal, w
 	return fsmErr(KindPermissionDenied, "operation needs a worker key")
 }
 
-func (f *FSM) applyRegister(c *tenantCall) Response {
+func (f *FSM) applyRegister(c tenantCall) Response {
 	tr, err := c.t.pool.RegisterWorker(c.rev, c.now, c.spec)
 	if err == nil {
 		f.bind(c.t, c.cmd.GetPrincipal(), c.spec.WorkerID)
@@ -259,7 +268,7 @@ func (f *FSM) applyRegister(c *tenantCall) Response {
 	return resp(tr, err)
 }
 
-func (f *FSM) applyReactivate(c *tenantCall) Response {
+func (f *FSM) applyReactivate(c tenantCall) Response {
 	gen := c.cmd.GetReactivateWorker().GetOfflineGeneration()
 	tr, err := c.t.pool.ReactivateWorker(c.rev, c.now, gen, c.spec)
 	if err == nil {
@@ -268,7 +277,7 @@ func (f *FSM) applyReactivate(c *tenantCall) Response {
 	return resp(tr, err)
 }
 
-func (f *FSM) applyUpdateWorker(c *tenantCall) Response {
+func (f *FSM) applyUpdateWorker(c tenantCall) Response {
 	u := c.cmd.GetUpdateWorker()
 	obs, err := observation(u)
 	if err != nil {

@@ -39,6 +39,7 @@ type benchFlags struct {
 	acquireMax  int
 	resultBytes int
 	leaseTTL    int
+	cpuProfile  string
 }
 
 // runBench drives N producers and M workers against a node over loopback
@@ -49,35 +50,19 @@ type benchFlags struct {
 // benchRetry).
 func runBench(args []string) int {
 	var f benchFlags
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	f.client.register(fs)
-	fs.BoolVar(&f.embedded, "embedded", true, "start an embedded node on loopback (false: use --server/--key)")
-	fs.StringVar(&f.dataDir, "data-dir", "", "embedded node data dir (default: a temporary dir)")
-	fs.IntVar(&f.producers, "producers", 2, "concurrent producers")
-	fs.IntVar(&f.workers, "workers", 16, "concurrent workers")
-	fs.IntVar(&f.tasks, "tasks", 60000, "tasks to run (at most 65536: one tenant's record ceiling)")
-	fs.IntVar(&f.batch, "batch", 500, "tasks per Enqueue")
-	fs.IntVar(&f.acquireMax, "acquire", 128, "max tasks per Acquire (and per CompleteMany)")
-	fs.IntVar(&f.resultBytes, "result-bytes", 32, "bytes of each result")
-	fs.IntVar(&f.leaseTTL, "lease-ttl-secs", 30, "lease TTL of each Acquire (leases granted by a reply lost in a leader change come back after it)")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
+	fs := newBenchFlagSet(&f)
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
-	if *cpuProfile != "" {
-		pf, err := os.Create(*cpuProfile)
+	if f.cpuProfile != "" {
+		stop, err := startCPUProfile(f.cpuProfile)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "termivar-coord bench:", err)
 			return exitUsage
 		}
-		defer pf.Close()
-		if err := pprof.StartCPUProfile(pf); err != nil {
-			fmt.Fprintln(os.Stderr, "termivar-coord bench:", err)
-			return exitUsage
-		}
-		defer pprof.StopCPUProfile()
+		defer stop()
 	}
-	if f.tasks < 1 || f.tasks > distributed.MaxTaskRecords || f.producers < 1 || f.workers < 1 || f.batch < 1 || f.batch > raftfsm.MaxEnqueueTasks || f.acquireMax < 1 || f.acquireMax > raftfsm.MaxAcquireTasks || f.leaseTTL < 1 {
+	if !f.valid() {
 		fmt.Fprintln(os.Stderr, "termivar-coord bench: flag out of range")
 		return exitUsage
 	}
@@ -103,6 +88,44 @@ func runBench(args []string) int {
 	}
 	fmt.Println(res)
 	return exitOK
+}
+
+func newBenchFlagSet(f *benchFlags) *flag.FlagSet {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	f.client.register(fs)
+	fs.BoolVar(&f.embedded, "embedded", true, "start an embedded node on loopback (false: use --server/--key)")
+	fs.StringVar(&f.dataDir, "data-dir", "", "embedded node data dir (default: a temporary dir)")
+	fs.IntVar(&f.producers, "producers", 2, "concurrent producers")
+	fs.IntVar(&f.workers, "workers", 16, "concurrent workers")
+	fs.IntVar(&f.tasks, "tasks", 60000, "tasks to run (at most 65536: one tenant's record ceiling)")
+	fs.IntVar(&f.batch, "batch", 500, "tasks per Enqueue")
+	fs.IntVar(&f.acquireMax, "acquire", 128, "max tasks per Acquire (and per CompleteMany)")
+	fs.IntVar(&f.resultBytes, "result-bytes", 32, "bytes of each result")
+	fs.IntVar(&f.leaseTTL, "lease-ttl-secs", 30, "lease TTL of each Acquire (leases granted by a reply lost in a leader change come back after it)")
+	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
+	return fs
+}
+
+// valid reports whether every numeric flag is within its bound.
+func (f benchFlags) valid() bool {
+	return f.tasks >= 1 && f.tasks <= distributed.MaxTaskRecords && f.producers >= 1 && f.workers >= 1 &&
+		f.batch >= 1 && f.batch <= raftfsm.MaxEnqueueTasks && f.acquireMax >= 1 && f.acquireMax <= raftfsm.MaxAcquireTasks && f.leaseTTL >= 1
+}
+
+// startCPUProfile starts a CPU profile written to path; stop ends it.
+func startCPUProfile(path string) (stop func(), err error) {
+	pf, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(pf); err != nil {
+		pf.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		pf.Close()
+	}, nil
 }
 
 func startEmbedded(dir string) (stop func(), url, key string, err error) {

@@ -235,138 +235,6 @@ func (f *FSM) applyOneAt(cmd *pb.Command, now uint64) Response {
 	return r
 }
 
-func (f *FSM) applyTenant(t *Tenant, cmd *pb.Command, rev, now uint64) Response {
-	p := t.pool
-	principal := cmd.GetPrincipal()
-	switch op := cmd.GetOp().(type) {
-	case *pb.Command_Enqueue:
-		if err := f.authorizeProducer(principal, cmd.GetTenant()); err != nil {
-			return Response{Err: err}
-		}
-		r := f.applyEnqueue(t, op.Enqueue, rev, now)
-		if r.Err == nil {
-			f.notify(t.name)
-		}
-		return r
-	case *pb.Command_RegisterWorker:
-		spec, err := workerSpec(op.RegisterWorker.GetSpec())
-		if err != nil {
-			return Response{Err: err}
-		}
-		if err := f.authorizeBind(t, principal, cmd.GetTenant(), spec.WorkerID); err != nil {
-			return Response{Err: err}
-		}
-		tr, err := p.RegisterWorker(rev, now, spec)
-		if err == nil {
-			f.bind(t, principal, spec.WorkerID)
-		}
-		return resp(tr, err)
-	case *pb.Command_ReactivateWorker:
-		spec, err := workerSpec(op.ReactivateWorker.GetSpec())
-		if err != nil {
-			return Response{Err: err}
-		}
-		if err := f.authorizeBind(t, principal, cmd.GetTenant(), spec.WorkerID); err != nil {
-			return Response{Err: err}
-		}
-		tr, err := p.ReactivateWorker(rev, now, op.ReactivateWorker.GetOfflineGeneration(), spec)
-		if err == nil {
-			f.bind(t, principal, spec.WorkerID)
-		}
-		return resp(tr, err)
-	case *pb.Command_UpdateWorker:
-		u := op.UpdateWorker
-		if err := f.authorizeWorker(t, principal, cmd.GetTenant(), u.GetWorkerId()); err != nil {
-			return Response{Err: err}
-		}
-		obs, err := observation(u)
-		if err != nil {
-			return Response{Err: err}
-		}
-		return resp(p.UpdateWorker(rev, now, u.GetWorkerId(), u.GetGeneration(), obs))
-	case *pb.Command_DeregisterWorker:
-		d := op.DeregisterWorker
-		if err := f.authorizeWorker(t, principal, cmd.GetTenant(), d.GetWorkerId()); err != nil {
-			return Response{Err: err}
-		}
-		r := resp(p.DeregisterWorker(rev, now, d.GetWorkerId(), d.GetGeneration()))
-		f.notifyIf(t, r)
-		return r
-	case *pb.Command_PruneDeadWorkers:
-		if err := f.authorizeAdmin(principal, cmd.GetTenant()); err != nil {
-			return Response{Err: err}
-		}
-		r := resp(p.PruneDeadWorkers(rev, now))
-		f.notifyIf(t, r)
-		return r
-	case *pb.Command_RecoverExpiredLeases:
-		if err := f.authorizeAdmin(principal, cmd.GetTenant()); err != nil {
-			return Response{Err: err}
-		}
-		r := resp(p.RecoverExpiredLeases(rev, now))
-		f.notifyIf(t, r)
-		return r
-	case *pb.Command_ExpireOldTasks:
-		if err := f.authorizeAdmin(principal, cmd.GetTenant()); err != nil {
-			return Response{Err: err}
-		}
-		return resp(p.ExpireOldTasks(rev, now, op.ExpireOldTasks.GetMaxAgeSecs()))
-	case *pb.Command_AssignNextAvailable:
-		if err := f.authorizeAdmin(principal, cmd.GetTenant()); err != nil {
-			return Response{Err: err}
-		}
-		return resp(p.AssignNextAvailable(rev, now, op.AssignNextAvailable.GetLeaseTtlSecs()))
-	case *pb.Command_AssignNext:
-		a := op.AssignNext
-		if err := f.authorizeWorker(t, principal, cmd.GetTenant(), a.GetWorkerId()); err != nil {
-			return Response{Err: err}
-		}
-		return resp(p.AssignNext(rev, now, a.GetWorkerId(), a.GetLeaseTtlSecs()))
-	case *pb.Command_AssignTask:
-		a := op.AssignTask
-		if err := f.authorizeAdmin(principal, cmd.GetTenant()); err != nil {
-			return Response{Err: err}
-		}
-		return resp(p.AssignTask(rev, now, a.GetTaskId(), a.GetWorkerId(), a.GetLeaseTtlSecs()))
-	case *pb.Command_AcquireTasks:
-		return f.applyAcquire(t, principal, cmd.GetTenant(), op.AcquireTasks, rev, now)
-	case *pb.Command_StartTask:
-		lease, err := f.leaseFor(t, principal, cmd.GetTenant(), op.StartTask.GetLease())
-		if err != nil {
-			return Response{Err: err}
-		}
-		return resp(p.StartTask(rev, now, lease))
-	case *pb.Command_CompleteTask:
-		return f.applyComplete(t, principal, cmd.GetTenant(), op.CompleteTask, rev, now)
-	case *pb.Command_FailTask:
-		lease, err := f.leaseFor(t, principal, cmd.GetTenant(), op.FailTask.GetLease())
-		if err != nil {
-			return Response{Err: err}
-		}
-		r := resp(p.FailTask(rev, now, lease))
-		f.notifyIf(t, r)
-		return r
-	case *pb.Command_RenewLease:
-		lease, err := f.leaseFor(t, principal, cmd.GetTenant(), op.RenewLease.GetLease())
-		if err != nil {
-			return Response{Err: err}
-		}
-		return resp(p.RenewLease(rev, now, lease, op.RenewLease.GetLeaseTtlSecs()))
-	case *pb.Command_CancelTask:
-		var own distributed.TaskOwnership
-		if err := own.UnmarshalBinary(op.CancelTask.GetOwnership()); err != nil {
-			return Response{Err: fsmErr(KindInvalidCommand, "ownership does not decode")}
-		}
-		if err := f.authorizeProducer(principal, cmd.GetTenant()); err != nil {
-			return Response{Err: err}
-		}
-		return resp(p.CancelTask(rev, now, own))
-	case *pb.Command_CancelTaskById:
-		return f.applyCancelByID(t, principal, cmd.GetTenant(), op.CancelTaskById, rev, now)
-	}
-	return Response{Err: fsmErr(KindInvalidCommand, "unknown operation")}
-}
-
 func resp[T any](tr distributed.Transition[T], err error) Response {
 	if err != nil {
 		return Response{Err: err}
@@ -377,12 +245,6 @@ func resp[T any](tr distributed.Transition[T], err error) Response {
 func (f *FSM) notify(tenant string) {
 	if f.opts.NotifyFunc != nil {
 		f.opts.NotifyFunc(tenant)
-	}
-}
-
-func (f *FSM) notifyIf(t *Tenant, r Response) {
-	if r.Err == nil {
-		f.notify(t.name)
 	}
 }
 
@@ -402,81 +264,12 @@ func (f *FSM) principalKey(principal, tenant string) (KeyRecord, bool, error) {
 	return k, true, nil
 }
 
-func (f *FSM) authorizeAdmin(principal, tenant string) error {
-	k, ok, err := f.principalKey(principal, tenant)
-	if err != nil || !ok {
-		return err
-	}
-	if k.Role != RoleAdmin {
-		return fsmErr(KindPermissionDenied, "operation needs an admin key")
-	}
-	return nil
-}
-
-func (f *FSM) authorizeProducer(principal, tenant string) error {
-	k, ok, err := f.principalKey(principal, tenant)
-	if err != nil || !ok {
-		return err
-	}
-	if k.Role != RoleAdmin && k.Role != RoleProducer {
-		return fsmErr(KindPermissionDenied, "operation needs a producer key")
-	}
-	return nil
-}
-
-// authorizeWorker allows admin keys, and worker keys for the workers they
-// registered.
-func (f *FSM) authorizeWorker(t *Tenant, principal, tenant, workerID string) error {
-	k, ok, err := f.principalKey(principal, tenant)
-	if err != nil || !ok {
-		return err
-	}
-	switch k.Role {
-	case RoleAdmin:
-		return nil
-	case RoleWorker:
-		if t.owners[workerID] == principal {
-			return nil
-		}
-		return fsmErr(KindPermissionDenied, "worker is not registered with this key")
-	}
-	return fsmErr(KindPermissionDenied, "operation needs a worker key")
-}
-
-// authorizeBind allows registering a worker ID that is unbound or bound to
-// the same key.
-func (f *FSM) authorizeBind(t *Tenant, principal, tenant, workerID string) error {
-	k, ok, err := f.principalKey(principal, tenant)
-	if err != nil || !ok {
-		return err
-	}
-	switch k.Role {
-	case RoleAdmin:
-		return nil
-	case RoleWorker:
-		if o, bound := t.owners[workerID]; !bound || o == principal {
-			return nil
-		}
-		return fsmErr(KindPermissionDenied, "worker is registered with another key")
-	}
-	return fsmErr(KindPermissionDenied, "operation needs a worker key")
-}
-
+// bind records that the worker key principal registered workerID, so that
+// needWorker admits that key for it (tenantops.go).
 func (f *FSM) bind(t *Tenant, principal, workerID string) {
 	if k, ok := f.keys[principal]; ok && k.Role == RoleWorker {
 		t.owners[workerID] = principal
 	}
-}
-
-func (f *FSM) leaseFor(t *Tenant, principal, tenant string, b []byte) (distributed.TaskLease, error) {
-	var l distributed.TaskLease
-	if err := l.UnmarshalBinary(b); err != nil {
-		return l, fsmErr(KindInvalidCommand, "lease does not decode")
-	}
-	if err := f.authorizeWorker(t, principal, tenant, l.WorkerID()); err != nil {
-		return distributed.TaskLease{}, err
-	}
-	return l, nil
 }
 
 // applyEnqueue admits every task or none (value: []distributed.ScanTask)
@@ -514,10 +307,7 @@ func (f *FSM) applyEnqueue(t *Tenant, e *pb.EnqueueTasks, rev, now uint64) Respo
 
 // applyAcquire leases up to max_tasks tasks to one worker (value:
 // []Acquired). It fails only when the first assignment fails.
-func (f *FSM) applyAcquire(t *Tenant, principal, tenant string, a *pb.AcquireTasks, rev, now uint64) Response {
-	if err := f.authorizeWorker(t, principal, tenant, a.GetWorkerId()); err != nil {
-		return Response{Err: err}
-	}
+func (f *FSM) applyAcquire(t *Tenant, a *pb.AcquireTasks, rev, now uint64) Response {
 	n := int(a.GetMaxTasks())
 	if n == 0 {
 		n = 1
@@ -555,12 +345,7 @@ func (f *FSM) applyAcquire(t *Tenant, principal, tenant string, a *pb.AcquireTas
 // applyComplete completes a task and stores its result in one command
 // (value: CompleteValue). A fresh completion is prechecked with the result
 // store's own CheckStore so that it cannot complete without its result.
-func (f *FSM) applyComplete(t *Tenant, principal, tenant string, c *pb.CompleteTask, rev, now uint64) Response {
-	lease, err := f.leaseFor(t, principal, tenant, c.GetLease())
-	if err != nil {
-		return Response{Err: err}
-	}
-	result := c.GetResult()
+func (f *FSM) applyComplete(t *Tenant, lease distributed.TaskLease, result []byte, rev, now uint64) Response {
 	task, found, err := t.pool.GetTask(lease.TaskID())
 	if err != nil {
 		return Response{Err: err}
@@ -592,10 +377,7 @@ func (f *FSM) applyComplete(t *Tenant, principal, tenant string, c *pb.CompleteT
 // core's CancelTaskByID, one core command (value: CancelByIDValue). A
 // cancelled task answers AlreadyCancelled; any other terminal task
 // InvalidTransition.
-func (f *FSM) applyCancelByID(t *Tenant, principal, tenant string, c *pb.CancelTaskByID, rev, now uint64) Response {
-	if err := f.authorizeProducer(principal, tenant); err != nil {
-		return Response{Err: err}
-	}
+func (f *FSM) applyCancelByID(t *Tenant, c *pb.CancelTaskByID, rev, now uint64) Response {
 	p := t.pool
 	prev := distributed.TaskStatus(0)
 	if task, found, err := p.GetTask(c.GetTaskId()); err == nil && found {

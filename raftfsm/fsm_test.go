@@ -25,7 +25,7 @@ type testBundle struct {
 	now uint64
 }
 
-func setup(t *testing.T) *testBundle {
+func setup(t testing.TB) *testBundle {
 	t.Helper()
 	b := &testBundle{f: New(Options{}), now: 100}
 	b.must(t, &pb.Command{Op: &pb.Command_InitCluster{InitCluster: &pb.InitCluster{EpochId: bytes.Repeat([]byte{1}, 16)}}})
@@ -48,7 +48,7 @@ func (b *testBundle) apply(cmd *pb.Command) Response {
 	return b.f.ApplyCommand(cmd).(Response)
 }
 
-func (b *testBundle) must(t *testing.T, cmd *pb.Command) Response {
+func (b *testBundle) must(t testing.TB, cmd *pb.Command) Response {
 	t.Helper()
 	r := b.apply(cmd)
 	if r.Err != nil {

@@ -39,6 +39,7 @@ type benchFlags struct {
 	acquireMax  int
 	resultBytes int
 	leaseTTL    int
+	cpuProfile  string
 }
 
 // runBench drives N producers and M workers against a node over loopback
@@ -49,35 +50,19 @@ type benchFlags struct {
 // benchRetry).
 func runBench(args []string) int {
 	var f benchFlags
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	f.client.register(fs)
-	fs.BoolVar(&f.embedded, "embedded", true, "start an embedded node on loopback (false: use --server/--key)")
-	fs.StringVar(&f.dataDir, "data-dir", "", "embedded node data dir (default: a temporary dir)")
-	fs.IntVar(&f.producers, "producers", 2, "concurrent producers")
-	fs.IntVar(&f.workers, "workers", 16, "concurrent workers")
-	fs.IntVar(&f.tasks, "tasks", 60000, "tasks to run (at most 65536: one tenant's record ceiling)")
-	fs.IntVar(&f.batch, "batch", 500, "tasks per Enqueue")
-	fs.IntVar(&f.acquireMax, "acquire", 128, "max tasks per Acquire (and per CompleteMany)")
-	fs.IntVar(&f.resultBytes, "result-bytes", 32, "bytes of each result")
-	fs.IntVar(&f.leaseTTL, "lease-ttl-secs", 30, "lease TTL of each Acquire (leases granted by a reply lost in a leader change come back after it)")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
+	fs := newBenchFlagSet(&f)
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
-	if *cpuProfile != "" {
-		pf, err := os.Create(*cpuProfile)
+	if f.cpuProfile != "" {
+		stop, err := startCPUProfile(f.cpuProfile)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "termivar-coord bench:", err)
 			return exitUsage
 		}
-		defer pf.Close()
-		if err := pprof.StartCPUProfile(pf); err != nil {
-			fmt.Fprintln(os.Stderr, "termivar-coord bench:", err)
-			return exitUsage
-		}
-		defer pprof.StopCPUProfile()
+		defer stop()
 	}
-	if f.tasks < 1 || f.tasks > distributed.MaxTaskRecords || f.producers < 1 || f.workers < 1 || f.batch < 1 || f.batch > raftfsm.MaxEnqueueTasks || f.acquireMax < 1 || f.acquireMax > raftfsm.MaxAcquireTasks || f.leaseTTL < 1 {
+	if !f.valid() {
 		fmt.Fprintln(os.Stderr, "termivar-coord bench: flag out of range")
 		return exitUsage
 	}
@@ -103,6 +88,44 @@ func runBench(args []string) int {
 	}
 	fmt.Println(res)
 	return exitOK
+}
+
+func newBenchFlagSet(f *benchFlags) *flag.FlagSet {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	f.client.register(fs)
+	fs.BoolVar(&f.embedded, "embedded", true, "start an embedded node on loopback (false: use --server/--key)")
+	fs.StringVar(&f.dataDir, "data-dir", "", "embedded node data dir (default: a temporary dir)")
+	fs.IntVar(&f.producers, "producers", 2, "concurrent producers")
+	fs.IntVar(&f.workers, "workers", 16, "concurrent workers")
+	fs.IntVar(&f.tasks, "tasks", 60000, "tasks to run (at most 65536: one tenant's record ceiling)")
+	fs.IntVar(&f.batch, "batch", 500, "tasks per Enqueue")
+	fs.IntVar(&f.acquireMax, "acquire", 128, "max tasks per Acquire (and per CompleteMany)")
+	fs.IntVar(&f.resultBytes, "result-bytes", 32, "bytes of each result")
+	fs.IntVar(&f.leaseTTL, "lease-ttl-secs", 30, "lease TTL of each Acquire (leases granted by a reply lost in a leader change come back after it)")
+	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
+	return fs
+}
+
+// valid reports whether every numeric flag is within its bound.
+func (f benchFlags) valid() bool {
+	return f.tasks >= 1 && f.tasks <= distributed.MaxTaskRecords && f.producers >= 1 && f.workers >= 1 &&
+		f.batch >= 1 && f.batch <= raftfsm.MaxEnqueueTasks && f.acquireMax >= 1 && f.acquireMax <= raftfsm.MaxAcquireTasks && f.leaseTTL >= 1
+}
+
+// startCPUProfile starts a CPU profile written to path; stop ends it.
+func startCPUProfile(path string) (stop func(), err error) {
+	pf, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(pf); err != nil {
+		pf.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		pf.Close()
+	}, nil
 }
 
 func startEmbedded(dir string) (stop func(), url, key string, err error) {
@@ -213,176 +236,238 @@ func benchRetry(err error, streak *int, errs *atomic.Int64) bool {
 	return *streak < benchMaxConsecutiveErrors
 }
 
+// benchRun is one bench run: its clients, the shared work counters and
+// the latencies the workers measured.
+type benchRun struct {
+	f       benchFlags
+	admin   *client.Client
+	prod    *client.Client
+	workers []*client.Client
+
+	retries, errs atomic.Int64 // client retries (retryCounter), calls ridden through (benchRetry)
+	next          atomic.Int64 // first task index not yet claimed by a producer
+	completed     atomic.Int64
+	enqueuedAt    []atomic.Int64 // task index → enqueue time (Unix ns); 0 until enqueued
+	result        []byte         // every task's result
+
+	cancel   context.CancelFunc // ends the run: all tasks completed, or a failure
+	errOnce  sync.Once
+	firstErr error
+
+	mu               sync.Mutex // guards leaseLat and e2eLat
+	leaseLat, e2eLat []time.Duration
+}
+
 func bench(ctx context.Context, f benchFlags, url, adminKey string) (benchResult, error) {
-	hc, err := f.client.httpClient(f.producers + f.workers + 4)
-	if err != nil {
+	r := &benchRun{f: f, enqueuedAt: make([]atomic.Int64, f.tasks), result: make([]byte, f.resultBytes)}
+	defer r.close()
+	if err := r.connect(ctx, url, adminKey); err != nil {
 		return benchResult{}, err
 	}
-	var retries, errs atomic.Int64
-	log := slog.New(retryCounter{&retries})
-	newC := func(key string) (*client.Client, error) {
-		return client.New(client.Config{ServerURL: url, Key: key, HTTPClient: hc, MaxAttempts: benchMaxAttempts,
-			MinBackoff: 50 * time.Millisecond, MaxBackoff: time.Second, Logger: log})
-	}
-	admin, err := newC(adminKey)
-	if err != nil {
-		return benchResult{}, err
-	}
-	defer admin.Close()
-	tenant := "bench-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	_, err = admin.CreateTenant(ctx, &pb.CreateTenantRequest{Name: tenant,
-		Limits: &pb.CoreLimits{MaxTaskRecords: distributed.MaxTaskRecords, MaxActiveTasks: distributed.MaxActiveTasks,
-			MaxQueuedTasks: distributed.MaxActiveTasks, MaxTerminalTasks: distributed.MaxTaskRecords, MaxWorkers: 1024,
-			MaxRetries: 3, MaxLeaseTtlSecs: 3600, MaxTaskTtlSecs: 86400, HeartbeatTimeoutSecs: 3600},
-		ResultLimits: &pb.ResultLimits{MaxResults: distributed.MaxResults, MaxResultBytes: 1 << 20, MaxTotalBytes: distributed.MaxTotalResultBytes,
-			MaxAggregateItems: distributed.MaxAggregateItems, MaxAggregateBytes: distributed.MaxTotalResultBytes}})
-	if err != nil {
-		return benchResult{}, err
-	}
-	mkClient := func(role string) (*client.Client, error) {
-		r, err := admin.CreateKey(ctx, &pb.CreateKeyRequest{Tenant: tenant, Role: role})
-		if err != nil {
-			return nil, err
-		}
-		return newC(r.GetKey())
-	}
-	prod, err := mkClient("producer")
-	if err != nil {
-		return benchResult{}, err
-	}
-	workers := make([]*client.Client, f.workers)
-	for i := range workers {
-		if workers[i], err = mkClient("worker"); err != nil {
-			return benchResult{}, err
-		}
-		if _, err := workers[i].RegisterWorker(ctx, &pb.RegisterWorkerRequest{WorkerId: "w" + strconv.Itoa(i), Capacity: distributed.MaxWorkerCapacity}); err != nil {
-			return benchResult{}, err
-		}
-	}
-	st, err := prod.Status(ctx, &pb.StatusRequest{})
+	st, err := r.prod.Status(ctx, &pb.StatusRequest{})
 	if err != nil {
 		return benchResult{}, err
 	}
 	res := benchResult{tasks: f.tasks, producers: f.producers, workers: f.workers, batch: f.batch, acquire: f.acquireMax, appliedBefore: st.GetAppliedIndex()}
-	enqueuedAt := make([]atomic.Int64, f.tasks)
-	result := make([]byte, f.resultBytes)
-	var completed atomic.Int64
-	var next atomic.Int64
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var firstErr error
-	var errOnce sync.Once
-	fail := func(err error) {
-		errOnce.Do(func() { firstErr = err; cancel() })
-	}
-	var mu sync.Mutex
-	var leaseLat, e2eLat []time.Duration
+	r.cancel = cancel
 	start := time.Now()
 	var wg sync.WaitGroup
 	for range f.producers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				lo := int(next.Add(int64(f.batch))) - f.batch
-				if lo >= f.tasks {
-					return
-				}
-				hi := min(lo+f.batch, f.tasks)
-				req := &pb.EnqueueRequest{Tasks: make([]*pb.NewTask, 0, hi-lo)}
-				for i := lo; i < hi; i++ {
-					req.Tasks = append(req.Tasks, &pb.NewTask{TaskId: "b-" + strconv.Itoa(i), ScanId: "bench", TargetRef: "target-" + strconv.Itoa(i)})
-				}
-				if err := benchEnqueue(runCtx, prod, req, &errs); err != nil {
-					if runCtx.Err() == nil {
-						fail(err)
-					}
-					return
-				}
-				now := time.Now().UnixNano()
-				for i := lo; i < hi; i++ {
-					enqueuedAt[i].Store(now)
-				}
-			}
-		}()
+		wg.Go(func() { r.produce(runCtx) })
 	}
-	for i, w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			id := "w" + strconv.Itoa(i)
-			var ll, el []time.Duration
-			defer func() {
-				mu.Lock()
-				leaseLat, e2eLat = append(leaseLat, ll...), append(e2eLat, el...)
-				mu.Unlock()
-			}()
-			streak := 0
-			for completed.Load() < int64(f.tasks) {
-				acq, err := w.Acquire(runCtx, &pb.AcquireRequest{WorkerId: id, MaxTasks: uint32(f.acquireMax), Start: true, WaitSecs: 1, LeaseTtlSecs: uint64(f.leaseTTL)})
-				if err != nil {
-					if runCtx.Err() != nil {
-						return
-					}
-					if benchRetry(err, &streak, &errs) {
-						continue
-					}
-					fail(err)
-					return
-				}
-				streak = 0
-				tasks := acq.GetTasks()
-				if len(tasks) == 0 {
-					continue
-				}
-				leased := time.Now()
-				items := make([]*pb.CompleteRequest, len(tasks))
-				for j, t := range tasks {
-					items[j] = &pb.CompleteRequest{LeaseToken: t.GetLeaseToken(), Result: result}
-				}
-				cm, err := benchCompleteMany(runCtx, w, items, &errs)
-				if err != nil {
-					if runCtx.Err() == nil {
-						fail(err)
-					}
-					return
-				}
-				done := time.Now()
-				for j, r := range cm.GetResults() {
-					if r.GetError() != nil {
-						fail(errors.New("complete failed: " + r.GetError().GetKind()))
-						return
-					}
-					ll = append(ll, done.Sub(leased))
-					if idx, err := strconv.Atoi(strings.TrimPrefix(tasks[j].GetTaskId(), "b-")); err == nil && idx < f.tasks {
-						if at := enqueuedAt[idx].Load(); at != 0 {
-							el = append(el, done.Sub(time.Unix(0, at)))
-						}
-					}
-				}
-				if completed.Add(int64(len(tasks))) >= int64(f.tasks) {
-					cancel()
-				}
-			}
-		}()
+	for i, w := range r.workers {
+		wg.Go(func() { r.work(runCtx, "w"+strconv.Itoa(i), w) })
 	}
 	wg.Wait()
 	res.elapsed = time.Since(start)
-	res.errors, res.retries = errs.Load(), retries.Load()
-	for _, w := range workers {
-		w.Close()
+	res.errors, res.retries = r.errs.Load(), r.retries.Load()
+	r.closeLoad()
+	if r.firstErr != nil && r.completed.Load() < int64(f.tasks) {
+		return res, r.firstErr
 	}
-	prod.Close()
-	if firstErr != nil && completed.Load() < int64(f.tasks) {
-		return res, firstErr
-	}
-	st, err = admin.Status(ctx, &pb.StatusRequest{})
-	if err == nil {
+	if st, err := r.admin.Status(ctx, &pb.StatusRequest{}); err == nil {
 		res.applied = st.GetAppliedIndex()
 	}
-	res.leaseP50, res.leaseP99 = percentile(leaseLat, 0.50), percentile(leaseLat, 0.99)
-	res.e2eP50, res.e2eP99 = percentile(e2eLat, 0.50), percentile(e2eLat, 0.99)
+	res.leaseP50, res.leaseP99 = percentile(r.leaseLat, 0.50), percentile(r.leaseLat, 0.99)
+	res.e2eP50, res.e2eP99 = percentile(r.e2eLat, 0.50), percentile(r.e2eLat, 0.99)
 	return res, nil
+}
+
+// connect creates the run's tenant (limits at the ceilings, so the run is
+// bounded by --tasks only), its producer client and one registered worker
+// client per --workers, each with its own key.
+func (r *benchRun) connect(ctx context.Context, url, adminKey string) error {
+	hc, err := r.f.client.httpClient(r.f.producers + r.f.workers + 4)
+	if err != nil {
+		return err
+	}
+	log := slog.New(retryCounter{&r.retries})
+	newC := func(key string) (*client.Client, error) {
+		return client.New(client.Config{ServerURL: url, Key: key, HTTPClient: hc, MaxAttempts: benchMaxAttempts,
+			MinBackoff: 50 * time.Millisecond, MaxBackoff: time.Second, Logger: log})
+	}
+	if r.admin, err = newC(adminKey); err != nil {
+		return err
+	}
+	tenant := "bench-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	if _, err := r.admin.CreateTenant(ctx, benchTenant(tenant)); err != nil {
+		return err
+	}
+	mkClient := func(role string) (*client.Client, error) {
+		k, err := r.admin.CreateKey(ctx, &pb.CreateKeyRequest{Tenant: tenant, Role: role})
+		if err != nil {
+			return nil, err
+		}
+		return newC(k.GetKey())
+	}
+	if r.prod, err = mkClient("producer"); err != nil {
+		return err
+	}
+	for i := range r.f.workers {
+		w, err := mkClient("worker")
+		if err != nil {
+			return err
+		}
+		r.workers = append(r.workers, w)
+		if _, err := w.RegisterWorker(ctx, &pb.RegisterWorkerRequest{WorkerId: "w" + strconv.Itoa(i), Capacity: distributed.MaxWorkerCapacity}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// benchTenant is the CreateTenant request of a run's tenant.
+func benchTenant(name string) *pb.CreateTenantRequest {
+	return &pb.CreateTenantRequest{Name: name,
+		Limits: &pb.CoreLimits{MaxTaskRecords: distributed.MaxTaskRecords, MaxActiveTasks: distributed.MaxActiveTasks,
+			MaxQueuedTasks: distributed.MaxActiveTasks, MaxTerminalTasks: distributed.MaxTaskRecords, MaxWorkers: 1024,
+			MaxRetries: 3, MaxLeaseTtlSecs: 3600, MaxTaskTtlSecs: 86400, HeartbeatTimeoutSecs: 3600},
+		ResultLimits: &pb.ResultLimits{MaxResults: distributed.MaxResults, MaxResultBytes: 1 << 20, MaxTotalBytes: distributed.MaxTotalResultBytes,
+			MaxAggregateItems: distributed.MaxAggregateItems, MaxAggregateBytes: distributed.MaxTotalResultBytes}}
+}
+
+// closeLoad closes the producer and worker clients (once).
+func (r *benchRun) closeLoad() {
+	for _, w := range r.workers {
+		w.Close()
+	}
+	if r.prod != nil {
+		r.prod.Close()
+	}
+	r.workers, r.prod = nil, nil
+}
+
+// close closes every client of the run (once).
+func (r *benchRun) close() {
+	r.closeLoad()
+	if r.admin != nil {
+		r.admin.Close()
+		r.admin = nil
+	}
+}
+
+// fail records the run's first failure and ends the run.
+func (r *benchRun) fail(err error) {
+	r.errOnce.Do(func() { r.firstErr = err; r.cancel() })
+}
+
+// produce enqueues batches of --batch tasks until every task index is
+// claimed, stamping each task's enqueue time.
+func (r *benchRun) produce(ctx context.Context) {
+	batch := r.f.batch
+	for {
+		lo := int(r.next.Add(int64(batch))) - batch
+		if lo >= r.f.tasks {
+			return
+		}
+		hi := min(lo+batch, r.f.tasks)
+		req := &pb.EnqueueRequest{Tasks: make([]*pb.NewTask, 0, hi-lo)}
+		for i := lo; i < hi; i++ {
+			req.Tasks = append(req.Tasks, &pb.NewTask{TaskId: "b-" + strconv.Itoa(i), ScanId: "bench", TargetRef: "target-" + strconv.Itoa(i)})
+		}
+		if err := benchEnqueue(ctx, r.prod, req, &r.errs); err != nil {
+			if ctx.Err() == nil {
+				r.fail(err)
+			}
+			return
+		}
+		now := time.Now().UnixNano()
+		for i := lo; i < hi; i++ {
+			r.enqueuedAt[i].Store(now)
+		}
+	}
+}
+
+// work acquires (and starts) up to --acquire tasks at a time as worker id
+// and completes them in one CompleteMany, until every task is completed or
+// the run ends; it then adds its latencies to the run's.
+func (r *benchRun) work(ctx context.Context, id string, w *client.Client) {
+	var ll, el []time.Duration
+	defer func() {
+		r.mu.Lock()
+		r.leaseLat, r.e2eLat = append(r.leaseLat, ll...), append(r.e2eLat, el...)
+		r.mu.Unlock()
+	}()
+	streak := 0
+	for r.completed.Load() < int64(r.f.tasks) {
+		acq, err := w.Acquire(ctx, &pb.AcquireRequest{WorkerId: id, MaxTasks: uint32(r.f.acquireMax), Start: true, WaitSecs: 1, LeaseTtlSecs: uint64(r.f.leaseTTL)})
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if benchRetry(err, &streak, &r.errs) {
+				continue
+			}
+			r.fail(err)
+			return
+		}
+		streak = 0
+		tasks := acq.GetTasks()
+		if len(tasks) == 0 {
+			continue
+		}
+		var ok bool
+		if ll, el, ok = r.complete(ctx, w, tasks, ll, el); !ok {
+			return
+		}
+		if r.completed.Add(int64(len(tasks))) >= int64(r.f.tasks) {
+			r.cancel()
+		}
+	}
+}
+
+// complete completes the acquired tasks in one CompleteMany and appends
+// each one's acquire-to-complete and enqueue-to-complete latency to ll and
+// el. ok is false when the run must stop (the failure is recorded).
+func (r *benchRun) complete(ctx context.Context, w *client.Client, tasks []*pb.LeasedTask, ll, el []time.Duration) (_, _ []time.Duration, ok bool) {
+	leased := time.Now()
+	items := make([]*pb.CompleteRequest, len(tasks))
+	for j, t := range tasks {
+		items[j] = &pb.CompleteRequest{LeaseToken: t.GetLeaseToken(), Result: r.result}
+	}
+	cm, err := benchCompleteMany(ctx, w, items, &r.errs)
+	if err != nil {
+		if ctx.Err() == nil {
+			r.fail(err)
+		}
+		return ll, el, false
+	}
+	done := time.Now()
+	for j, res := range cm.GetResults() {
+		if res.GetError() != nil {
+			r.fail(errors.New("complete failed: " + res.GetError().GetKind()))
+			return ll, el, false
+		}
+		ll = append(ll, done.Sub(leased))
+		if idx, err := strconv.Atoi(strings.TrimPrefix(tasks[j].GetTaskId(), "b-")); err == nil && idx < r.f.tasks {
+			if at := r.enqueuedAt[idx].Load(); at != 0 {
+				el = append(el, done.Sub(time.Unix(0, at)))
+			}
+		}
+	}
+	return ll, el, true
 }
 
 // benchEnqueue admits one batch, riding through leader changes. The batch's

@@ -1,4 +1,4 @@
-// This file holds the command registry of the client-side commands (worker,
+// This file holds the command table of the client-side commands (worker,
 // enqueue, status, tasks, workers, cancel, watch, results, demo, cluster),
 // their shared flags (--server, --key, --json, and the TLS options
 // --ca-file, --cert-file, --key-file of client.go) and the exit-code mapping
@@ -17,14 +17,13 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"sort"
 	"strings"
 	"syscall"
 
 	"github.com/termivar/distributed/client"
 )
 
-// clientCommand is one subcommand registered from its own file's init.
+// clientCommand is one client subcommand: a row of clientCommands.
 type clientCommand struct {
 	name    string
 	usage   string // one line: the arguments after the name
@@ -33,14 +32,52 @@ type clientCommand struct {
 	run func(ctx context.Context, env *cliEnv, args []string) error
 }
 
-// clientCommands holds every registered subcommand by name.
-var clientCommands = map[string]*clientCommand{}
-
-func registerClient(c *clientCommand) {
-	if _, dup := clientCommands[c.name]; dup {
-		panic("duplicate command " + c.name)
+// clientCommands is the table of every client subcommand, in the order the
+// top-level help lists them: try it, run workers, feed them, look, steer,
+// follow a scan, administer the cluster. Each command's runner lives in its
+// cmd_*.go file. (serve, keys, tenants and bench are node commands with
+// their own flags: main.go's commands.)
+func clientCommands() []clientCommand {
+	return []clientCommand{
+		{name: "demo", usage: "[--targets N] [--keep]",
+			summary: "run an embedded node, three workers and a scan with a worker crash, then print the results summary",
+			run:     runDemo},
+		{name: "worker", usage: "[--id ID] [--capacity N] [--tag T ...] -- CMD ARGS...",
+			summary: "run a worker agent that runs CMD once per leased task",
+			run:     runWorker},
+		{name: "enqueue", usage: "--scan S [--priority low|normal|high|critical] [--phases 1,2] TARGET... | --file F | -",
+			summary: "enqueue one task per target (task IDs derived from scan and target unless --task-id is given)",
+			run:     runEnqueue},
+		{name: "status", usage: "[--json]", summary: "show the node's and your tenant's status", run: runStatus},
+		{name: "tasks", usage: "[--scan S] [--status X] [--limit N] [--json]", summary: "list tasks (JSON: one object per line)", run: runTasks},
+		{name: "workers", usage: "[--json]", summary: "list workers (JSON: one object per line)", run: runWorkers},
+		{name: "cancel", usage: "[--json] TASK", summary: "cancel a queued, leased or running task", run: runCancel},
+		{name: "watch", usage: "--scan S [--interval D] [--json]", summary: "show a live progress bar for a scan until every task is terminal", run: runWatch},
+		{name: "results", usage: "--scan S [--json]", summary: "print a scan's results in enqueue order (raw, or JSON lines)", run: runResults},
+		{name: "cluster", usage: "members|add|remove|transfer-leadership [args] (cluster --help)",
+			summary: "raft membership: members, add, remove, transfer-leadership (admin key)",
+			run:     runCluster},
 	}
-	clientCommands[c.name] = c
+}
+
+// lookupCommand returns the client command called name.
+func lookupCommand(name string) (clientCommand, bool) {
+	for _, c := range clientCommands() {
+		if c.name == name {
+			return c, true
+		}
+	}
+	return clientCommand{}, false
+}
+
+// clientCommandNamed returns the table row of a runner's own command; a runner asking
+// for a name the table lacks is a programmer error.
+func clientCommandNamed(name string) clientCommand {
+	c, ok := lookupCommand(name)
+	if !ok {
+		panic("termivar-coord: no client command " + name + " in clientCommands")
+	}
+	return c
 }
 
 // cliEnv is what a command gets besides its arguments.
@@ -82,9 +119,10 @@ func exitCode(err error) int {
 	return exitUsage
 }
 
-// runRegistered runs a registered command; ok is false if name is not one.
+// runRegistered runs a command of clientCommands; ok is false if name is
+// not one.
 func runRegistered(name string, args []string, env *cliEnv) (code int, ok bool) {
-	c, ok := clientCommands[name]
+	c, ok := lookupCommand(name)
 	if !ok {
 		return 0, false
 	}
@@ -105,16 +143,11 @@ func runRegistered(name string, args []string, env *cliEnv) (code int, ok bool) 
 	return exitCode(err), true
 }
 
-// registeredUsage lists the registered commands for the top-level help.
+// registeredUsage lists the client commands for the top-level help.
 func registeredUsage() string {
-	names := make([]string, 0, len(clientCommands))
-	for n := range clientCommands {
-		names = append(names, n)
-	}
-	sort.Strings(names)
 	var b strings.Builder
-	for _, n := range names {
-		fmt.Fprintf(&b, "  %-8s %s\n", n, clientCommands[n].summary)
+	for _, c := range clientCommands() {
+		fmt.Fprintf(&b, "  %-8s %s\n", c.name, c.summary)
 	}
 	return b.String()
 }
@@ -128,7 +161,7 @@ type globalFlags struct {
 
 // newFlagSet returns a flag set with the global options bound to g, whose
 // defaults come from env (already resolved global flags).
-func newFlagSet(env *cliEnv, c *clientCommand, g *globalFlags, withJSON bool) *flag.FlagSet {
+func newFlagSet(env *cliEnv, c clientCommand, g *globalFlags, withJSON bool) *flag.FlagSet {
 	fs := flag.NewFlagSet(c.name, flag.ContinueOnError)
 	fs.SetOutput(env.stderr)
 	fs.StringVar(&g.server, "server", env.server, "node URL (env "+client.EnvServer+", default "+client.DefaultServerURL+")")
@@ -228,8 +261,9 @@ func writeJSON(w io.Writer, v any) error {
 }
 
 // dispatchRegistered is the one hook main needs: it parses the global
-// options before the command name and runs the command if it is registered
-// here. ok is false when the command is not one of ours (main handles it).
+// options before the command name and runs the command if clientCommands
+// lists it. ok is false when the command is not one of ours (main handles
+// it).
 func dispatchRegistered(args []string) (code int, ok bool) {
 	env := &cliEnv{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr}
 	rest, err := parseGlobal(args, env)

@@ -36,15 +36,6 @@ var clusterSubcommands = map[string]func(context.Context, *cliEnv, *globalFlags,
 	"transfer-leadership": runClusterTransfer,
 }
 
-func init() {
-	registerClient(&clientCommand{
-		name:    "cluster",
-		usage:   "members|add|remove|transfer-leadership [args] (cluster --help)",
-		summary: "raft membership: members, add, remove, transfer-leadership (admin key)",
-		run:     runCluster,
-	})
-}
-
 func runCluster(ctx context.Context, env *cliEnv, args []string) error {
 	if len(args) == 0 {
 		return usageError{clusterUsage}
@@ -59,7 +50,7 @@ func runCluster(ctx context.Context, env *cliEnv, args []string) error {
 		return usagef("unknown subcommand %q\n%s", args[0], clusterUsage)
 	}
 	var g globalFlags
-	fs := newFlagSet(env, &clientCommand{name: "cluster " + args[0]}, &g, true)
+	fs := newFlagSet(env, clientCommand{name: "cluster " + args[0]}, &g, true)
 	fs.Usage = func() { fmt.Fprintln(env.stderr, clusterUsage) }
 	return sub(ctx, env, &g, fs, args[1:])
 }

@@ -17,15 +17,6 @@ import (
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 )
 
-func init() {
-	registerClient(&clientCommand{
-		name:    "demo",
-		usage:   "[--targets N] [--keep]",
-		summary: "run an embedded node, three workers and a scan with a worker crash, then print the results summary",
-		run:     runDemo,
-	})
-}
-
 // Demo settings: a short lease so the crashed worker's tasks come back
 // within seconds.
 const (
@@ -39,7 +30,7 @@ const (
 
 func runDemo(ctx context.Context, env *cliEnv, args []string) error {
 	var g globalFlags
-	fs := newFlagSet(env, clientCommands["demo"], &g, false)
+	fs := newFlagSet(env, clientCommandNamed("demo"), &g, false)
 	n := fs.Int("targets", 200, "number of targets to scan")
 	keep := fs.Bool("keep", false, "keep the node's data directory")
 	mtls := fs.Bool("mtls", false, "serve the API over mutual TLS (a CA and certificates made for this run)")

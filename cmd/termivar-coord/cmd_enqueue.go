@@ -12,18 +12,9 @@ import (
 	"github.com/termivar/distributed/client"
 )
 
-func init() {
-	registerClient(&clientCommand{
-		name:    "enqueue",
-		usage:   "--scan S [--priority low|normal|high|critical] [--phases 1,2] TARGET... | --file F | -",
-		summary: "enqueue one task per target (task IDs derived from scan and target unless --task-id is given)",
-		run:     runEnqueue,
-	})
-}
-
 func runEnqueue(ctx context.Context, env *cliEnv, args []string) error {
 	var g globalFlags
-	fs := newFlagSet(env, clientCommands["enqueue"], &g, true)
+	fs := newFlagSet(env, clientCommandNamed("enqueue"), &g, true)
 	scan := fs.String("scan", "", "scan ID (required)")
 	priority := fs.String("priority", "normal", "low, normal, high or critical")
 	phases := fs.String("phases", "", "comma-separated phase numbers, e.g. 1,2")

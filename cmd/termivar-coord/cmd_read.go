@@ -14,13 +14,6 @@ import (
 
 // This file holds the read commands status, tasks and workers, and cancel.
 
-func init() {
-	registerClient(&clientCommand{name: "status", usage: "[--json]", summary: "show the node's and your tenant's status", run: runStatus})
-	registerClient(&clientCommand{name: "tasks", usage: "[--scan S] [--status X] [--limit N] [--json]", summary: "list tasks (JSON: one object per line)", run: runTasks})
-	registerClient(&clientCommand{name: "workers", usage: "[--json]", summary: "list workers (JSON: one object per line)", run: runWorkers})
-	registerClient(&clientCommand{name: "cancel", usage: "[--json] TASK", summary: "cancel a queued, leased or running task", run: runCancel})
-}
-
 // statusJSON is the --json form of status.
 type statusJSON struct {
 	NodeID        string `json:"node_id"`
@@ -41,7 +34,7 @@ type statusJSON struct {
 
 func runStatus(ctx context.Context, env *cliEnv, args []string) error {
 	var g globalFlags
-	fs := newFlagSet(env, clientCommands["status"], &g, true)
+	fs := newFlagSet(env, clientCommandNamed("status"), &g, true)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -106,7 +99,7 @@ func toTaskJSON(t *pb.TaskInfo) taskJSON {
 
 func runTasks(ctx context.Context, env *cliEnv, args []string) error {
 	var g globalFlags
-	fs := newFlagSet(env, clientCommands["tasks"], &g, true)
+	fs := newFlagSet(env, clientCommandNamed("tasks"), &g, true)
 	scan := fs.String("scan", "", "only this scan")
 	status := fs.String("status", "", "only this status (queued, leased, running, completed, failed, cancelled, expired)")
 	limit := fs.Int("limit", 0, "print at most N tasks (0 = all)")
@@ -172,7 +165,7 @@ type workerJSON struct {
 
 func runWorkers(ctx context.Context, env *cliEnv, args []string) error {
 	var g globalFlags
-	fs := newFlagSet(env, clientCommands["workers"], &g, true)
+	fs := newFlagSet(env, clientCommandNamed("workers"), &g, true)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -217,7 +210,7 @@ func runWorkers(ctx context.Context, env *cliEnv, args []string) error {
 
 func runCancel(ctx context.Context, env *cliEnv, args []string) error {
 	var g globalFlags
-	fs := newFlagSet(env, clientCommands["cancel"], &g, true)
+	fs := newFlagSet(env, clientCommandNamed("cancel"), &g, true)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

@@ -13,11 +13,6 @@ import (
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 )
 
-func init() {
-	registerClient(&clientCommand{name: "watch", usage: "--scan S [--interval D] [--json]", summary: "show a live progress bar for a scan until every task is terminal", run: runWatch})
-	registerClient(&clientCommand{name: "results", usage: "--scan S [--json]", summary: "print a scan's results in enqueue order (raw, or JSON lines)", run: runResults})
-}
-
 // progressJSON is one line of watch --json.
 type progressJSON struct {
 	ScanID    string  `json:"scan_id"`
@@ -62,7 +57,7 @@ func describeProgress(p *pb.ScanProgressResponse) string {
 
 func runWatch(ctx context.Context, env *cliEnv, args []string) error {
 	var g globalFlags
-	fs := newFlagSet(env, clientCommands["watch"], &g, true)
+	fs := newFlagSet(env, clientCommandNamed("watch"), &g, true)
 	scan := fs.String("scan", "", "scan ID (required)")
 	interval := fs.Duration("interval", 500*time.Millisecond, "polling interval")
 	if err := parseFlags(fs, args); err != nil {
@@ -158,7 +153,7 @@ type resultJSON struct {
 
 func runResults(ctx context.Context, env *cliEnv, args []string) error {
 	var g globalFlags
-	fs := newFlagSet(env, clientCommands["results"], &g, true)
+	fs := newFlagSet(env, clientCommandNamed("results"), &g, true)
 	scan := fs.String("scan", "", "scan ID (required)")
 	if err := parseFlags(fs, args); err != nil {
 		return err

@@ -11,15 +11,6 @@ import (
 	"github.com/termivar/distributed/agent"
 )
 
-func init() {
-	registerClient(&clientCommand{
-		name:    "worker",
-		usage:   "[--id ID] [--capacity N] [--tag T ...] -- CMD ARGS...",
-		summary: "run a worker agent that runs CMD once per leased task",
-		run:     runWorker,
-	})
-}
-
 // stringList is a repeatable string flag.
 type stringList []string
 
@@ -28,7 +19,7 @@ func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
 func runWorker(ctx context.Context, env *cliEnv, args []string) error {
 	var g globalFlags
-	fs := newFlagSet(env, clientCommands["worker"], &g, false)
+	fs := newFlagSet(env, clientCommandNamed("worker"), &g, false)
 	host, _ := os.Hostname()
 	id := fs.String("id", defaultWorkerID(host), "worker ID (one process per ID)")
 	capacity := fs.Int("capacity", 1, "tasks run at once (1-256)")

@@ -52,7 +52,7 @@ func usage() {
 
 func main() {
 	// Client commands (worker, enqueue, status, tasks, workers, cancel,
-	// watch, results, demo) register themselves in cli.go's registry.
+	// watch, results, demo, cluster) are the table in cli.go.
 	if code, ok := dispatchRegistered(os.Args[1:]); ok {
 		os.Exit(code)
 	}

@@ -219,56 +219,28 @@ func (r *runningNode) close() {
 // startNode listens on the API address, opens (or bootstraps, or joins) the
 // node, makes sure the admin key file exists and builds the API server.
 func startNode(ctx context.Context, f serveFlags, logger *slog.Logger) (_ *runningNode, err error) {
-	tick := f.tick
-	if tick <= 0 {
-		tick = -1
-	}
-	ln := f.cluster.apiListener
-	if ln == nil {
-		if ln, err = net.Listen("tcp", f.apiAddr); err != nil {
-			return nil, err
-		}
+	ln, err := apiListener(f)
+	if err != nil {
+		return nil, err
 	}
 	defer func() {
 		if err != nil {
 			ln.Close()
 		}
 	}()
-	var serverTLS, forwardTLS *tls.Config
-	scheme := "http"
-	if f.tlsCert != "" {
-		cert, err := tls.LoadX509KeyPair(f.tlsCert, f.tlsKey)
-		if err != nil {
-			return nil, err
-		}
-		serverTLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
-		// NB: a follower forwards to the leader over TLS, presenting its own
-		// certificate (for mutual TLS) and trusting --client-ca, else the
-		// system roots.
-		forwardTLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-		if f.clientCA != "" {
-			pem, err := os.ReadFile(f.clientCA)
-			if err != nil {
-				return nil, err
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, errors.New("client CA file has no certificates")
-			}
-			serverTLS.ClientCAs, serverTLS.ClientAuth = pool, tls.RequireAndVerifyClientCert
-			forwardTLS.RootCAs = pool
-		}
-		scheme = "https"
+	serverTLS, forwardTLS, err := apiTLS(f)
+	if err != nil {
+		return nil, err
 	}
 	apiURL := f.cluster.advertiseURL
 	if apiURL == "" {
+		scheme := "http"
+		if serverTLS != nil {
+			scheme = "https"
+		}
 		apiURL = scheme + "://" + ln.Addr().String()
 	}
-	ncfg := node.Config{
-		DataDir: f.dataDir, NodeID: f.nodeID, RaftAddr: f.raftAddr, Logger: logger, RaftLogOutput: os.Stderr,
-		TickInterval: tick, TaskTTLSecs: f.taskTTL, DefaultLimits: f.limits, DefaultResultLimits: f.resultLimits,
-		APIURL: apiURL, ForceNewCluster: f.forceNewCluster,
-	}
+	ncfg := nodeConfig(f, logger, apiURL)
 	openCtx, cancel, err := f.cluster.apply(ctx, &ncfg, logger, forwardTLS)
 	if err != nil {
 		return nil, err
@@ -283,26 +255,10 @@ func startNode(ctx context.Context, f serveFlags, logger *slog.Logger) (_ *runni
 			n.Close()
 		}
 	}()
-	keyPath := filepath.Join(f.dataDir, node.AdminKeyFile)
-	created, err := ensureAdminKeyFile(openCtx, n, keyPath, f.cluster)
-	if errors.Is(err, server.ErrAdminKeyUnknown) {
-		logger.Warn("the admin key file is missing or unknown to the cluster and is not registered after bootstrap", "path", keyPath)
-	} else if err != nil {
+	if err := ensureAdminKey(openCtx, n, f, logger); err != nil {
 		return nil, err
 	}
-	if created {
-		logger.Info("wrote the admin key of the default tenant", "path", keyPath)
-	}
-	var tee *os.File
-	if f.auditStderr {
-		tee = os.Stderr
-	}
-	var al *audit.Logger
-	if tee != nil {
-		al, err = audit.Open(filepath.Join(f.dataDir, audit.FileName), tee)
-	} else {
-		al, err = audit.Open(filepath.Join(f.dataDir, audit.FileName), nil)
-	}
+	al, err := openAudit(f)
 	if err != nil {
 		return nil, err
 	}
@@ -315,4 +271,96 @@ func startNode(ctx context.Context, f serveFlags, logger *slog.Logger) (_ *runni
 		ln = tls.NewListener(ln, serverTLS)
 	}
 	return &runningNode{n: n, srv: srv, hs: hs, ln: ln, al: al, url: apiURL}, nil
+}
+
+// apiListener returns the API listener: the one the cluster flags already
+// opened, else a new one on --api-addr.
+func apiListener(f serveFlags) (net.Listener, error) {
+	if ln := f.cluster.apiListener; ln != nil {
+		return ln, nil
+	}
+	return net.Listen("tcp", f.apiAddr)
+}
+
+// apiTLS builds the API's TLS configurations from --tls-cert, --tls-key and
+// --client-ca; both are nil without --tls-cert. serverTLS serves the API
+// (requiring client certificates signed by --client-ca when it is given);
+// forwardTLS is what a follower uses to forward to the leader.
+func apiTLS(f serveFlags) (serverTLS, forwardTLS *tls.Config, err error) {
+	if f.tlsCert == "" {
+		return nil, nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(f.tlsCert, f.tlsKey)
+	if err != nil {
+		return nil, nil, err
+	}
+	serverTLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
+	// NB: a follower forwards to the leader over TLS, presenting its own
+	// certificate (for mutual TLS) and trusting --client-ca, else the
+	// system roots.
+	forwardTLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if f.clientCA != "" {
+		pool, err := loadCertPool(f.clientCA)
+		if err != nil {
+			return nil, nil, err
+		}
+		serverTLS.ClientCAs, serverTLS.ClientAuth = pool, tls.RequireAndVerifyClientCert
+		forwardTLS.RootCAs = pool
+	}
+	return serverTLS, forwardTLS, nil
+}
+
+// loadCertPool reads a PEM file of CA certificates.
+func loadCertPool(path string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, errors.New("client CA file has no certificates")
+	}
+	return pool, nil
+}
+
+// nodeConfig is the node configuration of the serve flags (the cluster
+// flags add to it in clusterFlags.apply).
+func nodeConfig(f serveFlags, logger *slog.Logger, apiURL string) node.Config {
+	tick := f.tick
+	if tick <= 0 {
+		tick = -1
+	}
+	return node.Config{
+		DataDir: f.dataDir, NodeID: f.nodeID, RaftAddr: f.raftAddr, Logger: logger, RaftLogOutput: os.Stderr,
+		TickInterval: tick, TaskTTLSecs: f.taskTTL, DefaultLimits: f.limits, DefaultResultLimits: f.resultLimits,
+		APIURL: apiURL, ForceNewCluster: f.forceNewCluster,
+	}
+}
+
+// ensureAdminKey makes sure the data dir's admin key file exists (writing
+// it after a bootstrap). A key file the cluster does not know is only
+// warned about: the node still serves.
+func ensureAdminKey(ctx context.Context, n *node.Node, f serveFlags, logger *slog.Logger) error {
+	keyPath := filepath.Join(f.dataDir, node.AdminKeyFile)
+	created, err := ensureAdminKeyFile(ctx, n, keyPath, f.cluster)
+	if errors.Is(err, server.ErrAdminKeyUnknown) {
+		logger.Warn("the admin key file is missing or unknown to the cluster and is not registered after bootstrap", "path", keyPath)
+	} else if err != nil {
+		return err
+	}
+	if created {
+		logger.Info("wrote the admin key of the default tenant", "path", keyPath)
+	}
+	return nil
+}
+
+// openAudit opens the data dir's audit log, also copied to stderr with
+// --audit-stderr.
+func openAudit(f serveFlags) (*audit.Logger, error) {
+	path := filepath.Join(f.dataDir, audit.FileName)
+	if f.auditStderr {
+		return audit.Open(path, os.Stderr)
+	}
+	// NB: a nil io.Writer, not a nil *os.File in a non-nil interface.
+	return audit.Open(path, nil)
 }

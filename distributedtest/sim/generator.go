@@ -17,19 +17,22 @@ type Profile struct {
 	Workers int // size of the worker ID pool
 	Steps   int // commands per seed in the CI run (the records fill up: nothing is evicted)
 	// Results bounds the ResultAggregator driven next to the pool (zero:
-	// DefaultSimResultLimits).
+	// DefaultSimResultLimits()).
 	Results distributed.ResultLimits
 }
 
-// DefaultSimResultLimits are small enough that every result bound is hit.
-var DefaultSimResultLimits = distributed.ResultLimits{
-	MaxResults: 12, MaxResultBytes: 48, MaxTotalBytes: 300, MaxAggregateItems: 5, MaxAggregateBytes: 60,
+// DefaultSimResultLimits returns result limits small enough that every
+// result bound is hit.
+func DefaultSimResultLimits() distributed.ResultLimits {
+	return distributed.ResultLimits{
+		MaxResults: 12, MaxResultBytes: 48, MaxTotalBytes: 300, MaxAggregateItems: 5, MaxAggregateBytes: 60,
+	}
 }
 
 // ResultLimits returns the profile's result limits.
 func (p Profile) ResultLimits() distributed.ResultLimits {
 	if p.Results == (distributed.ResultLimits{}) {
-		return DefaultSimResultLimits
+		return DefaultSimResultLimits()
 	}
 	return p.Results
 }

@@ -234,7 +234,7 @@ func TestAgent_StaleLeaseKillsProcessGroup(t *testing.T) {
 		return err == nil
 	})
 	// Cancel through the API, as an operator would.
-	if _, err := b.c.CancelTask(t.Context(), ids[0]); err != nil {
+	if _, err := b.c.Cancel(t.Context(), &pb.CancelRequest{TaskId: ids[0]}); err != nil {
 		t.Fatalf("CancelTask = %v", err)
 	}
 	waitFor(t, "abandon", func() bool { return a.Stats().Abandoned == 1 })

@@ -123,7 +123,7 @@ func TestAgent_RealNode_CancelledByProducerKillsProcessGroup(t *testing.T) {
 		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
 		return err == nil
 	})
-	resp, err := c.CancelTask(ctx, ids[0])
+	resp, err := c.Cancel(ctx, &pb.CancelRequest{TaskId: ids[0]})
 	if err != nil || resp.GetPreviousStatus() != "running" {
 		t.Fatalf("CancelTask = %v, %v; want a running task cancelled", resp, err)
 	}

@@ -412,18 +412,15 @@ func (c *Client) Enqueue(ctx context.Context, req *pb.EnqueueRequest) (*pb.Enque
 	return call(ctx, c, "Producer.Enqueue", req, c.producer.Enqueue)
 }
 
-// Cancel cancels a task given its fence token (queued) or lease token.
+// Cancel cancels a task: by its fence token (queued) or lease token
+// (leased or running), or by TaskId alone — then the node cancels a queued,
+// leased or running task with the ownership it holds when the command is
+// applied, so no token is needed. A task cancelled before answers
+// AlreadyCancelled (so a retry after a lost reply is harmless); any other
+// terminal task fails with invalid_transition
+// (errors.Is(err, distributed.ErrInvalidTransition)).
 func (c *Client) Cancel(ctx context.Context, req *pb.CancelRequest) (*pb.CancelResponse, error) {
 	return call(ctx, c, "Producer.Cancel", req, c.producer.Cancel)
-}
-
-// CancelTask cancels a queued, leased or running task by ID: the node
-// cancels it with the ownership it holds when the command is applied, so no
-// token is needed. A task cancelled before answers AlreadyCancelled (so a
-// retry after a lost reply is harmless); any other terminal task fails with
-// invalid_transition (errors.Is(err, distributed.ErrInvalidTransition)).
-func (c *Client) CancelTask(ctx context.Context, taskID string) (*pb.CancelResponse, error) {
-	return call(ctx, c, "Producer.Cancel", &pb.CancelRequest{TaskId: taskID}, c.producer.Cancel)
 }
 
 // GetTask returns one task.

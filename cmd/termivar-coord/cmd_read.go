@@ -222,7 +222,7 @@ func runCancel(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	resp, err := c.CancelTask(ctx, id)
+	resp, err := c.Cancel(ctx, &pb.CancelRequest{TaskId: id})
 	if errors.Is(err, distributed.ErrInvalidTransition) {
 		// A terminal task: say which status it ended in.
 		status := "terminal"

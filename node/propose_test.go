@@ -120,13 +120,16 @@ func setupProposer(t *testing.T, maxBatch int, failErr error) *proposerBundle {
 	return b
 }
 
-// queue submits n enqueue proposals (tasks prefix-0 … prefix-(n-1))
-// before the loop runs, so that they all wait together.
+// queue submits n proposals before the loop runs, so that they all wait
+// together: SetNodeInfo for nodes prefix-0 … prefix-(n-1) (cheap for the
+// FSM even in race builds, where every core command runs a full audit).
 func (b *proposerBundle) queue(t *testing.T, prefix string, n int) []*proposal {
 	t.Helper()
 	props := make([]*proposal, n)
 	for i := range props {
-		p, err := b.pr.submit(context.Background(), enqueue(raftfsm.SystemTenant, fmt.Sprintf("%s-%d", prefix, i)))
+		id := fmt.Sprintf("%s-%d", prefix, i)
+		cmd := &pb.Command{Op: &pb.Command_SetNodeInfo{SetNodeInfo: &pb.SetNodeInfo{NodeId: id, ApiUrl: "http://" + id}}}
+		p, err := b.pr.submit(context.Background(), cmd)
 		if err != nil {
 			t.Fatalf("submit %d: %v", i, err)
 		}
@@ -165,10 +168,10 @@ func TestProposer_Coalesces(t *testing.T) {
 	if got := b.stub.entrySizes(); !slices.Equal(got, []int{10}) {
 		t.Fatalf("entries = %v, want one entry of 10 commands", got)
 	}
-	tv, _ := b.fsm.Tenant(raftfsm.SystemTenant)
 	for i := range 10 {
-		if _, _, err := tv.Pool().GetTask(fmt.Sprintf("t-%d", i)); err != nil {
-			t.Fatalf("task t-%d: %v", i, err)
+		id := fmt.Sprintf("t-%d", i)
+		if u, ok := b.fsm.NodeAPIURL(id); !ok || u != "http://"+id {
+			t.Fatalf("node %s: URL %q (recorded %v), want http://%s", id, u, ok, id)
 		}
 	}
 }
@@ -236,14 +239,17 @@ func TestProposer_FailedEntryFailsEveryProposer(t *testing.T) {
 func TestProposer_EachProposerGetsItsOwnResponse(t *testing.T) {
 	t.Parallel()
 	b := setupProposer(t, 64, nil)
-	props := b.queue(t, "t", 3)
-	// A duplicate task ID in the same entry: only that proposer is refused.
-	dup, err := b.pr.submit(context.Background(), enqueue(raftfsm.SystemTenant, "t-1"))
-	if err != nil {
-		t.Fatal(err)
+	var props []*proposal
+	for _, id := range []string{"t-0", "t-1", "t-2", "t-1"} {
+		p, err := b.pr.submit(context.Background(), enqueue(raftfsm.SystemTenant, id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		props = append(props, p)
 	}
+	// The duplicate task ID in the same entry: only its proposer is refused.
 	b.start()
-	rs := results(t, append(props, dup))
+	rs := results(t, props)
 	for i, r := range rs[:3] {
 		if r.err != nil || r.resp.Err != nil {
 			t.Fatalf("proposal %d: %v %v", i, r.err, r.resp.Err)

@@ -434,6 +434,11 @@ func (n *Node) FirstAdminKey() string {
 // memberLoop keeps the leader's API URL registered in the replicated node
 // table (followers forward there) and its per-term barrier done, until ctx
 // (the node's lifetime) ends; the registrations it starts derive from ctx.
+// NB: its own SetNodeInfo is not cancelled by Close (WithoutCancel, still
+// bounded by applyTimeout): Close then waits for the entry to commit, as
+// before, instead of shutting raft down while the entry replicates, where
+// hashicorp/raft v1.8's pipeline replication can deadlock Shutdown (seen
+// in TestNode_HandOverLeadership under -race).
 func (n *Node) memberLoop(ctx context.Context) {
 	t := time.NewTicker(memberLoopInterval)
 	defer t.Stop()
@@ -460,7 +465,7 @@ func (n *Node) memberLoop(ctx context.Context) {
 		if n.registered() {
 			continue
 		}
-		if err := n.setNodeInfo(ctx, n.cfg.NodeID, n.cfg.APIURL, n.Incarnation()); err != nil {
+		if err := n.setNodeInfo(context.WithoutCancel(ctx), n.cfg.NodeID, n.cfg.APIURL, n.Incarnation()); err != nil {
 			n.log.Debug("registering the API URL failed", "error", err)
 		}
 	}

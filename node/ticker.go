@@ -11,7 +11,7 @@ import (
 // tickLoop is the leader's background recovery: on every tick it proposes,
 // for each tenant that has something to recover, RecoverExpiredLeases,
 // PruneDeadWorkers and ExpireOldTasks. Followers do nothing. It returns
-// when ctx (the node's lifetime) ends, which also cancels a running Tick.
+// when ctx (the node's lifetime) ends.
 func (n *Node) tickLoop(ctx context.Context) {
 	t := time.NewTicker(n.cfg.TickInterval)
 	defer t.Stop()
@@ -24,7 +24,8 @@ func (n *Node) tickLoop(ctx context.Context) {
 		if n.RaftState() != "Leader" {
 			continue
 		}
-		n.Tick(ctx)
+		// NB: a running round is not cancelled by Close (see memberLoop).
+		n.Tick(context.WithoutCancel(ctx))
 	}
 }
 

@@ -432,22 +432,27 @@ func (n *Node) FirstAdminKey() string {
 }
 
 // memberLoop keeps the leader's API URL registered in the replicated node
-// table (followers forward there) and its per-term barrier done.
-func (n *Node) memberLoop() {
-	defer n.wg.Done()
+// table (followers forward there) and its per-term barrier done, until ctx
+// (the node's lifetime) ends; the registrations it starts derive from ctx.
+// NB: its own SetNodeInfo is not cancelled by Close (WithoutCancel, still
+// bounded by applyTimeout): Close then waits for the entry to commit, as
+// before, instead of shutting raft down while the entry replicates, where
+// hashicorp/raft v1.8's pipeline replication can deadlock Shutdown (seen
+// in TestNode_HandOverLeadership under -race).
+func (n *Node) memberLoop(ctx context.Context) {
 	t := time.NewTicker(memberLoopInterval)
 	defer t.Stop()
 	var nextRegister time.Time
 	for {
 		select {
-		case <-n.stop:
+		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
 		if n.raft.State() != raft.Leader {
 			if n.cfg.RegisterSelf != nil && n.cfg.APIURL != "" && time.Now().After(nextRegister) {
 				nextRegister = time.Now().Add(2 * time.Second)
-				n.registerSelf()
+				n.registerSelf(ctx)
 			}
 			continue
 		}
@@ -460,7 +465,7 @@ func (n *Node) memberLoop() {
 		if n.registered() {
 			continue
 		}
-		if err := n.setNodeInfo(context.Background(), n.cfg.NodeID, n.cfg.APIURL, n.Incarnation()); err != nil {
+		if err := n.setNodeInfo(context.WithoutCancel(ctx), n.cfg.NodeID, n.cfg.APIURL, n.Incarnation()); err != nil {
 			n.log.Debug("registering the API URL failed", "error", err)
 		}
 	}
@@ -475,8 +480,8 @@ func (n *Node) registered() bool {
 }
 
 // registerSelf asks the leader to record this follower's API URL and
-// incarnation.
-func (n *Node) registerSelf() {
+// incarnation; ctx is the member loop's, so Close cancels the call.
+func (n *Node) registerSelf(ctx context.Context) {
 	if n.registered() {
 		return
 	}
@@ -484,15 +489,8 @@ func (n *Node) registerSelf() {
 	if leader == "" {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	go func() {
-		select {
-		case <-n.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	if err := n.cfg.RegisterSelf(ctx, leader, n.Incarnation()); err != nil {
 		n.log.Debug("registering the API URL with the leader failed", "error", err)
 	}

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -104,9 +105,8 @@ func (n *Node) onFSMFatal(err error) {
 }
 
 // storeWatchLoop turns a log store failure streak longer than the grace
-// period into a fatal error.
-func (n *Node) storeWatchLoop() {
-	defer n.wg.Done()
+// period into a fatal error, until ctx (the node's lifetime) ends.
+func (n *Node) storeWatchLoop(ctx context.Context) {
 	grace := n.cfg.storeFailGrace
 	if grace <= 0 {
 		grace = defaultStoreFailGrace
@@ -115,7 +115,7 @@ func (n *Node) storeWatchLoop() {
 	defer t.Stop()
 	for {
 		select {
-		case <-n.stop:
+		case <-ctx.Done():
 			return
 		case <-n.hl.failed:
 			return

@@ -160,10 +160,13 @@ func (n *Node) awaitNewLeader(ctx context.Context, changed <-chan raft.Observati
 // fails, each other voter is tried by name. A follower, or the only voter,
 // returns "" and nil at once. A failed hand-over is logged and returned;
 // the caller shuts down anyway (the cluster then elects after the timeout).
+// The hand-over also ends when the node's lifetime does (Close).
 func (n *Node) HandOverLeadership(ctx context.Context) (string, error) {
 	if n.raft.State() != raft.Leader || n.soleVoter() {
 		return "", nil
 	}
+	ctx, stop := n.life.bound(ctx)
+	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, HandOverTimeout)
 	defer cancel()
 	start := time.Now()

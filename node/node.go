@@ -203,10 +203,10 @@ type Node struct {
 	lock          *dirLock
 	hl            *health // fatal errors and log store failures (health.go)
 
-	proposals chan *proposal
-	inflight  chan *inflightBatch
-	stop      chan struct{}
-	wg        sync.WaitGroup
+	// life is the node's lifetime (lifetime.go): created in Open, ended
+	// first thing in Close; every background loop and call derives from it.
+	life      *lifetime
+	prop      *proposer // set in start, once raft runs
 	closeOnce sync.Once
 }
 
@@ -251,15 +251,13 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 		}
 	}
 	n := &Node{
-		cfg:       cfg,
-		log:       cfg.Logger,
-		secret:    secret,
-		ident:     ident,
-		wake:      newNotifier(),
-		hl:        newHealth(),
-		proposals: make(chan *proposal, 4*cfg.MaxBatchCommands),
-		inflight:  make(chan *inflightBatch, 2),
-		stop:      make(chan struct{}),
+		cfg:    cfg,
+		log:    cfg.Logger,
+		secret: secret,
+		ident:  ident,
+		wake:   newNotifier(),
+		hl:     newHealth(),
+		life:   newLifetime(),
 	}
 	n.incarnation = ident.incarnation()
 	n.verifyPeer = n.verifyRaftPeer
@@ -274,6 +272,7 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 	n.fsm = raftfsm.New(n.fsmOptions())
 	existing, err := n.openRaft()
 	if err != nil {
+		n.life.Stop()
 		n.closeStores()
 		return nil, err
 	}
@@ -290,10 +289,10 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 // leader's background loops.
 func (n *Node) start(ctx context.Context, existing, wroteSecret bool) error {
 	cfg := n.cfg
-	n.wg.Add(3)
-	go n.proposeLoop()
-	go n.respondLoop()
-	go n.storeWatchLoop()
+	n.prop = newProposer(n.raft, n.fsm.LastTime, cfg.NowFunc, cfg.MaxBatchCommands, n.life.Done())
+	n.life.Go(n.prop.run)
+	n.life.Go(n.prop.respond)
+	n.life.Go(n.storeWatchLoop)
 	if existing {
 		n.warnPeersDiffer()
 	}
@@ -322,11 +321,9 @@ func (n *Node) start(ctx context.Context, existing, wroteSecret bool) error {
 	}
 	n.codec = codec
 	if cfg.TickInterval > 0 {
-		n.wg.Add(1)
-		go n.tickLoop()
+		n.life.Go(n.tickLoop)
 	}
-	n.wg.Add(1)
-	go n.memberLoop()
+	n.life.Go(n.memberLoop)
 	return nil
 }
 
@@ -469,13 +466,14 @@ func (n *Node) WaitChan(tenant string) <-chan struct{} { return n.wake.wait(tena
 // Snapshot forces a raft snapshot (tests and operators).
 func (n *Node) Snapshot() error { return n.raft.Snapshot().Error() }
 
-// Close stops the ticker and the proposer, shuts raft down and closes the
-// stores. Pending proposals fail with ErrClosed.
+// Close ends the node's lifetime first (every background loop and call
+// derived from it stops), waits for the loops, shuts raft down and closes
+// the stores. Pending proposals fail with ErrClosed. A second Close
+// returns nil at once.
 func (n *Node) Close() error {
 	var err error
 	n.closeOnce.Do(func() {
-		close(n.stop)
-		n.wg.Wait()
+		n.life.Stop()
 		if n.raft != nil {
 			err = n.raft.Shutdown().Error()
 		}
@@ -521,31 +519,7 @@ func loadOrCreateSecret(path string) ([]byte, error) {
 }
 
 // WriteFileAtomic writes data to path through a temporary file that is
-// fsynced and renamed, then fsyncs the directory.
+// fsynced and renamed, then fsyncs the directory (atomicfile.go).
 func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	d, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return writeFileAtomic(osFS{}, path, data, perm)
 }

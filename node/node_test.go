@@ -1,6 +1,6 @@
 // Tests for the raft shell. Goal: a node bootstraps itself, applies commands
-// durably, survives a clean restart with an identical state, batches
-// concurrent proposals, and its ticker recovers without client calls.
+// durably, survives a clean restart with an identical state, applies
+// every one of many concurrent proposals, and its ticker recovers without client calls.
 // Method: real raft over raft-wal in a temp dir, loopback transport.
 package node
 
@@ -107,7 +107,11 @@ func TestNode_RestartFromSnapshot(t *testing.T) {
 	}
 }
 
-func TestNode_ConcurrentProposalsBatch(t *testing.T) {
+// TestNode_ConcurrentProposals checks end to end, through real raft, that
+// every one of many concurrent proposals is applied once. How they are
+// coalesced depends on timing here; propose_test.go pins the coalescing,
+// the batch bound and the failure fan-out through a stub raft.
+func TestNode_ConcurrentProposals(t *testing.T) {
 	t.Parallel()
 	n := openNode(t, t.TempDir(), nil)
 	defer n.Close()
@@ -130,10 +134,6 @@ func TestNode_ConcurrentProposalsBatch(t *testing.T) {
 	tv, _ := n.FSM().Tenant(raftfsm.SystemTenant)
 	if got := tv.Counters().TaskRecords; got != workers*per {
 		t.Fatalf("TaskRecords = %d, want %d", got, workers*per)
-	}
-	// Fewer log entries than commands means proposals were coalesced.
-	if idx := n.FSM().AppliedIndex(); idx >= workers*per {
-		t.Logf("applied index %d for %d commands (no coalescing observed)", idx, workers*per)
 	}
 }
 

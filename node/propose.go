@@ -14,6 +14,41 @@ import (
 // applyTimeout bounds how long raft may take to accept one entry.
 const applyTimeout = 10 * time.Second
 
+// raftApplier is the proposer's seam to raft: the one call it makes.
+// *raft.Raft implements it in production; propose_test.go drives the
+// proposer through a stub that records every entry and answers each
+// future itself. Apply is called only from the proposer's loop; the
+// returned future's Error blocks until the entry is applied or has
+// failed, and Response then holds the FSM's answer (a raftfsm.Response,
+// or a []raftfsm.Response for a Batch entry).
+type raftApplier interface {
+	Apply(cmd []byte, timeout time.Duration) raft.ApplyFuture
+}
+
+var _ raftApplier = (*raft.Raft)(nil)
+
+// proposer coalesces concurrent proposals into log entries: run takes
+// every waiting proposal, up to maxBatch, into one entry, and respond
+// hands each proposer its own result in proposal order.
+type proposer struct {
+	raft     raftApplier
+	lastTime func() uint64    // the FSM's last applied time
+	now      func() time.Time // the wall clock that stamps entries
+	maxBatch int              // Invariant: an entry holds 1..maxBatch commands
+	closed   <-chan struct{}  // the node's lifetime: closed by Close
+
+	proposals chan *proposal
+	inflight  chan *inflightBatch // at most two entries in flight
+}
+
+func newProposer(r raftApplier, lastTime func() uint64, now func() time.Time, maxBatch int, closed <-chan struct{}) *proposer {
+	return &proposer{
+		raft: r, lastTime: lastTime, now: now, maxBatch: maxBatch, closed: closed,
+		proposals: make(chan *proposal, 4*maxBatch),
+		inflight:  make(chan *inflightBatch, 2),
+	}
+}
+
 type proposal struct {
 	cmd  *pb.Command
 	done chan proposalResult
@@ -41,15 +76,37 @@ func (n *Node) Propose(ctx context.Context, cmd *pb.Command) (raftfsm.Response, 
 	if err := n.Err(); err != nil {
 		return raftfsm.Response{}, err // a failed node commits nothing more (health.go)
 	}
+	p, err := n.prop.submit(ctx, cmd)
+	if err != nil {
+		return raftfsm.Response{}, err
+	}
+	return p.wait(ctx)
+}
+
+// submit queues cmd for the next entry; ErrClosed once the node's
+// lifetime has ended.
+func (pr *proposer) submit(ctx context.Context, cmd *pb.Command) (*proposal, error) {
 	cmd.Version = raftfsm.CommandVersion
 	p := &proposal{cmd: cmd, done: make(chan proposalResult, 1)}
 	select {
-	case n.proposals <- p:
-	case <-n.stop:
-		return raftfsm.Response{}, ErrClosed
-	case <-ctx.Done():
-		return raftfsm.Response{}, ctx.Err()
+	case <-pr.closed:
+		// NB: checked first, so that a proposal made after Close never
+		// lands in the queue that nobody drains any more.
+		return nil, ErrClosed
+	default:
 	}
+	select {
+	case pr.proposals <- p:
+		return p, nil
+	case <-pr.closed:
+		return nil, ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// wait returns the proposal's result.
+func (p *proposal) wait(ctx context.Context) (raftfsm.Response, error) {
 	select {
 	case r := <-p.done:
 		return r.resp, r.err
@@ -58,67 +115,74 @@ func (n *Node) Propose(ctx context.Context, cmd *pb.Command) (raftfsm.Response, 
 	}
 }
 
-// proposeLoop takes every waiting proposal (up to MaxBatchCommands), stamps
-// them with one time and hands them to raft as one entry. It does not wait
-// for the entry to commit: respondLoop does, so batches pipeline while raft
-// shares fsyncs among the entries it has.
-func (n *Node) proposeLoop() {
-	defer n.wg.Done()
-	defer close(n.inflight)
+// run takes every waiting proposal (up to maxBatch), stamps them with one
+// time and hands them to raft as one entry, until ctx (the node's
+// lifetime) ends. It does not wait for the entry to commit: respond does,
+// so batches pipeline while raft shares fsyncs among the entries it has.
+func (pr *proposer) run(ctx context.Context) {
+	defer close(pr.inflight)
 	var lastStamp uint64
-	batch := make([]*proposal, 0, n.cfg.MaxBatchCommands)
+	batch := make([]*proposal, 0, pr.maxBatch)
 	for {
 		select {
-		case <-n.stop:
-			n.failPending()
+		case <-ctx.Done():
+			pr.failPending()
 			return
-		case p := <-n.proposals:
+		case p := <-pr.proposals:
 			batch = append(batch[:0], p)
 		}
-	drain:
-		for len(batch) < n.cfg.MaxBatchCommands {
-			select {
-			case p := <-n.proposals:
-				batch = append(batch, p)
-			default:
-				break drain
-			}
-		}
-		now := max(lastStamp, n.fsm.LastTime(), uint64(max(n.cfg.NowFunc().Unix(), 0)))
+		batch = pr.drain(batch)
+		now := max(lastStamp, pr.lastTime(), uint64(max(pr.now().Unix(), 0)))
 		lastStamp = now
-		var cmd *pb.Command
-		if len(batch) == 1 {
-			cmd = batch[0].cmd
-			cmd.NowSecs = now
-		} else {
-			b := &pb.Batch{Commands: make([]*pb.Command, len(batch))}
-			for i, p := range batch {
-				p.cmd.NowSecs = now
-				b.Commands[i] = p.cmd
-			}
-			cmd = &pb.Command{Version: raftfsm.CommandVersion, NowSecs: now, Op: &pb.Command_Batch{Batch: b}}
-		}
 		ib := &inflightBatch{props: append([]*proposal(nil), batch...)}
-		data, err := marshalCommand(cmd)
+		data, err := marshalCommand(batchCommand(batch, now))
 		if err != nil {
 			ib.err = err
 		} else {
-			ib.fut = n.raft.Apply(data, applyTimeout)
+			ib.fut = pr.raft.Apply(data, applyTimeout)
 		}
 		select {
-		case n.inflight <- ib:
-		case <-n.stop:
+		case pr.inflight <- ib:
+		case <-ctx.Done():
 			finish(ib)
-			n.failPending()
+			pr.failPending()
 			return
 		}
 	}
 }
 
-func (n *Node) failPending() {
+// drain adds the proposals already waiting to batch, up to maxBatch.
+func (pr *proposer) drain(batch []*proposal) []*proposal {
+	for len(batch) < pr.maxBatch {
+		select {
+		case p := <-pr.proposals:
+			batch = append(batch, p)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+// batchCommand stamps every proposal with now and returns the entry's
+// command: the proposal itself when it is alone, else a Batch.
+func batchCommand(batch []*proposal, now uint64) *pb.Command {
+	if len(batch) == 1 {
+		batch[0].cmd.NowSecs = now
+		return batch[0].cmd
+	}
+	b := &pb.Batch{Commands: make([]*pb.Command, len(batch))}
+	for i, p := range batch {
+		p.cmd.NowSecs = now
+		b.Commands[i] = p.cmd
+	}
+	return &pb.Command{Version: raftfsm.CommandVersion, NowSecs: now, Op: &pb.Command_Batch{Batch: b}}
+}
+
+func (pr *proposer) failPending() {
 	for {
 		select {
-		case p := <-n.proposals:
+		case p := <-pr.proposals:
 			p.done <- proposalResult{err: ErrClosed}
 		default:
 			return
@@ -126,15 +190,16 @@ func (n *Node) failPending() {
 	}
 }
 
-// respondLoop waits for each batch in proposal order and hands every
-// proposer its own response.
-func (n *Node) respondLoop() {
-	defer n.wg.Done()
-	for ib := range n.inflight {
+// respond waits for each batch in proposal order and hands every proposer
+// its own response; it returns once run has returned.
+func (pr *proposer) respond(context.Context) {
+	for ib := range pr.inflight {
 		finish(ib)
 	}
 }
 
+// finish hands every proposer of ib its result: a failed entry fails
+// every one of them with the same error.
 func finish(ib *inflightBatch) {
 	err := ib.err
 	var resp any
@@ -187,15 +252,11 @@ func (n *Node) ProposeAll(ctx context.Context, cmds []*pb.Command) ([]raftfsm.Re
 	}
 	props := make([]*proposal, len(cmds))
 	for i, cmd := range cmds {
-		cmd.Version = raftfsm.CommandVersion
-		props[i] = &proposal{cmd: cmd, done: make(chan proposalResult, 1)}
-		select {
-		case n.proposals <- props[i]:
-		case <-n.stop:
-			return nil, ErrClosed
-		case <-ctx.Done():
-			return nil, ctx.Err()
+		p, err := n.prop.submit(ctx, cmd)
+		if err != nil {
+			return nil, err
 		}
+		props[i] = p
 	}
 	out := make([]raftfsm.Response, len(cmds))
 	var firstErr error

@@ -9,21 +9,22 @@ import (
 
 // tickLoop is the leader's background recovery: on every tick it proposes,
 // for each tenant that has something to recover, RecoverExpiredLeases,
-// PruneDeadWorkers and ExpireOldTasks. Followers do nothing.
-func (n *Node) tickLoop() {
-	defer n.wg.Done()
+// PruneDeadWorkers and ExpireOldTasks. Followers do nothing. It returns
+// when ctx (the node's lifetime) ends.
+func (n *Node) tickLoop(ctx context.Context) {
 	t := time.NewTicker(n.cfg.TickInterval)
 	defer t.Stop()
 	for {
 		select {
-		case <-n.stop:
+		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
 		if n.RaftState() != "Leader" {
 			continue
 		}
-		n.Tick(context.Background())
+		// NB: a running round is not cancelled by Close (see memberLoop).
+		n.Tick(context.WithoutCancel(ctx))
 	}
 }
 

@@ -1,0 +1,285 @@
+// Tests for the proposer (propose.go). Goal: proposals that wait together
+// become one log entry, an entry holds exactly up to MaxBatchCommands
+// commands, every proposer gets its own answer, and a failed entry fails
+// every proposer in it. Method: the proposer runs against stubRaft (the
+// raftApplier seam), which records every entry and applies it to a real
+// raftfsm.FSM (or fails it); proposals are queued before the loop starts,
+// so what is coalesced is decided by the code, not by timing.
+//
+// Mutants these tests kill (scripts/mutants.txt):
+//   - node/propose-no-coalescing: the drain loop takes no waiting
+//     proposal (`len(batch) < 1`): TestProposer_Coalesces sees 10 entries.
+//   - node/propose-batch-bound-plus-one (`<=` for `<`) and
+//     node/propose-batch-bound-minus-one (`pr.maxBatch-1`):
+//     TestProposer_BatchBoundIsExact sees entries of bound+1 (which the FSM
+//     rejects whole at raftfsm.MaxBatchCommands) or bound-1 commands.
+//   - node/propose-failure-notifies-first-only: a failed entry answers
+//     only its first proposer: TestProposer_FailedEntryFailsEveryProposer
+//     sees the others get no answer.
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	distributed "github.com/termivar/distributed"
+	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/raftfsm"
+)
+
+// stubRaft is a raftApplier that records each entry's command count and
+// applies the entry to fsm at once, or fails it with failErr.
+type stubRaft struct {
+	fsm     *raftfsm.FSM
+	failErr error
+
+	mu      sync.Mutex
+	index   uint64
+	entries []int // commands per entry, in order
+}
+
+func (s *stubRaft) Apply(data []byte, _ time.Duration) raft.ApplyFuture {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.index++
+	cmd, err := raftfsm.DecodeEntry(s.index, data)
+	if err != nil {
+		return stubFuture{err: err}
+	}
+	count := 1
+	if b := cmd.GetBatch(); b != nil {
+		count = len(b.GetCommands())
+	}
+	s.entries = append(s.entries, count)
+	if s.failErr != nil {
+		return stubFuture{err: s.failErr}
+	}
+	return stubFuture{index: s.index, resp: s.fsm.Apply(&raft.Log{Index: s.index, Data: data})}
+}
+
+func (s *stubRaft) entrySizes() []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.entries)
+}
+
+// stubFuture is an ApplyFuture that is already resolved.
+type stubFuture struct {
+	index uint64
+	resp  any
+	err   error
+}
+
+func (f stubFuture) Error() error  { return f.err }
+func (f stubFuture) Index() uint64 { return f.index }
+func (f stubFuture) Response() any { return f.resp }
+
+type proposerBundle struct {
+	stub  *stubRaft
+	pr    *proposer
+	fsm   *raftfsm.FSM
+	start func() // starts the proposer's loops
+}
+
+// setupProposer returns a proposer over a stubRaft whose FSM holds the
+// system tenant at the hard ceilings; the loops start with start.
+func setupProposer(t *testing.T, maxBatch int, failErr error) *proposerBundle {
+	t.Helper()
+	f := raftfsm.New(raftfsm.Options{})
+	for _, cmd := range []*pb.Command{
+		{Op: &pb.Command_InitCluster{InitCluster: &pb.InitCluster{EpochId: make([]byte, raftfsm.EpochBytes)}}},
+		{Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{Name: raftfsm.SystemTenant,
+			Limits: raftfsm.LimitsToProto(distributed.MaximumLimits())}}},
+	} {
+		cmd.Version, cmd.NowSecs = raftfsm.CommandVersion, 1
+		if r := f.ApplyCommand(cmd).(raftfsm.Response); r.Err != nil {
+			t.Fatalf("setup %T: %v", cmd.GetOp(), r.Err)
+		}
+	}
+	stub := &stubRaft{fsm: f, failErr: failErr}
+	ctx, cancel := context.WithCancel(context.Background())
+	clock := func() time.Time { return time.Unix(1_000, 0) }
+	pr := newProposer(stub, f.LastTime, clock, maxBatch, ctx.Done())
+	b := &proposerBundle{stub: stub, pr: pr, fsm: f}
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+	})
+	b.start = func() {
+		wg.Go(func() { pr.run(ctx) })
+		wg.Go(func() { pr.respond(ctx) })
+	}
+	return b
+}
+
+// queue submits n proposals before the loop runs, so that they all wait
+// together: SetNodeInfo for nodes prefix-0 … prefix-(n-1) (cheap for the
+// FSM even in race builds, where every core command runs a full audit).
+func (b *proposerBundle) queue(t *testing.T, prefix string, n int) []*proposal {
+	t.Helper()
+	props := make([]*proposal, n)
+	for i := range props {
+		id := fmt.Sprintf("%s-%d", prefix, i)
+		cmd := &pb.Command{Op: &pb.Command_SetNodeInfo{SetNodeInfo: &pb.SetNodeInfo{NodeId: id, ApiUrl: "http://" + id}}}
+		p, err := b.pr.submit(context.Background(), cmd)
+		if err != nil {
+			t.Fatalf("submit %d: %v", i, err)
+		}
+		props[i] = p
+	}
+	return props
+}
+
+// results waits for every proposal's answer; the deadline only bounds a
+// failing run (a proposer that is never answered).
+func results(t *testing.T, props []*proposal) []proposalResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out := make([]proposalResult, len(props))
+	for i, p := range props {
+		resp, err := p.wait(ctx)
+		if errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("proposal %d of %d was never answered", i, len(props))
+		}
+		out[i] = proposalResult{resp: resp, err: err}
+	}
+	return out
+}
+
+func TestProposer_Coalesces(t *testing.T) {
+	t.Parallel()
+	b := setupProposer(t, 64, nil)
+	props := b.queue(t, "t", 10)
+	b.start()
+	for i, r := range results(t, props) {
+		if r.err != nil || r.resp.Err != nil {
+			t.Fatalf("proposal %d: %v %v", i, r.err, r.resp.Err)
+		}
+	}
+	if got := b.stub.entrySizes(); !slices.Equal(got, []int{10}) {
+		t.Fatalf("entries = %v, want one entry of 10 commands", got)
+	}
+	for i := range 10 {
+		id := fmt.Sprintf("t-%d", i)
+		if u, ok := b.fsm.NodeAPIURL(id); !ok || u != "http://"+id {
+			t.Fatalf("node %s: URL %q (recorded %v), want http://%s", id, u, ok, id)
+		}
+	}
+}
+
+func TestProposer_BatchBoundIsExact(t *testing.T) {
+	t.Parallel()
+	for _, bound := range []int{1, 8, raftfsm.MaxBatchCommands} {
+		for _, tc := range []struct {
+			n    int
+			want []int
+		}{
+			{bound, []int{bound}},
+			{bound + 1, []int{bound, 1}},
+		} {
+			t.Run(fmt.Sprintf("bound=%d/n=%d", bound, tc.n), func(t *testing.T) {
+				t.Parallel()
+				b := setupProposer(t, bound, nil)
+				props := b.queue(t, "t", tc.n)
+				b.start()
+				for i, r := range results(t, props) {
+					if r.err != nil || r.resp.Err != nil {
+						t.Fatalf("proposal %d: %v %v", i, r.err, r.resp.Err)
+					}
+				}
+				if got := b.stub.entrySizes(); !slices.Equal(got, tc.want) {
+					t.Fatalf("entry sizes = %v, want %v", got, tc.want)
+				}
+			})
+		}
+	}
+}
+
+func TestProposer_FailedEntryFailsEveryProposer(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		failErr error
+		want    error
+	}{
+		{"raft error", errors.New("disk on fire"), nil},
+		{"leadership lost", raft.ErrLeadershipLost, ErrNotLeader},
+		{"shutdown", raft.ErrRaftShutdown, ErrClosed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			want := tc.want
+			if want == nil {
+				want = tc.failErr
+			}
+			b := setupProposer(t, 64, tc.failErr)
+			props := b.queue(t, "t", 5)
+			b.start()
+			for i, r := range results(t, props) {
+				if !errors.Is(r.err, want) {
+					t.Errorf("proposal %d: err = %v, want %v", i, r.err, want)
+				}
+			}
+			if got := b.stub.entrySizes(); !slices.Equal(got, []int{5}) {
+				t.Fatalf("entries = %v, want one entry of 5", got)
+			}
+		})
+	}
+}
+
+func TestProposer_EachProposerGetsItsOwnResponse(t *testing.T) {
+	t.Parallel()
+	b := setupProposer(t, 64, nil)
+	var props []*proposal
+	for _, id := range []string{"t-0", "t-1", "t-2", "t-1"} {
+		p, err := b.pr.submit(context.Background(), enqueue(raftfsm.SystemTenant, id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		props = append(props, p)
+	}
+	// The duplicate task ID in the same entry: only its proposer is refused.
+	b.start()
+	rs := results(t, props)
+	for i, r := range rs[:3] {
+		if r.err != nil || r.resp.Err != nil {
+			t.Fatalf("proposal %d: %v %v", i, r.err, r.resp.Err)
+		}
+	}
+	if rs[3].err != nil || !errors.Is(rs[3].resp.Err, distributed.ErrTaskAlreadyExists) {
+		t.Fatalf("duplicate: err %v, response %v; want ErrTaskAlreadyExists", rs[3].err, rs[3].resp.Err)
+	}
+	if got := b.stub.entrySizes(); !slices.Equal(got, []int{4}) {
+		t.Fatalf("entries = %v, want one entry of 4", got)
+	}
+}
+
+func TestProposer_ClosedRefusesAndFailsPending(t *testing.T) {
+	t.Parallel()
+	b := setupProposer(t, 64, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	b.pr.closed = ctx.Done()
+	props := b.queue(t, "t", 3)
+	cancel()
+	b.pr.failPending()
+	for i, r := range results(t, props) {
+		if !errors.Is(r.err, ErrClosed) {
+			t.Fatalf("pending proposal %d: err = %v, want ErrClosed", i, r.err)
+		}
+	}
+	if _, err := b.pr.submit(context.Background(), enqueue(raftfsm.SystemTenant, "late")); !errors.Is(err, ErrClosed) {
+		t.Fatalf("submit after close: %v, want ErrClosed", err)
+	}
+	if got := b.stub.entrySizes(); len(got) != 0 {
+		t.Fatalf("entries = %v, want none", got)
+	}
+}

@@ -214,7 +214,14 @@ func (n *Node) newTransport(hl hclog.Logger) (*raft.NetworkTransport, error) {
 		return nil, err
 	}
 	n.stream = s
-	return raft.NewNetworkTransportWithLogger(s, 3, 10*time.Second, hl), nil
+	// NB: MaxRPCsInFlight 1 turns hashicorp/raft's pipelined replication
+	// off. With it on (v1.8.0), a leader shut down while a pipeline's
+	// in-flight queue is full blocks forever in pipelineSend (the decoder
+	// that would drain it has stopped), so raft.Shutdown never returns and
+	// `serve` hangs on SIGTERM — seen in TestServe_ClearedSuffixRestarts.
+	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream: s, MaxPool: 3, Timeout: 10 * time.Second, Logger: hl, MaxRPCsInFlight: 1,
+	}), nil
 }
 
 // RaftRejectedConns counts raft connections that failed authentication or

@@ -475,12 +475,37 @@ func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		n.life.Stop()
 		if n.raft != nil {
-			err = n.raft.Shutdown().Error()
+			err = n.shutdownRaft()
 		}
 		n.closeStores()
 		n.lock.unlock()
 	})
 	return err
+}
+
+// raftShutdownGrace is how long Close waits for raft to stop before it
+// closes the transport under it (see shutdownRaft).
+const raftShutdownGrace = 10 * time.Second
+
+// shutdownRaft stops raft. NB: if raft does not stop within
+// raftShutdownGrace (a replication goroutine stuck in network I/O), the
+// transport is closed under it, which fails that I/O and lets raft finish;
+// every acknowledged entry is already fsynced, so nothing durable depends
+// on a graceful stop.
+func (n *Node) shutdownRaft() error {
+	f := n.raft.Shutdown()
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(raftShutdownGrace):
+	}
+	n.log.Error("raft did not stop in time; closing its transport under it", "grace", raftShutdownGrace)
+	if n.trans != nil {
+		n.trans.Close()
+	}
+	return <-done
 }
 
 func (n *Node) closeStores() {

@@ -31,6 +31,7 @@ import (
 
 	distributed "github.com/termivar/distributed"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/internal/wire"
 	"github.com/termivar/distributed/raftfsm"
 )
 
@@ -96,7 +97,7 @@ func setupProposer(t *testing.T, maxBatch int, failErr error) *proposerBundle {
 	for _, cmd := range []*pb.Command{
 		{Op: &pb.Command_InitCluster{InitCluster: &pb.InitCluster{EpochId: make([]byte, raftfsm.EpochBytes)}}},
 		{Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{Name: raftfsm.SystemTenant,
-			Limits: raftfsm.LimitsToProto(distributed.MaximumLimits())}}},
+			Limits: wire.LimitsToProto(distributed.MaximumLimits())}}},
 	} {
 		cmd.Version, cmd.NowSecs = raftfsm.CommandVersion, 1
 		if r := f.ApplyCommand(cmd).(raftfsm.Response); r.Err != nil {

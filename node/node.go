@@ -366,6 +366,14 @@ func (n *Node) openRaft() (bool, error) {
 	rc.HeartbeatTimeout = cfg.RaftTimeout
 	rc.ElectionTimeout = cfg.RaftTimeout
 	rc.LeaderLeaseTimeout = cfg.RaftTimeout / 2
+	if len(cfg.Peers) > 1 || cfg.Join != nil {
+		// NB: a follower waits a random 1–2× HeartbeatTimeout without
+		// contact before it stands for election; half the election timeout
+		// puts a new leader within about one election timeout of a paused
+		// one (clients see no request slower than 2× it; docs/node.md,
+		// "Paused nodes"). The leader still heartbeats every tenth of it.
+		rc.HeartbeatTimeout = cfg.RaftTimeout / 2
+	}
 	rc.CommitTimeout = 5 * time.Millisecond
 	rc.MaxAppendEntries = 256
 	rc.BatchApplyCh = true

@@ -107,13 +107,7 @@ func TestForwarder_StopsWhenLeaderChanges(t *testing.T) {
 	}()
 	// One look-up by the handler, then at least one by the watch: the
 	// request is being forwarded.
-	deadline := time.Now().Add(10 * time.Second)
-	for b.polls.Load() < 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("the forward never started watching the leader")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitUntil(t, "the forward to watch the leader", func() bool { return b.polls.Load() >= 2 })
 	newLeader := "http://127.0.0.1:1"
 	b.leader.Store(&newLeader)
 	err := <-done
@@ -170,7 +164,9 @@ func TestForwarder_LeaderNotDialled(t *testing.T) {
 func TestForwarder_TransferLeadershipOutlivesTheChange(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{})
+	var arrived atomic.Int64
 	old := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived.Add(1)
 		<-release
 		w.Header().Set("Content-Type", "application/proto")
 	}))
@@ -178,23 +174,23 @@ func TestForwarder_TransferLeadershipOutlivesTheChange(t *testing.T) {
 	old.Start()
 	t.Cleanup(old.Close)
 	b := setupForward(t, old.URL, time.Minute)
-	done := make(chan error, 1)
+	transfer, watched := make(chan error, 1), make(chan error, 1)
 	go func() {
 		_, err := b.cluster.TransferLeadership(context.Background(), connect.NewRequest(&pb.TransferLeadershipRequest{NodeId: "n2"}))
-		done <- err
+		transfer <- err
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for b.polls.Load() < 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("the forward never started")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	// A watched call forwarded beside it shows when the leader watch has
+	// seen the change: it is cut then, and the transfer must not be.
+	go func() {
+		_, err := b.producer.GetTask(context.Background(), connect.NewRequest(&pb.GetTaskRequest{TaskId: "t"}))
+		watched <- err
+	}()
+	waitUntil(t, "both forwards to reach the old leader", func() bool { return arrived.Load() == 2 })
 	newLeader := "http://127.0.0.1:1"
 	b.leader.Store(&newLeader)
-	time.Sleep(3 * leaderPollInterval) // NB: the watch would have fired by now
+	checkNotLeader(t, <-watched, newLeader, OutcomeUnknown)
 	close(release)
-	if err := <-done; err != nil {
+	if err := <-transfer; err != nil {
 		t.Fatalf("TransferLeadership through the forward = %v, want the old leader's answer", err)
 	}
 }

@@ -388,13 +388,7 @@ func leaseExpired(t *testing.T, cx context.Context, w, p *client.Client, wP prin
 	// NB: a renewal before the expiry would extend the lease, so wait until
 	// the wall clock (which the node's stamp never falls behind) is past
 	// the expiry, then renew once.
-	deadline := time.Now().Add(15 * time.Second)
-	for uint64(time.Now().Unix()) <= expiresAt {
-		if time.Now().After(deadline) {
-			t.Fatal("the wall clock did not pass a 1 s lease's expiry within 15 s")
-		}
-		time.Sleep(50 * time.Millisecond) // poll interval, not synchronisation
-	}
+	waitUntil(t, "the wall clock to pass the 1 s lease's expiry", func() bool { return uint64(time.Now().Unix()) > expiresAt })
 	_, err = w.RenewLease(cx, &pb.RenewLeaseRequest{LeaseToken: tok, LeaseTtlSecs: 1})
 	inErr := prop(wP, nil, &pb.Command{Op: &pb.Command_RenewLease{RenewLease: &pb.RenewLease{Lease: lease(wP, tok), LeaseTtlSecs: 1}}})()
 	checkWireError(t, "renew expired lease", distributed.KindLeaseExpired, err, inErr)

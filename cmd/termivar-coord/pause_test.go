@@ -7,7 +7,8 @@
 // raft timeout (1 s), run producers (Enqueue), readers (GetTask, ListTasks)
 // and a worker (Acquire + CompleteMany) through one client.Client whose URL
 // list starts with the leader (the worst case: its current node is the one
-// that stops answering), SIGSTOP the leader for pauseFor, SIGCONT it, and
+// that stops answering), SIGSTOP the leader until a new leader is elected
+// and the load completed 50 more tasks without it, SIGCONT it, and
 // record every call's duration. An Acquire long-poll counts by its time
 // beyond its own wait.
 package main
@@ -39,9 +40,8 @@ import (
 const (
 	// pauseElectionTimeout is serve's default raft timeout in a cluster.
 	pauseElectionTimeout = time.Second
-	// pauseFor is how long the leader stays stopped: several election
-	// timeouts, so that a new leader is elected while it is paused.
-	pauseFor = 5 * pauseElectionTimeout
+	// pauseLoadPace paces each load loop (rate, not synchronisation).
+	pauseLoadPace = 10 * time.Millisecond
 	// pauseBound is the slowest request the test accepts when the election
 	// is quick: the target, twice the election timeout, plus one
 	// attempt timeout (a request whose try was cut off re-starts on the
@@ -148,9 +148,9 @@ func (n *pauseNode) stop(t *testing.T) {
 // different fault from the pause measured here.
 func pauseLeader(t *testing.T, nodes []*pauseNode, key string) *pauseNode {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		var leader *pauseNode
+	var leader *pauseNode
+	waitCond(t, "a settled cluster (every member lists every API URL)", func() bool {
+		leader = nil
 		settled := true
 		for _, n := range nodes {
 			c, err := client.New(client.Config{ServerURL: n.url, Key: key, MaxAttempts: 1})
@@ -170,13 +170,9 @@ func pauseLeader(t *testing.T, nodes []*pauseNode, key string) *pauseNode {
 				leader = n
 			}
 		}
-		if settled && leader != nil {
-			return leader
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatal("no settled cluster after 20 s")
-	return nil
+		return settled && leader != nil
+	})
+	return leader
 }
 
 // callLog records the duration of every call and every failure.
@@ -273,7 +269,11 @@ func TestServe_PausedLeaderFailover(t *testing.T) {
 	paused := time.Now()
 	elected := make(chan time.Duration, 1)
 	wg.Go(func() { elected <- electionTime(runCtx, nodes, leader, adminKey, paused) })
-	time.Sleep(pauseFor) // the fault's length, not synchronisation
+	// The pause lasts until the cluster has moved on without the leader:
+	// a new leader, then 50 more completions.
+	election := <-elected
+	during := len(led.snapshot())
+	waitCond(t, "50 completions with the leader paused", func() bool { return len(led.snapshot()) >= during+50 })
 	if err := leader.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
@@ -282,7 +282,7 @@ func TestServe_PausedLeaderFailover(t *testing.T) {
 	progressed := pollUntil(30*time.Second, func() bool { return len(led.snapshot()) >= before+50 })
 	stopLoad()
 	wg.Wait()
-	checkPauseCalls(t, log, <-elected)
+	checkPauseCalls(t, log, election)
 	if !progressed {
 		t.Fatalf("no progress in 30 s after the leader resumed (%d completions before)", before)
 	}
@@ -388,7 +388,17 @@ func pauseProducer(ctx context.Context, c *client.Client, p int, seq *atomic.Int
 			}
 			led.mu.Unlock()
 		}
-		time.Sleep(20 * time.Millisecond) // pacing of the load
+		pace(ctx)
+	}
+}
+
+// pace waits one pauseLoadPace, or until ctx ends: the load's rate.
+func pace(ctx context.Context) {
+	t := time.NewTimer(pauseLoadPace)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
 	}
 }
 
@@ -414,7 +424,7 @@ func pauseReader(ctx context.Context, c *client.Client, log *callLog, led *pause
 			return
 		}
 		log.record(op, time.Since(start), err)
-		time.Sleep(10 * time.Millisecond)
+		pace(ctx)
 	}
 }
 

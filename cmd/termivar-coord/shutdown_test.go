@@ -32,17 +32,10 @@ func TestServe_SIGTERMWithLongPoll(t *testing.T) {
 		polled <- time.Now()
 	}()
 	// The poll must be waiting inside the server before the SIGTERM.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	waitCond(t, "the long-poll to wait in the server", func() bool {
 		st, err := c.Status(ctx, &pb.StatusRequest{})
-		if err == nil && st.GetLongPollsWaiting() == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the long-poll never reached the server (status %v, %v)", st, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err == nil && st.GetLongPollsWaiting() == 1
+	})
 	exited := make(chan struct{})
 	go func() { _ = n.cmd.Wait(); close(exited) }()
 	start := time.Now()

@@ -178,47 +178,46 @@ func secsUTC(s uint64) string {
 	return time.Unix(int64(s), 0).UTC().Format(time.RFC3339)
 }
 
-func (k *keysCommand) revoke(args []string) int {
+// keyIDAndClient parses the one KEYID argument of revoke and rotate
+// (refusing a full key, so a secret never travels as an ID) and returns the
+// admin client; false after printing the usage error.
+func (k *keysCommand) keyIDAndClient(args []string, usage string) (string, termivarv1connect.AdminClient, bool) {
 	pos, ok := k.parse(args)
 	if !ok || len(pos) != 1 {
-		fmt.Fprintln(k.stderr, "usage: termivar-coord keys revoke KEYID")
-		return exitUsage
+		fmt.Fprintln(k.stderr, "usage: termivar-coord "+usage)
+		return "", nil, false
 	}
 	if !apikey.ValidID(pos[0]) {
 		fmt.Fprintf(k.stderr, "termivar-coord %s: KEYID is the 16 hex digits after tvk_ (see keys list), not a key\n", k.name)
-		return exitUsage
+		return "", nil, false
 	}
 	admin, ok := k.client()
+	return pos[0], admin, ok
+}
+
+func (k *keysCommand) revoke(args []string) int {
+	id, admin, ok := k.keyIDAndClient(args, "keys revoke KEYID")
 	if !ok {
 		return exitUsage
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := admin.RevokeKey(ctx, connect.NewRequest(&pb.RevokeKeyRequest{KeyId: pos[0]})); err != nil {
+	if _, err := admin.RevokeKey(ctx, connect.NewRequest(&pb.RevokeKeyRequest{KeyId: id})); err != nil {
 		return exitForTo(k.stderr, k.name, err)
 	}
-	fmt.Fprintln(k.stdout, "revoked key", pos[0])
+	fmt.Fprintln(k.stdout, "revoked key", id)
 	return exitOK
 }
 
 func (k *keysCommand) rotate(args []string) int {
 	out := k.fs.String("out", "", "write the new key to this file (0600, replaced atomically) instead of stdout")
-	pos, ok := k.parse(args)
-	if !ok || len(pos) != 1 {
-		fmt.Fprintln(k.stderr, "usage: termivar-coord keys rotate KEYID [--out FILE]")
-		return exitUsage
-	}
-	if !apikey.ValidID(pos[0]) {
-		fmt.Fprintf(k.stderr, "termivar-coord %s: KEYID is the 16 hex digits after tvk_ (see keys list), not a key\n", k.name)
-		return exitUsage
-	}
-	admin, ok := k.client()
+	id, admin, ok := k.keyIDAndClient(args, "keys rotate KEYID [--out FILE]")
 	if !ok {
 		return exitUsage
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	res, err := admin.RotateKey(ctx, connect.NewRequest(&pb.RotateKeyRequest{KeyId: pos[0]}))
+	res, err := admin.RotateKey(ctx, connect.NewRequest(&pb.RotateKeyRequest{KeyId: id}))
 	if err != nil {
 		return exitForTo(k.stderr, k.name, err)
 	}
@@ -230,10 +229,10 @@ func (k *keysCommand) rotate(args []string) int {
 			fmt.Fprintln(k.stdout, res.Msg.GetKey())
 			return exitRejected
 		}
-		fmt.Fprintf(k.stderr, "revoked key %s; new key %s written to %s\n", pos[0], res.Msg.GetKeyId(), *out)
+		fmt.Fprintf(k.stderr, "revoked key %s; new key %s written to %s\n", id, res.Msg.GetKeyId(), *out)
 		return exitOK
 	}
-	fmt.Fprintf(k.stderr, "revoked key %s; new key %s (same tenant and role) is shown once:\n", pos[0], res.Msg.GetKeyId())
+	fmt.Fprintf(k.stderr, "revoked key %s; new key %s (same tenant and role) is shown once:\n", id, res.Msg.GetKeyId())
 	fmt.Fprintln(k.stdout, res.Msg.GetKey())
 	return exitOK
 }

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"google.golang.org/protobuf/proto"
 
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 )
@@ -56,22 +55,6 @@ func TestFresh_RestoreRefusesMalformedTables(t *testing.T) {
 		},
 		"scan of other task": func(s *pb.FSMState) { s.Tenants[0].Scans[0].ScanId = "elsewhere" },
 	} {
-		var s pb.FSMState
-		if err := proto.Unmarshal(st, &s); err != nil {
-			t.Fatal(err)
-		}
-		mut(&s)
-		bad, err := proto.MarshalOptions{Deterministic: true}.Marshal(&s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		g := richState(t)
-		before, _ := g.f.ExportState()
-		if err := g.f.RestoreState(bad); err == nil {
-			t.Errorf("%s: RestoreState = nil, want an error", name)
-		}
-		if after, _ := g.f.ExportState(); !bytes.Equal(before, after) {
-			t.Errorf("%s: a refused restore changed the state", name)
-		}
+		checkRestoreRefused(t, name, st, mut)
 	}
 }

@@ -133,23 +133,7 @@ func TestFSM_RestoreRefusesMalformedKeyTable(t *testing.T) {
 			s.Tenants[0].Scans[0].TaskIds = append(s.Tenants[0].Scans[0].TaskIds, "ghost")
 		},
 	} {
-		var s pb.FSMState
-		if err := proto.Unmarshal(st, &s); err != nil {
-			t.Fatal(err)
-		}
-		mut(&s)
-		bad, err := proto.MarshalOptions{Deterministic: true}.Marshal(&s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		g := richState(t)
-		before, _ := g.f.ExportState()
-		if err := g.f.RestoreState(bad); err == nil {
-			t.Errorf("%s: RestoreState = nil, want an error", name)
-		}
-		if after, _ := g.f.ExportState(); !bytes.Equal(before, after) {
-			t.Errorf("%s: a refused restore changed the state", name)
-		}
+		checkRestoreRefused(t, name, st, mut)
 	}
 }
 
@@ -200,5 +184,29 @@ func TestFSM_RejectedCommandKeepsTime(t *testing.T) {
 	b.must(t, &pb.Command{NowSecs: 900, Op: enqueueCmd("", "t").Op})
 	if b.f.LastTime() != 900 {
 		t.Fatalf("an accepted command left logical time at %d", b.f.LastTime())
+	}
+}
+
+// checkRestoreRefused applies mut to the FSMState encoded in st and
+// requires RestoreState to refuse the result without changing a rich
+// state.
+func checkRestoreRefused(t *testing.T, name string, st []byte, mut func(*pb.FSMState)) {
+	t.Helper()
+	var s pb.FSMState
+	if err := proto.Unmarshal(st, &s); err != nil {
+		t.Fatal(err)
+	}
+	mut(&s)
+	bad, err := proto.MarshalOptions{Deterministic: true}.Marshal(&s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := richState(t)
+	before, _ := g.f.ExportState()
+	if err := g.f.RestoreState(bad); err == nil {
+		t.Errorf("%s: RestoreState = nil, want an error", name)
+	}
+	if after, _ := g.f.ExportState(); !bytes.Equal(before, after) {
+		t.Errorf("%s: a refused restore changed the state", name)
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 )
 

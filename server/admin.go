@@ -75,7 +75,7 @@ func (h adminHandler) CreateTenant(ctx context.Context, req *connect.Request[pb.
 		if rl == nil {
 			rl = wire.ResultLimitsToProto(defRL)
 		}
-		r, err := h.s.node.Propose(ctx, &pb.Command{Principal: p.KeyID, Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{Name: m.GetName(), Limits: lim, ResultLimits: rl}}})
+		r, err := h.s.node.Propose(ctx, &pb.Command{Principal: p.KeyID, Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{Name: m.GetName(), Limits: lim, ResultLimits: rl, ResultRetentionSecs: m.GetResultRetentionSecs()}}})
 		if err == nil {
 			err = r.Err
 		}

@@ -2751,8 +2751,10 @@ type StatusResponse struct {
 	// long_polls_waiting is the number of Acquire calls this node holds
 	// waiting for work right now.
 	LongPollsWaiting int64 `protobuf:"varint,18,opt,name=long_polls_waiting,json=longPollsWaiting,proto3" json:"long_polls_waiting,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// result_retention_secs is the tenant's result retention (0: off).
+	ResultRetentionSecs uint64 `protobuf:"varint,19,opt,name=result_retention_secs,json=resultRetentionSecs,proto3" json:"result_retention_secs,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -2907,6 +2909,13 @@ func (x *StatusResponse) GetStateHashIndex() uint64 {
 func (x *StatusResponse) GetLongPollsWaiting() int64 {
 	if x != nil {
 		return x.LongPollsWaiting
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetResultRetentionSecs() uint64 {
+	if x != nil {
+		return x.ResultRetentionSecs
 	}
 	return 0
 }
@@ -4117,7 +4126,7 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x06result\x18\x02 \x01(\fR\x06result\".\n" +
 	"\rStatusRequest\x12\x1d\n" +
 	"\n" +
-	"state_hash\x18\x01 \x01(\bR\tstateHash\"\xf0\x04\n" +
+	"state_hash\x18\x01 \x01(\bR\tstateHash\"\xa4\x05\n" +
 	"\x0eStatusResponse\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12!\n" +
@@ -4139,7 +4148,8 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"state_hash\x18\x10 \x01(\fR\tstateHash\x12(\n" +
 	"\x10state_hash_index\x18\x11 \x01(\x04R\x0estateHashIndex\x12,\n" +
-	"\x12long_polls_waiting\x18\x12 \x01(\x03R\x10longPollsWaiting\"\x14\n" +
+	"\x12long_polls_waiting\x18\x12 \x01(\x03R\x10longPollsWaiting\x122\n" +
+	"\x15result_retention_secs\x18\x13 \x01(\x04R\x13resultRetentionSecs\"\x14\n" +
 	"\x12ListWorkersRequest\"H\n" +
 	"\x13ListWorkersResponse\x121\n" +
 	"\aworkers\x18\x01 \x03(\v2\x17.termivar.v1.WorkerInfoR\aworkers\"\xce\x01\n" +

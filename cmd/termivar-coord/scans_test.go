@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/termivar/distributed/client"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
@@ -171,4 +172,46 @@ func TestCLI_SmallTenantRunsForever(t *testing.T) {
 	if s, err := c.Status(ctx, &pb.StatusRequest{}); err != nil || s.GetResultRetentionSecs() != 12*3600 {
 		t.Fatalf("retention after update = %v, %v", s.GetResultRetentionSecs(), err)
 	}
+}
+
+// TestCLI_RetentionPurgesThroughTheTicker: with a one-second retention the
+// leader's ticker (real clock, 50 ms cadence) purges finished tasks and
+// their results on its own and the tenant stays inside a 16-record limit
+// while 64 tasks run through it; tasks still running are kept.
+func TestCLI_RetentionPurgesThroughTheTicker(t *testing.T) {
+	t.Parallel()
+	url, key := inProcessNode(t, node.Config{TickInterval: 50 * time.Millisecond})
+	if code := runTenants([]string{"create", "--server", url, "--key", key, "--name", "ret", "--result-retention", "1s",
+		"--max-task-records", "16", "--max-terminal-tasks", "16", "--max-active-tasks", "8", "--max-queued-tasks", "8"}); code != exitOK {
+		t.Fatalf("tenants create: exit %d", code)
+	}
+	admin, err := client.New(client.Config{ServerURL: url, Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	ctx := context.Background()
+	kr, err := admin.CreateKey(ctx, &pb.CreateKeyRequest{Tenant: "ret", Role: "admin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(client.Config{ServerURL: url, Key: kr.GetKey()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.RegisterWorker(ctx, &pb.RegisterWorkerRequest{WorkerId: "w1", Capacity: 8}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 8 {
+		// Each scan needs room: the ticker must have purged the last ones.
+		waitCond(t, "room for 8 more tasks", func() bool { n, _ := records(t, c); return n <= 8 })
+		runScan(t, c, fmt.Sprintf("s%d", i), 8, 0)
+	}
+	waitCond(t, "room for 2 more tasks", func() bool { n, _ := records(t, c); return n <= 8 })
+	runScan(t, c, "live", 2, 2) // queued: never purged
+	waitCond(t, "retention to purge every finished task", func() bool {
+		n, res := records(t, c)
+		return n == 2 && res == 0
+	})
 }

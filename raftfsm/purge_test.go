@@ -15,6 +15,8 @@ import (
 	"slices"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
 	distributed "github.com/termivar/distributed"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 )
@@ -73,6 +75,16 @@ func TestFSM_PurgeTasks(t *testing.T) {
 	}
 	if tv.ResultCount() != 0 || tv.HasResult("t1") {
 		t.Fatal("results survived the purge")
+	}
+	// The snapshot after a purge restores (its scan index lists only
+	// tasks of the pool) and re-exports byte for byte.
+	st, _ := b.f.ExportState()
+	g := New(Options{})
+	if err := g.RestoreState(st); err != nil {
+		t.Fatalf("restore after purge: %v", err)
+	}
+	if st2, _ := g.ExportState(); !bytes.Equal(st, st2) {
+		t.Fatal("snapshot after purge does not round-trip")
 	}
 	if got := tv.ScanTaskIDs("s1"); !slices.Equal(got, []string{"t3"}) {
 		t.Fatalf("scan index after purge = %v", got)
@@ -149,6 +161,18 @@ func TestFSM_RetentionPolicy(t *testing.T) {
 	gv, _ := g.Tenant("ret")
 	if gv.ResultRetentionSecs() != 60 {
 		t.Fatalf("restored retention %d", gv.ResultRetentionSecs())
+	}
+	// A snapshot with a retention above the bound is refused whole.
+	var bad pb.FSMState
+	if err := proto.Unmarshal(st, &bad); err != nil {
+		t.Fatal(err)
+	}
+	for _, ts := range bad.GetTenants() {
+		ts.ResultRetentionSecs = MaxResultRetentionSecs + 1
+	}
+	badBytes, _ := proto.Marshal(&bad)
+	if err := New(Options{}).RestoreState(badBytes); !errors.Is(err, ErrInvalidState) {
+		t.Fatalf("restore with retention above the bound = %v", err)
 	}
 	// Applying the proposed command (no principal: the node) purges.
 	cmd := onlyPurge(t, tv.RecoveryCommands(161, 0))

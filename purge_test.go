@@ -11,6 +11,7 @@ package distributed
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"slices"
 	"testing"
 )
@@ -483,4 +484,34 @@ func TestResultAggregator_PurgeResults(t *testing.T) {
 func isKind(err error, k ErrorKind) bool {
 	e, ok := err.(*Error)
 	return ok && e.Kind == k
+}
+
+// TestTaskQueue_PurgeTasks_GenerationExhausted: a purge that cannot raise
+// the generation floor above a task's generation fails whole (white-box:
+// such a state takes 2^64 generations to reach).
+func TestTaskQueue_PurgeTasks_GenerationExhausted(t *testing.T) {
+	h := newHarness(t, DefaultLimits())
+	h.register("w", 4)
+	h.complete(h.running("t", "w", 60))
+	h.complete(h.running("u", "w", 60))
+	c := h.p.c
+	c.generationFloor = math.MaxUint64
+	c.tasks["u"].generation = math.MaxUint64
+	c.tasks["u"].receipt.taskGeneration = math.MaxUint64
+	p, _ := c.tasks["u"].proof.Lease()
+	p.taskGeneration = math.MaxUint64
+	c.tasks["u"].proof = OwnershipFromLease(p)
+	if err := h.p.CheckInvariants(); err != nil {
+		t.Fatalf("setup: %v", err)
+	}
+	e := h.fail(KindCounterExhausted, func(rev, now uint64) error {
+		_, err := h.p.PurgeTasks(rev, now, PurgeFilter{})
+		return err
+	})
+	if e.Counter != "task_generation" {
+		t.Fatalf("details %+v", e)
+	}
+	if got := h.purge(PurgeFilter{TaskIDs: []string{"t"}}); !slices.Equal(got, []string{"t"}) {
+		t.Fatalf("purged %v", got)
+	}
 }

@@ -221,6 +221,7 @@ func TestFSM_RetentionKeepsSmallTenantRunning(t *testing.T) {
 	b.must(t, &pb.Command{Tenant: "small", Op: &pb.Command_RegisterWorker{RegisterWorker: &pb.RegisterWorker{Spec: &pb.WorkerSpec{WorkerId: "w", Capacity: 8}}}})
 	tv, _ := b.f.Tenant("small")
 	done := 0
+	var sizes []int // snapshot size after each round
 	for round := range 20 { // 20 rounds × 8 tasks = 10 × the record limit
 		e := &pb.EnqueueTasks{}
 		for i := range 8 {
@@ -236,6 +237,13 @@ func TestFSM_RetentionKeepsSmallTenantRunning(t *testing.T) {
 		b.now += 6
 		b.must(t, &pb.Command{Tenant: "small", Op: &pb.Command_UpdateWorker{UpdateWorker: &pb.UpdateWorker{WorkerId: "w", Generation: 1}}})
 		b.must(t, onlyPurge(t, tv.RecoveryCommands(b.now, 0)))
+		st, _ := b.f.ExportState()
+		sizes = append(sizes, len(st))
+	}
+	// Nothing accumulates: the snapshot after 20 rounds is no larger than
+	// after 5 but for a few varint bytes (counters, times).
+	if sizes[19] > sizes[4]+16 {
+		t.Fatalf("snapshot grows with retention on: %v", sizes)
 	}
 	if done != 160 || tv.Counters().TaskRecords > 16 || tv.ResultCount() > 16 {
 		t.Fatalf("done %d, counters %+v, results %d", done, tv.Counters(), tv.ResultCount())

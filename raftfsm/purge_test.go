@@ -221,7 +221,7 @@ func TestFSM_RetentionKeepsSmallTenantRunning(t *testing.T) {
 	b.must(t, &pb.Command{Tenant: "small", Op: &pb.Command_RegisterWorker{RegisterWorker: &pb.RegisterWorker{Spec: &pb.WorkerSpec{WorkerId: "w", Capacity: 8}}}})
 	tv, _ := b.f.Tenant("small")
 	done := 0
-	var sizes []int // snapshot size after each round
+	var sizes []int         // snapshot size after each round
 	for round := range 20 { // 20 rounds × 8 tasks = 10 × the record limit
 		e := &pb.EnqueueTasks{}
 		for i := range 8 {

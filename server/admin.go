@@ -25,6 +25,7 @@ func (h adminHandler) Status(ctx context.Context, req *connect.Request[pb.Status
 			Results: uint32(tv.ResultCount()), ResultBytes: uint64(tv.ResultBytes()),
 			RaftState: h.s.node.RaftState(), Leader: id + "@" + addr, AppliedIndex: h.s.node.Reads().AppliedIndex(),
 			NodeId: h.s.node.NodeID(), Members: h.s.members(), LongPollsWaiting: h.s.LongPollsWaiting(),
+			Build: h.s.build,
 		}
 		if m.GetStateHash() {
 			if err := h.stateHash(p, out); err != nil {

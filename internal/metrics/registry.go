@@ -33,3 +33,12 @@ func (r *Registry) AddState(src StateSource, cfg StateConfig) {
 func (r *Registry) AddGaugeFunc(name, help string, f func() float64) {
 	r.Reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f))
 }
+
+// AddBuildInfo registers termivar_build_info{version,revision,go_version}
+// = 1.
+func (r *Registry) AddBuildInfo(version, revision, goVersion string) {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "termivar_build_info", Help: "This binary's build; always 1.",
+		ConstLabels: prometheus.Labels{"version": version, "revision": revision, "go_version": goVersion}})
+	g.Set(1)
+	r.Reg.MustRegister(g)
+}

@@ -99,6 +99,13 @@ func (s sink) Accept(name string, level hclog.Level, msg string, args ...any) {
 // Stringers) into strings.
 func hclogValue(v any) any {
 	switch x := v.(type) {
+	case hclog.Format:
+		if len(x) > 0 {
+			if f, ok := x[0].(string); ok {
+				return fmt.Sprintf(f, x[1:]...)
+			}
+		}
+		return fmt.Sprint(x...)
 	case error:
 		return x.Error()
 	case fmt.Stringer:

@@ -39,11 +39,14 @@ type obsNode struct {
 
 // startObsNode starts a single node with --metrics-addr on a free
 // loopback port.
-func startObsNode(t *testing.T) *obsNode {
+func startObsNode(t *testing.T, mut ...func(*serveFlags)) *obsNode {
 	t.Helper()
 	dir := t.TempDir()
 	apiLn, raftLn := listen(t), listen(t)
 	f := nodeFlags(t, filepath.Join(dir, "data"), "n1", apiLn, raftLn)
+	for _, m := range mut {
+		m(&f)
+	}
 	f.obs.metricsAddr, f.obs.metricsAddrGiven = "127.0.0.1:0", true
 	tn := &tnode{id: "n1", dir: f.dataDir}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -322,3 +322,22 @@ func TestMetrics_DefaultAddressBusy(t *testing.T) {
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// TestMetrics_PprofFlag checks that --pprof serves net/http/pprof on the
+// metrics listener (and only there: the API listener still 404s it).
+func TestMetrics_PprofFlag(t *testing.T) {
+	t.Parallel()
+	o := startObsNode(t, func(f *serveFlags) { f.obs.pprof = true })
+	for url, want := range map[string]int{o.metricsURL + "/debug/pprof/": 200, o.metricsURL + "/debug/pprof/cmdline": 200,
+		o.tn.url + "/debug/pprof/": 404} {
+		res, err := http.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		if res.StatusCode != want {
+			t.Errorf("GET %s = %d, want %d", url, res.StatusCode, want)
+		}
+	}
+}

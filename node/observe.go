@@ -14,9 +14,9 @@ import (
 	"github.com/termivar/distributed/raftfsm"
 )
 
-// observedFSM is the FSM raft runs: the node's FSM (every method,
-// ApplyBatch included, promoted unchanged) whose snapshots are timed,
-// measured and logged once written (docs/observability.md).
+// observedFSM is the FSM raft runs: the node's FSM (every method promoted
+// unchanged) whose snapshots are timed, measured and logged once written
+// (docs/observability.md).
 type observedFSM struct {
 	*raftfsm.FSM
 	m   *metrics.Node
@@ -65,7 +65,7 @@ func (c *countingSink) Write(p []byte) (int, error) {
 	return n, err
 }
 
-var _ io.Writer = (*countingSink)(nil)
+var _ io.Writer = (*countingSink)(nil) // NB: raft's sink is an io.WriteCloser
 
 // leaderLoop logs one line per leader change this node observes and
 // counts it, until ctx (the node's lifetime) ends.

@@ -92,6 +92,7 @@ func TestLog_JSONEventsNoSecrets(t *testing.T) {
 	// pass a moment after registration.
 	f.limits.HeartbeatTimeoutSecs = 3
 	f.limits.MaxQueuedTasks = 3
+	f.cluster.raftLog = nil // NB: raft's lines into the logger, as serve does
 	tn := &tnode{id: "n1", dir: f.dataDir}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -341,3 +341,34 @@ func TestMetrics_PprofFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestMetrics_ScanSeriesBounded checks --metrics-scans: with 2, a tenant
+// with three scans enqueued together exports the first two by scan ID
+// (equal recency) and none of the third.
+func TestMetrics_ScanSeriesBounded(t *testing.T) {
+	t.Parallel()
+	o := startObsNode(t, func(f *serveFlags) { f.obs.metricsScans = 2 })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := client.New(client.Config{ServerURL: o.tn.url, Key: o.adminKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	tasks := []*pb.NewTask{{TaskId: "1", ScanId: "s1", TargetRef: "x"}, {TaskId: "2", ScanId: "s2", TargetRef: "x"},
+		{TaskId: "3", ScanId: "s3", TargetRef: "x"}}
+	if _, err := cl.Enqueue(ctx, &pb.EnqueueRequest{Tasks: tasks}); err != nil {
+		t.Fatal(err)
+	}
+	scans := map[string]bool{}
+	for _, m := range scrape(t, o.metricsURL)["termivar_scan_tasks"].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "scan" {
+				scans[l.GetValue()] = true
+			}
+		}
+	}
+	if len(scans) != 2 || !scans["s1"] || !scans["s2"] {
+		t.Errorf("scan labels = %v, want s1 and s2", scans)
+	}
+}

@@ -11,6 +11,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"io"
 	"log/slog"
 	"net"
@@ -370,5 +371,36 @@ func TestMetrics_ScanSeriesBounded(t *testing.T) {
 	}
 	if len(scans) != 2 || !scans["s1"] || !scans["s2"] {
 		t.Errorf("scan labels = %v, want s1 and s2", scans)
+	}
+}
+
+// TestMetrics_ProbesWithoutClientCertUnderMutualTLS: with mutual TLS on
+// the API, a probe without a client certificate cannot reach the API's
+// /readyz, but gets /healthz, /readyz and /metrics from the plain-HTTP
+// metrics listener.
+func TestMetrics_ProbesWithoutClientCertUnderMutualTLS(t *testing.T) {
+	t.Parallel()
+	p := newTestPKI(t)
+	o := startObsNode(t, func(f *serveFlags) { f.tlsCert, f.tlsKey, f.clientCA = p.serverCert, p.serverKey, p.ca })
+	pool, err := loadCertPool(p.ca)
+	if err != nil {
+		t.Fatal(err)
+	}
+	noCert := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	defer noCert.CloseIdleConnections()
+	if res, err := noCert.Get(o.tn.url + "/readyz"); err == nil {
+		res.Body.Close()
+		t.Fatalf("API /readyz without a client certificate = %s, want a refused handshake", res.Status)
+	}
+	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
+		res, err := http.Get(o.metricsURL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK {
+			t.Errorf("metrics listener %s = %s, want 200", path, res.Status)
+		}
 	}
 }

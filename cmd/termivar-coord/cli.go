@@ -150,7 +150,7 @@ func runRegistered(name string, args []string, env *cliEnv) (code int, ok bool) 
 func registeredUsage() string {
 	var b strings.Builder
 	for _, c := range clientCommands() {
-		fmt.Fprintf(&b, "  %-8s %s\n", c.name, c.summary)
+		fmt.Fprintf(&b, "  %-10s %s\n", c.name, c.summary)
 	}
 	return b.String()
 }

@@ -10,6 +10,7 @@ import (
 	distributed "github.com/termivar/distributed"
 	"github.com/termivar/distributed/client"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/internal/buildinfo"
 )
 
 // This file holds the read commands status, tasks and workers, and cancel.
@@ -31,6 +32,8 @@ type statusJSON struct {
 	Results             uint32 `json:"results"`
 	ResultBytes         uint64 `json:"result_bytes"`
 	ResultRetentionSecs uint64 `json:"result_retention_secs"`
+	// Build is the answering node's build (nil from an older node).
+	Build *buildJSON `json:"build,omitempty"`
 }
 
 func runStatus(ctx context.Context, env *cliEnv, args []string) error {
@@ -57,6 +60,7 @@ func runStatus(ctx context.Context, env *cliEnv, args []string) error {
 			TaskRecords: s.GetTaskRecords(), ActiveTasks: s.GetActiveTasks(), QueuedTasks: s.GetQueuedTasks(),
 			TerminalTasks: s.GetTerminalTasks(), Workers: s.GetWorkers(), Results: s.GetResults(), ResultBytes: s.GetResultBytes(),
 			ResultRetentionSecs: s.GetResultRetentionSecs(),
+			Build:               nodeBuild(s),
 		})
 	}
 	w := tabwriter.NewWriter(env.stdout, 0, 0, 2, ' ', 0)
@@ -68,7 +72,19 @@ func runStatus(ctx context.Context, env *cliEnv, args []string) error {
 	if len(s.GetMembers()) > 1 {
 		fmt.Fprintf(w, "members\t%s\n", membersLine(s.GetMembers()))
 	}
+	if s.GetBuild() != nil {
+		fmt.Fprintf(w, "build\t%s\n", buildinfo.FromProto(s.GetBuild()))
+	}
 	return w.Flush()
+}
+
+// nodeBuild is the build in a Status answer, nil when the node sent none.
+func nodeBuild(s *pb.StatusResponse) *buildJSON {
+	if s.GetBuild() == nil {
+		return nil
+	}
+	b := toBuildJSON(buildinfo.FromProto(s.GetBuild()))
+	return &b
 }
 
 // taskJSON is one line of tasks --json.

@@ -26,7 +26,7 @@ func (h adminHandler) Status(ctx context.Context, req *connect.Request[pb.Status
 			RaftState: h.s.node.RaftState(), Leader: id + "@" + addr, AppliedIndex: h.s.node.Reads().AppliedIndex(),
 			NodeId: h.s.node.NodeID(), Members: h.s.members(), LongPollsWaiting: h.s.LongPollsWaiting(),
 			ResultRetentionSecs: tv.ResultRetentionSecs(),
-			Build: h.s.build,
+			Build:               h.s.build,
 		}
 		if m.GetStateHash() {
 			if err := h.stateHash(p, out); err != nil {

@@ -40,6 +40,7 @@ type benchFlags struct {
 	resultBytes int
 	leaseTTL    int
 	cpuProfile  string
+	cluster     int // members of the loopback cluster compared with one node (0: off)
 }
 
 // runBench drives N producers and M workers against a node over loopback
@@ -65,6 +66,13 @@ func runBench(args []string) int {
 	if !f.valid() {
 		fmt.Fprintln(os.Stderr, "termivar-coord bench: flag out of range")
 		return exitUsage
+	}
+	if f.cluster > 0 {
+		if !f.embedded {
+			fmt.Fprintln(os.Stderr, "termivar-coord bench: --cluster starts its own nodes; it does not take --embedded=false")
+			return exitUsage
+		}
+		return runBenchCluster(f, os.Stdout)
 	}
 	url, key := f.client.server, f.client.key
 	if f.embedded {
@@ -103,13 +111,15 @@ func newBenchFlagSet(f *benchFlags) *flag.FlagSet {
 	fs.IntVar(&f.resultBytes, "result-bytes", 32, "bytes of each result")
 	fs.IntVar(&f.leaseTTL, "lease-ttl-secs", 30, "lease TTL of each Acquire (leases granted by a reply lost in a leader change come back after it)")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
+	fs.IntVar(&f.cluster, "cluster", 0, "also run against a loopback cluster of this many members in this process and report the ratio to one node and the leader-kill recovery (0: off)")
 	return fs
 }
 
 // valid reports whether every numeric flag is within its bound.
 func (f benchFlags) valid() bool {
 	return f.tasks >= 1 && f.tasks <= distributed.MaxTaskRecords && f.producers >= 1 && f.workers >= 1 &&
-		f.batch >= 1 && f.batch <= raftfsm.MaxEnqueueTasks && f.acquireMax >= 1 && f.acquireMax <= raftfsm.MaxAcquireTasks && f.leaseTTL >= 1
+		f.batch >= 1 && f.batch <= raftfsm.MaxEnqueueTasks && f.acquireMax >= 1 && f.acquireMax <= raftfsm.MaxAcquireTasks && f.leaseTTL >= 1 &&
+		f.cluster >= 0 && f.cluster <= maxBenchCluster
 }
 
 // startCPUProfile starts a CPU profile written to path; stop ends it.

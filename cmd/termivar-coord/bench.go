@@ -188,6 +188,7 @@ type benchResult struct {
 	batch, acquire         int
 	appliedBefore, applied uint64
 	errors, retries        int64
+	cpu                    time.Duration // this process's CPU time during the run (0: not reported)
 }
 
 func (r benchResult) String() string {
@@ -196,12 +197,19 @@ func (r benchResult) String() string {
 		"acquire_to_complete_p50=%s acquire_to_complete_p99=%s\n"+
 		"enqueue_to_complete_p50=%s enqueue_to_complete_p99=%s\n"+
 		"raft_log_entries=%d\n"+
+		"process_cpu_per_task=%s\n"+
 		"failed_calls_retried=%d client_retries=%d",
 		r.tasks, r.producers, r.workers, r.batch, r.acquire, r.elapsed.Round(time.Millisecond),
 		float64(r.tasks)/r.elapsed.Seconds(),
 		r.leaseP50.Round(time.Microsecond), r.leaseP99.Round(time.Microsecond),
 		r.e2eP50.Round(time.Microsecond), r.e2eP99.Round(time.Microsecond),
-		r.applied-r.appliedBefore, r.errors, r.retries)
+		r.applied-r.appliedBefore, r.cpuPerTask(), r.errors, r.retries)
+}
+
+// cpuPerTask is the process's CPU time per completed task (clients and
+// every node in this process included).
+func (r benchResult) cpuPerTask() time.Duration {
+	return r.cpu / time.Duration(max(r.tasks, 1))
 }
 
 func percentile(d []time.Duration, p float64) time.Duration {
@@ -282,7 +290,7 @@ func bench(ctx context.Context, f benchFlags, url, adminKey string) (benchResult
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	r.cancel = cancel
-	start := time.Now()
+	start, cpu0 := time.Now(), processCPU()
 	var wg sync.WaitGroup
 	for range f.producers {
 		wg.Go(func() { r.produce(runCtx) })
@@ -291,7 +299,7 @@ func bench(ctx context.Context, f benchFlags, url, adminKey string) (benchResult
 		wg.Go(func() { r.work(runCtx, "w"+strconv.Itoa(i), w) })
 	}
 	wg.Wait()
-	res.elapsed = time.Since(start)
+	res.elapsed, res.cpu = time.Since(start), processCPU()-cpu0
 	res.errors, res.retries = r.errs.Load(), r.retries.Load()
 	r.closeLoad()
 	if r.firstErr != nil && r.completed.Load() < int64(f.tasks) {

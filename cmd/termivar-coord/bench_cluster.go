@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,6 +45,9 @@ func runBenchCluster(f benchFlags, w io.Writer) int {
 	fmt.Fprintf(w, "== %d-member cluster (leader %s)\n%s\n", f.cluster, multi.leader, multi.res)
 	ratio := (float64(multi.res.tasks) / multi.res.elapsed.Seconds()) / (float64(single.res.tasks) / single.res.elapsed.Seconds())
 	fmt.Fprintf(w, "cluster_to_single_ratio=%.2f\n", ratio)
+	if single.res.cpu > 0 {
+		fmt.Fprintf(w, "single_to_cluster_cpu_per_task_ratio=%.2f\n", float64(single.res.cpuPerTask())/float64(multi.res.cpuPerTask()))
+	}
 	fmt.Fprintf(w, "leader_kill_recovery=%s (killed %s, next leader %s)\n", multi.recovery.Round(time.Millisecond), multi.leader, multi.next)
 	return exitOK
 }
@@ -106,10 +110,14 @@ func startBenchCluster(size int) (_ *benchCluster, err error) {
 	errs := make([]error, size)
 	var wg sync.WaitGroup
 	for i := range size {
+		// NB: the pprof label marks every goroutine the member starts
+		// (raft's included), so a --cpuprofile splits by member.
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			c.nodes[i], errs[i] = startNode(ctx, flags[i], slog.New(slog.DiscardHandler))
+			pprof.Do(ctx, c.label(i), func(ctx context.Context) {
+				c.nodes[i], errs[i] = startNode(ctx, flags[i], slog.New(slog.DiscardHandler))
+			})
 		})
 	}
 	wg.Wait()
@@ -118,10 +126,17 @@ func startBenchCluster(size int) (_ *benchCluster, err error) {
 			return nil, fmt.Errorf("start %s: %w", c.ids[i], errs[i])
 		}
 		rn := c.nodes[i]
-		c.wg.Go(func() { _ = rn.hs.Serve(rn.ln) })
+		c.wg.Go(func() {
+			pprof.Do(context.Background(), c.label(i), func(context.Context) { _ = rn.hs.Serve(rn.ln) })
+		})
 	}
 	c.key, err = client.LoadKey(filepath.Join(c.dir, c.ids[0], node.AdminKeyFile))
 	return c, err
+}
+
+// label is member i's pprof label: bench_member=<size>/<id>.
+func (c *benchCluster) label(i int) pprof.LabelSet {
+	return pprof.Labels("bench_member", strconv.Itoa(len(c.ids))+"/"+c.ids[i])
 }
 
 // memberFlags are serve's defaults plus each member's dir, ID, port-0

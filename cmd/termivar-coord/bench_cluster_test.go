@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -23,6 +24,14 @@ func TestBench_Cluster(t *testing.T) {
 	s := out.String()
 	if n := len(regexp.MustCompile(`(?m)^tasks=400 `).FindAllString(s, -1)); n != 2 {
 		t.Fatalf("want two runs of 400 tasks, got %d:\n%s", n, s)
+	}
+	for _, m := range regexp.MustCompile(`(?m)^process_cpu_per_task=(\S+)$`).FindAllStringSubmatch(s, -1) {
+		if d, err := time.ParseDuration(m[1]); err != nil || d <= 0 {
+			t.Fatalf("process_cpu_per_task %q", m[1])
+		}
+	}
+	if !strings.Contains(s, "single_to_cluster_cpu_per_task_ratio=") {
+		t.Fatalf("no CPU ratio:\n%s", s)
 	}
 	ratio := regexp.MustCompile(`(?m)^cluster_to_single_ratio=([0-9.]+)$`).FindStringSubmatch(s)
 	if ratio == nil {

@@ -1,9 +1,10 @@
-// Partition tests of a 3-member --peers cluster of real `serve` processes,
-// each in its own network namespace (netns_lab_test.go; issue 16). Goal:
-// under the linearizability workload (startLinLoad), an isolated minority
-// leader, a symmetric split (no two members connected), a bridge partition
-// (one member sees both others, they cannot see each other), flapping
-// links and healing lose no acknowledged write, serve no stale read
+// Partition tests of a --peers cluster of real `serve` processes (3
+// members, 5 for the 2|3 split), each in its own network namespace
+// (netns_lab_test.go; issue 16). Goal: under the linearizability workload
+// (startLinLoad), an isolated minority leader, a symmetric split (no two
+// members connected), a 2|3 split with the leader on the smaller side, a
+// bridge partition (one member sees both others, they cannot see each
+// other), flapping links and healing lose no acknowledged write, serve no stale read
 // (porcupine over every call, plus reads of every key after healing and
 // again after a restart), accept no write without a quorum and no stale
 // completion; afterwards every member restarts and the FSM state hashes of
@@ -56,16 +57,16 @@ type netnsRun struct {
 	start    time.Time
 }
 
-// startNetnsRun starts the lab, the cluster in it and the load, and waits
-// for the load to make progress.
-func startNetnsRun(t *testing.T) *netnsRun {
+// startNetnsRun starts the lab, a cluster of size members in it and the
+// load, and waits for the load to make progress.
+func startNetnsRun(t *testing.T, size int) *netnsRun {
 	t.Helper()
 	requireNetns(t)
 	r := &netnsRun{t: t, start: time.Now()}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	t.Cleanup(cancel)
 	r.ctx = ctx
-	r.lab = newNetLab(t, 3)
+	r.lab = newNetLab(t, size)
 	r.pc = startNetnsCluster(t, r.lab)
 	admin := r.pc.newClient(r.pc.urlsFrom(0), r.pc.adminKey, 20)
 	key := func(tenant, role string) string {
@@ -344,7 +345,7 @@ func (r *netnsRun) answeredWithin(from, to int64) int {
 // during the partition, nor anywhere after the heal once the task's lease
 // expired and another worker completed it (no stale completion accepted).
 func TestNetns_IsolatedLeader(t *testing.T) {
-	r := startNetnsRun(t)
+	r := startNetnsRun(t, 3)
 	old := r.leaderAmong("a leader", r.all())
 	stale := r.acquireStale(old)
 	cut := time.Now()
@@ -468,7 +469,7 @@ func (s *staleLease) completeAfterHeal(r *netnsRun) {
 // goes unacknowledged, and no operation of the load that ran wholly inside
 // the split got an answer (linearizable reads need a quorum too).
 func TestNetns_SymmetricSplit(t *testing.T) {
-	r := startNetnsRun(t)
+	r := startNetnsRun(t, 3)
 	r.leaderAmong("a leader", r.all())
 	for i := range r.pc.members {
 		r.lab.isolate(i)
@@ -524,7 +525,7 @@ func (r *netnsRun) waitUnknown(what string, n int) {
 // bridge, which hears from the leader, denies it an election, and it
 // knows no leader to forward to.
 func TestNetns_BridgePartition(t *testing.T) {
-	r := startNetnsRun(t)
+	r := startNetnsRun(t, 3)
 	lead := r.leaderAmong("a leader", r.all())
 	o := r.others(lead)
 	bridge, far := o[0], o[1]
@@ -552,7 +553,7 @@ func TestNetns_BridgePartition(t *testing.T) {
 // everything. After the last heal the cluster recovers and the checks of
 // finish hold.
 func TestNetns_FlappingLinks(t *testing.T) {
-	r := startNetnsRun(t)
+	r := startNetnsRun(t, 3)
 	seed := rand.Uint64()
 	rng := rand.New(rand.NewPCG(seed, 16))
 	t.Logf("flapping schedule seed %d", seed)
@@ -577,4 +578,39 @@ func TestNetns_FlappingLinks(t *testing.T) {
 	r.checkCut()
 	t.Logf("flapping links: %d partition changes in 8 s, recovery %v", changes, recovery.Round(time.Millisecond))
 	r.finish("flapping links")
+}
+
+// TestNetns_SplitTwoThree splits five members into two sides, the leader
+// and one follower against the other three. The three elect a leader and
+// serve; the old leader steps down although it still reaches a follower,
+// and a write through either member of the two-member side goes
+// unacknowledged.
+func TestNetns_SplitTwoThree(t *testing.T) {
+	r := startNetnsRun(t, 5)
+	old := r.leaderAmong("a leader", r.all())
+	o := r.others(old)
+	minority, majority := []int{old, o[0]}, o[1:]
+	cut := time.Now()
+	for _, a := range minority {
+		for _, b := range majority {
+			r.lab.setCut(a, b, true)
+		}
+	}
+	r.checkCut()
+	nl := r.leaderAmong("a new leader on the three-member side", majority)
+	failover := time.Since(cut)
+	waitFor(t, "the old leader to step down", 30*time.Second, func() bool {
+		st, err := r.pc.status(r.pc.members[old], false)
+		return err == nil && st.GetRaftState() != "Leader"
+	})
+	for _, i := range minority {
+		if err := r.mark(r.pc.members[i].url, 3*time.Second); err == nil {
+			t.Errorf("a write through n%d on the two-member side was acknowledged", i+1)
+		}
+	}
+	r.waitOps("operations on the three-member side", 100)
+	recovery := r.healAndRecover("2|3 split")
+	t.Logf("2|3 split: n%d (leader) and n%d against the rest; new leader n%d after %v; recovery %v",
+		old+1, o[0]+1, nl+1, failover.Round(time.Millisecond), recovery.Round(time.Millisecond))
+	r.finish("2|3 split")
 }

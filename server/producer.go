@@ -67,7 +67,7 @@ func (h producerHandler) Enqueue(ctx context.Context, req *connect.Request[pb.En
 // checkRunnableTargets refuses targets the shipped worker agent cannot
 // run: it hands a target to its command in the environment
 // (TERMIVAR_TARGET), which cannot hold a NUL byte. NB: the core keeps
-// target_ref opaque bytes (SPEC Part A); this is the API's policy, checked
+// target_ref opaque bytes (contract A.4); this is the API's policy, checked
 // before anything is proposed. The message names the task by position and
 // never quotes the target.
 func checkRunnableTargets(tasks []*pb.NewTask) error {

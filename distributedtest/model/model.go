@@ -28,33 +28,11 @@ func New(l distributed.Limits) (*Model, error) {
 	return &Model{limits: l}, nil
 }
 
-// Limits returns the configured limits.
-func (m *Model) Limits() distributed.Limits { return m.limits }
-
 // Revision returns the current revision.
 func (m *Model) Revision() uint64 { return m.revision }
 
 // LogicalTime returns the current logical time.
 func (m *Model) LogicalTime() uint64 { return m.logicalTime }
-
-// LastLeaseID returns the last lease ID granted (0 if none).
-func (m *Model) LastLeaseID() uint64 { return m.lastLeaseID }
-
-// Clone returns an independent deep copy of the model.
-func (m *Model) Clone() *Model {
-	c := *m
-	c.tasks = make([]Task, len(m.tasks))
-	for i, t := range m.tasks {
-		t.Phases = append([]uint8(nil), t.Phases...)
-		c.tasks[i] = t
-	}
-	c.workers = make([]Worker, len(m.workers))
-	for i, w := range m.workers {
-		w.Tags = append([]distributed.WorkerTag(nil), w.Tags...)
-		c.workers[i] = w
-	}
-	return &c
-}
 
 // ---------------------------------------------------------------- errors
 
@@ -94,16 +72,6 @@ func (m *Model) Snapshot() distributed.StateSnapshot {
 		}
 	}
 	return s
-}
-
-// Tasks returns copies of every task in task-ID order.
-func (m *Model) Tasks() []Task {
-	out := make([]Task, 0, len(m.tasks))
-	for _, t := range m.tasks {
-		t.Phases = append([]uint8(nil), t.Phases...)
-		out = append(out, t)
-	}
-	return out
 }
 
 // Workers returns copies of every worker in worker-ID order.

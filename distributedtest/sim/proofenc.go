@@ -29,14 +29,6 @@ func (f *frame) s(v string) {
 	f.b = append(f.b, v...)
 }
 
-func (f *frame) bool(v bool) {
-	if v {
-		f.u(1)
-	} else {
-		f.u(0)
-	}
-}
-
 func (f *frame) done() []byte {
 	return binary.BigEndian.AppendUint32(f.b, crc32.Checksum(f.b, castagnoli))
 }
@@ -82,18 +74,6 @@ func EncodeReceipt(r model.Receipt) []byte {
 	f.s(r.WorkerID)
 	f.u(r.WorkerGeneration)
 	f.u(r.RecordVersion)
-	return f.done()
-}
-
-// EncodeOwnership returns the core's binary form of o.
-func EncodeOwnership(o model.Ownership) []byte {
-	f := newFrame("TVO")
-	f.bool(o.IsLease)
-	if o.IsLease {
-		f.lease(o.Lease)
-	} else {
-		f.fence(o.Fence)
-	}
 	return f.done()
 }
 
@@ -163,11 +143,6 @@ func ModelReceipt(r distributed.CompletionReceipt) model.Receipt {
 		WorkerGeneration: r.WorkerGeneration(),
 		RecordVersion:    r.RecordVersion(),
 	}
-}
-
-// ModelFence reads a core fence's fields.
-func ModelFence(f distributed.QueuedTaskFence) model.Fence {
-	return model.Fence{TaskID: f.TaskID(), TaskGeneration: f.TaskGeneration(), RecordVersion: f.RecordVersion()}
 }
 
 // ModelTask reads the public fields of a core task; the model's bookkeeping

@@ -271,3 +271,15 @@ func (s *Server) propose(ctx context.Context, p principal, expected *uint64, cmd
 	}
 	return r, r.Err
 }
+
+// proposeAs is propose, then the response's value as a T (raftfsm.ValueAs:
+// a mismatch is an error naming op) and the revision.
+func proposeAs[T any](ctx context.Context, s *Server, p principal, expected *uint64, cmd *pb.Command, op string) (T, uint64, error) {
+	r, err := s.propose(ctx, p, expected, cmd)
+	if err != nil {
+		var zero T
+		return zero, r.Revision, err
+	}
+	v, err := raftfsm.ValueAs[T](r, op)
+	return v, r.Revision, err
+}

@@ -95,7 +95,7 @@ func wrapErr(op string, err error) error {
 		return nil
 	}
 	e := &Error{Op: op, Code: connect.CodeOf(err), err: err}
-	if det, ok := detailOf(err); ok {
+	if det, ok := wireerr.DetailOf(err); ok {
 		e.Kind, e.Reason = det.GetKind(), det.GetReason()
 		if de, ok := wireerr.Decode(det); ok {
 			e.core = de
@@ -119,24 +119,6 @@ func ItemError(item *pb.CompleteItemResult) error {
 		e.core = de
 	}
 	return e
-}
-
-// detailOf returns the first ErrorDetail of a Connect error.
-func detailOf(err error) (*pb.ErrorDetail, bool) {
-	var ce *connect.Error
-	if !errors.As(err, &ce) {
-		return nil, false
-	}
-	for _, d := range ce.Details() {
-		v, derr := d.Value()
-		if derr != nil {
-			continue
-		}
-		if det, ok := v.(*pb.ErrorDetail); ok {
-			return det, true
-		}
-	}
-	return nil, false
 }
 
 // connectMessage is the message of a Connect error without the code prefix.

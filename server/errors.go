@@ -208,21 +208,3 @@ func toConnect(err error) error {
 	}
 	return out
 }
-
-// DetailOf extracts the ErrorDetail of an error returned by a client, if any.
-func DetailOf(err error) (*pb.ErrorDetail, bool) {
-	var ce *connect.Error
-	if !errors.As(err, &ce) {
-		return nil, false
-	}
-	for _, d := range ce.Details() {
-		v, derr := d.Value()
-		if derr != nil {
-			continue
-		}
-		if ed, ok := v.(*pb.ErrorDetail); ok {
-			return ed, true
-		}
-	}
-	return nil, false
-}

@@ -17,6 +17,7 @@ import (
 
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 	"github.com/termivar/distributed/internal/apikey"
+	"github.com/termivar/distributed/internal/wireerr"
 )
 
 // Cluster routing. Every API request that reaches a follower is proxied to
@@ -252,7 +253,7 @@ func (s *Server) withLeaderHint(err error) error {
 	if !errors.As(err, &ce) || ce.Code() != connect.CodeUnavailable {
 		return err
 	}
-	if d, ok := DetailOf(ce); ok && d.GetKind() == KindNotLeader {
+	if d, ok := wireerr.DetailOf(ce); ok && d.GetKind() == KindNotLeader {
 		if u := s.node.LeaderAPIURL(); u != "" {
 			ce.Meta().Set(LeaderHeader, u)
 		}

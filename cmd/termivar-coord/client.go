@@ -20,8 +20,8 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/termivar/distributed/gen/termivar/v1/termivarv1connect"
+	"github.com/termivar/distributed/internal/wireerr"
 	"github.com/termivar/distributed/node"
-	"github.com/termivar/distributed/server"
 )
 
 // clientFlags are the global flags of the keys, tenants and bench
@@ -288,7 +288,7 @@ func exitForTo(w io.Writer, cmd string, err error) int {
 		}
 	}
 	kind := ""
-	if d, ok := server.DetailOf(err); ok {
+	if d, ok := wireerr.DetailOf(err); ok {
 		kind = " [" + d.GetKind() + "]"
 	}
 	fmt.Fprintf(w, "termivar-coord %s: %v%s\n", cmd, err, kind)

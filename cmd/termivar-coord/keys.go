@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -64,19 +65,10 @@ type keysCommand struct {
 }
 
 // parse parses args and returns the positional arguments; flags may come
-// before or after them.
+// before or after them (parseInterleaved).
 func (k *keysCommand) parse(args []string) ([]string, bool) {
-	var pos []string
-	for {
-		if err := k.fs.Parse(args); err != nil {
-			return nil, false
-		}
-		if k.fs.NArg() == 0 {
-			return pos, true
-		}
-		pos = append(pos, k.fs.Arg(0))
-		args = k.fs.Args()[1:]
-	}
+	pos, err := parseInterleaved(k.fs, args)
+	return pos, err == nil
 }
 
 // client returns the Admin client, or prints why not (exit 1).
@@ -261,23 +253,18 @@ func runTenants(args []string) int {
 	// given), checked by the core before anything is created.
 	limitSet := false
 	fs.Visit(func(f *flag.Flag) { limitSet = limitSet || slices.Contains(limitFlagNames, f.Name) })
+	var err error
 	if limitSet {
-		if err := lim.Validate(); err != nil {
-			fmt.Fprintln(os.Stderr, "termivar-coord tenants create:", err)
-			return exitUsage
-		}
-		if err := rlim.Validate(); err != nil {
-			fmt.Fprintln(os.Stderr, "termivar-coord tenants create:", err)
-			return exitUsage
-		}
+		err = cmp.Or(lim.Validate(), rlim.Validate())
 		req.Limits, req.ResultLimits = wire.LimitsToProto(lim), wire.ResultLimitsToProto(rlim)
 	}
-	key, err := c.apiKey()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "termivar-coord tenants create:", err)
-		return exitUsage
+	key, hc := "", (*http.Client)(nil)
+	if err == nil {
+		key, err = c.apiKey()
 	}
-	hc, err := c.httpClient(1)
+	if err == nil {
+		hc, err = c.httpClient(1)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "termivar-coord tenants create:", err)
 		return exitUsage

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"maps"
 	"slices"
 
 	"github.com/hashicorp/raft"
@@ -66,14 +67,7 @@ func (f *FSM) ExportState() ([]byte, error) {
 	return proto.MarshalOptions{Deterministic: true}.Marshal(st)
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
-}
+func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
 
 // Restore replaces the state with a snapshot written by Persist. Corrupt
 // input fails without changing anything.

@@ -357,12 +357,9 @@ func resultBound(configured int, tenant uint64) int {
 }
 
 func (a *Agent) registerOnce(ctx context.Context) (*pb.RegisterWorkerResponse, error) {
-	resp, err := a.c.RegisterWorker(ctx, a.spec())
-	if err == nil {
-		return resp, nil
-	}
+	resp, err := a.registerAs(ctx, nil)
 	if !errors.Is(err, distributed.ErrWorkerAlreadyExists) {
-		return nil, err
+		return resp, err
 	}
 	// The worker exists: learn its generation (a reactivation naming
 	// generation 0 fails with the current one), then reactivate it.
@@ -370,14 +367,8 @@ func (a *Agent) registerOnce(ctx context.Context) (*pb.RegisterWorkerResponse, e
 	if err != nil {
 		return nil, err
 	}
-	req := a.spec()
-	req.ReactivateGeneration = &gen
-	resp, err = a.c.RegisterWorker(ctx, req)
-	if err == nil {
-		return resp, nil
-	}
-	if !errors.Is(err, distributed.ErrWorkerAlreadyExists) {
-		return nil, err
+	if resp, err = a.registerAs(ctx, &gen); !errors.Is(err, distributed.ErrWorkerAlreadyExists) {
+		return resp, err
 	}
 	// Still live: an earlier process with this ID died without
 	// deregistering. Take the ID over; its leases go to the retry rule.
@@ -387,13 +378,15 @@ func (a *Agent) registerOnce(ctx context.Context) (*pb.RegisterWorkerResponse, e
 		return nil, err
 	}
 	gen++
-	req = a.spec()
-	req.ReactivateGeneration = &gen
-	resp, err = a.c.RegisterWorker(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	return resp, nil
+	return a.registerAs(ctx, &gen)
+}
+
+// registerAs registers the worker, or reactivates the offline generation
+// *reactivate when it is set.
+func (a *Agent) registerAs(ctx context.Context, reactivate *uint64) (*pb.RegisterWorkerResponse, error) {
+	req := a.spec()
+	req.ReactivateGeneration = reactivate
+	return a.c.RegisterWorker(ctx, req)
 }
 
 // observe records the server's view of the worker: its effective capacity
@@ -426,9 +419,7 @@ func (a *Agent) signalSlot() {
 // currentGeneration returns the worker's current generation.
 func (a *Agent) currentGeneration(ctx context.Context) (uint64, error) {
 	zero := uint64(0)
-	req := a.spec()
-	req.ReactivateGeneration = &zero
-	_, err := a.c.RegisterWorker(ctx, req)
+	_, err := a.registerAs(ctx, &zero)
 	var de *distributed.Error
 	if errors.As(err, &de) && de.Kind == distributed.KindWorkerGenerationConflict && de.Actual != 0 {
 		return de.Actual, nil

@@ -119,14 +119,8 @@ func (c *Config) validateCluster() error {
 	if len(c.Peers) > 0 && c.Join != nil {
 		return errors.New("node: --peers and --join exclude each other")
 	}
-	if len(c.Peers) > 0 {
-		found := false
-		for _, p := range c.Peers {
-			found = found || p.ID == c.NodeID
-		}
-		if !found {
-			return fmt.Errorf("node: --peers does not list this node (%s)", c.NodeID)
-		}
+	if len(c.Peers) > 0 && !slices.ContainsFunc(c.Peers, func(p Peer) bool { return p.ID == c.NodeID }) {
+		return fmt.Errorf("node: --peers does not list this node (%s)", c.NodeID)
 	}
 	return nil
 }

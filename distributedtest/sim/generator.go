@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	distributed "github.com/termivar/distributed"
@@ -582,14 +583,7 @@ func (g *Generator) currentLeases() []model.Lease {
 // or forged one, the zero lease, or one with hostile identifiers.
 func (g *Generator) lease(c *Command) model.Lease {
 	cur := g.currentLeases()
-	isCur := func(l model.Lease) bool {
-		for _, x := range cur {
-			if x == l {
-				return true
-			}
-		}
-		return false
-	}
+	isCur := func(l model.Lease) bool { return slices.Contains(cur, l) }
 	r := g.n(100)
 	if r < 45 {
 		var live []model.Lease

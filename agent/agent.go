@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -134,12 +135,8 @@ func New(cfg Config) (*Agent, error) {
 	case cfg.Capacity < 0 || cfg.Capacity > 256:
 		return nil, errors.New("agent: capacity must be 1-256")
 	}
-	if cfg.Capacity == 0 {
-		cfg.Capacity = 1
-	}
-	if cfg.LeaseTTL == 0 {
-		cfg.LeaseTTL = 30 * time.Second
-	}
+	cfg.Capacity = cmp.Or(cfg.Capacity, 1)
+	cfg.LeaseTTL = cmp.Or(cfg.LeaseTTL, 30*time.Second)
 	cfg.LeaseTTL = cfg.LeaseTTL.Truncate(time.Second)
 	if cfg.LeaseTTL < 2*time.Second {
 		return nil, errors.New("agent: lease TTL must be at least 2s")

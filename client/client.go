@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -90,9 +91,7 @@ var ErrNoKey = errors.New("client: no API key (use --key, TERMIVAR_KEY or the no
 
 // New returns a Client for cfg. It does not contact the server.
 func New(cfg Config) (*Client, error) {
-	if cfg.ServerURL == "" {
-		cfg.ServerURL = DefaultServerURL
-	}
+	cfg.ServerURL = cmp.Or(cfg.ServerURL, DefaultServerURL)
 	urls, err := parseServerURLs(cfg.ServerURL)
 	if err != nil {
 		return nil, err
@@ -106,9 +105,7 @@ func New(cfg Config) (*Client, error) {
 	if cfg.MaxAttempts <= 0 {
 		cfg.MaxAttempts = 4
 	}
-	if cfg.AttemptTimeout == 0 {
-		cfg.AttemptTimeout = DefaultAttemptTimeout
-	}
+	cfg.AttemptTimeout = cmp.Or(cfg.AttemptTimeout, DefaultAttemptTimeout)
 	if cfg.MinBackoff <= 0 {
 		cfg.MinBackoff = 100 * time.Millisecond
 	}

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -207,9 +208,7 @@ func (c *Client) scanTargets(ctx context.Context, scanID string) (map[string]str
 // (req.PageToken is the starting point; req.PageSize defaults to 1000).
 func (c *Client) EachTask(ctx context.Context, req *pb.ListTasksRequest, fn func(*pb.TaskInfo) error) error {
 	r := &pb.ListTasksRequest{ScanId: req.GetScanId(), Status: req.GetStatus(), PageSize: req.GetPageSize(), PageToken: req.GetPageToken()}
-	if r.PageSize == 0 {
-		r.PageSize = 1000
-	}
+	r.PageSize = cmp.Or(r.PageSize, 1000)
 	for {
 		resp, err := c.ListTasks(ctx, r)
 		if err != nil {

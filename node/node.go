@@ -18,6 +18,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -128,15 +129,9 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	if c.DataDir == "" {
-		c.DataDir = "termivar-data"
-	}
-	if c.NodeID == "" {
-		c.NodeID = "node1"
-	}
-	if c.RaftAddr == "" {
-		c.RaftAddr = "127.0.0.1:7421"
-	}
+	c.DataDir = cmp.Or(c.DataDir, "termivar-data")
+	c.NodeID = cmp.Or(c.NodeID, "node1")
+	c.RaftAddr = cmp.Or(c.RaftAddr, "127.0.0.1:7421")
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -146,9 +141,7 @@ func (c *Config) setDefaults() {
 	if c.MaxBatchCommands <= 0 || c.MaxBatchCommands > raftfsm.MaxBatchCommands {
 		c.MaxBatchCommands = 1024
 	}
-	if c.TickInterval == 0 {
-		c.TickInterval = time.Second
-	}
+	c.TickInterval = cmp.Or(c.TickInterval, time.Second)
 	if c.DefaultLimits == (distributed.Limits{}) {
 		c.DefaultLimits = distributed.DefaultLimits()
 	}
@@ -158,9 +151,7 @@ func (c *Config) setDefaults() {
 	if c.NowFunc == nil {
 		c.NowFunc = time.Now
 	}
-	if c.SnapshotThreshold == 0 {
-		c.SnapshotThreshold = 8192
-	}
+	c.SnapshotThreshold = cmp.Or(c.SnapshotThreshold, 8192)
 	if c.RaftTimeout <= 0 {
 		c.RaftTimeout = 300 * time.Millisecond
 		if len(c.Peers) > 1 || c.Join != nil {

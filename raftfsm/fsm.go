@@ -1,6 +1,7 @@
 package raftfsm
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -308,10 +309,7 @@ func (f *FSM) applyEnqueue(t *Tenant, e *pb.EnqueueTasks, rev, now uint64) Respo
 // applyAcquire leases up to max_tasks tasks to one worker (value:
 // []Acquired). It fails only when the first assignment fails.
 func (f *FSM) applyAcquire(t *Tenant, a *pb.AcquireTasks, rev, now uint64) Response {
-	n := int(a.GetMaxTasks())
-	if n == 0 {
-		n = 1
-	}
+	n := cmp.Or(int(a.GetMaxTasks()), 1)
 	if n > MaxAcquireTasks {
 		return Response{Err: fsmErr(KindInvalidCommand, "max_tasks is above 256")}
 	}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 
 	"connectrpc.com/connect"
@@ -88,10 +89,7 @@ func (h adminHandler) CreateTenant(ctx context.Context, req *connect.Request[pb.
 
 func (h adminHandler) CreateKey(ctx context.Context, req *connect.Request[pb.CreateKeyRequest]) (*connect.Response[pb.CreateKeyResponse], error) {
 	return call(ctx, h.s, req, true, func(ctx context.Context, p principal, m *pb.CreateKeyRequest) (*pb.CreateKeyResponse, uint64, error) {
-		tenant := m.GetTenant()
-		if tenant == "" {
-			tenant = p.Tenant
-		}
+		tenant := cmp.Or(m.GetTenant(), p.Tenant)
 		if tenant != p.Tenant && !p.systemAdmin() {
 			return nil, 0, errDenied("only an admin key of the system tenant may create keys for other tenants")
 		}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"sort"
@@ -144,10 +145,7 @@ func (h producerHandler) GetTask(ctx context.Context, req *connect.Request[pb.Ge
 
 func (h producerHandler) ListTasks(ctx context.Context, req *connect.Request[pb.ListTasksRequest]) (*connect.Response[pb.ListTasksResponse], error) {
 	return call(ctx, h.s, req, false, func(ctx context.Context, p principal, m *pb.ListTasksRequest) (*pb.ListTasksResponse, uint64, error) {
-		size := int(m.GetPageSize())
-		if size == 0 {
-			size = defaultPageSize
-		}
+		size := cmp.Or(int(m.GetPageSize()), defaultPageSize)
 		if size > maxPageSize {
 			return nil, 0, errInvalid("page_size is above 1000")
 		}

@@ -11,6 +11,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"log/slog"
@@ -95,9 +96,7 @@ func New(cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.DefaultLeaseTTLSecs == 0 {
-		cfg.DefaultLeaseTTLSecs = 60
-	}
+	cfg.DefaultLeaseTTLSecs = cmp.Or(cfg.DefaultLeaseTTLSecs, 60)
 	if err := cfg.Limits.Validate(); err != nil {
 		panic(err)
 	}

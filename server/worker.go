@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"time"
@@ -93,10 +94,7 @@ func (h workerHandler) Acquire(ctx context.Context, req *connect.Request[pb.Acqu
 		if m.GetMaxTasks() > raftfsm.MaxAcquireTasks {
 			return nil, 0, errInvalid("max_tasks is above 256")
 		}
-		ttl := m.GetLeaseTtlSecs()
-		if ttl == 0 {
-			ttl = h.s.cfg.DefaultLeaseTTLSecs
-		}
+		ttl := cmp.Or(m.GetLeaseTtlSecs(), h.s.cfg.DefaultLeaseTTLSecs)
 		tv, _ := h.s.node.Reads().Tenant(p.Tenant)
 		deadline := time.NewTimer(time.Duration(m.GetWaitSecs()) * time.Second)
 		defer deadline.Stop()
@@ -189,10 +187,7 @@ func (h workerHandler) RenewLease(ctx context.Context, req *connect.Request[pb.R
 		if err != nil {
 			return nil, 0, err
 		}
-		ttl := m.GetLeaseTtlSecs()
-		if ttl == 0 {
-			ttl = h.s.cfg.DefaultLeaseTTLSecs
-		}
+		ttl := cmp.Or(m.GetLeaseTtlSecs(), h.s.cfg.DefaultLeaseTTLSecs)
 		l, rev, err := proposeAs[distributed.TaskLease](ctx, h.s, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_RenewLease{RenewLease: &pb.RenewLease{Lease: lb, LeaseTtlSecs: ttl}}}, "RenewLease")
 		if err != nil {
 			return nil, rev, err

@@ -10,6 +10,7 @@
 package clienttest
 
 import (
+	"cmp"
 	"context"
 	"net/http/httptest"
 	"sync"
@@ -58,9 +59,7 @@ func New(opts Options) (*Server, error) {
 	if opts.MaxResultBytes != 0 {
 		rl.MaxResultBytes = opts.MaxResultBytes
 	}
-	if opts.TickInterval == 0 {
-		opts.TickInterval = 100 * time.Millisecond
-	}
+	opts.TickInterval = cmp.Or(opts.TickInterval, 100*time.Millisecond)
 	be, err := newBackend(opts.Limits, rl)
 	if err != nil {
 		return nil, err

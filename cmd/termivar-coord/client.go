@@ -34,10 +34,7 @@ type clientFlags struct {
 }
 
 func (c *clientFlags) register(fs *flag.FlagSet) {
-	def := os.Getenv("TERMIVAR_SERVER")
-	if def == "" {
-		def = "http://127.0.0.1:7420"
-	}
+	def := cmp.Or(os.Getenv("TERMIVAR_SERVER"), "http://127.0.0.1:7420")
 	fs.StringVar(&c.server, "server", def, "server URL (env TERMIVAR_SERVER)")
 	fs.StringVar(&c.key, "key", os.Getenv("TERMIVAR_KEY"), "API key (env TERMIVAR_KEY; default: ./termivar-data/admin.key)")
 	fs.BoolVar(&c.insecure, "insecure", false, "skip TLS certificate verification")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -117,9 +118,7 @@ func printMembers(out io.Writer, ms []*pb.ClusterMember) error {
 		if m.GetLeader() {
 			leader = "yes"
 		}
-		if api == "" {
-			api = "-"
-		}
+		api = cmp.Or(api, "-")
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", m.GetNodeId(), m.GetSuffrage(), leader, m.GetRaftAddr(), api)
 	}
 	return w.Flush()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -131,10 +132,7 @@ func runTasks(ctx context.Context, env *cliEnv, args []string) error {
 		if t.GetHasResult() {
 			res = "yes"
 		}
-		worker := t.GetAssignedTo()
-		if worker == "" {
-			worker = "-"
-		}
+		worker := cmp.Or(t.GetAssignedTo(), "-")
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", t.GetTaskId(), t.GetScanId(), t.GetStatus(), t.GetPriority(), t.GetAttempt(), t.GetRetryCount(), worker, res)
 		return nil
 	})

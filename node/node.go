@@ -142,12 +142,8 @@ func (c *Config) setDefaults() {
 		c.MaxBatchCommands = 1024
 	}
 	c.TickInterval = cmp.Or(c.TickInterval, time.Second)
-	if c.DefaultLimits == (distributed.Limits{}) {
-		c.DefaultLimits = distributed.DefaultLimits()
-	}
-	if c.DefaultResultLimits == (distributed.ResultLimits{}) {
-		c.DefaultResultLimits = distributed.DefaultResultLimits()
-	}
+	c.DefaultLimits = cmp.Or(c.DefaultLimits, distributed.DefaultLimits())
+	c.DefaultResultLimits = cmp.Or(c.DefaultResultLimits, distributed.DefaultResultLimits())
 	if c.NowFunc == nil {
 		c.NowFunc = time.Now
 	}

@@ -52,9 +52,7 @@ type Server struct {
 
 // New starts a node on a loopback port. Close it when done.
 func New(opts Options) (*Server, error) {
-	if opts.Limits == (distributed.Limits{}) {
-		opts.Limits = distributed.DefaultLimits()
-	}
+	opts.Limits = cmp.Or(opts.Limits, distributed.DefaultLimits())
 	rl := distributed.DefaultResultLimits()
 	if opts.MaxResultBytes != 0 {
 		rl.MaxResultBytes = opts.MaxResultBytes

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -32,10 +33,7 @@ func DefaultSimResultLimits() distributed.ResultLimits {
 
 // ResultLimits returns the profile's result limits.
 func (p Profile) ResultLimits() distributed.ResultLimits {
-	if p.Results == (distributed.ResultLimits{}) {
-		return DefaultSimResultLimits()
-	}
-	return p.Results
+	return cmp.Or(p.Results, DefaultSimResultLimits())
 }
 
 func lim(records, active, queued, terminal, workers int, retries uint32, leaseTTL, taskTTL, heartbeat uint64) distributed.Limits {

@@ -328,7 +328,7 @@ func (f *FSM) applyAcquire(t *Tenant, a *pb.AcquireTasks, rev, now uint64) Respo
 		if a.GetStart() {
 			st, err := p.StartTask(rev, now, tr.Value)
 			if err != nil {
-				f.log.Error("start after assignment failed", "kind", kindOf(err))
+				f.log.Error("start after assignment failed", "kind", KindOf(err))
 			} else {
 				rev = st.Revision
 				acq.Started, acq.StartedAt = true, st.Value.StartedAt
@@ -363,7 +363,7 @@ func (f *FSM) applyComplete(t *Tenant, lease distributed.TaskLease, result []byt
 	if err != nil {
 		if tr.Value.Kind == distributed.Completed {
 			// NB: unreachable after the precheck above; reported loudly.
-			f.log.Error("result store failed after completion", "kind", kindOf(err))
+			f.log.Error("result store failed after completion", "kind", KindOf(err))
 		}
 		return Response{Revision: tr.Revision, Err: err}
 	}
@@ -435,7 +435,9 @@ func newTenant(name string, lim distributed.Limits, rl distributed.ResultLimits)
 		owners: map[string]string{}, scans: map[string][]string{}}, nil
 }
 
-func kindOf(err error) string {
+// KindOf names the kind of an apply error: a core ErrorKind name, an FSM
+// ErrorKind name, or "internal".
+func KindOf(err error) string {
 	var de *distributed.Error
 	if errors.As(err, &de) {
 		return de.Kind.String()
@@ -446,10 +448,6 @@ func kindOf(err error) string {
 	}
 	return "internal"
 }
-
-// KindOf names the kind of an apply error: a core ErrorKind name, an FSM
-// ErrorKind name, or "internal".
-func KindOf(err error) string { return kindOf(err) }
 
 // ValueAs returns r.Value as a T, or an error naming op when the FSM
 // answered op with a value of another type (a shell and FSM out of step:

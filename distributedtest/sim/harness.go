@@ -59,7 +59,7 @@ func toErr(err error) *distributed.Error {
 	return &distributed.Error{Reason: "non-*Error: " + err.Error()}
 }
 
-func coreOut[T any](tr distributed.Transition[T], err error, conv func(T) any) Outcome {
+func coreOut[T, V any](tr distributed.Transition[T], err error, conv func(T) V) Outcome {
 	if err != nil {
 		return Outcome{Err: toErr(err)}
 	}
@@ -96,19 +96,16 @@ func readOut[T, V any](v T, ok bool, err *distributed.Error, view func(T) V) Out
 	return Outcome{Value: r}
 }
 
-func id[T any](v T) any { return v }
+func id[T any](v T) T { return v }
 
-func taskValue(t distributed.ScanTask) any { return ModelTask(t) }
-func taskValues(ts []distributed.ScanTask) any {
+func taskValues(ts []distributed.ScanTask) []model.Task {
 	out := make([]model.Task, len(ts))
 	for i, t := range ts {
 		out[i] = ModelTask(t)
 	}
 	return out
 }
-func workerValue(w distributed.WorkerNode) any { return ModelWorker(w) }
-func leaseValue(l distributed.TaskLease) any   { return ModelLease(l) }
-func completionValue(c distributed.CompletionOutcome) any {
+func completionValue(c distributed.CompletionOutcome) model.Completion {
 	return model.Completion{Kind: c.Kind, Receipt: ModelReceipt(c.Receipt)}
 }
 
@@ -137,16 +134,16 @@ func applyCore(p *distributed.WorkerPool, a *distributed.ResultAggregator, c Com
 		return Outcome{Value: aggregateValue(rs)}, nil
 	case OpEnqueue:
 		tr, err := q.Enqueue(c.Rev, c.Now, c.TaskSpec)
-		return coreOut(tr, err, taskValue), nil
+		return coreOut(tr, err, ModelTask), nil
 	case OpEnqueueBatch:
 		tr, err := q.EnqueueBatch(c.Rev, c.Now, c.TaskSpecs)
 		return coreOut(tr, err, taskValues), nil
 	case OpRegister:
 		tr, err := p.RegisterWorker(c.Rev, c.Now, c.WorkerSpec)
-		return coreOut(tr, err, workerValue), nil
+		return coreOut(tr, err, ModelWorker), nil
 	case OpUpdate:
 		tr, err := p.UpdateWorker(c.Rev, c.Now, c.WorkerID, c.Generation, c.Obs)
-		return coreOut(tr, err, workerValue), nil
+		return coreOut(tr, err, ModelWorker), nil
 	case OpDeregister:
 		tr, err := p.DeregisterWorker(c.Rev, c.Now, c.WorkerID, c.Generation)
 		return coreOut(tr, err, id[distributed.RecoverySummary]), nil
@@ -155,16 +152,16 @@ func applyCore(p *distributed.WorkerPool, a *distributed.ResultAggregator, c Com
 		return coreOut(tr, err, id[distributed.RecoverySummary]), nil
 	case OpReactivate:
 		tr, err := p.ReactivateWorker(c.Rev, c.Now, c.Generation, c.WorkerSpec)
-		return coreOut(tr, err, workerValue), nil
+		return coreOut(tr, err, ModelWorker), nil
 	case OpAssignNextAvailable:
 		tr, err := p.AssignNextAvailable(c.Rev, c.Now, c.TTL)
-		return coreOut(tr, err, leaseValue), nil
+		return coreOut(tr, err, ModelLease), nil
 	case OpAssignNext:
 		tr, err := p.AssignNext(c.Rev, c.Now, c.WorkerID, c.TTL)
-		return coreOut(tr, err, leaseValue), nil
+		return coreOut(tr, err, ModelLease), nil
 	case OpAssignTask:
 		tr, err := p.AssignTask(c.Rev, c.Now, c.TaskID, c.WorkerID, c.TTL)
-		return coreOut(tr, err, leaseValue), nil
+		return coreOut(tr, err, ModelLease), nil
 	case OpStart, OpComplete, OpFail, OpRenew:
 		l, err := CoreLease(c.Lease)
 		if err != nil {
@@ -182,7 +179,7 @@ func applyCore(p *distributed.WorkerPool, a *distributed.ResultAggregator, c Com
 			return coreOut(tr, err, id[distributed.FailureOutcome]), nil
 		default:
 			tr, err := p.RenewLease(c.Rev, c.Now, l, c.TTL)
-			return coreOut(tr, err, leaseValue), nil
+			return coreOut(tr, err, ModelLease), nil
 		}
 	case OpCancelByID:
 		tr, err := q.CancelTaskByID(c.Rev, c.Now, c.TaskID)

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -33,10 +34,8 @@ func ParsePriority(s string) (string, error) {
 	if s == "" {
 		return "normal", nil
 	}
-	for _, p := range Priorities() {
-		if s == p {
-			return s, nil
-		}
+	if slices.Contains(Priorities(), s) {
+		return s, nil
 	}
 	return "", fmt.Errorf("priority must be one of %s", strings.Join(Priorities(), ", "))
 }

@@ -362,15 +362,12 @@ func (n *Node) leaderInit(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r, err := n.Propose(ctx, &pb.Command{Op: &pb.Command_CreateKey{CreateKey: &pb.CreateKey{
-		KeyId: g.ID, SecretHash: g.Hash[:], KeyTenant: raftfsm.SystemTenant, Role: apikey.RoleAdmin.String()}}})
-	if err != nil {
-		return err
+	err = raftfsm.ProposalErr(n.Propose(ctx, &pb.Command{Op: &pb.Command_CreateKey{CreateKey: &pb.CreateKey{
+		KeyId: g.ID, SecretHash: g.Hash[:], KeyTenant: raftfsm.SystemTenant, Role: apikey.RoleAdmin.String()}}}))
+	if errors.Is(err, raftfsm.ErrKeyExists) {
+		return nil
 	}
-	if r.Err != nil && !errors.Is(r.Err, raftfsm.ErrKeyExists) {
-		return r.Err
-	}
-	return nil
+	return err
 }
 
 // ensureBarrier makes sure that every entry committed before this
@@ -500,11 +497,7 @@ func (n *Node) registerSelf(ctx context.Context) {
 func (n *Node) setNodeInfo(ctx context.Context, id, apiURL string, incarnation []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, applyTimeout)
 	defer cancel()
-	r, err := n.Propose(ctx, &pb.Command{Op: &pb.Command_SetNodeInfo{SetNodeInfo: &pb.SetNodeInfo{NodeId: id, ApiUrl: apiURL, Incarnation: incarnation}}})
-	if err != nil {
-		return err
-	}
-	return r.Err
+	return raftfsm.ProposalErr(n.Propose(ctx, &pb.Command{Op: &pb.Command_SetNodeInfo{SetNodeInfo: &pb.SetNodeInfo{NodeId: id, ApiUrl: apiURL, Incarnation: incarnation}}}))
 }
 
 // IsLeader reports whether this node is the raft leader.

@@ -402,23 +402,17 @@ func (n *Node) ensureCluster(ctx context.Context) error {
 		if _, err := rand.Read(epoch); err != nil {
 			return err
 		}
-		r, err := n.Propose(ctx, &pb.Command{Op: &pb.Command_InitCluster{InitCluster: &pb.InitCluster{EpochId: epoch}}})
-		if err != nil {
+		err := raftfsm.ProposalErr(n.Propose(ctx, &pb.Command{Op: &pb.Command_InitCluster{InitCluster: &pb.InitCluster{EpochId: epoch}}}))
+		if err != nil && !errors.Is(err, raftfsm.ErrAlreadyInitialized) {
 			return err
-		}
-		if r.Err != nil && !errors.Is(r.Err, raftfsm.ErrAlreadyInitialized) {
-			return r.Err
 		}
 	}
 	if _, ok := n.fsm.Tenant(raftfsm.SystemTenant); !ok {
-		r, err := n.Propose(ctx, &pb.Command{Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{
+		err := raftfsm.ProposalErr(n.Propose(ctx, &pb.Command{Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{
 			Name: raftfsm.SystemTenant, Limits: wire.LimitsToProto(n.cfg.DefaultLimits),
-			ResultLimits: wire.ResultLimitsToProto(n.cfg.DefaultResultLimits)}}})
-		if err != nil {
+			ResultLimits: wire.ResultLimitsToProto(n.cfg.DefaultResultLimits)}}}))
+		if err != nil && !errors.Is(err, raftfsm.ErrTenantExists) {
 			return err
-		}
-		if r.Err != nil && !errors.Is(r.Err, raftfsm.ErrTenantExists) {
-			return r.Err
 		}
 	}
 	return nil

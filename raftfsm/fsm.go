@@ -77,6 +77,15 @@ type Response struct {
 	Err      error
 }
 
+// ProposalErr is the one error of a proposal's answer: the proposer's
+// (infrastructure) error, else the command's own, r.Err.
+func ProposalErr(r Response, err error) error {
+	if err != nil {
+		return err
+	}
+	return r.Err
+}
+
 // Acquired is one lease granted by AcquireTasks.
 type Acquired struct {
 	Lease     distributed.TaskLease

@@ -76,11 +76,8 @@ func (h adminHandler) CreateTenant(ctx context.Context, req *connect.Request[pb.
 		if rl == nil {
 			rl = wire.ResultLimitsToProto(defRL)
 		}
-		r, err := h.s.node.Propose(ctx, &pb.Command{Principal: p.KeyID, Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{Name: m.GetName(), Limits: lim, ResultLimits: rl}}})
-		if err == nil {
-			err = r.Err
-		}
-		if err != nil {
+		cmd := &pb.Command{Principal: p.KeyID, Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{Name: m.GetName(), Limits: lim, ResultLimits: rl}}}
+		if err := raftfsm.ProposalErr(h.s.node.Propose(ctx, cmd)); err != nil {
 			return nil, 0, err
 		}
 		return &pb.CreateTenantResponse{}, 0, nil
@@ -114,11 +111,8 @@ func CreateKey(ctx context.Context, n interface {
 	if err != nil {
 		return apikey.Generated{}, err
 	}
-	r, err := n.Propose(ctx, &pb.Command{Op: &pb.Command_CreateKey{CreateKey: &pb.CreateKey{KeyId: g.ID, SecretHash: g.Hash[:], KeyTenant: tenant, Role: role.String()}}})
-	if err == nil {
-		err = r.Err
-	}
-	if err != nil {
+	cmd := &pb.Command{Op: &pb.Command_CreateKey{CreateKey: &pb.CreateKey{KeyId: g.ID, SecretHash: g.Hash[:], KeyTenant: tenant, Role: role.String()}}}
+	if err := raftfsm.ProposalErr(n.Propose(ctx, cmd)); err != nil {
 		return apikey.Generated{}, err
 	}
 	return g, nil
@@ -181,11 +175,7 @@ func (h adminHandler) RotateKey(ctx context.Context, req *connect.Request[pb.Rot
 // authorizes p at apply time) and returns its domain error, if any.
 func (s *Server) proposeKeyCommand(ctx context.Context, p principal, cmd *pb.Command) error {
 	cmd.Principal = p.KeyID
-	r, err := s.node.Propose(ctx, cmd)
-	if err == nil {
-		err = r.Err
-	}
-	return err
+	return raftfsm.ProposalErr(s.node.Propose(ctx, cmd))
 }
 
 // auditSubject names the key a key-management request acts on (its

@@ -59,11 +59,7 @@ func newBackend(lim distributed.Limits, rl distributed.ResultLimits) (*backend, 
 			Limits: wire.LimitsToProto(lim), ResultLimits: wire.ResultLimitsToProto(rl)}}},
 	}
 	for _, cmd := range boot {
-		r, err := b.Propose(context.Background(), cmd)
-		if err == nil {
-			err = r.Err
-		}
-		if err != nil {
+		if err := raftfsm.ProposalErr(b.Propose(context.Background(), cmd)); err != nil {
 			return nil, fmt.Errorf("clienttest: bootstrap: %w", err)
 		}
 	}

@@ -3,6 +3,7 @@ package client
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -86,6 +87,24 @@ type Client struct {
 	router   *router
 }
 
+// NewTransport returns the keep-alive HTTP/1.1 transport New uses by
+// default: conns idle connections per host, speaking TLS with conf to
+// https URLs (nil: the defaults).
+//
+// NB: HTTP/1.1: a long-polling Acquire holds its own connection, and a
+// refused client certificate surfaces as the connection's error instead
+// of HTTP/2's "client conn could not be established".
+func NewTransport(conf *tls.Config, conns int) *http.Transport {
+	return &http.Transport{
+		Proxy:               http.ProxyFromEnvironment,
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        conns,
+		MaxIdleConnsPerHost: conns,
+		IdleConnTimeout:     90 * time.Second,
+		TLSClientConfig:     conf,
+	}
+}
+
 // ErrNoKey is returned by New when Config.Key is empty.
 var ErrNoKey = errors.New("client: no API key (use --key, TERMIVAR_KEY or the node's admin.key)")
 
@@ -118,13 +137,7 @@ func New(cfg Config) (*Client, error) {
 	}
 	base := cfg.HTTPClient
 	if base == nil {
-		base = &http.Client{Transport: &http.Transport{
-			Proxy:               http.ProxyFromEnvironment,
-			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-			MaxIdleConns:        256,
-			MaxIdleConnsPerHost: 256,
-			IdleConnTimeout:     90 * time.Second,
-		}}
+		base = &http.Client{Transport: NewTransport(nil, 256)}
 	}
 	rt := base.Transport
 	if rt == nil {

@@ -9,16 +9,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
-	"time"
 
 	"connectrpc.com/connect"
 
+	"github.com/termivar/distributed/client"
 	"github.com/termivar/distributed/gen/termivar/v1/termivarv1connect"
 	"github.com/termivar/distributed/internal/wireerr"
 	"github.com/termivar/distributed/node"
@@ -52,7 +51,7 @@ func (c *clientFlags) httpClient(conns int) (*http.Client, error) {
 		conf = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
 	conf.InsecureSkipVerify = c.insecure //nolint:gosec // opt-in flag
-	return &http.Client{Transport: hinted(newTransport(conf, conns), conf)}, nil
+	return &http.Client{Transport: hinted(client.NewTransport(conf, conns), conf)}, nil
 }
 
 func (c *clientFlags) apiKey() (string, error) {
@@ -96,27 +95,9 @@ func (b bearerInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFun
 // newHTTPClient returns a keep-alive HTTP/1.1 client with many idle
 // connections per host (one per concurrent caller).
 func newHTTPClient(insecure bool, conns int) *http.Client {
-	tr := newTransport(nil, conns)
+	tr := client.NewTransport(nil, conns)
 	tr.TLSClientConfig = &tls.Config{InsecureSkipVerify: insecure} //nolint:gosec // opt-in flag
 	return &http.Client{Transport: tr}
-}
-
-// newTransport returns a keep-alive HTTP/1.1 transport with conns idle
-// connections per host, speaking TLS with conf to https URLs.
-//
-// NB: HTTP/1.1 like client.New's default: a long-polling Acquire holds its
-// own connection, and a refused client certificate surfaces as the
-// connection's error instead of HTTP/2's "client conn could not be
-// established".
-func newTransport(conf *tls.Config, conns int) *http.Transport {
-	return &http.Transport{
-		Proxy:               http.ProxyFromEnvironment,
-		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:        conns,
-		MaxIdleConnsPerHost: conns,
-		IdleConnTimeout:     90 * time.Second,
-		TLSClientConfig:     conf,
-	}
 }
 
 // Environment variables of the client TLS options.
@@ -217,7 +198,7 @@ func (t tlsFlags) httpClient(serverURL string) (*http.Client, error) {
 		}
 		conf = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
-	return &http.Client{Transport: hinted(newTransport(conf, 256), conf)}, nil
+	return &http.Client{Transport: hinted(client.NewTransport(conf, 256), conf)}, nil
 }
 
 // certHint is added to the connection errors of a client without a

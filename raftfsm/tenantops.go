@@ -26,17 +26,10 @@ const (
 )
 
 func (n need) String() string {
-	switch n {
-	case needAdmin:
-		return "admin"
-	case needProducer:
-		return "producer"
-	case needWorker:
-		return "worker"
-	case needBind:
-		return "worker-bind"
+	if n < needAdmin || n > needBind {
+		return "need(?)"
 	}
-	return "need(?)"
+	return [...]string{needAdmin: "admin", needProducer: "producer", needWorker: "worker", needBind: "worker-bind"}[n]
 }
 
 // opTarget is what a tenantOps entry's target step decodes from a command

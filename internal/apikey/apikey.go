@@ -45,15 +45,10 @@ const (
 
 // String returns "admin", "producer" or "worker".
 func (r Role) String() string {
-	switch r {
-	case RoleAdmin:
-		return "admin"
-	case RoleProducer:
-		return "producer"
-	case RoleWorker:
-		return "worker"
+	if r < RoleAdmin || r > RoleWorker {
+		return "invalid"
 	}
-	return "invalid"
+	return [...]string{RoleAdmin: "admin", RoleProducer: "producer", RoleWorker: "worker"}[r]
 }
 
 // AllRoles lists every role.

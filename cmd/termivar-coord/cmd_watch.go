@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/schollz/progressbar/v3"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/termivar/distributed/client"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
@@ -94,7 +95,7 @@ func watchScan(ctx context.Context, c *client.Client, scan string, interval time
 		}
 		done := scanDone(p)
 		if asJSON {
-			if last == nil || !sameProgress(last, p) || done {
+			if last == nil || !proto.Equal(last, p) || done {
 				if err := writeJSON(w, progressJSON{
 					ScanID: scan, Total: p.GetTotal(), Queued: p.GetQueued(), Leased: p.GetLeased(), Running: p.GetRunning(),
 					Completed: p.GetCompleted(), Failed: p.GetFailed(), Cancelled: p.GetCancelled(), Expired: p.GetExpired(),
@@ -134,12 +135,6 @@ func watchScan(ctx context.Context, c *client.Client, scan string, interval time
 		case <-t.C:
 		}
 	}
-}
-
-func sameProgress(a, b *pb.ScanProgressResponse) bool {
-	return a.GetTotal() == b.GetTotal() && a.GetQueued() == b.GetQueued() && a.GetLeased() == b.GetLeased() &&
-		a.GetRunning() == b.GetRunning() && a.GetCompleted() == b.GetCompleted() && a.GetFailed() == b.GetFailed() &&
-		a.GetCancelled() == b.GetCancelled() && a.GetExpired() == b.GetExpired() && a.GetResults() == b.GetResults()
 }
 
 // resultJSON is one line of results --json: the result as a string when it

@@ -228,11 +228,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	var wg sync.WaitGroup
 	hbCtx, stopHB := context.WithCancel(hard)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		a.heartbeatLoop(hbCtx, soft)
-	}()
+	wg.Go(func() { a.heartbeatLoop(hbCtx, soft) })
 	var tasks sync.WaitGroup
 	a.acquireLoop(soft, hard, &tasks)
 	if hard.Err() != nil {
@@ -560,11 +556,7 @@ func (a *Agent) acquireLoop(soft, hard context.Context, tasks *sync.WaitGroup) {
 		for _, lt := range resp.GetTasks() {
 			a.acquired.Add(1)
 			r := a.newRunning(lt)
-			tasks.Add(1)
-			go func() {
-				defer tasks.Done()
-				a.runTask(hard, r)
-			}()
+			tasks.Go(func() { a.runTask(hard, r) })
 		}
 	}
 }

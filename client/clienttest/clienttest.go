@@ -69,8 +69,7 @@ func New(opts Options) (*Server, error) {
 	api := server.New(server.Config{Backend: be})
 	s := &Server{Key: key.Key, be: be, api: api, http: httptest.NewServer(api.Handler()), stop: make(chan struct{})}
 	s.URL = s.http.URL
-	s.wg.Add(1)
-	go s.tickLoop(opts.TickInterval)
+	s.wg.Go(func() { s.tickLoop(opts.TickInterval) })
 	return s, nil
 }
 
@@ -96,7 +95,6 @@ func (s *Server) Advance(d time.Duration) {
 func (s *Server) Renewals() int { return s.be.renewalCount() }
 
 func (s *Server) tickLoop(every time.Duration) {
-	defer s.wg.Done()
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {

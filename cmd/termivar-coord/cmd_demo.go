@@ -152,11 +152,7 @@ func (d *demo) startWorkers(ctx context.Context) error {
 			return err
 		}
 		d.agents = append(d.agents, a)
-		d.wg.Add(1)
-		go func() {
-			defer d.wg.Done()
-			_ = a.Run(ctx)
-		}()
+		d.wg.Go(func() { _ = a.Run(ctx) })
 	}
 	return nil
 }

@@ -94,13 +94,8 @@ func (m *Model) GetTask(id string) (Task, bool, error) {
 	if !distributed.ValidIdentifier(id) {
 		return Task{}, false, invalidTask(badTaskCommandID)
 	}
-	i := m.taskIndex(id)
-	if i < 0 {
-		return Task{}, false, nil
-	}
-	t := m.tasks[i]
-	t.Phases = append([]uint8(nil), t.Phases...)
-	return t, true, nil
+	t, ok := m.taskAt(m.taskIndex(id))
+	return t, ok, nil
 }
 
 // GetWorker returns the worker with that ID. An invalid ID is an error.
@@ -108,18 +103,24 @@ func (m *Model) GetWorker(id string) (Worker, bool, error) {
 	if !distributed.ValidIdentifier(id) {
 		return Worker{}, false, invalidWorker(badWorkerCommandID)
 	}
-	i := m.workerIndex(id)
-	if i < 0 {
-		return Worker{}, false, nil
-	}
-	w := m.workers[i]
-	w.Tags = append([]distributed.WorkerTag(nil), w.Tags...)
-	return w, true, nil
+	w, ok := m.workerAt(m.workerIndex(id))
+	return w, ok, nil
 }
 
 // PeekNext returns the task at the head of the queue.
-func (m *Model) PeekNext() (Task, bool) {
-	i := m.nextQueued()
+func (m *Model) PeekNext() (Task, bool) { return m.taskAt(m.nextQueued()) }
+
+// GetAvailableWorker returns the best eligible worker at now (read-only).
+func (m *Model) GetAvailableWorker(now uint64) (Worker, bool, error) {
+	if now < m.logicalTime {
+		return Worker{}, false, &distributed.Error{Kind: distributed.KindLogicalTimeRegression, Current: m.logicalTime, Proposed: now}
+	}
+	w, ok := m.workerAt(m.bestWorker(now))
+	return w, ok, nil
+}
+
+// taskAt returns a copy of task i (false for i < 0, no task).
+func (m *Model) taskAt(i int) (Task, bool) {
 	if i < 0 {
 		return Task{}, false
 	}
@@ -128,18 +129,14 @@ func (m *Model) PeekNext() (Task, bool) {
 	return t, true
 }
 
-// GetAvailableWorker returns the best eligible worker at now (read-only).
-func (m *Model) GetAvailableWorker(now uint64) (Worker, bool, error) {
-	if now < m.logicalTime {
-		return Worker{}, false, &distributed.Error{Kind: distributed.KindLogicalTimeRegression, Current: m.logicalTime, Proposed: now}
-	}
-	i := m.bestWorker(now)
+// workerAt returns a copy of worker i (false for i < 0, no worker).
+func (m *Model) workerAt(i int) (Worker, bool) {
 	if i < 0 {
-		return Worker{}, false, nil
+		return Worker{}, false
 	}
 	w := m.workers[i]
 	w.Tags = append([]distributed.WorkerTag(nil), w.Tags...)
-	return w, true, nil
+	return w, true
 }
 
 func (m *Model) taskIndex(id string) int {

@@ -154,10 +154,7 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.MaxResultBytes < 0 {
 		cfg.MaxResultBytes = 0
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	a := &Agent{
 		cfg:      cfg,
 		c:        cfg.Client,
@@ -426,9 +423,7 @@ func (a *Agent) currentGeneration(ctx context.Context) (uint64, error) {
 			}
 		}
 	}
-	if err == nil {
-		err = errors.New("agent: cannot learn the worker's generation")
-	}
+	err = cmp.Or(err, errors.New("agent: cannot learn the worker's generation"))
 	return 0, err
 }
 

@@ -132,12 +132,8 @@ func (c *Config) setDefaults() {
 	c.DataDir = cmp.Or(c.DataDir, "termivar-data")
 	c.NodeID = cmp.Or(c.NodeID, "node1")
 	c.RaftAddr = cmp.Or(c.RaftAddr, "127.0.0.1:7421")
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	if c.RaftLogOutput == nil {
-		c.RaftLogOutput = io.Discard
-	}
+	c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler))
+	c.RaftLogOutput = cmp.Or(c.RaftLogOutput, io.Discard)
 	if c.MaxBatchCommands <= 0 || c.MaxBatchCommands > raftfsm.MaxBatchCommands {
 		c.MaxBatchCommands = 1024
 	}

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"crypto/ed25519"
 	"crypto/hkdf"
 	"crypto/rand"
@@ -114,9 +115,7 @@ func newStreamLayer(ln net.Listener, cfg streamConfig) (*tlsStreamLayer, error) 
 	if cfg.MaxPending <= 0 {
 		cfg.MaxPending = maxPendingHandshakes
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	ca, caKey, err := deriveCA(cfg.Secret)
 	if err != nil {
 		return nil, err

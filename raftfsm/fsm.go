@@ -151,10 +151,7 @@ var _ raft.FSM = (*FSM)(nil)
 
 // New returns an empty FSM (no epoch, no tenants, no keys).
 func New(opts Options) *FSM {
-	l := opts.Logger
-	if l == nil {
-		l = slog.New(slog.DiscardHandler)
-	}
+	l := cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
 	return &FSM{opts: opts, log: l, keys: map[string]KeyRecord{}, revoked: map[string]KeyRecord{}, tenants: map[string]*Tenant{}, nodes: map[string]nodeRecord{}}
 }
 

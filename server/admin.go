@@ -70,12 +70,8 @@ func (h adminHandler) CreateTenant(ctx context.Context, req *connect.Request[pb.
 		}
 		lim, rl := m.GetLimits(), m.GetResultLimits()
 		defLim, defRL := h.s.node.DefaultLimits()
-		if lim == nil {
-			lim = wire.LimitsToProto(defLim)
-		}
-		if rl == nil {
-			rl = wire.ResultLimitsToProto(defRL)
-		}
+		lim = cmp.Or(lim, wire.LimitsToProto(defLim))
+		rl = cmp.Or(rl, wire.ResultLimitsToProto(defRL))
 		cmd := &pb.Command{Principal: p.KeyID, Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{Name: m.GetName(), Limits: lim, ResultLimits: rl}}}
 		if err := raftfsm.ProposalErr(h.s.node.Propose(ctx, cmd)); err != nil {
 			return nil, 0, err

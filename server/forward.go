@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -101,9 +102,7 @@ func newForwardTransport(tlsConf *tls.Config) *http.Transport {
 		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     90 * time.Second,
 	}
-	if tr.TLSClientConfig == nil {
-		tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
-	}
+	tr.TLSClientConfig = cmp.Or(tr.TLSClientConfig, &tls.Config{MinVersion: tls.VersionTLS12})
 	return tr
 }
 

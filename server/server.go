@@ -93,9 +93,7 @@ type Server struct {
 // New returns a server for cfg.Backend. It panics if cfg.Limits does not
 // validate (callers check flags with Limits.Validate first).
 func New(cfg Config) *Server {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	cfg.DefaultLeaseTTLSecs = cmp.Or(cfg.DefaultLeaseTTLSecs, 60)
 	if err := cfg.Limits.Validate(); err != nil {
 		panic(err)

@@ -47,9 +47,7 @@ func (c *clientFlags) httpClient(conns int) (*http.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	if conf == nil {
-		conf = &tls.Config{MinVersion: tls.VersionTLS12}
-	}
+	conf = cmp.Or(conf, &tls.Config{MinVersion: tls.VersionTLS12})
 	conf.InsecureSkipVerify = c.insecure //nolint:gosec // opt-in flag
 	return &http.Client{Transport: hinted(client.NewTransport(conf, conns), conf)}, nil
 }

@@ -410,8 +410,7 @@ func (a *Agent) signalSlot() {
 func (a *Agent) currentGeneration(ctx context.Context) (uint64, error) {
 	zero := uint64(0)
 	_, err := a.registerAs(ctx, &zero)
-	var de *distributed.Error
-	if errors.As(err, &de) && de.Kind == distributed.KindWorkerGenerationConflict && de.Actual != 0 {
+	if de, ok := errors.AsType[*distributed.Error](err); ok && de.Kind == distributed.KindWorkerGenerationConflict && de.Actual != 0 {
 		return de.Actual, nil
 	}
 	// Fall back on ListWorkers (admin keys only).

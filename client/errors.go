@@ -81,8 +81,7 @@ func IsUnreachable(err error) bool {
 // KindOf returns the server's error kind of err ("" if err is not an *Error
 // or carries no detail).
 func KindOf(err error) string {
-	var e *Error
-	if errors.As(err, &e) {
+	if e, ok := errors.AsType[*Error](err); ok {
 		return e.Kind
 	}
 	return ""
@@ -123,8 +122,7 @@ func ItemError(item *pb.CompleteItemResult) error {
 
 // connectMessage is the message of a Connect error without the code prefix.
 func connectMessage(err error) string {
-	var ce *connect.Error
-	if errors.As(err, &ce) {
+	if ce, ok := errors.AsType[*connect.Error](err); ok {
 		return ce.Message()
 	}
 	return fmt.Sprint(err)

@@ -444,12 +444,10 @@ func newTenant(name string, lim distributed.Limits, rl distributed.ResultLimits)
 // KindOf names the kind of an apply error: a core ErrorKind name, an FSM
 // ErrorKind name, or "internal".
 func KindOf(err error) string {
-	var de *distributed.Error
-	if errors.As(err, &de) {
+	if de, ok := errors.AsType[*distributed.Error](err); ok {
 		return de.Kind.String()
 	}
-	var fe *Error
-	if errors.As(err, &fe) {
+	if fe, ok := errors.AsType[*Error](err); ok {
 		return fe.Kind.String()
 	}
 	return "internal"

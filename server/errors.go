@@ -193,8 +193,7 @@ func toConnect(err error) error {
 	if err == nil {
 		return nil
 	}
-	var ce *connect.Error
-	if errors.As(err, &ce) {
+	if ce, ok := errors.AsType[*connect.Error](err); ok {
 		return ce
 	}
 	code, detail := classify(err)

@@ -154,8 +154,7 @@ func (f *forwarder) proxyError(w http.ResponseWriter, r *http.Request, leader st
 		return
 	}
 	f.log.Debug("forwarding to the leader failed", "leader", leader, "error", err)
-	var op *net.OpError
-	if errors.As(err, &op) && op.Op == "dial" {
+	if op, ok := errors.AsType[*net.OpError](err); ok && op.Op == "dial" {
 		f.writeErr(w, r, "", "the leader cannot be reached")
 		return
 	}

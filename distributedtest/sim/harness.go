@@ -50,8 +50,7 @@ func toErr(err error) *distributed.Error {
 	if err == nil {
 		return nil
 	}
-	var de *distributed.Error
-	if errors.As(err, &de) {
+	if de, ok := errors.AsType[*distributed.Error](err); ok {
 		c := *de
 		return &c
 	}

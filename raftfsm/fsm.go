@@ -283,8 +283,8 @@ func (f *FSM) bind(t *Tenant, principal, workerID string) {
 // through the core's EnqueueBatch, which validates every spec, rejects
 // duplicates and checks every bound for the whole batch before it writes,
 // and commits the batch as one core command.
-func (f *FSM) applyEnqueue(t *Tenant, e *pb.EnqueueTasks, rev, now uint64) Response {
-	p := t.pool
+func (f *FSM) applyEnqueue(c tenantCall) Response {
+	t, e := c.t, c.cmd.GetEnqueue()
 	n := len(e.GetTasks())
 	if n == 0 || n > MaxEnqueueTasks {
 		return Response{Err: fsmErr(KindInvalidCommand, "enqueue needs 1 to 4096 tasks")}
@@ -302,7 +302,7 @@ func (f *FSM) applyEnqueue(t *Tenant, e *pb.EnqueueTasks, rev, now uint64) Respo
 			Priority:  distributed.TaskPriority(s.GetPriority()),
 		}
 	}
-	tr, err := p.EnqueueBatch(rev, now, specs)
+	tr, err := t.pool.EnqueueBatch(c.rev, c.now, specs)
 	if err != nil {
 		return Response{Err: err}
 	}
@@ -314,12 +314,13 @@ func (f *FSM) applyEnqueue(t *Tenant, e *pb.EnqueueTasks, rev, now uint64) Respo
 
 // applyAcquire leases up to max_tasks tasks to one worker (value:
 // []Acquired). It fails only when the first assignment fails.
-func (f *FSM) applyAcquire(t *Tenant, a *pb.AcquireTasks, rev, now uint64) Response {
+func (f *FSM) applyAcquire(c tenantCall) Response {
+	a, rev, now := c.cmd.GetAcquireTasks(), c.rev, c.now
 	n := cmp.Or(int(a.GetMaxTasks()), 1)
 	if n > MaxAcquireTasks {
 		return Response{Err: fsmErr(KindInvalidCommand, "max_tasks is above 256")}
 	}
-	p := t.pool
+	p := c.t.pool
 	var out []Acquired
 	for i := range n {
 		tr, err := p.AssignNext(rev, now, a.GetWorkerId(), a.GetLeaseTtlSecs())
@@ -349,7 +350,8 @@ func (f *FSM) applyAcquire(t *Tenant, a *pb.AcquireTasks, rev, now uint64) Respo
 // applyComplete completes a task and stores its result in one command
 // (value: CompleteValue). A fresh completion is prechecked with the result
 // store's own CheckStore so that it cannot complete without its result.
-func (f *FSM) applyComplete(t *Tenant, lease distributed.TaskLease, result []byte, rev, now uint64) Response {
+func (f *FSM) applyComplete(c tenantCall) Response {
+	t, lease, result := c.t, c.lease, c.cmd.GetCompleteTask().GetResult()
 	task, found, err := t.pool.GetTask(lease.TaskID())
 	if err != nil {
 		return Response{Err: err}
@@ -361,7 +363,7 @@ func (f *FSM) applyComplete(t *Tenant, lease distributed.TaskLease, result []byt
 			return Response{Err: err}
 		}
 	}
-	tr, err := t.pool.CompleteTask(rev, now, lease)
+	tr, err := t.pool.CompleteTask(c.rev, c.now, lease)
 	if err != nil {
 		return Response{Err: err}
 	}
@@ -381,13 +383,13 @@ func (f *FSM) applyComplete(t *Tenant, lease distributed.TaskLease, result []byt
 // core's CancelTaskByID, one core command (value: CancelByIDValue). A
 // cancelled task answers AlreadyCancelled; any other terminal task
 // InvalidTransition.
-func (f *FSM) applyCancelByID(t *Tenant, c *pb.CancelTaskByID, rev, now uint64) Response {
-	p := t.pool
+func (f *FSM) applyCancelByID(c tenantCall) Response {
+	p, id := c.t.pool, c.cmd.GetCancelTaskById().GetTaskId()
 	prev := distributed.TaskStatus(0)
-	if task, found, err := p.GetTask(c.GetTaskId()); err == nil && found {
+	if task, found, err := p.GetTask(id); err == nil && found {
 		prev = task.Status()
 	}
-	tr, err := p.CancelTaskByID(rev, now, c.GetTaskId())
+	tr, err := p.CancelTaskByID(c.rev, c.now, id)
 	if err != nil {
 		return Response{Err: err}
 	}

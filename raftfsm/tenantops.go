@@ -74,8 +74,7 @@ type tenantOp struct {
 // tenant (cluster, tenant and key administration) are dispatched by
 // applyOneAt. Read-only after package initialization.
 var tenantOps = map[reflect.Type]tenantOp{
-	reflect.TypeFor[*pb.Command_Enqueue](): {need: needProducer, notify: true,
-		apply: func(f *FSM, c tenantCall) Response { return f.applyEnqueue(c.t, c.cmd.GetEnqueue(), c.rev, c.now) }},
+	reflect.TypeFor[*pb.Command_Enqueue](): {need: needProducer, notify: true, apply: (*FSM).applyEnqueue},
 	reflect.TypeFor[*pb.Command_RegisterWorker](): {need: needBind,
 		target: bySpec(func(c *pb.Command) *pb.WorkerSpec { return c.GetRegisterWorker().GetSpec() }),
 		apply:  (*FSM).applyRegister},
@@ -115,17 +114,13 @@ var tenantOps = map[reflect.Type]tenantOp{
 		}},
 	reflect.TypeFor[*pb.Command_AcquireTasks](): {need: needWorker,
 		target: byWorker(func(c *pb.Command) string { return c.GetAcquireTasks().GetWorkerId() }),
-		apply: func(f *FSM, c tenantCall) Response {
-			return f.applyAcquire(c.t, c.cmd.GetAcquireTasks(), c.rev, c.now)
-		}},
+		apply:  (*FSM).applyAcquire},
 	reflect.TypeFor[*pb.Command_StartTask](): {need: needWorker,
 		target: byLease(func(c *pb.Command) []byte { return c.GetStartTask().GetLease() }),
 		apply:  func(f *FSM, c tenantCall) Response { return resp(c.t.pool.StartTask(c.rev, c.now, c.lease)) }},
 	reflect.TypeFor[*pb.Command_CompleteTask](): {need: needWorker,
 		target: byLease(func(c *pb.Command) []byte { return c.GetCompleteTask().GetLease() }),
-		apply: func(f *FSM, c tenantCall) Response {
-			return f.applyComplete(c.t, c.lease, c.cmd.GetCompleteTask().GetResult(), c.rev, c.now)
-		}},
+		apply:  (*FSM).applyComplete},
 	reflect.TypeFor[*pb.Command_FailTask](): {need: needWorker, notify: true,
 		target: byLease(func(c *pb.Command) []byte { return c.GetFailTask().GetLease() }),
 		apply:  func(f *FSM, c tenantCall) Response { return resp(c.t.pool.FailTask(c.rev, c.now, c.lease)) }},
@@ -137,10 +132,7 @@ var tenantOps = map[reflect.Type]tenantOp{
 	reflect.TypeFor[*pb.Command_CancelTask](): {need: needProducer,
 		target: byOwnership(func(c *pb.Command) []byte { return c.GetCancelTask().GetOwnership() }),
 		apply:  func(f *FSM, c tenantCall) Response { return resp(c.t.pool.CancelTask(c.rev, c.now, c.own)) }},
-	reflect.TypeFor[*pb.Command_CancelTaskById](): {need: needProducer,
-		apply: func(f *FSM, c tenantCall) Response {
-			return f.applyCancelByID(c.t, c.cmd.GetCancelTaskById(), c.rev, c.now)
-		}},
+	reflect.TypeFor[*pb.Command_CancelTaskById](): {need: needProducer, apply: (*FSM).applyCancelByID},
 }
 
 // applyTenant applies one tenant command through tenantOps: decode its

@@ -68,10 +68,9 @@ func (h adminHandler) CreateTenant(ctx context.Context, req *connect.Request[pb.
 		if !p.systemAdmin() {
 			return nil, 0, errDenied("only an admin key of the system tenant may create tenants")
 		}
-		lim, rl := m.GetLimits(), m.GetResultLimits()
 		defLim, defRL := h.s.node.DefaultLimits()
-		lim = cmp.Or(lim, wire.LimitsToProto(defLim))
-		rl = cmp.Or(rl, wire.ResultLimitsToProto(defRL))
+		lim := cmp.Or(m.GetLimits(), wire.LimitsToProto(defLim))
+		rl := cmp.Or(m.GetResultLimits(), wire.ResultLimitsToProto(defRL))
 		cmd := &pb.Command{Principal: p.KeyID, Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{Name: m.GetName(), Limits: lim, ResultLimits: rl}}}
 		if err := raftfsm.ProposalErr(h.s.node.Propose(ctx, cmd)); err != nil {
 			return nil, 0, err

@@ -95,15 +95,13 @@ func newForwardTransport(tlsConf *tls.Config) *http.Transport {
 	// trailers and server streams pass through unchanged.
 	p.SetHTTP2(true)
 	p.SetUnencryptedHTTP2(true)
-	tr := &http.Transport{
+	return &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		TLSClientConfig:     tlsConf,
+		TLSClientConfig:     cmp.Or(tlsConf, &tls.Config{MinVersion: tls.VersionTLS12}),
 		Protocols:           &p,
 		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     90 * time.Second,
 	}
-	tr.TLSClientConfig = cmp.Or(tr.TLSClientConfig, &tls.Config{MinVersion: tls.VersionTLS12})
-	return tr
 }
 
 func (f *forwarder) proxy(leader string) (*httputil.ReverseProxy, error) {

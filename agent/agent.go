@@ -209,10 +209,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.mu.Unlock()
 	soft, stopSoft := context.WithCancel(ctx)
 	defer stopSoft()
-	go func() {
-		<-hard.Done()
-		stopSoft()
-	}()
+	defer context.AfterFunc(hard, stopSoft)() // a crash ends soft too, without a bridging goroutine
 
 	if err := a.register(soft); err != nil {
 		if hard.Err() != nil {

@@ -34,6 +34,9 @@ const (
 	// KindKeyLimit: the key table (live and revoked records) holds
 	// MaxKeyRecords.
 	KindKeyLimit
+	// KindScanNotFound: DeleteScan (PurgeTasks whole_scan) names a scan
+	// with no task records (never enqueued, or already deleted).
+	KindScanNotFound
 	kindEnd
 )
 
@@ -52,6 +55,7 @@ var kindNames = [kindEnd]string{
 	KindInvalidCommand: "invalid_command", KindUnknownTenant: "unknown_tenant", KindTenantExists: "tenant_exists",
 	KindKeyExists: "key_exists", KindPermissionDenied: "permission_denied", KindAlreadyInitialized: "already_initialized",
 	KindKeyNotFound: "key_not_found", KindLastAdminKey: "last_admin_key", KindKeyLimit: "key_limit",
+	KindScanNotFound: "scan_not_found",
 }
 
 // String returns the snake_case kind name used on the wire.
@@ -87,6 +91,7 @@ var (
 	ErrKeyNotFound        = &Error{Kind: KindKeyNotFound}
 	ErrLastAdminKey       = &Error{Kind: KindLastAdminKey}
 	ErrKeyLimit           = &Error{Kind: KindKeyLimit}
+	ErrScanNotFound       = &Error{Kind: KindScanNotFound}
 )
 
 func fsmErr(k ErrorKind, reason string) *Error { return &Error{Kind: k, Reason: reason} }

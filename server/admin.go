@@ -26,6 +26,8 @@ func (h adminHandler) Status(ctx context.Context, req *connect.Request[pb.Status
 			Results: uint32(tv.ResultCount()), ResultBytes: uint64(tv.ResultBytes()),
 			RaftState: h.s.node.RaftState(), Leader: id + "@" + addr, AppliedIndex: h.s.node.Reads().AppliedIndex(),
 			NodeId: h.s.node.NodeID(), Members: h.s.members(), LongPollsWaiting: h.s.LongPollsWaiting(),
+			ResultRetentionSecs: tv.ResultRetentionSecs(),
+			Build:               h.s.build,
 		}
 		if m.GetStateHash() {
 			if err := h.stateHash(p, out); err != nil {
@@ -71,7 +73,7 @@ func (h adminHandler) CreateTenant(ctx context.Context, req *connect.Request[pb.
 		defLim, defRL := h.s.node.DefaultLimits()
 		lim := cmp.Or(m.GetLimits(), wire.LimitsToProto(defLim))
 		rl := cmp.Or(m.GetResultLimits(), wire.ResultLimitsToProto(defRL))
-		cmd := &pb.Command{Principal: p.KeyID, Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{Name: m.GetName(), Limits: lim, ResultLimits: rl}}}
+		cmd := &pb.Command{Principal: p.KeyID, Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{Name: m.GetName(), Limits: lim, ResultLimits: rl, ResultRetentionSecs: m.GetResultRetentionSecs()}}}
 		if err := raftfsm.ProposalErr(h.s.node.Propose(ctx, cmd)); err != nil {
 			return nil, 0, err
 		}

@@ -63,6 +63,19 @@ func (c *clientFlags) apiKey() (string, error) {
 	return strings.TrimSpace(string(b)), nil
 }
 
+// adminClient returns the Admin client of url, with the key of apiKey.
+func (c *clientFlags) adminClient(url string) (termivarv1connect.AdminClient, error) {
+	key, err := c.apiKey()
+	if err != nil {
+		return nil, err
+	}
+	hc, err := c.httpClient(1)
+	if err != nil {
+		return nil, err
+	}
+	return newClients(hc, url, key).admin, nil
+}
+
 type apiClients struct {
 	worker   termivarv1connect.WorkerClient
 	producer termivarv1connect.ProducerClient

@@ -16,11 +16,12 @@ import (
 	"github.com/hashicorp/go-hclog"
 )
 
-// Formats and levels accepted by New.
-var (
-	Formats = []string{"text", "json"}
-	Levels  = []string{"debug", "info", "warn", "error"}
-)
+// Formats returns the formats New accepts (a new slice on every call).
+func Formats() []string { return []string{"text", "json"} }
+
+// Levels returns the levels New accepts, lowest first (a new slice on
+// every call).
+func Levels() []string { return []string{"debug", "info", "warn", "error"} }
 
 // ParseLevel maps debug, info, warn or error to its slog level.
 func ParseLevel(s string) (slog.Level, error) {
@@ -34,7 +35,7 @@ func ParseLevel(s string) (slog.Level, error) {
 	case "error":
 		return slog.LevelError, nil
 	}
-	return 0, fmt.Errorf("unknown log level %q (want %s)", s, strings.Join(Levels, ", "))
+	return 0, fmt.Errorf("unknown log level %q (want %s)", s, strings.Join(Levels(), ", "))
 }
 
 // New returns a logger writing format ("text" or "json") lines at level
@@ -51,7 +52,7 @@ func New(w io.Writer, format, level string) (*slog.Logger, error) {
 	case "json":
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
-	return nil, fmt.Errorf("unknown log format %q (want %s)", format, strings.Join(Formats, " or "))
+	return nil, fmt.Errorf("unknown log format %q (want %s)", format, strings.Join(Formats(), " or "))
 }
 
 // HCLog returns an hclog.Logger named name whose every line goes to l

@@ -4,9 +4,9 @@ go 1.26.0
 
 require (
 	connectrpc.com/connect v1.21.1
-	connectrpc.com/connect/v2 v2.0.0
 	connectrpc.com/grpchealth v1.5.0
-	connectrpc.com/grpcreflect/v2 v2.0.0
+	connectrpc.com/grpcreflect v1.3.1
+	connectrpc.com/otelconnect v0.9.0
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/google/btree v1.1.3
 	github.com/hashicorp/go-hclog v1.6.3

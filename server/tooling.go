@@ -7,10 +7,8 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	connectv2 "connectrpc.com/connect/v2"
-	"connectrpc.com/connect/v2/connecthttp"
 	"connectrpc.com/grpchealth"
-	grpcreflect "connectrpc.com/grpcreflect/v2"
+	"connectrpc.com/grpcreflect"
 
 	"github.com/termivar/distributed/gen/termivar/v1/termivarv1connect"
 )
@@ -52,15 +50,13 @@ var errNoLeader = &apiError{KindUnavailable, "no leader"}
 // mountTooling adds the health and reflection services to mux.
 func (s *Server) mountTooling(mux *http.ServeMux) {
 	mux.Handle(grpchealth.NewHandler(healthChecker{s}))
-	rs := connectv2.NewServer()
 	names := append(append([]string(nil), apiServices...), grpchealth.HealthV1ServiceName,
 		grpcreflect.ReflectV1ServiceName, grpcreflect.ReflectV1AlphaServiceName)
-	grpcreflect.Register(rs, grpcreflect.WithNamer(grpcreflect.NamerFunc(func() []string { return names })))
-	rmux := http.NewServeMux()
-	connecthttp.Mount(rmux, rs)
-	gated := s.keyGate(rmux)
-	mux.Handle("/"+grpcreflect.ReflectV1ServiceName+"/", gated)
-	mux.Handle("/"+grpcreflect.ReflectV1AlphaServiceName+"/", gated)
+	r := grpcreflect.NewStaticReflector(names...)
+	path, h := grpcreflect.NewHandlerV1(r)
+	mux.Handle(path, s.keyGate(h))
+	path, h = grpcreflect.NewHandlerV1Alpha(r)
+	mux.Handle(path, s.keyGate(h))
 }
 
 // healthChecker answers grpc.health.v1 from Ready.

@@ -16,10 +16,8 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	connectv2 "connectrpc.com/connect/v2"
-	"connectrpc.com/connect/v2/connecthttp"
 	"connectrpc.com/grpchealth"
-	grpcreflect "connectrpc.com/grpcreflect/v2"
+	"connectrpc.com/grpcreflect"
 	"google.golang.org/protobuf/reflect/protodesc"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/descriptorpb"
@@ -51,8 +49,7 @@ func (k keyTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 func reflectionStream(ctx context.Context, b *testBundle, key string) *grpcreflect.ClientStream {
-	tr := connecthttp.NewTransport(h2cClient(key), b.srv.URL, connecthttp.WithGRPC())
-	return grpcreflect.NewClient(connectv2.NewClient(tr)).NewStream(ctx)
+	return grpcreflect.NewClient(h2cClient(key), b.srv.URL, connect.WithGRPC()).NewStream(ctx)
 }
 
 func TestTooling_Reflection(t *testing.T) {
@@ -128,7 +125,7 @@ func TestTooling_ReflectionNeedsKey(t *testing.T) {
 		rs := reflectionStream(ctx, b, key)
 		_, err := rs.ListServices()
 		rs.Close()
-		if connectv2.CodeOf(err) != connectv2.CodeUnauthenticated {
+		if connect.CodeOf(err) != connect.CodeUnauthenticated {
 			t.Errorf("%s: list services = %v, want unauthenticated", name, err)
 		}
 	}

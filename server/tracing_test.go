@@ -25,12 +25,16 @@ func TestTracing_APISpanParentsProposal(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	defer tp.Shutdown(context.Background())
+	ic, err := tracing.Interceptor(tp)
+	if err != nil {
+		t.Fatal(err)
+	}
 	b := setupServer(t, func(c *node.Config) { c.TracerProvider = tp },
-		Config{Interceptors: []connect.Interceptor{tracing.Interceptor(tp)}})
+		Config{Interceptors: []connect.Interceptor{ic}})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	exp.Reset() // bootstrap proposals
-	_, err := b.clients(b.adminKey).producer.Enqueue(ctx, req(&pb.EnqueueRequest{Tasks: []*pb.NewTask{{TaskId: "t1", ScanId: "s", TargetRef: "x"}}}))
+	_, err = b.clients(b.adminKey).producer.Enqueue(ctx, req(&pb.EnqueueRequest{Tasks: []*pb.NewTask{{TaskId: "t1", ScanId: "s", TargetRef: "x"}}}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -284,8 +284,12 @@ func startNode(ctx context.Context, f serveFlags, logger *slog.Logger) (_ *runni
 	if err != nil {
 		return nil, err
 	}
+	traceIC, err := tracing.Interceptor(obs.tracer)
+	if err != nil {
+		return nil, err
+	}
 	srv := server.New(server.Config{Backend: n, Audit: al, Logger: logger, DefaultLeaseTTLSecs: f.leaseTTL, ForwardTLS: forwardTLS, Limits: f.serverLimits,
-		Metrics: obs.reg.API, Interceptors: []connect.Interceptor{tracing.Interceptor(obs.tracer)}})
+		Metrics: obs.reg.API, Interceptors: []connect.Interceptor{traceIC}})
 	obs.attach(n, srv, f.obs.metricsScans)
 	// NB: HTTPServer wakes pending Acquire long-polls when Shutdown starts,
 	// so shutting down does not wait for them.

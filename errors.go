@@ -51,6 +51,10 @@ const (
 	KindAggregateBytesExceeded
 	KindStateInvariant
 	KindInvalidState
+	// KindFailureReasonTooLong and KindAttemptTimedOut are beyond contract
+	// Part A (attempts.go).
+	KindFailureReasonTooLong
+	KindAttemptTimedOut
 	kindEnd
 )
 
@@ -95,6 +99,8 @@ var kindNames = [...]string{
 	KindAggregateBytesExceeded:     "aggregate_bytes_exceeded",
 	KindStateInvariant:             "state_invariant",
 	KindInvalidState:               "invalid_state",
+	KindFailureReasonTooLong:       "failure_reason_too_long",
+	KindAttemptTimedOut:            "attempt_timed_out",
 }
 
 // String returns the snake_case name of the kind, e.g. "revision_conflict".
@@ -295,6 +301,12 @@ var (
 	ErrStateInvariant = &Error{Kind: KindStateInvariant}
 	// ErrInvalidState: exported state bytes are corrupt, truncated or hostile.
 	ErrInvalidState = &Error{Kind: KindInvalidState}
+	// ErrFailureReasonTooLong: FailTaskWithReason got a reason longer than
+	// MaxFailureReasonBytes (Actual, Limit).
+	ErrFailureReasonTooLong = &Error{Kind: KindFailureReasonTooLong}
+	// ErrAttemptTimedOut: RenewLease at or after the attempt's deadline,
+	// AcquiredAt + AttemptTimeoutSecs (TaskID; Limit is the deadline).
+	ErrAttemptTimedOut = &Error{Kind: KindAttemptTimedOut}
 )
 
 // Reasons used for invalid command identifiers (contract A.6).

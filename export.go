@@ -8,6 +8,9 @@ package distributed
 //	revision logicalTime lastLeaseID lastOrdinal
 //	tasks:   count, then each task in task-ID order (see encodeTask)
 //	workers: count, then each worker in worker-ID order (see encodeWorker)
+//	extensions (only if some task has any; attempts_export.go): count ≥ 1,
+//	         then per such task in task-ID order its ID, attempt timeout,
+//	         re-runs and attempt history
 //
 // Derived data (queue, indexes, counters, CurrentTasks, the worker lease sets,
 // the treap) is not encoded; Restore rebuilds it and then runs the full
@@ -50,6 +53,7 @@ func (c *coordinator) exportTasks(ids []string) []byte {
 	for _, id := range wids {
 		c.workers[id].encode(e)
 	}
+	c.encodeTaskExtensions(e, ids)
 	return e.finish()
 }
 
@@ -210,6 +214,9 @@ func RestoreWorkerPool(data []byte) (*WorkerPool, error) {
 		}
 		prev = w.id
 		c.workers[w.id] = w
+	}
+	if err := c.decodeTaskExtensions(d); err != nil {
+		return nil, err
 	}
 	if !d.done() {
 		return nil, invalidState("pool state is truncated or has trailing bytes")

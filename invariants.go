@@ -66,7 +66,7 @@ func (c *coordinator) auditTask(t *taskRec, tally *taskTally) *Error {
 	if !t.status.Valid() || t.version == 0 {
 		return auditError("I2: task status or record version is invalid")
 	}
-	if uint64(t.retryCount) != t.generation || t.retryCount > c.limits.MaxRetries {
+	if t.generation < t.rerunBase || t.generation-t.rerunBase != uint64(t.retryCount) || t.retryCount > c.limits.MaxRetries {
 		return auditError("I5: retry count must equal the task generation and stay within max_retries")
 	}
 	if t.attempt < t.retryCount {
@@ -76,6 +76,9 @@ func (c *coordinator) auditTask(t *taskRec, tally *taskTally) *Error {
 		return auditError("I8: task created after logical time")
 	}
 	if err := c.auditTaskIndexes(t, tally); err != nil {
+		return err
+	}
+	if err := c.auditAttempts(t); err != nil {
 		return err
 	}
 	if t.hasLease {

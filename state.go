@@ -43,6 +43,15 @@ type taskRec struct {
 	proof    TaskOwnership
 	hasProof bool
 	receipt  CompletionReceipt
+
+	// Beyond contract Part A (attempts.go, rerun.go): the attempt timeout,
+	// the last attempts (I11), and the re-runs. Invariant (I5): generation
+	// = rerunBase + retryCount, rerunBase being the generation the last
+	// re-run started (0: never re-run).
+	timeout   uint64
+	history   []AttemptRecord
+	reruns    uint32
+	rerunBase uint64
 }
 
 // workerRec is the retained record of one worker plus its treap links.
@@ -402,6 +411,9 @@ func (t *taskRec) view() ScanTask {
 		recordVersion:  t.version,
 		lease:          t.lease,
 		hasLease:       t.hasLease,
+		timeout:        t.timeout,
+		history:        cloneHistory(t.history),
+		reruns:         t.reruns,
 	}
 }
 

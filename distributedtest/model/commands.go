@@ -52,6 +52,7 @@ func (m *Model) insert(spec distributed.TaskSpec, now uint64) Task {
 		CreatedAt:     now,
 		RecordVersion: 1,
 		Ordinal:       m.lastOrdinal,
+		TimeoutSecs:   spec.AttemptTimeoutSecs,
 	}
 	// Keep the slice in task-ID order so that Tasks needs no sort.
 	at := 0
@@ -253,6 +254,9 @@ func (m *Model) takeOffline(now uint64, workers []int) (distributed.RecoverySumm
 	}
 	if err := m.revisionExhausted(); err != nil {
 		return distributed.RecoverySummary{}, 0, err
+	}
+	for _, i := range leased {
+		m.endAttempt(i, now, distributed.AttemptWorkerLost, "")
 	}
 	m.applyRecovery(leased)
 	for _, i := range workers {
@@ -479,6 +483,7 @@ func (m *Model) CompleteTask(rev, now uint64, l Lease) (Completion, uint64, erro
 	if err := m.revisionExhausted(); err != nil {
 		return Completion{}, 0, err
 	}
+	m.endAttempt(ti, now, distributed.AttemptCompleted, "")
 	m.release(ti)
 	wi := m.workerIndex(l.WorkerID)
 	m.workers[wi].CompletedTasks++
@@ -500,6 +505,14 @@ func (m *Model) CompleteTask(rev, now uint64, l Lease) (Completion, uint64, erro
 
 // FailTask fails the running attempt: requeue or terminal failure.
 func (m *Model) FailTask(rev, now uint64, l Lease) (distributed.FailureOutcome, uint64, error) {
+	return m.FailTaskWithReason(rev, now, l, "")
+}
+
+// FailTaskWithReason is FailTask retaining the reason in the history.
+func (m *Model) FailTaskWithReason(rev, now uint64, l Lease, reason string) (distributed.FailureOutcome, uint64, error) {
+	if err := checkReason(reason); err != nil {
+		return distributed.FailureOutcome{}, 0, err
+	}
 	ti, err := m.leasedTask(rev, now, l)
 	if err != nil {
 		return distributed.FailureOutcome{}, 0, err
@@ -520,6 +533,7 @@ func (m *Model) FailTask(rev, now uint64, l Lease) (distributed.FailureOutcome, 
 	if err := m.revisionExhausted(); err != nil {
 		return distributed.FailureOutcome{}, 0, err
 	}
+	m.endAttempt(ti, now, distributed.AttemptFailed, reason)
 	m.applyRecovery([]int{ti})
 	t = &m.tasks[ti]
 	var out distributed.FailureOutcome
@@ -544,6 +558,9 @@ func (m *Model) RenewLease(rev, now uint64, l Lease, leaseTTL uint64) (Lease, ui
 		return Lease{}, 0, err
 	}
 	if err := m.currentLease(ti, now, l); err != nil {
+		return Lease{}, 0, err
+	}
+	if err := m.beforeDeadline(ti, now); err != nil {
 		return Lease{}, 0, err
 	}
 	if err := m.revisionExhausted(); err != nil {
@@ -588,6 +605,7 @@ func (m *Model) CancelTask(rev, now uint64, own Ownership) (distributed.Cancella
 		return distributed.CancellationOutcome{}, 0, err
 	}
 	if t.HasLease {
+		m.endAttempt(ti, now, distributed.AttemptCancelled, "")
 		m.release(ti)
 	}
 	t.Status = distributed.TaskCancelled
@@ -623,6 +641,7 @@ func (m *Model) CancelTaskByID(rev, now uint64, taskID string) (distributed.Canc
 	own := Ownership{Fence: Fence{TaskID: t.TaskID, TaskGeneration: t.TaskGeneration, RecordVersion: t.RecordVersion}}
 	if t.HasLease {
 		own = Ownership{IsLease: true, Lease: t.Lease}
+		m.endAttempt(ti, now, distributed.AttemptCancelled, "")
 		m.release(ti)
 	}
 	t.Status = distributed.TaskCancelled
@@ -654,6 +673,9 @@ func (m *Model) RecoverExpiredLeases(rev, now uint64) (distributed.RecoverySumma
 	if err := m.revisionExhausted(); err != nil {
 		return distributed.RecoverySummary{}, 0, err
 	}
+	for _, i := range expired {
+		m.endAttempt(i, now, m.expiryOutcome(i), "")
+	}
 	m.applyRecovery(expired)
 	sum.WorkersAffected = len(workers)
 	return sum, m.commit(now), nil
@@ -680,6 +702,7 @@ func (m *Model) ExpireOldTasks(rev, now, maxAgeSecs uint64) (int, uint64, error)
 			continue
 		}
 		if t.HasLease {
+			m.endAttempt(i, now, distributed.AttemptTaskExpired, "")
 			m.release(i)
 		}
 		t.Status = distributed.TaskExpired

@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"reflect"
+	"slices"
 
 	distributed "github.com/termivar/distributed"
 	"github.com/termivar/distributed/distributedtest/model"
@@ -166,13 +167,15 @@ func (k *checker) compareRecords(h *Harness, unchanged bool) error {
 			if unchanged && !eqTask(prev, got) {
 				return fmt.Errorf("task %s changed without an accepted command:\n\tbefore: %+v\n\tafter:  %+v", got.TaskID, prev, got)
 			}
-			if got.TaskGeneration < prev.TaskGeneration || got.Attempt < prev.Attempt || got.RetryCount < prev.RetryCount || got.RecordVersion < prev.RecordVersion {
+			rerun := got.Reruns == prev.Reruns+1 // RerunTasks: terminal -> queued, retries reset
+			if got.TaskGeneration < prev.TaskGeneration || got.Attempt < prev.Attempt || (got.RetryCount < prev.RetryCount && !rerun) ||
+				got.RecordVersion < prev.RecordVersion || got.Reruns < prev.Reruns {
 				return fmt.Errorf("task %s went backwards: %+v -> %+v", got.TaskID, prev, got)
 			}
 			if got.RecordVersion == prev.RecordVersion && !eqTask(prev, got) {
 				return fmt.Errorf("task %s changed without a new record version: %+v -> %+v", got.TaskID, prev, got)
 			}
-			if prev.Status.Terminal() && got.Status != prev.Status {
+			if prev.Status.Terminal() && got.Status != prev.Status && !(rerun && got.Status == distributed.TaskQueued) {
 				return fmt.Errorf("terminal task %s changed status %v -> %v", got.TaskID, prev.Status, got.Status)
 			}
 			if got.TaskGeneration > prev.TaskGeneration && got.TaskGeneration != prev.TaskGeneration+1 {
@@ -231,7 +234,8 @@ func eqTask(a, b model.Task) bool {
 		a.StartedAt == b.StartedAt && a.HasStarted == b.HasStarted &&
 		a.CompletedAt == b.CompletedAt && a.HasCompleted == b.HasCompleted &&
 		a.RetryCount == b.RetryCount && a.Attempt == b.Attempt && a.TaskGeneration == b.TaskGeneration &&
-		a.RecordVersion == b.RecordVersion && a.Lease == b.Lease && a.HasLease == b.HasLease
+		a.RecordVersion == b.RecordVersion && a.Lease == b.Lease && a.HasLease == b.HasLease &&
+		a.TimeoutSecs == b.TimeoutSecs && a.Reruns == b.Reruns && slices.Equal(a.History, b.History)
 }
 
 // eqWorker compares two worker views field by field.

@@ -66,6 +66,8 @@ var kindCodes = map[string]connect.Code{
 	"lease_expired":             connect.CodeFailedPrecondition,
 	"conflicting_result":        connect.CodeAlreadyExists,
 	"mismatched_result_receipt": connect.CodeFailedPrecondition,
+	"attempt_timed_out":         connect.CodeFailedPrecondition,
+	"failure_reason_too_long":   connect.CodeInvalidArgument,
 	// Core: integrity.
 	"state_invariant": connect.CodeInternal,
 	"invalid_state":   connect.CodeDataLoss,

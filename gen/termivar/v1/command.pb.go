@@ -72,6 +72,7 @@ type Command struct {
 	//	*Command_RevokeKey
 	//	*Command_RotateKey
 	//	*Command_SetNodeInfo
+	//	*Command_RerunTasks
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -374,6 +375,15 @@ func (x *Command) GetSetNodeInfo() *SetNodeInfo {
 	return nil
 }
 
+func (x *Command) GetRerunTasks() *RerunTasks {
+	if x != nil {
+		if x, ok := x.Op.(*Command_RerunTasks); ok {
+			return x.RerunTasks
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -480,6 +490,11 @@ type Command_SetNodeInfo struct {
 	SetNodeInfo *SetNodeInfo `protobuf:"bytes,40,opt,name=set_node_info,json=setNodeInfo,proto3,oneof"`
 }
 
+type Command_RerunTasks struct {
+	// 50-59: re-runs and attempt history (docs/contract.md Part F).
+	RerunTasks *RerunTasks `protobuf:"bytes,50,opt,name=rerun_tasks,json=rerunTasks,proto3,oneof"`
+}
+
 func (*Command_Batch) isCommand_Op() {}
 
 func (*Command_InitCluster) isCommand_Op() {}
@@ -529,6 +544,8 @@ func (*Command_RevokeKey) isCommand_Op() {}
 func (*Command_RotateKey) isCommand_Op() {}
 
 func (*Command_SetNodeInfo) isCommand_Op() {}
+
+func (*Command_RerunTasks) isCommand_Op() {}
 
 // Batch coalesces concurrent commands into one log entry. The FSM applies
 // them in order, each with its own response; the batch's now_secs applies
@@ -1053,14 +1070,17 @@ func (x *RotateKey) GetNewSecretHash() []byte {
 
 // TaskSpec mirrors distributed.TaskSpec.
 type TaskSpec struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	TaskId        string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
-	ScanId        string                 `protobuf:"bytes,2,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
-	TargetRef     []byte                 `protobuf:"bytes,3,opt,name=target_ref,json=targetRef,proto3" json:"target_ref,omitempty"`
-	Phases        []byte                 `protobuf:"bytes,4,opt,name=phases,proto3" json:"phases,omitempty"`
-	Priority      uint32                 `protobuf:"varint,5,opt,name=priority,proto3" json:"priority,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	TaskId    string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	ScanId    string                 `protobuf:"bytes,2,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
+	TargetRef []byte                 `protobuf:"bytes,3,opt,name=target_ref,json=targetRef,proto3" json:"target_ref,omitempty"`
+	Phases    []byte                 `protobuf:"bytes,4,opt,name=phases,proto3" json:"phases,omitempty"`
+	Priority  uint32                 `protobuf:"varint,5,opt,name=priority,proto3" json:"priority,omitempty"`
+	// attempt_timeout_secs bounds each attempt (0: none); see
+	// distributed.TaskSpec.AttemptTimeoutSecs.
+	AttemptTimeoutSecs uint64 `protobuf:"varint,6,opt,name=attempt_timeout_secs,json=attemptTimeoutSecs,proto3" json:"attempt_timeout_secs,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *TaskSpec) Reset() {
@@ -1124,6 +1144,13 @@ func (x *TaskSpec) GetPhases() []byte {
 func (x *TaskSpec) GetPriority() uint32 {
 	if x != nil {
 		return x.Priority
+	}
+	return 0
+}
+
+func (x *TaskSpec) GetAttemptTimeoutSecs() uint64 {
+	if x != nil {
+		return x.AttemptTimeoutSecs
 	}
 	return 0
 }
@@ -1782,8 +1809,11 @@ func (x *CompleteTask) GetResult() []byte {
 }
 
 type FailTask struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Lease         []byte                 `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Lease []byte                 `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
+	// reason is retained in the attempt's history record (at most
+	// distributed.MaxFailureReasonBytes of UTF-8); empty: FailTask.
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1825,6 +1855,77 @@ func (x *FailTask) GetLease() []byte {
 	return nil
 }
 
+func (x *FailTask) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// RerunTasks re-runs terminal tasks through the core's RerunTasks: the
+// named tasks (task_ids), or, when none are named, every task of scan_id.
+// With both, every named task must belong to the scan. statuses are
+// TaskStatus values (failed, expired, cancelled; empty: all three).
+type RerunTasks struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ScanId        string                 `protobuf:"bytes,1,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
+	TaskIds       []string               `protobuf:"bytes,2,rep,name=task_ids,json=taskIds,proto3" json:"task_ids,omitempty"`
+	Statuses      []uint32               `protobuf:"varint,3,rep,packed,name=statuses,proto3" json:"statuses,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RerunTasks) Reset() {
+	*x = RerunTasks{}
+	mi := &file_termivar_v1_command_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RerunTasks) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RerunTasks) ProtoMessage() {}
+
+func (x *RerunTasks) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_command_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RerunTasks.ProtoReflect.Descriptor instead.
+func (*RerunTasks) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *RerunTasks) GetScanId() string {
+	if x != nil {
+		return x.ScanId
+	}
+	return ""
+}
+
+func (x *RerunTasks) GetTaskIds() []string {
+	if x != nil {
+		return x.TaskIds
+	}
+	return nil
+}
+
+func (x *RerunTasks) GetStatuses() []uint32 {
+	if x != nil {
+		return x.Statuses
+	}
+	return nil
+}
+
 type CancelTask struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Ownership     []byte                 `protobuf:"bytes,1,opt,name=ownership,proto3" json:"ownership,omitempty"`
@@ -1834,7 +1935,7 @@ type CancelTask struct {
 
 func (x *CancelTask) Reset() {
 	*x = CancelTask{}
-	mi := &file_termivar_v1_command_proto_msgTypes[23]
+	mi := &file_termivar_v1_command_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1846,7 +1947,7 @@ func (x *CancelTask) String() string {
 func (*CancelTask) ProtoMessage() {}
 
 func (x *CancelTask) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[23]
+	mi := &file_termivar_v1_command_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1859,7 +1960,7 @@ func (x *CancelTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTask.ProtoReflect.Descriptor instead.
 func (*CancelTask) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{23}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CancelTask) GetOwnership() []byte {
@@ -1882,7 +1983,7 @@ type CancelTaskByID struct {
 
 func (x *CancelTaskByID) Reset() {
 	*x = CancelTaskByID{}
-	mi := &file_termivar_v1_command_proto_msgTypes[24]
+	mi := &file_termivar_v1_command_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1894,7 +1995,7 @@ func (x *CancelTaskByID) String() string {
 func (*CancelTaskByID) ProtoMessage() {}
 
 func (x *CancelTaskByID) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[24]
+	mi := &file_termivar_v1_command_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1907,7 +2008,7 @@ func (x *CancelTaskByID) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskByID.ProtoReflect.Descriptor instead.
 func (*CancelTaskByID) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{24}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CancelTaskByID) GetTaskId() string {
@@ -1927,7 +2028,7 @@ type RenewLease struct {
 
 func (x *RenewLease) Reset() {
 	*x = RenewLease{}
-	mi := &file_termivar_v1_command_proto_msgTypes[25]
+	mi := &file_termivar_v1_command_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1939,7 +2040,7 @@ func (x *RenewLease) String() string {
 func (*RenewLease) ProtoMessage() {}
 
 func (x *RenewLease) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[25]
+	mi := &file_termivar_v1_command_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1952,7 +2053,7 @@ func (x *RenewLease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewLease.ProtoReflect.Descriptor instead.
 func (*RenewLease) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{25}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RenewLease) GetLease() []byte {
@@ -1977,7 +2078,7 @@ type RecoverExpiredLeases struct {
 
 func (x *RecoverExpiredLeases) Reset() {
 	*x = RecoverExpiredLeases{}
-	mi := &file_termivar_v1_command_proto_msgTypes[26]
+	mi := &file_termivar_v1_command_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1989,7 +2090,7 @@ func (x *RecoverExpiredLeases) String() string {
 func (*RecoverExpiredLeases) ProtoMessage() {}
 
 func (x *RecoverExpiredLeases) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[26]
+	mi := &file_termivar_v1_command_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2002,7 +2103,7 @@ func (x *RecoverExpiredLeases) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverExpiredLeases.ProtoReflect.Descriptor instead.
 func (*RecoverExpiredLeases) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{26}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{27}
 }
 
 type ExpireOldTasks struct {
@@ -2014,7 +2115,7 @@ type ExpireOldTasks struct {
 
 func (x *ExpireOldTasks) Reset() {
 	*x = ExpireOldTasks{}
-	mi := &file_termivar_v1_command_proto_msgTypes[27]
+	mi := &file_termivar_v1_command_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2026,7 +2127,7 @@ func (x *ExpireOldTasks) String() string {
 func (*ExpireOldTasks) ProtoMessage() {}
 
 func (x *ExpireOldTasks) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[27]
+	mi := &file_termivar_v1_command_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2039,7 +2140,7 @@ func (x *ExpireOldTasks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireOldTasks.ProtoReflect.Descriptor instead.
 func (*ExpireOldTasks) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{27}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ExpireOldTasks) GetMaxAgeSecs() uint64 {
@@ -2064,7 +2165,7 @@ type AcquireTasks struct {
 
 func (x *AcquireTasks) Reset() {
 	*x = AcquireTasks{}
-	mi := &file_termivar_v1_command_proto_msgTypes[28]
+	mi := &file_termivar_v1_command_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2076,7 +2177,7 @@ func (x *AcquireTasks) String() string {
 func (*AcquireTasks) ProtoMessage() {}
 
 func (x *AcquireTasks) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[28]
+	mi := &file_termivar_v1_command_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2089,7 +2190,7 @@ func (x *AcquireTasks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireTasks.ProtoReflect.Descriptor instead.
 func (*AcquireTasks) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{28}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *AcquireTasks) GetWorkerId() string {
@@ -2138,7 +2239,7 @@ type FSMState struct {
 
 func (x *FSMState) Reset() {
 	*x = FSMState{}
-	mi := &file_termivar_v1_command_proto_msgTypes[29]
+	mi := &file_termivar_v1_command_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2150,7 +2251,7 @@ func (x *FSMState) String() string {
 func (*FSMState) ProtoMessage() {}
 
 func (x *FSMState) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[29]
+	mi := &file_termivar_v1_command_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2163,7 +2264,7 @@ func (x *FSMState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FSMState.ProtoReflect.Descriptor instead.
 func (*FSMState) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{29}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *FSMState) GetVersion() uint32 {
@@ -2231,7 +2332,7 @@ type KeyRecord struct {
 
 func (x *KeyRecord) Reset() {
 	*x = KeyRecord{}
-	mi := &file_termivar_v1_command_proto_msgTypes[30]
+	mi := &file_termivar_v1_command_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2243,7 +2344,7 @@ func (x *KeyRecord) String() string {
 func (*KeyRecord) ProtoMessage() {}
 
 func (x *KeyRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[30]
+	mi := &file_termivar_v1_command_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2256,7 +2357,7 @@ func (x *KeyRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyRecord.ProtoReflect.Descriptor instead.
 func (*KeyRecord) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{30}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *KeyRecord) GetKeyId() string {
@@ -2316,7 +2417,7 @@ type TenantState struct {
 
 func (x *TenantState) Reset() {
 	*x = TenantState{}
-	mi := &file_termivar_v1_command_proto_msgTypes[31]
+	mi := &file_termivar_v1_command_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2328,7 +2429,7 @@ func (x *TenantState) String() string {
 func (*TenantState) ProtoMessage() {}
 
 func (x *TenantState) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[31]
+	mi := &file_termivar_v1_command_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2341,7 +2442,7 @@ func (x *TenantState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantState.ProtoReflect.Descriptor instead.
 func (*TenantState) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{31}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *TenantState) GetName() string {
@@ -2403,7 +2504,7 @@ type WorkerOwner struct {
 
 func (x *WorkerOwner) Reset() {
 	*x = WorkerOwner{}
-	mi := &file_termivar_v1_command_proto_msgTypes[32]
+	mi := &file_termivar_v1_command_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2415,7 +2516,7 @@ func (x *WorkerOwner) String() string {
 func (*WorkerOwner) ProtoMessage() {}
 
 func (x *WorkerOwner) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[32]
+	mi := &file_termivar_v1_command_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2428,7 +2529,7 @@ func (x *WorkerOwner) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerOwner.ProtoReflect.Descriptor instead.
 func (*WorkerOwner) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{32}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *WorkerOwner) GetWorkerId() string {
@@ -2456,7 +2557,7 @@ type ScanIndex struct {
 
 func (x *ScanIndex) Reset() {
 	*x = ScanIndex{}
-	mi := &file_termivar_v1_command_proto_msgTypes[33]
+	mi := &file_termivar_v1_command_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2468,7 +2569,7 @@ func (x *ScanIndex) String() string {
 func (*ScanIndex) ProtoMessage() {}
 
 func (x *ScanIndex) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[33]
+	mi := &file_termivar_v1_command_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2481,7 +2582,7 @@ func (x *ScanIndex) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanIndex.ProtoReflect.Descriptor instead.
 func (*ScanIndex) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{33}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ScanIndex) GetScanId() string {
@@ -2513,7 +2614,7 @@ type SetNodeInfo struct {
 
 func (x *SetNodeInfo) Reset() {
 	*x = SetNodeInfo{}
-	mi := &file_termivar_v1_command_proto_msgTypes[34]
+	mi := &file_termivar_v1_command_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2525,7 +2626,7 @@ func (x *SetNodeInfo) String() string {
 func (*SetNodeInfo) ProtoMessage() {}
 
 func (x *SetNodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[34]
+	mi := &file_termivar_v1_command_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2538,7 +2639,7 @@ func (x *SetNodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeInfo.ProtoReflect.Descriptor instead.
 func (*SetNodeInfo) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{34}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SetNodeInfo) GetNodeId() string {
@@ -2573,7 +2674,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_termivar_v1_command_proto_msgTypes[35]
+	mi := &file_termivar_v1_command_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2585,7 +2686,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[35]
+	mi := &file_termivar_v1_command_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2598,7 +2699,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{35}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *NodeInfo) GetNodeId() string {
@@ -2626,7 +2727,7 @@ var File_termivar_v1_command_proto protoreflect.FileDescriptor
 
 const file_termivar_v1_command_proto_rawDesc = "" +
 	"\n" +
-	"\x19termivar/v1/command.proto\x12\vtermivar.v1\"\xaf\x0e\n" +
+	"\x19termivar/v1/command.proto\x12\vtermivar.v1\"\xeb\x0e\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x19\n" +
 	"\bnow_secs\x18\x02 \x01(\x04R\anowSecs\x12\x16\n" +
@@ -2666,7 +2767,9 @@ const file_termivar_v1_command_proto_rawDesc = "" +
 	"revoke_key\x18  \x01(\v2\x16.termivar.v1.RevokeKeyH\x00R\trevokeKey\x127\n" +
 	"\n" +
 	"rotate_key\x18! \x01(\v2\x16.termivar.v1.RotateKeyH\x00R\trotateKey\x12>\n" +
-	"\rset_node_info\x18( \x01(\v2\x18.termivar.v1.SetNodeInfoH\x00R\vsetNodeInfoB\x04\n" +
+	"\rset_node_info\x18( \x01(\v2\x18.termivar.v1.SetNodeInfoH\x00R\vsetNodeInfo\x12:\n" +
+	"\vrerun_tasks\x182 \x01(\v2\x17.termivar.v1.RerunTasksH\x00R\n" +
+	"rerunTasksB\x04\n" +
 	"\x02opB\x14\n" +
 	"\x12_expected_revision\"9\n" +
 	"\x05Batch\x120\n" +
@@ -2710,14 +2813,15 @@ const file_termivar_v1_command_proto_rawDesc = "" +
 	"\x06key_id\x18\x01 \x01(\tR\x05keyId\x12\x1c\n" +
 	"\n" +
 	"new_key_id\x18\x02 \x01(\tR\bnewKeyId\x12&\n" +
-	"\x0fnew_secret_hash\x18\x03 \x01(\fR\rnewSecretHash\"\x8f\x01\n" +
+	"\x0fnew_secret_hash\x18\x03 \x01(\fR\rnewSecretHash\"\xc1\x01\n" +
 	"\bTaskSpec\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x17\n" +
 	"\ascan_id\x18\x02 \x01(\tR\x06scanId\x12\x1d\n" +
 	"\n" +
 	"target_ref\x18\x03 \x01(\fR\ttargetRef\x12\x16\n" +
 	"\x06phases\x18\x04 \x01(\fR\x06phases\x12\x1a\n" +
-	"\bpriority\x18\x05 \x01(\rR\bpriority\";\n" +
+	"\bpriority\x18\x05 \x01(\rR\bpriority\x120\n" +
+	"\x14attempt_timeout_secs\x18\x06 \x01(\x04R\x12attemptTimeoutSecs\";\n" +
 	"\fEnqueueTasks\x12+\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x15.termivar.v1.TaskSpecR\x05tasks\"\xe5\x01\n" +
 	"\n" +
@@ -2763,9 +2867,15 @@ const file_termivar_v1_command_proto_rawDesc = "" +
 	"\x05lease\x18\x01 \x01(\fR\x05lease\"<\n" +
 	"\fCompleteTask\x12\x14\n" +
 	"\x05lease\x18\x01 \x01(\fR\x05lease\x12\x16\n" +
-	"\x06result\x18\x02 \x01(\fR\x06result\" \n" +
+	"\x06result\x18\x02 \x01(\fR\x06result\"8\n" +
 	"\bFailTask\x12\x14\n" +
-	"\x05lease\x18\x01 \x01(\fR\x05lease\"*\n" +
+	"\x05lease\x18\x01 \x01(\fR\x05lease\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\\\n" +
+	"\n" +
+	"RerunTasks\x12\x17\n" +
+	"\ascan_id\x18\x01 \x01(\tR\x06scanId\x12\x19\n" +
+	"\btask_ids\x18\x02 \x03(\tR\ataskIds\x12\x1a\n" +
+	"\bstatuses\x18\x03 \x03(\rR\bstatuses\"*\n" +
 	"\n" +
 	"CancelTask\x12\x1c\n" +
 	"\townership\x18\x01 \x01(\fR\townership\")\n" +
@@ -2836,7 +2946,7 @@ func file_termivar_v1_command_proto_rawDescGZIP() []byte {
 	return file_termivar_v1_command_proto_rawDescData
 }
 
-var file_termivar_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_termivar_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_termivar_v1_command_proto_goTypes = []any{
 	(*Command)(nil),              // 0: termivar.v1.Command
 	(*Batch)(nil),                // 1: termivar.v1.Batch
@@ -2861,19 +2971,20 @@ var file_termivar_v1_command_proto_goTypes = []any{
 	(*StartTask)(nil),            // 20: termivar.v1.StartTask
 	(*CompleteTask)(nil),         // 21: termivar.v1.CompleteTask
 	(*FailTask)(nil),             // 22: termivar.v1.FailTask
-	(*CancelTask)(nil),           // 23: termivar.v1.CancelTask
-	(*CancelTaskByID)(nil),       // 24: termivar.v1.CancelTaskByID
-	(*RenewLease)(nil),           // 25: termivar.v1.RenewLease
-	(*RecoverExpiredLeases)(nil), // 26: termivar.v1.RecoverExpiredLeases
-	(*ExpireOldTasks)(nil),       // 27: termivar.v1.ExpireOldTasks
-	(*AcquireTasks)(nil),         // 28: termivar.v1.AcquireTasks
-	(*FSMState)(nil),             // 29: termivar.v1.FSMState
-	(*KeyRecord)(nil),            // 30: termivar.v1.KeyRecord
-	(*TenantState)(nil),          // 31: termivar.v1.TenantState
-	(*WorkerOwner)(nil),          // 32: termivar.v1.WorkerOwner
-	(*ScanIndex)(nil),            // 33: termivar.v1.ScanIndex
-	(*SetNodeInfo)(nil),          // 34: termivar.v1.SetNodeInfo
-	(*NodeInfo)(nil),             // 35: termivar.v1.NodeInfo
+	(*RerunTasks)(nil),           // 23: termivar.v1.RerunTasks
+	(*CancelTask)(nil),           // 24: termivar.v1.CancelTask
+	(*CancelTaskByID)(nil),       // 25: termivar.v1.CancelTaskByID
+	(*RenewLease)(nil),           // 26: termivar.v1.RenewLease
+	(*RecoverExpiredLeases)(nil), // 27: termivar.v1.RecoverExpiredLeases
+	(*ExpireOldTasks)(nil),       // 28: termivar.v1.ExpireOldTasks
+	(*AcquireTasks)(nil),         // 29: termivar.v1.AcquireTasks
+	(*FSMState)(nil),             // 30: termivar.v1.FSMState
+	(*KeyRecord)(nil),            // 31: termivar.v1.KeyRecord
+	(*TenantState)(nil),          // 32: termivar.v1.TenantState
+	(*WorkerOwner)(nil),          // 33: termivar.v1.WorkerOwner
+	(*ScanIndex)(nil),            // 34: termivar.v1.ScanIndex
+	(*SetNodeInfo)(nil),          // 35: termivar.v1.SetNodeInfo
+	(*NodeInfo)(nil),             // 36: termivar.v1.NodeInfo
 }
 var file_termivar_v1_command_proto_depIdxs = []int32{
 	1,  // 0: termivar.v1.Command.batch:type_name -> termivar.v1.Batch
@@ -2892,34 +3003,35 @@ var file_termivar_v1_command_proto_depIdxs = []int32{
 	20, // 13: termivar.v1.Command.start_task:type_name -> termivar.v1.StartTask
 	21, // 14: termivar.v1.Command.complete_task:type_name -> termivar.v1.CompleteTask
 	22, // 15: termivar.v1.Command.fail_task:type_name -> termivar.v1.FailTask
-	23, // 16: termivar.v1.Command.cancel_task:type_name -> termivar.v1.CancelTask
-	25, // 17: termivar.v1.Command.renew_lease:type_name -> termivar.v1.RenewLease
-	26, // 18: termivar.v1.Command.recover_expired_leases:type_name -> termivar.v1.RecoverExpiredLeases
-	27, // 19: termivar.v1.Command.expire_old_tasks:type_name -> termivar.v1.ExpireOldTasks
-	28, // 20: termivar.v1.Command.acquire_tasks:type_name -> termivar.v1.AcquireTasks
-	24, // 21: termivar.v1.Command.cancel_task_by_id:type_name -> termivar.v1.CancelTaskByID
+	24, // 16: termivar.v1.Command.cancel_task:type_name -> termivar.v1.CancelTask
+	26, // 17: termivar.v1.Command.renew_lease:type_name -> termivar.v1.RenewLease
+	27, // 18: termivar.v1.Command.recover_expired_leases:type_name -> termivar.v1.RecoverExpiredLeases
+	28, // 19: termivar.v1.Command.expire_old_tasks:type_name -> termivar.v1.ExpireOldTasks
+	29, // 20: termivar.v1.Command.acquire_tasks:type_name -> termivar.v1.AcquireTasks
+	25, // 21: termivar.v1.Command.cancel_task_by_id:type_name -> termivar.v1.CancelTaskByID
 	7,  // 22: termivar.v1.Command.revoke_key:type_name -> termivar.v1.RevokeKey
 	8,  // 23: termivar.v1.Command.rotate_key:type_name -> termivar.v1.RotateKey
-	34, // 24: termivar.v1.Command.set_node_info:type_name -> termivar.v1.SetNodeInfo
-	0,  // 25: termivar.v1.Batch.commands:type_name -> termivar.v1.Command
-	3,  // 26: termivar.v1.CreateTenant.limits:type_name -> termivar.v1.CoreLimits
-	4,  // 27: termivar.v1.CreateTenant.result_limits:type_name -> termivar.v1.ResultLimits
-	9,  // 28: termivar.v1.EnqueueTasks.tasks:type_name -> termivar.v1.TaskSpec
-	11, // 29: termivar.v1.RegisterWorker.spec:type_name -> termivar.v1.WorkerSpec
-	11, // 30: termivar.v1.ReactivateWorker.spec:type_name -> termivar.v1.WorkerSpec
-	30, // 31: termivar.v1.FSMState.keys:type_name -> termivar.v1.KeyRecord
-	31, // 32: termivar.v1.FSMState.tenants:type_name -> termivar.v1.TenantState
-	35, // 33: termivar.v1.FSMState.nodes:type_name -> termivar.v1.NodeInfo
-	30, // 34: termivar.v1.FSMState.revoked_keys:type_name -> termivar.v1.KeyRecord
-	3,  // 35: termivar.v1.TenantState.limits:type_name -> termivar.v1.CoreLimits
-	4,  // 36: termivar.v1.TenantState.result_limits:type_name -> termivar.v1.ResultLimits
-	32, // 37: termivar.v1.TenantState.worker_owners:type_name -> termivar.v1.WorkerOwner
-	33, // 38: termivar.v1.TenantState.scans:type_name -> termivar.v1.ScanIndex
-	39, // [39:39] is the sub-list for method output_type
-	39, // [39:39] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	35, // 24: termivar.v1.Command.set_node_info:type_name -> termivar.v1.SetNodeInfo
+	23, // 25: termivar.v1.Command.rerun_tasks:type_name -> termivar.v1.RerunTasks
+	0,  // 26: termivar.v1.Batch.commands:type_name -> termivar.v1.Command
+	3,  // 27: termivar.v1.CreateTenant.limits:type_name -> termivar.v1.CoreLimits
+	4,  // 28: termivar.v1.CreateTenant.result_limits:type_name -> termivar.v1.ResultLimits
+	9,  // 29: termivar.v1.EnqueueTasks.tasks:type_name -> termivar.v1.TaskSpec
+	11, // 30: termivar.v1.RegisterWorker.spec:type_name -> termivar.v1.WorkerSpec
+	11, // 31: termivar.v1.ReactivateWorker.spec:type_name -> termivar.v1.WorkerSpec
+	31, // 32: termivar.v1.FSMState.keys:type_name -> termivar.v1.KeyRecord
+	32, // 33: termivar.v1.FSMState.tenants:type_name -> termivar.v1.TenantState
+	36, // 34: termivar.v1.FSMState.nodes:type_name -> termivar.v1.NodeInfo
+	31, // 35: termivar.v1.FSMState.revoked_keys:type_name -> termivar.v1.KeyRecord
+	3,  // 36: termivar.v1.TenantState.limits:type_name -> termivar.v1.CoreLimits
+	4,  // 37: termivar.v1.TenantState.result_limits:type_name -> termivar.v1.ResultLimits
+	33, // 38: termivar.v1.TenantState.worker_owners:type_name -> termivar.v1.WorkerOwner
+	34, // 39: termivar.v1.TenantState.scans:type_name -> termivar.v1.ScanIndex
+	40, // [40:40] is the sub-list for method output_type
+	40, // [40:40] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_termivar_v1_command_proto_init() }
@@ -2953,6 +3065,7 @@ func file_termivar_v1_command_proto_init() {
 		(*Command_RevokeKey)(nil),
 		(*Command_RotateKey)(nil),
 		(*Command_SetNodeInfo)(nil),
+		(*Command_RerunTasks)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2960,7 +3073,7 @@ func file_termivar_v1_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_termivar_v1_command_proto_rawDesc), len(file_termivar_v1_command_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   36,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

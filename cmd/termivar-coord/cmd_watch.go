@@ -52,6 +52,9 @@ func describeProgress(p *pb.ScanProgressResponse) string {
 	if n := p.GetExpired(); n > 0 {
 		s += fmt.Sprintf(" expired %d", n)
 	}
+	if n := p.GetReruns(); n > 0 {
+		s += fmt.Sprintf(" re-runs %d", n)
+	}
 	return s
 }
 

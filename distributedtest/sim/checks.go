@@ -181,6 +181,9 @@ func (k *checker) compareRecords(h *Harness, unchanged bool) error {
 			if got.TaskGeneration > prev.TaskGeneration && got.TaskGeneration != prev.TaskGeneration+1 {
 				return fmt.Errorf("task %s generation jumped %d -> %d", got.TaskID, prev.TaskGeneration, got.TaskGeneration)
 			}
+			if err := historyAppendOnly(prev.History, got.History); err != nil {
+				return fmt.Errorf("task %s: %v", got.TaskID, err)
+			}
 		}
 		if got.HasLease {
 			if other, dup := live[got.Lease.LeaseID]; dup {
@@ -252,4 +255,25 @@ func eqWorker(a, b model.Worker) bool {
 		a.Capacity == b.Capacity && a.CurrentTasks == b.CurrentTasks && a.CompletedTasks == b.CompletedTasks &&
 		a.LastHeartbeat == b.LastHeartbeat && a.CPUBasisPoints == b.CPUBasisPoints &&
 		a.MemoryBasisPoints == b.MemoryBasisPoints && a.NetworkBasisPoints == b.NetworkBasisPoints
+}
+
+// historyAppendOnly checks that an attempt history only ever gains records
+// at its end (dropping the oldest beyond the bound): a record of an attempt
+// both views hold is unchanged, and no record disappears while the window
+// has room.
+func historyAppendOnly(prev, got []model.Attempt) error {
+	if len(got) < len(prev) {
+		return fmt.Errorf("attempt history shrank from %d to %d records", len(prev), len(got))
+	}
+	for _, p := range prev {
+		for _, g := range got {
+			if g.Attempt == p.Attempt && g != p {
+				return fmt.Errorf("attempt record %d changed: %+v -> %+v", p.Attempt, p, g)
+			}
+		}
+	}
+	if len(prev) > 0 && len(got) > 0 && got[len(got)-1].Attempt < prev[len(prev)-1].Attempt {
+		return fmt.Errorf("newest attempt record went back from %d to %d", prev[len(prev)-1].Attempt, got[len(got)-1].Attempt)
+	}
+	return nil
 }

@@ -17,7 +17,7 @@ func (c *coordinator) checkInvariants() error {
 	return nil
 }
 
-// audit checks the invariants I1–I10 of ARCHITECTURE.md, one group at a
+// audit checks the invariants I1–I11 of ARCHITECTURE.md, one group at a
 // time. The caller holds the lock (or owns c exclusively, as Restore does).
 func (c *coordinator) audit() *Error {
 	if err := c.limits.Validate(); err != nil {

@@ -16,7 +16,7 @@ import (
 const (
 	// MaxFailureReasonBytes bounds the reason FailTaskWithReason retains.
 	MaxFailureReasonBytes = 512
-	// MaxAttemptHistory is how many ended attempts a task retains (I11);
+	// MaxAttemptHistory is how many ended attempts a task retains (I12);
 	// when one more ends, the oldest record is dropped (Attempt still
 	// counts them all).
 	MaxAttemptHistory = 8

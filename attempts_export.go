@@ -8,15 +8,19 @@ import "unicode/utf8"
 // the snapshots it wrote before they existed):
 //
 //	count ≥ 1, then per task that has any, in task-ID order:
-//	  task ID, attempt timeout, re-runs, re-run base generation,
-//	  history count, then each record (see encodeAttempt)
+//	  task ID, attempt timeout, re-runs, and if re-runs > 0 the re-run
+//	  base generation and the life's base generation, then the history
+//	  count and each record (see encodeAttempt)
+//
+// A task without re-runs has no base in the section: its life's base is
+// its generation minus its retry count (I5), derived after decoding.
 //
 // An entry with nothing in it, an unknown or out-of-order task ID, or a
 // zero count is ErrInvalidState, so every accepted input re-exports to
 // itself.
 
 func (t *taskRec) hasExtensions() bool {
-	return t.timeout != 0 || t.reruns != 0 || t.rerunBase != 0 || len(t.history) != 0
+	return t.timeout != 0 || t.reruns != 0 || len(t.history) != 0
 }
 
 // encodeTaskExtensions writes the section for the tasks of ids (in that
@@ -40,7 +44,10 @@ func (c *coordinator) encodeTaskExtensions(e *encoder, ids []string) {
 		e.str(t.id)
 		e.uvarint(t.timeout)
 		e.uvarint(uint64(t.reruns))
-		e.uvarint(t.rerunBase)
+		if t.reruns > 0 {
+			e.uvarint(t.rerunBase)
+			e.uvarint(t.lifeBase)
+		}
 		e.uvarint(uint64(len(t.history)))
 		for _, a := range t.history {
 			encodeAttempt(e, a)
@@ -81,8 +88,8 @@ func (c *coordinator) decodeTaskExtensions(d *decoder) *Error {
 	if d.failed || len(d.buf) == 0 {
 		return nil
 	}
-	// An entry takes at least 6 bytes; a record at least 11.
-	n := d.count(uint64(len(c.tasks)), 6)
+	// An entry takes at least 5 bytes; a record at least 11.
+	n := d.count(uint64(len(c.tasks)), 5)
 	if n == 0 {
 		return invalidState("task extension section is empty")
 	}
@@ -99,7 +106,10 @@ func (c *coordinator) decodeTaskExtensions(d *decoder) *Error {
 		prev = id
 		t.timeout = d.bounded(MaxTaskTTLSecs)
 		t.reruns = d.u32()
-		t.rerunBase = d.uvarint()
+		if t.reruns > 0 {
+			t.rerunBase = d.uvarint()
+			t.lifeBase = d.uvarint()
+		}
 		h := d.count(MaxAttemptHistory, 11)
 		for j := 0; j < h && !d.failed; j++ {
 			t.history = append(t.history, decodeAttempt(d))
@@ -111,8 +121,19 @@ func (c *coordinator) decodeTaskExtensions(d *decoder) *Error {
 	return nil
 }
 
+// deriveLifeBases gives every task that was never re-run its life's base,
+// generation − retry count (I5); a retry count above the generation is left
+// for the audit to reject.
+func (c *coordinator) deriveLifeBases() {
+	for _, t := range c.tasks {
+		if t.reruns == 0 && uint64(t.retryCount) <= t.generation {
+			t.lifeBase = t.generation - uint64(t.retryCount)
+		}
+	}
+}
+
 // auditAttempts checks a task's fields beyond contract Part A: the timeout
-// bound, the re-run counters (I5) and the attempt history (I11): at most
+// bound and the attempt history (I12): at most
 // MaxAttemptHistory records of issued leases, attempts and lease IDs
 // strictly increasing and below the current attempt, generations not
 // decreasing and at most the task's, times ordered and not after logical
@@ -121,11 +142,8 @@ func (c *coordinator) auditAttempts(t *taskRec) *Error {
 	if t.timeout > MaxTaskTTLSecs {
 		return auditError("I2: attempt timeout exceeds its ceiling")
 	}
-	if (t.reruns == 0) != (t.rerunBase == 0) || uint64(t.reruns) > t.rerunBase {
-		return auditError("I5: re-run counters are inconsistent")
-	}
 	if len(t.history) > MaxAttemptHistory {
-		return auditError("I11: attempt history exceeds its bound")
+		return auditError("I12: attempt history exceeds its bound")
 	}
 	for i, a := range t.history {
 		if err := c.auditAttempt(t, a); err != nil {
@@ -134,14 +152,14 @@ func (c *coordinator) auditAttempts(t *taskRec) *Error {
 		if i > 0 {
 			p := t.history[i-1]
 			if a.attempt <= p.attempt || a.leaseID <= p.leaseID || a.taskGeneration < p.taskGeneration || a.acquiredAt < p.endedAt {
-				return auditError("I11: attempt history is not in attempt order")
+				return auditError("I12: attempt history is not in attempt order")
 			}
 		}
 	}
 	return nil
 }
 
-// auditAttempt checks one history record of t (I11).
+// auditAttempt checks one history record of t (I12).
 func (c *coordinator) auditAttempt(t *taskRec, a AttemptRecord) *Error {
 	current := t.attempt
 	if t.hasLease {
@@ -149,19 +167,19 @@ func (c *coordinator) auditAttempt(t *taskRec, a AttemptRecord) *Error {
 	}
 	switch {
 	case a.attempt == 0 || a.attempt > current || a.taskGeneration > t.generation:
-		return auditError("I11: attempt record names an attempt the task has not ended")
+		return auditError("I12: attempt record names an attempt the task has not ended")
 	case a.leaseID == 0 || a.leaseID > c.lastLeaseID || !ValidIdentifier(a.workerID):
-		return auditError("I11: attempt record names an unissued lease or an invalid worker")
+		return auditError("I12: attempt record names an unissued lease or an invalid worker")
 	case a.endedAt > c.logicalTime || a.acquiredAt > a.endedAt:
-		return auditError("I11: attempt record times are inconsistent")
+		return auditError("I12: attempt record times are inconsistent")
 	case a.hasStarted && (a.startedAt < a.acquiredAt || a.startedAt > a.endedAt):
-		return auditError("I11: attempt record times are inconsistent")
+		return auditError("I12: attempt record times are inconsistent")
 	case !a.hasStarted && a.startedAt != 0:
-		return auditError("I11: attempt record has a start time but did not start")
+		return auditError("I12: attempt record has a start time but did not start")
 	case !a.outcome.Valid():
-		return auditError("I11: attempt outcome is invalid")
+		return auditError("I12: attempt outcome is invalid")
 	case a.reason != "" && (a.outcome != AttemptFailed || len(a.reason) > MaxFailureReasonBytes || !utf8.ValidString(a.reason)):
-		return auditError("I11: attempt reason is invalid or on an attempt that did not fail")
+		return auditError("I12: attempt reason is invalid or on an attempt that did not fail")
 	}
 	return nil
 }

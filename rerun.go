@@ -162,8 +162,11 @@ func (c *coordinator) planReruns(ts []*taskRec) *Error {
 	return nil
 }
 
-// rerun moves a terminal task back to the queue as a new generation.
+// rerun moves a terminal task back to the queue as a new generation; it
+// leaves the finish index (I3, I8) and keeps its life's base (I11).
 func (c *coordinator) rerun(t *taskRec, now uint64) {
+	c.byFinish.Delete(t)
+	t.finishedAt = 0
 	c.terminal--
 	c.active++
 	t.status = TaskQueued

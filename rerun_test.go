@@ -308,7 +308,18 @@ func TestExport_RejectsHostileExtensions(t *testing.T) {
 	}
 	enc := func(f func(e *encoder)) []byte { e := &encoder{}; f(e); return e.buf }
 	entry := func(id string, timeout uint64) []byte {
-		return enc(func(e *encoder) { e.str(id); e.uvarint(timeout); e.uvarint(0); e.uvarint(0); e.uvarint(0) })
+		return enc(func(e *encoder) { e.str(id); e.uvarint(timeout); e.uvarint(0); e.uvarint(0) })
+	}
+	// rerunEntry claims re-runs with the given re-run and life bases.
+	rerunEntry := func(id string, reruns, rerunBase, lifeBase uint64) []byte {
+		return enc(func(e *encoder) {
+			e.str(id)
+			e.uvarint(0)
+			e.uvarint(reruns)
+			e.uvarint(rerunBase)
+			e.uvarint(lifeBase)
+			e.uvarint(0)
+		})
 	}
 	good := framePool(poolMagic, ext(enc(func(e *encoder) { e.uvarint(1) }), entry("a", 5)))
 	if p, err := RestoreWorkerPool(good); err != nil || mustTask(t, p, "a").AttemptTimeoutSecs() != 5 {
@@ -322,9 +333,11 @@ func TestExport_RejectsHostileExtensions(t *testing.T) {
 		"repeated":              ext(enc(func(e *encoder) { e.uvarint(2) }), entry("a", 5), entry("a", 6)),
 		"count too high":        ext(enc(func(e *encoder) { e.uvarint(3) }), entry("a", 5)),
 		"timeout above ceiling": ext(enc(func(e *encoder) { e.uvarint(1) }), entry("a", MaxTaskTTLSecs+1)),
+		// a queued task at generation 0 cannot have been re-run
+		"re-run without generation": ext(enc(func(e *encoder) { e.uvarint(1) }), rerunEntry("a", 1, 1, 0)),
+		"re-run base at life base":  ext(enc(func(e *encoder) { e.uvarint(1) }), rerunEntry("a", 1, 0, 0)),
 		"forged history": ext(enc(func(e *encoder) { e.uvarint(1) }), enc(func(e *encoder) {
 			e.str("a")
-			e.uvarint(0)
 			e.uvarint(0)
 			e.uvarint(0)
 			e.uvarint(1)

@@ -29,6 +29,7 @@ var clusterOps = map[reflect.Type]bool{
 	reflect.TypeFor[*pb.Command_RevokeKey]():    true,
 	reflect.TypeFor[*pb.Command_RotateKey]():    true,
 	reflect.TypeFor[*pb.Command_SetNodeInfo]():  true,
+	reflect.TypeFor[*pb.Command_UpdateTenant](): true,
 }
 
 // opTypes returns the wrapper type of every field of pb.Command's op oneof.
@@ -132,6 +133,7 @@ func roleCases() []roleCase {
 		}},
 		{reflect.TypeFor[*pb.Command_CancelTaskById](), needProducer, func(distributed.TaskLease) *pb.Command { return cancelByIDCmd("", "t1") }},
 		{reflect.TypeFor[*pb.Command_RerunTasks](), needProducer, c(&pb.Command_RerunTasks{RerunTasks: &pb.RerunTasks{TaskIds: []string{"t2"}}})},
+		{reflect.TypeFor[*pb.Command_PurgeTasks](), needProducer, c(&pb.Command_PurgeTasks{PurgeTasks: &pb.PurgeTasks{}})},
 	}
 }
 

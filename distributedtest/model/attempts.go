@@ -1,6 +1,7 @@
 package model
 
 import (
+	"fmt"
 	"unicode/utf8"
 
 	distributed "github.com/termivar/distributed"
@@ -120,7 +121,9 @@ func (m *Model) RerunTasks(rev, now uint64, req distributed.RerunRequest) (distr
 		t := &m.tasks[ti]
 		t.Status = distributed.TaskQueued
 		t.TaskGeneration++
+		t.RerunBase = t.TaskGeneration
 		t.RetryCount = 0
+		t.FinishedAt = 0
 		t.Reruns++
 		t.CreatedAt = now
 		t.StartedAt, t.HasStarted = 0, false
@@ -164,4 +167,22 @@ func checkRerun(req distributed.RerunRequest) (map[distributed.TaskStatus]bool, 
 		}
 	}
 	return sel, nil
+}
+
+// checkGeneration is I5 and I11 for one task: the generation is the base of
+// its current run (LifeBase, or RerunBase after a re-run) plus its retry
+// count, a re-run starts above its life's base, and the life's base is at
+// most the generation floor.
+func (m *Model) checkGeneration(t Task) error {
+	base := t.LifeBase
+	if t.Reruns > 0 {
+		base = t.RerunBase
+	}
+	switch {
+	case (t.Reruns == 0) != (t.RerunBase == 0) || (t.Reruns > 0 && t.RerunBase <= t.LifeBase):
+		return fmt.Errorf("model: task %s re-run base %d is inconsistent (life base %d, %d re-runs)", t.TaskID, t.RerunBase, t.LifeBase, t.Reruns)
+	case t.TaskGeneration != base+uint64(t.RetryCount) || t.LifeBase > m.genFloor:
+		return fmt.Errorf("model: task %s generation %d is not its run's base %d (floor %d) plus %d retries", t.TaskID, t.TaskGeneration, base, m.genFloor, t.RetryCount)
+	}
+	return nil
 }

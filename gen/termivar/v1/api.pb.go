@@ -3079,8 +3079,10 @@ type StatusResponse struct {
 	// long_polls_waiting is the number of Acquire calls this node holds
 	// waiting for work right now.
 	LongPollsWaiting int64 `protobuf:"varint,18,opt,name=long_polls_waiting,json=longPollsWaiting,proto3" json:"long_polls_waiting,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// result_retention_secs is the tenant's result retention (0: off).
+	ResultRetentionSecs uint64 `protobuf:"varint,19,opt,name=result_retention_secs,json=resultRetentionSecs,proto3" json:"result_retention_secs,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -3239,6 +3241,13 @@ func (x *StatusResponse) GetLongPollsWaiting() int64 {
 	return 0
 }
 
+func (x *StatusResponse) GetResultRetentionSecs() uint64 {
+	if x != nil {
+		return x.ResultRetentionSecs
+	}
+	return 0
+}
+
 type ListWorkersRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -3323,10 +3332,13 @@ type CreateTenantRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// limits and result_limits default to the node's per-tenant defaults.
-	Limits        *CoreLimits   `protobuf:"bytes,2,opt,name=limits,proto3" json:"limits,omitempty"`
-	ResultLimits  *ResultLimits `protobuf:"bytes,3,opt,name=result_limits,json=resultLimits,proto3" json:"result_limits,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Limits       *CoreLimits   `protobuf:"bytes,2,opt,name=limits,proto3" json:"limits,omitempty"`
+	ResultLimits *ResultLimits `protobuf:"bytes,3,opt,name=result_limits,json=resultLimits,proto3" json:"result_limits,omitempty"`
+	// result_retention_secs purges terminal tasks and their results this
+	// many seconds after they finished; 0 keeps them.
+	ResultRetentionSecs uint64 `protobuf:"varint,4,opt,name=result_retention_secs,json=resultRetentionSecs,proto3" json:"result_retention_secs,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *CreateTenantRequest) Reset() {
@@ -3380,6 +3392,312 @@ func (x *CreateTenantRequest) GetResultLimits() *ResultLimits {
 	return nil
 }
 
+func (x *CreateTenantRequest) GetResultRetentionSecs() uint64 {
+	if x != nil {
+		return x.ResultRetentionSecs
+	}
+	return 0
+}
+
+type UpdateTenantRequest struct {
+	state               protoimpl.MessageState `protogen:"open.v1"`
+	Name                string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	ResultRetentionSecs uint64                 `protobuf:"varint,2,opt,name=result_retention_secs,json=resultRetentionSecs,proto3" json:"result_retention_secs,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *UpdateTenantRequest) Reset() {
+	*x = UpdateTenantRequest{}
+	mi := &file_termivar_v1_api_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateTenantRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateTenantRequest) ProtoMessage() {}
+
+func (x *UpdateTenantRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateTenantRequest.ProtoReflect.Descriptor instead.
+func (*UpdateTenantRequest) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *UpdateTenantRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *UpdateTenantRequest) GetResultRetentionSecs() uint64 {
+	if x != nil {
+		return x.ResultRetentionSecs
+	}
+	return 0
+}
+
+type UpdateTenantResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateTenantResponse) Reset() {
+	*x = UpdateTenantResponse{}
+	mi := &file_termivar_v1_api_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateTenantResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateTenantResponse) ProtoMessage() {}
+
+func (x *UpdateTenantResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateTenantResponse.ProtoReflect.Descriptor instead.
+func (*UpdateTenantResponse) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{47}
+}
+
+type DeleteScanRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	ScanId string                 `protobuf:"bytes,1,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
+	// force cancels the scan's queued, leased and running tasks first.
+	Force         bool `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteScanRequest) Reset() {
+	*x = DeleteScanRequest{}
+	mi := &file_termivar_v1_api_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteScanRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteScanRequest) ProtoMessage() {}
+
+func (x *DeleteScanRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteScanRequest.ProtoReflect.Descriptor instead.
+func (*DeleteScanRequest) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *DeleteScanRequest) GetScanId() string {
+	if x != nil {
+		return x.ScanId
+	}
+	return ""
+}
+
+func (x *DeleteScanRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+type DeleteScanResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// purged is how many task records were removed (with their results).
+	Purged uint32 `protobuf:"varint,1,opt,name=purged,proto3" json:"purged,omitempty"`
+	// cancelled is how many non-terminal tasks force cancelled first.
+	Cancelled     uint32 `protobuf:"varint,2,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
+	Revision      uint64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteScanResponse) Reset() {
+	*x = DeleteScanResponse{}
+	mi := &file_termivar_v1_api_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteScanResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteScanResponse) ProtoMessage() {}
+
+func (x *DeleteScanResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteScanResponse.ProtoReflect.Descriptor instead.
+func (*DeleteScanResponse) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *DeleteScanResponse) GetPurged() uint32 {
+	if x != nil {
+		return x.Purged
+	}
+	return 0
+}
+
+func (x *DeleteScanResponse) GetCancelled() uint32 {
+	if x != nil {
+		return x.Cancelled
+	}
+	return 0
+}
+
+func (x *DeleteScanResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+type PurgeTasksRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TaskIds       []string               `protobuf:"bytes,1,rep,name=task_ids,json=taskIds,proto3" json:"task_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PurgeTasksRequest) Reset() {
+	*x = PurgeTasksRequest{}
+	mi := &file_termivar_v1_api_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgeTasksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgeTasksRequest) ProtoMessage() {}
+
+func (x *PurgeTasksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgeTasksRequest.ProtoReflect.Descriptor instead.
+func (*PurgeTasksRequest) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *PurgeTasksRequest) GetTaskIds() []string {
+	if x != nil {
+		return x.TaskIds
+	}
+	return nil
+}
+
+type PurgeTasksResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Purged        uint32                 `protobuf:"varint,1,opt,name=purged,proto3" json:"purged,omitempty"`
+	Revision      uint64                 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PurgeTasksResponse) Reset() {
+	*x = PurgeTasksResponse{}
+	mi := &file_termivar_v1_api_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgeTasksResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgeTasksResponse) ProtoMessage() {}
+
+func (x *PurgeTasksResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgeTasksResponse.ProtoReflect.Descriptor instead.
+func (*PurgeTasksResponse) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *PurgeTasksResponse) GetPurged() uint32 {
+	if x != nil {
+		return x.Purged
+	}
+	return 0
+}
+
+func (x *PurgeTasksResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
 type CreateTenantResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Revision      uint64                 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
@@ -3389,7 +3707,7 @@ type CreateTenantResponse struct {
 
 func (x *CreateTenantResponse) Reset() {
 	*x = CreateTenantResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[46]
+	mi := &file_termivar_v1_api_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3401,7 +3719,7 @@ func (x *CreateTenantResponse) String() string {
 func (*CreateTenantResponse) ProtoMessage() {}
 
 func (x *CreateTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[46]
+	mi := &file_termivar_v1_api_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3414,7 +3732,7 @@ func (x *CreateTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantResponse.ProtoReflect.Descriptor instead.
 func (*CreateTenantResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{46}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *CreateTenantResponse) GetRevision() uint64 {
@@ -3434,7 +3752,7 @@ type CreateKeyRequest struct {
 
 func (x *CreateKeyRequest) Reset() {
 	*x = CreateKeyRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[47]
+	mi := &file_termivar_v1_api_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3446,7 +3764,7 @@ func (x *CreateKeyRequest) String() string {
 func (*CreateKeyRequest) ProtoMessage() {}
 
 func (x *CreateKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[47]
+	mi := &file_termivar_v1_api_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3459,7 +3777,7 @@ func (x *CreateKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyRequest.ProtoReflect.Descriptor instead.
 func (*CreateKeyRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{47}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CreateKeyRequest) GetTenant() string {
@@ -3487,7 +3805,7 @@ type CreateKeyResponse struct {
 
 func (x *CreateKeyResponse) Reset() {
 	*x = CreateKeyResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[48]
+	mi := &file_termivar_v1_api_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3499,7 +3817,7 @@ func (x *CreateKeyResponse) String() string {
 func (*CreateKeyResponse) ProtoMessage() {}
 
 func (x *CreateKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[48]
+	mi := &file_termivar_v1_api_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3512,7 +3830,7 @@ func (x *CreateKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyResponse.ProtoReflect.Descriptor instead.
 func (*CreateKeyResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{48}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *CreateKeyResponse) GetKeyId() string {
@@ -3542,7 +3860,7 @@ type ListKeysRequest struct {
 
 func (x *ListKeysRequest) Reset() {
 	*x = ListKeysRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[49]
+	mi := &file_termivar_v1_api_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3554,7 +3872,7 @@ func (x *ListKeysRequest) String() string {
 func (*ListKeysRequest) ProtoMessage() {}
 
 func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[49]
+	mi := &file_termivar_v1_api_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3567,7 +3885,7 @@ func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListKeysRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{49}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ListKeysRequest) GetTenant() string {
@@ -3597,7 +3915,7 @@ type KeyInfo struct {
 
 func (x *KeyInfo) Reset() {
 	*x = KeyInfo{}
-	mi := &file_termivar_v1_api_proto_msgTypes[50]
+	mi := &file_termivar_v1_api_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3609,7 +3927,7 @@ func (x *KeyInfo) String() string {
 func (*KeyInfo) ProtoMessage() {}
 
 func (x *KeyInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[50]
+	mi := &file_termivar_v1_api_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3622,7 +3940,7 @@ func (x *KeyInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyInfo.ProtoReflect.Descriptor instead.
 func (*KeyInfo) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{50}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *KeyInfo) GetKeyId() string {
@@ -3669,7 +3987,7 @@ type ListKeysResponse struct {
 
 func (x *ListKeysResponse) Reset() {
 	*x = ListKeysResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[51]
+	mi := &file_termivar_v1_api_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3681,7 +3999,7 @@ func (x *ListKeysResponse) String() string {
 func (*ListKeysResponse) ProtoMessage() {}
 
 func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[51]
+	mi := &file_termivar_v1_api_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3694,7 +4012,7 @@ func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListKeysResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{51}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ListKeysResponse) GetKeys() []*KeyInfo {
@@ -3713,7 +4031,7 @@ type RevokeKeyRequest struct {
 
 func (x *RevokeKeyRequest) Reset() {
 	*x = RevokeKeyRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[52]
+	mi := &file_termivar_v1_api_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3725,7 +4043,7 @@ func (x *RevokeKeyRequest) String() string {
 func (*RevokeKeyRequest) ProtoMessage() {}
 
 func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[52]
+	mi := &file_termivar_v1_api_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3738,7 +4056,7 @@ func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeKeyRequest.ProtoReflect.Descriptor instead.
 func (*RevokeKeyRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{52}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *RevokeKeyRequest) GetKeyId() string {
@@ -3756,7 +4074,7 @@ type RevokeKeyResponse struct {
 
 func (x *RevokeKeyResponse) Reset() {
 	*x = RevokeKeyResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[53]
+	mi := &file_termivar_v1_api_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3768,7 +4086,7 @@ func (x *RevokeKeyResponse) String() string {
 func (*RevokeKeyResponse) ProtoMessage() {}
 
 func (x *RevokeKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[53]
+	mi := &file_termivar_v1_api_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3781,7 +4099,7 @@ func (x *RevokeKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeKeyResponse.ProtoReflect.Descriptor instead.
 func (*RevokeKeyResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{53}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{59}
 }
 
 type RotateKeyRequest struct {
@@ -3793,7 +4111,7 @@ type RotateKeyRequest struct {
 
 func (x *RotateKeyRequest) Reset() {
 	*x = RotateKeyRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[54]
+	mi := &file_termivar_v1_api_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3805,7 +4123,7 @@ func (x *RotateKeyRequest) String() string {
 func (*RotateKeyRequest) ProtoMessage() {}
 
 func (x *RotateKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[54]
+	mi := &file_termivar_v1_api_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3818,7 +4136,7 @@ func (x *RotateKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateKeyRequest.ProtoReflect.Descriptor instead.
 func (*RotateKeyRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{54}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *RotateKeyRequest) GetKeyId() string {
@@ -3840,7 +4158,7 @@ type RotateKeyResponse struct {
 
 func (x *RotateKeyResponse) Reset() {
 	*x = RotateKeyResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[55]
+	mi := &file_termivar_v1_api_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3852,7 +4170,7 @@ func (x *RotateKeyResponse) String() string {
 func (*RotateKeyResponse) ProtoMessage() {}
 
 func (x *RotateKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[55]
+	mi := &file_termivar_v1_api_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3865,7 +4183,7 @@ func (x *RotateKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateKeyResponse.ProtoReflect.Descriptor instead.
 func (*RotateKeyResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{55}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *RotateKeyResponse) GetKeyId() string {
@@ -4169,7 +4487,7 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x06result\x18\x02 \x01(\fR\x06result\".\n" +
 	"\rStatusRequest\x12\x1d\n" +
 	"\n" +
-	"state_hash\x18\x01 \x01(\bR\tstateHash\"\xf0\x04\n" +
+	"state_hash\x18\x01 \x01(\bR\tstateHash\"\xa4\x05\n" +
 	"\x0eStatusResponse\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12!\n" +
@@ -4191,14 +4509,32 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"state_hash\x18\x10 \x01(\fR\tstateHash\x12(\n" +
 	"\x10state_hash_index\x18\x11 \x01(\x04R\x0estateHashIndex\x12,\n" +
-	"\x12long_polls_waiting\x18\x12 \x01(\x03R\x10longPollsWaiting\"\x14\n" +
+	"\x12long_polls_waiting\x18\x12 \x01(\x03R\x10longPollsWaiting\x122\n" +
+	"\x15result_retention_secs\x18\x13 \x01(\x04R\x13resultRetentionSecs\"\x14\n" +
 	"\x12ListWorkersRequest\"H\n" +
 	"\x13ListWorkersResponse\x121\n" +
-	"\aworkers\x18\x01 \x03(\v2\x17.termivar.v1.WorkerInfoR\aworkers\"\x9a\x01\n" +
+	"\aworkers\x18\x01 \x03(\v2\x17.termivar.v1.WorkerInfoR\aworkers\"\xce\x01\n" +
 	"\x13CreateTenantRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
 	"\x06limits\x18\x02 \x01(\v2\x17.termivar.v1.CoreLimitsR\x06limits\x12>\n" +
-	"\rresult_limits\x18\x03 \x01(\v2\x19.termivar.v1.ResultLimitsR\fresultLimits\"2\n" +
+	"\rresult_limits\x18\x03 \x01(\v2\x19.termivar.v1.ResultLimitsR\fresultLimits\x122\n" +
+	"\x15result_retention_secs\x18\x04 \x01(\x04R\x13resultRetentionSecs\"]\n" +
+	"\x13UpdateTenantRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x122\n" +
+	"\x15result_retention_secs\x18\x02 \x01(\x04R\x13resultRetentionSecs\"\x16\n" +
+	"\x14UpdateTenantResponse\"B\n" +
+	"\x11DeleteScanRequest\x12\x17\n" +
+	"\ascan_id\x18\x01 \x01(\tR\x06scanId\x12\x14\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\"f\n" +
+	"\x12DeleteScanResponse\x12\x16\n" +
+	"\x06purged\x18\x01 \x01(\rR\x06purged\x12\x1c\n" +
+	"\tcancelled\x18\x02 \x01(\rR\tcancelled\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\x04R\brevision\".\n" +
+	"\x11PurgeTasksRequest\x12\x19\n" +
+	"\btask_ids\x18\x01 \x03(\tR\ataskIds\"H\n" +
+	"\x12PurgeTasksResponse\x12\x16\n" +
+	"\x06purged\x18\x01 \x01(\rR\x06purged\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\"2\n" +
 	"\x14CreateTenantResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\">\n" +
 	"\x10CreateKeyRequest\x12\x16\n" +
@@ -4238,7 +4574,7 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\fCompleteMany\x12 .termivar.v1.CompleteManyRequest\x1a!.termivar.v1.CompleteManyResponse\x12;\n" +
 	"\x04Fail\x12\x18.termivar.v1.FailRequest\x1a\x19.termivar.v1.FailResponse\x12M\n" +
 	"\n" +
-	"Deregister\x12\x1e.termivar.v1.DeregisterRequest\x1a\x1f.termivar.v1.DeregisterResponse2\x9d\x04\n" +
+	"Deregister\x12\x1e.termivar.v1.DeregisterRequest\x1a\x1f.termivar.v1.DeregisterResponse2\xbb\x05\n" +
 	"\bProducer\x12D\n" +
 	"\aEnqueue\x12\x1b.termivar.v1.EnqueueRequest\x1a\x1c.termivar.v1.EnqueueResponse\x12A\n" +
 	"\x06Cancel\x12\x1a.termivar.v1.CancelRequest\x1a\x1b.termivar.v1.CancelResponse\x12D\n" +
@@ -4246,11 +4582,16 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\tListTasks\x12\x1d.termivar.v1.ListTasksRequest\x1a\x1e.termivar.v1.ListTasksResponse\x12S\n" +
 	"\fScanProgress\x12 .termivar.v1.ScanProgressRequest\x1a!.termivar.v1.ScanProgressResponse\x12>\n" +
 	"\x05Retry\x12\x19.termivar.v1.RetryRequest\x1a\x1a.termivar.v1.RetryResponse\x12a\n" +
-	"\x10AggregateResults\x12$.termivar.v1.AggregateResultsRequest\x1a%.termivar.v1.AggregateResultsResponse0\x012\x9e\x04\n" +
+	"\x10AggregateResults\x12$.termivar.v1.AggregateResultsRequest\x1a%.termivar.v1.AggregateResultsResponse0\x01\x12M\n" +
+	"\n" +
+	"DeleteScan\x12\x1e.termivar.v1.DeleteScanRequest\x1a\x1f.termivar.v1.DeleteScanResponse\x12M\n" +
+	"\n" +
+	"PurgeTasks\x12\x1e.termivar.v1.PurgeTasksRequest\x1a\x1f.termivar.v1.PurgeTasksResponse2\xf3\x04\n" +
 	"\x05Admin\x12A\n" +
 	"\x06Status\x12\x1a.termivar.v1.StatusRequest\x1a\x1b.termivar.v1.StatusResponse\x12P\n" +
 	"\vListWorkers\x12\x1f.termivar.v1.ListWorkersRequest\x1a .termivar.v1.ListWorkersResponse\x12S\n" +
-	"\fCreateTenant\x12 .termivar.v1.CreateTenantRequest\x1a!.termivar.v1.CreateTenantResponse\x12J\n" +
+	"\fCreateTenant\x12 .termivar.v1.CreateTenantRequest\x1a!.termivar.v1.CreateTenantResponse\x12S\n" +
+	"\fUpdateTenant\x12 .termivar.v1.UpdateTenantRequest\x1a!.termivar.v1.UpdateTenantResponse\x12J\n" +
 	"\tCreateKey\x12\x1d.termivar.v1.CreateKeyRequest\x1a\x1e.termivar.v1.CreateKeyResponse\x12G\n" +
 	"\bListKeys\x12\x1c.termivar.v1.ListKeysRequest\x1a\x1d.termivar.v1.ListKeysResponse\x12J\n" +
 	"\tRevokeKey\x12\x1d.termivar.v1.RevokeKeyRequest\x1a\x1e.termivar.v1.RevokeKeyResponse\x12J\n" +
@@ -4268,7 +4609,7 @@ func file_termivar_v1_api_proto_rawDescGZIP() []byte {
 	return file_termivar_v1_api_proto_rawDescData
 }
 
-var file_termivar_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
+var file_termivar_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
 var file_termivar_v1_api_proto_goTypes = []any{
 	(*ErrorDetail)(nil),              // 0: termivar.v1.ErrorDetail
 	(*WorkerInfo)(nil),               // 1: termivar.v1.WorkerInfo
@@ -4316,19 +4657,25 @@ var file_termivar_v1_api_proto_goTypes = []any{
 	(*ListWorkersRequest)(nil),       // 43: termivar.v1.ListWorkersRequest
 	(*ListWorkersResponse)(nil),      // 44: termivar.v1.ListWorkersResponse
 	(*CreateTenantRequest)(nil),      // 45: termivar.v1.CreateTenantRequest
-	(*CreateTenantResponse)(nil),     // 46: termivar.v1.CreateTenantResponse
-	(*CreateKeyRequest)(nil),         // 47: termivar.v1.CreateKeyRequest
-	(*CreateKeyResponse)(nil),        // 48: termivar.v1.CreateKeyResponse
-	(*ListKeysRequest)(nil),          // 49: termivar.v1.ListKeysRequest
-	(*KeyInfo)(nil),                  // 50: termivar.v1.KeyInfo
-	(*ListKeysResponse)(nil),         // 51: termivar.v1.ListKeysResponse
-	(*RevokeKeyRequest)(nil),         // 52: termivar.v1.RevokeKeyRequest
-	(*RevokeKeyResponse)(nil),        // 53: termivar.v1.RevokeKeyResponse
-	(*RotateKeyRequest)(nil),         // 54: termivar.v1.RotateKeyRequest
-	(*RotateKeyResponse)(nil),        // 55: termivar.v1.RotateKeyResponse
-	(*ClusterMember)(nil),            // 56: termivar.v1.ClusterMember
-	(*CoreLimits)(nil),               // 57: termivar.v1.CoreLimits
-	(*ResultLimits)(nil),             // 58: termivar.v1.ResultLimits
+	(*UpdateTenantRequest)(nil),      // 46: termivar.v1.UpdateTenantRequest
+	(*UpdateTenantResponse)(nil),     // 47: termivar.v1.UpdateTenantResponse
+	(*DeleteScanRequest)(nil),        // 48: termivar.v1.DeleteScanRequest
+	(*DeleteScanResponse)(nil),       // 49: termivar.v1.DeleteScanResponse
+	(*PurgeTasksRequest)(nil),        // 50: termivar.v1.PurgeTasksRequest
+	(*PurgeTasksResponse)(nil),       // 51: termivar.v1.PurgeTasksResponse
+	(*CreateTenantResponse)(nil),     // 52: termivar.v1.CreateTenantResponse
+	(*CreateKeyRequest)(nil),         // 53: termivar.v1.CreateKeyRequest
+	(*CreateKeyResponse)(nil),        // 54: termivar.v1.CreateKeyResponse
+	(*ListKeysRequest)(nil),          // 55: termivar.v1.ListKeysRequest
+	(*KeyInfo)(nil),                  // 56: termivar.v1.KeyInfo
+	(*ListKeysResponse)(nil),         // 57: termivar.v1.ListKeysResponse
+	(*RevokeKeyRequest)(nil),         // 58: termivar.v1.RevokeKeyRequest
+	(*RevokeKeyResponse)(nil),        // 59: termivar.v1.RevokeKeyResponse
+	(*RotateKeyRequest)(nil),         // 60: termivar.v1.RotateKeyRequest
+	(*RotateKeyResponse)(nil),        // 61: termivar.v1.RotateKeyResponse
+	(*ClusterMember)(nil),            // 62: termivar.v1.ClusterMember
+	(*CoreLimits)(nil),               // 63: termivar.v1.CoreLimits
+	(*ResultLimits)(nil),             // 64: termivar.v1.ResultLimits
 }
 var file_termivar_v1_api_proto_depIdxs = []int32{
 	1,  // 0: termivar.v1.RegisterWorkerResponse.worker:type_name -> termivar.v1.WorkerInfo
@@ -4344,11 +4691,11 @@ var file_termivar_v1_api_proto_depIdxs = []int32{
 	30, // 10: termivar.v1.TaskInfo.attempts:type_name -> termivar.v1.AttemptInfo
 	29, // 11: termivar.v1.GetTaskResponse.task:type_name -> termivar.v1.TaskInfo
 	29, // 12: termivar.v1.ListTasksResponse.tasks:type_name -> termivar.v1.TaskInfo
-	56, // 13: termivar.v1.StatusResponse.members:type_name -> termivar.v1.ClusterMember
+	62, // 13: termivar.v1.StatusResponse.members:type_name -> termivar.v1.ClusterMember
 	1,  // 14: termivar.v1.ListWorkersResponse.workers:type_name -> termivar.v1.WorkerInfo
-	57, // 15: termivar.v1.CreateTenantRequest.limits:type_name -> termivar.v1.CoreLimits
-	58, // 16: termivar.v1.CreateTenantRequest.result_limits:type_name -> termivar.v1.ResultLimits
-	50, // 17: termivar.v1.ListKeysResponse.keys:type_name -> termivar.v1.KeyInfo
+	63, // 15: termivar.v1.CreateTenantRequest.limits:type_name -> termivar.v1.CoreLimits
+	64, // 16: termivar.v1.CreateTenantRequest.result_limits:type_name -> termivar.v1.ResultLimits
+	56, // 17: termivar.v1.ListKeysResponse.keys:type_name -> termivar.v1.KeyInfo
 	2,  // 18: termivar.v1.Worker.RegisterWorker:input_type -> termivar.v1.RegisterWorkerRequest
 	4,  // 19: termivar.v1.Worker.Heartbeat:input_type -> termivar.v1.HeartbeatRequest
 	6,  // 20: termivar.v1.Worker.Acquire:input_type -> termivar.v1.AcquireRequest
@@ -4365,38 +4712,44 @@ var file_termivar_v1_api_proto_depIdxs = []int32{
 	35, // 31: termivar.v1.Producer.ScanProgress:input_type -> termivar.v1.ScanProgressRequest
 	37, // 32: termivar.v1.Producer.Retry:input_type -> termivar.v1.RetryRequest
 	39, // 33: termivar.v1.Producer.AggregateResults:input_type -> termivar.v1.AggregateResultsRequest
-	41, // 34: termivar.v1.Admin.Status:input_type -> termivar.v1.StatusRequest
-	43, // 35: termivar.v1.Admin.ListWorkers:input_type -> termivar.v1.ListWorkersRequest
-	45, // 36: termivar.v1.Admin.CreateTenant:input_type -> termivar.v1.CreateTenantRequest
-	47, // 37: termivar.v1.Admin.CreateKey:input_type -> termivar.v1.CreateKeyRequest
-	49, // 38: termivar.v1.Admin.ListKeys:input_type -> termivar.v1.ListKeysRequest
-	52, // 39: termivar.v1.Admin.RevokeKey:input_type -> termivar.v1.RevokeKeyRequest
-	54, // 40: termivar.v1.Admin.RotateKey:input_type -> termivar.v1.RotateKeyRequest
-	3,  // 41: termivar.v1.Worker.RegisterWorker:output_type -> termivar.v1.RegisterWorkerResponse
-	5,  // 42: termivar.v1.Worker.Heartbeat:output_type -> termivar.v1.HeartbeatResponse
-	8,  // 43: termivar.v1.Worker.Acquire:output_type -> termivar.v1.AcquireResponse
-	10, // 44: termivar.v1.Worker.Start:output_type -> termivar.v1.StartResponse
-	12, // 45: termivar.v1.Worker.RenewLease:output_type -> termivar.v1.RenewLeaseResponse
-	14, // 46: termivar.v1.Worker.Complete:output_type -> termivar.v1.CompleteResponse
-	17, // 47: termivar.v1.Worker.CompleteMany:output_type -> termivar.v1.CompleteManyResponse
-	19, // 48: termivar.v1.Worker.Fail:output_type -> termivar.v1.FailResponse
-	22, // 49: termivar.v1.Worker.Deregister:output_type -> termivar.v1.DeregisterResponse
-	26, // 50: termivar.v1.Producer.Enqueue:output_type -> termivar.v1.EnqueueResponse
-	28, // 51: termivar.v1.Producer.Cancel:output_type -> termivar.v1.CancelResponse
-	32, // 52: termivar.v1.Producer.GetTask:output_type -> termivar.v1.GetTaskResponse
-	34, // 53: termivar.v1.Producer.ListTasks:output_type -> termivar.v1.ListTasksResponse
-	36, // 54: termivar.v1.Producer.ScanProgress:output_type -> termivar.v1.ScanProgressResponse
-	38, // 55: termivar.v1.Producer.Retry:output_type -> termivar.v1.RetryResponse
-	40, // 56: termivar.v1.Producer.AggregateResults:output_type -> termivar.v1.AggregateResultsResponse
-	42, // 57: termivar.v1.Admin.Status:output_type -> termivar.v1.StatusResponse
-	44, // 58: termivar.v1.Admin.ListWorkers:output_type -> termivar.v1.ListWorkersResponse
-	46, // 59: termivar.v1.Admin.CreateTenant:output_type -> termivar.v1.CreateTenantResponse
-	48, // 60: termivar.v1.Admin.CreateKey:output_type -> termivar.v1.CreateKeyResponse
-	51, // 61: termivar.v1.Admin.ListKeys:output_type -> termivar.v1.ListKeysResponse
-	53, // 62: termivar.v1.Admin.RevokeKey:output_type -> termivar.v1.RevokeKeyResponse
-	55, // 63: termivar.v1.Admin.RotateKey:output_type -> termivar.v1.RotateKeyResponse
-	41, // [41:64] is the sub-list for method output_type
-	18, // [18:41] is the sub-list for method input_type
+	48, // 34: termivar.v1.Producer.DeleteScan:input_type -> termivar.v1.DeleteScanRequest
+	50, // 35: termivar.v1.Producer.PurgeTasks:input_type -> termivar.v1.PurgeTasksRequest
+	41, // 36: termivar.v1.Admin.Status:input_type -> termivar.v1.StatusRequest
+	43, // 37: termivar.v1.Admin.ListWorkers:input_type -> termivar.v1.ListWorkersRequest
+	45, // 38: termivar.v1.Admin.CreateTenant:input_type -> termivar.v1.CreateTenantRequest
+	46, // 39: termivar.v1.Admin.UpdateTenant:input_type -> termivar.v1.UpdateTenantRequest
+	53, // 40: termivar.v1.Admin.CreateKey:input_type -> termivar.v1.CreateKeyRequest
+	55, // 41: termivar.v1.Admin.ListKeys:input_type -> termivar.v1.ListKeysRequest
+	58, // 42: termivar.v1.Admin.RevokeKey:input_type -> termivar.v1.RevokeKeyRequest
+	60, // 43: termivar.v1.Admin.RotateKey:input_type -> termivar.v1.RotateKeyRequest
+	3,  // 44: termivar.v1.Worker.RegisterWorker:output_type -> termivar.v1.RegisterWorkerResponse
+	5,  // 45: termivar.v1.Worker.Heartbeat:output_type -> termivar.v1.HeartbeatResponse
+	8,  // 46: termivar.v1.Worker.Acquire:output_type -> termivar.v1.AcquireResponse
+	10, // 47: termivar.v1.Worker.Start:output_type -> termivar.v1.StartResponse
+	12, // 48: termivar.v1.Worker.RenewLease:output_type -> termivar.v1.RenewLeaseResponse
+	14, // 49: termivar.v1.Worker.Complete:output_type -> termivar.v1.CompleteResponse
+	17, // 50: termivar.v1.Worker.CompleteMany:output_type -> termivar.v1.CompleteManyResponse
+	19, // 51: termivar.v1.Worker.Fail:output_type -> termivar.v1.FailResponse
+	22, // 52: termivar.v1.Worker.Deregister:output_type -> termivar.v1.DeregisterResponse
+	26, // 53: termivar.v1.Producer.Enqueue:output_type -> termivar.v1.EnqueueResponse
+	28, // 54: termivar.v1.Producer.Cancel:output_type -> termivar.v1.CancelResponse
+	32, // 55: termivar.v1.Producer.GetTask:output_type -> termivar.v1.GetTaskResponse
+	34, // 56: termivar.v1.Producer.ListTasks:output_type -> termivar.v1.ListTasksResponse
+	36, // 57: termivar.v1.Producer.ScanProgress:output_type -> termivar.v1.ScanProgressResponse
+	38, // 58: termivar.v1.Producer.Retry:output_type -> termivar.v1.RetryResponse
+	40, // 59: termivar.v1.Producer.AggregateResults:output_type -> termivar.v1.AggregateResultsResponse
+	49, // 60: termivar.v1.Producer.DeleteScan:output_type -> termivar.v1.DeleteScanResponse
+	51, // 61: termivar.v1.Producer.PurgeTasks:output_type -> termivar.v1.PurgeTasksResponse
+	42, // 62: termivar.v1.Admin.Status:output_type -> termivar.v1.StatusResponse
+	44, // 63: termivar.v1.Admin.ListWorkers:output_type -> termivar.v1.ListWorkersResponse
+	52, // 64: termivar.v1.Admin.CreateTenant:output_type -> termivar.v1.CreateTenantResponse
+	47, // 65: termivar.v1.Admin.UpdateTenant:output_type -> termivar.v1.UpdateTenantResponse
+	54, // 66: termivar.v1.Admin.CreateKey:output_type -> termivar.v1.CreateKeyResponse
+	57, // 67: termivar.v1.Admin.ListKeys:output_type -> termivar.v1.ListKeysResponse
+	59, // 68: termivar.v1.Admin.RevokeKey:output_type -> termivar.v1.RevokeKeyResponse
+	61, // 69: termivar.v1.Admin.RotateKey:output_type -> termivar.v1.RotateKeyResponse
+	44, // [44:70] is the sub-list for method output_type
+	18, // [18:44] is the sub-list for method input_type
 	18, // [18:18] is the sub-list for extension type_name
 	18, // [18:18] is the sub-list for extension extendee
 	0,  // [0:18] is the sub-list for field type_name
@@ -4427,7 +4780,7 @@ func file_termivar_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_termivar_v1_api_proto_rawDesc), len(file_termivar_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   56,
+			NumMessages:   62,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -11,7 +11,9 @@ import (
 // core command (value: distributed.RerunOutcome): the named tasks, or every
 // task of the scan in enqueue order. Named tasks must belong to the scan
 // when one is given (ErrInvalidTask otherwise); an unknown scan or task is
-// ErrTaskNotFound.
+// ErrTaskNotFound. Purged tasks (purge.go) are out of the scan index and
+// the pool: a scan re-run skips them, a named one is ErrTaskNotFound, and a
+// scan whose every task was purged is unknown.
 func (f *FSM) applyRerun(c tenantCall) Response {
 	r := c.cmd.GetRerunTasks()
 	ids, err := rerunIDs(c.t, r)
@@ -50,11 +52,21 @@ func rerunIDs(t *Tenant, r *pb.RerunTasks) ([]string, error) {
 	}
 	for _, id := range r.GetTaskIds() {
 		if !member[id] {
-			if err := distributed.CheckTaskCommandID(id); err != nil {
-				return nil, err
-			}
-			return nil, distributed.NewInvalidTaskError("task is not in the scan")
+			return nil, notInScan(t, id)
 		}
 	}
 	return r.GetTaskIds(), nil
+}
+
+// notInScan is the error for a named task the scan index does not list:
+// an invalid ID, no such task (never enqueued, or purged), or a task of
+// another scan.
+func notInScan(t *Tenant, id string) error {
+	if err := distributed.CheckTaskCommandID(id); err != nil {
+		return err
+	}
+	if _, found, _ := t.pool.GetTask(id); !found {
+		return distributed.NewTaskNotFoundError(id)
+	}
+	return distributed.NewInvalidTaskError("task is not in the scan")
 }

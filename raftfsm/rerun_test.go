@@ -88,3 +88,44 @@ func TestFSM_FailReasonAndTimeoutSurviveSnapshot(t *testing.T) {
 	b.now += 20
 	b.mustReject(t, renewCmd("kw1", renewed), distributed.ErrAttemptTimedOut)
 }
+
+// TestFSM_RerunAfterPurge: a scan re-run skips the scan's purged tasks; a
+// purged task named (with or without the scan) is TaskNotFound and changes
+// nothing; re-run tasks that end again go with DeleteScan, after which the
+// scan is unknown to a re-run; the snapshot round-trips in between.
+func TestFSM_RerunAfterPurge(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.must(t, enqueueCmd("kprod", "t1", "t2", "t3"))
+	for _, id := range []string{"t1", "t2", "t3"} {
+		b.must(t, cancelByIDCmd("kprod", id))
+	}
+	if v := b.must(t, purgeCmd("kprod", &pb.PurgeTasks{TaskIds: []string{"t1"}})).Value.(PurgeValue); len(v.TaskIDs) != 1 {
+		t.Fatalf("purge value %+v", v)
+	}
+	mustFailUnchanged(t, b, rerunCmd("kprod", "s1", "t1"), distributed.ErrTaskNotFound)
+	mustFailUnchanged(t, b, rerunCmd("kprod", "", "t1"), distributed.ErrTaskNotFound)
+	mustFailUnchanged(t, b, rerunCmd("kprod", "s1", "t2", "t1"), distributed.ErrTaskNotFound)
+
+	out := b.must(t, rerunCmd("kprod", "s1")).Value.(distributed.RerunOutcome)
+	if len(out.Requeued) != 2 || out.Requeued[0] != "t2" || out.Requeued[1] != "t3" || out.Unchanged != 0 {
+		t.Fatalf("scan re-run after purge = %+v, want [t2 t3]", out)
+	}
+	st, _ := b.f.ExportState()
+	g := New(Options{})
+	if err := g.RestoreState(st); err != nil {
+		t.Fatalf("snapshot after purge and re-run: %v", err)
+	}
+	if re, _ := g.ExportState(); !bytes.Equal(re, st) {
+		t.Fatal("snapshot after purge and re-run re-exports differently")
+	}
+	// Queued again, the re-run tasks block DeleteScan until they end.
+	mustFailUnchanged(t, b, purgeCmd("kprod", &pb.PurgeTasks{ScanId: "s1", WholeScan: true}), distributed.ErrInvalidTransition)
+	b.must(t, cancelByIDCmd("kprod", "t2"))
+	b.must(t, cancelByIDCmd("kprod", "t3"))
+	v := b.must(t, purgeCmd("kprod", &pb.PurgeTasks{ScanId: "s1", WholeScan: true})).Value.(PurgeValue)
+	if len(v.TaskIDs) != 2 {
+		t.Fatalf("DeleteScan value %+v", v)
+	}
+	mustFailUnchanged(t, b, rerunCmd("kprod", "s1"), distributed.ErrTaskNotFound)
+}

@@ -476,7 +476,8 @@ func TestServer_BadInputCatalogue(t *testing.T) {
 		_, err := p.producer.Retry(cx, req(&pb.RetryRequest{ScanId: "no-such-scan"}))
 		return err
 	})
-	add("retry other tenant's task", connect.CodeInvalidArgument, "invalid_task", func() error {
+	// Another tenant's task does not exist in this tenant (as a purged one).
+	add("retry other tenant's task", connect.CodeNotFound, "task_not_found", func() error {
 		_, err := p.producer.Retry(cx, req(&pb.RetryRequest{ScanId: "scan", TaskIds: []string{"x1"}}))
 		return err
 	})

@@ -305,6 +305,8 @@ func (f *FSM) applyEnqueue(c tenantCall) Response {
 			TargetRef: string(s.GetTargetRef()),
 			Phases:    s.GetPhases(),
 			Priority:  distributed.TaskPriority(s.GetPriority()),
+
+			AttemptTimeoutSecs: s.GetAttemptTimeoutSecs(),
 		}
 	}
 	tr, err := t.pool.EnqueueBatch(c.rev, c.now, specs)

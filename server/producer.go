@@ -35,6 +35,7 @@ func (h producerHandler) Enqueue(ctx context.Context, req *connect.Request[pb.En
 		for i, t := range m.GetTasks() {
 			prio := parseEnum(t.GetPriority(), distributed.PriorityNormal, distributed.ParseTaskPriority)
 			e.Tasks[i] = &pb.TaskSpec{TaskId: t.GetTaskId(), ScanId: t.GetScanId(), TargetRef: []byte(t.GetTargetRef()), Phases: t.GetPhases(), Priority: prio}
+			e.Tasks[i].AttemptTimeoutSecs = cmp.Or(t.GetAttemptTimeoutSecs(), m.GetAttemptTimeoutSecs())
 		}
 		tasks, rev, err := proposeAs[[]distributed.ScanTask](ctx, h.s, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_Enqueue{Enqueue: e}}, "EnqueueTasks")
 		if err != nil {
@@ -118,6 +119,7 @@ func (s *Server) taskInfo(p principal, tv raftfsm.TenantView, t distributed.Scan
 	if l, ok := t.Lease(); ok {
 		ti.AssignedTo, ti.LeaseId, ti.LeaseExpiresAt = l.WorkerID(), l.LeaseID(), l.ExpiresAt()
 	}
+	fillAttempts(ti, t)
 	if own, ok := t.Ownership(); ok {
 		if f, ok := own.Fence(); ok {
 			ti.FenceToken = s.node.Codec().SealFence(p.Tenant, f)
@@ -229,6 +231,7 @@ func (h producerHandler) ScanProgress(ctx context.Context, req *connect.Request[
 				continue
 			}
 			out.Total++
+			out.Reruns += t.Reruns()
 			switch t.Status() {
 			case distributed.TaskQueued:
 				out.Queued++

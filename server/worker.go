@@ -153,6 +153,7 @@ func (h workerHandler) acquired(p principal, r raftfsm.Response) (*pb.AcquireRes
 			LeaseToken: codec.SealLease(p.Tenant, a.Lease), TaskId: a.Task.TaskID(), ScanId: a.Task.ScanID(),
 			TargetRef: a.Task.TargetRef(), Phases: a.Task.Phases(), Priority: uint32(a.Task.Priority()),
 			Attempt: a.Lease.Attempt(), LeaseId: a.Lease.LeaseID(), ExpiresAt: a.Lease.ExpiresAt(), Started: a.Started,
+			AttemptTimeoutSecs: a.Task.AttemptTimeoutSecs(),
 		})
 	}
 	return out, nil
@@ -274,7 +275,10 @@ func (h workerHandler) Fail(ctx context.Context, req *connect.Request[pb.FailReq
 		if err != nil {
 			return nil, 0, err
 		}
-		v, rev, err := proposeAs[distributed.FailureOutcome](ctx, h.s, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_FailTask{FailTask: &pb.FailTask{Lease: lb}}}, "FailTask")
+		if err := distributed.ValidateFailureReason(m.GetReason()); err != nil {
+			return nil, 0, err
+		}
+		v, rev, err := proposeAs[distributed.FailureOutcome](ctx, h.s, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_FailTask{FailTask: &pb.FailTask{Lease: lb, Reason: m.GetReason()}}}, "FailTask")
 		if err != nil {
 			return nil, rev, err
 		}

@@ -38,6 +38,7 @@
 //	RPC                      replay  why
 //	Producer.GetTask,        yes     reads
 //	  ListTasks, ScanProgress,
+//	  ListScans, FollowResults,
 //	  Admin.Status, ListWorkers,
 //	  Cluster.Members
 //	Worker.Heartbeat         yes     sets the same status again

@@ -49,6 +49,11 @@ type Options struct {
 	// command that may have made queued tasks available in a tenant
 	// (enqueue, failure, recovery). It must not block.
 	NotifyFunc func(tenant string)
+	// ProgressFunc, when set, is called from the apply goroutine after a
+	// command that may have made tasks of a tenant terminal (completion,
+	// failure, cancellation, expiry, recovery): result followers wait on
+	// it. It must not block.
+	ProgressFunc func(tenant string)
 	// FatalFunc, when set, is called once from the apply goroutine when a
 	// committed entry fails its integrity check or does not decode
 	// (fatal.go). It must not block; the FSM applies nothing after it.
@@ -108,8 +113,9 @@ type Tenant struct {
 	resultLimits distributed.ResultLimits
 	pool         *distributed.WorkerPool
 	results      *distributed.ResultAggregator
-	owners       map[string]string   // worker ID → key ID of the worker key that registered it
-	scans        map[string][]string // scan ID → task IDs in enqueue order
+	owners       map[string]string    // worker ID → key ID of the worker key that registered it
+	scans        map[string][]string  // scan ID → task IDs in enqueue order
+	meta         map[string]*scanMeta // scan ID → what else is recorded of it (scans.go); same keys as scans
 }
 
 // FSM implements raft.FSM. Create it with New.
@@ -302,6 +308,7 @@ func (f *FSM) applyEnqueue(t *Tenant, e *pb.EnqueueTasks, rev, now uint64) Respo
 	for _, s := range specs {
 		t.scans[s.ScanID] = append(t.scans[s.ScanID], s.TaskID)
 	}
+	t.noteEnqueued(specs, now)
 	return Response{Revision: tr.Revision, Value: tr.Value}
 }
 
@@ -360,6 +367,9 @@ func (f *FSM) applyComplete(t *Tenant, lease distributed.TaskLease, result []byt
 	tr, err := t.pool.CompleteTask(rev, now, lease)
 	if err != nil {
 		return Response{Err: err}
+	}
+	if tr.Value.Kind == distributed.Completed {
+		t.noteCompleted(task.ScanID(), lease.TaskID(), len(result))
 	}
 	st, err := t.results.StoreResult(t.results.Revision(), tr.Value.Receipt, result)
 	if err != nil {
@@ -434,7 +444,7 @@ func newTenant(name string, lim distributed.Limits, rl distributed.ResultLimits)
 		return nil, err
 	}
 	return &Tenant{name: name, limits: lim, resultLimits: rl, pool: pool, results: res,
-		owners: map[string]string{}, scans: map[string][]string{}}, nil
+		owners: map[string]string{}, scans: map[string][]string{}, meta: map[string]*scanMeta{}}, nil
 }
 
 func kindOf(err error) string {

@@ -95,6 +95,7 @@ var kindCodes = map[string]connect.Code{
 	KindNoSuchMember:     connect.CodeNotFound,
 	KindSoleVoter:        connect.CodeFailedPrecondition,
 	KindTransferFailed:   connect.CodeAborted,
+	KindScanNotFound:     connect.CodeNotFound,
 }
 
 // codeOf returns the registry's code of kind; a kind missing from the

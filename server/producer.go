@@ -237,43 +237,6 @@ func (h producerHandler) ListTasks(ctx context.Context, req *connect.Request[pb.
 	})
 }
 
-func (h producerHandler) ScanProgress(ctx context.Context, req *connect.Request[pb.ScanProgressRequest]) (*connect.Response[pb.ScanProgressResponse], error) {
-	return call(ctx, h.s, req, false, func(ctx context.Context, p principal, m *pb.ScanProgressRequest) (*pb.ScanProgressResponse, uint64, error) {
-		if err := distributed.CheckTaskCommandID(m.GetScanId()); err != nil {
-			return nil, 0, err
-		}
-		tv, _ := h.s.node.Reads().Tenant(p.Tenant)
-		out := &pb.ScanProgressResponse{}
-		for _, id := range tv.ScanTaskIDs(m.GetScanId()) {
-			t, ok, _ := tv.GetTask(id)
-			if !ok {
-				continue
-			}
-			out.Total++
-			switch t.Status() {
-			case distributed.TaskQueued:
-				out.Queued++
-			case distributed.TaskLeased:
-				out.Leased++
-			case distributed.TaskRunning:
-				out.Running++
-			case distributed.TaskCompleted:
-				out.Completed++
-				if tv.HasResult(id) {
-					out.Results++
-				}
-			case distributed.TaskFailed:
-				out.Failed++
-			case distributed.TaskCancelled:
-				out.Cancelled++
-			case distributed.TaskExpired:
-				out.Expired++
-			}
-		}
-		return out, 0, nil
-	})
-}
-
 // AggregateResults streams the scan's stored results in enqueue order,
 // every completed task's result exactly once. It aggregates through the
 // core in chunks that each respect the tenant's A.11 bounds: at most
@@ -291,9 +254,11 @@ func (h producerHandler) AggregateResults(ctx context.Context, req *connect.Requ
 	}
 	tv, _ := h.s.node.Reads().Tenant(p.Tenant)
 	var ids []string
+	targets := map[string]string{}
 	for _, id := range tv.ScanTaskIDs(req.Msg.GetScanId()) {
 		if t, ok, _ := tv.GetTask(id); ok && t.Status() == distributed.TaskCompleted {
 			ids = append(ids, id)
+			targets[id] = t.TargetRef()
 		}
 	}
 	rl := tv.ResultLimits()
@@ -311,7 +276,7 @@ func (h producerHandler) AggregateResults(ctx context.Context, req *connect.Requ
 			return toConnect(err)
 		}
 		for _, r := range res {
-			if err := stream.Send(&pb.AggregateResultsResponse{TaskId: r.TaskID, Result: r.Result}); err != nil {
+			if err := stream.Send(&pb.AggregateResultsResponse{TaskId: r.TaskID, Result: r.Result, TargetRef: targets[r.TaskID]}); err != nil {
 				return err
 			}
 		}

@@ -2445,11 +2445,21 @@ func (x *WorkerOwner) GetKeyId() string {
 	return ""
 }
 
-// ScanIndex lists a scan's task IDs in enqueue order.
+// ScanIndex lists a scan's task IDs in enqueue order, and what the FSM
+// records of the scan besides them (raftfsm/scans.go).
 type ScanIndex struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ScanId        string                 `protobuf:"bytes,1,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
-	TaskIds       []string               `protobuf:"bytes,2,rep,name=task_ids,json=taskIds,proto3" json:"task_ids,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	ScanId  string                 `protobuf:"bytes,1,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
+	TaskIds []string               `protobuf:"bytes,2,rep,name=task_ids,json=taskIds,proto3" json:"task_ids,omitempty"`
+	// created_at is the logical time of the scan's first enqueue (0: the
+	// state was written before it was recorded).
+	CreatedAt uint64 `protobuf:"varint,3,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// finished_at is the logical time at which the last of the scan's tasks
+	// became terminal; 0 while a task is not terminal (or unknown for a
+	// state written before it was recorded).
+	FinishedAt uint64 `protobuf:"varint,4,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	// completed_ids lists the scan's completed tasks in completion order.
+	CompletedIds  []string `protobuf:"bytes,5,rep,name=completed_ids,json=completedIds,proto3" json:"completed_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2494,6 +2504,27 @@ func (x *ScanIndex) GetScanId() string {
 func (x *ScanIndex) GetTaskIds() []string {
 	if x != nil {
 		return x.TaskIds
+	}
+	return nil
+}
+
+func (x *ScanIndex) GetCreatedAt() uint64 {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return 0
+}
+
+func (x *ScanIndex) GetFinishedAt() uint64 {
+	if x != nil {
+		return x.FinishedAt
+	}
+	return 0
+}
+
+func (x *ScanIndex) GetCompletedIds() []string {
+	if x != nil {
+		return x.CompletedIds
 	}
 	return nil
 }
@@ -2811,10 +2842,15 @@ const file_termivar_v1_command_proto_rawDesc = "" +
 	"\x05scans\x18\a \x03(\v2\x16.termivar.v1.ScanIndexR\x05scans\"A\n" +
 	"\vWorkerOwner\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x15\n" +
-	"\x06key_id\x18\x02 \x01(\tR\x05keyId\"?\n" +
+	"\x06key_id\x18\x02 \x01(\tR\x05keyId\"\xa4\x01\n" +
 	"\tScanIndex\x12\x17\n" +
 	"\ascan_id\x18\x01 \x01(\tR\x06scanId\x12\x19\n" +
-	"\btask_ids\x18\x02 \x03(\tR\ataskIds\"a\n" +
+	"\btask_ids\x18\x02 \x03(\tR\ataskIds\x12\x1d\n" +
+	"\n" +
+	"created_at\x18\x03 \x01(\x04R\tcreatedAt\x12\x1f\n" +
+	"\vfinished_at\x18\x04 \x01(\x04R\n" +
+	"finishedAt\x12#\n" +
+	"\rcompleted_ids\x18\x05 \x03(\tR\fcompletedIds\"a\n" +
 	"\vSetNodeInfo\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x17\n" +
 	"\aapi_url\x18\x02 \x01(\tR\x06apiUrl\x12 \n" +

@@ -76,6 +76,10 @@ const (
 	// ProducerAggregateResultsProcedure is the fully-qualified name of the Producer's AggregateResults
 	// RPC.
 	ProducerAggregateResultsProcedure = "/termivar.v1.Producer/AggregateResults"
+	// ProducerListScansProcedure is the fully-qualified name of the Producer's ListScans RPC.
+	ProducerListScansProcedure = "/termivar.v1.Producer/ListScans"
+	// ProducerFollowResultsProcedure is the fully-qualified name of the Producer's FollowResults RPC.
+	ProducerFollowResultsProcedure = "/termivar.v1.Producer/FollowResults"
 	// AdminStatusProcedure is the fully-qualified name of the Admin's Status RPC.
 	AdminStatusProcedure = "/termivar.v1.Admin/Status"
 	// AdminListWorkersProcedure is the fully-qualified name of the Admin's ListWorkers RPC.
@@ -388,6 +392,14 @@ type ProducerClient interface {
 	ScanProgress(context.Context, *connect.Request[v1.ScanProgressRequest]) (*connect.Response[v1.ScanProgressResponse], error)
 	// AggregateResults streams a scan's results in enqueue order.
 	AggregateResults(context.Context, *connect.Request[v1.AggregateResultsRequest]) (*connect.ServerStreamForClient[v1.AggregateResultsResponse], error)
+	// ListScans lists the tenant's scans, sorted by scan ID, a page at a time.
+	ListScans(context.Context, *connect.Request[v1.ListScansRequest]) (*connect.Response[v1.ListScansResponse], error)
+	// FollowResults returns the results of a scan after a cursor, waiting
+	// up to wait_secs for one when there is none yet (a long-poll). Each
+	// result carries the cursor after it, so a follower resumes exactly
+	// where it stopped; done says the scan is terminal and every result
+	// up to it was returned.
+	FollowResults(context.Context, *connect.Request[v1.FollowResultsRequest]) (*connect.Response[v1.FollowResultsResponse], error)
 }
 
 // NewProducerClient constructs a client for the termivar.v1.Producer service. By default, it uses
@@ -437,6 +449,18 @@ func NewProducerClient(httpClient connect.HTTPClient, baseURL string, opts ...co
 			connect.WithSchema(producerMethods.ByName("AggregateResults")),
 			connect.WithClientOptions(opts...),
 		),
+		listScans: connect.NewClient[v1.ListScansRequest, v1.ListScansResponse](
+			httpClient,
+			baseURL+ProducerListScansProcedure,
+			connect.WithSchema(producerMethods.ByName("ListScans")),
+			connect.WithClientOptions(opts...),
+		),
+		followResults: connect.NewClient[v1.FollowResultsRequest, v1.FollowResultsResponse](
+			httpClient,
+			baseURL+ProducerFollowResultsProcedure,
+			connect.WithSchema(producerMethods.ByName("FollowResults")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -448,6 +472,8 @@ type producerClient struct {
 	listTasks        *connect.Client[v1.ListTasksRequest, v1.ListTasksResponse]
 	scanProgress     *connect.Client[v1.ScanProgressRequest, v1.ScanProgressResponse]
 	aggregateResults *connect.Client[v1.AggregateResultsRequest, v1.AggregateResultsResponse]
+	listScans        *connect.Client[v1.ListScansRequest, v1.ListScansResponse]
+	followResults    *connect.Client[v1.FollowResultsRequest, v1.FollowResultsResponse]
 }
 
 // Enqueue calls termivar.v1.Producer.Enqueue.
@@ -480,6 +506,16 @@ func (c *producerClient) AggregateResults(ctx context.Context, req *connect.Requ
 	return c.aggregateResults.CallServerStream(ctx, req)
 }
 
+// ListScans calls termivar.v1.Producer.ListScans.
+func (c *producerClient) ListScans(ctx context.Context, req *connect.Request[v1.ListScansRequest]) (*connect.Response[v1.ListScansResponse], error) {
+	return c.listScans.CallUnary(ctx, req)
+}
+
+// FollowResults calls termivar.v1.Producer.FollowResults.
+func (c *producerClient) FollowResults(ctx context.Context, req *connect.Request[v1.FollowResultsRequest]) (*connect.Response[v1.FollowResultsResponse], error) {
+	return c.followResults.CallUnary(ctx, req)
+}
+
 // ProducerHandler is an implementation of the termivar.v1.Producer service.
 type ProducerHandler interface {
 	// Enqueue admits every task of the batch or none.
@@ -490,6 +526,14 @@ type ProducerHandler interface {
 	ScanProgress(context.Context, *connect.Request[v1.ScanProgressRequest]) (*connect.Response[v1.ScanProgressResponse], error)
 	// AggregateResults streams a scan's results in enqueue order.
 	AggregateResults(context.Context, *connect.Request[v1.AggregateResultsRequest], *connect.ServerStream[v1.AggregateResultsResponse]) error
+	// ListScans lists the tenant's scans, sorted by scan ID, a page at a time.
+	ListScans(context.Context, *connect.Request[v1.ListScansRequest]) (*connect.Response[v1.ListScansResponse], error)
+	// FollowResults returns the results of a scan after a cursor, waiting
+	// up to wait_secs for one when there is none yet (a long-poll). Each
+	// result carries the cursor after it, so a follower resumes exactly
+	// where it stopped; done says the scan is terminal and every result
+	// up to it was returned.
+	FollowResults(context.Context, *connect.Request[v1.FollowResultsRequest]) (*connect.Response[v1.FollowResultsResponse], error)
 }
 
 // NewProducerHandler builds an HTTP handler from the service implementation. It returns the path on
@@ -535,6 +579,18 @@ func NewProducerHandler(svc ProducerHandler, opts ...connect.HandlerOption) (str
 		connect.WithSchema(producerMethods.ByName("AggregateResults")),
 		connect.WithHandlerOptions(opts...),
 	)
+	producerListScansHandler := connect.NewUnaryHandler(
+		ProducerListScansProcedure,
+		svc.ListScans,
+		connect.WithSchema(producerMethods.ByName("ListScans")),
+		connect.WithHandlerOptions(opts...),
+	)
+	producerFollowResultsHandler := connect.NewUnaryHandler(
+		ProducerFollowResultsProcedure,
+		svc.FollowResults,
+		connect.WithSchema(producerMethods.ByName("FollowResults")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/termivar.v1.Producer/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ProducerEnqueueProcedure:
@@ -549,6 +605,10 @@ func NewProducerHandler(svc ProducerHandler, opts ...connect.HandlerOption) (str
 			producerScanProgressHandler.ServeHTTP(w, r)
 		case ProducerAggregateResultsProcedure:
 			producerAggregateResultsHandler.ServeHTTP(w, r)
+		case ProducerListScansProcedure:
+			producerListScansHandler.ServeHTTP(w, r)
+		case ProducerFollowResultsProcedure:
+			producerFollowResultsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -580,6 +640,14 @@ func (UnimplementedProducerHandler) ScanProgress(context.Context, *connect.Reque
 
 func (UnimplementedProducerHandler) AggregateResults(context.Context, *connect.Request[v1.AggregateResultsRequest], *connect.ServerStream[v1.AggregateResultsResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Producer.AggregateResults is not implemented"))
+}
+
+func (UnimplementedProducerHandler) ListScans(context.Context, *connect.Request[v1.ListScansRequest]) (*connect.Response[v1.ListScansResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Producer.ListScans is not implemented"))
+}
+
+func (UnimplementedProducerHandler) FollowResults(context.Context, *connect.Request[v1.FollowResultsRequest]) (*connect.Response[v1.FollowResultsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Producer.FollowResults is not implemented"))
 }
 
 // AdminClient is a client for the termivar.v1.Admin service.

@@ -261,9 +261,11 @@ func (h producerHandler) follow(ctx context.Context, p principal, scanID string,
 	}
 }
 
-// waitFor blocks a long-poll until wake is closed (true) or its wait ends:
+// waitFor blocks a FollowResults long-poll until wake is closed (true) or its wait ends:
 // deadline, caller gone or server shutting down (false).
 func (s *Server) waitFor(ctx context.Context, wake <-chan struct{}, deadline <-chan time.Time) bool {
+	s.followsWaiting.Add(1)
+	defer s.followsWaiting.Add(-1)
 	select {
 	case <-wake:
 		return true

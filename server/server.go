@@ -86,7 +86,9 @@ type Server struct {
 	stopping chan struct{} // closed by Close: long-polls stop waiting
 	// longPolls counts the Acquire calls waiting for work right now.
 	longPolls atomic.Int64
-	closeOnce sync.Once
+	// followsWaiting counts the FollowResults calls waiting for a result.
+	followsWaiting atomic.Int64
+	closeOnce      sync.Once
 }
 
 // New returns a server for cfg.Backend. It panics if cfg.Limits does not

@@ -14,8 +14,8 @@ import (
 )
 
 // progressJSON is one line of watch --json. stall explains why nothing
-// moved for --stall-after (absent otherwise); eta_secs is absent while
-// nothing moves.
+// moved for --stall-after, or says the result store is full (absent
+// otherwise); eta_secs is absent while nothing moves.
 type progressJSON struct {
 	ScanID    string   `json:"scan_id"`
 	Total     uint32   `json:"total"`
@@ -78,14 +78,10 @@ func describeProgress(p *pb.ScanProgressResponse) string {
 func explainStall(p *pb.ScanProgressResponse) string {
 	open := p.GetTotal() - min(p.GetTotal(), terminalCount(p))
 	leases := p.GetLeased() + p.GetRunning()
+	if full := storeFull(p); full != "" || open == 0 {
+		return full
+	}
 	switch {
-	case open == 0:
-		return ""
-	case p.GetMaxResults() > 0 && p.GetTenantResults() >= p.GetMaxResults():
-		return fmt.Sprintf("result store full (%d of %d results): raise --max-results or delete scans", p.GetTenantResults(), p.GetMaxResults())
-	case p.GetMaxResultTotalBytes() > 0 && p.GetTenantResultBytes() >= p.GetMaxResultTotalBytes():
-		return fmt.Sprintf("result store full (%s of %s): raise --max-total-result-bytes or delete scans",
-			byteSize(p.GetTenantResultBytes()), byteSize(p.GetMaxResultTotalBytes()))
 	case p.GetQueued() > 0 && p.GetLiveWorkers() == 0:
 		return fmt.Sprintf("%d queued tasks and no live worker: start one with termivar-coord worker", p.GetQueued())
 	case p.GetQueued() > 0 && p.GetFreeSlots() == 0:
@@ -96,6 +92,23 @@ func explainStall(p *pb.ScanProgressResponse) string {
 			return fmt.Sprintf("waiting for %d leases: the first has expired and is recovered on the node's next tick", leases)
 		}
 		return fmt.Sprintf("waiting for %d leases to complete or expire (the first expires in %s)", leases, left)
+	}
+	return ""
+}
+
+// storeFull says the tenant's result store is full while the scan has
+// tasks left: every completion is rejected until results are deleted or
+// the limit is raised. "" otherwise.
+func storeFull(p *pb.ScanProgressResponse) string {
+	if terminalCount(p) >= p.GetTotal() {
+		return ""
+	}
+	switch {
+	case p.GetMaxResults() > 0 && p.GetTenantResults() >= p.GetMaxResults():
+		return fmt.Sprintf("result store full (%d of %d results): raise --max-results or delete scans", p.GetTenantResults(), p.GetMaxResults())
+	case p.GetMaxResultTotalBytes() > 0 && p.GetTenantResultBytes() >= p.GetMaxResultTotalBytes():
+		return fmt.Sprintf("result store full (%s of %s): raise --max-total-result-bytes or delete scans",
+			byteSize(p.GetTenantResultBytes()), byteSize(p.GetMaxResultTotalBytes()))
 	}
 	return ""
 }
@@ -132,8 +145,13 @@ func (w *watchState) eta(now time.Time, stallAfter time.Duration) (time.Duration
 }
 
 // stall returns the explanation of a scan that did not move for
-// stallAfter, or "".
+// stallAfter, or "". A full result store is reported at once: the scan
+// may still move (rejected completions end as failures once their leases
+// expire and their retries run out), but no task of it can complete.
 func (w *watchState) stall(now time.Time, stallAfter time.Duration) string {
+	if full := storeFull(w.last); full != "" {
+		return full
+	}
 	if now.Sub(w.moved) < stallAfter {
 		return ""
 	}
@@ -250,7 +268,7 @@ func drawBar(bar *progressbar.ProgressBar, w io.Writer, p *pb.ScanProgressRespon
 	desc := describeProgress(p)
 	switch {
 	case stall != "":
-		desc += " | stalled: " + stall
+		desc += " | " + stall
 	case hasETA:
 		desc += " | ETA " + eta.Round(time.Second).String()
 	}

@@ -332,7 +332,7 @@ func TestCLI_WatchExplainsStall(t *testing.T) {
 	defer cancel()
 	var bar bytes.Buffer
 	_ = watchScan(bctx, admin, watchOptions{scan: "q", interval: 50 * time.Millisecond, stallAfter: 200 * time.Millisecond}, &bar)
-	if out := bar.String(); !strings.Contains(out, "stalled: waiting for 1 leases") || strings.Contains(out, "ETA") {
+	if out := bar.String(); !strings.Contains(out, "| waiting for 1 leases") || strings.Contains(out, "ETA") {
 		t.Fatalf("watch bar of a stalled scan = %q, want the stall and no ETA", out[max(0, len(out)-300):])
 	}
 }
@@ -357,6 +357,11 @@ func TestWatchState_NoETAWhileStalled(t *testing.T) {
 	}
 	if got := w.stall(t0.Add(16*time.Second), 5*time.Second); got != "no progress for 6s" {
 		t.Fatalf("stall = %q", got)
+	}
+	// A full result store is reported while the scan still moves.
+	w.observe(&pb.ScanProgressResponse{Total: 100, Failed: 11, Completed: 10, Queued: 79, TenantResults: 10, MaxResults: 10}, t0.Add(17*time.Second))
+	if got := w.stall(t0.Add(17*time.Second), 5*time.Second); got != "result store full (10 of 10 results): raise --max-results or delete scans" {
+		t.Fatalf("stall of a moving scan with a full store = %q", got)
 	}
 }
 

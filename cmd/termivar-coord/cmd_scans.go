@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -31,12 +33,15 @@ type scanJSON struct {
 	Expired     uint32 `json:"expired"`
 	Results     uint32 `json:"results"`
 	ResultBytes uint64 `json:"result_bytes"`
+	// RetentionDeadline is absent when no retention policy applies.
+	RetentionDeadline *uint64 `json:"retention_deadline,omitempty"`
 }
 
 func toScanJSON(s *pb.ScanInfo) scanJSON {
 	return scanJSON{ScanID: s.GetScanId(), State: s.GetState(), CreatedAt: s.GetCreatedAt(), FinishedAt: s.GetFinishedAt(),
 		Admitted: s.GetAdmitted(), Queued: s.GetQueued(), Leased: s.GetLeased(), Running: s.GetRunning(), Completed: s.GetCompleted(),
-		Failed: s.GetFailed(), Cancelled: s.GetCancelled(), Expired: s.GetExpired(), Results: s.GetResults(), ResultBytes: s.GetResultBytes()}
+		Failed: s.GetFailed(), Cancelled: s.GetCancelled(), Expired: s.GetExpired(), Results: s.GetResults(), ResultBytes: s.GetResultBytes(),
+		RetentionDeadline: s.RetentionDeadline}
 }
 
 // scanStateLabel is the table's word for a ScanInfo.state.
@@ -86,10 +91,7 @@ func runScans(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	tw := tabwriter.NewWriter(env.stdout, 0, 0, 2, ' ', 0)
-	if !g.json {
-		fmt.Fprintln(tw, "SCAN\tSTATE\tCREATED\tFINISHED\tADMITTED\tQUEUED\tRUNNING\tCOMPLETED\tFAILED\tCANCELLED\tEXPIRED\tRESULTS\tRESULT SIZE")
-	}
+	var rows []*pb.ScanInfo
 	n := 0
 	errStop := errors.New("limit reached")
 	err = c.EachScan(ctx, 0, func(s *pb.ScanInfo) error {
@@ -100,9 +102,7 @@ func runScans(ctx context.Context, env *cliEnv, args []string) error {
 		if g.json {
 			return writeJSON(env.stdout, toScanJSON(s))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", s.GetScanId(), scanStateLabel(s.GetState()),
-			logicalTime(s.GetCreatedAt()), logicalTime(s.GetFinishedAt()), s.GetAdmitted(), s.GetQueued(), s.GetLeased()+s.GetRunning(),
-			s.GetCompleted(), s.GetFailed(), s.GetCancelled(), s.GetExpired(), s.GetResults(), byteSize(s.GetResultBytes()))
+		rows = append(rows, s)
 		return nil
 	})
 	if err != nil && !errors.Is(err, errStop) {
@@ -110,6 +110,29 @@ func runScans(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	if g.json {
 		return nil
+	}
+	return writeScansTable(env.stdout, rows)
+}
+
+// writeScansTable prints the scans as a table. The RETENTION column (when
+// the scan's records may be deleted) is printed only when a scan has a
+// retention deadline.
+func writeScansTable(w io.Writer, rows []*pb.ScanInfo) error {
+	retention := slices.ContainsFunc(rows, func(s *pb.ScanInfo) bool { return s.RetentionDeadline != nil })
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	head := "SCAN\tSTATE\tCREATED\tFINISHED\tADMITTED\tQUEUED\tRUNNING\tCOMPLETED\tFAILED\tCANCELLED\tEXPIRED\tRESULTS\tRESULT SIZE"
+	if retention {
+		head += "\tRETENTION"
+	}
+	fmt.Fprintln(tw, head)
+	for _, s := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s", s.GetScanId(), scanStateLabel(s.GetState()),
+			logicalTime(s.GetCreatedAt()), logicalTime(s.GetFinishedAt()), s.GetAdmitted(), s.GetQueued(), s.GetLeased()+s.GetRunning(),
+			s.GetCompleted(), s.GetFailed(), s.GetCancelled(), s.GetExpired(), s.GetResults(), byteSize(s.GetResultBytes()))
+		if retention {
+			fmt.Fprintf(tw, "\t%s", logicalTime(s.GetRetentionDeadline()))
+		}
+		fmt.Fprintln(tw)
 	}
 	return tw.Flush()
 }

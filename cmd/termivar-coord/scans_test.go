@@ -385,3 +385,27 @@ func TestExplainStall(t *testing.T) {
 		}
 	}
 }
+
+// TestScansTable_RetentionColumn: the RETENTION column appears only when a
+// scan has a deadline; a scan without one shows "-" there.
+func TestScansTable_RetentionColumn(t *testing.T) {
+	t.Parallel()
+	rows := []*pb.ScanInfo{{ScanId: "a", State: "done", CreatedAt: 1, FinishedAt: 2}, {ScanId: "b", State: "running", CreatedAt: 1}}
+	var out bytes.Buffer
+	if err := writeScansTable(&out, rows); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "RETENTION") {
+		t.Fatalf("a table without deadlines has a RETENTION column:\n%s", out.String())
+	}
+	deadline := uint64(1_800_000_000)
+	rows[0].RetentionDeadline = &deadline
+	out.Reset()
+	if err := writeScansTable(&out, rows); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if !strings.HasSuffix(lines[0], "RETENTION") || !strings.HasSuffix(lines[1], logicalTime(deadline)) || !strings.HasSuffix(lines[2], " -") {
+		t.Fatalf("table with one deadline:\n%s", out.String())
+	}
+}

@@ -2831,18 +2831,22 @@ type ScanInfo struct {
 	CreatedAt  uint64 `protobuf:"varint,3,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`    // logical time of the first enqueue; 0: unknown
 	FinishedAt uint64 `protobuf:"varint,4,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"` // logical time the scan became terminal; 0: not (or unknown)
 	// admitted is the number of the scan's task records (every status).
-	Admitted      uint32 `protobuf:"varint,5,opt,name=admitted,proto3" json:"admitted,omitempty"`
-	Queued        uint32 `protobuf:"varint,6,opt,name=queued,proto3" json:"queued,omitempty"`
-	Leased        uint32 `protobuf:"varint,7,opt,name=leased,proto3" json:"leased,omitempty"`
-	Running       uint32 `protobuf:"varint,8,opt,name=running,proto3" json:"running,omitempty"`
-	Completed     uint32 `protobuf:"varint,9,opt,name=completed,proto3" json:"completed,omitempty"`
-	Failed        uint32 `protobuf:"varint,10,opt,name=failed,proto3" json:"failed,omitempty"`
-	Cancelled     uint32 `protobuf:"varint,11,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
-	Expired       uint32 `protobuf:"varint,12,opt,name=expired,proto3" json:"expired,omitempty"`
-	Results       uint32 `protobuf:"varint,13,opt,name=results,proto3" json:"results,omitempty"`
-	ResultBytes   uint64 `protobuf:"varint,14,opt,name=result_bytes,json=resultBytes,proto3" json:"result_bytes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Admitted    uint32 `protobuf:"varint,5,opt,name=admitted,proto3" json:"admitted,omitempty"`
+	Queued      uint32 `protobuf:"varint,6,opt,name=queued,proto3" json:"queued,omitempty"`
+	Leased      uint32 `protobuf:"varint,7,opt,name=leased,proto3" json:"leased,omitempty"`
+	Running     uint32 `protobuf:"varint,8,opt,name=running,proto3" json:"running,omitempty"`
+	Completed   uint32 `protobuf:"varint,9,opt,name=completed,proto3" json:"completed,omitempty"`
+	Failed      uint32 `protobuf:"varint,10,opt,name=failed,proto3" json:"failed,omitempty"`
+	Cancelled   uint32 `protobuf:"varint,11,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
+	Expired     uint32 `protobuf:"varint,12,opt,name=expired,proto3" json:"expired,omitempty"`
+	Results     uint32 `protobuf:"varint,13,opt,name=results,proto3" json:"results,omitempty"`
+	ResultBytes uint64 `protobuf:"varint,14,opt,name=result_bytes,json=resultBytes,proto3" json:"result_bytes,omitempty"`
+	// retention_deadline is the logical time after which the scan's
+	// terminal records and results may be deleted by the tenant's result
+	// retention policy; absent when no policy applies to the scan.
+	RetentionDeadline *uint64 `protobuf:"varint,15,opt,name=retention_deadline,json=retentionDeadline,proto3,oneof" json:"retention_deadline,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *ScanInfo) Reset() {
@@ -2969,6 +2973,13 @@ func (x *ScanInfo) GetResults() uint32 {
 func (x *ScanInfo) GetResultBytes() uint64 {
 	if x != nil {
 		return x.ResultBytes
+	}
+	return 0
+}
+
+func (x *ScanInfo) GetRetentionDeadline() uint64 {
+	if x != nil && x.RetentionDeadline != nil {
+		return *x.RetentionDeadline
 	}
 	return 0
 }
@@ -4383,7 +4394,7 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x10ListScansRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\rR\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x02 \x01(\tR\tpageToken\"\x8a\x03\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"\xd5\x03\n" +
 	"\bScanInfo\x12\x17\n" +
 	"\ascan_id\x18\x01 \x01(\tR\x06scanId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1d\n" +
@@ -4401,7 +4412,9 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\tcancelled\x18\v \x01(\rR\tcancelled\x12\x18\n" +
 	"\aexpired\x18\f \x01(\rR\aexpired\x12\x18\n" +
 	"\aresults\x18\r \x01(\rR\aresults\x12!\n" +
-	"\fresult_bytes\x18\x0e \x01(\x04R\vresultBytes\"h\n" +
+	"\fresult_bytes\x18\x0e \x01(\x04R\vresultBytes\x122\n" +
+	"\x12retention_deadline\x18\x0f \x01(\x04H\x00R\x11retentionDeadline\x88\x01\x01B\x15\n" +
+	"\x13_retention_deadline\"h\n" +
 	"\x11ListScansResponse\x12+\n" +
 	"\x05scans\x18\x01 \x03(\v2\x15.termivar.v1.ScanInfoR\x05scans\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xb0\x01\n" +
@@ -4682,6 +4695,7 @@ func file_termivar_v1_api_proto_init() {
 	file_termivar_v1_api_proto_msgTypes[24].OneofWrappers = []any{}
 	file_termivar_v1_api_proto_msgTypes[27].OneofWrappers = []any{}
 	file_termivar_v1_api_proto_msgTypes[29].OneofWrappers = []any{}
+	file_termivar_v1_api_proto_msgTypes[39].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

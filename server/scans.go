@@ -252,7 +252,9 @@ func (h producerHandler) follow(ctx context.Context, p principal, scanID string,
 		// the look and the wait still wakes us.
 		wake := h.s.node.ProgressChan(p.Tenant)
 		out, err := followPage(tv, scanID, cur, n)
-		if err != nil || len(out.GetResults()) > 0 || out.GetDone() || wait == 0 {
+		if err != nil || len(out.GetResults()) > 0 || out.GetDone() || wait == 0 || out.GetNextCursor() != cur.String() {
+			// NB: a page that only passed tasks without a result answers
+			// at once too, so a long run of them costs no waits.
 			return out, err
 		}
 		if !h.s.waitFor(ctx, wake, deadline.C) {

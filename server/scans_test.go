@@ -268,6 +268,30 @@ func TestServer_FollowResults(t *testing.T) {
 	}
 }
 
+// TestServer_FollowResultsPassesWithoutWaiting: a long-poll whose page
+// only passed terminal tasks without a result answers at once with the
+// new cursor (it does not wait for the next completion).
+func TestServer_FollowResultsPassesWithoutWaiting(t *testing.T) {
+	t.Parallel()
+	f := newScanFixture(t)
+	f.enqueue(t, "s", "c1", "c2", "c3", "r4")
+	for _, id := range []string{"c1", "c2", "c3"} {
+		f.cancel(t, id)
+	}
+	start := time.Now()
+	m := f.follow(t, &pb.FollowResultsRequest{ScanId: "s", WaitSecs: 30, MaxResults: 2})
+	if got := followLine(m); got != "[] next=e:2 done=false" {
+		t.Fatalf("FollowResults = %s, want the two cancelled tasks passed", got)
+	}
+	m = f.follow(t, &pb.FollowResultsRequest{ScanId: "s", WaitSecs: 30, MaxResults: 2, Cursor: m.GetNextCursor()})
+	if got := followLine(m); got != "[] next=e:3 done=false" {
+		t.Fatalf("FollowResults = %s, want the third cancelled task passed", got)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("two pages without results took %v: the long-poll waited", d)
+	}
+}
+
 func TestServer_FollowResultsBadInput(t *testing.T) {
 	t.Parallel()
 	f := newScanFixture(t)

@@ -368,10 +368,14 @@ func (f *FSM) applyComplete(t *Tenant, lease distributed.TaskLease, result []byt
 	if err != nil {
 		return Response{Err: err}
 	}
-	if tr.Value.Kind == distributed.Completed {
-		t.noteCompleted(task.ScanID(), lease.TaskID(), len(result))
-	}
 	st, err := t.results.StoreResult(t.results.Revision(), tr.Value.Receipt, result)
+	if tr.Value.Kind == distributed.Completed {
+		stored := 0
+		if err == nil {
+			stored = len(result)
+		}
+		t.noteCompleted(task.ScanID(), lease.TaskID(), stored)
+	}
 	if err != nil {
 		if tr.Value.Kind == distributed.Completed {
 			// NB: unreachable after the precheck above; reported loudly.

@@ -114,8 +114,11 @@ type Tenant struct {
 	pool         *distributed.WorkerPool
 	results      *distributed.ResultAggregator
 	owners       map[string]string    // worker ID → key ID of the worker key that registered it
-	scans        map[string][]string  // scan ID → task IDs in enqueue order
+	scans        map[string][]string  // scan ID → task IDs in enqueue order (purged IDs removed)
 	meta         map[string]*scanMeta // scan ID → what else is recorded of it (scans.go); same keys as scans
+	// retentionSecs is the result retention policy: terminal tasks older
+	// than this are purged by the leader's ticker (0: off; purge.go).
+	retentionSecs uint64
 }
 
 // FSM implements raft.FSM. Create it with New.
@@ -225,6 +228,8 @@ func (f *FSM) applyOneAt(cmd *pb.Command, now uint64) Response {
 		return f.applyRotateKey(cmd.GetPrincipal(), op.RotateKey, now)
 	case *pb.Command_SetNodeInfo:
 		return f.applySetNodeInfo(op.SetNodeInfo)
+	case *pb.Command_UpdateTenant:
+		return f.applyUpdateTenant(op.UpdateTenant)
 	case *pb.Command_Batch, nil:
 		return Response{Err: fsmErr(KindInvalidCommand, "operation is missing or nested")}
 	}
@@ -430,10 +435,14 @@ func (f *FSM) applyCreateTenant(c *pb.CreateTenant) Response {
 	if err != nil {
 		return Response{Err: err}
 	}
+	if err := checkRetention(c.GetResultRetentionSecs()); err != nil {
+		return Response{Err: err}
+	}
 	t, err := newTenant(c.GetName(), lim, rl)
 	if err != nil {
 		return Response{Err: err}
 	}
+	t.retentionSecs = c.GetResultRetentionSecs()
 	f.tenants[t.name] = t
 	return Response{}
 }

@@ -66,6 +66,7 @@ var kindCodes = map[string]connect.Code{
 	"lease_expired":             connect.CodeFailedPrecondition,
 	"conflicting_result":        connect.CodeAlreadyExists,
 	"mismatched_result_receipt": connect.CodeFailedPrecondition,
+	"task_purged":               connect.CodeNotFound, // Part F: the task's record was purged
 	// Core: integrity.
 	"state_invariant": connect.CodeInternal,
 	"invalid_state":   connect.CodeDataLoss,
@@ -79,6 +80,7 @@ var kindCodes = map[string]connect.Code{
 	"key_not_found":       connect.CodeNotFound,
 	"last_admin_key":      connect.CodeFailedPrecondition,
 	"key_limit":           connect.CodeResourceExhausted,
+	"scan_not_found":      connect.CodeNotFound,
 	// Node (the Kind constants of this package).
 	KindInvalidToken:     connect.CodePermissionDenied,
 	KindUnauthenticated:  connect.CodeUnauthenticated,
@@ -95,7 +97,6 @@ var kindCodes = map[string]connect.Code{
 	KindNoSuchMember:     connect.CodeNotFound,
 	KindSoleVoter:        connect.CodeFailedPrecondition,
 	KindTransferFailed:   connect.CodeAborted,
-	KindScanNotFound:     connect.CodeNotFound,
 }
 
 // codeOf returns the registry's code of kind; a kind missing from the

@@ -23,7 +23,8 @@ const (
 )
 
 // KindScanNotFound: ListScans, FollowResults or ScanProgress' stall facts
-// name a scan the tenant has no task of.
+// name a scan the tenant has no task of. It is the FSM's kind of the same
+// name (DeleteScan of such a scan), so the registry lists it once.
 const KindScanNotFound = "scan_not_found"
 
 // Scan states of ScanInfo.state.

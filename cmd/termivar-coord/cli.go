@@ -50,7 +50,9 @@ func clientCommands() []clientCommand {
 			summary: "enqueue one task per target (task IDs derived from scan and target unless --task-id is given)",
 			run:     runEnqueue},
 		{name: "status", usage: "[--json]", summary: "show the node's and your tenant's status", run: runStatus},
-		{name: "scans", usage: "[--limit N] [--json]", summary: "list scans: state, counts per status, times, result size (JSON: one object per line)", run: runScans},
+		{name: "scans", usage: "[--limit N] [--json] | delete SCAN [--force]",
+			summary: "list scans: state, counts per status, times, result size, retention (JSON: one object per line); delete purges a finished scan",
+			run:     runScans},
 		{name: "tasks", usage: "[--scan S] [--status X] [--limit N] [--json]", summary: "list tasks with their targets (JSON: one object per line)", run: runTasks},
 		{name: "workers", usage: "[--json]", summary: "list workers (JSON: one object per line)", run: runWorkers},
 		{name: "cancel", usage: "[--json] TASK", summary: "cancel a queued, leased or running task", run: runCancel},
@@ -155,7 +157,7 @@ func runRegistered(name string, args []string, env *cliEnv) (code int, ok bool) 
 func registeredUsage() string {
 	var b strings.Builder
 	for _, c := range clientCommands() {
-		fmt.Fprintf(&b, "  %-8s %s\n", c.name, c.summary)
+		fmt.Fprintf(&b, "  %-10s %s\n", c.name, c.summary)
 	}
 	return b.String()
 }

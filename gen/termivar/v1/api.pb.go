@@ -3321,8 +3321,12 @@ type StatusResponse struct {
 	// long_polls_waiting is the number of Acquire calls this node holds
 	// waiting for work right now.
 	LongPollsWaiting int64 `protobuf:"varint,18,opt,name=long_polls_waiting,json=longPollsWaiting,proto3" json:"long_polls_waiting,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// result_retention_secs is the tenant's result retention (0: off).
+	ResultRetentionSecs uint64 `protobuf:"varint,19,opt,name=result_retention_secs,json=resultRetentionSecs,proto3" json:"result_retention_secs,omitempty"`
+	// build is the answering node's build (termivar-coord version).
+	Build         *BuildInfo `protobuf:"bytes,20,opt,name=build,proto3" json:"build,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -3481,6 +3485,102 @@ func (x *StatusResponse) GetLongPollsWaiting() int64 {
 	return 0
 }
 
+func (x *StatusResponse) GetResultRetentionSecs() uint64 {
+	if x != nil {
+		return x.ResultRetentionSecs
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetBuild() *BuildInfo {
+	if x != nil {
+		return x.Build
+	}
+	return nil
+}
+
+// BuildInfo describes a binary, from Go's embedded build information.
+type BuildInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// module_version is the main module's version ("(devel)" for a
+	// checkout build).
+	ModuleVersion string `protobuf:"bytes,1,opt,name=module_version,json=moduleVersion,proto3" json:"module_version,omitempty"`
+	// vcs_revision is the commit the binary was built from ("" when
+	// unknown), vcs_modified whether the work tree had changes.
+	VcsRevision string `protobuf:"bytes,2,opt,name=vcs_revision,json=vcsRevision,proto3" json:"vcs_revision,omitempty"`
+	VcsModified bool   `protobuf:"varint,3,opt,name=vcs_modified,json=vcsModified,proto3" json:"vcs_modified,omitempty"`
+	VcsTime     string `protobuf:"bytes,4,opt,name=vcs_time,json=vcsTime,proto3" json:"vcs_time,omitempty"`
+	// go_version is the toolchain that built the binary.
+	GoVersion     string `protobuf:"bytes,5,opt,name=go_version,json=goVersion,proto3" json:"go_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BuildInfo) Reset() {
+	*x = BuildInfo{}
+	mi := &file_termivar_v1_api_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BuildInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BuildInfo) ProtoMessage() {}
+
+func (x *BuildInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BuildInfo.ProtoReflect.Descriptor instead.
+func (*BuildInfo) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *BuildInfo) GetModuleVersion() string {
+	if x != nil {
+		return x.ModuleVersion
+	}
+	return ""
+}
+
+func (x *BuildInfo) GetVcsRevision() string {
+	if x != nil {
+		return x.VcsRevision
+	}
+	return ""
+}
+
+func (x *BuildInfo) GetVcsModified() bool {
+	if x != nil {
+		return x.VcsModified
+	}
+	return false
+}
+
+func (x *BuildInfo) GetVcsTime() string {
+	if x != nil {
+		return x.VcsTime
+	}
+	return ""
+}
+
+func (x *BuildInfo) GetGoVersion() string {
+	if x != nil {
+		return x.GoVersion
+	}
+	return ""
+}
+
 type ListWorkersRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -3489,7 +3589,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[46]
+	mi := &file_termivar_v1_api_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3501,7 +3601,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[46]
+	mi := &file_termivar_v1_api_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3514,7 +3614,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{46}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{47}
 }
 
 type ListWorkersResponse struct {
@@ -3526,7 +3626,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[47]
+	mi := &file_termivar_v1_api_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3538,7 +3638,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[47]
+	mi := &file_termivar_v1_api_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3551,7 +3651,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{47}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*WorkerInfo {
@@ -3565,15 +3665,18 @@ type CreateTenantRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// limits and result_limits default to the node's per-tenant defaults.
-	Limits        *CoreLimits   `protobuf:"bytes,2,opt,name=limits,proto3" json:"limits,omitempty"`
-	ResultLimits  *ResultLimits `protobuf:"bytes,3,opt,name=result_limits,json=resultLimits,proto3" json:"result_limits,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Limits       *CoreLimits   `protobuf:"bytes,2,opt,name=limits,proto3" json:"limits,omitempty"`
+	ResultLimits *ResultLimits `protobuf:"bytes,3,opt,name=result_limits,json=resultLimits,proto3" json:"result_limits,omitempty"`
+	// result_retention_secs purges terminal tasks and their results this
+	// many seconds after they finished; 0 keeps them.
+	ResultRetentionSecs uint64 `protobuf:"varint,4,opt,name=result_retention_secs,json=resultRetentionSecs,proto3" json:"result_retention_secs,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *CreateTenantRequest) Reset() {
 	*x = CreateTenantRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[48]
+	mi := &file_termivar_v1_api_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3585,7 +3688,7 @@ func (x *CreateTenantRequest) String() string {
 func (*CreateTenantRequest) ProtoMessage() {}
 
 func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[48]
+	mi := &file_termivar_v1_api_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3598,7 +3701,7 @@ func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantRequest.ProtoReflect.Descriptor instead.
 func (*CreateTenantRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{48}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *CreateTenantRequest) GetName() string {
@@ -3622,6 +3725,312 @@ func (x *CreateTenantRequest) GetResultLimits() *ResultLimits {
 	return nil
 }
 
+func (x *CreateTenantRequest) GetResultRetentionSecs() uint64 {
+	if x != nil {
+		return x.ResultRetentionSecs
+	}
+	return 0
+}
+
+type UpdateTenantRequest struct {
+	state               protoimpl.MessageState `protogen:"open.v1"`
+	Name                string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	ResultRetentionSecs uint64                 `protobuf:"varint,2,opt,name=result_retention_secs,json=resultRetentionSecs,proto3" json:"result_retention_secs,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *UpdateTenantRequest) Reset() {
+	*x = UpdateTenantRequest{}
+	mi := &file_termivar_v1_api_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateTenantRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateTenantRequest) ProtoMessage() {}
+
+func (x *UpdateTenantRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateTenantRequest.ProtoReflect.Descriptor instead.
+func (*UpdateTenantRequest) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *UpdateTenantRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *UpdateTenantRequest) GetResultRetentionSecs() uint64 {
+	if x != nil {
+		return x.ResultRetentionSecs
+	}
+	return 0
+}
+
+type UpdateTenantResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateTenantResponse) Reset() {
+	*x = UpdateTenantResponse{}
+	mi := &file_termivar_v1_api_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateTenantResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateTenantResponse) ProtoMessage() {}
+
+func (x *UpdateTenantResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateTenantResponse.ProtoReflect.Descriptor instead.
+func (*UpdateTenantResponse) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{51}
+}
+
+type DeleteScanRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	ScanId string                 `protobuf:"bytes,1,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
+	// force cancels the scan's queued, leased and running tasks first.
+	Force         bool `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteScanRequest) Reset() {
+	*x = DeleteScanRequest{}
+	mi := &file_termivar_v1_api_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteScanRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteScanRequest) ProtoMessage() {}
+
+func (x *DeleteScanRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteScanRequest.ProtoReflect.Descriptor instead.
+func (*DeleteScanRequest) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *DeleteScanRequest) GetScanId() string {
+	if x != nil {
+		return x.ScanId
+	}
+	return ""
+}
+
+func (x *DeleteScanRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+type DeleteScanResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// purged is how many task records were removed (with their results).
+	Purged uint32 `protobuf:"varint,1,opt,name=purged,proto3" json:"purged,omitempty"`
+	// cancelled is how many non-terminal tasks force cancelled first.
+	Cancelled     uint32 `protobuf:"varint,2,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
+	Revision      uint64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteScanResponse) Reset() {
+	*x = DeleteScanResponse{}
+	mi := &file_termivar_v1_api_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteScanResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteScanResponse) ProtoMessage() {}
+
+func (x *DeleteScanResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteScanResponse.ProtoReflect.Descriptor instead.
+func (*DeleteScanResponse) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *DeleteScanResponse) GetPurged() uint32 {
+	if x != nil {
+		return x.Purged
+	}
+	return 0
+}
+
+func (x *DeleteScanResponse) GetCancelled() uint32 {
+	if x != nil {
+		return x.Cancelled
+	}
+	return 0
+}
+
+func (x *DeleteScanResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+type PurgeTasksRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TaskIds       []string               `protobuf:"bytes,1,rep,name=task_ids,json=taskIds,proto3" json:"task_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PurgeTasksRequest) Reset() {
+	*x = PurgeTasksRequest{}
+	mi := &file_termivar_v1_api_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgeTasksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgeTasksRequest) ProtoMessage() {}
+
+func (x *PurgeTasksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgeTasksRequest.ProtoReflect.Descriptor instead.
+func (*PurgeTasksRequest) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *PurgeTasksRequest) GetTaskIds() []string {
+	if x != nil {
+		return x.TaskIds
+	}
+	return nil
+}
+
+type PurgeTasksResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Purged        uint32                 `protobuf:"varint,1,opt,name=purged,proto3" json:"purged,omitempty"`
+	Revision      uint64                 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PurgeTasksResponse) Reset() {
+	*x = PurgeTasksResponse{}
+	mi := &file_termivar_v1_api_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgeTasksResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgeTasksResponse) ProtoMessage() {}
+
+func (x *PurgeTasksResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgeTasksResponse.ProtoReflect.Descriptor instead.
+func (*PurgeTasksResponse) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *PurgeTasksResponse) GetPurged() uint32 {
+	if x != nil {
+		return x.Purged
+	}
+	return 0
+}
+
+func (x *PurgeTasksResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
 type CreateTenantResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Revision      uint64                 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
@@ -3631,7 +4040,7 @@ type CreateTenantResponse struct {
 
 func (x *CreateTenantResponse) Reset() {
 	*x = CreateTenantResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[49]
+	mi := &file_termivar_v1_api_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3643,7 +4052,7 @@ func (x *CreateTenantResponse) String() string {
 func (*CreateTenantResponse) ProtoMessage() {}
 
 func (x *CreateTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[49]
+	mi := &file_termivar_v1_api_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3656,7 +4065,7 @@ func (x *CreateTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantResponse.ProtoReflect.Descriptor instead.
 func (*CreateTenantResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{49}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *CreateTenantResponse) GetRevision() uint64 {
@@ -3676,7 +4085,7 @@ type CreateKeyRequest struct {
 
 func (x *CreateKeyRequest) Reset() {
 	*x = CreateKeyRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[50]
+	mi := &file_termivar_v1_api_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3688,7 +4097,7 @@ func (x *CreateKeyRequest) String() string {
 func (*CreateKeyRequest) ProtoMessage() {}
 
 func (x *CreateKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[50]
+	mi := &file_termivar_v1_api_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3701,7 +4110,7 @@ func (x *CreateKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyRequest.ProtoReflect.Descriptor instead.
 func (*CreateKeyRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{50}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *CreateKeyRequest) GetTenant() string {
@@ -3729,7 +4138,7 @@ type CreateKeyResponse struct {
 
 func (x *CreateKeyResponse) Reset() {
 	*x = CreateKeyResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[51]
+	mi := &file_termivar_v1_api_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3741,7 +4150,7 @@ func (x *CreateKeyResponse) String() string {
 func (*CreateKeyResponse) ProtoMessage() {}
 
 func (x *CreateKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[51]
+	mi := &file_termivar_v1_api_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3754,7 +4163,7 @@ func (x *CreateKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyResponse.ProtoReflect.Descriptor instead.
 func (*CreateKeyResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{51}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *CreateKeyResponse) GetKeyId() string {
@@ -3784,7 +4193,7 @@ type ListKeysRequest struct {
 
 func (x *ListKeysRequest) Reset() {
 	*x = ListKeysRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[52]
+	mi := &file_termivar_v1_api_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3796,7 +4205,7 @@ func (x *ListKeysRequest) String() string {
 func (*ListKeysRequest) ProtoMessage() {}
 
 func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[52]
+	mi := &file_termivar_v1_api_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3809,7 +4218,7 @@ func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListKeysRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{52}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ListKeysRequest) GetTenant() string {
@@ -3839,7 +4248,7 @@ type KeyInfo struct {
 
 func (x *KeyInfo) Reset() {
 	*x = KeyInfo{}
-	mi := &file_termivar_v1_api_proto_msgTypes[53]
+	mi := &file_termivar_v1_api_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3851,7 +4260,7 @@ func (x *KeyInfo) String() string {
 func (*KeyInfo) ProtoMessage() {}
 
 func (x *KeyInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[53]
+	mi := &file_termivar_v1_api_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3864,7 +4273,7 @@ func (x *KeyInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyInfo.ProtoReflect.Descriptor instead.
 func (*KeyInfo) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{53}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *KeyInfo) GetKeyId() string {
@@ -3911,7 +4320,7 @@ type ListKeysResponse struct {
 
 func (x *ListKeysResponse) Reset() {
 	*x = ListKeysResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[54]
+	mi := &file_termivar_v1_api_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3923,7 +4332,7 @@ func (x *ListKeysResponse) String() string {
 func (*ListKeysResponse) ProtoMessage() {}
 
 func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[54]
+	mi := &file_termivar_v1_api_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3936,7 +4345,7 @@ func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListKeysResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{54}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ListKeysResponse) GetKeys() []*KeyInfo {
@@ -3955,7 +4364,7 @@ type RevokeKeyRequest struct {
 
 func (x *RevokeKeyRequest) Reset() {
 	*x = RevokeKeyRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[55]
+	mi := &file_termivar_v1_api_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3967,7 +4376,7 @@ func (x *RevokeKeyRequest) String() string {
 func (*RevokeKeyRequest) ProtoMessage() {}
 
 func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[55]
+	mi := &file_termivar_v1_api_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3980,7 +4389,7 @@ func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeKeyRequest.ProtoReflect.Descriptor instead.
 func (*RevokeKeyRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{55}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RevokeKeyRequest) GetKeyId() string {
@@ -3998,7 +4407,7 @@ type RevokeKeyResponse struct {
 
 func (x *RevokeKeyResponse) Reset() {
 	*x = RevokeKeyResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[56]
+	mi := &file_termivar_v1_api_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4010,7 +4419,7 @@ func (x *RevokeKeyResponse) String() string {
 func (*RevokeKeyResponse) ProtoMessage() {}
 
 func (x *RevokeKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[56]
+	mi := &file_termivar_v1_api_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4023,7 +4432,7 @@ func (x *RevokeKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeKeyResponse.ProtoReflect.Descriptor instead.
 func (*RevokeKeyResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{56}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{63}
 }
 
 type RotateKeyRequest struct {
@@ -4035,7 +4444,7 @@ type RotateKeyRequest struct {
 
 func (x *RotateKeyRequest) Reset() {
 	*x = RotateKeyRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[57]
+	mi := &file_termivar_v1_api_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4047,7 +4456,7 @@ func (x *RotateKeyRequest) String() string {
 func (*RotateKeyRequest) ProtoMessage() {}
 
 func (x *RotateKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[57]
+	mi := &file_termivar_v1_api_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4060,7 +4469,7 @@ func (x *RotateKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateKeyRequest.ProtoReflect.Descriptor instead.
 func (*RotateKeyRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{57}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *RotateKeyRequest) GetKeyId() string {
@@ -4082,7 +4491,7 @@ type RotateKeyResponse struct {
 
 func (x *RotateKeyResponse) Reset() {
 	*x = RotateKeyResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[58]
+	mi := &file_termivar_v1_api_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4094,7 +4503,7 @@ func (x *RotateKeyResponse) String() string {
 func (*RotateKeyResponse) ProtoMessage() {}
 
 func (x *RotateKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[58]
+	mi := &file_termivar_v1_api_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4107,7 +4516,7 @@ func (x *RotateKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateKeyResponse.ProtoReflect.Descriptor instead.
 func (*RotateKeyResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{58}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *RotateKeyResponse) GetKeyId() string {
@@ -4438,7 +4847,7 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x04done\x18\x03 \x01(\bR\x04done\".\n" +
 	"\rStatusRequest\x12\x1d\n" +
 	"\n" +
-	"state_hash\x18\x01 \x01(\bR\tstateHash\"\xf0\x04\n" +
+	"state_hash\x18\x01 \x01(\bR\tstateHash\"\xd2\x05\n" +
 	"\x0eStatusResponse\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12!\n" +
@@ -4460,14 +4869,40 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"state_hash\x18\x10 \x01(\fR\tstateHash\x12(\n" +
 	"\x10state_hash_index\x18\x11 \x01(\x04R\x0estateHashIndex\x12,\n" +
-	"\x12long_polls_waiting\x18\x12 \x01(\x03R\x10longPollsWaiting\"\x14\n" +
+	"\x12long_polls_waiting\x18\x12 \x01(\x03R\x10longPollsWaiting\x122\n" +
+	"\x15result_retention_secs\x18\x13 \x01(\x04R\x13resultRetentionSecs\x12,\n" +
+	"\x05build\x18\x14 \x01(\v2\x16.termivar.v1.BuildInfoR\x05build\"\xb2\x01\n" +
+	"\tBuildInfo\x12%\n" +
+	"\x0emodule_version\x18\x01 \x01(\tR\rmoduleVersion\x12!\n" +
+	"\fvcs_revision\x18\x02 \x01(\tR\vvcsRevision\x12!\n" +
+	"\fvcs_modified\x18\x03 \x01(\bR\vvcsModified\x12\x19\n" +
+	"\bvcs_time\x18\x04 \x01(\tR\avcsTime\x12\x1d\n" +
+	"\n" +
+	"go_version\x18\x05 \x01(\tR\tgoVersion\"\x14\n" +
 	"\x12ListWorkersRequest\"H\n" +
 	"\x13ListWorkersResponse\x121\n" +
-	"\aworkers\x18\x01 \x03(\v2\x17.termivar.v1.WorkerInfoR\aworkers\"\x9a\x01\n" +
+	"\aworkers\x18\x01 \x03(\v2\x17.termivar.v1.WorkerInfoR\aworkers\"\xce\x01\n" +
 	"\x13CreateTenantRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
 	"\x06limits\x18\x02 \x01(\v2\x17.termivar.v1.CoreLimitsR\x06limits\x12>\n" +
-	"\rresult_limits\x18\x03 \x01(\v2\x19.termivar.v1.ResultLimitsR\fresultLimits\"2\n" +
+	"\rresult_limits\x18\x03 \x01(\v2\x19.termivar.v1.ResultLimitsR\fresultLimits\x122\n" +
+	"\x15result_retention_secs\x18\x04 \x01(\x04R\x13resultRetentionSecs\"]\n" +
+	"\x13UpdateTenantRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x122\n" +
+	"\x15result_retention_secs\x18\x02 \x01(\x04R\x13resultRetentionSecs\"\x16\n" +
+	"\x14UpdateTenantResponse\"B\n" +
+	"\x11DeleteScanRequest\x12\x17\n" +
+	"\ascan_id\x18\x01 \x01(\tR\x06scanId\x12\x14\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\"f\n" +
+	"\x12DeleteScanResponse\x12\x16\n" +
+	"\x06purged\x18\x01 \x01(\rR\x06purged\x12\x1c\n" +
+	"\tcancelled\x18\x02 \x01(\rR\tcancelled\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\x04R\brevision\".\n" +
+	"\x11PurgeTasksRequest\x12\x19\n" +
+	"\btask_ids\x18\x01 \x03(\tR\ataskIds\"H\n" +
+	"\x12PurgeTasksResponse\x12\x16\n" +
+	"\x06purged\x18\x01 \x01(\rR\x06purged\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\"2\n" +
 	"\x14CreateTenantResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\">\n" +
 	"\x10CreateKeyRequest\x12\x16\n" +
@@ -4507,7 +4942,7 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\fCompleteMany\x12 .termivar.v1.CompleteManyRequest\x1a!.termivar.v1.CompleteManyResponse\x12;\n" +
 	"\x04Fail\x12\x18.termivar.v1.FailRequest\x1a\x19.termivar.v1.FailResponse\x12M\n" +
 	"\n" +
-	"Deregister\x12\x1e.termivar.v1.DeregisterRequest\x1a\x1f.termivar.v1.DeregisterResponse2\x81\x05\n" +
+	"Deregister\x12\x1e.termivar.v1.DeregisterRequest\x1a\x1f.termivar.v1.DeregisterResponse2\x9f\x06\n" +
 	"\bProducer\x12D\n" +
 	"\aEnqueue\x12\x1b.termivar.v1.EnqueueRequest\x1a\x1c.termivar.v1.EnqueueResponse\x12A\n" +
 	"\x06Cancel\x12\x1a.termivar.v1.CancelRequest\x1a\x1b.termivar.v1.CancelResponse\x12D\n" +
@@ -4516,11 +4951,16 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\fScanProgress\x12 .termivar.v1.ScanProgressRequest\x1a!.termivar.v1.ScanProgressResponse\x12a\n" +
 	"\x10AggregateResults\x12$.termivar.v1.AggregateResultsRequest\x1a%.termivar.v1.AggregateResultsResponse0\x01\x12J\n" +
 	"\tListScans\x12\x1d.termivar.v1.ListScansRequest\x1a\x1e.termivar.v1.ListScansResponse\x12V\n" +
-	"\rFollowResults\x12!.termivar.v1.FollowResultsRequest\x1a\".termivar.v1.FollowResultsResponse2\x9e\x04\n" +
+	"\rFollowResults\x12!.termivar.v1.FollowResultsRequest\x1a\".termivar.v1.FollowResultsResponse\x12M\n" +
+	"\n" +
+	"DeleteScan\x12\x1e.termivar.v1.DeleteScanRequest\x1a\x1f.termivar.v1.DeleteScanResponse\x12M\n" +
+	"\n" +
+	"PurgeTasks\x12\x1e.termivar.v1.PurgeTasksRequest\x1a\x1f.termivar.v1.PurgeTasksResponse2\xf3\x04\n" +
 	"\x05Admin\x12A\n" +
 	"\x06Status\x12\x1a.termivar.v1.StatusRequest\x1a\x1b.termivar.v1.StatusResponse\x12P\n" +
 	"\vListWorkers\x12\x1f.termivar.v1.ListWorkersRequest\x1a .termivar.v1.ListWorkersResponse\x12S\n" +
-	"\fCreateTenant\x12 .termivar.v1.CreateTenantRequest\x1a!.termivar.v1.CreateTenantResponse\x12J\n" +
+	"\fCreateTenant\x12 .termivar.v1.CreateTenantRequest\x1a!.termivar.v1.CreateTenantResponse\x12S\n" +
+	"\fUpdateTenant\x12 .termivar.v1.UpdateTenantRequest\x1a!.termivar.v1.UpdateTenantResponse\x12J\n" +
 	"\tCreateKey\x12\x1d.termivar.v1.CreateKeyRequest\x1a\x1e.termivar.v1.CreateKeyResponse\x12G\n" +
 	"\bListKeys\x12\x1c.termivar.v1.ListKeysRequest\x1a\x1d.termivar.v1.ListKeysResponse\x12J\n" +
 	"\tRevokeKey\x12\x1d.termivar.v1.RevokeKeyRequest\x1a\x1e.termivar.v1.RevokeKeyResponse\x12J\n" +
@@ -4538,7 +4978,7 @@ func file_termivar_v1_api_proto_rawDescGZIP() []byte {
 	return file_termivar_v1_api_proto_rawDescData
 }
 
-var file_termivar_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
+var file_termivar_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
 var file_termivar_v1_api_proto_goTypes = []any{
 	(*ErrorDetail)(nil),              // 0: termivar.v1.ErrorDetail
 	(*WorkerInfo)(nil),               // 1: termivar.v1.WorkerInfo
@@ -4586,22 +5026,29 @@ var file_termivar_v1_api_proto_goTypes = []any{
 	(*FollowResultsResponse)(nil),    // 43: termivar.v1.FollowResultsResponse
 	(*StatusRequest)(nil),            // 44: termivar.v1.StatusRequest
 	(*StatusResponse)(nil),           // 45: termivar.v1.StatusResponse
-	(*ListWorkersRequest)(nil),       // 46: termivar.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),      // 47: termivar.v1.ListWorkersResponse
-	(*CreateTenantRequest)(nil),      // 48: termivar.v1.CreateTenantRequest
-	(*CreateTenantResponse)(nil),     // 49: termivar.v1.CreateTenantResponse
-	(*CreateKeyRequest)(nil),         // 50: termivar.v1.CreateKeyRequest
-	(*CreateKeyResponse)(nil),        // 51: termivar.v1.CreateKeyResponse
-	(*ListKeysRequest)(nil),          // 52: termivar.v1.ListKeysRequest
-	(*KeyInfo)(nil),                  // 53: termivar.v1.KeyInfo
-	(*ListKeysResponse)(nil),         // 54: termivar.v1.ListKeysResponse
-	(*RevokeKeyRequest)(nil),         // 55: termivar.v1.RevokeKeyRequest
-	(*RevokeKeyResponse)(nil),        // 56: termivar.v1.RevokeKeyResponse
-	(*RotateKeyRequest)(nil),         // 57: termivar.v1.RotateKeyRequest
-	(*RotateKeyResponse)(nil),        // 58: termivar.v1.RotateKeyResponse
-	(*ClusterMember)(nil),            // 59: termivar.v1.ClusterMember
-	(*CoreLimits)(nil),               // 60: termivar.v1.CoreLimits
-	(*ResultLimits)(nil),             // 61: termivar.v1.ResultLimits
+	(*BuildInfo)(nil),                // 46: termivar.v1.BuildInfo
+	(*ListWorkersRequest)(nil),       // 47: termivar.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),      // 48: termivar.v1.ListWorkersResponse
+	(*CreateTenantRequest)(nil),      // 49: termivar.v1.CreateTenantRequest
+	(*UpdateTenantRequest)(nil),      // 50: termivar.v1.UpdateTenantRequest
+	(*UpdateTenantResponse)(nil),     // 51: termivar.v1.UpdateTenantResponse
+	(*DeleteScanRequest)(nil),        // 52: termivar.v1.DeleteScanRequest
+	(*DeleteScanResponse)(nil),       // 53: termivar.v1.DeleteScanResponse
+	(*PurgeTasksRequest)(nil),        // 54: termivar.v1.PurgeTasksRequest
+	(*PurgeTasksResponse)(nil),       // 55: termivar.v1.PurgeTasksResponse
+	(*CreateTenantResponse)(nil),     // 56: termivar.v1.CreateTenantResponse
+	(*CreateKeyRequest)(nil),         // 57: termivar.v1.CreateKeyRequest
+	(*CreateKeyResponse)(nil),        // 58: termivar.v1.CreateKeyResponse
+	(*ListKeysRequest)(nil),          // 59: termivar.v1.ListKeysRequest
+	(*KeyInfo)(nil),                  // 60: termivar.v1.KeyInfo
+	(*ListKeysResponse)(nil),         // 61: termivar.v1.ListKeysResponse
+	(*RevokeKeyRequest)(nil),         // 62: termivar.v1.RevokeKeyRequest
+	(*RevokeKeyResponse)(nil),        // 63: termivar.v1.RevokeKeyResponse
+	(*RotateKeyRequest)(nil),         // 64: termivar.v1.RotateKeyRequest
+	(*RotateKeyResponse)(nil),        // 65: termivar.v1.RotateKeyResponse
+	(*ClusterMember)(nil),            // 66: termivar.v1.ClusterMember
+	(*CoreLimits)(nil),               // 67: termivar.v1.CoreLimits
+	(*ResultLimits)(nil),             // 68: termivar.v1.ResultLimits
 }
 var file_termivar_v1_api_proto_depIdxs = []int32{
 	1,  // 0: termivar.v1.RegisterWorkerResponse.worker:type_name -> termivar.v1.WorkerInfo
@@ -4618,64 +5065,71 @@ var file_termivar_v1_api_proto_depIdxs = []int32{
 	29, // 11: termivar.v1.ListTasksResponse.tasks:type_name -> termivar.v1.TaskInfo
 	39, // 12: termivar.v1.ListScansResponse.scans:type_name -> termivar.v1.ScanInfo
 	42, // 13: termivar.v1.FollowResultsResponse.results:type_name -> termivar.v1.FollowedResult
-	59, // 14: termivar.v1.StatusResponse.members:type_name -> termivar.v1.ClusterMember
-	1,  // 15: termivar.v1.ListWorkersResponse.workers:type_name -> termivar.v1.WorkerInfo
-	60, // 16: termivar.v1.CreateTenantRequest.limits:type_name -> termivar.v1.CoreLimits
-	61, // 17: termivar.v1.CreateTenantRequest.result_limits:type_name -> termivar.v1.ResultLimits
-	53, // 18: termivar.v1.ListKeysResponse.keys:type_name -> termivar.v1.KeyInfo
-	2,  // 19: termivar.v1.Worker.RegisterWorker:input_type -> termivar.v1.RegisterWorkerRequest
-	4,  // 20: termivar.v1.Worker.Heartbeat:input_type -> termivar.v1.HeartbeatRequest
-	6,  // 21: termivar.v1.Worker.Acquire:input_type -> termivar.v1.AcquireRequest
-	9,  // 22: termivar.v1.Worker.Start:input_type -> termivar.v1.StartRequest
-	11, // 23: termivar.v1.Worker.RenewLease:input_type -> termivar.v1.RenewLeaseRequest
-	13, // 24: termivar.v1.Worker.Complete:input_type -> termivar.v1.CompleteRequest
-	15, // 25: termivar.v1.Worker.CompleteMany:input_type -> termivar.v1.CompleteManyRequest
-	18, // 26: termivar.v1.Worker.Fail:input_type -> termivar.v1.FailRequest
-	21, // 27: termivar.v1.Worker.Deregister:input_type -> termivar.v1.DeregisterRequest
-	24, // 28: termivar.v1.Producer.Enqueue:input_type -> termivar.v1.EnqueueRequest
-	27, // 29: termivar.v1.Producer.Cancel:input_type -> termivar.v1.CancelRequest
-	30, // 30: termivar.v1.Producer.GetTask:input_type -> termivar.v1.GetTaskRequest
-	32, // 31: termivar.v1.Producer.ListTasks:input_type -> termivar.v1.ListTasksRequest
-	34, // 32: termivar.v1.Producer.ScanProgress:input_type -> termivar.v1.ScanProgressRequest
-	36, // 33: termivar.v1.Producer.AggregateResults:input_type -> termivar.v1.AggregateResultsRequest
-	38, // 34: termivar.v1.Producer.ListScans:input_type -> termivar.v1.ListScansRequest
-	41, // 35: termivar.v1.Producer.FollowResults:input_type -> termivar.v1.FollowResultsRequest
-	44, // 36: termivar.v1.Admin.Status:input_type -> termivar.v1.StatusRequest
-	46, // 37: termivar.v1.Admin.ListWorkers:input_type -> termivar.v1.ListWorkersRequest
-	48, // 38: termivar.v1.Admin.CreateTenant:input_type -> termivar.v1.CreateTenantRequest
-	50, // 39: termivar.v1.Admin.CreateKey:input_type -> termivar.v1.CreateKeyRequest
-	52, // 40: termivar.v1.Admin.ListKeys:input_type -> termivar.v1.ListKeysRequest
-	55, // 41: termivar.v1.Admin.RevokeKey:input_type -> termivar.v1.RevokeKeyRequest
-	57, // 42: termivar.v1.Admin.RotateKey:input_type -> termivar.v1.RotateKeyRequest
-	3,  // 43: termivar.v1.Worker.RegisterWorker:output_type -> termivar.v1.RegisterWorkerResponse
-	5,  // 44: termivar.v1.Worker.Heartbeat:output_type -> termivar.v1.HeartbeatResponse
-	8,  // 45: termivar.v1.Worker.Acquire:output_type -> termivar.v1.AcquireResponse
-	10, // 46: termivar.v1.Worker.Start:output_type -> termivar.v1.StartResponse
-	12, // 47: termivar.v1.Worker.RenewLease:output_type -> termivar.v1.RenewLeaseResponse
-	14, // 48: termivar.v1.Worker.Complete:output_type -> termivar.v1.CompleteResponse
-	17, // 49: termivar.v1.Worker.CompleteMany:output_type -> termivar.v1.CompleteManyResponse
-	19, // 50: termivar.v1.Worker.Fail:output_type -> termivar.v1.FailResponse
-	22, // 51: termivar.v1.Worker.Deregister:output_type -> termivar.v1.DeregisterResponse
-	26, // 52: termivar.v1.Producer.Enqueue:output_type -> termivar.v1.EnqueueResponse
-	28, // 53: termivar.v1.Producer.Cancel:output_type -> termivar.v1.CancelResponse
-	31, // 54: termivar.v1.Producer.GetTask:output_type -> termivar.v1.GetTaskResponse
-	33, // 55: termivar.v1.Producer.ListTasks:output_type -> termivar.v1.ListTasksResponse
-	35, // 56: termivar.v1.Producer.ScanProgress:output_type -> termivar.v1.ScanProgressResponse
-	37, // 57: termivar.v1.Producer.AggregateResults:output_type -> termivar.v1.AggregateResultsResponse
-	40, // 58: termivar.v1.Producer.ListScans:output_type -> termivar.v1.ListScansResponse
-	43, // 59: termivar.v1.Producer.FollowResults:output_type -> termivar.v1.FollowResultsResponse
-	45, // 60: termivar.v1.Admin.Status:output_type -> termivar.v1.StatusResponse
-	47, // 61: termivar.v1.Admin.ListWorkers:output_type -> termivar.v1.ListWorkersResponse
-	49, // 62: termivar.v1.Admin.CreateTenant:output_type -> termivar.v1.CreateTenantResponse
-	51, // 63: termivar.v1.Admin.CreateKey:output_type -> termivar.v1.CreateKeyResponse
-	54, // 64: termivar.v1.Admin.ListKeys:output_type -> termivar.v1.ListKeysResponse
-	56, // 65: termivar.v1.Admin.RevokeKey:output_type -> termivar.v1.RevokeKeyResponse
-	58, // 66: termivar.v1.Admin.RotateKey:output_type -> termivar.v1.RotateKeyResponse
-	43, // [43:67] is the sub-list for method output_type
-	19, // [19:43] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	66, // 14: termivar.v1.StatusResponse.members:type_name -> termivar.v1.ClusterMember
+	46, // 15: termivar.v1.StatusResponse.build:type_name -> termivar.v1.BuildInfo
+	1,  // 16: termivar.v1.ListWorkersResponse.workers:type_name -> termivar.v1.WorkerInfo
+	67, // 17: termivar.v1.CreateTenantRequest.limits:type_name -> termivar.v1.CoreLimits
+	68, // 18: termivar.v1.CreateTenantRequest.result_limits:type_name -> termivar.v1.ResultLimits
+	60, // 19: termivar.v1.ListKeysResponse.keys:type_name -> termivar.v1.KeyInfo
+	2,  // 20: termivar.v1.Worker.RegisterWorker:input_type -> termivar.v1.RegisterWorkerRequest
+	4,  // 21: termivar.v1.Worker.Heartbeat:input_type -> termivar.v1.HeartbeatRequest
+	6,  // 22: termivar.v1.Worker.Acquire:input_type -> termivar.v1.AcquireRequest
+	9,  // 23: termivar.v1.Worker.Start:input_type -> termivar.v1.StartRequest
+	11, // 24: termivar.v1.Worker.RenewLease:input_type -> termivar.v1.RenewLeaseRequest
+	13, // 25: termivar.v1.Worker.Complete:input_type -> termivar.v1.CompleteRequest
+	15, // 26: termivar.v1.Worker.CompleteMany:input_type -> termivar.v1.CompleteManyRequest
+	18, // 27: termivar.v1.Worker.Fail:input_type -> termivar.v1.FailRequest
+	21, // 28: termivar.v1.Worker.Deregister:input_type -> termivar.v1.DeregisterRequest
+	24, // 29: termivar.v1.Producer.Enqueue:input_type -> termivar.v1.EnqueueRequest
+	27, // 30: termivar.v1.Producer.Cancel:input_type -> termivar.v1.CancelRequest
+	30, // 31: termivar.v1.Producer.GetTask:input_type -> termivar.v1.GetTaskRequest
+	32, // 32: termivar.v1.Producer.ListTasks:input_type -> termivar.v1.ListTasksRequest
+	34, // 33: termivar.v1.Producer.ScanProgress:input_type -> termivar.v1.ScanProgressRequest
+	36, // 34: termivar.v1.Producer.AggregateResults:input_type -> termivar.v1.AggregateResultsRequest
+	38, // 35: termivar.v1.Producer.ListScans:input_type -> termivar.v1.ListScansRequest
+	41, // 36: termivar.v1.Producer.FollowResults:input_type -> termivar.v1.FollowResultsRequest
+	52, // 37: termivar.v1.Producer.DeleteScan:input_type -> termivar.v1.DeleteScanRequest
+	54, // 38: termivar.v1.Producer.PurgeTasks:input_type -> termivar.v1.PurgeTasksRequest
+	44, // 39: termivar.v1.Admin.Status:input_type -> termivar.v1.StatusRequest
+	47, // 40: termivar.v1.Admin.ListWorkers:input_type -> termivar.v1.ListWorkersRequest
+	49, // 41: termivar.v1.Admin.CreateTenant:input_type -> termivar.v1.CreateTenantRequest
+	50, // 42: termivar.v1.Admin.UpdateTenant:input_type -> termivar.v1.UpdateTenantRequest
+	57, // 43: termivar.v1.Admin.CreateKey:input_type -> termivar.v1.CreateKeyRequest
+	59, // 44: termivar.v1.Admin.ListKeys:input_type -> termivar.v1.ListKeysRequest
+	62, // 45: termivar.v1.Admin.RevokeKey:input_type -> termivar.v1.RevokeKeyRequest
+	64, // 46: termivar.v1.Admin.RotateKey:input_type -> termivar.v1.RotateKeyRequest
+	3,  // 47: termivar.v1.Worker.RegisterWorker:output_type -> termivar.v1.RegisterWorkerResponse
+	5,  // 48: termivar.v1.Worker.Heartbeat:output_type -> termivar.v1.HeartbeatResponse
+	8,  // 49: termivar.v1.Worker.Acquire:output_type -> termivar.v1.AcquireResponse
+	10, // 50: termivar.v1.Worker.Start:output_type -> termivar.v1.StartResponse
+	12, // 51: termivar.v1.Worker.RenewLease:output_type -> termivar.v1.RenewLeaseResponse
+	14, // 52: termivar.v1.Worker.Complete:output_type -> termivar.v1.CompleteResponse
+	17, // 53: termivar.v1.Worker.CompleteMany:output_type -> termivar.v1.CompleteManyResponse
+	19, // 54: termivar.v1.Worker.Fail:output_type -> termivar.v1.FailResponse
+	22, // 55: termivar.v1.Worker.Deregister:output_type -> termivar.v1.DeregisterResponse
+	26, // 56: termivar.v1.Producer.Enqueue:output_type -> termivar.v1.EnqueueResponse
+	28, // 57: termivar.v1.Producer.Cancel:output_type -> termivar.v1.CancelResponse
+	31, // 58: termivar.v1.Producer.GetTask:output_type -> termivar.v1.GetTaskResponse
+	33, // 59: termivar.v1.Producer.ListTasks:output_type -> termivar.v1.ListTasksResponse
+	35, // 60: termivar.v1.Producer.ScanProgress:output_type -> termivar.v1.ScanProgressResponse
+	37, // 61: termivar.v1.Producer.AggregateResults:output_type -> termivar.v1.AggregateResultsResponse
+	40, // 62: termivar.v1.Producer.ListScans:output_type -> termivar.v1.ListScansResponse
+	43, // 63: termivar.v1.Producer.FollowResults:output_type -> termivar.v1.FollowResultsResponse
+	53, // 64: termivar.v1.Producer.DeleteScan:output_type -> termivar.v1.DeleteScanResponse
+	55, // 65: termivar.v1.Producer.PurgeTasks:output_type -> termivar.v1.PurgeTasksResponse
+	45, // 66: termivar.v1.Admin.Status:output_type -> termivar.v1.StatusResponse
+	48, // 67: termivar.v1.Admin.ListWorkers:output_type -> termivar.v1.ListWorkersResponse
+	56, // 68: termivar.v1.Admin.CreateTenant:output_type -> termivar.v1.CreateTenantResponse
+	51, // 69: termivar.v1.Admin.UpdateTenant:output_type -> termivar.v1.UpdateTenantResponse
+	58, // 70: termivar.v1.Admin.CreateKey:output_type -> termivar.v1.CreateKeyResponse
+	61, // 71: termivar.v1.Admin.ListKeys:output_type -> termivar.v1.ListKeysResponse
+	63, // 72: termivar.v1.Admin.RevokeKey:output_type -> termivar.v1.RevokeKeyResponse
+	65, // 73: termivar.v1.Admin.RotateKey:output_type -> termivar.v1.RotateKeyResponse
+	47, // [47:74] is the sub-list for method output_type
+	20, // [20:47] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_termivar_v1_api_proto_init() }
@@ -4702,7 +5156,7 @@ func file_termivar_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_termivar_v1_api_proto_rawDesc), len(file_termivar_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   59,
+			NumMessages:   66,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -80,12 +80,18 @@ const (
 	ProducerListScansProcedure = "/termivar.v1.Producer/ListScans"
 	// ProducerFollowResultsProcedure is the fully-qualified name of the Producer's FollowResults RPC.
 	ProducerFollowResultsProcedure = "/termivar.v1.Producer/FollowResults"
+	// ProducerDeleteScanProcedure is the fully-qualified name of the Producer's DeleteScan RPC.
+	ProducerDeleteScanProcedure = "/termivar.v1.Producer/DeleteScan"
+	// ProducerPurgeTasksProcedure is the fully-qualified name of the Producer's PurgeTasks RPC.
+	ProducerPurgeTasksProcedure = "/termivar.v1.Producer/PurgeTasks"
 	// AdminStatusProcedure is the fully-qualified name of the Admin's Status RPC.
 	AdminStatusProcedure = "/termivar.v1.Admin/Status"
 	// AdminListWorkersProcedure is the fully-qualified name of the Admin's ListWorkers RPC.
 	AdminListWorkersProcedure = "/termivar.v1.Admin/ListWorkers"
 	// AdminCreateTenantProcedure is the fully-qualified name of the Admin's CreateTenant RPC.
 	AdminCreateTenantProcedure = "/termivar.v1.Admin/CreateTenant"
+	// AdminUpdateTenantProcedure is the fully-qualified name of the Admin's UpdateTenant RPC.
+	AdminUpdateTenantProcedure = "/termivar.v1.Admin/UpdateTenant"
 	// AdminCreateKeyProcedure is the fully-qualified name of the Admin's CreateKey RPC.
 	AdminCreateKeyProcedure = "/termivar.v1.Admin/CreateKey"
 	// AdminListKeysProcedure is the fully-qualified name of the Admin's ListKeys RPC.
@@ -400,6 +406,13 @@ type ProducerClient interface {
 	// where it stopped; done says the scan is terminal and every result
 	// up to it was returned.
 	FollowResults(context.Context, *connect.Request[v1.FollowResultsRequest]) (*connect.Response[v1.FollowResultsResponse], error)
+	// DeleteScan purges a scan's terminal tasks and their results (contract
+	// Part F); a scan with non-terminal tasks is refused unless force, which
+	// cancels them first.
+	DeleteScan(context.Context, *connect.Request[v1.DeleteScanRequest]) (*connect.Response[v1.DeleteScanResponse], error)
+	// PurgeTasks purges the named terminal tasks and their results; a
+	// non-terminal or unknown one refuses the whole request.
+	PurgeTasks(context.Context, *connect.Request[v1.PurgeTasksRequest]) (*connect.Response[v1.PurgeTasksResponse], error)
 }
 
 // NewProducerClient constructs a client for the termivar.v1.Producer service. By default, it uses
@@ -461,6 +474,18 @@ func NewProducerClient(httpClient connect.HTTPClient, baseURL string, opts ...co
 			connect.WithSchema(producerMethods.ByName("FollowResults")),
 			connect.WithClientOptions(opts...),
 		),
+		deleteScan: connect.NewClient[v1.DeleteScanRequest, v1.DeleteScanResponse](
+			httpClient,
+			baseURL+ProducerDeleteScanProcedure,
+			connect.WithSchema(producerMethods.ByName("DeleteScan")),
+			connect.WithClientOptions(opts...),
+		),
+		purgeTasks: connect.NewClient[v1.PurgeTasksRequest, v1.PurgeTasksResponse](
+			httpClient,
+			baseURL+ProducerPurgeTasksProcedure,
+			connect.WithSchema(producerMethods.ByName("PurgeTasks")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -474,6 +499,8 @@ type producerClient struct {
 	aggregateResults *connect.Client[v1.AggregateResultsRequest, v1.AggregateResultsResponse]
 	listScans        *connect.Client[v1.ListScansRequest, v1.ListScansResponse]
 	followResults    *connect.Client[v1.FollowResultsRequest, v1.FollowResultsResponse]
+	deleteScan       *connect.Client[v1.DeleteScanRequest, v1.DeleteScanResponse]
+	purgeTasks       *connect.Client[v1.PurgeTasksRequest, v1.PurgeTasksResponse]
 }
 
 // Enqueue calls termivar.v1.Producer.Enqueue.
@@ -516,6 +543,16 @@ func (c *producerClient) FollowResults(ctx context.Context, req *connect.Request
 	return c.followResults.CallUnary(ctx, req)
 }
 
+// DeleteScan calls termivar.v1.Producer.DeleteScan.
+func (c *producerClient) DeleteScan(ctx context.Context, req *connect.Request[v1.DeleteScanRequest]) (*connect.Response[v1.DeleteScanResponse], error) {
+	return c.deleteScan.CallUnary(ctx, req)
+}
+
+// PurgeTasks calls termivar.v1.Producer.PurgeTasks.
+func (c *producerClient) PurgeTasks(ctx context.Context, req *connect.Request[v1.PurgeTasksRequest]) (*connect.Response[v1.PurgeTasksResponse], error) {
+	return c.purgeTasks.CallUnary(ctx, req)
+}
+
 // ProducerHandler is an implementation of the termivar.v1.Producer service.
 type ProducerHandler interface {
 	// Enqueue admits every task of the batch or none.
@@ -534,6 +571,13 @@ type ProducerHandler interface {
 	// where it stopped; done says the scan is terminal and every result
 	// up to it was returned.
 	FollowResults(context.Context, *connect.Request[v1.FollowResultsRequest]) (*connect.Response[v1.FollowResultsResponse], error)
+	// DeleteScan purges a scan's terminal tasks and their results (contract
+	// Part F); a scan with non-terminal tasks is refused unless force, which
+	// cancels them first.
+	DeleteScan(context.Context, *connect.Request[v1.DeleteScanRequest]) (*connect.Response[v1.DeleteScanResponse], error)
+	// PurgeTasks purges the named terminal tasks and their results; a
+	// non-terminal or unknown one refuses the whole request.
+	PurgeTasks(context.Context, *connect.Request[v1.PurgeTasksRequest]) (*connect.Response[v1.PurgeTasksResponse], error)
 }
 
 // NewProducerHandler builds an HTTP handler from the service implementation. It returns the path on
@@ -591,6 +635,18 @@ func NewProducerHandler(svc ProducerHandler, opts ...connect.HandlerOption) (str
 		connect.WithSchema(producerMethods.ByName("FollowResults")),
 		connect.WithHandlerOptions(opts...),
 	)
+	producerDeleteScanHandler := connect.NewUnaryHandler(
+		ProducerDeleteScanProcedure,
+		svc.DeleteScan,
+		connect.WithSchema(producerMethods.ByName("DeleteScan")),
+		connect.WithHandlerOptions(opts...),
+	)
+	producerPurgeTasksHandler := connect.NewUnaryHandler(
+		ProducerPurgeTasksProcedure,
+		svc.PurgeTasks,
+		connect.WithSchema(producerMethods.ByName("PurgeTasks")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/termivar.v1.Producer/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ProducerEnqueueProcedure:
@@ -609,6 +665,10 @@ func NewProducerHandler(svc ProducerHandler, opts ...connect.HandlerOption) (str
 			producerListScansHandler.ServeHTTP(w, r)
 		case ProducerFollowResultsProcedure:
 			producerFollowResultsHandler.ServeHTTP(w, r)
+		case ProducerDeleteScanProcedure:
+			producerDeleteScanHandler.ServeHTTP(w, r)
+		case ProducerPurgeTasksProcedure:
+			producerPurgeTasksHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -650,11 +710,21 @@ func (UnimplementedProducerHandler) FollowResults(context.Context, *connect.Requ
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Producer.FollowResults is not implemented"))
 }
 
+func (UnimplementedProducerHandler) DeleteScan(context.Context, *connect.Request[v1.DeleteScanRequest]) (*connect.Response[v1.DeleteScanResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Producer.DeleteScan is not implemented"))
+}
+
+func (UnimplementedProducerHandler) PurgeTasks(context.Context, *connect.Request[v1.PurgeTasksRequest]) (*connect.Response[v1.PurgeTasksResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Producer.PurgeTasks is not implemented"))
+}
+
 // AdminClient is a client for the termivar.v1.Admin service.
 type AdminClient interface {
 	Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error)
 	ListWorkers(context.Context, *connect.Request[v1.ListWorkersRequest]) (*connect.Response[v1.ListWorkersResponse], error)
 	CreateTenant(context.Context, *connect.Request[v1.CreateTenantRequest]) (*connect.Response[v1.CreateTenantResponse], error)
+	// UpdateTenant changes a tenant's policy (its result retention).
+	UpdateTenant(context.Context, *connect.Request[v1.UpdateTenantRequest]) (*connect.Response[v1.UpdateTenantResponse], error)
 	CreateKey(context.Context, *connect.Request[v1.CreateKeyRequest]) (*connect.Response[v1.CreateKeyResponse], error)
 	// ListKeys lists key IDs, tenants, roles and times; never secrets or
 	// hashes. Tenant admins see their tenant's keys, system admins any.
@@ -696,6 +766,12 @@ func NewAdminClient(httpClient connect.HTTPClient, baseURL string, opts ...conne
 			connect.WithSchema(adminMethods.ByName("CreateTenant")),
 			connect.WithClientOptions(opts...),
 		),
+		updateTenant: connect.NewClient[v1.UpdateTenantRequest, v1.UpdateTenantResponse](
+			httpClient,
+			baseURL+AdminUpdateTenantProcedure,
+			connect.WithSchema(adminMethods.ByName("UpdateTenant")),
+			connect.WithClientOptions(opts...),
+		),
 		createKey: connect.NewClient[v1.CreateKeyRequest, v1.CreateKeyResponse](
 			httpClient,
 			baseURL+AdminCreateKeyProcedure,
@@ -728,6 +804,7 @@ type adminClient struct {
 	status       *connect.Client[v1.StatusRequest, v1.StatusResponse]
 	listWorkers  *connect.Client[v1.ListWorkersRequest, v1.ListWorkersResponse]
 	createTenant *connect.Client[v1.CreateTenantRequest, v1.CreateTenantResponse]
+	updateTenant *connect.Client[v1.UpdateTenantRequest, v1.UpdateTenantResponse]
 	createKey    *connect.Client[v1.CreateKeyRequest, v1.CreateKeyResponse]
 	listKeys     *connect.Client[v1.ListKeysRequest, v1.ListKeysResponse]
 	revokeKey    *connect.Client[v1.RevokeKeyRequest, v1.RevokeKeyResponse]
@@ -747,6 +824,11 @@ func (c *adminClient) ListWorkers(ctx context.Context, req *connect.Request[v1.L
 // CreateTenant calls termivar.v1.Admin.CreateTenant.
 func (c *adminClient) CreateTenant(ctx context.Context, req *connect.Request[v1.CreateTenantRequest]) (*connect.Response[v1.CreateTenantResponse], error) {
 	return c.createTenant.CallUnary(ctx, req)
+}
+
+// UpdateTenant calls termivar.v1.Admin.UpdateTenant.
+func (c *adminClient) UpdateTenant(ctx context.Context, req *connect.Request[v1.UpdateTenantRequest]) (*connect.Response[v1.UpdateTenantResponse], error) {
+	return c.updateTenant.CallUnary(ctx, req)
 }
 
 // CreateKey calls termivar.v1.Admin.CreateKey.
@@ -774,6 +856,8 @@ type AdminHandler interface {
 	Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error)
 	ListWorkers(context.Context, *connect.Request[v1.ListWorkersRequest]) (*connect.Response[v1.ListWorkersResponse], error)
 	CreateTenant(context.Context, *connect.Request[v1.CreateTenantRequest]) (*connect.Response[v1.CreateTenantResponse], error)
+	// UpdateTenant changes a tenant's policy (its result retention).
+	UpdateTenant(context.Context, *connect.Request[v1.UpdateTenantRequest]) (*connect.Response[v1.UpdateTenantResponse], error)
 	CreateKey(context.Context, *connect.Request[v1.CreateKeyRequest]) (*connect.Response[v1.CreateKeyResponse], error)
 	// ListKeys lists key IDs, tenants, roles and times; never secrets or
 	// hashes. Tenant admins see their tenant's keys, system admins any.
@@ -811,6 +895,12 @@ func NewAdminHandler(svc AdminHandler, opts ...connect.HandlerOption) (string, h
 		connect.WithSchema(adminMethods.ByName("CreateTenant")),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminUpdateTenantHandler := connect.NewUnaryHandler(
+		AdminUpdateTenantProcedure,
+		svc.UpdateTenant,
+		connect.WithSchema(adminMethods.ByName("UpdateTenant")),
+		connect.WithHandlerOptions(opts...),
+	)
 	adminCreateKeyHandler := connect.NewUnaryHandler(
 		AdminCreateKeyProcedure,
 		svc.CreateKey,
@@ -843,6 +933,8 @@ func NewAdminHandler(svc AdminHandler, opts ...connect.HandlerOption) (string, h
 			adminListWorkersHandler.ServeHTTP(w, r)
 		case AdminCreateTenantProcedure:
 			adminCreateTenantHandler.ServeHTTP(w, r)
+		case AdminUpdateTenantProcedure:
+			adminUpdateTenantHandler.ServeHTTP(w, r)
 		case AdminCreateKeyProcedure:
 			adminCreateKeyHandler.ServeHTTP(w, r)
 		case AdminListKeysProcedure:
@@ -870,6 +962,10 @@ func (UnimplementedAdminHandler) ListWorkers(context.Context, *connect.Request[v
 
 func (UnimplementedAdminHandler) CreateTenant(context.Context, *connect.Request[v1.CreateTenantRequest]) (*connect.Response[v1.CreateTenantResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Admin.CreateTenant is not implemented"))
+}
+
+func (UnimplementedAdminHandler) UpdateTenant(context.Context, *connect.Request[v1.UpdateTenantRequest]) (*connect.Response[v1.UpdateTenantResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Admin.UpdateTenant is not implemented"))
 }
 
 func (UnimplementedAdminHandler) CreateKey(context.Context, *connect.Request[v1.CreateKeyRequest]) (*connect.Response[v1.CreateKeyResponse], error) {

@@ -4,15 +4,14 @@ import (
 	"slices"
 
 	distributed "github.com/termivar/distributed"
-	pb "github.com/termivar/distributed/gen/termivar/v1"
 )
 
 // scanMeta is what the FSM records of a scan besides its task IDs
 // (Tenant.scans): when it was created and finished, and the order in which
 // its tasks completed. Everything is set in Apply from the command's
 // stamped logical time, so every member holds the same values; the
-// snapshot carries created, finished and the completion order
-// (ScanIndex), the rest is derived again on restore.
+// snapshot carries created, finished, the completion order and the
+// ordinals (ScanIndex), the rest is derived again on restore.
 type scanMeta struct {
 	// createdAt is the logical time of the scan's first enqueue.
 	createdAt uint64
@@ -26,13 +25,23 @@ type scanMeta struct {
 	// firstOpen is the first position of the scan's task IDs whose task is
 	// not terminal. Invariant: ids[:firstOpen] are terminal (terminal
 	// tasks stay terminal, ARCHITECTURE.md task state machine), so the
-	// position only moves forward and each task is passed once.
+	// position only moves forward and each task is passed once; a purge
+	// (which takes terminal tasks only) moves it back by the purged
+	// positions before it.
 	firstOpen int
 	// completed lists the completed tasks in completion order.
-	// Invariant: exactly the scan's completed tasks, each once.
+	// Invariant: exactly the scan's completed tasks (purged ones removed),
+	// each once.
 	completed []string
 	// resultBytes is the size of the scan's stored results.
 	resultBytes uint64
+	// ords are the enqueue ordinals of the scan's task IDs (parallel to
+	// Tenant.scans), compOrds the completion ordinals of completed;
+	// nextOrd and nextComp the next ones. Invariant: strictly increasing
+	// and below their next; a purge removes entries and never renumbers,
+	// so FollowResults cursors (ordinals) stay valid across purges.
+	ords, compOrds    []uint64
+	nextOrd, nextComp uint64
 }
 
 // noteEnqueued records new tasks of their scans: a new scan is created at
@@ -45,6 +54,8 @@ func (t *Tenant) noteEnqueued(specs []distributed.TaskSpec, now uint64) {
 			t.meta[s.ScanID] = m
 		}
 		m.finished, m.finishedAt = false, 0
+		m.ords = append(m.ords, m.nextOrd)
+		m.nextOrd++
 	}
 }
 
@@ -53,6 +64,8 @@ func (t *Tenant) noteEnqueued(specs []distributed.TaskSpec, now uint64) {
 func (t *Tenant) noteCompleted(scanID, taskID string, resultBytes int) {
 	if m, ok := t.meta[scanID]; ok {
 		m.completed = append(m.completed, taskID)
+		m.compOrds = append(m.compOrds, m.nextComp)
+		m.nextComp++
 		m.resultBytes += uint64(resultBytes)
 	}
 }
@@ -118,66 +131,6 @@ func oneTask(id func(c tenantCall) string) func(c tenantCall) (string, bool) {
 // any scan terminal (recoveries, worker loss).
 func anyTask(tenantCall) (string, bool) { return "", false }
 
-// exportScan encodes one scan for the snapshot.
-func (t *Tenant) exportScan(id string) *pb.ScanIndex {
-	si := &pb.ScanIndex{ScanId: id, TaskIds: t.scans[id]}
-	if m, ok := t.meta[id]; ok {
-		si.CreatedAt = m.createdAt
-		si.CompletedIds = m.completed
-		if m.finished {
-			si.FinishedAt = m.finishedAt
-		}
-	}
-	return si
-}
-
-// restoreScanMeta rebuilds a restored scan's metadata: the recorded
-// creation, finish time and completion order, checked against the pool
-// (every listed completion is a completed task of the scan, once), then
-// the derived fields. Completed tasks the order does not list (a state
-// written before it was recorded) are appended in (CompletedAt, enqueue
-// position) order, so every member restores the same order.
-func restoreScanMeta(pool *distributed.WorkerPool, results *distributed.ResultAggregator, sc *pb.ScanIndex) (*scanMeta, bool) {
-	m := &scanMeta{createdAt: sc.GetCreatedAt()}
-	listed := make(map[string]bool, len(sc.GetCompletedIds()))
-	for _, id := range sc.GetCompletedIds() {
-		task, ok, err := pool.GetTask(id)
-		if err != nil || !ok || listed[id] || task.ScanID() != sc.GetScanId() || task.Status() != distributed.TaskCompleted {
-			return nil, false
-		}
-		listed[id] = true
-	}
-	m.completed = slices.Clone(sc.GetCompletedIds())
-	var missing []distributed.ScanTask
-	for _, id := range sc.GetTaskIds() {
-		task, _, _ := pool.GetTask(id)
-		if r, ok, _ := results.GetResult(id); ok {
-			m.resultBytes += uint64(len(r))
-		}
-		if task.Status() == distributed.TaskCompleted && !listed[id] {
-			missing = append(missing, task)
-		}
-	}
-	ids := sc.GetTaskIds()
-	for m.firstOpen < len(ids) && terminalIn(pool, ids[m.firstOpen]) {
-		m.firstOpen++
-	}
-	slices.SortStableFunc(missing, func(a, b distributed.ScanTask) int {
-		x, _ := a.CompletedAt()
-		y, _ := b.CompletedAt()
-		return cmpUint(x, y)
-	})
-	for _, task := range missing {
-		m.completed = append(m.completed, task.TaskID())
-	}
-	m.finished = m.firstOpen == len(ids)
-	if !m.finished && sc.GetFinishedAt() != 0 {
-		return nil, false
-	}
-	m.finishedAt = sc.GetFinishedAt()
-	return m, true
-}
-
 func cmpUint(a, b uint64) int {
 	switch {
 	case a < b:
@@ -205,6 +158,16 @@ type ScanState struct {
 	// completed tasks; ResultBytes the size of their stored results.
 	Tasks, Completed int
 	ResultBytes      uint64
+	// NextOrdinal and NextCompletion are the next enqueue and completion
+	// ordinals: every task (completion) of the scan so far has a smaller
+	// one, purged or not.
+	NextOrdinal, NextCompletion uint64
+}
+
+// ScanEntry is a task ID of a scan with its enqueue or completion ordinal.
+type ScanEntry struct {
+	ID  string
+	Ord uint64
 }
 
 // ScanIDs returns the tenant's scan IDs, sorted.
@@ -223,32 +186,105 @@ func (v TenantView) Scan(scanID string) (ScanState, bool) {
 		return ScanState{}, false
 	}
 	return ScanState{ScanID: scanID, CreatedAt: m.createdAt, Finished: m.finished, FinishedAt: m.finishedAt,
-		Tasks: len(v.t.scans[scanID]), Completed: len(m.completed), ResultBytes: m.resultBytes}, true
+		Tasks: len(v.t.scans[scanID]), Completed: len(m.completed), ResultBytes: m.resultBytes,
+		NextOrdinal: m.nextOrd, NextCompletion: m.nextComp}, true
 }
 
-// ScanTaskWindow returns a copy of at most n of the scan's task IDs in
-// enqueue order, from position from.
-func (v TenantView) ScanTaskWindow(scanID string, from, n int) []string {
-	v.f.mu.RLock()
-	defer v.f.mu.RUnlock()
-	return window(v.t.scans[scanID], from, n)
-}
-
-// ScanCompletedWindow returns a copy of at most n of the scan's completed
-// task IDs in completion order, from position from.
-func (v TenantView) ScanCompletedWindow(scanID string, from, n int) []string {
+// ScanTaskWindow returns at most n of the scan's task IDs in enqueue order
+// whose ordinal is at least from, with their ordinals.
+func (v TenantView) ScanTaskWindow(scanID string, from uint64, n int) []ScanEntry {
 	v.f.mu.RLock()
 	defer v.f.mu.RUnlock()
 	m, ok := v.t.meta[scanID]
 	if !ok {
 		return nil
 	}
-	return window(m.completed, from, n)
+	return window(v.t.scans[scanID], m.ords, from, n)
 }
 
-func window(ids []string, from, n int) []string {
-	if from < 0 || from >= len(ids) || n <= 0 {
+// ScanCompletedWindow returns at most n of the scan's completed task IDs
+// in completion order whose completion ordinal is at least from, with
+// their ordinals.
+func (v TenantView) ScanCompletedWindow(scanID string, from uint64, n int) []ScanEntry {
+	v.f.mu.RLock()
+	defer v.f.mu.RUnlock()
+	m, ok := v.t.meta[scanID]
+	if !ok {
 		return nil
 	}
-	return slices.Clone(ids[from:min(len(ids), from+n)])
+	return window(m.completed, m.compOrds, from, n)
+}
+
+// window returns at most n entries of ids (ordinals ords, increasing) from
+// the first whose ordinal is at least from.
+func window(ids []string, ords []uint64, from uint64, n int) []ScanEntry {
+	i, _ := slices.BinarySearch(ords, from)
+	var out []ScanEntry
+	for ; i < len(ids) && len(out) < n; i++ {
+		out = append(out, ScanEntry{ID: ids[i], Ord: ords[i]})
+	}
+	return out
+}
+
+// EntryIDs returns the IDs of entries.
+func EntryIDs(entries []ScanEntry) []string {
+	out := make([]string, len(entries))
+	for i, e := range entries {
+		out[i] = e.ID
+	}
+	return out
+}
+
+// forgetPurged removes purged task IDs from the scan index and the scan
+// records (docs/adr/0002-purge.md): a scan left with no task is dropped
+// with its record; otherwise its completion order loses them, its result
+// bytes lose their sizes (resultSize, read before the results were
+// purged) and firstOpen moves back by the purged positions before it.
+// Ordinals are not renumbered. The index then lists exactly tasks of the
+// pool.
+func (t *Tenant) forgetPurged(ids []string, resultSize map[string]int) {
+	if len(ids) == 0 {
+		return
+	}
+	gone := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		gone[id] = true
+	}
+	for scan, list := range t.scans {
+		if !slices.ContainsFunc(list, func(id string) bool { return gone[id] }) {
+			continue
+		}
+		m := t.meta[scan]
+		for _, id := range list {
+			if gone[id] {
+				m.resultBytes -= uint64(resultSize[id])
+			}
+		}
+		kept, ords, firstOpen := dropIDs(list, m.ords, gone, m.firstOpen)
+		if len(kept) == 0 {
+			delete(t.scans, scan)
+			delete(t.meta, scan)
+			continue
+		}
+		t.scans[scan], m.ords, m.firstOpen = kept, ords, firstOpen
+		m.completed, m.compOrds, _ = dropIDs(m.completed, m.compOrds, gone, 0)
+	}
+}
+
+// dropIDs removes the gone IDs from ids and their ordinals, in place, and
+// moves pos (a position in ids) back by the removed positions before it.
+func dropIDs(ids []string, ords []uint64, gone map[string]bool, pos int) ([]string, []uint64, int) {
+	n, newPos := 0, pos
+	for i, id := range ids {
+		if gone[id] {
+			if i < pos {
+				newPos--
+			}
+			continue
+		}
+		ids[n], ords[n] = id, ords[i]
+		n++
+	}
+	clear(ids[n:])
+	return ids[:n], ords[:n], newPos
 }

@@ -1,13 +1,18 @@
 // Property test of the FSM's scan records. Goal: under random sequences of
-// every command that creates or ends tasks (enqueue into a few scans,
-// acquire, complete, fail, cancel, expire, recover expired leases, with
-// time moving), each scan's record always agrees with a naive model kept
-// by the test: created at its first enqueue, finished exactly when its last
-// task became terminal (at that command's time; reopened by an enqueue),
-// the completion order that of the successful fresh completions, the
-// result bytes their sum; and the state survives ExportState/RestoreState
+// every command that creates, ends or removes tasks (enqueue into a few
+// scans, re-enqueue of purged IDs, acquire, complete, fail, cancel, expire,
+// recover expired leases, and purges: a whole scan with or without
+// cancel_first, task IDs, every terminal task finished before a time in
+// one scan or all, with time moving), each scan's record always agrees with
+// a naive model kept by the test: created at its first enqueue, finished
+// exactly when its last task became terminal (at that command's time;
+// reopened by an enqueue), the completion order that of the successful
+// fresh completions minus purged tasks, the result bytes their sum, the
+// enqueue and completion ordinals never renumbered by a purge, a scan
+// emptied by a purge gone; and the state survives ExportState/RestoreState
 // byte for byte. Method: seeded math/rand/v2, the model recomputed from
-// the pool's task records after each step.
+// the pool's task records after each step (which tasks a time-bounded
+// purge selects is the core's, tested by its own model).
 package raftfsm
 
 import (
@@ -25,9 +30,12 @@ import (
 // scanModel is the test's naive record of one scan.
 type scanModel struct {
 	ids                   []string
+	ords                  []uint64
 	createdAt, finishedAt uint64
 	finished              bool
 	completed             []string
+	compOrds              []uint64
+	nextOrd, nextComp     uint64
 	resultBytes           uint64
 }
 
@@ -38,6 +46,9 @@ type scanProp struct {
 	model  map[string]*scanModel
 	leases []distributed.TaskLease
 	next   int
+	sizes  map[string]int  // task ID → size of its stored result
+	purged []string        // purged task IDs (re-enqueued sometimes)
+	seen   map[string]bool // every scan ever enqueued into
 }
 
 func (p *scanProp) apply(cmd *pb.Command) Response {
@@ -48,7 +59,9 @@ func (p *scanProp) apply(cmd *pb.Command) Response {
 // step applies one random command and updates the model.
 func (p *scanProp) step() {
 	p.b.now += uint64(p.rng.IntN(15))
-	switch p.rng.IntN(8) {
+	switch p.rng.IntN(10) {
+	case 8, 9:
+		p.purge()
 	case 0, 1:
 		p.enqueue()
 	case 2:
@@ -85,16 +98,26 @@ func (p *scanProp) enqueue() {
 		ids = append(ids, fmt.Sprintf("p%d", p.next))
 		p.next++
 	}
-	if r := p.apply(enqueueScanCmd(scan, ids...)); r.Err != nil {
-		p.next -= len(ids)
-		return
+	reused := len(p.purged) > 0 && p.rng.IntN(3) == 0
+	if reused { // a purged ID starts a new life, in any scan
+		ids = append(ids, p.purged[0])
 	}
+	if r := p.apply(enqueueScanCmd(scan, ids...)); r.Err != nil {
+		p.t.Fatalf("enqueue %v into %s: %v", ids, scan, r.Err)
+	}
+	if reused {
+		p.purged = p.purged[1:]
+	}
+	p.seen[scan] = true
 	m, ok := p.model[scan]
 	if !ok {
 		m = &scanModel{createdAt: p.b.now}
 		p.model[scan] = m
 	}
-	m.ids = append(m.ids, ids...)
+	for _, id := range ids {
+		m.ids, m.ords = append(m.ids, id), append(m.ords, m.nextOrd)
+		m.nextOrd++
+	}
 	m.finished, m.finishedAt = false, 0
 }
 
@@ -120,8 +143,10 @@ func (p *scanProp) complete() {
 	}
 	task := p.task(l.TaskID())
 	m := p.model[task.ScanID()]
-	m.completed = append(m.completed, l.TaskID())
+	m.completed, m.compOrds = append(m.completed, l.TaskID()), append(m.compOrds, m.nextComp)
+	m.nextComp++
 	m.resultBytes += uint64(len(result))
+	p.sizes[l.TaskID()] = len(result)
 }
 
 func (p *scanProp) task(id string) distributed.ScanTask {
@@ -153,14 +178,35 @@ func (p *scanProp) check(step int) {
 	for id, m := range p.model {
 		got, ok := tv.Scan(id)
 		want := ScanState{ScanID: id, CreatedAt: m.createdAt, Finished: m.finished, FinishedAt: m.finishedAt,
-			Tasks: len(m.ids), Completed: len(m.completed), ResultBytes: m.resultBytes}
+			Tasks: len(m.ids), Completed: len(m.completed), ResultBytes: m.resultBytes,
+			NextOrdinal: m.nextOrd, NextCompletion: m.nextComp}
 		if !ok || got != want {
 			p.t.Fatalf("step %d: Scan(%s) = %+v, want %+v", step, id, got, want)
 		}
-		if order := tv.ScanCompletedWindow(id, 0, len(m.ids)); !slices.Equal(order, m.completed) {
-			p.t.Fatalf("step %d: completion order of %s = %v, want %v", step, id, order, m.completed)
+		if w := tv.ScanCompletedWindow(id, 0, len(m.ids)); !entriesEqual(w, m.completed, m.compOrds) {
+			p.t.Fatalf("step %d: completion order of %s = %v, want %v %v", step, id, w, m.completed, m.compOrds)
+		}
+		if w := tv.ScanTaskWindow(id, 0, len(m.ids)); !entriesEqual(w, m.ids, m.ords) {
+			p.t.Fatalf("step %d: enqueue order of %s = %v, want %v %v", step, id, w, m.ids, m.ords)
 		}
 	}
+	for id := range p.seen {
+		if _, ok := tv.Scan(id); ok != (p.model[id] != nil) {
+			p.t.Fatalf("step %d: Scan(%s) found = %v, model has it = %v", step, id, ok, p.model[id] != nil)
+		}
+	}
+}
+
+func entriesEqual(got []ScanEntry, ids []string, ords []uint64) bool {
+	if len(got) != len(ids) {
+		return false
+	}
+	for i, e := range got {
+		if e.ID != ids[i] || e.Ord != ords[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // setupRetries is setup with tenant acme allowing maxRetries retries, so
@@ -183,7 +229,8 @@ func TestFSM_ScanRecordProperty(t *testing.T) {
 	for seed := range uint64(96) {
 		b := setupRetries(t, uint32(seed%2))
 		b.must(t, registerCmd("kw1", "w1"))
-		p := &scanProp{t: t, b: b, rng: rand.New(rand.NewPCG(seed, 11)), model: map[string]*scanModel{}}
+		p := &scanProp{t: t, b: b, rng: rand.New(rand.NewPCG(seed, 11)), model: map[string]*scanModel{},
+			sizes: map[string]int{}, seen: map[string]bool{}}
 		for step := range 250 {
 			p.step()
 			p.check(step)

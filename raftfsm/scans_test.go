@@ -46,7 +46,7 @@ func (b *testBundle) scan(t *testing.T, id string) ScanState {
 func completedOrder(t *testing.T, f *FSM, scan string) []string {
 	t.Helper()
 	tv, _ := f.Tenant("acme")
-	return tv.ScanCompletedWindow(scan, 0, 1000)
+	return EntryIDs(tv.ScanCompletedWindow(scan, 0, 1000))
 }
 
 func TestFSM_ScanRecord(t *testing.T) {
@@ -61,7 +61,7 @@ func TestFSM_ScanRecord(t *testing.T) {
 	}
 	b.must(t, registerCmd("kw1", "w1"))
 	b.must(t, b.at(100, enqueueScanCmd("s1", "t1", "t2", "t3")))
-	if got, want := b.scan(t, "s1"), (ScanState{ScanID: "s1", CreatedAt: 100, Tasks: 3}); got != want {
+	if got, want := b.scan(t, "s1"), (ScanState{ScanID: "s1", CreatedAt: 100, Tasks: 3, NextOrdinal: 3}); got != want {
 		t.Fatalf("after enqueue Scan = %+v, want %+v", got, want)
 	}
 	acq := b.must(t, b.at(110, acquireCmd("kw1", "w1", 3))).Value.([]Acquired)
@@ -77,11 +77,12 @@ func TestFSM_ScanRecord(t *testing.T) {
 	}
 	b.must(t, b.at(140, enqueueScanCmd("s1", "t4")))
 	b.must(t, b.at(150, cancelByIDCmd("kprod", "t3")))
-	if got, want := b.scan(t, "s1"), (ScanState{ScanID: "s1", CreatedAt: 100, Tasks: 4, Completed: 2, ResultBytes: 7}); got != want {
+	if got, want := b.scan(t, "s1"), (ScanState{ScanID: "s1", CreatedAt: 100, Tasks: 4, Completed: 2, ResultBytes: 7, NextOrdinal: 4, NextCompletion: 2}); got != want {
 		t.Fatalf("before the last task ends Scan = %+v, want %+v", got, want)
 	}
 	b.must(t, b.at(160, cancelByIDCmd("kprod", "t4")))
-	want := ScanState{ScanID: "s1", CreatedAt: 100, Finished: true, FinishedAt: 160, Tasks: 4, Completed: 2, ResultBytes: 7}
+	want := ScanState{ScanID: "s1", CreatedAt: 100, Finished: true, FinishedAt: 160, Tasks: 4, Completed: 2, ResultBytes: 7,
+		NextOrdinal: 4, NextCompletion: 2}
 	if got := b.scan(t, "s1"); got != want {
 		t.Fatalf("after the last task ended Scan = %+v, want %+v", got, want)
 	}
@@ -216,7 +217,7 @@ func TestFSM_ScanRecordRestore(t *testing.T) {
 	}
 	tv, _ := g.Tenant("acme")
 	st, _ := tv.Scan("s1")
-	if want := (ScanState{ScanID: "s1", Finished: true, Tasks: 3, Completed: 3, ResultBytes: 3}); st != want {
+	if want := (ScanState{ScanID: "s1", Finished: true, Tasks: 3, Completed: 3, ResultBytes: 3, NextOrdinal: 3, NextCompletion: 3}); st != want {
 		t.Fatalf("legacy scan = %+v, want %+v", st, want)
 	}
 	if got := completedOrder(t, g, "s1"); fmt.Sprint(got) != "[t3 t1 t2]" {

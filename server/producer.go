@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -266,11 +267,20 @@ func (h producerHandler) AggregateResults(ctx context.Context, req *connect.Requ
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		// NB: a task purged since the IDs were read (retention, DeleteScan)
+		// is simply no longer there: it is left out, never missing_result
+		// (docs/adr/0002-purge.md).
+		if ids = slices.DeleteFunc(ids, func(id string) bool { return !tv.HasResult(id) }); len(ids) == 0 {
+			break
+		}
 		n := min(rl.MaxAggregateItems, len(ids))
 		res, err := tv.AggregateResults(ids[:n])
 		if errors.Is(err, distributed.ErrAggregateBytesExceeded) {
 			n = fitBytes(tv, ids[:n], rl.MaxAggregateBytes)
 			res, err = tv.AggregateResults(ids[:n])
+		}
+		if errors.Is(err, distributed.ErrMissingResult) {
+			continue // purged between the check and the read: check again
 		}
 		if err != nil {
 			return toConnect(err)

@@ -185,21 +185,38 @@ func scanInfo(tv raftfsm.TenantView, id string) (*pb.ScanInfo, bool) {
 	if st.Finished {
 		si.FinishedAt = st.FinishedAt
 	}
+	si.RetentionDeadline = retentionDeadline(st, tv.ResultRetentionSecs())
 	return si, true
 }
 
-// followCursor is a FollowResults position: how many of the scan's tasks
-// (enqueue order) or completions (completion order) were passed.
+// retentionDeadline is when the tenant's retention policy purges the last
+// of a finished scan's tasks: its finish time plus the retention (tasks
+// that finished earlier go earlier; the leader's ticker purges soon after,
+// docs/adr/0002-purge.md). nil when the policy is off, the scan runs, or
+// its finish time is unknown.
+func retentionDeadline(st raftfsm.ScanState, retention uint64) *uint64 {
+	if retention == 0 || !st.Finished || st.FinishedAt == 0 {
+		return nil
+	}
+	d := st.FinishedAt + retention
+	return &d
+}
+
+// followCursor is a FollowResults position: the scan's tasks (enqueue
+// order) or completions (completion order) whose ordinal is below pos were
+// passed. Ordinals are numbered per scan from 0 and a purge never
+// renumbers them (raftfsm scanMeta), so a cursor means the same after
+// tasks before it were purged; without purges the ordinal is the position.
 type followCursor struct {
 	completion bool
-	pos        int
+	pos        uint64
 }
 
 func (c followCursor) String() string {
 	if c.completion {
-		return "c:" + strconv.Itoa(c.pos)
+		return "c:" + strconv.FormatUint(c.pos, 10)
 	}
-	return "e:" + strconv.Itoa(c.pos)
+	return "e:" + strconv.FormatUint(c.pos, 10)
 }
 
 // parseFollowCursor reads a cursor of the requested order ("" is the
@@ -210,8 +227,8 @@ func parseFollowCursor(s string, completion bool) (followCursor, error) {
 		return c, nil
 	}
 	prefix := c.String()[:2]
-	n, err := strconv.Atoi(strings.TrimPrefix(s, prefix))
-	if !strings.HasPrefix(s, prefix) || err != nil || n < 0 {
+	n, err := strconv.ParseUint(strings.TrimPrefix(s, prefix), 10, 64)
+	if !strings.HasPrefix(s, prefix) || err != nil {
 		return c, errInvalid("cursor is invalid for this order")
 	}
 	c.pos = n
@@ -283,43 +300,64 @@ func (s *Server) waitFor(ctx context.Context, wake <-chan struct{}, deadline <-c
 // MaxAggregateBytes of them (at least one). In enqueue order it stops at
 // the first task that is not terminal, so results come in enqueue order
 // and a cursor never passes a task that may still complete; terminal
-// tasks without a result are passed. The scan's record is read before its
-// tasks, so done (finished, every position passed) is never claimed
-// before the last result was returned.
+// tasks without a result are passed, and so is a task purged since the
+// window was read (a purge takes terminal tasks only, and a purged task is
+// simply no longer there: docs/adr/0002-purge.md). The scan's record is
+// read before its tasks, so done (finished, every ordinal passed) is never
+// claimed before the last result was returned. A scan whose every task
+// was purged has no record: scan_not_found.
 func followPage(tv raftfsm.TenantView, scanID string, cur followCursor, n int) (*pb.FollowResultsResponse, error) {
 	st, ok := tv.Scan(scanID)
 	if !ok {
 		return nil, &apiError{KindScanNotFound, "scan " + scanID + " has no tasks"}
 	}
-	end := st.Tasks
-	var ids []string
+	end := st.NextOrdinal
+	var win []raftfsm.ScanEntry
 	if cur.completion {
-		end = st.Completed
-		ids = tv.ScanCompletedWindow(scanID, cur.pos, n)
+		end = st.NextCompletion
+		win = tv.ScanCompletedWindow(scanID, cur.pos, n)
 	} else {
-		ids = tv.ScanTaskWindow(scanID, cur.pos, n)
+		win = tv.ScanTaskWindow(scanID, cur.pos, n)
 	}
 	if cur.pos > end {
 		return nil, errInvalid("cursor is past the end of the scan")
 	}
 	out := &pb.FollowResultsResponse{}
-	maxBytes, size := tv.ResultLimits().MaxAggregateBytes, 0
-	for _, id := range ids {
-		t, ok, _ := tv.GetTask(id)
-		if !ok || !t.Status().Terminal() {
-			break
-		}
-		r, has, _ := tv.GetResult(id)
-		if has && len(out.Results) > 0 && size+len(r) > maxBytes {
-			break
-		}
-		cur.pos++
-		if has {
-			size += len(r)
-			out.Results = append(out.Results, &pb.FollowedResult{TaskId: id, TargetRef: t.TargetRef(), Result: r, Cursor: cur.String()})
-		}
+	switch passed, ok := followEntries(tv, win, cur.completion, out); {
+	case ok:
+		cur.pos = passed
+	case len(win) == 0:
+		cur.pos = end // every ordinal from cur.pos on was purged
+	default:
+		cur.pos = win[0].Ord // the ordinals before the first entry were purged
 	}
 	out.NextCursor = cur.String()
 	out.Done = st.Finished && cur.pos >= end
 	return out, nil
+}
+
+// followEntries appends the results of the entries until the first task
+// that is not terminal or the byte bound; it returns the ordinal after the
+// last entry passed (ok: at least one passed).
+func followEntries(tv raftfsm.TenantView, win []raftfsm.ScanEntry, completion bool, out *pb.FollowResultsResponse) (uint64, bool) {
+	maxBytes, size := tv.ResultLimits().MaxAggregateBytes, 0
+	var passed uint64
+	ok := false
+	for _, e := range win {
+		t, found, _ := tv.GetTask(e.ID)
+		if found && !t.Status().Terminal() {
+			break // NB: a purged and re-enqueued ID is a new life: not passed
+		}
+		r, has, _ := tv.GetResult(e.ID)
+		if has && len(out.Results) > 0 && size+len(r) > maxBytes {
+			break
+		}
+		passed, ok = e.Ord+1, true
+		if has && found {
+			size += len(r)
+			out.Results = append(out.Results, &pb.FollowedResult{TaskId: e.ID, TargetRef: t.TargetRef(), Result: r,
+				Cursor: followCursor{completion: completion, pos: passed}.String()})
+		}
+	}
+	return passed, ok
 }

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"errors"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -244,7 +243,9 @@ func (h producerHandler) ListTasks(ctx context.Context, req *connect.Request[pb.
 // MaxAggregateItems results and MaxAggregateBytes bytes per chunk (a chunk
 // is cut short when the next result would pass the byte bound). Only a
 // single result larger than MaxAggregateBytes cannot be sent; the stream
-// then ends with aggregate_bytes_exceeded.
+// then ends with aggregate_bytes_exceeded. A task purged while the stream
+// runs (retention, DeleteScan, PurgeTasks) is left out: it is no longer
+// there, which is not an error (docs/adr/0002-purge.md).
 func (h producerHandler) AggregateResults(ctx context.Context, req *connect.Request[pb.AggregateResultsRequest], stream *connect.ServerStream[pb.AggregateResultsResponse]) error {
 	p, err := principalFrom(ctx)
 	if err != nil {
@@ -262,6 +263,14 @@ func (h producerHandler) AggregateResults(ctx context.Context, req *connect.Requ
 			targets[id] = t.TargetRef()
 		}
 	}
+	return streamResults(ctx, tv, ids, func(r distributed.AggregatedResult) error {
+		return stream.Send(&pb.AggregateResultsResponse{TaskId: r.TaskID, Result: r.Result, TargetRef: targets[r.TaskID]})
+	})
+}
+
+// streamResults sends the results of ids in order, a bounded chunk at a
+// time (the tenant's MaxAggregateItems and MaxAggregateBytes).
+func streamResults(ctx context.Context, tv raftfsm.TenantView, ids []string, send func(distributed.AggregatedResult) error) error {
 	rl := tv.ResultLimits()
 	for len(ids) > 0 {
 		if err := ctx.Err(); err != nil {
@@ -270,10 +279,10 @@ func (h producerHandler) AggregateResults(ctx context.Context, req *connect.Requ
 		// NB: a task purged since the IDs were read (retention, DeleteScan)
 		// is simply no longer there: it is left out, never missing_result
 		// (docs/adr/0002-purge.md).
-		if ids = slices.DeleteFunc(ids, func(id string) bool { return !tv.HasResult(id) }); len(ids) == 0 {
-			break
+		var n int
+		if ids, n = dropPurged(tv, ids, min(rl.MaxAggregateItems, len(ids))); n == 0 {
+			continue
 		}
-		n := min(rl.MaxAggregateItems, len(ids))
 		res, err := tv.AggregateResults(ids[:n])
 		if errors.Is(err, distributed.ErrAggregateBytesExceeded) {
 			n = fitBytes(tv, ids[:n], rl.MaxAggregateBytes)
@@ -286,13 +295,27 @@ func (h producerHandler) AggregateResults(ctx context.Context, req *connect.Requ
 			return toConnect(err)
 		}
 		for _, r := range res {
-			if err := stream.Send(&pb.AggregateResultsResponse{TaskId: r.TaskID, Result: r.Result, TargetRef: targets[r.TaskID]}); err != nil {
+			if err := send(r); err != nil {
 				return err
 			}
 		}
 		ids = ids[n:]
 	}
 	return nil
+}
+
+// dropPurged drops the IDs without a result (purged) among the first w of
+// ids, keeping the order, and returns the rest with how many of the first
+// w were kept (they come first).
+func dropPurged(tv raftfsm.TenantView, ids []string, w int) ([]string, int) {
+	j := w
+	for i := w - 1; i >= 0; i-- {
+		if tv.HasResult(ids[i]) {
+			j--
+			ids[j] = ids[i]
+		}
+	}
+	return ids[j:], w - j
 }
 
 // fitBytes returns the length of the longest prefix of ids whose results

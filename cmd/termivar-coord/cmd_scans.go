@@ -87,7 +87,7 @@ func runScansList(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return usagef("scans takes no arguments")
+		return usagef("unknown subcommand %q\n%s", fs.Arg(0), scansUsage)
 	}
 	if *limit < 0 {
 		return usagef("--limit must not be negative")

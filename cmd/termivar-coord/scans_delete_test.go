@@ -1,6 +1,6 @@
 package main
 
-// Goal: `scans delete` and `tenants create/update --result-retention`
+// Goal: `scans delete` (plain `scans` lists: scans_test.go) and `tenants create/update --result-retention`
 // against a real node (contract Part F, docs/adr/0002-purge.md): exit codes,
 // messages and the stored state for each outcome; and a tenant whose record
 // limit is small keeps running scans forever when it deletes them.
@@ -71,7 +71,6 @@ func TestCLI_ScansDelete(t *testing.T) {
 		code int
 		err  string
 	}{
-		{[]string{"scans"}, exitUsage, "usage: termivar-coord scans delete"},
 		{[]string{"scans", "delete"}, exitUsage, "usage: termivar-coord scans delete SCAN"},
 		{[]string{"scans", "delete", "bad scan"}, exitUsage, "scan ID is invalid"},
 		{[]string{"scans", "frob"}, exitUsage, "unknown subcommand"},

@@ -409,3 +409,53 @@ func TestScansTable_RetentionColumn(t *testing.T) {
 		t.Fatalf("table with one deadline:\n%s", out.String())
 	}
 }
+
+// TestCLI_ScansRetentionDeadline: with a tenant retention a finished scan
+// shows its deadline (finish time + retention) in the RETENTION column and
+// in --json, a running one shows "-" (JSON: absent); after scans delete
+// the scan is no longer listed.
+func TestCLI_ScansRetentionDeadline(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	c := b.cliClient(t, "")
+	ctx := context.Background()
+	for _, a := range [][]string{{"enqueue", "--scan", "done", "d1"}, {"enqueue", "--scan", "run", "r1"}} {
+		if code, _, stderr := b.run(t, "", a...); code != exitOK {
+			t.Fatalf("%v: %s", a, stderr)
+		}
+	}
+	lease := leaseAll(t, c, "w1", 2)["d1"]
+	if _, err := c.Complete(ctx, &pb.CompleteRequest{LeaseToken: lease, Result: []byte("ok")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.UpdateTenant(ctx, &pb.UpdateTenantRequest{ResultRetentionSecs: 7 * 86400}); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr := b.run(t, "", "scans", "--json")
+	if code != exitOK {
+		t.Fatalf("scans --json: exit %d: %s", code, stderr)
+	}
+	var rows []scanJSON
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		var r scanJSON
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatalf("line %q: %v", l, err)
+		}
+		rows = append(rows, r)
+	}
+	if len(rows) != 2 || rows[0].RetentionDeadline == nil || *rows[0].RetentionDeadline != rows[0].FinishedAt+7*86400 || rows[1].RetentionDeadline != nil {
+		t.Fatalf("scans --json = %+v, want done with deadline finished_at+7d, run without", rows)
+	}
+	code, out, _ = b.run(t, "", "scans")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != exitOK || len(lines) != 3 || !strings.HasSuffix(lines[0], "RETENTION") ||
+		!strings.HasSuffix(lines[1], logicalTime(*rows[0].RetentionDeadline)) || !strings.HasSuffix(lines[2], " -") {
+		t.Fatalf("scans: exit %d\n%s", code, out)
+	}
+	if code, _, stderr = b.run(t, "", "scans", "delete", "done"); code != exitOK {
+		t.Fatalf("scans delete done: exit %d: %s", code, stderr)
+	}
+	if code, out, _ = b.run(t, "", "scans", "--json"); code != exitOK || strings.Contains(out, `"done"`) || !strings.Contains(out, `"run"`) {
+		t.Fatalf("scans after delete: exit %d\n%s", code, out)
+	}
+}

@@ -142,6 +142,12 @@ func checkScanRoundTrip(t *testing.T, f *FSM, scan string) {
 	if a != b || !slices.Equal(completedOrder(t, f, scan), completedOrder(t, g, scan)) {
 		t.Fatalf("restored scan = %+v %v, want %+v %v", b, completedOrder(t, g, scan), a, completedOrder(t, f, scan))
 	}
+	if x, y := tvf.ScanTaskWindow(scan, 0, 1<<20), tvg.ScanTaskWindow(scan, 0, 1<<20); !slices.Equal(x, y) {
+		t.Fatalf("restored enqueue ordinals = %v, want %v", y, x)
+	}
+	if x, y := tvf.ScanCompletedWindow(scan, 0, 1<<20), tvg.ScanCompletedWindow(scan, 0, 1<<20); !slices.Equal(x, y) {
+		t.Fatalf("restored completion ordinals = %v, want %v", y, x)
+	}
 }
 
 // editScans exports f, lets edit change the acme tenant's scan indexes and
@@ -222,5 +228,59 @@ func TestFSM_ScanRecordRestore(t *testing.T) {
 	}
 	if got := completedOrder(t, g, "s1"); fmt.Sprint(got) != "[t3 t1 t2]" {
 		t.Fatalf("legacy completion order = %v, want [t3 t1 t2]", got)
+	}
+}
+
+// TestFSM_ScanRecordPurge: a partial purge drops the purged tasks from the
+// record (task count, completion order, result bytes) and keeps the
+// others' ordinals; the state round-trips through a snapshot, and a
+// snapshot whose ordinals contradict themselves is refused with the state
+// kept; a purge that empties the scan drops its record.
+func TestFSM_ScanRecordPurge(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.must(t, registerCmd("kw1", "w1"))
+	b.must(t, b.at(100, enqueueScanCmd("s1", "t1", "t2", "t3", "t4")))
+	acq := b.must(t, b.at(110, acquireCmd("kw1", "w1", 4))).Value.([]Acquired)
+	for i, r := range []string{"a", "bb", "ccc"} {
+		b.must(t, b.at(120, completeCmd("kw1", acq[i].Lease, []byte(r))))
+	}
+	b.must(t, b.at(130, &pb.Command{Principal: "kprod", Op: &pb.Command_PurgeTasks{PurgeTasks: &pb.PurgeTasks{TaskIds: []string{"t1", "t2"}}}}))
+	want := ScanState{ScanID: "s1", CreatedAt: 100, Tasks: 2, Completed: 1, ResultBytes: 3, NextOrdinal: 4, NextCompletion: 3}
+	if got := b.scan(t, "s1"); got != want {
+		t.Fatalf("after the purge Scan = %+v, want %+v", got, want)
+	}
+	tv, _ := b.f.Tenant("acme")
+	if got := fmt.Sprint(tv.ScanTaskWindow("s1", 0, 10), tv.ScanCompletedWindow("s1", 0, 10)); got != "[{t3 2} {t4 3}] [{t3 2}]" {
+		t.Fatalf("windows after the purge = %s", got)
+	}
+	if got := fmt.Sprint(tv.ScanTaskWindow("s1", 3, 10)); got != "[{t4 3}]" {
+		t.Fatalf("window from ordinal 3 = %s", got)
+	}
+	checkScanRoundTrip(t, b.f, "s1")
+	bad := map[string]func(sc []*pb.ScanIndex){
+		"ordinals not increasing":   func(sc []*pb.ScanIndex) { sc[0].TaskOrdinals = []uint64{3, 2} },
+		"ordinal count differs":     func(sc []*pb.ScanIndex) { sc[0].TaskOrdinals = []uint64{2} },
+		"ordinal not below next":    func(sc []*pb.ScanIndex) { sc[0].NextOrdinal = 3 },
+		"next below the list":       func(sc []*pb.ScanIndex) { sc[0].CompletedOrdinals, sc[0].NextCompletion = nil, 0; sc[0].NextOrdinal = 1 },
+		"completion ordinals count": func(sc []*pb.ScanIndex) { sc[0].CompletedOrdinals = []uint64{0, 2} },
+	}
+	good, _ := b.f.ExportState()
+	for name, edit := range bad {
+		g := New(Options{})
+		if err := g.RestoreState(good); err != nil {
+			t.Fatal(err)
+		}
+		if err := g.RestoreState(editScans(t, b.f, edit)); !errors.Is(err, ErrInvalidState) {
+			t.Errorf("%s: RestoreState = %v, want ErrInvalidState", name, err)
+		}
+		if again, _ := g.ExportState(); string(again) != string(good) {
+			t.Errorf("%s: a refused restore changed the state", name)
+		}
+	}
+	b.must(t, b.at(140, cancelByIDCmd("kprod", "t4")))
+	b.must(t, b.at(150, &pb.Command{Principal: "kprod", Op: &pb.Command_PurgeTasks{PurgeTasks: &pb.PurgeTasks{ScanId: "s1", FinishedBefore: 200}}}))
+	if _, ok := tv.Scan("s1"); ok || len(tv.ScanIDs()) != 0 {
+		t.Fatalf("a scan emptied by a purge still has a record: %v", tv.ScanIDs())
 	}
 }

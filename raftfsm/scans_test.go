@@ -259,10 +259,13 @@ func TestFSM_ScanRecordPurge(t *testing.T) {
 	}
 	checkScanRoundTrip(t, b.f, "s1")
 	bad := map[string]func(sc []*pb.ScanIndex){
-		"ordinals not increasing":   func(sc []*pb.ScanIndex) { sc[0].TaskOrdinals = []uint64{3, 2} },
-		"ordinal count differs":     func(sc []*pb.ScanIndex) { sc[0].TaskOrdinals = []uint64{2} },
-		"ordinal not below next":    func(sc []*pb.ScanIndex) { sc[0].NextOrdinal = 3 },
-		"next below the list":       func(sc []*pb.ScanIndex) { sc[0].CompletedOrdinals, sc[0].NextCompletion = nil, 0; sc[0].NextOrdinal = 1 },
+		"ordinals not increasing": func(sc []*pb.ScanIndex) { sc[0].TaskOrdinals = []uint64{3, 2} },
+		"ordinal count differs":   func(sc []*pb.ScanIndex) { sc[0].TaskOrdinals = []uint64{2} },
+		"ordinal not below next":  func(sc []*pb.ScanIndex) { sc[0].NextOrdinal = 3 },
+		"next below the list": func(sc []*pb.ScanIndex) {
+			sc[0].CompletedOrdinals, sc[0].NextCompletion = nil, 0
+			sc[0].NextOrdinal = 1
+		},
 		"completion ordinals count": func(sc []*pb.ScanIndex) { sc[0].CompletedOrdinals = []uint64{0, 2} },
 	}
 	good, _ := b.f.ExportState()

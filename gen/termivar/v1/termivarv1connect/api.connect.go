@@ -404,7 +404,10 @@ type ProducerClient interface {
 	// up to wait_secs for one when there is none yet (a long-poll). Each
 	// result carries the cursor after it, so a follower resumes exactly
 	// where it stopped; done says the scan is terminal and every result
-	// up to it was returned.
+	// up to it was returned. Cursors are per-scan ordinals a purge never
+	// renumbers: purging tasks already passed changes nothing for a
+	// follower, a purged task not yet reached is skipped, and a scan whose
+	// every task was purged is scan_not_found (docs/adr/0002-purge.md).
 	FollowResults(context.Context, *connect.Request[v1.FollowResultsRequest]) (*connect.Response[v1.FollowResultsResponse], error)
 	// DeleteScan purges a scan's terminal tasks and their results (contract
 	// Part F); a scan with non-terminal tasks is refused unless force, which
@@ -569,7 +572,10 @@ type ProducerHandler interface {
 	// up to wait_secs for one when there is none yet (a long-poll). Each
 	// result carries the cursor after it, so a follower resumes exactly
 	// where it stopped; done says the scan is terminal and every result
-	// up to it was returned.
+	// up to it was returned. Cursors are per-scan ordinals a purge never
+	// renumbers: purging tasks already passed changes nothing for a
+	// follower, a purged task not yet reached is skipped, and a scan whose
+	// every task was purged is scan_not_found (docs/adr/0002-purge.md).
 	FollowResults(context.Context, *connect.Request[v1.FollowResultsRequest]) (*connect.Response[v1.FollowResultsResponse], error)
 	// DeleteScan purges a scan's terminal tasks and their results (contract
 	// Part F); a scan with non-terminal tasks is refused unless force, which

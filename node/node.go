@@ -196,6 +196,7 @@ type Node struct {
 	firstRefusal  atomic.Int64 // unix nanoseconds of the first refusal
 	codec         *token.Codec
 	wake          *notifier
+	progress      *notifier // the FSM's ProgressFunc: tasks may have become terminal
 	clu           clusterState
 	ident         *identity
 	lock          *dirLock
@@ -250,13 +251,14 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 		}
 	}
 	n := &Node{
-		cfg:    cfg,
-		log:    cfg.Logger,
-		secret: secret,
-		ident:  ident,
-		wake:   newNotifier(),
-		hl:     newHealth(),
-		life:   newLifetime(),
+		cfg:      cfg,
+		log:      cfg.Logger,
+		secret:   secret,
+		ident:    ident,
+		wake:     newNotifier(),
+		progress: newNotifier(),
+		hl:       newHealth(),
+		life:     newLifetime(),
 	}
 	n.incarnation = ident.incarnation()
 	n.verifyPeer = n.verifyRaftPeer
@@ -474,6 +476,10 @@ func (n *Node) RaftAddr() string { return string(n.trans.LocalAddr()) }
 // WaitChan returns a channel that is closed the next time a command may
 // have made queued tasks available in tenant (Acquire long-polls on it).
 func (n *Node) WaitChan(tenant string) <-chan struct{} { return n.wake.wait(tenant) }
+
+// ProgressChan returns a channel that is closed the next time a command
+// may have made tasks of the tenant terminal (result followers wait on it).
+func (n *Node) ProgressChan(tenant string) <-chan struct{} { return n.progress.wait(tenant) }
 
 // Snapshot forces a raft snapshot (tests and operators).
 func (n *Node) Snapshot() error { return n.raft.Snapshot().Error() }

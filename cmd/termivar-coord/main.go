@@ -5,6 +5,7 @@
 //	termivar-coord keys list|revoke KEYID|rotate KEYID
 //	termivar-coord tenants create --name N
 //	termivar-coord bench [flags]          end-to-end load generator
+//	termivar-coord health [--url U] [--ready]  liveness/readiness probe (exit 0: 200)
 //
 // Global flags of client commands: --server URL (env TERMIVAR_SERVER,
 // default http://127.0.0.1:7420) and --key KEY (env TERMIVAR_KEY, default
@@ -39,6 +40,7 @@ func commands() []command {
 		{"keys", "manage API keys (create, list, revoke KEYID, rotate KEYID)", runKeys},
 		{"tenants", "manage tenants (tenants create --name N)", runTenants},
 		{"bench", "end-to-end load generator against an embedded or remote node", runBench},
+		{"health", "probe a node's /healthz (or /readyz with --ready): exit 0 if it answers 200", runHealth},
 	}
 }
 

@@ -5,6 +5,8 @@
 //	termivar-coord keys list|revoke KEYID|rotate KEYID
 //	termivar-coord tenants create --name N
 //	termivar-coord bench [flags]          end-to-end load generator
+//	termivar-coord backup --out FILE      consistent, checksummed backup (admin key)
+//	termivar-coord restore --from FILE --data-dir DIR   new one-node cluster from it
 //	termivar-coord health [--url U] [--ready]  liveness/readiness probe (exit 0: 200)
 //
 // Global flags of client commands: --server URL (env TERMIVAR_SERVER,
@@ -40,6 +42,8 @@ func commands() []command {
 		{"keys", "manage API keys (create, list, revoke KEYID, rotate KEYID)", runKeys},
 		{"tenants", "manage tenants (tenants create --name N)", runTenants},
 		{"bench", "end-to-end load generator against an embedded or remote node", runBench},
+		{"backup", "stream a consistent, checksummed backup of the cluster from the leader into a file (admin key)", runBackup},
+		{"restore", "build a new single-node cluster's data dir from a backup file", runRestore},
 		{"health", "probe a node's /healthz (or /readyz with --ready): exit 0 if it answers 200", runHealth},
 	}
 }

@@ -1,0 +1,66 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"connectrpc.com/connect"
+
+	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/internal/audit"
+	"github.com/termivar/distributed/internal/backup"
+	"github.com/termivar/distributed/raftfsm"
+)
+
+// BackupChunkBytes is the size of one Cluster.Backup message.
+const BackupChunkBytes = 1 << 20
+
+// Backup streams a backup file of the whole state (system-tenant admins
+// only; a follower forwards the call, so it runs on the leader). The
+// state is taken after a linearizable read barrier, at one applied index
+// (raftfsm.FSM.ExportAt), so it holds every write acknowledged before the
+// call began. Audited: the file holds every tenant's tasks and key hashes.
+func (h clusterHandler) Backup(ctx context.Context, req *connect.Request[pb.BackupRequest], stream *connect.ServerStream[pb.BackupChunk]) error {
+	p, err := principalFrom(ctx)
+	if err == nil {
+		err = h.backup(ctx, p, stream)
+	}
+	h.s.audit.Record(ctx, audit.Entry{KeyID: p.KeyID, Tenant: p.Tenant, Method: "Cluster.Backup", Outcome: kindOf(err)})
+	if err != nil {
+		return h.s.withLeaderHint(toConnect(err))
+	}
+	return nil
+}
+
+func (h clusterHandler) backup(ctx context.Context, p principal, stream *connect.ServerStream[pb.BackupChunk]) error {
+	if !p.systemAdmin() {
+		return errDenied("only an admin key of the system tenant may back up the cluster")
+	}
+	if err := h.s.node.LinearizableRead(ctx); err != nil {
+		return err
+	}
+	st, err := h.s.node.Reads().ExportAt()
+	if err != nil {
+		return err
+	}
+	if st.Epoch == nil {
+		return errors.New("the cluster has no epoch yet")
+	}
+	file, err := backup.Encode(&pb.BackupHeader{
+		EpochId: st.Epoch, AppliedIndex: st.Index, StateVersion: raftfsm.StateVersion,
+		NodeId: h.s.node.NodeID(), CreatedUnixSecs: time.Now().Unix(), LogicalTime: st.LastTime,
+	}, st.State)
+	if err != nil {
+		return err
+	}
+	for len(file) > 0 {
+		n := min(len(file), BackupChunkBytes)
+		if err := stream.Send(&pb.BackupChunk{Data: file[:n]}); err != nil {
+			return err
+		}
+		file = file[n:]
+	}
+	h.s.log.Info("backup streamed", "index", st.Index, "bytes", len(st.State))
+	return nil
+}

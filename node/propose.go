@@ -76,6 +76,9 @@ func (n *Node) Propose(ctx context.Context, cmd *pb.Command) (raftfsm.Response, 
 	if err := n.Err(); err != nil {
 		return raftfsm.Response{}, err // a failed node commits nothing more (health.go)
 	}
+	if err := n.gate(cmd); err != nil {
+		return raftfsm.Response{Err: err}, nil // version.go: never reaches the log
+	}
 	p, err := n.prop.submit(ctx, cmd)
 	if err != nil {
 		return raftfsm.Response{}, err
@@ -251,16 +254,23 @@ func (n *Node) ProposeAll(ctx context.Context, cmds []*pb.Command) ([]raftfsm.Re
 		return nil, err
 	}
 	props := make([]*proposal, len(cmds))
+	out := make([]raftfsm.Response, len(cmds))
 	for i, cmd := range cmds {
+		if err := n.gate(cmd); err != nil {
+			out[i] = raftfsm.Response{Err: err} // version.go: never reaches the log
+			continue
+		}
 		p, err := n.prop.submit(ctx, cmd)
 		if err != nil {
 			return nil, err
 		}
 		props[i] = p
 	}
-	out := make([]raftfsm.Response, len(cmds))
 	var firstErr error
 	for i, p := range props {
+		if p == nil {
+			continue
+		}
 		select {
 		case r := <-p.done:
 			out[i] = r.resp

@@ -58,7 +58,7 @@ func PrepareRestore(state, newEpoch []byte) ([]byte, error) {
 		return nil, fmt.Errorf("%w: the new epoch must be %d bytes", ErrRestoreRefused, EpochBytes)
 	}
 	if err := New(Options{}).RestoreState(state); err != nil {
-		return nil, fmt.Errorf("%w: the backed-up state is not a valid FSM state: %v", ErrRestoreRefused, err)
+		return nil, fmt.Errorf("%w: the backed-up state is not a valid FSM state: %w", ErrRestoreRefused, err)
 	}
 	var st pb.FSMState
 	if err := proto.Unmarshal(state, &st); err != nil {
@@ -69,6 +69,7 @@ func PrepareRestore(state, newEpoch []byte) ([]byte, error) {
 	}
 	st.EpochId = newEpoch
 	st.Nodes = nil
+	st.ClusterVersion = max(st.GetClusterVersion(), MinClusterVersion)
 	out, err := proto.MarshalOptions{Deterministic: true}.Marshal(&st)
 	if err != nil {
 		return nil, err

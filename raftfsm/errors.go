@@ -34,6 +34,10 @@ const (
 	// KindKeyLimit: the key table (live and revoked records) holds
 	// MaxKeyRecords.
 	KindKeyLimit
+	// KindClusterVersion: the operation belongs to a cluster version the
+	// cluster has not reached (a member still runs an older binary), or
+	// SetClusterVersion names a version a member does not support.
+	KindClusterVersion
 	kindEnd
 )
 
@@ -68,6 +72,8 @@ func (k ErrorKind) String() string {
 		return "last_admin_key"
 	case KindKeyLimit:
 		return "key_limit"
+	case KindClusterVersion:
+		return "cluster_version"
 	}
 	return "unknown"
 }
@@ -97,6 +103,7 @@ var (
 	ErrKeyNotFound        = &Error{Kind: KindKeyNotFound}
 	ErrLastAdminKey       = &Error{Kind: KindLastAdminKey}
 	ErrKeyLimit           = &Error{Kind: KindKeyLimit}
+	ErrClusterVersion     = &Error{Kind: KindClusterVersion}
 )
 
 func fsmErr(k ErrorKind, reason string) *Error { return &Error{Kind: k, Reason: reason} }

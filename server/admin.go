@@ -25,6 +25,10 @@ func (h adminHandler) Status(ctx context.Context, req *connect.Request[pb.Status
 			Results: uint32(tv.ResultCount()), ResultBytes: uint64(tv.ResultBytes()),
 			RaftState: h.s.node.RaftState(), Leader: id + "@" + addr, AppliedIndex: h.s.node.Reads().AppliedIndex(),
 			NodeId: h.s.node.NodeID(), Members: h.s.members(), LongPollsWaiting: h.s.LongPollsWaiting(),
+			ClusterVersion: h.s.node.Reads().ClusterVersion(), NodeMaxVersion: h.s.node.Reads().MaxVersion(),
+		}
+		if lb, ok := h.s.node.Reads().LastBackup(); ok {
+			out.LastBackup = lb
 		}
 		if m.GetStateHash() {
 			if err := h.stateHash(p, out); err != nil {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"time"
 
@@ -40,6 +41,10 @@ func (h clusterHandler) backup(ctx context.Context, p principal, stream *connect
 	if err := h.s.node.LinearizableRead(ctx); err != nil {
 		return err
 	}
+	id, err := h.recordBackup(ctx)
+	if err != nil {
+		return err
+	}
 	st, err := h.s.node.Reads().ExportAt()
 	if err != nil {
 		return err
@@ -50,6 +55,7 @@ func (h clusterHandler) backup(ctx context.Context, p principal, stream *connect
 	file, err := backup.Encode(&pb.BackupHeader{
 		EpochId: st.Epoch, AppliedIndex: st.Index, StateVersion: raftfsm.StateVersion,
 		NodeId: h.s.node.NodeID(), CreatedUnixSecs: time.Now().Unix(), LogicalTime: st.LastTime,
+		ClusterVersion: h.s.node.Reads().ClusterVersion(), BackupId: id,
 	}, st.State)
 	if err != nil {
 		return err
@@ -63,4 +69,28 @@ func (h clusterHandler) backup(ctx context.Context, p principal, stream *connect
 	}
 	h.s.log.Info("backup streamed", "index", st.Index, "bytes", len(st.State))
 	return nil
+}
+
+// recordBackup proposes RecordBackup (so Status shows the last backup and
+// the backup holds its own record) and returns its random ID; while the
+// cluster version is below the operation's, it records nothing and
+// returns no ID: backups work during a rolling upgrade.
+func (h clusterHandler) recordBackup(ctx context.Context) ([]byte, error) {
+	cmd := &pb.Command{Op: &pb.Command_RecordBackup{RecordBackup: &pb.RecordBackup{NodeId: h.s.node.NodeID()}}}
+	if raftfsm.CheckClusterVersion(cmd, h.s.node.Reads().ClusterVersion()) != nil {
+		return nil, nil
+	}
+	id := make([]byte, raftfsm.BackupIDBytes)
+	if _, err := rand.Read(id); err != nil {
+		return nil, err
+	}
+	cmd.GetRecordBackup().BackupId = id
+	r, err := h.s.node.Propose(ctx, cmd)
+	if err != nil {
+		return nil, err
+	}
+	if errors.Is(r.Err, raftfsm.ErrClusterVersion) {
+		return nil, nil
+	}
+	return id, r.Err
 }

@@ -79,6 +79,7 @@ var kindCodes = map[string]connect.Code{
 	"key_not_found":       connect.CodeNotFound,
 	"last_admin_key":      connect.CodeFailedPrecondition,
 	"key_limit":           connect.CodeResourceExhausted,
+	"cluster_version":     connect.CodeFailedPrecondition,
 	// Node (the Kind constants of this package).
 	KindInvalidToken:     connect.CodePermissionDenied,
 	KindUnauthenticated:  connect.CodeUnauthenticated,

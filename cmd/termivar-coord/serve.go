@@ -34,6 +34,9 @@ type serveFlags struct {
 	resultLimits                       distributed.ResultLimits
 	cluster                            clusterFlags
 	serverLimits                       server.Limits
+	// emulateVersion is node.Config.EmulateVersion: set only by the
+	// mixed-version tests (upgrade_test.go), never by a flag.
+	emulateVersion uint32
 }
 
 func newServeFlagSet(f *serveFlags) *flag.FlagSet {
@@ -333,7 +336,7 @@ func nodeConfig(f serveFlags, logger *slog.Logger, apiURL string) node.Config {
 	return node.Config{
 		DataDir: f.dataDir, NodeID: f.nodeID, RaftAddr: f.raftAddr, Logger: logger, RaftLogOutput: os.Stderr,
 		TickInterval: tick, TaskTTLSecs: f.taskTTL, DefaultLimits: f.limits, DefaultResultLimits: f.resultLimits,
-		APIURL: apiURL, ForceNewCluster: f.forceNewCluster,
+		APIURL: apiURL, ForceNewCluster: f.forceNewCluster, EmulateVersion: f.emulateVersion,
 	}
 }
 

@@ -2751,8 +2751,14 @@ type StatusResponse struct {
 	// long_polls_waiting is the number of Acquire calls this node holds
 	// waiting for work right now.
 	LongPollsWaiting int64 `protobuf:"varint,18,opt,name=long_polls_waiting,json=longPollsWaiting,proto3" json:"long_polls_waiting,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// cluster_version is the replicated cluster version; node_max_version the
+	// highest one this node's binary supports (raftfsm/version.go).
+	ClusterVersion uint32 `protobuf:"varint,40,opt,name=cluster_version,json=clusterVersion,proto3" json:"cluster_version,omitempty"`
+	NodeMaxVersion uint32 `protobuf:"varint,41,opt,name=node_max_version,json=nodeMaxVersion,proto3" json:"node_max_version,omitempty"`
+	// last_backup is the last backup recorded (cluster version 2), if any.
+	LastBackup    *BackupRecord `protobuf:"bytes,42,opt,name=last_backup,json=lastBackup,proto3" json:"last_backup,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -2909,6 +2915,27 @@ func (x *StatusResponse) GetLongPollsWaiting() int64 {
 		return x.LongPollsWaiting
 	}
 	return 0
+}
+
+func (x *StatusResponse) GetClusterVersion() uint32 {
+	if x != nil {
+		return x.ClusterVersion
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetNodeMaxVersion() uint32 {
+	if x != nil {
+		return x.NodeMaxVersion
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetLastBackup() *BackupRecord {
+	if x != nil {
+		return x.LastBackup
+	}
+	return nil
 }
 
 type ListWorkersRequest struct {
@@ -3808,7 +3835,7 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x06result\x18\x02 \x01(\fR\x06result\".\n" +
 	"\rStatusRequest\x12\x1d\n" +
 	"\n" +
-	"state_hash\x18\x01 \x01(\bR\tstateHash\"\xf0\x04\n" +
+	"state_hash\x18\x01 \x01(\bR\tstateHash\"\xff\x05\n" +
 	"\x0eStatusResponse\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12!\n" +
@@ -3830,7 +3857,11 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"state_hash\x18\x10 \x01(\fR\tstateHash\x12(\n" +
 	"\x10state_hash_index\x18\x11 \x01(\x04R\x0estateHashIndex\x12,\n" +
-	"\x12long_polls_waiting\x18\x12 \x01(\x03R\x10longPollsWaiting\"\x14\n" +
+	"\x12long_polls_waiting\x18\x12 \x01(\x03R\x10longPollsWaiting\x12'\n" +
+	"\x0fcluster_version\x18( \x01(\rR\x0eclusterVersion\x12(\n" +
+	"\x10node_max_version\x18) \x01(\rR\x0enodeMaxVersion\x12:\n" +
+	"\vlast_backup\x18* \x01(\v2\x19.termivar.v1.BackupRecordR\n" +
+	"lastBackup\"\x14\n" +
 	"\x12ListWorkersRequest\"H\n" +
 	"\x13ListWorkersResponse\x121\n" +
 	"\aworkers\x18\x01 \x03(\v2\x17.termivar.v1.WorkerInfoR\aworkers\"\x9a\x01\n" +
@@ -3962,8 +3993,9 @@ var file_termivar_v1_api_proto_goTypes = []any{
 	(*RotateKeyRequest)(nil),         // 51: termivar.v1.RotateKeyRequest
 	(*RotateKeyResponse)(nil),        // 52: termivar.v1.RotateKeyResponse
 	(*ClusterMember)(nil),            // 53: termivar.v1.ClusterMember
-	(*CoreLimits)(nil),               // 54: termivar.v1.CoreLimits
-	(*ResultLimits)(nil),             // 55: termivar.v1.ResultLimits
+	(*BackupRecord)(nil),             // 54: termivar.v1.BackupRecord
+	(*CoreLimits)(nil),               // 55: termivar.v1.CoreLimits
+	(*ResultLimits)(nil),             // 56: termivar.v1.ResultLimits
 }
 var file_termivar_v1_api_proto_depIdxs = []int32{
 	1,  // 0: termivar.v1.RegisterWorkerResponse.worker:type_name -> termivar.v1.WorkerInfo
@@ -3979,59 +4011,60 @@ var file_termivar_v1_api_proto_depIdxs = []int32{
 	29, // 10: termivar.v1.GetTaskResponse.task:type_name -> termivar.v1.TaskInfo
 	29, // 11: termivar.v1.ListTasksResponse.tasks:type_name -> termivar.v1.TaskInfo
 	53, // 12: termivar.v1.StatusResponse.members:type_name -> termivar.v1.ClusterMember
-	1,  // 13: termivar.v1.ListWorkersResponse.workers:type_name -> termivar.v1.WorkerInfo
-	54, // 14: termivar.v1.CreateTenantRequest.limits:type_name -> termivar.v1.CoreLimits
-	55, // 15: termivar.v1.CreateTenantRequest.result_limits:type_name -> termivar.v1.ResultLimits
-	47, // 16: termivar.v1.ListKeysResponse.keys:type_name -> termivar.v1.KeyInfo
-	2,  // 17: termivar.v1.Worker.RegisterWorker:input_type -> termivar.v1.RegisterWorkerRequest
-	4,  // 18: termivar.v1.Worker.Heartbeat:input_type -> termivar.v1.HeartbeatRequest
-	6,  // 19: termivar.v1.Worker.Acquire:input_type -> termivar.v1.AcquireRequest
-	9,  // 20: termivar.v1.Worker.Start:input_type -> termivar.v1.StartRequest
-	11, // 21: termivar.v1.Worker.RenewLease:input_type -> termivar.v1.RenewLeaseRequest
-	13, // 22: termivar.v1.Worker.Complete:input_type -> termivar.v1.CompleteRequest
-	15, // 23: termivar.v1.Worker.CompleteMany:input_type -> termivar.v1.CompleteManyRequest
-	18, // 24: termivar.v1.Worker.Fail:input_type -> termivar.v1.FailRequest
-	21, // 25: termivar.v1.Worker.Deregister:input_type -> termivar.v1.DeregisterRequest
-	24, // 26: termivar.v1.Producer.Enqueue:input_type -> termivar.v1.EnqueueRequest
-	27, // 27: termivar.v1.Producer.Cancel:input_type -> termivar.v1.CancelRequest
-	30, // 28: termivar.v1.Producer.GetTask:input_type -> termivar.v1.GetTaskRequest
-	32, // 29: termivar.v1.Producer.ListTasks:input_type -> termivar.v1.ListTasksRequest
-	34, // 30: termivar.v1.Producer.ScanProgress:input_type -> termivar.v1.ScanProgressRequest
-	36, // 31: termivar.v1.Producer.AggregateResults:input_type -> termivar.v1.AggregateResultsRequest
-	38, // 32: termivar.v1.Admin.Status:input_type -> termivar.v1.StatusRequest
-	40, // 33: termivar.v1.Admin.ListWorkers:input_type -> termivar.v1.ListWorkersRequest
-	42, // 34: termivar.v1.Admin.CreateTenant:input_type -> termivar.v1.CreateTenantRequest
-	44, // 35: termivar.v1.Admin.CreateKey:input_type -> termivar.v1.CreateKeyRequest
-	46, // 36: termivar.v1.Admin.ListKeys:input_type -> termivar.v1.ListKeysRequest
-	49, // 37: termivar.v1.Admin.RevokeKey:input_type -> termivar.v1.RevokeKeyRequest
-	51, // 38: termivar.v1.Admin.RotateKey:input_type -> termivar.v1.RotateKeyRequest
-	3,  // 39: termivar.v1.Worker.RegisterWorker:output_type -> termivar.v1.RegisterWorkerResponse
-	5,  // 40: termivar.v1.Worker.Heartbeat:output_type -> termivar.v1.HeartbeatResponse
-	8,  // 41: termivar.v1.Worker.Acquire:output_type -> termivar.v1.AcquireResponse
-	10, // 42: termivar.v1.Worker.Start:output_type -> termivar.v1.StartResponse
-	12, // 43: termivar.v1.Worker.RenewLease:output_type -> termivar.v1.RenewLeaseResponse
-	14, // 44: termivar.v1.Worker.Complete:output_type -> termivar.v1.CompleteResponse
-	17, // 45: termivar.v1.Worker.CompleteMany:output_type -> termivar.v1.CompleteManyResponse
-	19, // 46: termivar.v1.Worker.Fail:output_type -> termivar.v1.FailResponse
-	22, // 47: termivar.v1.Worker.Deregister:output_type -> termivar.v1.DeregisterResponse
-	26, // 48: termivar.v1.Producer.Enqueue:output_type -> termivar.v1.EnqueueResponse
-	28, // 49: termivar.v1.Producer.Cancel:output_type -> termivar.v1.CancelResponse
-	31, // 50: termivar.v1.Producer.GetTask:output_type -> termivar.v1.GetTaskResponse
-	33, // 51: termivar.v1.Producer.ListTasks:output_type -> termivar.v1.ListTasksResponse
-	35, // 52: termivar.v1.Producer.ScanProgress:output_type -> termivar.v1.ScanProgressResponse
-	37, // 53: termivar.v1.Producer.AggregateResults:output_type -> termivar.v1.AggregateResultsResponse
-	39, // 54: termivar.v1.Admin.Status:output_type -> termivar.v1.StatusResponse
-	41, // 55: termivar.v1.Admin.ListWorkers:output_type -> termivar.v1.ListWorkersResponse
-	43, // 56: termivar.v1.Admin.CreateTenant:output_type -> termivar.v1.CreateTenantResponse
-	45, // 57: termivar.v1.Admin.CreateKey:output_type -> termivar.v1.CreateKeyResponse
-	48, // 58: termivar.v1.Admin.ListKeys:output_type -> termivar.v1.ListKeysResponse
-	50, // 59: termivar.v1.Admin.RevokeKey:output_type -> termivar.v1.RevokeKeyResponse
-	52, // 60: termivar.v1.Admin.RotateKey:output_type -> termivar.v1.RotateKeyResponse
-	39, // [39:61] is the sub-list for method output_type
-	17, // [17:39] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	54, // 13: termivar.v1.StatusResponse.last_backup:type_name -> termivar.v1.BackupRecord
+	1,  // 14: termivar.v1.ListWorkersResponse.workers:type_name -> termivar.v1.WorkerInfo
+	55, // 15: termivar.v1.CreateTenantRequest.limits:type_name -> termivar.v1.CoreLimits
+	56, // 16: termivar.v1.CreateTenantRequest.result_limits:type_name -> termivar.v1.ResultLimits
+	47, // 17: termivar.v1.ListKeysResponse.keys:type_name -> termivar.v1.KeyInfo
+	2,  // 18: termivar.v1.Worker.RegisterWorker:input_type -> termivar.v1.RegisterWorkerRequest
+	4,  // 19: termivar.v1.Worker.Heartbeat:input_type -> termivar.v1.HeartbeatRequest
+	6,  // 20: termivar.v1.Worker.Acquire:input_type -> termivar.v1.AcquireRequest
+	9,  // 21: termivar.v1.Worker.Start:input_type -> termivar.v1.StartRequest
+	11, // 22: termivar.v1.Worker.RenewLease:input_type -> termivar.v1.RenewLeaseRequest
+	13, // 23: termivar.v1.Worker.Complete:input_type -> termivar.v1.CompleteRequest
+	15, // 24: termivar.v1.Worker.CompleteMany:input_type -> termivar.v1.CompleteManyRequest
+	18, // 25: termivar.v1.Worker.Fail:input_type -> termivar.v1.FailRequest
+	21, // 26: termivar.v1.Worker.Deregister:input_type -> termivar.v1.DeregisterRequest
+	24, // 27: termivar.v1.Producer.Enqueue:input_type -> termivar.v1.EnqueueRequest
+	27, // 28: termivar.v1.Producer.Cancel:input_type -> termivar.v1.CancelRequest
+	30, // 29: termivar.v1.Producer.GetTask:input_type -> termivar.v1.GetTaskRequest
+	32, // 30: termivar.v1.Producer.ListTasks:input_type -> termivar.v1.ListTasksRequest
+	34, // 31: termivar.v1.Producer.ScanProgress:input_type -> termivar.v1.ScanProgressRequest
+	36, // 32: termivar.v1.Producer.AggregateResults:input_type -> termivar.v1.AggregateResultsRequest
+	38, // 33: termivar.v1.Admin.Status:input_type -> termivar.v1.StatusRequest
+	40, // 34: termivar.v1.Admin.ListWorkers:input_type -> termivar.v1.ListWorkersRequest
+	42, // 35: termivar.v1.Admin.CreateTenant:input_type -> termivar.v1.CreateTenantRequest
+	44, // 36: termivar.v1.Admin.CreateKey:input_type -> termivar.v1.CreateKeyRequest
+	46, // 37: termivar.v1.Admin.ListKeys:input_type -> termivar.v1.ListKeysRequest
+	49, // 38: termivar.v1.Admin.RevokeKey:input_type -> termivar.v1.RevokeKeyRequest
+	51, // 39: termivar.v1.Admin.RotateKey:input_type -> termivar.v1.RotateKeyRequest
+	3,  // 40: termivar.v1.Worker.RegisterWorker:output_type -> termivar.v1.RegisterWorkerResponse
+	5,  // 41: termivar.v1.Worker.Heartbeat:output_type -> termivar.v1.HeartbeatResponse
+	8,  // 42: termivar.v1.Worker.Acquire:output_type -> termivar.v1.AcquireResponse
+	10, // 43: termivar.v1.Worker.Start:output_type -> termivar.v1.StartResponse
+	12, // 44: termivar.v1.Worker.RenewLease:output_type -> termivar.v1.RenewLeaseResponse
+	14, // 45: termivar.v1.Worker.Complete:output_type -> termivar.v1.CompleteResponse
+	17, // 46: termivar.v1.Worker.CompleteMany:output_type -> termivar.v1.CompleteManyResponse
+	19, // 47: termivar.v1.Worker.Fail:output_type -> termivar.v1.FailResponse
+	22, // 48: termivar.v1.Worker.Deregister:output_type -> termivar.v1.DeregisterResponse
+	26, // 49: termivar.v1.Producer.Enqueue:output_type -> termivar.v1.EnqueueResponse
+	28, // 50: termivar.v1.Producer.Cancel:output_type -> termivar.v1.CancelResponse
+	31, // 51: termivar.v1.Producer.GetTask:output_type -> termivar.v1.GetTaskResponse
+	33, // 52: termivar.v1.Producer.ListTasks:output_type -> termivar.v1.ListTasksResponse
+	35, // 53: termivar.v1.Producer.ScanProgress:output_type -> termivar.v1.ScanProgressResponse
+	37, // 54: termivar.v1.Producer.AggregateResults:output_type -> termivar.v1.AggregateResultsResponse
+	39, // 55: termivar.v1.Admin.Status:output_type -> termivar.v1.StatusResponse
+	41, // 56: termivar.v1.Admin.ListWorkers:output_type -> termivar.v1.ListWorkersResponse
+	43, // 57: termivar.v1.Admin.CreateTenant:output_type -> termivar.v1.CreateTenantResponse
+	45, // 58: termivar.v1.Admin.CreateKey:output_type -> termivar.v1.CreateKeyResponse
+	48, // 59: termivar.v1.Admin.ListKeys:output_type -> termivar.v1.ListKeysResponse
+	50, // 60: termivar.v1.Admin.RevokeKey:output_type -> termivar.v1.RevokeKeyResponse
+	52, // 61: termivar.v1.Admin.RotateKey:output_type -> termivar.v1.RotateKeyResponse
+	40, // [40:62] is the sub-list for method output_type
+	18, // [18:40] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_termivar_v1_api_proto_init() }

@@ -123,7 +123,10 @@ type BackupHeader struct {
 	// state_bytes is the length of the state that follows the header.
 	StateBytes uint64 `protobuf:"varint,8,opt,name=state_bytes,json=stateBytes,proto3" json:"state_bytes,omitempty"`
 	// logical_time is the FSM's last applied logical time.
-	LogicalTime   uint64 `protobuf:"varint,9,opt,name=logical_time,json=logicalTime,proto3" json:"logical_time,omitempty"`
+	LogicalTime uint64 `protobuf:"varint,9,opt,name=logical_time,json=logicalTime,proto3" json:"logical_time,omitempty"`
+	// backup_id is the ID of the RecordBackup entry in the state (empty
+	// while the cluster version is below 2).
+	BackupId      []byte `protobuf:"bytes,10,opt,name=backup_id,json=backupId,proto3" json:"backup_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -221,6 +224,13 @@ func (x *BackupHeader) GetLogicalTime() uint64 {
 	return 0
 }
 
+func (x *BackupHeader) GetBackupId() []byte {
+	if x != nil {
+		return x.BackupId
+	}
+	return nil
+}
+
 type JoinRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -236,7 +246,10 @@ type JoinRequest struct {
 	// incarnation is the joiner's data dir incarnation (16 bytes), recorded
 	// in the node table so that the cluster refuses the node's raft traffic
 	// once its data dir is replaced.
-	Incarnation   []byte `protobuf:"bytes,10,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	Incarnation []byte `protobuf:"bytes,10,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	// max_version is the highest cluster version the node's binary supports
+	// (0: 1). A new member must support the cluster's version.
+	MaxVersion    uint32 `protobuf:"varint,11,opt,name=max_version,json=maxVersion,proto3" json:"max_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -304,6 +317,13 @@ func (x *JoinRequest) GetIncarnation() []byte {
 		return x.Incarnation
 	}
 	return nil
+}
+
+func (x *JoinRequest) GetMaxVersion() uint32 {
+	if x != nil {
+		return x.MaxVersion
+	}
+	return 0
 }
 
 type JoinResponse struct {
@@ -703,7 +723,7 @@ const file_termivar_v1_cluster_proto_rawDesc = "" +
 	"\x19termivar/v1/cluster.proto\x12\vtermivar.v1\"\x0f\n" +
 	"\rBackupRequest\"!\n" +
 	"\vBackupChunk\x12\x12\n" +
-	"\x04data\x18\x01 \x01(\fR\x04data\"\xcc\x02\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"\xe9\x02\n" +
 	"\fBackupHeader\x12%\n" +
 	"\x0eformat_version\x18\x01 \x01(\rR\rformatVersion\x12\x19\n" +
 	"\bepoch_id\x18\x02 \x01(\fR\aepochId\x12#\n" +
@@ -714,14 +734,18 @@ const file_termivar_v1_cluster_proto_rawDesc = "" +
 	"\x11created_unix_secs\x18\a \x01(\x03R\x0fcreatedUnixSecs\x12\x1f\n" +
 	"\vstate_bytes\x18\b \x01(\x04R\n" +
 	"stateBytes\x12!\n" +
-	"\flogical_time\x18\t \x01(\x04R\vlogicalTime\"\xa7\x01\n" +
+	"\flogical_time\x18\t \x01(\x04R\vlogicalTime\x12\x1b\n" +
+	"\tbackup_id\x18\n" +
+	" \x01(\fR\bbackupId\"\xc8\x01\n" +
 	"\vJoinRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x17\n" +
 	"\aapi_url\x18\x03 \x01(\tR\x06apiUrl\x12'\n" +
 	"\x0fcredential_only\x18\x04 \x01(\bR\x0ecredentialOnly\x12 \n" +
 	"\vincarnation\x18\n" +
-	" \x01(\fR\vincarnation\"k\n" +
+	" \x01(\fR\vincarnation\x12\x1f\n" +
+	"\vmax_version\x18\v \x01(\rR\n" +
+	"maxVersion\"k\n" +
 	"\fJoinResponse\x12%\n" +
 	"\x0ecluster_secret\x18\x01 \x01(\fR\rclusterSecret\x124\n" +
 	"\amembers\x18\x02 \x03(\v2\x1a.termivar.v1.ClusterMemberR\amembers\"\x92\x01\n" +

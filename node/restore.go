@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/internal/apikey"
 	"github.com/termivar/distributed/internal/backup"
 	"github.com/termivar/distributed/internal/token"
 	"github.com/termivar/distributed/raftfsm"
@@ -36,6 +37,10 @@ type RestoreConfig struct {
 	// SharedSecretFile, when set, is the new cluster's secret (copied to
 	// DIR/cluster.secret); otherwise 32 random bytes.
 	SharedSecretFile string
+	// AdminKey, when set, must be a live admin key of the system tenant in
+	// the backup; it is written to DIR/admin.key (0600), where serve and
+	// the CLI look for it.
+	AdminKey string
 	// NowFunc is the clock of the identity's creation time (default
 	// time.Now).
 	NowFunc func() time.Time
@@ -90,6 +95,9 @@ func Restore(cfg RestoreConfig) (RestoreResult, error) {
 	if err := checkRestoreTarget(cfg.DataDir); err != nil {
 		return RestoreResult{}, err
 	}
+	if err := checkRestoredAdminKey(restored, cfg.AdminKey); err != nil {
+		return RestoreResult{}, err
+	}
 	secret, err := restoreSecret(cfg.SharedSecretFile)
 	if err != nil {
 		return RestoreResult{}, fmt.Errorf("%w: %w", ErrRestore, err)
@@ -111,6 +119,26 @@ func Restore(cfg RestoreConfig) (RestoreResult, error) {
 		return RestoreResult{}, err
 	}
 	return RestoreResult{Header: h, Epoch: epoch, Index: index, State: restored}, nil
+}
+
+// checkRestoredAdminKey refuses an admin key ("" passes) that is not a
+// live admin key of the system tenant in the restored state.
+func checkRestoredAdminKey(state []byte, key string) error {
+	if key == "" {
+		return nil
+	}
+	f := raftfsm.New(raftfsm.Options{})
+	if err := f.RestoreState(state); err != nil {
+		return fmt.Errorf("%w: %w", ErrRestore, err)
+	}
+	id, secret, err := apikey.Parse(key)
+	if err == nil {
+		k, ok := f.Key(id)
+		if ok && k.Tenant == raftfsm.SystemTenant && k.Role == raftfsm.RoleAdmin && apikey.Verify(k.Hash, secret) {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: the admin key is not a live admin key of the %s tenant in the backup", ErrRestore, raftfsm.SystemTenant)
 }
 
 // checkRestoreTarget refuses a data dir that exists and is not empty.
@@ -158,6 +186,11 @@ func buildRestoredDir(dir string, cfg RestoreConfig, secret, epoch, state []byte
 	}
 	if err := WriteFileAtomic(filepath.Join(dir, SecretFile), secret, 0o600); err != nil {
 		return err
+	}
+	if cfg.AdminKey != "" {
+		if err := WriteFileAtomic(filepath.Join(dir, AdminKeyFile), []byte(cfg.AdminKey+"\n"), 0o600); err != nil {
+			return err
+		}
 	}
 	if err := os.MkdirAll(filepath.Join(dir, raftDir, "wal"), 0o700); err != nil {
 		return err

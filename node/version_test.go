@@ -48,6 +48,13 @@ func TestNode_MixedVersionOldMemberStops(t *testing.T) {
 		return l != nil && l.FSM().NodeVersion("n1") == 2 && l.FSM().NodeVersion("n2") == 2 && l.FSM().NodeVersion("n3") == 1
 	})
 	old := nodes[2]
+	if l == old {
+		// NB: the entry must come from a member that knows it.
+		if _, err := old.TransferLeadership(context.Background(), "n1"); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "n1 leads", func() bool { l = leaderOf(nodes); return l == nodes[0] })
+	}
 	id := make([]byte, raftfsm.BackupIDBytes)
 	if _, err := rand.Read(id); err != nil {
 		t.Fatal(err)

@@ -26,8 +26,11 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	distributed "github.com/termivar/distributed"
+	"github.com/termivar/distributed/client"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/internal/apikey"
 	"github.com/termivar/distributed/internal/backup"
+	"github.com/termivar/distributed/node"
 	"github.com/termivar/distributed/raftfsm"
 	"github.com/termivar/distributed/server"
 )
@@ -129,8 +132,12 @@ func TestBackup_RestoreUnderLoad(t *testing.T) {
 	apiLn, raftLn := listen(t), listen(t)
 	out.Reset()
 	errOut.Reset()
-	if code := runRestoreTo([]string{"--from", file, "--data-dir", dir, "--node-id", "r1", "--raft-addr", raftLn.Addr().String()}, &out, &errOut); code != exitOK {
+	keyFile := filepath.Join(c.nodes[0].dir, node.AdminKeyFile)
+	if code := runRestoreTo([]string{"--from", file, "--data-dir", dir, "--node-id", "r1", "--raft-addr", raftLn.Addr().String(), "--admin-key-file", keyFile}, &out, &errOut); code != exitOK {
 		t.Fatalf("restore = %d: %s", code, errOut.String())
+	}
+	if k, err := client.LoadKey(filepath.Join(dir, node.AdminKeyFile)); err != nil || k != c.adminKey {
+		t.Fatalf("restored admin.key: %v; want the cluster's admin key", err)
 	}
 	t.Logf("%s", strings.TrimSpace(out.String()))
 	f := nodeFlags(t, dir, "r1", apiLn, raftLn)
@@ -361,6 +368,22 @@ func TestRestore_RefusesUsedDataDir(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(parent); len(ents) != 2 {
 		t.Errorf("parent holds %v, want the backup and the data dir only", ents)
+	}
+	// An admin key that is not in the backup: refused, nothing written.
+	stranger, err := apikey.Generate(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	strangerFile := filepath.Join(parent, "stranger.key")
+	if err := os.WriteFile(strangerFile, []byte(stranger.Key), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fresh := filepath.Join(parent, "fresh")
+	if code := runRestoreTo([]string{"--from", file, "--data-dir", fresh, "--admin-key-file", strangerFile}, &out, &errOut); code != exitRejected || !strings.Contains(errOut.String(), "not a live admin key") {
+		t.Fatalf("restore with a foreign admin key = %d, %q; want 2", code, errOut.String())
+	}
+	if _, err := os.Stat(fresh); err == nil {
+		t.Error("a refused restore left its data dir")
 	}
 	for _, args := range [][]string{{"--from", file}, {"--data-dir", dir}, {"--from", file, "--data-dir", dir, "extra"}} {
 		if code := runRestoreTo(args, &out, &errOut); code != exitUsage {

@@ -16,6 +16,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/termivar/distributed/client"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 	"github.com/termivar/distributed/gen/termivar/v1/termivarv1connect"
 	"github.com/termivar/distributed/internal/backup"
@@ -34,7 +35,7 @@ admin key of the default tenant) into FILE (0600), verified (SHA-256 and a
 full state check) before it is renamed into place. Exit codes: 0 ok,
 1 usage, 2 refused or damaged, 3 unreachable.`
 
-const restoreUsage = `usage: termivar-coord restore --from FILE --data-dir DIR [--node-id ID] [--raft-addr ADDR] [--cluster-secret-file F]
+const restoreUsage = `usage: termivar-coord restore --from FILE --data-dir DIR [--node-id ID] [--raft-addr ADDR] [--cluster-secret-file F] [--admin-key-file F]
 
 Builds DIR (which must not exist, or be empty) as the data dir of a new
 single-node cluster holding the backup's tenants, keys and tasks under a
@@ -175,7 +176,7 @@ func syncParent(path string) error {
 
 // restoreFlags are the restore command's flags.
 type restoreFlags struct {
-	from, dataDir, nodeID, raftAddr, secretFile string
+	from, dataDir, nodeID, raftAddr, secretFile, adminKeyFile string
 }
 
 // newRestoreFlagSet returns the restore command's flag set.
@@ -187,6 +188,7 @@ func newRestoreFlagSet(r *restoreFlags, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&r.nodeID, "node-id", "node1", "raft node ID of the new cluster's one voter (serve --node-id)")
 	fs.StringVar(&r.raftAddr, "raft-addr", "127.0.0.1:7421", "its raft address (serve --raft-addr)")
 	fs.StringVar(&r.secretFile, "cluster-secret-file", "", "cluster secret of the new cluster (default: 32 new random bytes)")
+	fs.StringVar(&r.adminKeyFile, "admin-key-file", "", "an admin key of the default tenant in the backup, written to DIR/admin.key (checked against the backup)")
 	fs.Usage = func() { fmt.Fprintln(stderr, restoreUsage); fs.PrintDefaults() }
 	return fs
 }
@@ -209,8 +211,15 @@ func runRestoreTo(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "termivar-coord restore:", err)
 		return exitRejected
 	}
+	var adminKey string
+	if r.adminKeyFile != "" {
+		if adminKey, err = client.LoadKey(r.adminKeyFile); err != nil {
+			fmt.Fprintln(stderr, "termivar-coord restore:", err)
+			return exitUsage
+		}
+	}
 	res, err := node.Restore(node.RestoreConfig{Backup: b, DataDir: r.dataDir, NodeID: r.nodeID, RaftAddr: r.raftAddr,
-		SharedSecretFile: r.secretFile, NowFunc: time.Now})
+		SharedSecretFile: r.secretFile, AdminKey: adminKey, NowFunc: time.Now})
 	if err != nil {
 		fmt.Fprintln(stderr, "termivar-coord restore:", err)
 		return exitRejected

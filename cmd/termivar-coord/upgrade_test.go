@@ -113,7 +113,10 @@ func sameStateHash(t *testing.T, c *tcluster) {
 }
 
 func TestUpgrade_RollingMixedVersion(t *testing.T) {
-	t.Parallel()
+	// NB: not parallel. Its restarts and load starve the 2-core machine;
+	// run beside it, TestCluster_WipedMemberRefused saw its wiped member
+	// start serving in 2 runs of 8 (never alone, nor beside the other
+	// cluster tests).
 	c := startClusterWith(t, 3, func(_ int, f *serveFlags) { f.emulateVersion = 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()

@@ -30,6 +30,9 @@ type statusJSON struct {
 	Workers       uint32 `json:"workers"`
 	Results       uint32 `json:"results"`
 	ResultBytes   uint64 `json:"result_bytes"`
+	// ClusterVersion and NodeMaxVersion: docs/operations.md, "Upgrade".
+	ClusterVersion uint32 `json:"cluster_version"`
+	NodeMaxVersion uint32 `json:"node_max_version"`
 }
 
 func runStatus(ctx context.Context, env *cliEnv, args []string) error {
@@ -55,6 +58,7 @@ func runStatus(ctx context.Context, env *cliEnv, args []string) error {
 			Tenant: s.GetTenant(), Revision: s.GetRevision(), LogicalTime: s.GetLogicalTime(),
 			TaskRecords: s.GetTaskRecords(), ActiveTasks: s.GetActiveTasks(), QueuedTasks: s.GetQueuedTasks(),
 			TerminalTasks: s.GetTerminalTasks(), Workers: s.GetWorkers(), Results: s.GetResults(), ResultBytes: s.GetResultBytes(),
+			ClusterVersion: s.GetClusterVersion(), NodeMaxVersion: s.GetNodeMaxVersion(),
 		})
 	}
 	w := tabwriter.NewWriter(env.stdout, 0, 0, 2, ' ', 0)
@@ -66,6 +70,7 @@ func runStatus(ctx context.Context, env *cliEnv, args []string) error {
 	if len(s.GetMembers()) > 1 {
 		fmt.Fprintf(w, "members\t%s\n", membersLine(s.GetMembers()))
 	}
+	fmt.Fprintf(w, "version\tcluster %d (this node supports up to %d)\n", s.GetClusterVersion(), s.GetNodeMaxVersion())
 	return w.Flush()
 }
 

@@ -101,6 +101,11 @@ func parseInvocation(t *testing.T, where string, args []string) parsedInvocation
 		p.fs = newServeFlagSet(p.serve)
 	case "health":
 		p.fs = newHealthFlagSet(&healthFlags{}, io.Discard)
+	case "backup":
+		var out string
+		p.fs = newBackupFlagSet(&clientFlags{}, &out, io.Discard)
+	case "restore":
+		p.fs = newRestoreFlagSet(&restoreFlags{}, io.Discard)
 	default:
 		t.Fatalf("%s: the packaging test knows no flag set for %q; add it", where, args[0])
 	}
@@ -381,5 +386,40 @@ func TestHealth_ExitCodes(t *testing.T) {
 				t.Errorf("health %q printed %q / %q, want %q", tc.args, out.String(), errOut.String(), tc.wantInOut)
 			}
 		})
+	}
+}
+
+// TestPackaging_OperationsDocFlags: every serve, health, backup and
+// restore command line in docs/operations.md names only flags that
+// command has (values are not checked: the doc uses shell expansions).
+func TestPackaging_OperationsDocFlags(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.ReplaceAll(string(b), "\\\n", " ")
+	checked := 0
+	for _, line := range strings.Split(text, "\n") {
+		f := strings.Fields(line)
+		i := slices.Index(f, "termivar-coord")
+		if i < 0 || i+1 >= len(f) || !slices.Contains([]string{"serve", "health", "backup", "restore"}, f[i+1]) {
+			continue
+		}
+		p := parseInvocation(t, "docs/operations.md", []string{f[i+1]})
+		for _, tok := range f[i+2:] {
+			name, ok := strings.CutPrefix(tok, "--")
+			if !ok {
+				continue
+			}
+			name, _, _ = strings.Cut(name, "=")
+			name = strings.TrimRight(name, "`")
+			if p.fs.Lookup(name) == nil {
+				t.Errorf("docs/operations.md: %s has no flag --%s (line %q)", f[i+1], name, strings.TrimSpace(line))
+			}
+		}
+		checked++
+	}
+	if checked < 5 {
+		t.Errorf("checked %d command lines in docs/operations.md, want at least 5", checked)
 	}
 }

@@ -188,6 +188,11 @@ func TestUpgrade_RollingMixedVersion(t *testing.T) {
 			return err == nil && st.GetClusterVersion() == 2 && st.GetNodeMaxVersion() == 2 && bytes.Equal(st.GetLastBackup().GetBackupId(), h.GetBackupId())
 		})
 	}
+	var sout, serr bytes.Buffer
+	code, _ := runRegistered("status", []string{"--server", c.urls(0), "--key", c.adminKey, "--json"}, &cliEnv{stdout: &sout, stderr: &serr})
+	if code != exitOK || !strings.Contains(sout.String(), `"cluster_version":2,"node_max_version":2`) {
+		t.Errorf("status --json = %d %q %q; want cluster_version 2, node_max_version 2", code, sout.String(), serr.String())
+	}
 	e1, d1 := load.counts()
 	waitCond(t, "load after the cluster version rose", func() bool { e, d := load.counts(); return e >= e1+40 && d >= d1+10 })
 	load.stop()

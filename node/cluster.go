@@ -580,8 +580,8 @@ var ErrNotMember = errors.New("node: not a member of the cluster")
 
 // AddVoter (on the leader) adds the node as a voter and records its API
 // URL, data dir incarnation (may be nil) and the highest cluster version
-// its binary supports (0: not reported; a new member must support the
-// cluster's, else ErrJoinerUnverified: version.go). A new raft address is
+// its binary supports (0: not reported; a new member that reports one
+// below the cluster's is refused with ErrJoinerUnverified: version.go). A new raft address is
 // verified first: the leader dials it through the authenticated raft
 // transport, and the peer must hold the cluster credential and answer as
 // id, else ErrJoinerUnverified and nothing changes. Adding a member again

@@ -89,12 +89,12 @@ func (n *Node) raiseClusterVersion(ctx context.Context) {
 	n.log.Info("cluster version raised: every member supports it", "from", from, "to", target)
 }
 
-// checkJoinerVersion refuses a new member whose binary does not support
-// the cluster's version (it would stop at the first entry it cannot
-// apply); v 0 is a binary that reports none (MinClusterVersion).
+// checkJoinerVersion refuses a new member that reports a version below
+// the cluster's (it would stop at the first entry it cannot apply). v 0
+// reports nothing — `cluster add` names a node that has not started yet —
+// and is let through: such a node, if older, stops at that entry instead.
 func (n *Node) checkJoinerVersion(id string, v uint32) error {
-	v = max(v, raftfsm.MinClusterVersion)
-	if cv := n.fsm.ClusterVersion(); v < cv {
+	if cv := n.fsm.ClusterVersion(); v > 0 && v < cv {
 		return JoinerUnverified(fmt.Sprintf("node %s supports cluster version %d, the cluster runs %d: upgrade its binary first", id, v, cv))
 	}
 	return nil

@@ -243,3 +243,38 @@ func checkAllAcked(t *testing.T, c *tcluster, load *opsLoad) {
 	}
 	t.Logf("%d acknowledged enqueues and %d completions, all present", len(enq), len(done))
 }
+
+// TestUpgrade_OldJoinerRefused: a node whose binary supports less than the
+// cluster version is not added by --join (it would stop at the first entry
+// it cannot apply); the membership is unchanged, and the same node on the
+// new binary joins (the control).
+func TestUpgrade_OldJoinerRefused(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	waitCond(t, "cluster version 2", func() bool { return c.leader().rn.n.ClusterVersion() == raftfsm.SupportedVersion })
+	join := func(v uint32, dir string) error {
+		n4 := &tnode{id: "n4", dir: dir}
+		f := nodeFlags(t, n4.dir, n4.id, listen(t), listen(t))
+		f.cluster.join, f.cluster.joinKey, f.emulateVersion = c.urls(1), c.adminKey, v
+		if err := n4.start(ctx, f); err != nil {
+			f.cluster.apiListener.Close()
+			return err
+		}
+		c.nodes = append(c.nodes, n4)
+		return nil
+	}
+	err := join(1, filepath.Join(c.base, "n4-old"))
+	if err == nil || !strings.Contains(err.Error(), "supports cluster version 1, the cluster runs 2") || !strings.Contains(err.Error(), "upgrade") {
+		t.Fatalf("--join on the old binary = %v; want the version refusal", err)
+	}
+	ms, err := c.leader().rn.n.Members()
+	if err != nil || len(ms) != 3 {
+		t.Fatalf("members after the refusal: %v, %v; want the 3", ms, err)
+	}
+	if err := join(0, filepath.Join(c.base, "n4-new")); err != nil {
+		t.Fatalf("--join on the new binary: %v", err)
+	}
+	waitCond(t, "n4 reported version 2", func() bool { return c.leader().rn.n.FSM().NodeVersion("n4") == raftfsm.SupportedVersion })
+}

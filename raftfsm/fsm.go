@@ -129,9 +129,11 @@ type FSM struct {
 	revoked  map[string]KeyRecord // revoked keys (no hash); disjoint from keys (keys.go)
 	tenants  map[string]*Tenant
 	nodes    map[string]nodeRecord // node ID → advertised API URL, incarnation and version (cluster.go)
-	// clusterVersion is the replicated cluster version (version.go).
+	// clusterVersion is the replicated cluster version (version.go),
+	// written under mu, read without it (node.Node.Propose reads it for
+	// every proposal and must not wait for an Apply holding mu).
 	// Invariant: it only increases, and never exceeds maxVersion.
-	clusterVersion uint32
+	clusterVersion atomic.Uint32
 	lastBackup     *pb.BackupRecord // the last RecordBackup, or nil
 	maxVersion     uint32           // Options.MaxVersion, defaulted
 	// unsupportedState is the error of a snapshot Restore refused for
@@ -162,8 +164,10 @@ func New(opts Options) *FSM {
 	if mv == 0 || mv > SupportedVersion {
 		mv = SupportedVersion
 	}
-	return &FSM{opts: opts, log: l, keys: map[string]KeyRecord{}, revoked: map[string]KeyRecord{}, tenants: map[string]*Tenant{}, nodes: map[string]nodeRecord{},
-		clusterVersion: MinClusterVersion, maxVersion: mv}
+	f := &FSM{opts: opts, log: l, keys: map[string]KeyRecord{}, revoked: map[string]KeyRecord{}, tenants: map[string]*Tenant{}, nodes: map[string]nodeRecord{},
+		maxVersion: mv}
+	f.clusterVersion.Store(MinClusterVersion)
+	return f
 }
 
 // Apply checks one log entry's integrity frame (frame.go), decodes it and

@@ -44,7 +44,7 @@ func (f *FSM) ExportState() ([]byte, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	st := &pb.FSMState{Version: StateVersion, EpochId: f.epoch, LastTime: f.lastTime, Nodes: f.exportNodes(),
-		ClusterVersion: f.clusterVersion, LastBackup: f.lastBackup}
+		ClusterVersion: f.clusterVersion.Load(), LastBackup: f.lastBackup}
 	st.Keys, st.RevokedKeys = f.exportKeys()
 	for _, name := range sortedKeys(f.tenants) {
 		t := f.tenants[name]
@@ -157,7 +157,7 @@ func (f *FSM) RestoreState(b []byte) error {
 	f.revoked = revoked
 	f.tenants = tenants
 	f.nodes = nodes
-	f.clusterVersion = cv
+	f.clusterVersion.Store(cv)
 	f.lastBackup = st.GetLastBackup()
 	return nil
 }

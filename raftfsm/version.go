@@ -91,12 +91,8 @@ func firstUnknownField(b protoreflect.RawFields) int32 {
 	return int32(n >> 3)
 }
 
-// ClusterVersion returns the replicated cluster version.
-func (f *FSM) ClusterVersion() uint32 {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return f.clusterVersion
-}
+// ClusterVersion returns the replicated cluster version; it takes no lock.
+func (f *FSM) ClusterVersion() uint32 { return f.clusterVersion.Load() }
 
 // MaxVersion returns the highest cluster version this FSM applies
 // (Options.MaxVersion, default SupportedVersion).
@@ -132,7 +128,7 @@ func (r Reader) LastBackup() (*pb.BackupRecord, bool) { return r.f.LastBackup() 
 // checkClusterVersion refuses cmd while the cluster version is below its
 // operation's (caller holds f.mu).
 func (f *FSM) checkClusterVersion(cmd *pb.Command) error {
-	return CheckClusterVersion(cmd, f.clusterVersion)
+	return CheckClusterVersion(cmd, f.clusterVersion.Load())
 }
 
 // CheckClusterVersion returns an *Error of KindClusterVersion (errors.Is
@@ -150,7 +146,7 @@ func CheckClusterVersion(cmd *pb.Command, clusterVersion uint32) error {
 // supports MinClusterVersion).
 func (f *FSM) applySetClusterVersion(m *pb.SetClusterVersion) Response {
 	v := m.GetVersion()
-	if v < MinClusterVersion || v < f.clusterVersion {
+	if v < MinClusterVersion || v < f.clusterVersion.Load() {
 		return Response{Err: fsmErr(KindInvalidCommand, "the cluster version never decreases")}
 	}
 	for _, id := range sortedKeys(f.nodes) {
@@ -158,7 +154,7 @@ func (f *FSM) applySetClusterVersion(m *pb.SetClusterVersion) Response {
 			return Response{Err: fsmErr(KindClusterVersion, fmt.Sprintf("node %s supports cluster version %d only", id, nv))}
 		}
 	}
-	f.clusterVersion = v
+	f.clusterVersion.Store(v)
 	return Response{}
 }
 

@@ -51,6 +51,8 @@ const (
 	KindAggregateBytesExceeded
 	KindStateInvariant
 	KindInvalidState
+	// KindTaskPurged is a Part F addition (docs/adr/0002-purge.md).
+	KindTaskPurged
 	kindEnd
 )
 
@@ -95,6 +97,7 @@ var kindNames = [...]string{
 	KindAggregateBytesExceeded:     "aggregate_bytes_exceeded",
 	KindStateInvariant:             "state_invariant",
 	KindInvalidState:               "invalid_state",
+	KindTaskPurged:                 "task_purged",
 }
 
 // String returns the snake_case name of the kind, e.g. "revision_conflict".
@@ -295,6 +298,11 @@ var (
 	ErrStateInvariant = &Error{Kind: KindStateInvariant}
 	// ErrInvalidState: exported state bytes are corrupt, truncated or hostile.
 	ErrInvalidState = &Error{Kind: KindInvalidState}
+	// ErrTaskPurged: a lease or fence names a task life that PurgeTasks
+	// removed (its generation is below the task's current life, or below
+	// the generation floor when no task has the ID). Beyond contract Part A
+	// (Part F, docs/adr/0002-purge.md); never returned before a purge.
+	ErrTaskPurged = &Error{Kind: KindTaskPurged}
 )
 
 // Reasons used for invalid command identifiers (contract A.6).

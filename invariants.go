@@ -17,7 +17,7 @@ func (c *coordinator) checkInvariants() error {
 	return nil
 }
 
-// audit checks the invariants I1–I10 of ARCHITECTURE.md, one group at a
+// audit checks the invariants I1–I11 of ARCHITECTURE.md, one group at a
 // time. The caller holds the lock (or owns c exclusively, as Restore does).
 func (c *coordinator) audit() *Error {
 	if err := c.limits.Validate(); err != nil {
@@ -66,14 +66,23 @@ func (c *coordinator) auditTask(t *taskRec, tally *taskTally) *Error {
 	if !t.status.Valid() || t.version == 0 {
 		return auditError("I2: task status or record version is invalid")
 	}
-	if uint64(t.retryCount) != t.generation || t.retryCount > c.limits.MaxRetries {
-		return auditError("I5: retry count must equal the task generation and stay within max_retries")
+	if uint64(t.retryCount) > t.generation || t.retryCount > c.limits.MaxRetries {
+		return auditError("I5: the task generation must be its life's base plus the retry count, within max_retries")
+	}
+	if t.lifeBase() > c.generationFloor {
+		return auditError("I11: a task life starts above the generation floor")
 	}
 	if t.attempt < t.retryCount {
 		return auditError("I5: attempt is below the retry count")
 	}
 	if t.createdAt > c.logicalTime {
 		return auditError("I8: task created after logical time")
+	}
+	if !t.status.Terminal() && t.finishedAt != 0 {
+		return auditError("I8: finish time on a task that is not terminal")
+	}
+	if t.status.Terminal() && (t.finishedAt < t.createdAt || t.finishedAt > c.logicalTime || (t.hasCompleted && t.finishedAt != t.completedAt)) {
+		return auditError("I8: finish time is before creation, after logical time, or not the completion time")
 	}
 	if err := c.auditTaskIndexes(t, tally); err != nil {
 		return err
@@ -92,13 +101,13 @@ func (c *coordinator) auditTask(t *taskRec, tally *taskTally) *Error {
 func (c *coordinator) auditTaskIndexes(t *taskRec, tally *taskTally) *Error {
 	if t.status.Terminal() {
 		tally.terminal++
-		if c.byAge.Has(t) {
-			return auditError("I3: terminal task in the age index")
+		if c.byAge.Has(t) || !c.byFinish.Has(t) {
+			return auditError("I3: terminal task in the age index or missing from the finish index")
 		}
 	} else {
 		tally.active++
-		if !c.byAge.Has(t) {
-			return auditError("I3: non-terminal task missing from the age index")
+		if !c.byAge.Has(t) || c.byFinish.Has(t) {
+			return auditError("I3: non-terminal task missing from the age index or in the finish index")
 		}
 	}
 	inQueue := c.queue.Has(t)
@@ -190,7 +199,8 @@ func (c *coordinator) auditCounts(tally *taskTally) *Error {
 	if tally.active != c.active || tally.terminal != c.terminal {
 		return auditError("I1: active/terminal counters differ from the records")
 	}
-	if tally.queued != c.queue.Len() || tally.leased != c.byExpiry.Len() || tally.active != c.byAge.Len() {
+	if tally.queued != c.queue.Len() || tally.leased != c.byExpiry.Len() || tally.active != c.byAge.Len() ||
+		tally.terminal != c.byFinish.Len() {
 		return auditError("I2: an index holds records it should not")
 	}
 	if len(c.tasks) > l.MaxTaskRecords || tally.active > l.MaxActiveTasks || tally.queued > l.MaxQueuedTasks ||

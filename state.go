@@ -26,10 +26,15 @@ type taskRec struct {
 	hasStarted   bool
 	completedAt  uint64
 	hasCompleted bool
+	// finishedAt is when the task became terminal; 0 while it is not (I8).
+	finishedAt uint64
 
 	retryCount uint32
 	attempt    uint32 // Invariant (I5): only increases.
-	generation uint64 // Invariant (I5): only increases.
+	// generation is the life's base generation (the coordinator's
+	// generationFloor at admission) plus retryCount.
+	// Invariant (I5): only increases; (I11) base ≤ generationFloor.
+	generation uint64
 	version    uint64 // Invariant (I6): +1 on every change of the record.
 	ordinal    uint64 // enqueue ordinal of the current queue entry
 
@@ -87,11 +92,17 @@ type coordinator struct {
 	logicalTime uint64
 	lastLeaseID uint64 // Invariant (I7): every issued lease ID is ≤ lastLeaseID.
 	lastOrdinal uint64
+	// generationFloor is the generation a newly admitted task starts at:
+	// above every generation of every purged task, so that no proof of a
+	// purged life matches a later life of the same task ID.
+	// Invariant (I11): only increases; 0 until the first purge.
+	generationFloor uint64
 
 	tasks    map[string]*taskRec
 	queue    *btree.BTreeG[*taskRec] // queued tasks in lease order (I2)
 	byExpiry *btree.BTreeG[*taskRec] // leased/running tasks by (ExpiresAt, LeaseID)
 	byAge    *btree.BTreeG[*taskRec] // non-terminal tasks by (CreatedAt, TaskID)
+	byFinish *btree.BTreeG[*taskRec] // terminal tasks by (finishedAt, TaskID), for purge
 	active   int                     // non-terminal tasks
 	terminal int                     // terminal tasks
 
@@ -116,6 +127,13 @@ func expiryLess(a, b *taskRec) bool {
 	return a.lease.leaseID < b.lease.leaseID
 }
 
+func finishLess(a, b *taskRec) bool {
+	if a.finishedAt != b.finishedAt {
+		return a.finishedAt < b.finishedAt
+	}
+	return a.id < b.id
+}
+
 func ageLess(a, b *taskRec) bool {
 	if a.createdAt != b.createdAt {
 		return a.createdAt < b.createdAt
@@ -132,6 +150,7 @@ func newCoordinator(l Limits) *coordinator {
 		queue:    btree.NewG(btreeDegree, queueLess),
 		byExpiry: btree.NewG(btreeDegree, expiryLess),
 		byAge:    btree.NewG(btreeDegree, ageLess),
+		byFinish: btree.NewG(btreeDegree, finishLess),
 		workers:  make(map[string]*workerRec),
 	}
 }
@@ -396,6 +415,7 @@ func (t *taskRec) view() ScanTask {
 		hasStarted:     t.hasStarted,
 		completedAt:    t.completedAt,
 		hasCompleted:   t.hasCompleted,
+		finishedAt:     t.finishedAt,
 		retryCount:     t.retryCount,
 		attempt:        t.attempt,
 		taskGeneration: t.generation,

@@ -361,6 +361,9 @@ func (n *Node) leaderInit(ctx context.Context) error {
 	if err := n.ensureCluster(ctx); err != nil {
 		return err
 	}
+	if err := n.ensureSoleVoterVersion(ctx); err != nil {
+		return err
+	}
 	if len(n.cfg.Peers) == 0 || n.fsm.KeyCount() > 0 {
 		return nil
 	}

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 
@@ -96,6 +97,31 @@ func (n *Node) raiseClusterVersion(ctx context.Context) {
 func (n *Node) checkJoinerVersion(id string, v uint32) error {
 	if cv := n.fsm.ClusterVersion(); v > 0 && v < cv {
 		return JoinerUnverified(fmt.Sprintf("node %s supports cluster version %d, the cluster runs %d: upgrade its binary first", id, v, cv))
+	}
+	return nil
+}
+
+// ensureSoleVoterVersion (leader, before the node is ready) raises the
+// cluster version of a one-voter cluster to this binary's at once: it is
+// the only member, so every member supports it, and a new single node
+// (or one just upgraded) serves every operation from its first request
+// instead of after the member loop's next round. Clusters of several
+// voters wait for every member's report (raiseClusterVersion).
+func (n *Node) ensureSoleVoterVersion(ctx context.Context) error {
+	if !n.soleVoter() || n.fsm.ClusterVersion() >= n.cfg.MaxVersion() {
+		return nil
+	}
+	for id := range n.fsm.NodeAPIURLs() {
+		if id != n.cfg.NodeID && n.fsm.NodeVersion(id) < n.cfg.MaxVersion() {
+			return nil // NB: a stale record of a removed member; the member loop decides
+		}
+	}
+	r, err := n.Propose(ctx, &pb.Command{Op: &pb.Command_SetClusterVersion{SetClusterVersion: &pb.SetClusterVersion{Version: n.cfg.MaxVersion()}}})
+	if err != nil {
+		return err
+	}
+	if r.Err != nil && !errors.Is(r.Err, raftfsm.ErrClusterVersion) {
+		return r.Err
 	}
 	return nil
 }

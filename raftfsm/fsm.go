@@ -114,7 +114,10 @@ type Tenant struct {
 	pool         *distributed.WorkerPool
 	results      *distributed.ResultAggregator
 	owners       map[string]string   // worker ID → key ID of the worker key that registered it
-	scans        map[string][]string // scan ID → task IDs in enqueue order
+	scans        map[string][]string // scan ID → task IDs in enqueue order (purged IDs removed)
+	// retentionSecs is the result retention policy: terminal tasks older
+	// than this are purged by the leader's ticker (0: off; purge.go).
+	retentionSecs uint64
 }
 
 // FSM implements raft.FSM. Create it with New.
@@ -252,6 +255,8 @@ func (f *FSM) applyOneAt(cmd *pb.Command, now uint64) Response {
 		return f.applySetClusterVersion(op.SetClusterVersion)
 	case *pb.Command_RecordBackup:
 		return f.applyRecordBackup(op.RecordBackup, now)
+	case *pb.Command_UpdateTenant:
+		return f.applyUpdateTenant(op.UpdateTenant)
 	case *pb.Command_Batch, nil:
 		return Response{Err: fsmErr(KindInvalidCommand, "operation is missing or nested")}
 	}
@@ -449,10 +454,14 @@ func (f *FSM) applyCreateTenant(c *pb.CreateTenant) Response {
 	if err != nil {
 		return Response{Err: err}
 	}
+	if err := checkRetention(c.GetResultRetentionSecs()); err != nil {
+		return Response{Err: err}
+	}
 	t, err := newTenant(c.GetName(), lim, rl)
 	if err != nil {
 		return Response{Err: err}
 	}
+	t.retentionSecs = c.GetResultRetentionSecs()
 	f.tenants[t.name] = t
 	return Response{}
 }

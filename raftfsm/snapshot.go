@@ -56,7 +56,7 @@ func (f *FSM) ExportState() ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		ts := &pb.TenantState{Name: name, Limits: wire.LimitsToProto(t.limits), ResultLimits: wire.ResultLimitsToProto(t.resultLimits), PoolState: ps, ResultState: rs}
+		ts := &pb.TenantState{Name: name, Limits: wire.LimitsToProto(t.limits), ResultLimits: wire.ResultLimitsToProto(t.resultLimits), PoolState: ps, ResultState: rs, ResultRetentionSecs: t.retentionSecs}
 		for _, w := range sortedKeys(t.owners) {
 			ts.WorkerOwners = append(ts.WorkerOwners, &pb.WorkerOwner{WorkerId: w, KeyId: t.owners[w]})
 		}
@@ -183,8 +183,11 @@ func restoreTenant(ts *pb.TenantState) (*Tenant, bool) {
 	if err != nil || res.Limits() != rl {
 		return nil, false
 	}
+	if checkRetention(ts.GetResultRetentionSecs()) != nil {
+		return nil, false
+	}
 	t := &Tenant{name: ts.GetName(), limits: lim, resultLimits: rl, pool: pool, results: res,
-		owners: map[string]string{}, scans: map[string][]string{}}
+		owners: map[string]string{}, scans: map[string][]string{}, retentionSecs: ts.GetResultRetentionSecs()}
 	for _, o := range ts.GetWorkerOwners() {
 		if _, dup := t.owners[o.GetWorkerId()]; dup {
 			return nil, false

@@ -144,6 +144,7 @@ var tenantOps = map[reflect.Type]tenantOp{
 	reflect.TypeFor[*pb.Command_CancelTask](): {need: needProducer,
 		target: byOwnership(func(c *pb.Command) []byte { return c.GetCancelTask().GetOwnership() }),
 		apply:  func(f *FSM, c tenantCall) Response { return resp(c.t.pool.CancelTask(c.rev, c.now, c.own)) }},
+	reflect.TypeFor[*pb.Command_PurgeTasks](): {need: needProducer, apply: (*FSM).applyPurge},
 	reflect.TypeFor[*pb.Command_CancelTaskById](): {need: needProducer,
 		apply: func(f *FSM, c tenantCall) Response {
 			return f.applyCancelByID(c.t, c.cmd.GetCancelTaskById(), c.rev, c.now)

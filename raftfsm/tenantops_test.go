@@ -31,6 +31,7 @@ var clusterOps = map[reflect.Type]bool{
 	reflect.TypeFor[*pb.Command_SetNodeInfo]():       true,
 	reflect.TypeFor[*pb.Command_SetClusterVersion](): true,
 	reflect.TypeFor[*pb.Command_RecordBackup]():      true,
+	reflect.TypeFor[*pb.Command_UpdateTenant]():      true,
 }
 
 // opTypes returns the wrapper type of every field of pb.Command's op oneof.
@@ -133,6 +134,7 @@ func roleCases() []roleCase {
 			return cmdOf(&pb.Command_CancelTask{CancelTask: &pb.CancelTask{Ownership: own(l)}})
 		}},
 		{reflect.TypeFor[*pb.Command_CancelTaskById](), needProducer, func(distributed.TaskLease) *pb.Command { return cancelByIDCmd("", "t1") }},
+		{reflect.TypeFor[*pb.Command_PurgeTasks](), needProducer, c(&pb.Command_PurgeTasks{PurgeTasks: &pb.PurgeTasks{}})},
 	}
 }
 

@@ -33,13 +33,20 @@ const MinClusterVersion = 1
 // that needs a newer binary: upgrade the node (it applied nothing of it).
 var ErrUnsupportedVersion = errors.New("raftfsm: needs a newer binary")
 
-// OpVersion returns the cluster version that introduced cmd's operation
-// (MinClusterVersion for every operation of the first versioned release).
-// Every Command.op field must be listed in version_test.go's table.
+// OpVersion returns the cluster version that introduced what cmd uses:
+// its operation, or a field that an older binary would ignore (and so
+// apply differently). Version 1 is the release before versions; version 2
+// adds RecordBackup, PurgeTasks, UpdateTenant and
+// CreateTenant.result_retention_secs. Every Command.op field must be
+// listed in version_test.go's table.
 func OpVersion(cmd *pb.Command) uint32 {
-	switch cmd.GetOp().(type) {
-	case *pb.Command_RecordBackup:
+	switch op := cmd.GetOp().(type) {
+	case *pb.Command_RecordBackup, *pb.Command_PurgeTasks, *pb.Command_UpdateTenant:
 		return 2
+	case *pb.Command_CreateTenant:
+		if op.CreateTenant.GetResultRetentionSecs() != 0 {
+			return 2
+		}
 	}
 	return MinClusterVersion
 }

@@ -34,7 +34,7 @@ var opVersions = map[string]uint32{
 	"assign_next_available": 1, "assign_next": 1, "assign_task": 1, "start_task": 1, "complete_task": 1,
 	"fail_task": 1, "cancel_task": 1, "renew_lease": 1, "recover_expired_leases": 1, "expire_old_tasks": 1,
 	"acquire_tasks": 1, "cancel_task_by_id": 1, "revoke_key": 1, "rotate_key": 1, "set_node_info": 1,
-	"set_cluster_version": 1, "record_backup": 2,
+	"set_cluster_version": 1, "record_backup": 2, "purge_tasks": 2, "update_tenant": 2,
 }
 
 func TestVersion_EveryOpHasAVersion(t *testing.T) {
@@ -59,6 +59,11 @@ func TestVersion_EveryOpHasAVersion(t *testing.T) {
 		if !seen[name] {
 			t.Errorf("opVersions lists %s, which Command.op lacks", name)
 		}
+	}
+	// A field of an old operation that an older binary would ignore.
+	ct := &pb.Command{Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{Name: "t", ResultRetentionSecs: 60}}}
+	if got := OpVersion(ct); got != 2 {
+		t.Errorf("OpVersion(create_tenant with result_retention_secs) = %d, want 2", got)
 	}
 }
 
@@ -93,9 +98,26 @@ func refusedUnchanged(t *testing.T, b *testBundle, cmd *pb.Command, want error) 
 	}
 }
 
+// setupV1 is setup at cluster version 1 (setup raises it to the newest).
+func setupV1(t *testing.T) *testBundle {
+	t.Helper()
+	b := setup(t)
+	st, _ := b.f.ExportState()
+	var fs pb.FSMState
+	if err := proto.Unmarshal(st, &fs); err != nil {
+		t.Fatal(err)
+	}
+	fs.ClusterVersion = 1
+	v1, _ := proto.MarshalOptions{Deterministic: true}.Marshal(&fs)
+	if err := b.f.RestoreState(v1); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 func TestFSM_ClusterVersionGates(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b := setupV1(t)
 	if v := b.f.ClusterVersion(); v != MinClusterVersion {
 		t.Fatalf("new cluster version = %d, want %d", v, MinClusterVersion)
 	}
@@ -159,7 +181,7 @@ func TestFSM_UnsupportedEntryStops(t *testing.T) {
 		{"newer encoding", SupportedVersion, &pb.Command{Version: CommandVersion + 1, Op: &pb.Command_PruneDeadWorkers{PruneDeadWorkers: &pb.PruneDeadWorkers{}}}, nil, "command encoding version 2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b := setup(t)
+			b := setupV1(t)
 			b.f.maxVersion = tc.maxVersion
 			var fatal error
 			b.f.opts.FatalFunc = func(err error) { fatal = err }
@@ -188,7 +210,7 @@ func TestFSM_UnsupportedEntryStops(t *testing.T) {
 	}
 	// Control: a binary that knows the operation answers it (refused, the
 	// same way on every such replica) and goes on.
-	b := setup(t)
+	b := setupV1(t)
 	r := b.f.Apply(entry(t, 50, backupCmd(t), nil)).(Response)
 	if !errors.Is(r.Err, ErrClusterVersion) || b.f.Fatal() != nil {
 		t.Fatalf("Apply on a binary that knows record_backup = %v (fatal %v), want cluster_version", r.Err, b.f.Fatal())
@@ -197,7 +219,7 @@ func TestFSM_UnsupportedEntryStops(t *testing.T) {
 
 func TestFSM_SnapshotCarriesClusterVersion(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b := setupV1(t)
 	b.must(t, nodeInfoCmd("n1", 2))
 	b.must(t, versionCmd(2))
 	b.must(t, backupCmd(t))

@@ -25,7 +25,9 @@ func (h adminHandler) Status(ctx context.Context, req *connect.Request[pb.Status
 			Results: uint32(tv.ResultCount()), ResultBytes: uint64(tv.ResultBytes()),
 			RaftState: h.s.node.RaftState(), Leader: id + "@" + addr, AppliedIndex: h.s.node.Reads().AppliedIndex(),
 			NodeId: h.s.node.NodeID(), Members: h.s.members(), LongPollsWaiting: h.s.LongPollsWaiting(),
-			ClusterVersion: h.s.node.Reads().ClusterVersion(), NodeMaxVersion: h.s.node.Reads().MaxVersion(),
+			ResultRetentionSecs: tv.ResultRetentionSecs(),
+			Build:               h.s.build,
+			ClusterVersion:      h.s.node.Reads().ClusterVersion(), NodeMaxVersion: h.s.node.Reads().MaxVersion(),
 		}
 		if lb, ok := h.s.node.Reads().LastBackup(); ok {
 			out.LastBackup = lb
@@ -79,7 +81,7 @@ func (h adminHandler) CreateTenant(ctx context.Context, req *connect.Request[pb.
 		if rl == nil {
 			rl = wire.ResultLimitsToProto(defRL)
 		}
-		r, err := h.s.node.Propose(ctx, &pb.Command{Principal: p.KeyID, Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{Name: m.GetName(), Limits: lim, ResultLimits: rl}}})
+		r, err := h.s.node.Propose(ctx, &pb.Command{Principal: p.KeyID, Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{Name: m.GetName(), Limits: lim, ResultLimits: rl, ResultRetentionSecs: m.GetResultRetentionSecs()}}})
 		if err == nil {
 			err = r.Err
 		}

@@ -54,6 +54,9 @@ func clientCommands() []clientCommand {
 		{name: "cancel", usage: "[--json] TASK", summary: "cancel a queued, leased or running task", run: runCancel},
 		{name: "watch", usage: "--scan S [--interval D] [--json]", summary: "show a live progress bar for a scan until every task is terminal", run: runWatch},
 		{name: "results", usage: "--scan S [--json]", summary: "print a scan's results in enqueue order (raw, or JSON lines)", run: runResults},
+		{name: "scans", usage: "delete SCAN [--force] [--json]",
+			summary: "delete a finished scan: purge its tasks and results (--force cancels unfinished tasks first)",
+			run:     runScans},
 		{name: "cluster", usage: "members|add|remove|transfer-leadership [args] (cluster --help)",
 			summary: "raft membership: members, add, remove, transfer-leadership (admin key)",
 			run:     runCluster},
@@ -147,7 +150,7 @@ func runRegistered(name string, args []string, env *cliEnv) (code int, ok bool) 
 func registeredUsage() string {
 	var b strings.Builder
 	for _, c := range clientCommands() {
-		fmt.Fprintf(&b, "  %-8s %s\n", c.name, c.summary)
+		fmt.Fprintf(&b, "  %-10s %s\n", c.name, c.summary)
 	}
 	return b.String()
 }

@@ -31,6 +31,12 @@ func (m *Model) CheckInvariants() error {
 			return fmt.Errorf("model: duplicate task %s", t.TaskID)
 		}
 		ids[t.TaskID] = true
+		if t.TaskGeneration != t.LifeBase+uint64(t.RetryCount) || t.LifeBase > m.genFloor {
+			return fmt.Errorf("model: task %s generation %d is not its life base %d (floor %d) plus %d retries", t.TaskID, t.TaskGeneration, t.LifeBase, m.genFloor, t.RetryCount)
+		}
+		if !t.Status.Terminal() && t.FinishedAt != 0 {
+			return fmt.Errorf("model: task %s has a finish time but is %v", t.TaskID, t.Status)
+		}
 		leased := t.Status == distributed.TaskLeased || t.Status == distributed.TaskRunning
 		if leased != t.HasLease {
 			return fmt.Errorf("model: task %s status %v has lease %v", t.TaskID, t.Status, t.HasLease)

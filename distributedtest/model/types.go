@@ -71,6 +71,7 @@ type Task struct {
 	HasStarted     bool
 	CompletedAt    uint64
 	HasCompleted   bool
+	FinishedAt     uint64 // when the task became terminal (0 while it is not)
 	RetryCount     uint32
 	Attempt        uint32
 	TaskGeneration uint64
@@ -80,6 +81,9 @@ type Task struct {
 
 	// Ordinal is the enqueue ordinal of the current queue entry.
 	Ordinal uint64
+	// LifeBase is the generation this life of the task ID started at (the
+	// generation floor at its admission); older generations are purged lives.
+	LifeBase uint64
 
 	// Retained terminal proofs (exact terminal replays).
 	CompletedBy   Lease                      // the lease that completed the task

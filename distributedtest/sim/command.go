@@ -40,6 +40,9 @@ const (
 	OpGetResult
 	OpAggregate
 	OpRestart
+	// OpPurge and OpPurgeResults are Part F additions (docs/adr/0002-purge.md).
+	OpPurge
+	OpPurgeResults
 	numOps
 )
 
@@ -50,7 +53,7 @@ var opNames = [...]string{
 	OpFail: "fail", OpRenew: "renew", OpCancel: "cancel", OpCancelByID: "cancel-by-id", OpRecover: "recover-expired",
 	OpExpire: "expire-old", OpGetTask: "get-task", OpGetWorker: "get-worker", OpPeek: "peek",
 	OpAvailable: "get-available-worker", OpStoreResult: "store-result", OpGetResult: "get-result",
-	OpAggregate: "aggregate", OpRestart: "restart",
+	OpAggregate: "aggregate", OpRestart: "restart", OpPurge: "purge", OpPurgeResults: "purge-results",
 }
 
 func (o Op) String() string {
@@ -61,10 +64,12 @@ func (o Op) String() string {
 }
 
 // Mutating reports whether the op is a command that takes a revision.
-func (o Op) Mutating() bool { return o <= OpExpire || o == OpStoreResult }
+func (o Op) Mutating() bool {
+	return o <= OpExpire || o == OpStoreResult || o == OpPurge || o == OpPurgeResults
+}
 
 // pool reports whether the op addresses the WorkerPool (not the results).
-func (o Op) pool() bool { return o <= OpAvailable }
+func (o Op) pool() bool { return o <= OpAvailable || o == OpPurge }
 
 // Command is one step. RevDelta and NowDelta are relative to the revision
 // and logical time when the step is applied (so that a shrunk sequence stays
@@ -94,6 +99,7 @@ type Command struct {
 	Receipt    model.Receipt
 	Data       []byte
 	IDs        []string
+	Purge      distributed.PurgeFilter
 
 	// Note says which fault or choice the generator made (for reports).
 	Note string
@@ -164,8 +170,10 @@ func (c Command) String() string {
 			short(r.TaskID), r.TaskGeneration, r.Attempt, r.LeaseID, short(r.WorkerID), r.WorkerGeneration, r.RecordVersion, len(c.Data))
 	case OpGetResult:
 		fmt.Fprintf(&b, " task=%s", short(c.TaskID))
-	case OpAggregate:
+	case OpAggregate, OpPurgeResults:
 		fmt.Fprintf(&b, " ids=%q", c.IDs)
+	case OpPurge:
+		fmt.Fprintf(&b, " scan=%q before=%d ids=%q", c.Purge.ScanID, c.Purge.FinishedBefore, c.Purge.TaskIDs)
 	}
 	if c.Note != "" {
 		fmt.Fprintf(&b, " [%s]", c.Note)

@@ -102,6 +102,7 @@ var opWeights = [numOps]int{
 	OpAssignNextAvailable: 10, OpAssignNext: 5, OpAssignTask: 4, OpStart: 10, OpComplete: 8,
 	OpFail: 5, OpRenew: 5, OpCancel: 4, OpCancelByID: 2, OpRecover: 3, OpExpire: 2, OpGetTask: 2, OpGetWorker: 1,
 	OpPeek: 1, OpAvailable: 2, OpStoreResult: 6, OpGetResult: 1, OpAggregate: 2, OpRestart: 1,
+	OpPurge: 3, OpPurgeResults: 2,
 }
 
 var totalWeight = func() int {
@@ -215,6 +216,10 @@ func (g *Generator) Build(op Op) Command {
 		c.Data = g.resultBytes(&c, c.Receipt.TaskID)
 	case OpGetResult:
 		c.TaskID = g.resultTaskID(&c)
+	case OpPurge:
+		c.Purge = g.purgeFilter(&c)
+	case OpPurgeResults:
+		c.IDs = g.idList(&c, g.resultTaskID)
 	case OpAggregate:
 		for range g.n(7) {
 			c.IDs = append(c.IDs, g.resultTaskID(&c))
@@ -764,4 +769,78 @@ func (g *Generator) learn(l model.Lease) {
 	if len(g.known) > 64 {
 		g.known = g.known[1:]
 	}
+}
+
+// purgeFilter picks a purge: mostly by scan, by time, by named tasks
+// (terminal ones mostly; also live, absent, hostile and repeated IDs), or
+// everything terminal; sometimes a filter that mixes IDs with a scan.
+func (g *Generator) purgeFilter(c *Command) distributed.PurgeFilter {
+	var f distributed.PurgeFilter
+	switch r := g.n(100); {
+	case r < 30:
+		f.ScanID = fmt.Sprintf("scan-%d", g.n(3))
+		if g.pct(5) {
+			f.ScanID = g.hostile(c)
+		}
+		if g.pct(30) {
+			f.FinishedBefore = g.before()
+		}
+	case r < 55:
+		f.FinishedBefore = g.before()
+	case r < 88:
+		f.TaskIDs = g.idList(c, g.purgeTaskID)
+	case r < 95:
+		g.note(c, "purge-all")
+	default:
+		g.note(c, "purge-mixed-filter")
+		f.ScanID = "scan-0"
+		f.TaskIDs = []string{g.purgeTaskID(c)}
+	}
+	return f
+}
+
+// before returns a FinishedBefore around logical time (0 means no bound).
+func (g *Generator) before() uint64 {
+	now := g.m.LogicalTime()
+	back := uint64(g.n(40))
+	if back > now {
+		return now + 1
+	}
+	return now - back + 1
+}
+
+// purgeTaskID prefers a terminal task, then any task ID.
+func (g *Generator) purgeTaskID(c *Command) string {
+	if g.pct(75) {
+		var term []string
+		for _, t := range g.tasks {
+			if t.Status.Terminal() {
+				term = append(term, t.TaskID)
+			}
+		}
+		if len(term) > 0 {
+			return term[g.n(len(term))]
+		}
+	}
+	return g.taskID(c)
+}
+
+// idList returns 0–4 IDs from pick, sometimes with one repeated.
+func (g *Generator) idList(c *Command, pick func(*Command) string) []string {
+	var ids []string
+	for range g.n(5) {
+		id := pick(c)
+		dup := false
+		for _, x := range ids {
+			dup = dup || x == id
+		}
+		if !dup || g.pct(10) {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) > 0 && g.pct(5) {
+		ids = append(ids, ids[0])
+		g.note(c, "repeated-id")
+	}
+	return ids
 }

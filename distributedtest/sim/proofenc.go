@@ -188,6 +188,7 @@ func ModelTask(t distributed.ScanTask) model.Task {
 	}
 	out.StartedAt, out.HasStarted = t.StartedAt()
 	out.CompletedAt, out.HasCompleted = t.CompletedAt()
+	out.FinishedAt, _ = t.FinishedAt()
 	if l, ok := t.Lease(); ok {
 		out.Lease, out.HasLease = ModelLease(l), true
 	}
@@ -204,6 +205,7 @@ func TaskView(t model.Task) model.Task {
 		TaskID: t.TaskID, ScanID: t.ScanID, TargetRef: t.TargetRef, Phases: nilIfEmpty(t.Phases),
 		Status: t.Status, Priority: t.Priority, CreatedAt: t.CreatedAt,
 		StartedAt: t.StartedAt, HasStarted: t.HasStarted, CompletedAt: t.CompletedAt, HasCompleted: t.HasCompleted,
+		FinishedAt: t.FinishedAt,
 		RetryCount: t.RetryCount, Attempt: t.Attempt, TaskGeneration: t.TaskGeneration, RecordVersion: t.RecordVersion,
 		Lease: t.Lease, HasLease: t.HasLease,
 	}

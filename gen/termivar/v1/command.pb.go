@@ -79,6 +79,8 @@ type Command struct {
 	//	*Command_SetNodeInfo
 	//	*Command_SetClusterVersion
 	//	*Command_RecordBackup
+	//	*Command_PurgeTasks
+	//	*Command_UpdateTenant
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -399,6 +401,24 @@ func (x *Command) GetRecordBackup() *RecordBackup {
 	return nil
 }
 
+func (x *Command) GetPurgeTasks() *PurgeTasks {
+	if x != nil {
+		if x, ok := x.Op.(*Command_PurgeTasks); ok {
+			return x.PurgeTasks
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetUpdateTenant() *UpdateTenant {
+	if x != nil {
+		if x, ok := x.Op.(*Command_UpdateTenant); ok {
+			return x.UpdateTenant
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -506,13 +526,24 @@ type Command_SetNodeInfo struct {
 }
 
 type Command_SetClusterVersion struct {
-	// Cluster version 1 (the first versioned release) knows every
-	// operation above and SetClusterVersion; RecordBackup is version 2.
+	// Cluster version 1 is every operation of the release before versions
+	// (up to set_node_info) and SetClusterVersion; version 2 adds
+	// RecordBackup, PurgeTasks, UpdateTenant and CreateTenant's
+	// result_retention_secs (raftfsm/version.go).
 	SetClusterVersion *SetClusterVersion `protobuf:"bytes,41,opt,name=set_cluster_version,json=setClusterVersion,proto3,oneof"`
 }
 
 type Command_RecordBackup struct {
 	RecordBackup *RecordBackup `protobuf:"bytes,42,opt,name=record_backup,json=recordBackup,proto3,oneof"`
+}
+
+type Command_PurgeTasks struct {
+	// 50+: retention (contract Part F, docs/adr/0002-purge.md).
+	PurgeTasks *PurgeTasks `protobuf:"bytes,50,opt,name=purge_tasks,json=purgeTasks,proto3,oneof"`
+}
+
+type Command_UpdateTenant struct {
+	UpdateTenant *UpdateTenant `protobuf:"bytes,51,opt,name=update_tenant,json=updateTenant,proto3,oneof"`
 }
 
 func (*Command_Batch) isCommand_Op() {}
@@ -568,6 +599,10 @@ func (*Command_SetNodeInfo) isCommand_Op() {}
 func (*Command_SetClusterVersion) isCommand_Op() {}
 
 func (*Command_RecordBackup) isCommand_Op() {}
+
+func (*Command_PurgeTasks) isCommand_Op() {}
+
+func (*Command_UpdateTenant) isCommand_Op() {}
 
 // Batch coalesces concurrent commands into one log entry. The FSM applies
 // them in order, each with its own response; the batch's now_secs applies
@@ -850,12 +885,15 @@ func (x *ResultLimits) GetMaxAggregateBytes() uint64 {
 
 // CreateTenant creates an isolated namespace with its own limits.
 type CreateTenant struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Limits        *CoreLimits            `protobuf:"bytes,2,opt,name=limits,proto3" json:"limits,omitempty"`
-	ResultLimits  *ResultLimits          `protobuf:"bytes,3,opt,name=result_limits,json=resultLimits,proto3" json:"result_limits,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Name         string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Limits       *CoreLimits            `protobuf:"bytes,2,opt,name=limits,proto3" json:"limits,omitempty"`
+	ResultLimits *ResultLimits          `protobuf:"bytes,3,opt,name=result_limits,json=resultLimits,proto3" json:"result_limits,omitempty"`
+	// result_retention_secs: terminal tasks (and their results) older than
+	// this many seconds are purged by the leader; 0 keeps them.
+	ResultRetentionSecs uint64 `protobuf:"varint,4,opt,name=result_retention_secs,json=resultRetentionSecs,proto3" json:"result_retention_secs,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *CreateTenant) Reset() {
@@ -909,6 +947,162 @@ func (x *CreateTenant) GetResultLimits() *ResultLimits {
 	return nil
 }
 
+func (x *CreateTenant) GetResultRetentionSecs() uint64 {
+	if x != nil {
+		return x.ResultRetentionSecs
+	}
+	return 0
+}
+
+// UpdateTenant changes a tenant's policy (today: its result retention).
+type UpdateTenant struct {
+	state               protoimpl.MessageState `protogen:"open.v1"`
+	Name                string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	ResultRetentionSecs uint64                 `protobuf:"varint,2,opt,name=result_retention_secs,json=resultRetentionSecs,proto3" json:"result_retention_secs,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *UpdateTenant) Reset() {
+	*x = UpdateTenant{}
+	mi := &file_termivar_v1_command_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateTenant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateTenant) ProtoMessage() {}
+
+func (x *UpdateTenant) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_command_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateTenant.ProtoReflect.Descriptor instead.
+func (*UpdateTenant) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *UpdateTenant) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *UpdateTenant) GetResultRetentionSecs() uint64 {
+	if x != nil {
+		return x.ResultRetentionSecs
+	}
+	return 0
+}
+
+// PurgeTasks removes terminal tasks and their results (the core's
+// PurgeTasks, then the result store's PurgeResults, in one command).
+// Either task_ids names them (each must exist and be terminal), or scan_id
+// ("" any scan) and a time bound select every terminal task that matches:
+// finished_before (a logical second) or older_than_secs (finished before
+// the command's stamped time minus this; the retention policy's form, so
+// that every replica derives the same bound). cancel_first cancels the
+// scan's non-terminal tasks before the purge (DeleteScan --force; needs
+// whole_scan).
+type PurgeTasks struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	ScanId         string                 `protobuf:"bytes,1,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
+	FinishedBefore uint64                 `protobuf:"varint,2,opt,name=finished_before,json=finishedBefore,proto3" json:"finished_before,omitempty"`
+	TaskIds        []string               `protobuf:"bytes,3,rep,name=task_ids,json=taskIds,proto3" json:"task_ids,omitempty"`
+	OlderThanSecs  uint64                 `protobuf:"varint,4,opt,name=older_than_secs,json=olderThanSecs,proto3" json:"older_than_secs,omitempty"`
+	CancelFirst    bool                   `protobuf:"varint,5,opt,name=cancel_first,json=cancelFirst,proto3" json:"cancel_first,omitempty"`
+	// whole_scan purges every task the scan index lists for scan_id
+	// (DeleteScan): all must be terminal, and a scan without tasks is
+	// scan_not_found.
+	WholeScan     bool `protobuf:"varint,6,opt,name=whole_scan,json=wholeScan,proto3" json:"whole_scan,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PurgeTasks) Reset() {
+	*x = PurgeTasks{}
+	mi := &file_termivar_v1_command_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgeTasks) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgeTasks) ProtoMessage() {}
+
+func (x *PurgeTasks) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_command_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgeTasks.ProtoReflect.Descriptor instead.
+func (*PurgeTasks) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *PurgeTasks) GetScanId() string {
+	if x != nil {
+		return x.ScanId
+	}
+	return ""
+}
+
+func (x *PurgeTasks) GetFinishedBefore() uint64 {
+	if x != nil {
+		return x.FinishedBefore
+	}
+	return 0
+}
+
+func (x *PurgeTasks) GetTaskIds() []string {
+	if x != nil {
+		return x.TaskIds
+	}
+	return nil
+}
+
+func (x *PurgeTasks) GetOlderThanSecs() uint64 {
+	if x != nil {
+		return x.OlderThanSecs
+	}
+	return 0
+}
+
+func (x *PurgeTasks) GetCancelFirst() bool {
+	if x != nil {
+		return x.CancelFirst
+	}
+	return false
+}
+
+func (x *PurgeTasks) GetWholeScan() bool {
+	if x != nil {
+		return x.WholeScan
+	}
+	return false
+}
+
 // CreateKey stores an API key's hash; the secret never enters the log.
 type CreateKey struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -922,7 +1116,7 @@ type CreateKey struct {
 
 func (x *CreateKey) Reset() {
 	*x = CreateKey{}
-	mi := &file_termivar_v1_command_proto_msgTypes[6]
+	mi := &file_termivar_v1_command_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -934,7 +1128,7 @@ func (x *CreateKey) String() string {
 func (*CreateKey) ProtoMessage() {}
 
 func (x *CreateKey) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[6]
+	mi := &file_termivar_v1_command_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -947,7 +1141,7 @@ func (x *CreateKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKey.ProtoReflect.Descriptor instead.
 func (*CreateKey) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{6}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CreateKey) GetKeyId() string {
@@ -992,7 +1186,7 @@ type RevokeKey struct {
 
 func (x *RevokeKey) Reset() {
 	*x = RevokeKey{}
-	mi := &file_termivar_v1_command_proto_msgTypes[7]
+	mi := &file_termivar_v1_command_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1004,7 +1198,7 @@ func (x *RevokeKey) String() string {
 func (*RevokeKey) ProtoMessage() {}
 
 func (x *RevokeKey) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[7]
+	mi := &file_termivar_v1_command_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1017,7 +1211,7 @@ func (x *RevokeKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeKey.ProtoReflect.Descriptor instead.
 func (*RevokeKey) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{7}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RevokeKey) GetKeyId() string {
@@ -1041,7 +1235,7 @@ type RotateKey struct {
 
 func (x *RotateKey) Reset() {
 	*x = RotateKey{}
-	mi := &file_termivar_v1_command_proto_msgTypes[8]
+	mi := &file_termivar_v1_command_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1053,7 +1247,7 @@ func (x *RotateKey) String() string {
 func (*RotateKey) ProtoMessage() {}
 
 func (x *RotateKey) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[8]
+	mi := &file_termivar_v1_command_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1066,7 +1260,7 @@ func (x *RotateKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateKey.ProtoReflect.Descriptor instead.
 func (*RotateKey) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{8}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RotateKey) GetKeyId() string {
@@ -1104,7 +1298,7 @@ type TaskSpec struct {
 
 func (x *TaskSpec) Reset() {
 	*x = TaskSpec{}
-	mi := &file_termivar_v1_command_proto_msgTypes[9]
+	mi := &file_termivar_v1_command_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1116,7 +1310,7 @@ func (x *TaskSpec) String() string {
 func (*TaskSpec) ProtoMessage() {}
 
 func (x *TaskSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[9]
+	mi := &file_termivar_v1_command_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1129,7 +1323,7 @@ func (x *TaskSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskSpec.ProtoReflect.Descriptor instead.
 func (*TaskSpec) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{9}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TaskSpec) GetTaskId() string {
@@ -1177,7 +1371,7 @@ type EnqueueTasks struct {
 
 func (x *EnqueueTasks) Reset() {
 	*x = EnqueueTasks{}
-	mi := &file_termivar_v1_command_proto_msgTypes[10]
+	mi := &file_termivar_v1_command_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1189,7 +1383,7 @@ func (x *EnqueueTasks) String() string {
 func (*EnqueueTasks) ProtoMessage() {}
 
 func (x *EnqueueTasks) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[10]
+	mi := &file_termivar_v1_command_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1202,7 +1396,7 @@ func (x *EnqueueTasks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueTasks.ProtoReflect.Descriptor instead.
 func (*EnqueueTasks) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{10}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *EnqueueTasks) GetTasks() []*TaskSpec {
@@ -1227,7 +1421,7 @@ type WorkerSpec struct {
 
 func (x *WorkerSpec) Reset() {
 	*x = WorkerSpec{}
-	mi := &file_termivar_v1_command_proto_msgTypes[11]
+	mi := &file_termivar_v1_command_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1239,7 +1433,7 @@ func (x *WorkerSpec) String() string {
 func (*WorkerSpec) ProtoMessage() {}
 
 func (x *WorkerSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[11]
+	mi := &file_termivar_v1_command_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1252,7 +1446,7 @@ func (x *WorkerSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerSpec.ProtoReflect.Descriptor instead.
 func (*WorkerSpec) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{11}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *WorkerSpec) GetWorkerId() string {
@@ -1306,7 +1500,7 @@ type RegisterWorker struct {
 
 func (x *RegisterWorker) Reset() {
 	*x = RegisterWorker{}
-	mi := &file_termivar_v1_command_proto_msgTypes[12]
+	mi := &file_termivar_v1_command_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1318,7 +1512,7 @@ func (x *RegisterWorker) String() string {
 func (*RegisterWorker) ProtoMessage() {}
 
 func (x *RegisterWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[12]
+	mi := &file_termivar_v1_command_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1331,7 +1525,7 @@ func (x *RegisterWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterWorker.ProtoReflect.Descriptor instead.
 func (*RegisterWorker) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{12}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RegisterWorker) GetSpec() *WorkerSpec {
@@ -1355,7 +1549,7 @@ type UpdateWorker struct {
 
 func (x *UpdateWorker) Reset() {
 	*x = UpdateWorker{}
-	mi := &file_termivar_v1_command_proto_msgTypes[13]
+	mi := &file_termivar_v1_command_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1367,7 +1561,7 @@ func (x *UpdateWorker) String() string {
 func (*UpdateWorker) ProtoMessage() {}
 
 func (x *UpdateWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[13]
+	mi := &file_termivar_v1_command_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1380,7 +1574,7 @@ func (x *UpdateWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateWorker.ProtoReflect.Descriptor instead.
 func (*UpdateWorker) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{13}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *UpdateWorker) GetWorkerId() string {
@@ -1435,7 +1629,7 @@ type DeregisterWorker struct {
 
 func (x *DeregisterWorker) Reset() {
 	*x = DeregisterWorker{}
-	mi := &file_termivar_v1_command_proto_msgTypes[14]
+	mi := &file_termivar_v1_command_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1447,7 +1641,7 @@ func (x *DeregisterWorker) String() string {
 func (*DeregisterWorker) ProtoMessage() {}
 
 func (x *DeregisterWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[14]
+	mi := &file_termivar_v1_command_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1460,7 +1654,7 @@ func (x *DeregisterWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterWorker.ProtoReflect.Descriptor instead.
 func (*DeregisterWorker) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{14}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DeregisterWorker) GetWorkerId() string {
@@ -1485,7 +1679,7 @@ type PruneDeadWorkers struct {
 
 func (x *PruneDeadWorkers) Reset() {
 	*x = PruneDeadWorkers{}
-	mi := &file_termivar_v1_command_proto_msgTypes[15]
+	mi := &file_termivar_v1_command_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1497,7 +1691,7 @@ func (x *PruneDeadWorkers) String() string {
 func (*PruneDeadWorkers) ProtoMessage() {}
 
 func (x *PruneDeadWorkers) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[15]
+	mi := &file_termivar_v1_command_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1510,7 +1704,7 @@ func (x *PruneDeadWorkers) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneDeadWorkers.ProtoReflect.Descriptor instead.
 func (*PruneDeadWorkers) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{15}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{17}
 }
 
 type ReactivateWorker struct {
@@ -1523,7 +1717,7 @@ type ReactivateWorker struct {
 
 func (x *ReactivateWorker) Reset() {
 	*x = ReactivateWorker{}
-	mi := &file_termivar_v1_command_proto_msgTypes[16]
+	mi := &file_termivar_v1_command_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1535,7 +1729,7 @@ func (x *ReactivateWorker) String() string {
 func (*ReactivateWorker) ProtoMessage() {}
 
 func (x *ReactivateWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[16]
+	mi := &file_termivar_v1_command_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1548,7 +1742,7 @@ func (x *ReactivateWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReactivateWorker.ProtoReflect.Descriptor instead.
 func (*ReactivateWorker) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{16}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReactivateWorker) GetOfflineGeneration() uint64 {
@@ -1574,7 +1768,7 @@ type AssignNextAvailable struct {
 
 func (x *AssignNextAvailable) Reset() {
 	*x = AssignNextAvailable{}
-	mi := &file_termivar_v1_command_proto_msgTypes[17]
+	mi := &file_termivar_v1_command_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1586,7 +1780,7 @@ func (x *AssignNextAvailable) String() string {
 func (*AssignNextAvailable) ProtoMessage() {}
 
 func (x *AssignNextAvailable) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[17]
+	mi := &file_termivar_v1_command_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1599,7 +1793,7 @@ func (x *AssignNextAvailable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignNextAvailable.ProtoReflect.Descriptor instead.
 func (*AssignNextAvailable) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{17}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *AssignNextAvailable) GetLeaseTtlSecs() uint64 {
@@ -1619,7 +1813,7 @@ type AssignNext struct {
 
 func (x *AssignNext) Reset() {
 	*x = AssignNext{}
-	mi := &file_termivar_v1_command_proto_msgTypes[18]
+	mi := &file_termivar_v1_command_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1631,7 +1825,7 @@ func (x *AssignNext) String() string {
 func (*AssignNext) ProtoMessage() {}
 
 func (x *AssignNext) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[18]
+	mi := &file_termivar_v1_command_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1644,7 +1838,7 @@ func (x *AssignNext) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignNext.ProtoReflect.Descriptor instead.
 func (*AssignNext) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{18}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *AssignNext) GetWorkerId() string {
@@ -1672,7 +1866,7 @@ type AssignTask struct {
 
 func (x *AssignTask) Reset() {
 	*x = AssignTask{}
-	mi := &file_termivar_v1_command_proto_msgTypes[19]
+	mi := &file_termivar_v1_command_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1684,7 +1878,7 @@ func (x *AssignTask) String() string {
 func (*AssignTask) ProtoMessage() {}
 
 func (x *AssignTask) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[19]
+	mi := &file_termivar_v1_command_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1697,7 +1891,7 @@ func (x *AssignTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignTask.ProtoReflect.Descriptor instead.
 func (*AssignTask) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{19}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AssignTask) GetTaskId() string {
@@ -1732,7 +1926,7 @@ type StartTask struct {
 
 func (x *StartTask) Reset() {
 	*x = StartTask{}
-	mi := &file_termivar_v1_command_proto_msgTypes[20]
+	mi := &file_termivar_v1_command_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1744,7 +1938,7 @@ func (x *StartTask) String() string {
 func (*StartTask) ProtoMessage() {}
 
 func (x *StartTask) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[20]
+	mi := &file_termivar_v1_command_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1757,7 +1951,7 @@ func (x *StartTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartTask.ProtoReflect.Descriptor instead.
 func (*StartTask) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{20}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StartTask) GetLease() []byte {
@@ -1778,7 +1972,7 @@ type CompleteTask struct {
 
 func (x *CompleteTask) Reset() {
 	*x = CompleteTask{}
-	mi := &file_termivar_v1_command_proto_msgTypes[21]
+	mi := &file_termivar_v1_command_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1790,7 +1984,7 @@ func (x *CompleteTask) String() string {
 func (*CompleteTask) ProtoMessage() {}
 
 func (x *CompleteTask) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[21]
+	mi := &file_termivar_v1_command_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1803,7 +1997,7 @@ func (x *CompleteTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteTask.ProtoReflect.Descriptor instead.
 func (*CompleteTask) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{21}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CompleteTask) GetLease() []byte {
@@ -1829,7 +2023,7 @@ type FailTask struct {
 
 func (x *FailTask) Reset() {
 	*x = FailTask{}
-	mi := &file_termivar_v1_command_proto_msgTypes[22]
+	mi := &file_termivar_v1_command_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1841,7 +2035,7 @@ func (x *FailTask) String() string {
 func (*FailTask) ProtoMessage() {}
 
 func (x *FailTask) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[22]
+	mi := &file_termivar_v1_command_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1854,7 +2048,7 @@ func (x *FailTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailTask.ProtoReflect.Descriptor instead.
 func (*FailTask) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{22}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *FailTask) GetLease() []byte {
@@ -1873,7 +2067,7 @@ type CancelTask struct {
 
 func (x *CancelTask) Reset() {
 	*x = CancelTask{}
-	mi := &file_termivar_v1_command_proto_msgTypes[23]
+	mi := &file_termivar_v1_command_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1885,7 +2079,7 @@ func (x *CancelTask) String() string {
 func (*CancelTask) ProtoMessage() {}
 
 func (x *CancelTask) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[23]
+	mi := &file_termivar_v1_command_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1898,7 +2092,7 @@ func (x *CancelTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTask.ProtoReflect.Descriptor instead.
 func (*CancelTask) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{23}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CancelTask) GetOwnership() []byte {
@@ -1921,7 +2115,7 @@ type CancelTaskByID struct {
 
 func (x *CancelTaskByID) Reset() {
 	*x = CancelTaskByID{}
-	mi := &file_termivar_v1_command_proto_msgTypes[24]
+	mi := &file_termivar_v1_command_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1933,7 +2127,7 @@ func (x *CancelTaskByID) String() string {
 func (*CancelTaskByID) ProtoMessage() {}
 
 func (x *CancelTaskByID) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[24]
+	mi := &file_termivar_v1_command_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1946,7 +2140,7 @@ func (x *CancelTaskByID) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskByID.ProtoReflect.Descriptor instead.
 func (*CancelTaskByID) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{24}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CancelTaskByID) GetTaskId() string {
@@ -1966,7 +2160,7 @@ type RenewLease struct {
 
 func (x *RenewLease) Reset() {
 	*x = RenewLease{}
-	mi := &file_termivar_v1_command_proto_msgTypes[25]
+	mi := &file_termivar_v1_command_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1978,7 +2172,7 @@ func (x *RenewLease) String() string {
 func (*RenewLease) ProtoMessage() {}
 
 func (x *RenewLease) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[25]
+	mi := &file_termivar_v1_command_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1991,7 +2185,7 @@ func (x *RenewLease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewLease.ProtoReflect.Descriptor instead.
 func (*RenewLease) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{25}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RenewLease) GetLease() []byte {
@@ -2016,7 +2210,7 @@ type RecoverExpiredLeases struct {
 
 func (x *RecoverExpiredLeases) Reset() {
 	*x = RecoverExpiredLeases{}
-	mi := &file_termivar_v1_command_proto_msgTypes[26]
+	mi := &file_termivar_v1_command_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2028,7 +2222,7 @@ func (x *RecoverExpiredLeases) String() string {
 func (*RecoverExpiredLeases) ProtoMessage() {}
 
 func (x *RecoverExpiredLeases) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[26]
+	mi := &file_termivar_v1_command_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2041,7 +2235,7 @@ func (x *RecoverExpiredLeases) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverExpiredLeases.ProtoReflect.Descriptor instead.
 func (*RecoverExpiredLeases) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{26}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{28}
 }
 
 type ExpireOldTasks struct {
@@ -2053,7 +2247,7 @@ type ExpireOldTasks struct {
 
 func (x *ExpireOldTasks) Reset() {
 	*x = ExpireOldTasks{}
-	mi := &file_termivar_v1_command_proto_msgTypes[27]
+	mi := &file_termivar_v1_command_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2065,7 +2259,7 @@ func (x *ExpireOldTasks) String() string {
 func (*ExpireOldTasks) ProtoMessage() {}
 
 func (x *ExpireOldTasks) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[27]
+	mi := &file_termivar_v1_command_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2078,7 +2272,7 @@ func (x *ExpireOldTasks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireOldTasks.ProtoReflect.Descriptor instead.
 func (*ExpireOldTasks) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{27}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ExpireOldTasks) GetMaxAgeSecs() uint64 {
@@ -2103,7 +2297,7 @@ type AcquireTasks struct {
 
 func (x *AcquireTasks) Reset() {
 	*x = AcquireTasks{}
-	mi := &file_termivar_v1_command_proto_msgTypes[28]
+	mi := &file_termivar_v1_command_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2115,7 +2309,7 @@ func (x *AcquireTasks) String() string {
 func (*AcquireTasks) ProtoMessage() {}
 
 func (x *AcquireTasks) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[28]
+	mi := &file_termivar_v1_command_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2128,7 +2322,7 @@ func (x *AcquireTasks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireTasks.ProtoReflect.Descriptor instead.
 func (*AcquireTasks) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{28}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *AcquireTasks) GetWorkerId() string {
@@ -2181,7 +2375,7 @@ type FSMState struct {
 
 func (x *FSMState) Reset() {
 	*x = FSMState{}
-	mi := &file_termivar_v1_command_proto_msgTypes[29]
+	mi := &file_termivar_v1_command_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2193,7 +2387,7 @@ func (x *FSMState) String() string {
 func (*FSMState) ProtoMessage() {}
 
 func (x *FSMState) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[29]
+	mi := &file_termivar_v1_command_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2206,7 +2400,7 @@ func (x *FSMState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FSMState.ProtoReflect.Descriptor instead.
 func (*FSMState) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{29}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *FSMState) GetVersion() uint32 {
@@ -2288,7 +2482,7 @@ type KeyRecord struct {
 
 func (x *KeyRecord) Reset() {
 	*x = KeyRecord{}
-	mi := &file_termivar_v1_command_proto_msgTypes[30]
+	mi := &file_termivar_v1_command_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2300,7 +2494,7 @@ func (x *KeyRecord) String() string {
 func (*KeyRecord) ProtoMessage() {}
 
 func (x *KeyRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[30]
+	mi := &file_termivar_v1_command_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2313,7 +2507,7 @@ func (x *KeyRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyRecord.ProtoReflect.Descriptor instead.
 func (*KeyRecord) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{30}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *KeyRecord) GetKeyId() string {
@@ -2359,21 +2553,23 @@ func (x *KeyRecord) GetRevokedSecs() uint64 {
 }
 
 type TenantState struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Limits        *CoreLimits            `protobuf:"bytes,2,opt,name=limits,proto3" json:"limits,omitempty"`
-	ResultLimits  *ResultLimits          `protobuf:"bytes,3,opt,name=result_limits,json=resultLimits,proto3" json:"result_limits,omitempty"`
-	PoolState     []byte                 `protobuf:"bytes,4,opt,name=pool_state,json=poolState,proto3" json:"pool_state,omitempty"`
-	ResultState   []byte                 `protobuf:"bytes,5,opt,name=result_state,json=resultState,proto3" json:"result_state,omitempty"`
-	WorkerOwners  []*WorkerOwner         `protobuf:"bytes,6,rep,name=worker_owners,json=workerOwners,proto3" json:"worker_owners,omitempty"`
-	Scans         []*ScanIndex           `protobuf:"bytes,7,rep,name=scans,proto3" json:"scans,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Name         string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Limits       *CoreLimits            `protobuf:"bytes,2,opt,name=limits,proto3" json:"limits,omitempty"`
+	ResultLimits *ResultLimits          `protobuf:"bytes,3,opt,name=result_limits,json=resultLimits,proto3" json:"result_limits,omitempty"`
+	PoolState    []byte                 `protobuf:"bytes,4,opt,name=pool_state,json=poolState,proto3" json:"pool_state,omitempty"`
+	ResultState  []byte                 `protobuf:"bytes,5,opt,name=result_state,json=resultState,proto3" json:"result_state,omitempty"`
+	WorkerOwners []*WorkerOwner         `protobuf:"bytes,6,rep,name=worker_owners,json=workerOwners,proto3" json:"worker_owners,omitempty"`
+	Scans        []*ScanIndex           `protobuf:"bytes,7,rep,name=scans,proto3" json:"scans,omitempty"`
+	// result_retention_secs is the tenant's retention policy (0: off).
+	ResultRetentionSecs uint64 `protobuf:"varint,8,opt,name=result_retention_secs,json=resultRetentionSecs,proto3" json:"result_retention_secs,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *TenantState) Reset() {
 	*x = TenantState{}
-	mi := &file_termivar_v1_command_proto_msgTypes[31]
+	mi := &file_termivar_v1_command_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2385,7 +2581,7 @@ func (x *TenantState) String() string {
 func (*TenantState) ProtoMessage() {}
 
 func (x *TenantState) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[31]
+	mi := &file_termivar_v1_command_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2398,7 +2594,7 @@ func (x *TenantState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantState.ProtoReflect.Descriptor instead.
 func (*TenantState) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{31}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *TenantState) GetName() string {
@@ -2450,6 +2646,13 @@ func (x *TenantState) GetScans() []*ScanIndex {
 	return nil
 }
 
+func (x *TenantState) GetResultRetentionSecs() uint64 {
+	if x != nil {
+		return x.ResultRetentionSecs
+	}
+	return 0
+}
+
 type WorkerOwner struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	WorkerId      string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
@@ -2460,7 +2663,7 @@ type WorkerOwner struct {
 
 func (x *WorkerOwner) Reset() {
 	*x = WorkerOwner{}
-	mi := &file_termivar_v1_command_proto_msgTypes[32]
+	mi := &file_termivar_v1_command_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2472,7 +2675,7 @@ func (x *WorkerOwner) String() string {
 func (*WorkerOwner) ProtoMessage() {}
 
 func (x *WorkerOwner) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[32]
+	mi := &file_termivar_v1_command_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2485,7 +2688,7 @@ func (x *WorkerOwner) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerOwner.ProtoReflect.Descriptor instead.
 func (*WorkerOwner) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{32}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *WorkerOwner) GetWorkerId() string {
@@ -2513,7 +2716,7 @@ type ScanIndex struct {
 
 func (x *ScanIndex) Reset() {
 	*x = ScanIndex{}
-	mi := &file_termivar_v1_command_proto_msgTypes[33]
+	mi := &file_termivar_v1_command_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2525,7 +2728,7 @@ func (x *ScanIndex) String() string {
 func (*ScanIndex) ProtoMessage() {}
 
 func (x *ScanIndex) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[33]
+	mi := &file_termivar_v1_command_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2538,7 +2741,7 @@ func (x *ScanIndex) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanIndex.ProtoReflect.Descriptor instead.
 func (*ScanIndex) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{33}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ScanIndex) GetScanId() string {
@@ -2573,7 +2776,7 @@ type SetNodeInfo struct {
 
 func (x *SetNodeInfo) Reset() {
 	*x = SetNodeInfo{}
-	mi := &file_termivar_v1_command_proto_msgTypes[34]
+	mi := &file_termivar_v1_command_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2585,7 +2788,7 @@ func (x *SetNodeInfo) String() string {
 func (*SetNodeInfo) ProtoMessage() {}
 
 func (x *SetNodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[34]
+	mi := &file_termivar_v1_command_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2598,7 +2801,7 @@ func (x *SetNodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeInfo.ProtoReflect.Descriptor instead.
 func (*SetNodeInfo) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{34}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SetNodeInfo) GetNodeId() string {
@@ -2641,7 +2844,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_termivar_v1_command_proto_msgTypes[35]
+	mi := &file_termivar_v1_command_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2653,7 +2856,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[35]
+	mi := &file_termivar_v1_command_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2666,7 +2869,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{35}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *NodeInfo) GetNodeId() string {
@@ -2709,7 +2912,7 @@ type SetClusterVersion struct {
 
 func (x *SetClusterVersion) Reset() {
 	*x = SetClusterVersion{}
-	mi := &file_termivar_v1_command_proto_msgTypes[36]
+	mi := &file_termivar_v1_command_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2721,7 +2924,7 @@ func (x *SetClusterVersion) String() string {
 func (*SetClusterVersion) ProtoMessage() {}
 
 func (x *SetClusterVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[36]
+	mi := &file_termivar_v1_command_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2734,7 +2937,7 @@ func (x *SetClusterVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetClusterVersion.ProtoReflect.Descriptor instead.
 func (*SetClusterVersion) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{36}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SetClusterVersion) GetVersion() uint32 {
@@ -2757,7 +2960,7 @@ type RecordBackup struct {
 
 func (x *RecordBackup) Reset() {
 	*x = RecordBackup{}
-	mi := &file_termivar_v1_command_proto_msgTypes[37]
+	mi := &file_termivar_v1_command_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2769,7 +2972,7 @@ func (x *RecordBackup) String() string {
 func (*RecordBackup) ProtoMessage() {}
 
 func (x *RecordBackup) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[37]
+	mi := &file_termivar_v1_command_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2782,7 +2985,7 @@ func (x *RecordBackup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordBackup.ProtoReflect.Descriptor instead.
 func (*RecordBackup) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{37}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RecordBackup) GetBackupId() []byte {
@@ -2811,7 +3014,7 @@ type BackupRecord struct {
 
 func (x *BackupRecord) Reset() {
 	*x = BackupRecord{}
-	mi := &file_termivar_v1_command_proto_msgTypes[38]
+	mi := &file_termivar_v1_command_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2823,7 +3026,7 @@ func (x *BackupRecord) String() string {
 func (*BackupRecord) ProtoMessage() {}
 
 func (x *BackupRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[38]
+	mi := &file_termivar_v1_command_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2836,7 +3039,7 @@ func (x *BackupRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupRecord.ProtoReflect.Descriptor instead.
 func (*BackupRecord) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{38}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *BackupRecord) GetBackupId() []byte {
@@ -2864,7 +3067,7 @@ var File_termivar_v1_command_proto protoreflect.FileDescriptor
 
 const file_termivar_v1_command_proto_rawDesc = "" +
 	"\n" +
-	"\x19termivar/v1/command.proto\x12\vtermivar.v1\"\xc3\x0f\n" +
+	"\x19termivar/v1/command.proto\x12\vtermivar.v1\"\xc1\x10\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x19\n" +
 	"\bnow_secs\x18\x02 \x01(\x04R\anowSecs\x12\x16\n" +
@@ -2906,7 +3109,10 @@ const file_termivar_v1_command_proto_rawDesc = "" +
 	"rotate_key\x18! \x01(\v2\x16.termivar.v1.RotateKeyH\x00R\trotateKey\x12>\n" +
 	"\rset_node_info\x18( \x01(\v2\x18.termivar.v1.SetNodeInfoH\x00R\vsetNodeInfo\x12P\n" +
 	"\x13set_cluster_version\x18) \x01(\v2\x1e.termivar.v1.SetClusterVersionH\x00R\x11setClusterVersion\x12@\n" +
-	"\rrecord_backup\x18* \x01(\v2\x19.termivar.v1.RecordBackupH\x00R\frecordBackupB\x04\n" +
+	"\rrecord_backup\x18* \x01(\v2\x19.termivar.v1.RecordBackupH\x00R\frecordBackup\x12:\n" +
+	"\vpurge_tasks\x182 \x01(\v2\x17.termivar.v1.PurgeTasksH\x00R\n" +
+	"purgeTasks\x12@\n" +
+	"\rupdate_tenant\x183 \x01(\v2\x19.termivar.v1.UpdateTenantH\x00R\fupdateTenantB\x04\n" +
 	"\x02opB\x14\n" +
 	"\x12_expected_revision\"9\n" +
 	"\x05Batch\x120\n" +
@@ -2932,11 +3138,24 @@ const file_termivar_v1_command_proto_rawDesc = "" +
 	"\x10max_result_bytes\x18\x02 \x01(\x04R\x0emaxResultBytes\x12&\n" +
 	"\x0fmax_total_bytes\x18\x03 \x01(\x04R\rmaxTotalBytes\x12.\n" +
 	"\x13max_aggregate_items\x18\x04 \x01(\x04R\x11maxAggregateItems\x12.\n" +
-	"\x13max_aggregate_bytes\x18\x05 \x01(\x04R\x11maxAggregateBytes\"\x93\x01\n" +
+	"\x13max_aggregate_bytes\x18\x05 \x01(\x04R\x11maxAggregateBytes\"\xc7\x01\n" +
 	"\fCreateTenant\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
 	"\x06limits\x18\x02 \x01(\v2\x17.termivar.v1.CoreLimitsR\x06limits\x12>\n" +
-	"\rresult_limits\x18\x03 \x01(\v2\x19.termivar.v1.ResultLimitsR\fresultLimits\"v\n" +
+	"\rresult_limits\x18\x03 \x01(\v2\x19.termivar.v1.ResultLimitsR\fresultLimits\x122\n" +
+	"\x15result_retention_secs\x18\x04 \x01(\x04R\x13resultRetentionSecs\"V\n" +
+	"\fUpdateTenant\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x122\n" +
+	"\x15result_retention_secs\x18\x02 \x01(\x04R\x13resultRetentionSecs\"\xd3\x01\n" +
+	"\n" +
+	"PurgeTasks\x12\x17\n" +
+	"\ascan_id\x18\x01 \x01(\tR\x06scanId\x12'\n" +
+	"\x0ffinished_before\x18\x02 \x01(\x04R\x0efinishedBefore\x12\x19\n" +
+	"\btask_ids\x18\x03 \x03(\tR\ataskIds\x12&\n" +
+	"\x0folder_than_secs\x18\x04 \x01(\x04R\rolderThanSecs\x12!\n" +
+	"\fcancel_first\x18\x05 \x01(\bR\vcancelFirst\x12\x1d\n" +
+	"\n" +
+	"whole_scan\x18\x06 \x01(\bR\twholeScan\"v\n" +
 	"\tCreateKey\x12\x15\n" +
 	"\x06key_id\x18\x01 \x01(\tR\x05keyId\x12\x1f\n" +
 	"\vsecret_hash\x18\x02 \x01(\fR\n" +
@@ -3042,7 +3261,7 @@ const file_termivar_v1_command_proto_rawDesc = "" +
 	"\x06tenant\x18\x03 \x01(\tR\x06tenant\x12\x12\n" +
 	"\x04role\x18\x04 \x01(\tR\x04role\x12!\n" +
 	"\fcreated_secs\x18\x05 \x01(\x04R\vcreatedSecs\x12!\n" +
-	"\frevoked_secs\x18\x06 \x01(\x04R\vrevokedSecs\"\xc1\x02\n" +
+	"\frevoked_secs\x18\x06 \x01(\x04R\vrevokedSecs\"\xf5\x02\n" +
 	"\vTenantState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
 	"\x06limits\x18\x02 \x01(\v2\x17.termivar.v1.CoreLimitsR\x06limits\x12>\n" +
@@ -3051,7 +3270,8 @@ const file_termivar_v1_command_proto_rawDesc = "" +
 	"pool_state\x18\x04 \x01(\fR\tpoolState\x12!\n" +
 	"\fresult_state\x18\x05 \x01(\fR\vresultState\x12=\n" +
 	"\rworker_owners\x18\x06 \x03(\v2\x18.termivar.v1.WorkerOwnerR\fworkerOwners\x12,\n" +
-	"\x05scans\x18\a \x03(\v2\x16.termivar.v1.ScanIndexR\x05scans\"A\n" +
+	"\x05scans\x18\a \x03(\v2\x16.termivar.v1.ScanIndexR\x05scans\x122\n" +
+	"\x15result_retention_secs\x18\b \x01(\x04R\x13resultRetentionSecs\"A\n" +
 	"\vWorkerOwner\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x15\n" +
 	"\x06key_id\x18\x02 \x01(\tR\x05keyId\"?\n" +
@@ -3092,7 +3312,7 @@ func file_termivar_v1_command_proto_rawDescGZIP() []byte {
 	return file_termivar_v1_command_proto_rawDescData
 }
 
-var file_termivar_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_termivar_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_termivar_v1_command_proto_goTypes = []any{
 	(*Command)(nil),              // 0: termivar.v1.Command
 	(*Batch)(nil),                // 1: termivar.v1.Batch
@@ -3100,88 +3320,92 @@ var file_termivar_v1_command_proto_goTypes = []any{
 	(*CoreLimits)(nil),           // 3: termivar.v1.CoreLimits
 	(*ResultLimits)(nil),         // 4: termivar.v1.ResultLimits
 	(*CreateTenant)(nil),         // 5: termivar.v1.CreateTenant
-	(*CreateKey)(nil),            // 6: termivar.v1.CreateKey
-	(*RevokeKey)(nil),            // 7: termivar.v1.RevokeKey
-	(*RotateKey)(nil),            // 8: termivar.v1.RotateKey
-	(*TaskSpec)(nil),             // 9: termivar.v1.TaskSpec
-	(*EnqueueTasks)(nil),         // 10: termivar.v1.EnqueueTasks
-	(*WorkerSpec)(nil),           // 11: termivar.v1.WorkerSpec
-	(*RegisterWorker)(nil),       // 12: termivar.v1.RegisterWorker
-	(*UpdateWorker)(nil),         // 13: termivar.v1.UpdateWorker
-	(*DeregisterWorker)(nil),     // 14: termivar.v1.DeregisterWorker
-	(*PruneDeadWorkers)(nil),     // 15: termivar.v1.PruneDeadWorkers
-	(*ReactivateWorker)(nil),     // 16: termivar.v1.ReactivateWorker
-	(*AssignNextAvailable)(nil),  // 17: termivar.v1.AssignNextAvailable
-	(*AssignNext)(nil),           // 18: termivar.v1.AssignNext
-	(*AssignTask)(nil),           // 19: termivar.v1.AssignTask
-	(*StartTask)(nil),            // 20: termivar.v1.StartTask
-	(*CompleteTask)(nil),         // 21: termivar.v1.CompleteTask
-	(*FailTask)(nil),             // 22: termivar.v1.FailTask
-	(*CancelTask)(nil),           // 23: termivar.v1.CancelTask
-	(*CancelTaskByID)(nil),       // 24: termivar.v1.CancelTaskByID
-	(*RenewLease)(nil),           // 25: termivar.v1.RenewLease
-	(*RecoverExpiredLeases)(nil), // 26: termivar.v1.RecoverExpiredLeases
-	(*ExpireOldTasks)(nil),       // 27: termivar.v1.ExpireOldTasks
-	(*AcquireTasks)(nil),         // 28: termivar.v1.AcquireTasks
-	(*FSMState)(nil),             // 29: termivar.v1.FSMState
-	(*KeyRecord)(nil),            // 30: termivar.v1.KeyRecord
-	(*TenantState)(nil),          // 31: termivar.v1.TenantState
-	(*WorkerOwner)(nil),          // 32: termivar.v1.WorkerOwner
-	(*ScanIndex)(nil),            // 33: termivar.v1.ScanIndex
-	(*SetNodeInfo)(nil),          // 34: termivar.v1.SetNodeInfo
-	(*NodeInfo)(nil),             // 35: termivar.v1.NodeInfo
-	(*SetClusterVersion)(nil),    // 36: termivar.v1.SetClusterVersion
-	(*RecordBackup)(nil),         // 37: termivar.v1.RecordBackup
-	(*BackupRecord)(nil),         // 38: termivar.v1.BackupRecord
+	(*UpdateTenant)(nil),         // 6: termivar.v1.UpdateTenant
+	(*PurgeTasks)(nil),           // 7: termivar.v1.PurgeTasks
+	(*CreateKey)(nil),            // 8: termivar.v1.CreateKey
+	(*RevokeKey)(nil),            // 9: termivar.v1.RevokeKey
+	(*RotateKey)(nil),            // 10: termivar.v1.RotateKey
+	(*TaskSpec)(nil),             // 11: termivar.v1.TaskSpec
+	(*EnqueueTasks)(nil),         // 12: termivar.v1.EnqueueTasks
+	(*WorkerSpec)(nil),           // 13: termivar.v1.WorkerSpec
+	(*RegisterWorker)(nil),       // 14: termivar.v1.RegisterWorker
+	(*UpdateWorker)(nil),         // 15: termivar.v1.UpdateWorker
+	(*DeregisterWorker)(nil),     // 16: termivar.v1.DeregisterWorker
+	(*PruneDeadWorkers)(nil),     // 17: termivar.v1.PruneDeadWorkers
+	(*ReactivateWorker)(nil),     // 18: termivar.v1.ReactivateWorker
+	(*AssignNextAvailable)(nil),  // 19: termivar.v1.AssignNextAvailable
+	(*AssignNext)(nil),           // 20: termivar.v1.AssignNext
+	(*AssignTask)(nil),           // 21: termivar.v1.AssignTask
+	(*StartTask)(nil),            // 22: termivar.v1.StartTask
+	(*CompleteTask)(nil),         // 23: termivar.v1.CompleteTask
+	(*FailTask)(nil),             // 24: termivar.v1.FailTask
+	(*CancelTask)(nil),           // 25: termivar.v1.CancelTask
+	(*CancelTaskByID)(nil),       // 26: termivar.v1.CancelTaskByID
+	(*RenewLease)(nil),           // 27: termivar.v1.RenewLease
+	(*RecoverExpiredLeases)(nil), // 28: termivar.v1.RecoverExpiredLeases
+	(*ExpireOldTasks)(nil),       // 29: termivar.v1.ExpireOldTasks
+	(*AcquireTasks)(nil),         // 30: termivar.v1.AcquireTasks
+	(*FSMState)(nil),             // 31: termivar.v1.FSMState
+	(*KeyRecord)(nil),            // 32: termivar.v1.KeyRecord
+	(*TenantState)(nil),          // 33: termivar.v1.TenantState
+	(*WorkerOwner)(nil),          // 34: termivar.v1.WorkerOwner
+	(*ScanIndex)(nil),            // 35: termivar.v1.ScanIndex
+	(*SetNodeInfo)(nil),          // 36: termivar.v1.SetNodeInfo
+	(*NodeInfo)(nil),             // 37: termivar.v1.NodeInfo
+	(*SetClusterVersion)(nil),    // 38: termivar.v1.SetClusterVersion
+	(*RecordBackup)(nil),         // 39: termivar.v1.RecordBackup
+	(*BackupRecord)(nil),         // 40: termivar.v1.BackupRecord
 }
 var file_termivar_v1_command_proto_depIdxs = []int32{
 	1,  // 0: termivar.v1.Command.batch:type_name -> termivar.v1.Batch
 	2,  // 1: termivar.v1.Command.init_cluster:type_name -> termivar.v1.InitCluster
 	5,  // 2: termivar.v1.Command.create_tenant:type_name -> termivar.v1.CreateTenant
-	6,  // 3: termivar.v1.Command.create_key:type_name -> termivar.v1.CreateKey
-	10, // 4: termivar.v1.Command.enqueue:type_name -> termivar.v1.EnqueueTasks
-	12, // 5: termivar.v1.Command.register_worker:type_name -> termivar.v1.RegisterWorker
-	13, // 6: termivar.v1.Command.update_worker:type_name -> termivar.v1.UpdateWorker
-	14, // 7: termivar.v1.Command.deregister_worker:type_name -> termivar.v1.DeregisterWorker
-	15, // 8: termivar.v1.Command.prune_dead_workers:type_name -> termivar.v1.PruneDeadWorkers
-	16, // 9: termivar.v1.Command.reactivate_worker:type_name -> termivar.v1.ReactivateWorker
-	17, // 10: termivar.v1.Command.assign_next_available:type_name -> termivar.v1.AssignNextAvailable
-	18, // 11: termivar.v1.Command.assign_next:type_name -> termivar.v1.AssignNext
-	19, // 12: termivar.v1.Command.assign_task:type_name -> termivar.v1.AssignTask
-	20, // 13: termivar.v1.Command.start_task:type_name -> termivar.v1.StartTask
-	21, // 14: termivar.v1.Command.complete_task:type_name -> termivar.v1.CompleteTask
-	22, // 15: termivar.v1.Command.fail_task:type_name -> termivar.v1.FailTask
-	23, // 16: termivar.v1.Command.cancel_task:type_name -> termivar.v1.CancelTask
-	25, // 17: termivar.v1.Command.renew_lease:type_name -> termivar.v1.RenewLease
-	26, // 18: termivar.v1.Command.recover_expired_leases:type_name -> termivar.v1.RecoverExpiredLeases
-	27, // 19: termivar.v1.Command.expire_old_tasks:type_name -> termivar.v1.ExpireOldTasks
-	28, // 20: termivar.v1.Command.acquire_tasks:type_name -> termivar.v1.AcquireTasks
-	24, // 21: termivar.v1.Command.cancel_task_by_id:type_name -> termivar.v1.CancelTaskByID
-	7,  // 22: termivar.v1.Command.revoke_key:type_name -> termivar.v1.RevokeKey
-	8,  // 23: termivar.v1.Command.rotate_key:type_name -> termivar.v1.RotateKey
-	34, // 24: termivar.v1.Command.set_node_info:type_name -> termivar.v1.SetNodeInfo
-	36, // 25: termivar.v1.Command.set_cluster_version:type_name -> termivar.v1.SetClusterVersion
-	37, // 26: termivar.v1.Command.record_backup:type_name -> termivar.v1.RecordBackup
-	0,  // 27: termivar.v1.Batch.commands:type_name -> termivar.v1.Command
-	3,  // 28: termivar.v1.CreateTenant.limits:type_name -> termivar.v1.CoreLimits
-	4,  // 29: termivar.v1.CreateTenant.result_limits:type_name -> termivar.v1.ResultLimits
-	9,  // 30: termivar.v1.EnqueueTasks.tasks:type_name -> termivar.v1.TaskSpec
-	11, // 31: termivar.v1.RegisterWorker.spec:type_name -> termivar.v1.WorkerSpec
-	11, // 32: termivar.v1.ReactivateWorker.spec:type_name -> termivar.v1.WorkerSpec
-	30, // 33: termivar.v1.FSMState.keys:type_name -> termivar.v1.KeyRecord
-	31, // 34: termivar.v1.FSMState.tenants:type_name -> termivar.v1.TenantState
-	35, // 35: termivar.v1.FSMState.nodes:type_name -> termivar.v1.NodeInfo
-	30, // 36: termivar.v1.FSMState.revoked_keys:type_name -> termivar.v1.KeyRecord
-	38, // 37: termivar.v1.FSMState.last_backup:type_name -> termivar.v1.BackupRecord
-	3,  // 38: termivar.v1.TenantState.limits:type_name -> termivar.v1.CoreLimits
-	4,  // 39: termivar.v1.TenantState.result_limits:type_name -> termivar.v1.ResultLimits
-	32, // 40: termivar.v1.TenantState.worker_owners:type_name -> termivar.v1.WorkerOwner
-	33, // 41: termivar.v1.TenantState.scans:type_name -> termivar.v1.ScanIndex
-	42, // [42:42] is the sub-list for method output_type
-	42, // [42:42] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	8,  // 3: termivar.v1.Command.create_key:type_name -> termivar.v1.CreateKey
+	12, // 4: termivar.v1.Command.enqueue:type_name -> termivar.v1.EnqueueTasks
+	14, // 5: termivar.v1.Command.register_worker:type_name -> termivar.v1.RegisterWorker
+	15, // 6: termivar.v1.Command.update_worker:type_name -> termivar.v1.UpdateWorker
+	16, // 7: termivar.v1.Command.deregister_worker:type_name -> termivar.v1.DeregisterWorker
+	17, // 8: termivar.v1.Command.prune_dead_workers:type_name -> termivar.v1.PruneDeadWorkers
+	18, // 9: termivar.v1.Command.reactivate_worker:type_name -> termivar.v1.ReactivateWorker
+	19, // 10: termivar.v1.Command.assign_next_available:type_name -> termivar.v1.AssignNextAvailable
+	20, // 11: termivar.v1.Command.assign_next:type_name -> termivar.v1.AssignNext
+	21, // 12: termivar.v1.Command.assign_task:type_name -> termivar.v1.AssignTask
+	22, // 13: termivar.v1.Command.start_task:type_name -> termivar.v1.StartTask
+	23, // 14: termivar.v1.Command.complete_task:type_name -> termivar.v1.CompleteTask
+	24, // 15: termivar.v1.Command.fail_task:type_name -> termivar.v1.FailTask
+	25, // 16: termivar.v1.Command.cancel_task:type_name -> termivar.v1.CancelTask
+	27, // 17: termivar.v1.Command.renew_lease:type_name -> termivar.v1.RenewLease
+	28, // 18: termivar.v1.Command.recover_expired_leases:type_name -> termivar.v1.RecoverExpiredLeases
+	29, // 19: termivar.v1.Command.expire_old_tasks:type_name -> termivar.v1.ExpireOldTasks
+	30, // 20: termivar.v1.Command.acquire_tasks:type_name -> termivar.v1.AcquireTasks
+	26, // 21: termivar.v1.Command.cancel_task_by_id:type_name -> termivar.v1.CancelTaskByID
+	9,  // 22: termivar.v1.Command.revoke_key:type_name -> termivar.v1.RevokeKey
+	10, // 23: termivar.v1.Command.rotate_key:type_name -> termivar.v1.RotateKey
+	36, // 24: termivar.v1.Command.set_node_info:type_name -> termivar.v1.SetNodeInfo
+	38, // 25: termivar.v1.Command.set_cluster_version:type_name -> termivar.v1.SetClusterVersion
+	39, // 26: termivar.v1.Command.record_backup:type_name -> termivar.v1.RecordBackup
+	7,  // 27: termivar.v1.Command.purge_tasks:type_name -> termivar.v1.PurgeTasks
+	6,  // 28: termivar.v1.Command.update_tenant:type_name -> termivar.v1.UpdateTenant
+	0,  // 29: termivar.v1.Batch.commands:type_name -> termivar.v1.Command
+	3,  // 30: termivar.v1.CreateTenant.limits:type_name -> termivar.v1.CoreLimits
+	4,  // 31: termivar.v1.CreateTenant.result_limits:type_name -> termivar.v1.ResultLimits
+	11, // 32: termivar.v1.EnqueueTasks.tasks:type_name -> termivar.v1.TaskSpec
+	13, // 33: termivar.v1.RegisterWorker.spec:type_name -> termivar.v1.WorkerSpec
+	13, // 34: termivar.v1.ReactivateWorker.spec:type_name -> termivar.v1.WorkerSpec
+	32, // 35: termivar.v1.FSMState.keys:type_name -> termivar.v1.KeyRecord
+	33, // 36: termivar.v1.FSMState.tenants:type_name -> termivar.v1.TenantState
+	37, // 37: termivar.v1.FSMState.nodes:type_name -> termivar.v1.NodeInfo
+	32, // 38: termivar.v1.FSMState.revoked_keys:type_name -> termivar.v1.KeyRecord
+	40, // 39: termivar.v1.FSMState.last_backup:type_name -> termivar.v1.BackupRecord
+	3,  // 40: termivar.v1.TenantState.limits:type_name -> termivar.v1.CoreLimits
+	4,  // 41: termivar.v1.TenantState.result_limits:type_name -> termivar.v1.ResultLimits
+	34, // 42: termivar.v1.TenantState.worker_owners:type_name -> termivar.v1.WorkerOwner
+	35, // 43: termivar.v1.TenantState.scans:type_name -> termivar.v1.ScanIndex
+	44, // [44:44] is the sub-list for method output_type
+	44, // [44:44] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_termivar_v1_command_proto_init() }
@@ -3217,6 +3441,8 @@ func file_termivar_v1_command_proto_init() {
 		(*Command_SetNodeInfo)(nil),
 		(*Command_SetClusterVersion)(nil),
 		(*Command_RecordBackup)(nil),
+		(*Command_PurgeTasks)(nil),
+		(*Command_UpdateTenant)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -3224,7 +3450,7 @@ func file_termivar_v1_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_termivar_v1_command_proto_rawDesc), len(file_termivar_v1_command_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   39,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -23,9 +23,12 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
 	distributed "github.com/termivar/distributed"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 	"github.com/termivar/distributed/raftfsm"
+	"github.com/termivar/distributed/server"
 )
 
 // stopGraceful stops a member as SIGTERM does: hand-over, then shutdown.
@@ -139,6 +142,22 @@ func TestUpgrade_RollingMixedVersion(t *testing.T) {
 	if after, _ := c.leader().rn.n.FSM().StateHash(); after != before {
 		t.Fatal("the refused operation changed the leader's state")
 	}
+	// Through the API: version-2 operations answer cluster_version
+	// (FailedPrecondition) and change nothing.
+	if _, err := admin.Enqueue(ctx, &pb.EnqueueRequest{Tasks: []*pb.NewTask{{TaskId: "pre", ScanId: "pre", TargetRef: "x"}}}); err != nil {
+		t.Fatal(err)
+	}
+	before, _ = c.leader().rn.n.FSM().StateHash()
+	_, errDel := admin.DeleteScan(ctx, &pb.DeleteScanRequest{ScanId: "pre", Force: true})
+	_, errRet := admin.UpdateTenant(ctx, &pb.UpdateTenantRequest{Name: raftfsm.SystemTenant, ResultRetentionSecs: 60})
+	for _, err := range []error{errDel, errRet} {
+		if d, ok := server.DetailOf(err); codeOf(err) != connect.CodeFailedPrecondition || !ok || d.GetKind() != "cluster_version" {
+			t.Fatalf("a version-2 API call at version 1 = %v; want FailedPrecondition, cluster_version", err)
+		}
+	}
+	if after, _ := c.leader().rn.n.FSM().StateHash(); after != before {
+		t.Fatal("refused version-2 API calls changed the state")
+	}
 	// A backup still works at version 1; it records nothing.
 	file := filepath.Join(t.TempDir(), "v1.backup")
 	var out, errOut bytes.Buffer
@@ -198,6 +217,9 @@ func TestUpgrade_RollingMixedVersion(t *testing.T) {
 	load.stop()
 
 	checkAllAcked(t, c, load)
+	if _, err := admin.DeleteScan(ctx, &pb.DeleteScanRequest{ScanId: "pre", Force: true}); err != nil {
+		t.Errorf("DeleteScan at version 2: %v", err)
+	}
 	sameStateHash(t, c)
 
 	// Downgrade: a member started on the old binary refuses the version-2

@@ -10,6 +10,7 @@ import (
 	"maps"
 	"sync"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -92,6 +93,26 @@ func (l *opsLoad) counts() (int, int) {
 	l.led.mu.Lock()
 	defer l.led.mu.Unlock()
 	return len(l.led.enqueued), len(l.led.completed)
+}
+
+// waitProgress waits until at least enq more enqueues and done more
+// completions were acknowledged than now. Its deadline is longer than
+// waitCond's: on the shared 2-core machine under -race the workload has
+// been seen to complete one task a second.
+func (l *opsLoad) waitProgress(t *testing.T, what string, enq, done int) {
+	t.Helper()
+	e0, d0 := l.counts()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		e, d := l.counts()
+		if e >= e0+enq && d >= d0+done {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s: %d enqueues and %d completions in 90 s, want %d and %d", what, e-e0, d-d0, enq, done)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // stop ends the workload and waits for it.

@@ -170,7 +170,7 @@ func TestUpgrade_RollingMixedVersion(t *testing.T) {
 
 	load := startOpsLoad(t, c, "s", prodKey, workKey, []string{c.urls(0), c.urls(1)}, c.urls(2))
 	defer load.stop()
-	waitCond(t, "load before the upgrade", func() bool { e, d := load.counts(); return e >= 100 && d >= 20 })
+	load.waitProgress(t, "load before the upgrade", 100, 20)
 	for i, n := range c.nodes {
 		n.stopGraceful()
 		if err := n.restartAs(t, 0); err != nil {
@@ -178,7 +178,7 @@ func TestUpgrade_RollingMixedVersion(t *testing.T) {
 		}
 		waitCond(t, n.id+" reported version 2", func() bool { return c.leader().rn.n.FSM().NodeVersion(n.id) == raftfsm.SupportedVersion })
 		e0, d0 := load.counts()
-		waitCond(t, "load after upgrading "+n.id, func() bool { e, d := load.counts(); return e >= e0+40 && d >= d0+10 })
+		load.waitProgress(t, "load after upgrading "+n.id, 40, 10)
 		t.Logf("upgraded %s (%d of 3); %d enqueues, %d completions acknowledged so far", n.id, i+1, e0, d0)
 		if i < len(c.nodes)-1 {
 			expectGated(t, c)
@@ -212,8 +212,7 @@ func TestUpgrade_RollingMixedVersion(t *testing.T) {
 	if code != exitOK || !strings.Contains(sout.String(), `"cluster_version":2,"node_max_version":2`) {
 		t.Errorf("status --json = %d %q %q; want cluster_version 2, node_max_version 2", code, sout.String(), serr.String())
 	}
-	e1, d1 := load.counts()
-	waitCond(t, "load after the cluster version rose", func() bool { e, d := load.counts(); return e >= e1+40 && d >= d1+10 })
+	load.waitProgress(t, "load after the cluster version rose", 40, 10)
 	load.stop()
 
 	checkAllAcked(t, c, load)

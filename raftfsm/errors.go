@@ -37,6 +37,10 @@ const (
 	// KindScanNotFound: DeleteScan (PurgeTasks whole_scan) names a scan
 	// with no task records (never enqueued, or already deleted).
 	KindScanNotFound
+	// KindClusterVersion: the operation belongs to a cluster version the
+	// cluster has not reached (a member still runs an older binary), or
+	// SetClusterVersion names a version a member does not support.
+	KindClusterVersion
 	kindEnd
 )
 
@@ -55,7 +59,7 @@ var kindNames = [kindEnd]string{
 	KindInvalidCommand: "invalid_command", KindUnknownTenant: "unknown_tenant", KindTenantExists: "tenant_exists",
 	KindKeyExists: "key_exists", KindPermissionDenied: "permission_denied", KindAlreadyInitialized: "already_initialized",
 	KindKeyNotFound: "key_not_found", KindLastAdminKey: "last_admin_key", KindKeyLimit: "key_limit",
-	KindScanNotFound: "scan_not_found",
+	KindScanNotFound: "scan_not_found", KindClusterVersion: "cluster_version",
 }
 
 // String returns the snake_case kind name used on the wire.
@@ -92,6 +96,7 @@ var (
 	ErrLastAdminKey       = &Error{Kind: KindLastAdminKey}
 	ErrKeyLimit           = &Error{Kind: KindKeyLimit}
 	ErrScanNotFound       = &Error{Kind: KindScanNotFound}
+	ErrClusterVersion     = &Error{Kind: KindClusterVersion}
 )
 
 func fsmErr(k ErrorKind, reason string) *Error { return &Error{Kind: k, Reason: reason} }

@@ -1,11 +1,13 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -32,10 +34,8 @@ func ParsePriority(s string) (string, error) {
 	if s == "" {
 		return "normal", nil
 	}
-	for _, p := range Priorities() {
-		if s == p {
-			return s, nil
-		}
+	if slices.Contains(Priorities(), s) {
+		return s, nil
 	}
 	return "", fmt.Errorf("priority must be one of %s", strings.Join(Priorities(), ", "))
 }
@@ -98,6 +98,10 @@ type EnqueueOptions struct {
 	// ProgressFunc, if set, is called after each admitted batch with the
 	// number of tasks admitted so far.
 	ProgressFunc func(done int)
+	// AttemptTimeoutSecs bounds each attempt of every task (0: none): the
+	// agent stops the command after it and fails the attempt with reason
+	// "timeout"; renewals past it are refused.
+	AttemptTimeoutSecs uint64
 }
 
 // EnqueueResult reports what EnqueueTargets did.
@@ -155,7 +159,7 @@ func (c *Client) EnqueueTargets(ctx context.Context, opts EnqueueOptions, target
 			tasks = append(tasks, &pb.NewTask{TaskId: res.TaskIDs[i], ScanId: opts.ScanID, TargetRef: targets[i], Phases: opts.Phases, Priority: prio})
 		}
 		for len(tasks) > 0 {
-			_, err := c.Enqueue(ctx, &pb.EnqueueRequest{Tasks: tasks})
+			_, err := c.Enqueue(ctx, &pb.EnqueueRequest{Tasks: tasks, AttemptTimeoutSecs: opts.AttemptTimeoutSecs})
 			if err == nil {
 				res.Enqueued += len(tasks)
 				break
@@ -207,9 +211,7 @@ func (c *Client) scanTargets(ctx context.Context, scanID string) (map[string]str
 // (req.PageToken is the starting point; req.PageSize defaults to 1000).
 func (c *Client) EachTask(ctx context.Context, req *pb.ListTasksRequest, fn func(*pb.TaskInfo) error) error {
 	r := &pb.ListTasksRequest{ScanId: req.GetScanId(), Status: req.GetStatus(), PageSize: req.GetPageSize(), PageToken: req.GetPageToken()}
-	if r.PageSize == 0 {
-		r.PageSize = 1000
-	}
+	r.PageSize = cmp.Or(r.PageSize, 1000)
 	for {
 		resp, err := c.ListTasks(ctx, r)
 		if err != nil {
@@ -231,29 +233,10 @@ func (c *Client) EachTask(ctx context.Context, req *pb.ListTasksRequest, fn func
 // task. It retries the stream on Unavailable only until the first result
 // arrived (a later break is returned, so fn never sees a result twice).
 func (c *Client) Results(ctx context.Context, scanID string, fn func(taskID string, result []byte) error) error {
-	const op = "Producer.AggregateResults"
-	var lastErr error
-	for attempt := 1; ; attempt++ {
-		got, err := c.resultsOnce(ctx, scanID, fn)
-		if err == nil {
-			return nil
-		}
-		lastErr = err
-		if got > 0 || !retryable(err, true, false) || attempt >= c.cfg.MaxAttempts || ctx.Err() != nil {
-			break
-		}
-		if Sleep(ctx, Backoff(attempt, c.cfg.MinBackoff, c.cfg.MaxBackoff)) != nil {
-			break
-		}
-	}
-	var ce *connect.Error
-	if errors.As(lastErr, &ce) || connect.CodeOf(lastErr) != connect.CodeUnknown {
-		return wrapErr(op, lastErr)
-	}
-	return lastErr // fn's own error
+	return c.EachResult(ctx, scanID, func(r Result) error { return fn(r.TaskID, r.Result) })
 }
 
-func (c *Client) resultsOnce(ctx context.Context, scanID string, fn func(string, []byte) error) (int, error) {
+func (c *Client) resultsOnce(ctx context.Context, scanID string, fn func(Result) error) (int, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, err := c.producer.AggregateResults(ctx, connect.NewRequest(&pb.AggregateResultsRequest{ScanId: scanID}))
@@ -265,7 +248,7 @@ func (c *Client) resultsOnce(ctx context.Context, scanID string, fn func(string,
 	for stream.Receive() {
 		m := stream.Msg()
 		n++
-		if err := fn(m.GetTaskId(), m.GetResult()); err != nil {
+		if err := fn(Result{TaskID: m.GetTaskId(), TargetRef: m.GetTargetRef(), Result: m.GetResult()}); err != nil {
 			return n, err
 		}
 	}

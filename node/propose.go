@@ -83,6 +83,9 @@ func (n *Node) Propose(ctx context.Context, cmd *pb.Command) (_ raftfsm.Response
 	if err := n.Err(); err != nil {
 		return raftfsm.Response{}, err // a failed node commits nothing more (health.go)
 	}
+	if err := n.gate(cmd); err != nil {
+		return raftfsm.Response{Err: err}, nil // version.go: never reaches the log
+	}
 	tr := n.tracer
 	if tr == nil {
 		tr = noop.NewTracerProvider().Tracer("")
@@ -165,7 +168,10 @@ func (pr *proposer) run(ctx context.Context) {
 		now := max(lastStamp, pr.lastTime(), uint64(max(pr.now().Unix(), 0)))
 		lastStamp = now
 		ib := &inflightBatch{props: append([]*proposal(nil), batch...), start: time.Now()}
-		data, err := marshalCommand(batchCommand(batch, now))
+		// NB: framed with its version and CRC-32C (raftfsm/frame.go); Apply
+		// and the startup verification (verify.go) check the frame before
+		// they decode.
+		data, err := raftfsm.MarshalEntry(batchCommand(batch, now))
 		if err != nil {
 			ib.err = err
 		} else {
@@ -284,16 +290,23 @@ func (n *Node) ProposeAll(ctx context.Context, cmds []*pb.Command) ([]raftfsm.Re
 		return nil, err
 	}
 	props := make([]*proposal, len(cmds))
+	out := make([]raftfsm.Response, len(cmds))
 	for i, cmd := range cmds {
+		if err := n.gate(cmd); err != nil {
+			out[i] = raftfsm.Response{Err: err} // version.go: never reaches the log
+			continue
+		}
 		p, err := n.prop.submit(ctx, cmd)
 		if err != nil {
 			return nil, err
 		}
 		props[i] = p
 	}
-	out := make([]raftfsm.Response, len(cmds))
 	var firstErr error
 	for i, p := range props {
+		if p == nil {
+			continue
+		}
 		select {
 		case r := <-p.done:
 			out[i] = r.resp
@@ -305,11 +318,4 @@ func (n *Node) ProposeAll(ctx context.Context, cmds []*pb.Command) ([]raftfsm.Re
 		}
 	}
 	return out, firstErr
-}
-
-// marshalCommand encodes a command for the log, framed with its version
-// and CRC-32C (raftfsm/frame.go); Apply and the startup verification
-// (verify.go) check the frame before they decode.
-func marshalCommand(cmd *pb.Command) ([]byte, error) {
-	return raftfsm.MarshalEntry(cmd)
 }

@@ -37,6 +37,10 @@ const (
 	// KindScanNotFound: DeleteScan (PurgeTasks whole_scan) names a scan
 	// with no task records (never enqueued, or already deleted).
 	KindScanNotFound
+	// KindClusterVersion: the operation belongs to a cluster version the
+	// cluster has not reached (a member still runs an older binary), or
+	// SetClusterVersion names a version a member does not support.
+	KindClusterVersion
 	kindEnd
 )
 
@@ -50,31 +54,20 @@ func AllErrorKinds() []ErrorKind {
 	return out
 }
 
+// kindNames are the kinds' wire names, indexed by kind.
+var kindNames = [kindEnd]string{
+	KindInvalidCommand: "invalid_command", KindUnknownTenant: "unknown_tenant", KindTenantExists: "tenant_exists",
+	KindKeyExists: "key_exists", KindPermissionDenied: "permission_denied", KindAlreadyInitialized: "already_initialized",
+	KindKeyNotFound: "key_not_found", KindLastAdminKey: "last_admin_key", KindKeyLimit: "key_limit",
+	KindScanNotFound: "scan_not_found", KindClusterVersion: "cluster_version",
+}
+
 // String returns the snake_case kind name used on the wire.
 func (k ErrorKind) String() string {
-	switch k {
-	case KindInvalidCommand:
-		return "invalid_command"
-	case KindUnknownTenant:
-		return "unknown_tenant"
-	case KindTenantExists:
-		return "tenant_exists"
-	case KindKeyExists:
-		return "key_exists"
-	case KindPermissionDenied:
-		return "permission_denied"
-	case KindAlreadyInitialized:
-		return "already_initialized"
-	case KindKeyNotFound:
-		return "key_not_found"
-	case KindLastAdminKey:
-		return "last_admin_key"
-	case KindKeyLimit:
-		return "key_limit"
-	case KindScanNotFound:
-		return "scan_not_found"
+	if k == 0 || k >= kindEnd {
+		return "unknown"
 	}
-	return "unknown"
+	return kindNames[k]
 }
 
 // Error implements error.
@@ -103,6 +96,7 @@ var (
 	ErrLastAdminKey       = &Error{Kind: KindLastAdminKey}
 	ErrKeyLimit           = &Error{Kind: KindKeyLimit}
 	ErrScanNotFound       = &Error{Kind: KindScanNotFound}
+	ErrClusterVersion     = &Error{Kind: KindClusterVersion}
 )
 
 func fsmErr(k ErrorKind, reason string) *Error { return &Error{Kind: k, Reason: reason} }

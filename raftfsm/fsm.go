@@ -1,6 +1,7 @@
 package raftfsm
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -49,10 +50,20 @@ type Options struct {
 	// command that may have made queued tasks available in a tenant
 	// (enqueue, failure, recovery). It must not block.
 	NotifyFunc func(tenant string)
+	// ProgressFunc, when set, is called from the apply goroutine after a
+	// command that may have made tasks of a tenant terminal (completion,
+	// failure, cancellation, expiry, recovery): result followers wait on
+	// it. It must not block.
+	ProgressFunc func(tenant string)
 	// FatalFunc, when set, is called once from the apply goroutine when a
-	// committed entry fails its integrity check or does not decode
-	// (fatal.go). It must not block; the FSM applies nothing after it.
+	// committed entry fails its integrity check, does not decode, or needs
+	// a newer binary (fatal.go, version.go). It must not block; the FSM
+	// applies nothing after it.
 	FatalFunc func(err error)
+	// MaxVersion is the highest cluster version this FSM applies (0:
+	// SupportedVersion). Lower values emulate an older release, for
+	// mixed-version tests of rolling upgrades (version.go).
+	MaxVersion uint32
 }
 
 // KeyRecord is one API key as the cluster stores it: never the secret.
@@ -74,6 +85,15 @@ type Response struct {
 	Revision uint64
 	Value    any
 	Err      error
+}
+
+// ProposalErr is the one error of a proposal's answer: the proposer's
+// (infrastructure) error, else the command's own, r.Err.
+func ProposalErr(r Response, err error) error {
+	if err != nil {
+		return err
+	}
+	return r.Err
 }
 
 // Acquired is one lease granted by AcquireTasks.
@@ -108,8 +128,9 @@ type Tenant struct {
 	resultLimits distributed.ResultLimits
 	pool         *distributed.WorkerPool
 	results      *distributed.ResultAggregator
-	owners       map[string]string   // worker ID → key ID of the worker key that registered it
-	scans        map[string][]string // scan ID → task IDs in enqueue order (purged IDs removed)
+	owners       map[string]string    // worker ID → key ID of the worker key that registered it
+	scans        map[string][]string  // scan ID → task IDs in enqueue order (purged IDs removed)
+	meta         map[string]*scanMeta // scan ID → what else is recorded of it (scans.go); same keys as scans
 	// retentionSecs is the result retention policy: terminal tasks older
 	// than this are purged by the leader's ticker (0: off; purge.go).
 	retentionSecs uint64
@@ -126,7 +147,17 @@ type FSM struct {
 	keys     map[string]KeyRecord // live keys, the only ones Key returns
 	revoked  map[string]KeyRecord // revoked keys (no hash); disjoint from keys (keys.go)
 	tenants  map[string]*Tenant
-	nodes    map[string]nodeRecord // node ID → advertised API URL and incarnation (cluster.go)
+	nodes    map[string]nodeRecord // node ID → advertised API URL, incarnation and version (cluster.go)
+	// clusterVersion is the replicated cluster version (version.go),
+	// written under mu, read without it (node.Node.Propose reads it for
+	// every proposal and must not wait for an Apply holding mu).
+	// Invariant: it only increases, and never exceeds maxVersion.
+	clusterVersion atomic.Uint32
+	lastBackup     *pb.BackupRecord // the last RecordBackup, or nil
+	maxVersion     uint32           // Options.MaxVersion, defaulted
+	// unsupportedState is the error of a snapshot Restore refused for
+	// needing a newer binary (snapshot.go).
+	unsupportedState atomic.Pointer[error]
 
 	appliedIndex atomic.Uint64
 	// fatal is set once, by the first corrupt committed entry; from then on
@@ -144,11 +175,15 @@ var _ raft.FSM = (*FSM)(nil)
 
 // New returns an empty FSM (no epoch, no tenants, no keys).
 func New(opts Options) *FSM {
-	l := opts.Logger
-	if l == nil {
-		l = slog.New(slog.DiscardHandler)
+	l := cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
+	mv := opts.MaxVersion
+	if mv == 0 || mv > SupportedVersion {
+		mv = SupportedVersion
 	}
-	return &FSM{opts: opts, log: l, keys: map[string]KeyRecord{}, revoked: map[string]KeyRecord{}, tenants: map[string]*Tenant{}, nodes: map[string]nodeRecord{}}
+	f := &FSM{opts: opts, log: l, keys: map[string]KeyRecord{}, revoked: map[string]KeyRecord{}, tenants: map[string]*Tenant{}, nodes: map[string]nodeRecord{},
+		maxVersion: mv}
+	f.clusterVersion.Store(MinClusterVersion)
+	return f
 }
 
 // Apply checks one log entry's integrity frame (frame.go), decodes it and
@@ -166,6 +201,10 @@ func (f *FSM) Apply(l *raft.Log) any {
 	cmd, err := DecodeEntry(l.Index, l.Data)
 	if err != nil {
 		return Response{Err: f.setFatal(err)}
+	}
+	if reason := unsupported(cmd, f.maxVersion); reason != "" {
+		// I-version-1: stop rather than apply what others apply otherwise.
+		return Response{Err: f.setFatal(&EntryError{Index: l.Index, Reason: reason, Unsupported: true})}
 	}
 	defer f.markApplied(l.Index)
 	return f.ApplyCommand(cmd)
@@ -209,6 +248,9 @@ func (f *FSM) applyOneAt(cmd *pb.Command, now uint64) Response {
 	if cmd.GetVersion() != CommandVersion {
 		return Response{Err: fsmErr(KindInvalidCommand, "unknown command version")}
 	}
+	if err := f.checkClusterVersion(cmd); err != nil {
+		return Response{Err: err}
+	}
 	switch op := cmd.GetOp().(type) {
 	case *pb.Command_InitCluster:
 		return f.applyInit(op.InitCluster)
@@ -222,6 +264,10 @@ func (f *FSM) applyOneAt(cmd *pb.Command, now uint64) Response {
 		return f.applyRotateKey(cmd.GetPrincipal(), op.RotateKey, now)
 	case *pb.Command_SetNodeInfo:
 		return f.applySetNodeInfo(op.SetNodeInfo)
+	case *pb.Command_SetClusterVersion:
+		return f.applySetClusterVersion(op.SetClusterVersion)
+	case *pb.Command_RecordBackup:
+		return f.applyRecordBackup(op.RecordBackup, now)
 	case *pb.Command_UpdateTenant:
 		return f.applyUpdateTenant(op.UpdateTenant)
 	case *pb.Command_Batch, nil:
@@ -281,8 +327,8 @@ func (f *FSM) bind(t *Tenant, principal, workerID string) {
 // through the core's EnqueueBatch, which validates every spec, rejects
 // duplicates and checks every bound for the whole batch before it writes,
 // and commits the batch as one core command.
-func (f *FSM) applyEnqueue(t *Tenant, e *pb.EnqueueTasks, rev, now uint64) Response {
-	p := t.pool
+func (f *FSM) applyEnqueue(c tenantCall) Response {
+	t, e := c.t, c.cmd.GetEnqueue()
 	n := len(e.GetTasks())
 	if n == 0 || n > MaxEnqueueTasks {
 		return Response{Err: fsmErr(KindInvalidCommand, "enqueue needs 1 to 4096 tasks")}
@@ -298,29 +344,30 @@ func (f *FSM) applyEnqueue(t *Tenant, e *pb.EnqueueTasks, rev, now uint64) Respo
 			TargetRef: string(s.GetTargetRef()),
 			Phases:    s.GetPhases(),
 			Priority:  distributed.TaskPriority(s.GetPriority()),
+
+			AttemptTimeoutSecs: s.GetAttemptTimeoutSecs(),
 		}
 	}
-	tr, err := p.EnqueueBatch(rev, now, specs)
+	tr, err := t.pool.EnqueueBatch(c.rev, c.now, specs)
 	if err != nil {
 		return Response{Err: err}
 	}
 	for _, s := range specs {
 		t.scans[s.ScanID] = append(t.scans[s.ScanID], s.TaskID)
 	}
+	t.noteEnqueued(specs, c.now)
 	return Response{Revision: tr.Revision, Value: tr.Value}
 }
 
 // applyAcquire leases up to max_tasks tasks to one worker (value:
 // []Acquired). It fails only when the first assignment fails.
-func (f *FSM) applyAcquire(t *Tenant, a *pb.AcquireTasks, rev, now uint64) Response {
-	n := int(a.GetMaxTasks())
-	if n == 0 {
-		n = 1
-	}
+func (f *FSM) applyAcquire(c tenantCall) Response {
+	a, rev, now := c.cmd.GetAcquireTasks(), c.rev, c.now
+	n := cmp.Or(int(a.GetMaxTasks()), 1)
 	if n > MaxAcquireTasks {
 		return Response{Err: fsmErr(KindInvalidCommand, "max_tasks is above 256")}
 	}
-	p := t.pool
+	p := c.t.pool
 	var out []Acquired
 	for i := range n {
 		tr, err := p.AssignNext(rev, now, a.GetWorkerId(), a.GetLeaseTtlSecs())
@@ -335,7 +382,7 @@ func (f *FSM) applyAcquire(t *Tenant, a *pb.AcquireTasks, rev, now uint64) Respo
 		if a.GetStart() {
 			st, err := p.StartTask(rev, now, tr.Value)
 			if err != nil {
-				f.log.Error("start after assignment failed", "kind", kindOf(err))
+				f.log.Error("start after assignment failed", "kind", KindOf(err))
 			} else {
 				rev = st.Revision
 				acq.Started, acq.StartedAt = true, st.Value.StartedAt
@@ -350,7 +397,8 @@ func (f *FSM) applyAcquire(t *Tenant, a *pb.AcquireTasks, rev, now uint64) Respo
 // applyComplete completes a task and stores its result in one command
 // (value: CompleteValue). A fresh completion is prechecked with the result
 // store's own CheckStore so that it cannot complete without its result.
-func (f *FSM) applyComplete(t *Tenant, lease distributed.TaskLease, result []byte, rev, now uint64) Response {
+func (f *FSM) applyComplete(c tenantCall) Response {
+	t, lease, result := c.t, c.lease, c.cmd.GetCompleteTask().GetResult()
 	task, found, err := t.pool.GetTask(lease.TaskID())
 	if err != nil {
 		return Response{Err: err}
@@ -362,15 +410,22 @@ func (f *FSM) applyComplete(t *Tenant, lease distributed.TaskLease, result []byt
 			return Response{Err: err}
 		}
 	}
-	tr, err := t.pool.CompleteTask(rev, now, lease)
+	tr, err := t.pool.CompleteTask(c.rev, c.now, lease)
 	if err != nil {
 		return Response{Err: err}
 	}
 	st, err := t.results.StoreResult(t.results.Revision(), tr.Value.Receipt, result)
+	if tr.Value.Kind == distributed.Completed {
+		stored := 0
+		if err == nil {
+			stored = len(result)
+		}
+		t.noteCompleted(task.ScanID(), lease.TaskID(), stored)
+	}
 	if err != nil {
 		if tr.Value.Kind == distributed.Completed {
 			// NB: unreachable after the precheck above; reported loudly.
-			f.log.Error("result store failed after completion", "kind", kindOf(err))
+			f.log.Error("result store failed after completion", "kind", KindOf(err))
 		}
 		return Response{Revision: tr.Revision, Err: err}
 	}
@@ -382,13 +437,13 @@ func (f *FSM) applyComplete(t *Tenant, lease distributed.TaskLease, result []byt
 // core's CancelTaskByID, one core command (value: CancelByIDValue). A
 // cancelled task answers AlreadyCancelled; any other terminal task
 // InvalidTransition.
-func (f *FSM) applyCancelByID(t *Tenant, c *pb.CancelTaskByID, rev, now uint64) Response {
-	p := t.pool
+func (f *FSM) applyCancelByID(c tenantCall) Response {
+	p, id := c.t.pool, c.cmd.GetCancelTaskById().GetTaskId()
 	prev := distributed.TaskStatus(0)
-	if task, found, err := p.GetTask(c.GetTaskId()); err == nil && found {
+	if task, found, err := p.GetTask(id); err == nil && found {
 		prev = task.Status()
 	}
-	tr, err := p.CancelTaskByID(rev, now, c.GetTaskId())
+	tr, err := p.CancelTaskByID(c.rev, c.now, id)
 	if err != nil {
 		return Response{Err: err}
 	}
@@ -443,24 +498,20 @@ func newTenant(name string, lim distributed.Limits, rl distributed.ResultLimits)
 		return nil, err
 	}
 	return &Tenant{name: name, limits: lim, resultLimits: rl, pool: pool, results: res,
-		owners: map[string]string{}, scans: map[string][]string{}}, nil
-}
-
-func kindOf(err error) string {
-	var de *distributed.Error
-	if errors.As(err, &de) {
-		return de.Kind.String()
-	}
-	var fe *Error
-	if errors.As(err, &fe) {
-		return fe.Kind.String()
-	}
-	return "internal"
+		owners: map[string]string{}, scans: map[string][]string{}, meta: map[string]*scanMeta{}}, nil
 }
 
 // KindOf names the kind of an apply error: a core ErrorKind name, an FSM
 // ErrorKind name, or "internal".
-func KindOf(err error) string { return kindOf(err) }
+func KindOf(err error) string {
+	if de, ok := errors.AsType[*distributed.Error](err); ok {
+		return de.Kind.String()
+	}
+	if fe, ok := errors.AsType[*Error](err); ok {
+		return fe.Kind.String()
+	}
+	return "internal"
+}
 
 // ValueAs returns r.Value as a T, or an error naming op when the FSM
 // answered op with a value of another type (a shell and FSM out of step:

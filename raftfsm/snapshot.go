@@ -3,7 +3,9 @@ package raftfsm
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
+	"maps"
 	"slices"
 
 	"github.com/hashicorp/raft"
@@ -42,7 +44,8 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 func (f *FSM) ExportState() ([]byte, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	st := &pb.FSMState{Version: StateVersion, EpochId: f.epoch, LastTime: f.lastTime, Nodes: f.exportNodes()}
+	st := &pb.FSMState{Version: StateVersion, EpochId: f.epoch, LastTime: f.lastTime, Nodes: f.exportNodes(),
+		ClusterVersion: f.clusterVersion.Load(), LastBackup: f.lastBackup}
 	st.Keys, st.RevokedKeys = f.exportKeys()
 	for _, name := range sortedKeys(f.tenants) {
 		t := f.tenants[name]
@@ -59,21 +62,14 @@ func (f *FSM) ExportState() ([]byte, error) {
 			ts.WorkerOwners = append(ts.WorkerOwners, &pb.WorkerOwner{WorkerId: w, KeyId: t.owners[w]})
 		}
 		for _, s := range sortedKeys(t.scans) {
-			ts.Scans = append(ts.Scans, &pb.ScanIndex{ScanId: s, TaskIds: t.scans[s]})
+			ts.Scans = append(ts.Scans, t.exportScan(s))
 		}
 		st.Tenants = append(st.Tenants, ts)
 	}
 	return proto.MarshalOptions{Deterministic: true}.Marshal(st)
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
-}
+func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
 
 // Restore replaces the state with a snapshot written by Persist. Corrupt
 // input fails without changing anything.
@@ -86,9 +82,23 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.applyMu.Lock()
 	defer f.applyMu.Unlock()
 	if err := f.RestoreState(buf.Bytes()); err != nil {
+		if errors.Is(err, ErrUnsupportedVersion) {
+			// NB: raft reports only "failed to load any existing
+			// snapshots"; the node asks for the reason (UnsupportedState).
+			f.unsupportedState.Store(&err)
+		}
 		return err
 	}
 	f.indexKnown = false
+	return nil
+}
+
+// UnsupportedState returns the error of the last snapshot Restore refused
+// because it needs a newer binary (ErrUnsupportedVersion), or nil.
+func (f *FSM) UnsupportedState() error {
+	if p := f.unsupportedState.Load(); p != nil {
+		return *p
+	}
 	return nil
 }
 
@@ -97,10 +107,18 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 var ErrInvalidState = errors.New("raftfsm: invalid snapshot state")
 
 // RestoreState replaces the state with bytes from ExportState, validating
-// everything first.
+// everything first. A state of a cluster version above the FSM's
+// MaxVersion is refused with ErrUnsupportedVersion (upgrade the binary).
 func (f *FSM) RestoreState(b []byte) error {
 	var st pb.FSMState
 	if err := proto.Unmarshal(b, &st); err != nil || st.GetVersion() != StateVersion {
+		return ErrInvalidState
+	}
+	cv := max(st.GetClusterVersion(), MinClusterVersion)
+	if cv > f.maxVersion {
+		return fmt.Errorf("%w: the state is of cluster version %d; this binary supports up to %d: upgrade it", ErrUnsupportedVersion, cv, f.maxVersion)
+	}
+	if lb := st.GetLastBackup(); lb != nil && (len(lb.GetBackupId()) != backupIDBytes || !validNodeInfo(lb.GetNodeId(), "")) {
 		return ErrInvalidState
 	}
 	if st.EpochId != nil && len(st.GetEpochId()) != EpochBytes {
@@ -133,6 +151,8 @@ func (f *FSM) RestoreState(b []byte) error {
 	f.revoked = revoked
 	f.tenants = tenants
 	f.nodes = nodes
+	f.clusterVersion.Store(cv)
+	f.lastBackup = st.GetLastBackup()
 	return nil
 }
 
@@ -161,7 +181,8 @@ func restoreTenant(ts *pb.TenantState) (*Tenant, bool) {
 		return nil, false
 	}
 	t := &Tenant{name: ts.GetName(), limits: lim, resultLimits: rl, pool: pool, results: res,
-		owners: map[string]string{}, scans: map[string][]string{}, retentionSecs: ts.GetResultRetentionSecs()}
+		owners: map[string]string{}, scans: map[string][]string{}, meta: map[string]*scanMeta{},
+		retentionSecs: ts.GetResultRetentionSecs()}
 	for _, o := range ts.GetWorkerOwners() {
 		if _, dup := t.owners[o.GetWorkerId()]; dup {
 			return nil, false
@@ -177,7 +198,12 @@ func restoreTenant(ts *pb.TenantState) (*Tenant, bool) {
 				return nil, false
 			}
 		}
+		m, ok := restoreScanMeta(pool, res, sc)
+		if !ok {
+			return nil, false
+		}
 		t.scans[sc.GetScanId()] = slices.Clone(sc.GetTaskIds())
+		t.meta[sc.GetScanId()] = m
 	}
 	return t, true
 }

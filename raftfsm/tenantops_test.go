@@ -22,14 +22,16 @@ import (
 // clusterOps are the operations applyOneAt dispatches itself: they act on
 // the cluster, not inside one tenant.
 var clusterOps = map[reflect.Type]bool{
-	reflect.TypeFor[*pb.Command_Batch]():        true,
-	reflect.TypeFor[*pb.Command_InitCluster]():  true,
-	reflect.TypeFor[*pb.Command_CreateTenant](): true,
-	reflect.TypeFor[*pb.Command_CreateKey]():    true,
-	reflect.TypeFor[*pb.Command_RevokeKey]():    true,
-	reflect.TypeFor[*pb.Command_RotateKey]():    true,
-	reflect.TypeFor[*pb.Command_SetNodeInfo]():  true,
-	reflect.TypeFor[*pb.Command_UpdateTenant](): true,
+	reflect.TypeFor[*pb.Command_Batch]():             true,
+	reflect.TypeFor[*pb.Command_InitCluster]():       true,
+	reflect.TypeFor[*pb.Command_CreateTenant]():      true,
+	reflect.TypeFor[*pb.Command_CreateKey]():         true,
+	reflect.TypeFor[*pb.Command_RevokeKey]():         true,
+	reflect.TypeFor[*pb.Command_RotateKey]():         true,
+	reflect.TypeFor[*pb.Command_SetNodeInfo]():       true,
+	reflect.TypeFor[*pb.Command_SetClusterVersion](): true,
+	reflect.TypeFor[*pb.Command_RecordBackup]():      true,
+	reflect.TypeFor[*pb.Command_UpdateTenant]():      true,
 }
 
 // opTypes returns the wrapper type of every field of pb.Command's op oneof.
@@ -85,7 +87,7 @@ func roleFixture(t *testing.T) (*testBundle, distributed.TaskLease) {
 	b := setup(t)
 	b.must(t, registerCmd("kw1", "w1"))
 	b.must(t, enqueueCmd("kprod", "t1", "t2", "t3"))
-	acq := b.must(t, acquireCmd("kw1", "w1", 1)).Value.([]Acquired)
+	acq := valueOf[[]Acquired](t, b.must(t, acquireCmd("kw1", "w1", 1)))
 	return b, acq[0].Lease
 }
 
@@ -132,6 +134,7 @@ func roleCases() []roleCase {
 			return cmdOf(&pb.Command_CancelTask{CancelTask: &pb.CancelTask{Ownership: own(l)}})
 		}},
 		{reflect.TypeFor[*pb.Command_CancelTaskById](), needProducer, func(distributed.TaskLease) *pb.Command { return cancelByIDCmd("", "t1") }},
+		{reflect.TypeFor[*pb.Command_RerunTasks](), needProducer, c(&pb.Command_RerunTasks{RerunTasks: &pb.RerunTasks{TaskIds: []string{"t2"}}})},
 		{reflect.TypeFor[*pb.Command_PurgeTasks](), needProducer, c(&pb.Command_PurgeTasks{PurgeTasks: &pb.PurgeTasks{}})},
 	}
 }

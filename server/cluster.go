@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/url"
+	"slices"
 
 	"connectrpc.com/connect"
 
@@ -72,7 +73,7 @@ func (h clusterHandler) Join(ctx context.Context, req *connect.Request[pb.JoinRe
 				return nil, 0, errInvalid("api_url must be http(s)://host:port")
 			}
 		}
-		if err := c.AddVoter(ctx, m.GetNodeId(), m.GetRaftAddr(), m.GetApiUrl(), m.GetIncarnation()); errors.Is(err, node.ErrNotMember) {
+		if err := c.AddVoter(ctx, m.GetNodeId(), m.GetRaftAddr(), m.GetApiUrl(), m.GetIncarnation(), m.GetMaxVersion()); errors.Is(err, node.ErrNotMember) {
 			return nil, 0, &apiError{KindNotAMember, "without raft_addr, node_id must be a member and api_url is required"}
 		} else if errors.Is(err, node.ErrJoinerUnverified) {
 			return nil, 0, &apiError{KindJoinUnverified, err.Error()}
@@ -103,15 +104,11 @@ func (h clusterHandler) RemoveMember(ctx context.Context, req *connect.Request[p
 		if !ok {
 			return nil, 0, errNoCluster()
 		}
-		found := false
 		ms, err := c.Members()
 		if err != nil {
 			return nil, 0, err
 		}
-		for _, x := range ms {
-			found = found || x.ID == m.GetNodeId()
-		}
-		if !found {
+		if !slices.ContainsFunc(ms, func(x node.Member) bool { return x.ID == m.GetNodeId() }) {
 			return nil, 0, &apiError{KindNoSuchMember, "no such member"}
 		}
 		if err := c.RemoveServer(ctx, m.GetNodeId()); err != nil {

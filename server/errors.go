@@ -67,6 +67,8 @@ var kindCodes = map[string]connect.Code{
 	"conflicting_result":        connect.CodeAlreadyExists,
 	"mismatched_result_receipt": connect.CodeFailedPrecondition,
 	"task_purged":               connect.CodeNotFound, // Part F: the task's record was purged
+	"attempt_timed_out":         connect.CodeFailedPrecondition,
+	"failure_reason_too_long":   connect.CodeInvalidArgument,
 	// Core: integrity.
 	"state_invariant": connect.CodeInternal,
 	"invalid_state":   connect.CodeDataLoss,
@@ -81,6 +83,7 @@ var kindCodes = map[string]connect.Code{
 	"last_admin_key":      connect.CodeFailedPrecondition,
 	"key_limit":           connect.CodeResourceExhausted,
 	"scan_not_found":      connect.CodeNotFound,
+	"cluster_version":     connect.CodeFailedPrecondition,
 	// Node (the Kind constants of this package).
 	KindInvalidToken:     connect.CodePermissionDenied,
 	KindUnauthenticated:  connect.CodeUnauthenticated,
@@ -195,8 +198,7 @@ func toConnect(err error) error {
 	if err == nil {
 		return nil
 	}
-	var ce *connect.Error
-	if errors.As(err, &ce) {
+	if ce, ok := errors.AsType[*connect.Error](err); ok {
 		return ce
 	}
 	code, detail := classify(err)
@@ -209,22 +211,4 @@ func toConnect(err error) error {
 		out.AddDetail(d)
 	}
 	return out
-}
-
-// DetailOf extracts the ErrorDetail of an error returned by a client, if any.
-func DetailOf(err error) (*pb.ErrorDetail, bool) {
-	var ce *connect.Error
-	if !errors.As(err, &ce) {
-		return nil, false
-	}
-	for _, d := range ce.Details() {
-		v, derr := d.Value()
-		if derr != nil {
-			continue
-		}
-		if ed, ok := v.(*pb.ErrorDetail); ok {
-			return ed, true
-		}
-	}
-	return nil, false
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -17,6 +18,7 @@ import (
 
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 	"github.com/termivar/distributed/internal/apikey"
+	"github.com/termivar/distributed/internal/wireerr"
 )
 
 // Cluster routing. Every API request that reaches a follower is proxied to
@@ -31,10 +33,11 @@ import (
 // A forwarded request stops waiting when the node's view of the leader
 // changes (it notices a paused or cut-off leader within about one election
 // timeout, when raft starts an election) or after ForwardTimeout (calls
-// other than Acquire's long-poll and the AggregateResults stream). It then
-// answers Unavailable / not_leader with the leader hint of the moment and
-// OutcomeHeader: OutcomeUnknown, because the old leader may have applied
-// the request; the client retries what is safe to replay on another node.
+// other than the Acquire and FollowResults long-polls and the
+// AggregateResults and Backup streams). It then answers Unavailable /
+// not_leader with the leader hint of the moment and OutcomeHeader:
+// OutcomeUnknown, because the old leader may have applied the request; the
+// client retries what is safe to replay on another node.
 const (
 	// ForwardedHeader names the node that forwarded a request.
 	ForwardedHeader = "Termivar-Forwarded-By"
@@ -45,7 +48,7 @@ const (
 	OutcomeHeader  = "Termivar-Outcome"
 	OutcomeUnknown = "unknown"
 	// ForwardTimeout bounds a forwarded call that does not wait on purpose
-	// (an Acquire gets MaxWaitSecs on top; an AggregateResults stream is
+	// (an Acquire or FollowResults gets MaxWaitSecs on top; an AggregateResults stream is
 	// bounded only by the leader watch). A leader that raft still trusts
 	// but whose API does not answer costs at most this.
 	ForwardTimeout = 10 * time.Second
@@ -93,17 +96,13 @@ func newForwardTransport(tlsConf *tls.Config) *http.Transport {
 	// trailers and server streams pass through unchanged.
 	p.SetHTTP2(true)
 	p.SetUnencryptedHTTP2(true)
-	tr := &http.Transport{
+	return &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		TLSClientConfig:     tlsConf,
+		TLSClientConfig:     cmp.Or(tlsConf, &tls.Config{MinVersion: tls.VersionTLS12}),
 		Protocols:           &p,
 		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     90 * time.Second,
 	}
-	if tr.TLSClientConfig == nil {
-		tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
-	}
-	return tr
 }
 
 func (f *forwarder) proxy(leader string) (*httputil.ReverseProxy, error) {
@@ -154,8 +153,7 @@ func (f *forwarder) proxyError(w http.ResponseWriter, r *http.Request, leader st
 		return
 	}
 	f.log.Debug("forwarding to the leader failed", "leader", leader, "error", err)
-	var op *net.OpError
-	if errors.As(err, &op) && op.Op == "dial" {
+	if op, ok := errors.AsType[*net.OpError](err); ok && op.Op == "dial" {
 		f.writeErr(w, r, "", "the leader cannot be reached")
 		return
 	}
@@ -192,9 +190,11 @@ func watchesLeader(procedure string) bool {
 // bound is the time a forward of procedure may take (0: no bound).
 func (f *forwarder) bound(procedure string) time.Duration {
 	switch procedure {
-	case "/termivar.v1.Worker/Acquire":
+	case "/termivar.v1.Worker/Acquire", "/termivar.v1.Producer/FollowResults":
 		return MaxWaitSecs*time.Second + f.timeout
-	case "/termivar.v1.Producer/AggregateResults":
+	case "/termivar.v1.Producer/AggregateResults", "/termivar.v1.Cluster/Backup":
+		// NB: streams as long as the state is large; the leader watch
+		// still ends them when the leader changes.
 		return 0
 	}
 	return f.timeout
@@ -252,7 +252,7 @@ func (s *Server) withLeaderHint(err error) error {
 	if !errors.As(err, &ce) || ce.Code() != connect.CodeUnavailable {
 		return err
 	}
-	if d, ok := DetailOf(ce); ok && d.GetKind() == KindNotLeader {
+	if d, ok := wireerr.DetailOf(ce); ok && d.GetKind() == KindNotLeader {
 		if u := s.node.LeaderAPIURL(); u != "" {
 			ce.Meta().Set(LeaderHeader, u)
 		}

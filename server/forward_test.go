@@ -25,6 +25,7 @@ import (
 
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 	"github.com/termivar/distributed/gen/termivar/v1/termivarv1connect"
+	"github.com/termivar/distributed/internal/wireerr"
 )
 
 type forwardBundle struct {
@@ -84,7 +85,7 @@ func checkNotLeader(t *testing.T, err error, leader, outcome string) {
 	if !errors.As(err, &ce) || ce.Code() != connect.CodeUnavailable {
 		t.Fatalf("forward error = %v, want Unavailable", err)
 	}
-	if d, ok := DetailOf(ce); !ok || d.GetKind() != KindNotLeader {
+	if d, ok := wireerr.DetailOf(ce); !ok || d.GetKind() != KindNotLeader {
 		t.Errorf("forward error = %v, want kind %s", err, KindNotLeader)
 	}
 	if got := ce.Meta().Get(LeaderHeader); got != leader {
@@ -139,6 +140,16 @@ func TestForwarder_Bound(t *testing.T) {
 		_, err := b.worker.Acquire(ctx, connect.NewRequest(&pb.AcquireRequest{WorkerId: "w", WaitSecs: 30}))
 		if connect.CodeOf(err) != connect.CodeDeadlineExceeded {
 			t.Fatalf("Acquire(wait 30 s) through a 100 ms forward bound = %v, want the caller's own deadline", err)
+		}
+	})
+	t.Run("follow-results-long-poll", func(t *testing.T) {
+		t.Parallel()
+		b := setupForward(t, pausedLeader(t), 100*time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
+		defer cancel()
+		_, err := b.producer.FollowResults(ctx, connect.NewRequest(&pb.FollowResultsRequest{ScanId: "s", WaitSecs: 30}))
+		if connect.CodeOf(err) != connect.CodeDeadlineExceeded {
+			t.Fatalf("FollowResults(wait 30 s) through a 100 ms forward bound = %v, want the caller's own deadline", err)
 		}
 	})
 }

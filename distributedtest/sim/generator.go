@@ -1,7 +1,9 @@
 package sim
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"strings"
 
 	distributed "github.com/termivar/distributed"
@@ -31,10 +33,7 @@ func DefaultSimResultLimits() distributed.ResultLimits {
 
 // ResultLimits returns the profile's result limits.
 func (p Profile) ResultLimits() distributed.ResultLimits {
-	if p.Results == (distributed.ResultLimits{}) {
-		return DefaultSimResultLimits()
-	}
-	return p.Results
+	return cmp.Or(p.Results, DefaultSimResultLimits())
 }
 
 func lim(records, active, queued, terminal, workers int, retries uint32, leaseTTL, taskTTL, heartbeat uint64) distributed.Limits {
@@ -102,7 +101,7 @@ var opWeights = [numOps]int{
 	OpAssignNextAvailable: 10, OpAssignNext: 5, OpAssignTask: 4, OpStart: 10, OpComplete: 8,
 	OpFail: 5, OpRenew: 5, OpCancel: 4, OpCancelByID: 2, OpRecover: 3, OpExpire: 2, OpGetTask: 2, OpGetWorker: 1,
 	OpPeek: 1, OpAvailable: 2, OpStoreResult: 6, OpGetResult: 1, OpAggregate: 2, OpRestart: 1,
-	OpPurge: 3, OpPurgeResults: 2,
+	OpPurge: 3, OpPurgeResults: 2, OpRerun: 3,
 }
 
 var totalWeight = func() int {
@@ -196,8 +195,13 @@ func (g *Generator) Build(op Op) Command {
 		c.TaskID = g.queuedTaskID(&c)
 		c.WorkerID = g.workerID(&c)
 		c.TTL = g.ttl(&c)
-	case OpStart, OpComplete, OpFail:
+	case OpStart, OpComplete:
 		c.Lease = g.lease(&c)
+	case OpFail:
+		c.Lease = g.lease(&c)
+		c.Reason = g.reason(&c)
+	case OpRerun:
+		c.Rerun = g.rerunRequest(&c)
 	case OpRenew:
 		c.Lease = g.lease(&c)
 		c.TTL = g.ttl(&c)
@@ -408,6 +412,14 @@ func (g *Generator) taskSpec(c *Command) distributed.TaskSpec {
 	for range g.n(4) {
 		s.Phases = append(s.Phases, uint8(g.n(256)))
 	}
+	if g.pct(25) {
+		// Around the lease TTLs, so that renewals meet the deadline.
+		s.AttemptTimeoutSecs = 1 + uint64(g.n(int(2*g.p.Limits.MaxLeaseTTLSecs)))
+	}
+	if g.pct(2) {
+		g.note(c, "bad-timeout")
+		s.AttemptTimeoutSecs = distributed.MaxTaskTTLSecs + 1 + uint64(g.n(3))
+	}
 	if g.pct(6) {
 		g.note(c, "bad-spec")
 		switch g.n(9) {
@@ -548,33 +560,26 @@ func (g *Generator) generation(workerID string) uint64 {
 }
 
 func (g *Generator) ttl(c *Command) uint64 {
-	max := g.p.Limits.MaxLeaseTTLSecs
-	switch r := g.n(100); {
-	case r < 85:
-		return 1 + uint64(g.n(int(max)))
-	case r < 90:
-		return max
-	case r < 95:
-		g.note(c, "bad-ttl")
-		return 0
-	default:
-		g.note(c, "bad-ttl")
-		return max + 1 + uint64(g.n(1000))
-	}
+	return g.bound(c, g.p.Limits.MaxLeaseTTLSecs, 85, 90, 95, "bad-ttl")
 }
 
 func (g *Generator) maxAge(c *Command) uint64 {
-	max := g.p.Limits.MaxTaskTTLSecs
+	return g.bound(c, g.p.Limits.MaxTaskTTLSecs, 80, 88, 94, "bad-age")
+}
+
+// bound picks a value in 1..max below the first percentile, max below the
+// second, else (noted as bad) 0 below the third or a value above max.
+func (g *Generator) bound(c *Command, max uint64, in, atMax, zero int, bad string) uint64 {
 	switch r := g.n(100); {
-	case r < 80:
+	case r < in:
 		return 1 + uint64(g.n(int(max)))
-	case r < 88:
+	case r < atMax:
 		return max
-	case r < 94:
-		g.note(c, "bad-age")
+	case r < zero:
+		g.note(c, bad)
 		return 0
 	default:
-		g.note(c, "bad-age")
+		g.note(c, bad)
 		return max + 1 + uint64(g.n(1000))
 	}
 }
@@ -594,14 +599,7 @@ func (g *Generator) currentLeases() []model.Lease {
 // or forged one, the zero lease, or one with hostile identifiers.
 func (g *Generator) lease(c *Command) model.Lease {
 	cur := g.currentLeases()
-	isCur := func(l model.Lease) bool {
-		for _, x := range cur {
-			if x == l {
-				return true
-			}
-		}
-		return false
-	}
+	isCur := func(l model.Lease) bool { return slices.Contains(cur, l) }
 	r := g.n(100)
 	if r < 45 {
 		var live []model.Lease
@@ -769,6 +767,70 @@ func (g *Generator) learn(l model.Lease) {
 	if len(g.known) > 64 {
 		g.known = g.known[1:]
 	}
+}
+
+// reason picks a failure reason: none (FailTask) half the time, else a
+// short or maximal valid one, an oversize one or invalid UTF-8.
+func (g *Generator) reason(c *Command) string {
+	switch r := g.n(100); {
+	case r < 50:
+		return ""
+	case r < 88:
+		return fmt.Sprintf("exit status %d", g.n(256))
+	case r < 93:
+		return strings.Repeat("é", distributed.MaxFailureReasonBytes/2)
+	case r < 97:
+		g.note(c, "long-reason")
+		return strings.Repeat("x", distributed.MaxFailureReasonBytes+1+g.n(3))
+	default:
+		g.note(c, "bad-utf8-reason")
+		return "stderr \xff\xfe"
+	}
+}
+
+// rerunRequest names mostly terminal tasks (so that re-runs happen), else
+// any task IDs, and sometimes an invalid request.
+func (g *Generator) rerunRequest(c *Command) distributed.RerunRequest {
+	var terminal []string
+	for _, t := range g.tasks {
+		if t.Status.Terminal() {
+			terminal = append(terminal, t.TaskID)
+		}
+	}
+	var req distributed.RerunRequest
+	seen := map[string]bool{}
+	for range 1 + g.n(4) {
+		id := fmt.Sprintf("t%03d", g.n(g.p.Tasks))
+		if len(terminal) > 0 && g.pct(75) {
+			id = terminal[g.n(len(terminal))]
+		}
+		if !seen[id] {
+			seen[id] = true
+			req.TaskIDs = append(req.TaskIDs, id)
+		}
+	}
+	all := []distributed.TaskStatus{distributed.TaskFailed, distributed.TaskExpired, distributed.TaskCancelled}
+	if g.pct(50) {
+		for _, s := range all {
+			if g.pct(50) {
+				req.Statuses = append(req.Statuses, s)
+			}
+		}
+	}
+	switch r := g.n(100); {
+	case r < 3:
+		g.note(c, "empty-rerun")
+		req.TaskIDs = nil
+	case r < 6:
+		g.note(c, "repeated-id")
+		req.TaskIDs = append(req.TaskIDs, req.TaskIDs[0])
+	case r < 9:
+		req.TaskIDs = append(req.TaskIDs, g.hostile(c))
+	case r < 12:
+		g.note(c, "bad-status")
+		req.Statuses = append(req.Statuses, distributed.TaskStatus(g.n(4)*60))
+	}
+	return req
 }
 
 // purgeFilter picks a purge: mostly by scan, by time, by named tasks

@@ -110,6 +110,10 @@ type Tenant struct {
 	results      *distributed.ResultAggregator
 	owners       map[string]string   // worker ID → key ID of the worker key that registered it
 	scans        map[string][]string // scan ID → task IDs in enqueue order
+	// declared maps a scan ID to the number of targets its producer
+	// declared (EnqueueTasks.declared_total). Invariant: every key is a
+	// key of scans.
+	declared map[string]uint64
 }
 
 // FSM implements raft.FSM. Create it with New.
@@ -295,6 +299,9 @@ func (f *FSM) applyEnqueue(t *Tenant, e *pb.EnqueueTasks, rev, now uint64) Respo
 			Priority:  distributed.TaskPriority(s.GetPriority()),
 		}
 	}
+	if e.GetDeclaredTotal() != 0 && !oneScan(specs) {
+		return Response{Err: fsmErr(KindInvalidCommand, "a declared total needs every task in one scan")}
+	}
 	tr, err := p.EnqueueBatch(rev, now, specs)
 	if err != nil {
 		return Response{Err: err}
@@ -302,7 +309,20 @@ func (f *FSM) applyEnqueue(t *Tenant, e *pb.EnqueueTasks, rev, now uint64) Respo
 	for _, s := range specs {
 		t.scans[s.ScanID] = append(t.scans[s.ScanID], s.TaskID)
 	}
+	if d := e.GetDeclaredTotal(); d != 0 {
+		t.declared[specs[0].ScanID] = d
+	}
 	return Response{Revision: tr.Revision, Value: tr.Value}
+}
+
+// oneScan reports whether every spec names the scan of the first.
+func oneScan(specs []distributed.TaskSpec) bool {
+	for _, s := range specs {
+		if s.ScanID != specs[0].ScanID {
+			return false
+		}
+	}
+	return true
 }
 
 // applyAcquire leases up to max_tasks tasks to one worker (value:
@@ -434,7 +454,7 @@ func newTenant(name string, lim distributed.Limits, rl distributed.ResultLimits)
 		return nil, err
 	}
 	return &Tenant{name: name, limits: lim, resultLimits: rl, pool: pool, results: res,
-		owners: map[string]string{}, scans: map[string][]string{}}, nil
+		owners: map[string]string{}, scans: map[string][]string{}, declared: map[string]uint64{}}, nil
 }
 
 func kindOf(err error) string {

@@ -162,6 +162,14 @@ func (v TenantView) ScanTaskIDs(scanID string) []string {
 	return slices.Clone(v.t.scans[scanID])
 }
 
+// ScanDeclaredTotal returns the number of targets the scan's producer
+// declared (EnqueueTasks.declared_total), 0 if none.
+func (v TenantView) ScanDeclaredTotal(scanID string) uint64 {
+	v.f.mu.RLock()
+	defer v.f.mu.RUnlock()
+	return v.t.declared[scanID]
+}
+
 // WorkerOwner returns the key ID a worker ID is bound to, if any.
 func (v TenantView) WorkerOwner(workerID string) (string, bool) {
 	v.f.mu.RLock()

@@ -59,7 +59,7 @@ func (f *FSM) ExportState() ([]byte, error) {
 			ts.WorkerOwners = append(ts.WorkerOwners, &pb.WorkerOwner{WorkerId: w, KeyId: t.owners[w]})
 		}
 		for _, s := range sortedKeys(t.scans) {
-			ts.Scans = append(ts.Scans, &pb.ScanIndex{ScanId: s, TaskIds: t.scans[s]})
+			ts.Scans = append(ts.Scans, &pb.ScanIndex{ScanId: s, TaskIds: t.scans[s], DeclaredTotal: t.declared[s]})
 		}
 		st.Tenants = append(st.Tenants, ts)
 	}
@@ -158,7 +158,7 @@ func restoreTenant(ts *pb.TenantState) (*Tenant, bool) {
 		return nil, false
 	}
 	t := &Tenant{name: ts.GetName(), limits: lim, resultLimits: rl, pool: pool, results: res,
-		owners: map[string]string{}, scans: map[string][]string{}}
+		owners: map[string]string{}, scans: map[string][]string{}, declared: map[string]uint64{}}
 	for _, o := range ts.GetWorkerOwners() {
 		if _, dup := t.owners[o.GetWorkerId()]; dup {
 			return nil, false
@@ -175,6 +175,9 @@ func restoreTenant(ts *pb.TenantState) (*Tenant, bool) {
 			}
 		}
 		t.scans[sc.GetScanId()] = slices.Clone(sc.GetTaskIds())
+		if d := sc.GetDeclaredTotal(); d != 0 {
+			t.declared[sc.GetScanId()] = d
+		}
 	}
 	return t, true
 }

@@ -30,38 +30,92 @@ func (h producerHandler) Enqueue(ctx context.Context, req *connect.Request[pb.En
 		if err := checkRunnableTargets(m.GetTasks()); err != nil {
 			return nil, 0, err
 		}
-		e := &pb.EnqueueTasks{Tasks: make([]*pb.TaskSpec, len(m.GetTasks()))}
-		for i, t := range m.GetTasks() {
-			prio := uint32(distributed.PriorityNormal)
-			if t.GetPriority() != "" {
-				pr, ok := distributed.ParseTaskPriority(t.GetPriority())
-				prio = uint32(pr)
-				if !ok {
-					prio = invalidEnum
-				}
-			}
-			e.Tasks[i] = &pb.TaskSpec{TaskId: t.GetTaskId(), ScanId: t.GetScanId(), TargetRef: []byte(t.GetTargetRef()), Phases: t.GetPhases(), Priority: prio}
+		if !m.GetSkipExisting() {
+			return h.enqueue(ctx, p, m, m.GetTasks())
 		}
-		r, err := h.s.propose(ctx, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_Enqueue{Enqueue: e}})
-		if err != nil {
-			return nil, r.Revision, err
-		}
-		tasks, err := raftfsm.ValueAs[[]distributed.ScanTask](r, "EnqueueTasks")
-		if err != nil {
-			return nil, r.Revision, err
-		}
-		out := &pb.EnqueueResponse{Revision: r.Revision, Tasks: make([]*pb.EnqueuedTask, len(tasks))}
-		for i, t := range tasks {
-			et := &pb.EnqueuedTask{TaskId: t.TaskID()}
-			if own, ok := t.Ownership(); ok {
-				if f, ok := own.Fence(); ok {
-					et.FenceToken = h.s.node.Codec().SealFence(p.Tenant, f)
-				}
-			}
-			out.Tasks[i] = et
-		}
-		return out, r.Revision, nil
+		return h.enqueueSkipping(ctx, p, m)
 	})
+}
+
+// maxSkipRounds bounds how often enqueueSkipping re-reads the tenant after
+// a concurrent enqueue took one of its IDs between the read and the apply.
+const maxSkipRounds = 3
+
+// enqueueSkipping enqueues the tasks of m the tenant does not hold yet and
+// reports the others as existing (same scan and target) or collisions. The
+// FSM still rejects any ID taken in between (the core checks every ID), so
+// the read only decides what to send; a lost race is read again.
+func (h producerHandler) enqueueSkipping(ctx context.Context, p principal, m *pb.EnqueueRequest) (*pb.EnqueueResponse, uint64, error) {
+	for round := 1; ; round++ {
+		tv, _ := h.s.node.Reads().Tenant(p.Tenant)
+		keep, existing, collisions := splitExisting(tv, m.GetTasks())
+		out := &pb.EnqueueResponse{Revision: tv.Counters().Revision}
+		var rev uint64
+		var err error
+		if len(keep) > 0 {
+			out, rev, err = h.enqueue(ctx, p, m, keep)
+		}
+		if errors.Is(err, distributed.ErrTaskAlreadyExists) && round < maxSkipRounds {
+			continue
+		}
+		if err != nil {
+			return nil, rev, err
+		}
+		out.Existing, out.Collisions = existing, collisions
+		return out, rev, nil
+	}
+}
+
+// splitExisting sorts tasks into those to enqueue and, by position, those
+// the tenant already holds: identical (same scan and target) or colliding.
+func splitExisting(tv raftfsm.TenantView, tasks []*pb.NewTask) (keep []*pb.NewTask, existing []uint32, collisions []*pb.EnqueueCollision) {
+	for i, t := range tasks {
+		old, ok, _ := tv.GetTask(t.GetTaskId())
+		switch {
+		case !ok:
+			keep = append(keep, t)
+		case old.ScanID() == t.GetScanId() && old.TargetRef() == t.GetTargetRef():
+			existing = append(existing, uint32(i))
+		default:
+			collisions = append(collisions, &pb.EnqueueCollision{Index: uint32(i), TaskId: t.GetTaskId(), ScanId: old.ScanID()})
+		}
+	}
+	return keep, existing, collisions
+}
+
+// enqueue proposes tasks as one all-or-nothing batch.
+func (h producerHandler) enqueue(ctx context.Context, p principal, m *pb.EnqueueRequest, tasks []*pb.NewTask) (*pb.EnqueueResponse, uint64, error) {
+	e := &pb.EnqueueTasks{Tasks: make([]*pb.TaskSpec, len(tasks)), DeclaredTotal: m.GetDeclaredTotal()}
+	for i, t := range tasks {
+		prio := uint32(distributed.PriorityNormal)
+		if t.GetPriority() != "" {
+			pr, ok := distributed.ParseTaskPriority(t.GetPriority())
+			prio = uint32(pr)
+			if !ok {
+				prio = invalidEnum
+			}
+		}
+		e.Tasks[i] = &pb.TaskSpec{TaskId: t.GetTaskId(), ScanId: t.GetScanId(), TargetRef: []byte(t.GetTargetRef()), Phases: t.GetPhases(), Priority: prio}
+	}
+	r, err := h.s.propose(ctx, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_Enqueue{Enqueue: e}})
+	if err != nil {
+		return nil, r.Revision, err
+	}
+	added, err := raftfsm.ValueAs[[]distributed.ScanTask](r, "EnqueueTasks")
+	if err != nil {
+		return nil, r.Revision, err
+	}
+	out := &pb.EnqueueResponse{Revision: r.Revision, Tasks: make([]*pb.EnqueuedTask, len(added))}
+	for i, t := range added {
+		et := &pb.EnqueuedTask{TaskId: t.TaskID()}
+		if own, ok := t.Ownership(); ok {
+			if f, ok := own.Fence(); ok {
+				et.FenceToken = h.s.node.Codec().SealFence(p.Tenant, f)
+			}
+		}
+		out.Tasks[i] = et
+	}
+	return out, r.Revision, nil
 }
 
 // checkRunnableTargets refuses targets the shipped worker agent cannot
@@ -243,7 +297,7 @@ func (h producerHandler) ScanProgress(ctx context.Context, req *connect.Request[
 			return nil, 0, err
 		}
 		tv, _ := h.s.node.Reads().Tenant(p.Tenant)
-		out := &pb.ScanProgressResponse{}
+		out := &pb.ScanProgressResponse{DeclaredTotal: tv.ScanDeclaredTotal(m.GetScanId())}
 		for _, id := range tv.ScanTaskIDs(m.GetScanId()) {
 			t, ok, _ := tv.GetTask(id)
 			if !ok {

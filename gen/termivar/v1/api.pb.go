@@ -1758,8 +1758,21 @@ type EnqueueRequest struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	Tasks            []*NewTask             `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
 	ExpectedRevision *uint64                `protobuf:"varint,2,opt,name=expected_revision,json=expectedRevision,proto3,oneof" json:"expected_revision,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// skip_existing makes a re-run harmless: a task whose ID the tenant
+	// already holds in the same scan with the same target is not enqueued
+	// again but listed in EnqueueResponse.existing; an ID held by another
+	// scan, or by this scan with another target, is listed in collisions; the
+	// other tasks are enqueued (all-or-nothing among themselves). Without it a
+	// batch with any existing ID is rejected with task_already_exists.
+	SkipExisting bool `protobuf:"varint,3,opt,name=skip_existing,json=skipExisting,proto3" json:"skip_existing,omitempty"`
+	// declared_total, when non-zero, records the number of targets the
+	// producer asks for in the scan of these tasks (all tasks must then share
+	// one scan); ScanProgress reports it, so a scan larger than the tenant's
+	// window shows the part not yet admitted. A later declaration replaces an
+	// earlier one.
+	DeclaredTotal uint64 `protobuf:"varint,4,opt,name=declared_total,json=declaredTotal,proto3" json:"declared_total,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EnqueueRequest) Reset() {
@@ -1806,6 +1819,84 @@ func (x *EnqueueRequest) GetExpectedRevision() uint64 {
 	return 0
 }
 
+func (x *EnqueueRequest) GetSkipExisting() bool {
+	if x != nil {
+		return x.SkipExisting
+	}
+	return false
+}
+
+func (x *EnqueueRequest) GetDeclaredTotal() uint64 {
+	if x != nil {
+		return x.DeclaredTotal
+	}
+	return 0
+}
+
+// EnqueueCollision is a task of an EnqueueRequest (skip_existing) whose ID
+// the tenant already holds for another scan or another target.
+type EnqueueCollision struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Index  uint32                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"` // position in EnqueueRequest.tasks
+	TaskId string                 `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	// scan_id is the scan that holds the ID (the request's own scan when
+	// only the target differs).
+	ScanId        string `protobuf:"bytes,3,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EnqueueCollision) Reset() {
+	*x = EnqueueCollision{}
+	mi := &file_termivar_v1_api_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnqueueCollision) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnqueueCollision) ProtoMessage() {}
+
+func (x *EnqueueCollision) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnqueueCollision.ProtoReflect.Descriptor instead.
+func (*EnqueueCollision) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *EnqueueCollision) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *EnqueueCollision) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *EnqueueCollision) GetScanId() string {
+	if x != nil {
+		return x.ScanId
+	}
+	return ""
+}
+
 type EnqueuedTask struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TaskId        string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
@@ -1816,7 +1907,7 @@ type EnqueuedTask struct {
 
 func (x *EnqueuedTask) Reset() {
 	*x = EnqueuedTask{}
-	mi := &file_termivar_v1_api_proto_msgTypes[25]
+	mi := &file_termivar_v1_api_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1828,7 +1919,7 @@ func (x *EnqueuedTask) String() string {
 func (*EnqueuedTask) ProtoMessage() {}
 
 func (x *EnqueuedTask) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[25]
+	mi := &file_termivar_v1_api_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1841,7 +1932,7 @@ func (x *EnqueuedTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueuedTask.ProtoReflect.Descriptor instead.
 func (*EnqueuedTask) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{25}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *EnqueuedTask) GetTaskId() string {
@@ -1859,16 +1950,22 @@ func (x *EnqueuedTask) GetFenceToken() []byte {
 }
 
 type EnqueueResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Tasks         []*EnqueuedTask        `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
-	Revision      uint64                 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Tasks    []*EnqueuedTask        `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	Revision uint64                 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	// existing lists the positions in EnqueueRequest.tasks that were already
+	// stored identically (skip_existing).
+	Existing []uint32 `protobuf:"varint,3,rep,packed,name=existing,proto3" json:"existing,omitempty"`
+	// collisions lists the positions whose ID is held by another scan or
+	// target (skip_existing); they were not enqueued.
+	Collisions    []*EnqueueCollision `protobuf:"bytes,4,rep,name=collisions,proto3" json:"collisions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EnqueueResponse) Reset() {
 	*x = EnqueueResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[26]
+	mi := &file_termivar_v1_api_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1880,7 +1977,7 @@ func (x *EnqueueResponse) String() string {
 func (*EnqueueResponse) ProtoMessage() {}
 
 func (x *EnqueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[26]
+	mi := &file_termivar_v1_api_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1893,7 +1990,7 @@ func (x *EnqueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueResponse.ProtoReflect.Descriptor instead.
 func (*EnqueueResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{26}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *EnqueueResponse) GetTasks() []*EnqueuedTask {
@@ -1908,6 +2005,20 @@ func (x *EnqueueResponse) GetRevision() uint64 {
 		return x.Revision
 	}
 	return 0
+}
+
+func (x *EnqueueResponse) GetExisting() []uint32 {
+	if x != nil {
+		return x.Existing
+	}
+	return nil
+}
+
+func (x *EnqueueResponse) GetCollisions() []*EnqueueCollision {
+	if x != nil {
+		return x.Collisions
+	}
+	return nil
 }
 
 type CancelRequest struct {
@@ -1928,7 +2039,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[27]
+	mi := &file_termivar_v1_api_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1940,7 +2051,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[27]
+	mi := &file_termivar_v1_api_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1953,7 +2064,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{27}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CancelRequest) GetOwnershipToken() []byte {
@@ -1990,7 +2101,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[28]
+	mi := &file_termivar_v1_api_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2002,7 +2113,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[28]
+	mi := &file_termivar_v1_api_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2015,7 +2126,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{28}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CancelResponse) GetAlreadyCancelled() bool {
@@ -2066,7 +2177,7 @@ type TaskInfo struct {
 
 func (x *TaskInfo) Reset() {
 	*x = TaskInfo{}
-	mi := &file_termivar_v1_api_proto_msgTypes[29]
+	mi := &file_termivar_v1_api_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2078,7 +2189,7 @@ func (x *TaskInfo) String() string {
 func (*TaskInfo) ProtoMessage() {}
 
 func (x *TaskInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[29]
+	mi := &file_termivar_v1_api_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2091,7 +2202,7 @@ func (x *TaskInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskInfo.ProtoReflect.Descriptor instead.
 func (*TaskInfo) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{29}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *TaskInfo) GetTaskId() string {
@@ -2229,7 +2340,7 @@ type GetTaskRequest struct {
 
 func (x *GetTaskRequest) Reset() {
 	*x = GetTaskRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[30]
+	mi := &file_termivar_v1_api_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2241,7 +2352,7 @@ func (x *GetTaskRequest) String() string {
 func (*GetTaskRequest) ProtoMessage() {}
 
 func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[30]
+	mi := &file_termivar_v1_api_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2254,7 +2365,7 @@ func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{30}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetTaskRequest) GetTaskId() string {
@@ -2273,7 +2384,7 @@ type GetTaskResponse struct {
 
 func (x *GetTaskResponse) Reset() {
 	*x = GetTaskResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[31]
+	mi := &file_termivar_v1_api_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2285,7 +2396,7 @@ func (x *GetTaskResponse) String() string {
 func (*GetTaskResponse) ProtoMessage() {}
 
 func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[31]
+	mi := &file_termivar_v1_api_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2298,7 +2409,7 @@ func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskResponse.ProtoReflect.Descriptor instead.
 func (*GetTaskResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{31}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GetTaskResponse) GetTask() *TaskInfo {
@@ -2320,7 +2431,7 @@ type ListTasksRequest struct {
 
 func (x *ListTasksRequest) Reset() {
 	*x = ListTasksRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[32]
+	mi := &file_termivar_v1_api_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2332,7 +2443,7 @@ func (x *ListTasksRequest) String() string {
 func (*ListTasksRequest) ProtoMessage() {}
 
 func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[32]
+	mi := &file_termivar_v1_api_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2345,7 +2456,7 @@ func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksRequest.ProtoReflect.Descriptor instead.
 func (*ListTasksRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{32}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListTasksRequest) GetScanId() string {
@@ -2386,7 +2497,7 @@ type ListTasksResponse struct {
 
 func (x *ListTasksResponse) Reset() {
 	*x = ListTasksResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[33]
+	mi := &file_termivar_v1_api_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2398,7 +2509,7 @@ func (x *ListTasksResponse) String() string {
 func (*ListTasksResponse) ProtoMessage() {}
 
 func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[33]
+	mi := &file_termivar_v1_api_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2411,7 +2522,7 @@ func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksResponse.ProtoReflect.Descriptor instead.
 func (*ListTasksResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{33}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListTasksResponse) GetTasks() []*TaskInfo {
@@ -2437,7 +2548,7 @@ type ScanProgressRequest struct {
 
 func (x *ScanProgressRequest) Reset() {
 	*x = ScanProgressRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[34]
+	mi := &file_termivar_v1_api_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2449,7 +2560,7 @@ func (x *ScanProgressRequest) String() string {
 func (*ScanProgressRequest) ProtoMessage() {}
 
 func (x *ScanProgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[34]
+	mi := &file_termivar_v1_api_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2462,7 +2573,7 @@ func (x *ScanProgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanProgressRequest.ProtoReflect.Descriptor instead.
 func (*ScanProgressRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{34}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ScanProgressRequest) GetScanId() string {
@@ -2473,23 +2584,27 @@ func (x *ScanProgressRequest) GetScanId() string {
 }
 
 type ScanProgressResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Total         uint32                 `protobuf:"varint,1,opt,name=total,proto3" json:"total,omitempty"`
-	Queued        uint32                 `protobuf:"varint,2,opt,name=queued,proto3" json:"queued,omitempty"`
-	Leased        uint32                 `protobuf:"varint,3,opt,name=leased,proto3" json:"leased,omitempty"`
-	Running       uint32                 `protobuf:"varint,4,opt,name=running,proto3" json:"running,omitempty"`
-	Completed     uint32                 `protobuf:"varint,5,opt,name=completed,proto3" json:"completed,omitempty"`
-	Failed        uint32                 `protobuf:"varint,6,opt,name=failed,proto3" json:"failed,omitempty"`
-	Cancelled     uint32                 `protobuf:"varint,7,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
-	Expired       uint32                 `protobuf:"varint,8,opt,name=expired,proto3" json:"expired,omitempty"`
-	Results       uint32                 `protobuf:"varint,9,opt,name=results,proto3" json:"results,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Total     uint32                 `protobuf:"varint,1,opt,name=total,proto3" json:"total,omitempty"`
+	Queued    uint32                 `protobuf:"varint,2,opt,name=queued,proto3" json:"queued,omitempty"`
+	Leased    uint32                 `protobuf:"varint,3,opt,name=leased,proto3" json:"leased,omitempty"`
+	Running   uint32                 `protobuf:"varint,4,opt,name=running,proto3" json:"running,omitempty"`
+	Completed uint32                 `protobuf:"varint,5,opt,name=completed,proto3" json:"completed,omitempty"`
+	Failed    uint32                 `protobuf:"varint,6,opt,name=failed,proto3" json:"failed,omitempty"`
+	Cancelled uint32                 `protobuf:"varint,7,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
+	Expired   uint32                 `protobuf:"varint,8,opt,name=expired,proto3" json:"expired,omitempty"`
+	Results   uint32                 `protobuf:"varint,9,opt,name=results,proto3" json:"results,omitempty"`
+	// declared_total is the number of targets the producer declared for the
+	// scan (EnqueueRequest.declared_total; 0 if none): declared_total - total,
+	// when positive, is the part not yet admitted.
+	DeclaredTotal uint64 `protobuf:"varint,10,opt,name=declared_total,json=declaredTotal,proto3" json:"declared_total,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ScanProgressResponse) Reset() {
 	*x = ScanProgressResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[35]
+	mi := &file_termivar_v1_api_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2501,7 +2616,7 @@ func (x *ScanProgressResponse) String() string {
 func (*ScanProgressResponse) ProtoMessage() {}
 
 func (x *ScanProgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[35]
+	mi := &file_termivar_v1_api_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2514,7 +2629,7 @@ func (x *ScanProgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanProgressResponse.ProtoReflect.Descriptor instead.
 func (*ScanProgressResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{35}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ScanProgressResponse) GetTotal() uint32 {
@@ -2580,6 +2695,13 @@ func (x *ScanProgressResponse) GetResults() uint32 {
 	return 0
 }
 
+func (x *ScanProgressResponse) GetDeclaredTotal() uint64 {
+	if x != nil {
+		return x.DeclaredTotal
+	}
+	return 0
+}
+
 type AggregateResultsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ScanId        string                 `protobuf:"bytes,1,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
@@ -2589,7 +2711,7 @@ type AggregateResultsRequest struct {
 
 func (x *AggregateResultsRequest) Reset() {
 	*x = AggregateResultsRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[36]
+	mi := &file_termivar_v1_api_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2601,7 +2723,7 @@ func (x *AggregateResultsRequest) String() string {
 func (*AggregateResultsRequest) ProtoMessage() {}
 
 func (x *AggregateResultsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[36]
+	mi := &file_termivar_v1_api_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2614,7 +2736,7 @@ func (x *AggregateResultsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AggregateResultsRequest.ProtoReflect.Descriptor instead.
 func (*AggregateResultsRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{36}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *AggregateResultsRequest) GetScanId() string {
@@ -2634,7 +2756,7 @@ type AggregateResultsResponse struct {
 
 func (x *AggregateResultsResponse) Reset() {
 	*x = AggregateResultsResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[37]
+	mi := &file_termivar_v1_api_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2646,7 +2768,7 @@ func (x *AggregateResultsResponse) String() string {
 func (*AggregateResultsResponse) ProtoMessage() {}
 
 func (x *AggregateResultsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[37]
+	mi := &file_termivar_v1_api_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2659,7 +2781,7 @@ func (x *AggregateResultsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AggregateResultsResponse.ProtoReflect.Descriptor instead.
 func (*AggregateResultsResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{37}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *AggregateResultsResponse) GetTaskId() string {
@@ -2687,7 +2809,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[38]
+	mi := &file_termivar_v1_api_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2699,7 +2821,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[38]
+	mi := &file_termivar_v1_api_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2712,7 +2834,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{38}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *StatusRequest) GetStateHash() bool {
@@ -2757,7 +2879,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[39]
+	mi := &file_termivar_v1_api_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2769,7 +2891,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[39]
+	mi := &file_termivar_v1_api_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2782,7 +2904,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{39}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *StatusResponse) GetTenant() string {
@@ -2919,7 +3041,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[40]
+	mi := &file_termivar_v1_api_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2931,7 +3053,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[40]
+	mi := &file_termivar_v1_api_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2944,7 +3066,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{40}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{41}
 }
 
 type ListWorkersResponse struct {
@@ -2956,7 +3078,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[41]
+	mi := &file_termivar_v1_api_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2968,7 +3090,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[41]
+	mi := &file_termivar_v1_api_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2981,7 +3103,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{41}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*WorkerInfo {
@@ -3003,7 +3125,7 @@ type CreateTenantRequest struct {
 
 func (x *CreateTenantRequest) Reset() {
 	*x = CreateTenantRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[42]
+	mi := &file_termivar_v1_api_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3015,7 +3137,7 @@ func (x *CreateTenantRequest) String() string {
 func (*CreateTenantRequest) ProtoMessage() {}
 
 func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[42]
+	mi := &file_termivar_v1_api_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3028,7 +3150,7 @@ func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantRequest.ProtoReflect.Descriptor instead.
 func (*CreateTenantRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{42}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *CreateTenantRequest) GetName() string {
@@ -3061,7 +3183,7 @@ type CreateTenantResponse struct {
 
 func (x *CreateTenantResponse) Reset() {
 	*x = CreateTenantResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[43]
+	mi := &file_termivar_v1_api_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3073,7 +3195,7 @@ func (x *CreateTenantResponse) String() string {
 func (*CreateTenantResponse) ProtoMessage() {}
 
 func (x *CreateTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[43]
+	mi := &file_termivar_v1_api_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3086,7 +3208,7 @@ func (x *CreateTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantResponse.ProtoReflect.Descriptor instead.
 func (*CreateTenantResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{43}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *CreateTenantResponse) GetRevision() uint64 {
@@ -3106,7 +3228,7 @@ type CreateKeyRequest struct {
 
 func (x *CreateKeyRequest) Reset() {
 	*x = CreateKeyRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[44]
+	mi := &file_termivar_v1_api_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3118,7 +3240,7 @@ func (x *CreateKeyRequest) String() string {
 func (*CreateKeyRequest) ProtoMessage() {}
 
 func (x *CreateKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[44]
+	mi := &file_termivar_v1_api_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3131,7 +3253,7 @@ func (x *CreateKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyRequest.ProtoReflect.Descriptor instead.
 func (*CreateKeyRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{44}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *CreateKeyRequest) GetTenant() string {
@@ -3159,7 +3281,7 @@ type CreateKeyResponse struct {
 
 func (x *CreateKeyResponse) Reset() {
 	*x = CreateKeyResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[45]
+	mi := &file_termivar_v1_api_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3171,7 +3293,7 @@ func (x *CreateKeyResponse) String() string {
 func (*CreateKeyResponse) ProtoMessage() {}
 
 func (x *CreateKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[45]
+	mi := &file_termivar_v1_api_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3184,7 +3306,7 @@ func (x *CreateKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyResponse.ProtoReflect.Descriptor instead.
 func (*CreateKeyResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{45}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *CreateKeyResponse) GetKeyId() string {
@@ -3214,7 +3336,7 @@ type ListKeysRequest struct {
 
 func (x *ListKeysRequest) Reset() {
 	*x = ListKeysRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[46]
+	mi := &file_termivar_v1_api_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3226,7 +3348,7 @@ func (x *ListKeysRequest) String() string {
 func (*ListKeysRequest) ProtoMessage() {}
 
 func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[46]
+	mi := &file_termivar_v1_api_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3239,7 +3361,7 @@ func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListKeysRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{46}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListKeysRequest) GetTenant() string {
@@ -3269,7 +3391,7 @@ type KeyInfo struct {
 
 func (x *KeyInfo) Reset() {
 	*x = KeyInfo{}
-	mi := &file_termivar_v1_api_proto_msgTypes[47]
+	mi := &file_termivar_v1_api_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3281,7 +3403,7 @@ func (x *KeyInfo) String() string {
 func (*KeyInfo) ProtoMessage() {}
 
 func (x *KeyInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[47]
+	mi := &file_termivar_v1_api_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3294,7 +3416,7 @@ func (x *KeyInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyInfo.ProtoReflect.Descriptor instead.
 func (*KeyInfo) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{47}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *KeyInfo) GetKeyId() string {
@@ -3341,7 +3463,7 @@ type ListKeysResponse struct {
 
 func (x *ListKeysResponse) Reset() {
 	*x = ListKeysResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[48]
+	mi := &file_termivar_v1_api_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3353,7 +3475,7 @@ func (x *ListKeysResponse) String() string {
 func (*ListKeysResponse) ProtoMessage() {}
 
 func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[48]
+	mi := &file_termivar_v1_api_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3366,7 +3488,7 @@ func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListKeysResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{48}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListKeysResponse) GetKeys() []*KeyInfo {
@@ -3385,7 +3507,7 @@ type RevokeKeyRequest struct {
 
 func (x *RevokeKeyRequest) Reset() {
 	*x = RevokeKeyRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[49]
+	mi := &file_termivar_v1_api_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3397,7 +3519,7 @@ func (x *RevokeKeyRequest) String() string {
 func (*RevokeKeyRequest) ProtoMessage() {}
 
 func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[49]
+	mi := &file_termivar_v1_api_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3410,7 +3532,7 @@ func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeKeyRequest.ProtoReflect.Descriptor instead.
 func (*RevokeKeyRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{49}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *RevokeKeyRequest) GetKeyId() string {
@@ -3428,7 +3550,7 @@ type RevokeKeyResponse struct {
 
 func (x *RevokeKeyResponse) Reset() {
 	*x = RevokeKeyResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[50]
+	mi := &file_termivar_v1_api_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3440,7 +3562,7 @@ func (x *RevokeKeyResponse) String() string {
 func (*RevokeKeyResponse) ProtoMessage() {}
 
 func (x *RevokeKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[50]
+	mi := &file_termivar_v1_api_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3453,7 +3575,7 @@ func (x *RevokeKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeKeyResponse.ProtoReflect.Descriptor instead.
 func (*RevokeKeyResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{50}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{51}
 }
 
 type RotateKeyRequest struct {
@@ -3465,7 +3587,7 @@ type RotateKeyRequest struct {
 
 func (x *RotateKeyRequest) Reset() {
 	*x = RotateKeyRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[51]
+	mi := &file_termivar_v1_api_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3477,7 +3599,7 @@ func (x *RotateKeyRequest) String() string {
 func (*RotateKeyRequest) ProtoMessage() {}
 
 func (x *RotateKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[51]
+	mi := &file_termivar_v1_api_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3490,7 +3612,7 @@ func (x *RotateKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateKeyRequest.ProtoReflect.Descriptor instead.
 func (*RotateKeyRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{51}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *RotateKeyRequest) GetKeyId() string {
@@ -3512,7 +3634,7 @@ type RotateKeyResponse struct {
 
 func (x *RotateKeyResponse) Reset() {
 	*x = RotateKeyResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[52]
+	mi := &file_termivar_v1_api_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3524,7 +3646,7 @@ func (x *RotateKeyResponse) String() string {
 func (*RotateKeyResponse) ProtoMessage() {}
 
 func (x *RotateKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[52]
+	mi := &file_termivar_v1_api_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3537,7 +3659,7 @@ func (x *RotateKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateKeyResponse.ProtoReflect.Descriptor instead.
 func (*RotateKeyResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{52}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RotateKeyResponse) GetKeyId() string {
@@ -3726,18 +3848,28 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"target_ref\x18\x03 \x01(\tR\ttargetRef\x12\x16\n" +
 	"\x06phases\x18\x04 \x01(\fR\x06phases\x12\x1a\n" +
-	"\bpriority\x18\x05 \x01(\tR\bpriority\"\x84\x01\n" +
+	"\bpriority\x18\x05 \x01(\tR\bpriority\"\xd0\x01\n" +
 	"\x0eEnqueueRequest\x12*\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x14.termivar.v1.NewTaskR\x05tasks\x120\n" +
-	"\x11expected_revision\x18\x02 \x01(\x04H\x00R\x10expectedRevision\x88\x01\x01B\x14\n" +
-	"\x12_expected_revision\"H\n" +
+	"\x11expected_revision\x18\x02 \x01(\x04H\x00R\x10expectedRevision\x88\x01\x01\x12#\n" +
+	"\rskip_existing\x18\x03 \x01(\bR\fskipExisting\x12%\n" +
+	"\x0edeclared_total\x18\x04 \x01(\x04R\rdeclaredTotalB\x14\n" +
+	"\x12_expected_revision\"Z\n" +
+	"\x10EnqueueCollision\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\rR\x05index\x12\x17\n" +
+	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x17\n" +
+	"\ascan_id\x18\x03 \x01(\tR\x06scanId\"H\n" +
 	"\fEnqueuedTask\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x1f\n" +
 	"\vfence_token\x18\x02 \x01(\fR\n" +
-	"fenceToken\"^\n" +
+	"fenceToken\"\xb9\x01\n" +
 	"\x0fEnqueueResponse\x12/\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x19.termivar.v1.EnqueuedTaskR\x05tasks\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x04R\brevision\"\x99\x01\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\x12\x1a\n" +
+	"\bexisting\x18\x03 \x03(\rR\bexisting\x12=\n" +
+	"\n" +
+	"collisions\x18\x04 \x03(\v2\x1d.termivar.v1.EnqueueCollisionR\n" +
+	"collisions\"\x99\x01\n" +
 	"\rCancelRequest\x12'\n" +
 	"\x0fownership_token\x18\x01 \x01(\fR\x0eownershipToken\x120\n" +
 	"\x11expected_revision\x18\x02 \x01(\x04H\x00R\x10expectedRevision\x88\x01\x01\x12\x17\n" +
@@ -3790,7 +3922,7 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x05tasks\x18\x01 \x03(\v2\x15.termivar.v1.TaskInfoR\x05tasks\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\".\n" +
 	"\x13ScanProgressRequest\x12\x17\n" +
-	"\ascan_id\x18\x01 \x01(\tR\x06scanId\"\xfe\x01\n" +
+	"\ascan_id\x18\x01 \x01(\tR\x06scanId\"\xa5\x02\n" +
 	"\x14ScanProgressResponse\x12\x14\n" +
 	"\x05total\x18\x01 \x01(\rR\x05total\x12\x16\n" +
 	"\x06queued\x18\x02 \x01(\rR\x06queued\x12\x16\n" +
@@ -3800,7 +3932,9 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x06failed\x18\x06 \x01(\rR\x06failed\x12\x1c\n" +
 	"\tcancelled\x18\a \x01(\rR\tcancelled\x12\x18\n" +
 	"\aexpired\x18\b \x01(\rR\aexpired\x12\x18\n" +
-	"\aresults\x18\t \x01(\rR\aresults\"2\n" +
+	"\aresults\x18\t \x01(\rR\aresults\x12%\n" +
+	"\x0edeclared_total\x18\n" +
+	" \x01(\x04R\rdeclaredTotal\"2\n" +
 	"\x17AggregateResultsRequest\x12\x17\n" +
 	"\ascan_id\x18\x01 \x01(\tR\x06scanId\"K\n" +
 	"\x18AggregateResultsResponse\x12\x17\n" +
@@ -3906,7 +4040,7 @@ func file_termivar_v1_api_proto_rawDescGZIP() []byte {
 	return file_termivar_v1_api_proto_rawDescData
 }
 
-var file_termivar_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
+var file_termivar_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
 var file_termivar_v1_api_proto_goTypes = []any{
 	(*ErrorDetail)(nil),              // 0: termivar.v1.ErrorDetail
 	(*WorkerInfo)(nil),               // 1: termivar.v1.WorkerInfo
@@ -3933,37 +4067,38 @@ var file_termivar_v1_api_proto_goTypes = []any{
 	(*DeregisterResponse)(nil),       // 22: termivar.v1.DeregisterResponse
 	(*NewTask)(nil),                  // 23: termivar.v1.NewTask
 	(*EnqueueRequest)(nil),           // 24: termivar.v1.EnqueueRequest
-	(*EnqueuedTask)(nil),             // 25: termivar.v1.EnqueuedTask
-	(*EnqueueResponse)(nil),          // 26: termivar.v1.EnqueueResponse
-	(*CancelRequest)(nil),            // 27: termivar.v1.CancelRequest
-	(*CancelResponse)(nil),           // 28: termivar.v1.CancelResponse
-	(*TaskInfo)(nil),                 // 29: termivar.v1.TaskInfo
-	(*GetTaskRequest)(nil),           // 30: termivar.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),          // 31: termivar.v1.GetTaskResponse
-	(*ListTasksRequest)(nil),         // 32: termivar.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),        // 33: termivar.v1.ListTasksResponse
-	(*ScanProgressRequest)(nil),      // 34: termivar.v1.ScanProgressRequest
-	(*ScanProgressResponse)(nil),     // 35: termivar.v1.ScanProgressResponse
-	(*AggregateResultsRequest)(nil),  // 36: termivar.v1.AggregateResultsRequest
-	(*AggregateResultsResponse)(nil), // 37: termivar.v1.AggregateResultsResponse
-	(*StatusRequest)(nil),            // 38: termivar.v1.StatusRequest
-	(*StatusResponse)(nil),           // 39: termivar.v1.StatusResponse
-	(*ListWorkersRequest)(nil),       // 40: termivar.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),      // 41: termivar.v1.ListWorkersResponse
-	(*CreateTenantRequest)(nil),      // 42: termivar.v1.CreateTenantRequest
-	(*CreateTenantResponse)(nil),     // 43: termivar.v1.CreateTenantResponse
-	(*CreateKeyRequest)(nil),         // 44: termivar.v1.CreateKeyRequest
-	(*CreateKeyResponse)(nil),        // 45: termivar.v1.CreateKeyResponse
-	(*ListKeysRequest)(nil),          // 46: termivar.v1.ListKeysRequest
-	(*KeyInfo)(nil),                  // 47: termivar.v1.KeyInfo
-	(*ListKeysResponse)(nil),         // 48: termivar.v1.ListKeysResponse
-	(*RevokeKeyRequest)(nil),         // 49: termivar.v1.RevokeKeyRequest
-	(*RevokeKeyResponse)(nil),        // 50: termivar.v1.RevokeKeyResponse
-	(*RotateKeyRequest)(nil),         // 51: termivar.v1.RotateKeyRequest
-	(*RotateKeyResponse)(nil),        // 52: termivar.v1.RotateKeyResponse
-	(*ClusterMember)(nil),            // 53: termivar.v1.ClusterMember
-	(*CoreLimits)(nil),               // 54: termivar.v1.CoreLimits
-	(*ResultLimits)(nil),             // 55: termivar.v1.ResultLimits
+	(*EnqueueCollision)(nil),         // 25: termivar.v1.EnqueueCollision
+	(*EnqueuedTask)(nil),             // 26: termivar.v1.EnqueuedTask
+	(*EnqueueResponse)(nil),          // 27: termivar.v1.EnqueueResponse
+	(*CancelRequest)(nil),            // 28: termivar.v1.CancelRequest
+	(*CancelResponse)(nil),           // 29: termivar.v1.CancelResponse
+	(*TaskInfo)(nil),                 // 30: termivar.v1.TaskInfo
+	(*GetTaskRequest)(nil),           // 31: termivar.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),          // 32: termivar.v1.GetTaskResponse
+	(*ListTasksRequest)(nil),         // 33: termivar.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),        // 34: termivar.v1.ListTasksResponse
+	(*ScanProgressRequest)(nil),      // 35: termivar.v1.ScanProgressRequest
+	(*ScanProgressResponse)(nil),     // 36: termivar.v1.ScanProgressResponse
+	(*AggregateResultsRequest)(nil),  // 37: termivar.v1.AggregateResultsRequest
+	(*AggregateResultsResponse)(nil), // 38: termivar.v1.AggregateResultsResponse
+	(*StatusRequest)(nil),            // 39: termivar.v1.StatusRequest
+	(*StatusResponse)(nil),           // 40: termivar.v1.StatusResponse
+	(*ListWorkersRequest)(nil),       // 41: termivar.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),      // 42: termivar.v1.ListWorkersResponse
+	(*CreateTenantRequest)(nil),      // 43: termivar.v1.CreateTenantRequest
+	(*CreateTenantResponse)(nil),     // 44: termivar.v1.CreateTenantResponse
+	(*CreateKeyRequest)(nil),         // 45: termivar.v1.CreateKeyRequest
+	(*CreateKeyResponse)(nil),        // 46: termivar.v1.CreateKeyResponse
+	(*ListKeysRequest)(nil),          // 47: termivar.v1.ListKeysRequest
+	(*KeyInfo)(nil),                  // 48: termivar.v1.KeyInfo
+	(*ListKeysResponse)(nil),         // 49: termivar.v1.ListKeysResponse
+	(*RevokeKeyRequest)(nil),         // 50: termivar.v1.RevokeKeyRequest
+	(*RevokeKeyResponse)(nil),        // 51: termivar.v1.RevokeKeyResponse
+	(*RotateKeyRequest)(nil),         // 52: termivar.v1.RotateKeyRequest
+	(*RotateKeyResponse)(nil),        // 53: termivar.v1.RotateKeyResponse
+	(*ClusterMember)(nil),            // 54: termivar.v1.ClusterMember
+	(*CoreLimits)(nil),               // 55: termivar.v1.CoreLimits
+	(*ResultLimits)(nil),             // 56: termivar.v1.ResultLimits
 }
 var file_termivar_v1_api_proto_depIdxs = []int32{
 	1,  // 0: termivar.v1.RegisterWorkerResponse.worker:type_name -> termivar.v1.WorkerInfo
@@ -3975,63 +4110,64 @@ var file_termivar_v1_api_proto_depIdxs = []int32{
 	16, // 6: termivar.v1.CompleteManyResponse.results:type_name -> termivar.v1.CompleteItemResult
 	20, // 7: termivar.v1.DeregisterResponse.summary:type_name -> termivar.v1.RecoverySummary
 	23, // 8: termivar.v1.EnqueueRequest.tasks:type_name -> termivar.v1.NewTask
-	25, // 9: termivar.v1.EnqueueResponse.tasks:type_name -> termivar.v1.EnqueuedTask
-	29, // 10: termivar.v1.GetTaskResponse.task:type_name -> termivar.v1.TaskInfo
-	29, // 11: termivar.v1.ListTasksResponse.tasks:type_name -> termivar.v1.TaskInfo
-	53, // 12: termivar.v1.StatusResponse.members:type_name -> termivar.v1.ClusterMember
-	1,  // 13: termivar.v1.ListWorkersResponse.workers:type_name -> termivar.v1.WorkerInfo
-	54, // 14: termivar.v1.CreateTenantRequest.limits:type_name -> termivar.v1.CoreLimits
-	55, // 15: termivar.v1.CreateTenantRequest.result_limits:type_name -> termivar.v1.ResultLimits
-	47, // 16: termivar.v1.ListKeysResponse.keys:type_name -> termivar.v1.KeyInfo
-	2,  // 17: termivar.v1.Worker.RegisterWorker:input_type -> termivar.v1.RegisterWorkerRequest
-	4,  // 18: termivar.v1.Worker.Heartbeat:input_type -> termivar.v1.HeartbeatRequest
-	6,  // 19: termivar.v1.Worker.Acquire:input_type -> termivar.v1.AcquireRequest
-	9,  // 20: termivar.v1.Worker.Start:input_type -> termivar.v1.StartRequest
-	11, // 21: termivar.v1.Worker.RenewLease:input_type -> termivar.v1.RenewLeaseRequest
-	13, // 22: termivar.v1.Worker.Complete:input_type -> termivar.v1.CompleteRequest
-	15, // 23: termivar.v1.Worker.CompleteMany:input_type -> termivar.v1.CompleteManyRequest
-	18, // 24: termivar.v1.Worker.Fail:input_type -> termivar.v1.FailRequest
-	21, // 25: termivar.v1.Worker.Deregister:input_type -> termivar.v1.DeregisterRequest
-	24, // 26: termivar.v1.Producer.Enqueue:input_type -> termivar.v1.EnqueueRequest
-	27, // 27: termivar.v1.Producer.Cancel:input_type -> termivar.v1.CancelRequest
-	30, // 28: termivar.v1.Producer.GetTask:input_type -> termivar.v1.GetTaskRequest
-	32, // 29: termivar.v1.Producer.ListTasks:input_type -> termivar.v1.ListTasksRequest
-	34, // 30: termivar.v1.Producer.ScanProgress:input_type -> termivar.v1.ScanProgressRequest
-	36, // 31: termivar.v1.Producer.AggregateResults:input_type -> termivar.v1.AggregateResultsRequest
-	38, // 32: termivar.v1.Admin.Status:input_type -> termivar.v1.StatusRequest
-	40, // 33: termivar.v1.Admin.ListWorkers:input_type -> termivar.v1.ListWorkersRequest
-	42, // 34: termivar.v1.Admin.CreateTenant:input_type -> termivar.v1.CreateTenantRequest
-	44, // 35: termivar.v1.Admin.CreateKey:input_type -> termivar.v1.CreateKeyRequest
-	46, // 36: termivar.v1.Admin.ListKeys:input_type -> termivar.v1.ListKeysRequest
-	49, // 37: termivar.v1.Admin.RevokeKey:input_type -> termivar.v1.RevokeKeyRequest
-	51, // 38: termivar.v1.Admin.RotateKey:input_type -> termivar.v1.RotateKeyRequest
-	3,  // 39: termivar.v1.Worker.RegisterWorker:output_type -> termivar.v1.RegisterWorkerResponse
-	5,  // 40: termivar.v1.Worker.Heartbeat:output_type -> termivar.v1.HeartbeatResponse
-	8,  // 41: termivar.v1.Worker.Acquire:output_type -> termivar.v1.AcquireResponse
-	10, // 42: termivar.v1.Worker.Start:output_type -> termivar.v1.StartResponse
-	12, // 43: termivar.v1.Worker.RenewLease:output_type -> termivar.v1.RenewLeaseResponse
-	14, // 44: termivar.v1.Worker.Complete:output_type -> termivar.v1.CompleteResponse
-	17, // 45: termivar.v1.Worker.CompleteMany:output_type -> termivar.v1.CompleteManyResponse
-	19, // 46: termivar.v1.Worker.Fail:output_type -> termivar.v1.FailResponse
-	22, // 47: termivar.v1.Worker.Deregister:output_type -> termivar.v1.DeregisterResponse
-	26, // 48: termivar.v1.Producer.Enqueue:output_type -> termivar.v1.EnqueueResponse
-	28, // 49: termivar.v1.Producer.Cancel:output_type -> termivar.v1.CancelResponse
-	31, // 50: termivar.v1.Producer.GetTask:output_type -> termivar.v1.GetTaskResponse
-	33, // 51: termivar.v1.Producer.ListTasks:output_type -> termivar.v1.ListTasksResponse
-	35, // 52: termivar.v1.Producer.ScanProgress:output_type -> termivar.v1.ScanProgressResponse
-	37, // 53: termivar.v1.Producer.AggregateResults:output_type -> termivar.v1.AggregateResultsResponse
-	39, // 54: termivar.v1.Admin.Status:output_type -> termivar.v1.StatusResponse
-	41, // 55: termivar.v1.Admin.ListWorkers:output_type -> termivar.v1.ListWorkersResponse
-	43, // 56: termivar.v1.Admin.CreateTenant:output_type -> termivar.v1.CreateTenantResponse
-	45, // 57: termivar.v1.Admin.CreateKey:output_type -> termivar.v1.CreateKeyResponse
-	48, // 58: termivar.v1.Admin.ListKeys:output_type -> termivar.v1.ListKeysResponse
-	50, // 59: termivar.v1.Admin.RevokeKey:output_type -> termivar.v1.RevokeKeyResponse
-	52, // 60: termivar.v1.Admin.RotateKey:output_type -> termivar.v1.RotateKeyResponse
-	39, // [39:61] is the sub-list for method output_type
-	17, // [17:39] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	26, // 9: termivar.v1.EnqueueResponse.tasks:type_name -> termivar.v1.EnqueuedTask
+	25, // 10: termivar.v1.EnqueueResponse.collisions:type_name -> termivar.v1.EnqueueCollision
+	30, // 11: termivar.v1.GetTaskResponse.task:type_name -> termivar.v1.TaskInfo
+	30, // 12: termivar.v1.ListTasksResponse.tasks:type_name -> termivar.v1.TaskInfo
+	54, // 13: termivar.v1.StatusResponse.members:type_name -> termivar.v1.ClusterMember
+	1,  // 14: termivar.v1.ListWorkersResponse.workers:type_name -> termivar.v1.WorkerInfo
+	55, // 15: termivar.v1.CreateTenantRequest.limits:type_name -> termivar.v1.CoreLimits
+	56, // 16: termivar.v1.CreateTenantRequest.result_limits:type_name -> termivar.v1.ResultLimits
+	48, // 17: termivar.v1.ListKeysResponse.keys:type_name -> termivar.v1.KeyInfo
+	2,  // 18: termivar.v1.Worker.RegisterWorker:input_type -> termivar.v1.RegisterWorkerRequest
+	4,  // 19: termivar.v1.Worker.Heartbeat:input_type -> termivar.v1.HeartbeatRequest
+	6,  // 20: termivar.v1.Worker.Acquire:input_type -> termivar.v1.AcquireRequest
+	9,  // 21: termivar.v1.Worker.Start:input_type -> termivar.v1.StartRequest
+	11, // 22: termivar.v1.Worker.RenewLease:input_type -> termivar.v1.RenewLeaseRequest
+	13, // 23: termivar.v1.Worker.Complete:input_type -> termivar.v1.CompleteRequest
+	15, // 24: termivar.v1.Worker.CompleteMany:input_type -> termivar.v1.CompleteManyRequest
+	18, // 25: termivar.v1.Worker.Fail:input_type -> termivar.v1.FailRequest
+	21, // 26: termivar.v1.Worker.Deregister:input_type -> termivar.v1.DeregisterRequest
+	24, // 27: termivar.v1.Producer.Enqueue:input_type -> termivar.v1.EnqueueRequest
+	28, // 28: termivar.v1.Producer.Cancel:input_type -> termivar.v1.CancelRequest
+	31, // 29: termivar.v1.Producer.GetTask:input_type -> termivar.v1.GetTaskRequest
+	33, // 30: termivar.v1.Producer.ListTasks:input_type -> termivar.v1.ListTasksRequest
+	35, // 31: termivar.v1.Producer.ScanProgress:input_type -> termivar.v1.ScanProgressRequest
+	37, // 32: termivar.v1.Producer.AggregateResults:input_type -> termivar.v1.AggregateResultsRequest
+	39, // 33: termivar.v1.Admin.Status:input_type -> termivar.v1.StatusRequest
+	41, // 34: termivar.v1.Admin.ListWorkers:input_type -> termivar.v1.ListWorkersRequest
+	43, // 35: termivar.v1.Admin.CreateTenant:input_type -> termivar.v1.CreateTenantRequest
+	45, // 36: termivar.v1.Admin.CreateKey:input_type -> termivar.v1.CreateKeyRequest
+	47, // 37: termivar.v1.Admin.ListKeys:input_type -> termivar.v1.ListKeysRequest
+	50, // 38: termivar.v1.Admin.RevokeKey:input_type -> termivar.v1.RevokeKeyRequest
+	52, // 39: termivar.v1.Admin.RotateKey:input_type -> termivar.v1.RotateKeyRequest
+	3,  // 40: termivar.v1.Worker.RegisterWorker:output_type -> termivar.v1.RegisterWorkerResponse
+	5,  // 41: termivar.v1.Worker.Heartbeat:output_type -> termivar.v1.HeartbeatResponse
+	8,  // 42: termivar.v1.Worker.Acquire:output_type -> termivar.v1.AcquireResponse
+	10, // 43: termivar.v1.Worker.Start:output_type -> termivar.v1.StartResponse
+	12, // 44: termivar.v1.Worker.RenewLease:output_type -> termivar.v1.RenewLeaseResponse
+	14, // 45: termivar.v1.Worker.Complete:output_type -> termivar.v1.CompleteResponse
+	17, // 46: termivar.v1.Worker.CompleteMany:output_type -> termivar.v1.CompleteManyResponse
+	19, // 47: termivar.v1.Worker.Fail:output_type -> termivar.v1.FailResponse
+	22, // 48: termivar.v1.Worker.Deregister:output_type -> termivar.v1.DeregisterResponse
+	27, // 49: termivar.v1.Producer.Enqueue:output_type -> termivar.v1.EnqueueResponse
+	29, // 50: termivar.v1.Producer.Cancel:output_type -> termivar.v1.CancelResponse
+	32, // 51: termivar.v1.Producer.GetTask:output_type -> termivar.v1.GetTaskResponse
+	34, // 52: termivar.v1.Producer.ListTasks:output_type -> termivar.v1.ListTasksResponse
+	36, // 53: termivar.v1.Producer.ScanProgress:output_type -> termivar.v1.ScanProgressResponse
+	38, // 54: termivar.v1.Producer.AggregateResults:output_type -> termivar.v1.AggregateResultsResponse
+	40, // 55: termivar.v1.Admin.Status:output_type -> termivar.v1.StatusResponse
+	42, // 56: termivar.v1.Admin.ListWorkers:output_type -> termivar.v1.ListWorkersResponse
+	44, // 57: termivar.v1.Admin.CreateTenant:output_type -> termivar.v1.CreateTenantResponse
+	46, // 58: termivar.v1.Admin.CreateKey:output_type -> termivar.v1.CreateKeyResponse
+	49, // 59: termivar.v1.Admin.ListKeys:output_type -> termivar.v1.ListKeysResponse
+	51, // 60: termivar.v1.Admin.RevokeKey:output_type -> termivar.v1.RevokeKeyResponse
+	53, // 61: termivar.v1.Admin.RotateKey:output_type -> termivar.v1.RotateKeyResponse
+	40, // [40:62] is the sub-list for method output_type
+	18, // [18:40] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_termivar_v1_api_proto_init() }
@@ -4049,15 +4185,15 @@ func file_termivar_v1_api_proto_init() {
 	file_termivar_v1_api_proto_msgTypes[18].OneofWrappers = []any{}
 	file_termivar_v1_api_proto_msgTypes[21].OneofWrappers = []any{}
 	file_termivar_v1_api_proto_msgTypes[24].OneofWrappers = []any{}
-	file_termivar_v1_api_proto_msgTypes[27].OneofWrappers = []any{}
-	file_termivar_v1_api_proto_msgTypes[29].OneofWrappers = []any{}
+	file_termivar_v1_api_proto_msgTypes[28].OneofWrappers = []any{}
+	file_termivar_v1_api_proto_msgTypes[30].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_termivar_v1_api_proto_rawDesc), len(file_termivar_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   53,
+			NumMessages:   54,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

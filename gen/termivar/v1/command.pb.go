@@ -1130,8 +1130,11 @@ func (x *TaskSpec) GetPriority() uint32 {
 
 // EnqueueTasks admits all tasks or none.
 type EnqueueTasks struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Tasks         []*TaskSpec            `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Tasks []*TaskSpec            `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	// declared_total, when non-zero, is stored as the scan's declared total
+	// (every task must then belong to one scan).
+	DeclaredTotal uint64 `protobuf:"varint,2,opt,name=declared_total,json=declaredTotal,proto3" json:"declared_total,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1171,6 +1174,13 @@ func (x *EnqueueTasks) GetTasks() []*TaskSpec {
 		return x.Tasks
 	}
 	return nil
+}
+
+func (x *EnqueueTasks) GetDeclaredTotal() uint64 {
+	if x != nil {
+		return x.DeclaredTotal
+	}
+	return 0
 }
 
 // WorkerSpec mirrors distributed.WorkerSpec.
@@ -2450,6 +2460,7 @@ type ScanIndex struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ScanId        string                 `protobuf:"bytes,1,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
 	TaskIds       []string               `protobuf:"bytes,2,rep,name=task_ids,json=taskIds,proto3" json:"task_ids,omitempty"`
+	DeclaredTotal uint64                 `protobuf:"varint,3,opt,name=declared_total,json=declaredTotal,proto3" json:"declared_total,omitempty"` // EnqueueTasks.declared_total, 0 if none
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2496,6 +2507,13 @@ func (x *ScanIndex) GetTaskIds() []string {
 		return x.TaskIds
 	}
 	return nil
+}
+
+func (x *ScanIndex) GetDeclaredTotal() uint64 {
+	if x != nil {
+		return x.DeclaredTotal
+	}
+	return 0
 }
 
 // SetNodeInfo records a node's advertised API URL (so followers can forward
@@ -2717,9 +2735,10 @@ const file_termivar_v1_command_proto_rawDesc = "" +
 	"\n" +
 	"target_ref\x18\x03 \x01(\fR\ttargetRef\x12\x16\n" +
 	"\x06phases\x18\x04 \x01(\fR\x06phases\x12\x1a\n" +
-	"\bpriority\x18\x05 \x01(\rR\bpriority\";\n" +
+	"\bpriority\x18\x05 \x01(\rR\bpriority\"b\n" +
 	"\fEnqueueTasks\x12+\n" +
-	"\x05tasks\x18\x01 \x03(\v2\x15.termivar.v1.TaskSpecR\x05tasks\"\xe5\x01\n" +
+	"\x05tasks\x18\x01 \x03(\v2\x15.termivar.v1.TaskSpecR\x05tasks\x12%\n" +
+	"\x0edeclared_total\x18\x02 \x01(\x04R\rdeclaredTotal\"\xe5\x01\n" +
 	"\n" +
 	"WorkerSpec\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x1a\n" +
@@ -2811,10 +2830,11 @@ const file_termivar_v1_command_proto_rawDesc = "" +
 	"\x05scans\x18\a \x03(\v2\x16.termivar.v1.ScanIndexR\x05scans\"A\n" +
 	"\vWorkerOwner\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x15\n" +
-	"\x06key_id\x18\x02 \x01(\tR\x05keyId\"?\n" +
+	"\x06key_id\x18\x02 \x01(\tR\x05keyId\"f\n" +
 	"\tScanIndex\x12\x17\n" +
 	"\ascan_id\x18\x01 \x01(\tR\x06scanId\x12\x19\n" +
-	"\btask_ids\x18\x02 \x03(\tR\ataskIds\"a\n" +
+	"\btask_ids\x18\x02 \x03(\tR\ataskIds\x12%\n" +
+	"\x0edeclared_total\x18\x03 \x01(\x04R\rdeclaredTotal\"a\n" +
 	"\vSetNodeInfo\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x17\n" +
 	"\aapi_url\x18\x02 \x01(\tR\x06apiUrl\x12 \n" +

@@ -128,19 +128,26 @@ func runRegistered(name string, args []string, env *cliEnv) (code int, ok bool) 
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	return runCommand(ctx, c, args, env), true
+}
+
+// runCommand runs c until it returns or ctx (SIGINT/SIGTERM in
+// runRegistered) ends, prints its error and returns its exit code.
+func runCommand(ctx context.Context, c clientCommand, args []string, env *cliEnv) int {
+	name := c.name
 	err := c.run(ctx, env, args)
 	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		// Interrupted (SIGINT/SIGTERM) while waiting: the shell convention.
 		fmt.Fprintln(env.stderr)
-		return 130, true
+		return exitInterrupted
 	}
 	if err != nil && !errors.Is(err, flag.ErrHelp) {
 		fmt.Fprintf(env.stderr, "termivar-coord %s: %v\n", name, err)
 	}
 	if errors.Is(err, flag.ErrHelp) {
-		return exitOK, true
+		return exitOK
 	}
-	return exitCode(err), true
+	return exitCode(err)
 }
 
 // registeredUsage lists the client commands for the top-level help.

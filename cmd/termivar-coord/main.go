@@ -25,6 +25,9 @@ const (
 	exitUsage       = 1
 	exitRejected    = 2
 	exitUnreachable = 3
+	// exitInterrupted is the shell's code for SIGINT (128+2): a client
+	// command stopped by SIGINT or SIGTERM while it waited.
+	exitInterrupted = 130
 )
 
 type command struct {

@@ -15,27 +15,36 @@ import (
 
 // progressJSON is one line of watch --json.
 type progressJSON struct {
-	ScanID    string  `json:"scan_id"`
-	Total     uint32  `json:"total"`
-	Queued    uint32  `json:"queued"`
-	Leased    uint32  `json:"leased"`
-	Running   uint32  `json:"running"`
-	Completed uint32  `json:"completed"`
-	Failed    uint32  `json:"failed"`
-	Cancelled uint32  `json:"cancelled"`
-	Expired   uint32  `json:"expired"`
-	Results   uint32  `json:"results"`
-	Done      bool    `json:"done"`
-	Elapsed   float64 `json:"elapsed_secs"`
+	ScanID    string `json:"scan_id"`
+	Total     uint32 `json:"total"`
+	Queued    uint32 `json:"queued"`
+	Leased    uint32 `json:"leased"`
+	Running   uint32 `json:"running"`
+	Completed uint32 `json:"completed"`
+	Failed    uint32 `json:"failed"`
+	Cancelled uint32 `json:"cancelled"`
+	Expired   uint32 `json:"expired"`
+	Results   uint32 `json:"results"`
+	// NotAdmitted is the part of the producer's declared total not yet
+	// enqueued (flow control: the tenant's window is full).
+	NotAdmitted uint64  `json:"not_admitted,omitempty"`
+	Done        bool    `json:"done"`
+	Elapsed     float64 `json:"elapsed_secs"`
 }
 
 func terminalCount(p *pb.ScanProgressResponse) uint32 {
 	return p.GetCompleted() + p.GetFailed() + p.GetCancelled() + p.GetExpired()
 }
 
-// scanDone reports whether every task of a non-empty scan is terminal.
+// scanDone reports whether every task of a non-empty scan is terminal and
+// every declared target admitted.
 func scanDone(p *pb.ScanProgressResponse) bool {
-	return p.GetTotal() > 0 && terminalCount(p) >= p.GetTotal()
+	return p.GetTotal() > 0 && terminalCount(p) >= p.GetTotal() && notAdmitted(p) == 0
+}
+
+// notAdmitted is the part of the scan's declared total not enqueued yet.
+func notAdmitted(p *pb.ScanProgressResponse) uint64 {
+	return p.GetDeclaredTotal() - min(p.GetDeclaredTotal(), uint64(p.GetTotal()))
 }
 
 // describeProgress is the bar's short label: counts per status, the
@@ -43,6 +52,9 @@ func scanDone(p *pb.ScanProgressResponse) bool {
 // shows terminal/total).
 func describeProgress(p *pb.ScanProgressResponse) string {
 	s := fmt.Sprintf("queued %3d running %3d", p.GetQueued(), p.GetLeased()+p.GetRunning())
+	if n := notAdmitted(p); n > 0 {
+		s += fmt.Sprintf(" not yet admitted %d", n)
+	}
 	if n := p.GetFailed(); n > 0 {
 		s += fmt.Sprintf(" failed %d", n)
 	}
@@ -98,7 +110,7 @@ func watchScan(ctx context.Context, c *client.Client, scan string, interval time
 				if err := writeJSON(w, progressJSON{
 					ScanID: scan, Total: p.GetTotal(), Queued: p.GetQueued(), Leased: p.GetLeased(), Running: p.GetRunning(),
 					Completed: p.GetCompleted(), Failed: p.GetFailed(), Cancelled: p.GetCancelled(), Expired: p.GetExpired(),
-					Results: p.GetResults(), Done: done, Elapsed: time.Since(start).Seconds(),
+					Results: p.GetResults(), NotAdmitted: notAdmitted(p), Done: done, Elapsed: time.Since(start).Seconds(),
 				}); err != nil {
 					return err
 				}
@@ -115,7 +127,7 @@ func watchScan(ctx context.Context, c *client.Client, scan string, interval time
 					progressbar.OptionThrottle(0),
 				)
 			}
-			bar.ChangeMax64(int64(p.GetTotal()))
+			bar.ChangeMax64(int64(uint64(p.GetTotal()) + notAdmitted(p)))
 			bar.Describe(describeProgress(p))
 			_ = bar.Set64(int64(terminalCount(p)))
 		}
@@ -139,7 +151,8 @@ func watchScan(ctx context.Context, c *client.Client, scan string, interval time
 func sameProgress(a, b *pb.ScanProgressResponse) bool {
 	return a.GetTotal() == b.GetTotal() && a.GetQueued() == b.GetQueued() && a.GetLeased() == b.GetLeased() &&
 		a.GetRunning() == b.GetRunning() && a.GetCompleted() == b.GetCompleted() && a.GetFailed() == b.GetFailed() &&
-		a.GetCancelled() == b.GetCancelled() && a.GetExpired() == b.GetExpired() && a.GetResults() == b.GetResults()
+		a.GetCancelled() == b.GetCancelled() && a.GetExpired() == b.GetExpired() && a.GetResults() == b.GetResults() &&
+		a.GetDeclaredTotal() == b.GetDeclaredTotal()
 }
 
 // resultJSON is one line of results --json: the result as a string when it

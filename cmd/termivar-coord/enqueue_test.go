@@ -262,12 +262,30 @@ func TestCLI_EnqueueInterruptedThenResumed(t *testing.T) {
 	if err != nil || p.GetDeclaredTotal() != 100 {
 		t.Fatalf("ScanProgress = %v, %v; want declared total 100", p, err)
 	}
+	// watch shows the 92 not yet admitted (and does not call the scan done).
+	watch, _ := lookupCommand("watch")
+	wctx, wcancel := context.WithCancel(context.Background())
+	var wout lockedBuffer
+	go func() {
+		done <- runCommand(wctx, watch, []string{"--server", b.srv.URL, "--key", b.srv.Key, "--scan", "s", "--json", "--interval", "50ms"}, &cliEnv{stdout: &wout, stderr: &errOut})
+	}()
+	waitCond(t, "watch reporting 92 not yet admitted", func() bool { return strings.Contains(wout.String(), `"not_admitted":92,"done":false`) })
+	wcancel()
+	if code := <-done; code != exitInterrupted {
+		t.Fatalf("watch: exit %d", code)
+	}
 	work(t, b.srv.URL, b.srv.Key, time.Millisecond)
 	code, stdout, stderr := b.run(t, "", "enqueue", "--scan", "s", "--batch", "16", "--quiet", "--file", file)
 	if code != exitOK || stdout != "enqueued 92 tasks to scan s (8 already present)\n" {
 		t.Fatalf("re-run: exit %d, out %q, err %q", code, stdout, stderr)
 	}
 	mustStore(t, c, "s", in)
+	code, stdout, _ = b.run(t, "", "watch", "--scan", "s", "--json", "--interval", "50ms")
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	var last progressJSON
+	if code != exitOK || json.Unmarshal([]byte(lines[len(lines)-1]), &last) != nil || !last.Done || last.Completed != 100 || last.NotAdmitted != 0 {
+		t.Fatalf("watch after the re-run: exit %d, last line %q", code, lines[len(lines)-1])
+	}
 }
 
 func TestCLI_EnqueueBadInputChangesNothing(t *testing.T) {

@@ -42,7 +42,7 @@ func clientCommands() []clientCommand {
 		{name: "demo", usage: "[--targets N] [--keep]",
 			summary: "run an embedded node, three workers and a scan with a worker crash, then print the results summary",
 			run:     runDemo},
-		{name: "worker", usage: "[--id ID] [--capacity N] [--tag T ...] -- CMD ARGS...",
+		{name: "worker", usage: "[--id ID] [--capacity N] [--adaptive-capacity] [--tag T ...] -- CMD ARGS...",
 			summary: "run a worker agent that runs CMD once per leased task",
 			run:     runWorker},
 		{name: "enqueue", usage: "--scan S [--priority low|normal|high|critical] [--phases 1,2] TARGET... | --file F | -",

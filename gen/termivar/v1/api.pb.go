@@ -200,8 +200,12 @@ type WorkerInfo struct {
 	NetworkBasisPoints uint32                 `protobuf:"varint,10,opt,name=network_basis_points,json=networkBasisPoints,proto3" json:"network_basis_points,omitempty"`
 	Tags               []string               `protobuf:"bytes,11,rep,name=tags,proto3" json:"tags,omitempty"`
 	AvailableSlots     uint32                 `protobuf:"varint,12,opt,name=available_slots,json=availableSlots,proto3" json:"available_slots,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// effective_capacity is capacity scaled down by the highest reported
+	// utilization (contract A.4); it equals capacity for a worker that
+	// reports none (the agent without --adaptive-capacity).
+	EffectiveCapacity uint32 `protobuf:"varint,13,opt,name=effective_capacity,json=effectiveCapacity,proto3" json:"effective_capacity,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *WorkerInfo) Reset() {
@@ -314,6 +318,13 @@ func (x *WorkerInfo) GetTags() []string {
 func (x *WorkerInfo) GetAvailableSlots() uint32 {
 	if x != nil {
 		return x.AvailableSlots
+	}
+	return 0
+}
+
+func (x *WorkerInfo) GetEffectiveCapacity() uint32 {
+	if x != nil {
+		return x.EffectiveCapacity
 	}
 	return 0
 }
@@ -3703,7 +3714,7 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x06status\x18\v \x01(\tR\x06status\x12\x18\n" +
 	"\amaximum\x18\f \x01(\x04R\amaximum\x12\x18\n" +
 	"\acurrent\x18\r \x01(\x04R\acurrent\x12\x1a\n" +
-	"\bproposed\x18\x0e \x01(\x04R\bproposed\"\xbb\x03\n" +
+	"\bproposed\x18\x0e \x01(\x04R\bproposed\"\xea\x03\n" +
 	"\n" +
 	"WorkerInfo\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x1e\n" +
@@ -3720,7 +3731,8 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x14network_basis_points\x18\n" +
 	" \x01(\rR\x12networkBasisPoints\x12\x12\n" +
 	"\x04tags\x18\v \x03(\tR\x04tags\x12'\n" +
-	"\x0favailable_slots\x18\f \x01(\rR\x0eavailableSlots\"\x8c\x03\n" +
+	"\x0favailable_slots\x18\f \x01(\rR\x0eavailableSlots\x12-\n" +
+	"\x12effective_capacity\x18\r \x01(\rR\x11effectiveCapacity\"\x8c\x03\n" +
 	"\x15RegisterWorkerRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x1a\n" +
 	"\bcapacity\x18\x02 \x01(\rR\bcapacity\x12(\n" +

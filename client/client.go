@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
@@ -258,6 +259,8 @@ func invoke[Req, Resp any](ctx context.Context, c *Client, op string, wait time.
 		}
 		if timedOut {
 			err = connect.NewError(connect.CodeUnavailable, fmt.Errorf("no answer from %s within the attempt timeout: %w", target.Host, err))
+		} else if connectionLost(ctx, err) {
+			err = lostConnection(target.Host, err)
 		}
 		lastErr = err
 		c.router.observe(target, err, timedOut)
@@ -275,6 +278,23 @@ func invoke[Req, Resp any](ctx context.Context, c *Client, op string, wait time.
 		}
 	}
 	return nil, wrapErr(op, lastErr)
+}
+
+// connectionLost reports whether a try failed because the connection broke
+// under it (connect reports a reset connection as Canceled, the same code
+// as the caller's own cancellation) while the caller still waits.
+func connectionLost(ctx context.Context, err error) bool {
+	return ctx.Err() == nil && connect.CodeOf(err) == connect.CodeCanceled &&
+		(errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE))
+}
+
+// lostConnection turns a broken connection into Unavailable with
+// OutcomeUnknown: the node may have applied the request before it went
+// away, so only calls that are safe to replay are tried again.
+func lostConnection(host string, err error) error {
+	ce := connect.NewError(connect.CodeUnavailable, fmt.Errorf("connection to %s lost: %w", host, err))
+	ce.Meta().Set(OutcomeHeader, OutcomeUnknown)
+	return ce
 }
 
 // attemptBytesPerSecond is the slowest upload an attempt deadline allows

@@ -369,7 +369,9 @@ func enqueueFailure(env *cliEnv, scan string, in *targetInput, res client.Enqueu
 	case errors.Is(err, client.ErrInvalidTarget):
 		return rejectedError{fmt.Sprintf("%s: %v; %s", in.name, err, stored)}
 	}
-	return fmt.Errorf("%s; run the same command again to store the rest: %w", stored, err)
+	// NB: "at least": the last request may have been applied by a node
+	// that went away before it answered; the re-run finds it present.
+	return fmt.Errorf("at least %s; run the same command again to store the rest: %w", stored, err)
 }
 
 // limitHint adds what frees a limit that workers do not free.

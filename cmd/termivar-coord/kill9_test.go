@@ -124,20 +124,21 @@ func TestServe_Kill9(t *testing.T) {
 	hc := newHTTPClient(false, 16)
 	defer hc.CloseIdleConnections()
 	led := &ledger{enqueued: map[string]string{}, results: map[string]string{}}
-	var prodKey, workKey string
+	var prodKey, workKey, adminKey string
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 42))
 
 	for it := 0; it < iterations; it++ {
 		c := startCoord(t, bin, dir, api, raftPort)
 		if it == 0 {
-			adminKey, err := os.ReadFile(filepath.Join(dir, "admin.key"))
+			ak, err := os.ReadFile(filepath.Join(dir, "admin.key"))
 			if err != nil {
 				t.Fatal(err)
 			}
 			if st, _ := os.Stat(filepath.Join(dir, "admin.key")); st.Mode().Perm() != 0o600 {
 				t.Fatalf("admin.key mode %v", st.Mode().Perm())
 			}
-			admin := newClients(hc, c.url, strings.TrimSpace(string(adminKey)))
+			adminKey = strings.TrimSpace(string(ak))
+			admin := newClients(hc, c.url, adminKey)
 			for _, r := range []struct {
 				role string
 				dst  *string
@@ -162,11 +163,13 @@ func TestServe_Kill9(t *testing.T) {
 		hc.CloseIdleConnections()
 	}
 	c := startCoord(t, bin, dir, api, raftPort)
-	defer func() { c.cmd.Process.Signal(os.Interrupt); c.cmd.Wait() }()
 	verifyLedger(t, newClients(hc, c.url, prodKey), led, true)
 	led.mu.Lock()
 	t.Logf("after %d kill -9 cycles: %d acknowledged enqueues, %d acknowledged results, all present exactly once", iterations, len(led.enqueued), len(led.results))
 	led.mu.Unlock()
+	c = flowEnqueueKill9(t, bin, dir, api, raftPort, c, adminKey)
+	c.cmd.Process.Signal(os.Interrupt)
+	c.cmd.Wait()
 }
 
 // runClients runs two producers and two workers until the coordinator is

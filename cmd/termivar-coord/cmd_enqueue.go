@@ -148,7 +148,7 @@ func (in *targetInput) close() {
 // target, and the distinct targets are counted (the scan's declared
 // total). A file is rewound for the second read.
 func (in *targetInput) check() error {
-	seen := map[[32]byte]struct{}{}
+	seen := map[[16]byte]struct{}{}
 	n := 0
 	var bad error
 	in.each(func(line int, t string) bool {
@@ -161,7 +161,8 @@ func (in *targetInput) check() error {
 		if n <= len(in.ids) {
 			id = in.ids[n-1]
 		}
-		seen[sha256.Sum256([]byte(id+"\x00"+t))] = struct{}{}
+		h := sha256.Sum256([]byte(id + "\x00" + t))
+		seen[[16]byte(h[:16])] = struct{}{}
 		return true
 	})
 	switch {
@@ -272,7 +273,9 @@ type enqueueJSON struct {
 	CollisionCount int             `json:"collision_count"`
 	Collisions     []collisionJSON `json:"collisions,omitempty"`
 	Complete       bool            `json:"complete"`
-	TaskIDs        []string        `json:"task_ids,omitempty"`
+	// Waits counts the backoff sleeps while the tenant had no room.
+	Waits   int      `json:"waits"`
+	TaskIDs []string `json:"task_ids,omitempty"`
 }
 
 type collisionJSON struct {
@@ -288,7 +291,7 @@ type collisionJSON struct {
 func reportEnqueue(env *cliEnv, asJSON bool, scan string, in *targetInput, res client.EnqueueResult, err error) error {
 	if asJSON {
 		j := enqueueJSON{ScanID: scan, Read: res.Read, Stored: res.Stored(), Enqueued: res.Enqueued, Existing: res.Existing,
-			Duplicates: res.Duplicates, CollisionCount: res.CollisionCount, Complete: err == nil, TaskIDs: res.TaskIDs}
+			Duplicates: res.Duplicates, CollisionCount: res.CollisionCount, Complete: err == nil, Waits: res.Waits, TaskIDs: res.TaskIDs}
 		for _, p := range res.DuplicatePositions {
 			j.DuplicateLines = append(j.DuplicateLines, in.line(p))
 		}

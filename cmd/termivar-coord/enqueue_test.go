@@ -310,3 +310,84 @@ func TestCLI_EnqueueBadInputChangesNothing(t *testing.T) {
 	}
 	mustStore(t, b.client(t), "st", []string{"a.example"})
 }
+
+// TestCLI_EnqueueFlowControlStream: 50 000 targets on stdin (a stream, read
+// once) into a tenant whose queue holds 512: the command waits for the
+// worker to free room and completes with exit 0; every target is stored
+// once. (The 1 000 000-target run of the issue needs terminal records to
+// be freed, which purge and retention bring; until then the records limit,
+// 65 536 for a tenant's lifetime, caps a tenant's total.)
+func TestCLI_EnqueueFlowControlStream(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	admin := b.client(t)
+	ctx := context.Background()
+	if _, err := admin.CreateTenant(ctx, &pb.CreateTenantRequest{Name: "flow",
+		Limits: &pb.CoreLimits{MaxTaskRecords: 65536, MaxActiveTasks: 512, MaxQueuedTasks: 512, MaxTerminalTasks: 65536, MaxWorkers: 4,
+			MaxRetries: 3, MaxLeaseTtlSecs: 3600, MaxTaskTtlSecs: 86400, HeartbeatTimeoutSecs: 3600},
+		ResultLimits: &pb.ResultLimits{MaxResults: 65536, MaxResultBytes: 1024, MaxTotalBytes: 16 << 20, MaxAggregateItems: 1024, MaxAggregateBytes: 16 << 20}}); err != nil {
+		t.Fatal(err)
+	}
+	keys := map[string]string{}
+	for _, role := range []string{"producer", "worker"} {
+		k, err := admin.CreateKey(ctx, &pb.CreateKeyRequest{Tenant: "flow", Role: role})
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys[role] = k.GetKey()
+	}
+	w, err := client.New(client.Config{ServerURL: b.srv.URL, Key: keys["worker"]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	wctx, stop := context.WithCancel(ctx)
+	drained := drainTenant(wctx, t, w)
+	defer func() { stop(); <-drained }()
+
+	const n = 50000
+	in := numbered("big", n)
+	var env cliEnv
+	var out, errOut strings.Builder
+	env.stdin, env.stdout, env.stderr = strings.NewReader(strings.Join(in, "\n")+"\n"), &out, &errOut
+	rest, err := parseGlobal([]string{"--server", b.srv.URL, "--key", keys["producer"], "--json", "enqueue", "--scan", "big", "-"}, &env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, _ := runRegistered(rest[0], rest[1:], &env)
+	var j enqueueJSON
+	if code != exitOK || json.Unmarshal([]byte(out.String()), &j) != nil || j.Enqueued != n || !j.Complete || j.Waits == 0 {
+		t.Fatalf("enqueue of %d on stdin: exit %d, out %q, err %q; want all enqueued after waiting for room", n, code, out.String(), errOut.String())
+	}
+	p, err := client.New(client.Config{ServerURL: b.srv.URL, Key: keys["producer"]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	mustStore(t, p, "big", in)
+}
+
+// drainTenant completes the tenant's tasks (empty results) until ctx ends;
+// the channel closes when it stopped.
+func drainTenant(ctx context.Context, t *testing.T, w *client.Client) <-chan struct{} {
+	t.Helper()
+	if _, err := w.RegisterWorker(ctx, &pb.RegisterWorkerRequest{WorkerId: "drain", Capacity: 512}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			acq, err := w.Acquire(ctx, &pb.AcquireRequest{WorkerId: "drain", MaxTasks: 256, Start: true, LeaseTtlSecs: 60, WaitSecs: 1})
+			if err != nil || len(acq.GetTasks()) == 0 {
+				continue
+			}
+			req := &pb.CompleteManyRequest{}
+			for _, tk := range acq.GetTasks() {
+				req.Items = append(req.Items, &pb.CompleteRequest{LeaseToken: tk.GetLeaseToken()})
+			}
+			_, _ = w.CompleteMany(ctx, req)
+		}
+	}()
+	return done
+}

@@ -172,8 +172,9 @@ var enqueueLimits = []struct {
 // interrupted call (client or node crash) can be repeated with the same
 // input and completes without duplicates. Targets that repeat an earlier
 // target are stored once and counted as Duplicates. The input is read
-// once, as the batches are sent; memory grows by about 30 bytes per
-// distinct target (the duplicate index).
+// once, as the batches are sent; memory grows by about 56 bytes per
+// distinct target (the duplicate index: 16-byte ID hash → 8-byte target
+// hash, 56 MB for 1 000 000 targets, measured).
 //
 // Errors, with the result of what was stored before: ctx's error; *Error
 // from the server (errors.Is against the core's sentinels); *LimitError;
@@ -204,20 +205,13 @@ type pendingTask struct {
 	position int
 }
 
-// seenTarget is the duplicate index's entry of a task ID: the first
-// position and a hash of the target.
-type seenTarget struct {
-	position uint32
-	target   [8]byte
-}
-
 type enqueuer struct {
 	c        *Client
 	opts     EnqueueOptions
 	prio     string
 	max, n   int // configured batch size; current (halved while full)
 	pending  []pendingTask
-	seen     map[[16]byte]seenTarget
+	seen     map[[16]byte][8]byte // task ID hash → target hash (duplicate index)
 	res      EnqueueResult
 	waits    int // consecutive waits; resets on progress
 	mismatch bool
@@ -236,7 +230,7 @@ func newEnqueuer(c *Client, opts EnqueueOptions) (*enqueuer, error) {
 		batch = 1000
 	}
 	batch = min(batch, MaxEnqueueBatch)
-	return &enqueuer{c: c, opts: opts, prio: prio, max: batch, n: batch, seen: map[[16]byte]seenTarget{}}, nil
+	return &enqueuer{c: c, opts: opts, prio: prio, max: batch, n: batch, seen: map[[16]byte][8]byte{}}, nil
 }
 
 // add takes the next target: checks it, drops a duplicate, queues it and
@@ -260,7 +254,7 @@ func (e *enqueuer) add(ctx context.Context, target string) error {
 	key, th := sha256.Sum256([]byte(id)), sha256.Sum256([]byte(target))
 	k, h := [16]byte(key[:16]), [8]byte(th[:8])
 	if old, ok := e.seen[k]; ok {
-		if old.target == h {
+		if old == h {
 			e.res.Duplicates++
 			if len(e.res.DuplicatePositions) < MaxReported {
 				e.res.DuplicatePositions = append(e.res.DuplicatePositions, pos)
@@ -270,7 +264,7 @@ func (e *enqueuer) add(ctx context.Context, target string) error {
 		e.collide(Collision{Position: pos, TaskID: id, ScanID: e.opts.ScanID, InInput: true})
 		return nil
 	}
-	e.seen[k] = seenTarget{position: uint32(pos), target: h}
+	e.seen[k] = h
 	if e.opts.KeepTaskIDs {
 		e.res.TaskIDs = append(e.res.TaskIDs, id)
 	}

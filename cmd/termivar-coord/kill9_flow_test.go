@@ -1,13 +1,14 @@
 // The flow-controlled enqueue under kill -9, part of TestServe_Kill9. Goal:
-// `enqueue --file` of a scan far larger than its tenant's queue, with the
-// node killed in the middle, reports how much it stored and exits 3; after
-// the restart the same command completes (exit 0) and every target is
-// stored exactly once, under its derived ID, and worked to one result.
-// Method: a tenant with a 64-task queue; the real binary's enqueue command
-// against the real node while an in-process worker drains the queue;
-// SIGKILL once 2 000 of the 20 000 targets are admitted; then the re-run,
-// and the scan checked through ListTasks, ScanProgress and
-// AggregateResults.
+// `enqueue --file` of a scan far larger than its tenant's queue survives a
+// kill -9 of the client and then of the node in the middle: the node's
+// kill makes it report how much is stored and exit 3; after the restart
+// the same command completes (exit 0) and every target is stored exactly
+// once, under its derived ID, and worked to one result. Method: a tenant
+// with a 64-task queue; the real binary's enqueue command against the real
+// node while an in-process worker drains the queue; SIGKILL of the enqueue
+// process once 1 000 of the 20 000 targets are admitted, the same command
+// again, SIGKILL of the node once 3 000 are admitted; then the re-run, and
+// the scan checked through ListTasks, ScanProgress and AggregateResults.
 package main
 
 import (
@@ -28,9 +29,10 @@ import (
 )
 
 const (
-	flowScan    = "flow"
-	flowTargets = 20000
-	flowKillAt  = 2000
+	flowScan         = "flow"
+	flowTargets      = 20000
+	flowClientKillAt = 1000
+	flowKillAt       = 3000
 )
 
 // flowEnqueueKill9 runs the scenario on the running node c and returns the
@@ -50,18 +52,24 @@ func flowEnqueueKill9(t *testing.T, bin, dir string, api, raftPort int, c *coord
 	stopWorker := flowWorker(t, c.url, workKey)
 	defer stopWorker()
 
-	run := exec.Command(bin, "enqueue", "--server", c.url, "--key", prodKey, "--scan", flowScan, "--batch", "256", "--quiet", "--file", file)
-	var out, errOut bytes.Buffer
-	run.Stdout, run.Stderr = &out, &errOut
-	if err := run.Start(); err != nil {
+	admitted := func(n uint32) func() bool {
+		return func() bool {
+			p, err := prod.ScanProgress(context.Background(), &pb.ScanProgressRequest{ScanId: flowScan})
+			return err == nil && p.GetTotal() >= n
+		}
+	}
+	// The client dies first.
+	first, firstExited, _ := startEnqueue(t, bin, c.url, prodKey, file)
+	waitCond(t, "1 000 targets admitted", admitted(flowClientKillAt))
+	if err := first.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- run.Wait() }()
-	waitCond(t, "2 000 targets admitted", func() bool {
-		p, err := prod.ScanProgress(context.Background(), &pb.ScanProgressRequest{ScanId: flowScan})
-		return err == nil && p.GetTotal() >= flowKillAt
-	})
+	if err := <-firstExited; err == nil {
+		t.Fatal("the enqueue finished before its kill -9")
+	}
+	// The same command again; now the node dies under it.
+	_, exited, errOut := startEnqueue(t, bin, c.url, prodKey, file)
+	waitCond(t, "3 000 targets admitted", admitted(flowKillAt))
 	c.kill9(t)
 	err := <-exited
 	var ee *exec.ExitError
@@ -83,6 +91,21 @@ func flowEnqueueKill9(t *testing.T, bin, dir string, api, raftPort int, c *coord
 	checkFlowScan(t, prod, targets)
 	t.Logf("flow-controlled enqueue: killed after %s; the re-run enqueued %d, found %d", strings.TrimSpace(errOut.String()), enqueued, present)
 	return c
+}
+
+// startEnqueue starts `enqueue --file` of the binary; the channel gets
+// Wait's error, the buffer the command's stderr (read it after that).
+func startEnqueue(t *testing.T, bin, url, key, file string) (*exec.Cmd, <-chan error, *bytes.Buffer) {
+	t.Helper()
+	run := exec.Command(bin, "enqueue", "--server", url, "--key", key, "--scan", flowScan, "--batch", "256", "--quiet", "--file", file)
+	var errOut bytes.Buffer
+	run.Stderr = &errOut
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- run.Wait() }()
+	return run, exited, &errOut
 }
 
 // flowTenant creates tenant "flow" with a 64-task queue and returns a

@@ -235,8 +235,9 @@ func drain(ctx context.Context, t *testing.T, c *client.Client) <-chan struct{} 
 	return stopped
 }
 
+// NB: not parallel: its busy worker and producer would share the CPU
+// with the failover tests' 50 ms attempt deadlines.
 func TestClient_EnqueueTargetsWaitsForRoom(t *testing.T) {
-	t.Parallel()
 	b := setupLimits(t, smallLimits(512, 8, 8, 512))
 	ctx, cancel := context.WithCancel(context.Background())
 	stopped := drain(ctx, t, b.c)
@@ -255,8 +256,9 @@ func TestClient_EnqueueTargetsWaitsForRoom(t *testing.T) {
 	}
 }
 
+// NB: not parallel: its busy worker and producer would share the CPU
+// with the failover tests' 50 ms attempt deadlines.
 func TestClient_EnqueueTargetsInterruptedThenResumed(t *testing.T) {
-	t.Parallel()
 	b := setupLimits(t, smallLimits(512, 8, 8, 512))
 	in := targetsOf("t", 100)
 	// No worker: the queue fills at 8 and the call waits until cancelled.

@@ -70,6 +70,13 @@ type EnqueueOptions struct {
 	// is reached, which only frees when terminal tasks are removed (a
 	// retention policy); otherwise those limits are errors.
 	WaitForRecords bool
+	// RetryUnreachableFor keeps a call going while the node cannot be
+	// reached (a restart, a leader change, an overloaded node), retrying
+	// with the same backoff for up to this long since the last request
+	// that got an answer; 0 leaves it to the client's own retries
+	// (Config.MaxAttempts). Safe because every request skips what is
+	// already stored.
+	RetryUnreachableFor time.Duration
 	// KeepTaskIDs fills EnqueueResult.TaskIDs.
 	KeepTaskIDs bool
 	// ProgressFunc, if set, is called after each request with the counts
@@ -206,6 +213,7 @@ type pendingTask struct {
 }
 
 type enqueuer struct {
+	answered time.Time // when the last request got an answer
 	c        *Client
 	opts     EnqueueOptions
 	prio     string
@@ -230,7 +238,7 @@ func newEnqueuer(c *Client, opts EnqueueOptions) (*enqueuer, error) {
 		batch = 1000
 	}
 	batch = min(batch, MaxEnqueueBatch)
-	return &enqueuer{c: c, opts: opts, prio: prio, max: batch, n: batch, seen: map[[16]byte][8]byte{}}, nil
+	return &enqueuer{c: c, opts: opts, prio: prio, max: batch, n: batch, seen: map[[16]byte][8]byte{}, answered: time.Now()}, nil
 }
 
 // add takes the next target: checks it, drops a duplicate, queues it and
@@ -305,6 +313,9 @@ func (e *enqueuer) flush(ctx context.Context) error {
 	for len(e.pending) > 0 {
 		n := min(e.n, len(e.pending))
 		err := e.send(ctx, e.pending[:n])
+		if !IsUnreachable(err) {
+			e.answered = time.Now()
+		}
 		if err == nil {
 			e.pending = e.pending[n:]
 			e.n, e.waits = min(e.n*2, e.max), 0
@@ -315,7 +326,7 @@ func (e *enqueuer) flush(ctx context.Context) error {
 			e.n = n / 2 // part of the batch may fit: fill the room first
 			continue
 		}
-		if !e.waitable(err) {
+		if !e.waitable(err) && !e.rideThrough(err) {
 			return e.limitErr(err)
 		}
 		e.waits++
@@ -348,6 +359,12 @@ func (e *enqueuer) send(ctx context.Context, batch []pendingTask) error {
 		e.collide(Collision{Position: batch[i].position, TaskID: col.GetTaskId(), ScanID: col.GetScanId()})
 	}
 	return nil
+}
+
+// rideThrough reports whether an unreachable node is retried: for up to
+// RetryUnreachableFor since the last answer.
+func (e *enqueuer) rideThrough(err error) bool {
+	return IsUnreachable(err) && time.Since(e.answered) < e.opts.RetryUnreachableFor
 }
 
 // isCapacity reports whether err is one of the capacity errors of an

@@ -12,8 +12,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"slices"
 	"sort"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -299,4 +304,46 @@ func TestClient_EnqueueTargetsInvalidTarget(t *testing.T) {
 			wantStored(t, b.c, scan, in[:3])
 		})
 	}
+}
+
+// TestClient_EnqueueTargetsRidesThroughUnreachable: a node that answers
+// Unavailable to its first requests (a restart) stops an enqueue once the
+// client's own retries are spent, unless RetryUnreachableFor keeps it
+// going; then every target is stored once.
+func TestClient_EnqueueTargetsRidesThroughUnreachable(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	target, err := url.Parse(b.srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	var down atomic.Int64
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if down.Add(-1) >= 0 {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte(`{"code":"unavailable","message":"restarting"}`))
+			return
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	defer front.Close()
+	c, err := client.New(client.Config{ServerURL: front.URL, Key: b.srv.Key, MaxAttempts: 2, MinBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	in := targetsOf("t", 40)
+	down.Store(5)
+	res, err := c.EnqueueTargets(context.Background(), client.EnqueueOptions{ScanID: "gave-up", BatchSize: 10}, slices.Values(in))
+	if !client.IsUnreachable(err) || res.Stored() != 0 {
+		t.Fatalf("EnqueueTargets without RetryUnreachableFor = %+v, %v; want unreachable, nothing stored", res, err)
+	}
+	down.Store(5)
+	res, err = c.EnqueueTargets(context.Background(), client.EnqueueOptions{ScanID: "rode", BatchSize: 10, RetryUnreachableFor: time.Minute}, slices.Values(in))
+	if err != nil || res.Enqueued != 40 || res.Waits == 0 {
+		t.Fatalf("EnqueueTargets with RetryUnreachableFor = %+v, %v; want 40 enqueued after waits", res, err)
+	}
+	wantStored(t, b.c, "rode", in)
 }

@@ -39,6 +39,7 @@ func runEnqueue(ctx context.Context, env *cliEnv, args []string) error {
 	batch := fs.Int("batch", 1000, fmt.Sprintf("tasks per request (at most %d)", client.MaxEnqueueBatch))
 	noWait := fs.Bool("no-wait", false, "fail when the tenant's queue is full instead of waiting for workers to free room")
 	waitRecords := fs.Bool("wait-records", false, "also wait while the tenant's task-record or terminal limit is reached (frees only when terminal tasks are deleted)")
+	retryFor := fs.Duration("retry-for", 30*time.Second, "keep retrying this long while the node cannot be reached (a restart, a leader change) before giving up; a re-run continues where it stopped")
 	quiet := fs.Bool("quiet", false, "no progress bar on stderr")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -47,7 +48,7 @@ func runEnqueue(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	opts.NoWait, opts.WaitForRecords, opts.KeepTaskIDs = *noWait, *waitRecords, g.json
+	opts.NoWait, opts.WaitForRecords, opts.KeepTaskIDs, opts.RetryUnreachableFor = *noWait, *waitRecords, g.json, *retryFor
 	in, err := openTargets(env, fs.Args(), *file, ids)
 	if err != nil {
 		return err
@@ -254,7 +255,7 @@ func enqueueBar(w io.Writer, total int) func(client.EnqueueProgress) {
 	return func(p client.EnqueueProgress) {
 		desc := "stored"
 		if p.Waiting {
-			desc = "stored (waiting for room)"
+			desc = "stored (waiting for room or for the node)"
 		}
 		bar.Describe(desc)
 		_ = bar.Set64(int64(p.Stored))

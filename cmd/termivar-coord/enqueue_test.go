@@ -357,7 +357,7 @@ func TestCLI_EnqueueFlowControlStream(t *testing.T) {
 	code, _ := runRegistered(rest[0], rest[1:], &env)
 	var j enqueueJSON
 	if code != exitOK || json.Unmarshal([]byte(out.String()), &j) != nil || j.Enqueued != n || !j.Complete || j.Waits == 0 {
-		t.Fatalf("enqueue of %d on stdin: exit %d, out %q, err %q; want all enqueued after waiting for room", n, code, out.String(), errOut.String())
+		t.Fatalf("enqueue of %d on stdin: exit %d, summary %+v, err %q; want all enqueued after waiting for room", n, code, j.Read, errOut.String())
 	}
 	p, err := client.New(client.Config{ServerURL: b.srv.URL, Key: keys["producer"]})
 	if err != nil {

@@ -97,7 +97,9 @@ func flowEnqueueKill9(t *testing.T, bin, dir string, api, raftPort int, c *coord
 // Wait's error, the buffer the command's stderr (read it after that).
 func startEnqueue(t *testing.T, bin, url, key, file string) (*exec.Cmd, <-chan error, *bytes.Buffer) {
 	t.Helper()
-	run := exec.Command(bin, "enqueue", "--server", url, "--key", key, "--scan", flowScan, "--batch", "256", "--quiet", "--file", file)
+	// NB: --retry-for 1s: the run the node's kill cuts off gives up soon
+	// instead of waiting out the restart (the re-run is what is tested).
+	run := exec.Command(bin, "enqueue", "--server", url, "--key", key, "--scan", flowScan, "--batch", "256", "--quiet", "--retry-for", "1s", "--file", file)
 	var errOut bytes.Buffer
 	run.Stderr = &errOut
 	if err := run.Start(); err != nil {

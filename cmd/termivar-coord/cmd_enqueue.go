@@ -251,6 +251,9 @@ func enqueueBar(w io.Writer, total int) func(client.EnqueueProgress) {
 		progressbar.OptionShowCount(),
 		progressbar.OptionSetDescription("stored"),
 		progressbar.OptionThrottle(200*time.Millisecond),
+		// NB: no spinner goroutine for a stream (unknown total): the bar
+		// changes when the enqueue reports, and nothing outlives the call.
+		progressbar.OptionSetSpinnerChangeInterval(0),
 	)
 	return func(p client.EnqueueProgress) {
 		desc := "stored"

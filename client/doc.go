@@ -22,7 +22,7 @@
 // the next URL when a node does not answer: a connection error, or — for
 // the calls marked "replay" below — a try that runs out of its own
 // deadline, Config.AttemptTimeout (default 1 s, a cluster's default
-// election timeout; an Acquire try gets its long-poll wait on top, and
+// election timeout; an Acquire or FollowResults try gets its long-poll wait on top, and
 // every try one second per MiB of request). A
 // paused (SIGSTOPped) node still accepts TCP connections, so the attempt
 // deadline is what takes a client off it. A try that timed out is
@@ -38,6 +38,7 @@
 //	RPC                      replay  why
 //	Producer.GetTask,        yes     reads
 //	  ListTasks, ScanProgress,
+//	  ListScans, FollowResults,
 //	  Admin.Status, ListWorkers,
 //	  Cluster.Members
 //	Worker.Heartbeat         yes     sets the same status again
@@ -60,6 +61,9 @@
 //	                                 skip_existing (EnqueueTargets), finds
 //	                                 its tasks present
 //	Producer.Cancel          yes     AlreadyCancelled
+//	Producer.Retry           yes     tasks already queued are left as they
+//	                                 are (only a task that became terminal
+//	                                 again in between is re-run again)
 //	Worker.RegisterWorker    no      a replay fails worker_already_exists,
 //	                                 which the caller cannot tell from a
 //	                                 real conflict

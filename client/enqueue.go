@@ -61,8 +61,14 @@ type EnqueueOptions struct {
 	BatchSize int
 	// DeclaredTotal, when non-zero, is sent with every batch: the number
 	// of targets asked for in the scan, which ScanProgress reports so that
-	// the part not yet admitted can be shown.
+	// the part not yet admitted can be shown (the scan is not finished
+	// before it is admitted). It needs cluster version 2 (a cluster still
+	// at 1 refuses it with cluster_version); leave it 0 there.
 	DeclaredTotal uint64
+	// AttemptTimeoutSecs bounds each attempt of every task (0: none): the
+	// agent stops the command after it and fails the attempt with reason
+	// "timeout"; renewals past it are refused. Needs cluster version 2.
+	AttemptTimeoutSecs uint64
 	// NoWait makes a full queue (queued or active task limit) an error
 	// instead of a wait for room.
 	NoWait bool
@@ -341,7 +347,8 @@ func (e *enqueuer) flush(ctx context.Context) error {
 
 // send enqueues one batch (skip_existing) and accounts for its answer.
 func (e *enqueuer) send(ctx context.Context, batch []pendingTask) error {
-	req := &pb.EnqueueRequest{Tasks: make([]*pb.NewTask, len(batch)), SkipExisting: true, DeclaredTotal: e.opts.DeclaredTotal}
+	req := &pb.EnqueueRequest{Tasks: make([]*pb.NewTask, len(batch)), SkipExisting: true,
+		DeclaredTotal: e.opts.DeclaredTotal, AttemptTimeoutSecs: e.opts.AttemptTimeoutSecs}
 	for i, p := range batch {
 		req.Tasks[i] = p.task
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/termivar/distributed/internal/metrics"
 	"github.com/termivar/distributed/raftfsm"
 )
 
@@ -101,8 +102,17 @@ func (n *Node) CommitHealth() error {
 
 // onFSMFatal is the FSM's FatalFunc: a committed entry is corrupt.
 func (n *Node) onFSMFatal(err error) {
-	n.hl.setFatal(dataDirErr(filepath.Join(n.cfg.DataDir, raftDir, "wal"), err.Error(), remedyCorruptLog))
+	remedy := remedyCorruptLog
+	if errors.Is(err, raftfsm.ErrUnsupportedVersion) {
+		remedy = remedyUpgrade
+	}
+	n.hl.setFatal(dataDirErr(filepath.Join(n.cfg.DataDir, raftDir, "wal"), err.Error(), remedy))
 }
+
+// remedyUpgrade is the repair of a node that met an entry of a newer
+// release (raftfsm/version.go): its data dir is intact.
+const remedyUpgrade = "start this data dir with a binary that supports the cluster's version " +
+	"(docs/operations.md, \"Upgrade\"); nothing of it was applied, the data dir is intact"
 
 // storeWatchLoop turns a log store failure streak longer than the grace
 // period into a fatal error, until ctx (the node's lifetime) ends.
@@ -130,9 +140,12 @@ func (n *Node) storeWatchLoop(ctx context.Context) {
 }
 
 // watchedLogStore reports the outcome of every write to the node's health.
+// It also times every write (raft-wal's append with its fsync) into the
+// node's metrics.
 type watchedLogStore struct {
 	raft.LogStore
 	h *health
+	m *metrics.Node
 }
 
 var _ raft.MonotonicLogStore = (*watchedLogStore)(nil)
@@ -140,8 +153,11 @@ var _ raft.MonotonicLogStore = (*watchedLogStore)(nil)
 func (s *watchedLogStore) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.Log{l}) }
 
 func (s *watchedLogStore) StoreLogs(logs []*raft.Log) error {
+	start := time.Now()
 	err := s.LogStore.StoreLogs(logs)
-	s.h.storeResult(err, time.Now())
+	end := time.Now()
+	s.m.ObserveStore(end.Sub(start))
+	s.h.storeResult(err, end)
 	return err
 }
 
@@ -154,5 +170,6 @@ func (s *watchedLogStore) IsMonotonic() bool {
 
 // fsmOptions are the FSM options of a node.
 func (n *Node) fsmOptions() raftfsm.Options {
-	return raftfsm.Options{Logger: n.cfg.Logger, NotifyFunc: n.wake.notify, FatalFunc: n.onFSMFatal}
+	return raftfsm.Options{Logger: n.cfg.Logger, NotifyFunc: n.wake.notify, ProgressFunc: n.progress.notify, FatalFunc: n.onFSMFatal,
+		MaxVersion: n.cfg.MaxVersion()}
 }

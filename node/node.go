@@ -35,10 +35,15 @@ import (
 	"github.com/hashicorp/raft"
 	wal "github.com/hashicorp/raft-wal"
 	"github.com/hashicorp/raft-wal/metadb"
+	walmetrics "github.com/hashicorp/raft-wal/metrics"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	distributed "github.com/termivar/distributed"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/internal/metrics"
 	"github.com/termivar/distributed/internal/token"
+	"github.com/termivar/distributed/internal/tracing"
 	"github.com/termivar/distributed/internal/wire"
 	"github.com/termivar/distributed/raftfsm"
 )
@@ -62,8 +67,17 @@ type Config struct {
 	// Logger receives node diagnostics; nil discards them.
 	Logger *slog.Logger
 	// RaftLogOutput receives hashicorp/raft's own log at warn level; nil
-	// discards it.
+	// discards it. Ignored when RaftLogger is set.
 	RaftLogOutput io.Writer
+	// RaftLogger, when set, receives hashicorp/raft's and raft-wal's log
+	// (serve routes it into its slog logger: internal/logging.HCLog).
+	RaftLogger hclog.Logger
+	// Metrics receives the raft instruments (apply latency, batch size,
+	// log store latency, snapshots, leader changes, recoveries, raft-wal's
+	// counters); nil records nothing.
+	Metrics *metrics.Node
+	// TracerProvider makes the spans of raft proposals; nil: no spans.
+	TracerProvider trace.TracerProvider
 	// MaxBatchCommands bounds the commands coalesced into one log entry
 	// (default 1024, at most raftfsm.MaxBatchCommands).
 	MaxBatchCommands int
@@ -116,6 +130,11 @@ type Config struct {
 	// raft state but remains of an old cluster (identity, secret, keys);
 	// without it such a start is refused (identity.go).
 	ForceNewCluster bool
+	// EmulateVersion, when set below raftfsm.SupportedVersion, makes the
+	// node behave as a release that supports cluster versions up to it
+	// (reports it, applies nothing newer): for mixed-version tests of
+	// rolling upgrades (version.go). Zero in production.
+	EmulateVersion uint32
 
 	// Test hooks (integrity_test.go): wrapLogStore wraps raft-wal before
 	// raft sees it, trailingLogs replaces raft's TrailingLogs (default
@@ -142,6 +161,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.RaftLogOutput == nil {
 		c.RaftLogOutput = io.Discard
+	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = noop.NewTracerProvider()
 	}
 	if c.MaxBatchCommands <= 0 || c.MaxBatchCommands > raftfsm.MaxBatchCommands {
 		c.MaxBatchCommands = 1024
@@ -198,6 +220,7 @@ type Node struct {
 	firstRefusal  atomic.Int64 // unix nanoseconds of the first refusal
 	codec         *token.Codec
 	wake          *notifier
+	progress      *notifier // the FSM's ProgressFunc: tasks may have become terminal
 	clu           clusterState
 	ident         *identity
 	lock          *dirLock
@@ -207,6 +230,7 @@ type Node struct {
 	// first thing in Close; every background loop and call derives from it.
 	life      *lifetime
 	prop      *proposer // set in start, once raft runs
+	tracer    trace.Tracer
 	closeOnce sync.Once
 }
 
@@ -251,13 +275,14 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 		}
 	}
 	n := &Node{
-		cfg:    cfg,
-		log:    cfg.Logger,
-		secret: secret,
-		ident:  ident,
-		wake:   newNotifier(),
-		hl:     newHealth(),
-		life:   newLifetime(),
+		cfg:      cfg,
+		log:      cfg.Logger,
+		secret:   secret,
+		ident:    ident,
+		wake:     newNotifier(),
+		progress: newNotifier(),
+		hl:       newHealth(),
+		life:     newLifetime(),
 	}
 	n.incarnation = ident.incarnation()
 	n.verifyPeer = n.verifyRaftPeer
@@ -290,9 +315,12 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 func (n *Node) start(ctx context.Context, existing, wroteSecret bool) error {
 	cfg := n.cfg
 	n.prop = newProposer(n.raft, n.fsm.LastTime, cfg.NowFunc, cfg.MaxBatchCommands, n.life.Done())
+	n.prop.m = cfg.Metrics
+	n.tracer = cfg.TracerProvider.Tracer(tracing.InstrumentationName)
 	n.life.Go(n.prop.run)
 	n.life.Go(n.prop.respond)
 	n.life.Go(n.storeWatchLoop)
+	n.life.Go(n.leaderLoop)
 	if existing {
 		n.warnPeersDiffer()
 	}
@@ -331,7 +359,10 @@ func (n *Node) start(ctx context.Context, existing, wroteSecret bool) error {
 // reports whether raft state existed.
 func (n *Node) openRaft() (bool, error) {
 	cfg := n.cfg
-	hl := hclog.New(&hclog.LoggerOptions{Name: "raft", Output: cfg.RaftLogOutput, Level: hclog.Warn})
+	hl := cfg.RaftLogger
+	if hl == nil {
+		hl = hclog.New(&hclog.LoggerOptions{Name: "raft", Output: cfg.RaftLogOutput, Level: hclog.Warn})
+	}
 	// NB: WAL.Close does not close its meta DB (and so keeps the bolt file
 	// lock); the node owns the meta store and closes it after the WAL.
 	// NB: scanWALSegments checks every byte of the segments before raft-wal
@@ -344,7 +375,12 @@ func (n *Node) openRaft() (bool, error) {
 	if cfg.walSegmentBytes > 0 {
 		segSize = wal.WithSegmentSize(cfg.walSegmentBytes)
 	}
-	w, err := wal.Open(filepath.Join(cfg.DataDir, raftDir, "wal"), wal.WithLogger(hl), wal.WithMetaStore(n.meta), segSize)
+	var walMetrics walmetrics.Collector = &walmetrics.NoOpCollector{}
+	if cfg.Metrics != nil {
+		walMetrics = cfg.Metrics
+	}
+	w, err := wal.Open(filepath.Join(cfg.DataDir, raftDir, "wal"), wal.WithLogger(hl), wal.WithMetaStore(n.meta), segSize,
+		wal.WithMetricsCollector(walMetrics))
 	if err != nil {
 		return false, fmt.Errorf("node: open raft-wal: %w", err)
 	}
@@ -386,7 +422,7 @@ func (n *Node) openRaft() (bool, error) {
 	if cfg.wrapLogStore != nil {
 		logs = cfg.wrapLogStore(logs)
 	}
-	logs = &watchedLogStore{LogStore: logs, h: n.hl}
+	logs = &watchedLogStore{LogStore: logs, h: n.hl, m: cfg.Metrics}
 	existing, err := raft.HasExistingState(logs, w, snaps)
 	if err != nil {
 		return false, err
@@ -399,7 +435,10 @@ func (n *Node) openRaft() (bool, error) {
 			return false, fmt.Errorf("node: bootstrap: %w", err)
 		}
 	}
-	r, err := raft.NewRaft(rc, n.fsm, logs, w, snaps, trans)
+	r, err := raft.NewRaft(rc, observedFSM{FSM: n.fsm, m: cfg.Metrics, log: n.log}, logs, w, snaps, trans)
+	if uerr := n.fsm.UnsupportedState(); err != nil && uerr != nil {
+		return false, dataDirErr(filepath.Join(cfg.DataDir, raftDir, "snapshots"), uerr.Error(), remedyUpgrade)
+	}
 	if err != nil {
 		return false, fmt.Errorf("node: start raft: %w", err)
 	}
@@ -470,6 +509,10 @@ func (n *Node) RaftAddr() string { return string(n.trans.LocalAddr()) }
 // WaitChan returns a channel that is closed the next time a command may
 // have made queued tasks available in tenant (Acquire long-polls on it).
 func (n *Node) WaitChan(tenant string) <-chan struct{} { return n.wake.wait(tenant) }
+
+// ProgressChan returns a channel that is closed the next time a command
+// may have made tasks of the tenant terminal (result followers wait on it).
+func (n *Node) ProgressChan(tenant string) <-chan struct{} { return n.progress.wait(tenant) }
 
 // Snapshot forces a raft snapshot (tests and operators).
 func (n *Node) Snapshot() error { return n.raft.Snapshot().Error() }

@@ -6,6 +6,7 @@
 package raftfsm
 
 import (
+	"errors"
 	"testing"
 
 	distributed "github.com/termivar/distributed"
@@ -45,5 +46,83 @@ func TestFSM_EnqueueDeclaredTotal(t *testing.T) {
 	b.mustReject(t, declaredCmd(99, "a1"), distributed.ErrTaskAlreadyExists)
 	if got := tv.ScanDeclaredTotal("s1"); got != 12 {
 		t.Fatalf("ScanDeclaredTotal after rejected batches = %d, want 12", got)
+	}
+}
+
+func declaredScanCmd(scan string, total uint64, ids ...string) *pb.Command {
+	c := enqueueScanCmd(scan, ids...)
+	c.GetEnqueue().DeclaredTotal = total
+	return c
+}
+
+// TestFSM_DeclaredScanFinishesWhenAdmitted: a scan with a declared total is
+// not finished while part of it is not admitted, even with every admitted
+// task terminal; it finishes when the last declared task ends. A partial
+// purge keeps the declaration and the admitted count (ordinals are never
+// renumbered); snapshots round-trip at every step; a snapshot claiming a
+// finish time for a scan short of its declared total is refused; deleting
+// the whole scan drops the declaration with the record.
+func TestFSM_DeclaredScanFinishesWhenAdmitted(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.must(t, registerCmd("kw1", "w1"))
+	b.must(t, b.at(100, declaredScanCmd("s1", 4, "t1", "t2")))
+	if got, want := b.scan(t, "s1"), (ScanState{ScanID: "s1", CreatedAt: 100, Tasks: 2, NextOrdinal: 2, Declared: 4, Pending: 2}); got != want {
+		t.Fatalf("after the first batch Scan = %+v, want %+v", got, want)
+	}
+	acq := b.must(t, b.at(110, acquireCmd("kw1", "w1", 2))).Value.([]Acquired)
+	for _, a := range acq {
+		b.must(t, b.at(120, completeCmd("kw1", a.Lease, []byte("r"))))
+	}
+	if got := b.scan(t, "s1"); got.Finished || got.Pending != 2 {
+		t.Fatalf("every admitted task done, 2 not admitted: Scan = %+v, want running with 2 pending", got)
+	}
+	checkScanRoundTrip(t, b.f, "s1")
+	// A snapshot that calls this scan finished contradicts its declaration.
+	g := New(Options{})
+	if err := g.RestoreState(editScans(t, b.f, func(sc []*pb.ScanIndex) { sc[0].FinishedAt = 120 })); !errors.Is(err, ErrInvalidState) {
+		t.Fatalf("finish time on a scan short of its declared total: RestoreState = %v, want ErrInvalidState", err)
+	}
+	// A partial purge of the done tasks leaves the admitted count.
+	b.must(t, b.at(125, purgeCmd("kprod", &pb.PurgeTasks{TaskIds: []string{"t1"}})))
+	if got := b.scan(t, "s1"); got.Finished || got.Tasks != 1 || got.Declared != 4 || got.Pending != 2 {
+		t.Fatalf("after a partial purge Scan = %+v, want 1 task, declared 4, 2 pending", got)
+	}
+	b.must(t, b.at(130, declaredScanCmd("s1", 4, "t3", "t4")))
+	acq = b.must(t, b.at(140, acquireCmd("kw1", "w1", 2))).Value.([]Acquired)
+	b.must(t, b.at(150, completeCmd("kw1", acq[0].Lease, []byte("r"))))
+	if got := b.scan(t, "s1"); got.Finished || got.Pending != 0 {
+		t.Fatalf("all admitted, one task open: Scan = %+v, want running, 0 pending", got)
+	}
+	b.must(t, b.at(160, completeCmd("kw1", acq[1].Lease, []byte("r"))))
+	if got := b.scan(t, "s1"); !got.Finished || got.FinishedAt != 160 {
+		t.Fatalf("all admitted and done: Scan = %+v, want finished at 160", got)
+	}
+	checkScanRoundTrip(t, b.f, "s1")
+	// Deleting the whole scan drops the record with its declaration; the
+	// ID then starts a new scan without one.
+	b.must(t, b.at(170, purgeCmd("kprod", &pb.PurgeTasks{ScanId: "s1", WholeScan: true})))
+	tv, _ := b.f.Tenant("acme")
+	if _, ok := tv.Scan("s1"); ok || tv.ScanDeclaredTotal("s1") != 0 {
+		t.Fatalf("deleted scan: record %v, declared %d", ok, tv.ScanDeclaredTotal("s1"))
+	}
+	b.must(t, b.at(180, enqueueScanCmd("s1", "v1")))
+	if got := b.scan(t, "s1"); got.Declared != 0 || got.Pending != 0 || got.CreatedAt != 180 {
+		t.Fatalf("new scan under the deleted ID = %+v, want no declaration", got)
+	}
+	checkScanRoundTrip(t, b.f, "s1")
+}
+
+// TestFSM_DeclaredTotalNeedsVersion2: at cluster version 1 an enqueue that
+// declares a total is refused with cluster_version and changes nothing (a
+// version-1 binary would ignore the declaration); the same batch without
+// it is accepted.
+func TestFSM_DeclaredTotalNeedsVersion2(t *testing.T) {
+	t.Parallel()
+	b := setupV1(t)
+	refusedUnchanged(t, b, declaredScanCmd("s1", 5, "t1"), ErrClusterVersion)
+	b.must(t, enqueueScanCmd("s1", "t1"))
+	if got := b.scan(t, "s1"); got.Declared != 0 || got.Tasks != 1 {
+		t.Fatalf("Scan = %+v, want 1 task, no declaration", got)
 	}
 }

@@ -34,6 +34,13 @@ const (
 	// KindKeyLimit: the key table (live and revoked records) holds
 	// MaxKeyRecords.
 	KindKeyLimit
+	// KindScanNotFound: DeleteScan (PurgeTasks whole_scan) names a scan
+	// with no task records (never enqueued, or already deleted).
+	KindScanNotFound
+	// KindClusterVersion: the operation belongs to a cluster version the
+	// cluster has not reached (a member still runs an older binary), or
+	// SetClusterVersion names a version a member does not support.
+	KindClusterVersion
 	kindEnd
 )
 
@@ -68,6 +75,10 @@ func (k ErrorKind) String() string {
 		return "last_admin_key"
 	case KindKeyLimit:
 		return "key_limit"
+	case KindScanNotFound:
+		return "scan_not_found"
+	case KindClusterVersion:
+		return "cluster_version"
 	}
 	return "unknown"
 }
@@ -97,6 +108,8 @@ var (
 	ErrKeyNotFound        = &Error{Kind: KindKeyNotFound}
 	ErrLastAdminKey       = &Error{Kind: KindLastAdminKey}
 	ErrKeyLimit           = &Error{Kind: KindKeyLimit}
+	ErrScanNotFound       = &Error{Kind: KindScanNotFound}
+	ErrClusterVersion     = &Error{Kind: KindClusterVersion}
 )
 
 func fsmErr(k ErrorKind, reason string) *Error { return &Error{Kind: k, Reason: reason} }

@@ -71,7 +71,18 @@ func tablesOf(t *testing.T, f *FSM) fsmTables {
 		ps, _ := tn.pool.ExportState()
 		rs, _ := tn.results.ExportState()
 		out.Tenants[name] = tenantTables{Limits: tn.limits, ResultLimits: tn.resultLimits, Pool: ps, Results: rs,
-			Owners: maps.Clone(tn.owners), Scans: maps.Clone(tn.scans), Declared: maps.Clone(tn.declared)}
+			Owners: maps.Clone(tn.owners), Scans: maps.Clone(tn.scans), Declared: declaredOf(tn)}
+	}
+	return out
+}
+
+// declaredOf maps the tenant's scans that have a declared total to it.
+func declaredOf(tn *Tenant) map[string]uint64 {
+	out := map[string]uint64{}
+	for id, m := range tn.meta {
+		if m.declared != 0 {
+			out[id] = m.declared
+		}
 	}
 	return out
 }

@@ -167,7 +167,10 @@ func (v TenantView) ScanTaskIDs(scanID string) []string {
 func (v TenantView) ScanDeclaredTotal(scanID string) uint64 {
 	v.f.mu.RLock()
 	defer v.f.mu.RUnlock()
-	return v.t.declared[scanID]
+	if m, ok := v.t.meta[scanID]; ok {
+		return m.declared
+	}
+	return 0
 }
 
 // WorkerOwner returns the key ID a worker ID is bound to, if any.
@@ -181,7 +184,9 @@ func (v TenantView) WorkerOwner(workerID string) (string, bool) {
 // RecoveryCommands returns the background recovery commands that would do
 // something in the named tenant at logical time now: RecoverExpiredLeases,
 // PruneDeadWorkers and ExpireOldTasks (tasks older than maxAgeSecs; 0 or a
-// value above the tenant's MaxTaskTTLSecs takes MaxTaskTTLSecs). It reads
+// value above the tenant's MaxTaskTTLSecs takes MaxTaskTTLSecs), and the
+// retention policy's PurgeTasks (terminal tasks that finished more than
+// result_retention_secs before now; docs/adr/0002-purge.md). It reads
 // the core's index minima only (O(log n), no record copies), so an idle
 // tenant yields none and does not grow the log.
 func (v TenantView) RecoveryCommands(now, maxAgeSecs uint64) []*pb.Command {
@@ -199,5 +204,15 @@ func (v TenantView) RecoveryCommands(now, maxAgeSecs uint64) []*pb.Command {
 	if old {
 		ops = append(ops, &pb.Command{Tenant: v.t.name, Op: &pb.Command_ExpireOldTasks{ExpireOldTasks: &pb.ExpireOldTasks{MaxAgeSecs: maxAgeSecs}}})
 	}
+	if purge := v.t.retentionCommand(now, v.ResultRetentionSecs()); purge != nil {
+		ops = append(ops, purge)
+	}
 	return ops
+}
+
+// ResultRetentionSecs returns the tenant's result retention policy (0: off).
+func (v TenantView) ResultRetentionSecs() uint64 {
+	v.f.mu.RLock()
+	defer v.f.mu.RUnlock()
+	return v.t.retentionSecs
 }

@@ -3,6 +3,7 @@ package raftfsm
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"slices"
 
@@ -42,7 +43,8 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 func (f *FSM) ExportState() ([]byte, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	st := &pb.FSMState{Version: StateVersion, EpochId: f.epoch, LastTime: f.lastTime, Nodes: f.exportNodes()}
+	st := &pb.FSMState{Version: StateVersion, EpochId: f.epoch, LastTime: f.lastTime, Nodes: f.exportNodes(),
+		ClusterVersion: f.clusterVersion.Load(), LastBackup: f.lastBackup}
 	st.Keys, st.RevokedKeys = f.exportKeys()
 	for _, name := range sortedKeys(f.tenants) {
 		t := f.tenants[name]
@@ -54,12 +56,12 @@ func (f *FSM) ExportState() ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		ts := &pb.TenantState{Name: name, Limits: wire.LimitsToProto(t.limits), ResultLimits: wire.ResultLimitsToProto(t.resultLimits), PoolState: ps, ResultState: rs}
+		ts := &pb.TenantState{Name: name, Limits: wire.LimitsToProto(t.limits), ResultLimits: wire.ResultLimitsToProto(t.resultLimits), PoolState: ps, ResultState: rs, ResultRetentionSecs: t.retentionSecs}
 		for _, w := range sortedKeys(t.owners) {
 			ts.WorkerOwners = append(ts.WorkerOwners, &pb.WorkerOwner{WorkerId: w, KeyId: t.owners[w]})
 		}
 		for _, s := range sortedKeys(t.scans) {
-			ts.Scans = append(ts.Scans, &pb.ScanIndex{ScanId: s, TaskIds: t.scans[s], DeclaredTotal: t.declared[s]})
+			ts.Scans = append(ts.Scans, t.exportScan(s))
 		}
 		st.Tenants = append(st.Tenants, ts)
 	}
@@ -86,9 +88,23 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.applyMu.Lock()
 	defer f.applyMu.Unlock()
 	if err := f.RestoreState(buf.Bytes()); err != nil {
+		if errors.Is(err, ErrUnsupportedVersion) {
+			// NB: raft reports only "failed to load any existing
+			// snapshots"; the node asks for the reason (UnsupportedState).
+			f.unsupportedState.Store(&err)
+		}
 		return err
 	}
 	f.indexKnown = false
+	return nil
+}
+
+// UnsupportedState returns the error of the last snapshot Restore refused
+// because it needs a newer binary (ErrUnsupportedVersion), or nil.
+func (f *FSM) UnsupportedState() error {
+	if p := f.unsupportedState.Load(); p != nil {
+		return *p
+	}
 	return nil
 }
 
@@ -97,10 +113,18 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 var ErrInvalidState = errors.New("raftfsm: invalid snapshot state")
 
 // RestoreState replaces the state with bytes from ExportState, validating
-// everything first.
+// everything first. A state of a cluster version above the FSM's
+// MaxVersion is refused with ErrUnsupportedVersion (upgrade the binary).
 func (f *FSM) RestoreState(b []byte) error {
 	var st pb.FSMState
 	if err := proto.Unmarshal(b, &st); err != nil || st.GetVersion() != StateVersion {
+		return ErrInvalidState
+	}
+	cv := max(st.GetClusterVersion(), MinClusterVersion)
+	if cv > f.maxVersion {
+		return fmt.Errorf("%w: the state is of cluster version %d; this binary supports up to %d: upgrade it", ErrUnsupportedVersion, cv, f.maxVersion)
+	}
+	if lb := st.GetLastBackup(); lb != nil && (len(lb.GetBackupId()) != backupIDBytes || !validNodeInfo(lb.GetNodeId(), "")) {
 		return ErrInvalidState
 	}
 	if st.EpochId != nil && len(st.GetEpochId()) != EpochBytes {
@@ -133,6 +157,8 @@ func (f *FSM) RestoreState(b []byte) error {
 	f.revoked = revoked
 	f.tenants = tenants
 	f.nodes = nodes
+	f.clusterVersion.Store(cv)
+	f.lastBackup = st.GetLastBackup()
 	return nil
 }
 
@@ -157,8 +183,12 @@ func restoreTenant(ts *pb.TenantState) (*Tenant, bool) {
 	if err != nil || res.Limits() != rl {
 		return nil, false
 	}
+	if checkRetention(ts.GetResultRetentionSecs()) != nil {
+		return nil, false
+	}
 	t := &Tenant{name: ts.GetName(), limits: lim, resultLimits: rl, pool: pool, results: res,
-		owners: map[string]string{}, scans: map[string][]string{}, declared: map[string]uint64{}}
+		owners: map[string]string{}, scans: map[string][]string{}, meta: map[string]*scanMeta{},
+		retentionSecs: ts.GetResultRetentionSecs()}
 	for _, o := range ts.GetWorkerOwners() {
 		if _, dup := t.owners[o.GetWorkerId()]; dup {
 			return nil, false
@@ -174,10 +204,12 @@ func restoreTenant(ts *pb.TenantState) (*Tenant, bool) {
 				return nil, false
 			}
 		}
-		t.scans[sc.GetScanId()] = slices.Clone(sc.GetTaskIds())
-		if d := sc.GetDeclaredTotal(); d != 0 {
-			t.declared[sc.GetScanId()] = d
+		m, ok := restoreScanMeta(pool, res, sc)
+		if !ok {
+			return nil, false
 		}
+		t.scans[sc.GetScanId()] = slices.Clone(sc.GetTaskIds())
+		t.meta[sc.GetScanId()] = m
 	}
 	return t, true
 }

@@ -22,13 +22,16 @@ import (
 // clusterOps are the operations applyOneAt dispatches itself: they act on
 // the cluster, not inside one tenant.
 var clusterOps = map[reflect.Type]bool{
-	reflect.TypeFor[*pb.Command_Batch]():        true,
-	reflect.TypeFor[*pb.Command_InitCluster]():  true,
-	reflect.TypeFor[*pb.Command_CreateTenant](): true,
-	reflect.TypeFor[*pb.Command_CreateKey]():    true,
-	reflect.TypeFor[*pb.Command_RevokeKey]():    true,
-	reflect.TypeFor[*pb.Command_RotateKey]():    true,
-	reflect.TypeFor[*pb.Command_SetNodeInfo]():  true,
+	reflect.TypeFor[*pb.Command_Batch]():             true,
+	reflect.TypeFor[*pb.Command_InitCluster]():       true,
+	reflect.TypeFor[*pb.Command_CreateTenant]():      true,
+	reflect.TypeFor[*pb.Command_CreateKey]():         true,
+	reflect.TypeFor[*pb.Command_RevokeKey]():         true,
+	reflect.TypeFor[*pb.Command_RotateKey]():         true,
+	reflect.TypeFor[*pb.Command_SetNodeInfo]():       true,
+	reflect.TypeFor[*pb.Command_SetClusterVersion](): true,
+	reflect.TypeFor[*pb.Command_RecordBackup]():      true,
+	reflect.TypeFor[*pb.Command_UpdateTenant]():      true,
 }
 
 // opTypes returns the wrapper type of every field of pb.Command's op oneof.
@@ -131,6 +134,8 @@ func roleCases() []roleCase {
 			return cmdOf(&pb.Command_CancelTask{CancelTask: &pb.CancelTask{Ownership: own(l)}})
 		}},
 		{reflect.TypeFor[*pb.Command_CancelTaskById](), needProducer, func(distributed.TaskLease) *pb.Command { return cancelByIDCmd("", "t1") }},
+		{reflect.TypeFor[*pb.Command_RerunTasks](), needProducer, c(&pb.Command_RerunTasks{RerunTasks: &pb.RerunTasks{TaskIds: []string{"t2"}}})},
+		{reflect.TypeFor[*pb.Command_PurgeTasks](), needProducer, c(&pb.Command_PurgeTasks{PurgeTasks: &pb.PurgeTasks{}})},
 	}
 }
 

@@ -66,6 +66,9 @@ var kindCodes = map[string]connect.Code{
 	"lease_expired":             connect.CodeFailedPrecondition,
 	"conflicting_result":        connect.CodeAlreadyExists,
 	"mismatched_result_receipt": connect.CodeFailedPrecondition,
+	"task_purged":               connect.CodeNotFound, // Part F: the task's record was purged
+	"attempt_timed_out":         connect.CodeFailedPrecondition,
+	"failure_reason_too_long":   connect.CodeInvalidArgument,
 	// Core: integrity.
 	"state_invariant": connect.CodeInternal,
 	"invalid_state":   connect.CodeDataLoss,
@@ -79,6 +82,8 @@ var kindCodes = map[string]connect.Code{
 	"key_not_found":       connect.CodeNotFound,
 	"last_admin_key":      connect.CodeFailedPrecondition,
 	"key_limit":           connect.CodeResourceExhausted,
+	"scan_not_found":      connect.CodeNotFound,
+	"cluster_version":     connect.CodeFailedPrecondition,
 	// Node (the Kind constants of this package).
 	KindInvalidToken:     connect.CodePermissionDenied,
 	KindUnauthenticated:  connect.CodeUnauthenticated,

@@ -41,7 +41,12 @@ func runEnqueue(ctx context.Context, env *cliEnv, args []string) error {
 	waitRecords := fs.Bool("wait-records", false, "also wait while the tenant's task-record or terminal limit is reached (frees only when terminal tasks are deleted)")
 	retryFor := fs.Duration("retry-for", 30*time.Second, "keep retrying this long while the node cannot be reached (a restart, a leader change) before giving up; a re-run continues where it stopped")
 	quiet := fs.Bool("quiet", false, "no progress bar on stderr")
+	timeout := fs.Duration("timeout", 0, "per-attempt timeout in whole seconds, e.g. 5m (0 = none): the worker kills the command after it and the attempt fails with reason timeout")
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	timeoutSecs, err := attemptTimeoutSecs(*timeout)
+	if err != nil {
 		return err
 	}
 	opts, err := enqueueOptions(*scan, *priority, *phases, *batch)
@@ -49,6 +54,7 @@ func runEnqueue(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	opts.NoWait, opts.WaitForRecords, opts.KeepTaskIDs, opts.RetryUnreachableFor = *noWait, *waitRecords, g.json, *retryFor
+	opts.AttemptTimeoutSecs = timeoutSecs
 	in, err := openTargets(env, fs.Args(), *file, ids)
 	if err != nil {
 		return err
@@ -66,6 +72,15 @@ func runEnqueue(ctx context.Context, env *cliEnv, args []string) error {
 		opts.ProgressFunc = enqueueBar(env.stderr, in.distinct)
 	}
 	res, err := c.EnqueueTargets(ctx, opts, in.seq())
+	if isKind(err, "cluster_version") && opts.DeclaredTotal != 0 && in.rewind() == nil {
+		// A cluster in a rolling upgrade (docs/node.md, "Versions and
+		// rolling upgrades") refuses the declared total the command adds on
+		// its own; send the same input without it (what is stored is
+		// skipped, so nothing is duplicated).
+		fmt.Fprintln(env.stderr, "note: the cluster runs version 1 until every node is upgraded: the scan's total is not declared, so watch cannot show the part not yet admitted")
+		opts.DeclaredTotal = 0
+		res, err = c.EnqueueTargets(ctx, opts, in.seq())
+	}
 	if opts.ProgressFunc != nil {
 		fmt.Fprintln(env.stderr)
 	}
@@ -220,6 +235,19 @@ func (in *targetInput) seq() iter.Seq[string] {
 			return yield(t)
 		})
 	}
+}
+
+// rewind makes arguments or a file readable again from the start (a
+// stream cannot be).
+func (in *targetInput) rewind() error {
+	switch {
+	case in.r == nil:
+		return nil
+	case in.f != nil:
+		_, err := in.f.Seek(0, io.SeekStart)
+		return err
+	}
+	return errors.New("a stream cannot be read again")
 }
 
 // line returns the input line of the target at a 1-based position.
@@ -381,10 +409,12 @@ func enqueueFailure(env *cliEnv, scan string, in *targetInput, res client.Enqueu
 	return fmt.Errorf("at least %s; run the same command again to store the rest: %w", stored, err)
 }
 
-// limitHint adds what frees a limit that workers do not free.
+// limitHint adds what frees a limit that workers do not free. tenants
+// update sets only the retention policy, not the limits, so the limit's
+// flag stays the one that raises it.
 func limitHint(name string) string {
 	if name == "max_task_records" || name == "max_terminal_tasks" {
-		return " or delete finished scans (or enqueue with --wait-records while retention frees them)"
+		return " or delete finished scans (scans delete SCAN), or set a retention policy (tenants update --result-retention) and enqueue with --wait-records while it frees them"
 	}
 	return " or leave out --no-wait to wait for workers to free room"
 }

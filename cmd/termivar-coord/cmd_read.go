@@ -4,32 +4,41 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	distributed "github.com/termivar/distributed"
 	"github.com/termivar/distributed/client"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/internal/buildinfo"
 )
 
 // This file holds the read commands status, tasks and workers, and cancel.
 
 // statusJSON is the --json form of status.
 type statusJSON struct {
-	NodeID        string `json:"node_id"`
-	RaftState     string `json:"raft_state"`
-	Leader        string `json:"leader"`
-	AppliedIndex  uint64 `json:"applied_index"`
-	Tenant        string `json:"tenant"`
-	Revision      uint64 `json:"revision"`
-	LogicalTime   uint64 `json:"logical_time"`
-	TaskRecords   uint32 `json:"task_records"`
-	ActiveTasks   uint32 `json:"active_tasks"`
-	QueuedTasks   uint32 `json:"queued_tasks"`
-	TerminalTasks uint32 `json:"terminal_tasks"`
-	Workers       uint32 `json:"workers"`
-	Results       uint32 `json:"results"`
-	ResultBytes   uint64 `json:"result_bytes"`
+	NodeID              string `json:"node_id"`
+	RaftState           string `json:"raft_state"`
+	Leader              string `json:"leader"`
+	AppliedIndex        uint64 `json:"applied_index"`
+	Tenant              string `json:"tenant"`
+	Revision            uint64 `json:"revision"`
+	LogicalTime         uint64 `json:"logical_time"`
+	TaskRecords         uint32 `json:"task_records"`
+	ActiveTasks         uint32 `json:"active_tasks"`
+	QueuedTasks         uint32 `json:"queued_tasks"`
+	TerminalTasks       uint32 `json:"terminal_tasks"`
+	Workers             uint32 `json:"workers"`
+	Results             uint32 `json:"results"`
+	ResultBytes         uint64 `json:"result_bytes"`
+	ResultRetentionSecs uint64 `json:"result_retention_secs"`
+	// Build is the answering node's build (nil from an older node).
+	Build *buildJSON `json:"build,omitempty"`
+	// ClusterVersion and NodeMaxVersion: docs/operations.md, "Upgrade".
+	ClusterVersion uint32 `json:"cluster_version"`
+	NodeMaxVersion uint32 `json:"node_max_version"`
 }
 
 func runStatus(ctx context.Context, env *cliEnv, args []string) error {
@@ -55,6 +64,9 @@ func runStatus(ctx context.Context, env *cliEnv, args []string) error {
 			Tenant: s.GetTenant(), Revision: s.GetRevision(), LogicalTime: s.GetLogicalTime(),
 			TaskRecords: s.GetTaskRecords(), ActiveTasks: s.GetActiveTasks(), QueuedTasks: s.GetQueuedTasks(),
 			TerminalTasks: s.GetTerminalTasks(), Workers: s.GetWorkers(), Results: s.GetResults(), ResultBytes: s.GetResultBytes(),
+			ResultRetentionSecs: s.GetResultRetentionSecs(),
+			Build:               nodeBuild(s),
+			ClusterVersion:      s.GetClusterVersion(), NodeMaxVersion: s.GetNodeMaxVersion(),
 		})
 	}
 	w := tabwriter.NewWriter(env.stdout, 0, 0, 2, ' ', 0)
@@ -62,11 +74,24 @@ func runStatus(ctx context.Context, env *cliEnv, args []string) error {
 	fmt.Fprintf(w, "tenant\t%s (revision %d, logical time %d)\n", s.GetTenant(), s.GetRevision(), s.GetLogicalTime())
 	fmt.Fprintf(w, "tasks\t%d records: %d queued, %d active, %d terminal\n", s.GetTaskRecords(), s.GetQueuedTasks(), s.GetActiveTasks(), s.GetTerminalTasks())
 	fmt.Fprintf(w, "workers\t%d\n", s.GetWorkers())
-	fmt.Fprintf(w, "results\t%d (%d bytes)\n", s.GetResults(), s.GetResultBytes())
+	fmt.Fprintf(w, "results\t%d (%d bytes), retention %s\n", s.GetResults(), s.GetResultBytes(), retentionString(s.GetResultRetentionSecs()))
 	if len(s.GetMembers()) > 1 {
 		fmt.Fprintf(w, "members\t%s\n", membersLine(s.GetMembers()))
 	}
+	fmt.Fprintf(w, "version\tcluster %d (this node supports up to %d)\n", s.GetClusterVersion(), s.GetNodeMaxVersion())
+	if s.GetBuild() != nil {
+		fmt.Fprintf(w, "build\t%s\n", buildinfo.FromProto(s.GetBuild()))
+	}
 	return w.Flush()
+}
+
+// nodeBuild is the build in a Status answer, nil when the node sent none.
+func nodeBuild(s *pb.StatusResponse) *buildJSON {
+	if s.GetBuild() == nil {
+		return nil
+	}
+	b := toBuildJSON(buildinfo.FromProto(s.GetBuild()))
+	return &b
 }
 
 // taskJSON is one line of tasks --json.
@@ -86,6 +111,10 @@ type taskJSON struct {
 	LeaseID        uint64  `json:"lease_id,omitempty"`
 	LeaseExpiresAt uint64  `json:"lease_expires_at,omitempty"`
 	HasResult      bool    `json:"has_result"`
+	// Beyond the seed (docs/contract.md Part F).
+	AttemptTimeoutSecs uint64 `json:"attempt_timeout_secs,omitempty"`
+	Reruns             uint32 `json:"reruns,omitempty"`
+	LastFailureReason  string `json:"last_failure_reason,omitempty"`
 }
 
 func toTaskJSON(t *pb.TaskInfo) taskJSON {
@@ -94,6 +123,7 @@ func toTaskJSON(t *pb.TaskInfo) taskJSON {
 		Priority: t.GetPriority(), Status: t.GetStatus(), CreatedAt: t.GetCreatedAt(), StartedAt: t.StartedAt, CompletedAt: t.CompletedAt,
 		RetryCount: t.GetRetryCount(), Attempt: t.GetAttempt(), AssignedTo: t.GetAssignedTo(), LeaseID: t.GetLeaseId(),
 		LeaseExpiresAt: t.GetLeaseExpiresAt(), HasResult: t.GetHasResult(),
+		AttemptTimeoutSecs: t.GetAttemptTimeoutSecs(), Reruns: t.GetReruns(), LastFailureReason: t.GetLastFailureReason(),
 	}
 }
 
@@ -115,7 +145,7 @@ func runTasks(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	tw := tabwriter.NewWriter(env.stdout, 0, 0, 2, ' ', 0)
 	if !g.json {
-		fmt.Fprintln(tw, "TASK\tSCAN\tSTATUS\tPRIORITY\tATTEMPT\tRETRIES\tWORKER\tRESULT")
+		fmt.Fprintln(tw, "TASK\tSCAN\tTARGET\tSTATUS\tPRIORITY\tATTEMPT\tRETRIES\tWORKER\tRESULT\tLAST REASON")
 	}
 	n := 0
 	errStop := fmt.Errorf("limit reached")
@@ -135,7 +165,7 @@ func runTasks(ctx context.Context, env *cliEnv, args []string) error {
 		if worker == "" {
 			worker = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", t.GetTaskId(), t.GetScanId(), t.GetStatus(), t.GetPriority(), t.GetAttempt(), t.GetRetryCount(), worker, res)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", t.GetTaskId(), t.GetScanId(), tableTarget(t.GetTargetRef()), t.GetStatus(), t.GetPriority(), t.GetAttempt(), t.GetRetryCount(), worker, res, shortReason(t.GetLastFailureReason()))
 		return nil
 	})
 	if err != nil && err != errStop {
@@ -145,6 +175,27 @@ func runTasks(ctx context.Context, env *cliEnv, args []string) error {
 		return nil
 	}
 	return tw.Flush()
+}
+
+// maxTableTarget bounds a target in the tasks table; --json has it whole.
+const maxTableTarget = 48
+
+// tableTarget is a target as one table cell: control characters (tabs,
+// newlines) shown as '?', cut to maxTableTarget runes with a final "…".
+func tableTarget(s string) string {
+	r := []rune(strings.Map(func(c rune) rune {
+		if unicode.IsControl(c) {
+			return '?'
+		}
+		return c
+	}, s))
+	if len(r) > maxTableTarget {
+		return string(r[:maxTableTarget-1]) + "…"
+	}
+	if len(r) == 0 {
+		return "-"
+	}
+	return string(r)
 }
 
 // workerJSON is one line of workers --json.

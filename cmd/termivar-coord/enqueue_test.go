@@ -165,7 +165,7 @@ func TestCLI_EnqueueLimits(t *testing.T) {
 		done, n, fit                      int
 		msg                               []string
 	}{
-		{"records", 8, 8, 8, 8, 0, 10, 8, []string{"max_task_records limit (8)", "8 of 10 targets are stored", "--max-task-records", "delete finished scans"}},
+		{"records", 8, 8, 8, 8, 0, 10, 8, []string{"max_task_records limit (8)", "8 of 10 targets are stored", "--max-task-records", "delete finished scans (scans delete SCAN)", "tenants update --result-retention"}},
 		{"active", 16, 4, 4, 16, 0, 6, 4, []string{"max_active_tasks limit (4)", "4 of 6 targets are stored", "--max-active-tasks", "leave out --no-wait"}},
 		{"queued", 16, 8, 3, 16, 0, 6, 3, []string{"max_queued_tasks limit (3)", "3 of 6 targets are stored", "--max-queued-tasks"}},
 		{"terminal", 16, 4, 4, 8, 6, 6, 2, []string{"max_terminal_tasks limit (8)", "2 of 6 targets are stored", "--max-terminal-tasks"}},

@@ -17,8 +17,11 @@ import (
 	"syscall"
 	"time"
 
+	"connectrpc.com/connect"
+
 	distributed "github.com/termivar/distributed"
 	"github.com/termivar/distributed/internal/audit"
+	"github.com/termivar/distributed/internal/tracing"
 	"github.com/termivar/distributed/node"
 	"github.com/termivar/distributed/server"
 )
@@ -34,6 +37,10 @@ type serveFlags struct {
 	resultLimits                       distributed.ResultLimits
 	cluster                            clusterFlags
 	serverLimits                       server.Limits
+	obs                                obsFlags
+	// emulateVersion is node.Config.EmulateVersion: set only by the
+	// mixed-version tests (upgrade_test.go), never by a flag.
+	emulateVersion uint32
 }
 
 func newServeFlagSet(f *serveFlags) *flag.FlagSet {
@@ -54,6 +61,7 @@ func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	addClusterFlags(fs, &f.cluster)
 	addLimitFlags(fs, &f.limits, &f.resultLimits, "per-tenant default: ")
 	addServerLimitFlags(fs, &f.serverLimits)
+	addObsFlags(fs, &f.obs)
 	return fs
 }
 
@@ -157,7 +165,12 @@ func runServe(args []string) int {
 		fmt.Fprintln(os.Stderr, "termivar-coord serve: --tls-cert and --tls-key go together; --client-ca needs them")
 		return exitUsage
 	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	if err := f.obs.validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "termivar-coord serve:", err)
+		return exitUsage
+	}
+	f.obs.metricsAddrGiven = flagSet(fs, "metrics-addr")
+	logger, _ := newServeLogger(os.Stderr, f.obs) // validated above
 	if err := serve(f, logger); err != nil {
 		logger.Error("serve failed", "error", err)
 		return exitRejected
@@ -173,6 +186,11 @@ func serve(f serveFlags, logger *slog.Logger) error {
 		return err
 	}
 	defer rn.close()
+	ms, err := startMetrics(f, rn.obs, rn.srv, logger)
+	if err != nil {
+		return err
+	}
+	defer ms.close(context.Background())
 	logger.Info("serving", "api", rn.url, "raft", rn.n.RaftAddr(), "data_dir", f.dataDir, "tls", f.tlsCert != "")
 	warnPlaintext(logger, rn.ln.Addr(), f.tlsCert != "")
 	errc := make(chan error, 1)
@@ -199,6 +217,7 @@ type runningNode struct {
 	hs  *http.Server
 	ln  net.Listener
 	al  *audit.Logger
+	obs *observability
 	url string // advertised API URL
 }
 
@@ -214,6 +233,7 @@ func (r *runningNode) close() {
 	r.srv.CloseIdleConnections()
 	r.al.Close()
 	r.n.Close()
+	_ = r.obs.tracer.Shutdown(sctx)
 }
 
 // startNode listens on the API address, opens (or bootstraps, or joins) the
@@ -240,7 +260,12 @@ func startNode(ctx context.Context, f serveFlags, logger *slog.Logger) (_ *runni
 		}
 		apiURL = scheme + "://" + ln.Addr().String()
 	}
+	obs, err := newObservability(ctx, logger)
+	if err != nil {
+		return nil, err
+	}
 	ncfg := nodeConfig(f, logger, apiURL)
+	obs.apply(&ncfg, logger)
 	openCtx, cancel, err := f.cluster.apply(ctx, &ncfg, logger, forwardTLS)
 	if err != nil {
 		return nil, err
@@ -262,7 +287,13 @@ func startNode(ctx context.Context, f serveFlags, logger *slog.Logger) (_ *runni
 	if err != nil {
 		return nil, err
 	}
-	srv := server.New(server.Config{Backend: n, Audit: al, Logger: logger, DefaultLeaseTTLSecs: f.leaseTTL, ForwardTLS: forwardTLS, Limits: f.serverLimits})
+	traceIC, err := tracing.Interceptor(obs.tracer)
+	if err != nil {
+		return nil, err
+	}
+	srv := server.New(server.Config{Backend: n, Audit: al, Logger: logger, DefaultLeaseTTLSecs: f.leaseTTL, ForwardTLS: forwardTLS, Limits: f.serverLimits,
+		Metrics: obs.reg.API, Interceptors: []connect.Interceptor{traceIC}})
+	obs.attach(n, srv, f.obs.metricsScans)
 	// NB: HTTPServer wakes pending Acquire long-polls when Shutdown starts,
 	// so shutting down does not wait for them.
 	hs := srv.HTTPServer(f.apiAddr)
@@ -270,7 +301,7 @@ func startNode(ctx context.Context, f serveFlags, logger *slog.Logger) (_ *runni
 	if serverTLS != nil {
 		ln = tls.NewListener(ln, serverTLS)
 	}
-	return &runningNode{n: n, srv: srv, hs: hs, ln: ln, al: al, url: apiURL}, nil
+	return &runningNode{n: n, srv: srv, hs: hs, ln: ln, al: al, obs: obs, url: apiURL}, nil
 }
 
 // apiListener returns the API listener: the one the cluster flags already
@@ -333,7 +364,7 @@ func nodeConfig(f serveFlags, logger *slog.Logger, apiURL string) node.Config {
 	return node.Config{
 		DataDir: f.dataDir, NodeID: f.nodeID, RaftAddr: f.raftAddr, Logger: logger, RaftLogOutput: os.Stderr,
 		TickInterval: tick, TaskTTLSecs: f.taskTTL, DefaultLimits: f.limits, DefaultResultLimits: f.resultLimits,
-		APIURL: apiURL, ForceNewCluster: f.forceNewCluster,
+		APIURL: apiURL, ForceNewCluster: f.forceNewCluster, EmulateVersion: f.emulateVersion,
 	}
 }
 

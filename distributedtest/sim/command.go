@@ -40,6 +40,11 @@ const (
 	OpGetResult
 	OpAggregate
 	OpRestart
+	// OpPurge and OpPurgeResults are Part F additions (docs/adr/0002-purge.md).
+	OpPurge
+	OpPurgeResults
+	// OpRerun is RerunTasks (beyond contract Part A).
+	OpRerun
 	numOps
 )
 
@@ -50,7 +55,8 @@ var opNames = [...]string{
 	OpFail: "fail", OpRenew: "renew", OpCancel: "cancel", OpCancelByID: "cancel-by-id", OpRecover: "recover-expired",
 	OpExpire: "expire-old", OpGetTask: "get-task", OpGetWorker: "get-worker", OpPeek: "peek",
 	OpAvailable: "get-available-worker", OpStoreResult: "store-result", OpGetResult: "get-result",
-	OpAggregate: "aggregate", OpRestart: "restart",
+	OpAggregate: "aggregate", OpRestart: "restart", OpPurge: "purge", OpPurgeResults: "purge-results",
+	OpRerun: "rerun",
 }
 
 func (o Op) String() string {
@@ -61,10 +67,12 @@ func (o Op) String() string {
 }
 
 // Mutating reports whether the op is a command that takes a revision.
-func (o Op) Mutating() bool { return o <= OpExpire || o == OpStoreResult }
+func (o Op) Mutating() bool {
+	return o <= OpExpire || o == OpStoreResult || o == OpPurge || o == OpPurgeResults || o == OpRerun
+}
 
 // pool reports whether the op addresses the WorkerPool (not the results).
-func (o Op) pool() bool { return o <= OpAvailable }
+func (o Op) pool() bool { return o <= OpAvailable || o == OpPurge || o == OpRerun }
 
 // Command is one step. RevDelta and NowDelta are relative to the revision
 // and logical time when the step is applied (so that a shrunk sequence stays
@@ -94,6 +102,9 @@ type Command struct {
 	Receipt    model.Receipt
 	Data       []byte
 	IDs        []string
+	Reason     string                   // OpFail: "" calls FailTask, else FailTaskWithReason
+	Rerun      distributed.RerunRequest // OpRerun
+	Purge      distributed.PurgeFilter  // OpPurge
 
 	// Note says which fault or choice the generator made (for reports).
 	Note string
@@ -141,6 +152,11 @@ func (c Command) String() string {
 		fmt.Fprintf(&b, " task=%s worker=%s ttl=%d", short(c.TaskID), short(c.WorkerID), c.TTL)
 	case OpStart, OpComplete, OpFail:
 		b.WriteString(" " + leaseString(c.Lease))
+		if c.Reason != "" {
+			fmt.Fprintf(&b, " reason=%d bytes", len(c.Reason))
+		}
+	case OpRerun:
+		fmt.Fprintf(&b, " ids=%q statuses=%v", c.Rerun.TaskIDs, c.Rerun.Statuses)
 	case OpRenew:
 		fmt.Fprintf(&b, " %s ttl=%d", leaseString(c.Lease), c.TTL)
 	case OpCancelByID:
@@ -164,8 +180,10 @@ func (c Command) String() string {
 			short(r.TaskID), r.TaskGeneration, r.Attempt, r.LeaseID, short(r.WorkerID), r.WorkerGeneration, r.RecordVersion, len(c.Data))
 	case OpGetResult:
 		fmt.Fprintf(&b, " task=%s", short(c.TaskID))
-	case OpAggregate:
+	case OpAggregate, OpPurgeResults:
 		fmt.Fprintf(&b, " ids=%q", c.IDs)
+	case OpPurge:
+		fmt.Fprintf(&b, " scan=%q before=%d ids=%q", c.Purge.ScanID, c.Purge.FinishedBefore, c.Purge.TaskIDs)
 	}
 	if c.Note != "" {
 		fmt.Fprintf(&b, " [%s]", c.Note)

@@ -714,19 +714,22 @@ func (x *AcquireRequest) GetStart() bool {
 }
 
 type LeasedTask struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	LeaseToken    []byte                 `protobuf:"bytes,1,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
-	TaskId        string                 `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
-	ScanId        string                 `protobuf:"bytes,3,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
-	TargetRef     string                 `protobuf:"bytes,4,opt,name=target_ref,json=targetRef,proto3" json:"target_ref,omitempty"`
-	Phases        []byte                 `protobuf:"bytes,5,opt,name=phases,proto3" json:"phases,omitempty"`
-	Priority      uint32                 `protobuf:"varint,6,opt,name=priority,proto3" json:"priority,omitempty"`
-	Attempt       uint32                 `protobuf:"varint,7,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	LeaseId       uint64                 `protobuf:"varint,8,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
-	ExpiresAt     uint64                 `protobuf:"varint,9,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
-	Started       bool                   `protobuf:"varint,10,opt,name=started,proto3" json:"started,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	LeaseToken []byte                 `protobuf:"bytes,1,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
+	TaskId     string                 `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	ScanId     string                 `protobuf:"bytes,3,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
+	TargetRef  string                 `protobuf:"bytes,4,opt,name=target_ref,json=targetRef,proto3" json:"target_ref,omitempty"`
+	Phases     []byte                 `protobuf:"bytes,5,opt,name=phases,proto3" json:"phases,omitempty"`
+	Priority   uint32                 `protobuf:"varint,6,opt,name=priority,proto3" json:"priority,omitempty"`
+	Attempt    uint32                 `protobuf:"varint,7,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	LeaseId    uint64                 `protobuf:"varint,8,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	ExpiresAt  uint64                 `protobuf:"varint,9,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	Started    bool                   `protobuf:"varint,10,opt,name=started,proto3" json:"started,omitempty"`
+	// attempt_timeout_secs (0: none): the agent stops the attempt after this
+	// long and fails it with reason "timeout"; renewals past it are refused.
+	AttemptTimeoutSecs uint64 `protobuf:"varint,11,opt,name=attempt_timeout_secs,json=attemptTimeoutSecs,proto3" json:"attempt_timeout_secs,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *LeasedTask) Reset() {
@@ -827,6 +830,13 @@ func (x *LeasedTask) GetStarted() bool {
 		return x.Started
 	}
 	return false
+}
+
+func (x *LeasedTask) GetAttemptTimeoutSecs() uint64 {
+	if x != nil {
+		return x.AttemptTimeoutSecs
+	}
+	return 0
 }
 
 type AcquireResponse struct {
@@ -1393,8 +1403,11 @@ type FailRequest struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	LeaseToken       []byte                 `protobuf:"bytes,1,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
 	ExpectedRevision *uint64                `protobuf:"varint,2,opt,name=expected_revision,json=expectedRevision,proto3,oneof" json:"expected_revision,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// reason (at most 512 bytes of UTF-8) is kept in the task's attempt
+	// history: an exit code or signal and the tail of stderr, "timeout", ...
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *FailRequest) Reset() {
@@ -1439,6 +1452,13 @@ func (x *FailRequest) GetExpectedRevision() uint64 {
 		return *x.ExpectedRevision
 	}
 	return 0
+}
+
+func (x *FailRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
 }
 
 type FailResponse struct {
@@ -1690,14 +1710,17 @@ func (x *DeregisterResponse) GetRevision() uint64 {
 }
 
 type NewTask struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	TaskId        string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
-	ScanId        string                 `protobuf:"bytes,2,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
-	TargetRef     string                 `protobuf:"bytes,3,opt,name=target_ref,json=targetRef,proto3" json:"target_ref,omitempty"`
-	Phases        []byte                 `protobuf:"bytes,4,opt,name=phases,proto3" json:"phases,omitempty"`
-	Priority      string                 `protobuf:"bytes,5,opt,name=priority,proto3" json:"priority,omitempty"` // low, normal (default), high or critical
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	TaskId    string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	ScanId    string                 `protobuf:"bytes,2,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
+	TargetRef string                 `protobuf:"bytes,3,opt,name=target_ref,json=targetRef,proto3" json:"target_ref,omitempty"`
+	Phases    []byte                 `protobuf:"bytes,4,opt,name=phases,proto3" json:"phases,omitempty"`
+	Priority  string                 `protobuf:"bytes,5,opt,name=priority,proto3" json:"priority,omitempty"` // low, normal (default), high or critical
+	// attempt_timeout_secs bounds each attempt of the task (0: the
+	// request's attempt_timeout_secs).
+	AttemptTimeoutSecs uint64 `protobuf:"varint,6,opt,name=attempt_timeout_secs,json=attemptTimeoutSecs,proto3" json:"attempt_timeout_secs,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *NewTask) Reset() {
@@ -1765,23 +1788,32 @@ func (x *NewTask) GetPriority() string {
 	return ""
 }
 
+func (x *NewTask) GetAttemptTimeoutSecs() uint64 {
+	if x != nil {
+		return x.AttemptTimeoutSecs
+	}
+	return 0
+}
+
 type EnqueueRequest struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	Tasks            []*NewTask             `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
 	ExpectedRevision *uint64                `protobuf:"varint,2,opt,name=expected_revision,json=expectedRevision,proto3,oneof" json:"expected_revision,omitempty"`
+	// attempt_timeout_secs applies to every task that sets none (0: none).
+	AttemptTimeoutSecs uint64 `protobuf:"varint,3,opt,name=attempt_timeout_secs,json=attemptTimeoutSecs,proto3" json:"attempt_timeout_secs,omitempty"`
 	// skip_existing makes a re-run harmless: a task whose ID the tenant
 	// already holds in the same scan with the same target is not enqueued
 	// again but listed in EnqueueResponse.existing; an ID held by another
 	// scan, or by this scan with another target, is listed in collisions; the
 	// other tasks are enqueued (all-or-nothing among themselves). Without it a
 	// batch with any existing ID is rejected with task_already_exists.
-	SkipExisting bool `protobuf:"varint,3,opt,name=skip_existing,json=skipExisting,proto3" json:"skip_existing,omitempty"`
+	SkipExisting bool `protobuf:"varint,4,opt,name=skip_existing,json=skipExisting,proto3" json:"skip_existing,omitempty"`
 	// declared_total, when non-zero, records the number of targets the
 	// producer asks for in the scan of these tasks (all tasks must then share
 	// one scan); ScanProgress reports it, so a scan larger than the tenant's
 	// window shows the part not yet admitted. A later declaration replaces an
 	// earlier one.
-	DeclaredTotal uint64 `protobuf:"varint,4,opt,name=declared_total,json=declaredTotal,proto3" json:"declared_total,omitempty"`
+	DeclaredTotal uint64 `protobuf:"varint,5,opt,name=declared_total,json=declaredTotal,proto3" json:"declared_total,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1826,6 +1858,13 @@ func (x *EnqueueRequest) GetTasks() []*NewTask {
 func (x *EnqueueRequest) GetExpectedRevision() uint64 {
 	if x != nil && x.ExpectedRevision != nil {
 		return *x.ExpectedRevision
+	}
+	return 0
+}
+
+func (x *EnqueueRequest) GetAttemptTimeoutSecs() uint64 {
+	if x != nil {
+		return x.AttemptTimeoutSecs
 	}
 	return 0
 }
@@ -2180,10 +2219,18 @@ type TaskInfo struct {
 	LeaseId        uint64                 `protobuf:"varint,15,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
 	LeaseExpiresAt uint64                 `protobuf:"varint,16,opt,name=lease_expires_at,json=leaseExpiresAt,proto3" json:"lease_expires_at,omitempty"`
 	// fence_token is set for queued tasks; it lets the producer cancel.
-	FenceToken    []byte `protobuf:"bytes,17,opt,name=fence_token,json=fenceToken,proto3" json:"fence_token,omitempty"`
-	HasResult     bool   `protobuf:"varint,18,opt,name=has_result,json=hasResult,proto3" json:"has_result,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	FenceToken         []byte `protobuf:"bytes,17,opt,name=fence_token,json=fenceToken,proto3" json:"fence_token,omitempty"`
+	HasResult          bool   `protobuf:"varint,18,opt,name=has_result,json=hasResult,proto3" json:"has_result,omitempty"`
+	AttemptTimeoutSecs uint64 `protobuf:"varint,19,opt,name=attempt_timeout_secs,json=attemptTimeoutSecs,proto3" json:"attempt_timeout_secs,omitempty"`
+	// attempts are the last ended attempts, oldest first (at most 8).
+	Attempts []*AttemptInfo `protobuf:"bytes,20,rep,name=attempts,proto3" json:"attempts,omitempty"`
+	// reruns counts how many times Retry re-ran the task.
+	Reruns uint32 `protobuf:"varint,21,opt,name=reruns,proto3" json:"reruns,omitempty"`
+	// last_failure_reason is the reason of the newest attempt if it failed
+	// with one.
+	LastFailureReason string `protobuf:"bytes,22,opt,name=last_failure_reason,json=lastFailureReason,proto3" json:"last_failure_reason,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *TaskInfo) Reset() {
@@ -2342,6 +2389,145 @@ func (x *TaskInfo) GetHasResult() bool {
 	return false
 }
 
+func (x *TaskInfo) GetAttemptTimeoutSecs() uint64 {
+	if x != nil {
+		return x.AttemptTimeoutSecs
+	}
+	return 0
+}
+
+func (x *TaskInfo) GetAttempts() []*AttemptInfo {
+	if x != nil {
+		return x.Attempts
+	}
+	return nil
+}
+
+func (x *TaskInfo) GetReruns() uint32 {
+	if x != nil {
+		return x.Reruns
+	}
+	return 0
+}
+
+func (x *TaskInfo) GetLastFailureReason() string {
+	if x != nil {
+		return x.LastFailureReason
+	}
+	return ""
+}
+
+// AttemptInfo is one ended attempt of a task.
+type AttemptInfo struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Attempt        uint32                 `protobuf:"varint,1,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	TaskGeneration uint64                 `protobuf:"varint,2,opt,name=task_generation,json=taskGeneration,proto3" json:"task_generation,omitempty"`
+	WorkerId       string                 `protobuf:"bytes,3,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	LeaseId        uint64                 `protobuf:"varint,4,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	AcquiredAt     uint64                 `protobuf:"varint,5,opt,name=acquired_at,json=acquiredAt,proto3" json:"acquired_at,omitempty"`
+	StartedAt      *uint64                `protobuf:"varint,6,opt,name=started_at,json=startedAt,proto3,oneof" json:"started_at,omitempty"`
+	EndedAt        uint64                 `protobuf:"varint,7,opt,name=ended_at,json=endedAt,proto3" json:"ended_at,omitempty"`
+	// outcome: completed, failed, lease_expired, timed_out, worker_lost,
+	// cancelled or task_expired.
+	Outcome       string `protobuf:"bytes,8,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	Reason        string `protobuf:"bytes,9,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AttemptInfo) Reset() {
+	*x = AttemptInfo{}
+	mi := &file_termivar_v1_api_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AttemptInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AttemptInfo) ProtoMessage() {}
+
+func (x *AttemptInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AttemptInfo.ProtoReflect.Descriptor instead.
+func (*AttemptInfo) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *AttemptInfo) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *AttemptInfo) GetTaskGeneration() uint64 {
+	if x != nil {
+		return x.TaskGeneration
+	}
+	return 0
+}
+
+func (x *AttemptInfo) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+func (x *AttemptInfo) GetLeaseId() uint64 {
+	if x != nil {
+		return x.LeaseId
+	}
+	return 0
+}
+
+func (x *AttemptInfo) GetAcquiredAt() uint64 {
+	if x != nil {
+		return x.AcquiredAt
+	}
+	return 0
+}
+
+func (x *AttemptInfo) GetStartedAt() uint64 {
+	if x != nil && x.StartedAt != nil {
+		return *x.StartedAt
+	}
+	return 0
+}
+
+func (x *AttemptInfo) GetEndedAt() uint64 {
+	if x != nil {
+		return x.EndedAt
+	}
+	return 0
+}
+
+func (x *AttemptInfo) GetOutcome() string {
+	if x != nil {
+		return x.Outcome
+	}
+	return ""
+}
+
+func (x *AttemptInfo) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 type GetTaskRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TaskId        string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
@@ -2351,7 +2537,7 @@ type GetTaskRequest struct {
 
 func (x *GetTaskRequest) Reset() {
 	*x = GetTaskRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[31]
+	mi := &file_termivar_v1_api_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2363,7 +2549,7 @@ func (x *GetTaskRequest) String() string {
 func (*GetTaskRequest) ProtoMessage() {}
 
 func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[31]
+	mi := &file_termivar_v1_api_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2376,7 +2562,7 @@ func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{31}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GetTaskRequest) GetTaskId() string {
@@ -2395,7 +2581,7 @@ type GetTaskResponse struct {
 
 func (x *GetTaskResponse) Reset() {
 	*x = GetTaskResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[32]
+	mi := &file_termivar_v1_api_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2407,7 +2593,7 @@ func (x *GetTaskResponse) String() string {
 func (*GetTaskResponse) ProtoMessage() {}
 
 func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[32]
+	mi := &file_termivar_v1_api_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2420,7 +2606,7 @@ func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskResponse.ProtoReflect.Descriptor instead.
 func (*GetTaskResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{32}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GetTaskResponse) GetTask() *TaskInfo {
@@ -2442,7 +2628,7 @@ type ListTasksRequest struct {
 
 func (x *ListTasksRequest) Reset() {
 	*x = ListTasksRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[33]
+	mi := &file_termivar_v1_api_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2454,7 +2640,7 @@ func (x *ListTasksRequest) String() string {
 func (*ListTasksRequest) ProtoMessage() {}
 
 func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[33]
+	mi := &file_termivar_v1_api_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2467,7 +2653,7 @@ func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksRequest.ProtoReflect.Descriptor instead.
 func (*ListTasksRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{33}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListTasksRequest) GetScanId() string {
@@ -2508,7 +2694,7 @@ type ListTasksResponse struct {
 
 func (x *ListTasksResponse) Reset() {
 	*x = ListTasksResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[34]
+	mi := &file_termivar_v1_api_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2520,7 +2706,7 @@ func (x *ListTasksResponse) String() string {
 func (*ListTasksResponse) ProtoMessage() {}
 
 func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[34]
+	mi := &file_termivar_v1_api_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2533,7 +2719,7 @@ func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksResponse.ProtoReflect.Descriptor instead.
 func (*ListTasksResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{34}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListTasksResponse) GetTasks() []*TaskInfo {
@@ -2559,7 +2745,7 @@ type ScanProgressRequest struct {
 
 func (x *ScanProgressRequest) Reset() {
 	*x = ScanProgressRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[35]
+	mi := &file_termivar_v1_api_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2571,7 +2757,7 @@ func (x *ScanProgressRequest) String() string {
 func (*ScanProgressRequest) ProtoMessage() {}
 
 func (x *ScanProgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[35]
+	mi := &file_termivar_v1_api_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2584,7 +2770,7 @@ func (x *ScanProgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanProgressRequest.ProtoReflect.Descriptor instead.
 func (*ScanProgressRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{35}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ScanProgressRequest) GetScanId() string {
@@ -2605,17 +2791,43 @@ type ScanProgressResponse struct {
 	Cancelled uint32                 `protobuf:"varint,7,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
 	Expired   uint32                 `protobuf:"varint,8,opt,name=expired,proto3" json:"expired,omitempty"`
 	Results   uint32                 `protobuf:"varint,9,opt,name=results,proto3" json:"results,omitempty"`
+	// reruns is the number of re-runs (Retry) of the scan's tasks.
+	Reruns uint32 `protobuf:"varint,19,opt,name=reruns,proto3" json:"reruns,omitempty"`
+	// What a stalled scan waits for, read from the same state (watch
+	// explains a stall with these). now_secs is the node's time in the
+	// leader's time base: the later of the last applied logical time and
+	// its wall clock seconds; next_lease_expiry is the earliest lease expiry
+	// of the scan's leased and running tasks (0: none), so
+	// next_lease_expiry - now_secs is the time left.
+	NowSecs         uint64 `protobuf:"varint,10,opt,name=now_secs,json=nowSecs,proto3" json:"now_secs,omitempty"`
+	NextLeaseExpiry uint64 `protobuf:"varint,11,opt,name=next_lease_expiry,json=nextLeaseExpiry,proto3" json:"next_lease_expiry,omitempty"`
+	// The tenant's result store: stored results and bytes, and its limits
+	// (a completion is rejected when either is reached).
+	TenantResults       uint32 `protobuf:"varint,12,opt,name=tenant_results,json=tenantResults,proto3" json:"tenant_results,omitempty"`
+	MaxResults          uint32 `protobuf:"varint,13,opt,name=max_results,json=maxResults,proto3" json:"max_results,omitempty"`
+	TenantResultBytes   uint64 `protobuf:"varint,14,opt,name=tenant_result_bytes,json=tenantResultBytes,proto3" json:"tenant_result_bytes,omitempty"`
+	MaxResultTotalBytes uint64 `protobuf:"varint,15,opt,name=max_result_total_bytes,json=maxResultTotalBytes,proto3" json:"max_result_total_bytes,omitempty"`
+	// live_workers counts the tenant's workers that are not offline and
+	// heartbeated within the heartbeat timeout; free_slots their available
+	// slots.
+	LiveWorkers uint32 `protobuf:"varint,16,opt,name=live_workers,json=liveWorkers,proto3" json:"live_workers,omitempty"`
+	FreeSlots   uint32 `protobuf:"varint,17,opt,name=free_slots,json=freeSlots,proto3" json:"free_slots,omitempty"`
+	// finished_at is when the last task became terminal (0: not finished).
+	FinishedAt uint64 `protobuf:"varint,18,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
 	// declared_total is the number of targets the producer declared for the
-	// scan (EnqueueRequest.declared_total; 0 if none): declared_total - total,
-	// when positive, is the part not yet admitted.
-	DeclaredTotal uint64 `protobuf:"varint,10,opt,name=declared_total,json=declaredTotal,proto3" json:"declared_total,omitempty"`
+	// scan (EnqueueRequest.declared_total; 0 if none); pending is the part
+	// of it not yet admitted: declared_total minus every task ever admitted
+	// to the scan (purged ones included), at least 0. A scan with pending
+	// tasks is not finished.
+	DeclaredTotal uint64 `protobuf:"varint,20,opt,name=declared_total,json=declaredTotal,proto3" json:"declared_total,omitempty"`
+	Pending       uint64 `protobuf:"varint,21,opt,name=pending,proto3" json:"pending,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ScanProgressResponse) Reset() {
 	*x = ScanProgressResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[36]
+	mi := &file_termivar_v1_api_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2627,7 +2839,7 @@ func (x *ScanProgressResponse) String() string {
 func (*ScanProgressResponse) ProtoMessage() {}
 
 func (x *ScanProgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[36]
+	mi := &file_termivar_v1_api_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2640,7 +2852,7 @@ func (x *ScanProgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanProgressResponse.ProtoReflect.Descriptor instead.
 func (*ScanProgressResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{36}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ScanProgressResponse) GetTotal() uint32 {
@@ -2706,9 +2918,219 @@ func (x *ScanProgressResponse) GetResults() uint32 {
 	return 0
 }
 
+func (x *ScanProgressResponse) GetReruns() uint32 {
+	if x != nil {
+		return x.Reruns
+	}
+	return 0
+}
+
+func (x *ScanProgressResponse) GetNowSecs() uint64 {
+	if x != nil {
+		return x.NowSecs
+	}
+	return 0
+}
+
+func (x *ScanProgressResponse) GetNextLeaseExpiry() uint64 {
+	if x != nil {
+		return x.NextLeaseExpiry
+	}
+	return 0
+}
+
+func (x *ScanProgressResponse) GetTenantResults() uint32 {
+	if x != nil {
+		return x.TenantResults
+	}
+	return 0
+}
+
+func (x *ScanProgressResponse) GetMaxResults() uint32 {
+	if x != nil {
+		return x.MaxResults
+	}
+	return 0
+}
+
+func (x *ScanProgressResponse) GetTenantResultBytes() uint64 {
+	if x != nil {
+		return x.TenantResultBytes
+	}
+	return 0
+}
+
+func (x *ScanProgressResponse) GetMaxResultTotalBytes() uint64 {
+	if x != nil {
+		return x.MaxResultTotalBytes
+	}
+	return 0
+}
+
+func (x *ScanProgressResponse) GetLiveWorkers() uint32 {
+	if x != nil {
+		return x.LiveWorkers
+	}
+	return 0
+}
+
+func (x *ScanProgressResponse) GetFreeSlots() uint32 {
+	if x != nil {
+		return x.FreeSlots
+	}
+	return 0
+}
+
+func (x *ScanProgressResponse) GetFinishedAt() uint64 {
+	if x != nil {
+		return x.FinishedAt
+	}
+	return 0
+}
+
 func (x *ScanProgressResponse) GetDeclaredTotal() uint64 {
 	if x != nil {
 		return x.DeclaredTotal
+	}
+	return 0
+}
+
+func (x *ScanProgressResponse) GetPending() uint64 {
+	if x != nil {
+		return x.Pending
+	}
+	return 0
+}
+
+type RetryRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	ScanId string                 `protobuf:"bytes,1,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
+	// task_ids, when set, re-run only these tasks of the scan.
+	TaskIds []string `protobuf:"bytes,2,rep,name=task_ids,json=taskIds,proto3" json:"task_ids,omitempty"`
+	// statuses: failed, expired, cancelled (empty: all three).
+	Statuses         []string `protobuf:"bytes,3,rep,name=statuses,proto3" json:"statuses,omitempty"`
+	ExpectedRevision *uint64  `protobuf:"varint,4,opt,name=expected_revision,json=expectedRevision,proto3,oneof" json:"expected_revision,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *RetryRequest) Reset() {
+	*x = RetryRequest{}
+	mi := &file_termivar_v1_api_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryRequest) ProtoMessage() {}
+
+func (x *RetryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryRequest.ProtoReflect.Descriptor instead.
+func (*RetryRequest) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *RetryRequest) GetScanId() string {
+	if x != nil {
+		return x.ScanId
+	}
+	return ""
+}
+
+func (x *RetryRequest) GetTaskIds() []string {
+	if x != nil {
+		return x.TaskIds
+	}
+	return nil
+}
+
+func (x *RetryRequest) GetStatuses() []string {
+	if x != nil {
+		return x.Statuses
+	}
+	return nil
+}
+
+func (x *RetryRequest) GetExpectedRevision() uint64 {
+	if x != nil && x.ExpectedRevision != nil {
+		return *x.ExpectedRevision
+	}
+	return 0
+}
+
+type RetryResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// requeued lists the re-run tasks in scan order (or request order).
+	Requeued []string `protobuf:"bytes,1,rep,name=requeued,proto3" json:"requeued,omitempty"`
+	// unchanged counts the selected tasks left as they were (queued,
+	// leased, running, completed, or another status).
+	Unchanged     uint32 `protobuf:"varint,2,opt,name=unchanged,proto3" json:"unchanged,omitempty"`
+	Revision      uint64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryResponse) Reset() {
+	*x = RetryResponse{}
+	mi := &file_termivar_v1_api_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryResponse) ProtoMessage() {}
+
+func (x *RetryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryResponse.ProtoReflect.Descriptor instead.
+func (*RetryResponse) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *RetryResponse) GetRequeued() []string {
+	if x != nil {
+		return x.Requeued
+	}
+	return nil
+}
+
+func (x *RetryResponse) GetUnchanged() uint32 {
+	if x != nil {
+		return x.Unchanged
+	}
+	return 0
+}
+
+func (x *RetryResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
 	}
 	return 0
 }
@@ -2722,7 +3144,7 @@ type AggregateResultsRequest struct {
 
 func (x *AggregateResultsRequest) Reset() {
 	*x = AggregateResultsRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[37]
+	mi := &file_termivar_v1_api_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2734,7 +3156,7 @@ func (x *AggregateResultsRequest) String() string {
 func (*AggregateResultsRequest) ProtoMessage() {}
 
 func (x *AggregateResultsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[37]
+	mi := &file_termivar_v1_api_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2747,7 +3169,7 @@ func (x *AggregateResultsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AggregateResultsRequest.ProtoReflect.Descriptor instead.
 func (*AggregateResultsRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{37}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *AggregateResultsRequest) GetScanId() string {
@@ -2761,13 +3183,14 @@ type AggregateResultsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TaskId        string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
 	Result        []byte                 `protobuf:"bytes,2,opt,name=result,proto3" json:"result,omitempty"`
+	TargetRef     string                 `protobuf:"bytes,3,opt,name=target_ref,json=targetRef,proto3" json:"target_ref,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AggregateResultsResponse) Reset() {
 	*x = AggregateResultsResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[38]
+	mi := &file_termivar_v1_api_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2779,7 +3202,7 @@ func (x *AggregateResultsResponse) String() string {
 func (*AggregateResultsResponse) ProtoMessage() {}
 
 func (x *AggregateResultsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[38]
+	mi := &file_termivar_v1_api_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2792,7 +3215,7 @@ func (x *AggregateResultsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AggregateResultsResponse.ProtoReflect.Descriptor instead.
 func (*AggregateResultsResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{38}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *AggregateResultsResponse) GetTaskId() string {
@@ -2809,6 +3232,510 @@ func (x *AggregateResultsResponse) GetResult() []byte {
 	return nil
 }
 
+func (x *AggregateResultsResponse) GetTargetRef() string {
+	if x != nil {
+		return x.TargetRef
+	}
+	return ""
+}
+
+type ListScansRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	PageSize      uint32                 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`   // 0 means 100; at most 1000
+	PageToken     string                 `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"` // the last scan ID of the previous page
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListScansRequest) Reset() {
+	*x = ListScansRequest{}
+	mi := &file_termivar_v1_api_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListScansRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListScansRequest) ProtoMessage() {}
+
+func (x *ListScansRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListScansRequest.ProtoReflect.Descriptor instead.
+func (*ListScansRequest) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *ListScansRequest) GetPageSize() uint32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListScansRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ScanInfo is one scan: its state and counts per task status.
+type ScanInfo struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	ScanId string                 `protobuf:"bytes,1,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
+	// state is "running" (a task is not terminal), "done" (every task
+	// completed), "done_with_failures" (terminal, some failed or expired,
+	// none cancelled) or "cancelled" (terminal, some cancelled).
+	State      string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	CreatedAt  uint64 `protobuf:"varint,3,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`    // logical time of the first enqueue; 0: unknown
+	FinishedAt uint64 `protobuf:"varint,4,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"` // logical time the scan became terminal; 0: not (or unknown)
+	// admitted is the number of the scan's task records (every status).
+	Admitted    uint32 `protobuf:"varint,5,opt,name=admitted,proto3" json:"admitted,omitempty"`
+	Queued      uint32 `protobuf:"varint,6,opt,name=queued,proto3" json:"queued,omitempty"`
+	Leased      uint32 `protobuf:"varint,7,opt,name=leased,proto3" json:"leased,omitempty"`
+	Running     uint32 `protobuf:"varint,8,opt,name=running,proto3" json:"running,omitempty"`
+	Completed   uint32 `protobuf:"varint,9,opt,name=completed,proto3" json:"completed,omitempty"`
+	Failed      uint32 `protobuf:"varint,10,opt,name=failed,proto3" json:"failed,omitempty"`
+	Cancelled   uint32 `protobuf:"varint,11,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
+	Expired     uint32 `protobuf:"varint,12,opt,name=expired,proto3" json:"expired,omitempty"`
+	Results     uint32 `protobuf:"varint,13,opt,name=results,proto3" json:"results,omitempty"`
+	ResultBytes uint64 `protobuf:"varint,14,opt,name=result_bytes,json=resultBytes,proto3" json:"result_bytes,omitempty"`
+	// retention_deadline is the logical time after which the scan's
+	// terminal records and results may be deleted by the tenant's result
+	// retention policy; absent when no policy applies to the scan.
+	RetentionDeadline *uint64 `protobuf:"varint,15,opt,name=retention_deadline,json=retentionDeadline,proto3,oneof" json:"retention_deadline,omitempty"`
+	// declared_total and pending as in ScanProgressResponse: the producer's
+	// declared number of targets (0: none) and the part of it not yet
+	// admitted (the scan stays running while it is above 0).
+	DeclaredTotal uint64 `protobuf:"varint,16,opt,name=declared_total,json=declaredTotal,proto3" json:"declared_total,omitempty"`
+	Pending       uint64 `protobuf:"varint,17,opt,name=pending,proto3" json:"pending,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScanInfo) Reset() {
+	*x = ScanInfo{}
+	mi := &file_termivar_v1_api_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScanInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScanInfo) ProtoMessage() {}
+
+func (x *ScanInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScanInfo.ProtoReflect.Descriptor instead.
+func (*ScanInfo) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *ScanInfo) GetScanId() string {
+	if x != nil {
+		return x.ScanId
+	}
+	return ""
+}
+
+func (x *ScanInfo) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *ScanInfo) GetCreatedAt() uint64 {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return 0
+}
+
+func (x *ScanInfo) GetFinishedAt() uint64 {
+	if x != nil {
+		return x.FinishedAt
+	}
+	return 0
+}
+
+func (x *ScanInfo) GetAdmitted() uint32 {
+	if x != nil {
+		return x.Admitted
+	}
+	return 0
+}
+
+func (x *ScanInfo) GetQueued() uint32 {
+	if x != nil {
+		return x.Queued
+	}
+	return 0
+}
+
+func (x *ScanInfo) GetLeased() uint32 {
+	if x != nil {
+		return x.Leased
+	}
+	return 0
+}
+
+func (x *ScanInfo) GetRunning() uint32 {
+	if x != nil {
+		return x.Running
+	}
+	return 0
+}
+
+func (x *ScanInfo) GetCompleted() uint32 {
+	if x != nil {
+		return x.Completed
+	}
+	return 0
+}
+
+func (x *ScanInfo) GetFailed() uint32 {
+	if x != nil {
+		return x.Failed
+	}
+	return 0
+}
+
+func (x *ScanInfo) GetCancelled() uint32 {
+	if x != nil {
+		return x.Cancelled
+	}
+	return 0
+}
+
+func (x *ScanInfo) GetExpired() uint32 {
+	if x != nil {
+		return x.Expired
+	}
+	return 0
+}
+
+func (x *ScanInfo) GetResults() uint32 {
+	if x != nil {
+		return x.Results
+	}
+	return 0
+}
+
+func (x *ScanInfo) GetResultBytes() uint64 {
+	if x != nil {
+		return x.ResultBytes
+	}
+	return 0
+}
+
+func (x *ScanInfo) GetRetentionDeadline() uint64 {
+	if x != nil && x.RetentionDeadline != nil {
+		return *x.RetentionDeadline
+	}
+	return 0
+}
+
+func (x *ScanInfo) GetDeclaredTotal() uint64 {
+	if x != nil {
+		return x.DeclaredTotal
+	}
+	return 0
+}
+
+func (x *ScanInfo) GetPending() uint64 {
+	if x != nil {
+		return x.Pending
+	}
+	return 0
+}
+
+type ListScansResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Scans         []*ScanInfo            `protobuf:"bytes,1,rep,name=scans,proto3" json:"scans,omitempty"`
+	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListScansResponse) Reset() {
+	*x = ListScansResponse{}
+	mi := &file_termivar_v1_api_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListScansResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListScansResponse) ProtoMessage() {}
+
+func (x *ListScansResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListScansResponse.ProtoReflect.Descriptor instead.
+func (*ListScansResponse) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *ListScansResponse) GetScans() []*ScanInfo {
+	if x != nil {
+		return x.Scans
+	}
+	return nil
+}
+
+func (x *ListScansResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+type FollowResultsRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	ScanId string                 `protobuf:"bytes,1,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
+	// cursor is where to continue: empty for the start, else the cursor of
+	// the last result received (or next_cursor of the last response).
+	Cursor string `protobuf:"bytes,2,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	// completion_order returns results in the order the tasks completed
+	// instead of enqueue order. A cursor belongs to one order.
+	CompletionOrder bool   `protobuf:"varint,3,opt,name=completion_order,json=completionOrder,proto3" json:"completion_order,omitempty"`
+	WaitSecs        uint32 `protobuf:"varint,4,opt,name=wait_secs,json=waitSecs,proto3" json:"wait_secs,omitempty"`       // long-poll bound, at most 60
+	MaxResults      uint32 `protobuf:"varint,5,opt,name=max_results,json=maxResults,proto3" json:"max_results,omitempty"` // 0 means 256; at most 4096 (and the tenant's aggregate bounds)
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *FollowResultsRequest) Reset() {
+	*x = FollowResultsRequest{}
+	mi := &file_termivar_v1_api_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FollowResultsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FollowResultsRequest) ProtoMessage() {}
+
+func (x *FollowResultsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FollowResultsRequest.ProtoReflect.Descriptor instead.
+func (*FollowResultsRequest) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *FollowResultsRequest) GetScanId() string {
+	if x != nil {
+		return x.ScanId
+	}
+	return ""
+}
+
+func (x *FollowResultsRequest) GetCursor() string {
+	if x != nil {
+		return x.Cursor
+	}
+	return ""
+}
+
+func (x *FollowResultsRequest) GetCompletionOrder() bool {
+	if x != nil {
+		return x.CompletionOrder
+	}
+	return false
+}
+
+func (x *FollowResultsRequest) GetWaitSecs() uint32 {
+	if x != nil {
+		return x.WaitSecs
+	}
+	return 0
+}
+
+func (x *FollowResultsRequest) GetMaxResults() uint32 {
+	if x != nil {
+		return x.MaxResults
+	}
+	return 0
+}
+
+type FollowedResult struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	TaskId    string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	TargetRef string                 `protobuf:"bytes,2,opt,name=target_ref,json=targetRef,proto3" json:"target_ref,omitempty"`
+	Result    []byte                 `protobuf:"bytes,3,opt,name=result,proto3" json:"result,omitempty"`
+	// cursor resumes after this result.
+	Cursor        string `protobuf:"bytes,4,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FollowedResult) Reset() {
+	*x = FollowedResult{}
+	mi := &file_termivar_v1_api_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FollowedResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FollowedResult) ProtoMessage() {}
+
+func (x *FollowedResult) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FollowedResult.ProtoReflect.Descriptor instead.
+func (*FollowedResult) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *FollowedResult) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *FollowedResult) GetTargetRef() string {
+	if x != nil {
+		return x.TargetRef
+	}
+	return ""
+}
+
+func (x *FollowedResult) GetResult() []byte {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *FollowedResult) GetCursor() string {
+	if x != nil {
+		return x.Cursor
+	}
+	return ""
+}
+
+type FollowResultsResponse struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Results    []*FollowedResult      `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	NextCursor string                 `protobuf:"bytes,2,opt,name=next_cursor,json=nextCursor,proto3" json:"next_cursor,omitempty"`
+	// done: the scan is terminal and there is no result after next_cursor.
+	Done          bool `protobuf:"varint,3,opt,name=done,proto3" json:"done,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FollowResultsResponse) Reset() {
+	*x = FollowResultsResponse{}
+	mi := &file_termivar_v1_api_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FollowResultsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FollowResultsResponse) ProtoMessage() {}
+
+func (x *FollowResultsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FollowResultsResponse.ProtoReflect.Descriptor instead.
+func (*FollowResultsResponse) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *FollowResultsResponse) GetResults() []*FollowedResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+func (x *FollowResultsResponse) GetNextCursor() string {
+	if x != nil {
+		return x.NextCursor
+	}
+	return ""
+}
+
+func (x *FollowResultsResponse) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
 type StatusRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// state_hash asks for a hash of the node's whole FSM state (admin keys of
@@ -2820,7 +3747,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[39]
+	mi := &file_termivar_v1_api_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2832,7 +3759,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[39]
+	mi := &file_termivar_v1_api_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2845,7 +3772,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{39}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *StatusRequest) GetStateHash() bool {
@@ -2884,13 +3811,23 @@ type StatusResponse struct {
 	// long_polls_waiting is the number of Acquire calls this node holds
 	// waiting for work right now.
 	LongPollsWaiting int64 `protobuf:"varint,18,opt,name=long_polls_waiting,json=longPollsWaiting,proto3" json:"long_polls_waiting,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// cluster_version is the replicated cluster version; node_max_version the
+	// highest one this node's binary supports (raftfsm/version.go).
+	ClusterVersion uint32 `protobuf:"varint,40,opt,name=cluster_version,json=clusterVersion,proto3" json:"cluster_version,omitempty"`
+	NodeMaxVersion uint32 `protobuf:"varint,41,opt,name=node_max_version,json=nodeMaxVersion,proto3" json:"node_max_version,omitempty"`
+	// last_backup is the last backup recorded (cluster version 2), if any.
+	LastBackup *BackupRecord `protobuf:"bytes,42,opt,name=last_backup,json=lastBackup,proto3" json:"last_backup,omitempty"`
+	// result_retention_secs is the tenant's result retention (0: off).
+	ResultRetentionSecs uint64 `protobuf:"varint,19,opt,name=result_retention_secs,json=resultRetentionSecs,proto3" json:"result_retention_secs,omitempty"`
+	// build is the answering node's build (termivar-coord version).
+	Build         *BuildInfo `protobuf:"bytes,20,opt,name=build,proto3" json:"build,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[40]
+	mi := &file_termivar_v1_api_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2902,7 +3839,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[40]
+	mi := &file_termivar_v1_api_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2915,7 +3852,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{40}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *StatusResponse) GetTenant() string {
@@ -3044,6 +3981,123 @@ func (x *StatusResponse) GetLongPollsWaiting() int64 {
 	return 0
 }
 
+func (x *StatusResponse) GetClusterVersion() uint32 {
+	if x != nil {
+		return x.ClusterVersion
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetNodeMaxVersion() uint32 {
+	if x != nil {
+		return x.NodeMaxVersion
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetLastBackup() *BackupRecord {
+	if x != nil {
+		return x.LastBackup
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetResultRetentionSecs() uint64 {
+	if x != nil {
+		return x.ResultRetentionSecs
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetBuild() *BuildInfo {
+	if x != nil {
+		return x.Build
+	}
+	return nil
+}
+
+// BuildInfo describes a binary, from Go's embedded build information.
+type BuildInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// module_version is the main module's version ("(devel)" for a
+	// checkout build).
+	ModuleVersion string `protobuf:"bytes,1,opt,name=module_version,json=moduleVersion,proto3" json:"module_version,omitempty"`
+	// vcs_revision is the commit the binary was built from ("" when
+	// unknown), vcs_modified whether the work tree had changes.
+	VcsRevision string `protobuf:"bytes,2,opt,name=vcs_revision,json=vcsRevision,proto3" json:"vcs_revision,omitempty"`
+	VcsModified bool   `protobuf:"varint,3,opt,name=vcs_modified,json=vcsModified,proto3" json:"vcs_modified,omitempty"`
+	VcsTime     string `protobuf:"bytes,4,opt,name=vcs_time,json=vcsTime,proto3" json:"vcs_time,omitempty"`
+	// go_version is the toolchain that built the binary.
+	GoVersion     string `protobuf:"bytes,5,opt,name=go_version,json=goVersion,proto3" json:"go_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BuildInfo) Reset() {
+	*x = BuildInfo{}
+	mi := &file_termivar_v1_api_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BuildInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BuildInfo) ProtoMessage() {}
+
+func (x *BuildInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BuildInfo.ProtoReflect.Descriptor instead.
+func (*BuildInfo) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *BuildInfo) GetModuleVersion() string {
+	if x != nil {
+		return x.ModuleVersion
+	}
+	return ""
+}
+
+func (x *BuildInfo) GetVcsRevision() string {
+	if x != nil {
+		return x.VcsRevision
+	}
+	return ""
+}
+
+func (x *BuildInfo) GetVcsModified() bool {
+	if x != nil {
+		return x.VcsModified
+	}
+	return false
+}
+
+func (x *BuildInfo) GetVcsTime() string {
+	if x != nil {
+		return x.VcsTime
+	}
+	return ""
+}
+
+func (x *BuildInfo) GetGoVersion() string {
+	if x != nil {
+		return x.GoVersion
+	}
+	return ""
+}
+
 type ListWorkersRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -3052,7 +4106,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[41]
+	mi := &file_termivar_v1_api_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3064,7 +4118,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[41]
+	mi := &file_termivar_v1_api_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3077,7 +4131,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{41}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{51}
 }
 
 type ListWorkersResponse struct {
@@ -3089,7 +4143,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[42]
+	mi := &file_termivar_v1_api_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3101,7 +4155,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[42]
+	mi := &file_termivar_v1_api_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3114,7 +4168,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{42}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*WorkerInfo {
@@ -3128,15 +4182,18 @@ type CreateTenantRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// limits and result_limits default to the node's per-tenant defaults.
-	Limits        *CoreLimits   `protobuf:"bytes,2,opt,name=limits,proto3" json:"limits,omitempty"`
-	ResultLimits  *ResultLimits `protobuf:"bytes,3,opt,name=result_limits,json=resultLimits,proto3" json:"result_limits,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Limits       *CoreLimits   `protobuf:"bytes,2,opt,name=limits,proto3" json:"limits,omitempty"`
+	ResultLimits *ResultLimits `protobuf:"bytes,3,opt,name=result_limits,json=resultLimits,proto3" json:"result_limits,omitempty"`
+	// result_retention_secs purges terminal tasks and their results this
+	// many seconds after they finished; 0 keeps them.
+	ResultRetentionSecs uint64 `protobuf:"varint,4,opt,name=result_retention_secs,json=resultRetentionSecs,proto3" json:"result_retention_secs,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *CreateTenantRequest) Reset() {
 	*x = CreateTenantRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[43]
+	mi := &file_termivar_v1_api_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3148,7 +4205,7 @@ func (x *CreateTenantRequest) String() string {
 func (*CreateTenantRequest) ProtoMessage() {}
 
 func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[43]
+	mi := &file_termivar_v1_api_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3161,7 +4218,7 @@ func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantRequest.ProtoReflect.Descriptor instead.
 func (*CreateTenantRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{43}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CreateTenantRequest) GetName() string {
@@ -3185,6 +4242,312 @@ func (x *CreateTenantRequest) GetResultLimits() *ResultLimits {
 	return nil
 }
 
+func (x *CreateTenantRequest) GetResultRetentionSecs() uint64 {
+	if x != nil {
+		return x.ResultRetentionSecs
+	}
+	return 0
+}
+
+type UpdateTenantRequest struct {
+	state               protoimpl.MessageState `protogen:"open.v1"`
+	Name                string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	ResultRetentionSecs uint64                 `protobuf:"varint,2,opt,name=result_retention_secs,json=resultRetentionSecs,proto3" json:"result_retention_secs,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *UpdateTenantRequest) Reset() {
+	*x = UpdateTenantRequest{}
+	mi := &file_termivar_v1_api_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateTenantRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateTenantRequest) ProtoMessage() {}
+
+func (x *UpdateTenantRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateTenantRequest.ProtoReflect.Descriptor instead.
+func (*UpdateTenantRequest) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *UpdateTenantRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *UpdateTenantRequest) GetResultRetentionSecs() uint64 {
+	if x != nil {
+		return x.ResultRetentionSecs
+	}
+	return 0
+}
+
+type UpdateTenantResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateTenantResponse) Reset() {
+	*x = UpdateTenantResponse{}
+	mi := &file_termivar_v1_api_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateTenantResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateTenantResponse) ProtoMessage() {}
+
+func (x *UpdateTenantResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateTenantResponse.ProtoReflect.Descriptor instead.
+func (*UpdateTenantResponse) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{55}
+}
+
+type DeleteScanRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	ScanId string                 `protobuf:"bytes,1,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
+	// force cancels the scan's queued, leased and running tasks first.
+	Force         bool `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteScanRequest) Reset() {
+	*x = DeleteScanRequest{}
+	mi := &file_termivar_v1_api_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteScanRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteScanRequest) ProtoMessage() {}
+
+func (x *DeleteScanRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteScanRequest.ProtoReflect.Descriptor instead.
+func (*DeleteScanRequest) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *DeleteScanRequest) GetScanId() string {
+	if x != nil {
+		return x.ScanId
+	}
+	return ""
+}
+
+func (x *DeleteScanRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+type DeleteScanResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// purged is how many task records were removed (with their results).
+	Purged uint32 `protobuf:"varint,1,opt,name=purged,proto3" json:"purged,omitempty"`
+	// cancelled is how many non-terminal tasks force cancelled first.
+	Cancelled     uint32 `protobuf:"varint,2,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
+	Revision      uint64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteScanResponse) Reset() {
+	*x = DeleteScanResponse{}
+	mi := &file_termivar_v1_api_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteScanResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteScanResponse) ProtoMessage() {}
+
+func (x *DeleteScanResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteScanResponse.ProtoReflect.Descriptor instead.
+func (*DeleteScanResponse) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *DeleteScanResponse) GetPurged() uint32 {
+	if x != nil {
+		return x.Purged
+	}
+	return 0
+}
+
+func (x *DeleteScanResponse) GetCancelled() uint32 {
+	if x != nil {
+		return x.Cancelled
+	}
+	return 0
+}
+
+func (x *DeleteScanResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+type PurgeTasksRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TaskIds       []string               `protobuf:"bytes,1,rep,name=task_ids,json=taskIds,proto3" json:"task_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PurgeTasksRequest) Reset() {
+	*x = PurgeTasksRequest{}
+	mi := &file_termivar_v1_api_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgeTasksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgeTasksRequest) ProtoMessage() {}
+
+func (x *PurgeTasksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgeTasksRequest.ProtoReflect.Descriptor instead.
+func (*PurgeTasksRequest) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *PurgeTasksRequest) GetTaskIds() []string {
+	if x != nil {
+		return x.TaskIds
+	}
+	return nil
+}
+
+type PurgeTasksResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Purged        uint32                 `protobuf:"varint,1,opt,name=purged,proto3" json:"purged,omitempty"`
+	Revision      uint64                 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PurgeTasksResponse) Reset() {
+	*x = PurgeTasksResponse{}
+	mi := &file_termivar_v1_api_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgeTasksResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgeTasksResponse) ProtoMessage() {}
+
+func (x *PurgeTasksResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgeTasksResponse.ProtoReflect.Descriptor instead.
+func (*PurgeTasksResponse) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *PurgeTasksResponse) GetPurged() uint32 {
+	if x != nil {
+		return x.Purged
+	}
+	return 0
+}
+
+func (x *PurgeTasksResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
 type CreateTenantResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Revision      uint64                 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
@@ -3194,7 +4557,7 @@ type CreateTenantResponse struct {
 
 func (x *CreateTenantResponse) Reset() {
 	*x = CreateTenantResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[44]
+	mi := &file_termivar_v1_api_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3206,7 +4569,7 @@ func (x *CreateTenantResponse) String() string {
 func (*CreateTenantResponse) ProtoMessage() {}
 
 func (x *CreateTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[44]
+	mi := &file_termivar_v1_api_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3219,7 +4582,7 @@ func (x *CreateTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantResponse.ProtoReflect.Descriptor instead.
 func (*CreateTenantResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{44}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *CreateTenantResponse) GetRevision() uint64 {
@@ -3239,7 +4602,7 @@ type CreateKeyRequest struct {
 
 func (x *CreateKeyRequest) Reset() {
 	*x = CreateKeyRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[45]
+	mi := &file_termivar_v1_api_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3251,7 +4614,7 @@ func (x *CreateKeyRequest) String() string {
 func (*CreateKeyRequest) ProtoMessage() {}
 
 func (x *CreateKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[45]
+	mi := &file_termivar_v1_api_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3264,7 +4627,7 @@ func (x *CreateKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyRequest.ProtoReflect.Descriptor instead.
 func (*CreateKeyRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{45}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *CreateKeyRequest) GetTenant() string {
@@ -3292,7 +4655,7 @@ type CreateKeyResponse struct {
 
 func (x *CreateKeyResponse) Reset() {
 	*x = CreateKeyResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[46]
+	mi := &file_termivar_v1_api_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3304,7 +4667,7 @@ func (x *CreateKeyResponse) String() string {
 func (*CreateKeyResponse) ProtoMessage() {}
 
 func (x *CreateKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[46]
+	mi := &file_termivar_v1_api_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3317,7 +4680,7 @@ func (x *CreateKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyResponse.ProtoReflect.Descriptor instead.
 func (*CreateKeyResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{46}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *CreateKeyResponse) GetKeyId() string {
@@ -3347,7 +4710,7 @@ type ListKeysRequest struct {
 
 func (x *ListKeysRequest) Reset() {
 	*x = ListKeysRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[47]
+	mi := &file_termivar_v1_api_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3359,7 +4722,7 @@ func (x *ListKeysRequest) String() string {
 func (*ListKeysRequest) ProtoMessage() {}
 
 func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[47]
+	mi := &file_termivar_v1_api_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3372,7 +4735,7 @@ func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListKeysRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{47}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ListKeysRequest) GetTenant() string {
@@ -3402,7 +4765,7 @@ type KeyInfo struct {
 
 func (x *KeyInfo) Reset() {
 	*x = KeyInfo{}
-	mi := &file_termivar_v1_api_proto_msgTypes[48]
+	mi := &file_termivar_v1_api_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3414,7 +4777,7 @@ func (x *KeyInfo) String() string {
 func (*KeyInfo) ProtoMessage() {}
 
 func (x *KeyInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[48]
+	mi := &file_termivar_v1_api_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3427,7 +4790,7 @@ func (x *KeyInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyInfo.ProtoReflect.Descriptor instead.
 func (*KeyInfo) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{48}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *KeyInfo) GetKeyId() string {
@@ -3474,7 +4837,7 @@ type ListKeysResponse struct {
 
 func (x *ListKeysResponse) Reset() {
 	*x = ListKeysResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[49]
+	mi := &file_termivar_v1_api_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3486,7 +4849,7 @@ func (x *ListKeysResponse) String() string {
 func (*ListKeysResponse) ProtoMessage() {}
 
 func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[49]
+	mi := &file_termivar_v1_api_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3499,7 +4862,7 @@ func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListKeysResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{49}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ListKeysResponse) GetKeys() []*KeyInfo {
@@ -3518,7 +4881,7 @@ type RevokeKeyRequest struct {
 
 func (x *RevokeKeyRequest) Reset() {
 	*x = RevokeKeyRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[50]
+	mi := &file_termivar_v1_api_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3530,7 +4893,7 @@ func (x *RevokeKeyRequest) String() string {
 func (*RevokeKeyRequest) ProtoMessage() {}
 
 func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[50]
+	mi := &file_termivar_v1_api_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3543,7 +4906,7 @@ func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeKeyRequest.ProtoReflect.Descriptor instead.
 func (*RevokeKeyRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{50}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *RevokeKeyRequest) GetKeyId() string {
@@ -3561,7 +4924,7 @@ type RevokeKeyResponse struct {
 
 func (x *RevokeKeyResponse) Reset() {
 	*x = RevokeKeyResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[51]
+	mi := &file_termivar_v1_api_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3573,7 +4936,7 @@ func (x *RevokeKeyResponse) String() string {
 func (*RevokeKeyResponse) ProtoMessage() {}
 
 func (x *RevokeKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[51]
+	mi := &file_termivar_v1_api_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3586,7 +4949,7 @@ func (x *RevokeKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeKeyResponse.ProtoReflect.Descriptor instead.
 func (*RevokeKeyResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{51}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{67}
 }
 
 type RotateKeyRequest struct {
@@ -3598,7 +4961,7 @@ type RotateKeyRequest struct {
 
 func (x *RotateKeyRequest) Reset() {
 	*x = RotateKeyRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[52]
+	mi := &file_termivar_v1_api_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3610,7 +4973,7 @@ func (x *RotateKeyRequest) String() string {
 func (*RotateKeyRequest) ProtoMessage() {}
 
 func (x *RotateKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[52]
+	mi := &file_termivar_v1_api_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3623,7 +4986,7 @@ func (x *RotateKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateKeyRequest.ProtoReflect.Descriptor instead.
 func (*RotateKeyRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{52}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *RotateKeyRequest) GetKeyId() string {
@@ -3645,7 +5008,7 @@ type RotateKeyResponse struct {
 
 func (x *RotateKeyResponse) Reset() {
 	*x = RotateKeyResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[53]
+	mi := &file_termivar_v1_api_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3657,7 +5020,7 @@ func (x *RotateKeyResponse) String() string {
 func (*RotateKeyResponse) ProtoMessage() {}
 
 func (x *RotateKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[53]
+	mi := &file_termivar_v1_api_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3670,7 +5033,7 @@ func (x *RotateKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateKeyResponse.ProtoReflect.Descriptor instead.
 func (*RotateKeyResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{53}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *RotateKeyResponse) GetKeyId() string {
@@ -3767,7 +5130,7 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x0elease_ttl_secs\x18\x02 \x01(\x04R\fleaseTtlSecs\x12\x1b\n" +
 	"\twait_secs\x18\x03 \x01(\rR\bwaitSecs\x12\x1b\n" +
 	"\tmax_tasks\x18\x04 \x01(\rR\bmaxTasks\x12\x14\n" +
-	"\x05start\x18\x05 \x01(\bR\x05start\"\xa0\x02\n" +
+	"\x05start\x18\x05 \x01(\bR\x05start\"\xd2\x02\n" +
 	"\n" +
 	"LeasedTask\x12\x1f\n" +
 	"\vlease_token\x18\x01 \x01(\fR\n" +
@@ -3783,7 +5146,8 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"expires_at\x18\t \x01(\x04R\texpiresAt\x12\x18\n" +
 	"\astarted\x18\n" +
-	" \x01(\bR\astarted\"\\\n" +
+	" \x01(\bR\astarted\x120\n" +
+	"\x14attempt_timeout_secs\x18\v \x01(\x04R\x12attemptTimeoutSecs\"\\\n" +
 	"\x0fAcquireResponse\x12-\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x17.termivar.v1.LeasedTaskR\x05tasks\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\"w\n" +
@@ -3827,11 +5191,12 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\bresponse\x18\x01 \x01(\v2\x1d.termivar.v1.CompleteResponseR\bresponse\x12.\n" +
 	"\x05error\x18\x02 \x01(\v2\x18.termivar.v1.ErrorDetailR\x05error\"Q\n" +
 	"\x14CompleteManyResponse\x129\n" +
-	"\aresults\x18\x01 \x03(\v2\x1f.termivar.v1.CompleteItemResultR\aresults\"v\n" +
+	"\aresults\x18\x01 \x03(\v2\x1f.termivar.v1.CompleteItemResultR\aresults\"\x8e\x01\n" +
 	"\vFailRequest\x12\x1f\n" +
 	"\vlease_token\x18\x01 \x01(\fR\n" +
 	"leaseToken\x120\n" +
-	"\x11expected_revision\x18\x02 \x01(\x04H\x00R\x10expectedRevision\x88\x01\x01B\x14\n" +
+	"\x11expected_revision\x18\x02 \x01(\x04H\x00R\x10expectedRevision\x88\x01\x01\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reasonB\x14\n" +
 	"\x12_expected_revision\"\xb9\x01\n" +
 	"\fFailResponse\x12\x1a\n" +
 	"\brequeued\x18\x01 \x01(\bR\brequeued\x12'\n" +
@@ -3853,19 +5218,21 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x12_expected_revision\"h\n" +
 	"\x12DeregisterResponse\x126\n" +
 	"\asummary\x18\x01 \x01(\v2\x1c.termivar.v1.RecoverySummaryR\asummary\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x04R\brevision\"\x8e\x01\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\"\xc0\x01\n" +
 	"\aNewTask\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x17\n" +
 	"\ascan_id\x18\x02 \x01(\tR\x06scanId\x12\x1d\n" +
 	"\n" +
 	"target_ref\x18\x03 \x01(\tR\ttargetRef\x12\x16\n" +
 	"\x06phases\x18\x04 \x01(\fR\x06phases\x12\x1a\n" +
-	"\bpriority\x18\x05 \x01(\tR\bpriority\"\xd0\x01\n" +
+	"\bpriority\x18\x05 \x01(\tR\bpriority\x120\n" +
+	"\x14attempt_timeout_secs\x18\x06 \x01(\x04R\x12attemptTimeoutSecs\"\x82\x02\n" +
 	"\x0eEnqueueRequest\x12*\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x14.termivar.v1.NewTaskR\x05tasks\x120\n" +
-	"\x11expected_revision\x18\x02 \x01(\x04H\x00R\x10expectedRevision\x88\x01\x01\x12#\n" +
-	"\rskip_existing\x18\x03 \x01(\bR\fskipExisting\x12%\n" +
-	"\x0edeclared_total\x18\x04 \x01(\x04R\rdeclaredTotalB\x14\n" +
+	"\x11expected_revision\x18\x02 \x01(\x04H\x00R\x10expectedRevision\x88\x01\x01\x120\n" +
+	"\x14attempt_timeout_secs\x18\x03 \x01(\x04R\x12attemptTimeoutSecs\x12#\n" +
+	"\rskip_existing\x18\x04 \x01(\bR\fskipExisting\x12%\n" +
+	"\x0edeclared_total\x18\x05 \x01(\x04R\rdeclaredTotalB\x14\n" +
 	"\x12_expected_revision\"Z\n" +
 	"\x10EnqueueCollision\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x17\n" +
@@ -3890,7 +5257,7 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x0eCancelResponse\x12+\n" +
 	"\x11already_cancelled\x18\x01 \x01(\bR\x10alreadyCancelled\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12'\n" +
-	"\x0fprevious_status\x18\x03 \x01(\tR\x0epreviousStatus\"\xe3\x04\n" +
+	"\x0fprevious_status\x18\x03 \x01(\tR\x0epreviousStatus\"\x93\x06\n" +
 	"\bTaskInfo\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x17\n" +
 	"\ascan_id\x18\x02 \x01(\tR\x06scanId\x12\x1d\n" +
@@ -3917,9 +5284,26 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\vfence_token\x18\x11 \x01(\fR\n" +
 	"fenceToken\x12\x1d\n" +
 	"\n" +
-	"has_result\x18\x12 \x01(\bR\thasResultB\r\n" +
+	"has_result\x18\x12 \x01(\bR\thasResult\x120\n" +
+	"\x14attempt_timeout_secs\x18\x13 \x01(\x04R\x12attemptTimeoutSecs\x124\n" +
+	"\battempts\x18\x14 \x03(\v2\x18.termivar.v1.AttemptInfoR\battempts\x12\x16\n" +
+	"\x06reruns\x18\x15 \x01(\rR\x06reruns\x12.\n" +
+	"\x13last_failure_reason\x18\x16 \x01(\tR\x11lastFailureReasonB\r\n" +
 	"\v_started_atB\x0f\n" +
-	"\r_completed_at\")\n" +
+	"\r_completed_at\"\xa9\x02\n" +
+	"\vAttemptInfo\x12\x18\n" +
+	"\aattempt\x18\x01 \x01(\rR\aattempt\x12'\n" +
+	"\x0ftask_generation\x18\x02 \x01(\x04R\x0etaskGeneration\x12\x1b\n" +
+	"\tworker_id\x18\x03 \x01(\tR\bworkerId\x12\x19\n" +
+	"\blease_id\x18\x04 \x01(\x04R\aleaseId\x12\x1f\n" +
+	"\vacquired_at\x18\x05 \x01(\x04R\n" +
+	"acquiredAt\x12\"\n" +
+	"\n" +
+	"started_at\x18\x06 \x01(\x04H\x00R\tstartedAt\x88\x01\x01\x12\x19\n" +
+	"\bended_at\x18\a \x01(\x04R\aendedAt\x12\x18\n" +
+	"\aoutcome\x18\b \x01(\tR\aoutcome\x12\x16\n" +
+	"\x06reason\x18\t \x01(\tR\x06reasonB\r\n" +
+	"\v_started_at\")\n" +
 	"\x0eGetTaskRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\"<\n" +
 	"\x0fGetTaskResponse\x12)\n" +
@@ -3934,7 +5318,7 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x05tasks\x18\x01 \x03(\v2\x15.termivar.v1.TaskInfoR\x05tasks\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\".\n" +
 	"\x13ScanProgressRequest\x12\x17\n" +
-	"\ascan_id\x18\x01 \x01(\tR\x06scanId\"\xa5\x02\n" +
+	"\ascan_id\x18\x01 \x01(\tR\x06scanId\"\xae\x05\n" +
 	"\x14ScanProgressResponse\x12\x14\n" +
 	"\x05total\x18\x01 \x01(\rR\x05total\x12\x16\n" +
 	"\x06queued\x18\x02 \x01(\rR\x06queued\x12\x16\n" +
@@ -3944,17 +5328,90 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x06failed\x18\x06 \x01(\rR\x06failed\x12\x1c\n" +
 	"\tcancelled\x18\a \x01(\rR\tcancelled\x12\x18\n" +
 	"\aexpired\x18\b \x01(\rR\aexpired\x12\x18\n" +
-	"\aresults\x18\t \x01(\rR\aresults\x12%\n" +
-	"\x0edeclared_total\x18\n" +
-	" \x01(\x04R\rdeclaredTotal\"2\n" +
+	"\aresults\x18\t \x01(\rR\aresults\x12\x16\n" +
+	"\x06reruns\x18\x13 \x01(\rR\x06reruns\x12\x19\n" +
+	"\bnow_secs\x18\n" +
+	" \x01(\x04R\anowSecs\x12*\n" +
+	"\x11next_lease_expiry\x18\v \x01(\x04R\x0fnextLeaseExpiry\x12%\n" +
+	"\x0etenant_results\x18\f \x01(\rR\rtenantResults\x12\x1f\n" +
+	"\vmax_results\x18\r \x01(\rR\n" +
+	"maxResults\x12.\n" +
+	"\x13tenant_result_bytes\x18\x0e \x01(\x04R\x11tenantResultBytes\x123\n" +
+	"\x16max_result_total_bytes\x18\x0f \x01(\x04R\x13maxResultTotalBytes\x12!\n" +
+	"\flive_workers\x18\x10 \x01(\rR\vliveWorkers\x12\x1d\n" +
+	"\n" +
+	"free_slots\x18\x11 \x01(\rR\tfreeSlots\x12\x1f\n" +
+	"\vfinished_at\x18\x12 \x01(\x04R\n" +
+	"finishedAt\x12%\n" +
+	"\x0edeclared_total\x18\x14 \x01(\x04R\rdeclaredTotal\x12\x18\n" +
+	"\apending\x18\x15 \x01(\x04R\apending\"\xa6\x01\n" +
+	"\fRetryRequest\x12\x17\n" +
+	"\ascan_id\x18\x01 \x01(\tR\x06scanId\x12\x19\n" +
+	"\btask_ids\x18\x02 \x03(\tR\ataskIds\x12\x1a\n" +
+	"\bstatuses\x18\x03 \x03(\tR\bstatuses\x120\n" +
+	"\x11expected_revision\x18\x04 \x01(\x04H\x00R\x10expectedRevision\x88\x01\x01B\x14\n" +
+	"\x12_expected_revision\"e\n" +
+	"\rRetryResponse\x12\x1a\n" +
+	"\brequeued\x18\x01 \x03(\tR\brequeued\x12\x1c\n" +
+	"\tunchanged\x18\x02 \x01(\rR\tunchanged\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\x04R\brevision\"2\n" +
 	"\x17AggregateResultsRequest\x12\x17\n" +
-	"\ascan_id\x18\x01 \x01(\tR\x06scanId\"K\n" +
+	"\ascan_id\x18\x01 \x01(\tR\x06scanId\"j\n" +
 	"\x18AggregateResultsResponse\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x16\n" +
-	"\x06result\x18\x02 \x01(\fR\x06result\".\n" +
+	"\x06result\x18\x02 \x01(\fR\x06result\x12\x1d\n" +
+	"\n" +
+	"target_ref\x18\x03 \x01(\tR\ttargetRef\"N\n" +
+	"\x10ListScansRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\rR\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"\x96\x04\n" +
+	"\bScanInfo\x12\x17\n" +
+	"\ascan_id\x18\x01 \x01(\tR\x06scanId\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1d\n" +
+	"\n" +
+	"created_at\x18\x03 \x01(\x04R\tcreatedAt\x12\x1f\n" +
+	"\vfinished_at\x18\x04 \x01(\x04R\n" +
+	"finishedAt\x12\x1a\n" +
+	"\badmitted\x18\x05 \x01(\rR\badmitted\x12\x16\n" +
+	"\x06queued\x18\x06 \x01(\rR\x06queued\x12\x16\n" +
+	"\x06leased\x18\a \x01(\rR\x06leased\x12\x18\n" +
+	"\arunning\x18\b \x01(\rR\arunning\x12\x1c\n" +
+	"\tcompleted\x18\t \x01(\rR\tcompleted\x12\x16\n" +
+	"\x06failed\x18\n" +
+	" \x01(\rR\x06failed\x12\x1c\n" +
+	"\tcancelled\x18\v \x01(\rR\tcancelled\x12\x18\n" +
+	"\aexpired\x18\f \x01(\rR\aexpired\x12\x18\n" +
+	"\aresults\x18\r \x01(\rR\aresults\x12!\n" +
+	"\fresult_bytes\x18\x0e \x01(\x04R\vresultBytes\x122\n" +
+	"\x12retention_deadline\x18\x0f \x01(\x04H\x00R\x11retentionDeadline\x88\x01\x01\x12%\n" +
+	"\x0edeclared_total\x18\x10 \x01(\x04R\rdeclaredTotal\x12\x18\n" +
+	"\apending\x18\x11 \x01(\x04R\apendingB\x15\n" +
+	"\x13_retention_deadline\"h\n" +
+	"\x11ListScansResponse\x12+\n" +
+	"\x05scans\x18\x01 \x03(\v2\x15.termivar.v1.ScanInfoR\x05scans\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xb0\x01\n" +
+	"\x14FollowResultsRequest\x12\x17\n" +
+	"\ascan_id\x18\x01 \x01(\tR\x06scanId\x12\x16\n" +
+	"\x06cursor\x18\x02 \x01(\tR\x06cursor\x12)\n" +
+	"\x10completion_order\x18\x03 \x01(\bR\x0fcompletionOrder\x12\x1b\n" +
+	"\twait_secs\x18\x04 \x01(\rR\bwaitSecs\x12\x1f\n" +
+	"\vmax_results\x18\x05 \x01(\rR\n" +
+	"maxResults\"x\n" +
+	"\x0eFollowedResult\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x1d\n" +
+	"\n" +
+	"target_ref\x18\x02 \x01(\tR\ttargetRef\x12\x16\n" +
+	"\x06result\x18\x03 \x01(\fR\x06result\x12\x16\n" +
+	"\x06cursor\x18\x04 \x01(\tR\x06cursor\"\x83\x01\n" +
+	"\x15FollowResultsResponse\x125\n" +
+	"\aresults\x18\x01 \x03(\v2\x1b.termivar.v1.FollowedResultR\aresults\x12\x1f\n" +
+	"\vnext_cursor\x18\x02 \x01(\tR\n" +
+	"nextCursor\x12\x12\n" +
+	"\x04done\x18\x03 \x01(\bR\x04done\".\n" +
 	"\rStatusRequest\x12\x1d\n" +
 	"\n" +
-	"state_hash\x18\x01 \x01(\bR\tstateHash\"\xf0\x04\n" +
+	"state_hash\x18\x01 \x01(\bR\tstateHash\"\xe1\x06\n" +
 	"\x0eStatusResponse\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12!\n" +
@@ -3976,14 +5433,44 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"state_hash\x18\x10 \x01(\fR\tstateHash\x12(\n" +
 	"\x10state_hash_index\x18\x11 \x01(\x04R\x0estateHashIndex\x12,\n" +
-	"\x12long_polls_waiting\x18\x12 \x01(\x03R\x10longPollsWaiting\"\x14\n" +
+	"\x12long_polls_waiting\x18\x12 \x01(\x03R\x10longPollsWaiting\x12'\n" +
+	"\x0fcluster_version\x18( \x01(\rR\x0eclusterVersion\x12(\n" +
+	"\x10node_max_version\x18) \x01(\rR\x0enodeMaxVersion\x12:\n" +
+	"\vlast_backup\x18* \x01(\v2\x19.termivar.v1.BackupRecordR\n" +
+	"lastBackup\x122\n" +
+	"\x15result_retention_secs\x18\x13 \x01(\x04R\x13resultRetentionSecs\x12,\n" +
+	"\x05build\x18\x14 \x01(\v2\x16.termivar.v1.BuildInfoR\x05build\"\xb2\x01\n" +
+	"\tBuildInfo\x12%\n" +
+	"\x0emodule_version\x18\x01 \x01(\tR\rmoduleVersion\x12!\n" +
+	"\fvcs_revision\x18\x02 \x01(\tR\vvcsRevision\x12!\n" +
+	"\fvcs_modified\x18\x03 \x01(\bR\vvcsModified\x12\x19\n" +
+	"\bvcs_time\x18\x04 \x01(\tR\avcsTime\x12\x1d\n" +
+	"\n" +
+	"go_version\x18\x05 \x01(\tR\tgoVersion\"\x14\n" +
 	"\x12ListWorkersRequest\"H\n" +
 	"\x13ListWorkersResponse\x121\n" +
-	"\aworkers\x18\x01 \x03(\v2\x17.termivar.v1.WorkerInfoR\aworkers\"\x9a\x01\n" +
+	"\aworkers\x18\x01 \x03(\v2\x17.termivar.v1.WorkerInfoR\aworkers\"\xce\x01\n" +
 	"\x13CreateTenantRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
 	"\x06limits\x18\x02 \x01(\v2\x17.termivar.v1.CoreLimitsR\x06limits\x12>\n" +
-	"\rresult_limits\x18\x03 \x01(\v2\x19.termivar.v1.ResultLimitsR\fresultLimits\"2\n" +
+	"\rresult_limits\x18\x03 \x01(\v2\x19.termivar.v1.ResultLimitsR\fresultLimits\x122\n" +
+	"\x15result_retention_secs\x18\x04 \x01(\x04R\x13resultRetentionSecs\"]\n" +
+	"\x13UpdateTenantRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x122\n" +
+	"\x15result_retention_secs\x18\x02 \x01(\x04R\x13resultRetentionSecs\"\x16\n" +
+	"\x14UpdateTenantResponse\"B\n" +
+	"\x11DeleteScanRequest\x12\x17\n" +
+	"\ascan_id\x18\x01 \x01(\tR\x06scanId\x12\x14\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\"f\n" +
+	"\x12DeleteScanResponse\x12\x16\n" +
+	"\x06purged\x18\x01 \x01(\rR\x06purged\x12\x1c\n" +
+	"\tcancelled\x18\x02 \x01(\rR\tcancelled\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\x04R\brevision\".\n" +
+	"\x11PurgeTasksRequest\x12\x19\n" +
+	"\btask_ids\x18\x01 \x03(\tR\ataskIds\"H\n" +
+	"\x12PurgeTasksResponse\x12\x16\n" +
+	"\x06purged\x18\x01 \x01(\rR\x06purged\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\"2\n" +
 	"\x14CreateTenantResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\">\n" +
 	"\x10CreateKeyRequest\x12\x16\n" +
@@ -4023,18 +5510,26 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\fCompleteMany\x12 .termivar.v1.CompleteManyRequest\x1a!.termivar.v1.CompleteManyResponse\x12;\n" +
 	"\x04Fail\x12\x18.termivar.v1.FailRequest\x1a\x19.termivar.v1.FailResponse\x12M\n" +
 	"\n" +
-	"Deregister\x12\x1e.termivar.v1.DeregisterRequest\x1a\x1f.termivar.v1.DeregisterResponse2\xdd\x03\n" +
+	"Deregister\x12\x1e.termivar.v1.DeregisterRequest\x1a\x1f.termivar.v1.DeregisterResponse2\xdf\x06\n" +
 	"\bProducer\x12D\n" +
 	"\aEnqueue\x12\x1b.termivar.v1.EnqueueRequest\x1a\x1c.termivar.v1.EnqueueResponse\x12A\n" +
 	"\x06Cancel\x12\x1a.termivar.v1.CancelRequest\x1a\x1b.termivar.v1.CancelResponse\x12D\n" +
 	"\aGetTask\x12\x1b.termivar.v1.GetTaskRequest\x1a\x1c.termivar.v1.GetTaskResponse\x12J\n" +
 	"\tListTasks\x12\x1d.termivar.v1.ListTasksRequest\x1a\x1e.termivar.v1.ListTasksResponse\x12S\n" +
-	"\fScanProgress\x12 .termivar.v1.ScanProgressRequest\x1a!.termivar.v1.ScanProgressResponse\x12a\n" +
-	"\x10AggregateResults\x12$.termivar.v1.AggregateResultsRequest\x1a%.termivar.v1.AggregateResultsResponse0\x012\x9e\x04\n" +
+	"\fScanProgress\x12 .termivar.v1.ScanProgressRequest\x1a!.termivar.v1.ScanProgressResponse\x12>\n" +
+	"\x05Retry\x12\x19.termivar.v1.RetryRequest\x1a\x1a.termivar.v1.RetryResponse\x12a\n" +
+	"\x10AggregateResults\x12$.termivar.v1.AggregateResultsRequest\x1a%.termivar.v1.AggregateResultsResponse0\x01\x12J\n" +
+	"\tListScans\x12\x1d.termivar.v1.ListScansRequest\x1a\x1e.termivar.v1.ListScansResponse\x12V\n" +
+	"\rFollowResults\x12!.termivar.v1.FollowResultsRequest\x1a\".termivar.v1.FollowResultsResponse\x12M\n" +
+	"\n" +
+	"DeleteScan\x12\x1e.termivar.v1.DeleteScanRequest\x1a\x1f.termivar.v1.DeleteScanResponse\x12M\n" +
+	"\n" +
+	"PurgeTasks\x12\x1e.termivar.v1.PurgeTasksRequest\x1a\x1f.termivar.v1.PurgeTasksResponse2\xf3\x04\n" +
 	"\x05Admin\x12A\n" +
 	"\x06Status\x12\x1a.termivar.v1.StatusRequest\x1a\x1b.termivar.v1.StatusResponse\x12P\n" +
 	"\vListWorkers\x12\x1f.termivar.v1.ListWorkersRequest\x1a .termivar.v1.ListWorkersResponse\x12S\n" +
-	"\fCreateTenant\x12 .termivar.v1.CreateTenantRequest\x1a!.termivar.v1.CreateTenantResponse\x12J\n" +
+	"\fCreateTenant\x12 .termivar.v1.CreateTenantRequest\x1a!.termivar.v1.CreateTenantResponse\x12S\n" +
+	"\fUpdateTenant\x12 .termivar.v1.UpdateTenantRequest\x1a!.termivar.v1.UpdateTenantResponse\x12J\n" +
 	"\tCreateKey\x12\x1d.termivar.v1.CreateKeyRequest\x1a\x1e.termivar.v1.CreateKeyResponse\x12G\n" +
 	"\bListKeys\x12\x1c.termivar.v1.ListKeysRequest\x1a\x1d.termivar.v1.ListKeysResponse\x12J\n" +
 	"\tRevokeKey\x12\x1d.termivar.v1.RevokeKeyRequest\x1a\x1e.termivar.v1.RevokeKeyResponse\x12J\n" +
@@ -4052,7 +5547,7 @@ func file_termivar_v1_api_proto_rawDescGZIP() []byte {
 	return file_termivar_v1_api_proto_rawDescData
 }
 
-var file_termivar_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
+var file_termivar_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
 var file_termivar_v1_api_proto_goTypes = []any{
 	(*ErrorDetail)(nil),              // 0: termivar.v1.ErrorDetail
 	(*WorkerInfo)(nil),               // 1: termivar.v1.WorkerInfo
@@ -4085,32 +5580,49 @@ var file_termivar_v1_api_proto_goTypes = []any{
 	(*CancelRequest)(nil),            // 28: termivar.v1.CancelRequest
 	(*CancelResponse)(nil),           // 29: termivar.v1.CancelResponse
 	(*TaskInfo)(nil),                 // 30: termivar.v1.TaskInfo
-	(*GetTaskRequest)(nil),           // 31: termivar.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),          // 32: termivar.v1.GetTaskResponse
-	(*ListTasksRequest)(nil),         // 33: termivar.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),        // 34: termivar.v1.ListTasksResponse
-	(*ScanProgressRequest)(nil),      // 35: termivar.v1.ScanProgressRequest
-	(*ScanProgressResponse)(nil),     // 36: termivar.v1.ScanProgressResponse
-	(*AggregateResultsRequest)(nil),  // 37: termivar.v1.AggregateResultsRequest
-	(*AggregateResultsResponse)(nil), // 38: termivar.v1.AggregateResultsResponse
-	(*StatusRequest)(nil),            // 39: termivar.v1.StatusRequest
-	(*StatusResponse)(nil),           // 40: termivar.v1.StatusResponse
-	(*ListWorkersRequest)(nil),       // 41: termivar.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),      // 42: termivar.v1.ListWorkersResponse
-	(*CreateTenantRequest)(nil),      // 43: termivar.v1.CreateTenantRequest
-	(*CreateTenantResponse)(nil),     // 44: termivar.v1.CreateTenantResponse
-	(*CreateKeyRequest)(nil),         // 45: termivar.v1.CreateKeyRequest
-	(*CreateKeyResponse)(nil),        // 46: termivar.v1.CreateKeyResponse
-	(*ListKeysRequest)(nil),          // 47: termivar.v1.ListKeysRequest
-	(*KeyInfo)(nil),                  // 48: termivar.v1.KeyInfo
-	(*ListKeysResponse)(nil),         // 49: termivar.v1.ListKeysResponse
-	(*RevokeKeyRequest)(nil),         // 50: termivar.v1.RevokeKeyRequest
-	(*RevokeKeyResponse)(nil),        // 51: termivar.v1.RevokeKeyResponse
-	(*RotateKeyRequest)(nil),         // 52: termivar.v1.RotateKeyRequest
-	(*RotateKeyResponse)(nil),        // 53: termivar.v1.RotateKeyResponse
-	(*ClusterMember)(nil),            // 54: termivar.v1.ClusterMember
-	(*CoreLimits)(nil),               // 55: termivar.v1.CoreLimits
-	(*ResultLimits)(nil),             // 56: termivar.v1.ResultLimits
+	(*AttemptInfo)(nil),              // 31: termivar.v1.AttemptInfo
+	(*GetTaskRequest)(nil),           // 32: termivar.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),          // 33: termivar.v1.GetTaskResponse
+	(*ListTasksRequest)(nil),         // 34: termivar.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),        // 35: termivar.v1.ListTasksResponse
+	(*ScanProgressRequest)(nil),      // 36: termivar.v1.ScanProgressRequest
+	(*ScanProgressResponse)(nil),     // 37: termivar.v1.ScanProgressResponse
+	(*RetryRequest)(nil),             // 38: termivar.v1.RetryRequest
+	(*RetryResponse)(nil),            // 39: termivar.v1.RetryResponse
+	(*AggregateResultsRequest)(nil),  // 40: termivar.v1.AggregateResultsRequest
+	(*AggregateResultsResponse)(nil), // 41: termivar.v1.AggregateResultsResponse
+	(*ListScansRequest)(nil),         // 42: termivar.v1.ListScansRequest
+	(*ScanInfo)(nil),                 // 43: termivar.v1.ScanInfo
+	(*ListScansResponse)(nil),        // 44: termivar.v1.ListScansResponse
+	(*FollowResultsRequest)(nil),     // 45: termivar.v1.FollowResultsRequest
+	(*FollowedResult)(nil),           // 46: termivar.v1.FollowedResult
+	(*FollowResultsResponse)(nil),    // 47: termivar.v1.FollowResultsResponse
+	(*StatusRequest)(nil),            // 48: termivar.v1.StatusRequest
+	(*StatusResponse)(nil),           // 49: termivar.v1.StatusResponse
+	(*BuildInfo)(nil),                // 50: termivar.v1.BuildInfo
+	(*ListWorkersRequest)(nil),       // 51: termivar.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),      // 52: termivar.v1.ListWorkersResponse
+	(*CreateTenantRequest)(nil),      // 53: termivar.v1.CreateTenantRequest
+	(*UpdateTenantRequest)(nil),      // 54: termivar.v1.UpdateTenantRequest
+	(*UpdateTenantResponse)(nil),     // 55: termivar.v1.UpdateTenantResponse
+	(*DeleteScanRequest)(nil),        // 56: termivar.v1.DeleteScanRequest
+	(*DeleteScanResponse)(nil),       // 57: termivar.v1.DeleteScanResponse
+	(*PurgeTasksRequest)(nil),        // 58: termivar.v1.PurgeTasksRequest
+	(*PurgeTasksResponse)(nil),       // 59: termivar.v1.PurgeTasksResponse
+	(*CreateTenantResponse)(nil),     // 60: termivar.v1.CreateTenantResponse
+	(*CreateKeyRequest)(nil),         // 61: termivar.v1.CreateKeyRequest
+	(*CreateKeyResponse)(nil),        // 62: termivar.v1.CreateKeyResponse
+	(*ListKeysRequest)(nil),          // 63: termivar.v1.ListKeysRequest
+	(*KeyInfo)(nil),                  // 64: termivar.v1.KeyInfo
+	(*ListKeysResponse)(nil),         // 65: termivar.v1.ListKeysResponse
+	(*RevokeKeyRequest)(nil),         // 66: termivar.v1.RevokeKeyRequest
+	(*RevokeKeyResponse)(nil),        // 67: termivar.v1.RevokeKeyResponse
+	(*RotateKeyRequest)(nil),         // 68: termivar.v1.RotateKeyRequest
+	(*RotateKeyResponse)(nil),        // 69: termivar.v1.RotateKeyResponse
+	(*ClusterMember)(nil),            // 70: termivar.v1.ClusterMember
+	(*BackupRecord)(nil),             // 71: termivar.v1.BackupRecord
+	(*CoreLimits)(nil),               // 72: termivar.v1.CoreLimits
+	(*ResultLimits)(nil),             // 73: termivar.v1.ResultLimits
 }
 var file_termivar_v1_api_proto_depIdxs = []int32{
 	1,  // 0: termivar.v1.RegisterWorkerResponse.worker:type_name -> termivar.v1.WorkerInfo
@@ -4124,62 +5636,79 @@ var file_termivar_v1_api_proto_depIdxs = []int32{
 	23, // 8: termivar.v1.EnqueueRequest.tasks:type_name -> termivar.v1.NewTask
 	26, // 9: termivar.v1.EnqueueResponse.tasks:type_name -> termivar.v1.EnqueuedTask
 	25, // 10: termivar.v1.EnqueueResponse.collisions:type_name -> termivar.v1.EnqueueCollision
-	30, // 11: termivar.v1.GetTaskResponse.task:type_name -> termivar.v1.TaskInfo
-	30, // 12: termivar.v1.ListTasksResponse.tasks:type_name -> termivar.v1.TaskInfo
-	54, // 13: termivar.v1.StatusResponse.members:type_name -> termivar.v1.ClusterMember
-	1,  // 14: termivar.v1.ListWorkersResponse.workers:type_name -> termivar.v1.WorkerInfo
-	55, // 15: termivar.v1.CreateTenantRequest.limits:type_name -> termivar.v1.CoreLimits
-	56, // 16: termivar.v1.CreateTenantRequest.result_limits:type_name -> termivar.v1.ResultLimits
-	48, // 17: termivar.v1.ListKeysResponse.keys:type_name -> termivar.v1.KeyInfo
-	2,  // 18: termivar.v1.Worker.RegisterWorker:input_type -> termivar.v1.RegisterWorkerRequest
-	4,  // 19: termivar.v1.Worker.Heartbeat:input_type -> termivar.v1.HeartbeatRequest
-	6,  // 20: termivar.v1.Worker.Acquire:input_type -> termivar.v1.AcquireRequest
-	9,  // 21: termivar.v1.Worker.Start:input_type -> termivar.v1.StartRequest
-	11, // 22: termivar.v1.Worker.RenewLease:input_type -> termivar.v1.RenewLeaseRequest
-	13, // 23: termivar.v1.Worker.Complete:input_type -> termivar.v1.CompleteRequest
-	15, // 24: termivar.v1.Worker.CompleteMany:input_type -> termivar.v1.CompleteManyRequest
-	18, // 25: termivar.v1.Worker.Fail:input_type -> termivar.v1.FailRequest
-	21, // 26: termivar.v1.Worker.Deregister:input_type -> termivar.v1.DeregisterRequest
-	24, // 27: termivar.v1.Producer.Enqueue:input_type -> termivar.v1.EnqueueRequest
-	28, // 28: termivar.v1.Producer.Cancel:input_type -> termivar.v1.CancelRequest
-	31, // 29: termivar.v1.Producer.GetTask:input_type -> termivar.v1.GetTaskRequest
-	33, // 30: termivar.v1.Producer.ListTasks:input_type -> termivar.v1.ListTasksRequest
-	35, // 31: termivar.v1.Producer.ScanProgress:input_type -> termivar.v1.ScanProgressRequest
-	37, // 32: termivar.v1.Producer.AggregateResults:input_type -> termivar.v1.AggregateResultsRequest
-	39, // 33: termivar.v1.Admin.Status:input_type -> termivar.v1.StatusRequest
-	41, // 34: termivar.v1.Admin.ListWorkers:input_type -> termivar.v1.ListWorkersRequest
-	43, // 35: termivar.v1.Admin.CreateTenant:input_type -> termivar.v1.CreateTenantRequest
-	45, // 36: termivar.v1.Admin.CreateKey:input_type -> termivar.v1.CreateKeyRequest
-	47, // 37: termivar.v1.Admin.ListKeys:input_type -> termivar.v1.ListKeysRequest
-	50, // 38: termivar.v1.Admin.RevokeKey:input_type -> termivar.v1.RevokeKeyRequest
-	52, // 39: termivar.v1.Admin.RotateKey:input_type -> termivar.v1.RotateKeyRequest
-	3,  // 40: termivar.v1.Worker.RegisterWorker:output_type -> termivar.v1.RegisterWorkerResponse
-	5,  // 41: termivar.v1.Worker.Heartbeat:output_type -> termivar.v1.HeartbeatResponse
-	8,  // 42: termivar.v1.Worker.Acquire:output_type -> termivar.v1.AcquireResponse
-	10, // 43: termivar.v1.Worker.Start:output_type -> termivar.v1.StartResponse
-	12, // 44: termivar.v1.Worker.RenewLease:output_type -> termivar.v1.RenewLeaseResponse
-	14, // 45: termivar.v1.Worker.Complete:output_type -> termivar.v1.CompleteResponse
-	17, // 46: termivar.v1.Worker.CompleteMany:output_type -> termivar.v1.CompleteManyResponse
-	19, // 47: termivar.v1.Worker.Fail:output_type -> termivar.v1.FailResponse
-	22, // 48: termivar.v1.Worker.Deregister:output_type -> termivar.v1.DeregisterResponse
-	27, // 49: termivar.v1.Producer.Enqueue:output_type -> termivar.v1.EnqueueResponse
-	29, // 50: termivar.v1.Producer.Cancel:output_type -> termivar.v1.CancelResponse
-	32, // 51: termivar.v1.Producer.GetTask:output_type -> termivar.v1.GetTaskResponse
-	34, // 52: termivar.v1.Producer.ListTasks:output_type -> termivar.v1.ListTasksResponse
-	36, // 53: termivar.v1.Producer.ScanProgress:output_type -> termivar.v1.ScanProgressResponse
-	38, // 54: termivar.v1.Producer.AggregateResults:output_type -> termivar.v1.AggregateResultsResponse
-	40, // 55: termivar.v1.Admin.Status:output_type -> termivar.v1.StatusResponse
-	42, // 56: termivar.v1.Admin.ListWorkers:output_type -> termivar.v1.ListWorkersResponse
-	44, // 57: termivar.v1.Admin.CreateTenant:output_type -> termivar.v1.CreateTenantResponse
-	46, // 58: termivar.v1.Admin.CreateKey:output_type -> termivar.v1.CreateKeyResponse
-	49, // 59: termivar.v1.Admin.ListKeys:output_type -> termivar.v1.ListKeysResponse
-	51, // 60: termivar.v1.Admin.RevokeKey:output_type -> termivar.v1.RevokeKeyResponse
-	53, // 61: termivar.v1.Admin.RotateKey:output_type -> termivar.v1.RotateKeyResponse
-	40, // [40:62] is the sub-list for method output_type
-	18, // [18:40] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	31, // 11: termivar.v1.TaskInfo.attempts:type_name -> termivar.v1.AttemptInfo
+	30, // 12: termivar.v1.GetTaskResponse.task:type_name -> termivar.v1.TaskInfo
+	30, // 13: termivar.v1.ListTasksResponse.tasks:type_name -> termivar.v1.TaskInfo
+	43, // 14: termivar.v1.ListScansResponse.scans:type_name -> termivar.v1.ScanInfo
+	46, // 15: termivar.v1.FollowResultsResponse.results:type_name -> termivar.v1.FollowedResult
+	70, // 16: termivar.v1.StatusResponse.members:type_name -> termivar.v1.ClusterMember
+	71, // 17: termivar.v1.StatusResponse.last_backup:type_name -> termivar.v1.BackupRecord
+	50, // 18: termivar.v1.StatusResponse.build:type_name -> termivar.v1.BuildInfo
+	1,  // 19: termivar.v1.ListWorkersResponse.workers:type_name -> termivar.v1.WorkerInfo
+	72, // 20: termivar.v1.CreateTenantRequest.limits:type_name -> termivar.v1.CoreLimits
+	73, // 21: termivar.v1.CreateTenantRequest.result_limits:type_name -> termivar.v1.ResultLimits
+	64, // 22: termivar.v1.ListKeysResponse.keys:type_name -> termivar.v1.KeyInfo
+	2,  // 23: termivar.v1.Worker.RegisterWorker:input_type -> termivar.v1.RegisterWorkerRequest
+	4,  // 24: termivar.v1.Worker.Heartbeat:input_type -> termivar.v1.HeartbeatRequest
+	6,  // 25: termivar.v1.Worker.Acquire:input_type -> termivar.v1.AcquireRequest
+	9,  // 26: termivar.v1.Worker.Start:input_type -> termivar.v1.StartRequest
+	11, // 27: termivar.v1.Worker.RenewLease:input_type -> termivar.v1.RenewLeaseRequest
+	13, // 28: termivar.v1.Worker.Complete:input_type -> termivar.v1.CompleteRequest
+	15, // 29: termivar.v1.Worker.CompleteMany:input_type -> termivar.v1.CompleteManyRequest
+	18, // 30: termivar.v1.Worker.Fail:input_type -> termivar.v1.FailRequest
+	21, // 31: termivar.v1.Worker.Deregister:input_type -> termivar.v1.DeregisterRequest
+	24, // 32: termivar.v1.Producer.Enqueue:input_type -> termivar.v1.EnqueueRequest
+	28, // 33: termivar.v1.Producer.Cancel:input_type -> termivar.v1.CancelRequest
+	32, // 34: termivar.v1.Producer.GetTask:input_type -> termivar.v1.GetTaskRequest
+	34, // 35: termivar.v1.Producer.ListTasks:input_type -> termivar.v1.ListTasksRequest
+	36, // 36: termivar.v1.Producer.ScanProgress:input_type -> termivar.v1.ScanProgressRequest
+	38, // 37: termivar.v1.Producer.Retry:input_type -> termivar.v1.RetryRequest
+	40, // 38: termivar.v1.Producer.AggregateResults:input_type -> termivar.v1.AggregateResultsRequest
+	42, // 39: termivar.v1.Producer.ListScans:input_type -> termivar.v1.ListScansRequest
+	45, // 40: termivar.v1.Producer.FollowResults:input_type -> termivar.v1.FollowResultsRequest
+	56, // 41: termivar.v1.Producer.DeleteScan:input_type -> termivar.v1.DeleteScanRequest
+	58, // 42: termivar.v1.Producer.PurgeTasks:input_type -> termivar.v1.PurgeTasksRequest
+	48, // 43: termivar.v1.Admin.Status:input_type -> termivar.v1.StatusRequest
+	51, // 44: termivar.v1.Admin.ListWorkers:input_type -> termivar.v1.ListWorkersRequest
+	53, // 45: termivar.v1.Admin.CreateTenant:input_type -> termivar.v1.CreateTenantRequest
+	54, // 46: termivar.v1.Admin.UpdateTenant:input_type -> termivar.v1.UpdateTenantRequest
+	61, // 47: termivar.v1.Admin.CreateKey:input_type -> termivar.v1.CreateKeyRequest
+	63, // 48: termivar.v1.Admin.ListKeys:input_type -> termivar.v1.ListKeysRequest
+	66, // 49: termivar.v1.Admin.RevokeKey:input_type -> termivar.v1.RevokeKeyRequest
+	68, // 50: termivar.v1.Admin.RotateKey:input_type -> termivar.v1.RotateKeyRequest
+	3,  // 51: termivar.v1.Worker.RegisterWorker:output_type -> termivar.v1.RegisterWorkerResponse
+	5,  // 52: termivar.v1.Worker.Heartbeat:output_type -> termivar.v1.HeartbeatResponse
+	8,  // 53: termivar.v1.Worker.Acquire:output_type -> termivar.v1.AcquireResponse
+	10, // 54: termivar.v1.Worker.Start:output_type -> termivar.v1.StartResponse
+	12, // 55: termivar.v1.Worker.RenewLease:output_type -> termivar.v1.RenewLeaseResponse
+	14, // 56: termivar.v1.Worker.Complete:output_type -> termivar.v1.CompleteResponse
+	17, // 57: termivar.v1.Worker.CompleteMany:output_type -> termivar.v1.CompleteManyResponse
+	19, // 58: termivar.v1.Worker.Fail:output_type -> termivar.v1.FailResponse
+	22, // 59: termivar.v1.Worker.Deregister:output_type -> termivar.v1.DeregisterResponse
+	27, // 60: termivar.v1.Producer.Enqueue:output_type -> termivar.v1.EnqueueResponse
+	29, // 61: termivar.v1.Producer.Cancel:output_type -> termivar.v1.CancelResponse
+	33, // 62: termivar.v1.Producer.GetTask:output_type -> termivar.v1.GetTaskResponse
+	35, // 63: termivar.v1.Producer.ListTasks:output_type -> termivar.v1.ListTasksResponse
+	37, // 64: termivar.v1.Producer.ScanProgress:output_type -> termivar.v1.ScanProgressResponse
+	39, // 65: termivar.v1.Producer.Retry:output_type -> termivar.v1.RetryResponse
+	41, // 66: termivar.v1.Producer.AggregateResults:output_type -> termivar.v1.AggregateResultsResponse
+	44, // 67: termivar.v1.Producer.ListScans:output_type -> termivar.v1.ListScansResponse
+	47, // 68: termivar.v1.Producer.FollowResults:output_type -> termivar.v1.FollowResultsResponse
+	57, // 69: termivar.v1.Producer.DeleteScan:output_type -> termivar.v1.DeleteScanResponse
+	59, // 70: termivar.v1.Producer.PurgeTasks:output_type -> termivar.v1.PurgeTasksResponse
+	49, // 71: termivar.v1.Admin.Status:output_type -> termivar.v1.StatusResponse
+	52, // 72: termivar.v1.Admin.ListWorkers:output_type -> termivar.v1.ListWorkersResponse
+	60, // 73: termivar.v1.Admin.CreateTenant:output_type -> termivar.v1.CreateTenantResponse
+	55, // 74: termivar.v1.Admin.UpdateTenant:output_type -> termivar.v1.UpdateTenantResponse
+	62, // 75: termivar.v1.Admin.CreateKey:output_type -> termivar.v1.CreateKeyResponse
+	65, // 76: termivar.v1.Admin.ListKeys:output_type -> termivar.v1.ListKeysResponse
+	67, // 77: termivar.v1.Admin.RevokeKey:output_type -> termivar.v1.RevokeKeyResponse
+	69, // 78: termivar.v1.Admin.RotateKey:output_type -> termivar.v1.RotateKeyResponse
+	51, // [51:79] is the sub-list for method output_type
+	23, // [23:51] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_termivar_v1_api_proto_init() }
@@ -4199,13 +5728,16 @@ func file_termivar_v1_api_proto_init() {
 	file_termivar_v1_api_proto_msgTypes[24].OneofWrappers = []any{}
 	file_termivar_v1_api_proto_msgTypes[28].OneofWrappers = []any{}
 	file_termivar_v1_api_proto_msgTypes[30].OneofWrappers = []any{}
+	file_termivar_v1_api_proto_msgTypes[31].OneofWrappers = []any{}
+	file_termivar_v1_api_proto_msgTypes[38].OneofWrappers = []any{}
+	file_termivar_v1_api_proto_msgTypes[43].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_termivar_v1_api_proto_rawDesc), len(file_termivar_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   54,
+			NumMessages:   70,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

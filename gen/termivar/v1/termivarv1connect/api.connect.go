@@ -73,15 +73,27 @@ const (
 	ProducerListTasksProcedure = "/termivar.v1.Producer/ListTasks"
 	// ProducerScanProgressProcedure is the fully-qualified name of the Producer's ScanProgress RPC.
 	ProducerScanProgressProcedure = "/termivar.v1.Producer/ScanProgress"
+	// ProducerRetryProcedure is the fully-qualified name of the Producer's Retry RPC.
+	ProducerRetryProcedure = "/termivar.v1.Producer/Retry"
 	// ProducerAggregateResultsProcedure is the fully-qualified name of the Producer's AggregateResults
 	// RPC.
 	ProducerAggregateResultsProcedure = "/termivar.v1.Producer/AggregateResults"
+	// ProducerListScansProcedure is the fully-qualified name of the Producer's ListScans RPC.
+	ProducerListScansProcedure = "/termivar.v1.Producer/ListScans"
+	// ProducerFollowResultsProcedure is the fully-qualified name of the Producer's FollowResults RPC.
+	ProducerFollowResultsProcedure = "/termivar.v1.Producer/FollowResults"
+	// ProducerDeleteScanProcedure is the fully-qualified name of the Producer's DeleteScan RPC.
+	ProducerDeleteScanProcedure = "/termivar.v1.Producer/DeleteScan"
+	// ProducerPurgeTasksProcedure is the fully-qualified name of the Producer's PurgeTasks RPC.
+	ProducerPurgeTasksProcedure = "/termivar.v1.Producer/PurgeTasks"
 	// AdminStatusProcedure is the fully-qualified name of the Admin's Status RPC.
 	AdminStatusProcedure = "/termivar.v1.Admin/Status"
 	// AdminListWorkersProcedure is the fully-qualified name of the Admin's ListWorkers RPC.
 	AdminListWorkersProcedure = "/termivar.v1.Admin/ListWorkers"
 	// AdminCreateTenantProcedure is the fully-qualified name of the Admin's CreateTenant RPC.
 	AdminCreateTenantProcedure = "/termivar.v1.Admin/CreateTenant"
+	// AdminUpdateTenantProcedure is the fully-qualified name of the Admin's UpdateTenant RPC.
+	AdminUpdateTenantProcedure = "/termivar.v1.Admin/UpdateTenant"
 	// AdminCreateKeyProcedure is the fully-qualified name of the Admin's CreateKey RPC.
 	AdminCreateKeyProcedure = "/termivar.v1.Admin/CreateKey"
 	// AdminListKeysProcedure is the fully-qualified name of the Admin's ListKeys RPC.
@@ -386,8 +398,30 @@ type ProducerClient interface {
 	GetTask(context.Context, *connect.Request[v1.GetTaskRequest]) (*connect.Response[v1.GetTaskResponse], error)
 	ListTasks(context.Context, *connect.Request[v1.ListTasksRequest]) (*connect.Response[v1.ListTasksResponse], error)
 	ScanProgress(context.Context, *connect.Request[v1.ScanProgressRequest]) (*connect.Response[v1.ScanProgressResponse], error)
+	// Retry re-runs a scan's failed, expired or cancelled tasks (or the named
+	// ones) as new generations; tasks already queued or running are left as
+	// they are, so a repeated Retry is harmless.
+	Retry(context.Context, *connect.Request[v1.RetryRequest]) (*connect.Response[v1.RetryResponse], error)
 	// AggregateResults streams a scan's results in enqueue order.
 	AggregateResults(context.Context, *connect.Request[v1.AggregateResultsRequest]) (*connect.ServerStreamForClient[v1.AggregateResultsResponse], error)
+	// ListScans lists the tenant's scans, sorted by scan ID, a page at a time.
+	ListScans(context.Context, *connect.Request[v1.ListScansRequest]) (*connect.Response[v1.ListScansResponse], error)
+	// FollowResults returns the results of a scan after a cursor, waiting
+	// up to wait_secs for one when there is none yet (a long-poll). Each
+	// result carries the cursor after it, so a follower resumes exactly
+	// where it stopped; done says the scan is terminal and every result
+	// up to it was returned. Cursors are per-scan ordinals a purge never
+	// renumbers: purging tasks already passed changes nothing for a
+	// follower, a purged task not yet reached is skipped, and a scan whose
+	// every task was purged is scan_not_found (docs/adr/0002-purge.md).
+	FollowResults(context.Context, *connect.Request[v1.FollowResultsRequest]) (*connect.Response[v1.FollowResultsResponse], error)
+	// DeleteScan purges a scan's terminal tasks and their results (contract
+	// Part F); a scan with non-terminal tasks is refused unless force, which
+	// cancels them first.
+	DeleteScan(context.Context, *connect.Request[v1.DeleteScanRequest]) (*connect.Response[v1.DeleteScanResponse], error)
+	// PurgeTasks purges the named terminal tasks and their results; a
+	// non-terminal or unknown one refuses the whole request.
+	PurgeTasks(context.Context, *connect.Request[v1.PurgeTasksRequest]) (*connect.Response[v1.PurgeTasksResponse], error)
 }
 
 // NewProducerClient constructs a client for the termivar.v1.Producer service. By default, it uses
@@ -431,10 +465,40 @@ func NewProducerClient(httpClient connect.HTTPClient, baseURL string, opts ...co
 			connect.WithSchema(producerMethods.ByName("ScanProgress")),
 			connect.WithClientOptions(opts...),
 		),
+		retry: connect.NewClient[v1.RetryRequest, v1.RetryResponse](
+			httpClient,
+			baseURL+ProducerRetryProcedure,
+			connect.WithSchema(producerMethods.ByName("Retry")),
+			connect.WithClientOptions(opts...),
+		),
 		aggregateResults: connect.NewClient[v1.AggregateResultsRequest, v1.AggregateResultsResponse](
 			httpClient,
 			baseURL+ProducerAggregateResultsProcedure,
 			connect.WithSchema(producerMethods.ByName("AggregateResults")),
+			connect.WithClientOptions(opts...),
+		),
+		listScans: connect.NewClient[v1.ListScansRequest, v1.ListScansResponse](
+			httpClient,
+			baseURL+ProducerListScansProcedure,
+			connect.WithSchema(producerMethods.ByName("ListScans")),
+			connect.WithClientOptions(opts...),
+		),
+		followResults: connect.NewClient[v1.FollowResultsRequest, v1.FollowResultsResponse](
+			httpClient,
+			baseURL+ProducerFollowResultsProcedure,
+			connect.WithSchema(producerMethods.ByName("FollowResults")),
+			connect.WithClientOptions(opts...),
+		),
+		deleteScan: connect.NewClient[v1.DeleteScanRequest, v1.DeleteScanResponse](
+			httpClient,
+			baseURL+ProducerDeleteScanProcedure,
+			connect.WithSchema(producerMethods.ByName("DeleteScan")),
+			connect.WithClientOptions(opts...),
+		),
+		purgeTasks: connect.NewClient[v1.PurgeTasksRequest, v1.PurgeTasksResponse](
+			httpClient,
+			baseURL+ProducerPurgeTasksProcedure,
+			connect.WithSchema(producerMethods.ByName("PurgeTasks")),
 			connect.WithClientOptions(opts...),
 		),
 	}
@@ -447,7 +511,12 @@ type producerClient struct {
 	getTask          *connect.Client[v1.GetTaskRequest, v1.GetTaskResponse]
 	listTasks        *connect.Client[v1.ListTasksRequest, v1.ListTasksResponse]
 	scanProgress     *connect.Client[v1.ScanProgressRequest, v1.ScanProgressResponse]
+	retry            *connect.Client[v1.RetryRequest, v1.RetryResponse]
 	aggregateResults *connect.Client[v1.AggregateResultsRequest, v1.AggregateResultsResponse]
+	listScans        *connect.Client[v1.ListScansRequest, v1.ListScansResponse]
+	followResults    *connect.Client[v1.FollowResultsRequest, v1.FollowResultsResponse]
+	deleteScan       *connect.Client[v1.DeleteScanRequest, v1.DeleteScanResponse]
+	purgeTasks       *connect.Client[v1.PurgeTasksRequest, v1.PurgeTasksResponse]
 }
 
 // Enqueue calls termivar.v1.Producer.Enqueue.
@@ -475,9 +544,34 @@ func (c *producerClient) ScanProgress(ctx context.Context, req *connect.Request[
 	return c.scanProgress.CallUnary(ctx, req)
 }
 
+// Retry calls termivar.v1.Producer.Retry.
+func (c *producerClient) Retry(ctx context.Context, req *connect.Request[v1.RetryRequest]) (*connect.Response[v1.RetryResponse], error) {
+	return c.retry.CallUnary(ctx, req)
+}
+
 // AggregateResults calls termivar.v1.Producer.AggregateResults.
 func (c *producerClient) AggregateResults(ctx context.Context, req *connect.Request[v1.AggregateResultsRequest]) (*connect.ServerStreamForClient[v1.AggregateResultsResponse], error) {
 	return c.aggregateResults.CallServerStream(ctx, req)
+}
+
+// ListScans calls termivar.v1.Producer.ListScans.
+func (c *producerClient) ListScans(ctx context.Context, req *connect.Request[v1.ListScansRequest]) (*connect.Response[v1.ListScansResponse], error) {
+	return c.listScans.CallUnary(ctx, req)
+}
+
+// FollowResults calls termivar.v1.Producer.FollowResults.
+func (c *producerClient) FollowResults(ctx context.Context, req *connect.Request[v1.FollowResultsRequest]) (*connect.Response[v1.FollowResultsResponse], error) {
+	return c.followResults.CallUnary(ctx, req)
+}
+
+// DeleteScan calls termivar.v1.Producer.DeleteScan.
+func (c *producerClient) DeleteScan(ctx context.Context, req *connect.Request[v1.DeleteScanRequest]) (*connect.Response[v1.DeleteScanResponse], error) {
+	return c.deleteScan.CallUnary(ctx, req)
+}
+
+// PurgeTasks calls termivar.v1.Producer.PurgeTasks.
+func (c *producerClient) PurgeTasks(ctx context.Context, req *connect.Request[v1.PurgeTasksRequest]) (*connect.Response[v1.PurgeTasksResponse], error) {
+	return c.purgeTasks.CallUnary(ctx, req)
 }
 
 // ProducerHandler is an implementation of the termivar.v1.Producer service.
@@ -488,8 +582,30 @@ type ProducerHandler interface {
 	GetTask(context.Context, *connect.Request[v1.GetTaskRequest]) (*connect.Response[v1.GetTaskResponse], error)
 	ListTasks(context.Context, *connect.Request[v1.ListTasksRequest]) (*connect.Response[v1.ListTasksResponse], error)
 	ScanProgress(context.Context, *connect.Request[v1.ScanProgressRequest]) (*connect.Response[v1.ScanProgressResponse], error)
+	// Retry re-runs a scan's failed, expired or cancelled tasks (or the named
+	// ones) as new generations; tasks already queued or running are left as
+	// they are, so a repeated Retry is harmless.
+	Retry(context.Context, *connect.Request[v1.RetryRequest]) (*connect.Response[v1.RetryResponse], error)
 	// AggregateResults streams a scan's results in enqueue order.
 	AggregateResults(context.Context, *connect.Request[v1.AggregateResultsRequest], *connect.ServerStream[v1.AggregateResultsResponse]) error
+	// ListScans lists the tenant's scans, sorted by scan ID, a page at a time.
+	ListScans(context.Context, *connect.Request[v1.ListScansRequest]) (*connect.Response[v1.ListScansResponse], error)
+	// FollowResults returns the results of a scan after a cursor, waiting
+	// up to wait_secs for one when there is none yet (a long-poll). Each
+	// result carries the cursor after it, so a follower resumes exactly
+	// where it stopped; done says the scan is terminal and every result
+	// up to it was returned. Cursors are per-scan ordinals a purge never
+	// renumbers: purging tasks already passed changes nothing for a
+	// follower, a purged task not yet reached is skipped, and a scan whose
+	// every task was purged is scan_not_found (docs/adr/0002-purge.md).
+	FollowResults(context.Context, *connect.Request[v1.FollowResultsRequest]) (*connect.Response[v1.FollowResultsResponse], error)
+	// DeleteScan purges a scan's terminal tasks and their results (contract
+	// Part F); a scan with non-terminal tasks is refused unless force, which
+	// cancels them first.
+	DeleteScan(context.Context, *connect.Request[v1.DeleteScanRequest]) (*connect.Response[v1.DeleteScanResponse], error)
+	// PurgeTasks purges the named terminal tasks and their results; a
+	// non-terminal or unknown one refuses the whole request.
+	PurgeTasks(context.Context, *connect.Request[v1.PurgeTasksRequest]) (*connect.Response[v1.PurgeTasksResponse], error)
 }
 
 // NewProducerHandler builds an HTTP handler from the service implementation. It returns the path on
@@ -529,10 +645,40 @@ func NewProducerHandler(svc ProducerHandler, opts ...connect.HandlerOption) (str
 		connect.WithSchema(producerMethods.ByName("ScanProgress")),
 		connect.WithHandlerOptions(opts...),
 	)
+	producerRetryHandler := connect.NewUnaryHandler(
+		ProducerRetryProcedure,
+		svc.Retry,
+		connect.WithSchema(producerMethods.ByName("Retry")),
+		connect.WithHandlerOptions(opts...),
+	)
 	producerAggregateResultsHandler := connect.NewServerStreamHandler(
 		ProducerAggregateResultsProcedure,
 		svc.AggregateResults,
 		connect.WithSchema(producerMethods.ByName("AggregateResults")),
+		connect.WithHandlerOptions(opts...),
+	)
+	producerListScansHandler := connect.NewUnaryHandler(
+		ProducerListScansProcedure,
+		svc.ListScans,
+		connect.WithSchema(producerMethods.ByName("ListScans")),
+		connect.WithHandlerOptions(opts...),
+	)
+	producerFollowResultsHandler := connect.NewUnaryHandler(
+		ProducerFollowResultsProcedure,
+		svc.FollowResults,
+		connect.WithSchema(producerMethods.ByName("FollowResults")),
+		connect.WithHandlerOptions(opts...),
+	)
+	producerDeleteScanHandler := connect.NewUnaryHandler(
+		ProducerDeleteScanProcedure,
+		svc.DeleteScan,
+		connect.WithSchema(producerMethods.ByName("DeleteScan")),
+		connect.WithHandlerOptions(opts...),
+	)
+	producerPurgeTasksHandler := connect.NewUnaryHandler(
+		ProducerPurgeTasksProcedure,
+		svc.PurgeTasks,
+		connect.WithSchema(producerMethods.ByName("PurgeTasks")),
 		connect.WithHandlerOptions(opts...),
 	)
 	return "/termivar.v1.Producer/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -547,8 +693,18 @@ func NewProducerHandler(svc ProducerHandler, opts ...connect.HandlerOption) (str
 			producerListTasksHandler.ServeHTTP(w, r)
 		case ProducerScanProgressProcedure:
 			producerScanProgressHandler.ServeHTTP(w, r)
+		case ProducerRetryProcedure:
+			producerRetryHandler.ServeHTTP(w, r)
 		case ProducerAggregateResultsProcedure:
 			producerAggregateResultsHandler.ServeHTTP(w, r)
+		case ProducerListScansProcedure:
+			producerListScansHandler.ServeHTTP(w, r)
+		case ProducerFollowResultsProcedure:
+			producerFollowResultsHandler.ServeHTTP(w, r)
+		case ProducerDeleteScanProcedure:
+			producerDeleteScanHandler.ServeHTTP(w, r)
+		case ProducerPurgeTasksProcedure:
+			producerPurgeTasksHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -578,8 +734,28 @@ func (UnimplementedProducerHandler) ScanProgress(context.Context, *connect.Reque
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Producer.ScanProgress is not implemented"))
 }
 
+func (UnimplementedProducerHandler) Retry(context.Context, *connect.Request[v1.RetryRequest]) (*connect.Response[v1.RetryResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Producer.Retry is not implemented"))
+}
+
 func (UnimplementedProducerHandler) AggregateResults(context.Context, *connect.Request[v1.AggregateResultsRequest], *connect.ServerStream[v1.AggregateResultsResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Producer.AggregateResults is not implemented"))
+}
+
+func (UnimplementedProducerHandler) ListScans(context.Context, *connect.Request[v1.ListScansRequest]) (*connect.Response[v1.ListScansResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Producer.ListScans is not implemented"))
+}
+
+func (UnimplementedProducerHandler) FollowResults(context.Context, *connect.Request[v1.FollowResultsRequest]) (*connect.Response[v1.FollowResultsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Producer.FollowResults is not implemented"))
+}
+
+func (UnimplementedProducerHandler) DeleteScan(context.Context, *connect.Request[v1.DeleteScanRequest]) (*connect.Response[v1.DeleteScanResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Producer.DeleteScan is not implemented"))
+}
+
+func (UnimplementedProducerHandler) PurgeTasks(context.Context, *connect.Request[v1.PurgeTasksRequest]) (*connect.Response[v1.PurgeTasksResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Producer.PurgeTasks is not implemented"))
 }
 
 // AdminClient is a client for the termivar.v1.Admin service.
@@ -587,6 +763,8 @@ type AdminClient interface {
 	Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error)
 	ListWorkers(context.Context, *connect.Request[v1.ListWorkersRequest]) (*connect.Response[v1.ListWorkersResponse], error)
 	CreateTenant(context.Context, *connect.Request[v1.CreateTenantRequest]) (*connect.Response[v1.CreateTenantResponse], error)
+	// UpdateTenant changes a tenant's policy (its result retention).
+	UpdateTenant(context.Context, *connect.Request[v1.UpdateTenantRequest]) (*connect.Response[v1.UpdateTenantResponse], error)
 	CreateKey(context.Context, *connect.Request[v1.CreateKeyRequest]) (*connect.Response[v1.CreateKeyResponse], error)
 	// ListKeys lists key IDs, tenants, roles and times; never secrets or
 	// hashes. Tenant admins see their tenant's keys, system admins any.
@@ -628,6 +806,12 @@ func NewAdminClient(httpClient connect.HTTPClient, baseURL string, opts ...conne
 			connect.WithSchema(adminMethods.ByName("CreateTenant")),
 			connect.WithClientOptions(opts...),
 		),
+		updateTenant: connect.NewClient[v1.UpdateTenantRequest, v1.UpdateTenantResponse](
+			httpClient,
+			baseURL+AdminUpdateTenantProcedure,
+			connect.WithSchema(adminMethods.ByName("UpdateTenant")),
+			connect.WithClientOptions(opts...),
+		),
 		createKey: connect.NewClient[v1.CreateKeyRequest, v1.CreateKeyResponse](
 			httpClient,
 			baseURL+AdminCreateKeyProcedure,
@@ -660,6 +844,7 @@ type adminClient struct {
 	status       *connect.Client[v1.StatusRequest, v1.StatusResponse]
 	listWorkers  *connect.Client[v1.ListWorkersRequest, v1.ListWorkersResponse]
 	createTenant *connect.Client[v1.CreateTenantRequest, v1.CreateTenantResponse]
+	updateTenant *connect.Client[v1.UpdateTenantRequest, v1.UpdateTenantResponse]
 	createKey    *connect.Client[v1.CreateKeyRequest, v1.CreateKeyResponse]
 	listKeys     *connect.Client[v1.ListKeysRequest, v1.ListKeysResponse]
 	revokeKey    *connect.Client[v1.RevokeKeyRequest, v1.RevokeKeyResponse]
@@ -679,6 +864,11 @@ func (c *adminClient) ListWorkers(ctx context.Context, req *connect.Request[v1.L
 // CreateTenant calls termivar.v1.Admin.CreateTenant.
 func (c *adminClient) CreateTenant(ctx context.Context, req *connect.Request[v1.CreateTenantRequest]) (*connect.Response[v1.CreateTenantResponse], error) {
 	return c.createTenant.CallUnary(ctx, req)
+}
+
+// UpdateTenant calls termivar.v1.Admin.UpdateTenant.
+func (c *adminClient) UpdateTenant(ctx context.Context, req *connect.Request[v1.UpdateTenantRequest]) (*connect.Response[v1.UpdateTenantResponse], error) {
+	return c.updateTenant.CallUnary(ctx, req)
 }
 
 // CreateKey calls termivar.v1.Admin.CreateKey.
@@ -706,6 +896,8 @@ type AdminHandler interface {
 	Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error)
 	ListWorkers(context.Context, *connect.Request[v1.ListWorkersRequest]) (*connect.Response[v1.ListWorkersResponse], error)
 	CreateTenant(context.Context, *connect.Request[v1.CreateTenantRequest]) (*connect.Response[v1.CreateTenantResponse], error)
+	// UpdateTenant changes a tenant's policy (its result retention).
+	UpdateTenant(context.Context, *connect.Request[v1.UpdateTenantRequest]) (*connect.Response[v1.UpdateTenantResponse], error)
 	CreateKey(context.Context, *connect.Request[v1.CreateKeyRequest]) (*connect.Response[v1.CreateKeyResponse], error)
 	// ListKeys lists key IDs, tenants, roles and times; never secrets or
 	// hashes. Tenant admins see their tenant's keys, system admins any.
@@ -743,6 +935,12 @@ func NewAdminHandler(svc AdminHandler, opts ...connect.HandlerOption) (string, h
 		connect.WithSchema(adminMethods.ByName("CreateTenant")),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminUpdateTenantHandler := connect.NewUnaryHandler(
+		AdminUpdateTenantProcedure,
+		svc.UpdateTenant,
+		connect.WithSchema(adminMethods.ByName("UpdateTenant")),
+		connect.WithHandlerOptions(opts...),
+	)
 	adminCreateKeyHandler := connect.NewUnaryHandler(
 		AdminCreateKeyProcedure,
 		svc.CreateKey,
@@ -775,6 +973,8 @@ func NewAdminHandler(svc AdminHandler, opts ...connect.HandlerOption) (string, h
 			adminListWorkersHandler.ServeHTTP(w, r)
 		case AdminCreateTenantProcedure:
 			adminCreateTenantHandler.ServeHTTP(w, r)
+		case AdminUpdateTenantProcedure:
+			adminUpdateTenantHandler.ServeHTTP(w, r)
 		case AdminCreateKeyProcedure:
 			adminCreateKeyHandler.ServeHTTP(w, r)
 		case AdminListKeysProcedure:
@@ -802,6 +1002,10 @@ func (UnimplementedAdminHandler) ListWorkers(context.Context, *connect.Request[v
 
 func (UnimplementedAdminHandler) CreateTenant(context.Context, *connect.Request[v1.CreateTenantRequest]) (*connect.Response[v1.CreateTenantResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Admin.CreateTenant is not implemented"))
+}
+
+func (UnimplementedAdminHandler) UpdateTenant(context.Context, *connect.Request[v1.UpdateTenantRequest]) (*connect.Response[v1.UpdateTenantResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Admin.UpdateTenant is not implemented"))
 }
 
 func (UnimplementedAdminHandler) CreateKey(context.Context, *connect.Request[v1.CreateKeyRequest]) (*connect.Response[v1.CreateKeyResponse], error) {

@@ -323,7 +323,10 @@ func (f *FSM) bind(t *Tenant, principal, workerID string) {
 func (f *FSM) applyEnqueue(t *Tenant, e *pb.EnqueueTasks, rev, now uint64) Response {
 	p := t.pool
 	n := len(e.GetTasks())
-	if n == 0 || n > MaxEnqueueTasks {
+	if n == 0 && e.GetDeclareScanId() != "" {
+		return f.applyDeclare(t, e, now)
+	}
+	if n == 0 || n > MaxEnqueueTasks || e.GetDeclareScanId() != "" {
 		return Response{Err: fsmErr(KindInvalidCommand, "enqueue needs 1 to 4096 tasks")}
 	}
 	specs := make([]distributed.TaskSpec, n)

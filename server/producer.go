@@ -55,6 +55,9 @@ func (h producerHandler) enqueueSkipping(ctx context.Context, p principal, m *pb
 		var err error
 		if len(keep) > 0 {
 			out, rev, err = h.enqueue(ctx, p, m, keep, lessCollisions(m.GetDeclaredTotal(), len(collisions)))
+		} else if len(collisions) > 0 && m.GetDeclaredTotal() != 0 {
+			rev, err = h.declareOnly(ctx, p, tv, m, lessCollisions(m.GetDeclaredTotal(), len(collisions)))
+			out.Revision = max(out.Revision, rev)
 		}
 		if errors.Is(err, distributed.ErrTaskAlreadyExists) && round < maxSkipRounds {
 			continue
@@ -65,6 +68,25 @@ func (h producerHandler) enqueueSkipping(ctx context.Context, p principal, m *pb
 		out.Existing, out.Collisions = existing, collisions
 		return out, rev, nil
 	}
+}
+
+// declareOnly replaces the declared total of the request's scan when a
+// batch stores nothing but has collisions to take off it (EnqueueTasks
+// with declare_scan_id): otherwise the scan would wait for them for ever.
+// Nothing is proposed when the scan has no record or the total is
+// unchanged; a batch over two scans is invalid.
+func (h producerHandler) declareOnly(ctx context.Context, p principal, tv raftfsm.TenantView, m *pb.EnqueueRequest, declared uint64) (uint64, error) {
+	scan := m.GetTasks()[0].GetScanId()
+	for _, t := range m.GetTasks() {
+		if t.GetScanId() != scan {
+			return 0, errInvalid("a declared total needs every task in one scan")
+		}
+	}
+	if st, ok := tv.Scan(scan); !ok || st.Declared == declared {
+		return 0, nil // no record to declare on (nothing stored), or nothing to change
+	}
+	r, err := h.s.propose(ctx, p, nil, &pb.Command{Op: &pb.Command_Enqueue{Enqueue: &pb.EnqueueTasks{DeclareScanId: scan, DeclaredTotal: declared}}})
+	return r.Revision, err
 }
 
 // lessCollisions takes the request's colliding targets off its declared

@@ -277,6 +277,7 @@ func bench(ctx context.Context, f benchFlags, url, adminKey string) (benchResult
 	for i, w := range r.workers {
 		wg.Go(func() { r.work(runCtx, "w"+strconv.Itoa(i), w) })
 	}
+	wg.Go(func() { r.watchProgress(runCtx, benchStallAfter) })
 	wg.Wait()
 	res.elapsed, res.cpu = time.Since(start), processCPU()-cpu0
 	res.errors, res.retries = r.errs.Load(), r.retries.Load()
@@ -366,6 +367,31 @@ func (r *benchRun) close() {
 }
 
 // fail records the run's first failure and ends the run.
+// benchStallAfter is how long a run may go without a completed task
+// before it fails: a task lost or stuck ends the run with the counts, not
+// a hang.
+const benchStallAfter = 2 * time.Minute
+
+// watchProgress fails the run when no task completed for stallAfter.
+func (r *benchRun) watchProgress(ctx context.Context, stallAfter time.Duration) {
+	t := time.NewTicker(stallAfter / 8)
+	defer t.Stop()
+	last, since := r.completed.Load(), time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			if n := r.completed.Load(); n != last {
+				last, since = n, now
+			} else if now.Sub(since) >= stallAfter {
+				r.fail(fmt.Errorf("no task completed for %v: %d of %d completed, %d claimed by producers", stallAfter, n, r.f.tasks, min(r.next.Load(), int64(r.f.tasks))))
+				return
+			}
+		}
+	}
+}
+
 func (r *benchRun) fail(err error) {
 	r.errOnce.Do(func() { r.firstErr = err; r.cancel() })
 }

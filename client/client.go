@@ -132,10 +132,7 @@ func New(cfg Config) (*Client, error) {
 		cfg.MaxBackoff = max(2*time.Second, cfg.MinBackoff)
 	}
 	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
-	base := cfg.HTTPClient
-	if base == nil {
-		base = &http.Client{Transport: NewTransport(nil, 256)}
-	}
+	base := cmp.Or(cfg.HTTPClient, &http.Client{Transport: NewTransport(nil, 256)})
 	rt := cmp.Or(base.Transport, http.DefaultTransport)
 	hc := *base
 	hc.Transport = &bearer{key: cfg.Key, next: rt, router: rtr}

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"time"
@@ -75,10 +76,7 @@ const followWaitSecs = 30
 // started again from the last cursor fn saw continues with the next
 // result, so a caller that records it gets every result exactly once.
 func (c *Client) Follow(ctx context.Context, opts FollowOptions, fn func(Result) error) error {
-	wait := opts.WaitSecs
-	if wait == 0 {
-		wait = followWaitSecs
-	}
+	wait := cmp.Or(opts.WaitSecs, followWaitSecs)
 	req := &pb.FollowResultsRequest{ScanId: opts.ScanID, Cursor: opts.Cursor, CompletionOrder: opts.CompletionOrder, WaitSecs: wait}
 	for {
 		resp, err := c.FollowResults(ctx, req)

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -71,12 +72,8 @@ type RestoreResult struct {
 // temporary directory. Refusals wrap ErrRestore (and backup.ErrDamaged
 // for a damaged file).
 func Restore(cfg RestoreConfig) (RestoreResult, error) {
-	if cfg.NodeID == "" {
-		cfg.NodeID = "node1"
-	}
-	if cfg.RaftAddr == "" {
-		cfg.RaftAddr = "127.0.0.1:7421"
-	}
+	cfg.NodeID = cmp.Or(cfg.NodeID, "node1")
+	cfg.RaftAddr = cmp.Or(cfg.RaftAddr, "127.0.0.1:7421")
 	if cfg.NowFunc == nil {
 		cfg.NowFunc = time.Now
 	}

@@ -121,13 +121,9 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Key == "" {
 		return nil, ErrNoKey
 	}
-	if cfg.MaxAttempts <= 0 {
-		cfg.MaxAttempts = 4
-	}
+	cfg.MaxAttempts = cmp.Or(max(cfg.MaxAttempts, 0), 4)
 	cfg.AttemptTimeout = cmp.Or(cfg.AttemptTimeout, DefaultAttemptTimeout)
-	if cfg.MinBackoff <= 0 {
-		cfg.MinBackoff = 100 * time.Millisecond
-	}
+	cfg.MinBackoff = cmp.Or(max(cfg.MinBackoff, 0), 100*time.Millisecond)
 	if cfg.MaxBackoff < cfg.MinBackoff {
 		cfg.MaxBackoff = max(2*time.Second, cfg.MinBackoff)
 	}

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -117,10 +118,7 @@ const remedyUpgrade = "start this data dir with a binary that supports the clust
 // storeWatchLoop turns a log store failure streak longer than the grace
 // period into a fatal error, until ctx (the node's lifetime) ends.
 func (n *Node) storeWatchLoop(ctx context.Context) {
-	grace := n.cfg.storeFailGrace
-	if grace <= 0 {
-		grace = defaultStoreFailGrace
-	}
+	grace := cmp.Or(max(n.cfg.storeFailGrace, 0), defaultStoreFailGrace)
 	t := time.NewTicker(min(grace/10, 100*time.Millisecond))
 	defer t.Stop()
 	for {

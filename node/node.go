@@ -573,3 +573,6 @@ func loadOrCreateSecret(path string) ([]byte, error) {
 func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
 	return writeFileAtomic(osFS{}, path, data, perm)
 }
+
+// SyncDir fsyncs a directory's entries (atomicfile.go).
+func SyncDir(dir string) error { return syncDir(osFS{}, dir) }

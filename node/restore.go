@@ -112,7 +112,7 @@ func Restore(cfg RestoreConfig) (RestoreResult, error) {
 		_ = os.RemoveAll(tmp)
 		return RestoreResult{}, fmt.Errorf("%w: %w", ErrRestore, err)
 	}
-	if err := syncDir(filepath.Dir(filepath.Clean(cfg.DataDir))); err != nil {
+	if err := SyncDir(filepath.Dir(filepath.Clean(cfg.DataDir))); err != nil {
 		return RestoreResult{}, err
 	}
 	return RestoreResult{Header: h, Epoch: epoch, Index: index, State: restored}, nil
@@ -212,21 +212,11 @@ func buildRestoredDir(dir string, cfg RestoreConfig, secret, epoch, state []byte
 		return err
 	}
 	for _, d := range []string{filepath.Join(dir, raftDir, "snapshots"), filepath.Join(dir, raftDir), dir} {
-		if err := syncDir(d); err != nil {
+		if err := SyncDir(d); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// syncDir fsyncs a directory's entries.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // ReadBackupFile reads a backup file, refusing one larger than any backup.

@@ -113,8 +113,7 @@ func (c *Client) EachResult(ctx context.Context, scanID string, fn func(Result) 
 			break
 		}
 	}
-	var ce *connect.Error
-	if errors.As(lastErr, &ce) || connect.CodeOf(lastErr) != connect.CodeUnknown {
+	if _, ok := errors.AsType[*connect.Error](lastErr); ok || connect.CodeOf(lastErr) != connect.CodeUnknown {
 		return wrapErr(op, lastErr)
 	}
 	return lastErr // fn's own error

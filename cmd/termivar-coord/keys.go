@@ -257,9 +257,7 @@ func runTenants(args []string) int {
 	// Without any --max-* flag the node's per-tenant defaults apply; with one,
 	// the tenant gets these limits (the core's defaults for the flags not
 	// given), checked by the core before anything is created.
-	limitSet := false
-	fs.Visit(func(f *flag.Flag) { limitSet = limitSet || slices.Contains(limitFlagNames, f.Name) })
-	if limitSet {
+	if slices.ContainsFunc(limitFlagNames, func(name string) bool { return flagSet(fs, name) }) {
 		err = cmp.Or(lim.Validate(), rlim.Validate())
 		req.Limits, req.ResultLimits = wire.LimitsToProto(lim), wire.ResultLimitsToProto(rlim)
 	}

@@ -149,19 +149,11 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.LeaseTTL < 2*time.Second {
 		return nil, errors.New("agent: lease TTL must be at least 2s")
 	}
-	if cfg.HeartbeatInterval <= 0 {
-		cfg.HeartbeatInterval = 10 * time.Second
-	}
-	if cfg.PollWait <= 0 {
-		cfg.PollWait = 20 * time.Second
-	}
+	cfg.HeartbeatInterval = cmp.Or(max(cfg.HeartbeatInterval, 0), 10*time.Second)
+	cfg.PollWait = cmp.Or(max(cfg.PollWait, 0), 20*time.Second)
 	cfg.PollWait = min(cfg.PollWait, 60*time.Second)
-	if cfg.Grace <= 0 {
-		cfg.Grace = 30 * time.Second
-	}
-	if cfg.MaxResultBytes < 0 {
-		cfg.MaxResultBytes = 0
-	}
+	cfg.Grace = cmp.Or(max(cfg.Grace, 0), 30*time.Second)
+	cfg.MaxResultBytes = max(cfg.MaxResultBytes, 0)
 	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	a := &Agent{
 		cfg:      cfg,

@@ -122,21 +122,14 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Key == "" {
 		return nil, ErrNoKey
 	}
-	if cfg.MaxAttempts <= 0 {
-		cfg.MaxAttempts = 4
-	}
+	cfg.MaxAttempts = cmp.Or(max(cfg.MaxAttempts, 0), 4)
 	cfg.AttemptTimeout = cmp.Or(cfg.AttemptTimeout, DefaultAttemptTimeout)
-	if cfg.MinBackoff <= 0 {
-		cfg.MinBackoff = 100 * time.Millisecond
-	}
+	cfg.MinBackoff = cmp.Or(max(cfg.MinBackoff, 0), 100*time.Millisecond)
 	if cfg.MaxBackoff < cfg.MinBackoff {
 		cfg.MaxBackoff = max(2*time.Second, cfg.MinBackoff)
 	}
 	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
-	base := cfg.HTTPClient
-	if base == nil {
-		base = &http.Client{Transport: NewTransport(nil, 256)}
-	}
+	base := cmp.Or(cfg.HTTPClient, &http.Client{Transport: NewTransport(nil, 256)})
 	rt := cmp.Or(base.Transport, http.DefaultTransport)
 	hc := *base
 	hc.Transport = &bearer{key: cfg.Key, next: rt, router: rtr}

@@ -93,14 +93,15 @@ func wrapErr(op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	e := &Error{Op: op, Code: connect.CodeOf(err), err: err}
-	if det, ok := wireerr.DetailOf(err); ok {
-		e.Kind, e.Reason = det.GetKind(), det.GetReason()
-		if de, ok := wireerr.Decode(det); ok {
-			e.core = de
-		}
-	}
-	return e
+	det, _ := wireerr.DetailOf(err)
+	return newError(op, connect.CodeOf(err), det, err)
+}
+
+// newError is an *Error with det's kind and reason (none for a nil det)
+// and, for a core kind, the core error rebuilt from det.
+func newError(op string, code connect.Code, det *pb.ErrorDetail, err error) *Error {
+	core, _ := wireerr.Decode(det)
+	return &Error{Op: op, Code: code, Kind: det.GetKind(), Reason: det.GetReason(), core: core, err: err}
 }
 
 // ItemError returns the error of one CompleteMany item, nil when the item
@@ -109,15 +110,10 @@ func wrapErr(op string, err error) error {
 // *distributed.Error for a core kind. Its Code is connect.CodeUnknown: the
 // response carries a Connect code only for the whole call.
 func ItemError(item *pb.CompleteItemResult) error {
-	det := item.GetError()
-	if det == nil {
+	if item.GetError() == nil {
 		return nil
 	}
-	e := &Error{Op: "Worker.CompleteMany", Code: connect.CodeUnknown, Kind: det.GetKind(), Reason: det.GetReason()}
-	if de, ok := wireerr.Decode(det); ok {
-		e.core = de
-	}
-	return e
+	return newError("Worker.CompleteMany", connect.CodeUnknown, item.GetError(), nil)
 }
 
 // connectMessage is the message of a Connect error without the code prefix.

@@ -43,6 +43,7 @@ import (
 	distributed "github.com/termivar/distributed"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 	"github.com/termivar/distributed/internal/metrics"
+	"github.com/termivar/distributed/internal/notify"
 	"github.com/termivar/distributed/internal/token"
 	"github.com/termivar/distributed/internal/tracing"
 	"github.com/termivar/distributed/internal/wire"
@@ -200,8 +201,8 @@ type Node struct {
 	lastRefusal   atomic.Pointer[string]
 	firstRefusal  atomic.Int64 // unix nanoseconds of the first refusal
 	codec         *token.Codec
-	wake          *notifier
-	progress      *notifier // the FSM's ProgressFunc: tasks may have become terminal
+	wake          notify.Notifier
+	progress      notify.Notifier // the FSM's ProgressFunc: tasks may have become terminal
 	clu           clusterState
 	ident         *identity
 	lock          *dirLock
@@ -256,14 +257,12 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 		}
 	}
 	n := &Node{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		secret:   secret,
-		ident:    ident,
-		wake:     newNotifier(),
-		progress: newNotifier(),
-		hl:       newHealth(),
-		life:     newLifetime(),
+		cfg:    cfg,
+		log:    cfg.Logger,
+		secret: secret,
+		ident:  ident,
+		hl:     newHealth(),
+		life:   newLifetime(),
 	}
 	n.incarnation = ident.incarnation()
 	n.verifyPeer = n.verifyRaftPeer
@@ -483,11 +482,11 @@ func (n *Node) RaftAddr() string { return string(n.trans.LocalAddr()) }
 
 // WaitChan returns a channel that is closed the next time a command may
 // have made queued tasks available in tenant (Acquire long-polls on it).
-func (n *Node) WaitChan(tenant string) <-chan struct{} { return n.wake.wait(tenant) }
+func (n *Node) WaitChan(tenant string) <-chan struct{} { return n.wake.Wait(tenant) }
 
 // ProgressChan returns a channel that is closed the next time a command
 // may have made tasks of the tenant terminal (result followers wait on it).
-func (n *Node) ProgressChan(tenant string) <-chan struct{} { return n.progress.wait(tenant) }
+func (n *Node) ProgressChan(tenant string) <-chan struct{} { return n.progress.Wait(tenant) }
 
 // Snapshot forces a raft snapshot (tests and operators).
 func (n *Node) Snapshot() error { return n.raft.Snapshot().Error() }
@@ -574,3 +573,6 @@ func loadOrCreateSecret(path string) ([]byte, error) {
 func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
 	return writeFileAtomic(osFS{}, path, data, perm)
 }
+
+// SyncDir fsyncs a directory's entries (atomicfile.go).
+func SyncDir(dir string) error { return syncDir(osFS{}, dir) }

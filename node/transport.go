@@ -109,12 +109,8 @@ type tlsStreamLayer struct {
 // newStreamLayer derives the cluster CA, issues this start's leaf
 // certificate and starts accepting on ln. It takes ownership of ln.
 func newStreamLayer(ln net.Listener, cfg streamConfig) (*tlsStreamLayer, error) {
-	if cfg.HandshakeTimeout <= 0 {
-		cfg.HandshakeTimeout = handshakeTimeout
-	}
-	if cfg.MaxPending <= 0 {
-		cfg.MaxPending = maxPendingHandshakes
-	}
+	cfg.HandshakeTimeout = cmp.Or(max(cfg.HandshakeTimeout, 0), handshakeTimeout)
+	cfg.MaxPending = cmp.Or(max(cfg.MaxPending, 0), maxPendingHandshakes)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	ca, caKey, err := deriveCA(cfg.Secret)
 	if err != nil {

@@ -30,9 +30,7 @@ func (h adminHandler) Status(ctx context.Context, req *connect.Request[pb.Status
 			Build:               h.s.build,
 			ClusterVersion:      h.s.node.Reads().ClusterVersion(), NodeMaxVersion: h.s.node.Reads().MaxVersion(),
 		}
-		if lb, ok := h.s.node.Reads().LastBackup(); ok {
-			out.LastBackup = lb
-		}
+		out.LastBackup, _ = h.s.node.Reads().LastBackup() // nil before the first backup
 		if m.GetStateHash() {
 			if err := h.stateHash(p, out); err != nil {
 				return nil, 0, err

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 
@@ -105,10 +106,7 @@ var kindCodes = map[string]connect.Code{
 // codeOf returns the registry's code of kind; a kind missing from the
 // registry (which TestKindCodes_Complete forbids) is Internal.
 func codeOf(kind string) connect.Code {
-	if c, ok := kindCodes[kind]; ok {
-		return c
-	}
-	return connect.CodeInternal
+	return cmp.Or(kindCodes[kind], connect.CodeInternal) // NB: no code is 0
 }
 
 // Node-level error kinds carried in ErrorDetail.kind (the registry's node
@@ -187,8 +185,7 @@ func kindOf(err error) string {
 	if err == nil {
 		return "ok"
 	}
-	_, d := classify(err)
-	return d.GetKind()
+	return detailOf(err).GetKind()
 }
 
 // toConnect converts err into a *connect.Error with an ErrorDetail. Messages

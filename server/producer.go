@@ -296,14 +296,8 @@ func (h producerHandler) ListTasks(ctx context.Context, req *connect.Request[pb.
 		}
 		// Page by IDs (no copy of every record under the core's lock); only
 		// the tasks examined for this page are read.
-		ids := tv.TaskIDs()
-		start := 0
-		if hasAfter {
-			start = sort.SearchStrings(ids, after)
-			if start < len(ids) && ids[start] == after {
-				start++
-			}
-		}
+		ids := tv.TaskIDs() // sorted: the page starts after the token's ID
+		start := sort.Search(len(ids), func(i int) bool { return ids[i] > after })
 		for _, id := range ids[start:] {
 			if len(out.Tasks) == size {
 				out.NextPageToken = "k:" + out.Tasks[len(out.Tasks)-1].GetTaskId()

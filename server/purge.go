@@ -69,10 +69,7 @@ func (h adminHandler) UpdateTenant(ctx context.Context, req *connect.Request[pb.
 		}
 		cmd := &pb.Command{Principal: p.KeyID, Op: &pb.Command_UpdateTenant{UpdateTenant: &pb.UpdateTenant{Name: name, ResultRetentionSecs: m.GetResultRetentionSecs()}}}
 		r, err := h.s.node.Propose(ctx, cmd)
-		if err == nil {
-			err = r.Err
-		}
-		if err != nil {
+		if err := raftfsm.ProposalErr(r, err); err != nil {
 			return nil, 0, err
 		}
 		return &pb.UpdateTenantResponse{}, r.Revision, nil

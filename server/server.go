@@ -287,10 +287,7 @@ func (s *Server) propose(ctx context.Context, p principal, expected *uint64, cmd
 	cmd.Principal = p.KeyID
 	cmd.ExpectedRevision = expected
 	r, err := s.node.Propose(ctx, cmd)
-	if err != nil {
-		return r, err
-	}
-	return r, r.Err
+	return r, raftfsm.ProposalErr(r, err)
 }
 
 // proposeAs is propose, then the response's value as a T (raftfsm.ValueAs:

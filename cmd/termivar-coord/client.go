@@ -270,8 +270,7 @@ func exitForTo(w io.Writer, cmd string, err error) int {
 	}
 	code := connect.CodeOf(err)
 	if code == connect.CodeUnavailable || code == connect.CodeUnknown || code == connect.CodeDeadlineExceeded {
-		var ce *connect.Error
-		if !errors.As(err, &ce) || code == connect.CodeUnavailable {
+		if _, ok := errors.AsType[*connect.Error](err); !ok || code == connect.CodeUnavailable {
 			fmt.Fprintf(w, "termivar-coord %s: server unreachable: %v\n", cmd, err)
 			return exitUnreachable
 		}

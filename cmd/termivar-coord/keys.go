@@ -41,15 +41,18 @@ func runKeysTo(args []string, stdout, stderr io.Writer) int {
 		k.fs = flag.NewFlagSet(k.name, flag.ContinueOnError)
 		k.fs.SetOutput(stderr)
 		k.c.register(k.fs)
+		// NB: the deadline bounds the subcommand's one request.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
 		switch args[0] {
 		case "create":
-			return k.create(args[1:])
+			return k.create(ctx, args[1:])
 		case "list":
-			return k.list(args[1:])
+			return k.list(ctx, args[1:])
 		case "revoke":
-			return k.revoke(args[1:])
+			return k.revoke(ctx, args[1:])
 		case "rotate":
-			return k.rotate(args[1:])
+			return k.rotate(ctx, args[1:])
 		}
 	}
 	fmt.Fprintln(stderr, keysUsage)
@@ -85,7 +88,7 @@ func (k *keysCommand) client() (termivarv1connect.AdminClient, bool) {
 	return nil, false
 }
 
-func (k *keysCommand) create(args []string) int {
+func (k *keysCommand) create(ctx context.Context, args []string) int {
 	tenant := k.fs.String("tenant", "", "tenant of the new key (default: the caller's)")
 	role := k.fs.String("role", "", "admin, producer or worker")
 	if pos, ok := k.parse(args); !ok || len(pos) > 0 || *role == "" {
@@ -96,8 +99,6 @@ func (k *keysCommand) create(args []string) int {
 	if !ok {
 		return exitUsage
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	res, err := admin.CreateKey(ctx, connect.NewRequest(&pb.CreateKeyRequest{Tenant: *tenant, Role: *role}))
 	if err != nil {
 		return exitForTo(k.stderr, k.name, err)
@@ -116,7 +117,7 @@ type keyJSON struct {
 	RevokedSecs uint64 `json:"revoked_secs,omitempty"`
 }
 
-func (k *keysCommand) list(args []string) int {
+func (k *keysCommand) list(ctx context.Context, args []string) int {
 	tenant := k.fs.String("tenant", "", "only this tenant's keys (default: your tenant; every tenant for a system admin)")
 	revoked := k.fs.Bool("revoked", false, "also list revoked keys")
 	asJSON := k.fs.Bool("json", false, "print one JSON object per key")
@@ -128,8 +129,6 @@ func (k *keysCommand) list(args []string) int {
 	if !ok {
 		return exitUsage
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	res, err := admin.ListKeys(ctx, connect.NewRequest(&pb.ListKeysRequest{Tenant: *tenant, IncludeRevoked: *revoked}))
 	if err != nil {
 		return exitForTo(k.stderr, k.name, err)
@@ -185,13 +184,11 @@ func (k *keysCommand) keyIDAndClient(args []string, usage string) (string, termi
 	return pos[0], admin, ok
 }
 
-func (k *keysCommand) revoke(args []string) int {
+func (k *keysCommand) revoke(ctx context.Context, args []string) int {
 	id, admin, ok := k.keyIDAndClient(args, "keys revoke KEYID")
 	if !ok {
 		return exitUsage
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	if _, err := admin.RevokeKey(ctx, connect.NewRequest(&pb.RevokeKeyRequest{KeyId: id})); err != nil {
 		return exitForTo(k.stderr, k.name, err)
 	}
@@ -199,14 +196,12 @@ func (k *keysCommand) revoke(args []string) int {
 	return exitOK
 }
 
-func (k *keysCommand) rotate(args []string) int {
+func (k *keysCommand) rotate(ctx context.Context, args []string) int {
 	out := k.fs.String("out", "", "write the new key to this file (0600, replaced atomically) instead of stdout")
 	id, admin, ok := k.keyIDAndClient(args, "keys rotate KEYID [--out FILE]")
 	if !ok {
 		return exitUsage
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	res, err := admin.RotateKey(ctx, connect.NewRequest(&pb.RotateKeyRequest{KeyId: id}))
 	if err != nil {
 		return exitForTo(k.stderr, k.name, err)
@@ -263,9 +258,7 @@ func runTenants(args []string) int {
 	// the tenant gets these limits (the service's defaults,
 	// service_limits.go, for the flags not given), checked by the core
 	// before anything is created.
-	limitSet := false
-	fs.Visit(func(f *flag.Flag) { limitSet = limitSet || slices.Contains(limitFlagNames, f.Name) })
-	if limitSet {
+	if slices.ContainsFunc(limitFlagNames, func(name string) bool { return flagSet(fs, name) }) {
 		err = cmp.Or(lim.Validate(), rlim.Validate())
 		req.Limits, req.ResultLimits = wire.LimitsToProto(lim), wire.ResultLimitsToProto(rlim)
 	}

@@ -121,10 +121,8 @@ func applyConfigFile(fs *flag.FlagSet, path string) error {
 	if err := json.Unmarshal(data, &m); err != nil {
 		return fmt.Errorf("config file: %w", err)
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	for k, v := range m {
-		if set[k] || k == "config" {
+		if flagSet(fs, k) || k == "config" {
 			continue
 		}
 		if fs.Lookup(k) == nil {

@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"maps"
@@ -53,12 +54,8 @@ type failureCount struct{ failures, throttled uint64 }
 // NewFailureAggregator writes to l (nil: discarded). Zero fields of cfg take
 // their defaults.
 func NewFailureAggregator(l *Logger, cfg FailureConfig) *FailureAggregator {
-	if cfg.Window <= 0 {
-		cfg.Window = DefaultFailureWindow
-	}
-	if cfg.MaxSources <= 0 {
-		cfg.MaxSources = DefaultFailureMaxSources
-	}
+	cfg.Window = cmp.Or(max(cfg.Window, 0), DefaultFailureWindow)
+	cfg.MaxSources = cmp.Or(max(cfg.MaxSources, 0), DefaultFailureMaxSources)
 	return &FailureAggregator{l: l, cfg: cfg, counts: map[string]*failureCount{}}
 }
 

@@ -54,10 +54,7 @@ type stateCollector struct {
 // worker, lease and result-store state and of raft's state, read from src
 // at scrape time.
 func NewStateCollector(src StateSource, cfg StateConfig) prometheus.Collector {
-	n := cfg.RecentScans
-	if n <= 0 {
-		n = DefaultRecentScans
-	}
+	n := cmp.Or(max(cfg.RecentScans, 0), DefaultRecentScans)
 	n = min(n, MaxRecentScans)
 	t := []string{"tenant"}
 	d := func(name, help string, labels ...string) *prometheus.Desc {

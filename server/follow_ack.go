@@ -26,8 +26,25 @@ const maxAckWindow = 4 * maxFollowResults
 
 // ackedCompleted returns the completed tasks of the scan whose ordinal in
 // the cursor's order is below the cursor, from the start of the scan's
-// remaining entries, at most maxAckWindow entries read.
+// remaining entries, at most maxAckWindow entries read. It never returns
+// every task of a scan that is not finished (a declared total not yet
+// admitted): a purge that empties a scan drops its record and with it the
+// ordinals the follower's cursor counts on, so the last task stays until
+// the scan is finished.
 func ackedCompleted(tv raftfsm.TenantView, scanID string, cur followCursor) []string {
+	st, ok := tv.Scan(scanID)
+	if !ok {
+		return nil
+	}
+	ids := ackedWindow(tv, scanID, cur)
+	if !st.Finished && len(ids) > 0 && len(ids) >= st.Tasks {
+		ids = ids[:len(ids)-1]
+	}
+	return ids
+}
+
+// ackedWindow reads the completed tasks below the cursor.
+func ackedWindow(tv raftfsm.TenantView, scanID string, cur followCursor) []string {
 	var win []raftfsm.ScanEntry
 	if cur.completion {
 		win = tv.ScanCompletedWindow(scanID, 0, maxAckWindow)

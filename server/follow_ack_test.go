@@ -159,3 +159,44 @@ func TestServer_FollowResultsDeleteAfterReadWithoutIt(t *testing.T) {
 		t.Fatalf("audit lines for a plain FollowResults = %d, want 0", n)
 	}
 }
+
+// TestServer_FollowResultsDeleteAfterReadKeepsPendingScan: a scan with a
+// declared total not yet admitted is not finished; an acknowledgement
+// that would purge every task of it keeps the last one, so the scan's
+// record (and the ordinals the cursor counts on) survives until the rest
+// is admitted; once finished, the final acknowledgement purges it all.
+func TestServer_FollowResultsDeleteAfterReadKeepsPendingScan(t *testing.T) {
+	t.Parallel()
+	f := newScanFixture(t)
+	first := enqueueReq("s", "t1", "t2")
+	first.DeclaredTotal = 3
+	if _, err := f.p.producer.Enqueue(ctx, req(first)); err != nil {
+		t.Fatal(err)
+	}
+	leases := f.acquire(t, 2)
+	f.complete(t, leases["t1"], "r1")
+	f.complete(t, leases["t2"], "r2")
+	r := &pb.FollowResultsRequest{ScanId: "s", DeleteAfterRead: true}
+	if got := followLine(f.follow(t, r)); got != "[t1=r1@e:1 t2=r2@e:2] next=e:2 done=false" {
+		t.Fatalf("first page = %s", got)
+	}
+	r.Cursor = "e:2"
+	if m := f.follow(t, r); m.GetPurged() != 1 || m.GetDone() || f.present(t, "t1", "t2") != "t2" {
+		t.Fatalf("acknowledging a pending scan's every task purged %d (done %v), tasks %q, want t1 purged and t2 kept",
+			m.GetPurged(), m.GetDone(), f.present(t, "t1", "t2"))
+	}
+	second := enqueueReq("s", "t3")
+	second.DeclaredTotal = 3
+	if _, err := f.p.producer.Enqueue(ctx, req(second)); err != nil {
+		t.Fatal(err)
+	}
+	f.complete(t, f.acquire(t, 1)["t3"], "r3")
+	// The scan is finished now: e:2 acknowledges t2 too.
+	if m := f.follow(t, r); followLine(m) != "[t3=r3@e:3] next=e:3 done=true" || m.GetPurged() != 1 {
+		t.Fatalf("page after e:2 = %s purged %d, want t3 at ordinal 3 (the record kept its ordinals) and t2 purged", followLine(m), m.GetPurged())
+	}
+	r.Cursor = "e:3"
+	if m := f.follow(t, r); followLine(m) != "[] next=e:3 done=true" || m.GetPurged() != 1 || f.present(t, "t2", "t3") != "" {
+		t.Fatalf("final acknowledgement = %s purged %d, tasks %q, want t3 purged and none left", followLine(m), m.GetPurged(), f.present(t, "t2", "t3"))
+	}
+}

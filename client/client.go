@@ -284,11 +284,19 @@ func invoke[Req, Resp any](ctx context.Context, c *Client, op string, wait time.
 }
 
 // connectionLost reports whether a try failed because the connection broke
-// under it (connect reports a reset connection as Canceled, the same code
-// as the caller's own cancellation) while the caller still waits.
+// under it while the caller still waits: connect reports a reset read as
+// Canceled (the same code as the caller's own cancellation) and a request
+// body whose write the reset cut off as Unavailable ("use of closed
+// network connection"); either way the node may have read the whole
+// request.
 func connectionLost(ctx context.Context, err error) bool {
-	return ctx.Err() == nil && connect.CodeOf(err) == connect.CodeCanceled &&
-		(errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE))
+	switch connect.CodeOf(err) {
+	case connect.CodeCanceled, connect.CodeUnavailable:
+	default:
+		return false
+	}
+	return ctx.Err() == nil &&
+		(errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed))
 }
 
 // lostConnection turns a broken connection into Unavailable with

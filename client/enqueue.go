@@ -60,9 +60,12 @@ type EnqueueOptions struct {
 	// MaxEnqueueBatch).
 	BatchSize int
 	// DeclaredTotal, when non-zero, is sent with every batch: the number
-	// of targets asked for in the scan, which ScanProgress reports so that
-	// the part not yet admitted can be shown (the scan is not finished
-	// before it is admitted). It needs cluster version 2 (a cluster still
+	// of distinct targets asked for in the scan, which ScanProgress reports
+	// so that the part not yet admitted can be shown (the scan is not
+	// finished before it is admitted). Targets found to collide (see
+	// ErrTaskIDCollision) are taken off it, so they do not hold the scan
+	// open; a final batch of only stored and colliding targets proposes
+	// nothing and so cannot take its collisions off. It needs cluster version 2 (a cluster still
 	// at 1 refuses it with cluster_version); leave it 0 there.
 	DeclaredTotal uint64
 	// AttemptTimeoutSecs bounds each attempt of every task (0: none): the
@@ -345,10 +348,21 @@ func (e *enqueuer) flush(ctx context.Context) error {
 	return nil
 }
 
+// declared is the total to declare: DeclaredTotal less the collisions so
+// far (never stored, so the scan could not finish if they counted; the
+// server takes off those of the batch itself), at least 1.
+func (e *enqueuer) declared() uint64 {
+	d := e.opts.DeclaredTotal
+	if d == 0 {
+		return 0
+	}
+	return d - min(d-1, uint64(e.res.CollisionCount))
+}
+
 // send enqueues one batch (skip_existing) and accounts for its answer.
 func (e *enqueuer) send(ctx context.Context, batch []pendingTask) error {
 	req := &pb.EnqueueRequest{Tasks: make([]*pb.NewTask, len(batch)), SkipExisting: true,
-		DeclaredTotal: e.opts.DeclaredTotal, AttemptTimeoutSecs: e.opts.AttemptTimeoutSecs}
+		DeclaredTotal: e.declared(), AttemptTimeoutSecs: e.opts.AttemptTimeoutSecs}
 	for i, p := range batch {
 		req.Tasks[i] = p.task
 	}

@@ -32,7 +32,7 @@ func (h producerHandler) Enqueue(ctx context.Context, req *connect.Request[pb.En
 			return nil, 0, err
 		}
 		if !m.GetSkipExisting() {
-			return h.enqueue(ctx, p, m, m.GetTasks())
+			return h.enqueue(ctx, p, m, m.GetTasks(), m.GetDeclaredTotal())
 		}
 		return h.enqueueSkipping(ctx, p, m)
 	})
@@ -54,7 +54,7 @@ func (h producerHandler) enqueueSkipping(ctx context.Context, p principal, m *pb
 		var rev uint64
 		var err error
 		if len(keep) > 0 {
-			out, rev, err = h.enqueue(ctx, p, m, keep)
+			out, rev, err = h.enqueue(ctx, p, m, keep, lessCollisions(m.GetDeclaredTotal(), len(collisions)))
 		}
 		if errors.Is(err, distributed.ErrTaskAlreadyExists) && round < maxSkipRounds {
 			continue
@@ -65,6 +65,17 @@ func (h producerHandler) enqueueSkipping(ctx context.Context, p principal, m *pb
 		out.Existing, out.Collisions = existing, collisions
 		return out, rev, nil
 	}
+}
+
+// lessCollisions takes the request's colliding targets off its declared
+// total: they are not stored, and a re-run cannot store them, so a scan
+// that counted them would never finish. The total stays at least 1 (0
+// would mean no declaration).
+func lessCollisions(declared uint64, collisions int) uint64 {
+	if declared == 0 {
+		return 0
+	}
+	return declared - min(declared-1, uint64(collisions))
 }
 
 // splitExisting sorts tasks into those to enqueue and, by position, those
@@ -84,9 +95,10 @@ func splitExisting(tv raftfsm.TenantView, tasks []*pb.NewTask) (keep []*pb.NewTa
 	return keep, existing, collisions
 }
 
-// enqueue proposes tasks as one all-or-nothing batch.
-func (h producerHandler) enqueue(ctx context.Context, p principal, m *pb.EnqueueRequest, tasks []*pb.NewTask) (*pb.EnqueueResponse, uint64, error) {
-	e := &pb.EnqueueTasks{Tasks: make([]*pb.TaskSpec, len(tasks)), DeclaredTotal: m.GetDeclaredTotal()}
+// enqueue proposes tasks as one all-or-nothing batch, declaring the
+// scan's total (0: none).
+func (h producerHandler) enqueue(ctx context.Context, p principal, m *pb.EnqueueRequest, tasks []*pb.NewTask, declared uint64) (*pb.EnqueueResponse, uint64, error) {
+	e := &pb.EnqueueTasks{Tasks: make([]*pb.TaskSpec, len(tasks)), DeclaredTotal: declared}
 	for i, t := range tasks {
 		prio := uint32(distributed.PriorityNormal)
 		if t.GetPriority() != "" {

@@ -147,6 +147,11 @@ func TestCLI_EnqueueCollisions(t *testing.T) {
 	if got := scanTargets(t, c, "other"); len(got) != 1 || got["x1"] != "p.example" {
 		t.Fatalf("scan other stores %v", got)
 	}
+	// The collisions are off the declared total (3 distinct lines, 2 never
+	// stored): nothing is pending, so the scan can finish.
+	if p, err := c.ScanProgress(context.Background(), &pb.ScanProgressRequest{ScanId: "s"}); err != nil || p.GetDeclaredTotal() != 1 || p.GetPending() != 0 {
+		t.Fatalf("ScanProgress(s) = %v, %v; want declared 1, pending 0", p, err)
+	}
 	// This scan's own ID with another target.
 	code, _, stderr = b.run(t, "", "enqueue", "--scan", "s", "--quiet", "--task-id", "y0", "z.example")
 	if code != exitRejected || !strings.Contains(stderr, "argument 1: task y0 is already in this scan with another target") {

@@ -12,8 +12,9 @@
 // reads VmRSS/VmHWM from /proc, the size of the newest raft snapshot, and
 // restarts the node (SIGTERM, then start until /readyz answers 200); the
 // median of the last three samples must be within soakGrowth × the sample
-// after the first fifth plus a small constant (a bound on growth, not a timing assertion). The
-// curve is logged. Method: real processes, the built binary.
+// after the first fifth plus a small constant (a bound on growth, not a
+// timing assertion). The curve is logged. Method: real processes, the
+// built binary.
 package main
 
 import (

@@ -26,7 +26,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -153,17 +152,19 @@ func snapshotBytes(t *testing.T, dir string) int64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var dirs []string
+	newest, newestIndex := "", uint64(0)
 	for d := range sizes {
-		if !strings.HasSuffix(d, ".tmp") {
-			dirs = append(dirs, d)
+		// NB: a snapshot directory is named term-index-millis, not
+		// zero-padded: compare the index as a number.
+		f := strings.Split(filepath.Base(d), "-")
+		if strings.HasSuffix(d, ".tmp") || len(f) != 3 {
+			continue
+		}
+		if idx, err := strconv.ParseUint(f[1], 10, 64); err == nil && idx >= newestIndex {
+			newest, newestIndex = d, idx
 		}
 	}
-	if len(dirs) == 0 {
-		return 0
-	}
-	sort.Strings(dirs) // NB: names are term-index-millis, zero-padded: newest last
-	return sizes[dirs[len(dirs)-1]]
+	return sizes[newest]
 }
 
 // soakScans returns the scan sizes: one of total/5, the rest in a cycle of

@@ -108,14 +108,15 @@ func (n *soakNode) stop(t *testing.T) {
 type soakSample struct {
 	targets          int
 	rssKiB, hwmKiB   int
+	anonKiB          int // RssAnon: VmRSS without file-backed pages
 	snapBytes        int64
 	restart, elapsed time.Duration
 	records          uint32
 	applied          uint64
 }
 
-// procStatusKiB reads VmRSS and VmHWM of a process.
-func procStatusKiB(t *testing.T, pid int) (rss, hwm int) {
+// procStatusKiB reads VmRSS, VmHWM and RssAnon of a process.
+func procStatusKiB(t *testing.T, pid int) (rss, hwm, anon int) {
 	t.Helper()
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
@@ -132,9 +133,11 @@ func procStatusKiB(t *testing.T, pid int) (rss, hwm int) {
 			rss = v
 		case "VmHWM:":
 			hwm = v
+		case "RssAnon:":
+			anon = v
 		}
 	}
-	return rss, hwm
+	return rss, hwm, anon
 }
 
 // snapshotBytes is the size of the newest raft snapshot under dir (the
@@ -340,7 +343,7 @@ func checkSoakFile(t *testing.T, path, scan string, size int) {
 func sampleSoak(t *testing.T, n *soakNode, c *client.Client, done int, elapsed time.Duration) soakSample {
 	t.Helper()
 	s := soakSample{targets: done, elapsed: elapsed}
-	s.rssKiB, s.hwmKiB = procStatusKiB(t, n.cmd.Process.Pid)
+	s.rssKiB, s.hwmKiB, s.anonKiB = procStatusKiB(t, n.cmd.Process.Pid)
 	st, err := c.Status(context.Background(), &pb.StatusRequest{})
 	if err != nil {
 		t.Fatal(err)
@@ -353,13 +356,13 @@ func sampleSoak(t *testing.T, n *soakNode, c *client.Client, done int, elapsed t
 }
 
 // soakHeader names logSoakSample's columns.
-const soakHeader = "targets, elapsed, VmRSS MiB, VmHWM MiB, snapshot KiB, restart ms, task records, raft applied index"
+const soakHeader = "targets, elapsed, VmRSS MiB, VmHWM MiB, RssAnon MiB, snapshot KiB, restart ms, task records, raft applied index"
 
 // logSoakSample logs one sample as it is taken (a long run shows its
 // curve so far).
 func logSoakSample(t *testing.T, s soakSample) {
-	t.Logf("sample: %8d %8.1fs %7.1f %7.1f %9.1f %6d %6d %9d", s.targets, s.elapsed.Seconds(), float64(s.rssKiB)/1024,
-		float64(s.hwmKiB)/1024, float64(s.snapBytes)/1024, s.restart.Milliseconds(), s.records, s.applied)
+	t.Logf("sample: %8d %8.1fs %7.1f %7.1f %7.1f %9.1f %6d %6d %9d", s.targets, s.elapsed.Seconds(), float64(s.rssKiB)/1024,
+		float64(s.hwmKiB)/1024, float64(s.anonKiB)/1024, float64(s.snapBytes)/1024, s.restart.Milliseconds(), s.records, s.applied)
 }
 
 func logSoakCurve(t *testing.T, total int, samples []soakSample) {

@@ -64,6 +64,16 @@ type FollowOptions struct {
 	CompletionOrder bool
 	// WaitSecs bounds each long-poll (default 30, at most 60).
 	WaitSecs uint32
+	// DeleteAfterRead purges results once they are acknowledged: each
+	// call's cursor acknowledges the results fn returned for before it,
+	// and the node purges their tasks (FollowResultsRequest.delete_after_read).
+	// After the last page Follow sends one more call to acknowledge it.
+	DeleteAfterRead bool
+	// AckFunc, if set, runs before every call whose cursor acknowledges
+	// results fn got since the last call (with DeleteAfterRead: before
+	// they are purged), e.g. to sync the file fn writes to; its error
+	// ends Follow with nothing acknowledged.
+	AckFunc func() error
 }
 
 // followWaitSecs is FollowOptions.WaitSecs' default.
@@ -77,8 +87,13 @@ const followWaitSecs = 30
 // result, so a caller that records it gets every result exactly once.
 func (c *Client) Follow(ctx context.Context, opts FollowOptions, fn func(Result) error) error {
 	wait := cmp.Or(opts.WaitSecs, followWaitSecs)
-	req := &pb.FollowResultsRequest{ScanId: opts.ScanID, Cursor: opts.Cursor, CompletionOrder: opts.CompletionOrder, WaitSecs: wait}
+	req := &pb.FollowResultsRequest{ScanId: opts.ScanID, Cursor: opts.Cursor, CompletionOrder: opts.CompletionOrder,
+		WaitSecs: wait, DeleteAfterRead: opts.DeleteAfterRead}
+	unacked := false
 	for {
+		if err := followAck(opts, unacked); err != nil {
+			return err
+		}
 		resp, err := c.FollowResults(ctx, req)
 		if err != nil {
 			return err
@@ -88,11 +103,35 @@ func (c *Client) Follow(ctx context.Context, opts FollowOptions, fn func(Result)
 				return err
 			}
 		}
-		if resp.GetDone() {
-			return nil
-		}
+		unacked = len(resp.GetResults()) > 0
 		req.Cursor = resp.GetNextCursor()
+		if resp.GetDone() {
+			return c.followLastAck(ctx, opts, req, unacked)
+		}
 	}
+}
+
+// followAck runs opts.AckFunc before a call that acknowledges results.
+func followAck(opts FollowOptions, unacked bool) error {
+	if !unacked || opts.AckFunc == nil {
+		return nil
+	}
+	return opts.AckFunc()
+}
+
+// followLastAck acknowledges the last page of a DeleteAfterRead Follow:
+// one call with the final cursor, which purges it and answers done at
+// once.
+func (c *Client) followLastAck(ctx context.Context, opts FollowOptions, req *pb.FollowResultsRequest, unacked bool) error {
+	if !opts.DeleteAfterRead || !unacked {
+		return nil
+	}
+	if err := followAck(opts, unacked); err != nil {
+		return err
+	}
+	req.WaitSecs = 0
+	_, err := c.FollowResults(ctx, req)
+	return err
 }
 
 // EachResult calls fn for every stored result of a scan in enqueue order,

@@ -236,7 +236,21 @@ func (h producerHandler) FollowResults(ctx context.Context, req *connect.Request
 			return nil, 0, err
 		}
 		n := cmp.Or(int(m.GetMaxResults()), defaultFollowResults)
+		var purged uint32
+		if m.GetDeleteAfterRead() && cur.pos > 0 {
+			if purged, err = h.purgeAcknowledged(ctx, p, m.GetScanId(), cur); err != nil {
+				return nil, 0, err
+			}
+		}
 		out, err := h.follow(ctx, p, m.GetScanId(), cur, n, time.Duration(m.GetWaitSecs())*time.Second)
+		if purged > 0 && kindOf(err) == KindScanNotFound {
+			// NB: the acknowledgement purged the scan's last tasks: the
+			// follower has every result and the scan is gone.
+			out, err = &pb.FollowResultsResponse{NextCursor: cur.String(), Done: true}, nil
+		}
+		if out != nil {
+			out.Purged = purged
+		}
 		return out, 0, err
 	})
 }

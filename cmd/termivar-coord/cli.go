@@ -64,7 +64,7 @@ func clientCommands() []clientCommand {
 		{name: "watch", usage: "--scan S [--interval D] [--stall-after D] [--json]",
 			summary: "show a live progress bar for a scan until every task is terminal; explain a stall; exit 4 if tasks failed or expired",
 			run:     runWatch},
-		{name: "results", usage: "--scan S [--json] [--follow [--completion-order] [--cursor C]]",
+		{name: "results", usage: strings.TrimPrefix(resultsUsage, "results "),
 			summary: "print a scan's results in enqueue order (raw, or JSON lines); --follow streams them as tasks finish",
 			run:     runResults},
 		{name: "cluster", usage: "members|add|remove|transfer-leadership [args] (cluster --help)",

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"time"
 	"unicode/utf8"
 
@@ -325,6 +326,9 @@ func sameProgress(a, b *pb.ScanProgressResponse) bool {
 		a.GetDeclaredTotal() == b.GetDeclaredTotal() && a.GetPending() == b.GetPending()
 }
 
+// resultsUsage is the usage line of results.
+const resultsUsage = "results --scan S [--json] [--follow [--completion-order] [--cursor C] [--delete-after-read]]"
+
 // resultJSON is one line of results --json: the result as a string when it
 // is UTF-8, else base64 in result_base64; cursor (with --follow) resumes
 // after this result.
@@ -344,14 +348,15 @@ func runResults(ctx context.Context, env *cliEnv, args []string) error {
 	follow := fs.Bool("follow", false, "stream results as tasks finish until the scan is terminal")
 	completion := fs.Bool("completion-order", false, "with --follow: in completion order instead of enqueue order")
 	cursor := fs.String("cursor", "", "with --follow: resume after the result that carried this cursor (--json prints it)")
+	deleteAfterRead := fs.Bool("delete-after-read", false, "with --follow: purge each result's task once a later request acknowledged it (output synced first)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *scan == "" || fs.NArg() > 0 {
-		return usagef("usage: termivar-coord results --scan S [--json] [--follow [--completion-order] [--cursor C]]")
+		return usagef("usage: termivar-coord " + resultsUsage)
 	}
-	if !*follow && (*completion || *cursor != "") {
-		return usagef("--completion-order and --cursor need --follow")
+	if !*follow && (*completion || *cursor != "" || *deleteAfterRead) {
+		return usagef("--completion-order, --cursor and --delete-after-read need --follow")
 	}
 	c, err := newClient(&g)
 	if err != nil {
@@ -366,7 +371,9 @@ func runResults(ctx context.Context, env *cliEnv, args []string) error {
 		return c.EachResult(ctx, *scan, emit)
 	}
 	last := *cursor
-	err = c.Follow(ctx, client.FollowOptions{ScanID: *scan, Cursor: *cursor, CompletionOrder: *completion}, func(r client.Result) error {
+	opts := client.FollowOptions{ScanID: *scan, Cursor: *cursor, CompletionOrder: *completion,
+		DeleteAfterRead: *deleteAfterRead, AckFunc: func() error { return syncOutput(env.stdout) }}
+	err = c.Follow(ctx, opts, func(r client.Result) error {
 		if err := emit(r); err != nil {
 			return err
 		}
@@ -377,6 +384,20 @@ func runResults(ctx context.Context, env *cliEnv, args []string) error {
 		fmt.Fprintf(env.stderr, "termivar-coord results: stopped after %d results; resume with --cursor %s\n", i, last)
 	}
 	return err
+}
+
+// syncOutput flushes results to stable storage before a follow
+// acknowledges them (--delete-after-read purges what it acknowledged):
+// a regular file is synced; a pipe or terminal has nothing to sync.
+func syncOutput(w io.Writer) error {
+	f, ok := w.(*os.File)
+	if !ok {
+		return nil
+	}
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		return nil
+	}
+	return f.Sync()
 }
 
 // printResult writes one result: raw bytes with a final newline, or a JSON

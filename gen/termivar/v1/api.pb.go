@@ -3537,6 +3537,14 @@ type FollowResultsRequest struct {
 	CompletionOrder bool   `protobuf:"varint,3,opt,name=completion_order,json=completionOrder,proto3" json:"completion_order,omitempty"`
 	WaitSecs        uint32 `protobuf:"varint,4,opt,name=wait_secs,json=waitSecs,proto3" json:"wait_secs,omitempty"`       // long-poll bound, at most 60
 	MaxResults      uint32 `protobuf:"varint,5,opt,name=max_results,json=maxResults,proto3" json:"max_results,omitempty"` // 0 means 256; at most 4096 (and the tenant's aggregate bounds)
+	// delete_after_read purges the scan's completed tasks (and their
+	// results) that cursor acknowledges: a cursor proves that the follower
+	// received every result before it, so this call first proposes a
+	// PurgeTasks of those tasks (a write: producer or admin role, audited,
+	// cluster version 2), then answers as usual. A follower that stops
+	// before sending a later cursor loses nothing: what it has not
+	// acknowledged stays (docs/adr/0002-purge.md).
+	DeleteAfterRead bool `protobuf:"varint,6,opt,name=delete_after_read,json=deleteAfterRead,proto3" json:"delete_after_read,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -3604,6 +3612,13 @@ func (x *FollowResultsRequest) GetMaxResults() uint32 {
 		return x.MaxResults
 	}
 	return 0
+}
+
+func (x *FollowResultsRequest) GetDeleteAfterRead() bool {
+	if x != nil {
+		return x.DeleteAfterRead
+	}
+	return false
 }
 
 type FollowedResult struct {
@@ -3680,7 +3695,10 @@ type FollowResultsResponse struct {
 	Results    []*FollowedResult      `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
 	NextCursor string                 `protobuf:"bytes,2,opt,name=next_cursor,json=nextCursor,proto3" json:"next_cursor,omitempty"`
 	// done: the scan is terminal and there is no result after next_cursor.
-	Done          bool `protobuf:"varint,3,opt,name=done,proto3" json:"done,omitempty"`
+	Done bool `protobuf:"varint,3,opt,name=done,proto3" json:"done,omitempty"`
+	// purged is how many acknowledged tasks this call purged
+	// (delete_after_read).
+	Purged        uint32 `protobuf:"varint,4,opt,name=purged,proto3" json:"purged,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3734,6 +3752,13 @@ func (x *FollowResultsResponse) GetDone() bool {
 		return x.Done
 	}
 	return false
+}
+
+func (x *FollowResultsResponse) GetPurged() uint32 {
+	if x != nil {
+		return x.Purged
+	}
+	return 0
 }
 
 type StatusRequest struct {
@@ -5390,25 +5415,27 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x13_retention_deadline\"h\n" +
 	"\x11ListScansResponse\x12+\n" +
 	"\x05scans\x18\x01 \x03(\v2\x15.termivar.v1.ScanInfoR\x05scans\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xb0\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xdc\x01\n" +
 	"\x14FollowResultsRequest\x12\x17\n" +
 	"\ascan_id\x18\x01 \x01(\tR\x06scanId\x12\x16\n" +
 	"\x06cursor\x18\x02 \x01(\tR\x06cursor\x12)\n" +
 	"\x10completion_order\x18\x03 \x01(\bR\x0fcompletionOrder\x12\x1b\n" +
 	"\twait_secs\x18\x04 \x01(\rR\bwaitSecs\x12\x1f\n" +
 	"\vmax_results\x18\x05 \x01(\rR\n" +
-	"maxResults\"x\n" +
+	"maxResults\x12*\n" +
+	"\x11delete_after_read\x18\x06 \x01(\bR\x0fdeleteAfterRead\"x\n" +
 	"\x0eFollowedResult\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x1d\n" +
 	"\n" +
 	"target_ref\x18\x02 \x01(\tR\ttargetRef\x12\x16\n" +
 	"\x06result\x18\x03 \x01(\fR\x06result\x12\x16\n" +
-	"\x06cursor\x18\x04 \x01(\tR\x06cursor\"\x83\x01\n" +
+	"\x06cursor\x18\x04 \x01(\tR\x06cursor\"\x9b\x01\n" +
 	"\x15FollowResultsResponse\x125\n" +
 	"\aresults\x18\x01 \x03(\v2\x1b.termivar.v1.FollowedResultR\aresults\x12\x1f\n" +
 	"\vnext_cursor\x18\x02 \x01(\tR\n" +
 	"nextCursor\x12\x12\n" +
-	"\x04done\x18\x03 \x01(\bR\x04done\".\n" +
+	"\x04done\x18\x03 \x01(\bR\x04done\x12\x16\n" +
+	"\x06purged\x18\x04 \x01(\rR\x06purged\".\n" +
 	"\rStatusRequest\x12\x1d\n" +
 	"\n" +
 	"state_hash\x18\x01 \x01(\bR\tstateHash\"\xe1\x06\n" +

@@ -414,6 +414,8 @@ type ProducerClient interface {
 	// renumbers: purging tasks already passed changes nothing for a
 	// follower, a purged task not yet reached is skipped, and a scan whose
 	// every task was purged is scan_not_found (docs/adr/0002-purge.md).
+	// With delete_after_read the call first purges the completed tasks its
+	// cursor acknowledges (a write, audited).
 	FollowResults(context.Context, *connect.Request[v1.FollowResultsRequest]) (*connect.Response[v1.FollowResultsResponse], error)
 	// DeleteScan purges a scan's terminal tasks and their results (contract
 	// Part F); a scan with non-terminal tasks is refused unless force, which
@@ -598,6 +600,8 @@ type ProducerHandler interface {
 	// renumbers: purging tasks already passed changes nothing for a
 	// follower, a purged task not yet reached is skipped, and a scan whose
 	// every task was purged is scan_not_found (docs/adr/0002-purge.md).
+	// With delete_after_read the call first purges the completed tasks its
+	// cursor acknowledges (a write, audited).
 	FollowResults(context.Context, *connect.Request[v1.FollowResultsRequest]) (*connect.Response[v1.FollowResultsResponse], error)
 	// DeleteScan purges a scan's terminal tasks and their results (contract
 	// Part F); a scan with non-terminal tasks is refused unless force, which

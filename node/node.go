@@ -215,6 +215,7 @@ type Node struct {
 	firstRefusal  atomic.Int64 // unix nanoseconds of the first refusal
 	codec         *token.Codec
 	wake          *notifier
+	changed       *notifier // every applied entry (ChangeChan); one key, ""
 	clu           clusterState
 	ident         *identity
 	lock          *dirLock
@@ -269,13 +270,14 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 		}
 	}
 	n := &Node{
-		cfg:    cfg,
-		log:    cfg.Logger,
-		secret: secret,
-		ident:  ident,
-		wake:   newNotifier(),
-		hl:     newHealth(),
-		life:   newLifetime(),
+		cfg:     cfg,
+		log:     cfg.Logger,
+		secret:  secret,
+		ident:   ident,
+		wake:    newNotifier(),
+		changed: newNotifier(),
+		hl:      newHealth(),
+		life:    newLifetime(),
 	}
 	n.incarnation = ident.incarnation()
 	n.verifyPeer = n.verifyRaftPeer
@@ -428,7 +430,7 @@ func (n *Node) openRaft() (bool, error) {
 			return false, fmt.Errorf("node: bootstrap: %w", err)
 		}
 	}
-	r, err := raft.NewRaft(rc, observedFSM{FSM: n.fsm, m: cfg.Metrics, log: n.log}, logs, w, snaps, trans)
+	r, err := raft.NewRaft(rc, observedFSM{FSM: n.fsm, m: cfg.Metrics, log: n.log, changed: n.changed}, logs, w, snaps, trans)
 	if err != nil {
 		return false, fmt.Errorf("node: start raft: %w", err)
 	}
@@ -495,6 +497,11 @@ func (n *Node) Leader() (addr, id string) {
 
 // RaftAddr returns the transport's address.
 func (n *Node) RaftAddr() string { return string(n.trans.LocalAddr()) }
+
+// ChangeChan returns a channel that is closed after the next log entry is
+// applied or snapshot restored (of any tenant): the dashboard's long-poll
+// waits on it (server/dashboard.go).
+func (n *Node) ChangeChan() <-chan struct{} { return n.changed.wait("") }
 
 // WaitChan returns a channel that is closed the next time a command may
 // have made queued tasks available in tenant (Acquire long-polls on it).

@@ -21,6 +21,23 @@ type observedFSM struct {
 	*raftfsm.FSM
 	m   *metrics.Node
 	log *slog.Logger
+	// changed is woken after every applied entry and restored snapshot
+	// (Node.ChangeChan).
+	changed *notifier
+}
+
+// Apply applies the entry, then wakes the waiters of Node.ChangeChan.
+func (f observedFSM) Apply(l *raft.Log) any {
+	r := f.FSM.Apply(l)
+	f.changed.notify("")
+	return r
+}
+
+// Restore installs a snapshot, then wakes the waiters of Node.ChangeChan.
+func (f observedFSM) Restore(rc io.ReadCloser) error {
+	err := f.FSM.Restore(rc)
+	f.changed.notify("")
+	return err
 }
 
 // Snapshot wraps the FSM's snapshot so that Persist is observed.

@@ -3970,6 +3970,113 @@ func (x *RotateKeyResponse) GetRevokedKeyId() string {
 	return ""
 }
 
+type CancelScanRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ScanId        string                 `protobuf:"bytes,1,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelScanRequest) Reset() {
+	*x = CancelScanRequest{}
+	mi := &file_termivar_v1_api_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelScanRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelScanRequest) ProtoMessage() {}
+
+func (x *CancelScanRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelScanRequest.ProtoReflect.Descriptor instead.
+func (*CancelScanRequest) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *CancelScanRequest) GetScanId() string {
+	if x != nil {
+		return x.ScanId
+	}
+	return ""
+}
+
+type CancelScanResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// cancelled counts the tasks this call cancelled; unchanged the scan's
+	// tasks it left as they were (terminal, or terminal by the time the
+	// cancellation was applied).
+	Cancelled     uint32 `protobuf:"varint,1,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
+	Unchanged     uint32 `protobuf:"varint,2,opt,name=unchanged,proto3" json:"unchanged,omitempty"`
+	Revision      uint64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelScanResponse) Reset() {
+	*x = CancelScanResponse{}
+	mi := &file_termivar_v1_api_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelScanResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelScanResponse) ProtoMessage() {}
+
+func (x *CancelScanResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelScanResponse.ProtoReflect.Descriptor instead.
+func (*CancelScanResponse) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *CancelScanResponse) GetCancelled() uint32 {
+	if x != nil {
+		return x.Cancelled
+	}
+	return 0
+}
+
+func (x *CancelScanResponse) GetUnchanged() uint32 {
+	if x != nil {
+		return x.Unchanged
+	}
+	return 0
+}
+
+func (x *CancelScanResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
 var File_termivar_v1_api_proto protoreflect.FileDescriptor
 
 const file_termivar_v1_api_proto_rawDesc = "" +
@@ -4300,7 +4407,13 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x11RotateKeyResponse\x12\x15\n" +
 	"\x06key_id\x18\x01 \x01(\tR\x05keyId\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12$\n" +
-	"\x0erevoked_key_id\x18\x03 \x01(\tR\frevokedKeyId2\xae\x05\n" +
+	"\x0erevoked_key_id\x18\x03 \x01(\tR\frevokedKeyId\",\n" +
+	"\x11CancelScanRequest\x12\x17\n" +
+	"\ascan_id\x18\x01 \x01(\tR\x06scanId\"l\n" +
+	"\x12CancelScanResponse\x12\x1c\n" +
+	"\tcancelled\x18\x01 \x01(\rR\tcancelled\x12\x1c\n" +
+	"\tunchanged\x18\x02 \x01(\rR\tunchanged\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\x04R\brevision2\xae\x05\n" +
 	"\x06Worker\x12Y\n" +
 	"\x0eRegisterWorker\x12\".termivar.v1.RegisterWorkerRequest\x1a#.termivar.v1.RegisterWorkerResponse\x12J\n" +
 	"\tHeartbeat\x12\x1d.termivar.v1.HeartbeatRequest\x1a\x1e.termivar.v1.HeartbeatResponse\x12D\n" +
@@ -4312,7 +4425,7 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\fCompleteMany\x12 .termivar.v1.CompleteManyRequest\x1a!.termivar.v1.CompleteManyResponse\x12;\n" +
 	"\x04Fail\x12\x18.termivar.v1.FailRequest\x1a\x19.termivar.v1.FailResponse\x12M\n" +
 	"\n" +
-	"Deregister\x12\x1e.termivar.v1.DeregisterRequest\x1a\x1f.termivar.v1.DeregisterResponse2\xfb\x04\n" +
+	"Deregister\x12\x1e.termivar.v1.DeregisterRequest\x1a\x1f.termivar.v1.DeregisterResponse2\xca\x05\n" +
 	"\bProducer\x12D\n" +
 	"\aEnqueue\x12\x1b.termivar.v1.EnqueueRequest\x1a\x1c.termivar.v1.EnqueueResponse\x12A\n" +
 	"\x06Cancel\x12\x1a.termivar.v1.CancelRequest\x1a\x1b.termivar.v1.CancelResponse\x12D\n" +
@@ -4323,7 +4436,9 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"DeleteScan\x12\x1e.termivar.v1.DeleteScanRequest\x1a\x1f.termivar.v1.DeleteScanResponse\x12M\n" +
 	"\n" +
-	"PurgeTasks\x12\x1e.termivar.v1.PurgeTasksRequest\x1a\x1f.termivar.v1.PurgeTasksResponse2\xf3\x04\n" +
+	"PurgeTasks\x12\x1e.termivar.v1.PurgeTasksRequest\x1a\x1f.termivar.v1.PurgeTasksResponse\x12M\n" +
+	"\n" +
+	"CancelScan\x12\x1e.termivar.v1.CancelScanRequest\x1a\x1f.termivar.v1.CancelScanResponse2\xf3\x04\n" +
 	"\x05Admin\x12A\n" +
 	"\x06Status\x12\x1a.termivar.v1.StatusRequest\x1a\x1b.termivar.v1.StatusResponse\x12P\n" +
 	"\vListWorkers\x12\x1f.termivar.v1.ListWorkersRequest\x1a .termivar.v1.ListWorkersResponse\x12S\n" +
@@ -4346,7 +4461,7 @@ func file_termivar_v1_api_proto_rawDescGZIP() []byte {
 	return file_termivar_v1_api_proto_rawDescData
 }
 
-var file_termivar_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
+var file_termivar_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
 var file_termivar_v1_api_proto_goTypes = []any{
 	(*ErrorDetail)(nil),              // 0: termivar.v1.ErrorDetail
 	(*WorkerInfo)(nil),               // 1: termivar.v1.WorkerInfo
@@ -4408,9 +4523,11 @@ var file_termivar_v1_api_proto_goTypes = []any{
 	(*RevokeKeyResponse)(nil),        // 57: termivar.v1.RevokeKeyResponse
 	(*RotateKeyRequest)(nil),         // 58: termivar.v1.RotateKeyRequest
 	(*RotateKeyResponse)(nil),        // 59: termivar.v1.RotateKeyResponse
-	(*ClusterMember)(nil),            // 60: termivar.v1.ClusterMember
-	(*CoreLimits)(nil),               // 61: termivar.v1.CoreLimits
-	(*ResultLimits)(nil),             // 62: termivar.v1.ResultLimits
+	(*CancelScanRequest)(nil),        // 60: termivar.v1.CancelScanRequest
+	(*CancelScanResponse)(nil),       // 61: termivar.v1.CancelScanResponse
+	(*ClusterMember)(nil),            // 62: termivar.v1.ClusterMember
+	(*CoreLimits)(nil),               // 63: termivar.v1.CoreLimits
+	(*ResultLimits)(nil),             // 64: termivar.v1.ResultLimits
 }
 var file_termivar_v1_api_proto_depIdxs = []int32{
 	1,  // 0: termivar.v1.RegisterWorkerResponse.worker:type_name -> termivar.v1.WorkerInfo
@@ -4425,11 +4542,11 @@ var file_termivar_v1_api_proto_depIdxs = []int32{
 	25, // 9: termivar.v1.EnqueueResponse.tasks:type_name -> termivar.v1.EnqueuedTask
 	29, // 10: termivar.v1.GetTaskResponse.task:type_name -> termivar.v1.TaskInfo
 	29, // 11: termivar.v1.ListTasksResponse.tasks:type_name -> termivar.v1.TaskInfo
-	60, // 12: termivar.v1.StatusResponse.members:type_name -> termivar.v1.ClusterMember
+	62, // 12: termivar.v1.StatusResponse.members:type_name -> termivar.v1.ClusterMember
 	40, // 13: termivar.v1.StatusResponse.build:type_name -> termivar.v1.BuildInfo
 	1,  // 14: termivar.v1.ListWorkersResponse.workers:type_name -> termivar.v1.WorkerInfo
-	61, // 15: termivar.v1.CreateTenantRequest.limits:type_name -> termivar.v1.CoreLimits
-	62, // 16: termivar.v1.CreateTenantRequest.result_limits:type_name -> termivar.v1.ResultLimits
+	63, // 15: termivar.v1.CreateTenantRequest.limits:type_name -> termivar.v1.CoreLimits
+	64, // 16: termivar.v1.CreateTenantRequest.result_limits:type_name -> termivar.v1.ResultLimits
 	54, // 17: termivar.v1.ListKeysResponse.keys:type_name -> termivar.v1.KeyInfo
 	2,  // 18: termivar.v1.Worker.RegisterWorker:input_type -> termivar.v1.RegisterWorkerRequest
 	4,  // 19: termivar.v1.Worker.Heartbeat:input_type -> termivar.v1.HeartbeatRequest
@@ -4448,41 +4565,43 @@ var file_termivar_v1_api_proto_depIdxs = []int32{
 	36, // 32: termivar.v1.Producer.AggregateResults:input_type -> termivar.v1.AggregateResultsRequest
 	46, // 33: termivar.v1.Producer.DeleteScan:input_type -> termivar.v1.DeleteScanRequest
 	48, // 34: termivar.v1.Producer.PurgeTasks:input_type -> termivar.v1.PurgeTasksRequest
-	38, // 35: termivar.v1.Admin.Status:input_type -> termivar.v1.StatusRequest
-	41, // 36: termivar.v1.Admin.ListWorkers:input_type -> termivar.v1.ListWorkersRequest
-	43, // 37: termivar.v1.Admin.CreateTenant:input_type -> termivar.v1.CreateTenantRequest
-	44, // 38: termivar.v1.Admin.UpdateTenant:input_type -> termivar.v1.UpdateTenantRequest
-	51, // 39: termivar.v1.Admin.CreateKey:input_type -> termivar.v1.CreateKeyRequest
-	53, // 40: termivar.v1.Admin.ListKeys:input_type -> termivar.v1.ListKeysRequest
-	56, // 41: termivar.v1.Admin.RevokeKey:input_type -> termivar.v1.RevokeKeyRequest
-	58, // 42: termivar.v1.Admin.RotateKey:input_type -> termivar.v1.RotateKeyRequest
-	3,  // 43: termivar.v1.Worker.RegisterWorker:output_type -> termivar.v1.RegisterWorkerResponse
-	5,  // 44: termivar.v1.Worker.Heartbeat:output_type -> termivar.v1.HeartbeatResponse
-	8,  // 45: termivar.v1.Worker.Acquire:output_type -> termivar.v1.AcquireResponse
-	10, // 46: termivar.v1.Worker.Start:output_type -> termivar.v1.StartResponse
-	12, // 47: termivar.v1.Worker.RenewLease:output_type -> termivar.v1.RenewLeaseResponse
-	14, // 48: termivar.v1.Worker.Complete:output_type -> termivar.v1.CompleteResponse
-	17, // 49: termivar.v1.Worker.CompleteMany:output_type -> termivar.v1.CompleteManyResponse
-	19, // 50: termivar.v1.Worker.Fail:output_type -> termivar.v1.FailResponse
-	22, // 51: termivar.v1.Worker.Deregister:output_type -> termivar.v1.DeregisterResponse
-	26, // 52: termivar.v1.Producer.Enqueue:output_type -> termivar.v1.EnqueueResponse
-	28, // 53: termivar.v1.Producer.Cancel:output_type -> termivar.v1.CancelResponse
-	31, // 54: termivar.v1.Producer.GetTask:output_type -> termivar.v1.GetTaskResponse
-	33, // 55: termivar.v1.Producer.ListTasks:output_type -> termivar.v1.ListTasksResponse
-	35, // 56: termivar.v1.Producer.ScanProgress:output_type -> termivar.v1.ScanProgressResponse
-	37, // 57: termivar.v1.Producer.AggregateResults:output_type -> termivar.v1.AggregateResultsResponse
-	47, // 58: termivar.v1.Producer.DeleteScan:output_type -> termivar.v1.DeleteScanResponse
-	49, // 59: termivar.v1.Producer.PurgeTasks:output_type -> termivar.v1.PurgeTasksResponse
-	39, // 60: termivar.v1.Admin.Status:output_type -> termivar.v1.StatusResponse
-	42, // 61: termivar.v1.Admin.ListWorkers:output_type -> termivar.v1.ListWorkersResponse
-	50, // 62: termivar.v1.Admin.CreateTenant:output_type -> termivar.v1.CreateTenantResponse
-	45, // 63: termivar.v1.Admin.UpdateTenant:output_type -> termivar.v1.UpdateTenantResponse
-	52, // 64: termivar.v1.Admin.CreateKey:output_type -> termivar.v1.CreateKeyResponse
-	55, // 65: termivar.v1.Admin.ListKeys:output_type -> termivar.v1.ListKeysResponse
-	57, // 66: termivar.v1.Admin.RevokeKey:output_type -> termivar.v1.RevokeKeyResponse
-	59, // 67: termivar.v1.Admin.RotateKey:output_type -> termivar.v1.RotateKeyResponse
-	43, // [43:68] is the sub-list for method output_type
-	18, // [18:43] is the sub-list for method input_type
+	60, // 35: termivar.v1.Producer.CancelScan:input_type -> termivar.v1.CancelScanRequest
+	38, // 36: termivar.v1.Admin.Status:input_type -> termivar.v1.StatusRequest
+	41, // 37: termivar.v1.Admin.ListWorkers:input_type -> termivar.v1.ListWorkersRequest
+	43, // 38: termivar.v1.Admin.CreateTenant:input_type -> termivar.v1.CreateTenantRequest
+	44, // 39: termivar.v1.Admin.UpdateTenant:input_type -> termivar.v1.UpdateTenantRequest
+	51, // 40: termivar.v1.Admin.CreateKey:input_type -> termivar.v1.CreateKeyRequest
+	53, // 41: termivar.v1.Admin.ListKeys:input_type -> termivar.v1.ListKeysRequest
+	56, // 42: termivar.v1.Admin.RevokeKey:input_type -> termivar.v1.RevokeKeyRequest
+	58, // 43: termivar.v1.Admin.RotateKey:input_type -> termivar.v1.RotateKeyRequest
+	3,  // 44: termivar.v1.Worker.RegisterWorker:output_type -> termivar.v1.RegisterWorkerResponse
+	5,  // 45: termivar.v1.Worker.Heartbeat:output_type -> termivar.v1.HeartbeatResponse
+	8,  // 46: termivar.v1.Worker.Acquire:output_type -> termivar.v1.AcquireResponse
+	10, // 47: termivar.v1.Worker.Start:output_type -> termivar.v1.StartResponse
+	12, // 48: termivar.v1.Worker.RenewLease:output_type -> termivar.v1.RenewLeaseResponse
+	14, // 49: termivar.v1.Worker.Complete:output_type -> termivar.v1.CompleteResponse
+	17, // 50: termivar.v1.Worker.CompleteMany:output_type -> termivar.v1.CompleteManyResponse
+	19, // 51: termivar.v1.Worker.Fail:output_type -> termivar.v1.FailResponse
+	22, // 52: termivar.v1.Worker.Deregister:output_type -> termivar.v1.DeregisterResponse
+	26, // 53: termivar.v1.Producer.Enqueue:output_type -> termivar.v1.EnqueueResponse
+	28, // 54: termivar.v1.Producer.Cancel:output_type -> termivar.v1.CancelResponse
+	31, // 55: termivar.v1.Producer.GetTask:output_type -> termivar.v1.GetTaskResponse
+	33, // 56: termivar.v1.Producer.ListTasks:output_type -> termivar.v1.ListTasksResponse
+	35, // 57: termivar.v1.Producer.ScanProgress:output_type -> termivar.v1.ScanProgressResponse
+	37, // 58: termivar.v1.Producer.AggregateResults:output_type -> termivar.v1.AggregateResultsResponse
+	47, // 59: termivar.v1.Producer.DeleteScan:output_type -> termivar.v1.DeleteScanResponse
+	49, // 60: termivar.v1.Producer.PurgeTasks:output_type -> termivar.v1.PurgeTasksResponse
+	61, // 61: termivar.v1.Producer.CancelScan:output_type -> termivar.v1.CancelScanResponse
+	39, // 62: termivar.v1.Admin.Status:output_type -> termivar.v1.StatusResponse
+	42, // 63: termivar.v1.Admin.ListWorkers:output_type -> termivar.v1.ListWorkersResponse
+	50, // 64: termivar.v1.Admin.CreateTenant:output_type -> termivar.v1.CreateTenantResponse
+	45, // 65: termivar.v1.Admin.UpdateTenant:output_type -> termivar.v1.UpdateTenantResponse
+	52, // 66: termivar.v1.Admin.CreateKey:output_type -> termivar.v1.CreateKeyResponse
+	55, // 67: termivar.v1.Admin.ListKeys:output_type -> termivar.v1.ListKeysResponse
+	57, // 68: termivar.v1.Admin.RevokeKey:output_type -> termivar.v1.RevokeKeyResponse
+	59, // 69: termivar.v1.Admin.RotateKey:output_type -> termivar.v1.RotateKeyResponse
+	44, // [44:70] is the sub-list for method output_type
+	18, // [18:44] is the sub-list for method input_type
 	18, // [18:18] is the sub-list for extension type_name
 	18, // [18:18] is the sub-list for extension extendee
 	0,  // [0:18] is the sub-list for field type_name
@@ -4511,7 +4630,7 @@ func file_termivar_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_termivar_v1_api_proto_rawDesc), len(file_termivar_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   60,
+			NumMessages:   62,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -1,0 +1,244 @@
+package server
+
+import (
+	"cmp"
+	"slices"
+	"strconv"
+
+	distributed "github.com/termivar/distributed"
+	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/raftfsm"
+)
+
+// Bounds of the dashboard's view (OverviewResponse): every list is cut to
+// these lengths and carries its full count beside it.
+const (
+	overviewScans     = 20
+	overviewQueueHead = 20
+	overviewWorkers   = 200
+	overviewLeases    = 50
+	overviewFailures  = 20
+	// throughputWindowSecs is the window of a scan's completion rate.
+	throughputWindowSecs = 60
+)
+
+// overview builds the dashboard view of p's tenant. It reads every task
+// record once (raftfsm.TenantView.Tasks, one lock of the core) and copies
+// no target, result, token or key into the view.
+func (s *Server) overview(p principal) *pb.OverviewResponse {
+	reads := s.node.Reads()
+	tv, _ := reads.Tenant(p.Tenant)
+	snap := tv.Counters()
+	now := max(uint64(s.now().Unix()), snap.LogicalTime, reads.LastTime())
+	out := &pb.OverviewResponse{
+		Tenant: p.Tenant, Role: p.Role.String(), Revision: snap.Revision, NowSecs: now, LogicalTime: snap.LogicalTime,
+		HeartbeatTimeoutSecs: tv.Limits().HeartbeatTimeoutSecs,
+		ResultRecords:        uint32(tv.ResultCount()), ResultBytes: uint64(tv.ResultBytes()),
+		Cluster: s.clusterSummary(),
+	}
+	var b overviewBuilder
+	b.init(now)
+	for _, t := range tv.Tasks() {
+		b.add(tv, t)
+	}
+	b.finish(out)
+	s.addWorkers(out, tv, now)
+	return out
+}
+
+// overviewBuilder accumulates the task-derived parts of the view in one
+// pass.
+type overviewBuilder struct {
+	now      uint64
+	totals   *pb.TaskCounts
+	scans    map[string]*pb.ScanSummary
+	firstAt  map[string]uint64    // scan ID → oldest CreatedAt
+	queue    [4]*pb.PriorityQueue // by priority
+	head     []*pb.QueuedTask
+	leases   []*pb.LeaseSummary
+	failures []*pb.FailureSummary
+}
+
+func (b *overviewBuilder) init(now uint64) {
+	b.now = now
+	b.scans = map[string]*pb.ScanSummary{}
+	b.firstAt = map[string]uint64{}
+	b.totals = &pb.TaskCounts{}
+	for p := range b.queue {
+		b.queue[p] = &pb.PriorityQueue{Priority: distributed.TaskPriority(p).String()}
+	}
+}
+
+func (b *overviewBuilder) add(tv raftfsm.TenantView, t distributed.ScanTask) {
+	countStatus(b.totals, t.Status())
+	sc, ok := b.scans[t.ScanID()]
+	if !ok {
+		sc = &pb.ScanSummary{ScanId: t.ScanID(), Counts: &pb.TaskCounts{}}
+		b.scans[t.ScanID()] = sc
+		b.firstAt[t.ScanID()] = t.CreatedAt()
+	}
+	countStatus(sc.Counts, t.Status())
+	sc.CreatedAt = max(sc.CreatedAt, t.CreatedAt())
+	b.firstAt[t.ScanID()] = min(b.firstAt[t.ScanID()], t.CreatedAt())
+	switch t.Status() {
+	case distributed.TaskQueued:
+		b.addQueued(t)
+	case distributed.TaskLeased, distributed.TaskRunning:
+		b.addLease(t)
+	case distributed.TaskCompleted:
+		if at, ok := t.CompletedAt(); ok && at+throughputWindowSecs > b.now {
+			sc.CompletedLastMinute++
+		}
+		if tv.HasResult(t.TaskID()) {
+			sc.Results++
+		}
+	}
+	if f, ok := failureOf(t); ok {
+		b.failures = append(b.failures, f)
+	}
+}
+
+func (b *overviewBuilder) addQueued(t distributed.ScanTask) {
+	q := b.queue[t.Priority()]
+	if q.Queued == 0 || t.CreatedAt() < q.OldestCreatedAt {
+		q.OldestCreatedAt = t.CreatedAt()
+	}
+	q.Queued++
+	b.head = append(b.head, &pb.QueuedTask{TaskId: t.TaskID(), ScanId: t.ScanID(), Priority: t.Priority().String(),
+		CreatedAt: t.CreatedAt(), RetryCount: t.RetryCount()})
+}
+
+func (b *overviewBuilder) addLease(t distributed.ScanTask) {
+	l, ok := t.Lease()
+	if !ok {
+		return
+	}
+	b.leases = append(b.leases, &pb.LeaseSummary{TaskId: t.TaskID(), ScanId: t.ScanID(), WorkerId: l.WorkerID(),
+		Status: t.Status().String(), Attempt: l.Attempt(), LeaseId: l.LeaseID(), AcquiredAt: l.AcquiredAt(), ExpiresAt: l.ExpiresAt()})
+}
+
+// finish sorts, ranks and cuts the lists into out.
+func (b *overviewBuilder) finish(out *pb.OverviewResponse) {
+	out.Totals = b.totals
+	scans := make([]*pb.ScanSummary, 0, len(b.scans))
+	for id, sc := range b.scans {
+		rate(sc, b.now, b.firstAt[id])
+		scans = append(scans, sc)
+	}
+	slices.SortFunc(scans, func(a, c *pb.ScanSummary) int {
+		return cmp.Or(cmp.Compare(c.CreatedAt, a.CreatedAt), cmp.Compare(a.ScanId, c.ScanId))
+	})
+	out.ScansTotal = uint32(len(scans))
+	out.Scans = scans[:min(len(scans), overviewScans)]
+	for p := len(b.queue) - 1; p >= 0; p-- {
+		out.Queue = append(out.Queue, b.queue[p])
+	}
+	slices.SortFunc(b.head, func(a, c *pb.QueuedTask) int {
+		pa, _ := distributed.ParseTaskPriority(a.Priority)
+		pc, _ := distributed.ParseTaskPriority(c.Priority)
+		return cmp.Or(cmp.Compare(pc, pa), cmp.Compare(a.CreatedAt, c.CreatedAt), cmp.Compare(a.TaskId, c.TaskId))
+	})
+	out.QueueHead = b.head[:min(len(b.head), overviewQueueHead)]
+	slices.SortFunc(b.leases, func(a, c *pb.LeaseSummary) int {
+		return cmp.Or(cmp.Compare(a.ExpiresAt, c.ExpiresAt), cmp.Compare(a.TaskId, c.TaskId))
+	})
+	out.LeasesTotal = uint32(len(b.leases))
+	out.Leases = b.leases[:min(len(b.leases), overviewLeases)]
+	slices.SortFunc(b.failures, func(a, c *pb.FailureSummary) int {
+		return cmp.Or(cmp.Compare(c.FailedAt, a.FailedAt), cmp.Compare(a.TaskId, c.TaskId))
+	})
+	out.FailuresTotal = uint32(len(b.failures))
+	out.Failures = b.failures[:min(len(b.failures), overviewFailures)]
+}
+
+// rate sets a scan's throughput (completions per second over the last
+// throughputWindowSecs, or since its first task when that is shorter) and
+// the ETA of its non-terminal tasks at that rate.
+func rate(sc *pb.ScanSummary, now, firstAt uint64) {
+	window := uint64(throughputWindowSecs)
+	if now > firstAt && now-firstAt < window {
+		window = now - firstAt
+	}
+	if window == 0 || sc.CompletedLastMinute == 0 {
+		return
+	}
+	sc.ThroughputPerSec = float64(sc.CompletedLastMinute) / float64(window)
+	c := sc.Counts
+	if left := c.Queued + c.Leased + c.Running; left > 0 {
+		eta := uint64(float64(left)/sc.ThroughputPerSec + 0.5)
+		sc.EtaSecs = &eta
+	}
+}
+
+func countStatus(c *pb.TaskCounts, st distributed.TaskStatus) {
+	c.Total++
+	switch st {
+	case distributed.TaskQueued:
+		c.Queued++
+	case distributed.TaskLeased:
+		c.Leased++
+	case distributed.TaskRunning:
+		c.Running++
+	case distributed.TaskCompleted:
+		c.Completed++
+	case distributed.TaskFailed:
+		c.Failed++
+	case distributed.TaskCancelled:
+		c.Cancelled++
+	case distributed.TaskExpired:
+		c.Expired++
+	}
+}
+
+// failureOf reports a task that failed for the failures list: a failed or
+// expired task, with what is known of why.
+func failureOf(t distributed.ScanTask) (*pb.FailureSummary, bool) {
+	var reason string
+	switch t.Status() {
+	case distributed.TaskFailed:
+		reason = "failed after " + strconv.Itoa(int(t.RetryCount())) + " retries"
+	case distributed.TaskExpired:
+		reason = "task TTL expired"
+	default:
+		return nil, false
+	}
+	at, _ := t.FinishedAt()
+	return &pb.FailureSummary{TaskId: t.TaskID(), ScanId: t.ScanID(), Status: t.Status().String(), Attempt: t.Attempt(),
+		RetryCount: t.RetryCount(), FailedAt: at, Reason: reason}, true
+}
+
+// addWorkers fills the workers (by worker ID, cut to overviewWorkers).
+func (s *Server) addWorkers(out *pb.OverviewResponse, tv raftfsm.TenantView, now uint64) {
+	ws := tv.Workers()
+	out.WorkersTotal = uint32(len(ws))
+	timeout := tv.Limits().HeartbeatTimeoutSecs
+	for _, w := range ws[:min(len(ws), overviewWorkers)] {
+		out.Workers = append(out.Workers, &pb.WorkerSummary{
+			WorkerId: w.WorkerID(), Status: w.Status().String(), Generation: w.Generation(),
+			DeclaredSlots: w.Capacity(), EffectiveSlots: w.EffectiveCapacity(), CurrentTasks: w.CurrentTasks(),
+			CompletedTasks: w.CompletedTasks(), CpuBasisPoints: uint32(w.CPUBasisPoints()),
+			MemoryBasisPoints: uint32(w.MemoryBasisPoints()), NetworkBasisPoints: uint32(w.NetworkBasisPoints()),
+			LastHeartbeat: w.LastHeartbeat(),
+			Dead:          w.Status() != distributed.WorkerOffline && now >= w.LastHeartbeat()+timeout,
+		})
+	}
+}
+
+// clusterSummary is the cluster as this node sees it.
+func (s *Server) clusterSummary() *pb.ClusterSummary {
+	addr, id := s.node.Leader()
+	c := &pb.ClusterSummary{NodeId: s.node.NodeID(), RaftState: s.node.RaftState(), LeaderId: id, LeaderAddr: addr,
+		AppliedIndex: s.node.Reads().AppliedIndex(), Members: s.members()}
+	if rs, ok := s.node.(raftStatser); ok {
+		st := rs.RaftStats()
+		c.Term = statUint(st, "term")
+		c.CommitIndex = statUint(st, "commit_index")
+		c.LastLogIndex = statUint(st, "last_log_index")
+	}
+	return c
+}
+
+func statUint(st map[string]string, key string) uint64 {
+	v, _ := strconv.ParseUint(st[key], 10, 64)
+	return v
+}

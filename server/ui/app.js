@@ -113,12 +113,14 @@
   }
 
   // ------------------------------------------------------------ actions
-  // A destructive button asks for a second click within 4 s.
+  // A destructive button asks for a second click within 4 s. The armed
+  // state is kept by action ID, so it survives a re-render of the table.
   function confirmButton(label, id, action) {
-    const b = el("button", { type: "button", class: "danger", "data-action": id, text: label });
+    const armed = pendingConfirm.has(id);
+    const b = el("button", { type: "button", class: "danger" + (armed ? " confirm" : ""), "data-action": id, "data-label": label, text: armed ? "Confirm" : label });
     b.addEventListener("click", async () => {
       if (!pendingConfirm.has(id)) {
-        pendingConfirm.set(id, setTimeout(() => { pendingConfirm.delete(id); b.textContent = label; b.classList.remove("confirm"); }, 4000));
+        pendingConfirm.set(id, setTimeout(() => disarm(id), 4000));
         b.textContent = "Confirm";
         b.classList.add("confirm");
         return;
@@ -129,6 +131,15 @@
       await action();
     });
     return b;
+  }
+
+  function disarm(id) {
+    pendingConfirm.delete(id);
+    for (const b of document.querySelectorAll("button[data-action]")) {
+      if (b.dataset.action !== id) continue;
+      b.textContent = b.dataset.label;
+      b.classList.remove("confirm");
+    }
   }
 
   async function act(procedure, body, done) {
@@ -147,17 +158,27 @@
     (r) => "Cancelled " + num(r.cancelled) + " tasks of scan " + scanID + " (" + num(r.unchanged) + " unchanged).");
 
   // ------------------------------------------------------------- render
+  // render redraws the sections whose data changed (a table that did not
+  // change keeps its nodes, so a click or a selection is not lost).
+  const drawn = new Map();
+  function section(name, data, draw) {
+    const sig = JSON.stringify([view.role, data]);
+    if (drawn.get(name) === sig) return;
+    drawn.set(name, sig);
+    draw();
+  }
+
   function render(v) {
     view = v;
     skewSecs = num(v.nowSecs) - Date.now() / 1000;
     $("who").textContent = "tenant " + v.tenant + " · " + v.role + " key" + (canAct() ? "" : " (read-only)") + " · revision " + num(v.revision);
-    renderTotals(v.totals || {});
-    renderScans(v);
-    renderQueue(v);
-    renderWorkers(v);
-    renderLeases(v);
-    renderFailures(v);
-    renderCluster(v.cluster || {});
+    section("totals", v.totals, () => renderTotals(v.totals || {}));
+    section("scans", [v.scans, v.scansTotal], () => renderScans(v));
+    section("queue", [v.queue, v.queueHead], () => renderQueue(v));
+    section("workers", [v.workers, v.workersTotal], () => renderWorkers(v));
+    section("leases", [v.leases, v.leasesTotal], () => renderLeases(v));
+    section("failures", [v.failures, v.failuresTotal], () => renderFailures(v));
+    section("cluster", v.cluster, () => renderCluster(v.cluster || {}));
   }
 
   const STATUSES = ["queued", "leased", "running", "completed", "failed", "cancelled", "expired"];
@@ -210,10 +231,10 @@
   }
 
   function renderQueue(v) {
-    table("queue", [{ label: "Priority" }, { label: "Queued", cls: "num" }, { label: "Oldest waits" }],
+    table("queue", [{ label: "Priority" }, { label: "Queued", cls: "num" }, { label: "Oldest queued" }],
       (v.queue || []).map((q) => el("tr", { "data-priority": q.priority },
         el("td", { text: q.priority }), el("td", { class: "num", text: num(q.queued) }),
-        el("td", { text: num(q.queued) ? dur(nowSecs() - num(q.oldestCreatedAt)) : "—" }))), "Empty.");
+        num(q.queued) ? el("td", { "data-since": num(q.oldestCreatedAt), text: ago(q.oldestCreatedAt) }) : el("td", { text: "—" }))), "Empty.");
     const hdr = [{ label: "Task" }, { label: "Scan" }, { label: "Priority" }, { label: "Retries", cls: "num wide" }, { label: "" }];
     table("queue-head", hdr, (v.queueHead || []).map((t) => el("tr", { "data-task": t.taskId },
       el("td", { text: t.taskId }), el("td", { text: t.scanId }), el("td", { text: t.priority }),
@@ -224,14 +245,15 @@
   function renderWorkers(v) {
     const ws = v.workers || [];
     $("workers-count").textContent = "(" + num(v.workersTotal) + ")";
-    const hdr = [{ label: "Worker" }, { label: "Status" }, { label: "Slots used / effective / declared" },
+    const hdr = [{ label: "Worker" }, { label: "Status" }, { label: "Slots used/eff./decl." },
       { label: "Utilization", cls: "wide" }, { label: "Heartbeat" }, { label: "Done", cls: "num wide" }];
     table("workers", hdr, ws.map((w) => {
       const status = w.dead ? "dead" : w.status;
       const util = "cpu " + pct(w.cpuBasisPoints) + " · mem " + pct(w.memoryBasisPoints) + " · net " + pct(w.networkBasisPoints);
+      const slots = el("td", { title: "running tasks / effective slots / declared slots", text: num(w.currentTasks) + " / " + num(w.effectiveSlots) + " / " + num(w.declaredSlots) });
       return el("tr", { "data-worker": w.workerId },
         el("td", { text: w.workerId }), el("td", { class: "st-" + status, text: status }),
-        el("td", { text: num(w.currentTasks) + " / " + num(w.effectiveSlots) + " / " + num(w.declaredSlots) }),
+        slots,
         el("td", { class: "wide", text: util }),
         el("td", { "data-since": num(w.lastHeartbeat), text: ago(w.lastHeartbeat) }),
         el("td", { class: "num wide", text: num(w.completedTasks) }));
@@ -345,6 +367,7 @@
     if (abort) abort.abort();
     key = "";
     view = null;
+    drawn.clear();
     sessionStorage.removeItem(KEY_STORE);
     showSignedIn(false);
     say(msg || "", Boolean(msg));

@@ -53,6 +53,10 @@ const (
 	KindInvalidState
 	// KindTaskPurged is a Part F addition (docs/adr/0002-purge.md).
 	KindTaskPurged
+	// KindFailureReasonTooLong and KindAttemptTimedOut are beyond contract
+	// Part A (attempts.go).
+	KindFailureReasonTooLong
+	KindAttemptTimedOut
 	kindEnd
 )
 
@@ -98,6 +102,8 @@ var kindNames = [...]string{
 	KindStateInvariant:             "state_invariant",
 	KindInvalidState:               "invalid_state",
 	KindTaskPurged:                 "task_purged",
+	KindFailureReasonTooLong:       "failure_reason_too_long",
+	KindAttemptTimedOut:            "attempt_timed_out",
 }
 
 // String returns the snake_case name of the kind, e.g. "revision_conflict".
@@ -303,6 +309,12 @@ var (
 	// the generation floor when no task has the ID). Beyond contract Part A
 	// (Part F, docs/adr/0002-purge.md); never returned before a purge.
 	ErrTaskPurged = &Error{Kind: KindTaskPurged}
+	// ErrFailureReasonTooLong: FailTaskWithReason got a reason longer than
+	// MaxFailureReasonBytes (Actual, Limit).
+	ErrFailureReasonTooLong = &Error{Kind: KindFailureReasonTooLong}
+	// ErrAttemptTimedOut: RenewLease at or after the attempt's deadline,
+	// AcquiredAt + AttemptTimeoutSecs (TaskID; Limit is the deadline).
+	ErrAttemptTimedOut = &Error{Kind: KindAttemptTimedOut}
 )
 
 // Reasons used for invalid command identifiers (contract A.6).

@@ -8,6 +8,9 @@ package distributed
 //	revision logicalTime lastLeaseID lastOrdinal generationFloor
 //	tasks:   count, then each task in task-ID order (see encodeTask)
 //	workers: count, then each worker in worker-ID order (see encodeWorker)
+//	extensions (only if some task has any; attempts_export.go): count ≥ 1,
+//	         then per such task in task-ID order its ID, attempt timeout,
+//	         re-runs (with the re-run and life bases) and attempt history
 //
 // Derived data (queue, indexes, counters, CurrentTasks, the worker lease sets,
 // the treap) is not encoded; Restore rebuilds it and then runs the full
@@ -18,6 +21,8 @@ package distributed
 // completed task finished at its completion and any other terminal task at
 // the state's logical time (the latest time it can have finished, so that
 // retention never purges it early). Such a pool re-exports as version 2.
+// Version 1 has no extensions section (attempt timeouts, histories and
+// re-runs came after it).
 
 const (
 	poolMagic     = "TVWP"
@@ -57,6 +62,7 @@ func (c *coordinator) exportTasks(ids []string) []byte {
 	for _, id := range wids {
 		c.workers[id].encode(e)
 	}
+	c.encodeTaskExtensions(e, ids)
 	return e.finish()
 }
 
@@ -230,6 +236,12 @@ func RestoreWorkerPool(data []byte) (*WorkerPool, error) {
 		prev = w.id
 		c.workers[w.id] = w
 	}
+	if version != poolVersionV1 {
+		if err := c.decodeTaskExtensions(d); err != nil {
+			return nil, err
+		}
+	}
+	c.deriveLifeBases()
 	if !d.done() {
 		return nil, invalidState("pool state is truncated or has trailing bytes")
 	}

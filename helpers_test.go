@@ -122,6 +122,7 @@ func allSentinels() []*Error {
 		ErrResultCapacityReached, ErrResultTooLarge, ErrTotalResultBytesExceeded, ErrAggregateItemLimitExceeded,
 		ErrDuplicateAggregateTask, ErrMissingResult, ErrAggregateBytesExceeded, ErrStateInvariant, ErrInvalidState,
 		ErrTaskPurged,
+		ErrFailureReasonTooLong, ErrAttemptTimedOut,
 	}
 }
 

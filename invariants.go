@@ -17,7 +17,7 @@ func (c *coordinator) checkInvariants() error {
 	return nil
 }
 
-// audit checks the invariants I1–I11 of ARCHITECTURE.md, one group at a
+// audit checks the invariants I1–I12 of ARCHITECTURE.md, one group at a
 // time. The caller holds the lock (or owns c exclusively, as Restore does).
 func (c *coordinator) audit() *Error {
 	if err := c.limits.Validate(); err != nil {
@@ -66,11 +66,8 @@ func (c *coordinator) auditTask(t *taskRec, tally *taskTally) *Error {
 	if !t.status.Valid() || t.version == 0 {
 		return auditError("I2: task status or record version is invalid")
 	}
-	if uint64(t.retryCount) > t.generation || t.retryCount > c.limits.MaxRetries {
-		return auditError("I5: the task generation must be its life's base plus the retry count, within max_retries")
-	}
-	if t.lifeBase() > c.generationFloor {
-		return auditError("I11: a task life starts above the generation floor")
+	if err := c.auditGeneration(t); err != nil {
+		return err
 	}
 	if t.attempt < t.retryCount {
 		return auditError("I5: attempt is below the retry count")
@@ -87,12 +84,34 @@ func (c *coordinator) auditTask(t *taskRec, tally *taskTally) *Error {
 	if err := c.auditTaskIndexes(t, tally); err != nil {
 		return err
 	}
+	if err := c.auditAttempts(t); err != nil {
+		return err
+	}
 	if t.hasLease {
 		if err := c.auditLease(t, tally); err != nil {
 			return err
 		}
 	}
 	return c.auditTaskProof(t)
+}
+
+// auditGeneration checks I5 and I11 for one task: its generation is the
+// base of its current run (runBase: the life's base, or after a re-run the
+// generation the re-run started) plus its retry count, within max_retries;
+// a re-run starts above the life's base (each re-run adds one generation at
+// least); the life's base is at most the generation floor.
+func (c *coordinator) auditGeneration(t *taskRec) *Error {
+	if t.retryCount > c.limits.MaxRetries || (t.reruns == 0) != (t.rerunBase == 0) ||
+		(t.reruns > 0 && (t.rerunBase <= t.lifeBase || uint64(t.reruns) > t.rerunBase-t.lifeBase)) {
+		return auditError("I5: retry or re-run counters are inconsistent")
+	}
+	if b := t.runBase(); t.generation < b || t.generation-b != uint64(t.retryCount) {
+		return auditError("I5: the task generation must be its run's base plus the retry count")
+	}
+	if t.lifeBase > c.generationFloor {
+		return auditError("I11: a task life starts above the generation floor")
+	}
+	return nil
 }
 
 // auditTaskIndexes checks that the age index holds exactly the

@@ -243,6 +243,7 @@ func (p *WorkerPool) CompleteTask(expectedRevision, nowSecs uint64, lease TaskLe
 	case w != nil && !canBump(w.completed):
 		return Transition[CompletionOutcome]{}, exhausted("completed_tasks")
 	}
+	c.endAttempt(t, nowSecs, AttemptCompleted, "")
 	c.terminate(t, TaskCompleted, nowSecs)
 	if w != nil {
 		w.completed++
@@ -269,7 +270,12 @@ func (p *WorkerPool) CompleteTask(expectedRevision, nowSecs uint64, lease TaskLe
 // ErrLeaseExpired, ErrInvalidTransition, ErrQueuedTaskCapacityReached,
 // ErrCounterExhausted.
 func (p *WorkerPool) FailTask(expectedRevision, nowSecs uint64, lease TaskLease) (Transition[FailureOutcome], error) {
-	c := p.c
+	return p.c.failTask(expectedRevision, nowSecs, lease, "")
+}
+
+// failTask is FailTask retaining reason (validated by the caller) in the
+// attempt's history record.
+func (c *coordinator) failTask(expectedRevision, nowSecs uint64, lease TaskLease, reason string) (Transition[FailureOutcome], error) {
 	if err := validateLease(lease); err != nil {
 		return Transition[FailureOutcome]{}, err
 	}
@@ -291,6 +297,7 @@ func (p *WorkerPool) FailTask(expectedRevision, nowSecs uint64, lease TaskLease)
 	if err := c.planRetries([]*taskRec{t}); err != nil {
 		return Transition[FailureOutcome]{}, err
 	}
+	c.endAttempt(t, nowSecs, AttemptFailed, reason)
 	out := c.retry(t, nowSecs)
 	return Transition[FailureOutcome]{Revision: c.commit(nowSecs), Value: out}, nil
 }
@@ -316,6 +323,9 @@ func (p *WorkerPool) RenewLease(expectedRevision, nowSecs uint64, lease TaskLeas
 		return Transition[TaskLease]{}, err
 	}
 	if err := c.checkLease(t, lease, nowSecs); err != nil {
+		return Transition[TaskLease]{}, err
+	}
+	if err := c.checkDeadline(t, nowSecs); err != nil {
 		return Transition[TaskLease]{}, err
 	}
 	switch {
@@ -368,6 +378,9 @@ func (p *WorkerPool) RecoverExpiredLeases(expectedRevision, nowSecs uint64) (Tra
 		affected[t.lease.workerID] = struct{}{}
 	}
 	sum := RecoverySummary{WorkersAffected: len(affected)}
+	for _, t := range ts {
+		c.endAttempt(t, nowSecs, expiryOutcome(t), "")
+	}
 	c.recoverTasks(ts, &sum, nowSecs)
 	return Transition[RecoverySummary]{Revision: c.commit(nowSecs), Value: sum}, nil
 }

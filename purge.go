@@ -166,14 +166,20 @@ func (p *WorkerPool) PurgeDue(before uint64) bool {
 // with no record, the generation floor. Nil otherwise (then the caller goes
 // on with contract A.9: TaskNotFound, replays, StaleOwnership).
 func (c *coordinator) purgedProof(t *taskRec, id string, gen uint64) *Error {
-	if (t == nil && gen < c.generationFloor) || (t != nil && gen < t.lifeBase()) {
+	if (t == nil && gen < c.generationFloor) || (t != nil && gen < t.lifeBase) {
 		return &Error{Kind: KindTaskPurged, TaskID: id}
 	}
 	return nil
 }
 
-// lifeBase is the generation the record's life started at (I5, I11).
-func (t *taskRec) lifeBase() uint64 { return t.generation - uint64(t.retryCount) }
+// runBase is the generation the record's current run started at (I5): the
+// life's base, or after a re-run the generation the last re-run started.
+func (t *taskRec) runBase() uint64 {
+	if t.reruns > 0 {
+		return t.rerunBase
+	}
+	return t.lifeBase
+}
 
 // PurgeResults removes the stored results of taskIDs (beyond contract Part
 // A; Part F): hosts call it with PurgeOutcome.TaskIDs so that a purged task

@@ -497,6 +497,7 @@ func TestTaskQueue_PurgeTasks_GenerationExhausted(t *testing.T) {
 	c := h.p.c
 	c.generationFloor = math.MaxUint64
 	c.tasks["u"].generation = math.MaxUint64
+	c.tasks["u"].lifeBase = math.MaxUint64
 	c.tasks["u"].receipt.taskGeneration = math.MaxUint64
 	p, _ := c.tasks["u"].proof.Lease()
 	p.taskGeneration = math.MaxUint64

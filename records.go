@@ -155,6 +155,9 @@ type ScanTask struct {
 	recordVersion  uint64
 	lease          TaskLease
 	hasLease       bool
+	timeout        uint64
+	history        []AttemptRecord
+	reruns         uint32
 }
 
 // TaskID returns the task's ID.

@@ -31,12 +31,17 @@ type taskRec struct {
 
 	retryCount uint32
 	attempt    uint32 // Invariant (I5): only increases.
-	// generation is the life's base generation (the coordinator's
-	// generationFloor at admission) plus retryCount.
-	// Invariant (I5): only increases; (I11) base ≤ generationFloor.
+	// generation is the base of the current run plus retryCount: the
+	// life's base (lifeBase) or, after a re-run, the generation the last
+	// re-run started (rerunBase).
+	// Invariant (I5): only increases; = runBase() + retryCount.
 	generation uint64
-	version    uint64 // Invariant (I6): +1 on every change of the record.
-	ordinal    uint64 // enqueue ordinal of the current queue entry
+	// lifeBase is the generation this life of the task ID started at: the
+	// coordinator's generationFloor at admission (I11: ≤ generationFloor).
+	// Proofs of lower generations are of purged lives (purge.go).
+	lifeBase uint64
+	version  uint64 // Invariant (I6): +1 on every change of the record.
+	ordinal  uint64 // enqueue ordinal of the current queue entry
 
 	// lease is the current lease; hasLease iff status is leased or running (I3).
 	lease    TaskLease
@@ -48,6 +53,14 @@ type taskRec struct {
 	proof    TaskOwnership
 	hasProof bool
 	receipt  CompletionReceipt
+
+	// Beyond contract Part A (attempts.go, rerun.go): the attempt timeout,
+	// the last attempts (I12), and the re-runs. rerunBase is the generation
+	// the last re-run started (0: never re-run; I5).
+	timeout   uint64
+	history   []AttemptRecord
+	reruns    uint32
+	rerunBase uint64
 }
 
 // workerRec is the retained record of one worker plus its treap links.
@@ -422,6 +435,9 @@ func (t *taskRec) view() ScanTask {
 		recordVersion:  t.version,
 		lease:          t.lease,
 		hasLease:       t.hasLease,
+		timeout:        t.timeout,
+		history:        cloneHistory(t.history),
+		reruns:         t.reruns,
 	}
 }
 

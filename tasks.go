@@ -18,6 +18,8 @@ func validateTaskSpec(s TaskSpec) *Error {
 		return &Error{Kind: KindInvalidTask, Reason: "too many phases"}
 	case !s.Priority.Valid():
 		return &Error{Kind: KindInvalidTask, Reason: "priority is invalid"}
+	case s.AttemptTimeoutSecs > MaxTaskTTLSecs:
+		return &Error{Kind: KindInvalidTask, Reason: "attempt timeout is too long"}
 	}
 	return nil
 }
@@ -147,8 +149,10 @@ func (c *coordinator) admit(spec TaskSpec, now uint64) *taskRec {
 		status:    TaskQueued,
 		createdAt: now,
 		version:   1,
+		timeout:   spec.AttemptTimeoutSecs,
 		// A new life starts at the floor (I11): 0 unless tasks were purged.
 		generation: c.generationFloor,
+		lifeBase:   c.generationFloor,
 	}
 	c.tasks[t.id] = t
 	c.active++
@@ -208,6 +212,9 @@ func (q *TaskQueue) CancelTask(expectedRevision, nowSecs uint64, own TaskOwnersh
 	if !canBump(t.version) {
 		return zero, exhausted("record_version")
 	}
+	if t.hasLease {
+		c.endAttempt(t, nowSecs, AttemptCancelled, "")
+	}
 	c.terminate(t, TaskCancelled, nowSecs)
 	t.proof, t.hasProof = own, true
 	return Transition[CancellationOutcome]{Revision: c.commit(nowSecs), Value: CancellationOutcome{Kind: Cancelled}}, nil
@@ -256,6 +263,9 @@ func (q *TaskQueue) CancelTaskByID(expectedRevision, nowSecs uint64, taskID stri
 	own := OwnershipFromFence(t.fence())
 	if t.hasLease {
 		own = OwnershipFromLease(t.lease)
+	}
+	if t.hasLease {
+		c.endAttempt(t, nowSecs, AttemptCancelled, "")
 	}
 	c.terminate(t, TaskCancelled, nowSecs)
 	t.proof, t.hasProof = own, true
@@ -329,6 +339,9 @@ func (q *TaskQueue) ExpireOldTasks(expectedRevision, nowSecs, maxAgeSecs uint64)
 		}
 	}
 	for _, t := range old {
+		if t.hasLease {
+			c.endAttempt(t, nowSecs, AttemptTaskExpired, "")
+		}
 		c.terminate(t, TaskExpired, nowSecs)
 	}
 	return Transition[int]{Revision: c.commit(nowSecs), Value: len(old)}, nil

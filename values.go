@@ -176,6 +176,11 @@ type TaskSpec struct {
 	TargetRef string
 	Phases    []uint8
 	Priority  TaskPriority
+
+	// AttemptTimeoutSecs (beyond contract Part A; 0: none) bounds each
+	// attempt: a lease is not renewed at or after its AcquiredAt +
+	// AttemptTimeoutSecs (ErrAttemptTimedOut). At most MaxTaskTTLSecs.
+	AttemptTimeoutSecs uint64
 }
 
 // WorkerSpec describes a worker at registration or reactivation.

@@ -213,6 +213,7 @@ func (c *coordinator) loseWorkers(now uint64, ws []*workerRec) (Transition[Recov
 		}
 	}
 	sum := RecoverySummary{WorkersAffected: len(ws)}
+	c.endAttempts(ts, now, AttemptWorkerLost)
 	c.recoverTasks(ts, &sum, now)
 	c.goOffline(ws)
 	return Transition[RecoverySummary]{Revision: c.commit(now), Value: sum}, nil

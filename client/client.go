@@ -200,6 +200,7 @@ var replaySafe = map[string]bool{
 	"Producer.GetTask":      true,
 	"Producer.ListTasks":    true,
 	"Producer.ScanProgress": true,
+	"Producer.Retry":        true,
 	"Admin.Status":          true,
 	"Admin.ListWorkers":     true,
 	"Cluster.Members":       true,

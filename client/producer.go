@@ -98,6 +98,10 @@ type EnqueueOptions struct {
 	// ProgressFunc, if set, is called after each admitted batch with the
 	// number of tasks admitted so far.
 	ProgressFunc func(done int)
+	// AttemptTimeoutSecs bounds each attempt of every task (0: none): the
+	// agent stops the command after it and fails the attempt with reason
+	// "timeout"; renewals past it are refused.
+	AttemptTimeoutSecs uint64
 }
 
 // EnqueueResult reports what EnqueueTargets did.
@@ -155,7 +159,7 @@ func (c *Client) EnqueueTargets(ctx context.Context, opts EnqueueOptions, target
 			tasks = append(tasks, &pb.NewTask{TaskId: res.TaskIDs[i], ScanId: opts.ScanID, TargetRef: targets[i], Phases: opts.Phases, Priority: prio})
 		}
 		for len(tasks) > 0 {
-			_, err := c.Enqueue(ctx, &pb.EnqueueRequest{Tasks: tasks})
+			_, err := c.Enqueue(ctx, &pb.EnqueueRequest{Tasks: tasks, AttemptTimeoutSecs: opts.AttemptTimeoutSecs})
 			if err == nil {
 				res.Enqueued += len(tasks)
 				break

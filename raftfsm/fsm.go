@@ -298,6 +298,8 @@ func (f *FSM) applyEnqueue(t *Tenant, e *pb.EnqueueTasks, rev, now uint64) Respo
 			TargetRef: string(s.GetTargetRef()),
 			Phases:    s.GetPhases(),
 			Priority:  distributed.TaskPriority(s.GetPriority()),
+
+			AttemptTimeoutSecs: s.GetAttemptTimeoutSecs(),
 		}
 	}
 	tr, err := p.EnqueueBatch(rev, now, specs)

@@ -135,7 +135,9 @@ var tenantOps = map[reflect.Type]tenantOp{
 		}},
 	reflect.TypeFor[*pb.Command_FailTask](): {need: needWorker, notify: true,
 		target: byLease(func(c *pb.Command) []byte { return c.GetFailTask().GetLease() }),
-		apply:  func(f *FSM, c tenantCall) Response { return resp(c.t.pool.FailTask(c.rev, c.now, c.lease)) }},
+		apply: func(f *FSM, c tenantCall) Response {
+			return resp(c.t.pool.FailTaskWithReason(c.rev, c.now, c.lease, c.cmd.GetFailTask().GetReason()))
+		}},
 	reflect.TypeFor[*pb.Command_RenewLease](): {need: needWorker,
 		target: byLease(func(c *pb.Command) []byte { return c.GetRenewLease().GetLease() }),
 		apply: func(f *FSM, c tenantCall) Response {
@@ -149,6 +151,8 @@ var tenantOps = map[reflect.Type]tenantOp{
 		apply: func(f *FSM, c tenantCall) Response {
 			return f.applyCancelByID(c.t, c.cmd.GetCancelTaskById(), c.rev, c.now)
 		}},
+	reflect.TypeFor[*pb.Command_RerunTasks](): {need: needProducer, notify: true,
+		apply: (*FSM).applyRerun},
 }
 
 // applyTenant applies one tenant command through tenantOps: decode its

@@ -132,6 +132,7 @@ func roleCases() []roleCase {
 			return cmdOf(&pb.Command_CancelTask{CancelTask: &pb.CancelTask{Ownership: own(l)}})
 		}},
 		{reflect.TypeFor[*pb.Command_CancelTaskById](), needProducer, func(distributed.TaskLease) *pb.Command { return cancelByIDCmd("", "t1") }},
+		{reflect.TypeFor[*pb.Command_RerunTasks](), needProducer, c(&pb.Command_RerunTasks{RerunTasks: &pb.RerunTasks{TaskIds: []string{"t2"}}})},
 		{reflect.TypeFor[*pb.Command_PurgeTasks](), needProducer, c(&pb.Command_PurgeTasks{PurgeTasks: &pb.PurgeTasks{}})},
 	}
 }

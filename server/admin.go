@@ -193,10 +193,14 @@ func (s *Server) proposeKeyCommand(ctx context.Context, p principal, cmd *pb.Com
 }
 
 // auditSubject names the key a key-management request acts on (its
-// key_id), for the audit line; "" for other requests.
+// key_id), or the scan a Retry re-runs, for the audit line; "" for other
+// requests.
 func auditSubject(msg any) string {
 	if m, ok := msg.(interface{ GetKeyId() string }); ok {
 		return m.GetKeyId()
+	}
+	if m, ok := msg.(*pb.RetryRequest); ok {
+		return m.GetScanId()
 	}
 	return ""
 }

@@ -67,6 +67,8 @@ var kindCodes = map[string]connect.Code{
 	"conflicting_result":        connect.CodeAlreadyExists,
 	"mismatched_result_receipt": connect.CodeFailedPrecondition,
 	"task_purged":               connect.CodeNotFound, // Part F: the task's record was purged
+	"attempt_timed_out":         connect.CodeFailedPrecondition,
+	"failure_reason_too_long":   connect.CodeInvalidArgument,
 	// Core: integrity.
 	"state_invariant": connect.CodeInternal,
 	"invalid_state":   connect.CodeDataLoss,

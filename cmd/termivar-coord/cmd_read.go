@@ -104,6 +104,10 @@ type taskJSON struct {
 	LeaseID        uint64  `json:"lease_id,omitempty"`
 	LeaseExpiresAt uint64  `json:"lease_expires_at,omitempty"`
 	HasResult      bool    `json:"has_result"`
+	// Beyond the seed (docs/contract.md Part F).
+	AttemptTimeoutSecs uint64 `json:"attempt_timeout_secs,omitempty"`
+	Reruns             uint32 `json:"reruns,omitempty"`
+	LastFailureReason  string `json:"last_failure_reason,omitempty"`
 }
 
 func toTaskJSON(t *pb.TaskInfo) taskJSON {
@@ -112,6 +116,7 @@ func toTaskJSON(t *pb.TaskInfo) taskJSON {
 		Priority: t.GetPriority(), Status: t.GetStatus(), CreatedAt: t.GetCreatedAt(), StartedAt: t.StartedAt, CompletedAt: t.CompletedAt,
 		RetryCount: t.GetRetryCount(), Attempt: t.GetAttempt(), AssignedTo: t.GetAssignedTo(), LeaseID: t.GetLeaseId(),
 		LeaseExpiresAt: t.GetLeaseExpiresAt(), HasResult: t.GetHasResult(),
+		AttemptTimeoutSecs: t.GetAttemptTimeoutSecs(), Reruns: t.GetReruns(), LastFailureReason: t.GetLastFailureReason(),
 	}
 }
 
@@ -133,7 +138,7 @@ func runTasks(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	tw := tabwriter.NewWriter(env.stdout, 0, 0, 2, ' ', 0)
 	if !g.json {
-		fmt.Fprintln(tw, "TASK\tSCAN\tSTATUS\tPRIORITY\tATTEMPT\tRETRIES\tWORKER\tRESULT")
+		fmt.Fprintln(tw, "TASK\tSCAN\tSTATUS\tPRIORITY\tATTEMPT\tRETRIES\tWORKER\tRESULT\tLAST REASON")
 	}
 	n := 0
 	errStop := fmt.Errorf("limit reached")
@@ -153,7 +158,7 @@ func runTasks(ctx context.Context, env *cliEnv, args []string) error {
 		if worker == "" {
 			worker = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", t.GetTaskId(), t.GetScanId(), t.GetStatus(), t.GetPriority(), t.GetAttempt(), t.GetRetryCount(), worker, res)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", t.GetTaskId(), t.GetScanId(), t.GetStatus(), t.GetPriority(), t.GetAttempt(), t.GetRetryCount(), worker, res, shortReason(t.GetLastFailureReason()))
 		return nil
 	})
 	if err != nil && err != errStop {

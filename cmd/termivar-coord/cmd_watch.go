@@ -27,6 +27,8 @@ type progressJSON struct {
 	Results   uint32  `json:"results"`
 	Done      bool    `json:"done"`
 	Elapsed   float64 `json:"elapsed_secs"`
+	// Reruns counts re-runs of the scan's tasks (retry; contract Part F).
+	Reruns uint32 `json:"reruns,omitempty"`
 }
 
 func terminalCount(p *pb.ScanProgressResponse) uint32 {
@@ -51,6 +53,9 @@ func describeProgress(p *pb.ScanProgressResponse) string {
 	}
 	if n := p.GetExpired(); n > 0 {
 		s += fmt.Sprintf(" expired %d", n)
+	}
+	if n := p.GetReruns(); n > 0 {
+		s += fmt.Sprintf(" re-runs %d", n)
 	}
 	return s
 }
@@ -98,7 +103,7 @@ func watchScan(ctx context.Context, c *client.Client, scan string, interval time
 				if err := writeJSON(w, progressJSON{
 					ScanID: scan, Total: p.GetTotal(), Queued: p.GetQueued(), Leased: p.GetLeased(), Running: p.GetRunning(),
 					Completed: p.GetCompleted(), Failed: p.GetFailed(), Cancelled: p.GetCancelled(), Expired: p.GetExpired(),
-					Results: p.GetResults(), Done: done, Elapsed: time.Since(start).Seconds(),
+					Results: p.GetResults(), Done: done, Elapsed: time.Since(start).Seconds(), Reruns: p.GetReruns(),
 				}); err != nil {
 					return err
 				}

@@ -54,6 +54,7 @@ func (m *Model) insert(spec distributed.TaskSpec, now uint64) Task {
 		Ordinal:        m.lastOrdinal,
 		TaskGeneration: m.genFloor,
 		LifeBase:       m.genFloor,
+		TimeoutSecs:    spec.AttemptTimeoutSecs,
 	}
 	// Keep the slice in task-ID order so that Tasks needs no sort.
 	at := 0
@@ -255,6 +256,9 @@ func (m *Model) takeOffline(now uint64, workers []int) (distributed.RecoverySumm
 	}
 	if err := m.revisionExhausted(); err != nil {
 		return distributed.RecoverySummary{}, 0, err
+	}
+	for _, i := range leased {
+		m.endAttempt(i, now, distributed.AttemptWorkerLost, "")
 	}
 	m.applyRecovery(leased, now)
 	for _, i := range workers {
@@ -484,6 +488,7 @@ func (m *Model) CompleteTask(rev, now uint64, l Lease) (Completion, uint64, erro
 	if err := m.revisionExhausted(); err != nil {
 		return Completion{}, 0, err
 	}
+	m.endAttempt(ti, now, distributed.AttemptCompleted, "")
 	m.release(ti)
 	wi := m.workerIndex(l.WorkerID)
 	m.workers[wi].CompletedTasks++
@@ -506,6 +511,14 @@ func (m *Model) CompleteTask(rev, now uint64, l Lease) (Completion, uint64, erro
 
 // FailTask fails the running attempt: requeue or terminal failure.
 func (m *Model) FailTask(rev, now uint64, l Lease) (distributed.FailureOutcome, uint64, error) {
+	return m.FailTaskWithReason(rev, now, l, "")
+}
+
+// FailTaskWithReason is FailTask retaining the reason in the history.
+func (m *Model) FailTaskWithReason(rev, now uint64, l Lease, reason string) (distributed.FailureOutcome, uint64, error) {
+	if err := checkReason(reason); err != nil {
+		return distributed.FailureOutcome{}, 0, err
+	}
 	ti, err := m.leasedTask(rev, now, l)
 	if err != nil {
 		return distributed.FailureOutcome{}, 0, err
@@ -526,6 +539,7 @@ func (m *Model) FailTask(rev, now uint64, l Lease) (distributed.FailureOutcome, 
 	if err := m.revisionExhausted(); err != nil {
 		return distributed.FailureOutcome{}, 0, err
 	}
+	m.endAttempt(ti, now, distributed.AttemptFailed, reason)
 	m.applyRecovery([]int{ti}, now)
 	t = &m.tasks[ti]
 	var out distributed.FailureOutcome
@@ -550,6 +564,9 @@ func (m *Model) RenewLease(rev, now uint64, l Lease, leaseTTL uint64) (Lease, ui
 		return Lease{}, 0, err
 	}
 	if err := m.currentLease(ti, now, l); err != nil {
+		return Lease{}, 0, err
+	}
+	if err := m.beforeDeadline(ti, now); err != nil {
 		return Lease{}, 0, err
 	}
 	if err := m.revisionExhausted(); err != nil {
@@ -601,6 +618,7 @@ func (m *Model) CancelTask(rev, now uint64, own Ownership) (distributed.Cancella
 		return distributed.CancellationOutcome{}, 0, err
 	}
 	if t.HasLease {
+		m.endAttempt(ti, now, distributed.AttemptCancelled, "")
 		m.release(ti)
 	}
 	t.Status = distributed.TaskCancelled
@@ -637,6 +655,7 @@ func (m *Model) CancelTaskByID(rev, now uint64, taskID string) (distributed.Canc
 	own := Ownership{Fence: Fence{TaskID: t.TaskID, TaskGeneration: t.TaskGeneration, RecordVersion: t.RecordVersion}}
 	if t.HasLease {
 		own = Ownership{IsLease: true, Lease: t.Lease}
+		m.endAttempt(ti, now, distributed.AttemptCancelled, "")
 		m.release(ti)
 	}
 	t.Status = distributed.TaskCancelled
@@ -669,6 +688,9 @@ func (m *Model) RecoverExpiredLeases(rev, now uint64) (distributed.RecoverySumma
 	if err := m.revisionExhausted(); err != nil {
 		return distributed.RecoverySummary{}, 0, err
 	}
+	for _, i := range expired {
+		m.endAttempt(i, now, m.expiryOutcome(i), "")
+	}
 	m.applyRecovery(expired, now)
 	sum.WorkersAffected = len(workers)
 	return sum, m.commit(now), nil
@@ -695,6 +717,7 @@ func (m *Model) ExpireOldTasks(rev, now, maxAgeSecs uint64) (int, uint64, error)
 			continue
 		}
 		if t.HasLease {
+			m.endAttempt(i, now, distributed.AttemptTaskExpired, "")
 			m.release(i)
 		}
 		t.Status = distributed.TaskExpired

@@ -31,8 +31,11 @@ func (m *Model) CheckInvariants() error {
 			return fmt.Errorf("model: duplicate task %s", t.TaskID)
 		}
 		ids[t.TaskID] = true
-		if t.TaskGeneration != t.LifeBase+uint64(t.RetryCount) || t.LifeBase > m.genFloor {
-			return fmt.Errorf("model: task %s generation %d is not its life base %d (floor %d) plus %d retries", t.TaskID, t.TaskGeneration, t.LifeBase, m.genFloor, t.RetryCount)
+		if len(t.History) > distributed.MaxAttemptHistory {
+			return fmt.Errorf("model: task %s keeps %d attempt records", t.TaskID, len(t.History))
+		}
+		if err := m.checkGeneration(t); err != nil {
+			return err
 		}
 		if !t.Status.Terminal() && t.FinishedAt != 0 {
 			return fmt.Errorf("model: task %s has a finish time but is %v", t.TaskID, t.Status)

@@ -352,6 +352,8 @@ func checkTaskSpec(s distributed.TaskSpec) error {
 		return invalidTask("too many phases")
 	case s.Priority > distributed.PriorityCritical:
 		return invalidTask("priority is invalid")
+	case s.AttemptTimeoutSecs > distributed.MaxTaskTTLSecs:
+		return invalidTask("attempt timeout is too long")
 	}
 	return nil
 }

@@ -91,6 +91,14 @@ type Task struct {
 	FailedBy      Lease                      // the lease whose failure exhausted retries
 	FailedOutcome distributed.FailureOutcome // the retained RetryExhausted outcome
 	CancelledBy   Ownership                  // the proof that cancelled the task
+
+	// Beyond contract Part A (attempts.go, rerun.go of the core).
+	TimeoutSecs uint64    // the per-attempt timeout (0: none)
+	History     []Attempt // the last ended attempts, oldest first; never shared after a change
+	Reruns      uint32    // how many times RerunTasks re-ran the task
+	// RerunBase is the generation the last re-run started (0: never
+	// re-run); the generation counts retries from it instead of LifeBase.
+	RerunBase uint64
 }
 
 // Ownership returns the queued fence of a queued task or the lease of a

@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"reflect"
+	"slices"
 
 	distributed "github.com/termivar/distributed"
 	"github.com/termivar/distributed/distributedtest/model"
@@ -221,17 +222,22 @@ func (k *checker) compareRecords(h *Harness, unchanged bool) error {
 			if unchanged && !eqTask(prev, got) {
 				return fmt.Errorf("task %s changed without an accepted command:\n\tbefore: %+v\n\tafter:  %+v", got.TaskID, prev, got)
 			}
-			if got.TaskGeneration < prev.TaskGeneration || got.Attempt < prev.Attempt || got.RetryCount < prev.RetryCount || got.RecordVersion < prev.RecordVersion {
+			rerun := got.Reruns == prev.Reruns+1 // RerunTasks: terminal -> queued, retries reset
+			if got.TaskGeneration < prev.TaskGeneration || got.Attempt < prev.Attempt || (got.RetryCount < prev.RetryCount && !rerun) ||
+				got.RecordVersion < prev.RecordVersion || got.Reruns < prev.Reruns {
 				return fmt.Errorf("task %s went backwards: %+v -> %+v", got.TaskID, prev, got)
 			}
 			if got.RecordVersion == prev.RecordVersion && !eqTask(prev, got) {
 				return fmt.Errorf("task %s changed without a new record version: %+v -> %+v", got.TaskID, prev, got)
 			}
-			if prev.Status.Terminal() && got.Status != prev.Status {
+			if prev.Status.Terminal() && got.Status != prev.Status && !(rerun && got.Status == distributed.TaskQueued) {
 				return fmt.Errorf("terminal task %s changed status %v -> %v", got.TaskID, prev.Status, got.Status)
 			}
 			if got.TaskGeneration > prev.TaskGeneration && got.TaskGeneration != prev.TaskGeneration+1 {
 				return fmt.Errorf("task %s generation jumped %d -> %d", got.TaskID, prev.TaskGeneration, got.TaskGeneration)
+			}
+			if err := historyAppendOnly(prev.History, got.History); err != nil {
+				return fmt.Errorf("task %s: %v", got.TaskID, err)
 			}
 		}
 		if got.HasLease {
@@ -291,7 +297,8 @@ func eqTask(a, b model.Task) bool {
 		a.StartedAt == b.StartedAt && a.HasStarted == b.HasStarted &&
 		a.CompletedAt == b.CompletedAt && a.HasCompleted == b.HasCompleted && a.FinishedAt == b.FinishedAt &&
 		a.RetryCount == b.RetryCount && a.Attempt == b.Attempt && a.TaskGeneration == b.TaskGeneration &&
-		a.RecordVersion == b.RecordVersion && a.Lease == b.Lease && a.HasLease == b.HasLease
+		a.RecordVersion == b.RecordVersion && a.Lease == b.Lease && a.HasLease == b.HasLease &&
+		a.TimeoutSecs == b.TimeoutSecs && a.Reruns == b.Reruns && slices.Equal(a.History, b.History)
 }
 
 // eqWorker compares two worker views field by field.
@@ -308,4 +315,25 @@ func eqWorker(a, b model.Worker) bool {
 		a.Capacity == b.Capacity && a.CurrentTasks == b.CurrentTasks && a.CompletedTasks == b.CompletedTasks &&
 		a.LastHeartbeat == b.LastHeartbeat && a.CPUBasisPoints == b.CPUBasisPoints &&
 		a.MemoryBasisPoints == b.MemoryBasisPoints && a.NetworkBasisPoints == b.NetworkBasisPoints
+}
+
+// historyAppendOnly checks that an attempt history only ever gains records
+// at its end (dropping the oldest beyond the bound): a record of an attempt
+// both views hold is unchanged, and no record disappears while the window
+// has room.
+func historyAppendOnly(prev, got []model.Attempt) error {
+	if len(got) < len(prev) {
+		return fmt.Errorf("attempt history shrank from %d to %d records", len(prev), len(got))
+	}
+	for _, p := range prev {
+		for _, g := range got {
+			if g.Attempt == p.Attempt && g != p {
+				return fmt.Errorf("attempt record %d changed: %+v -> %+v", p.Attempt, p, g)
+			}
+		}
+	}
+	if len(prev) > 0 && len(got) > 0 && got[len(got)-1].Attempt < prev[len(prev)-1].Attempt {
+		return fmt.Errorf("newest attempt record went back from %d to %d", prev[len(prev)-1].Attempt, got[len(got)-1].Attempt)
+	}
+	return nil
 }

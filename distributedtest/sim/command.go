@@ -43,6 +43,8 @@ const (
 	// OpPurge and OpPurgeResults are Part F additions (docs/adr/0002-purge.md).
 	OpPurge
 	OpPurgeResults
+	// OpRerun is RerunTasks (beyond contract Part A).
+	OpRerun
 	numOps
 )
 
@@ -54,6 +56,7 @@ var opNames = [...]string{
 	OpExpire: "expire-old", OpGetTask: "get-task", OpGetWorker: "get-worker", OpPeek: "peek",
 	OpAvailable: "get-available-worker", OpStoreResult: "store-result", OpGetResult: "get-result",
 	OpAggregate: "aggregate", OpRestart: "restart", OpPurge: "purge", OpPurgeResults: "purge-results",
+	OpRerun: "rerun",
 }
 
 func (o Op) String() string {
@@ -65,11 +68,11 @@ func (o Op) String() string {
 
 // Mutating reports whether the op is a command that takes a revision.
 func (o Op) Mutating() bool {
-	return o <= OpExpire || o == OpStoreResult || o == OpPurge || o == OpPurgeResults
+	return o <= OpExpire || o == OpStoreResult || o == OpPurge || o == OpPurgeResults || o == OpRerun
 }
 
 // pool reports whether the op addresses the WorkerPool (not the results).
-func (o Op) pool() bool { return o <= OpAvailable || o == OpPurge }
+func (o Op) pool() bool { return o <= OpAvailable || o == OpPurge || o == OpRerun }
 
 // Command is one step. RevDelta and NowDelta are relative to the revision
 // and logical time when the step is applied (so that a shrunk sequence stays
@@ -99,7 +102,9 @@ type Command struct {
 	Receipt    model.Receipt
 	Data       []byte
 	IDs        []string
-	Purge      distributed.PurgeFilter
+	Reason     string                   // OpFail: "" calls FailTask, else FailTaskWithReason
+	Rerun      distributed.RerunRequest // OpRerun
+	Purge      distributed.PurgeFilter  // OpPurge
 
 	// Note says which fault or choice the generator made (for reports).
 	Note string
@@ -147,6 +152,11 @@ func (c Command) String() string {
 		fmt.Fprintf(&b, " task=%s worker=%s ttl=%d", short(c.TaskID), short(c.WorkerID), c.TTL)
 	case OpStart, OpComplete, OpFail:
 		b.WriteString(" " + leaseString(c.Lease))
+		if c.Reason != "" {
+			fmt.Fprintf(&b, " reason=%d bytes", len(c.Reason))
+		}
+	case OpRerun:
+		fmt.Fprintf(&b, " ids=%q statuses=%v", c.Rerun.TaskIDs, c.Rerun.Statuses)
 	case OpRenew:
 		fmt.Fprintf(&b, " %s ttl=%d", leaseString(c.Lease), c.TTL)
 	case OpCancelByID:

@@ -166,6 +166,10 @@ func applyCore(p *distributed.WorkerPool, a *distributed.ResultAggregator, c Com
 			tr, err := p.CompleteTask(c.Rev, c.Now, l)
 			return coreOut(tr, err, completionValue), nil
 		case OpFail:
+			if c.Reason != "" {
+				tr, err := p.FailTaskWithReason(c.Rev, c.Now, l, c.Reason)
+				return coreOut(tr, err, id[distributed.FailureOutcome]), nil
+			}
 			tr, err := p.FailTask(c.Rev, c.Now, l)
 			return coreOut(tr, err, id[distributed.FailureOutcome]), nil
 		default:
@@ -175,6 +179,9 @@ func applyCore(p *distributed.WorkerPool, a *distributed.ResultAggregator, c Com
 	case OpCancelByID:
 		tr, err := q.CancelTaskByID(c.Rev, c.Now, c.TaskID)
 		return coreOut(tr, err, id[distributed.CancellationOutcome]), nil
+	case OpRerun:
+		tr, err := q.RerunTasks(c.Rev, c.Now, c.Rerun)
+		return coreOut(tr, err, id[distributed.RerunOutcome]), nil
 	case OpCancel:
 		o, err := CoreOwnership(c.Own)
 		if err != nil {
@@ -290,7 +297,12 @@ func applyModel(m *model.Model, rm *model.Results, c Command) Outcome {
 	case OpComplete:
 		return modelOut(m.CompleteTask(c.Rev, c.Now, c.Lease))
 	case OpFail:
+		if c.Reason != "" {
+			return modelOut(m.FailTaskWithReason(c.Rev, c.Now, c.Lease, c.Reason))
+		}
 		return modelOut(m.FailTask(c.Rev, c.Now, c.Lease))
+	case OpRerun:
+		return modelOut(m.RerunTasks(c.Rev, c.Now, c.Rerun))
 	case OpRenew:
 		return modelOut(m.RenewLease(c.Rev, c.Now, c.Lease, c.TTL))
 	case OpCancel:

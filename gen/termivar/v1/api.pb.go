@@ -703,19 +703,22 @@ func (x *AcquireRequest) GetStart() bool {
 }
 
 type LeasedTask struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	LeaseToken    []byte                 `protobuf:"bytes,1,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
-	TaskId        string                 `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
-	ScanId        string                 `protobuf:"bytes,3,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
-	TargetRef     string                 `protobuf:"bytes,4,opt,name=target_ref,json=targetRef,proto3" json:"target_ref,omitempty"`
-	Phases        []byte                 `protobuf:"bytes,5,opt,name=phases,proto3" json:"phases,omitempty"`
-	Priority      uint32                 `protobuf:"varint,6,opt,name=priority,proto3" json:"priority,omitempty"`
-	Attempt       uint32                 `protobuf:"varint,7,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	LeaseId       uint64                 `protobuf:"varint,8,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
-	ExpiresAt     uint64                 `protobuf:"varint,9,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
-	Started       bool                   `protobuf:"varint,10,opt,name=started,proto3" json:"started,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	LeaseToken []byte                 `protobuf:"bytes,1,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
+	TaskId     string                 `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	ScanId     string                 `protobuf:"bytes,3,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
+	TargetRef  string                 `protobuf:"bytes,4,opt,name=target_ref,json=targetRef,proto3" json:"target_ref,omitempty"`
+	Phases     []byte                 `protobuf:"bytes,5,opt,name=phases,proto3" json:"phases,omitempty"`
+	Priority   uint32                 `protobuf:"varint,6,opt,name=priority,proto3" json:"priority,omitempty"`
+	Attempt    uint32                 `protobuf:"varint,7,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	LeaseId    uint64                 `protobuf:"varint,8,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	ExpiresAt  uint64                 `protobuf:"varint,9,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	Started    bool                   `protobuf:"varint,10,opt,name=started,proto3" json:"started,omitempty"`
+	// attempt_timeout_secs (0: none): the agent stops the attempt after this
+	// long and fails it with reason "timeout"; renewals past it are refused.
+	AttemptTimeoutSecs uint64 `protobuf:"varint,11,opt,name=attempt_timeout_secs,json=attemptTimeoutSecs,proto3" json:"attempt_timeout_secs,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *LeasedTask) Reset() {
@@ -816,6 +819,13 @@ func (x *LeasedTask) GetStarted() bool {
 		return x.Started
 	}
 	return false
+}
+
+func (x *LeasedTask) GetAttemptTimeoutSecs() uint64 {
+	if x != nil {
+		return x.AttemptTimeoutSecs
+	}
+	return 0
 }
 
 type AcquireResponse struct {
@@ -1382,8 +1392,11 @@ type FailRequest struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	LeaseToken       []byte                 `protobuf:"bytes,1,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
 	ExpectedRevision *uint64                `protobuf:"varint,2,opt,name=expected_revision,json=expectedRevision,proto3,oneof" json:"expected_revision,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// reason (at most 512 bytes of UTF-8) is kept in the task's attempt
+	// history: an exit code or signal and the tail of stderr, "timeout", ...
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *FailRequest) Reset() {
@@ -1428,6 +1441,13 @@ func (x *FailRequest) GetExpectedRevision() uint64 {
 		return *x.ExpectedRevision
 	}
 	return 0
+}
+
+func (x *FailRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
 }
 
 type FailResponse struct {
@@ -1679,14 +1699,17 @@ func (x *DeregisterResponse) GetRevision() uint64 {
 }
 
 type NewTask struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	TaskId        string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
-	ScanId        string                 `protobuf:"bytes,2,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
-	TargetRef     string                 `protobuf:"bytes,3,opt,name=target_ref,json=targetRef,proto3" json:"target_ref,omitempty"`
-	Phases        []byte                 `protobuf:"bytes,4,opt,name=phases,proto3" json:"phases,omitempty"`
-	Priority      string                 `protobuf:"bytes,5,opt,name=priority,proto3" json:"priority,omitempty"` // low, normal (default), high or critical
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	TaskId    string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	ScanId    string                 `protobuf:"bytes,2,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
+	TargetRef string                 `protobuf:"bytes,3,opt,name=target_ref,json=targetRef,proto3" json:"target_ref,omitempty"`
+	Phases    []byte                 `protobuf:"bytes,4,opt,name=phases,proto3" json:"phases,omitempty"`
+	Priority  string                 `protobuf:"bytes,5,opt,name=priority,proto3" json:"priority,omitempty"` // low, normal (default), high or critical
+	// attempt_timeout_secs bounds each attempt of the task (0: the
+	// request's attempt_timeout_secs).
+	AttemptTimeoutSecs uint64 `protobuf:"varint,6,opt,name=attempt_timeout_secs,json=attemptTimeoutSecs,proto3" json:"attempt_timeout_secs,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *NewTask) Reset() {
@@ -1754,12 +1777,21 @@ func (x *NewTask) GetPriority() string {
 	return ""
 }
 
+func (x *NewTask) GetAttemptTimeoutSecs() uint64 {
+	if x != nil {
+		return x.AttemptTimeoutSecs
+	}
+	return 0
+}
+
 type EnqueueRequest struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	Tasks            []*NewTask             `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
 	ExpectedRevision *uint64                `protobuf:"varint,2,opt,name=expected_revision,json=expectedRevision,proto3,oneof" json:"expected_revision,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// attempt_timeout_secs applies to every task that sets none (0: none).
+	AttemptTimeoutSecs uint64 `protobuf:"varint,3,opt,name=attempt_timeout_secs,json=attemptTimeoutSecs,proto3" json:"attempt_timeout_secs,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *EnqueueRequest) Reset() {
@@ -1802,6 +1834,13 @@ func (x *EnqueueRequest) GetTasks() []*NewTask {
 func (x *EnqueueRequest) GetExpectedRevision() uint64 {
 	if x != nil && x.ExpectedRevision != nil {
 		return *x.ExpectedRevision
+	}
+	return 0
+}
+
+func (x *EnqueueRequest) GetAttemptTimeoutSecs() uint64 {
+	if x != nil {
+		return x.AttemptTimeoutSecs
 	}
 	return 0
 }
@@ -2058,10 +2097,18 @@ type TaskInfo struct {
 	LeaseId        uint64                 `protobuf:"varint,15,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
 	LeaseExpiresAt uint64                 `protobuf:"varint,16,opt,name=lease_expires_at,json=leaseExpiresAt,proto3" json:"lease_expires_at,omitempty"`
 	// fence_token is set for queued tasks; it lets the producer cancel.
-	FenceToken    []byte `protobuf:"bytes,17,opt,name=fence_token,json=fenceToken,proto3" json:"fence_token,omitempty"`
-	HasResult     bool   `protobuf:"varint,18,opt,name=has_result,json=hasResult,proto3" json:"has_result,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	FenceToken         []byte `protobuf:"bytes,17,opt,name=fence_token,json=fenceToken,proto3" json:"fence_token,omitempty"`
+	HasResult          bool   `protobuf:"varint,18,opt,name=has_result,json=hasResult,proto3" json:"has_result,omitempty"`
+	AttemptTimeoutSecs uint64 `protobuf:"varint,19,opt,name=attempt_timeout_secs,json=attemptTimeoutSecs,proto3" json:"attempt_timeout_secs,omitempty"`
+	// attempts are the last ended attempts, oldest first (at most 8).
+	Attempts []*AttemptInfo `protobuf:"bytes,20,rep,name=attempts,proto3" json:"attempts,omitempty"`
+	// reruns counts how many times Retry re-ran the task.
+	Reruns uint32 `protobuf:"varint,21,opt,name=reruns,proto3" json:"reruns,omitempty"`
+	// last_failure_reason is the reason of the newest attempt if it failed
+	// with one.
+	LastFailureReason string `protobuf:"bytes,22,opt,name=last_failure_reason,json=lastFailureReason,proto3" json:"last_failure_reason,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *TaskInfo) Reset() {
@@ -2220,6 +2267,145 @@ func (x *TaskInfo) GetHasResult() bool {
 	return false
 }
 
+func (x *TaskInfo) GetAttemptTimeoutSecs() uint64 {
+	if x != nil {
+		return x.AttemptTimeoutSecs
+	}
+	return 0
+}
+
+func (x *TaskInfo) GetAttempts() []*AttemptInfo {
+	if x != nil {
+		return x.Attempts
+	}
+	return nil
+}
+
+func (x *TaskInfo) GetReruns() uint32 {
+	if x != nil {
+		return x.Reruns
+	}
+	return 0
+}
+
+func (x *TaskInfo) GetLastFailureReason() string {
+	if x != nil {
+		return x.LastFailureReason
+	}
+	return ""
+}
+
+// AttemptInfo is one ended attempt of a task.
+type AttemptInfo struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Attempt        uint32                 `protobuf:"varint,1,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	TaskGeneration uint64                 `protobuf:"varint,2,opt,name=task_generation,json=taskGeneration,proto3" json:"task_generation,omitempty"`
+	WorkerId       string                 `protobuf:"bytes,3,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	LeaseId        uint64                 `protobuf:"varint,4,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	AcquiredAt     uint64                 `protobuf:"varint,5,opt,name=acquired_at,json=acquiredAt,proto3" json:"acquired_at,omitempty"`
+	StartedAt      *uint64                `protobuf:"varint,6,opt,name=started_at,json=startedAt,proto3,oneof" json:"started_at,omitempty"`
+	EndedAt        uint64                 `protobuf:"varint,7,opt,name=ended_at,json=endedAt,proto3" json:"ended_at,omitempty"`
+	// outcome: completed, failed, lease_expired, timed_out, worker_lost,
+	// cancelled or task_expired.
+	Outcome       string `protobuf:"bytes,8,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	Reason        string `protobuf:"bytes,9,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AttemptInfo) Reset() {
+	*x = AttemptInfo{}
+	mi := &file_termivar_v1_api_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AttemptInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AttemptInfo) ProtoMessage() {}
+
+func (x *AttemptInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AttemptInfo.ProtoReflect.Descriptor instead.
+func (*AttemptInfo) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *AttemptInfo) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *AttemptInfo) GetTaskGeneration() uint64 {
+	if x != nil {
+		return x.TaskGeneration
+	}
+	return 0
+}
+
+func (x *AttemptInfo) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+func (x *AttemptInfo) GetLeaseId() uint64 {
+	if x != nil {
+		return x.LeaseId
+	}
+	return 0
+}
+
+func (x *AttemptInfo) GetAcquiredAt() uint64 {
+	if x != nil {
+		return x.AcquiredAt
+	}
+	return 0
+}
+
+func (x *AttemptInfo) GetStartedAt() uint64 {
+	if x != nil && x.StartedAt != nil {
+		return *x.StartedAt
+	}
+	return 0
+}
+
+func (x *AttemptInfo) GetEndedAt() uint64 {
+	if x != nil {
+		return x.EndedAt
+	}
+	return 0
+}
+
+func (x *AttemptInfo) GetOutcome() string {
+	if x != nil {
+		return x.Outcome
+	}
+	return ""
+}
+
+func (x *AttemptInfo) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 type GetTaskRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TaskId        string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
@@ -2229,7 +2415,7 @@ type GetTaskRequest struct {
 
 func (x *GetTaskRequest) Reset() {
 	*x = GetTaskRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[30]
+	mi := &file_termivar_v1_api_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2241,7 +2427,7 @@ func (x *GetTaskRequest) String() string {
 func (*GetTaskRequest) ProtoMessage() {}
 
 func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[30]
+	mi := &file_termivar_v1_api_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2254,7 +2440,7 @@ func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{30}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetTaskRequest) GetTaskId() string {
@@ -2273,7 +2459,7 @@ type GetTaskResponse struct {
 
 func (x *GetTaskResponse) Reset() {
 	*x = GetTaskResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[31]
+	mi := &file_termivar_v1_api_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2285,7 +2471,7 @@ func (x *GetTaskResponse) String() string {
 func (*GetTaskResponse) ProtoMessage() {}
 
 func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[31]
+	mi := &file_termivar_v1_api_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2298,7 +2484,7 @@ func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskResponse.ProtoReflect.Descriptor instead.
 func (*GetTaskResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{31}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GetTaskResponse) GetTask() *TaskInfo {
@@ -2320,7 +2506,7 @@ type ListTasksRequest struct {
 
 func (x *ListTasksRequest) Reset() {
 	*x = ListTasksRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[32]
+	mi := &file_termivar_v1_api_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2332,7 +2518,7 @@ func (x *ListTasksRequest) String() string {
 func (*ListTasksRequest) ProtoMessage() {}
 
 func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[32]
+	mi := &file_termivar_v1_api_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2345,7 +2531,7 @@ func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksRequest.ProtoReflect.Descriptor instead.
 func (*ListTasksRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{32}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListTasksRequest) GetScanId() string {
@@ -2386,7 +2572,7 @@ type ListTasksResponse struct {
 
 func (x *ListTasksResponse) Reset() {
 	*x = ListTasksResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[33]
+	mi := &file_termivar_v1_api_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2398,7 +2584,7 @@ func (x *ListTasksResponse) String() string {
 func (*ListTasksResponse) ProtoMessage() {}
 
 func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[33]
+	mi := &file_termivar_v1_api_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2411,7 +2597,7 @@ func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksResponse.ProtoReflect.Descriptor instead.
 func (*ListTasksResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{33}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListTasksResponse) GetTasks() []*TaskInfo {
@@ -2437,7 +2623,7 @@ type ScanProgressRequest struct {
 
 func (x *ScanProgressRequest) Reset() {
 	*x = ScanProgressRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[34]
+	mi := &file_termivar_v1_api_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2449,7 +2635,7 @@ func (x *ScanProgressRequest) String() string {
 func (*ScanProgressRequest) ProtoMessage() {}
 
 func (x *ScanProgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[34]
+	mi := &file_termivar_v1_api_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2462,7 +2648,7 @@ func (x *ScanProgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanProgressRequest.ProtoReflect.Descriptor instead.
 func (*ScanProgressRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{34}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ScanProgressRequest) GetScanId() string {
@@ -2473,23 +2659,25 @@ func (x *ScanProgressRequest) GetScanId() string {
 }
 
 type ScanProgressResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Total         uint32                 `protobuf:"varint,1,opt,name=total,proto3" json:"total,omitempty"`
-	Queued        uint32                 `protobuf:"varint,2,opt,name=queued,proto3" json:"queued,omitempty"`
-	Leased        uint32                 `protobuf:"varint,3,opt,name=leased,proto3" json:"leased,omitempty"`
-	Running       uint32                 `protobuf:"varint,4,opt,name=running,proto3" json:"running,omitempty"`
-	Completed     uint32                 `protobuf:"varint,5,opt,name=completed,proto3" json:"completed,omitempty"`
-	Failed        uint32                 `protobuf:"varint,6,opt,name=failed,proto3" json:"failed,omitempty"`
-	Cancelled     uint32                 `protobuf:"varint,7,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
-	Expired       uint32                 `protobuf:"varint,8,opt,name=expired,proto3" json:"expired,omitempty"`
-	Results       uint32                 `protobuf:"varint,9,opt,name=results,proto3" json:"results,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Total     uint32                 `protobuf:"varint,1,opt,name=total,proto3" json:"total,omitempty"`
+	Queued    uint32                 `protobuf:"varint,2,opt,name=queued,proto3" json:"queued,omitempty"`
+	Leased    uint32                 `protobuf:"varint,3,opt,name=leased,proto3" json:"leased,omitempty"`
+	Running   uint32                 `protobuf:"varint,4,opt,name=running,proto3" json:"running,omitempty"`
+	Completed uint32                 `protobuf:"varint,5,opt,name=completed,proto3" json:"completed,omitempty"`
+	Failed    uint32                 `protobuf:"varint,6,opt,name=failed,proto3" json:"failed,omitempty"`
+	Cancelled uint32                 `protobuf:"varint,7,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
+	Expired   uint32                 `protobuf:"varint,8,opt,name=expired,proto3" json:"expired,omitempty"`
+	Results   uint32                 `protobuf:"varint,9,opt,name=results,proto3" json:"results,omitempty"`
+	// reruns is the number of re-runs (Retry) of the scan's tasks.
+	Reruns        uint32 `protobuf:"varint,10,opt,name=reruns,proto3" json:"reruns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ScanProgressResponse) Reset() {
 	*x = ScanProgressResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[35]
+	mi := &file_termivar_v1_api_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2501,7 +2689,7 @@ func (x *ScanProgressResponse) String() string {
 func (*ScanProgressResponse) ProtoMessage() {}
 
 func (x *ScanProgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[35]
+	mi := &file_termivar_v1_api_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2514,7 +2702,7 @@ func (x *ScanProgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanProgressResponse.ProtoReflect.Descriptor instead.
 func (*ScanProgressResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{35}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ScanProgressResponse) GetTotal() uint32 {
@@ -2580,6 +2768,146 @@ func (x *ScanProgressResponse) GetResults() uint32 {
 	return 0
 }
 
+func (x *ScanProgressResponse) GetReruns() uint32 {
+	if x != nil {
+		return x.Reruns
+	}
+	return 0
+}
+
+type RetryRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	ScanId string                 `protobuf:"bytes,1,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
+	// task_ids, when set, re-run only these tasks of the scan.
+	TaskIds []string `protobuf:"bytes,2,rep,name=task_ids,json=taskIds,proto3" json:"task_ids,omitempty"`
+	// statuses: failed, expired, cancelled (empty: all three).
+	Statuses         []string `protobuf:"bytes,3,rep,name=statuses,proto3" json:"statuses,omitempty"`
+	ExpectedRevision *uint64  `protobuf:"varint,4,opt,name=expected_revision,json=expectedRevision,proto3,oneof" json:"expected_revision,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *RetryRequest) Reset() {
+	*x = RetryRequest{}
+	mi := &file_termivar_v1_api_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryRequest) ProtoMessage() {}
+
+func (x *RetryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryRequest.ProtoReflect.Descriptor instead.
+func (*RetryRequest) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *RetryRequest) GetScanId() string {
+	if x != nil {
+		return x.ScanId
+	}
+	return ""
+}
+
+func (x *RetryRequest) GetTaskIds() []string {
+	if x != nil {
+		return x.TaskIds
+	}
+	return nil
+}
+
+func (x *RetryRequest) GetStatuses() []string {
+	if x != nil {
+		return x.Statuses
+	}
+	return nil
+}
+
+func (x *RetryRequest) GetExpectedRevision() uint64 {
+	if x != nil && x.ExpectedRevision != nil {
+		return *x.ExpectedRevision
+	}
+	return 0
+}
+
+type RetryResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// requeued lists the re-run tasks in scan order (or request order).
+	Requeued []string `protobuf:"bytes,1,rep,name=requeued,proto3" json:"requeued,omitempty"`
+	// unchanged counts the selected tasks left as they were (queued,
+	// leased, running, completed, or another status).
+	Unchanged     uint32 `protobuf:"varint,2,opt,name=unchanged,proto3" json:"unchanged,omitempty"`
+	Revision      uint64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryResponse) Reset() {
+	*x = RetryResponse{}
+	mi := &file_termivar_v1_api_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryResponse) ProtoMessage() {}
+
+func (x *RetryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryResponse.ProtoReflect.Descriptor instead.
+func (*RetryResponse) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *RetryResponse) GetRequeued() []string {
+	if x != nil {
+		return x.Requeued
+	}
+	return nil
+}
+
+func (x *RetryResponse) GetUnchanged() uint32 {
+	if x != nil {
+		return x.Unchanged
+	}
+	return 0
+}
+
+func (x *RetryResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
 type AggregateResultsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ScanId        string                 `protobuf:"bytes,1,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
@@ -2589,7 +2917,7 @@ type AggregateResultsRequest struct {
 
 func (x *AggregateResultsRequest) Reset() {
 	*x = AggregateResultsRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[36]
+	mi := &file_termivar_v1_api_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2601,7 +2929,7 @@ func (x *AggregateResultsRequest) String() string {
 func (*AggregateResultsRequest) ProtoMessage() {}
 
 func (x *AggregateResultsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[36]
+	mi := &file_termivar_v1_api_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2614,7 +2942,7 @@ func (x *AggregateResultsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AggregateResultsRequest.ProtoReflect.Descriptor instead.
 func (*AggregateResultsRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{36}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *AggregateResultsRequest) GetScanId() string {
@@ -2634,7 +2962,7 @@ type AggregateResultsResponse struct {
 
 func (x *AggregateResultsResponse) Reset() {
 	*x = AggregateResultsResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[37]
+	mi := &file_termivar_v1_api_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2646,7 +2974,7 @@ func (x *AggregateResultsResponse) String() string {
 func (*AggregateResultsResponse) ProtoMessage() {}
 
 func (x *AggregateResultsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[37]
+	mi := &file_termivar_v1_api_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2659,7 +2987,7 @@ func (x *AggregateResultsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AggregateResultsResponse.ProtoReflect.Descriptor instead.
 func (*AggregateResultsResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{37}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *AggregateResultsResponse) GetTaskId() string {
@@ -2687,7 +3015,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[38]
+	mi := &file_termivar_v1_api_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2699,7 +3027,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[38]
+	mi := &file_termivar_v1_api_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2712,7 +3040,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{38}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *StatusRequest) GetStateHash() bool {
@@ -2761,7 +3089,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[39]
+	mi := &file_termivar_v1_api_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2773,7 +3101,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[39]
+	mi := &file_termivar_v1_api_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2786,7 +3114,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{39}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *StatusResponse) GetTenant() string {
@@ -2948,7 +3276,7 @@ type BuildInfo struct {
 
 func (x *BuildInfo) Reset() {
 	*x = BuildInfo{}
-	mi := &file_termivar_v1_api_proto_msgTypes[40]
+	mi := &file_termivar_v1_api_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2960,7 +3288,7 @@ func (x *BuildInfo) String() string {
 func (*BuildInfo) ProtoMessage() {}
 
 func (x *BuildInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[40]
+	mi := &file_termivar_v1_api_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2973,7 +3301,7 @@ func (x *BuildInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BuildInfo.ProtoReflect.Descriptor instead.
 func (*BuildInfo) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{40}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *BuildInfo) GetModuleVersion() string {
@@ -3019,7 +3347,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[41]
+	mi := &file_termivar_v1_api_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3031,7 +3359,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[41]
+	mi := &file_termivar_v1_api_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3044,7 +3372,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{41}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{44}
 }
 
 type ListWorkersResponse struct {
@@ -3056,7 +3384,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[42]
+	mi := &file_termivar_v1_api_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3068,7 +3396,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[42]
+	mi := &file_termivar_v1_api_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3081,7 +3409,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{42}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*WorkerInfo {
@@ -3106,7 +3434,7 @@ type CreateTenantRequest struct {
 
 func (x *CreateTenantRequest) Reset() {
 	*x = CreateTenantRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[43]
+	mi := &file_termivar_v1_api_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3118,7 +3446,7 @@ func (x *CreateTenantRequest) String() string {
 func (*CreateTenantRequest) ProtoMessage() {}
 
 func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[43]
+	mi := &file_termivar_v1_api_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3131,7 +3459,7 @@ func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantRequest.ProtoReflect.Descriptor instead.
 func (*CreateTenantRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{43}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *CreateTenantRequest) GetName() string {
@@ -3172,7 +3500,7 @@ type UpdateTenantRequest struct {
 
 func (x *UpdateTenantRequest) Reset() {
 	*x = UpdateTenantRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[44]
+	mi := &file_termivar_v1_api_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3184,7 +3512,7 @@ func (x *UpdateTenantRequest) String() string {
 func (*UpdateTenantRequest) ProtoMessage() {}
 
 func (x *UpdateTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[44]
+	mi := &file_termivar_v1_api_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3197,7 +3525,7 @@ func (x *UpdateTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTenantRequest.ProtoReflect.Descriptor instead.
 func (*UpdateTenantRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{44}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *UpdateTenantRequest) GetName() string {
@@ -3222,7 +3550,7 @@ type UpdateTenantResponse struct {
 
 func (x *UpdateTenantResponse) Reset() {
 	*x = UpdateTenantResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[45]
+	mi := &file_termivar_v1_api_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3234,7 +3562,7 @@ func (x *UpdateTenantResponse) String() string {
 func (*UpdateTenantResponse) ProtoMessage() {}
 
 func (x *UpdateTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[45]
+	mi := &file_termivar_v1_api_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3247,7 +3575,7 @@ func (x *UpdateTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTenantResponse.ProtoReflect.Descriptor instead.
 func (*UpdateTenantResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{45}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{48}
 }
 
 type DeleteScanRequest struct {
@@ -3261,7 +3589,7 @@ type DeleteScanRequest struct {
 
 func (x *DeleteScanRequest) Reset() {
 	*x = DeleteScanRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[46]
+	mi := &file_termivar_v1_api_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3273,7 +3601,7 @@ func (x *DeleteScanRequest) String() string {
 func (*DeleteScanRequest) ProtoMessage() {}
 
 func (x *DeleteScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[46]
+	mi := &file_termivar_v1_api_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3286,7 +3614,7 @@ func (x *DeleteScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteScanRequest.ProtoReflect.Descriptor instead.
 func (*DeleteScanRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{46}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *DeleteScanRequest) GetScanId() string {
@@ -3316,7 +3644,7 @@ type DeleteScanResponse struct {
 
 func (x *DeleteScanResponse) Reset() {
 	*x = DeleteScanResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[47]
+	mi := &file_termivar_v1_api_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3328,7 +3656,7 @@ func (x *DeleteScanResponse) String() string {
 func (*DeleteScanResponse) ProtoMessage() {}
 
 func (x *DeleteScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[47]
+	mi := &file_termivar_v1_api_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3341,7 +3669,7 @@ func (x *DeleteScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteScanResponse.ProtoReflect.Descriptor instead.
 func (*DeleteScanResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{47}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *DeleteScanResponse) GetPurged() uint32 {
@@ -3374,7 +3702,7 @@ type PurgeTasksRequest struct {
 
 func (x *PurgeTasksRequest) Reset() {
 	*x = PurgeTasksRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[48]
+	mi := &file_termivar_v1_api_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3386,7 +3714,7 @@ func (x *PurgeTasksRequest) String() string {
 func (*PurgeTasksRequest) ProtoMessage() {}
 
 func (x *PurgeTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[48]
+	mi := &file_termivar_v1_api_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3399,7 +3727,7 @@ func (x *PurgeTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeTasksRequest.ProtoReflect.Descriptor instead.
 func (*PurgeTasksRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{48}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *PurgeTasksRequest) GetTaskIds() []string {
@@ -3419,7 +3747,7 @@ type PurgeTasksResponse struct {
 
 func (x *PurgeTasksResponse) Reset() {
 	*x = PurgeTasksResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[49]
+	mi := &file_termivar_v1_api_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3431,7 +3759,7 @@ func (x *PurgeTasksResponse) String() string {
 func (*PurgeTasksResponse) ProtoMessage() {}
 
 func (x *PurgeTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[49]
+	mi := &file_termivar_v1_api_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3444,7 +3772,7 @@ func (x *PurgeTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeTasksResponse.ProtoReflect.Descriptor instead.
 func (*PurgeTasksResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{49}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *PurgeTasksResponse) GetPurged() uint32 {
@@ -3470,7 +3798,7 @@ type CreateTenantResponse struct {
 
 func (x *CreateTenantResponse) Reset() {
 	*x = CreateTenantResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[50]
+	mi := &file_termivar_v1_api_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3482,7 +3810,7 @@ func (x *CreateTenantResponse) String() string {
 func (*CreateTenantResponse) ProtoMessage() {}
 
 func (x *CreateTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[50]
+	mi := &file_termivar_v1_api_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3495,7 +3823,7 @@ func (x *CreateTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantResponse.ProtoReflect.Descriptor instead.
 func (*CreateTenantResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{50}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CreateTenantResponse) GetRevision() uint64 {
@@ -3515,7 +3843,7 @@ type CreateKeyRequest struct {
 
 func (x *CreateKeyRequest) Reset() {
 	*x = CreateKeyRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[51]
+	mi := &file_termivar_v1_api_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3527,7 +3855,7 @@ func (x *CreateKeyRequest) String() string {
 func (*CreateKeyRequest) ProtoMessage() {}
 
 func (x *CreateKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[51]
+	mi := &file_termivar_v1_api_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3540,7 +3868,7 @@ func (x *CreateKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyRequest.ProtoReflect.Descriptor instead.
 func (*CreateKeyRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{51}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *CreateKeyRequest) GetTenant() string {
@@ -3568,7 +3896,7 @@ type CreateKeyResponse struct {
 
 func (x *CreateKeyResponse) Reset() {
 	*x = CreateKeyResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[52]
+	mi := &file_termivar_v1_api_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3580,7 +3908,7 @@ func (x *CreateKeyResponse) String() string {
 func (*CreateKeyResponse) ProtoMessage() {}
 
 func (x *CreateKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[52]
+	mi := &file_termivar_v1_api_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3593,7 +3921,7 @@ func (x *CreateKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyResponse.ProtoReflect.Descriptor instead.
 func (*CreateKeyResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{52}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *CreateKeyResponse) GetKeyId() string {
@@ -3623,7 +3951,7 @@ type ListKeysRequest struct {
 
 func (x *ListKeysRequest) Reset() {
 	*x = ListKeysRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[53]
+	mi := &file_termivar_v1_api_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3635,7 +3963,7 @@ func (x *ListKeysRequest) String() string {
 func (*ListKeysRequest) ProtoMessage() {}
 
 func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[53]
+	mi := &file_termivar_v1_api_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3648,7 +3976,7 @@ func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListKeysRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{53}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ListKeysRequest) GetTenant() string {
@@ -3678,7 +4006,7 @@ type KeyInfo struct {
 
 func (x *KeyInfo) Reset() {
 	*x = KeyInfo{}
-	mi := &file_termivar_v1_api_proto_msgTypes[54]
+	mi := &file_termivar_v1_api_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3690,7 +4018,7 @@ func (x *KeyInfo) String() string {
 func (*KeyInfo) ProtoMessage() {}
 
 func (x *KeyInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[54]
+	mi := &file_termivar_v1_api_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3703,7 +4031,7 @@ func (x *KeyInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyInfo.ProtoReflect.Descriptor instead.
 func (*KeyInfo) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{54}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *KeyInfo) GetKeyId() string {
@@ -3750,7 +4078,7 @@ type ListKeysResponse struct {
 
 func (x *ListKeysResponse) Reset() {
 	*x = ListKeysResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[55]
+	mi := &file_termivar_v1_api_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3762,7 +4090,7 @@ func (x *ListKeysResponse) String() string {
 func (*ListKeysResponse) ProtoMessage() {}
 
 func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[55]
+	mi := &file_termivar_v1_api_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3775,7 +4103,7 @@ func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListKeysResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{55}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ListKeysResponse) GetKeys() []*KeyInfo {
@@ -3794,7 +4122,7 @@ type RevokeKeyRequest struct {
 
 func (x *RevokeKeyRequest) Reset() {
 	*x = RevokeKeyRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[56]
+	mi := &file_termivar_v1_api_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3806,7 +4134,7 @@ func (x *RevokeKeyRequest) String() string {
 func (*RevokeKeyRequest) ProtoMessage() {}
 
 func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[56]
+	mi := &file_termivar_v1_api_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3819,7 +4147,7 @@ func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeKeyRequest.ProtoReflect.Descriptor instead.
 func (*RevokeKeyRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{56}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *RevokeKeyRequest) GetKeyId() string {
@@ -3837,7 +4165,7 @@ type RevokeKeyResponse struct {
 
 func (x *RevokeKeyResponse) Reset() {
 	*x = RevokeKeyResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[57]
+	mi := &file_termivar_v1_api_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3849,7 +4177,7 @@ func (x *RevokeKeyResponse) String() string {
 func (*RevokeKeyResponse) ProtoMessage() {}
 
 func (x *RevokeKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[57]
+	mi := &file_termivar_v1_api_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3862,7 +4190,7 @@ func (x *RevokeKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeKeyResponse.ProtoReflect.Descriptor instead.
 func (*RevokeKeyResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{57}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{60}
 }
 
 type RotateKeyRequest struct {
@@ -3874,7 +4202,7 @@ type RotateKeyRequest struct {
 
 func (x *RotateKeyRequest) Reset() {
 	*x = RotateKeyRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[58]
+	mi := &file_termivar_v1_api_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3886,7 +4214,7 @@ func (x *RotateKeyRequest) String() string {
 func (*RotateKeyRequest) ProtoMessage() {}
 
 func (x *RotateKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[58]
+	mi := &file_termivar_v1_api_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3899,7 +4227,7 @@ func (x *RotateKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateKeyRequest.ProtoReflect.Descriptor instead.
 func (*RotateKeyRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{58}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *RotateKeyRequest) GetKeyId() string {
@@ -3921,7 +4249,7 @@ type RotateKeyResponse struct {
 
 func (x *RotateKeyResponse) Reset() {
 	*x = RotateKeyResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[59]
+	mi := &file_termivar_v1_api_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3933,7 +4261,7 @@ func (x *RotateKeyResponse) String() string {
 func (*RotateKeyResponse) ProtoMessage() {}
 
 func (x *RotateKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[59]
+	mi := &file_termivar_v1_api_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3946,7 +4274,7 @@ func (x *RotateKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateKeyResponse.ProtoReflect.Descriptor instead.
 func (*RotateKeyResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{59}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RotateKeyResponse) GetKeyId() string {
@@ -3979,7 +4307,7 @@ type CancelScanRequest struct {
 
 func (x *CancelScanRequest) Reset() {
 	*x = CancelScanRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[60]
+	mi := &file_termivar_v1_api_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3991,7 +4319,7 @@ func (x *CancelScanRequest) String() string {
 func (*CancelScanRequest) ProtoMessage() {}
 
 func (x *CancelScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[60]
+	mi := &file_termivar_v1_api_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4004,7 +4332,7 @@ func (x *CancelScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelScanRequest.ProtoReflect.Descriptor instead.
 func (*CancelScanRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{60}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *CancelScanRequest) GetScanId() string {
@@ -4028,7 +4356,7 @@ type CancelScanResponse struct {
 
 func (x *CancelScanResponse) Reset() {
 	*x = CancelScanResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[61]
+	mi := &file_termivar_v1_api_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4040,7 +4368,7 @@ func (x *CancelScanResponse) String() string {
 func (*CancelScanResponse) ProtoMessage() {}
 
 func (x *CancelScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[61]
+	mi := &file_termivar_v1_api_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4053,7 +4381,7 @@ func (x *CancelScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelScanResponse.ProtoReflect.Descriptor instead.
 func (*CancelScanResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{61}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *CancelScanResponse) GetCancelled() uint32 {
@@ -4149,7 +4477,7 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x0elease_ttl_secs\x18\x02 \x01(\x04R\fleaseTtlSecs\x12\x1b\n" +
 	"\twait_secs\x18\x03 \x01(\rR\bwaitSecs\x12\x1b\n" +
 	"\tmax_tasks\x18\x04 \x01(\rR\bmaxTasks\x12\x14\n" +
-	"\x05start\x18\x05 \x01(\bR\x05start\"\xa0\x02\n" +
+	"\x05start\x18\x05 \x01(\bR\x05start\"\xd2\x02\n" +
 	"\n" +
 	"LeasedTask\x12\x1f\n" +
 	"\vlease_token\x18\x01 \x01(\fR\n" +
@@ -4165,7 +4493,8 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"expires_at\x18\t \x01(\x04R\texpiresAt\x12\x18\n" +
 	"\astarted\x18\n" +
-	" \x01(\bR\astarted\"\\\n" +
+	" \x01(\bR\astarted\x120\n" +
+	"\x14attempt_timeout_secs\x18\v \x01(\x04R\x12attemptTimeoutSecs\"\\\n" +
 	"\x0fAcquireResponse\x12-\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x17.termivar.v1.LeasedTaskR\x05tasks\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\"w\n" +
@@ -4209,11 +4538,12 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\bresponse\x18\x01 \x01(\v2\x1d.termivar.v1.CompleteResponseR\bresponse\x12.\n" +
 	"\x05error\x18\x02 \x01(\v2\x18.termivar.v1.ErrorDetailR\x05error\"Q\n" +
 	"\x14CompleteManyResponse\x129\n" +
-	"\aresults\x18\x01 \x03(\v2\x1f.termivar.v1.CompleteItemResultR\aresults\"v\n" +
+	"\aresults\x18\x01 \x03(\v2\x1f.termivar.v1.CompleteItemResultR\aresults\"\x8e\x01\n" +
 	"\vFailRequest\x12\x1f\n" +
 	"\vlease_token\x18\x01 \x01(\fR\n" +
 	"leaseToken\x120\n" +
-	"\x11expected_revision\x18\x02 \x01(\x04H\x00R\x10expectedRevision\x88\x01\x01B\x14\n" +
+	"\x11expected_revision\x18\x02 \x01(\x04H\x00R\x10expectedRevision\x88\x01\x01\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reasonB\x14\n" +
 	"\x12_expected_revision\"\xb9\x01\n" +
 	"\fFailResponse\x12\x1a\n" +
 	"\brequeued\x18\x01 \x01(\bR\brequeued\x12'\n" +
@@ -4235,17 +4565,19 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x12_expected_revision\"h\n" +
 	"\x12DeregisterResponse\x126\n" +
 	"\asummary\x18\x01 \x01(\v2\x1c.termivar.v1.RecoverySummaryR\asummary\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x04R\brevision\"\x8e\x01\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\"\xc0\x01\n" +
 	"\aNewTask\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x17\n" +
 	"\ascan_id\x18\x02 \x01(\tR\x06scanId\x12\x1d\n" +
 	"\n" +
 	"target_ref\x18\x03 \x01(\tR\ttargetRef\x12\x16\n" +
 	"\x06phases\x18\x04 \x01(\fR\x06phases\x12\x1a\n" +
-	"\bpriority\x18\x05 \x01(\tR\bpriority\"\x84\x01\n" +
+	"\bpriority\x18\x05 \x01(\tR\bpriority\x120\n" +
+	"\x14attempt_timeout_secs\x18\x06 \x01(\x04R\x12attemptTimeoutSecs\"\xb6\x01\n" +
 	"\x0eEnqueueRequest\x12*\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x14.termivar.v1.NewTaskR\x05tasks\x120\n" +
-	"\x11expected_revision\x18\x02 \x01(\x04H\x00R\x10expectedRevision\x88\x01\x01B\x14\n" +
+	"\x11expected_revision\x18\x02 \x01(\x04H\x00R\x10expectedRevision\x88\x01\x01\x120\n" +
+	"\x14attempt_timeout_secs\x18\x03 \x01(\x04R\x12attemptTimeoutSecsB\x14\n" +
 	"\x12_expected_revision\"H\n" +
 	"\fEnqueuedTask\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x1f\n" +
@@ -4262,7 +4594,7 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x0eCancelResponse\x12+\n" +
 	"\x11already_cancelled\x18\x01 \x01(\bR\x10alreadyCancelled\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12'\n" +
-	"\x0fprevious_status\x18\x03 \x01(\tR\x0epreviousStatus\"\xe3\x04\n" +
+	"\x0fprevious_status\x18\x03 \x01(\tR\x0epreviousStatus\"\x93\x06\n" +
 	"\bTaskInfo\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x17\n" +
 	"\ascan_id\x18\x02 \x01(\tR\x06scanId\x12\x1d\n" +
@@ -4289,9 +4621,26 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\vfence_token\x18\x11 \x01(\fR\n" +
 	"fenceToken\x12\x1d\n" +
 	"\n" +
-	"has_result\x18\x12 \x01(\bR\thasResultB\r\n" +
+	"has_result\x18\x12 \x01(\bR\thasResult\x120\n" +
+	"\x14attempt_timeout_secs\x18\x13 \x01(\x04R\x12attemptTimeoutSecs\x124\n" +
+	"\battempts\x18\x14 \x03(\v2\x18.termivar.v1.AttemptInfoR\battempts\x12\x16\n" +
+	"\x06reruns\x18\x15 \x01(\rR\x06reruns\x12.\n" +
+	"\x13last_failure_reason\x18\x16 \x01(\tR\x11lastFailureReasonB\r\n" +
 	"\v_started_atB\x0f\n" +
-	"\r_completed_at\")\n" +
+	"\r_completed_at\"\xa9\x02\n" +
+	"\vAttemptInfo\x12\x18\n" +
+	"\aattempt\x18\x01 \x01(\rR\aattempt\x12'\n" +
+	"\x0ftask_generation\x18\x02 \x01(\x04R\x0etaskGeneration\x12\x1b\n" +
+	"\tworker_id\x18\x03 \x01(\tR\bworkerId\x12\x19\n" +
+	"\blease_id\x18\x04 \x01(\x04R\aleaseId\x12\x1f\n" +
+	"\vacquired_at\x18\x05 \x01(\x04R\n" +
+	"acquiredAt\x12\"\n" +
+	"\n" +
+	"started_at\x18\x06 \x01(\x04H\x00R\tstartedAt\x88\x01\x01\x12\x19\n" +
+	"\bended_at\x18\a \x01(\x04R\aendedAt\x12\x18\n" +
+	"\aoutcome\x18\b \x01(\tR\aoutcome\x12\x16\n" +
+	"\x06reason\x18\t \x01(\tR\x06reasonB\r\n" +
+	"\v_started_at\")\n" +
 	"\x0eGetTaskRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\"<\n" +
 	"\x0fGetTaskResponse\x12)\n" +
@@ -4306,7 +4655,7 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x05tasks\x18\x01 \x03(\v2\x15.termivar.v1.TaskInfoR\x05tasks\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\".\n" +
 	"\x13ScanProgressRequest\x12\x17\n" +
-	"\ascan_id\x18\x01 \x01(\tR\x06scanId\"\xfe\x01\n" +
+	"\ascan_id\x18\x01 \x01(\tR\x06scanId\"\x96\x02\n" +
 	"\x14ScanProgressResponse\x12\x14\n" +
 	"\x05total\x18\x01 \x01(\rR\x05total\x12\x16\n" +
 	"\x06queued\x18\x02 \x01(\rR\x06queued\x12\x16\n" +
@@ -4316,7 +4665,19 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x06failed\x18\x06 \x01(\rR\x06failed\x12\x1c\n" +
 	"\tcancelled\x18\a \x01(\rR\tcancelled\x12\x18\n" +
 	"\aexpired\x18\b \x01(\rR\aexpired\x12\x18\n" +
-	"\aresults\x18\t \x01(\rR\aresults\"2\n" +
+	"\aresults\x18\t \x01(\rR\aresults\x12\x16\n" +
+	"\x06reruns\x18\n" +
+	" \x01(\rR\x06reruns\"\xa6\x01\n" +
+	"\fRetryRequest\x12\x17\n" +
+	"\ascan_id\x18\x01 \x01(\tR\x06scanId\x12\x19\n" +
+	"\btask_ids\x18\x02 \x03(\tR\ataskIds\x12\x1a\n" +
+	"\bstatuses\x18\x03 \x03(\tR\bstatuses\x120\n" +
+	"\x11expected_revision\x18\x04 \x01(\x04H\x00R\x10expectedRevision\x88\x01\x01B\x14\n" +
+	"\x12_expected_revision\"e\n" +
+	"\rRetryResponse\x12\x1a\n" +
+	"\brequeued\x18\x01 \x03(\tR\brequeued\x12\x1c\n" +
+	"\tunchanged\x18\x02 \x01(\rR\tunchanged\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\x04R\brevision\"2\n" +
 	"\x17AggregateResultsRequest\x12\x17\n" +
 	"\ascan_id\x18\x01 \x01(\tR\x06scanId\"K\n" +
 	"\x18AggregateResultsResponse\x12\x17\n" +
@@ -4425,13 +4786,14 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\fCompleteMany\x12 .termivar.v1.CompleteManyRequest\x1a!.termivar.v1.CompleteManyResponse\x12;\n" +
 	"\x04Fail\x12\x18.termivar.v1.FailRequest\x1a\x19.termivar.v1.FailResponse\x12M\n" +
 	"\n" +
-	"Deregister\x12\x1e.termivar.v1.DeregisterRequest\x1a\x1f.termivar.v1.DeregisterResponse2\xca\x05\n" +
+	"Deregister\x12\x1e.termivar.v1.DeregisterRequest\x1a\x1f.termivar.v1.DeregisterResponse2\x8a\x06\n" +
 	"\bProducer\x12D\n" +
 	"\aEnqueue\x12\x1b.termivar.v1.EnqueueRequest\x1a\x1c.termivar.v1.EnqueueResponse\x12A\n" +
 	"\x06Cancel\x12\x1a.termivar.v1.CancelRequest\x1a\x1b.termivar.v1.CancelResponse\x12D\n" +
 	"\aGetTask\x12\x1b.termivar.v1.GetTaskRequest\x1a\x1c.termivar.v1.GetTaskResponse\x12J\n" +
 	"\tListTasks\x12\x1d.termivar.v1.ListTasksRequest\x1a\x1e.termivar.v1.ListTasksResponse\x12S\n" +
-	"\fScanProgress\x12 .termivar.v1.ScanProgressRequest\x1a!.termivar.v1.ScanProgressResponse\x12a\n" +
+	"\fScanProgress\x12 .termivar.v1.ScanProgressRequest\x1a!.termivar.v1.ScanProgressResponse\x12>\n" +
+	"\x05Retry\x12\x19.termivar.v1.RetryRequest\x1a\x1a.termivar.v1.RetryResponse\x12a\n" +
 	"\x10AggregateResults\x12$.termivar.v1.AggregateResultsRequest\x1a%.termivar.v1.AggregateResultsResponse0\x01\x12M\n" +
 	"\n" +
 	"DeleteScan\x12\x1e.termivar.v1.DeleteScanRequest\x1a\x1f.termivar.v1.DeleteScanResponse\x12M\n" +
@@ -4461,7 +4823,7 @@ func file_termivar_v1_api_proto_rawDescGZIP() []byte {
 	return file_termivar_v1_api_proto_rawDescData
 }
 
-var file_termivar_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
+var file_termivar_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 65)
 var file_termivar_v1_api_proto_goTypes = []any{
 	(*ErrorDetail)(nil),              // 0: termivar.v1.ErrorDetail
 	(*WorkerInfo)(nil),               // 1: termivar.v1.WorkerInfo
@@ -4493,41 +4855,44 @@ var file_termivar_v1_api_proto_goTypes = []any{
 	(*CancelRequest)(nil),            // 27: termivar.v1.CancelRequest
 	(*CancelResponse)(nil),           // 28: termivar.v1.CancelResponse
 	(*TaskInfo)(nil),                 // 29: termivar.v1.TaskInfo
-	(*GetTaskRequest)(nil),           // 30: termivar.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),          // 31: termivar.v1.GetTaskResponse
-	(*ListTasksRequest)(nil),         // 32: termivar.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),        // 33: termivar.v1.ListTasksResponse
-	(*ScanProgressRequest)(nil),      // 34: termivar.v1.ScanProgressRequest
-	(*ScanProgressResponse)(nil),     // 35: termivar.v1.ScanProgressResponse
-	(*AggregateResultsRequest)(nil),  // 36: termivar.v1.AggregateResultsRequest
-	(*AggregateResultsResponse)(nil), // 37: termivar.v1.AggregateResultsResponse
-	(*StatusRequest)(nil),            // 38: termivar.v1.StatusRequest
-	(*StatusResponse)(nil),           // 39: termivar.v1.StatusResponse
-	(*BuildInfo)(nil),                // 40: termivar.v1.BuildInfo
-	(*ListWorkersRequest)(nil),       // 41: termivar.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),      // 42: termivar.v1.ListWorkersResponse
-	(*CreateTenantRequest)(nil),      // 43: termivar.v1.CreateTenantRequest
-	(*UpdateTenantRequest)(nil),      // 44: termivar.v1.UpdateTenantRequest
-	(*UpdateTenantResponse)(nil),     // 45: termivar.v1.UpdateTenantResponse
-	(*DeleteScanRequest)(nil),        // 46: termivar.v1.DeleteScanRequest
-	(*DeleteScanResponse)(nil),       // 47: termivar.v1.DeleteScanResponse
-	(*PurgeTasksRequest)(nil),        // 48: termivar.v1.PurgeTasksRequest
-	(*PurgeTasksResponse)(nil),       // 49: termivar.v1.PurgeTasksResponse
-	(*CreateTenantResponse)(nil),     // 50: termivar.v1.CreateTenantResponse
-	(*CreateKeyRequest)(nil),         // 51: termivar.v1.CreateKeyRequest
-	(*CreateKeyResponse)(nil),        // 52: termivar.v1.CreateKeyResponse
-	(*ListKeysRequest)(nil),          // 53: termivar.v1.ListKeysRequest
-	(*KeyInfo)(nil),                  // 54: termivar.v1.KeyInfo
-	(*ListKeysResponse)(nil),         // 55: termivar.v1.ListKeysResponse
-	(*RevokeKeyRequest)(nil),         // 56: termivar.v1.RevokeKeyRequest
-	(*RevokeKeyResponse)(nil),        // 57: termivar.v1.RevokeKeyResponse
-	(*RotateKeyRequest)(nil),         // 58: termivar.v1.RotateKeyRequest
-	(*RotateKeyResponse)(nil),        // 59: termivar.v1.RotateKeyResponse
-	(*CancelScanRequest)(nil),        // 60: termivar.v1.CancelScanRequest
-	(*CancelScanResponse)(nil),       // 61: termivar.v1.CancelScanResponse
-	(*ClusterMember)(nil),            // 62: termivar.v1.ClusterMember
-	(*CoreLimits)(nil),               // 63: termivar.v1.CoreLimits
-	(*ResultLimits)(nil),             // 64: termivar.v1.ResultLimits
+	(*AttemptInfo)(nil),              // 30: termivar.v1.AttemptInfo
+	(*GetTaskRequest)(nil),           // 31: termivar.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),          // 32: termivar.v1.GetTaskResponse
+	(*ListTasksRequest)(nil),         // 33: termivar.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),        // 34: termivar.v1.ListTasksResponse
+	(*ScanProgressRequest)(nil),      // 35: termivar.v1.ScanProgressRequest
+	(*ScanProgressResponse)(nil),     // 36: termivar.v1.ScanProgressResponse
+	(*RetryRequest)(nil),             // 37: termivar.v1.RetryRequest
+	(*RetryResponse)(nil),            // 38: termivar.v1.RetryResponse
+	(*AggregateResultsRequest)(nil),  // 39: termivar.v1.AggregateResultsRequest
+	(*AggregateResultsResponse)(nil), // 40: termivar.v1.AggregateResultsResponse
+	(*StatusRequest)(nil),            // 41: termivar.v1.StatusRequest
+	(*StatusResponse)(nil),           // 42: termivar.v1.StatusResponse
+	(*BuildInfo)(nil),                // 43: termivar.v1.BuildInfo
+	(*ListWorkersRequest)(nil),       // 44: termivar.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),      // 45: termivar.v1.ListWorkersResponse
+	(*CreateTenantRequest)(nil),      // 46: termivar.v1.CreateTenantRequest
+	(*UpdateTenantRequest)(nil),      // 47: termivar.v1.UpdateTenantRequest
+	(*UpdateTenantResponse)(nil),     // 48: termivar.v1.UpdateTenantResponse
+	(*DeleteScanRequest)(nil),        // 49: termivar.v1.DeleteScanRequest
+	(*DeleteScanResponse)(nil),       // 50: termivar.v1.DeleteScanResponse
+	(*PurgeTasksRequest)(nil),        // 51: termivar.v1.PurgeTasksRequest
+	(*PurgeTasksResponse)(nil),       // 52: termivar.v1.PurgeTasksResponse
+	(*CreateTenantResponse)(nil),     // 53: termivar.v1.CreateTenantResponse
+	(*CreateKeyRequest)(nil),         // 54: termivar.v1.CreateKeyRequest
+	(*CreateKeyResponse)(nil),        // 55: termivar.v1.CreateKeyResponse
+	(*ListKeysRequest)(nil),          // 56: termivar.v1.ListKeysRequest
+	(*KeyInfo)(nil),                  // 57: termivar.v1.KeyInfo
+	(*ListKeysResponse)(nil),         // 58: termivar.v1.ListKeysResponse
+	(*RevokeKeyRequest)(nil),         // 59: termivar.v1.RevokeKeyRequest
+	(*RevokeKeyResponse)(nil),        // 60: termivar.v1.RevokeKeyResponse
+	(*RotateKeyRequest)(nil),         // 61: termivar.v1.RotateKeyRequest
+	(*RotateKeyResponse)(nil),        // 62: termivar.v1.RotateKeyResponse
+	(*CancelScanRequest)(nil),        // 63: termivar.v1.CancelScanRequest
+	(*CancelScanResponse)(nil),       // 64: termivar.v1.CancelScanResponse
+	(*ClusterMember)(nil),            // 65: termivar.v1.ClusterMember
+	(*CoreLimits)(nil),               // 66: termivar.v1.CoreLimits
+	(*ResultLimits)(nil),             // 67: termivar.v1.ResultLimits
 }
 var file_termivar_v1_api_proto_depIdxs = []int32{
 	1,  // 0: termivar.v1.RegisterWorkerResponse.worker:type_name -> termivar.v1.WorkerInfo
@@ -4540,71 +4905,74 @@ var file_termivar_v1_api_proto_depIdxs = []int32{
 	20, // 7: termivar.v1.DeregisterResponse.summary:type_name -> termivar.v1.RecoverySummary
 	23, // 8: termivar.v1.EnqueueRequest.tasks:type_name -> termivar.v1.NewTask
 	25, // 9: termivar.v1.EnqueueResponse.tasks:type_name -> termivar.v1.EnqueuedTask
-	29, // 10: termivar.v1.GetTaskResponse.task:type_name -> termivar.v1.TaskInfo
-	29, // 11: termivar.v1.ListTasksResponse.tasks:type_name -> termivar.v1.TaskInfo
-	62, // 12: termivar.v1.StatusResponse.members:type_name -> termivar.v1.ClusterMember
-	40, // 13: termivar.v1.StatusResponse.build:type_name -> termivar.v1.BuildInfo
-	1,  // 14: termivar.v1.ListWorkersResponse.workers:type_name -> termivar.v1.WorkerInfo
-	63, // 15: termivar.v1.CreateTenantRequest.limits:type_name -> termivar.v1.CoreLimits
-	64, // 16: termivar.v1.CreateTenantRequest.result_limits:type_name -> termivar.v1.ResultLimits
-	54, // 17: termivar.v1.ListKeysResponse.keys:type_name -> termivar.v1.KeyInfo
-	2,  // 18: termivar.v1.Worker.RegisterWorker:input_type -> termivar.v1.RegisterWorkerRequest
-	4,  // 19: termivar.v1.Worker.Heartbeat:input_type -> termivar.v1.HeartbeatRequest
-	6,  // 20: termivar.v1.Worker.Acquire:input_type -> termivar.v1.AcquireRequest
-	9,  // 21: termivar.v1.Worker.Start:input_type -> termivar.v1.StartRequest
-	11, // 22: termivar.v1.Worker.RenewLease:input_type -> termivar.v1.RenewLeaseRequest
-	13, // 23: termivar.v1.Worker.Complete:input_type -> termivar.v1.CompleteRequest
-	15, // 24: termivar.v1.Worker.CompleteMany:input_type -> termivar.v1.CompleteManyRequest
-	18, // 25: termivar.v1.Worker.Fail:input_type -> termivar.v1.FailRequest
-	21, // 26: termivar.v1.Worker.Deregister:input_type -> termivar.v1.DeregisterRequest
-	24, // 27: termivar.v1.Producer.Enqueue:input_type -> termivar.v1.EnqueueRequest
-	27, // 28: termivar.v1.Producer.Cancel:input_type -> termivar.v1.CancelRequest
-	30, // 29: termivar.v1.Producer.GetTask:input_type -> termivar.v1.GetTaskRequest
-	32, // 30: termivar.v1.Producer.ListTasks:input_type -> termivar.v1.ListTasksRequest
-	34, // 31: termivar.v1.Producer.ScanProgress:input_type -> termivar.v1.ScanProgressRequest
-	36, // 32: termivar.v1.Producer.AggregateResults:input_type -> termivar.v1.AggregateResultsRequest
-	46, // 33: termivar.v1.Producer.DeleteScan:input_type -> termivar.v1.DeleteScanRequest
-	48, // 34: termivar.v1.Producer.PurgeTasks:input_type -> termivar.v1.PurgeTasksRequest
-	60, // 35: termivar.v1.Producer.CancelScan:input_type -> termivar.v1.CancelScanRequest
-	38, // 36: termivar.v1.Admin.Status:input_type -> termivar.v1.StatusRequest
-	41, // 37: termivar.v1.Admin.ListWorkers:input_type -> termivar.v1.ListWorkersRequest
-	43, // 38: termivar.v1.Admin.CreateTenant:input_type -> termivar.v1.CreateTenantRequest
-	44, // 39: termivar.v1.Admin.UpdateTenant:input_type -> termivar.v1.UpdateTenantRequest
-	51, // 40: termivar.v1.Admin.CreateKey:input_type -> termivar.v1.CreateKeyRequest
-	53, // 41: termivar.v1.Admin.ListKeys:input_type -> termivar.v1.ListKeysRequest
-	56, // 42: termivar.v1.Admin.RevokeKey:input_type -> termivar.v1.RevokeKeyRequest
-	58, // 43: termivar.v1.Admin.RotateKey:input_type -> termivar.v1.RotateKeyRequest
-	3,  // 44: termivar.v1.Worker.RegisterWorker:output_type -> termivar.v1.RegisterWorkerResponse
-	5,  // 45: termivar.v1.Worker.Heartbeat:output_type -> termivar.v1.HeartbeatResponse
-	8,  // 46: termivar.v1.Worker.Acquire:output_type -> termivar.v1.AcquireResponse
-	10, // 47: termivar.v1.Worker.Start:output_type -> termivar.v1.StartResponse
-	12, // 48: termivar.v1.Worker.RenewLease:output_type -> termivar.v1.RenewLeaseResponse
-	14, // 49: termivar.v1.Worker.Complete:output_type -> termivar.v1.CompleteResponse
-	17, // 50: termivar.v1.Worker.CompleteMany:output_type -> termivar.v1.CompleteManyResponse
-	19, // 51: termivar.v1.Worker.Fail:output_type -> termivar.v1.FailResponse
-	22, // 52: termivar.v1.Worker.Deregister:output_type -> termivar.v1.DeregisterResponse
-	26, // 53: termivar.v1.Producer.Enqueue:output_type -> termivar.v1.EnqueueResponse
-	28, // 54: termivar.v1.Producer.Cancel:output_type -> termivar.v1.CancelResponse
-	31, // 55: termivar.v1.Producer.GetTask:output_type -> termivar.v1.GetTaskResponse
-	33, // 56: termivar.v1.Producer.ListTasks:output_type -> termivar.v1.ListTasksResponse
-	35, // 57: termivar.v1.Producer.ScanProgress:output_type -> termivar.v1.ScanProgressResponse
-	37, // 58: termivar.v1.Producer.AggregateResults:output_type -> termivar.v1.AggregateResultsResponse
-	47, // 59: termivar.v1.Producer.DeleteScan:output_type -> termivar.v1.DeleteScanResponse
-	49, // 60: termivar.v1.Producer.PurgeTasks:output_type -> termivar.v1.PurgeTasksResponse
-	61, // 61: termivar.v1.Producer.CancelScan:output_type -> termivar.v1.CancelScanResponse
-	39, // 62: termivar.v1.Admin.Status:output_type -> termivar.v1.StatusResponse
-	42, // 63: termivar.v1.Admin.ListWorkers:output_type -> termivar.v1.ListWorkersResponse
-	50, // 64: termivar.v1.Admin.CreateTenant:output_type -> termivar.v1.CreateTenantResponse
-	45, // 65: termivar.v1.Admin.UpdateTenant:output_type -> termivar.v1.UpdateTenantResponse
-	52, // 66: termivar.v1.Admin.CreateKey:output_type -> termivar.v1.CreateKeyResponse
-	55, // 67: termivar.v1.Admin.ListKeys:output_type -> termivar.v1.ListKeysResponse
-	57, // 68: termivar.v1.Admin.RevokeKey:output_type -> termivar.v1.RevokeKeyResponse
-	59, // 69: termivar.v1.Admin.RotateKey:output_type -> termivar.v1.RotateKeyResponse
-	44, // [44:70] is the sub-list for method output_type
-	18, // [18:44] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	30, // 10: termivar.v1.TaskInfo.attempts:type_name -> termivar.v1.AttemptInfo
+	29, // 11: termivar.v1.GetTaskResponse.task:type_name -> termivar.v1.TaskInfo
+	29, // 12: termivar.v1.ListTasksResponse.tasks:type_name -> termivar.v1.TaskInfo
+	65, // 13: termivar.v1.StatusResponse.members:type_name -> termivar.v1.ClusterMember
+	43, // 14: termivar.v1.StatusResponse.build:type_name -> termivar.v1.BuildInfo
+	1,  // 15: termivar.v1.ListWorkersResponse.workers:type_name -> termivar.v1.WorkerInfo
+	66, // 16: termivar.v1.CreateTenantRequest.limits:type_name -> termivar.v1.CoreLimits
+	67, // 17: termivar.v1.CreateTenantRequest.result_limits:type_name -> termivar.v1.ResultLimits
+	57, // 18: termivar.v1.ListKeysResponse.keys:type_name -> termivar.v1.KeyInfo
+	2,  // 19: termivar.v1.Worker.RegisterWorker:input_type -> termivar.v1.RegisterWorkerRequest
+	4,  // 20: termivar.v1.Worker.Heartbeat:input_type -> termivar.v1.HeartbeatRequest
+	6,  // 21: termivar.v1.Worker.Acquire:input_type -> termivar.v1.AcquireRequest
+	9,  // 22: termivar.v1.Worker.Start:input_type -> termivar.v1.StartRequest
+	11, // 23: termivar.v1.Worker.RenewLease:input_type -> termivar.v1.RenewLeaseRequest
+	13, // 24: termivar.v1.Worker.Complete:input_type -> termivar.v1.CompleteRequest
+	15, // 25: termivar.v1.Worker.CompleteMany:input_type -> termivar.v1.CompleteManyRequest
+	18, // 26: termivar.v1.Worker.Fail:input_type -> termivar.v1.FailRequest
+	21, // 27: termivar.v1.Worker.Deregister:input_type -> termivar.v1.DeregisterRequest
+	24, // 28: termivar.v1.Producer.Enqueue:input_type -> termivar.v1.EnqueueRequest
+	27, // 29: termivar.v1.Producer.Cancel:input_type -> termivar.v1.CancelRequest
+	31, // 30: termivar.v1.Producer.GetTask:input_type -> termivar.v1.GetTaskRequest
+	33, // 31: termivar.v1.Producer.ListTasks:input_type -> termivar.v1.ListTasksRequest
+	35, // 32: termivar.v1.Producer.ScanProgress:input_type -> termivar.v1.ScanProgressRequest
+	37, // 33: termivar.v1.Producer.Retry:input_type -> termivar.v1.RetryRequest
+	39, // 34: termivar.v1.Producer.AggregateResults:input_type -> termivar.v1.AggregateResultsRequest
+	49, // 35: termivar.v1.Producer.DeleteScan:input_type -> termivar.v1.DeleteScanRequest
+	51, // 36: termivar.v1.Producer.PurgeTasks:input_type -> termivar.v1.PurgeTasksRequest
+	63, // 37: termivar.v1.Producer.CancelScan:input_type -> termivar.v1.CancelScanRequest
+	41, // 38: termivar.v1.Admin.Status:input_type -> termivar.v1.StatusRequest
+	44, // 39: termivar.v1.Admin.ListWorkers:input_type -> termivar.v1.ListWorkersRequest
+	46, // 40: termivar.v1.Admin.CreateTenant:input_type -> termivar.v1.CreateTenantRequest
+	47, // 41: termivar.v1.Admin.UpdateTenant:input_type -> termivar.v1.UpdateTenantRequest
+	54, // 42: termivar.v1.Admin.CreateKey:input_type -> termivar.v1.CreateKeyRequest
+	56, // 43: termivar.v1.Admin.ListKeys:input_type -> termivar.v1.ListKeysRequest
+	59, // 44: termivar.v1.Admin.RevokeKey:input_type -> termivar.v1.RevokeKeyRequest
+	61, // 45: termivar.v1.Admin.RotateKey:input_type -> termivar.v1.RotateKeyRequest
+	3,  // 46: termivar.v1.Worker.RegisterWorker:output_type -> termivar.v1.RegisterWorkerResponse
+	5,  // 47: termivar.v1.Worker.Heartbeat:output_type -> termivar.v1.HeartbeatResponse
+	8,  // 48: termivar.v1.Worker.Acquire:output_type -> termivar.v1.AcquireResponse
+	10, // 49: termivar.v1.Worker.Start:output_type -> termivar.v1.StartResponse
+	12, // 50: termivar.v1.Worker.RenewLease:output_type -> termivar.v1.RenewLeaseResponse
+	14, // 51: termivar.v1.Worker.Complete:output_type -> termivar.v1.CompleteResponse
+	17, // 52: termivar.v1.Worker.CompleteMany:output_type -> termivar.v1.CompleteManyResponse
+	19, // 53: termivar.v1.Worker.Fail:output_type -> termivar.v1.FailResponse
+	22, // 54: termivar.v1.Worker.Deregister:output_type -> termivar.v1.DeregisterResponse
+	26, // 55: termivar.v1.Producer.Enqueue:output_type -> termivar.v1.EnqueueResponse
+	28, // 56: termivar.v1.Producer.Cancel:output_type -> termivar.v1.CancelResponse
+	32, // 57: termivar.v1.Producer.GetTask:output_type -> termivar.v1.GetTaskResponse
+	34, // 58: termivar.v1.Producer.ListTasks:output_type -> termivar.v1.ListTasksResponse
+	36, // 59: termivar.v1.Producer.ScanProgress:output_type -> termivar.v1.ScanProgressResponse
+	38, // 60: termivar.v1.Producer.Retry:output_type -> termivar.v1.RetryResponse
+	40, // 61: termivar.v1.Producer.AggregateResults:output_type -> termivar.v1.AggregateResultsResponse
+	50, // 62: termivar.v1.Producer.DeleteScan:output_type -> termivar.v1.DeleteScanResponse
+	52, // 63: termivar.v1.Producer.PurgeTasks:output_type -> termivar.v1.PurgeTasksResponse
+	64, // 64: termivar.v1.Producer.CancelScan:output_type -> termivar.v1.CancelScanResponse
+	42, // 65: termivar.v1.Admin.Status:output_type -> termivar.v1.StatusResponse
+	45, // 66: termivar.v1.Admin.ListWorkers:output_type -> termivar.v1.ListWorkersResponse
+	53, // 67: termivar.v1.Admin.CreateTenant:output_type -> termivar.v1.CreateTenantResponse
+	48, // 68: termivar.v1.Admin.UpdateTenant:output_type -> termivar.v1.UpdateTenantResponse
+	55, // 69: termivar.v1.Admin.CreateKey:output_type -> termivar.v1.CreateKeyResponse
+	58, // 70: termivar.v1.Admin.ListKeys:output_type -> termivar.v1.ListKeysResponse
+	60, // 71: termivar.v1.Admin.RevokeKey:output_type -> termivar.v1.RevokeKeyResponse
+	62, // 72: termivar.v1.Admin.RotateKey:output_type -> termivar.v1.RotateKeyResponse
+	46, // [46:73] is the sub-list for method output_type
+	19, // [19:46] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_termivar_v1_api_proto_init() }
@@ -4624,13 +4992,15 @@ func file_termivar_v1_api_proto_init() {
 	file_termivar_v1_api_proto_msgTypes[24].OneofWrappers = []any{}
 	file_termivar_v1_api_proto_msgTypes[27].OneofWrappers = []any{}
 	file_termivar_v1_api_proto_msgTypes[29].OneofWrappers = []any{}
+	file_termivar_v1_api_proto_msgTypes[30].OneofWrappers = []any{}
+	file_termivar_v1_api_proto_msgTypes[37].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_termivar_v1_api_proto_rawDesc), len(file_termivar_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   62,
+			NumMessages:   65,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

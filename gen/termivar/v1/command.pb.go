@@ -74,6 +74,7 @@ type Command struct {
 	//	*Command_SetNodeInfo
 	//	*Command_PurgeTasks
 	//	*Command_UpdateTenant
+	//	*Command_RerunTasks
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -394,6 +395,15 @@ func (x *Command) GetUpdateTenant() *UpdateTenant {
 	return nil
 }
 
+func (x *Command) GetRerunTasks() *RerunTasks {
+	if x != nil {
+		if x, ok := x.Op.(*Command_RerunTasks); ok {
+			return x.RerunTasks
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -509,6 +519,11 @@ type Command_UpdateTenant struct {
 	UpdateTenant *UpdateTenant `protobuf:"bytes,51,opt,name=update_tenant,json=updateTenant,proto3,oneof"`
 }
 
+type Command_RerunTasks struct {
+	// re-runs and attempt history (docs/contract.md Part F).
+	RerunTasks *RerunTasks `protobuf:"bytes,52,opt,name=rerun_tasks,json=rerunTasks,proto3,oneof"`
+}
+
 func (*Command_Batch) isCommand_Op() {}
 
 func (*Command_InitCluster) isCommand_Op() {}
@@ -562,6 +577,8 @@ func (*Command_SetNodeInfo) isCommand_Op() {}
 func (*Command_PurgeTasks) isCommand_Op() {}
 
 func (*Command_UpdateTenant) isCommand_Op() {}
+
+func (*Command_RerunTasks) isCommand_Op() {}
 
 // Batch coalesces concurrent commands into one log entry. The FSM applies
 // them in order, each with its own response; the batch's now_secs applies
@@ -1245,14 +1262,17 @@ func (x *RotateKey) GetNewSecretHash() []byte {
 
 // TaskSpec mirrors distributed.TaskSpec.
 type TaskSpec struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	TaskId        string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
-	ScanId        string                 `protobuf:"bytes,2,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
-	TargetRef     []byte                 `protobuf:"bytes,3,opt,name=target_ref,json=targetRef,proto3" json:"target_ref,omitempty"`
-	Phases        []byte                 `protobuf:"bytes,4,opt,name=phases,proto3" json:"phases,omitempty"`
-	Priority      uint32                 `protobuf:"varint,5,opt,name=priority,proto3" json:"priority,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	TaskId    string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	ScanId    string                 `protobuf:"bytes,2,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
+	TargetRef []byte                 `protobuf:"bytes,3,opt,name=target_ref,json=targetRef,proto3" json:"target_ref,omitempty"`
+	Phases    []byte                 `protobuf:"bytes,4,opt,name=phases,proto3" json:"phases,omitempty"`
+	Priority  uint32                 `protobuf:"varint,5,opt,name=priority,proto3" json:"priority,omitempty"`
+	// attempt_timeout_secs bounds each attempt (0: none); see
+	// distributed.TaskSpec.AttemptTimeoutSecs.
+	AttemptTimeoutSecs uint64 `protobuf:"varint,6,opt,name=attempt_timeout_secs,json=attemptTimeoutSecs,proto3" json:"attempt_timeout_secs,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *TaskSpec) Reset() {
@@ -1316,6 +1336,13 @@ func (x *TaskSpec) GetPhases() []byte {
 func (x *TaskSpec) GetPriority() uint32 {
 	if x != nil {
 		return x.Priority
+	}
+	return 0
+}
+
+func (x *TaskSpec) GetAttemptTimeoutSecs() uint64 {
+	if x != nil {
+		return x.AttemptTimeoutSecs
 	}
 	return 0
 }
@@ -1974,8 +2001,11 @@ func (x *CompleteTask) GetResult() []byte {
 }
 
 type FailTask struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Lease         []byte                 `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Lease []byte                 `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
+	// reason is retained in the attempt's history record (at most
+	// distributed.MaxFailureReasonBytes of UTF-8); empty: FailTask.
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2017,6 +2047,77 @@ func (x *FailTask) GetLease() []byte {
 	return nil
 }
 
+func (x *FailTask) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// RerunTasks re-runs terminal tasks through the core's RerunTasks: the
+// named tasks (task_ids), or, when none are named, every task of scan_id.
+// With both, every named task must belong to the scan. statuses are
+// TaskStatus values (failed, expired, cancelled; empty: all three).
+type RerunTasks struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ScanId        string                 `protobuf:"bytes,1,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
+	TaskIds       []string               `protobuf:"bytes,2,rep,name=task_ids,json=taskIds,proto3" json:"task_ids,omitempty"`
+	Statuses      []uint32               `protobuf:"varint,3,rep,packed,name=statuses,proto3" json:"statuses,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RerunTasks) Reset() {
+	*x = RerunTasks{}
+	mi := &file_termivar_v1_command_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RerunTasks) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RerunTasks) ProtoMessage() {}
+
+func (x *RerunTasks) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_command_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RerunTasks.ProtoReflect.Descriptor instead.
+func (*RerunTasks) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *RerunTasks) GetScanId() string {
+	if x != nil {
+		return x.ScanId
+	}
+	return ""
+}
+
+func (x *RerunTasks) GetTaskIds() []string {
+	if x != nil {
+		return x.TaskIds
+	}
+	return nil
+}
+
+func (x *RerunTasks) GetStatuses() []uint32 {
+	if x != nil {
+		return x.Statuses
+	}
+	return nil
+}
+
 type CancelTask struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Ownership     []byte                 `protobuf:"bytes,1,opt,name=ownership,proto3" json:"ownership,omitempty"`
@@ -2026,7 +2127,7 @@ type CancelTask struct {
 
 func (x *CancelTask) Reset() {
 	*x = CancelTask{}
-	mi := &file_termivar_v1_command_proto_msgTypes[25]
+	mi := &file_termivar_v1_command_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2038,7 +2139,7 @@ func (x *CancelTask) String() string {
 func (*CancelTask) ProtoMessage() {}
 
 func (x *CancelTask) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[25]
+	mi := &file_termivar_v1_command_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2051,7 +2152,7 @@ func (x *CancelTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTask.ProtoReflect.Descriptor instead.
 func (*CancelTask) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{25}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CancelTask) GetOwnership() []byte {
@@ -2074,7 +2175,7 @@ type CancelTaskByID struct {
 
 func (x *CancelTaskByID) Reset() {
 	*x = CancelTaskByID{}
-	mi := &file_termivar_v1_command_proto_msgTypes[26]
+	mi := &file_termivar_v1_command_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2086,7 +2187,7 @@ func (x *CancelTaskByID) String() string {
 func (*CancelTaskByID) ProtoMessage() {}
 
 func (x *CancelTaskByID) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[26]
+	mi := &file_termivar_v1_command_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2099,7 +2200,7 @@ func (x *CancelTaskByID) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskByID.ProtoReflect.Descriptor instead.
 func (*CancelTaskByID) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{26}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CancelTaskByID) GetTaskId() string {
@@ -2119,7 +2220,7 @@ type RenewLease struct {
 
 func (x *RenewLease) Reset() {
 	*x = RenewLease{}
-	mi := &file_termivar_v1_command_proto_msgTypes[27]
+	mi := &file_termivar_v1_command_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2131,7 +2232,7 @@ func (x *RenewLease) String() string {
 func (*RenewLease) ProtoMessage() {}
 
 func (x *RenewLease) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[27]
+	mi := &file_termivar_v1_command_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2144,7 +2245,7 @@ func (x *RenewLease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewLease.ProtoReflect.Descriptor instead.
 func (*RenewLease) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{27}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RenewLease) GetLease() []byte {
@@ -2169,7 +2270,7 @@ type RecoverExpiredLeases struct {
 
 func (x *RecoverExpiredLeases) Reset() {
 	*x = RecoverExpiredLeases{}
-	mi := &file_termivar_v1_command_proto_msgTypes[28]
+	mi := &file_termivar_v1_command_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2181,7 +2282,7 @@ func (x *RecoverExpiredLeases) String() string {
 func (*RecoverExpiredLeases) ProtoMessage() {}
 
 func (x *RecoverExpiredLeases) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[28]
+	mi := &file_termivar_v1_command_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2194,7 +2295,7 @@ func (x *RecoverExpiredLeases) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverExpiredLeases.ProtoReflect.Descriptor instead.
 func (*RecoverExpiredLeases) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{28}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{29}
 }
 
 type ExpireOldTasks struct {
@@ -2206,7 +2307,7 @@ type ExpireOldTasks struct {
 
 func (x *ExpireOldTasks) Reset() {
 	*x = ExpireOldTasks{}
-	mi := &file_termivar_v1_command_proto_msgTypes[29]
+	mi := &file_termivar_v1_command_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2218,7 +2319,7 @@ func (x *ExpireOldTasks) String() string {
 func (*ExpireOldTasks) ProtoMessage() {}
 
 func (x *ExpireOldTasks) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[29]
+	mi := &file_termivar_v1_command_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2231,7 +2332,7 @@ func (x *ExpireOldTasks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireOldTasks.ProtoReflect.Descriptor instead.
 func (*ExpireOldTasks) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{29}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ExpireOldTasks) GetMaxAgeSecs() uint64 {
@@ -2256,7 +2357,7 @@ type AcquireTasks struct {
 
 func (x *AcquireTasks) Reset() {
 	*x = AcquireTasks{}
-	mi := &file_termivar_v1_command_proto_msgTypes[30]
+	mi := &file_termivar_v1_command_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2268,7 +2369,7 @@ func (x *AcquireTasks) String() string {
 func (*AcquireTasks) ProtoMessage() {}
 
 func (x *AcquireTasks) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[30]
+	mi := &file_termivar_v1_command_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2281,7 +2382,7 @@ func (x *AcquireTasks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireTasks.ProtoReflect.Descriptor instead.
 func (*AcquireTasks) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{30}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *AcquireTasks) GetWorkerId() string {
@@ -2330,7 +2431,7 @@ type FSMState struct {
 
 func (x *FSMState) Reset() {
 	*x = FSMState{}
-	mi := &file_termivar_v1_command_proto_msgTypes[31]
+	mi := &file_termivar_v1_command_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2342,7 +2443,7 @@ func (x *FSMState) String() string {
 func (*FSMState) ProtoMessage() {}
 
 func (x *FSMState) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[31]
+	mi := &file_termivar_v1_command_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2355,7 +2456,7 @@ func (x *FSMState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FSMState.ProtoReflect.Descriptor instead.
 func (*FSMState) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{31}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *FSMState) GetVersion() uint32 {
@@ -2423,7 +2524,7 @@ type KeyRecord struct {
 
 func (x *KeyRecord) Reset() {
 	*x = KeyRecord{}
-	mi := &file_termivar_v1_command_proto_msgTypes[32]
+	mi := &file_termivar_v1_command_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2435,7 +2536,7 @@ func (x *KeyRecord) String() string {
 func (*KeyRecord) ProtoMessage() {}
 
 func (x *KeyRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[32]
+	mi := &file_termivar_v1_command_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2448,7 +2549,7 @@ func (x *KeyRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyRecord.ProtoReflect.Descriptor instead.
 func (*KeyRecord) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{32}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *KeyRecord) GetKeyId() string {
@@ -2510,7 +2611,7 @@ type TenantState struct {
 
 func (x *TenantState) Reset() {
 	*x = TenantState{}
-	mi := &file_termivar_v1_command_proto_msgTypes[33]
+	mi := &file_termivar_v1_command_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2522,7 +2623,7 @@ func (x *TenantState) String() string {
 func (*TenantState) ProtoMessage() {}
 
 func (x *TenantState) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[33]
+	mi := &file_termivar_v1_command_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2535,7 +2636,7 @@ func (x *TenantState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantState.ProtoReflect.Descriptor instead.
 func (*TenantState) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{33}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *TenantState) GetName() string {
@@ -2604,7 +2705,7 @@ type WorkerOwner struct {
 
 func (x *WorkerOwner) Reset() {
 	*x = WorkerOwner{}
-	mi := &file_termivar_v1_command_proto_msgTypes[34]
+	mi := &file_termivar_v1_command_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2616,7 +2717,7 @@ func (x *WorkerOwner) String() string {
 func (*WorkerOwner) ProtoMessage() {}
 
 func (x *WorkerOwner) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[34]
+	mi := &file_termivar_v1_command_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2629,7 +2730,7 @@ func (x *WorkerOwner) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerOwner.ProtoReflect.Descriptor instead.
 func (*WorkerOwner) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{34}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *WorkerOwner) GetWorkerId() string {
@@ -2657,7 +2758,7 @@ type ScanIndex struct {
 
 func (x *ScanIndex) Reset() {
 	*x = ScanIndex{}
-	mi := &file_termivar_v1_command_proto_msgTypes[35]
+	mi := &file_termivar_v1_command_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2669,7 +2770,7 @@ func (x *ScanIndex) String() string {
 func (*ScanIndex) ProtoMessage() {}
 
 func (x *ScanIndex) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[35]
+	mi := &file_termivar_v1_command_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2682,7 +2783,7 @@ func (x *ScanIndex) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanIndex.ProtoReflect.Descriptor instead.
 func (*ScanIndex) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{35}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ScanIndex) GetScanId() string {
@@ -2714,7 +2815,7 @@ type SetNodeInfo struct {
 
 func (x *SetNodeInfo) Reset() {
 	*x = SetNodeInfo{}
-	mi := &file_termivar_v1_command_proto_msgTypes[36]
+	mi := &file_termivar_v1_command_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2726,7 +2827,7 @@ func (x *SetNodeInfo) String() string {
 func (*SetNodeInfo) ProtoMessage() {}
 
 func (x *SetNodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[36]
+	mi := &file_termivar_v1_command_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2739,7 +2840,7 @@ func (x *SetNodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeInfo.ProtoReflect.Descriptor instead.
 func (*SetNodeInfo) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{36}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SetNodeInfo) GetNodeId() string {
@@ -2774,7 +2875,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_termivar_v1_command_proto_msgTypes[37]
+	mi := &file_termivar_v1_command_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2786,7 +2887,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[37]
+	mi := &file_termivar_v1_command_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2799,7 +2900,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{37}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *NodeInfo) GetNodeId() string {
@@ -2827,7 +2928,7 @@ var File_termivar_v1_command_proto protoreflect.FileDescriptor
 
 const file_termivar_v1_command_proto_rawDesc = "" +
 	"\n" +
-	"\x19termivar/v1/command.proto\x12\vtermivar.v1\"\xad\x0f\n" +
+	"\x19termivar/v1/command.proto\x12\vtermivar.v1\"\xe9\x0f\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x19\n" +
 	"\bnow_secs\x18\x02 \x01(\x04R\anowSecs\x12\x16\n" +
@@ -2870,7 +2971,9 @@ const file_termivar_v1_command_proto_rawDesc = "" +
 	"\rset_node_info\x18( \x01(\v2\x18.termivar.v1.SetNodeInfoH\x00R\vsetNodeInfo\x12:\n" +
 	"\vpurge_tasks\x182 \x01(\v2\x17.termivar.v1.PurgeTasksH\x00R\n" +
 	"purgeTasks\x12@\n" +
-	"\rupdate_tenant\x183 \x01(\v2\x19.termivar.v1.UpdateTenantH\x00R\fupdateTenantB\x04\n" +
+	"\rupdate_tenant\x183 \x01(\v2\x19.termivar.v1.UpdateTenantH\x00R\fupdateTenant\x12:\n" +
+	"\vrerun_tasks\x184 \x01(\v2\x17.termivar.v1.RerunTasksH\x00R\n" +
+	"rerunTasksB\x04\n" +
 	"\x02opB\x14\n" +
 	"\x12_expected_revision\"9\n" +
 	"\x05Batch\x120\n" +
@@ -2927,14 +3030,15 @@ const file_termivar_v1_command_proto_rawDesc = "" +
 	"\x06key_id\x18\x01 \x01(\tR\x05keyId\x12\x1c\n" +
 	"\n" +
 	"new_key_id\x18\x02 \x01(\tR\bnewKeyId\x12&\n" +
-	"\x0fnew_secret_hash\x18\x03 \x01(\fR\rnewSecretHash\"\x8f\x01\n" +
+	"\x0fnew_secret_hash\x18\x03 \x01(\fR\rnewSecretHash\"\xc1\x01\n" +
 	"\bTaskSpec\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x17\n" +
 	"\ascan_id\x18\x02 \x01(\tR\x06scanId\x12\x1d\n" +
 	"\n" +
 	"target_ref\x18\x03 \x01(\fR\ttargetRef\x12\x16\n" +
 	"\x06phases\x18\x04 \x01(\fR\x06phases\x12\x1a\n" +
-	"\bpriority\x18\x05 \x01(\rR\bpriority\";\n" +
+	"\bpriority\x18\x05 \x01(\rR\bpriority\x120\n" +
+	"\x14attempt_timeout_secs\x18\x06 \x01(\x04R\x12attemptTimeoutSecs\";\n" +
 	"\fEnqueueTasks\x12+\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x15.termivar.v1.TaskSpecR\x05tasks\"\xe5\x01\n" +
 	"\n" +
@@ -2980,9 +3084,15 @@ const file_termivar_v1_command_proto_rawDesc = "" +
 	"\x05lease\x18\x01 \x01(\fR\x05lease\"<\n" +
 	"\fCompleteTask\x12\x14\n" +
 	"\x05lease\x18\x01 \x01(\fR\x05lease\x12\x16\n" +
-	"\x06result\x18\x02 \x01(\fR\x06result\" \n" +
+	"\x06result\x18\x02 \x01(\fR\x06result\"8\n" +
 	"\bFailTask\x12\x14\n" +
-	"\x05lease\x18\x01 \x01(\fR\x05lease\"*\n" +
+	"\x05lease\x18\x01 \x01(\fR\x05lease\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\\\n" +
+	"\n" +
+	"RerunTasks\x12\x17\n" +
+	"\ascan_id\x18\x01 \x01(\tR\x06scanId\x12\x19\n" +
+	"\btask_ids\x18\x02 \x03(\tR\ataskIds\x12\x1a\n" +
+	"\bstatuses\x18\x03 \x03(\rR\bstatuses\"*\n" +
 	"\n" +
 	"CancelTask\x12\x1c\n" +
 	"\townership\x18\x01 \x01(\fR\townership\")\n" +
@@ -3054,7 +3164,7 @@ func file_termivar_v1_command_proto_rawDescGZIP() []byte {
 	return file_termivar_v1_command_proto_rawDescData
 }
 
-var file_termivar_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_termivar_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_termivar_v1_command_proto_goTypes = []any{
 	(*Command)(nil),              // 0: termivar.v1.Command
 	(*Batch)(nil),                // 1: termivar.v1.Batch
@@ -3081,19 +3191,20 @@ var file_termivar_v1_command_proto_goTypes = []any{
 	(*StartTask)(nil),            // 22: termivar.v1.StartTask
 	(*CompleteTask)(nil),         // 23: termivar.v1.CompleteTask
 	(*FailTask)(nil),             // 24: termivar.v1.FailTask
-	(*CancelTask)(nil),           // 25: termivar.v1.CancelTask
-	(*CancelTaskByID)(nil),       // 26: termivar.v1.CancelTaskByID
-	(*RenewLease)(nil),           // 27: termivar.v1.RenewLease
-	(*RecoverExpiredLeases)(nil), // 28: termivar.v1.RecoverExpiredLeases
-	(*ExpireOldTasks)(nil),       // 29: termivar.v1.ExpireOldTasks
-	(*AcquireTasks)(nil),         // 30: termivar.v1.AcquireTasks
-	(*FSMState)(nil),             // 31: termivar.v1.FSMState
-	(*KeyRecord)(nil),            // 32: termivar.v1.KeyRecord
-	(*TenantState)(nil),          // 33: termivar.v1.TenantState
-	(*WorkerOwner)(nil),          // 34: termivar.v1.WorkerOwner
-	(*ScanIndex)(nil),            // 35: termivar.v1.ScanIndex
-	(*SetNodeInfo)(nil),          // 36: termivar.v1.SetNodeInfo
-	(*NodeInfo)(nil),             // 37: termivar.v1.NodeInfo
+	(*RerunTasks)(nil),           // 25: termivar.v1.RerunTasks
+	(*CancelTask)(nil),           // 26: termivar.v1.CancelTask
+	(*CancelTaskByID)(nil),       // 27: termivar.v1.CancelTaskByID
+	(*RenewLease)(nil),           // 28: termivar.v1.RenewLease
+	(*RecoverExpiredLeases)(nil), // 29: termivar.v1.RecoverExpiredLeases
+	(*ExpireOldTasks)(nil),       // 30: termivar.v1.ExpireOldTasks
+	(*AcquireTasks)(nil),         // 31: termivar.v1.AcquireTasks
+	(*FSMState)(nil),             // 32: termivar.v1.FSMState
+	(*KeyRecord)(nil),            // 33: termivar.v1.KeyRecord
+	(*TenantState)(nil),          // 34: termivar.v1.TenantState
+	(*WorkerOwner)(nil),          // 35: termivar.v1.WorkerOwner
+	(*ScanIndex)(nil),            // 36: termivar.v1.ScanIndex
+	(*SetNodeInfo)(nil),          // 37: termivar.v1.SetNodeInfo
+	(*NodeInfo)(nil),             // 38: termivar.v1.NodeInfo
 }
 var file_termivar_v1_command_proto_depIdxs = []int32{
 	1,  // 0: termivar.v1.Command.batch:type_name -> termivar.v1.Batch
@@ -3112,36 +3223,37 @@ var file_termivar_v1_command_proto_depIdxs = []int32{
 	22, // 13: termivar.v1.Command.start_task:type_name -> termivar.v1.StartTask
 	23, // 14: termivar.v1.Command.complete_task:type_name -> termivar.v1.CompleteTask
 	24, // 15: termivar.v1.Command.fail_task:type_name -> termivar.v1.FailTask
-	25, // 16: termivar.v1.Command.cancel_task:type_name -> termivar.v1.CancelTask
-	27, // 17: termivar.v1.Command.renew_lease:type_name -> termivar.v1.RenewLease
-	28, // 18: termivar.v1.Command.recover_expired_leases:type_name -> termivar.v1.RecoverExpiredLeases
-	29, // 19: termivar.v1.Command.expire_old_tasks:type_name -> termivar.v1.ExpireOldTasks
-	30, // 20: termivar.v1.Command.acquire_tasks:type_name -> termivar.v1.AcquireTasks
-	26, // 21: termivar.v1.Command.cancel_task_by_id:type_name -> termivar.v1.CancelTaskByID
+	26, // 16: termivar.v1.Command.cancel_task:type_name -> termivar.v1.CancelTask
+	28, // 17: termivar.v1.Command.renew_lease:type_name -> termivar.v1.RenewLease
+	29, // 18: termivar.v1.Command.recover_expired_leases:type_name -> termivar.v1.RecoverExpiredLeases
+	30, // 19: termivar.v1.Command.expire_old_tasks:type_name -> termivar.v1.ExpireOldTasks
+	31, // 20: termivar.v1.Command.acquire_tasks:type_name -> termivar.v1.AcquireTasks
+	27, // 21: termivar.v1.Command.cancel_task_by_id:type_name -> termivar.v1.CancelTaskByID
 	9,  // 22: termivar.v1.Command.revoke_key:type_name -> termivar.v1.RevokeKey
 	10, // 23: termivar.v1.Command.rotate_key:type_name -> termivar.v1.RotateKey
-	36, // 24: termivar.v1.Command.set_node_info:type_name -> termivar.v1.SetNodeInfo
+	37, // 24: termivar.v1.Command.set_node_info:type_name -> termivar.v1.SetNodeInfo
 	7,  // 25: termivar.v1.Command.purge_tasks:type_name -> termivar.v1.PurgeTasks
 	6,  // 26: termivar.v1.Command.update_tenant:type_name -> termivar.v1.UpdateTenant
-	0,  // 27: termivar.v1.Batch.commands:type_name -> termivar.v1.Command
-	3,  // 28: termivar.v1.CreateTenant.limits:type_name -> termivar.v1.CoreLimits
-	4,  // 29: termivar.v1.CreateTenant.result_limits:type_name -> termivar.v1.ResultLimits
-	11, // 30: termivar.v1.EnqueueTasks.tasks:type_name -> termivar.v1.TaskSpec
-	13, // 31: termivar.v1.RegisterWorker.spec:type_name -> termivar.v1.WorkerSpec
-	13, // 32: termivar.v1.ReactivateWorker.spec:type_name -> termivar.v1.WorkerSpec
-	32, // 33: termivar.v1.FSMState.keys:type_name -> termivar.v1.KeyRecord
-	33, // 34: termivar.v1.FSMState.tenants:type_name -> termivar.v1.TenantState
-	37, // 35: termivar.v1.FSMState.nodes:type_name -> termivar.v1.NodeInfo
-	32, // 36: termivar.v1.FSMState.revoked_keys:type_name -> termivar.v1.KeyRecord
-	3,  // 37: termivar.v1.TenantState.limits:type_name -> termivar.v1.CoreLimits
-	4,  // 38: termivar.v1.TenantState.result_limits:type_name -> termivar.v1.ResultLimits
-	34, // 39: termivar.v1.TenantState.worker_owners:type_name -> termivar.v1.WorkerOwner
-	35, // 40: termivar.v1.TenantState.scans:type_name -> termivar.v1.ScanIndex
-	41, // [41:41] is the sub-list for method output_type
-	41, // [41:41] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	25, // 27: termivar.v1.Command.rerun_tasks:type_name -> termivar.v1.RerunTasks
+	0,  // 28: termivar.v1.Batch.commands:type_name -> termivar.v1.Command
+	3,  // 29: termivar.v1.CreateTenant.limits:type_name -> termivar.v1.CoreLimits
+	4,  // 30: termivar.v1.CreateTenant.result_limits:type_name -> termivar.v1.ResultLimits
+	11, // 31: termivar.v1.EnqueueTasks.tasks:type_name -> termivar.v1.TaskSpec
+	13, // 32: termivar.v1.RegisterWorker.spec:type_name -> termivar.v1.WorkerSpec
+	13, // 33: termivar.v1.ReactivateWorker.spec:type_name -> termivar.v1.WorkerSpec
+	33, // 34: termivar.v1.FSMState.keys:type_name -> termivar.v1.KeyRecord
+	34, // 35: termivar.v1.FSMState.tenants:type_name -> termivar.v1.TenantState
+	38, // 36: termivar.v1.FSMState.nodes:type_name -> termivar.v1.NodeInfo
+	33, // 37: termivar.v1.FSMState.revoked_keys:type_name -> termivar.v1.KeyRecord
+	3,  // 38: termivar.v1.TenantState.limits:type_name -> termivar.v1.CoreLimits
+	4,  // 39: termivar.v1.TenantState.result_limits:type_name -> termivar.v1.ResultLimits
+	35, // 40: termivar.v1.TenantState.worker_owners:type_name -> termivar.v1.WorkerOwner
+	36, // 41: termivar.v1.TenantState.scans:type_name -> termivar.v1.ScanIndex
+	42, // [42:42] is the sub-list for method output_type
+	42, // [42:42] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_termivar_v1_command_proto_init() }
@@ -3177,6 +3289,7 @@ func file_termivar_v1_command_proto_init() {
 		(*Command_SetNodeInfo)(nil),
 		(*Command_PurgeTasks)(nil),
 		(*Command_UpdateTenant)(nil),
+		(*Command_RerunTasks)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -3184,7 +3297,7 @@ func file_termivar_v1_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_termivar_v1_command_proto_rawDesc), len(file_termivar_v1_command_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   38,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -73,6 +73,8 @@ const (
 	ProducerListTasksProcedure = "/termivar.v1.Producer/ListTasks"
 	// ProducerScanProgressProcedure is the fully-qualified name of the Producer's ScanProgress RPC.
 	ProducerScanProgressProcedure = "/termivar.v1.Producer/ScanProgress"
+	// ProducerRetryProcedure is the fully-qualified name of the Producer's Retry RPC.
+	ProducerRetryProcedure = "/termivar.v1.Producer/Retry"
 	// ProducerAggregateResultsProcedure is the fully-qualified name of the Producer's AggregateResults
 	// RPC.
 	ProducerAggregateResultsProcedure = "/termivar.v1.Producer/AggregateResults"
@@ -394,6 +396,10 @@ type ProducerClient interface {
 	GetTask(context.Context, *connect.Request[v1.GetTaskRequest]) (*connect.Response[v1.GetTaskResponse], error)
 	ListTasks(context.Context, *connect.Request[v1.ListTasksRequest]) (*connect.Response[v1.ListTasksResponse], error)
 	ScanProgress(context.Context, *connect.Request[v1.ScanProgressRequest]) (*connect.Response[v1.ScanProgressResponse], error)
+	// Retry re-runs a scan's failed, expired or cancelled tasks (or the named
+	// ones) as new generations; tasks already queued or running are left as
+	// they are, so a repeated Retry is harmless.
+	Retry(context.Context, *connect.Request[v1.RetryRequest]) (*connect.Response[v1.RetryResponse], error)
 	// AggregateResults streams a scan's results in enqueue order.
 	AggregateResults(context.Context, *connect.Request[v1.AggregateResultsRequest]) (*connect.ServerStreamForClient[v1.AggregateResultsResponse], error)
 	// DeleteScan purges a scan's terminal tasks and their results (contract
@@ -450,6 +456,12 @@ func NewProducerClient(httpClient connect.HTTPClient, baseURL string, opts ...co
 			connect.WithSchema(producerMethods.ByName("ScanProgress")),
 			connect.WithClientOptions(opts...),
 		),
+		retry: connect.NewClient[v1.RetryRequest, v1.RetryResponse](
+			httpClient,
+			baseURL+ProducerRetryProcedure,
+			connect.WithSchema(producerMethods.ByName("Retry")),
+			connect.WithClientOptions(opts...),
+		),
 		aggregateResults: connect.NewClient[v1.AggregateResultsRequest, v1.AggregateResultsResponse](
 			httpClient,
 			baseURL+ProducerAggregateResultsProcedure,
@@ -484,6 +496,7 @@ type producerClient struct {
 	getTask          *connect.Client[v1.GetTaskRequest, v1.GetTaskResponse]
 	listTasks        *connect.Client[v1.ListTasksRequest, v1.ListTasksResponse]
 	scanProgress     *connect.Client[v1.ScanProgressRequest, v1.ScanProgressResponse]
+	retry            *connect.Client[v1.RetryRequest, v1.RetryResponse]
 	aggregateResults *connect.Client[v1.AggregateResultsRequest, v1.AggregateResultsResponse]
 	deleteScan       *connect.Client[v1.DeleteScanRequest, v1.DeleteScanResponse]
 	purgeTasks       *connect.Client[v1.PurgeTasksRequest, v1.PurgeTasksResponse]
@@ -515,6 +528,11 @@ func (c *producerClient) ScanProgress(ctx context.Context, req *connect.Request[
 	return c.scanProgress.CallUnary(ctx, req)
 }
 
+// Retry calls termivar.v1.Producer.Retry.
+func (c *producerClient) Retry(ctx context.Context, req *connect.Request[v1.RetryRequest]) (*connect.Response[v1.RetryResponse], error) {
+	return c.retry.CallUnary(ctx, req)
+}
+
 // AggregateResults calls termivar.v1.Producer.AggregateResults.
 func (c *producerClient) AggregateResults(ctx context.Context, req *connect.Request[v1.AggregateResultsRequest]) (*connect.ServerStreamForClient[v1.AggregateResultsResponse], error) {
 	return c.aggregateResults.CallServerStream(ctx, req)
@@ -543,6 +561,10 @@ type ProducerHandler interface {
 	GetTask(context.Context, *connect.Request[v1.GetTaskRequest]) (*connect.Response[v1.GetTaskResponse], error)
 	ListTasks(context.Context, *connect.Request[v1.ListTasksRequest]) (*connect.Response[v1.ListTasksResponse], error)
 	ScanProgress(context.Context, *connect.Request[v1.ScanProgressRequest]) (*connect.Response[v1.ScanProgressResponse], error)
+	// Retry re-runs a scan's failed, expired or cancelled tasks (or the named
+	// ones) as new generations; tasks already queued or running are left as
+	// they are, so a repeated Retry is harmless.
+	Retry(context.Context, *connect.Request[v1.RetryRequest]) (*connect.Response[v1.RetryResponse], error)
 	// AggregateResults streams a scan's results in enqueue order.
 	AggregateResults(context.Context, *connect.Request[v1.AggregateResultsRequest], *connect.ServerStream[v1.AggregateResultsResponse]) error
 	// DeleteScan purges a scan's terminal tasks and their results (contract
@@ -595,6 +617,12 @@ func NewProducerHandler(svc ProducerHandler, opts ...connect.HandlerOption) (str
 		connect.WithSchema(producerMethods.ByName("ScanProgress")),
 		connect.WithHandlerOptions(opts...),
 	)
+	producerRetryHandler := connect.NewUnaryHandler(
+		ProducerRetryProcedure,
+		svc.Retry,
+		connect.WithSchema(producerMethods.ByName("Retry")),
+		connect.WithHandlerOptions(opts...),
+	)
 	producerAggregateResultsHandler := connect.NewServerStreamHandler(
 		ProducerAggregateResultsProcedure,
 		svc.AggregateResults,
@@ -631,6 +659,8 @@ func NewProducerHandler(svc ProducerHandler, opts ...connect.HandlerOption) (str
 			producerListTasksHandler.ServeHTTP(w, r)
 		case ProducerScanProgressProcedure:
 			producerScanProgressHandler.ServeHTTP(w, r)
+		case ProducerRetryProcedure:
+			producerRetryHandler.ServeHTTP(w, r)
 		case ProducerAggregateResultsProcedure:
 			producerAggregateResultsHandler.ServeHTTP(w, r)
 		case ProducerDeleteScanProcedure:
@@ -666,6 +696,10 @@ func (UnimplementedProducerHandler) ListTasks(context.Context, *connect.Request[
 
 func (UnimplementedProducerHandler) ScanProgress(context.Context, *connect.Request[v1.ScanProgressRequest]) (*connect.Response[v1.ScanProgressResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Producer.ScanProgress is not implemented"))
+}
+
+func (UnimplementedProducerHandler) Retry(context.Context, *connect.Request[v1.RetryRequest]) (*connect.Response[v1.RetryResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Producer.Retry is not implemented"))
 }
 
 func (UnimplementedProducerHandler) AggregateResults(context.Context, *connect.Request[v1.AggregateResultsRequest], *connect.ServerStream[v1.AggregateResultsResponse]) error {

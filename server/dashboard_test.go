@@ -30,8 +30,9 @@ func (b *testBundle) dashboard(key string) termivarv1connect.DashboardClient {
 }
 
 // dashWorkload runs: scan a (a1..a4) and scan b (b1); worker w1 (capacity
-// 3); a1 completed with a result, a2 failed to exhaustion (4 attempts), a3
-// running; a4 and b1 queued (b1 high priority).
+// 3); a1 completed with a result, a2 failed to exhaustion (4 attempts, each
+// with a reason), a3 failed once with a reason and running again; a4 and
+// b1 queued (b1 high priority).
 func dashWorkload(t *testing.T, b *testBundle, w, p clients) {
 	t.Helper()
 	if _, err := w.worker.RegisterWorker(ctx, req(&pb.RegisterWorkerRequest{WorkerId: "w1", Capacity: 3})); err != nil {
@@ -52,15 +53,24 @@ func dashWorkload(t *testing.T, b *testBundle, w, p clients) {
 		if err != nil || len(acq.Msg.GetTasks()) != 1 || acq.Msg.GetTasks()[0].GetTaskId() != "a2" {
 			t.Fatalf("acquire a2 = %v, %v", acq, err)
 		}
-		if _, err := w.worker.Fail(ctx, req(&pb.FailRequest{LeaseToken: acq.Msg.GetTasks()[0].GetLeaseToken()})); err != nil {
+		if _, err := w.worker.Fail(ctx, req(&pb.FailRequest{LeaseToken: acq.Msg.GetTasks()[0].GetLeaseToken(), Reason: "exit status 3: connection refused"})); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if _, err := p.producer.Enqueue(ctx, req(enqueueReq("a", "a3"))); err != nil {
 		t.Fatal(err)
 	}
-	if acq, err := w.worker.Acquire(ctx, req(&pb.AcquireRequest{WorkerId: "w1", MaxTasks: 1, Start: true})); err != nil || len(acq.Msg.GetTasks()) != 1 {
-		t.Fatalf("acquire a3 = %v, %v", acq, err)
+	// a3 fails once (requeued with its reason), then runs again.
+	for i, reason := range []string{"exit status 1: flaky", ""} {
+		acq, err := w.worker.Acquire(ctx, req(&pb.AcquireRequest{WorkerId: "w1", MaxTasks: 1, Start: true}))
+		if err != nil || len(acq.Msg.GetTasks()) != 1 || acq.Msg.GetTasks()[0].GetTaskId() != "a3" {
+			t.Fatalf("acquire a3 = %v, %v", acq, err)
+		}
+		if i == 0 {
+			if _, err := w.worker.Fail(ctx, req(&pb.FailRequest{LeaseToken: acq.Msg.GetTasks()[0].GetLeaseToken(), Reason: reason})); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	if _, err := p.producer.Enqueue(ctx, req(enqueueReq("a", "a4"))); err != nil {
 		t.Fatal(err)
@@ -121,9 +131,21 @@ func TestDashboard_OverviewOfKnownWorkload(t *testing.T) {
 		ls[0].GetStatus() != "running" || ls[0].GetExpiresAt() <= v.GetNowSecs()-1 {
 		t.Fatalf("leases = %v", ls)
 	}
-	if fs := v.GetFailures(); v.GetFailuresTotal() != 1 || len(fs) != 1 || fs[0].GetTaskId() != "a2" || fs[0].GetStatus() != "failed" ||
-		fs[0].GetAttempt() != 4 || fs[0].GetRetryCount() != 3 || fs[0].GetReason() == "" {
-		t.Fatalf("failures = %v", fs)
+	// Failures: a2 for good, a3 retried (running again), each with the
+	// reason of its newest attempt; a1 (completed) is not one.
+	fails := map[string]*pb.FailureSummary{}
+	for _, f := range v.GetFailures() {
+		fails[f.GetTaskId()] = f
+	}
+	if v.GetFailuresTotal() != 2 || len(fails) != 2 {
+		t.Fatalf("failures = %v (total %d)", v.GetFailures(), v.GetFailuresTotal())
+	}
+	if f := fails["a2"]; f.GetStatus() != "failed" || f.GetAttempt() != 4 || f.GetRetryCount() != 3 || f.GetOutcome() != "failed" ||
+		f.GetReason() != "exit status 3: connection refused" || f.GetWorkerId() != "w1" || f.GetFailedAt() == 0 {
+		t.Fatalf("failure a2 = %v", f)
+	}
+	if f := fails["a3"]; f.GetStatus() != "running" || f.GetAttempt() != 1 || f.GetReason() != "exit status 1: flaky" || f.GetOutcome() != "failed" {
+		t.Fatalf("failure a3 = %v", f)
 	}
 	c := v.GetCluster()
 	if c.GetRaftState() != "Leader" || c.GetTerm() == 0 || c.GetCommitIndex() == 0 || c.GetAppliedIndex() == 0 || c.GetLeaderId() != c.GetNodeId() || len(c.GetMembers()) != 1 {

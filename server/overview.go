@@ -190,21 +190,51 @@ func countStatus(c *pb.TaskCounts, st distributed.TaskStatus) {
 	}
 }
 
-// failureOf reports a task that failed for the failures list: a failed or
-// expired task, with what is known of why.
+// failureOf reports a task for the failures list: its newest ended
+// attempt failed (it is retried or failed for good), or it expired. The
+// reason is the worker's, or what the node recorded.
 func failureOf(t distributed.ScanTask) (*pb.FailureSummary, bool) {
-	var reason string
-	switch t.Status() {
-	case distributed.TaskFailed:
-		reason = "failed after " + strconv.Itoa(int(t.RetryCount())) + " retries"
-	case distributed.TaskExpired:
-		reason = "task TTL expired"
-	default:
+	f := &pb.FailureSummary{TaskId: t.TaskID(), ScanId: t.ScanID(), Status: t.Status().String(), Attempt: t.Attempt(), RetryCount: t.RetryCount()}
+	h := t.Attempts()
+	if n := len(h); n > 0 && failedOutcome(h[n-1].Outcome()) {
+		a := h[n-1]
+		f.Attempt, f.FailedAt, f.WorkerId, f.Outcome, f.Reason = a.Attempt(), a.EndedAt(), a.WorkerID(), a.Outcome().String(), a.Reason()
+		if f.Reason == "" {
+			f.Reason = outcomeReason(a.Outcome())
+		}
+		return f, t.Status() != distributed.TaskCompleted && t.Status() != distributed.TaskCancelled
+	}
+	if t.Status() != distributed.TaskExpired {
 		return nil, false
 	}
-	at, _ := t.FinishedAt()
-	return &pb.FailureSummary{TaskId: t.TaskID(), ScanId: t.ScanID(), Status: t.Status().String(), Attempt: t.Attempt(),
-		RetryCount: t.RetryCount(), FailedAt: at, Reason: reason}, true
+	f.FailedAt, _ = t.FinishedAt()
+	f.Reason = outcomeReason(distributed.AttemptTaskExpired)
+	return f, true
+}
+
+// failedOutcome reports whether an attempt that ended so failed.
+func failedOutcome(o distributed.AttemptOutcome) bool {
+	switch o {
+	case distributed.AttemptFailed, distributed.AttemptLeaseExpired, distributed.AttemptTimedOut,
+		distributed.AttemptWorkerLost, distributed.AttemptTaskExpired:
+		return true
+	}
+	return false
+}
+
+// outcomeReason explains a failed attempt the worker gave no reason for.
+func outcomeReason(o distributed.AttemptOutcome) string {
+	switch o {
+	case distributed.AttemptFailed:
+		return "failed (the worker gave no reason)"
+	case distributed.AttemptLeaseExpired:
+		return "lease expired (the worker stopped renewing it)"
+	case distributed.AttemptTimedOut:
+		return "attempt timed out"
+	case distributed.AttemptWorkerLost:
+		return "worker lost (deregistered or declared dead)"
+	}
+	return "task TTL expired"
 }
 
 // addWorkers fills the workers (by worker ID, cut to overviewWorkers).

@@ -7,8 +7,9 @@
 // 30-task scan with one target that always fails with a message on
 // stderr, and two tasks that run until cancelled. The test asserts the
 // scan's progress bar advances through intermediate values to the end,
-// the worker appears, the failure's reason is shown, a cancel from the
-// page works with the producer key and is refused with a worker key (the
+// the worker appears, the failure's reason (the command's exit status and
+// stderr) is shown, a retry and a cancel from the page work with the
+// producer key and is refused with a worker key (the
 // buttons are hidden, and the page's own call is refused by the server),
 // the page fits a phone's width, and nothing violates the page's
 // Content-Security-Policy. Screenshots at desktop (1280x800) and phone
@@ -245,8 +246,16 @@ func TestBrowser_Dashboard(t *testing.T) {
 
 	// The failure and its reason.
 	step("failure reason shown", chromedp.Poll[chromedp.Void](
-		`document.querySelector('#failures tr[data-task="web-fail"] td.reason')?.textContent.includes("failed after")`,
+		`document.querySelector('#failures tr[data-task="web-fail"] td.reason')?.textContent.includes("probe refused by target")`,
 		chromedp.WithPollingTimeout(20*time.Second)))
+
+	// Retry the failed task from the page: it is re-run (and fails again).
+	retry := chromedp.CSS(`#failures button[data-action="retry:web-fail"]`)
+	step("retry web-fail", chromedp.WaitVisible(retry), chromedp.Click(retry),
+		chromedp.Poll[chromedp.Void](`document.getElementById('message').textContent.includes("Re-queued task web-fail")`))
+	if r, err := admin.GetTask(ctx, &pb.GetTaskRequest{TaskId: "web-fail"}); err != nil || r.GetTask().GetReruns() != 1 {
+		t.Fatalf("web-fail after the page's retry = %v, %v; want 1 re-run", r, err)
+	}
 
 	// Cancel hold-1 from the page (two clicks: arm, confirm).
 	btn := chromedp.CSS(`#leases button[data-action="task:hold-1"]`)

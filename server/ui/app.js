@@ -133,6 +133,13 @@
     return b;
   }
 
+  // A button for a harmless action (one click).
+  function actButton(label, id, action) {
+    const b = el("button", { type: "button", class: "act", "data-action": id, text: label });
+    b.addEventListener("click", async () => { b.disabled = true; await action(); });
+    return b;
+  }
+
   function disarm(id) {
     pendingConfirm.delete(id);
     for (const b of document.querySelectorAll("button[data-action]")) {
@@ -154,6 +161,10 @@
 
   const cancelTask = (taskID) => act("Producer/Cancel", { taskId: taskID },
     (r) => r.alreadyCancelled ? "Task " + taskID + " was already cancelled." : "Cancelled task " + taskID + ".");
+  const retryTask = (scanID, taskID) => act("Producer/Retry", { scanId: scanID, taskIds: [taskID] },
+    (r) => (r.requeued || []).length ? "Re-queued task " + taskID + "." : "Task " + taskID + " was left as it is (" + num(r.unchanged) + " unchanged).");
+  const retryScan = (scanID) => act("Producer/Retry", { scanId: scanID, statuses: ["failed", "expired"] },
+    (r) => "Re-queued " + (r.requeued || []).length + " failed or expired tasks of scan " + scanID + ".");
   const cancelScan = (scanID) => act("Producer/CancelScan", { scanId: scanID },
     (r) => "Cancelled " + num(r.cancelled) + " tasks of scan " + scanID + " (" + num(r.unchanged) + " unchanged).");
 
@@ -213,7 +224,10 @@
     const rate = num(s.throughputPerSec);
     const eta = s.etaSecs !== undefined ? dur(num(s.etaSecs)) : (left === 0 ? "done" : "—");
     const head = el("div", { class: "card-head" }, el("strong", { text: s.scanId }));
-    if (canAct() && left > 0) head.append(confirmButton("Cancel scan", "scan:" + s.scanId, () => cancelScan(s.scanId)));
+    const actions = el("span", { class: "actions" });
+    if (canAct() && num(c.failed) + num(c.expired) > 0) actions.append(actButton("Retry failed", "retry-scan:" + s.scanId, () => retryScan(s.scanId)));
+    if (canAct() && left > 0) actions.append(confirmButton("Cancel scan", "scan:" + s.scanId, () => cancelScan(s.scanId)));
+    head.append(actions);
     return el("div", { class: "card", "data-scan": s.scanId, "data-done": done, "data-total": total },
       head, bar,
       el("div", { class: "meta" },
@@ -274,12 +288,15 @@
   function renderFailures(v) {
     $("failures-count").textContent = "(" + num(v.failuresTotal) + ")";
     const hdr = [{ label: "Task" }, { label: "Scan", cls: "wide" }, { label: "Status" }, { label: "Attempt", cls: "num wide" },
-      { label: "When" }, { label: "Reason" }];
+      { label: "When" }, { label: "Reason" }, { label: "" }];
+    const final = (f) => f.status === "failed" || f.status === "expired";
     table("failures", hdr, (v.failures || []).map((f) => el("tr", { "data-task": f.taskId },
-      el("td", { text: f.taskId }), el("td", { class: "wide", text: f.scanId }), el("td", { class: "st-" + f.status, text: f.status }),
+      el("td", { text: f.taskId }), el("td", { class: "wide", text: f.scanId }),
+      el("td", { class: "st-" + f.status, text: final(f) ? f.status : f.status + " (retried)" }),
       el("td", { class: "num wide", text: num(f.attempt) }),
       el("td", { "data-since": num(f.failedAt), text: ago(f.failedAt) }),
-      el("td", { class: "reason", text: f.reason || "—" }))), "No failures.");
+      el("td", { class: "reason", text: f.reason || "—" }),
+      el("td", null, canAct() && final(f) ? actButton("Retry", "retry:" + f.taskId, () => retryTask(f.scanId, f.taskId)) : null))), "No failures.");
   }
 
   function renderCluster(c) {
@@ -388,5 +405,5 @@
 
   // For scripted use and tests: the same calls the buttons make (the
   // server decides what a key may do).
-  window.termivarDashboard = Object.freeze({ cancelTask, cancelScan, refreshNow });
+  window.termivarDashboard = Object.freeze({ cancelTask, cancelScan, retryTask, retryScan, refreshNow });
 })();

@@ -655,8 +655,10 @@ func (x *LeaseSummary) GetExpiresAt() uint64 {
 	return 0
 }
 
-// FailureSummary is a task that failed: terminally (failed, expired), or
-// an attempt that failed and was retried.
+// FailureSummary is a task whose newest ended attempt failed (failed,
+// lease_expired, timed_out or worker_lost), whether it is retried (status
+// queued, leased or running) or final (failed), or a task that expired.
+// A task that later completed or was cancelled is not a failure.
 type FailureSummary struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	TaskId     string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
@@ -666,11 +668,15 @@ type FailureSummary struct {
 	RetryCount uint32                 `protobuf:"varint,5,opt,name=retry_count,json=retryCount,proto3" json:"retry_count,omitempty"`
 	// failed_at is when it failed (logical seconds).
 	FailedAt uint64 `protobuf:"varint,6,opt,name=failed_at,json=failedAt,proto3" json:"failed_at,omitempty"`
-	// reason is the failure reason the worker reported (or what the node
-	// recorded: an expired lease, a lost worker, the task TTL); "" when none
-	// is known.
-	Reason        string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
-	WorkerId      string `protobuf:"bytes,8,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	// reason is the failure reason the worker reported (an exit status and
+	// the tail of stderr, "timeout", …), or else what the node recorded (an
+	// expired lease, a lost worker, the task TTL).
+	Reason   string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	WorkerId string `protobuf:"bytes,8,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	// outcome is the failed attempt's outcome (failed, lease_expired,
+	// timed_out, worker_lost, task_expired); "" for a task that expired
+	// while queued.
+	Outcome       string `protobuf:"bytes,9,opt,name=outcome,proto3" json:"outcome,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -757,6 +763,13 @@ func (x *FailureSummary) GetReason() string {
 func (x *FailureSummary) GetWorkerId() string {
 	if x != nil {
 		return x.WorkerId
+	}
+	return ""
+}
+
+func (x *FailureSummary) GetOutcome() string {
+	if x != nil {
+		return x.Outcome
 	}
 	return ""
 }
@@ -1140,7 +1153,7 @@ const file_termivar_v1_dashboard_proto_rawDesc = "" +
 	"\vacquired_at\x18\a \x01(\x04R\n" +
 	"acquiredAt\x12\x1d\n" +
 	"\n" +
-	"expires_at\x18\b \x01(\x04R\texpiresAt\"\xe7\x01\n" +
+	"expires_at\x18\b \x01(\x04R\texpiresAt\"\x81\x02\n" +
 	"\x0eFailureSummary\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x17\n" +
 	"\ascan_id\x18\x02 \x01(\tR\x06scanId\x12\x16\n" +
@@ -1150,7 +1163,8 @@ const file_termivar_v1_dashboard_proto_rawDesc = "" +
 	"retryCount\x12\x1b\n" +
 	"\tfailed_at\x18\x06 \x01(\x04R\bfailedAt\x12\x16\n" +
 	"\x06reason\x18\a \x01(\tR\x06reason\x12\x1b\n" +
-	"\tworker_id\x18\b \x01(\tR\bworkerId\"\xbe\x02\n" +
+	"\tworker_id\x18\b \x01(\tR\bworkerId\x12\x18\n" +
+	"\aoutcome\x18\t \x01(\tR\aoutcome\"\xbe\x02\n" +
 	"\x0eClusterSummary\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1d\n" +
 	"\n" +

@@ -12,8 +12,10 @@ package server
 
 import (
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,6 +23,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	distributed "github.com/termivar/distributed"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 	"github.com/termivar/distributed/gen/termivar/v1/termivarv1connect"
 )
@@ -389,6 +392,27 @@ func assertNoInlineOrForeign(t *testing.T, path, body string) {
 		"inline style, handler or HTML injection": styleAttr, "another origin": foreignURL} {
 		if m := re.FindString(body); m != "" {
 			t.Fatalf("%s has %s: %q", path, name, m)
+		}
+	}
+}
+
+// TestKeepFirst: the bounded head of the queue equals the first
+// overviewQueueHead of a full sort, for random inputs in random order.
+func TestKeepFirst(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := range 200 {
+		n := rng.IntN(3 * overviewQueueHead)
+		var all, head []queuedRef
+		for i := range n {
+			r := queuedRef{prio: distributed.TaskPriority(rng.IntN(4)), createdAt: uint64(rng.IntN(5)), taskID: "t" + strconv.Itoa(i)}
+			all = append(all, r)
+			head = keepFirst(head, r)
+		}
+		slices.SortFunc(all, queuedBefore)
+		want := all[:min(len(all), overviewQueueHead)]
+		if !slices.Equal(head, want) {
+			t.Fatalf("round %d (%d tasks): keepFirst = %v, want %v", round, n, head, want)
 		}
 	}
 }

@@ -54,7 +54,7 @@ type overviewBuilder struct {
 	scans    map[string]*pb.ScanSummary
 	firstAt  map[string]uint64    // scan ID → oldest CreatedAt
 	queue    [4]*pb.PriorityQueue // by priority
-	head     []*pb.QueuedTask
+	head     []queuedRef          // the overviewQueueHead first queued tasks, in order
 	leases   []*pb.LeaseSummary
 	failures []*pb.FailureSummary
 }
@@ -104,8 +104,38 @@ func (b *overviewBuilder) addQueued(t distributed.ScanTask) {
 		q.OldestCreatedAt = t.CreatedAt()
 	}
 	q.Queued++
-	b.head = append(b.head, &pb.QueuedTask{TaskId: t.TaskID(), ScanId: t.ScanID(), Priority: t.Priority().String(),
-		CreatedAt: t.CreatedAt(), RetryCount: t.RetryCount()})
+	b.head = keepFirst(b.head, queuedRef{prio: t.Priority(), createdAt: t.CreatedAt(), retries: t.RetryCount(), taskID: t.TaskID(), scanID: t.ScanID()})
+}
+
+// keepFirst inserts r into head (sorted by queuedBefore) if it is among
+// the overviewQueueHead first: O(overviewQueueHead) per task at most, no
+// allocation once head is full.
+func keepFirst(head []queuedRef, r queuedRef) []queuedRef {
+	if len(head) == overviewQueueHead && queuedBefore(head[len(head)-1], r) <= 0 {
+		return head
+	}
+	i, _ := slices.BinarySearchFunc(head, r, queuedBefore)
+	if len(head) < overviewQueueHead {
+		head = append(head, queuedRef{})
+	}
+	copy(head[i+1:], head[i:len(head)-1])
+	head[i] = r
+	return head
+}
+
+// queuedBefore orders queued tasks: priority descending, then age, then
+// task ID.
+func queuedBefore(a, c queuedRef) int {
+	return cmp.Or(cmp.Compare(c.prio, a.prio), cmp.Compare(a.createdAt, c.createdAt), cmp.Compare(a.taskID, c.taskID))
+}
+
+// queuedRef is a queued task while the view is built (no allocation per
+// task; only the head becomes messages).
+type queuedRef struct {
+	prio           distributed.TaskPriority
+	createdAt      uint64
+	retries        uint32
+	taskID, scanID string
 }
 
 func (b *overviewBuilder) addLease(t distributed.ScanTask) {
@@ -133,12 +163,10 @@ func (b *overviewBuilder) finish(out *pb.OverviewResponse) {
 	for p := len(b.queue) - 1; p >= 0; p-- {
 		out.Queue = append(out.Queue, b.queue[p])
 	}
-	slices.SortFunc(b.head, func(a, c *pb.QueuedTask) int {
-		pa, _ := distributed.ParseTaskPriority(a.Priority)
-		pc, _ := distributed.ParseTaskPriority(c.Priority)
-		return cmp.Or(cmp.Compare(pc, pa), cmp.Compare(a.CreatedAt, c.CreatedAt), cmp.Compare(a.TaskId, c.TaskId))
-	})
-	out.QueueHead = b.head[:min(len(b.head), overviewQueueHead)]
+	for _, q := range b.head {
+		out.QueueHead = append(out.QueueHead, &pb.QueuedTask{TaskId: q.taskID, ScanId: q.scanID, Priority: q.prio.String(),
+			CreatedAt: q.createdAt, RetryCount: q.retries})
+	}
 	slices.SortFunc(b.leases, func(a, c *pb.LeaseSummary) int {
 		return cmp.Or(cmp.Compare(a.ExpiresAt, c.ExpiresAt), cmp.Compare(a.TaskId, c.TaskId))
 	})
@@ -194,17 +222,24 @@ func countStatus(c *pb.TaskCounts, st distributed.TaskStatus) {
 // attempt failed (it is retried or failed for good), or it expired. The
 // reason is the worker's, or what the node recorded.
 func failureOf(t distributed.ScanTask) (*pb.FailureSummary, bool) {
-	f := &pb.FailureSummary{TaskId: t.TaskID(), ScanId: t.ScanID(), Status: t.Status().String(), Attempt: t.Attempt(), RetryCount: t.RetryCount()}
+	st := t.Status()
+	if st == distributed.TaskCompleted || st == distributed.TaskCancelled {
+		return nil, false
+	}
 	h := t.Attempts()
+	if len(h) == 0 && st != distributed.TaskExpired {
+		return nil, false
+	}
+	f := &pb.FailureSummary{TaskId: t.TaskID(), ScanId: t.ScanID(), Status: st.String(), Attempt: t.Attempt(), RetryCount: t.RetryCount()}
 	if n := len(h); n > 0 && failedOutcome(h[n-1].Outcome()) {
 		a := h[n-1]
 		f.Attempt, f.FailedAt, f.WorkerId, f.Outcome, f.Reason = a.Attempt(), a.EndedAt(), a.WorkerID(), a.Outcome().String(), a.Reason()
 		if f.Reason == "" {
 			f.Reason = outcomeReason(a.Outcome())
 		}
-		return f, t.Status() != distributed.TaskCompleted && t.Status() != distributed.TaskCancelled
+		return f, true
 	}
-	if t.Status() != distributed.TaskExpired {
+	if st != distributed.TaskExpired {
 		return nil, false
 	}
 	f.FailedAt, _ = t.FinishedAt()

@@ -161,5 +161,5 @@ func (s *watchedLogStore) IsMonotonic() bool {
 
 // fsmOptions are the FSM options of a node.
 func (n *Node) fsmOptions() raftfsm.Options {
-	return raftfsm.Options{Logger: n.cfg.Logger, NotifyFunc: n.wake.notify, FatalFunc: n.onFSMFatal}
+	return raftfsm.Options{Logger: n.cfg.Logger, NotifyFunc: n.wake.notify, ProgressFunc: n.progress.notify, FatalFunc: n.onFSMFatal}
 }

@@ -216,6 +216,7 @@ type Node struct {
 	codec         *token.Codec
 	wake          *notifier
 	changed       *notifier // every applied entry (ChangeChan); one key, ""
+	progress      *notifier // the FSM's ProgressFunc: tasks may have become terminal
 	clu           clusterState
 	ident         *identity
 	lock          *dirLock
@@ -270,14 +271,15 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 		}
 	}
 	n := &Node{
-		cfg:     cfg,
-		log:     cfg.Logger,
-		secret:  secret,
-		ident:   ident,
-		wake:    newNotifier(),
-		changed: newNotifier(),
-		hl:      newHealth(),
-		life:    newLifetime(),
+		cfg:      cfg,
+		log:      cfg.Logger,
+		secret:   secret,
+		ident:    ident,
+		wake:     newNotifier(),
+		changed:  newNotifier(),
+		progress: newNotifier(),
+		hl:       newHealth(),
+		life:     newLifetime(),
 	}
 	n.incarnation = ident.incarnation()
 	n.verifyPeer = n.verifyRaftPeer
@@ -506,6 +508,10 @@ func (n *Node) ChangeChan() <-chan struct{} { return n.changed.wait("") }
 // WaitChan returns a channel that is closed the next time a command may
 // have made queued tasks available in tenant (Acquire long-polls on it).
 func (n *Node) WaitChan(tenant string) <-chan struct{} { return n.wake.wait(tenant) }
+
+// ProgressChan returns a channel that is closed the next time a command
+// may have made tasks of the tenant terminal (result followers wait on it).
+func (n *Node) ProgressChan(tenant string) <-chan struct{} { return n.progress.wait(tenant) }
 
 // Snapshot forces a raft snapshot (tests and operators).
 func (n *Node) Snapshot() error { return n.raft.Snapshot().Error() }

@@ -49,6 +49,11 @@ type Options struct {
 	// command that may have made queued tasks available in a tenant
 	// (enqueue, failure, recovery). It must not block.
 	NotifyFunc func(tenant string)
+	// ProgressFunc, when set, is called from the apply goroutine after a
+	// command that may have made tasks of a tenant terminal (completion,
+	// failure, cancellation, expiry, recovery): result followers wait on
+	// it. It must not block.
+	ProgressFunc func(tenant string)
 	// FatalFunc, when set, is called once from the apply goroutine when a
 	// committed entry fails its integrity check or does not decode
 	// (fatal.go). It must not block; the FSM applies nothing after it.
@@ -108,8 +113,9 @@ type Tenant struct {
 	resultLimits distributed.ResultLimits
 	pool         *distributed.WorkerPool
 	results      *distributed.ResultAggregator
-	owners       map[string]string   // worker ID → key ID of the worker key that registered it
-	scans        map[string][]string // scan ID → task IDs in enqueue order (purged IDs removed)
+	owners       map[string]string    // worker ID → key ID of the worker key that registered it
+	scans        map[string][]string  // scan ID → task IDs in enqueue order (purged IDs removed)
+	meta         map[string]*scanMeta // scan ID → what else is recorded of it (scans.go); same keys as scans
 	// retentionSecs is the result retention policy: terminal tasks older
 	// than this are purged by the leader's ticker (0: off; purge.go).
 	retentionSecs uint64
@@ -309,6 +315,7 @@ func (f *FSM) applyEnqueue(t *Tenant, e *pb.EnqueueTasks, rev, now uint64) Respo
 	for _, s := range specs {
 		t.scans[s.ScanID] = append(t.scans[s.ScanID], s.TaskID)
 	}
+	t.noteEnqueued(specs, now)
 	return Response{Revision: tr.Revision, Value: tr.Value}
 }
 
@@ -369,6 +376,13 @@ func (f *FSM) applyComplete(t *Tenant, lease distributed.TaskLease, result []byt
 		return Response{Err: err}
 	}
 	st, err := t.results.StoreResult(t.results.Revision(), tr.Value.Receipt, result)
+	if tr.Value.Kind == distributed.Completed {
+		stored := 0
+		if err == nil {
+			stored = len(result)
+		}
+		t.noteCompleted(task.ScanID(), lease.TaskID(), stored)
+	}
 	if err != nil {
 		if tr.Value.Kind == distributed.Completed {
 			// NB: unreachable after the precheck above; reported loudly.
@@ -445,7 +459,7 @@ func newTenant(name string, lim distributed.Limits, rl distributed.ResultLimits)
 		return nil, err
 	}
 	return &Tenant{name: name, limits: lim, resultLimits: rl, pool: pool, results: res,
-		owners: map[string]string{}, scans: map[string][]string{}}, nil
+		owners: map[string]string{}, scans: map[string][]string{}, meta: map[string]*scanMeta{}}, nil
 }
 
 func kindOf(err error) string {

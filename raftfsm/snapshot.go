@@ -59,7 +59,7 @@ func (f *FSM) ExportState() ([]byte, error) {
 			ts.WorkerOwners = append(ts.WorkerOwners, &pb.WorkerOwner{WorkerId: w, KeyId: t.owners[w]})
 		}
 		for _, s := range sortedKeys(t.scans) {
-			ts.Scans = append(ts.Scans, &pb.ScanIndex{ScanId: s, TaskIds: t.scans[s]})
+			ts.Scans = append(ts.Scans, t.exportScan(s))
 		}
 		st.Tenants = append(st.Tenants, ts)
 	}
@@ -161,7 +161,8 @@ func restoreTenant(ts *pb.TenantState) (*Tenant, bool) {
 		return nil, false
 	}
 	t := &Tenant{name: ts.GetName(), limits: lim, resultLimits: rl, pool: pool, results: res,
-		owners: map[string]string{}, scans: map[string][]string{}, retentionSecs: ts.GetResultRetentionSecs()}
+		owners: map[string]string{}, scans: map[string][]string{}, meta: map[string]*scanMeta{},
+		retentionSecs: ts.GetResultRetentionSecs()}
 	for _, o := range ts.GetWorkerOwners() {
 		if _, dup := t.owners[o.GetWorkerId()]; dup {
 			return nil, false
@@ -177,7 +178,12 @@ func restoreTenant(ts *pb.TenantState) (*Tenant, bool) {
 				return nil, false
 			}
 		}
+		m, ok := restoreScanMeta(pool, res, sc)
+		if !ok {
+			return nil, false
+		}
 		t.scans[sc.GetScanId()] = slices.Clone(sc.GetTaskIds())
+		t.meta[sc.GetScanId()] = m
 	}
 	return t, true
 }

@@ -29,7 +29,7 @@ var rpcMutates = map[string]bool{
 	"Worker.Deregister": true,
 	"Producer.Enqueue":  true, "Producer.Cancel": true, "Producer.GetTask": false, "Producer.ListTasks": false,
 	"Producer.ScanProgress": false, "Producer.AggregateResults": false, "Producer.Retry": true,
-	"Producer.DeleteScan": true, "Producer.PurgeTasks": true,
+	"Producer.ListScans": false, "Producer.FollowResults": false, "Producer.DeleteScan": true, "Producer.PurgeTasks": true,
 	"Producer.CancelScan": true, "Dashboard.Overview": false,
 	"Admin.UpdateTenant": true,
 	"Admin.Status":       false, "Admin.ListWorkers": false, "Admin.CreateTenant": true, "Admin.CreateKey": true,

@@ -32,6 +32,9 @@ type Backend interface {
 	// WaitChan returns a channel closed the next time queued tasks may
 	// have become available in tenant (Acquire long-polls on it).
 	WaitChan(tenant string) <-chan struct{}
+	// ProgressChan returns a channel closed the next time tasks of tenant
+	// may have become terminal (FollowResults long-polls on it).
+	ProgressChan(tenant string) <-chan struct{}
 	// DefaultLimits are the limits of a tenant created without any.
 	DefaultLimits() (distributed.Limits, distributed.ResultLimits)
 	// NodeID names this node; Secret is the cluster secret (it keys the

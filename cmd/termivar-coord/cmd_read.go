@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	distributed "github.com/termivar/distributed"
 	"github.com/termivar/distributed/client"
@@ -138,7 +140,7 @@ func runTasks(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	tw := tabwriter.NewWriter(env.stdout, 0, 0, 2, ' ', 0)
 	if !g.json {
-		fmt.Fprintln(tw, "TASK\tSCAN\tSTATUS\tPRIORITY\tATTEMPT\tRETRIES\tWORKER\tRESULT\tLAST REASON")
+		fmt.Fprintln(tw, "TASK\tSCAN\tTARGET\tSTATUS\tPRIORITY\tATTEMPT\tRETRIES\tWORKER\tRESULT\tLAST REASON")
 	}
 	n := 0
 	errStop := fmt.Errorf("limit reached")
@@ -158,7 +160,7 @@ func runTasks(ctx context.Context, env *cliEnv, args []string) error {
 		if worker == "" {
 			worker = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", t.GetTaskId(), t.GetScanId(), t.GetStatus(), t.GetPriority(), t.GetAttempt(), t.GetRetryCount(), worker, res, shortReason(t.GetLastFailureReason()))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", t.GetTaskId(), t.GetScanId(), tableTarget(t.GetTargetRef()), t.GetStatus(), t.GetPriority(), t.GetAttempt(), t.GetRetryCount(), worker, res, shortReason(t.GetLastFailureReason()))
 		return nil
 	})
 	if err != nil && err != errStop {
@@ -168,6 +170,27 @@ func runTasks(ctx context.Context, env *cliEnv, args []string) error {
 		return nil
 	}
 	return tw.Flush()
+}
+
+// maxTableTarget bounds a target in the tasks table; --json has it whole.
+const maxTableTarget = 48
+
+// tableTarget is a target as one table cell: control characters (tabs,
+// newlines) shown as '?', cut to maxTableTarget runes with a final "…".
+func tableTarget(s string) string {
+	r := []rune(strings.Map(func(c rune) rune {
+		if unicode.IsControl(c) {
+			return '?'
+		}
+		return c
+	}, s))
+	if len(r) > maxTableTarget {
+		return string(r[:maxTableTarget-1]) + "…"
+	}
+	if len(r) == 0 {
+		return "-"
+	}
+	return string(r)
 }
 
 // workerJSON is one line of workers --json.

@@ -27,6 +27,8 @@ const (
 	exitUsage       = 1
 	exitRejected    = 2
 	exitUnreachable = 3
+	// exitScanFailed: watch saw the scan end with failed or expired tasks.
+	exitScanFailed = 4
 )
 
 type command struct {

@@ -2670,7 +2670,28 @@ type ScanProgressResponse struct {
 	Expired   uint32                 `protobuf:"varint,8,opt,name=expired,proto3" json:"expired,omitempty"`
 	Results   uint32                 `protobuf:"varint,9,opt,name=results,proto3" json:"results,omitempty"`
 	// reruns is the number of re-runs (Retry) of the scan's tasks.
-	Reruns        uint32 `protobuf:"varint,10,opt,name=reruns,proto3" json:"reruns,omitempty"`
+	Reruns uint32 `protobuf:"varint,19,opt,name=reruns,proto3" json:"reruns,omitempty"`
+	// What a stalled scan waits for, read from the same state (watch
+	// explains a stall with these). now_secs is the node's time in the
+	// leader's time base: the later of the last applied logical time and
+	// its wall clock seconds; next_lease_expiry is the earliest lease expiry
+	// of the scan's leased and running tasks (0: none), so
+	// next_lease_expiry - now_secs is the time left.
+	NowSecs         uint64 `protobuf:"varint,10,opt,name=now_secs,json=nowSecs,proto3" json:"now_secs,omitempty"`
+	NextLeaseExpiry uint64 `protobuf:"varint,11,opt,name=next_lease_expiry,json=nextLeaseExpiry,proto3" json:"next_lease_expiry,omitempty"`
+	// The tenant's result store: stored results and bytes, and its limits
+	// (a completion is rejected when either is reached).
+	TenantResults       uint32 `protobuf:"varint,12,opt,name=tenant_results,json=tenantResults,proto3" json:"tenant_results,omitempty"`
+	MaxResults          uint32 `protobuf:"varint,13,opt,name=max_results,json=maxResults,proto3" json:"max_results,omitempty"`
+	TenantResultBytes   uint64 `protobuf:"varint,14,opt,name=tenant_result_bytes,json=tenantResultBytes,proto3" json:"tenant_result_bytes,omitempty"`
+	MaxResultTotalBytes uint64 `protobuf:"varint,15,opt,name=max_result_total_bytes,json=maxResultTotalBytes,proto3" json:"max_result_total_bytes,omitempty"`
+	// live_workers counts the tenant's workers that are not offline and
+	// heartbeated within the heartbeat timeout; free_slots their available
+	// slots.
+	LiveWorkers uint32 `protobuf:"varint,16,opt,name=live_workers,json=liveWorkers,proto3" json:"live_workers,omitempty"`
+	FreeSlots   uint32 `protobuf:"varint,17,opt,name=free_slots,json=freeSlots,proto3" json:"free_slots,omitempty"`
+	// finished_at is when the last task became terminal (0: not finished).
+	FinishedAt    uint64 `protobuf:"varint,18,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2771,6 +2792,69 @@ func (x *ScanProgressResponse) GetResults() uint32 {
 func (x *ScanProgressResponse) GetReruns() uint32 {
 	if x != nil {
 		return x.Reruns
+	}
+	return 0
+}
+
+func (x *ScanProgressResponse) GetNowSecs() uint64 {
+	if x != nil {
+		return x.NowSecs
+	}
+	return 0
+}
+
+func (x *ScanProgressResponse) GetNextLeaseExpiry() uint64 {
+	if x != nil {
+		return x.NextLeaseExpiry
+	}
+	return 0
+}
+
+func (x *ScanProgressResponse) GetTenantResults() uint32 {
+	if x != nil {
+		return x.TenantResults
+	}
+	return 0
+}
+
+func (x *ScanProgressResponse) GetMaxResults() uint32 {
+	if x != nil {
+		return x.MaxResults
+	}
+	return 0
+}
+
+func (x *ScanProgressResponse) GetTenantResultBytes() uint64 {
+	if x != nil {
+		return x.TenantResultBytes
+	}
+	return 0
+}
+
+func (x *ScanProgressResponse) GetMaxResultTotalBytes() uint64 {
+	if x != nil {
+		return x.MaxResultTotalBytes
+	}
+	return 0
+}
+
+func (x *ScanProgressResponse) GetLiveWorkers() uint32 {
+	if x != nil {
+		return x.LiveWorkers
+	}
+	return 0
+}
+
+func (x *ScanProgressResponse) GetFreeSlots() uint32 {
+	if x != nil {
+		return x.FreeSlots
+	}
+	return 0
+}
+
+func (x *ScanProgressResponse) GetFinishedAt() uint64 {
+	if x != nil {
+		return x.FinishedAt
 	}
 	return 0
 }
@@ -2956,6 +3040,7 @@ type AggregateResultsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TaskId        string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
 	Result        []byte                 `protobuf:"bytes,2,opt,name=result,proto3" json:"result,omitempty"`
+	TargetRef     string                 `protobuf:"bytes,3,opt,name=target_ref,json=targetRef,proto3" json:"target_ref,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3004,6 +3089,491 @@ func (x *AggregateResultsResponse) GetResult() []byte {
 	return nil
 }
 
+func (x *AggregateResultsResponse) GetTargetRef() string {
+	if x != nil {
+		return x.TargetRef
+	}
+	return ""
+}
+
+type ListScansRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	PageSize      uint32                 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`   // 0 means 100; at most 1000
+	PageToken     string                 `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"` // the last scan ID of the previous page
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListScansRequest) Reset() {
+	*x = ListScansRequest{}
+	mi := &file_termivar_v1_api_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListScansRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListScansRequest) ProtoMessage() {}
+
+func (x *ListScansRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListScansRequest.ProtoReflect.Descriptor instead.
+func (*ListScansRequest) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *ListScansRequest) GetPageSize() uint32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListScansRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ScanInfo is one scan: its state and counts per task status.
+type ScanInfo struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	ScanId string                 `protobuf:"bytes,1,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
+	// state is "running" (a task is not terminal), "done" (every task
+	// completed), "done_with_failures" (terminal, some failed or expired,
+	// none cancelled) or "cancelled" (terminal, some cancelled).
+	State      string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	CreatedAt  uint64 `protobuf:"varint,3,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`    // logical time of the first enqueue; 0: unknown
+	FinishedAt uint64 `protobuf:"varint,4,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"` // logical time the scan became terminal; 0: not (or unknown)
+	// admitted is the number of the scan's task records (every status).
+	Admitted    uint32 `protobuf:"varint,5,opt,name=admitted,proto3" json:"admitted,omitempty"`
+	Queued      uint32 `protobuf:"varint,6,opt,name=queued,proto3" json:"queued,omitempty"`
+	Leased      uint32 `protobuf:"varint,7,opt,name=leased,proto3" json:"leased,omitempty"`
+	Running     uint32 `protobuf:"varint,8,opt,name=running,proto3" json:"running,omitempty"`
+	Completed   uint32 `protobuf:"varint,9,opt,name=completed,proto3" json:"completed,omitempty"`
+	Failed      uint32 `protobuf:"varint,10,opt,name=failed,proto3" json:"failed,omitempty"`
+	Cancelled   uint32 `protobuf:"varint,11,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
+	Expired     uint32 `protobuf:"varint,12,opt,name=expired,proto3" json:"expired,omitempty"`
+	Results     uint32 `protobuf:"varint,13,opt,name=results,proto3" json:"results,omitempty"`
+	ResultBytes uint64 `protobuf:"varint,14,opt,name=result_bytes,json=resultBytes,proto3" json:"result_bytes,omitempty"`
+	// retention_deadline is the logical time after which the scan's
+	// terminal records and results may be deleted by the tenant's result
+	// retention policy; absent when no policy applies to the scan.
+	RetentionDeadline *uint64 `protobuf:"varint,15,opt,name=retention_deadline,json=retentionDeadline,proto3,oneof" json:"retention_deadline,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *ScanInfo) Reset() {
+	*x = ScanInfo{}
+	mi := &file_termivar_v1_api_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScanInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScanInfo) ProtoMessage() {}
+
+func (x *ScanInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScanInfo.ProtoReflect.Descriptor instead.
+func (*ScanInfo) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *ScanInfo) GetScanId() string {
+	if x != nil {
+		return x.ScanId
+	}
+	return ""
+}
+
+func (x *ScanInfo) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *ScanInfo) GetCreatedAt() uint64 {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return 0
+}
+
+func (x *ScanInfo) GetFinishedAt() uint64 {
+	if x != nil {
+		return x.FinishedAt
+	}
+	return 0
+}
+
+func (x *ScanInfo) GetAdmitted() uint32 {
+	if x != nil {
+		return x.Admitted
+	}
+	return 0
+}
+
+func (x *ScanInfo) GetQueued() uint32 {
+	if x != nil {
+		return x.Queued
+	}
+	return 0
+}
+
+func (x *ScanInfo) GetLeased() uint32 {
+	if x != nil {
+		return x.Leased
+	}
+	return 0
+}
+
+func (x *ScanInfo) GetRunning() uint32 {
+	if x != nil {
+		return x.Running
+	}
+	return 0
+}
+
+func (x *ScanInfo) GetCompleted() uint32 {
+	if x != nil {
+		return x.Completed
+	}
+	return 0
+}
+
+func (x *ScanInfo) GetFailed() uint32 {
+	if x != nil {
+		return x.Failed
+	}
+	return 0
+}
+
+func (x *ScanInfo) GetCancelled() uint32 {
+	if x != nil {
+		return x.Cancelled
+	}
+	return 0
+}
+
+func (x *ScanInfo) GetExpired() uint32 {
+	if x != nil {
+		return x.Expired
+	}
+	return 0
+}
+
+func (x *ScanInfo) GetResults() uint32 {
+	if x != nil {
+		return x.Results
+	}
+	return 0
+}
+
+func (x *ScanInfo) GetResultBytes() uint64 {
+	if x != nil {
+		return x.ResultBytes
+	}
+	return 0
+}
+
+func (x *ScanInfo) GetRetentionDeadline() uint64 {
+	if x != nil && x.RetentionDeadline != nil {
+		return *x.RetentionDeadline
+	}
+	return 0
+}
+
+type ListScansResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Scans         []*ScanInfo            `protobuf:"bytes,1,rep,name=scans,proto3" json:"scans,omitempty"`
+	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListScansResponse) Reset() {
+	*x = ListScansResponse{}
+	mi := &file_termivar_v1_api_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListScansResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListScansResponse) ProtoMessage() {}
+
+func (x *ListScansResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListScansResponse.ProtoReflect.Descriptor instead.
+func (*ListScansResponse) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *ListScansResponse) GetScans() []*ScanInfo {
+	if x != nil {
+		return x.Scans
+	}
+	return nil
+}
+
+func (x *ListScansResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+type FollowResultsRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	ScanId string                 `protobuf:"bytes,1,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
+	// cursor is where to continue: empty for the start, else the cursor of
+	// the last result received (or next_cursor of the last response).
+	Cursor string `protobuf:"bytes,2,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	// completion_order returns results in the order the tasks completed
+	// instead of enqueue order. A cursor belongs to one order.
+	CompletionOrder bool   `protobuf:"varint,3,opt,name=completion_order,json=completionOrder,proto3" json:"completion_order,omitempty"`
+	WaitSecs        uint32 `protobuf:"varint,4,opt,name=wait_secs,json=waitSecs,proto3" json:"wait_secs,omitempty"`       // long-poll bound, at most 60
+	MaxResults      uint32 `protobuf:"varint,5,opt,name=max_results,json=maxResults,proto3" json:"max_results,omitempty"` // 0 means 256; at most 4096 (and the tenant's aggregate bounds)
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *FollowResultsRequest) Reset() {
+	*x = FollowResultsRequest{}
+	mi := &file_termivar_v1_api_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FollowResultsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FollowResultsRequest) ProtoMessage() {}
+
+func (x *FollowResultsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FollowResultsRequest.ProtoReflect.Descriptor instead.
+func (*FollowResultsRequest) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *FollowResultsRequest) GetScanId() string {
+	if x != nil {
+		return x.ScanId
+	}
+	return ""
+}
+
+func (x *FollowResultsRequest) GetCursor() string {
+	if x != nil {
+		return x.Cursor
+	}
+	return ""
+}
+
+func (x *FollowResultsRequest) GetCompletionOrder() bool {
+	if x != nil {
+		return x.CompletionOrder
+	}
+	return false
+}
+
+func (x *FollowResultsRequest) GetWaitSecs() uint32 {
+	if x != nil {
+		return x.WaitSecs
+	}
+	return 0
+}
+
+func (x *FollowResultsRequest) GetMaxResults() uint32 {
+	if x != nil {
+		return x.MaxResults
+	}
+	return 0
+}
+
+type FollowedResult struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	TaskId    string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	TargetRef string                 `protobuf:"bytes,2,opt,name=target_ref,json=targetRef,proto3" json:"target_ref,omitempty"`
+	Result    []byte                 `protobuf:"bytes,3,opt,name=result,proto3" json:"result,omitempty"`
+	// cursor resumes after this result.
+	Cursor        string `protobuf:"bytes,4,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FollowedResult) Reset() {
+	*x = FollowedResult{}
+	mi := &file_termivar_v1_api_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FollowedResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FollowedResult) ProtoMessage() {}
+
+func (x *FollowedResult) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FollowedResult.ProtoReflect.Descriptor instead.
+func (*FollowedResult) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *FollowedResult) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *FollowedResult) GetTargetRef() string {
+	if x != nil {
+		return x.TargetRef
+	}
+	return ""
+}
+
+func (x *FollowedResult) GetResult() []byte {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *FollowedResult) GetCursor() string {
+	if x != nil {
+		return x.Cursor
+	}
+	return ""
+}
+
+type FollowResultsResponse struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Results    []*FollowedResult      `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	NextCursor string                 `protobuf:"bytes,2,opt,name=next_cursor,json=nextCursor,proto3" json:"next_cursor,omitempty"`
+	// done: the scan is terminal and there is no result after next_cursor.
+	Done          bool `protobuf:"varint,3,opt,name=done,proto3" json:"done,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FollowResultsResponse) Reset() {
+	*x = FollowResultsResponse{}
+	mi := &file_termivar_v1_api_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FollowResultsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FollowResultsResponse) ProtoMessage() {}
+
+func (x *FollowResultsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FollowResultsResponse.ProtoReflect.Descriptor instead.
+func (*FollowResultsResponse) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *FollowResultsResponse) GetResults() []*FollowedResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+func (x *FollowResultsResponse) GetNextCursor() string {
+	if x != nil {
+		return x.NextCursor
+	}
+	return ""
+}
+
+func (x *FollowResultsResponse) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
 type StatusRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// state_hash asks for a hash of the node's whole FSM state (admin keys of
@@ -3015,7 +3585,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[41]
+	mi := &file_termivar_v1_api_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3027,7 +3597,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[41]
+	mi := &file_termivar_v1_api_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3040,7 +3610,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{41}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *StatusRequest) GetStateHash() bool {
@@ -3089,7 +3659,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[42]
+	mi := &file_termivar_v1_api_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3101,7 +3671,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[42]
+	mi := &file_termivar_v1_api_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3114,7 +3684,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{42}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *StatusResponse) GetTenant() string {
@@ -3276,7 +3846,7 @@ type BuildInfo struct {
 
 func (x *BuildInfo) Reset() {
 	*x = BuildInfo{}
-	mi := &file_termivar_v1_api_proto_msgTypes[43]
+	mi := &file_termivar_v1_api_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3288,7 +3858,7 @@ func (x *BuildInfo) String() string {
 func (*BuildInfo) ProtoMessage() {}
 
 func (x *BuildInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[43]
+	mi := &file_termivar_v1_api_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3301,7 +3871,7 @@ func (x *BuildInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BuildInfo.ProtoReflect.Descriptor instead.
 func (*BuildInfo) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{43}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *BuildInfo) GetModuleVersion() string {
@@ -3347,7 +3917,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[44]
+	mi := &file_termivar_v1_api_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3359,7 +3929,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[44]
+	mi := &file_termivar_v1_api_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3372,7 +3942,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{44}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{50}
 }
 
 type ListWorkersResponse struct {
@@ -3384,7 +3954,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[45]
+	mi := &file_termivar_v1_api_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3396,7 +3966,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[45]
+	mi := &file_termivar_v1_api_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3409,7 +3979,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{45}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*WorkerInfo {
@@ -3434,7 +4004,7 @@ type CreateTenantRequest struct {
 
 func (x *CreateTenantRequest) Reset() {
 	*x = CreateTenantRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[46]
+	mi := &file_termivar_v1_api_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3446,7 +4016,7 @@ func (x *CreateTenantRequest) String() string {
 func (*CreateTenantRequest) ProtoMessage() {}
 
 func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[46]
+	mi := &file_termivar_v1_api_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3459,7 +4029,7 @@ func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantRequest.ProtoReflect.Descriptor instead.
 func (*CreateTenantRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{46}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *CreateTenantRequest) GetName() string {
@@ -3500,7 +4070,7 @@ type UpdateTenantRequest struct {
 
 func (x *UpdateTenantRequest) Reset() {
 	*x = UpdateTenantRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[47]
+	mi := &file_termivar_v1_api_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3512,7 +4082,7 @@ func (x *UpdateTenantRequest) String() string {
 func (*UpdateTenantRequest) ProtoMessage() {}
 
 func (x *UpdateTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[47]
+	mi := &file_termivar_v1_api_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3525,7 +4095,7 @@ func (x *UpdateTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTenantRequest.ProtoReflect.Descriptor instead.
 func (*UpdateTenantRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{47}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *UpdateTenantRequest) GetName() string {
@@ -3550,7 +4120,7 @@ type UpdateTenantResponse struct {
 
 func (x *UpdateTenantResponse) Reset() {
 	*x = UpdateTenantResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[48]
+	mi := &file_termivar_v1_api_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3562,7 +4132,7 @@ func (x *UpdateTenantResponse) String() string {
 func (*UpdateTenantResponse) ProtoMessage() {}
 
 func (x *UpdateTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[48]
+	mi := &file_termivar_v1_api_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3575,7 +4145,7 @@ func (x *UpdateTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTenantResponse.ProtoReflect.Descriptor instead.
 func (*UpdateTenantResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{48}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{54}
 }
 
 type DeleteScanRequest struct {
@@ -3589,7 +4159,7 @@ type DeleteScanRequest struct {
 
 func (x *DeleteScanRequest) Reset() {
 	*x = DeleteScanRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[49]
+	mi := &file_termivar_v1_api_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3601,7 +4171,7 @@ func (x *DeleteScanRequest) String() string {
 func (*DeleteScanRequest) ProtoMessage() {}
 
 func (x *DeleteScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[49]
+	mi := &file_termivar_v1_api_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3614,7 +4184,7 @@ func (x *DeleteScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteScanRequest.ProtoReflect.Descriptor instead.
 func (*DeleteScanRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{49}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *DeleteScanRequest) GetScanId() string {
@@ -3644,7 +4214,7 @@ type DeleteScanResponse struct {
 
 func (x *DeleteScanResponse) Reset() {
 	*x = DeleteScanResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[50]
+	mi := &file_termivar_v1_api_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3656,7 +4226,7 @@ func (x *DeleteScanResponse) String() string {
 func (*DeleteScanResponse) ProtoMessage() {}
 
 func (x *DeleteScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[50]
+	mi := &file_termivar_v1_api_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3669,7 +4239,7 @@ func (x *DeleteScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteScanResponse.ProtoReflect.Descriptor instead.
 func (*DeleteScanResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{50}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *DeleteScanResponse) GetPurged() uint32 {
@@ -3702,7 +4272,7 @@ type PurgeTasksRequest struct {
 
 func (x *PurgeTasksRequest) Reset() {
 	*x = PurgeTasksRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[51]
+	mi := &file_termivar_v1_api_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3714,7 +4284,7 @@ func (x *PurgeTasksRequest) String() string {
 func (*PurgeTasksRequest) ProtoMessage() {}
 
 func (x *PurgeTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[51]
+	mi := &file_termivar_v1_api_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3727,7 +4297,7 @@ func (x *PurgeTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeTasksRequest.ProtoReflect.Descriptor instead.
 func (*PurgeTasksRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{51}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *PurgeTasksRequest) GetTaskIds() []string {
@@ -3747,7 +4317,7 @@ type PurgeTasksResponse struct {
 
 func (x *PurgeTasksResponse) Reset() {
 	*x = PurgeTasksResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[52]
+	mi := &file_termivar_v1_api_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3759,7 +4329,7 @@ func (x *PurgeTasksResponse) String() string {
 func (*PurgeTasksResponse) ProtoMessage() {}
 
 func (x *PurgeTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[52]
+	mi := &file_termivar_v1_api_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3772,7 +4342,7 @@ func (x *PurgeTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeTasksResponse.ProtoReflect.Descriptor instead.
 func (*PurgeTasksResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{52}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *PurgeTasksResponse) GetPurged() uint32 {
@@ -3798,7 +4368,7 @@ type CreateTenantResponse struct {
 
 func (x *CreateTenantResponse) Reset() {
 	*x = CreateTenantResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[53]
+	mi := &file_termivar_v1_api_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3810,7 +4380,7 @@ func (x *CreateTenantResponse) String() string {
 func (*CreateTenantResponse) ProtoMessage() {}
 
 func (x *CreateTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[53]
+	mi := &file_termivar_v1_api_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3823,7 +4393,7 @@ func (x *CreateTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantResponse.ProtoReflect.Descriptor instead.
 func (*CreateTenantResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{53}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *CreateTenantResponse) GetRevision() uint64 {
@@ -3843,7 +4413,7 @@ type CreateKeyRequest struct {
 
 func (x *CreateKeyRequest) Reset() {
 	*x = CreateKeyRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[54]
+	mi := &file_termivar_v1_api_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3855,7 +4425,7 @@ func (x *CreateKeyRequest) String() string {
 func (*CreateKeyRequest) ProtoMessage() {}
 
 func (x *CreateKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[54]
+	mi := &file_termivar_v1_api_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3868,7 +4438,7 @@ func (x *CreateKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyRequest.ProtoReflect.Descriptor instead.
 func (*CreateKeyRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{54}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *CreateKeyRequest) GetTenant() string {
@@ -3896,7 +4466,7 @@ type CreateKeyResponse struct {
 
 func (x *CreateKeyResponse) Reset() {
 	*x = CreateKeyResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[55]
+	mi := &file_termivar_v1_api_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3908,7 +4478,7 @@ func (x *CreateKeyResponse) String() string {
 func (*CreateKeyResponse) ProtoMessage() {}
 
 func (x *CreateKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[55]
+	mi := &file_termivar_v1_api_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3921,7 +4491,7 @@ func (x *CreateKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyResponse.ProtoReflect.Descriptor instead.
 func (*CreateKeyResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{55}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *CreateKeyResponse) GetKeyId() string {
@@ -3951,7 +4521,7 @@ type ListKeysRequest struct {
 
 func (x *ListKeysRequest) Reset() {
 	*x = ListKeysRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[56]
+	mi := &file_termivar_v1_api_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3963,7 +4533,7 @@ func (x *ListKeysRequest) String() string {
 func (*ListKeysRequest) ProtoMessage() {}
 
 func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[56]
+	mi := &file_termivar_v1_api_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3976,7 +4546,7 @@ func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListKeysRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{56}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ListKeysRequest) GetTenant() string {
@@ -4006,7 +4576,7 @@ type KeyInfo struct {
 
 func (x *KeyInfo) Reset() {
 	*x = KeyInfo{}
-	mi := &file_termivar_v1_api_proto_msgTypes[57]
+	mi := &file_termivar_v1_api_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4018,7 +4588,7 @@ func (x *KeyInfo) String() string {
 func (*KeyInfo) ProtoMessage() {}
 
 func (x *KeyInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[57]
+	mi := &file_termivar_v1_api_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4031,7 +4601,7 @@ func (x *KeyInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyInfo.ProtoReflect.Descriptor instead.
 func (*KeyInfo) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{57}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *KeyInfo) GetKeyId() string {
@@ -4078,7 +4648,7 @@ type ListKeysResponse struct {
 
 func (x *ListKeysResponse) Reset() {
 	*x = ListKeysResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[58]
+	mi := &file_termivar_v1_api_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4090,7 +4660,7 @@ func (x *ListKeysResponse) String() string {
 func (*ListKeysResponse) ProtoMessage() {}
 
 func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[58]
+	mi := &file_termivar_v1_api_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4103,7 +4673,7 @@ func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListKeysResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{58}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ListKeysResponse) GetKeys() []*KeyInfo {
@@ -4122,7 +4692,7 @@ type RevokeKeyRequest struct {
 
 func (x *RevokeKeyRequest) Reset() {
 	*x = RevokeKeyRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[59]
+	mi := &file_termivar_v1_api_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4134,7 +4704,7 @@ func (x *RevokeKeyRequest) String() string {
 func (*RevokeKeyRequest) ProtoMessage() {}
 
 func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[59]
+	mi := &file_termivar_v1_api_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4147,7 +4717,7 @@ func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeKeyRequest.ProtoReflect.Descriptor instead.
 func (*RevokeKeyRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{59}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *RevokeKeyRequest) GetKeyId() string {
@@ -4165,7 +4735,7 @@ type RevokeKeyResponse struct {
 
 func (x *RevokeKeyResponse) Reset() {
 	*x = RevokeKeyResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[60]
+	mi := &file_termivar_v1_api_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4177,7 +4747,7 @@ func (x *RevokeKeyResponse) String() string {
 func (*RevokeKeyResponse) ProtoMessage() {}
 
 func (x *RevokeKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[60]
+	mi := &file_termivar_v1_api_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4190,7 +4760,7 @@ func (x *RevokeKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeKeyResponse.ProtoReflect.Descriptor instead.
 func (*RevokeKeyResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{60}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{66}
 }
 
 type RotateKeyRequest struct {
@@ -4202,7 +4772,7 @@ type RotateKeyRequest struct {
 
 func (x *RotateKeyRequest) Reset() {
 	*x = RotateKeyRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[61]
+	mi := &file_termivar_v1_api_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4214,7 +4784,7 @@ func (x *RotateKeyRequest) String() string {
 func (*RotateKeyRequest) ProtoMessage() {}
 
 func (x *RotateKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[61]
+	mi := &file_termivar_v1_api_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4227,7 +4797,7 @@ func (x *RotateKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateKeyRequest.ProtoReflect.Descriptor instead.
 func (*RotateKeyRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{61}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *RotateKeyRequest) GetKeyId() string {
@@ -4249,7 +4819,7 @@ type RotateKeyResponse struct {
 
 func (x *RotateKeyResponse) Reset() {
 	*x = RotateKeyResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[62]
+	mi := &file_termivar_v1_api_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4261,7 +4831,7 @@ func (x *RotateKeyResponse) String() string {
 func (*RotateKeyResponse) ProtoMessage() {}
 
 func (x *RotateKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[62]
+	mi := &file_termivar_v1_api_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4274,7 +4844,7 @@ func (x *RotateKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateKeyResponse.ProtoReflect.Descriptor instead.
 func (*RotateKeyResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{62}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *RotateKeyResponse) GetKeyId() string {
@@ -4307,7 +4877,7 @@ type CancelScanRequest struct {
 
 func (x *CancelScanRequest) Reset() {
 	*x = CancelScanRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[63]
+	mi := &file_termivar_v1_api_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4319,7 +4889,7 @@ func (x *CancelScanRequest) String() string {
 func (*CancelScanRequest) ProtoMessage() {}
 
 func (x *CancelScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[63]
+	mi := &file_termivar_v1_api_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4332,7 +4902,7 @@ func (x *CancelScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelScanRequest.ProtoReflect.Descriptor instead.
 func (*CancelScanRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{63}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *CancelScanRequest) GetScanId() string {
@@ -4356,7 +4926,7 @@ type CancelScanResponse struct {
 
 func (x *CancelScanResponse) Reset() {
 	*x = CancelScanResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[64]
+	mi := &file_termivar_v1_api_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4368,7 +4938,7 @@ func (x *CancelScanResponse) String() string {
 func (*CancelScanResponse) ProtoMessage() {}
 
 func (x *CancelScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[64]
+	mi := &file_termivar_v1_api_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4381,7 +4951,7 @@ func (x *CancelScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelScanResponse.ProtoReflect.Descriptor instead.
 func (*CancelScanResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{64}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *CancelScanResponse) GetCancelled() uint32 {
@@ -4655,7 +5225,7 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x05tasks\x18\x01 \x03(\v2\x15.termivar.v1.TaskInfoR\x05tasks\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\".\n" +
 	"\x13ScanProgressRequest\x12\x17\n" +
-	"\ascan_id\x18\x01 \x01(\tR\x06scanId\"\x96\x02\n" +
+	"\ascan_id\x18\x01 \x01(\tR\x06scanId\"\xed\x04\n" +
 	"\x14ScanProgressResponse\x12\x14\n" +
 	"\x05total\x18\x01 \x01(\rR\x05total\x12\x16\n" +
 	"\x06queued\x18\x02 \x01(\rR\x06queued\x12\x16\n" +
@@ -4666,8 +5236,20 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\tcancelled\x18\a \x01(\rR\tcancelled\x12\x18\n" +
 	"\aexpired\x18\b \x01(\rR\aexpired\x12\x18\n" +
 	"\aresults\x18\t \x01(\rR\aresults\x12\x16\n" +
-	"\x06reruns\x18\n" +
-	" \x01(\rR\x06reruns\"\xa6\x01\n" +
+	"\x06reruns\x18\x13 \x01(\rR\x06reruns\x12\x19\n" +
+	"\bnow_secs\x18\n" +
+	" \x01(\x04R\anowSecs\x12*\n" +
+	"\x11next_lease_expiry\x18\v \x01(\x04R\x0fnextLeaseExpiry\x12%\n" +
+	"\x0etenant_results\x18\f \x01(\rR\rtenantResults\x12\x1f\n" +
+	"\vmax_results\x18\r \x01(\rR\n" +
+	"maxResults\x12.\n" +
+	"\x13tenant_result_bytes\x18\x0e \x01(\x04R\x11tenantResultBytes\x123\n" +
+	"\x16max_result_total_bytes\x18\x0f \x01(\x04R\x13maxResultTotalBytes\x12!\n" +
+	"\flive_workers\x18\x10 \x01(\rR\vliveWorkers\x12\x1d\n" +
+	"\n" +
+	"free_slots\x18\x11 \x01(\rR\tfreeSlots\x12\x1f\n" +
+	"\vfinished_at\x18\x12 \x01(\x04R\n" +
+	"finishedAt\"\xa6\x01\n" +
 	"\fRetryRequest\x12\x17\n" +
 	"\ascan_id\x18\x01 \x01(\tR\x06scanId\x12\x19\n" +
 	"\btask_ids\x18\x02 \x03(\tR\ataskIds\x12\x1a\n" +
@@ -4679,10 +5261,57 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\tunchanged\x18\x02 \x01(\rR\tunchanged\x12\x1a\n" +
 	"\brevision\x18\x03 \x01(\x04R\brevision\"2\n" +
 	"\x17AggregateResultsRequest\x12\x17\n" +
-	"\ascan_id\x18\x01 \x01(\tR\x06scanId\"K\n" +
+	"\ascan_id\x18\x01 \x01(\tR\x06scanId\"j\n" +
 	"\x18AggregateResultsResponse\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x16\n" +
-	"\x06result\x18\x02 \x01(\fR\x06result\".\n" +
+	"\x06result\x18\x02 \x01(\fR\x06result\x12\x1d\n" +
+	"\n" +
+	"target_ref\x18\x03 \x01(\tR\ttargetRef\"N\n" +
+	"\x10ListScansRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\rR\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"\xd5\x03\n" +
+	"\bScanInfo\x12\x17\n" +
+	"\ascan_id\x18\x01 \x01(\tR\x06scanId\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1d\n" +
+	"\n" +
+	"created_at\x18\x03 \x01(\x04R\tcreatedAt\x12\x1f\n" +
+	"\vfinished_at\x18\x04 \x01(\x04R\n" +
+	"finishedAt\x12\x1a\n" +
+	"\badmitted\x18\x05 \x01(\rR\badmitted\x12\x16\n" +
+	"\x06queued\x18\x06 \x01(\rR\x06queued\x12\x16\n" +
+	"\x06leased\x18\a \x01(\rR\x06leased\x12\x18\n" +
+	"\arunning\x18\b \x01(\rR\arunning\x12\x1c\n" +
+	"\tcompleted\x18\t \x01(\rR\tcompleted\x12\x16\n" +
+	"\x06failed\x18\n" +
+	" \x01(\rR\x06failed\x12\x1c\n" +
+	"\tcancelled\x18\v \x01(\rR\tcancelled\x12\x18\n" +
+	"\aexpired\x18\f \x01(\rR\aexpired\x12\x18\n" +
+	"\aresults\x18\r \x01(\rR\aresults\x12!\n" +
+	"\fresult_bytes\x18\x0e \x01(\x04R\vresultBytes\x122\n" +
+	"\x12retention_deadline\x18\x0f \x01(\x04H\x00R\x11retentionDeadline\x88\x01\x01B\x15\n" +
+	"\x13_retention_deadline\"h\n" +
+	"\x11ListScansResponse\x12+\n" +
+	"\x05scans\x18\x01 \x03(\v2\x15.termivar.v1.ScanInfoR\x05scans\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xb0\x01\n" +
+	"\x14FollowResultsRequest\x12\x17\n" +
+	"\ascan_id\x18\x01 \x01(\tR\x06scanId\x12\x16\n" +
+	"\x06cursor\x18\x02 \x01(\tR\x06cursor\x12)\n" +
+	"\x10completion_order\x18\x03 \x01(\bR\x0fcompletionOrder\x12\x1b\n" +
+	"\twait_secs\x18\x04 \x01(\rR\bwaitSecs\x12\x1f\n" +
+	"\vmax_results\x18\x05 \x01(\rR\n" +
+	"maxResults\"x\n" +
+	"\x0eFollowedResult\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x1d\n" +
+	"\n" +
+	"target_ref\x18\x02 \x01(\tR\ttargetRef\x12\x16\n" +
+	"\x06result\x18\x03 \x01(\fR\x06result\x12\x16\n" +
+	"\x06cursor\x18\x04 \x01(\tR\x06cursor\"\x83\x01\n" +
+	"\x15FollowResultsResponse\x125\n" +
+	"\aresults\x18\x01 \x03(\v2\x1b.termivar.v1.FollowedResultR\aresults\x12\x1f\n" +
+	"\vnext_cursor\x18\x02 \x01(\tR\n" +
+	"nextCursor\x12\x12\n" +
+	"\x04done\x18\x03 \x01(\bR\x04done\".\n" +
 	"\rStatusRequest\x12\x1d\n" +
 	"\n" +
 	"state_hash\x18\x01 \x01(\bR\tstateHash\"\xd2\x05\n" +
@@ -4786,7 +5415,7 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\fCompleteMany\x12 .termivar.v1.CompleteManyRequest\x1a!.termivar.v1.CompleteManyResponse\x12;\n" +
 	"\x04Fail\x12\x18.termivar.v1.FailRequest\x1a\x19.termivar.v1.FailResponse\x12M\n" +
 	"\n" +
-	"Deregister\x12\x1e.termivar.v1.DeregisterRequest\x1a\x1f.termivar.v1.DeregisterResponse2\x8a\x06\n" +
+	"Deregister\x12\x1e.termivar.v1.DeregisterRequest\x1a\x1f.termivar.v1.DeregisterResponse2\xae\a\n" +
 	"\bProducer\x12D\n" +
 	"\aEnqueue\x12\x1b.termivar.v1.EnqueueRequest\x1a\x1c.termivar.v1.EnqueueResponse\x12A\n" +
 	"\x06Cancel\x12\x1a.termivar.v1.CancelRequest\x1a\x1b.termivar.v1.CancelResponse\x12D\n" +
@@ -4794,7 +5423,9 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\tListTasks\x12\x1d.termivar.v1.ListTasksRequest\x1a\x1e.termivar.v1.ListTasksResponse\x12S\n" +
 	"\fScanProgress\x12 .termivar.v1.ScanProgressRequest\x1a!.termivar.v1.ScanProgressResponse\x12>\n" +
 	"\x05Retry\x12\x19.termivar.v1.RetryRequest\x1a\x1a.termivar.v1.RetryResponse\x12a\n" +
-	"\x10AggregateResults\x12$.termivar.v1.AggregateResultsRequest\x1a%.termivar.v1.AggregateResultsResponse0\x01\x12M\n" +
+	"\x10AggregateResults\x12$.termivar.v1.AggregateResultsRequest\x1a%.termivar.v1.AggregateResultsResponse0\x01\x12J\n" +
+	"\tListScans\x12\x1d.termivar.v1.ListScansRequest\x1a\x1e.termivar.v1.ListScansResponse\x12V\n" +
+	"\rFollowResults\x12!.termivar.v1.FollowResultsRequest\x1a\".termivar.v1.FollowResultsResponse\x12M\n" +
 	"\n" +
 	"DeleteScan\x12\x1e.termivar.v1.DeleteScanRequest\x1a\x1f.termivar.v1.DeleteScanResponse\x12M\n" +
 	"\n" +
@@ -4823,7 +5454,7 @@ func file_termivar_v1_api_proto_rawDescGZIP() []byte {
 	return file_termivar_v1_api_proto_rawDescData
 }
 
-var file_termivar_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 65)
+var file_termivar_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 71)
 var file_termivar_v1_api_proto_goTypes = []any{
 	(*ErrorDetail)(nil),              // 0: termivar.v1.ErrorDetail
 	(*WorkerInfo)(nil),               // 1: termivar.v1.WorkerInfo
@@ -4866,33 +5497,39 @@ var file_termivar_v1_api_proto_goTypes = []any{
 	(*RetryResponse)(nil),            // 38: termivar.v1.RetryResponse
 	(*AggregateResultsRequest)(nil),  // 39: termivar.v1.AggregateResultsRequest
 	(*AggregateResultsResponse)(nil), // 40: termivar.v1.AggregateResultsResponse
-	(*StatusRequest)(nil),            // 41: termivar.v1.StatusRequest
-	(*StatusResponse)(nil),           // 42: termivar.v1.StatusResponse
-	(*BuildInfo)(nil),                // 43: termivar.v1.BuildInfo
-	(*ListWorkersRequest)(nil),       // 44: termivar.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),      // 45: termivar.v1.ListWorkersResponse
-	(*CreateTenantRequest)(nil),      // 46: termivar.v1.CreateTenantRequest
-	(*UpdateTenantRequest)(nil),      // 47: termivar.v1.UpdateTenantRequest
-	(*UpdateTenantResponse)(nil),     // 48: termivar.v1.UpdateTenantResponse
-	(*DeleteScanRequest)(nil),        // 49: termivar.v1.DeleteScanRequest
-	(*DeleteScanResponse)(nil),       // 50: termivar.v1.DeleteScanResponse
-	(*PurgeTasksRequest)(nil),        // 51: termivar.v1.PurgeTasksRequest
-	(*PurgeTasksResponse)(nil),       // 52: termivar.v1.PurgeTasksResponse
-	(*CreateTenantResponse)(nil),     // 53: termivar.v1.CreateTenantResponse
-	(*CreateKeyRequest)(nil),         // 54: termivar.v1.CreateKeyRequest
-	(*CreateKeyResponse)(nil),        // 55: termivar.v1.CreateKeyResponse
-	(*ListKeysRequest)(nil),          // 56: termivar.v1.ListKeysRequest
-	(*KeyInfo)(nil),                  // 57: termivar.v1.KeyInfo
-	(*ListKeysResponse)(nil),         // 58: termivar.v1.ListKeysResponse
-	(*RevokeKeyRequest)(nil),         // 59: termivar.v1.RevokeKeyRequest
-	(*RevokeKeyResponse)(nil),        // 60: termivar.v1.RevokeKeyResponse
-	(*RotateKeyRequest)(nil),         // 61: termivar.v1.RotateKeyRequest
-	(*RotateKeyResponse)(nil),        // 62: termivar.v1.RotateKeyResponse
-	(*CancelScanRequest)(nil),        // 63: termivar.v1.CancelScanRequest
-	(*CancelScanResponse)(nil),       // 64: termivar.v1.CancelScanResponse
-	(*ClusterMember)(nil),            // 65: termivar.v1.ClusterMember
-	(*CoreLimits)(nil),               // 66: termivar.v1.CoreLimits
-	(*ResultLimits)(nil),             // 67: termivar.v1.ResultLimits
+	(*ListScansRequest)(nil),         // 41: termivar.v1.ListScansRequest
+	(*ScanInfo)(nil),                 // 42: termivar.v1.ScanInfo
+	(*ListScansResponse)(nil),        // 43: termivar.v1.ListScansResponse
+	(*FollowResultsRequest)(nil),     // 44: termivar.v1.FollowResultsRequest
+	(*FollowedResult)(nil),           // 45: termivar.v1.FollowedResult
+	(*FollowResultsResponse)(nil),    // 46: termivar.v1.FollowResultsResponse
+	(*StatusRequest)(nil),            // 47: termivar.v1.StatusRequest
+	(*StatusResponse)(nil),           // 48: termivar.v1.StatusResponse
+	(*BuildInfo)(nil),                // 49: termivar.v1.BuildInfo
+	(*ListWorkersRequest)(nil),       // 50: termivar.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),      // 51: termivar.v1.ListWorkersResponse
+	(*CreateTenantRequest)(nil),      // 52: termivar.v1.CreateTenantRequest
+	(*UpdateTenantRequest)(nil),      // 53: termivar.v1.UpdateTenantRequest
+	(*UpdateTenantResponse)(nil),     // 54: termivar.v1.UpdateTenantResponse
+	(*DeleteScanRequest)(nil),        // 55: termivar.v1.DeleteScanRequest
+	(*DeleteScanResponse)(nil),       // 56: termivar.v1.DeleteScanResponse
+	(*PurgeTasksRequest)(nil),        // 57: termivar.v1.PurgeTasksRequest
+	(*PurgeTasksResponse)(nil),       // 58: termivar.v1.PurgeTasksResponse
+	(*CreateTenantResponse)(nil),     // 59: termivar.v1.CreateTenantResponse
+	(*CreateKeyRequest)(nil),         // 60: termivar.v1.CreateKeyRequest
+	(*CreateKeyResponse)(nil),        // 61: termivar.v1.CreateKeyResponse
+	(*ListKeysRequest)(nil),          // 62: termivar.v1.ListKeysRequest
+	(*KeyInfo)(nil),                  // 63: termivar.v1.KeyInfo
+	(*ListKeysResponse)(nil),         // 64: termivar.v1.ListKeysResponse
+	(*RevokeKeyRequest)(nil),         // 65: termivar.v1.RevokeKeyRequest
+	(*RevokeKeyResponse)(nil),        // 66: termivar.v1.RevokeKeyResponse
+	(*RotateKeyRequest)(nil),         // 67: termivar.v1.RotateKeyRequest
+	(*RotateKeyResponse)(nil),        // 68: termivar.v1.RotateKeyResponse
+	(*CancelScanRequest)(nil),        // 69: termivar.v1.CancelScanRequest
+	(*CancelScanResponse)(nil),       // 70: termivar.v1.CancelScanResponse
+	(*ClusterMember)(nil),            // 71: termivar.v1.ClusterMember
+	(*CoreLimits)(nil),               // 72: termivar.v1.CoreLimits
+	(*ResultLimits)(nil),             // 73: termivar.v1.ResultLimits
 }
 var file_termivar_v1_api_proto_depIdxs = []int32{
 	1,  // 0: termivar.v1.RegisterWorkerResponse.worker:type_name -> termivar.v1.WorkerInfo
@@ -4908,71 +5545,77 @@ var file_termivar_v1_api_proto_depIdxs = []int32{
 	30, // 10: termivar.v1.TaskInfo.attempts:type_name -> termivar.v1.AttemptInfo
 	29, // 11: termivar.v1.GetTaskResponse.task:type_name -> termivar.v1.TaskInfo
 	29, // 12: termivar.v1.ListTasksResponse.tasks:type_name -> termivar.v1.TaskInfo
-	65, // 13: termivar.v1.StatusResponse.members:type_name -> termivar.v1.ClusterMember
-	43, // 14: termivar.v1.StatusResponse.build:type_name -> termivar.v1.BuildInfo
-	1,  // 15: termivar.v1.ListWorkersResponse.workers:type_name -> termivar.v1.WorkerInfo
-	66, // 16: termivar.v1.CreateTenantRequest.limits:type_name -> termivar.v1.CoreLimits
-	67, // 17: termivar.v1.CreateTenantRequest.result_limits:type_name -> termivar.v1.ResultLimits
-	57, // 18: termivar.v1.ListKeysResponse.keys:type_name -> termivar.v1.KeyInfo
-	2,  // 19: termivar.v1.Worker.RegisterWorker:input_type -> termivar.v1.RegisterWorkerRequest
-	4,  // 20: termivar.v1.Worker.Heartbeat:input_type -> termivar.v1.HeartbeatRequest
-	6,  // 21: termivar.v1.Worker.Acquire:input_type -> termivar.v1.AcquireRequest
-	9,  // 22: termivar.v1.Worker.Start:input_type -> termivar.v1.StartRequest
-	11, // 23: termivar.v1.Worker.RenewLease:input_type -> termivar.v1.RenewLeaseRequest
-	13, // 24: termivar.v1.Worker.Complete:input_type -> termivar.v1.CompleteRequest
-	15, // 25: termivar.v1.Worker.CompleteMany:input_type -> termivar.v1.CompleteManyRequest
-	18, // 26: termivar.v1.Worker.Fail:input_type -> termivar.v1.FailRequest
-	21, // 27: termivar.v1.Worker.Deregister:input_type -> termivar.v1.DeregisterRequest
-	24, // 28: termivar.v1.Producer.Enqueue:input_type -> termivar.v1.EnqueueRequest
-	27, // 29: termivar.v1.Producer.Cancel:input_type -> termivar.v1.CancelRequest
-	31, // 30: termivar.v1.Producer.GetTask:input_type -> termivar.v1.GetTaskRequest
-	33, // 31: termivar.v1.Producer.ListTasks:input_type -> termivar.v1.ListTasksRequest
-	35, // 32: termivar.v1.Producer.ScanProgress:input_type -> termivar.v1.ScanProgressRequest
-	37, // 33: termivar.v1.Producer.Retry:input_type -> termivar.v1.RetryRequest
-	39, // 34: termivar.v1.Producer.AggregateResults:input_type -> termivar.v1.AggregateResultsRequest
-	49, // 35: termivar.v1.Producer.DeleteScan:input_type -> termivar.v1.DeleteScanRequest
-	51, // 36: termivar.v1.Producer.PurgeTasks:input_type -> termivar.v1.PurgeTasksRequest
-	63, // 37: termivar.v1.Producer.CancelScan:input_type -> termivar.v1.CancelScanRequest
-	41, // 38: termivar.v1.Admin.Status:input_type -> termivar.v1.StatusRequest
-	44, // 39: termivar.v1.Admin.ListWorkers:input_type -> termivar.v1.ListWorkersRequest
-	46, // 40: termivar.v1.Admin.CreateTenant:input_type -> termivar.v1.CreateTenantRequest
-	47, // 41: termivar.v1.Admin.UpdateTenant:input_type -> termivar.v1.UpdateTenantRequest
-	54, // 42: termivar.v1.Admin.CreateKey:input_type -> termivar.v1.CreateKeyRequest
-	56, // 43: termivar.v1.Admin.ListKeys:input_type -> termivar.v1.ListKeysRequest
-	59, // 44: termivar.v1.Admin.RevokeKey:input_type -> termivar.v1.RevokeKeyRequest
-	61, // 45: termivar.v1.Admin.RotateKey:input_type -> termivar.v1.RotateKeyRequest
-	3,  // 46: termivar.v1.Worker.RegisterWorker:output_type -> termivar.v1.RegisterWorkerResponse
-	5,  // 47: termivar.v1.Worker.Heartbeat:output_type -> termivar.v1.HeartbeatResponse
-	8,  // 48: termivar.v1.Worker.Acquire:output_type -> termivar.v1.AcquireResponse
-	10, // 49: termivar.v1.Worker.Start:output_type -> termivar.v1.StartResponse
-	12, // 50: termivar.v1.Worker.RenewLease:output_type -> termivar.v1.RenewLeaseResponse
-	14, // 51: termivar.v1.Worker.Complete:output_type -> termivar.v1.CompleteResponse
-	17, // 52: termivar.v1.Worker.CompleteMany:output_type -> termivar.v1.CompleteManyResponse
-	19, // 53: termivar.v1.Worker.Fail:output_type -> termivar.v1.FailResponse
-	22, // 54: termivar.v1.Worker.Deregister:output_type -> termivar.v1.DeregisterResponse
-	26, // 55: termivar.v1.Producer.Enqueue:output_type -> termivar.v1.EnqueueResponse
-	28, // 56: termivar.v1.Producer.Cancel:output_type -> termivar.v1.CancelResponse
-	32, // 57: termivar.v1.Producer.GetTask:output_type -> termivar.v1.GetTaskResponse
-	34, // 58: termivar.v1.Producer.ListTasks:output_type -> termivar.v1.ListTasksResponse
-	36, // 59: termivar.v1.Producer.ScanProgress:output_type -> termivar.v1.ScanProgressResponse
-	38, // 60: termivar.v1.Producer.Retry:output_type -> termivar.v1.RetryResponse
-	40, // 61: termivar.v1.Producer.AggregateResults:output_type -> termivar.v1.AggregateResultsResponse
-	50, // 62: termivar.v1.Producer.DeleteScan:output_type -> termivar.v1.DeleteScanResponse
-	52, // 63: termivar.v1.Producer.PurgeTasks:output_type -> termivar.v1.PurgeTasksResponse
-	64, // 64: termivar.v1.Producer.CancelScan:output_type -> termivar.v1.CancelScanResponse
-	42, // 65: termivar.v1.Admin.Status:output_type -> termivar.v1.StatusResponse
-	45, // 66: termivar.v1.Admin.ListWorkers:output_type -> termivar.v1.ListWorkersResponse
-	53, // 67: termivar.v1.Admin.CreateTenant:output_type -> termivar.v1.CreateTenantResponse
-	48, // 68: termivar.v1.Admin.UpdateTenant:output_type -> termivar.v1.UpdateTenantResponse
-	55, // 69: termivar.v1.Admin.CreateKey:output_type -> termivar.v1.CreateKeyResponse
-	58, // 70: termivar.v1.Admin.ListKeys:output_type -> termivar.v1.ListKeysResponse
-	60, // 71: termivar.v1.Admin.RevokeKey:output_type -> termivar.v1.RevokeKeyResponse
-	62, // 72: termivar.v1.Admin.RotateKey:output_type -> termivar.v1.RotateKeyResponse
-	46, // [46:73] is the sub-list for method output_type
-	19, // [19:46] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	42, // 13: termivar.v1.ListScansResponse.scans:type_name -> termivar.v1.ScanInfo
+	45, // 14: termivar.v1.FollowResultsResponse.results:type_name -> termivar.v1.FollowedResult
+	71, // 15: termivar.v1.StatusResponse.members:type_name -> termivar.v1.ClusterMember
+	49, // 16: termivar.v1.StatusResponse.build:type_name -> termivar.v1.BuildInfo
+	1,  // 17: termivar.v1.ListWorkersResponse.workers:type_name -> termivar.v1.WorkerInfo
+	72, // 18: termivar.v1.CreateTenantRequest.limits:type_name -> termivar.v1.CoreLimits
+	73, // 19: termivar.v1.CreateTenantRequest.result_limits:type_name -> termivar.v1.ResultLimits
+	63, // 20: termivar.v1.ListKeysResponse.keys:type_name -> termivar.v1.KeyInfo
+	2,  // 21: termivar.v1.Worker.RegisterWorker:input_type -> termivar.v1.RegisterWorkerRequest
+	4,  // 22: termivar.v1.Worker.Heartbeat:input_type -> termivar.v1.HeartbeatRequest
+	6,  // 23: termivar.v1.Worker.Acquire:input_type -> termivar.v1.AcquireRequest
+	9,  // 24: termivar.v1.Worker.Start:input_type -> termivar.v1.StartRequest
+	11, // 25: termivar.v1.Worker.RenewLease:input_type -> termivar.v1.RenewLeaseRequest
+	13, // 26: termivar.v1.Worker.Complete:input_type -> termivar.v1.CompleteRequest
+	15, // 27: termivar.v1.Worker.CompleteMany:input_type -> termivar.v1.CompleteManyRequest
+	18, // 28: termivar.v1.Worker.Fail:input_type -> termivar.v1.FailRequest
+	21, // 29: termivar.v1.Worker.Deregister:input_type -> termivar.v1.DeregisterRequest
+	24, // 30: termivar.v1.Producer.Enqueue:input_type -> termivar.v1.EnqueueRequest
+	27, // 31: termivar.v1.Producer.Cancel:input_type -> termivar.v1.CancelRequest
+	31, // 32: termivar.v1.Producer.GetTask:input_type -> termivar.v1.GetTaskRequest
+	33, // 33: termivar.v1.Producer.ListTasks:input_type -> termivar.v1.ListTasksRequest
+	35, // 34: termivar.v1.Producer.ScanProgress:input_type -> termivar.v1.ScanProgressRequest
+	37, // 35: termivar.v1.Producer.Retry:input_type -> termivar.v1.RetryRequest
+	39, // 36: termivar.v1.Producer.AggregateResults:input_type -> termivar.v1.AggregateResultsRequest
+	41, // 37: termivar.v1.Producer.ListScans:input_type -> termivar.v1.ListScansRequest
+	44, // 38: termivar.v1.Producer.FollowResults:input_type -> termivar.v1.FollowResultsRequest
+	55, // 39: termivar.v1.Producer.DeleteScan:input_type -> termivar.v1.DeleteScanRequest
+	57, // 40: termivar.v1.Producer.PurgeTasks:input_type -> termivar.v1.PurgeTasksRequest
+	69, // 41: termivar.v1.Producer.CancelScan:input_type -> termivar.v1.CancelScanRequest
+	47, // 42: termivar.v1.Admin.Status:input_type -> termivar.v1.StatusRequest
+	50, // 43: termivar.v1.Admin.ListWorkers:input_type -> termivar.v1.ListWorkersRequest
+	52, // 44: termivar.v1.Admin.CreateTenant:input_type -> termivar.v1.CreateTenantRequest
+	53, // 45: termivar.v1.Admin.UpdateTenant:input_type -> termivar.v1.UpdateTenantRequest
+	60, // 46: termivar.v1.Admin.CreateKey:input_type -> termivar.v1.CreateKeyRequest
+	62, // 47: termivar.v1.Admin.ListKeys:input_type -> termivar.v1.ListKeysRequest
+	65, // 48: termivar.v1.Admin.RevokeKey:input_type -> termivar.v1.RevokeKeyRequest
+	67, // 49: termivar.v1.Admin.RotateKey:input_type -> termivar.v1.RotateKeyRequest
+	3,  // 50: termivar.v1.Worker.RegisterWorker:output_type -> termivar.v1.RegisterWorkerResponse
+	5,  // 51: termivar.v1.Worker.Heartbeat:output_type -> termivar.v1.HeartbeatResponse
+	8,  // 52: termivar.v1.Worker.Acquire:output_type -> termivar.v1.AcquireResponse
+	10, // 53: termivar.v1.Worker.Start:output_type -> termivar.v1.StartResponse
+	12, // 54: termivar.v1.Worker.RenewLease:output_type -> termivar.v1.RenewLeaseResponse
+	14, // 55: termivar.v1.Worker.Complete:output_type -> termivar.v1.CompleteResponse
+	17, // 56: termivar.v1.Worker.CompleteMany:output_type -> termivar.v1.CompleteManyResponse
+	19, // 57: termivar.v1.Worker.Fail:output_type -> termivar.v1.FailResponse
+	22, // 58: termivar.v1.Worker.Deregister:output_type -> termivar.v1.DeregisterResponse
+	26, // 59: termivar.v1.Producer.Enqueue:output_type -> termivar.v1.EnqueueResponse
+	28, // 60: termivar.v1.Producer.Cancel:output_type -> termivar.v1.CancelResponse
+	32, // 61: termivar.v1.Producer.GetTask:output_type -> termivar.v1.GetTaskResponse
+	34, // 62: termivar.v1.Producer.ListTasks:output_type -> termivar.v1.ListTasksResponse
+	36, // 63: termivar.v1.Producer.ScanProgress:output_type -> termivar.v1.ScanProgressResponse
+	38, // 64: termivar.v1.Producer.Retry:output_type -> termivar.v1.RetryResponse
+	40, // 65: termivar.v1.Producer.AggregateResults:output_type -> termivar.v1.AggregateResultsResponse
+	43, // 66: termivar.v1.Producer.ListScans:output_type -> termivar.v1.ListScansResponse
+	46, // 67: termivar.v1.Producer.FollowResults:output_type -> termivar.v1.FollowResultsResponse
+	56, // 68: termivar.v1.Producer.DeleteScan:output_type -> termivar.v1.DeleteScanResponse
+	58, // 69: termivar.v1.Producer.PurgeTasks:output_type -> termivar.v1.PurgeTasksResponse
+	70, // 70: termivar.v1.Producer.CancelScan:output_type -> termivar.v1.CancelScanResponse
+	48, // 71: termivar.v1.Admin.Status:output_type -> termivar.v1.StatusResponse
+	51, // 72: termivar.v1.Admin.ListWorkers:output_type -> termivar.v1.ListWorkersResponse
+	59, // 73: termivar.v1.Admin.CreateTenant:output_type -> termivar.v1.CreateTenantResponse
+	54, // 74: termivar.v1.Admin.UpdateTenant:output_type -> termivar.v1.UpdateTenantResponse
+	61, // 75: termivar.v1.Admin.CreateKey:output_type -> termivar.v1.CreateKeyResponse
+	64, // 76: termivar.v1.Admin.ListKeys:output_type -> termivar.v1.ListKeysResponse
+	66, // 77: termivar.v1.Admin.RevokeKey:output_type -> termivar.v1.RevokeKeyResponse
+	68, // 78: termivar.v1.Admin.RotateKey:output_type -> termivar.v1.RotateKeyResponse
+	50, // [50:79] is the sub-list for method output_type
+	21, // [21:50] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_termivar_v1_api_proto_init() }
@@ -4994,13 +5637,14 @@ func file_termivar_v1_api_proto_init() {
 	file_termivar_v1_api_proto_msgTypes[29].OneofWrappers = []any{}
 	file_termivar_v1_api_proto_msgTypes[30].OneofWrappers = []any{}
 	file_termivar_v1_api_proto_msgTypes[37].OneofWrappers = []any{}
+	file_termivar_v1_api_proto_msgTypes[42].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_termivar_v1_api_proto_rawDesc), len(file_termivar_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   65,
+			NumMessages:   71,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

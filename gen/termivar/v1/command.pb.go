@@ -2747,13 +2747,34 @@ func (x *WorkerOwner) GetKeyId() string {
 	return ""
 }
 
-// ScanIndex lists a scan's task IDs in enqueue order.
+// ScanIndex lists a scan's task IDs in enqueue order, and what the FSM
+// records of the scan besides them (raftfsm/scans.go).
 type ScanIndex struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ScanId        string                 `protobuf:"bytes,1,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
-	TaskIds       []string               `protobuf:"bytes,2,rep,name=task_ids,json=taskIds,proto3" json:"task_ids,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	ScanId  string                 `protobuf:"bytes,1,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
+	TaskIds []string               `protobuf:"bytes,2,rep,name=task_ids,json=taskIds,proto3" json:"task_ids,omitempty"`
+	// created_at is the logical time of the scan's first enqueue (0: the
+	// state was written before it was recorded).
+	CreatedAt uint64 `protobuf:"varint,3,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// finished_at is the logical time at which the last of the scan's tasks
+	// became terminal; 0 while a task is not terminal (or unknown for a
+	// state written before it was recorded).
+	FinishedAt uint64 `protobuf:"varint,4,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	// completed_ids lists the scan's completed tasks in completion order.
+	CompletedIds []string `protobuf:"bytes,5,rep,name=completed_ids,json=completedIds,proto3" json:"completed_ids,omitempty"`
+	// Ordinals: every enqueued task and every completion of the scan gets
+	// the next number of its sequence, which a purge never renumbers, so a
+	// FollowResults cursor (e:N, c:N) stays put when tasks before it are
+	// purged (docs/adr/0002-purge.md). task_ordinals is parallel to
+	// task_ids, completed_ordinals to completed_ids; each is absent when it
+	// is 0, 1, 2, ... (nothing purged). next_ordinal and next_completion are
+	// the next numbers, absent when they equal the list's length.
+	TaskOrdinals      []uint64 `protobuf:"varint,6,rep,packed,name=task_ordinals,json=taskOrdinals,proto3" json:"task_ordinals,omitempty"`
+	CompletedOrdinals []uint64 `protobuf:"varint,7,rep,packed,name=completed_ordinals,json=completedOrdinals,proto3" json:"completed_ordinals,omitempty"`
+	NextOrdinal       uint64   `protobuf:"varint,8,opt,name=next_ordinal,json=nextOrdinal,proto3" json:"next_ordinal,omitempty"`
+	NextCompletion    uint64   `protobuf:"varint,9,opt,name=next_completion,json=nextCompletion,proto3" json:"next_completion,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *ScanIndex) Reset() {
@@ -2798,6 +2819,55 @@ func (x *ScanIndex) GetTaskIds() []string {
 		return x.TaskIds
 	}
 	return nil
+}
+
+func (x *ScanIndex) GetCreatedAt() uint64 {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return 0
+}
+
+func (x *ScanIndex) GetFinishedAt() uint64 {
+	if x != nil {
+		return x.FinishedAt
+	}
+	return 0
+}
+
+func (x *ScanIndex) GetCompletedIds() []string {
+	if x != nil {
+		return x.CompletedIds
+	}
+	return nil
+}
+
+func (x *ScanIndex) GetTaskOrdinals() []uint64 {
+	if x != nil {
+		return x.TaskOrdinals
+	}
+	return nil
+}
+
+func (x *ScanIndex) GetCompletedOrdinals() []uint64 {
+	if x != nil {
+		return x.CompletedOrdinals
+	}
+	return nil
+}
+
+func (x *ScanIndex) GetNextOrdinal() uint64 {
+	if x != nil {
+		return x.NextOrdinal
+	}
+	return 0
+}
+
+func (x *ScanIndex) GetNextCompletion() uint64 {
+	if x != nil {
+		return x.NextCompletion
+	}
+	return 0
 }
 
 // SetNodeInfo records a node's advertised API URL (so followers can forward
@@ -3139,10 +3209,19 @@ const file_termivar_v1_command_proto_rawDesc = "" +
 	"\x15result_retention_secs\x18\b \x01(\x04R\x13resultRetentionSecs\"A\n" +
 	"\vWorkerOwner\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x15\n" +
-	"\x06key_id\x18\x02 \x01(\tR\x05keyId\"?\n" +
+	"\x06key_id\x18\x02 \x01(\tR\x05keyId\"\xc4\x02\n" +
 	"\tScanIndex\x12\x17\n" +
 	"\ascan_id\x18\x01 \x01(\tR\x06scanId\x12\x19\n" +
-	"\btask_ids\x18\x02 \x03(\tR\ataskIds\"a\n" +
+	"\btask_ids\x18\x02 \x03(\tR\ataskIds\x12\x1d\n" +
+	"\n" +
+	"created_at\x18\x03 \x01(\x04R\tcreatedAt\x12\x1f\n" +
+	"\vfinished_at\x18\x04 \x01(\x04R\n" +
+	"finishedAt\x12#\n" +
+	"\rcompleted_ids\x18\x05 \x03(\tR\fcompletedIds\x12#\n" +
+	"\rtask_ordinals\x18\x06 \x03(\x04R\ftaskOrdinals\x12-\n" +
+	"\x12completed_ordinals\x18\a \x03(\x04R\x11completedOrdinals\x12!\n" +
+	"\fnext_ordinal\x18\b \x01(\x04R\vnextOrdinal\x12'\n" +
+	"\x0fnext_completion\x18\t \x01(\x04R\x0enextCompletion\"a\n" +
 	"\vSetNodeInfo\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x17\n" +
 	"\aapi_url\x18\x02 \x01(\tR\x06apiUrl\x12 \n" +

@@ -21,7 +21,8 @@ const cancelScanChunk = 512
 // terminal before its cancellation was applied is counted unchanged
 // (invalid_transition from the core); any other failure fails the call
 // (the tasks cancelled before it stay cancelled, and a repeated call
-// cancels the rest). One audit line per call.
+// cancels the rest). A scan with no tasks is scan_not_found. One audit
+// line per call.
 func (h producerHandler) CancelScan(ctx context.Context, req *connect.Request[pb.CancelScanRequest]) (*connect.Response[pb.CancelScanResponse], error) {
 	return call(ctx, h.s, req, true, func(ctx context.Context, p principal, m *pb.CancelScanRequest) (*pb.CancelScanResponse, uint64, error) {
 		if err := distributed.CheckTaskCommandID(m.GetScanId()); err != nil {
@@ -29,6 +30,9 @@ func (h producerHandler) CancelScan(ctx context.Context, req *connect.Request[pb
 		}
 		tv, _ := h.s.node.Reads().Tenant(p.Tenant)
 		ids, total := liveScanTasks(tv, m.GetScanId())
+		if total == 0 {
+			return nil, 0, &apiError{KindScanNotFound, "scan " + m.GetScanId() + " has no tasks"}
+		}
 		out := &pb.CancelScanResponse{Unchanged: uint32(total - len(ids))}
 		for len(ids) > 0 {
 			n := min(len(ids), cancelScanChunk)

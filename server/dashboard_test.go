@@ -291,8 +291,8 @@ func TestDashboard_RolesAndBadInput(t *testing.T) {
 }
 
 // TestServer_CancelScan cancels a scan's queued and running tasks, leaves
-// its terminal ones, is harmless when repeated, and refuses an invalid scan
-// ID without changing anything.
+// its terminal ones, is harmless when repeated, and refuses an invalid or
+// unknown scan ID without changing anything.
 func TestServer_CancelScan(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
@@ -317,6 +317,8 @@ func TestServer_CancelScan(t *testing.T) {
 		_, err := p.producer.CancelScan(ctx, req(&pb.CancelScanRequest{ScanId: bad}))
 		mustCode(t, err, connect.CodeInvalidArgument, "")
 	}
+	_, err = p.producer.CancelScan(ctx, req(&pb.CancelScanRequest{ScanId: "nosuchscan"}))
+	mustCode(t, err, connect.CodeNotFound, KindScanNotFound)
 	b.assertUnchanged(t, before, "refused CancelScan")
 }
 

@@ -220,31 +220,43 @@ func countStatus(c *pb.TaskCounts, st distributed.TaskStatus) {
 
 // failureOf reports a task for the failures list: its newest ended
 // attempt failed (it is retried or failed for good), or it expired. The
-// reason is the worker's, or what the node recorded.
+// reason is the worker's, or what the node recorded; an expired task's
+// says so first and then what its last failed attempt said.
 func failureOf(t distributed.ScanTask) (*pb.FailureSummary, bool) {
 	st := t.Status()
 	if st == distributed.TaskCompleted || st == distributed.TaskCancelled {
 		return nil, false
 	}
 	h := t.Attempts()
-	if len(h) == 0 && st != distributed.TaskExpired {
+	var last *distributed.AttemptRecord
+	if n := len(h); n > 0 && failedOutcome(h[n-1].Outcome()) {
+		last = &h[n-1]
+	}
+	if last == nil && st != distributed.TaskExpired {
 		return nil, false
 	}
 	f := &pb.FailureSummary{TaskId: t.TaskID(), ScanId: t.ScanID(), Status: st.String(), Attempt: t.Attempt(), RetryCount: t.RetryCount()}
-	if n := len(h); n > 0 && failedOutcome(h[n-1].Outcome()) {
-		a := h[n-1]
-		f.Attempt, f.FailedAt, f.WorkerId, f.Outcome, f.Reason = a.Attempt(), a.EndedAt(), a.WorkerID(), a.Outcome().String(), a.Reason()
-		if f.Reason == "" {
-			f.Reason = outcomeReason(a.Outcome())
+	if last != nil {
+		f.Attempt, f.FailedAt, f.WorkerId, f.Outcome, f.Reason = last.Attempt(), last.EndedAt(), last.WorkerID(), last.Outcome().String(), attemptReason(*last)
+	}
+	if st == distributed.TaskExpired && (last == nil || last.Outcome() != distributed.AttemptTaskExpired) {
+		f.FailedAt, _ = t.FinishedAt()
+		f.Outcome = distributed.AttemptTaskExpired.String()
+		if last != nil {
+			f.Reason = outcomeReason(distributed.AttemptTaskExpired) + "; last attempt: " + f.Reason
+		} else {
+			f.Reason = outcomeReason(distributed.AttemptTaskExpired)
 		}
-		return f, true
 	}
-	if st != distributed.TaskExpired {
-		return nil, false
-	}
-	f.FailedAt, _ = t.FinishedAt()
-	f.Reason = outcomeReason(distributed.AttemptTaskExpired)
 	return f, true
+}
+
+// attemptReason is the reason the worker gave, or the node's explanation.
+func attemptReason(a distributed.AttemptRecord) string {
+	if r := a.Reason(); r != "" {
+		return r
+	}
+	return outcomeReason(a.Outcome())
 }
 
 // failedOutcome reports whether an attempt that ended so failed.

@@ -674,8 +674,8 @@ type FailureSummary struct {
 	Reason   string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
 	WorkerId string `protobuf:"bytes,8,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
 	// outcome is the failed attempt's outcome (failed, lease_expired,
-	// timed_out, worker_lost, task_expired); "" for a task that expired
-	// while queued.
+	// timed_out, worker_lost), or task_expired for an expired task (whose
+	// reason then also quotes its last failed attempt, if any).
 	Outcome       string `protobuf:"bytes,9,opt,name=outcome,proto3" json:"outcome,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

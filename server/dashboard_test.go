@@ -116,7 +116,8 @@ func TestDashboard_OverviewOfKnownWorkload(t *testing.T) {
 	}
 	sa := scanByID(v, "a")
 	if sa == nil || !sameCounts(sa.GetCounts(), &pb.TaskCounts{Total: 4, Queued: 1, Running: 1, Completed: 1, Failed: 1}) || sa.GetResults() != 1 ||
-		sa.GetCompletedLastMinute() != 1 || sa.GetThroughputPerSec() <= 0 || sa.EtaSecs == nil {
+		sa.GetCompletedLastMinute() != 1 || sa.GetThroughputPerSec() <= 0 || sa.EtaSecs == nil || sa.GetState() != "running" ||
+		sa.GetStartedAt() == 0 || sa.GetFinishedAt() != 0 {
 		t.Fatalf("scan a = %v", sa)
 	}
 	wantQueue := "critical=0 high=1 normal=1 low=0"

@@ -36,7 +36,7 @@ func (s *Server) overview(p principal) *pb.OverviewResponse {
 		ResultRecords:        uint32(tv.ResultCount()), ResultBytes: uint64(tv.ResultBytes()),
 		Cluster: s.clusterSummary(),
 	}
-	var b overviewBuilder
+	b := overviewBuilder{tv: tv}
 	b.init(now)
 	for _, t := range tv.Tasks() {
 		b.add(tv, t)
@@ -49,6 +49,7 @@ func (s *Server) overview(p principal) *pb.OverviewResponse {
 // overviewBuilder accumulates the task-derived parts of the view in one
 // pass.
 type overviewBuilder struct {
+	tv       raftfsm.TenantView
 	now      uint64
 	totals   *pb.TaskCounts
 	scans    map[string]*pb.ScanSummary
@@ -160,6 +161,9 @@ func (b *overviewBuilder) finish(out *pb.OverviewResponse) {
 	})
 	out.ScansTotal = uint32(len(scans))
 	out.Scans = scans[:min(len(scans), overviewScans)]
+	for _, sc := range out.Scans {
+		b.scanRecord(sc)
+	}
 	for p := len(b.queue) - 1; p >= 0; p-- {
 		out.Queue = append(out.Queue, b.queue[p])
 	}
@@ -177,6 +181,20 @@ func (b *overviewBuilder) finish(out *pb.OverviewResponse) {
 	})
 	out.FailuresTotal = uint32(len(b.failures))
 	out.Failures = b.failures[:min(len(b.failures), overviewFailures)]
+}
+
+// scanRecord adds what the scan's record says (its state and times) to a
+// listed scan.
+func (b *overviewBuilder) scanRecord(sc *pb.ScanSummary) {
+	c := sc.Counts
+	finished := c.Queued+c.Leased+c.Running == 0
+	if st, ok := b.tv.Scan(sc.ScanId); ok {
+		sc.StartedAt, finished = st.CreatedAt, st.Finished
+		if st.Finished {
+			sc.FinishedAt = st.FinishedAt
+		}
+	}
+	sc.State = scanState(&pb.ScanProgressResponse{Cancelled: c.Cancelled, Failed: c.Failed, Expired: c.Expired}, finished)
 }
 
 // rate sets a scan's throughput (completions per second over the last

@@ -88,6 +88,8 @@
     return Math.floor(secs / 86400) + " d " + Math.floor((secs % 86400) / 3600) + " h";
   }
   const ago = (t) => (num(t) ? dur(nowSecs() - num(t)) + " ago" : "—");
+  // since is a relative time that tick() keeps current.
+  const since = (prefix, t) => (t ? el("span", { "data-since": t, "data-prefix": prefix, text: prefix + ago(t) }) : null);
   const pct = (bp) => (num(bp) / 100).toFixed(0) + "%";
 
   function table(id, headers, rows, empty) {
@@ -223,7 +225,9 @@
     }
     const rate = num(s.throughputPerSec);
     const eta = s.etaSecs !== undefined ? dur(num(s.etaSecs)) : (left === 0 ? "done" : "—");
-    const head = el("div", { class: "card-head" }, el("strong", { text: s.scanId }));
+    const state = (s.state || "running").replace(/_/g, " ");
+    const head = el("div", { class: "card-head" }, el("strong", { text: s.scanId }),
+      el("span", { class: "state st-" + (s.state || "running"), "data-state": s.state || "running", text: state }));
     const actions = el("span", { class: "actions" });
     if (canAct() && num(c.failed) + num(c.expired) > 0) actions.append(actButton("Retry failed", "retry-scan:" + s.scanId, () => retryScan(s.scanId)));
     if (canAct() && left > 0) actions.append(confirmButton("Cancel scan", "scan:" + s.scanId, () => cancelScan(s.scanId)));
@@ -241,7 +245,8 @@
       el("div", { class: "meta" },
         el("span", { text: (rate * 60).toFixed(rate * 60 < 10 ? 1 : 0) + " tasks/min" }),
         el("span", { class: "eta", text: "ETA " + eta }),
-        el("span", { text: num(s.results) + " results" })));
+        el("span", { text: num(s.results) + " results" }),
+        since(num(s.finishedAt) ? "finished " : "started ", num(s.finishedAt) || num(s.startedAt))));
   }
 
   function renderQueue(v) {
@@ -314,7 +319,7 @@
   // Relative times tick locally between refreshes (no network).
   function tick() {
     for (const e of document.querySelectorAll("[data-expires]")) e.textContent = dur(num(e.dataset.expires) - nowSecs());
-    for (const e of document.querySelectorAll("[data-since]")) e.textContent = ago(e.dataset.since);
+    for (const e of document.querySelectorAll("[data-since]")) e.textContent = (e.dataset.prefix || "") + ago(e.dataset.since);
   }
 
   // ---------------------------------------------------------- live loop

@@ -192,8 +192,15 @@ type ScanSummary struct {
 	// eta_secs estimates when the scan's non-terminal tasks are done at
 	// that rate; absent when nothing completed in the window or the scan
 	// is terminal.
-	EtaSecs       *uint64 `protobuf:"varint,6,opt,name=eta_secs,json=etaSecs,proto3,oneof" json:"eta_secs,omitempty"`
-	Results       uint32  `protobuf:"varint,7,opt,name=results,proto3" json:"results,omitempty"`
+	EtaSecs *uint64 `protobuf:"varint,6,opt,name=eta_secs,json=etaSecs,proto3,oneof" json:"eta_secs,omitempty"`
+	Results uint32  `protobuf:"varint,7,opt,name=results,proto3" json:"results,omitempty"`
+	// state is running, done, done_with_failures or cancelled (as in
+	// ScanInfo.state); started_at the logical time of the scan's first
+	// enqueue and finished_at when its last task became terminal (0: not
+	// finished, or unknown), from the scan's record.
+	State         string `protobuf:"bytes,8,opt,name=state,proto3" json:"state,omitempty"`
+	StartedAt     uint64 `protobuf:"varint,9,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	FinishedAt    uint64 `protobuf:"varint,10,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -273,6 +280,27 @@ func (x *ScanSummary) GetEtaSecs() uint64 {
 func (x *ScanSummary) GetResults() uint32 {
 	if x != nil {
 		return x.Results
+	}
+	return 0
+}
+
+func (x *ScanSummary) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *ScanSummary) GetStartedAt() uint64 {
+	if x != nil {
+		return x.StartedAt
+	}
+	return 0
+}
+
+func (x *ScanSummary) GetFinishedAt() uint64 {
+	if x != nil {
+		return x.FinishedAt
 	}
 	return 0
 }
@@ -1103,7 +1131,7 @@ const file_termivar_v1_dashboard_proto_rawDesc = "" +
 	"\tcompleted\x18\x05 \x01(\rR\tcompleted\x12\x16\n" +
 	"\x06failed\x18\x06 \x01(\rR\x06failed\x12\x1c\n" +
 	"\tcancelled\x18\a \x01(\rR\tcancelled\x12\x18\n" +
-	"\aexpired\x18\b \x01(\rR\aexpired\"\x9f\x02\n" +
+	"\aexpired\x18\b \x01(\rR\aexpired\"\xf5\x02\n" +
 	"\vScanSummary\x12\x17\n" +
 	"\ascan_id\x18\x01 \x01(\tR\x06scanId\x12/\n" +
 	"\x06counts\x18\x02 \x01(\v2\x17.termivar.v1.TaskCountsR\x06counts\x12\x1d\n" +
@@ -1112,7 +1140,13 @@ const file_termivar_v1_dashboard_proto_rawDesc = "" +
 	"\x15completed_last_minute\x18\x04 \x01(\rR\x13completedLastMinute\x12,\n" +
 	"\x12throughput_per_sec\x18\x05 \x01(\x01R\x10throughputPerSec\x12\x1e\n" +
 	"\beta_secs\x18\x06 \x01(\x04H\x00R\aetaSecs\x88\x01\x01\x12\x18\n" +
-	"\aresults\x18\a \x01(\rR\aresultsB\v\n" +
+	"\aresults\x18\a \x01(\rR\aresults\x12\x14\n" +
+	"\x05state\x18\b \x01(\tR\x05state\x12\x1d\n" +
+	"\n" +
+	"started_at\x18\t \x01(\x04R\tstartedAt\x12\x1f\n" +
+	"\vfinished_at\x18\n" +
+	" \x01(\x04R\n" +
+	"finishedAtB\v\n" +
 	"\t_eta_secs\"o\n" +
 	"\rPriorityQueue\x12\x1a\n" +
 	"\bpriority\x18\x01 \x01(\tR\bpriority\x12\x16\n" +

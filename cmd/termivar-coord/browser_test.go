@@ -325,9 +325,12 @@ func screenshots(t *testing.T, step stepFunc, tab context.Context, name string) 
 		}
 		step("viewport "+vp.label, chromedp.EmulateViewport(vp.width, vp.height, opts...),
 			chromedp.Poll[chromedp.Void](fmt.Sprintf(`window.innerWidth === %d`, vp.width)))
-		overflow, err := chromedp.Run(tab, chromedp.Evaluate[bool](`document.documentElement.scrollWidth > window.innerWidth`))
+		// Nothing is wider than the screen: not the page, and no table
+		// needs sideways scrolling inside its panel.
+		overflow, err := chromedp.Run(tab, chromedp.Evaluate[bool](`document.documentElement.scrollWidth > window.innerWidth ||
+			[...document.querySelectorAll('.table-wrap')].some((w) => w.scrollWidth > w.clientWidth + 1)`))
 		if err != nil || overflow {
-			t.Fatalf("%s: the page is wider than the %d px viewport (%v)", vp.label, vp.width, err)
+			t.Fatalf("%s: the page or a table is wider than the %d px viewport (%v)", vp.label, vp.width, err)
 		}
 		png, err := chromedp.Run(tab, chromedp.FullScreenshot(100))
 		if err != nil {

@@ -130,6 +130,11 @@ type Config struct {
 	// raft state but remains of an old cluster (identity, secret, keys);
 	// without it such a start is refused (identity.go).
 	ForceNewCluster bool
+	// EmulateVersion, when set below raftfsm.SupportedVersion, makes the
+	// node behave as a release that supports cluster versions up to it
+	// (reports it, applies nothing newer): for mixed-version tests of
+	// rolling upgrades (version.go). Zero in production.
+	EmulateVersion uint32
 
 	// Test hooks (integrity_test.go): wrapLogStore wraps raft-wal before
 	// raft sees it, trailingLogs replaces raft's TrailingLogs (default
@@ -433,6 +438,9 @@ func (n *Node) openRaft() (bool, error) {
 		}
 	}
 	r, err := raft.NewRaft(rc, observedFSM{FSM: n.fsm, m: cfg.Metrics, log: n.log, changed: n.changed}, logs, w, snaps, trans)
+	if uerr := n.fsm.UnsupportedState(); err != nil && uerr != nil {
+		return false, dataDirErr(filepath.Join(cfg.DataDir, raftDir, "snapshots"), uerr.Error(), remedyUpgrade)
+	}
 	if err != nil {
 		return false, fmt.Errorf("node: start raft: %w", err)
 	}

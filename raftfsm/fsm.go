@@ -55,9 +55,14 @@ type Options struct {
 	// it. It must not block.
 	ProgressFunc func(tenant string)
 	// FatalFunc, when set, is called once from the apply goroutine when a
-	// committed entry fails its integrity check or does not decode
-	// (fatal.go). It must not block; the FSM applies nothing after it.
+	// committed entry fails its integrity check, does not decode, or needs
+	// a newer binary (fatal.go, version.go). It must not block; the FSM
+	// applies nothing after it.
 	FatalFunc func(err error)
+	// MaxVersion is the highest cluster version this FSM applies (0:
+	// SupportedVersion). Lower values emulate an older release, for
+	// mixed-version tests of rolling upgrades (version.go).
+	MaxVersion uint32
 }
 
 // KeyRecord is one API key as the cluster stores it: never the secret.
@@ -132,7 +137,17 @@ type FSM struct {
 	keys     map[string]KeyRecord // live keys, the only ones Key returns
 	revoked  map[string]KeyRecord // revoked keys (no hash); disjoint from keys (keys.go)
 	tenants  map[string]*Tenant
-	nodes    map[string]nodeRecord // node ID → advertised API URL and incarnation (cluster.go)
+	nodes    map[string]nodeRecord // node ID → advertised API URL, incarnation and version (cluster.go)
+	// clusterVersion is the replicated cluster version (version.go),
+	// written under mu, read without it (node.Node.Propose reads it for
+	// every proposal and must not wait for an Apply holding mu).
+	// Invariant: it only increases, and never exceeds maxVersion.
+	clusterVersion atomic.Uint32
+	lastBackup     *pb.BackupRecord // the last RecordBackup, or nil
+	maxVersion     uint32           // Options.MaxVersion, defaulted
+	// unsupportedState is the error of a snapshot Restore refused for
+	// needing a newer binary (snapshot.go).
+	unsupportedState atomic.Pointer[error]
 
 	appliedIndex atomic.Uint64
 	// fatal is set once, by the first corrupt committed entry; from then on
@@ -154,7 +169,14 @@ func New(opts Options) *FSM {
 	if l == nil {
 		l = slog.New(slog.DiscardHandler)
 	}
-	return &FSM{opts: opts, log: l, keys: map[string]KeyRecord{}, revoked: map[string]KeyRecord{}, tenants: map[string]*Tenant{}, nodes: map[string]nodeRecord{}}
+	mv := opts.MaxVersion
+	if mv == 0 || mv > SupportedVersion {
+		mv = SupportedVersion
+	}
+	f := &FSM{opts: opts, log: l, keys: map[string]KeyRecord{}, revoked: map[string]KeyRecord{}, tenants: map[string]*Tenant{}, nodes: map[string]nodeRecord{},
+		maxVersion: mv}
+	f.clusterVersion.Store(MinClusterVersion)
+	return f
 }
 
 // Apply checks one log entry's integrity frame (frame.go), decodes it and
@@ -172,6 +194,10 @@ func (f *FSM) Apply(l *raft.Log) any {
 	cmd, err := DecodeEntry(l.Index, l.Data)
 	if err != nil {
 		return Response{Err: f.setFatal(err)}
+	}
+	if reason := unsupported(cmd, f.maxVersion); reason != "" {
+		// I-version-1: stop rather than apply what others apply otherwise.
+		return Response{Err: f.setFatal(&EntryError{Index: l.Index, Reason: reason, Unsupported: true})}
 	}
 	defer f.markApplied(l.Index)
 	return f.ApplyCommand(cmd)
@@ -215,6 +241,9 @@ func (f *FSM) applyOneAt(cmd *pb.Command, now uint64) Response {
 	if cmd.GetVersion() != CommandVersion {
 		return Response{Err: fsmErr(KindInvalidCommand, "unknown command version")}
 	}
+	if err := f.checkClusterVersion(cmd); err != nil {
+		return Response{Err: err}
+	}
 	switch op := cmd.GetOp().(type) {
 	case *pb.Command_InitCluster:
 		return f.applyInit(op.InitCluster)
@@ -228,6 +257,10 @@ func (f *FSM) applyOneAt(cmd *pb.Command, now uint64) Response {
 		return f.applyRotateKey(cmd.GetPrincipal(), op.RotateKey, now)
 	case *pb.Command_SetNodeInfo:
 		return f.applySetNodeInfo(op.SetNodeInfo)
+	case *pb.Command_SetClusterVersion:
+		return f.applySetClusterVersion(op.SetClusterVersion)
+	case *pb.Command_RecordBackup:
+		return f.applyRecordBackup(op.RecordBackup, now)
 	case *pb.Command_UpdateTenant:
 		return f.applyUpdateTenant(op.UpdateTenant)
 	case *pb.Command_Batch, nil:

@@ -221,6 +221,7 @@ func setupRetries(t *testing.T, maxRetries uint32) *testBundle {
 	for _, k := range []struct{ id, role string }{{"kadmin", RoleAdmin}, {"kprod", RoleProducer}, {"kw1", RoleWorker}} {
 		b.must(t, &pb.Command{Op: &pb.Command_CreateKey{CreateKey: &pb.CreateKey{KeyId: k.id, SecretHash: make([]byte, 32), KeyTenant: "acme", Role: k.role}}})
 	}
+	b.must(t, &pb.Command{Op: &pb.Command_SetClusterVersion{SetClusterVersion: &pb.SetClusterVersion{Version: SupportedVersion}}})
 	return b
 }
 

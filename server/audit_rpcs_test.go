@@ -35,6 +35,9 @@ var rpcMutates = map[string]bool{
 	"Admin.Status":       false, "Admin.ListWorkers": false, "Admin.CreateTenant": true, "Admin.CreateKey": true,
 	"Admin.ListKeys": false, "Admin.RevokeKey": true, "Admin.RotateKey": true,
 	"Cluster.Join": true, "Cluster.Members": false, "Cluster.RemoveMember": true, "Cluster.TransferLeadership": true,
+	// NB: a read, but audited all the same (it exports every key hash):
+	// TestServer_Backup counts its line.
+	"Cluster.Backup": false,
 }
 
 func TestServer_EveryMutatingRPCAuditedOnce(t *testing.T) {

@@ -64,9 +64,10 @@ type ClusterBackend interface {
 	Backend
 	// Members lists the raft configuration with each member's API URL.
 	Members() ([]node.Member, error)
-	// AddVoter adds (or updates the API URL of) a voter; errors wrap
-	// node.ErrNotMember or node.ErrJoinerUnverified.
-	AddVoter(ctx context.Context, id, raftAddr, apiURL string, incarnation []byte) error
+	// AddVoter adds (or updates the API URL of) a voter, recording the
+	// highest cluster version its binary supports (0: not reported); errors
+	// wrap node.ErrNotMember or node.ErrJoinerUnverified.
+	AddVoter(ctx context.Context, id, raftAddr, apiURL string, incarnation []byte, version uint32) error
 	// RemoveServer removes a member.
 	RemoveServer(ctx context.Context, id string) error
 	// TransferLeadership hands leadership to targetID ("" for any voter)

@@ -32,10 +32,10 @@ import (
 // changes (it notices a paused or cut-off leader within about one election
 // timeout, when raft starts an election) or after ForwardTimeout (calls
 // other than the Acquire and FollowResults long-polls and the
-// AggregateResults stream). It then
-// answers Unavailable / not_leader with the leader hint of the moment and
-// OutcomeHeader: OutcomeUnknown, because the old leader may have applied
-// the request; the client retries what is safe to replay on another node.
+// AggregateResults and Backup streams). It then answers Unavailable /
+// not_leader with the leader hint of the moment and OutcomeHeader:
+// OutcomeUnknown, because the old leader may have applied the request; the
+// client retries what is safe to replay on another node.
 const (
 	// ForwardedHeader names the node that forwarded a request.
 	ForwardedHeader = "Termivar-Forwarded-By"
@@ -197,7 +197,9 @@ func (f *forwarder) bound(procedure string) time.Duration {
 	switch procedure {
 	case "/termivar.v1.Worker/Acquire", "/termivar.v1.Producer/FollowResults":
 		return MaxWaitSecs*time.Second + f.timeout
-	case "/termivar.v1.Producer/AggregateResults":
+	case "/termivar.v1.Producer/AggregateResults", "/termivar.v1.Cluster/Backup":
+		// NB: streams as long as the state is large; the leader watch
+		// still ends them when the leader changes.
 		return 0
 	case "/termivar.v1.Dashboard/Overview":
 		return MaxDashboardWaitSecs*time.Second + f.timeout

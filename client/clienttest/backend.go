@@ -59,6 +59,8 @@ func newBackend(lim distributed.Limits, rl distributed.ResultLimits) (*backend, 
 		{Op: &pb.Command_InitCluster{InitCluster: &pb.InitCluster{EpochId: epoch}}},
 		{Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{Name: raftfsm.SystemTenant,
 			Limits: wire.LimitsToProto(lim), ResultLimits: wire.ResultLimitsToProto(rl)}}},
+		// NB: a one-voter cluster raises its version at once (node/version.go).
+		{Op: &pb.Command_SetClusterVersion{SetClusterVersion: &pb.SetClusterVersion{Version: raftfsm.SupportedVersion}}},
 	}
 	for _, cmd := range boot {
 		r, err := b.Propose(context.Background(), cmd)

@@ -36,6 +36,9 @@ type statusJSON struct {
 	ResultRetentionSecs uint64 `json:"result_retention_secs"`
 	// Build is the answering node's build (nil from an older node).
 	Build *buildJSON `json:"build,omitempty"`
+	// ClusterVersion and NodeMaxVersion: docs/operations.md, "Upgrade".
+	ClusterVersion uint32 `json:"cluster_version"`
+	NodeMaxVersion uint32 `json:"node_max_version"`
 }
 
 func runStatus(ctx context.Context, env *cliEnv, args []string) error {
@@ -63,6 +66,7 @@ func runStatus(ctx context.Context, env *cliEnv, args []string) error {
 			TerminalTasks: s.GetTerminalTasks(), Workers: s.GetWorkers(), Results: s.GetResults(), ResultBytes: s.GetResultBytes(),
 			ResultRetentionSecs: s.GetResultRetentionSecs(),
 			Build:               nodeBuild(s),
+			ClusterVersion:      s.GetClusterVersion(), NodeMaxVersion: s.GetNodeMaxVersion(),
 		})
 	}
 	w := tabwriter.NewWriter(env.stdout, 0, 0, 2, ' ', 0)
@@ -74,6 +78,7 @@ func runStatus(ctx context.Context, env *cliEnv, args []string) error {
 	if len(s.GetMembers()) > 1 {
 		fmt.Fprintf(w, "members\t%s\n", membersLine(s.GetMembers()))
 	}
+	fmt.Fprintf(w, "version\tcluster %d (this node supports up to %d)\n", s.GetClusterVersion(), s.GetNodeMaxVersion())
 	if s.GetBuild() != nil {
 		fmt.Fprintf(w, "build\t%s\n", buildinfo.FromProto(s.GetBuild()))
 	}

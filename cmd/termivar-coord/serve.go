@@ -38,6 +38,9 @@ type serveFlags struct {
 	cluster                            clusterFlags
 	serverLimits                       server.Limits
 	obs                                obsFlags
+	// emulateVersion is node.Config.EmulateVersion: set only by the
+	// mixed-version tests (upgrade_test.go), never by a flag.
+	emulateVersion uint32
 }
 
 func newServeFlagSet(f *serveFlags) *flag.FlagSet {
@@ -361,7 +364,7 @@ func nodeConfig(f serveFlags, logger *slog.Logger, apiURL string) node.Config {
 	return node.Config{
 		DataDir: f.dataDir, NodeID: f.nodeID, RaftAddr: f.raftAddr, Logger: logger, RaftLogOutput: os.Stderr,
 		TickInterval: tick, TaskTTLSecs: f.taskTTL, DefaultLimits: f.limits, DefaultResultLimits: f.resultLimits,
-		APIURL: apiURL, ForceNewCluster: f.forceNewCluster,
+		APIURL: apiURL, ForceNewCluster: f.forceNewCluster, EmulateVersion: f.emulateVersion,
 	}
 }
 

@@ -3649,6 +3649,12 @@ type StatusResponse struct {
 	// long_polls_waiting is the number of Acquire calls this node holds
 	// waiting for work right now.
 	LongPollsWaiting int64 `protobuf:"varint,18,opt,name=long_polls_waiting,json=longPollsWaiting,proto3" json:"long_polls_waiting,omitempty"`
+	// cluster_version is the replicated cluster version; node_max_version the
+	// highest one this node's binary supports (raftfsm/version.go).
+	ClusterVersion uint32 `protobuf:"varint,40,opt,name=cluster_version,json=clusterVersion,proto3" json:"cluster_version,omitempty"`
+	NodeMaxVersion uint32 `protobuf:"varint,41,opt,name=node_max_version,json=nodeMaxVersion,proto3" json:"node_max_version,omitempty"`
+	// last_backup is the last backup recorded (cluster version 2), if any.
+	LastBackup *BackupRecord `protobuf:"bytes,42,opt,name=last_backup,json=lastBackup,proto3" json:"last_backup,omitempty"`
 	// result_retention_secs is the tenant's result retention (0: off).
 	ResultRetentionSecs uint64 `protobuf:"varint,19,opt,name=result_retention_secs,json=resultRetentionSecs,proto3" json:"result_retention_secs,omitempty"`
 	// build is the answering node's build (termivar-coord version).
@@ -3811,6 +3817,27 @@ func (x *StatusResponse) GetLongPollsWaiting() int64 {
 		return x.LongPollsWaiting
 	}
 	return 0
+}
+
+func (x *StatusResponse) GetClusterVersion() uint32 {
+	if x != nil {
+		return x.ClusterVersion
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetNodeMaxVersion() uint32 {
+	if x != nil {
+		return x.NodeMaxVersion
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetLastBackup() *BackupRecord {
+	if x != nil {
+		return x.LastBackup
+	}
+	return nil
 }
 
 func (x *StatusResponse) GetResultRetentionSecs() uint64 {
@@ -5314,7 +5341,7 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x04done\x18\x03 \x01(\bR\x04done\".\n" +
 	"\rStatusRequest\x12\x1d\n" +
 	"\n" +
-	"state_hash\x18\x01 \x01(\bR\tstateHash\"\xd2\x05\n" +
+	"state_hash\x18\x01 \x01(\bR\tstateHash\"\xe1\x06\n" +
 	"\x0eStatusResponse\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12!\n" +
@@ -5336,7 +5363,11 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"state_hash\x18\x10 \x01(\fR\tstateHash\x12(\n" +
 	"\x10state_hash_index\x18\x11 \x01(\x04R\x0estateHashIndex\x12,\n" +
-	"\x12long_polls_waiting\x18\x12 \x01(\x03R\x10longPollsWaiting\x122\n" +
+	"\x12long_polls_waiting\x18\x12 \x01(\x03R\x10longPollsWaiting\x12'\n" +
+	"\x0fcluster_version\x18( \x01(\rR\x0eclusterVersion\x12(\n" +
+	"\x10node_max_version\x18) \x01(\rR\x0enodeMaxVersion\x12:\n" +
+	"\vlast_backup\x18* \x01(\v2\x19.termivar.v1.BackupRecordR\n" +
+	"lastBackup\x122\n" +
 	"\x15result_retention_secs\x18\x13 \x01(\x04R\x13resultRetentionSecs\x12,\n" +
 	"\x05build\x18\x14 \x01(\v2\x16.termivar.v1.BuildInfoR\x05build\"\xb2\x01\n" +
 	"\tBuildInfo\x12%\n" +
@@ -5528,8 +5559,9 @@ var file_termivar_v1_api_proto_goTypes = []any{
 	(*CancelScanRequest)(nil),        // 69: termivar.v1.CancelScanRequest
 	(*CancelScanResponse)(nil),       // 70: termivar.v1.CancelScanResponse
 	(*ClusterMember)(nil),            // 71: termivar.v1.ClusterMember
-	(*CoreLimits)(nil),               // 72: termivar.v1.CoreLimits
-	(*ResultLimits)(nil),             // 73: termivar.v1.ResultLimits
+	(*BackupRecord)(nil),             // 72: termivar.v1.BackupRecord
+	(*CoreLimits)(nil),               // 73: termivar.v1.CoreLimits
+	(*ResultLimits)(nil),             // 74: termivar.v1.ResultLimits
 }
 var file_termivar_v1_api_proto_depIdxs = []int32{
 	1,  // 0: termivar.v1.RegisterWorkerResponse.worker:type_name -> termivar.v1.WorkerInfo
@@ -5548,74 +5580,75 @@ var file_termivar_v1_api_proto_depIdxs = []int32{
 	42, // 13: termivar.v1.ListScansResponse.scans:type_name -> termivar.v1.ScanInfo
 	45, // 14: termivar.v1.FollowResultsResponse.results:type_name -> termivar.v1.FollowedResult
 	71, // 15: termivar.v1.StatusResponse.members:type_name -> termivar.v1.ClusterMember
-	49, // 16: termivar.v1.StatusResponse.build:type_name -> termivar.v1.BuildInfo
-	1,  // 17: termivar.v1.ListWorkersResponse.workers:type_name -> termivar.v1.WorkerInfo
-	72, // 18: termivar.v1.CreateTenantRequest.limits:type_name -> termivar.v1.CoreLimits
-	73, // 19: termivar.v1.CreateTenantRequest.result_limits:type_name -> termivar.v1.ResultLimits
-	63, // 20: termivar.v1.ListKeysResponse.keys:type_name -> termivar.v1.KeyInfo
-	2,  // 21: termivar.v1.Worker.RegisterWorker:input_type -> termivar.v1.RegisterWorkerRequest
-	4,  // 22: termivar.v1.Worker.Heartbeat:input_type -> termivar.v1.HeartbeatRequest
-	6,  // 23: termivar.v1.Worker.Acquire:input_type -> termivar.v1.AcquireRequest
-	9,  // 24: termivar.v1.Worker.Start:input_type -> termivar.v1.StartRequest
-	11, // 25: termivar.v1.Worker.RenewLease:input_type -> termivar.v1.RenewLeaseRequest
-	13, // 26: termivar.v1.Worker.Complete:input_type -> termivar.v1.CompleteRequest
-	15, // 27: termivar.v1.Worker.CompleteMany:input_type -> termivar.v1.CompleteManyRequest
-	18, // 28: termivar.v1.Worker.Fail:input_type -> termivar.v1.FailRequest
-	21, // 29: termivar.v1.Worker.Deregister:input_type -> termivar.v1.DeregisterRequest
-	24, // 30: termivar.v1.Producer.Enqueue:input_type -> termivar.v1.EnqueueRequest
-	27, // 31: termivar.v1.Producer.Cancel:input_type -> termivar.v1.CancelRequest
-	31, // 32: termivar.v1.Producer.GetTask:input_type -> termivar.v1.GetTaskRequest
-	33, // 33: termivar.v1.Producer.ListTasks:input_type -> termivar.v1.ListTasksRequest
-	35, // 34: termivar.v1.Producer.ScanProgress:input_type -> termivar.v1.ScanProgressRequest
-	37, // 35: termivar.v1.Producer.Retry:input_type -> termivar.v1.RetryRequest
-	39, // 36: termivar.v1.Producer.AggregateResults:input_type -> termivar.v1.AggregateResultsRequest
-	41, // 37: termivar.v1.Producer.ListScans:input_type -> termivar.v1.ListScansRequest
-	44, // 38: termivar.v1.Producer.FollowResults:input_type -> termivar.v1.FollowResultsRequest
-	55, // 39: termivar.v1.Producer.DeleteScan:input_type -> termivar.v1.DeleteScanRequest
-	57, // 40: termivar.v1.Producer.PurgeTasks:input_type -> termivar.v1.PurgeTasksRequest
-	69, // 41: termivar.v1.Producer.CancelScan:input_type -> termivar.v1.CancelScanRequest
-	47, // 42: termivar.v1.Admin.Status:input_type -> termivar.v1.StatusRequest
-	50, // 43: termivar.v1.Admin.ListWorkers:input_type -> termivar.v1.ListWorkersRequest
-	52, // 44: termivar.v1.Admin.CreateTenant:input_type -> termivar.v1.CreateTenantRequest
-	53, // 45: termivar.v1.Admin.UpdateTenant:input_type -> termivar.v1.UpdateTenantRequest
-	60, // 46: termivar.v1.Admin.CreateKey:input_type -> termivar.v1.CreateKeyRequest
-	62, // 47: termivar.v1.Admin.ListKeys:input_type -> termivar.v1.ListKeysRequest
-	65, // 48: termivar.v1.Admin.RevokeKey:input_type -> termivar.v1.RevokeKeyRequest
-	67, // 49: termivar.v1.Admin.RotateKey:input_type -> termivar.v1.RotateKeyRequest
-	3,  // 50: termivar.v1.Worker.RegisterWorker:output_type -> termivar.v1.RegisterWorkerResponse
-	5,  // 51: termivar.v1.Worker.Heartbeat:output_type -> termivar.v1.HeartbeatResponse
-	8,  // 52: termivar.v1.Worker.Acquire:output_type -> termivar.v1.AcquireResponse
-	10, // 53: termivar.v1.Worker.Start:output_type -> termivar.v1.StartResponse
-	12, // 54: termivar.v1.Worker.RenewLease:output_type -> termivar.v1.RenewLeaseResponse
-	14, // 55: termivar.v1.Worker.Complete:output_type -> termivar.v1.CompleteResponse
-	17, // 56: termivar.v1.Worker.CompleteMany:output_type -> termivar.v1.CompleteManyResponse
-	19, // 57: termivar.v1.Worker.Fail:output_type -> termivar.v1.FailResponse
-	22, // 58: termivar.v1.Worker.Deregister:output_type -> termivar.v1.DeregisterResponse
-	26, // 59: termivar.v1.Producer.Enqueue:output_type -> termivar.v1.EnqueueResponse
-	28, // 60: termivar.v1.Producer.Cancel:output_type -> termivar.v1.CancelResponse
-	32, // 61: termivar.v1.Producer.GetTask:output_type -> termivar.v1.GetTaskResponse
-	34, // 62: termivar.v1.Producer.ListTasks:output_type -> termivar.v1.ListTasksResponse
-	36, // 63: termivar.v1.Producer.ScanProgress:output_type -> termivar.v1.ScanProgressResponse
-	38, // 64: termivar.v1.Producer.Retry:output_type -> termivar.v1.RetryResponse
-	40, // 65: termivar.v1.Producer.AggregateResults:output_type -> termivar.v1.AggregateResultsResponse
-	43, // 66: termivar.v1.Producer.ListScans:output_type -> termivar.v1.ListScansResponse
-	46, // 67: termivar.v1.Producer.FollowResults:output_type -> termivar.v1.FollowResultsResponse
-	56, // 68: termivar.v1.Producer.DeleteScan:output_type -> termivar.v1.DeleteScanResponse
-	58, // 69: termivar.v1.Producer.PurgeTasks:output_type -> termivar.v1.PurgeTasksResponse
-	70, // 70: termivar.v1.Producer.CancelScan:output_type -> termivar.v1.CancelScanResponse
-	48, // 71: termivar.v1.Admin.Status:output_type -> termivar.v1.StatusResponse
-	51, // 72: termivar.v1.Admin.ListWorkers:output_type -> termivar.v1.ListWorkersResponse
-	59, // 73: termivar.v1.Admin.CreateTenant:output_type -> termivar.v1.CreateTenantResponse
-	54, // 74: termivar.v1.Admin.UpdateTenant:output_type -> termivar.v1.UpdateTenantResponse
-	61, // 75: termivar.v1.Admin.CreateKey:output_type -> termivar.v1.CreateKeyResponse
-	64, // 76: termivar.v1.Admin.ListKeys:output_type -> termivar.v1.ListKeysResponse
-	66, // 77: termivar.v1.Admin.RevokeKey:output_type -> termivar.v1.RevokeKeyResponse
-	68, // 78: termivar.v1.Admin.RotateKey:output_type -> termivar.v1.RotateKeyResponse
-	50, // [50:79] is the sub-list for method output_type
-	21, // [21:50] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	72, // 16: termivar.v1.StatusResponse.last_backup:type_name -> termivar.v1.BackupRecord
+	49, // 17: termivar.v1.StatusResponse.build:type_name -> termivar.v1.BuildInfo
+	1,  // 18: termivar.v1.ListWorkersResponse.workers:type_name -> termivar.v1.WorkerInfo
+	73, // 19: termivar.v1.CreateTenantRequest.limits:type_name -> termivar.v1.CoreLimits
+	74, // 20: termivar.v1.CreateTenantRequest.result_limits:type_name -> termivar.v1.ResultLimits
+	63, // 21: termivar.v1.ListKeysResponse.keys:type_name -> termivar.v1.KeyInfo
+	2,  // 22: termivar.v1.Worker.RegisterWorker:input_type -> termivar.v1.RegisterWorkerRequest
+	4,  // 23: termivar.v1.Worker.Heartbeat:input_type -> termivar.v1.HeartbeatRequest
+	6,  // 24: termivar.v1.Worker.Acquire:input_type -> termivar.v1.AcquireRequest
+	9,  // 25: termivar.v1.Worker.Start:input_type -> termivar.v1.StartRequest
+	11, // 26: termivar.v1.Worker.RenewLease:input_type -> termivar.v1.RenewLeaseRequest
+	13, // 27: termivar.v1.Worker.Complete:input_type -> termivar.v1.CompleteRequest
+	15, // 28: termivar.v1.Worker.CompleteMany:input_type -> termivar.v1.CompleteManyRequest
+	18, // 29: termivar.v1.Worker.Fail:input_type -> termivar.v1.FailRequest
+	21, // 30: termivar.v1.Worker.Deregister:input_type -> termivar.v1.DeregisterRequest
+	24, // 31: termivar.v1.Producer.Enqueue:input_type -> termivar.v1.EnqueueRequest
+	27, // 32: termivar.v1.Producer.Cancel:input_type -> termivar.v1.CancelRequest
+	31, // 33: termivar.v1.Producer.GetTask:input_type -> termivar.v1.GetTaskRequest
+	33, // 34: termivar.v1.Producer.ListTasks:input_type -> termivar.v1.ListTasksRequest
+	35, // 35: termivar.v1.Producer.ScanProgress:input_type -> termivar.v1.ScanProgressRequest
+	37, // 36: termivar.v1.Producer.Retry:input_type -> termivar.v1.RetryRequest
+	39, // 37: termivar.v1.Producer.AggregateResults:input_type -> termivar.v1.AggregateResultsRequest
+	41, // 38: termivar.v1.Producer.ListScans:input_type -> termivar.v1.ListScansRequest
+	44, // 39: termivar.v1.Producer.FollowResults:input_type -> termivar.v1.FollowResultsRequest
+	55, // 40: termivar.v1.Producer.DeleteScan:input_type -> termivar.v1.DeleteScanRequest
+	57, // 41: termivar.v1.Producer.PurgeTasks:input_type -> termivar.v1.PurgeTasksRequest
+	69, // 42: termivar.v1.Producer.CancelScan:input_type -> termivar.v1.CancelScanRequest
+	47, // 43: termivar.v1.Admin.Status:input_type -> termivar.v1.StatusRequest
+	50, // 44: termivar.v1.Admin.ListWorkers:input_type -> termivar.v1.ListWorkersRequest
+	52, // 45: termivar.v1.Admin.CreateTenant:input_type -> termivar.v1.CreateTenantRequest
+	53, // 46: termivar.v1.Admin.UpdateTenant:input_type -> termivar.v1.UpdateTenantRequest
+	60, // 47: termivar.v1.Admin.CreateKey:input_type -> termivar.v1.CreateKeyRequest
+	62, // 48: termivar.v1.Admin.ListKeys:input_type -> termivar.v1.ListKeysRequest
+	65, // 49: termivar.v1.Admin.RevokeKey:input_type -> termivar.v1.RevokeKeyRequest
+	67, // 50: termivar.v1.Admin.RotateKey:input_type -> termivar.v1.RotateKeyRequest
+	3,  // 51: termivar.v1.Worker.RegisterWorker:output_type -> termivar.v1.RegisterWorkerResponse
+	5,  // 52: termivar.v1.Worker.Heartbeat:output_type -> termivar.v1.HeartbeatResponse
+	8,  // 53: termivar.v1.Worker.Acquire:output_type -> termivar.v1.AcquireResponse
+	10, // 54: termivar.v1.Worker.Start:output_type -> termivar.v1.StartResponse
+	12, // 55: termivar.v1.Worker.RenewLease:output_type -> termivar.v1.RenewLeaseResponse
+	14, // 56: termivar.v1.Worker.Complete:output_type -> termivar.v1.CompleteResponse
+	17, // 57: termivar.v1.Worker.CompleteMany:output_type -> termivar.v1.CompleteManyResponse
+	19, // 58: termivar.v1.Worker.Fail:output_type -> termivar.v1.FailResponse
+	22, // 59: termivar.v1.Worker.Deregister:output_type -> termivar.v1.DeregisterResponse
+	26, // 60: termivar.v1.Producer.Enqueue:output_type -> termivar.v1.EnqueueResponse
+	28, // 61: termivar.v1.Producer.Cancel:output_type -> termivar.v1.CancelResponse
+	32, // 62: termivar.v1.Producer.GetTask:output_type -> termivar.v1.GetTaskResponse
+	34, // 63: termivar.v1.Producer.ListTasks:output_type -> termivar.v1.ListTasksResponse
+	36, // 64: termivar.v1.Producer.ScanProgress:output_type -> termivar.v1.ScanProgressResponse
+	38, // 65: termivar.v1.Producer.Retry:output_type -> termivar.v1.RetryResponse
+	40, // 66: termivar.v1.Producer.AggregateResults:output_type -> termivar.v1.AggregateResultsResponse
+	43, // 67: termivar.v1.Producer.ListScans:output_type -> termivar.v1.ListScansResponse
+	46, // 68: termivar.v1.Producer.FollowResults:output_type -> termivar.v1.FollowResultsResponse
+	56, // 69: termivar.v1.Producer.DeleteScan:output_type -> termivar.v1.DeleteScanResponse
+	58, // 70: termivar.v1.Producer.PurgeTasks:output_type -> termivar.v1.PurgeTasksResponse
+	70, // 71: termivar.v1.Producer.CancelScan:output_type -> termivar.v1.CancelScanResponse
+	48, // 72: termivar.v1.Admin.Status:output_type -> termivar.v1.StatusResponse
+	51, // 73: termivar.v1.Admin.ListWorkers:output_type -> termivar.v1.ListWorkersResponse
+	59, // 74: termivar.v1.Admin.CreateTenant:output_type -> termivar.v1.CreateTenantResponse
+	54, // 75: termivar.v1.Admin.UpdateTenant:output_type -> termivar.v1.UpdateTenantResponse
+	61, // 76: termivar.v1.Admin.CreateKey:output_type -> termivar.v1.CreateKeyResponse
+	64, // 77: termivar.v1.Admin.ListKeys:output_type -> termivar.v1.ListKeysResponse
+	66, // 78: termivar.v1.Admin.RevokeKey:output_type -> termivar.v1.RevokeKeyResponse
+	68, // 79: termivar.v1.Admin.RotateKey:output_type -> termivar.v1.RotateKeyResponse
+	51, // [51:80] is the sub-list for method output_type
+	22, // [22:51] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_termivar_v1_api_proto_init() }

@@ -17,8 +17,10 @@
   let view = null;             // the last OverviewResponse
   let skewSecs = 0;            // node time - local time
   let abort = null;            // aborts the running long-poll
+  let immediate = false;       // the next call answers at once (after an action)
   let generation = 0;          // bumps on sign-in/out: old loops stop
   const pendingConfirm = new Map();
+  const drawn = new Map();     // section name -> signature of its last drawing
 
   const $ = (id) => document.getElementById(id);
 
@@ -158,6 +160,7 @@
     } catch (e) {
       say("Refused: " + e.code + ": " + e.message, true);
     }
+    drawn.clear(); // redraw everything: a refused action's button is enabled again
     refreshNow();
   }
 
@@ -173,7 +176,6 @@
   // ------------------------------------------------------------- render
   // render redraws the sections whose data changed (a table that did not
   // change keeps its nodes, so a click or a selection is not lost).
-  const drawn = new Map();
   function section(name, data, draw) {
     const sig = JSON.stringify([view.role, data]);
     if (drawn.get(name) === sig) return;
@@ -341,7 +343,8 @@
       const started = Date.now();
       abort = new AbortController();
       try {
-        const body = rev === null ? {} : { afterRevision: rev, waitSecs: WAIT_SECS };
+        const body = rev === null || immediate ? {} : { afterRevision: rev, waitSecs: WAIT_SECS };
+        immediate = false;
         const v = await rpc("Dashboard/Overview", body, abort.signal);
         if (gen !== generation) return;
         render(v);
@@ -365,7 +368,7 @@
   }
 
   // refreshNow ends the running long-poll so the loop fetches at once.
-  function refreshNow() { if (abort) abort.abort(); }
+  function refreshNow() { immediate = true; if (abort) abort.abort(); }
 
   // ------------------------------------------------------------ sign-in
   function showSignedIn(on) {

@@ -35,7 +35,7 @@ func richState(t *testing.T) *testBundle {
 		b.must(t, &pb.Command{Tenant: tenant, Op: enqueueCmd("", "t1", "t2", "t3").Op})
 	}
 	b.must(t, registerCmd("kw1", "w1"))
-	acq := b.must(t, acquireCmd("kw1", "w1", 2)).Value.([]Acquired)
+	acq := valueOf[[]Acquired](t, b.must(t, acquireCmd("kw1", "w1", 2)))
 	b.must(t, completeCmd("kw1", acq[0].Lease, []byte("result-1")))
 	return b
 }

@@ -33,26 +33,15 @@ func (h producerHandler) Enqueue(ctx context.Context, req *connect.Request[pb.En
 		}
 		e := &pb.EnqueueTasks{Tasks: make([]*pb.TaskSpec, len(m.GetTasks()))}
 		for i, t := range m.GetTasks() {
-			prio := uint32(distributed.PriorityNormal)
-			if t.GetPriority() != "" {
-				pr, ok := distributed.ParseTaskPriority(t.GetPriority())
-				prio = uint32(pr)
-				if !ok {
-					prio = invalidEnum
-				}
-			}
+			prio := parseEnum(t.GetPriority(), distributed.PriorityNormal, distributed.ParseTaskPriority)
 			e.Tasks[i] = &pb.TaskSpec{TaskId: t.GetTaskId(), ScanId: t.GetScanId(), TargetRef: []byte(t.GetTargetRef()), Phases: t.GetPhases(), Priority: prio}
 			e.Tasks[i].AttemptTimeoutSecs = cmp.Or(t.GetAttemptTimeoutSecs(), m.GetAttemptTimeoutSecs())
 		}
-		r, err := h.s.propose(ctx, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_Enqueue{Enqueue: e}})
+		tasks, rev, err := proposeAs[[]distributed.ScanTask](ctx, h.s, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_Enqueue{Enqueue: e}}, "EnqueueTasks")
 		if err != nil {
-			return nil, r.Revision, err
+			return nil, rev, err
 		}
-		tasks, err := raftfsm.ValueAs[[]distributed.ScanTask](r, "EnqueueTasks")
-		if err != nil {
-			return nil, r.Revision, err
-		}
-		out := &pb.EnqueueResponse{Revision: r.Revision, Tasks: make([]*pb.EnqueuedTask, len(tasks))}
+		out := &pb.EnqueueResponse{Revision: rev, Tasks: make([]*pb.EnqueuedTask, len(tasks))}
 		for i, t := range tasks {
 			et := &pb.EnqueuedTask{TaskId: t.TaskID()}
 			if own, ok := t.Ownership(); ok {
@@ -62,14 +51,14 @@ func (h producerHandler) Enqueue(ctx context.Context, req *connect.Request[pb.En
 			}
 			out.Tasks[i] = et
 		}
-		return out, r.Revision, nil
+		return out, rev, nil
 	})
 }
 
 // checkRunnableTargets refuses targets the shipped worker agent cannot
 // run: it hands a target to its command in the environment
 // (TERMIVAR_TARGET), which cannot hold a NUL byte. NB: the core keeps
-// target_ref opaque bytes (SPEC Part A); this is the API's policy, checked
+// target_ref opaque bytes (contract A.4); this is the API's policy, checked
 // before anything is proposed. The message names the task by position and
 // never quotes the target.
 func checkRunnableTargets(tasks []*pb.NewTask) error {
@@ -91,15 +80,11 @@ func (h producerHandler) Cancel(ctx context.Context, req *connect.Request[pb.Can
 			return nil, 0, err
 		}
 		ob, _ := own.MarshalBinary()
-		r, err := h.s.propose(ctx, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_CancelTask{CancelTask: &pb.CancelTask{Ownership: ob}}})
+		v, rev, err := proposeAs[distributed.CancellationOutcome](ctx, h.s, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_CancelTask{CancelTask: &pb.CancelTask{Ownership: ob}}}, "CancelTask")
 		if err != nil {
-			return nil, r.Revision, err
+			return nil, rev, err
 		}
-		v, err := raftfsm.ValueAs[distributed.CancellationOutcome](r, "CancelTask")
-		if err != nil {
-			return nil, r.Revision, err
-		}
-		return &pb.CancelResponse{AlreadyCancelled: v.Kind == distributed.AlreadyCancelled, Revision: r.Revision}, r.Revision, nil
+		return &pb.CancelResponse{AlreadyCancelled: v.Kind == distributed.AlreadyCancelled, Revision: rev}, rev, nil
 	})
 }
 
@@ -112,15 +97,11 @@ func (h producerHandler) cancelByID(ctx context.Context, p principal, m *pb.Canc
 	if err := distributed.CheckTaskCommandID(m.GetTaskId()); err != nil {
 		return nil, 0, err
 	}
-	r, err := h.s.propose(ctx, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_CancelTaskById{CancelTaskById: &pb.CancelTaskByID{TaskId: m.GetTaskId()}}})
+	v, rev, err := proposeAs[raftfsm.CancelByIDValue](ctx, h.s, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_CancelTaskById{CancelTaskById: &pb.CancelTaskByID{TaskId: m.GetTaskId()}}}, "CancelTaskByID")
 	if err != nil {
-		return nil, r.Revision, err
+		return nil, rev, err
 	}
-	v, err := raftfsm.ValueAs[raftfsm.CancelByIDValue](r, "CancelTaskByID")
-	if err != nil {
-		return nil, r.Revision, err
-	}
-	return &pb.CancelResponse{AlreadyCancelled: v.Outcome.Kind == distributed.AlreadyCancelled, PreviousStatus: v.PreviousStatus.String(), Revision: r.Revision}, r.Revision, nil
+	return &pb.CancelResponse{AlreadyCancelled: v.Outcome.Kind == distributed.AlreadyCancelled, PreviousStatus: v.PreviousStatus.String(), Revision: rev}, rev, nil
 }
 
 func (s *Server) taskInfo(p principal, tv raftfsm.TenantView, t distributed.ScanTask) *pb.TaskInfo {
@@ -166,10 +147,7 @@ func (h producerHandler) GetTask(ctx context.Context, req *connect.Request[pb.Ge
 
 func (h producerHandler) ListTasks(ctx context.Context, req *connect.Request[pb.ListTasksRequest]) (*connect.Response[pb.ListTasksResponse], error) {
 	return call(ctx, h.s, req, false, func(ctx context.Context, p principal, m *pb.ListTasksRequest) (*pb.ListTasksResponse, uint64, error) {
-		size := int(m.GetPageSize())
-		if size == 0 {
-			size = defaultPageSize
-		}
+		size := cmp.Or(int(m.GetPageSize()), defaultPageSize)
 		if size > maxPageSize {
 			return nil, 0, errInvalid("page_size is above 1000")
 		}

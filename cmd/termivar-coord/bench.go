@@ -6,9 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
-	"path/filepath"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -22,10 +20,8 @@ import (
 	distributed "github.com/termivar/distributed"
 	"github.com/termivar/distributed/client"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
-	"github.com/termivar/distributed/internal/audit"
 	"github.com/termivar/distributed/node"
 	"github.com/termivar/distributed/raftfsm"
-	"github.com/termivar/distributed/server"
 )
 
 type benchFlags struct {
@@ -68,7 +64,7 @@ func runBench(args []string) int {
 	}
 	url, key := f.client.server, f.client.key
 	if f.embedded {
-		stop, u, k, err := startEmbedded(f.dataDir)
+		stop, u, k, err := startBenchNode(f.dataDir)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "termivar-coord bench:", err)
 			return exitRejected
@@ -128,7 +124,9 @@ func startCPUProfile(path string) (stop func(), err error) {
 	}, nil
 }
 
-func startEmbedded(dir string) (stop func(), url, key string, err error) {
+// startBenchNode starts an embedded node (with its audit log, as serve
+// has) on dir, or on a temporary dir that stop removes.
+func startBenchNode(dir string) (stop func(), url, key string, err error) {
 	tmp := ""
 	if dir == "" {
 		if tmp, err = os.MkdirTemp("", "termivar-bench-"); err != nil {
@@ -138,35 +136,16 @@ func startEmbedded(dir string) (stop func(), url, key string, err error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	n, err := node.Open(ctx, node.Config{DataDir: dir, RaftAddr: "127.0.0.1:0"})
+	e, err := startEmbedded(ctx, node.Config{DataDir: dir, RaftAddr: "127.0.0.1:0"}, nil, true)
 	if err != nil {
 		return nil, "", "", err
 	}
-	if _, err := server.EnsureAdminKey(ctx, n, filepath.Join(dir, node.AdminKeyFile)); err != nil {
-		n.Close()
-		return nil, "", "", err
-	}
-	kb, _ := os.ReadFile(filepath.Join(dir, node.AdminKeyFile))
-	al, err := audit.Open(filepath.Join(dir, audit.FileName), nil)
-	if err != nil {
-		n.Close()
-		return nil, "", "", err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		n.Close()
-		return nil, "", "", err
-	}
-	hs := server.New(server.Config{Backend: n, Audit: al}).HTTPServer(ln.Addr().String())
-	go func() { _ = hs.Serve(ln) }()
 	return func() {
-		_ = hs.Close()
-		n.Close()
-		al.Close()
+		e.Close()
 		if tmp != "" {
 			os.RemoveAll(tmp)
 		}
-	}, "http://" + ln.Addr().String(), strings.TrimSpace(string(kb)), nil
+	}, e.URL, e.Key, nil
 }
 
 type benchResult struct {

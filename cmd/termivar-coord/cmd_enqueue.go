@@ -73,10 +73,8 @@ func runEnqueue(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	opts := client.EnqueueOptions{ScanID: *scan, Priority: prio, Phases: ph, BatchSize: *batch, AttemptTimeoutSecs: timeoutSecs}
-	if len(ids) > 0 {
-		opts.TaskIDs = ids
-	}
+	// NB: ids is nil unless --task-id was given (client: nil derives the IDs).
+	opts := client.EnqueueOptions{ScanID: *scan, Priority: prio, Phases: ph, BatchSize: *batch, AttemptTimeoutSecs: timeoutSecs, TaskIDs: ids}
 	res, err := c.EnqueueTargets(ctx, opts, targets)
 	if errors.Is(err, client.ErrTargetMismatch) {
 		return rejectedError{err.Error()}

@@ -27,8 +27,8 @@ import (
 
 	distributed "github.com/termivar/distributed"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/internal/wireerr"
 	"github.com/termivar/distributed/raftfsm"
-	"github.com/termivar/distributed/server"
 )
 
 // stopGraceful stops a member as SIGTERM does: hand-over, then shutdown.
@@ -151,7 +151,7 @@ func TestUpgrade_RollingMixedVersion(t *testing.T) {
 	_, errDel := admin.DeleteScan(ctx, &pb.DeleteScanRequest{ScanId: "pre", Force: true})
 	_, errRet := admin.UpdateTenant(ctx, &pb.UpdateTenantRequest{Name: raftfsm.SystemTenant, ResultRetentionSecs: 60})
 	for _, err := range []error{errDel, errRet} {
-		if d, ok := server.DetailOf(err); codeOf(err) != connect.CodeFailedPrecondition || !ok || d.GetKind() != "cluster_version" {
+		if d, ok := wireerr.DetailOf(err); codeOf(err) != connect.CodeFailedPrecondition || !ok || d.GetKind() != "cluster_version" {
 			t.Fatalf("a version-2 API call at version 1 = %v; want FailedPrecondition, cluster_version", err)
 		}
 	}

@@ -28,16 +28,44 @@ import (
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(removeBinary{m}) }
 
+// builtBinary is the termivar-coord binary the tests run, built once per
+// test binary by buildBinary into a directory TestMain removes.
+var builtBinary struct {
+	once     sync.Once
+	dir, bin string
+	err      error
+}
+
+// buildBinary builds the binary on first use and returns its path.
 func buildBinary(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "termivar-coord")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	b := &builtBinary
+	b.once.Do(func() {
+		if b.dir, b.err = os.MkdirTemp("", "termivar-coord-test-"); b.err != nil {
+			return
+		}
+		b.bin = filepath.Join(b.dir, "termivar-coord")
+		if out, err := exec.Command("go", "build", "-o", b.bin, ".").CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("go build: %w\n%s", err, out)
+		}
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
 	}
-	return bin
+	return b.bin
+}
+
+// removeBinary runs the tests, then removes buildBinary's directory.
+type removeBinary struct{ m *testing.M }
+
+func (r removeBinary) Run() int {
+	code := r.m.Run()
+	if builtBinary.dir != "" {
+		os.RemoveAll(builtBinary.dir)
+	}
+	return code
 }
 
 func freePort(t *testing.T) int {

@@ -75,10 +75,14 @@ type Config struct {
 	// registration (1 MiB, the default, if it does not); a positive value
 	// is capped by the tenant's limit.
 	MaxResultBytes int
+	// AdaptiveCapacity makes the agent report its host's CPU and memory
+	// utilization, by which the node scales the worker's capacity down
+	// (contract A.4: ceil(Capacity × (10000 − max utilization) / 10000)).
+	// Off by default: the worker reports no utilization and gets the
+	// Capacity it declares.
+	AdaptiveCapacity bool
 	// UtilizationFunc, if set, replaces the CPU and memory utilization read
-	// from /proc (basis points, 0-10000). NB: the server scales the
-	// worker's capacity down by its utilization, so tests that count
-	// concurrent tasks pin it.
+	// from /proc (basis points, 0-10000) when AdaptiveCapacity is on.
 	UtilizationFunc func() (cpuBasisPoints, memoryBasisPoints uint32)
 	// Logger receives the agent's log, including CMD's stderr; nil discards
 	// it.
@@ -167,7 +171,9 @@ func New(cfg Config) (*Agent, error) {
 		slotFree: make(chan struct{}, 1),
 		fenced:   make(chan struct{}, 1),
 	}
-	a.cpu.sample() // prime the delta
+	if cfg.AdaptiveCapacity {
+		a.cpu.sample() // prime the delta
+	}
 	return a, nil
 }
 
@@ -325,8 +331,12 @@ func (a *Agent) spec() *pb.RegisterWorkerRequest {
 	}
 }
 
-// utilization returns the CPU and memory utilization in basis points.
+// utilization returns the CPU and memory utilization in basis points the
+// agent reports: none unless AdaptiveCapacity is on.
 func (a *Agent) utilization() (cpu, mem uint32) {
+	if !a.cfg.AdaptiveCapacity {
+		return 0, 0
+	}
 	if a.cfg.UtilizationFunc != nil {
 		cpu, mem = a.cfg.UtilizationFunc()
 		return min(cpu, 10000), min(mem, 10000)

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
@@ -265,6 +266,8 @@ func invoke[Req, Resp any](ctx context.Context, c *Client, op string, wait time.
 		}
 		if timedOut {
 			err = connect.NewError(connect.CodeUnavailable, fmt.Errorf("no answer from %s within the attempt timeout: %w", target.Host, err))
+		} else if connectionLost(ctx, err) {
+			err = lostConnection(target.Host, err)
 		}
 		lastErr = err
 		c.router.observe(target, err, timedOut)
@@ -282,6 +285,31 @@ func invoke[Req, Resp any](ctx context.Context, c *Client, op string, wait time.
 		}
 	}
 	return nil, wrapErr(op, lastErr)
+}
+
+// connectionLost reports whether a try failed because the connection broke
+// under it while the caller still waits: connect reports a reset read as
+// Canceled (the same code as the caller's own cancellation) and a request
+// body whose write the reset cut off as Unavailable ("use of closed
+// network connection"); either way the node may have read the whole
+// request.
+func connectionLost(ctx context.Context, err error) bool {
+	switch connect.CodeOf(err) {
+	case connect.CodeCanceled, connect.CodeUnavailable:
+	default:
+		return false
+	}
+	return ctx.Err() == nil &&
+		(errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed))
+}
+
+// lostConnection turns a broken connection into Unavailable with
+// OutcomeUnknown: the node may have applied the request before it went
+// away, so only calls that are safe to replay are tried again.
+func lostConnection(host string, err error) error {
+	ce := connect.NewError(connect.CodeUnavailable, fmt.Errorf("connection to %s lost: %w", host, err))
+	ce.Meta().Set(OutcomeHeader, OutcomeUnknown)
+	return ce
 }
 
 // attemptBytesPerSecond is the slowest upload an attempt deadline allows

@@ -330,7 +330,10 @@ func (f *FSM) bind(t *Tenant, principal, workerID string) {
 func (f *FSM) applyEnqueue(c tenantCall) Response {
 	t, e := c.t, c.cmd.GetEnqueue()
 	n := len(e.GetTasks())
-	if n == 0 || n > MaxEnqueueTasks {
+	if n == 0 && e.GetDeclareScanId() != "" {
+		return f.applyDeclare(t, e, c.now)
+	}
+	if n == 0 || n > MaxEnqueueTasks || e.GetDeclareScanId() != "" {
 		return Response{Err: fsmErr(KindInvalidCommand, "enqueue needs 1 to 4096 tasks")}
 	}
 	specs := make([]distributed.TaskSpec, n)
@@ -348,6 +351,9 @@ func (f *FSM) applyEnqueue(c tenantCall) Response {
 			AttemptTimeoutSecs: s.GetAttemptTimeoutSecs(),
 		}
 	}
+	if e.GetDeclaredTotal() != 0 && !oneScan(specs) {
+		return Response{Err: fsmErr(KindInvalidCommand, "a declared total needs every task in one scan")}
+	}
 	tr, err := t.pool.EnqueueBatch(c.rev, c.now, specs)
 	if err != nil {
 		return Response{Err: err}
@@ -355,8 +361,18 @@ func (f *FSM) applyEnqueue(c tenantCall) Response {
 	for _, s := range specs {
 		t.scans[s.ScanID] = append(t.scans[s.ScanID], s.TaskID)
 	}
-	t.noteEnqueued(specs, c.now)
+	t.noteEnqueued(specs, c.now, e.GetDeclaredTotal())
 	return Response{Revision: tr.Revision, Value: tr.Value}
+}
+
+// oneScan reports whether every spec names the scan of the first.
+func oneScan(specs []distributed.TaskSpec) bool {
+	for _, s := range specs {
+		if s.ScanID != specs[0].ScanID {
+			return false
+		}
+	}
+	return true
 }
 
 // applyAcquire leases up to max_tasks tasks to one worker (value:

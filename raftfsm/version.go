@@ -37,8 +37,8 @@ var ErrUnsupportedVersion = errors.New("raftfsm: needs a newer binary")
 // its operation, or a field that an older binary would ignore (and so
 // apply differently). Version 1 is the release before versions; version 2
 // adds RecordBackup, PurgeTasks, UpdateTenant, RerunTasks,
-// CreateTenant.result_retention_secs, FailTask.reason and
-// TaskSpec.attempt_timeout_secs. Every Command.op field must be
+// CreateTenant.result_retention_secs, FailTask.reason,
+// TaskSpec.attempt_timeout_secs and EnqueueTasks.declared_total. Every Command.op field must be
 // listed in version_test.go's table.
 func OpVersion(cmd *pb.Command) uint32 {
 	switch op := cmd.GetOp().(type) {
@@ -58,9 +58,14 @@ func OpVersion(cmd *pb.Command) uint32 {
 	return MinClusterVersion
 }
 
-// enqueueVersion is the version of an Enqueue: 2 when a task sets a field
-// of version 2 (an attempt timeout).
+// enqueueVersion is the version of an Enqueue: 2 when it declares a
+// scan's total (a version-1 binary would ignore it, so its scan would
+// finish before the declared total is admitted) or a task sets a field of
+// version 2 (an attempt timeout).
 func enqueueVersion(e *pb.EnqueueTasks) uint32 {
+	if e.GetDeclaredTotal() != 0 {
+		return 2
+	}
 	for _, t := range e.GetTasks() {
 		if t.GetAttemptTimeoutSecs() != 0 {
 			return 2

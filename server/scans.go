@@ -115,8 +115,11 @@ func (h producerHandler) ScanProgress(ctx context.Context, req *connect.Request[
 		tv, _ := h.s.node.Reads().Tenant(p.Tenant)
 		out, next := scanCounts(tv, m.GetScanId())
 		out.NextLeaseExpiry = next
-		if st, ok := tv.Scan(m.GetScanId()); ok && st.Finished {
-			out.FinishedAt = st.FinishedAt
+		if st, ok := tv.Scan(m.GetScanId()); ok {
+			out.DeclaredTotal, out.Pending = st.Declared, st.Pending
+			if st.Finished {
+				out.FinishedAt = st.FinishedAt
+			}
 		}
 		h.s.stallFacts(tv, out)
 		return out, 0, nil
@@ -181,7 +184,7 @@ func scanInfo(tv raftfsm.TenantView, id string) (*pb.ScanInfo, bool) {
 		ScanId: id, State: scanState(c, st.Finished), CreatedAt: st.CreatedAt, Admitted: c.GetTotal(),
 		Queued: c.GetQueued(), Leased: c.GetLeased(), Running: c.GetRunning(), Completed: c.GetCompleted(),
 		Failed: c.GetFailed(), Cancelled: c.GetCancelled(), Expired: c.GetExpired(), Results: c.GetResults(),
-		ResultBytes: st.ResultBytes,
+		ResultBytes: st.ResultBytes, DeclaredTotal: st.Declared, Pending: st.Pending,
 	}
 	if st.Finished {
 		si.FinishedAt = st.FinishedAt

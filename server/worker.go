@@ -25,7 +25,7 @@ func workerInfo(w distributed.WorkerNode) *pb.WorkerInfo {
 		Capacity: w.Capacity(), CurrentTasks: w.CurrentTasks(), CompletedTasks: w.CompletedTasks(),
 		LastHeartbeat: w.LastHeartbeat(), CpuBasisPoints: uint32(w.CPUBasisPoints()),
 		MemoryBasisPoints: uint32(w.MemoryBasisPoints()), NetworkBasisPoints: uint32(w.NetworkBasisPoints()),
-		Tags: tags, AvailableSlots: w.AvailableSlots(),
+		Tags: tags, AvailableSlots: w.AvailableSlots(), EffectiveCapacity: w.EffectiveCapacity(),
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -93,7 +94,7 @@ func runDemo(ctx context.Context, env *cliEnv, args []string) error {
 	for i := range targets {
 		targets[i] = fmt.Sprintf("10.0.%d.%d", i/250, i%250+1)
 	}
-	res, err := c.EnqueueTargets(ctx, client.EnqueueOptions{ScanID: demoScan, Priority: "normal", Phases: []byte{1, 2}}, targets)
+	res, err := c.EnqueueTargets(ctx, client.EnqueueOptions{ScanID: demoScan, Priority: "normal", Phases: []byte{1, 2}}, slices.Values(targets))
 	if err != nil {
 		return err
 	}

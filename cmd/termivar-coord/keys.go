@@ -260,8 +260,9 @@ func runTenants(args []string) int {
 	}
 	req := &pb.CreateTenantRequest{Name: *name, ResultRetentionSecs: retSecs}
 	// Without any --max-* flag the node's per-tenant defaults apply; with one,
-	// the tenant gets these limits (the core's defaults for the flags not
-	// given), checked by the core before anything is created.
+	// the tenant gets these limits (the service's defaults,
+	// service_limits.go, for the flags not given), checked by the core
+	// before anything is created.
 	limitSet := false
 	fs.Visit(func(f *flag.Flag) { limitSet = limitSet || slices.Contains(limitFlagNames, f.Name) })
 	if limitSet {

@@ -236,8 +236,9 @@ func TestMetrics_KnownWorkload(t *testing.T) {
 		{"termivar_workers", "tenant=default,status=offline", 0},
 		{"termivar_result_records", "tenant=default", 2},
 		{"termivar_result_bytes", "tenant=default", float64(len("result-A") + len("result-BB"))},
-		{"termivar_tenant_limit", "tenant=default,limit=max_total_result_bytes", 16 << 20},
-		{"termivar_tenant_limit", "tenant=default,limit=max_results", 1024},
+		// serve's default tenant has the service's limits (service_limits.go).
+		{"termivar_tenant_limit", "tenant=default,limit=max_total_result_bytes", float64(serviceResultLimits().MaxTotalBytes)},
+		{"termivar_tenant_limit", "tenant=default,limit=max_results", float64(serviceResultLimits().MaxResults)},
 		{"termivar_scan_tasks", "tenant=default,scan=s1,status=completed", 2},
 		{"termivar_scan_tasks", "tenant=default,scan=s1,status=leased", 1},
 		{"termivar_scan_tasks", "tenant=default,scan=s1,status=queued", 2},

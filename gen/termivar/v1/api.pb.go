@@ -200,8 +200,12 @@ type WorkerInfo struct {
 	NetworkBasisPoints uint32                 `protobuf:"varint,10,opt,name=network_basis_points,json=networkBasisPoints,proto3" json:"network_basis_points,omitempty"`
 	Tags               []string               `protobuf:"bytes,11,rep,name=tags,proto3" json:"tags,omitempty"`
 	AvailableSlots     uint32                 `protobuf:"varint,12,opt,name=available_slots,json=availableSlots,proto3" json:"available_slots,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// effective_capacity is capacity scaled down by the highest reported
+	// utilization (contract A.4); it equals capacity for a worker that
+	// reports none (the agent without --adaptive-capacity).
+	EffectiveCapacity uint32 `protobuf:"varint,13,opt,name=effective_capacity,json=effectiveCapacity,proto3" json:"effective_capacity,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *WorkerInfo) Reset() {
@@ -314,6 +318,13 @@ func (x *WorkerInfo) GetTags() []string {
 func (x *WorkerInfo) GetAvailableSlots() uint32 {
 	if x != nil {
 		return x.AvailableSlots
+	}
+	return 0
+}
+
+func (x *WorkerInfo) GetEffectiveCapacity() uint32 {
+	if x != nil {
+		return x.EffectiveCapacity
 	}
 	return 0
 }
@@ -1790,8 +1801,21 @@ type EnqueueRequest struct {
 	ExpectedRevision *uint64                `protobuf:"varint,2,opt,name=expected_revision,json=expectedRevision,proto3,oneof" json:"expected_revision,omitempty"`
 	// attempt_timeout_secs applies to every task that sets none (0: none).
 	AttemptTimeoutSecs uint64 `protobuf:"varint,3,opt,name=attempt_timeout_secs,json=attemptTimeoutSecs,proto3" json:"attempt_timeout_secs,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// skip_existing makes a re-run harmless: a task whose ID the tenant
+	// already holds in the same scan with the same target is not enqueued
+	// again but listed in EnqueueResponse.existing; an ID held by another
+	// scan, or by this scan with another target, is listed in collisions; the
+	// other tasks are enqueued (all-or-nothing among themselves). Without it a
+	// batch with any existing ID is rejected with task_already_exists.
+	SkipExisting bool `protobuf:"varint,4,opt,name=skip_existing,json=skipExisting,proto3" json:"skip_existing,omitempty"`
+	// declared_total, when non-zero, records the number of targets the
+	// producer asks for in the scan of these tasks (all tasks must then share
+	// one scan); ScanProgress reports it, so a scan larger than the tenant's
+	// window shows the part not yet admitted. A later declaration replaces an
+	// earlier one.
+	DeclaredTotal uint64 `protobuf:"varint,5,opt,name=declared_total,json=declaredTotal,proto3" json:"declared_total,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EnqueueRequest) Reset() {
@@ -1845,6 +1869,84 @@ func (x *EnqueueRequest) GetAttemptTimeoutSecs() uint64 {
 	return 0
 }
 
+func (x *EnqueueRequest) GetSkipExisting() bool {
+	if x != nil {
+		return x.SkipExisting
+	}
+	return false
+}
+
+func (x *EnqueueRequest) GetDeclaredTotal() uint64 {
+	if x != nil {
+		return x.DeclaredTotal
+	}
+	return 0
+}
+
+// EnqueueCollision is a task of an EnqueueRequest (skip_existing) whose ID
+// the tenant already holds for another scan or another target.
+type EnqueueCollision struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Index  uint32                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"` // position in EnqueueRequest.tasks
+	TaskId string                 `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	// scan_id is the scan that holds the ID (the request's own scan when
+	// only the target differs).
+	ScanId        string `protobuf:"bytes,3,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EnqueueCollision) Reset() {
+	*x = EnqueueCollision{}
+	mi := &file_termivar_v1_api_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnqueueCollision) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnqueueCollision) ProtoMessage() {}
+
+func (x *EnqueueCollision) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnqueueCollision.ProtoReflect.Descriptor instead.
+func (*EnqueueCollision) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *EnqueueCollision) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *EnqueueCollision) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *EnqueueCollision) GetScanId() string {
+	if x != nil {
+		return x.ScanId
+	}
+	return ""
+}
+
 type EnqueuedTask struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TaskId        string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
@@ -1855,7 +1957,7 @@ type EnqueuedTask struct {
 
 func (x *EnqueuedTask) Reset() {
 	*x = EnqueuedTask{}
-	mi := &file_termivar_v1_api_proto_msgTypes[25]
+	mi := &file_termivar_v1_api_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1867,7 +1969,7 @@ func (x *EnqueuedTask) String() string {
 func (*EnqueuedTask) ProtoMessage() {}
 
 func (x *EnqueuedTask) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[25]
+	mi := &file_termivar_v1_api_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1880,7 +1982,7 @@ func (x *EnqueuedTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueuedTask.ProtoReflect.Descriptor instead.
 func (*EnqueuedTask) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{25}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *EnqueuedTask) GetTaskId() string {
@@ -1898,16 +2000,22 @@ func (x *EnqueuedTask) GetFenceToken() []byte {
 }
 
 type EnqueueResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Tasks         []*EnqueuedTask        `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
-	Revision      uint64                 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Tasks    []*EnqueuedTask        `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	Revision uint64                 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	// existing lists the positions in EnqueueRequest.tasks that were already
+	// stored identically (skip_existing).
+	Existing []uint32 `protobuf:"varint,3,rep,packed,name=existing,proto3" json:"existing,omitempty"`
+	// collisions lists the positions whose ID is held by another scan or
+	// target (skip_existing); they were not enqueued.
+	Collisions    []*EnqueueCollision `protobuf:"bytes,4,rep,name=collisions,proto3" json:"collisions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EnqueueResponse) Reset() {
 	*x = EnqueueResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[26]
+	mi := &file_termivar_v1_api_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1919,7 +2027,7 @@ func (x *EnqueueResponse) String() string {
 func (*EnqueueResponse) ProtoMessage() {}
 
 func (x *EnqueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[26]
+	mi := &file_termivar_v1_api_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1932,7 +2040,7 @@ func (x *EnqueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueResponse.ProtoReflect.Descriptor instead.
 func (*EnqueueResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{26}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *EnqueueResponse) GetTasks() []*EnqueuedTask {
@@ -1947,6 +2055,20 @@ func (x *EnqueueResponse) GetRevision() uint64 {
 		return x.Revision
 	}
 	return 0
+}
+
+func (x *EnqueueResponse) GetExisting() []uint32 {
+	if x != nil {
+		return x.Existing
+	}
+	return nil
+}
+
+func (x *EnqueueResponse) GetCollisions() []*EnqueueCollision {
+	if x != nil {
+		return x.Collisions
+	}
+	return nil
 }
 
 type CancelRequest struct {
@@ -1967,7 +2089,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[27]
+	mi := &file_termivar_v1_api_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1979,7 +2101,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[27]
+	mi := &file_termivar_v1_api_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1992,7 +2114,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{27}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CancelRequest) GetOwnershipToken() []byte {
@@ -2029,7 +2151,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[28]
+	mi := &file_termivar_v1_api_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2041,7 +2163,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[28]
+	mi := &file_termivar_v1_api_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2054,7 +2176,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{28}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CancelResponse) GetAlreadyCancelled() bool {
@@ -2113,7 +2235,7 @@ type TaskInfo struct {
 
 func (x *TaskInfo) Reset() {
 	*x = TaskInfo{}
-	mi := &file_termivar_v1_api_proto_msgTypes[29]
+	mi := &file_termivar_v1_api_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2125,7 +2247,7 @@ func (x *TaskInfo) String() string {
 func (*TaskInfo) ProtoMessage() {}
 
 func (x *TaskInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[29]
+	mi := &file_termivar_v1_api_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2138,7 +2260,7 @@ func (x *TaskInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskInfo.ProtoReflect.Descriptor instead.
 func (*TaskInfo) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{29}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *TaskInfo) GetTaskId() string {
@@ -2315,7 +2437,7 @@ type AttemptInfo struct {
 
 func (x *AttemptInfo) Reset() {
 	*x = AttemptInfo{}
-	mi := &file_termivar_v1_api_proto_msgTypes[30]
+	mi := &file_termivar_v1_api_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2327,7 +2449,7 @@ func (x *AttemptInfo) String() string {
 func (*AttemptInfo) ProtoMessage() {}
 
 func (x *AttemptInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[30]
+	mi := &file_termivar_v1_api_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2340,7 +2462,7 @@ func (x *AttemptInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttemptInfo.ProtoReflect.Descriptor instead.
 func (*AttemptInfo) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{30}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *AttemptInfo) GetAttempt() uint32 {
@@ -2415,7 +2537,7 @@ type GetTaskRequest struct {
 
 func (x *GetTaskRequest) Reset() {
 	*x = GetTaskRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[31]
+	mi := &file_termivar_v1_api_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2427,7 +2549,7 @@ func (x *GetTaskRequest) String() string {
 func (*GetTaskRequest) ProtoMessage() {}
 
 func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[31]
+	mi := &file_termivar_v1_api_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2440,7 +2562,7 @@ func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{31}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GetTaskRequest) GetTaskId() string {
@@ -2459,7 +2581,7 @@ type GetTaskResponse struct {
 
 func (x *GetTaskResponse) Reset() {
 	*x = GetTaskResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[32]
+	mi := &file_termivar_v1_api_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2471,7 +2593,7 @@ func (x *GetTaskResponse) String() string {
 func (*GetTaskResponse) ProtoMessage() {}
 
 func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[32]
+	mi := &file_termivar_v1_api_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2484,7 +2606,7 @@ func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskResponse.ProtoReflect.Descriptor instead.
 func (*GetTaskResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{32}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GetTaskResponse) GetTask() *TaskInfo {
@@ -2506,7 +2628,7 @@ type ListTasksRequest struct {
 
 func (x *ListTasksRequest) Reset() {
 	*x = ListTasksRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[33]
+	mi := &file_termivar_v1_api_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2518,7 +2640,7 @@ func (x *ListTasksRequest) String() string {
 func (*ListTasksRequest) ProtoMessage() {}
 
 func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[33]
+	mi := &file_termivar_v1_api_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2531,7 +2653,7 @@ func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksRequest.ProtoReflect.Descriptor instead.
 func (*ListTasksRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{33}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListTasksRequest) GetScanId() string {
@@ -2572,7 +2694,7 @@ type ListTasksResponse struct {
 
 func (x *ListTasksResponse) Reset() {
 	*x = ListTasksResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[34]
+	mi := &file_termivar_v1_api_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2584,7 +2706,7 @@ func (x *ListTasksResponse) String() string {
 func (*ListTasksResponse) ProtoMessage() {}
 
 func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[34]
+	mi := &file_termivar_v1_api_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2597,7 +2719,7 @@ func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksResponse.ProtoReflect.Descriptor instead.
 func (*ListTasksResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{34}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListTasksResponse) GetTasks() []*TaskInfo {
@@ -2623,7 +2745,7 @@ type ScanProgressRequest struct {
 
 func (x *ScanProgressRequest) Reset() {
 	*x = ScanProgressRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[35]
+	mi := &file_termivar_v1_api_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2635,7 +2757,7 @@ func (x *ScanProgressRequest) String() string {
 func (*ScanProgressRequest) ProtoMessage() {}
 
 func (x *ScanProgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[35]
+	mi := &file_termivar_v1_api_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2648,7 +2770,7 @@ func (x *ScanProgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanProgressRequest.ProtoReflect.Descriptor instead.
 func (*ScanProgressRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{35}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ScanProgressRequest) GetScanId() string {
@@ -2691,14 +2813,21 @@ type ScanProgressResponse struct {
 	LiveWorkers uint32 `protobuf:"varint,16,opt,name=live_workers,json=liveWorkers,proto3" json:"live_workers,omitempty"`
 	FreeSlots   uint32 `protobuf:"varint,17,opt,name=free_slots,json=freeSlots,proto3" json:"free_slots,omitempty"`
 	// finished_at is when the last task became terminal (0: not finished).
-	FinishedAt    uint64 `protobuf:"varint,18,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	FinishedAt uint64 `protobuf:"varint,18,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	// declared_total is the number of targets the producer declared for the
+	// scan (EnqueueRequest.declared_total; 0 if none); pending is the part
+	// of it not yet admitted: declared_total minus every task ever admitted
+	// to the scan (purged ones included), at least 0. A scan with pending
+	// tasks is not finished.
+	DeclaredTotal uint64 `protobuf:"varint,20,opt,name=declared_total,json=declaredTotal,proto3" json:"declared_total,omitempty"`
+	Pending       uint64 `protobuf:"varint,21,opt,name=pending,proto3" json:"pending,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ScanProgressResponse) Reset() {
 	*x = ScanProgressResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[36]
+	mi := &file_termivar_v1_api_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2710,7 +2839,7 @@ func (x *ScanProgressResponse) String() string {
 func (*ScanProgressResponse) ProtoMessage() {}
 
 func (x *ScanProgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[36]
+	mi := &file_termivar_v1_api_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2723,7 +2852,7 @@ func (x *ScanProgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanProgressResponse.ProtoReflect.Descriptor instead.
 func (*ScanProgressResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{36}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ScanProgressResponse) GetTotal() uint32 {
@@ -2859,6 +2988,20 @@ func (x *ScanProgressResponse) GetFinishedAt() uint64 {
 	return 0
 }
 
+func (x *ScanProgressResponse) GetDeclaredTotal() uint64 {
+	if x != nil {
+		return x.DeclaredTotal
+	}
+	return 0
+}
+
+func (x *ScanProgressResponse) GetPending() uint64 {
+	if x != nil {
+		return x.Pending
+	}
+	return 0
+}
+
 type RetryRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	ScanId string                 `protobuf:"bytes,1,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
@@ -2873,7 +3016,7 @@ type RetryRequest struct {
 
 func (x *RetryRequest) Reset() {
 	*x = RetryRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[37]
+	mi := &file_termivar_v1_api_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2885,7 +3028,7 @@ func (x *RetryRequest) String() string {
 func (*RetryRequest) ProtoMessage() {}
 
 func (x *RetryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[37]
+	mi := &file_termivar_v1_api_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2898,7 +3041,7 @@ func (x *RetryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryRequest.ProtoReflect.Descriptor instead.
 func (*RetryRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{37}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RetryRequest) GetScanId() string {
@@ -2943,7 +3086,7 @@ type RetryResponse struct {
 
 func (x *RetryResponse) Reset() {
 	*x = RetryResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[38]
+	mi := &file_termivar_v1_api_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2955,7 +3098,7 @@ func (x *RetryResponse) String() string {
 func (*RetryResponse) ProtoMessage() {}
 
 func (x *RetryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[38]
+	mi := &file_termivar_v1_api_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2968,7 +3111,7 @@ func (x *RetryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryResponse.ProtoReflect.Descriptor instead.
 func (*RetryResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{38}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RetryResponse) GetRequeued() []string {
@@ -3001,7 +3144,7 @@ type AggregateResultsRequest struct {
 
 func (x *AggregateResultsRequest) Reset() {
 	*x = AggregateResultsRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[39]
+	mi := &file_termivar_v1_api_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3013,7 +3156,7 @@ func (x *AggregateResultsRequest) String() string {
 func (*AggregateResultsRequest) ProtoMessage() {}
 
 func (x *AggregateResultsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[39]
+	mi := &file_termivar_v1_api_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3026,7 +3169,7 @@ func (x *AggregateResultsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AggregateResultsRequest.ProtoReflect.Descriptor instead.
 func (*AggregateResultsRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{39}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *AggregateResultsRequest) GetScanId() string {
@@ -3047,7 +3190,7 @@ type AggregateResultsResponse struct {
 
 func (x *AggregateResultsResponse) Reset() {
 	*x = AggregateResultsResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[40]
+	mi := &file_termivar_v1_api_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3059,7 +3202,7 @@ func (x *AggregateResultsResponse) String() string {
 func (*AggregateResultsResponse) ProtoMessage() {}
 
 func (x *AggregateResultsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[40]
+	mi := &file_termivar_v1_api_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3072,7 +3215,7 @@ func (x *AggregateResultsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AggregateResultsResponse.ProtoReflect.Descriptor instead.
 func (*AggregateResultsResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{40}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *AggregateResultsResponse) GetTaskId() string {
@@ -3106,7 +3249,7 @@ type ListScansRequest struct {
 
 func (x *ListScansRequest) Reset() {
 	*x = ListScansRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[41]
+	mi := &file_termivar_v1_api_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3118,7 +3261,7 @@ func (x *ListScansRequest) String() string {
 func (*ListScansRequest) ProtoMessage() {}
 
 func (x *ListScansRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[41]
+	mi := &file_termivar_v1_api_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3131,7 +3274,7 @@ func (x *ListScansRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListScansRequest.ProtoReflect.Descriptor instead.
 func (*ListScansRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{41}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListScansRequest) GetPageSize() uint32 {
@@ -3173,13 +3316,18 @@ type ScanInfo struct {
 	// terminal records and results may be deleted by the tenant's result
 	// retention policy; absent when no policy applies to the scan.
 	RetentionDeadline *uint64 `protobuf:"varint,15,opt,name=retention_deadline,json=retentionDeadline,proto3,oneof" json:"retention_deadline,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// declared_total and pending as in ScanProgressResponse: the producer's
+	// declared number of targets (0: none) and the part of it not yet
+	// admitted (the scan stays running while it is above 0).
+	DeclaredTotal uint64 `protobuf:"varint,16,opt,name=declared_total,json=declaredTotal,proto3" json:"declared_total,omitempty"`
+	Pending       uint64 `protobuf:"varint,17,opt,name=pending,proto3" json:"pending,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ScanInfo) Reset() {
 	*x = ScanInfo{}
-	mi := &file_termivar_v1_api_proto_msgTypes[42]
+	mi := &file_termivar_v1_api_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3191,7 +3339,7 @@ func (x *ScanInfo) String() string {
 func (*ScanInfo) ProtoMessage() {}
 
 func (x *ScanInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[42]
+	mi := &file_termivar_v1_api_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3204,7 +3352,7 @@ func (x *ScanInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanInfo.ProtoReflect.Descriptor instead.
 func (*ScanInfo) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{42}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ScanInfo) GetScanId() string {
@@ -3312,6 +3460,20 @@ func (x *ScanInfo) GetRetentionDeadline() uint64 {
 	return 0
 }
 
+func (x *ScanInfo) GetDeclaredTotal() uint64 {
+	if x != nil {
+		return x.DeclaredTotal
+	}
+	return 0
+}
+
+func (x *ScanInfo) GetPending() uint64 {
+	if x != nil {
+		return x.Pending
+	}
+	return 0
+}
+
 type ListScansResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Scans         []*ScanInfo            `protobuf:"bytes,1,rep,name=scans,proto3" json:"scans,omitempty"`
@@ -3322,7 +3484,7 @@ type ListScansResponse struct {
 
 func (x *ListScansResponse) Reset() {
 	*x = ListScansResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[43]
+	mi := &file_termivar_v1_api_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3334,7 +3496,7 @@ func (x *ListScansResponse) String() string {
 func (*ListScansResponse) ProtoMessage() {}
 
 func (x *ListScansResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[43]
+	mi := &file_termivar_v1_api_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3347,7 +3509,7 @@ func (x *ListScansResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListScansResponse.ProtoReflect.Descriptor instead.
 func (*ListScansResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{43}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListScansResponse) GetScans() []*ScanInfo {
@@ -3381,7 +3543,7 @@ type FollowResultsRequest struct {
 
 func (x *FollowResultsRequest) Reset() {
 	*x = FollowResultsRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[44]
+	mi := &file_termivar_v1_api_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3393,7 +3555,7 @@ func (x *FollowResultsRequest) String() string {
 func (*FollowResultsRequest) ProtoMessage() {}
 
 func (x *FollowResultsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[44]
+	mi := &file_termivar_v1_api_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3406,7 +3568,7 @@ func (x *FollowResultsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FollowResultsRequest.ProtoReflect.Descriptor instead.
 func (*FollowResultsRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{44}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *FollowResultsRequest) GetScanId() string {
@@ -3457,7 +3619,7 @@ type FollowedResult struct {
 
 func (x *FollowedResult) Reset() {
 	*x = FollowedResult{}
-	mi := &file_termivar_v1_api_proto_msgTypes[45]
+	mi := &file_termivar_v1_api_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3469,7 +3631,7 @@ func (x *FollowedResult) String() string {
 func (*FollowedResult) ProtoMessage() {}
 
 func (x *FollowedResult) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[45]
+	mi := &file_termivar_v1_api_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3482,7 +3644,7 @@ func (x *FollowedResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FollowedResult.ProtoReflect.Descriptor instead.
 func (*FollowedResult) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{45}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *FollowedResult) GetTaskId() string {
@@ -3525,7 +3687,7 @@ type FollowResultsResponse struct {
 
 func (x *FollowResultsResponse) Reset() {
 	*x = FollowResultsResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[46]
+	mi := &file_termivar_v1_api_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3537,7 +3699,7 @@ func (x *FollowResultsResponse) String() string {
 func (*FollowResultsResponse) ProtoMessage() {}
 
 func (x *FollowResultsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[46]
+	mi := &file_termivar_v1_api_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3550,7 +3712,7 @@ func (x *FollowResultsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FollowResultsResponse.ProtoReflect.Descriptor instead.
 func (*FollowResultsResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{46}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *FollowResultsResponse) GetResults() []*FollowedResult {
@@ -3585,7 +3747,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[47]
+	mi := &file_termivar_v1_api_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3597,7 +3759,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[47]
+	mi := &file_termivar_v1_api_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3610,7 +3772,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{47}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *StatusRequest) GetStateHash() bool {
@@ -3665,7 +3827,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[48]
+	mi := &file_termivar_v1_api_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3677,7 +3839,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[48]
+	mi := &file_termivar_v1_api_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3690,7 +3852,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{48}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *StatusResponse) GetTenant() string {
@@ -3873,7 +4035,7 @@ type BuildInfo struct {
 
 func (x *BuildInfo) Reset() {
 	*x = BuildInfo{}
-	mi := &file_termivar_v1_api_proto_msgTypes[49]
+	mi := &file_termivar_v1_api_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3885,7 +4047,7 @@ func (x *BuildInfo) String() string {
 func (*BuildInfo) ProtoMessage() {}
 
 func (x *BuildInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[49]
+	mi := &file_termivar_v1_api_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3898,7 +4060,7 @@ func (x *BuildInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BuildInfo.ProtoReflect.Descriptor instead.
 func (*BuildInfo) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{49}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *BuildInfo) GetModuleVersion() string {
@@ -3944,7 +4106,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[50]
+	mi := &file_termivar_v1_api_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3956,7 +4118,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[50]
+	mi := &file_termivar_v1_api_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3969,7 +4131,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{50}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{51}
 }
 
 type ListWorkersResponse struct {
@@ -3981,7 +4143,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[51]
+	mi := &file_termivar_v1_api_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3993,7 +4155,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[51]
+	mi := &file_termivar_v1_api_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4006,7 +4168,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{51}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*WorkerInfo {
@@ -4031,7 +4193,7 @@ type CreateTenantRequest struct {
 
 func (x *CreateTenantRequest) Reset() {
 	*x = CreateTenantRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[52]
+	mi := &file_termivar_v1_api_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4043,7 +4205,7 @@ func (x *CreateTenantRequest) String() string {
 func (*CreateTenantRequest) ProtoMessage() {}
 
 func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[52]
+	mi := &file_termivar_v1_api_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4056,7 +4218,7 @@ func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantRequest.ProtoReflect.Descriptor instead.
 func (*CreateTenantRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{52}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CreateTenantRequest) GetName() string {
@@ -4097,7 +4259,7 @@ type UpdateTenantRequest struct {
 
 func (x *UpdateTenantRequest) Reset() {
 	*x = UpdateTenantRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[53]
+	mi := &file_termivar_v1_api_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4109,7 +4271,7 @@ func (x *UpdateTenantRequest) String() string {
 func (*UpdateTenantRequest) ProtoMessage() {}
 
 func (x *UpdateTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[53]
+	mi := &file_termivar_v1_api_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4122,7 +4284,7 @@ func (x *UpdateTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTenantRequest.ProtoReflect.Descriptor instead.
 func (*UpdateTenantRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{53}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *UpdateTenantRequest) GetName() string {
@@ -4147,7 +4309,7 @@ type UpdateTenantResponse struct {
 
 func (x *UpdateTenantResponse) Reset() {
 	*x = UpdateTenantResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[54]
+	mi := &file_termivar_v1_api_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4159,7 +4321,7 @@ func (x *UpdateTenantResponse) String() string {
 func (*UpdateTenantResponse) ProtoMessage() {}
 
 func (x *UpdateTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[54]
+	mi := &file_termivar_v1_api_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4172,7 +4334,7 @@ func (x *UpdateTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTenantResponse.ProtoReflect.Descriptor instead.
 func (*UpdateTenantResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{54}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{55}
 }
 
 type DeleteScanRequest struct {
@@ -4186,7 +4348,7 @@ type DeleteScanRequest struct {
 
 func (x *DeleteScanRequest) Reset() {
 	*x = DeleteScanRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[55]
+	mi := &file_termivar_v1_api_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4198,7 +4360,7 @@ func (x *DeleteScanRequest) String() string {
 func (*DeleteScanRequest) ProtoMessage() {}
 
 func (x *DeleteScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[55]
+	mi := &file_termivar_v1_api_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4211,7 +4373,7 @@ func (x *DeleteScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteScanRequest.ProtoReflect.Descriptor instead.
 func (*DeleteScanRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{55}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *DeleteScanRequest) GetScanId() string {
@@ -4241,7 +4403,7 @@ type DeleteScanResponse struct {
 
 func (x *DeleteScanResponse) Reset() {
 	*x = DeleteScanResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[56]
+	mi := &file_termivar_v1_api_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4253,7 +4415,7 @@ func (x *DeleteScanResponse) String() string {
 func (*DeleteScanResponse) ProtoMessage() {}
 
 func (x *DeleteScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[56]
+	mi := &file_termivar_v1_api_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4266,7 +4428,7 @@ func (x *DeleteScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteScanResponse.ProtoReflect.Descriptor instead.
 func (*DeleteScanResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{56}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *DeleteScanResponse) GetPurged() uint32 {
@@ -4299,7 +4461,7 @@ type PurgeTasksRequest struct {
 
 func (x *PurgeTasksRequest) Reset() {
 	*x = PurgeTasksRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[57]
+	mi := &file_termivar_v1_api_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4311,7 +4473,7 @@ func (x *PurgeTasksRequest) String() string {
 func (*PurgeTasksRequest) ProtoMessage() {}
 
 func (x *PurgeTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[57]
+	mi := &file_termivar_v1_api_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4324,7 +4486,7 @@ func (x *PurgeTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeTasksRequest.ProtoReflect.Descriptor instead.
 func (*PurgeTasksRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{57}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *PurgeTasksRequest) GetTaskIds() []string {
@@ -4344,7 +4506,7 @@ type PurgeTasksResponse struct {
 
 func (x *PurgeTasksResponse) Reset() {
 	*x = PurgeTasksResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[58]
+	mi := &file_termivar_v1_api_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4356,7 +4518,7 @@ func (x *PurgeTasksResponse) String() string {
 func (*PurgeTasksResponse) ProtoMessage() {}
 
 func (x *PurgeTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[58]
+	mi := &file_termivar_v1_api_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4369,7 +4531,7 @@ func (x *PurgeTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeTasksResponse.ProtoReflect.Descriptor instead.
 func (*PurgeTasksResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{58}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *PurgeTasksResponse) GetPurged() uint32 {
@@ -4395,7 +4557,7 @@ type CreateTenantResponse struct {
 
 func (x *CreateTenantResponse) Reset() {
 	*x = CreateTenantResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[59]
+	mi := &file_termivar_v1_api_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4407,7 +4569,7 @@ func (x *CreateTenantResponse) String() string {
 func (*CreateTenantResponse) ProtoMessage() {}
 
 func (x *CreateTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[59]
+	mi := &file_termivar_v1_api_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4420,7 +4582,7 @@ func (x *CreateTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantResponse.ProtoReflect.Descriptor instead.
 func (*CreateTenantResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{59}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *CreateTenantResponse) GetRevision() uint64 {
@@ -4440,7 +4602,7 @@ type CreateKeyRequest struct {
 
 func (x *CreateKeyRequest) Reset() {
 	*x = CreateKeyRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[60]
+	mi := &file_termivar_v1_api_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4452,7 +4614,7 @@ func (x *CreateKeyRequest) String() string {
 func (*CreateKeyRequest) ProtoMessage() {}
 
 func (x *CreateKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[60]
+	mi := &file_termivar_v1_api_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4465,7 +4627,7 @@ func (x *CreateKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyRequest.ProtoReflect.Descriptor instead.
 func (*CreateKeyRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{60}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *CreateKeyRequest) GetTenant() string {
@@ -4493,7 +4655,7 @@ type CreateKeyResponse struct {
 
 func (x *CreateKeyResponse) Reset() {
 	*x = CreateKeyResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[61]
+	mi := &file_termivar_v1_api_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4505,7 +4667,7 @@ func (x *CreateKeyResponse) String() string {
 func (*CreateKeyResponse) ProtoMessage() {}
 
 func (x *CreateKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[61]
+	mi := &file_termivar_v1_api_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4518,7 +4680,7 @@ func (x *CreateKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyResponse.ProtoReflect.Descriptor instead.
 func (*CreateKeyResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{61}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *CreateKeyResponse) GetKeyId() string {
@@ -4548,7 +4710,7 @@ type ListKeysRequest struct {
 
 func (x *ListKeysRequest) Reset() {
 	*x = ListKeysRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[62]
+	mi := &file_termivar_v1_api_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4560,7 +4722,7 @@ func (x *ListKeysRequest) String() string {
 func (*ListKeysRequest) ProtoMessage() {}
 
 func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[62]
+	mi := &file_termivar_v1_api_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4573,7 +4735,7 @@ func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListKeysRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{62}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ListKeysRequest) GetTenant() string {
@@ -4603,7 +4765,7 @@ type KeyInfo struct {
 
 func (x *KeyInfo) Reset() {
 	*x = KeyInfo{}
-	mi := &file_termivar_v1_api_proto_msgTypes[63]
+	mi := &file_termivar_v1_api_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4615,7 +4777,7 @@ func (x *KeyInfo) String() string {
 func (*KeyInfo) ProtoMessage() {}
 
 func (x *KeyInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[63]
+	mi := &file_termivar_v1_api_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4628,7 +4790,7 @@ func (x *KeyInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyInfo.ProtoReflect.Descriptor instead.
 func (*KeyInfo) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{63}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *KeyInfo) GetKeyId() string {
@@ -4675,7 +4837,7 @@ type ListKeysResponse struct {
 
 func (x *ListKeysResponse) Reset() {
 	*x = ListKeysResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[64]
+	mi := &file_termivar_v1_api_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4687,7 +4849,7 @@ func (x *ListKeysResponse) String() string {
 func (*ListKeysResponse) ProtoMessage() {}
 
 func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[64]
+	mi := &file_termivar_v1_api_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4700,7 +4862,7 @@ func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListKeysResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{64}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ListKeysResponse) GetKeys() []*KeyInfo {
@@ -4719,7 +4881,7 @@ type RevokeKeyRequest struct {
 
 func (x *RevokeKeyRequest) Reset() {
 	*x = RevokeKeyRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[65]
+	mi := &file_termivar_v1_api_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4731,7 +4893,7 @@ func (x *RevokeKeyRequest) String() string {
 func (*RevokeKeyRequest) ProtoMessage() {}
 
 func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[65]
+	mi := &file_termivar_v1_api_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4744,7 +4906,7 @@ func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeKeyRequest.ProtoReflect.Descriptor instead.
 func (*RevokeKeyRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{65}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *RevokeKeyRequest) GetKeyId() string {
@@ -4762,7 +4924,7 @@ type RevokeKeyResponse struct {
 
 func (x *RevokeKeyResponse) Reset() {
 	*x = RevokeKeyResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[66]
+	mi := &file_termivar_v1_api_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4774,7 +4936,7 @@ func (x *RevokeKeyResponse) String() string {
 func (*RevokeKeyResponse) ProtoMessage() {}
 
 func (x *RevokeKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[66]
+	mi := &file_termivar_v1_api_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4787,7 +4949,7 @@ func (x *RevokeKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeKeyResponse.ProtoReflect.Descriptor instead.
 func (*RevokeKeyResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{66}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{67}
 }
 
 type RotateKeyRequest struct {
@@ -4799,7 +4961,7 @@ type RotateKeyRequest struct {
 
 func (x *RotateKeyRequest) Reset() {
 	*x = RotateKeyRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[67]
+	mi := &file_termivar_v1_api_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4811,7 +4973,7 @@ func (x *RotateKeyRequest) String() string {
 func (*RotateKeyRequest) ProtoMessage() {}
 
 func (x *RotateKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[67]
+	mi := &file_termivar_v1_api_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4824,7 +4986,7 @@ func (x *RotateKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateKeyRequest.ProtoReflect.Descriptor instead.
 func (*RotateKeyRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{67}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *RotateKeyRequest) GetKeyId() string {
@@ -4846,7 +5008,7 @@ type RotateKeyResponse struct {
 
 func (x *RotateKeyResponse) Reset() {
 	*x = RotateKeyResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[68]
+	mi := &file_termivar_v1_api_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4858,7 +5020,7 @@ func (x *RotateKeyResponse) String() string {
 func (*RotateKeyResponse) ProtoMessage() {}
 
 func (x *RotateKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[68]
+	mi := &file_termivar_v1_api_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4871,7 +5033,7 @@ func (x *RotateKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateKeyResponse.ProtoReflect.Descriptor instead.
 func (*RotateKeyResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{68}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *RotateKeyResponse) GetKeyId() string {
@@ -4904,7 +5066,7 @@ type CancelScanRequest struct {
 
 func (x *CancelScanRequest) Reset() {
 	*x = CancelScanRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[69]
+	mi := &file_termivar_v1_api_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4916,7 +5078,7 @@ func (x *CancelScanRequest) String() string {
 func (*CancelScanRequest) ProtoMessage() {}
 
 func (x *CancelScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[69]
+	mi := &file_termivar_v1_api_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4929,7 +5091,7 @@ func (x *CancelScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelScanRequest.ProtoReflect.Descriptor instead.
 func (*CancelScanRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{69}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *CancelScanRequest) GetScanId() string {
@@ -4953,7 +5115,7 @@ type CancelScanResponse struct {
 
 func (x *CancelScanResponse) Reset() {
 	*x = CancelScanResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[70]
+	mi := &file_termivar_v1_api_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4965,7 +5127,7 @@ func (x *CancelScanResponse) String() string {
 func (*CancelScanResponse) ProtoMessage() {}
 
 func (x *CancelScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[70]
+	mi := &file_termivar_v1_api_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4978,7 +5140,7 @@ func (x *CancelScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelScanResponse.ProtoReflect.Descriptor instead.
 func (*CancelScanResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{70}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *CancelScanResponse) GetCancelled() uint32 {
@@ -5022,7 +5184,7 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x06status\x18\v \x01(\tR\x06status\x12\x18\n" +
 	"\amaximum\x18\f \x01(\x04R\amaximum\x12\x18\n" +
 	"\acurrent\x18\r \x01(\x04R\acurrent\x12\x1a\n" +
-	"\bproposed\x18\x0e \x01(\x04R\bproposed\"\xbb\x03\n" +
+	"\bproposed\x18\x0e \x01(\x04R\bproposed\"\xea\x03\n" +
 	"\n" +
 	"WorkerInfo\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x1e\n" +
@@ -5039,7 +5201,8 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x14network_basis_points\x18\n" +
 	" \x01(\rR\x12networkBasisPoints\x12\x12\n" +
 	"\x04tags\x18\v \x03(\tR\x04tags\x12'\n" +
-	"\x0favailable_slots\x18\f \x01(\rR\x0eavailableSlots\"\x8c\x03\n" +
+	"\x0favailable_slots\x18\f \x01(\rR\x0eavailableSlots\x12-\n" +
+	"\x12effective_capacity\x18\r \x01(\rR\x11effectiveCapacity\"\x8c\x03\n" +
 	"\x15RegisterWorkerRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x1a\n" +
 	"\bcapacity\x18\x02 \x01(\rR\bcapacity\x12(\n" +
@@ -5170,19 +5333,29 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"target_ref\x18\x03 \x01(\tR\ttargetRef\x12\x16\n" +
 	"\x06phases\x18\x04 \x01(\fR\x06phases\x12\x1a\n" +
 	"\bpriority\x18\x05 \x01(\tR\bpriority\x120\n" +
-	"\x14attempt_timeout_secs\x18\x06 \x01(\x04R\x12attemptTimeoutSecs\"\xb6\x01\n" +
+	"\x14attempt_timeout_secs\x18\x06 \x01(\x04R\x12attemptTimeoutSecs\"\x82\x02\n" +
 	"\x0eEnqueueRequest\x12*\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x14.termivar.v1.NewTaskR\x05tasks\x120\n" +
 	"\x11expected_revision\x18\x02 \x01(\x04H\x00R\x10expectedRevision\x88\x01\x01\x120\n" +
-	"\x14attempt_timeout_secs\x18\x03 \x01(\x04R\x12attemptTimeoutSecsB\x14\n" +
-	"\x12_expected_revision\"H\n" +
+	"\x14attempt_timeout_secs\x18\x03 \x01(\x04R\x12attemptTimeoutSecs\x12#\n" +
+	"\rskip_existing\x18\x04 \x01(\bR\fskipExisting\x12%\n" +
+	"\x0edeclared_total\x18\x05 \x01(\x04R\rdeclaredTotalB\x14\n" +
+	"\x12_expected_revision\"Z\n" +
+	"\x10EnqueueCollision\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\rR\x05index\x12\x17\n" +
+	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x17\n" +
+	"\ascan_id\x18\x03 \x01(\tR\x06scanId\"H\n" +
 	"\fEnqueuedTask\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x1f\n" +
 	"\vfence_token\x18\x02 \x01(\fR\n" +
-	"fenceToken\"^\n" +
+	"fenceToken\"\xb9\x01\n" +
 	"\x0fEnqueueResponse\x12/\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x19.termivar.v1.EnqueuedTaskR\x05tasks\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x04R\brevision\"\x99\x01\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\x12\x1a\n" +
+	"\bexisting\x18\x03 \x03(\rR\bexisting\x12=\n" +
+	"\n" +
+	"collisions\x18\x04 \x03(\v2\x1d.termivar.v1.EnqueueCollisionR\n" +
+	"collisions\"\x99\x01\n" +
 	"\rCancelRequest\x12'\n" +
 	"\x0fownership_token\x18\x01 \x01(\fR\x0eownershipToken\x120\n" +
 	"\x11expected_revision\x18\x02 \x01(\x04H\x00R\x10expectedRevision\x88\x01\x01\x12\x17\n" +
@@ -5252,7 +5425,7 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x05tasks\x18\x01 \x03(\v2\x15.termivar.v1.TaskInfoR\x05tasks\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\".\n" +
 	"\x13ScanProgressRequest\x12\x17\n" +
-	"\ascan_id\x18\x01 \x01(\tR\x06scanId\"\xed\x04\n" +
+	"\ascan_id\x18\x01 \x01(\tR\x06scanId\"\xae\x05\n" +
 	"\x14ScanProgressResponse\x12\x14\n" +
 	"\x05total\x18\x01 \x01(\rR\x05total\x12\x16\n" +
 	"\x06queued\x18\x02 \x01(\rR\x06queued\x12\x16\n" +
@@ -5276,7 +5449,9 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"free_slots\x18\x11 \x01(\rR\tfreeSlots\x12\x1f\n" +
 	"\vfinished_at\x18\x12 \x01(\x04R\n" +
-	"finishedAt\"\xa6\x01\n" +
+	"finishedAt\x12%\n" +
+	"\x0edeclared_total\x18\x14 \x01(\x04R\rdeclaredTotal\x12\x18\n" +
+	"\apending\x18\x15 \x01(\x04R\apending\"\xa6\x01\n" +
 	"\fRetryRequest\x12\x17\n" +
 	"\ascan_id\x18\x01 \x01(\tR\x06scanId\x12\x19\n" +
 	"\btask_ids\x18\x02 \x03(\tR\ataskIds\x12\x1a\n" +
@@ -5297,7 +5472,7 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x10ListScansRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\rR\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x02 \x01(\tR\tpageToken\"\xd5\x03\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"\x96\x04\n" +
 	"\bScanInfo\x12\x17\n" +
 	"\ascan_id\x18\x01 \x01(\tR\x06scanId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1d\n" +
@@ -5316,7 +5491,9 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\aexpired\x18\f \x01(\rR\aexpired\x12\x18\n" +
 	"\aresults\x18\r \x01(\rR\aresults\x12!\n" +
 	"\fresult_bytes\x18\x0e \x01(\x04R\vresultBytes\x122\n" +
-	"\x12retention_deadline\x18\x0f \x01(\x04H\x00R\x11retentionDeadline\x88\x01\x01B\x15\n" +
+	"\x12retention_deadline\x18\x0f \x01(\x04H\x00R\x11retentionDeadline\x88\x01\x01\x12%\n" +
+	"\x0edeclared_total\x18\x10 \x01(\x04R\rdeclaredTotal\x12\x18\n" +
+	"\apending\x18\x11 \x01(\x04R\apendingB\x15\n" +
 	"\x13_retention_deadline\"h\n" +
 	"\x11ListScansResponse\x12+\n" +
 	"\x05scans\x18\x01 \x03(\v2\x15.termivar.v1.ScanInfoR\x05scans\x12&\n" +
@@ -5485,7 +5662,7 @@ func file_termivar_v1_api_proto_rawDescGZIP() []byte {
 	return file_termivar_v1_api_proto_rawDescData
 }
 
-var file_termivar_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 71)
+var file_termivar_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 72)
 var file_termivar_v1_api_proto_goTypes = []any{
 	(*ErrorDetail)(nil),              // 0: termivar.v1.ErrorDetail
 	(*WorkerInfo)(nil),               // 1: termivar.v1.WorkerInfo
@@ -5512,56 +5689,57 @@ var file_termivar_v1_api_proto_goTypes = []any{
 	(*DeregisterResponse)(nil),       // 22: termivar.v1.DeregisterResponse
 	(*NewTask)(nil),                  // 23: termivar.v1.NewTask
 	(*EnqueueRequest)(nil),           // 24: termivar.v1.EnqueueRequest
-	(*EnqueuedTask)(nil),             // 25: termivar.v1.EnqueuedTask
-	(*EnqueueResponse)(nil),          // 26: termivar.v1.EnqueueResponse
-	(*CancelRequest)(nil),            // 27: termivar.v1.CancelRequest
-	(*CancelResponse)(nil),           // 28: termivar.v1.CancelResponse
-	(*TaskInfo)(nil),                 // 29: termivar.v1.TaskInfo
-	(*AttemptInfo)(nil),              // 30: termivar.v1.AttemptInfo
-	(*GetTaskRequest)(nil),           // 31: termivar.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),          // 32: termivar.v1.GetTaskResponse
-	(*ListTasksRequest)(nil),         // 33: termivar.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),        // 34: termivar.v1.ListTasksResponse
-	(*ScanProgressRequest)(nil),      // 35: termivar.v1.ScanProgressRequest
-	(*ScanProgressResponse)(nil),     // 36: termivar.v1.ScanProgressResponse
-	(*RetryRequest)(nil),             // 37: termivar.v1.RetryRequest
-	(*RetryResponse)(nil),            // 38: termivar.v1.RetryResponse
-	(*AggregateResultsRequest)(nil),  // 39: termivar.v1.AggregateResultsRequest
-	(*AggregateResultsResponse)(nil), // 40: termivar.v1.AggregateResultsResponse
-	(*ListScansRequest)(nil),         // 41: termivar.v1.ListScansRequest
-	(*ScanInfo)(nil),                 // 42: termivar.v1.ScanInfo
-	(*ListScansResponse)(nil),        // 43: termivar.v1.ListScansResponse
-	(*FollowResultsRequest)(nil),     // 44: termivar.v1.FollowResultsRequest
-	(*FollowedResult)(nil),           // 45: termivar.v1.FollowedResult
-	(*FollowResultsResponse)(nil),    // 46: termivar.v1.FollowResultsResponse
-	(*StatusRequest)(nil),            // 47: termivar.v1.StatusRequest
-	(*StatusResponse)(nil),           // 48: termivar.v1.StatusResponse
-	(*BuildInfo)(nil),                // 49: termivar.v1.BuildInfo
-	(*ListWorkersRequest)(nil),       // 50: termivar.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),      // 51: termivar.v1.ListWorkersResponse
-	(*CreateTenantRequest)(nil),      // 52: termivar.v1.CreateTenantRequest
-	(*UpdateTenantRequest)(nil),      // 53: termivar.v1.UpdateTenantRequest
-	(*UpdateTenantResponse)(nil),     // 54: termivar.v1.UpdateTenantResponse
-	(*DeleteScanRequest)(nil),        // 55: termivar.v1.DeleteScanRequest
-	(*DeleteScanResponse)(nil),       // 56: termivar.v1.DeleteScanResponse
-	(*PurgeTasksRequest)(nil),        // 57: termivar.v1.PurgeTasksRequest
-	(*PurgeTasksResponse)(nil),       // 58: termivar.v1.PurgeTasksResponse
-	(*CreateTenantResponse)(nil),     // 59: termivar.v1.CreateTenantResponse
-	(*CreateKeyRequest)(nil),         // 60: termivar.v1.CreateKeyRequest
-	(*CreateKeyResponse)(nil),        // 61: termivar.v1.CreateKeyResponse
-	(*ListKeysRequest)(nil),          // 62: termivar.v1.ListKeysRequest
-	(*KeyInfo)(nil),                  // 63: termivar.v1.KeyInfo
-	(*ListKeysResponse)(nil),         // 64: termivar.v1.ListKeysResponse
-	(*RevokeKeyRequest)(nil),         // 65: termivar.v1.RevokeKeyRequest
-	(*RevokeKeyResponse)(nil),        // 66: termivar.v1.RevokeKeyResponse
-	(*RotateKeyRequest)(nil),         // 67: termivar.v1.RotateKeyRequest
-	(*RotateKeyResponse)(nil),        // 68: termivar.v1.RotateKeyResponse
-	(*CancelScanRequest)(nil),        // 69: termivar.v1.CancelScanRequest
-	(*CancelScanResponse)(nil),       // 70: termivar.v1.CancelScanResponse
-	(*ClusterMember)(nil),            // 71: termivar.v1.ClusterMember
-	(*BackupRecord)(nil),             // 72: termivar.v1.BackupRecord
-	(*CoreLimits)(nil),               // 73: termivar.v1.CoreLimits
-	(*ResultLimits)(nil),             // 74: termivar.v1.ResultLimits
+	(*EnqueueCollision)(nil),         // 25: termivar.v1.EnqueueCollision
+	(*EnqueuedTask)(nil),             // 26: termivar.v1.EnqueuedTask
+	(*EnqueueResponse)(nil),          // 27: termivar.v1.EnqueueResponse
+	(*CancelRequest)(nil),            // 28: termivar.v1.CancelRequest
+	(*CancelResponse)(nil),           // 29: termivar.v1.CancelResponse
+	(*TaskInfo)(nil),                 // 30: termivar.v1.TaskInfo
+	(*AttemptInfo)(nil),              // 31: termivar.v1.AttemptInfo
+	(*GetTaskRequest)(nil),           // 32: termivar.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),          // 33: termivar.v1.GetTaskResponse
+	(*ListTasksRequest)(nil),         // 34: termivar.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),        // 35: termivar.v1.ListTasksResponse
+	(*ScanProgressRequest)(nil),      // 36: termivar.v1.ScanProgressRequest
+	(*ScanProgressResponse)(nil),     // 37: termivar.v1.ScanProgressResponse
+	(*RetryRequest)(nil),             // 38: termivar.v1.RetryRequest
+	(*RetryResponse)(nil),            // 39: termivar.v1.RetryResponse
+	(*AggregateResultsRequest)(nil),  // 40: termivar.v1.AggregateResultsRequest
+	(*AggregateResultsResponse)(nil), // 41: termivar.v1.AggregateResultsResponse
+	(*ListScansRequest)(nil),         // 42: termivar.v1.ListScansRequest
+	(*ScanInfo)(nil),                 // 43: termivar.v1.ScanInfo
+	(*ListScansResponse)(nil),        // 44: termivar.v1.ListScansResponse
+	(*FollowResultsRequest)(nil),     // 45: termivar.v1.FollowResultsRequest
+	(*FollowedResult)(nil),           // 46: termivar.v1.FollowedResult
+	(*FollowResultsResponse)(nil),    // 47: termivar.v1.FollowResultsResponse
+	(*StatusRequest)(nil),            // 48: termivar.v1.StatusRequest
+	(*StatusResponse)(nil),           // 49: termivar.v1.StatusResponse
+	(*BuildInfo)(nil),                // 50: termivar.v1.BuildInfo
+	(*ListWorkersRequest)(nil),       // 51: termivar.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),      // 52: termivar.v1.ListWorkersResponse
+	(*CreateTenantRequest)(nil),      // 53: termivar.v1.CreateTenantRequest
+	(*UpdateTenantRequest)(nil),      // 54: termivar.v1.UpdateTenantRequest
+	(*UpdateTenantResponse)(nil),     // 55: termivar.v1.UpdateTenantResponse
+	(*DeleteScanRequest)(nil),        // 56: termivar.v1.DeleteScanRequest
+	(*DeleteScanResponse)(nil),       // 57: termivar.v1.DeleteScanResponse
+	(*PurgeTasksRequest)(nil),        // 58: termivar.v1.PurgeTasksRequest
+	(*PurgeTasksResponse)(nil),       // 59: termivar.v1.PurgeTasksResponse
+	(*CreateTenantResponse)(nil),     // 60: termivar.v1.CreateTenantResponse
+	(*CreateKeyRequest)(nil),         // 61: termivar.v1.CreateKeyRequest
+	(*CreateKeyResponse)(nil),        // 62: termivar.v1.CreateKeyResponse
+	(*ListKeysRequest)(nil),          // 63: termivar.v1.ListKeysRequest
+	(*KeyInfo)(nil),                  // 64: termivar.v1.KeyInfo
+	(*ListKeysResponse)(nil),         // 65: termivar.v1.ListKeysResponse
+	(*RevokeKeyRequest)(nil),         // 66: termivar.v1.RevokeKeyRequest
+	(*RevokeKeyResponse)(nil),        // 67: termivar.v1.RevokeKeyResponse
+	(*RotateKeyRequest)(nil),         // 68: termivar.v1.RotateKeyRequest
+	(*RotateKeyResponse)(nil),        // 69: termivar.v1.RotateKeyResponse
+	(*CancelScanRequest)(nil),        // 70: termivar.v1.CancelScanRequest
+	(*CancelScanResponse)(nil),       // 71: termivar.v1.CancelScanResponse
+	(*ClusterMember)(nil),            // 72: termivar.v1.ClusterMember
+	(*BackupRecord)(nil),             // 73: termivar.v1.BackupRecord
+	(*CoreLimits)(nil),               // 74: termivar.v1.CoreLimits
+	(*ResultLimits)(nil),             // 75: termivar.v1.ResultLimits
 }
 var file_termivar_v1_api_proto_depIdxs = []int32{
 	1,  // 0: termivar.v1.RegisterWorkerResponse.worker:type_name -> termivar.v1.WorkerInfo
@@ -5573,82 +5751,83 @@ var file_termivar_v1_api_proto_depIdxs = []int32{
 	16, // 6: termivar.v1.CompleteManyResponse.results:type_name -> termivar.v1.CompleteItemResult
 	20, // 7: termivar.v1.DeregisterResponse.summary:type_name -> termivar.v1.RecoverySummary
 	23, // 8: termivar.v1.EnqueueRequest.tasks:type_name -> termivar.v1.NewTask
-	25, // 9: termivar.v1.EnqueueResponse.tasks:type_name -> termivar.v1.EnqueuedTask
-	30, // 10: termivar.v1.TaskInfo.attempts:type_name -> termivar.v1.AttemptInfo
-	29, // 11: termivar.v1.GetTaskResponse.task:type_name -> termivar.v1.TaskInfo
-	29, // 12: termivar.v1.ListTasksResponse.tasks:type_name -> termivar.v1.TaskInfo
-	42, // 13: termivar.v1.ListScansResponse.scans:type_name -> termivar.v1.ScanInfo
-	45, // 14: termivar.v1.FollowResultsResponse.results:type_name -> termivar.v1.FollowedResult
-	71, // 15: termivar.v1.StatusResponse.members:type_name -> termivar.v1.ClusterMember
-	72, // 16: termivar.v1.StatusResponse.last_backup:type_name -> termivar.v1.BackupRecord
-	49, // 17: termivar.v1.StatusResponse.build:type_name -> termivar.v1.BuildInfo
-	1,  // 18: termivar.v1.ListWorkersResponse.workers:type_name -> termivar.v1.WorkerInfo
-	73, // 19: termivar.v1.CreateTenantRequest.limits:type_name -> termivar.v1.CoreLimits
-	74, // 20: termivar.v1.CreateTenantRequest.result_limits:type_name -> termivar.v1.ResultLimits
-	63, // 21: termivar.v1.ListKeysResponse.keys:type_name -> termivar.v1.KeyInfo
-	2,  // 22: termivar.v1.Worker.RegisterWorker:input_type -> termivar.v1.RegisterWorkerRequest
-	4,  // 23: termivar.v1.Worker.Heartbeat:input_type -> termivar.v1.HeartbeatRequest
-	6,  // 24: termivar.v1.Worker.Acquire:input_type -> termivar.v1.AcquireRequest
-	9,  // 25: termivar.v1.Worker.Start:input_type -> termivar.v1.StartRequest
-	11, // 26: termivar.v1.Worker.RenewLease:input_type -> termivar.v1.RenewLeaseRequest
-	13, // 27: termivar.v1.Worker.Complete:input_type -> termivar.v1.CompleteRequest
-	15, // 28: termivar.v1.Worker.CompleteMany:input_type -> termivar.v1.CompleteManyRequest
-	18, // 29: termivar.v1.Worker.Fail:input_type -> termivar.v1.FailRequest
-	21, // 30: termivar.v1.Worker.Deregister:input_type -> termivar.v1.DeregisterRequest
-	24, // 31: termivar.v1.Producer.Enqueue:input_type -> termivar.v1.EnqueueRequest
-	27, // 32: termivar.v1.Producer.Cancel:input_type -> termivar.v1.CancelRequest
-	31, // 33: termivar.v1.Producer.GetTask:input_type -> termivar.v1.GetTaskRequest
-	33, // 34: termivar.v1.Producer.ListTasks:input_type -> termivar.v1.ListTasksRequest
-	35, // 35: termivar.v1.Producer.ScanProgress:input_type -> termivar.v1.ScanProgressRequest
-	37, // 36: termivar.v1.Producer.Retry:input_type -> termivar.v1.RetryRequest
-	39, // 37: termivar.v1.Producer.AggregateResults:input_type -> termivar.v1.AggregateResultsRequest
-	41, // 38: termivar.v1.Producer.ListScans:input_type -> termivar.v1.ListScansRequest
-	44, // 39: termivar.v1.Producer.FollowResults:input_type -> termivar.v1.FollowResultsRequest
-	55, // 40: termivar.v1.Producer.DeleteScan:input_type -> termivar.v1.DeleteScanRequest
-	57, // 41: termivar.v1.Producer.PurgeTasks:input_type -> termivar.v1.PurgeTasksRequest
-	69, // 42: termivar.v1.Producer.CancelScan:input_type -> termivar.v1.CancelScanRequest
-	47, // 43: termivar.v1.Admin.Status:input_type -> termivar.v1.StatusRequest
-	50, // 44: termivar.v1.Admin.ListWorkers:input_type -> termivar.v1.ListWorkersRequest
-	52, // 45: termivar.v1.Admin.CreateTenant:input_type -> termivar.v1.CreateTenantRequest
-	53, // 46: termivar.v1.Admin.UpdateTenant:input_type -> termivar.v1.UpdateTenantRequest
-	60, // 47: termivar.v1.Admin.CreateKey:input_type -> termivar.v1.CreateKeyRequest
-	62, // 48: termivar.v1.Admin.ListKeys:input_type -> termivar.v1.ListKeysRequest
-	65, // 49: termivar.v1.Admin.RevokeKey:input_type -> termivar.v1.RevokeKeyRequest
-	67, // 50: termivar.v1.Admin.RotateKey:input_type -> termivar.v1.RotateKeyRequest
-	3,  // 51: termivar.v1.Worker.RegisterWorker:output_type -> termivar.v1.RegisterWorkerResponse
-	5,  // 52: termivar.v1.Worker.Heartbeat:output_type -> termivar.v1.HeartbeatResponse
-	8,  // 53: termivar.v1.Worker.Acquire:output_type -> termivar.v1.AcquireResponse
-	10, // 54: termivar.v1.Worker.Start:output_type -> termivar.v1.StartResponse
-	12, // 55: termivar.v1.Worker.RenewLease:output_type -> termivar.v1.RenewLeaseResponse
-	14, // 56: termivar.v1.Worker.Complete:output_type -> termivar.v1.CompleteResponse
-	17, // 57: termivar.v1.Worker.CompleteMany:output_type -> termivar.v1.CompleteManyResponse
-	19, // 58: termivar.v1.Worker.Fail:output_type -> termivar.v1.FailResponse
-	22, // 59: termivar.v1.Worker.Deregister:output_type -> termivar.v1.DeregisterResponse
-	26, // 60: termivar.v1.Producer.Enqueue:output_type -> termivar.v1.EnqueueResponse
-	28, // 61: termivar.v1.Producer.Cancel:output_type -> termivar.v1.CancelResponse
-	32, // 62: termivar.v1.Producer.GetTask:output_type -> termivar.v1.GetTaskResponse
-	34, // 63: termivar.v1.Producer.ListTasks:output_type -> termivar.v1.ListTasksResponse
-	36, // 64: termivar.v1.Producer.ScanProgress:output_type -> termivar.v1.ScanProgressResponse
-	38, // 65: termivar.v1.Producer.Retry:output_type -> termivar.v1.RetryResponse
-	40, // 66: termivar.v1.Producer.AggregateResults:output_type -> termivar.v1.AggregateResultsResponse
-	43, // 67: termivar.v1.Producer.ListScans:output_type -> termivar.v1.ListScansResponse
-	46, // 68: termivar.v1.Producer.FollowResults:output_type -> termivar.v1.FollowResultsResponse
-	56, // 69: termivar.v1.Producer.DeleteScan:output_type -> termivar.v1.DeleteScanResponse
-	58, // 70: termivar.v1.Producer.PurgeTasks:output_type -> termivar.v1.PurgeTasksResponse
-	70, // 71: termivar.v1.Producer.CancelScan:output_type -> termivar.v1.CancelScanResponse
-	48, // 72: termivar.v1.Admin.Status:output_type -> termivar.v1.StatusResponse
-	51, // 73: termivar.v1.Admin.ListWorkers:output_type -> termivar.v1.ListWorkersResponse
-	59, // 74: termivar.v1.Admin.CreateTenant:output_type -> termivar.v1.CreateTenantResponse
-	54, // 75: termivar.v1.Admin.UpdateTenant:output_type -> termivar.v1.UpdateTenantResponse
-	61, // 76: termivar.v1.Admin.CreateKey:output_type -> termivar.v1.CreateKeyResponse
-	64, // 77: termivar.v1.Admin.ListKeys:output_type -> termivar.v1.ListKeysResponse
-	66, // 78: termivar.v1.Admin.RevokeKey:output_type -> termivar.v1.RevokeKeyResponse
-	68, // 79: termivar.v1.Admin.RotateKey:output_type -> termivar.v1.RotateKeyResponse
-	51, // [51:80] is the sub-list for method output_type
-	22, // [22:51] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	26, // 9: termivar.v1.EnqueueResponse.tasks:type_name -> termivar.v1.EnqueuedTask
+	25, // 10: termivar.v1.EnqueueResponse.collisions:type_name -> termivar.v1.EnqueueCollision
+	31, // 11: termivar.v1.TaskInfo.attempts:type_name -> termivar.v1.AttemptInfo
+	30, // 12: termivar.v1.GetTaskResponse.task:type_name -> termivar.v1.TaskInfo
+	30, // 13: termivar.v1.ListTasksResponse.tasks:type_name -> termivar.v1.TaskInfo
+	43, // 14: termivar.v1.ListScansResponse.scans:type_name -> termivar.v1.ScanInfo
+	46, // 15: termivar.v1.FollowResultsResponse.results:type_name -> termivar.v1.FollowedResult
+	72, // 16: termivar.v1.StatusResponse.members:type_name -> termivar.v1.ClusterMember
+	73, // 17: termivar.v1.StatusResponse.last_backup:type_name -> termivar.v1.BackupRecord
+	50, // 18: termivar.v1.StatusResponse.build:type_name -> termivar.v1.BuildInfo
+	1,  // 19: termivar.v1.ListWorkersResponse.workers:type_name -> termivar.v1.WorkerInfo
+	74, // 20: termivar.v1.CreateTenantRequest.limits:type_name -> termivar.v1.CoreLimits
+	75, // 21: termivar.v1.CreateTenantRequest.result_limits:type_name -> termivar.v1.ResultLimits
+	64, // 22: termivar.v1.ListKeysResponse.keys:type_name -> termivar.v1.KeyInfo
+	2,  // 23: termivar.v1.Worker.RegisterWorker:input_type -> termivar.v1.RegisterWorkerRequest
+	4,  // 24: termivar.v1.Worker.Heartbeat:input_type -> termivar.v1.HeartbeatRequest
+	6,  // 25: termivar.v1.Worker.Acquire:input_type -> termivar.v1.AcquireRequest
+	9,  // 26: termivar.v1.Worker.Start:input_type -> termivar.v1.StartRequest
+	11, // 27: termivar.v1.Worker.RenewLease:input_type -> termivar.v1.RenewLeaseRequest
+	13, // 28: termivar.v1.Worker.Complete:input_type -> termivar.v1.CompleteRequest
+	15, // 29: termivar.v1.Worker.CompleteMany:input_type -> termivar.v1.CompleteManyRequest
+	18, // 30: termivar.v1.Worker.Fail:input_type -> termivar.v1.FailRequest
+	21, // 31: termivar.v1.Worker.Deregister:input_type -> termivar.v1.DeregisterRequest
+	24, // 32: termivar.v1.Producer.Enqueue:input_type -> termivar.v1.EnqueueRequest
+	28, // 33: termivar.v1.Producer.Cancel:input_type -> termivar.v1.CancelRequest
+	32, // 34: termivar.v1.Producer.GetTask:input_type -> termivar.v1.GetTaskRequest
+	34, // 35: termivar.v1.Producer.ListTasks:input_type -> termivar.v1.ListTasksRequest
+	36, // 36: termivar.v1.Producer.ScanProgress:input_type -> termivar.v1.ScanProgressRequest
+	38, // 37: termivar.v1.Producer.Retry:input_type -> termivar.v1.RetryRequest
+	40, // 38: termivar.v1.Producer.AggregateResults:input_type -> termivar.v1.AggregateResultsRequest
+	42, // 39: termivar.v1.Producer.ListScans:input_type -> termivar.v1.ListScansRequest
+	45, // 40: termivar.v1.Producer.FollowResults:input_type -> termivar.v1.FollowResultsRequest
+	56, // 41: termivar.v1.Producer.DeleteScan:input_type -> termivar.v1.DeleteScanRequest
+	58, // 42: termivar.v1.Producer.PurgeTasks:input_type -> termivar.v1.PurgeTasksRequest
+	70, // 43: termivar.v1.Producer.CancelScan:input_type -> termivar.v1.CancelScanRequest
+	48, // 44: termivar.v1.Admin.Status:input_type -> termivar.v1.StatusRequest
+	51, // 45: termivar.v1.Admin.ListWorkers:input_type -> termivar.v1.ListWorkersRequest
+	53, // 46: termivar.v1.Admin.CreateTenant:input_type -> termivar.v1.CreateTenantRequest
+	54, // 47: termivar.v1.Admin.UpdateTenant:input_type -> termivar.v1.UpdateTenantRequest
+	61, // 48: termivar.v1.Admin.CreateKey:input_type -> termivar.v1.CreateKeyRequest
+	63, // 49: termivar.v1.Admin.ListKeys:input_type -> termivar.v1.ListKeysRequest
+	66, // 50: termivar.v1.Admin.RevokeKey:input_type -> termivar.v1.RevokeKeyRequest
+	68, // 51: termivar.v1.Admin.RotateKey:input_type -> termivar.v1.RotateKeyRequest
+	3,  // 52: termivar.v1.Worker.RegisterWorker:output_type -> termivar.v1.RegisterWorkerResponse
+	5,  // 53: termivar.v1.Worker.Heartbeat:output_type -> termivar.v1.HeartbeatResponse
+	8,  // 54: termivar.v1.Worker.Acquire:output_type -> termivar.v1.AcquireResponse
+	10, // 55: termivar.v1.Worker.Start:output_type -> termivar.v1.StartResponse
+	12, // 56: termivar.v1.Worker.RenewLease:output_type -> termivar.v1.RenewLeaseResponse
+	14, // 57: termivar.v1.Worker.Complete:output_type -> termivar.v1.CompleteResponse
+	17, // 58: termivar.v1.Worker.CompleteMany:output_type -> termivar.v1.CompleteManyResponse
+	19, // 59: termivar.v1.Worker.Fail:output_type -> termivar.v1.FailResponse
+	22, // 60: termivar.v1.Worker.Deregister:output_type -> termivar.v1.DeregisterResponse
+	27, // 61: termivar.v1.Producer.Enqueue:output_type -> termivar.v1.EnqueueResponse
+	29, // 62: termivar.v1.Producer.Cancel:output_type -> termivar.v1.CancelResponse
+	33, // 63: termivar.v1.Producer.GetTask:output_type -> termivar.v1.GetTaskResponse
+	35, // 64: termivar.v1.Producer.ListTasks:output_type -> termivar.v1.ListTasksResponse
+	37, // 65: termivar.v1.Producer.ScanProgress:output_type -> termivar.v1.ScanProgressResponse
+	39, // 66: termivar.v1.Producer.Retry:output_type -> termivar.v1.RetryResponse
+	41, // 67: termivar.v1.Producer.AggregateResults:output_type -> termivar.v1.AggregateResultsResponse
+	44, // 68: termivar.v1.Producer.ListScans:output_type -> termivar.v1.ListScansResponse
+	47, // 69: termivar.v1.Producer.FollowResults:output_type -> termivar.v1.FollowResultsResponse
+	57, // 70: termivar.v1.Producer.DeleteScan:output_type -> termivar.v1.DeleteScanResponse
+	59, // 71: termivar.v1.Producer.PurgeTasks:output_type -> termivar.v1.PurgeTasksResponse
+	71, // 72: termivar.v1.Producer.CancelScan:output_type -> termivar.v1.CancelScanResponse
+	49, // 73: termivar.v1.Admin.Status:output_type -> termivar.v1.StatusResponse
+	52, // 74: termivar.v1.Admin.ListWorkers:output_type -> termivar.v1.ListWorkersResponse
+	60, // 75: termivar.v1.Admin.CreateTenant:output_type -> termivar.v1.CreateTenantResponse
+	55, // 76: termivar.v1.Admin.UpdateTenant:output_type -> termivar.v1.UpdateTenantResponse
+	62, // 77: termivar.v1.Admin.CreateKey:output_type -> termivar.v1.CreateKeyResponse
+	65, // 78: termivar.v1.Admin.ListKeys:output_type -> termivar.v1.ListKeysResponse
+	67, // 79: termivar.v1.Admin.RevokeKey:output_type -> termivar.v1.RevokeKeyResponse
+	69, // 80: termivar.v1.Admin.RotateKey:output_type -> termivar.v1.RotateKeyResponse
+	52, // [52:81] is the sub-list for method output_type
+	23, // [23:52] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_termivar_v1_api_proto_init() }
@@ -5666,18 +5845,18 @@ func file_termivar_v1_api_proto_init() {
 	file_termivar_v1_api_proto_msgTypes[18].OneofWrappers = []any{}
 	file_termivar_v1_api_proto_msgTypes[21].OneofWrappers = []any{}
 	file_termivar_v1_api_proto_msgTypes[24].OneofWrappers = []any{}
-	file_termivar_v1_api_proto_msgTypes[27].OneofWrappers = []any{}
-	file_termivar_v1_api_proto_msgTypes[29].OneofWrappers = []any{}
+	file_termivar_v1_api_proto_msgTypes[28].OneofWrappers = []any{}
 	file_termivar_v1_api_proto_msgTypes[30].OneofWrappers = []any{}
-	file_termivar_v1_api_proto_msgTypes[37].OneofWrappers = []any{}
-	file_termivar_v1_api_proto_msgTypes[42].OneofWrappers = []any{}
+	file_termivar_v1_api_proto_msgTypes[31].OneofWrappers = []any{}
+	file_termivar_v1_api_proto_msgTypes[38].OneofWrappers = []any{}
+	file_termivar_v1_api_proto_msgTypes[43].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_termivar_v1_api_proto_rawDesc), len(file_termivar_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   71,
+			NumMessages:   72,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

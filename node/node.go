@@ -202,6 +202,7 @@ type Node struct {
 	firstRefusal  atomic.Int64 // unix nanoseconds of the first refusal
 	codec         *token.Codec
 	wake          notify.Notifier
+	changed       notify.Notifier // every applied entry (ChangeChan); one key, ""
 	progress      notify.Notifier // the FSM's ProgressFunc: tasks may have become terminal
 	clu           clusterState
 	ident         *identity
@@ -415,7 +416,7 @@ func (n *Node) openRaft() (bool, error) {
 			return false, fmt.Errorf("node: bootstrap: %w", err)
 		}
 	}
-	r, err := raft.NewRaft(rc, observedFSM{FSM: n.fsm, m: cfg.Metrics, log: n.log}, logs, w, snaps, trans)
+	r, err := raft.NewRaft(rc, observedFSM{FSM: n.fsm, m: cfg.Metrics, log: n.log, changed: &n.changed}, logs, w, snaps, trans)
 	if uerr := n.fsm.UnsupportedState(); err != nil && uerr != nil {
 		return false, dataDirErr(filepath.Join(cfg.DataDir, raftDir, "snapshots"), uerr.Error(), remedyUpgrade)
 	}
@@ -479,6 +480,11 @@ func (n *Node) Leader() (addr, id string) {
 
 // RaftAddr returns the transport's address.
 func (n *Node) RaftAddr() string { return string(n.trans.LocalAddr()) }
+
+// ChangeChan returns a channel that is closed after the next log entry is
+// applied or snapshot restored (of any tenant): the dashboard's long-poll
+// waits on it (server/dashboard.go).
+func (n *Node) ChangeChan() <-chan struct{} { return n.changed.Wait("") }
 
 // WaitChan returns a channel that is closed the next time a command may
 // have made queued tasks available in tenant (Acquire long-polls on it).

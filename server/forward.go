@@ -60,6 +60,8 @@ const (
 var localProcedures = map[string]bool{
 	"/termivar.v1.Admin/Status":    true,
 	"/termivar.v1.Cluster/Members": true,
+	// The dashboard shows the node's own view (dashboard.go).
+	"/termivar.v1.Dashboard/Overview": true,
 }
 
 // Causes of a forward's cancellation.
@@ -196,6 +198,8 @@ func (f *forwarder) bound(procedure string) time.Duration {
 		// NB: streams as long as the state is large; the leader watch
 		// still ends them when the leader changes.
 		return 0
+	case "/termivar.v1.Dashboard/Overview":
+		return MaxDashboardWaitSecs*time.Second + f.timeout
 	}
 	return f.timeout
 }

@@ -91,6 +91,7 @@ type Server struct {
 	throttle   *failureThrottle
 	failures   *audit.FailureAggregator
 	preauthSem chan struct{} // one token per request awaiting authentication
+	dashSem    chan struct{} // one token per dashboard overview being built
 
 	stopping chan struct{} // closed by Close: long-polls stop waiting
 	// longPolls counts the Acquire calls waiting for work right now.
@@ -119,6 +120,7 @@ func New(cfg Config) *Server {
 		throttle:   newFailureThrottle(lim.AuthFailureBurst, lim.AuthFailureRefill, lim.AuthSources),
 		failures:   cfg.Audit.Failures(audit.FailureConfig{Window: lim.AuthAuditWindow, MaxSources: lim.AuthSources}),
 		preauthSem: make(chan struct{}, lim.MaxPreAuthRequests),
+		dashSem:    make(chan struct{}, maxDashboardBuilds),
 	}
 	s.fwd = newForwarder(s)
 	s.build = buildinfo.Read().Proto()
@@ -149,7 +151,8 @@ func (s *Server) HTTPServer(addr string) *http.Server {
 	return hs
 }
 
-// Handler returns an http.Handler serving the API plus /healthz and /readyz.
+// Handler returns an http.Handler serving the API plus /healthz, /readyz
+// and the web dashboard at / (ui.go).
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	// NB: responses are compressed only when large and the client asks;
@@ -160,6 +163,8 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle(termivarv1connect.NewProducerHandler(producerHandler{s}, readMax(MaxProducerRequestBytes), compress, ics))
 	mux.Handle(termivarv1connect.NewAdminHandler(adminHandler{s}, readMax(MaxAdminRequestBytes), compress, ics))
 	mux.Handle(termivarv1connect.NewClusterHandler(clusterHandler{s}, readMax(MaxAdminRequestBytes), ics))
+	mux.Handle(termivarv1connect.NewDashboardHandler(dashboardHandler{s}, readMax(MaxAdminRequestBytes), compress, ics))
+	mountUI(mux)
 	s.mountTooling(mux)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {

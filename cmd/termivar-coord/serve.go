@@ -189,7 +189,7 @@ func serve(f serveFlags, logger *slog.Logger) error {
 		return err
 	}
 	defer ms.close(context.Background())
-	logger.Info("serving", "api", rn.url, "raft", rn.n.RaftAddr(), "data_dir", f.dataDir, "tls", f.tlsCert != "")
+	logger.Info("serving", "api", rn.url, "dashboard", rn.url+"/", "raft", rn.n.RaftAddr(), "data_dir", f.dataDir, "tls", f.tlsCert != "")
 	warnPlaintext(logger, rn.ln.Addr(), f.tlsCert != "")
 	errc := make(chan error, 1)
 	go func() { errc <- rn.hs.Serve(rn.ln) }()

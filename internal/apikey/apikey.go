@@ -129,8 +129,12 @@ func Verify(storedHash []byte, secret string) bool {
 // protobuf names, e.g. "Worker", "Acquire"). Admin may call everything in its
 // tenant (Cluster membership calls also check for the system tenant);
 // producers the Producer service; workers the Worker service; every
-// role may read Admin.Status of its own tenant.
+// role may read Admin.Status and the Dashboard service (read-only) of its
+// own tenant.
 func Allowed(role Role, service, method string) bool {
+	if service == "Dashboard" {
+		return role == RoleAdmin || role == RoleProducer || role == RoleWorker
+	}
 	switch role {
 	case RoleAdmin:
 		return service == "Worker" || service == "Producer" || service == "Admin" || service == "Cluster"

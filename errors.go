@@ -51,6 +51,9 @@ const (
 	KindAggregateBytesExceeded
 	KindStateInvariant
 	KindInvalidState
+	// Beyond contract A.12 (Part F, scheduling):
+	KindTaskNotLeasable
+	KindScanCapacityReached
 	kindEnd
 )
 
@@ -95,6 +98,8 @@ var kindNames = [...]string{
 	KindAggregateBytesExceeded:     "aggregate_bytes_exceeded",
 	KindStateInvariant:             "state_invariant",
 	KindInvalidState:               "invalid_state",
+	KindTaskNotLeasable:            "task_not_leasable",
+	KindScanCapacityReached:        "scan_capacity_reached",
 }
 
 // String returns the snake_case name of the kind, e.g. "revision_conflict".
@@ -295,6 +300,13 @@ var (
 	ErrStateInvariant = &Error{Kind: KindStateInvariant}
 	// ErrInvalidState: exported state bytes are corrupt, truncated or hostile.
 	ErrInvalidState = &Error{Kind: KindInvalidState}
+	// ErrTaskNotLeasable: AssignTask named a queued task that its scheduling
+	// keeps from that worker now (Reason: scheduled for later, a required
+	// tag missing, scan paused, scan at its in-flight limit).
+	ErrTaskNotLeasable = &Error{Kind: KindTaskNotLeasable}
+	// ErrScanCapacityReached: UpdateScan would configure more scans than
+	// MaxTaskRecords (Limit).
+	ErrScanCapacityReached = &Error{Kind: KindScanCapacityReached}
 )
 
 // Reasons used for invalid command identifiers (contract A.6).

@@ -31,7 +31,12 @@ func (p *WorkerPool) ExportState() ([]byte, error) {
 // (ExportState passes every ID sorted; tests pass other orders to prove
 // that restore refuses them). The caller holds the lock.
 func (c *coordinator) exportTasks(ids []string) []byte {
-	e := newEncoder(poolMagic, poolVersion)
+	sched := c.exportsSched()
+	version := uint8(poolVersion)
+	if sched {
+		version = poolVersionSched // schedule_export.go
+	}
+	e := newEncoder(poolMagic, version)
 	l := c.limits
 	for _, v := range [...]uint64{
 		uint64(l.MaxTaskRecords), uint64(l.MaxActiveTasks), uint64(l.MaxQueuedTasks),
@@ -41,14 +46,23 @@ func (c *coordinator) exportTasks(ids []string) []byte {
 	} {
 		e.uvarint(v)
 	}
+	if sched {
+		c.sched.opts.encode(e)
+	}
 	e.uvarint(uint64(len(ids)))
 	for _, id := range ids {
 		c.tasks[id].encode(e)
+		if sched {
+			c.tasks[id].encodeSched(e)
+		}
 	}
 	wids := c.sortedWorkerIDs()
 	e.uvarint(uint64(len(wids)))
 	for _, id := range wids {
 		c.workers[id].encode(e)
+	}
+	if sched {
+		c.sched.encodeScans(e)
 	}
 	return e.finish()
 }
@@ -162,6 +176,11 @@ func invalidState(reason string) *Error { return &Error{Kind: KindInvalidState, 
 // panic). A restored pool re-exports to exactly the input bytes.
 func RestoreWorkerPool(data []byte) (*WorkerPool, error) {
 	d, ok := newDecoder(data, poolMagic, poolVersion)
+	sched := false
+	if !ok {
+		d, ok = newDecoder(data, poolMagic, poolVersionSched)
+		sched = true
+	}
 	if !ok {
 		return nil, invalidState("pool state frame is invalid")
 	}
@@ -183,12 +202,19 @@ func RestoreWorkerPool(data []byte) (*WorkerPool, error) {
 	c.logicalTime = d.uvarint()
 	c.lastLeaseID = d.uvarint()
 	c.lastOrdinal = d.uvarint()
+	var opts SchedulingOptions
+	if sched {
+		opts = decodeSchedulingOptions(d)
+	}
 
 	// A task takes at least 20 bytes encoded; a worker at least 11.
 	n := d.count(uint64(l.MaxTaskRecords), 20)
 	prev := ""
 	for i := 0; i < n && !d.failed; i++ {
 		t := decodeTask(d)
+		if sched {
+			t.decodeSched(d)
+		}
 		if d.failed {
 			break
 		}
@@ -211,11 +237,23 @@ func RestoreWorkerPool(data []byte) (*WorkerPool, error) {
 		prev = w.id
 		c.workers[w.id] = w
 	}
+	var scans []decodedScan
+	if sched {
+		var err *Error
+		if scans, err = decodeScans(d, l.MaxTaskRecords); err != nil {
+			return nil, err
+		}
+	}
 	if !d.done() {
 		return nil, invalidState("pool state is truncated or has trailing bytes")
 	}
 	if err := c.rebuildIndexes(); err != nil {
 		return nil, err
+	}
+	if sched {
+		if err := c.restoreSched(opts, scans); err != nil {
+			return nil, err
+		}
 	}
 	if err := c.audit(); err != nil {
 		return nil, invalidState("restored pool breaks an invariant: " + err.Reason)

@@ -121,6 +121,7 @@ func allSentinels() []*Error {
 		ErrStaleOwnership, ErrLeaseExpired, ErrLeaseTTLOutOfRange, ErrConflictingResult, ErrMismatchedResultReceipt,
 		ErrResultCapacityReached, ErrResultTooLarge, ErrTotalResultBytesExceeded, ErrAggregateItemLimitExceeded,
 		ErrDuplicateAggregateTask, ErrMissingResult, ErrAggregateBytesExceeded, ErrStateInvariant, ErrInvalidState,
+		ErrTaskNotLeasable, ErrScanCapacityReached,
 	}
 }
 

@@ -46,6 +46,9 @@ func (c *coordinator) grant(t *taskRec, w *workerRec, now, ttl uint64) (Transiti
 	} else {
 		c.queue.Delete(t)
 	}
+	if c.sched != nil {
+		c.sched.removeQueued(t)
+	}
 	c.lastLeaseID++
 	t.attempt++
 	t.lease = TaskLease{
@@ -65,6 +68,9 @@ func (c *coordinator) grant(t *taskRec, w *workerRec, now, ttl uint64) (Transiti
 	w.leases[t.lease.leaseID] = t
 	w.current++
 	c.refreshWorker(w)
+	if c.sched != nil {
+		c.sched.granted(t, t.lease.leaseID)
+	}
 	return Transition[TaskLease]{Revision: c.commit(now), Value: t.lease}, nil
 }
 
@@ -82,13 +88,9 @@ func (p *WorkerPool) AssignNextAvailable(expectedRevision, nowSecs, leaseTTL uin
 	if err := c.begin(expectedRevision, nowSecs); err != nil {
 		return Transition[TaskLease]{}, err
 	}
-	t, ok := c.queue.Min()
-	if !ok {
-		return Transition[TaskLease]{}, &Error{Kind: KindNoQueuedTask}
-	}
-	w := c.bestWorker(nowSecs)
-	if w == nil {
-		return Transition[TaskLease]{}, &Error{Kind: KindNoAvailableWorker}
+	t, w, err := c.pickAvailable(nowSecs)
+	if err != nil {
+		return Transition[TaskLease]{}, err
 	}
 	return c.grant(t, w, nowSecs, leaseTTL)
 }
@@ -110,13 +112,16 @@ func (p *WorkerPool) AssignNext(expectedRevision, nowSecs uint64, workerID strin
 	if err := c.begin(expectedRevision, nowSecs); err != nil {
 		return Transition[TaskLease]{}, err
 	}
-	t, ok := c.queue.Min()
-	if !ok {
+	if !c.anyQueued() {
 		return Transition[TaskLease]{}, &Error{Kind: KindNoQueuedTask}
 	}
 	w, err := c.checkAssignable(workerID, nowSecs)
 	if err != nil {
 		return Transition[TaskLease]{}, err
+	}
+	t := c.nextQueued(w) // with scheduling: the first task w's tags cover
+	if t == nil {
+		return Transition[TaskLease]{}, &Error{Kind: KindNoQueuedTask}
 	}
 	return c.grant(t, w, nowSecs, leaseTTL)
 }
@@ -151,6 +156,9 @@ func (p *WorkerPool) AssignTask(expectedRevision, nowSecs uint64, taskID, worker
 	}
 	w, err := c.checkAssignable(workerID, nowSecs)
 	if err != nil {
+		return Transition[TaskLease]{}, err
+	}
+	if err := c.notLeasable(t, w); err != nil {
 		return Transition[TaskLease]{}, err
 	}
 	return c.grant(t, w, nowSecs, leaseTTL)
@@ -287,7 +295,7 @@ func (p *WorkerPool) FailTask(expectedRevision, nowSecs uint64, lease TaskLease)
 	if err := c.planRetries([]*taskRec{t}); err != nil {
 		return Transition[FailureOutcome]{}, err
 	}
-	out := c.retry(t)
+	out := c.retry(t, nowSecs)
 	return Transition[FailureOutcome]{Revision: c.commit(nowSecs), Value: out}, nil
 }
 
@@ -364,6 +372,6 @@ func (p *WorkerPool) RecoverExpiredLeases(expectedRevision, nowSecs uint64) (Tra
 		affected[t.lease.workerID] = struct{}{}
 	}
 	sum := RecoverySummary{WorkersAffected: len(affected)}
-	c.recoverTasks(ts, &sum)
+	c.recoverTasks(ts, nowSecs, &sum)
 	return Transition[RecoverySummary]{Revision: c.commit(nowSecs), Value: sum}, nil
 }

@@ -146,6 +146,7 @@ type ScanTask struct {
 	recordVersion  uint64
 	lease          TaskLease
 	hasLease       bool
+	scheduling     TaskScheduling
 }
 
 // TaskID returns the task's ID.

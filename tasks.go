@@ -19,7 +19,7 @@ func validateTaskSpec(s TaskSpec) *Error {
 	case !s.Priority.Valid():
 		return &Error{Kind: KindInvalidTask, Reason: "priority is invalid"}
 	}
-	return nil
+	return validateScheduling(s.Scheduling)
 }
 
 // Enqueue admits a new queued task. Errors, in order: ErrInvalidTask (spec),
@@ -138,6 +138,10 @@ func (p *WorkerPool) EnqueueBatch(expectedRevision, nowSecs uint64, specs []Task
 
 // admit inserts a new queued task for a validated, admitted spec.
 func (c *coordinator) admit(spec TaskSpec, now uint64) *taskRec {
+	if !spec.Scheduling.IsZero() {
+		c.ensureSched()
+	}
+	mask, _ := tagMask(spec.Scheduling.RequiredTags, "")
 	t := &taskRec{
 		id:        spec.TaskID,
 		scanID:    spec.ScanID,
@@ -147,9 +151,17 @@ func (c *coordinator) admit(spec TaskSpec, now uint64) *taskRec {
 		status:    TaskQueued,
 		createdAt: now,
 		version:   1,
+
+		notBefore:   spec.Scheduling.NotBeforeSecs,
+		tagMask:     mask,
+		backoffBase: spec.Scheduling.BackoffBaseSecs,
+		backoffCap:  spec.Scheduling.BackoffCapSecs,
 	}
 	c.tasks[t.id] = t
 	c.active++
+	if c.sched != nil {
+		c.sched.scan(t.scanID).active++
+	}
 	c.byAge.ReplaceOrInsert(t)
 	c.pushQueue(t)
 	return t
@@ -160,6 +172,9 @@ func (c *coordinator) pushQueue(t *taskRec) {
 	c.lastOrdinal++
 	t.ordinal = c.lastOrdinal
 	c.queue.ReplaceOrInsert(t)
+	if c.sched != nil {
+		c.sched.addQueued(t, c.logicalTime)
+	}
 }
 
 // CancelTask cancels a queued task with its exact fence, or a leased or
@@ -273,12 +288,20 @@ func (c *coordinator) terminate(t *taskRec, status TaskStatus) {
 	switch {
 	case t.status == TaskQueued:
 		c.queue.Delete(t)
+		if c.sched != nil {
+			c.sched.removeQueued(t)
+		}
 	case t.hasLease:
 		c.releaseLease(t)
 	}
 	c.byAge.Delete(t)
 	c.active--
 	c.terminal++
+	if c.sched != nil {
+		sc := c.sched.scans[t.scanID]
+		sc.active--
+		c.sched.dropIfIdle(sc)
+	}
 	t.status = status
 	t.version++
 }
@@ -363,6 +386,9 @@ func (c *coordinator) releaseLease(t *taskRec) {
 		w.current--
 		c.refreshWorker(w)
 	}
+	if c.sched != nil {
+		c.sched.released(t.scanID)
+	}
 	t.lease, t.hasLease = TaskLease{}, false
 }
 
@@ -429,7 +455,8 @@ func (c *coordinator) planRetries(ts []*taskRec) *Error {
 
 // retry applies the retry rule to a leased or running task whose preflight
 // passed: requeue under a new generation, or fail when retries are exhausted.
-func (c *coordinator) retry(t *taskRec) FailureOutcome {
+// A requeued task gets its backoff's not-before time (schedule.go).
+func (c *coordinator) retry(t *taskRec, now uint64) FailureOutcome {
 	lease := t.lease
 	if t.retryCount < c.limits.MaxRetries {
 		c.releaseLease(t)
@@ -438,6 +465,7 @@ func (c *coordinator) retry(t *taskRec) FailureOutcome {
 		t.status = TaskQueued
 		t.startedAt, t.hasStarted = 0, false
 		t.version++
+		t.notBefore = c.retryNotBefore(t, now)
 		c.pushQueue(t)
 		return FailureOutcome{Kind: Requeued, TaskGeneration: t.generation, RetryCount: t.retryCount}
 	}
@@ -448,9 +476,9 @@ func (c *coordinator) retry(t *taskRec) FailureOutcome {
 
 // recoverTasks applies the retry rule to ts in lease-ID order (ts is sorted by
 // the caller) and fills in the summary's task counts.
-func (c *coordinator) recoverTasks(ts []*taskRec, sum *RecoverySummary) {
+func (c *coordinator) recoverTasks(ts []*taskRec, now uint64, sum *RecoverySummary) {
 	for _, t := range ts {
-		if c.retry(t).Kind == Requeued {
+		if c.retry(t, now).Kind == Requeued {
 			sum.TasksRequeued++
 		} else {
 			sum.TasksFailed++

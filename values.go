@@ -176,6 +176,9 @@ type TaskSpec struct {
 	TargetRef string
 	Phases    []uint8
 	Priority  TaskPriority
+	// Scheduling is beyond contract Part A (Part F); the zero value asks
+	// for nothing.
+	Scheduling TaskScheduling
 }
 
 // WorkerSpec describes a worker at registration or reactivation.

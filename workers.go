@@ -213,7 +213,7 @@ func (c *coordinator) loseWorkers(now uint64, ws []*workerRec) (Transition[Recov
 		}
 	}
 	sum := RecoverySummary{WorkersAffected: len(ws)}
-	c.recoverTasks(ts, &sum)
+	c.recoverTasks(ts, now, &sum)
 	c.goOffline(ws)
 	return Transition[RecoverySummary]{Revision: c.commit(now), Value: sum}, nil
 }

@@ -18,6 +18,9 @@ type Model struct {
 	workers     []Worker // worker-ID order; looked up by linear scan
 	lastLeaseID uint64   // the last lease ID granted (0: none yet)
 	lastOrdinal uint64   // the last enqueue ordinal used
+
+	opts  distributed.SchedulingOptions // schedule.go
+	scans map[string]Scan               // scans with settings or a fairness position
 }
 
 // New returns a model with the given limits, or the limits' validation error.
@@ -25,7 +28,7 @@ func New(l distributed.Limits) (*Model, error) {
 	if err := l.Validate(); err != nil {
 		return nil, err
 	}
-	return &Model{limits: l}, nil
+	return &Model{limits: l, scans: map[string]Scan{}}, nil
 }
 
 // Limits returns the configured limits.
@@ -46,7 +49,15 @@ func (m *Model) Clone() *Model {
 	c.tasks = make([]Task, len(m.tasks))
 	for i, t := range m.tasks {
 		t.Phases = append([]uint8(nil), t.Phases...)
+		t.Scheduling.RequiredTags = append([]distributed.WorkerTag(nil), t.Scheduling.RequiredTags...)
+		if len(t.Scheduling.RequiredTags) == 0 {
+			t.Scheduling.RequiredTags = nil
+		}
 		c.tasks[i] = t
+	}
+	c.scans = make(map[string]Scan, len(m.scans))
+	for id, sc := range m.scans {
+		c.scans[id] = sc
 	}
 	c.workers = make([]Worker, len(m.workers))
 	for i, w := range m.workers {
@@ -204,17 +215,13 @@ func queuedBefore(a, b Task) bool {
 	return a.TaskID < b.TaskID
 }
 
+// nextQueued is the first selectable queued task (schedule.go), ignoring
+// required tags, or -1.
 func (m *Model) nextQueued() int {
-	best := -1
-	for i, t := range m.tasks {
-		if t.Status != distributed.TaskQueued {
-			continue
-		}
-		if best < 0 || queuedBefore(t, m.tasks[best]) {
-			best = i
-		}
+	if s := m.selectable(); len(s) > 0 {
+		return s[0]
 	}
-	return best
+	return -1
 }
 
 func (m *Model) count(status distributed.TaskStatus) int {
@@ -283,6 +290,11 @@ func (m *Model) begin(rev, now uint64) error {
 func (m *Model) commit(now uint64) uint64 {
 	m.revision++
 	m.logicalTime = now
+	for id, sc := range m.scans {
+		if sc.Settings == (distributed.ScanSettings{}) && m.scanState(id).Active == 0 {
+			delete(m.scans, id) // schedule.go: an idle scan without settings is forgotten
+		}
+	}
 	return m.revision
 }
 
@@ -350,7 +362,7 @@ func checkTaskSpec(s distributed.TaskSpec) error {
 	case s.Priority > distributed.PriorityCritical:
 		return invalidTask("priority is invalid")
 	}
-	return nil
+	return checkScheduling(s.Scheduling)
 }
 
 func utilizationTooHigh(cpu, mem, net uint16) bool {

@@ -114,6 +114,12 @@ func (k *checker) step(h *Harness, c Command, before distributed.StateSnapshot, 
 		if (err == nil) != (merr == nil) || ok != mok || (ok && !reflect.DeepEqual(ModelWorker(w), WorkerView(mw))) {
 			return fmt.Errorf("GetAvailableWorker(%d): core %v %v %v, model %v %v %v", c.Now, w, ok, err, mw, mok, merr)
 		}
+		if h.Core.WakeDue(c.Now) != h.Model.WakeDue(c.Now) {
+			return fmt.Errorf("WakeDue(%d): core %v, model %v", c.Now, h.Core.WakeDue(c.Now), h.Model.WakeDue(c.Now))
+		}
+	}
+	if co, mo := h.Core.SchedulingOptions(), h.Model.SchedulingOptions(); co != mo {
+		return fmt.Errorf("scheduling options: core %+v, model %+v", co, mo)
 	}
 	return nil
 }
@@ -231,7 +237,8 @@ func eqTask(a, b model.Task) bool {
 		a.StartedAt == b.StartedAt && a.HasStarted == b.HasStarted &&
 		a.CompletedAt == b.CompletedAt && a.HasCompleted == b.HasCompleted &&
 		a.RetryCount == b.RetryCount && a.Attempt == b.Attempt && a.TaskGeneration == b.TaskGeneration &&
-		a.RecordVersion == b.RecordVersion && a.Lease == b.Lease && a.HasLease == b.HasLease
+		a.RecordVersion == b.RecordVersion && a.Lease == b.Lease && a.HasLease == b.HasLease &&
+		reflect.DeepEqual(a.Scheduling, b.Scheduling)
 }
 
 // eqWorker compares two worker views field by field.

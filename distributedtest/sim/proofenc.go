@@ -194,6 +194,7 @@ func ModelTask(t distributed.ScanTask) model.Task {
 	if len(out.Phases) == 0 {
 		out.Phases = nil
 	}
+	out.Scheduling = t.Scheduling()
 	return out
 }
 
@@ -205,7 +206,7 @@ func TaskView(t model.Task) model.Task {
 		Status: t.Status, Priority: t.Priority, CreatedAt: t.CreatedAt,
 		StartedAt: t.StartedAt, HasStarted: t.HasStarted, CompletedAt: t.CompletedAt, HasCompleted: t.HasCompleted,
 		RetryCount: t.RetryCount, Attempt: t.Attempt, TaskGeneration: t.TaskGeneration, RecordVersion: t.RecordVersion,
-		Lease: t.Lease, HasLease: t.HasLease,
+		Lease: t.Lease, HasLease: t.HasLease, Scheduling: t.Scheduling,
 	}
 }
 

@@ -77,6 +77,10 @@ type Config struct {
 	// created at bootstrap (zero: the core's defaults).
 	DefaultLimits       distributed.Limits
 	DefaultResultLimits distributed.ResultLimits
+	// DefaultScheduling are the scheduling options (contract Part F) of the
+	// system tenant created at bootstrap and of tenants created without
+	// any (nil: DefaultServiceScheduling; point at a zero value for none).
+	DefaultScheduling *distributed.SchedulingOptions
 	// NowFunc is the wall clock used to stamp commands (default time.Now).
 	NowFunc func() time.Time
 	// SnapshotThreshold is the number of log entries between snapshots
@@ -154,6 +158,10 @@ func (c *Config) setDefaults() {
 	}
 	if c.DefaultResultLimits == (distributed.ResultLimits{}) {
 		c.DefaultResultLimits = distributed.DefaultResultLimits()
+	}
+	if c.DefaultScheduling == nil {
+		d := DefaultServiceScheduling()
+		c.DefaultScheduling = &d
 	}
 	if c.NowFunc == nil {
 		c.NowFunc = time.Now
@@ -426,7 +434,8 @@ func (n *Node) ensureCluster(ctx context.Context) error {
 	if _, ok := n.fsm.Tenant(raftfsm.SystemTenant); !ok {
 		r, err := n.Propose(ctx, &pb.Command{Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{
 			Name: raftfsm.SystemTenant, Limits: wire.LimitsToProto(n.cfg.DefaultLimits),
-			ResultLimits: wire.ResultLimitsToProto(n.cfg.DefaultResultLimits)}}})
+			ResultLimits: wire.ResultLimitsToProto(n.cfg.DefaultResultLimits),
+			Scheduling:   raftfsm.SchedulingToProto(*n.cfg.DefaultScheduling)}}})
 		if err != nil {
 			return err
 		}
@@ -448,6 +457,9 @@ func (n *Node) Reads() raftfsm.Reader { return n.fsm.Reader() }
 func (n *Node) DefaultLimits() (distributed.Limits, distributed.ResultLimits) {
 	return n.cfg.DefaultLimits, n.cfg.DefaultResultLimits
 }
+
+// DefaultScheduling returns the scheduling options of new tenants.
+func (n *Node) DefaultScheduling() distributed.SchedulingOptions { return *n.cfg.DefaultScheduling }
 
 // Codec returns the token codec bound to this cluster's secret and epoch.
 func (n *Node) Codec() *token.Codec { return n.codec }
@@ -555,4 +567,11 @@ func loadOrCreateSecret(path string) ([]byte, error) {
 // fsynced and renamed, then fsyncs the directory (atomicfile.go).
 func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
 	return writeFileAtomic(osFS{}, path, data, perm)
+}
+
+// DefaultServiceScheduling is what a node gives its tenants unless told
+// otherwise (contract Part F): retries back off from 2 s, doubling up to
+// 5 min with jitter, and scans of one priority are served round-robin.
+func DefaultServiceScheduling() distributed.SchedulingOptions {
+	return distributed.SchedulingOptions{BackoffBaseSecs: 2, BackoffCapSecs: 300, FairScans: true}
 }

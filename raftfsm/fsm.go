@@ -287,12 +287,17 @@ func (f *FSM) applyEnqueue(t *Tenant, e *pb.EnqueueTasks, rev, now uint64) Respo
 		if s.GetPriority() > math.MaxUint8 {
 			return Response{Err: distributed.NewInvalidTaskError("priority is invalid")}
 		}
+		sched, err := taskScheduling(s, now) // schedule.go
+		if err != nil {
+			return Response{Err: err}
+		}
 		specs[i] = distributed.TaskSpec{
-			TaskID:    s.GetTaskId(),
-			ScanID:    s.GetScanId(),
-			TargetRef: string(s.GetTargetRef()),
-			Phases:    s.GetPhases(),
-			Priority:  distributed.TaskPriority(s.GetPriority()),
+			TaskID:     s.GetTaskId(),
+			ScanID:     s.GetScanId(),
+			TargetRef:  string(s.GetTargetRef()),
+			Phases:     s.GetPhases(),
+			Priority:   distributed.TaskPriority(s.GetPriority()),
+			Scheduling: sched,
 		}
 	}
 	tr, err := p.EnqueueBatch(rev, now, specs)
@@ -416,7 +421,7 @@ func (f *FSM) applyCreateTenant(c *pb.CreateTenant) Response {
 	if err != nil {
 		return Response{Err: err}
 	}
-	t, err := newTenant(c.GetName(), lim, rl)
+	t, err := newTenant(c.GetName(), lim, rl, SchedulingFromProto(c.GetScheduling()))
 	if err != nil {
 		return Response{Err: err}
 	}
@@ -424,8 +429,8 @@ func (f *FSM) applyCreateTenant(c *pb.CreateTenant) Response {
 	return Response{}
 }
 
-func newTenant(name string, lim distributed.Limits, rl distributed.ResultLimits) (*Tenant, error) {
-	pool, err := distributed.NewWorkerPoolWithLimits(lim)
+func newTenant(name string, lim distributed.Limits, rl distributed.ResultLimits, o distributed.SchedulingOptions) (*Tenant, error) {
+	pool, err := distributed.NewWorkerPoolWithOptions(lim, o)
 	if err != nil {
 		return nil, err
 	}

@@ -172,7 +172,7 @@ func (v TenantView) WorkerOwner(workerID string) (string, bool) {
 
 // RecoveryCommands returns the background recovery commands that would do
 // something in the named tenant at logical time now: RecoverExpiredLeases,
-// PruneDeadWorkers and ExpireOldTasks (tasks older than maxAgeSecs; 0 or a
+// PruneDeadWorkers, AdvanceTime (a scheduled task is due) and ExpireOldTasks (tasks older than maxAgeSecs; 0 or a
 // value above the tenant's MaxTaskTTLSecs takes MaxTaskTTLSecs). It reads
 // the core's index minima only (O(log n), no record copies), so an idle
 // tenant yields none and does not grow the log.
@@ -190,6 +190,12 @@ func (v TenantView) RecoveryCommands(now, maxAgeSecs uint64) []*pb.Command {
 	}
 	if old {
 		ops = append(ops, &pb.Command{Tenant: v.t.name, Op: &pb.Command_ExpireOldTasks{ExpireOldTasks: &pb.ExpireOldTasks{MaxAgeSecs: maxAgeSecs}}})
+	}
+	// A scheduled task whose time has come needs a command at or after it
+	// (contract Part F); the recovery commands that wake long-polls are
+	// one, else AdvanceTime.
+	if !expired && !dead && v.t.pool.WakeDue(now) {
+		ops = append(ops, &pb.Command{Tenant: v.t.name, Op: &pb.Command_AdvanceTime{AdvanceTime: &pb.AdvanceTime{}}})
 	}
 	return ops
 }

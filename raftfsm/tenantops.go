@@ -102,7 +102,7 @@ var tenantOps = map[reflect.Type]tenantOp{
 		apply: func(f *FSM, c tenantCall) Response { return resp(c.t.pool.PruneDeadWorkers(c.rev, c.now)) }},
 	reflect.TypeFor[*pb.Command_RecoverExpiredLeases](): {need: needAdmin, notify: true,
 		apply: func(f *FSM, c tenantCall) Response { return resp(c.t.pool.RecoverExpiredLeases(c.rev, c.now)) }},
-	reflect.TypeFor[*pb.Command_ExpireOldTasks](): {need: needAdmin,
+	reflect.TypeFor[*pb.Command_ExpireOldTasks](): {need: needAdmin, notify: true,
 		apply: func(f *FSM, c tenantCall) Response {
 			return resp(c.t.pool.ExpireOldTasks(c.rev, c.now, c.cmd.GetExpireOldTasks().GetMaxAgeSecs()))
 		}},
@@ -128,7 +128,9 @@ var tenantOps = map[reflect.Type]tenantOp{
 	reflect.TypeFor[*pb.Command_StartTask](): {need: needWorker,
 		target: byLease(func(c *pb.Command) []byte { return c.GetStartTask().GetLease() }),
 		apply:  func(f *FSM, c tenantCall) Response { return resp(c.t.pool.StartTask(c.rev, c.now, c.lease)) }},
-	reflect.TypeFor[*pb.Command_CompleteTask](): {need: needWorker,
+	// notify: a completion may free a slot of a scan at its in-flight
+	// limit (contract Part F), as cancellations and expiry may.
+	reflect.TypeFor[*pb.Command_CompleteTask](): {need: needWorker, notify: true,
 		target: byLease(func(c *pb.Command) []byte { return c.GetCompleteTask().GetLease() }),
 		apply: func(f *FSM, c tenantCall) Response {
 			return f.applyComplete(c.t, c.lease, c.cmd.GetCompleteTask().GetResult(), c.rev, c.now)
@@ -141,13 +143,17 @@ var tenantOps = map[reflect.Type]tenantOp{
 		apply: func(f *FSM, c tenantCall) Response {
 			return resp(c.t.pool.RenewLease(c.rev, c.now, c.lease, c.cmd.GetRenewLease().GetLeaseTtlSecs()))
 		}},
-	reflect.TypeFor[*pb.Command_CancelTask](): {need: needProducer,
+	reflect.TypeFor[*pb.Command_CancelTask](): {need: needProducer, notify: true,
 		target: byOwnership(func(c *pb.Command) []byte { return c.GetCancelTask().GetOwnership() }),
 		apply:  func(f *FSM, c tenantCall) Response { return resp(c.t.pool.CancelTask(c.rev, c.now, c.own)) }},
-	reflect.TypeFor[*pb.Command_CancelTaskById](): {need: needProducer,
+	reflect.TypeFor[*pb.Command_CancelTaskById](): {need: needProducer, notify: true,
 		apply: func(f *FSM, c tenantCall) Response {
 			return f.applyCancelByID(c.t, c.cmd.GetCancelTaskById(), c.rev, c.now)
 		}},
+	// Scheduling (contract Part F; schedule.go).
+	reflect.TypeFor[*pb.Command_SetSchedulingOptions](): {need: needAdmin, apply: (*FSM).applySetScheduling},
+	reflect.TypeFor[*pb.Command_UpdateScan]():           {need: needProducer, notify: true, apply: (*FSM).applyUpdateScan},
+	reflect.TypeFor[*pb.Command_AdvanceTime]():          {need: needAdmin, notify: true, apply: (*FSM).applyAdvanceTime},
 }
 
 // applyTenant applies one tenant command through tenantOps: decode its

@@ -17,6 +17,7 @@ import (
 
 	distributed "github.com/termivar/distributed"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"google.golang.org/protobuf/proto"
 )
 
 // clusterOps are the operations applyOneAt dispatches itself: they act on
@@ -131,6 +132,10 @@ func roleCases() []roleCase {
 			return cmdOf(&pb.Command_CancelTask{CancelTask: &pb.CancelTask{Ownership: own(l)}})
 		}},
 		{reflect.TypeFor[*pb.Command_CancelTaskById](), needProducer, func(distributed.TaskLease) *pb.Command { return cancelByIDCmd("", "t1") }},
+		{reflect.TypeFor[*pb.Command_SetSchedulingOptions](), needAdmin, c(&pb.Command_SetSchedulingOptions{SetSchedulingOptions: &pb.SetSchedulingOptions{
+			Options: &pb.SchedulingOptions{BackoffBaseSecs: 2, FairScans: true}}})},
+		{reflect.TypeFor[*pb.Command_UpdateScan](), needProducer, c(&pb.Command_UpdateScan{UpdateScan: &pb.UpdateScan{ScanId: "s1", Paused: proto.Bool(true)}})},
+		{reflect.TypeFor[*pb.Command_AdvanceTime](), needAdmin, c(&pb.Command_AdvanceTime{AdvanceTime: &pb.AdvanceTime{}})},
 	}
 }
 

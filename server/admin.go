@@ -75,7 +75,12 @@ func (h adminHandler) CreateTenant(ctx context.Context, req *connect.Request[pb.
 		if rl == nil {
 			rl = wire.ResultLimitsToProto(defRL)
 		}
-		r, err := h.s.node.Propose(ctx, &pb.Command{Principal: p.KeyID, Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{Name: m.GetName(), Limits: lim, ResultLimits: rl}}})
+		sched := m.GetScheduling()
+		if sched == nil {
+			sched = raftfsm.SchedulingToProto(h.s.node.DefaultScheduling())
+		}
+		r, err := h.s.node.Propose(ctx, &pb.Command{Principal: p.KeyID, Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{
+			Name: m.GetName(), Limits: lim, ResultLimits: rl, Scheduling: sched}}})
 		if err == nil {
 			err = r.Err
 		}

@@ -31,6 +31,7 @@ var rpcMutates = map[string]bool{
 	"Producer.ScanProgress": false, "Producer.AggregateResults": false,
 	"Admin.Status": false, "Admin.ListWorkers": false, "Admin.CreateTenant": true, "Admin.CreateKey": true,
 	"Admin.ListKeys": false, "Admin.RevokeKey": true, "Admin.RotateKey": true,
+	"Producer.UpdateScan": true, "Admin.SetSchedulingOptions": true,
 	"Cluster.Join": true, "Cluster.Members": false, "Cluster.RemoveMember": true, "Cluster.TransferLeadership": true,
 }
 

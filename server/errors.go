@@ -66,6 +66,9 @@ var kindCodes = map[string]connect.Code{
 	"lease_expired":             connect.CodeFailedPrecondition,
 	"conflicting_result":        connect.CodeAlreadyExists,
 	"mismatched_result_receipt": connect.CodeFailedPrecondition,
+	// Core: scheduling (contract Part F).
+	"task_not_leasable":     connect.CodeFailedPrecondition,
+	"scan_capacity_reached": connect.CodeResourceExhausted,
 	// Core: integrity.
 	"state_invariant": connect.CodeInternal,
 	"invalid_state":   connect.CodeDataLoss,

@@ -41,6 +41,9 @@ func (h producerHandler) Enqueue(ctx context.Context, req *connect.Request[pb.En
 				}
 			}
 			e.Tasks[i] = &pb.TaskSpec{TaskId: t.GetTaskId(), ScanId: t.GetScanId(), TargetRef: []byte(t.GetTargetRef()), Phases: t.GetPhases(), Priority: prio}
+			if err := logSchedulingFields(i, t, e.Tasks[i]); err != nil { // schedule.go
+				return nil, 0, err
+			}
 		}
 		r, err := h.s.propose(ctx, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_Enqueue{Enqueue: e}})
 		if err != nil {
@@ -144,6 +147,7 @@ func (s *Server) taskInfo(p principal, tv raftfsm.TenantView, t distributed.Scan
 	if t.Status() == distributed.TaskCompleted {
 		ti.HasResult = tv.HasResult(t.TaskID())
 	}
+	setSchedulingInfo(tv, t, ti)
 	return ti
 }
 
@@ -170,23 +174,17 @@ func (h producerHandler) ListTasks(ctx context.Context, req *connect.Request[pb.
 		if size > maxPageSize {
 			return nil, 0, errInvalid("page_size is above 1000")
 		}
-		var want distributed.TaskStatus
-		filter := m.GetStatus() != ""
-		if filter {
-			st, ok := distributed.ParseTaskStatus(m.GetStatus())
-			if !ok {
-				return nil, 0, errInvalid("status is not a task status")
-			}
-			want = st
+		tv, _ := h.s.node.Reads().Tenant(p.Tenant)
+		keep, err := keepStatus(tv, m.GetStatus()) // a status or "scheduled" (schedule.go)
+		if err != nil {
+			return nil, 0, err
 		}
 		if m.GetScanId() != "" {
 			if err := distributed.CheckTaskCommandID(m.GetScanId()); err != nil {
 				return nil, 0, err
 			}
 		}
-		tv, _ := h.s.node.Reads().Tenant(p.Tenant)
 		out := &pb.ListTasksResponse{}
-		keep := func(t distributed.ScanTask) bool { return !filter || t.Status() == want }
 		if m.GetScanId() != "" {
 			// Scan order (enqueue order); the page token is an offset.
 			off := 0
@@ -244,11 +242,13 @@ func (h producerHandler) ScanProgress(ctx context.Context, req *connect.Request[
 		}
 		tv, _ := h.s.node.Reads().Tenant(p.Tenant)
 		out := &pb.ScanProgressResponse{}
+		var tasks []distributed.ScanTask
 		for _, id := range tv.ScanTaskIDs(m.GetScanId()) {
 			t, ok, _ := tv.GetTask(id)
 			if !ok {
 				continue
 			}
+			tasks = append(tasks, t)
 			out.Total++
 			switch t.Status() {
 			case distributed.TaskQueued:
@@ -270,6 +270,7 @@ func (h producerHandler) ScanProgress(ctx context.Context, req *connect.Request[
 				out.Expired++
 			}
 		}
+		scanScheduling(tv, m.GetScanId(), tasks, out) // schedule.go
 		return out, 0, nil
 	})
 }

@@ -1679,14 +1679,24 @@ func (x *DeregisterResponse) GetRevision() uint64 {
 }
 
 type NewTask struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	TaskId        string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
-	ScanId        string                 `protobuf:"bytes,2,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
-	TargetRef     string                 `protobuf:"bytes,3,opt,name=target_ref,json=targetRef,proto3" json:"target_ref,omitempty"`
-	Phases        []byte                 `protobuf:"bytes,4,opt,name=phases,proto3" json:"phases,omitempty"`
-	Priority      string                 `protobuf:"bytes,5,opt,name=priority,proto3" json:"priority,omitempty"` // low, normal (default), high or critical
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	TaskId    string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	ScanId    string                 `protobuf:"bytes,2,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
+	TargetRef string                 `protobuf:"bytes,3,opt,name=target_ref,json=targetRef,proto3" json:"target_ref,omitempty"`
+	Phases    []byte                 `protobuf:"bytes,4,opt,name=phases,proto3" json:"phases,omitempty"`
+	Priority  string                 `protobuf:"bytes,5,opt,name=priority,proto3" json:"priority,omitempty"` // low, normal (default), high or critical
+	// 20-29: scheduling (contract Part F). The task is leasable from the
+	// later of not_before_secs (a logical second: Unix seconds as stamped by
+	// the leader) and delay_secs after the enqueue is applied.
+	DelaySecs     uint64 `protobuf:"varint,20,opt,name=delay_secs,json=delaySecs,proto3" json:"delay_secs,omitempty"`
+	NotBeforeSecs uint64 `protobuf:"varint,21,opt,name=not_before_secs,json=notBeforeSecs,proto3" json:"not_before_secs,omitempty"`
+	// required_tags: only workers that declared all of them lease the task.
+	RequiredTags []string `protobuf:"bytes,22,rep,name=required_tags,json=requiredTags,proto3" json:"required_tags,omitempty"`
+	// backoff_*: override the tenant's backoff for this task's retries.
+	BackoffBaseSecs uint64 `protobuf:"varint,23,opt,name=backoff_base_secs,json=backoffBaseSecs,proto3" json:"backoff_base_secs,omitempty"`
+	BackoffCapSecs  uint64 `protobuf:"varint,24,opt,name=backoff_cap_secs,json=backoffCapSecs,proto3" json:"backoff_cap_secs,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *NewTask) Reset() {
@@ -1752,6 +1762,41 @@ func (x *NewTask) GetPriority() string {
 		return x.Priority
 	}
 	return ""
+}
+
+func (x *NewTask) GetDelaySecs() uint64 {
+	if x != nil {
+		return x.DelaySecs
+	}
+	return 0
+}
+
+func (x *NewTask) GetNotBeforeSecs() uint64 {
+	if x != nil {
+		return x.NotBeforeSecs
+	}
+	return 0
+}
+
+func (x *NewTask) GetRequiredTags() []string {
+	if x != nil {
+		return x.RequiredTags
+	}
+	return nil
+}
+
+func (x *NewTask) GetBackoffBaseSecs() uint64 {
+	if x != nil {
+		return x.BackoffBaseSecs
+	}
+	return 0
+}
+
+func (x *NewTask) GetBackoffCapSecs() uint64 {
+	if x != nil {
+		return x.BackoffCapSecs
+	}
+	return 0
 }
 
 type EnqueueRequest struct {
@@ -2058,8 +2103,13 @@ type TaskInfo struct {
 	LeaseId        uint64                 `protobuf:"varint,15,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
 	LeaseExpiresAt uint64                 `protobuf:"varint,16,opt,name=lease_expires_at,json=leaseExpiresAt,proto3" json:"lease_expires_at,omitempty"`
 	// fence_token is set for queued tasks; it lets the producer cancel.
-	FenceToken    []byte `protobuf:"bytes,17,opt,name=fence_token,json=fenceToken,proto3" json:"fence_token,omitempty"`
-	HasResult     bool   `protobuf:"varint,18,opt,name=has_result,json=hasResult,proto3" json:"has_result,omitempty"`
+	FenceToken []byte `protobuf:"bytes,17,opt,name=fence_token,json=fenceToken,proto3" json:"fence_token,omitempty"`
+	HasResult  bool   `protobuf:"varint,18,opt,name=has_result,json=hasResult,proto3" json:"has_result,omitempty"`
+	// 30-39: scheduling (contract Part F). scheduled: queued and waiting for
+	// not_before (a backoff or a delay), not for a worker.
+	NotBefore     uint64   `protobuf:"varint,30,opt,name=not_before,json=notBefore,proto3" json:"not_before,omitempty"`
+	RequiredTags  []string `protobuf:"bytes,31,rep,name=required_tags,json=requiredTags,proto3" json:"required_tags,omitempty"`
+	Scheduled     bool     `protobuf:"varint,32,opt,name=scheduled,proto3" json:"scheduled,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2216,6 +2266,27 @@ func (x *TaskInfo) GetFenceToken() []byte {
 func (x *TaskInfo) GetHasResult() bool {
 	if x != nil {
 		return x.HasResult
+	}
+	return false
+}
+
+func (x *TaskInfo) GetNotBefore() uint64 {
+	if x != nil {
+		return x.NotBefore
+	}
+	return 0
+}
+
+func (x *TaskInfo) GetRequiredTags() []string {
+	if x != nil {
+		return x.RequiredTags
+	}
+	return nil
+}
+
+func (x *TaskInfo) GetScheduled() bool {
+	if x != nil {
+		return x.Scheduled
 	}
 	return false
 }
@@ -2473,16 +2544,24 @@ func (x *ScanProgressRequest) GetScanId() string {
 }
 
 type ScanProgressResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Total         uint32                 `protobuf:"varint,1,opt,name=total,proto3" json:"total,omitempty"`
-	Queued        uint32                 `protobuf:"varint,2,opt,name=queued,proto3" json:"queued,omitempty"`
-	Leased        uint32                 `protobuf:"varint,3,opt,name=leased,proto3" json:"leased,omitempty"`
-	Running       uint32                 `protobuf:"varint,4,opt,name=running,proto3" json:"running,omitempty"`
-	Completed     uint32                 `protobuf:"varint,5,opt,name=completed,proto3" json:"completed,omitempty"`
-	Failed        uint32                 `protobuf:"varint,6,opt,name=failed,proto3" json:"failed,omitempty"`
-	Cancelled     uint32                 `protobuf:"varint,7,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
-	Expired       uint32                 `protobuf:"varint,8,opt,name=expired,proto3" json:"expired,omitempty"`
-	Results       uint32                 `protobuf:"varint,9,opt,name=results,proto3" json:"results,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Total     uint32                 `protobuf:"varint,1,opt,name=total,proto3" json:"total,omitempty"`
+	Queued    uint32                 `protobuf:"varint,2,opt,name=queued,proto3" json:"queued,omitempty"`
+	Leased    uint32                 `protobuf:"varint,3,opt,name=leased,proto3" json:"leased,omitempty"`
+	Running   uint32                 `protobuf:"varint,4,opt,name=running,proto3" json:"running,omitempty"`
+	Completed uint32                 `protobuf:"varint,5,opt,name=completed,proto3" json:"completed,omitempty"`
+	Failed    uint32                 `protobuf:"varint,6,opt,name=failed,proto3" json:"failed,omitempty"`
+	Cancelled uint32                 `protobuf:"varint,7,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
+	Expired   uint32                 `protobuf:"varint,8,opt,name=expired,proto3" json:"expired,omitempty"`
+	Results   uint32                 `protobuf:"varint,9,opt,name=results,proto3" json:"results,omitempty"`
+	// 20-29: scheduling (contract Part F). scheduled counts queued tasks
+	// waiting for their not-before time; unroutable counts queued tasks whose
+	// required tags no live worker declared (no one can take them now).
+	Scheduled     uint32 `protobuf:"varint,20,opt,name=scheduled,proto3" json:"scheduled,omitempty"`
+	MaxInFlight   uint32 `protobuf:"varint,21,opt,name=max_in_flight,json=maxInFlight,proto3" json:"max_in_flight,omitempty"`
+	Paused        bool   `protobuf:"varint,22,opt,name=paused,proto3" json:"paused,omitempty"`
+	Unroutable    uint32 `protobuf:"varint,23,opt,name=unroutable,proto3" json:"unroutable,omitempty"`
+	LiveWorkers   uint32 `protobuf:"varint,24,opt,name=live_workers,json=liveWorkers,proto3" json:"live_workers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2576,6 +2655,41 @@ func (x *ScanProgressResponse) GetExpired() uint32 {
 func (x *ScanProgressResponse) GetResults() uint32 {
 	if x != nil {
 		return x.Results
+	}
+	return 0
+}
+
+func (x *ScanProgressResponse) GetScheduled() uint32 {
+	if x != nil {
+		return x.Scheduled
+	}
+	return 0
+}
+
+func (x *ScanProgressResponse) GetMaxInFlight() uint32 {
+	if x != nil {
+		return x.MaxInFlight
+	}
+	return 0
+}
+
+func (x *ScanProgressResponse) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+func (x *ScanProgressResponse) GetUnroutable() uint32 {
+	if x != nil {
+		return x.Unroutable
+	}
+	return 0
+}
+
+func (x *ScanProgressResponse) GetLiveWorkers() uint32 {
+	if x != nil {
+		return x.LiveWorkers
 	}
 	return 0
 }
@@ -2995,8 +3109,10 @@ type CreateTenantRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// limits and result_limits default to the node's per-tenant defaults.
-	Limits        *CoreLimits   `protobuf:"bytes,2,opt,name=limits,proto3" json:"limits,omitempty"`
-	ResultLimits  *ResultLimits `protobuf:"bytes,3,opt,name=result_limits,json=resultLimits,proto3" json:"result_limits,omitempty"`
+	Limits       *CoreLimits   `protobuf:"bytes,2,opt,name=limits,proto3" json:"limits,omitempty"`
+	ResultLimits *ResultLimits `protobuf:"bytes,3,opt,name=result_limits,json=resultLimits,proto3" json:"result_limits,omitempty"`
+	// scheduling defaults to the node's per-tenant default options.
+	Scheduling    *SchedulingOptions `protobuf:"bytes,4,opt,name=scheduling,proto3" json:"scheduling,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3052,6 +3168,253 @@ func (x *CreateTenantRequest) GetResultLimits() *ResultLimits {
 	return nil
 }
 
+func (x *CreateTenantRequest) GetScheduling() *SchedulingOptions {
+	if x != nil {
+		return x.Scheduling
+	}
+	return nil
+}
+
+type UpdateScanRequest struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	ScanId           string                 `protobuf:"bytes,1,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
+	MaxInFlight      *uint32                `protobuf:"varint,2,opt,name=max_in_flight,json=maxInFlight,proto3,oneof" json:"max_in_flight,omitempty"`
+	Paused           *bool                  `protobuf:"varint,3,opt,name=paused,proto3,oneof" json:"paused,omitempty"`
+	ExpectedRevision *uint64                `protobuf:"varint,4,opt,name=expected_revision,json=expectedRevision,proto3,oneof" json:"expected_revision,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *UpdateScanRequest) Reset() {
+	*x = UpdateScanRequest{}
+	mi := &file_termivar_v1_api_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateScanRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateScanRequest) ProtoMessage() {}
+
+func (x *UpdateScanRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateScanRequest.ProtoReflect.Descriptor instead.
+func (*UpdateScanRequest) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *UpdateScanRequest) GetScanId() string {
+	if x != nil {
+		return x.ScanId
+	}
+	return ""
+}
+
+func (x *UpdateScanRequest) GetMaxInFlight() uint32 {
+	if x != nil && x.MaxInFlight != nil {
+		return *x.MaxInFlight
+	}
+	return 0
+}
+
+func (x *UpdateScanRequest) GetPaused() bool {
+	if x != nil && x.Paused != nil {
+		return *x.Paused
+	}
+	return false
+}
+
+func (x *UpdateScanRequest) GetExpectedRevision() uint64 {
+	if x != nil && x.ExpectedRevision != nil {
+		return *x.ExpectedRevision
+	}
+	return 0
+}
+
+type UpdateScanResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MaxInFlight   uint32                 `protobuf:"varint,1,opt,name=max_in_flight,json=maxInFlight,proto3" json:"max_in_flight,omitempty"`
+	Paused        bool                   `protobuf:"varint,2,opt,name=paused,proto3" json:"paused,omitempty"`
+	InFlight      uint32                 `protobuf:"varint,3,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	Active        uint32                 `protobuf:"varint,4,opt,name=active,proto3" json:"active,omitempty"`
+	Revision      uint64                 `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateScanResponse) Reset() {
+	*x = UpdateScanResponse{}
+	mi := &file_termivar_v1_api_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateScanResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateScanResponse) ProtoMessage() {}
+
+func (x *UpdateScanResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateScanResponse.ProtoReflect.Descriptor instead.
+func (*UpdateScanResponse) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *UpdateScanResponse) GetMaxInFlight() uint32 {
+	if x != nil {
+		return x.MaxInFlight
+	}
+	return 0
+}
+
+func (x *UpdateScanResponse) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+func (x *UpdateScanResponse) GetInFlight() uint32 {
+	if x != nil {
+		return x.InFlight
+	}
+	return 0
+}
+
+func (x *UpdateScanResponse) GetActive() uint32 {
+	if x != nil {
+		return x.Active
+	}
+	return 0
+}
+
+func (x *UpdateScanResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+type SetSchedulingOptionsRequest struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Options          *SchedulingOptions     `protobuf:"bytes,1,opt,name=options,proto3" json:"options,omitempty"`
+	ExpectedRevision *uint64                `protobuf:"varint,2,opt,name=expected_revision,json=expectedRevision,proto3,oneof" json:"expected_revision,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *SetSchedulingOptionsRequest) Reset() {
+	*x = SetSchedulingOptionsRequest{}
+	mi := &file_termivar_v1_api_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetSchedulingOptionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetSchedulingOptionsRequest) ProtoMessage() {}
+
+func (x *SetSchedulingOptionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetSchedulingOptionsRequest.ProtoReflect.Descriptor instead.
+func (*SetSchedulingOptionsRequest) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *SetSchedulingOptionsRequest) GetOptions() *SchedulingOptions {
+	if x != nil {
+		return x.Options
+	}
+	return nil
+}
+
+func (x *SetSchedulingOptionsRequest) GetExpectedRevision() uint64 {
+	if x != nil && x.ExpectedRevision != nil {
+		return *x.ExpectedRevision
+	}
+	return 0
+}
+
+type SetSchedulingOptionsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Revision      uint64                 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetSchedulingOptionsResponse) Reset() {
+	*x = SetSchedulingOptionsResponse{}
+	mi := &file_termivar_v1_api_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetSchedulingOptionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetSchedulingOptionsResponse) ProtoMessage() {}
+
+func (x *SetSchedulingOptionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetSchedulingOptionsResponse.ProtoReflect.Descriptor instead.
+func (*SetSchedulingOptionsResponse) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *SetSchedulingOptionsResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
 type CreateTenantResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Revision      uint64                 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
@@ -3061,7 +3424,7 @@ type CreateTenantResponse struct {
 
 func (x *CreateTenantResponse) Reset() {
 	*x = CreateTenantResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[43]
+	mi := &file_termivar_v1_api_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3073,7 +3436,7 @@ func (x *CreateTenantResponse) String() string {
 func (*CreateTenantResponse) ProtoMessage() {}
 
 func (x *CreateTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[43]
+	mi := &file_termivar_v1_api_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3086,7 +3449,7 @@ func (x *CreateTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantResponse.ProtoReflect.Descriptor instead.
 func (*CreateTenantResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{43}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *CreateTenantResponse) GetRevision() uint64 {
@@ -3106,7 +3469,7 @@ type CreateKeyRequest struct {
 
 func (x *CreateKeyRequest) Reset() {
 	*x = CreateKeyRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[44]
+	mi := &file_termivar_v1_api_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3118,7 +3481,7 @@ func (x *CreateKeyRequest) String() string {
 func (*CreateKeyRequest) ProtoMessage() {}
 
 func (x *CreateKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[44]
+	mi := &file_termivar_v1_api_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3131,7 +3494,7 @@ func (x *CreateKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyRequest.ProtoReflect.Descriptor instead.
 func (*CreateKeyRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{44}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *CreateKeyRequest) GetTenant() string {
@@ -3159,7 +3522,7 @@ type CreateKeyResponse struct {
 
 func (x *CreateKeyResponse) Reset() {
 	*x = CreateKeyResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[45]
+	mi := &file_termivar_v1_api_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3171,7 +3534,7 @@ func (x *CreateKeyResponse) String() string {
 func (*CreateKeyResponse) ProtoMessage() {}
 
 func (x *CreateKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[45]
+	mi := &file_termivar_v1_api_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3184,7 +3547,7 @@ func (x *CreateKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyResponse.ProtoReflect.Descriptor instead.
 func (*CreateKeyResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{45}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *CreateKeyResponse) GetKeyId() string {
@@ -3214,7 +3577,7 @@ type ListKeysRequest struct {
 
 func (x *ListKeysRequest) Reset() {
 	*x = ListKeysRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[46]
+	mi := &file_termivar_v1_api_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3226,7 +3589,7 @@ func (x *ListKeysRequest) String() string {
 func (*ListKeysRequest) ProtoMessage() {}
 
 func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[46]
+	mi := &file_termivar_v1_api_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3239,7 +3602,7 @@ func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListKeysRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{46}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ListKeysRequest) GetTenant() string {
@@ -3269,7 +3632,7 @@ type KeyInfo struct {
 
 func (x *KeyInfo) Reset() {
 	*x = KeyInfo{}
-	mi := &file_termivar_v1_api_proto_msgTypes[47]
+	mi := &file_termivar_v1_api_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3281,7 +3644,7 @@ func (x *KeyInfo) String() string {
 func (*KeyInfo) ProtoMessage() {}
 
 func (x *KeyInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[47]
+	mi := &file_termivar_v1_api_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3294,7 +3657,7 @@ func (x *KeyInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyInfo.ProtoReflect.Descriptor instead.
 func (*KeyInfo) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{47}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *KeyInfo) GetKeyId() string {
@@ -3341,7 +3704,7 @@ type ListKeysResponse struct {
 
 func (x *ListKeysResponse) Reset() {
 	*x = ListKeysResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[48]
+	mi := &file_termivar_v1_api_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3353,7 +3716,7 @@ func (x *ListKeysResponse) String() string {
 func (*ListKeysResponse) ProtoMessage() {}
 
 func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[48]
+	mi := &file_termivar_v1_api_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3366,7 +3729,7 @@ func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListKeysResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{48}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListKeysResponse) GetKeys() []*KeyInfo {
@@ -3385,7 +3748,7 @@ type RevokeKeyRequest struct {
 
 func (x *RevokeKeyRequest) Reset() {
 	*x = RevokeKeyRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[49]
+	mi := &file_termivar_v1_api_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3397,7 +3760,7 @@ func (x *RevokeKeyRequest) String() string {
 func (*RevokeKeyRequest) ProtoMessage() {}
 
 func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[49]
+	mi := &file_termivar_v1_api_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3410,7 +3773,7 @@ func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeKeyRequest.ProtoReflect.Descriptor instead.
 func (*RevokeKeyRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{49}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RevokeKeyRequest) GetKeyId() string {
@@ -3428,7 +3791,7 @@ type RevokeKeyResponse struct {
 
 func (x *RevokeKeyResponse) Reset() {
 	*x = RevokeKeyResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[50]
+	mi := &file_termivar_v1_api_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3440,7 +3803,7 @@ func (x *RevokeKeyResponse) String() string {
 func (*RevokeKeyResponse) ProtoMessage() {}
 
 func (x *RevokeKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[50]
+	mi := &file_termivar_v1_api_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3453,7 +3816,7 @@ func (x *RevokeKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeKeyResponse.ProtoReflect.Descriptor instead.
 func (*RevokeKeyResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{50}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{54}
 }
 
 type RotateKeyRequest struct {
@@ -3465,7 +3828,7 @@ type RotateKeyRequest struct {
 
 func (x *RotateKeyRequest) Reset() {
 	*x = RotateKeyRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[51]
+	mi := &file_termivar_v1_api_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3477,7 +3840,7 @@ func (x *RotateKeyRequest) String() string {
 func (*RotateKeyRequest) ProtoMessage() {}
 
 func (x *RotateKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[51]
+	mi := &file_termivar_v1_api_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3490,7 +3853,7 @@ func (x *RotateKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateKeyRequest.ProtoReflect.Descriptor instead.
 func (*RotateKeyRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{51}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *RotateKeyRequest) GetKeyId() string {
@@ -3512,7 +3875,7 @@ type RotateKeyResponse struct {
 
 func (x *RotateKeyResponse) Reset() {
 	*x = RotateKeyResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[52]
+	mi := &file_termivar_v1_api_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3524,7 +3887,7 @@ func (x *RotateKeyResponse) String() string {
 func (*RotateKeyResponse) ProtoMessage() {}
 
 func (x *RotateKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[52]
+	mi := &file_termivar_v1_api_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3537,7 +3900,7 @@ func (x *RotateKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateKeyResponse.ProtoReflect.Descriptor instead.
 func (*RotateKeyResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{52}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *RotateKeyResponse) GetKeyId() string {
@@ -3719,14 +4082,20 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x12_expected_revision\"h\n" +
 	"\x12DeregisterResponse\x126\n" +
 	"\asummary\x18\x01 \x01(\v2\x1c.termivar.v1.RecoverySummaryR\asummary\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x04R\brevision\"\x8e\x01\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\"\xd0\x02\n" +
 	"\aNewTask\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x17\n" +
 	"\ascan_id\x18\x02 \x01(\tR\x06scanId\x12\x1d\n" +
 	"\n" +
 	"target_ref\x18\x03 \x01(\tR\ttargetRef\x12\x16\n" +
 	"\x06phases\x18\x04 \x01(\fR\x06phases\x12\x1a\n" +
-	"\bpriority\x18\x05 \x01(\tR\bpriority\"\x84\x01\n" +
+	"\bpriority\x18\x05 \x01(\tR\bpriority\x12\x1d\n" +
+	"\n" +
+	"delay_secs\x18\x14 \x01(\x04R\tdelaySecs\x12&\n" +
+	"\x0fnot_before_secs\x18\x15 \x01(\x04R\rnotBeforeSecs\x12#\n" +
+	"\rrequired_tags\x18\x16 \x03(\tR\frequiredTags\x12*\n" +
+	"\x11backoff_base_secs\x18\x17 \x01(\x04R\x0fbackoffBaseSecs\x12(\n" +
+	"\x10backoff_cap_secs\x18\x18 \x01(\x04R\x0ebackoffCapSecs\"\x84\x01\n" +
 	"\x0eEnqueueRequest\x12*\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x14.termivar.v1.NewTaskR\x05tasks\x120\n" +
 	"\x11expected_revision\x18\x02 \x01(\x04H\x00R\x10expectedRevision\x88\x01\x01B\x14\n" +
@@ -3746,7 +4115,7 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x0eCancelResponse\x12+\n" +
 	"\x11already_cancelled\x18\x01 \x01(\bR\x10alreadyCancelled\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12'\n" +
-	"\x0fprevious_status\x18\x03 \x01(\tR\x0epreviousStatus\"\xe3\x04\n" +
+	"\x0fprevious_status\x18\x03 \x01(\tR\x0epreviousStatus\"\xc5\x05\n" +
 	"\bTaskInfo\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x17\n" +
 	"\ascan_id\x18\x02 \x01(\tR\x06scanId\x12\x1d\n" +
@@ -3773,7 +4142,11 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\vfence_token\x18\x11 \x01(\fR\n" +
 	"fenceToken\x12\x1d\n" +
 	"\n" +
-	"has_result\x18\x12 \x01(\bR\thasResultB\r\n" +
+	"has_result\x18\x12 \x01(\bR\thasResult\x12\x1d\n" +
+	"\n" +
+	"not_before\x18\x1e \x01(\x04R\tnotBefore\x12#\n" +
+	"\rrequired_tags\x18\x1f \x03(\tR\frequiredTags\x12\x1c\n" +
+	"\tscheduled\x18  \x01(\bR\tscheduledB\r\n" +
 	"\v_started_atB\x0f\n" +
 	"\r_completed_at\")\n" +
 	"\x0eGetTaskRequest\x12\x17\n" +
@@ -3790,7 +4163,7 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x05tasks\x18\x01 \x03(\v2\x15.termivar.v1.TaskInfoR\x05tasks\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\".\n" +
 	"\x13ScanProgressRequest\x12\x17\n" +
-	"\ascan_id\x18\x01 \x01(\tR\x06scanId\"\xfe\x01\n" +
+	"\ascan_id\x18\x01 \x01(\tR\x06scanId\"\x9b\x03\n" +
 	"\x14ScanProgressResponse\x12\x14\n" +
 	"\x05total\x18\x01 \x01(\rR\x05total\x12\x16\n" +
 	"\x06queued\x18\x02 \x01(\rR\x06queued\x12\x16\n" +
@@ -3800,7 +4173,14 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x06failed\x18\x06 \x01(\rR\x06failed\x12\x1c\n" +
 	"\tcancelled\x18\a \x01(\rR\tcancelled\x12\x18\n" +
 	"\aexpired\x18\b \x01(\rR\aexpired\x12\x18\n" +
-	"\aresults\x18\t \x01(\rR\aresults\"2\n" +
+	"\aresults\x18\t \x01(\rR\aresults\x12\x1c\n" +
+	"\tscheduled\x18\x14 \x01(\rR\tscheduled\x12\"\n" +
+	"\rmax_in_flight\x18\x15 \x01(\rR\vmaxInFlight\x12\x16\n" +
+	"\x06paused\x18\x16 \x01(\bR\x06paused\x12\x1e\n" +
+	"\n" +
+	"unroutable\x18\x17 \x01(\rR\n" +
+	"unroutable\x12!\n" +
+	"\flive_workers\x18\x18 \x01(\rR\vliveWorkers\"2\n" +
 	"\x17AggregateResultsRequest\x12\x17\n" +
 	"\ascan_id\x18\x01 \x01(\tR\x06scanId\"K\n" +
 	"\x18AggregateResultsResponse\x12\x17\n" +
@@ -3833,11 +4213,34 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x12long_polls_waiting\x18\x12 \x01(\x03R\x10longPollsWaiting\"\x14\n" +
 	"\x12ListWorkersRequest\"H\n" +
 	"\x13ListWorkersResponse\x121\n" +
-	"\aworkers\x18\x01 \x03(\v2\x17.termivar.v1.WorkerInfoR\aworkers\"\x9a\x01\n" +
+	"\aworkers\x18\x01 \x03(\v2\x17.termivar.v1.WorkerInfoR\aworkers\"\xda\x01\n" +
 	"\x13CreateTenantRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
 	"\x06limits\x18\x02 \x01(\v2\x17.termivar.v1.CoreLimitsR\x06limits\x12>\n" +
-	"\rresult_limits\x18\x03 \x01(\v2\x19.termivar.v1.ResultLimitsR\fresultLimits\"2\n" +
+	"\rresult_limits\x18\x03 \x01(\v2\x19.termivar.v1.ResultLimitsR\fresultLimits\x12>\n" +
+	"\n" +
+	"scheduling\x18\x04 \x01(\v2\x1e.termivar.v1.SchedulingOptionsR\n" +
+	"scheduling\"\xd7\x01\n" +
+	"\x11UpdateScanRequest\x12\x17\n" +
+	"\ascan_id\x18\x01 \x01(\tR\x06scanId\x12'\n" +
+	"\rmax_in_flight\x18\x02 \x01(\rH\x00R\vmaxInFlight\x88\x01\x01\x12\x1b\n" +
+	"\x06paused\x18\x03 \x01(\bH\x01R\x06paused\x88\x01\x01\x120\n" +
+	"\x11expected_revision\x18\x04 \x01(\x04H\x02R\x10expectedRevision\x88\x01\x01B\x10\n" +
+	"\x0e_max_in_flightB\t\n" +
+	"\a_pausedB\x14\n" +
+	"\x12_expected_revision\"\xa1\x01\n" +
+	"\x12UpdateScanResponse\x12\"\n" +
+	"\rmax_in_flight\x18\x01 \x01(\rR\vmaxInFlight\x12\x16\n" +
+	"\x06paused\x18\x02 \x01(\bR\x06paused\x12\x1b\n" +
+	"\tin_flight\x18\x03 \x01(\rR\binFlight\x12\x16\n" +
+	"\x06active\x18\x04 \x01(\rR\x06active\x12\x1a\n" +
+	"\brevision\x18\x05 \x01(\x04R\brevision\"\x9f\x01\n" +
+	"\x1bSetSchedulingOptionsRequest\x128\n" +
+	"\aoptions\x18\x01 \x01(\v2\x1e.termivar.v1.SchedulingOptionsR\aoptions\x120\n" +
+	"\x11expected_revision\x18\x02 \x01(\x04H\x00R\x10expectedRevision\x88\x01\x01B\x14\n" +
+	"\x12_expected_revision\":\n" +
+	"\x1cSetSchedulingOptionsResponse\x12\x1a\n" +
+	"\brevision\x18\x01 \x01(\x04R\brevision\"2\n" +
 	"\x14CreateTenantResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\">\n" +
 	"\x10CreateKeyRequest\x12\x16\n" +
@@ -3877,14 +4280,16 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\fCompleteMany\x12 .termivar.v1.CompleteManyRequest\x1a!.termivar.v1.CompleteManyResponse\x12;\n" +
 	"\x04Fail\x12\x18.termivar.v1.FailRequest\x1a\x19.termivar.v1.FailResponse\x12M\n" +
 	"\n" +
-	"Deregister\x12\x1e.termivar.v1.DeregisterRequest\x1a\x1f.termivar.v1.DeregisterResponse2\xdd\x03\n" +
+	"Deregister\x12\x1e.termivar.v1.DeregisterRequest\x1a\x1f.termivar.v1.DeregisterResponse2\xac\x04\n" +
 	"\bProducer\x12D\n" +
 	"\aEnqueue\x12\x1b.termivar.v1.EnqueueRequest\x1a\x1c.termivar.v1.EnqueueResponse\x12A\n" +
 	"\x06Cancel\x12\x1a.termivar.v1.CancelRequest\x1a\x1b.termivar.v1.CancelResponse\x12D\n" +
 	"\aGetTask\x12\x1b.termivar.v1.GetTaskRequest\x1a\x1c.termivar.v1.GetTaskResponse\x12J\n" +
 	"\tListTasks\x12\x1d.termivar.v1.ListTasksRequest\x1a\x1e.termivar.v1.ListTasksResponse\x12S\n" +
-	"\fScanProgress\x12 .termivar.v1.ScanProgressRequest\x1a!.termivar.v1.ScanProgressResponse\x12a\n" +
-	"\x10AggregateResults\x12$.termivar.v1.AggregateResultsRequest\x1a%.termivar.v1.AggregateResultsResponse0\x012\x9e\x04\n" +
+	"\fScanProgress\x12 .termivar.v1.ScanProgressRequest\x1a!.termivar.v1.ScanProgressResponse\x12M\n" +
+	"\n" +
+	"UpdateScan\x12\x1e.termivar.v1.UpdateScanRequest\x1a\x1f.termivar.v1.UpdateScanResponse\x12a\n" +
+	"\x10AggregateResults\x12$.termivar.v1.AggregateResultsRequest\x1a%.termivar.v1.AggregateResultsResponse0\x012\x8b\x05\n" +
 	"\x05Admin\x12A\n" +
 	"\x06Status\x12\x1a.termivar.v1.StatusRequest\x1a\x1b.termivar.v1.StatusResponse\x12P\n" +
 	"\vListWorkers\x12\x1f.termivar.v1.ListWorkersRequest\x1a .termivar.v1.ListWorkersResponse\x12S\n" +
@@ -3892,7 +4297,8 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\tCreateKey\x12\x1d.termivar.v1.CreateKeyRequest\x1a\x1e.termivar.v1.CreateKeyResponse\x12G\n" +
 	"\bListKeys\x12\x1c.termivar.v1.ListKeysRequest\x1a\x1d.termivar.v1.ListKeysResponse\x12J\n" +
 	"\tRevokeKey\x12\x1d.termivar.v1.RevokeKeyRequest\x1a\x1e.termivar.v1.RevokeKeyResponse\x12J\n" +
-	"\tRotateKey\x12\x1d.termivar.v1.RotateKeyRequest\x1a\x1e.termivar.v1.RotateKeyResponseB<Z:github.com/termivar/distributed/gen/termivar/v1;termivarv1b\x06proto3"
+	"\tRotateKey\x12\x1d.termivar.v1.RotateKeyRequest\x1a\x1e.termivar.v1.RotateKeyResponse\x12k\n" +
+	"\x14SetSchedulingOptions\x12(.termivar.v1.SetSchedulingOptionsRequest\x1a).termivar.v1.SetSchedulingOptionsResponseB<Z:github.com/termivar/distributed/gen/termivar/v1;termivarv1b\x06proto3"
 
 var (
 	file_termivar_v1_api_proto_rawDescOnce sync.Once
@@ -3906,64 +4312,69 @@ func file_termivar_v1_api_proto_rawDescGZIP() []byte {
 	return file_termivar_v1_api_proto_rawDescData
 }
 
-var file_termivar_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
+var file_termivar_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
 var file_termivar_v1_api_proto_goTypes = []any{
-	(*ErrorDetail)(nil),              // 0: termivar.v1.ErrorDetail
-	(*WorkerInfo)(nil),               // 1: termivar.v1.WorkerInfo
-	(*RegisterWorkerRequest)(nil),    // 2: termivar.v1.RegisterWorkerRequest
-	(*RegisterWorkerResponse)(nil),   // 3: termivar.v1.RegisterWorkerResponse
-	(*HeartbeatRequest)(nil),         // 4: termivar.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),        // 5: termivar.v1.HeartbeatResponse
-	(*AcquireRequest)(nil),           // 6: termivar.v1.AcquireRequest
-	(*LeasedTask)(nil),               // 7: termivar.v1.LeasedTask
-	(*AcquireResponse)(nil),          // 8: termivar.v1.AcquireResponse
-	(*StartRequest)(nil),             // 9: termivar.v1.StartRequest
-	(*StartResponse)(nil),            // 10: termivar.v1.StartResponse
-	(*RenewLeaseRequest)(nil),        // 11: termivar.v1.RenewLeaseRequest
-	(*RenewLeaseResponse)(nil),       // 12: termivar.v1.RenewLeaseResponse
-	(*CompleteRequest)(nil),          // 13: termivar.v1.CompleteRequest
-	(*CompleteResponse)(nil),         // 14: termivar.v1.CompleteResponse
-	(*CompleteManyRequest)(nil),      // 15: termivar.v1.CompleteManyRequest
-	(*CompleteItemResult)(nil),       // 16: termivar.v1.CompleteItemResult
-	(*CompleteManyResponse)(nil),     // 17: termivar.v1.CompleteManyResponse
-	(*FailRequest)(nil),              // 18: termivar.v1.FailRequest
-	(*FailResponse)(nil),             // 19: termivar.v1.FailResponse
-	(*RecoverySummary)(nil),          // 20: termivar.v1.RecoverySummary
-	(*DeregisterRequest)(nil),        // 21: termivar.v1.DeregisterRequest
-	(*DeregisterResponse)(nil),       // 22: termivar.v1.DeregisterResponse
-	(*NewTask)(nil),                  // 23: termivar.v1.NewTask
-	(*EnqueueRequest)(nil),           // 24: termivar.v1.EnqueueRequest
-	(*EnqueuedTask)(nil),             // 25: termivar.v1.EnqueuedTask
-	(*EnqueueResponse)(nil),          // 26: termivar.v1.EnqueueResponse
-	(*CancelRequest)(nil),            // 27: termivar.v1.CancelRequest
-	(*CancelResponse)(nil),           // 28: termivar.v1.CancelResponse
-	(*TaskInfo)(nil),                 // 29: termivar.v1.TaskInfo
-	(*GetTaskRequest)(nil),           // 30: termivar.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),          // 31: termivar.v1.GetTaskResponse
-	(*ListTasksRequest)(nil),         // 32: termivar.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),        // 33: termivar.v1.ListTasksResponse
-	(*ScanProgressRequest)(nil),      // 34: termivar.v1.ScanProgressRequest
-	(*ScanProgressResponse)(nil),     // 35: termivar.v1.ScanProgressResponse
-	(*AggregateResultsRequest)(nil),  // 36: termivar.v1.AggregateResultsRequest
-	(*AggregateResultsResponse)(nil), // 37: termivar.v1.AggregateResultsResponse
-	(*StatusRequest)(nil),            // 38: termivar.v1.StatusRequest
-	(*StatusResponse)(nil),           // 39: termivar.v1.StatusResponse
-	(*ListWorkersRequest)(nil),       // 40: termivar.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),      // 41: termivar.v1.ListWorkersResponse
-	(*CreateTenantRequest)(nil),      // 42: termivar.v1.CreateTenantRequest
-	(*CreateTenantResponse)(nil),     // 43: termivar.v1.CreateTenantResponse
-	(*CreateKeyRequest)(nil),         // 44: termivar.v1.CreateKeyRequest
-	(*CreateKeyResponse)(nil),        // 45: termivar.v1.CreateKeyResponse
-	(*ListKeysRequest)(nil),          // 46: termivar.v1.ListKeysRequest
-	(*KeyInfo)(nil),                  // 47: termivar.v1.KeyInfo
-	(*ListKeysResponse)(nil),         // 48: termivar.v1.ListKeysResponse
-	(*RevokeKeyRequest)(nil),         // 49: termivar.v1.RevokeKeyRequest
-	(*RevokeKeyResponse)(nil),        // 50: termivar.v1.RevokeKeyResponse
-	(*RotateKeyRequest)(nil),         // 51: termivar.v1.RotateKeyRequest
-	(*RotateKeyResponse)(nil),        // 52: termivar.v1.RotateKeyResponse
-	(*ClusterMember)(nil),            // 53: termivar.v1.ClusterMember
-	(*CoreLimits)(nil),               // 54: termivar.v1.CoreLimits
-	(*ResultLimits)(nil),             // 55: termivar.v1.ResultLimits
+	(*ErrorDetail)(nil),                  // 0: termivar.v1.ErrorDetail
+	(*WorkerInfo)(nil),                   // 1: termivar.v1.WorkerInfo
+	(*RegisterWorkerRequest)(nil),        // 2: termivar.v1.RegisterWorkerRequest
+	(*RegisterWorkerResponse)(nil),       // 3: termivar.v1.RegisterWorkerResponse
+	(*HeartbeatRequest)(nil),             // 4: termivar.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),            // 5: termivar.v1.HeartbeatResponse
+	(*AcquireRequest)(nil),               // 6: termivar.v1.AcquireRequest
+	(*LeasedTask)(nil),                   // 7: termivar.v1.LeasedTask
+	(*AcquireResponse)(nil),              // 8: termivar.v1.AcquireResponse
+	(*StartRequest)(nil),                 // 9: termivar.v1.StartRequest
+	(*StartResponse)(nil),                // 10: termivar.v1.StartResponse
+	(*RenewLeaseRequest)(nil),            // 11: termivar.v1.RenewLeaseRequest
+	(*RenewLeaseResponse)(nil),           // 12: termivar.v1.RenewLeaseResponse
+	(*CompleteRequest)(nil),              // 13: termivar.v1.CompleteRequest
+	(*CompleteResponse)(nil),             // 14: termivar.v1.CompleteResponse
+	(*CompleteManyRequest)(nil),          // 15: termivar.v1.CompleteManyRequest
+	(*CompleteItemResult)(nil),           // 16: termivar.v1.CompleteItemResult
+	(*CompleteManyResponse)(nil),         // 17: termivar.v1.CompleteManyResponse
+	(*FailRequest)(nil),                  // 18: termivar.v1.FailRequest
+	(*FailResponse)(nil),                 // 19: termivar.v1.FailResponse
+	(*RecoverySummary)(nil),              // 20: termivar.v1.RecoverySummary
+	(*DeregisterRequest)(nil),            // 21: termivar.v1.DeregisterRequest
+	(*DeregisterResponse)(nil),           // 22: termivar.v1.DeregisterResponse
+	(*NewTask)(nil),                      // 23: termivar.v1.NewTask
+	(*EnqueueRequest)(nil),               // 24: termivar.v1.EnqueueRequest
+	(*EnqueuedTask)(nil),                 // 25: termivar.v1.EnqueuedTask
+	(*EnqueueResponse)(nil),              // 26: termivar.v1.EnqueueResponse
+	(*CancelRequest)(nil),                // 27: termivar.v1.CancelRequest
+	(*CancelResponse)(nil),               // 28: termivar.v1.CancelResponse
+	(*TaskInfo)(nil),                     // 29: termivar.v1.TaskInfo
+	(*GetTaskRequest)(nil),               // 30: termivar.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),              // 31: termivar.v1.GetTaskResponse
+	(*ListTasksRequest)(nil),             // 32: termivar.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),            // 33: termivar.v1.ListTasksResponse
+	(*ScanProgressRequest)(nil),          // 34: termivar.v1.ScanProgressRequest
+	(*ScanProgressResponse)(nil),         // 35: termivar.v1.ScanProgressResponse
+	(*AggregateResultsRequest)(nil),      // 36: termivar.v1.AggregateResultsRequest
+	(*AggregateResultsResponse)(nil),     // 37: termivar.v1.AggregateResultsResponse
+	(*StatusRequest)(nil),                // 38: termivar.v1.StatusRequest
+	(*StatusResponse)(nil),               // 39: termivar.v1.StatusResponse
+	(*ListWorkersRequest)(nil),           // 40: termivar.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),          // 41: termivar.v1.ListWorkersResponse
+	(*CreateTenantRequest)(nil),          // 42: termivar.v1.CreateTenantRequest
+	(*UpdateScanRequest)(nil),            // 43: termivar.v1.UpdateScanRequest
+	(*UpdateScanResponse)(nil),           // 44: termivar.v1.UpdateScanResponse
+	(*SetSchedulingOptionsRequest)(nil),  // 45: termivar.v1.SetSchedulingOptionsRequest
+	(*SetSchedulingOptionsResponse)(nil), // 46: termivar.v1.SetSchedulingOptionsResponse
+	(*CreateTenantResponse)(nil),         // 47: termivar.v1.CreateTenantResponse
+	(*CreateKeyRequest)(nil),             // 48: termivar.v1.CreateKeyRequest
+	(*CreateKeyResponse)(nil),            // 49: termivar.v1.CreateKeyResponse
+	(*ListKeysRequest)(nil),              // 50: termivar.v1.ListKeysRequest
+	(*KeyInfo)(nil),                      // 51: termivar.v1.KeyInfo
+	(*ListKeysResponse)(nil),             // 52: termivar.v1.ListKeysResponse
+	(*RevokeKeyRequest)(nil),             // 53: termivar.v1.RevokeKeyRequest
+	(*RevokeKeyResponse)(nil),            // 54: termivar.v1.RevokeKeyResponse
+	(*RotateKeyRequest)(nil),             // 55: termivar.v1.RotateKeyRequest
+	(*RotateKeyResponse)(nil),            // 56: termivar.v1.RotateKeyResponse
+	(*ClusterMember)(nil),                // 57: termivar.v1.ClusterMember
+	(*CoreLimits)(nil),                   // 58: termivar.v1.CoreLimits
+	(*ResultLimits)(nil),                 // 59: termivar.v1.ResultLimits
+	(*SchedulingOptions)(nil),            // 60: termivar.v1.SchedulingOptions
 }
 var file_termivar_v1_api_proto_depIdxs = []int32{
 	1,  // 0: termivar.v1.RegisterWorkerResponse.worker:type_name -> termivar.v1.WorkerInfo
@@ -3978,60 +4389,66 @@ var file_termivar_v1_api_proto_depIdxs = []int32{
 	25, // 9: termivar.v1.EnqueueResponse.tasks:type_name -> termivar.v1.EnqueuedTask
 	29, // 10: termivar.v1.GetTaskResponse.task:type_name -> termivar.v1.TaskInfo
 	29, // 11: termivar.v1.ListTasksResponse.tasks:type_name -> termivar.v1.TaskInfo
-	53, // 12: termivar.v1.StatusResponse.members:type_name -> termivar.v1.ClusterMember
+	57, // 12: termivar.v1.StatusResponse.members:type_name -> termivar.v1.ClusterMember
 	1,  // 13: termivar.v1.ListWorkersResponse.workers:type_name -> termivar.v1.WorkerInfo
-	54, // 14: termivar.v1.CreateTenantRequest.limits:type_name -> termivar.v1.CoreLimits
-	55, // 15: termivar.v1.CreateTenantRequest.result_limits:type_name -> termivar.v1.ResultLimits
-	47, // 16: termivar.v1.ListKeysResponse.keys:type_name -> termivar.v1.KeyInfo
-	2,  // 17: termivar.v1.Worker.RegisterWorker:input_type -> termivar.v1.RegisterWorkerRequest
-	4,  // 18: termivar.v1.Worker.Heartbeat:input_type -> termivar.v1.HeartbeatRequest
-	6,  // 19: termivar.v1.Worker.Acquire:input_type -> termivar.v1.AcquireRequest
-	9,  // 20: termivar.v1.Worker.Start:input_type -> termivar.v1.StartRequest
-	11, // 21: termivar.v1.Worker.RenewLease:input_type -> termivar.v1.RenewLeaseRequest
-	13, // 22: termivar.v1.Worker.Complete:input_type -> termivar.v1.CompleteRequest
-	15, // 23: termivar.v1.Worker.CompleteMany:input_type -> termivar.v1.CompleteManyRequest
-	18, // 24: termivar.v1.Worker.Fail:input_type -> termivar.v1.FailRequest
-	21, // 25: termivar.v1.Worker.Deregister:input_type -> termivar.v1.DeregisterRequest
-	24, // 26: termivar.v1.Producer.Enqueue:input_type -> termivar.v1.EnqueueRequest
-	27, // 27: termivar.v1.Producer.Cancel:input_type -> termivar.v1.CancelRequest
-	30, // 28: termivar.v1.Producer.GetTask:input_type -> termivar.v1.GetTaskRequest
-	32, // 29: termivar.v1.Producer.ListTasks:input_type -> termivar.v1.ListTasksRequest
-	34, // 30: termivar.v1.Producer.ScanProgress:input_type -> termivar.v1.ScanProgressRequest
-	36, // 31: termivar.v1.Producer.AggregateResults:input_type -> termivar.v1.AggregateResultsRequest
-	38, // 32: termivar.v1.Admin.Status:input_type -> termivar.v1.StatusRequest
-	40, // 33: termivar.v1.Admin.ListWorkers:input_type -> termivar.v1.ListWorkersRequest
-	42, // 34: termivar.v1.Admin.CreateTenant:input_type -> termivar.v1.CreateTenantRequest
-	44, // 35: termivar.v1.Admin.CreateKey:input_type -> termivar.v1.CreateKeyRequest
-	46, // 36: termivar.v1.Admin.ListKeys:input_type -> termivar.v1.ListKeysRequest
-	49, // 37: termivar.v1.Admin.RevokeKey:input_type -> termivar.v1.RevokeKeyRequest
-	51, // 38: termivar.v1.Admin.RotateKey:input_type -> termivar.v1.RotateKeyRequest
-	3,  // 39: termivar.v1.Worker.RegisterWorker:output_type -> termivar.v1.RegisterWorkerResponse
-	5,  // 40: termivar.v1.Worker.Heartbeat:output_type -> termivar.v1.HeartbeatResponse
-	8,  // 41: termivar.v1.Worker.Acquire:output_type -> termivar.v1.AcquireResponse
-	10, // 42: termivar.v1.Worker.Start:output_type -> termivar.v1.StartResponse
-	12, // 43: termivar.v1.Worker.RenewLease:output_type -> termivar.v1.RenewLeaseResponse
-	14, // 44: termivar.v1.Worker.Complete:output_type -> termivar.v1.CompleteResponse
-	17, // 45: termivar.v1.Worker.CompleteMany:output_type -> termivar.v1.CompleteManyResponse
-	19, // 46: termivar.v1.Worker.Fail:output_type -> termivar.v1.FailResponse
-	22, // 47: termivar.v1.Worker.Deregister:output_type -> termivar.v1.DeregisterResponse
-	26, // 48: termivar.v1.Producer.Enqueue:output_type -> termivar.v1.EnqueueResponse
-	28, // 49: termivar.v1.Producer.Cancel:output_type -> termivar.v1.CancelResponse
-	31, // 50: termivar.v1.Producer.GetTask:output_type -> termivar.v1.GetTaskResponse
-	33, // 51: termivar.v1.Producer.ListTasks:output_type -> termivar.v1.ListTasksResponse
-	35, // 52: termivar.v1.Producer.ScanProgress:output_type -> termivar.v1.ScanProgressResponse
-	37, // 53: termivar.v1.Producer.AggregateResults:output_type -> termivar.v1.AggregateResultsResponse
-	39, // 54: termivar.v1.Admin.Status:output_type -> termivar.v1.StatusResponse
-	41, // 55: termivar.v1.Admin.ListWorkers:output_type -> termivar.v1.ListWorkersResponse
-	43, // 56: termivar.v1.Admin.CreateTenant:output_type -> termivar.v1.CreateTenantResponse
-	45, // 57: termivar.v1.Admin.CreateKey:output_type -> termivar.v1.CreateKeyResponse
-	48, // 58: termivar.v1.Admin.ListKeys:output_type -> termivar.v1.ListKeysResponse
-	50, // 59: termivar.v1.Admin.RevokeKey:output_type -> termivar.v1.RevokeKeyResponse
-	52, // 60: termivar.v1.Admin.RotateKey:output_type -> termivar.v1.RotateKeyResponse
-	39, // [39:61] is the sub-list for method output_type
-	17, // [17:39] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	58, // 14: termivar.v1.CreateTenantRequest.limits:type_name -> termivar.v1.CoreLimits
+	59, // 15: termivar.v1.CreateTenantRequest.result_limits:type_name -> termivar.v1.ResultLimits
+	60, // 16: termivar.v1.CreateTenantRequest.scheduling:type_name -> termivar.v1.SchedulingOptions
+	60, // 17: termivar.v1.SetSchedulingOptionsRequest.options:type_name -> termivar.v1.SchedulingOptions
+	51, // 18: termivar.v1.ListKeysResponse.keys:type_name -> termivar.v1.KeyInfo
+	2,  // 19: termivar.v1.Worker.RegisterWorker:input_type -> termivar.v1.RegisterWorkerRequest
+	4,  // 20: termivar.v1.Worker.Heartbeat:input_type -> termivar.v1.HeartbeatRequest
+	6,  // 21: termivar.v1.Worker.Acquire:input_type -> termivar.v1.AcquireRequest
+	9,  // 22: termivar.v1.Worker.Start:input_type -> termivar.v1.StartRequest
+	11, // 23: termivar.v1.Worker.RenewLease:input_type -> termivar.v1.RenewLeaseRequest
+	13, // 24: termivar.v1.Worker.Complete:input_type -> termivar.v1.CompleteRequest
+	15, // 25: termivar.v1.Worker.CompleteMany:input_type -> termivar.v1.CompleteManyRequest
+	18, // 26: termivar.v1.Worker.Fail:input_type -> termivar.v1.FailRequest
+	21, // 27: termivar.v1.Worker.Deregister:input_type -> termivar.v1.DeregisterRequest
+	24, // 28: termivar.v1.Producer.Enqueue:input_type -> termivar.v1.EnqueueRequest
+	27, // 29: termivar.v1.Producer.Cancel:input_type -> termivar.v1.CancelRequest
+	30, // 30: termivar.v1.Producer.GetTask:input_type -> termivar.v1.GetTaskRequest
+	32, // 31: termivar.v1.Producer.ListTasks:input_type -> termivar.v1.ListTasksRequest
+	34, // 32: termivar.v1.Producer.ScanProgress:input_type -> termivar.v1.ScanProgressRequest
+	43, // 33: termivar.v1.Producer.UpdateScan:input_type -> termivar.v1.UpdateScanRequest
+	36, // 34: termivar.v1.Producer.AggregateResults:input_type -> termivar.v1.AggregateResultsRequest
+	38, // 35: termivar.v1.Admin.Status:input_type -> termivar.v1.StatusRequest
+	40, // 36: termivar.v1.Admin.ListWorkers:input_type -> termivar.v1.ListWorkersRequest
+	42, // 37: termivar.v1.Admin.CreateTenant:input_type -> termivar.v1.CreateTenantRequest
+	48, // 38: termivar.v1.Admin.CreateKey:input_type -> termivar.v1.CreateKeyRequest
+	50, // 39: termivar.v1.Admin.ListKeys:input_type -> termivar.v1.ListKeysRequest
+	53, // 40: termivar.v1.Admin.RevokeKey:input_type -> termivar.v1.RevokeKeyRequest
+	55, // 41: termivar.v1.Admin.RotateKey:input_type -> termivar.v1.RotateKeyRequest
+	45, // 42: termivar.v1.Admin.SetSchedulingOptions:input_type -> termivar.v1.SetSchedulingOptionsRequest
+	3,  // 43: termivar.v1.Worker.RegisterWorker:output_type -> termivar.v1.RegisterWorkerResponse
+	5,  // 44: termivar.v1.Worker.Heartbeat:output_type -> termivar.v1.HeartbeatResponse
+	8,  // 45: termivar.v1.Worker.Acquire:output_type -> termivar.v1.AcquireResponse
+	10, // 46: termivar.v1.Worker.Start:output_type -> termivar.v1.StartResponse
+	12, // 47: termivar.v1.Worker.RenewLease:output_type -> termivar.v1.RenewLeaseResponse
+	14, // 48: termivar.v1.Worker.Complete:output_type -> termivar.v1.CompleteResponse
+	17, // 49: termivar.v1.Worker.CompleteMany:output_type -> termivar.v1.CompleteManyResponse
+	19, // 50: termivar.v1.Worker.Fail:output_type -> termivar.v1.FailResponse
+	22, // 51: termivar.v1.Worker.Deregister:output_type -> termivar.v1.DeregisterResponse
+	26, // 52: termivar.v1.Producer.Enqueue:output_type -> termivar.v1.EnqueueResponse
+	28, // 53: termivar.v1.Producer.Cancel:output_type -> termivar.v1.CancelResponse
+	31, // 54: termivar.v1.Producer.GetTask:output_type -> termivar.v1.GetTaskResponse
+	33, // 55: termivar.v1.Producer.ListTasks:output_type -> termivar.v1.ListTasksResponse
+	35, // 56: termivar.v1.Producer.ScanProgress:output_type -> termivar.v1.ScanProgressResponse
+	44, // 57: termivar.v1.Producer.UpdateScan:output_type -> termivar.v1.UpdateScanResponse
+	37, // 58: termivar.v1.Producer.AggregateResults:output_type -> termivar.v1.AggregateResultsResponse
+	39, // 59: termivar.v1.Admin.Status:output_type -> termivar.v1.StatusResponse
+	41, // 60: termivar.v1.Admin.ListWorkers:output_type -> termivar.v1.ListWorkersResponse
+	47, // 61: termivar.v1.Admin.CreateTenant:output_type -> termivar.v1.CreateTenantResponse
+	49, // 62: termivar.v1.Admin.CreateKey:output_type -> termivar.v1.CreateKeyResponse
+	52, // 63: termivar.v1.Admin.ListKeys:output_type -> termivar.v1.ListKeysResponse
+	54, // 64: termivar.v1.Admin.RevokeKey:output_type -> termivar.v1.RevokeKeyResponse
+	56, // 65: termivar.v1.Admin.RotateKey:output_type -> termivar.v1.RotateKeyResponse
+	46, // 66: termivar.v1.Admin.SetSchedulingOptions:output_type -> termivar.v1.SetSchedulingOptionsResponse
+	43, // [43:67] is the sub-list for method output_type
+	19, // [19:43] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_termivar_v1_api_proto_init() }
@@ -4051,13 +4468,15 @@ func file_termivar_v1_api_proto_init() {
 	file_termivar_v1_api_proto_msgTypes[24].OneofWrappers = []any{}
 	file_termivar_v1_api_proto_msgTypes[27].OneofWrappers = []any{}
 	file_termivar_v1_api_proto_msgTypes[29].OneofWrappers = []any{}
+	file_termivar_v1_api_proto_msgTypes[43].OneofWrappers = []any{}
+	file_termivar_v1_api_proto_msgTypes[45].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_termivar_v1_api_proto_rawDesc), len(file_termivar_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   53,
+			NumMessages:   57,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

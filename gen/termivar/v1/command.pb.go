@@ -72,6 +72,9 @@ type Command struct {
 	//	*Command_RevokeKey
 	//	*Command_RotateKey
 	//	*Command_SetNodeInfo
+	//	*Command_SetSchedulingOptions
+	//	*Command_UpdateScan
+	//	*Command_AdvanceTime
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -374,6 +377,33 @@ func (x *Command) GetSetNodeInfo() *SetNodeInfo {
 	return nil
 }
 
+func (x *Command) GetSetSchedulingOptions() *SetSchedulingOptions {
+	if x != nil {
+		if x, ok := x.Op.(*Command_SetSchedulingOptions); ok {
+			return x.SetSchedulingOptions
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetUpdateScan() *UpdateScan {
+	if x != nil {
+		if x, ok := x.Op.(*Command_UpdateScan); ok {
+			return x.UpdateScan
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetAdvanceTime() *AdvanceTime {
+	if x != nil {
+		if x, ok := x.Op.(*Command_AdvanceTime); ok {
+			return x.AdvanceTime
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -480,6 +510,19 @@ type Command_SetNodeInfo struct {
 	SetNodeInfo *SetNodeInfo `protobuf:"bytes,40,opt,name=set_node_info,json=setNodeInfo,proto3,oneof"`
 }
 
+type Command_SetSchedulingOptions struct {
+	// 60-69: scheduling (contract Part F).
+	SetSchedulingOptions *SetSchedulingOptions `protobuf:"bytes,60,opt,name=set_scheduling_options,json=setSchedulingOptions,proto3,oneof"`
+}
+
+type Command_UpdateScan struct {
+	UpdateScan *UpdateScan `protobuf:"bytes,61,opt,name=update_scan,json=updateScan,proto3,oneof"`
+}
+
+type Command_AdvanceTime struct {
+	AdvanceTime *AdvanceTime `protobuf:"bytes,62,opt,name=advance_time,json=advanceTime,proto3,oneof"`
+}
+
 func (*Command_Batch) isCommand_Op() {}
 
 func (*Command_InitCluster) isCommand_Op() {}
@@ -529,6 +572,12 @@ func (*Command_RevokeKey) isCommand_Op() {}
 func (*Command_RotateKey) isCommand_Op() {}
 
 func (*Command_SetNodeInfo) isCommand_Op() {}
+
+func (*Command_SetSchedulingOptions) isCommand_Op() {}
+
+func (*Command_UpdateScan) isCommand_Op() {}
+
+func (*Command_AdvanceTime) isCommand_Op() {}
 
 // Batch coalesces concurrent commands into one log entry. The FSM applies
 // them in order, each with its own response; the batch's now_secs applies
@@ -811,10 +860,13 @@ func (x *ResultLimits) GetMaxAggregateBytes() uint64 {
 
 // CreateTenant creates an isolated namespace with its own limits.
 type CreateTenant struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Limits        *CoreLimits            `protobuf:"bytes,2,opt,name=limits,proto3" json:"limits,omitempty"`
-	ResultLimits  *ResultLimits          `protobuf:"bytes,3,opt,name=result_limits,json=resultLimits,proto3" json:"result_limits,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Name         string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Limits       *CoreLimits            `protobuf:"bytes,2,opt,name=limits,proto3" json:"limits,omitempty"`
+	ResultLimits *ResultLimits          `protobuf:"bytes,3,opt,name=result_limits,json=resultLimits,proto3" json:"result_limits,omitempty"`
+	// scheduling is the tenant's scheduling options (absent: none, contract
+	// Part A behaviour).
+	Scheduling    *SchedulingOptions `protobuf:"bytes,10,opt,name=scheduling,proto3" json:"scheduling,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -866,6 +918,13 @@ func (x *CreateTenant) GetLimits() *CoreLimits {
 func (x *CreateTenant) GetResultLimits() *ResultLimits {
 	if x != nil {
 		return x.ResultLimits
+	}
+	return nil
+}
+
+func (x *CreateTenant) GetScheduling() *SchedulingOptions {
+	if x != nil {
+		return x.Scheduling
 	}
 	return nil
 }
@@ -1053,14 +1112,22 @@ func (x *RotateKey) GetNewSecretHash() []byte {
 
 // TaskSpec mirrors distributed.TaskSpec.
 type TaskSpec struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	TaskId        string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
-	ScanId        string                 `protobuf:"bytes,2,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
-	TargetRef     []byte                 `protobuf:"bytes,3,opt,name=target_ref,json=targetRef,proto3" json:"target_ref,omitempty"`
-	Phases        []byte                 `protobuf:"bytes,4,opt,name=phases,proto3" json:"phases,omitempty"`
-	Priority      uint32                 `protobuf:"varint,5,opt,name=priority,proto3" json:"priority,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	TaskId    string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	ScanId    string                 `protobuf:"bytes,2,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
+	TargetRef []byte                 `protobuf:"bytes,3,opt,name=target_ref,json=targetRef,proto3" json:"target_ref,omitempty"`
+	Phases    []byte                 `protobuf:"bytes,4,opt,name=phases,proto3" json:"phases,omitempty"`
+	Priority  uint32                 `protobuf:"varint,5,opt,name=priority,proto3" json:"priority,omitempty"`
+	// 10-19: scheduling (contract Part F). not_before_secs is a logical
+	// second; delay_secs is relative to the command's stamped time, and the
+	// FSM takes the later of the two.
+	NotBeforeSecs   uint64   `protobuf:"varint,10,opt,name=not_before_secs,json=notBeforeSecs,proto3" json:"not_before_secs,omitempty"`
+	DelaySecs       uint64   `protobuf:"varint,11,opt,name=delay_secs,json=delaySecs,proto3" json:"delay_secs,omitempty"`
+	RequiredTags    []uint32 `protobuf:"varint,12,rep,packed,name=required_tags,json=requiredTags,proto3" json:"required_tags,omitempty"`
+	BackoffBaseSecs uint64   `protobuf:"varint,13,opt,name=backoff_base_secs,json=backoffBaseSecs,proto3" json:"backoff_base_secs,omitempty"`
+	BackoffCapSecs  uint64   `protobuf:"varint,14,opt,name=backoff_cap_secs,json=backoffCapSecs,proto3" json:"backoff_cap_secs,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *TaskSpec) Reset() {
@@ -1124,6 +1191,41 @@ func (x *TaskSpec) GetPhases() []byte {
 func (x *TaskSpec) GetPriority() uint32 {
 	if x != nil {
 		return x.Priority
+	}
+	return 0
+}
+
+func (x *TaskSpec) GetNotBeforeSecs() uint64 {
+	if x != nil {
+		return x.NotBeforeSecs
+	}
+	return 0
+}
+
+func (x *TaskSpec) GetDelaySecs() uint64 {
+	if x != nil {
+		return x.DelaySecs
+	}
+	return 0
+}
+
+func (x *TaskSpec) GetRequiredTags() []uint32 {
+	if x != nil {
+		return x.RequiredTags
+	}
+	return nil
+}
+
+func (x *TaskSpec) GetBackoffBaseSecs() uint64 {
+	if x != nil {
+		return x.BackoffBaseSecs
+	}
+	return 0
+}
+
+func (x *TaskSpec) GetBackoffCapSecs() uint64 {
+	if x != nil {
+		return x.BackoffCapSecs
 	}
 	return 0
 }
@@ -2622,11 +2724,218 @@ func (x *NodeInfo) GetIncarnation() []byte {
 	return nil
 }
 
+// SchedulingOptions mirrors distributed.SchedulingOptions.
+type SchedulingOptions struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	BackoffBaseSecs uint64                 `protobuf:"varint,1,opt,name=backoff_base_secs,json=backoffBaseSecs,proto3" json:"backoff_base_secs,omitempty"`
+	BackoffCapSecs  uint64                 `protobuf:"varint,2,opt,name=backoff_cap_secs,json=backoffCapSecs,proto3" json:"backoff_cap_secs,omitempty"`
+	FairScans       bool                   `protobuf:"varint,3,opt,name=fair_scans,json=fairScans,proto3" json:"fair_scans,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *SchedulingOptions) Reset() {
+	*x = SchedulingOptions{}
+	mi := &file_termivar_v1_command_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SchedulingOptions) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SchedulingOptions) ProtoMessage() {}
+
+func (x *SchedulingOptions) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_command_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SchedulingOptions.ProtoReflect.Descriptor instead.
+func (*SchedulingOptions) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *SchedulingOptions) GetBackoffBaseSecs() uint64 {
+	if x != nil {
+		return x.BackoffBaseSecs
+	}
+	return 0
+}
+
+func (x *SchedulingOptions) GetBackoffCapSecs() uint64 {
+	if x != nil {
+		return x.BackoffCapSecs
+	}
+	return 0
+}
+
+func (x *SchedulingOptions) GetFairScans() bool {
+	if x != nil {
+		return x.FairScans
+	}
+	return false
+}
+
+// SetSchedulingOptions replaces a tenant's scheduling options (admin).
+type SetSchedulingOptions struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Options       *SchedulingOptions     `protobuf:"bytes,1,opt,name=options,proto3" json:"options,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetSchedulingOptions) Reset() {
+	*x = SetSchedulingOptions{}
+	mi := &file_termivar_v1_command_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetSchedulingOptions) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetSchedulingOptions) ProtoMessage() {}
+
+func (x *SetSchedulingOptions) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_command_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetSchedulingOptions.ProtoReflect.Descriptor instead.
+func (*SetSchedulingOptions) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *SetSchedulingOptions) GetOptions() *SchedulingOptions {
+	if x != nil {
+		return x.Options
+	}
+	return nil
+}
+
+// UpdateScan changes the named settings of one scan (producer): pause,
+// resume, in-flight limit. An absent field keeps its value.
+type UpdateScan struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ScanId        string                 `protobuf:"bytes,1,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
+	MaxInFlight   *uint32                `protobuf:"varint,2,opt,name=max_in_flight,json=maxInFlight,proto3,oneof" json:"max_in_flight,omitempty"`
+	Paused        *bool                  `protobuf:"varint,3,opt,name=paused,proto3,oneof" json:"paused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateScan) Reset() {
+	*x = UpdateScan{}
+	mi := &file_termivar_v1_command_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateScan) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateScan) ProtoMessage() {}
+
+func (x *UpdateScan) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_command_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateScan.ProtoReflect.Descriptor instead.
+func (*UpdateScan) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *UpdateScan) GetScanId() string {
+	if x != nil {
+		return x.ScanId
+	}
+	return ""
+}
+
+func (x *UpdateScan) GetMaxInFlight() uint32 {
+	if x != nil && x.MaxInFlight != nil {
+		return *x.MaxInFlight
+	}
+	return 0
+}
+
+func (x *UpdateScan) GetPaused() bool {
+	if x != nil && x.Paused != nil {
+		return *x.Paused
+	}
+	return false
+}
+
+// AdvanceTime only moves the tenant's logical time to the stamp, so that
+// scheduled tasks whose time has come become leasable; the leader's
+// ticker proposes it when one is due.
+type AdvanceTime struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdvanceTime) Reset() {
+	*x = AdvanceTime{}
+	mi := &file_termivar_v1_command_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdvanceTime) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdvanceTime) ProtoMessage() {}
+
+func (x *AdvanceTime) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_command_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdvanceTime.ProtoReflect.Descriptor instead.
+func (*AdvanceTime) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{39}
+}
+
 var File_termivar_v1_command_proto protoreflect.FileDescriptor
 
 const file_termivar_v1_command_proto_rawDesc = "" +
 	"\n" +
-	"\x19termivar/v1/command.proto\x12\vtermivar.v1\"\xaf\x0e\n" +
+	"\x19termivar/v1/command.proto\x12\vtermivar.v1\"\x85\x10\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x19\n" +
 	"\bnow_secs\x18\x02 \x01(\x04R\anowSecs\x12\x16\n" +
@@ -2666,7 +2975,11 @@ const file_termivar_v1_command_proto_rawDesc = "" +
 	"revoke_key\x18  \x01(\v2\x16.termivar.v1.RevokeKeyH\x00R\trevokeKey\x127\n" +
 	"\n" +
 	"rotate_key\x18! \x01(\v2\x16.termivar.v1.RotateKeyH\x00R\trotateKey\x12>\n" +
-	"\rset_node_info\x18( \x01(\v2\x18.termivar.v1.SetNodeInfoH\x00R\vsetNodeInfoB\x04\n" +
+	"\rset_node_info\x18( \x01(\v2\x18.termivar.v1.SetNodeInfoH\x00R\vsetNodeInfo\x12Y\n" +
+	"\x16set_scheduling_options\x18< \x01(\v2!.termivar.v1.SetSchedulingOptionsH\x00R\x14setSchedulingOptions\x12:\n" +
+	"\vupdate_scan\x18= \x01(\v2\x17.termivar.v1.UpdateScanH\x00R\n" +
+	"updateScan\x12=\n" +
+	"\fadvance_time\x18> \x01(\v2\x18.termivar.v1.AdvanceTimeH\x00R\vadvanceTimeB\x04\n" +
 	"\x02opB\x14\n" +
 	"\x12_expected_revision\"9\n" +
 	"\x05Batch\x120\n" +
@@ -2692,11 +3005,15 @@ const file_termivar_v1_command_proto_rawDesc = "" +
 	"\x10max_result_bytes\x18\x02 \x01(\x04R\x0emaxResultBytes\x12&\n" +
 	"\x0fmax_total_bytes\x18\x03 \x01(\x04R\rmaxTotalBytes\x12.\n" +
 	"\x13max_aggregate_items\x18\x04 \x01(\x04R\x11maxAggregateItems\x12.\n" +
-	"\x13max_aggregate_bytes\x18\x05 \x01(\x04R\x11maxAggregateBytes\"\x93\x01\n" +
+	"\x13max_aggregate_bytes\x18\x05 \x01(\x04R\x11maxAggregateBytes\"\xd3\x01\n" +
 	"\fCreateTenant\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
 	"\x06limits\x18\x02 \x01(\v2\x17.termivar.v1.CoreLimitsR\x06limits\x12>\n" +
-	"\rresult_limits\x18\x03 \x01(\v2\x19.termivar.v1.ResultLimitsR\fresultLimits\"v\n" +
+	"\rresult_limits\x18\x03 \x01(\v2\x19.termivar.v1.ResultLimitsR\fresultLimits\x12>\n" +
+	"\n" +
+	"scheduling\x18\n" +
+	" \x01(\v2\x1e.termivar.v1.SchedulingOptionsR\n" +
+	"scheduling\"v\n" +
 	"\tCreateKey\x12\x15\n" +
 	"\x06key_id\x18\x01 \x01(\tR\x05keyId\x12\x1f\n" +
 	"\vsecret_hash\x18\x02 \x01(\fR\n" +
@@ -2710,14 +3027,21 @@ const file_termivar_v1_command_proto_rawDesc = "" +
 	"\x06key_id\x18\x01 \x01(\tR\x05keyId\x12\x1c\n" +
 	"\n" +
 	"new_key_id\x18\x02 \x01(\tR\bnewKeyId\x12&\n" +
-	"\x0fnew_secret_hash\x18\x03 \x01(\fR\rnewSecretHash\"\x8f\x01\n" +
+	"\x0fnew_secret_hash\x18\x03 \x01(\fR\rnewSecretHash\"\xd1\x02\n" +
 	"\bTaskSpec\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x17\n" +
 	"\ascan_id\x18\x02 \x01(\tR\x06scanId\x12\x1d\n" +
 	"\n" +
 	"target_ref\x18\x03 \x01(\fR\ttargetRef\x12\x16\n" +
 	"\x06phases\x18\x04 \x01(\fR\x06phases\x12\x1a\n" +
-	"\bpriority\x18\x05 \x01(\rR\bpriority\";\n" +
+	"\bpriority\x18\x05 \x01(\rR\bpriority\x12&\n" +
+	"\x0fnot_before_secs\x18\n" +
+	" \x01(\x04R\rnotBeforeSecs\x12\x1d\n" +
+	"\n" +
+	"delay_secs\x18\v \x01(\x04R\tdelaySecs\x12#\n" +
+	"\rrequired_tags\x18\f \x03(\rR\frequiredTags\x12*\n" +
+	"\x11backoff_base_secs\x18\r \x01(\x04R\x0fbackoffBaseSecs\x12(\n" +
+	"\x10backoff_cap_secs\x18\x0e \x01(\x04R\x0ebackoffCapSecs\";\n" +
 	"\fEnqueueTasks\x12+\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x15.termivar.v1.TaskSpecR\x05tasks\"\xe5\x01\n" +
 	"\n" +
@@ -2822,7 +3146,22 @@ const file_termivar_v1_command_proto_rawDesc = "" +
 	"\bNodeInfo\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x17\n" +
 	"\aapi_url\x18\x02 \x01(\tR\x06apiUrl\x12 \n" +
-	"\vincarnation\x18\x03 \x01(\fR\vincarnationB<Z:github.com/termivar/distributed/gen/termivar/v1;termivarv1b\x06proto3"
+	"\vincarnation\x18\x03 \x01(\fR\vincarnation\"\x88\x01\n" +
+	"\x11SchedulingOptions\x12*\n" +
+	"\x11backoff_base_secs\x18\x01 \x01(\x04R\x0fbackoffBaseSecs\x12(\n" +
+	"\x10backoff_cap_secs\x18\x02 \x01(\x04R\x0ebackoffCapSecs\x12\x1d\n" +
+	"\n" +
+	"fair_scans\x18\x03 \x01(\bR\tfairScans\"P\n" +
+	"\x14SetSchedulingOptions\x128\n" +
+	"\aoptions\x18\x01 \x01(\v2\x1e.termivar.v1.SchedulingOptionsR\aoptions\"\x88\x01\n" +
+	"\n" +
+	"UpdateScan\x12\x17\n" +
+	"\ascan_id\x18\x01 \x01(\tR\x06scanId\x12'\n" +
+	"\rmax_in_flight\x18\x02 \x01(\rH\x00R\vmaxInFlight\x88\x01\x01\x12\x1b\n" +
+	"\x06paused\x18\x03 \x01(\bH\x01R\x06paused\x88\x01\x01B\x10\n" +
+	"\x0e_max_in_flightB\t\n" +
+	"\a_paused\"\r\n" +
+	"\vAdvanceTimeB<Z:github.com/termivar/distributed/gen/termivar/v1;termivarv1b\x06proto3"
 
 var (
 	file_termivar_v1_command_proto_rawDescOnce sync.Once
@@ -2836,7 +3175,7 @@ func file_termivar_v1_command_proto_rawDescGZIP() []byte {
 	return file_termivar_v1_command_proto_rawDescData
 }
 
-var file_termivar_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_termivar_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_termivar_v1_command_proto_goTypes = []any{
 	(*Command)(nil),              // 0: termivar.v1.Command
 	(*Batch)(nil),                // 1: termivar.v1.Batch
@@ -2874,6 +3213,10 @@ var file_termivar_v1_command_proto_goTypes = []any{
 	(*ScanIndex)(nil),            // 33: termivar.v1.ScanIndex
 	(*SetNodeInfo)(nil),          // 34: termivar.v1.SetNodeInfo
 	(*NodeInfo)(nil),             // 35: termivar.v1.NodeInfo
+	(*SchedulingOptions)(nil),    // 36: termivar.v1.SchedulingOptions
+	(*SetSchedulingOptions)(nil), // 37: termivar.v1.SetSchedulingOptions
+	(*UpdateScan)(nil),           // 38: termivar.v1.UpdateScan
+	(*AdvanceTime)(nil),          // 39: termivar.v1.AdvanceTime
 }
 var file_termivar_v1_command_proto_depIdxs = []int32{
 	1,  // 0: termivar.v1.Command.batch:type_name -> termivar.v1.Batch
@@ -2901,25 +3244,30 @@ var file_termivar_v1_command_proto_depIdxs = []int32{
 	7,  // 22: termivar.v1.Command.revoke_key:type_name -> termivar.v1.RevokeKey
 	8,  // 23: termivar.v1.Command.rotate_key:type_name -> termivar.v1.RotateKey
 	34, // 24: termivar.v1.Command.set_node_info:type_name -> termivar.v1.SetNodeInfo
-	0,  // 25: termivar.v1.Batch.commands:type_name -> termivar.v1.Command
-	3,  // 26: termivar.v1.CreateTenant.limits:type_name -> termivar.v1.CoreLimits
-	4,  // 27: termivar.v1.CreateTenant.result_limits:type_name -> termivar.v1.ResultLimits
-	9,  // 28: termivar.v1.EnqueueTasks.tasks:type_name -> termivar.v1.TaskSpec
-	11, // 29: termivar.v1.RegisterWorker.spec:type_name -> termivar.v1.WorkerSpec
-	11, // 30: termivar.v1.ReactivateWorker.spec:type_name -> termivar.v1.WorkerSpec
-	30, // 31: termivar.v1.FSMState.keys:type_name -> termivar.v1.KeyRecord
-	31, // 32: termivar.v1.FSMState.tenants:type_name -> termivar.v1.TenantState
-	35, // 33: termivar.v1.FSMState.nodes:type_name -> termivar.v1.NodeInfo
-	30, // 34: termivar.v1.FSMState.revoked_keys:type_name -> termivar.v1.KeyRecord
-	3,  // 35: termivar.v1.TenantState.limits:type_name -> termivar.v1.CoreLimits
-	4,  // 36: termivar.v1.TenantState.result_limits:type_name -> termivar.v1.ResultLimits
-	32, // 37: termivar.v1.TenantState.worker_owners:type_name -> termivar.v1.WorkerOwner
-	33, // 38: termivar.v1.TenantState.scans:type_name -> termivar.v1.ScanIndex
-	39, // [39:39] is the sub-list for method output_type
-	39, // [39:39] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	37, // 25: termivar.v1.Command.set_scheduling_options:type_name -> termivar.v1.SetSchedulingOptions
+	38, // 26: termivar.v1.Command.update_scan:type_name -> termivar.v1.UpdateScan
+	39, // 27: termivar.v1.Command.advance_time:type_name -> termivar.v1.AdvanceTime
+	0,  // 28: termivar.v1.Batch.commands:type_name -> termivar.v1.Command
+	3,  // 29: termivar.v1.CreateTenant.limits:type_name -> termivar.v1.CoreLimits
+	4,  // 30: termivar.v1.CreateTenant.result_limits:type_name -> termivar.v1.ResultLimits
+	36, // 31: termivar.v1.CreateTenant.scheduling:type_name -> termivar.v1.SchedulingOptions
+	9,  // 32: termivar.v1.EnqueueTasks.tasks:type_name -> termivar.v1.TaskSpec
+	11, // 33: termivar.v1.RegisterWorker.spec:type_name -> termivar.v1.WorkerSpec
+	11, // 34: termivar.v1.ReactivateWorker.spec:type_name -> termivar.v1.WorkerSpec
+	30, // 35: termivar.v1.FSMState.keys:type_name -> termivar.v1.KeyRecord
+	31, // 36: termivar.v1.FSMState.tenants:type_name -> termivar.v1.TenantState
+	35, // 37: termivar.v1.FSMState.nodes:type_name -> termivar.v1.NodeInfo
+	30, // 38: termivar.v1.FSMState.revoked_keys:type_name -> termivar.v1.KeyRecord
+	3,  // 39: termivar.v1.TenantState.limits:type_name -> termivar.v1.CoreLimits
+	4,  // 40: termivar.v1.TenantState.result_limits:type_name -> termivar.v1.ResultLimits
+	32, // 41: termivar.v1.TenantState.worker_owners:type_name -> termivar.v1.WorkerOwner
+	33, // 42: termivar.v1.TenantState.scans:type_name -> termivar.v1.ScanIndex
+	36, // 43: termivar.v1.SetSchedulingOptions.options:type_name -> termivar.v1.SchedulingOptions
+	44, // [44:44] is the sub-list for method output_type
+	44, // [44:44] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_termivar_v1_command_proto_init() }
@@ -2953,14 +3301,18 @@ func file_termivar_v1_command_proto_init() {
 		(*Command_RevokeKey)(nil),
 		(*Command_RotateKey)(nil),
 		(*Command_SetNodeInfo)(nil),
+		(*Command_SetSchedulingOptions)(nil),
+		(*Command_UpdateScan)(nil),
+		(*Command_AdvanceTime)(nil),
 	}
+	file_termivar_v1_command_proto_msgTypes[38].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_termivar_v1_command_proto_rawDesc), len(file_termivar_v1_command_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   36,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -73,6 +73,8 @@ const (
 	ProducerListTasksProcedure = "/termivar.v1.Producer/ListTasks"
 	// ProducerScanProgressProcedure is the fully-qualified name of the Producer's ScanProgress RPC.
 	ProducerScanProgressProcedure = "/termivar.v1.Producer/ScanProgress"
+	// ProducerUpdateScanProcedure is the fully-qualified name of the Producer's UpdateScan RPC.
+	ProducerUpdateScanProcedure = "/termivar.v1.Producer/UpdateScan"
 	// ProducerAggregateResultsProcedure is the fully-qualified name of the Producer's AggregateResults
 	// RPC.
 	ProducerAggregateResultsProcedure = "/termivar.v1.Producer/AggregateResults"
@@ -90,6 +92,9 @@ const (
 	AdminRevokeKeyProcedure = "/termivar.v1.Admin/RevokeKey"
 	// AdminRotateKeyProcedure is the fully-qualified name of the Admin's RotateKey RPC.
 	AdminRotateKeyProcedure = "/termivar.v1.Admin/RotateKey"
+	// AdminSetSchedulingOptionsProcedure is the fully-qualified name of the Admin's
+	// SetSchedulingOptions RPC.
+	AdminSetSchedulingOptionsProcedure = "/termivar.v1.Admin/SetSchedulingOptions"
 )
 
 // WorkerClient is a client for the termivar.v1.Worker service.
@@ -386,6 +391,8 @@ type ProducerClient interface {
 	GetTask(context.Context, *connect.Request[v1.GetTaskRequest]) (*connect.Response[v1.GetTaskResponse], error)
 	ListTasks(context.Context, *connect.Request[v1.ListTasksRequest]) (*connect.Response[v1.ListTasksResponse], error)
 	ScanProgress(context.Context, *connect.Request[v1.ScanProgressRequest]) (*connect.Response[v1.ScanProgressResponse], error)
+	// UpdateScan pauses, resumes or limits a scan (contract Part F).
+	UpdateScan(context.Context, *connect.Request[v1.UpdateScanRequest]) (*connect.Response[v1.UpdateScanResponse], error)
 	// AggregateResults streams a scan's results in enqueue order.
 	AggregateResults(context.Context, *connect.Request[v1.AggregateResultsRequest]) (*connect.ServerStreamForClient[v1.AggregateResultsResponse], error)
 }
@@ -431,6 +438,12 @@ func NewProducerClient(httpClient connect.HTTPClient, baseURL string, opts ...co
 			connect.WithSchema(producerMethods.ByName("ScanProgress")),
 			connect.WithClientOptions(opts...),
 		),
+		updateScan: connect.NewClient[v1.UpdateScanRequest, v1.UpdateScanResponse](
+			httpClient,
+			baseURL+ProducerUpdateScanProcedure,
+			connect.WithSchema(producerMethods.ByName("UpdateScan")),
+			connect.WithClientOptions(opts...),
+		),
 		aggregateResults: connect.NewClient[v1.AggregateResultsRequest, v1.AggregateResultsResponse](
 			httpClient,
 			baseURL+ProducerAggregateResultsProcedure,
@@ -447,6 +460,7 @@ type producerClient struct {
 	getTask          *connect.Client[v1.GetTaskRequest, v1.GetTaskResponse]
 	listTasks        *connect.Client[v1.ListTasksRequest, v1.ListTasksResponse]
 	scanProgress     *connect.Client[v1.ScanProgressRequest, v1.ScanProgressResponse]
+	updateScan       *connect.Client[v1.UpdateScanRequest, v1.UpdateScanResponse]
 	aggregateResults *connect.Client[v1.AggregateResultsRequest, v1.AggregateResultsResponse]
 }
 
@@ -475,6 +489,11 @@ func (c *producerClient) ScanProgress(ctx context.Context, req *connect.Request[
 	return c.scanProgress.CallUnary(ctx, req)
 }
 
+// UpdateScan calls termivar.v1.Producer.UpdateScan.
+func (c *producerClient) UpdateScan(ctx context.Context, req *connect.Request[v1.UpdateScanRequest]) (*connect.Response[v1.UpdateScanResponse], error) {
+	return c.updateScan.CallUnary(ctx, req)
+}
+
 // AggregateResults calls termivar.v1.Producer.AggregateResults.
 func (c *producerClient) AggregateResults(ctx context.Context, req *connect.Request[v1.AggregateResultsRequest]) (*connect.ServerStreamForClient[v1.AggregateResultsResponse], error) {
 	return c.aggregateResults.CallServerStream(ctx, req)
@@ -488,6 +507,8 @@ type ProducerHandler interface {
 	GetTask(context.Context, *connect.Request[v1.GetTaskRequest]) (*connect.Response[v1.GetTaskResponse], error)
 	ListTasks(context.Context, *connect.Request[v1.ListTasksRequest]) (*connect.Response[v1.ListTasksResponse], error)
 	ScanProgress(context.Context, *connect.Request[v1.ScanProgressRequest]) (*connect.Response[v1.ScanProgressResponse], error)
+	// UpdateScan pauses, resumes or limits a scan (contract Part F).
+	UpdateScan(context.Context, *connect.Request[v1.UpdateScanRequest]) (*connect.Response[v1.UpdateScanResponse], error)
 	// AggregateResults streams a scan's results in enqueue order.
 	AggregateResults(context.Context, *connect.Request[v1.AggregateResultsRequest], *connect.ServerStream[v1.AggregateResultsResponse]) error
 }
@@ -529,6 +550,12 @@ func NewProducerHandler(svc ProducerHandler, opts ...connect.HandlerOption) (str
 		connect.WithSchema(producerMethods.ByName("ScanProgress")),
 		connect.WithHandlerOptions(opts...),
 	)
+	producerUpdateScanHandler := connect.NewUnaryHandler(
+		ProducerUpdateScanProcedure,
+		svc.UpdateScan,
+		connect.WithSchema(producerMethods.ByName("UpdateScan")),
+		connect.WithHandlerOptions(opts...),
+	)
 	producerAggregateResultsHandler := connect.NewServerStreamHandler(
 		ProducerAggregateResultsProcedure,
 		svc.AggregateResults,
@@ -547,6 +574,8 @@ func NewProducerHandler(svc ProducerHandler, opts ...connect.HandlerOption) (str
 			producerListTasksHandler.ServeHTTP(w, r)
 		case ProducerScanProgressProcedure:
 			producerScanProgressHandler.ServeHTTP(w, r)
+		case ProducerUpdateScanProcedure:
+			producerUpdateScanHandler.ServeHTTP(w, r)
 		case ProducerAggregateResultsProcedure:
 			producerAggregateResultsHandler.ServeHTTP(w, r)
 		default:
@@ -578,6 +607,10 @@ func (UnimplementedProducerHandler) ScanProgress(context.Context, *connect.Reque
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Producer.ScanProgress is not implemented"))
 }
 
+func (UnimplementedProducerHandler) UpdateScan(context.Context, *connect.Request[v1.UpdateScanRequest]) (*connect.Response[v1.UpdateScanResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Producer.UpdateScan is not implemented"))
+}
+
 func (UnimplementedProducerHandler) AggregateResults(context.Context, *connect.Request[v1.AggregateResultsRequest], *connect.ServerStream[v1.AggregateResultsResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Producer.AggregateResults is not implemented"))
 }
@@ -597,6 +630,8 @@ type AdminClient interface {
 	// RotateKey replaces a key by a new one with the same tenant and role in
 	// one log entry and returns the new key once.
 	RotateKey(context.Context, *connect.Request[v1.RotateKeyRequest]) (*connect.Response[v1.RotateKeyResponse], error)
+	// SetSchedulingOptions replaces the tenant's backoff and fairness options.
+	SetSchedulingOptions(context.Context, *connect.Request[v1.SetSchedulingOptionsRequest]) (*connect.Response[v1.SetSchedulingOptionsResponse], error)
 }
 
 // NewAdminClient constructs a client for the termivar.v1.Admin service. By default, it uses the
@@ -652,18 +687,25 @@ func NewAdminClient(httpClient connect.HTTPClient, baseURL string, opts ...conne
 			connect.WithSchema(adminMethods.ByName("RotateKey")),
 			connect.WithClientOptions(opts...),
 		),
+		setSchedulingOptions: connect.NewClient[v1.SetSchedulingOptionsRequest, v1.SetSchedulingOptionsResponse](
+			httpClient,
+			baseURL+AdminSetSchedulingOptionsProcedure,
+			connect.WithSchema(adminMethods.ByName("SetSchedulingOptions")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // adminClient implements AdminClient.
 type adminClient struct {
-	status       *connect.Client[v1.StatusRequest, v1.StatusResponse]
-	listWorkers  *connect.Client[v1.ListWorkersRequest, v1.ListWorkersResponse]
-	createTenant *connect.Client[v1.CreateTenantRequest, v1.CreateTenantResponse]
-	createKey    *connect.Client[v1.CreateKeyRequest, v1.CreateKeyResponse]
-	listKeys     *connect.Client[v1.ListKeysRequest, v1.ListKeysResponse]
-	revokeKey    *connect.Client[v1.RevokeKeyRequest, v1.RevokeKeyResponse]
-	rotateKey    *connect.Client[v1.RotateKeyRequest, v1.RotateKeyResponse]
+	status               *connect.Client[v1.StatusRequest, v1.StatusResponse]
+	listWorkers          *connect.Client[v1.ListWorkersRequest, v1.ListWorkersResponse]
+	createTenant         *connect.Client[v1.CreateTenantRequest, v1.CreateTenantResponse]
+	createKey            *connect.Client[v1.CreateKeyRequest, v1.CreateKeyResponse]
+	listKeys             *connect.Client[v1.ListKeysRequest, v1.ListKeysResponse]
+	revokeKey            *connect.Client[v1.RevokeKeyRequest, v1.RevokeKeyResponse]
+	rotateKey            *connect.Client[v1.RotateKeyRequest, v1.RotateKeyResponse]
+	setSchedulingOptions *connect.Client[v1.SetSchedulingOptionsRequest, v1.SetSchedulingOptionsResponse]
 }
 
 // Status calls termivar.v1.Admin.Status.
@@ -701,6 +743,11 @@ func (c *adminClient) RotateKey(ctx context.Context, req *connect.Request[v1.Rot
 	return c.rotateKey.CallUnary(ctx, req)
 }
 
+// SetSchedulingOptions calls termivar.v1.Admin.SetSchedulingOptions.
+func (c *adminClient) SetSchedulingOptions(ctx context.Context, req *connect.Request[v1.SetSchedulingOptionsRequest]) (*connect.Response[v1.SetSchedulingOptionsResponse], error) {
+	return c.setSchedulingOptions.CallUnary(ctx, req)
+}
+
 // AdminHandler is an implementation of the termivar.v1.Admin service.
 type AdminHandler interface {
 	Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error)
@@ -716,6 +763,8 @@ type AdminHandler interface {
 	// RotateKey replaces a key by a new one with the same tenant and role in
 	// one log entry and returns the new key once.
 	RotateKey(context.Context, *connect.Request[v1.RotateKeyRequest]) (*connect.Response[v1.RotateKeyResponse], error)
+	// SetSchedulingOptions replaces the tenant's backoff and fairness options.
+	SetSchedulingOptions(context.Context, *connect.Request[v1.SetSchedulingOptionsRequest]) (*connect.Response[v1.SetSchedulingOptionsResponse], error)
 }
 
 // NewAdminHandler builds an HTTP handler from the service implementation. It returns the path on
@@ -767,6 +816,12 @@ func NewAdminHandler(svc AdminHandler, opts ...connect.HandlerOption) (string, h
 		connect.WithSchema(adminMethods.ByName("RotateKey")),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminSetSchedulingOptionsHandler := connect.NewUnaryHandler(
+		AdminSetSchedulingOptionsProcedure,
+		svc.SetSchedulingOptions,
+		connect.WithSchema(adminMethods.ByName("SetSchedulingOptions")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/termivar.v1.Admin/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AdminStatusProcedure:
@@ -783,6 +838,8 @@ func NewAdminHandler(svc AdminHandler, opts ...connect.HandlerOption) (string, h
 			adminRevokeKeyHandler.ServeHTTP(w, r)
 		case AdminRotateKeyProcedure:
 			adminRotateKeyHandler.ServeHTTP(w, r)
+		case AdminSetSchedulingOptionsProcedure:
+			adminSetSchedulingOptionsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -818,4 +875,8 @@ func (UnimplementedAdminHandler) RevokeKey(context.Context, *connect.Request[v1.
 
 func (UnimplementedAdminHandler) RotateKey(context.Context, *connect.Request[v1.RotateKeyRequest]) (*connect.Response[v1.RotateKeyResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Admin.RotateKey is not implemented"))
+}
+
+func (UnimplementedAdminHandler) SetSchedulingOptions(context.Context, *connect.Request[v1.SetSchedulingOptionsRequest]) (*connect.Response[v1.SetSchedulingOptionsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Admin.SetSchedulingOptions is not implemented"))
 }

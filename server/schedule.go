@@ -1,0 +1,140 @@
+package server
+
+import (
+	"context"
+	"strconv"
+
+	"connectrpc.com/connect"
+
+	distributed "github.com/termivar/distributed"
+	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/raftfsm"
+)
+
+// Scheduling in the API (contract Part F): the enqueue fields, pause,
+// resume and in-flight limits (Producer.UpdateScan), the tenant's backoff
+// and fairness (Admin.SetSchedulingOptions), and what GetTask, ListTasks
+// and ScanProgress show of them.
+
+// statusScheduled is the ListTasks filter for queued tasks that wait for
+// their not-before time (not a core status: they are queued).
+const statusScheduled = "scheduled"
+
+// logSchedulingFields copies a NewTask's scheduling fields into the log
+// TaskSpec; a tag name that is not a worker tag is refused by position.
+func logSchedulingFields(i int, t *pb.NewTask, out *pb.TaskSpec) error {
+	out.NotBeforeSecs, out.DelaySecs = t.GetNotBeforeSecs(), t.GetDelaySecs()
+	out.BackoffBaseSecs, out.BackoffCapSecs = t.GetBackoffBaseSecs(), t.GetBackoffCapSecs()
+	if len(t.GetRequiredTags()) > distributed.MaxWorkerTags {
+		return errInvalid("tasks[" + strconv.Itoa(i) + "].required_tags has more than 5 tags")
+	}
+	for _, name := range t.GetRequiredTags() {
+		tag, ok := distributed.ParseWorkerTag(name)
+		if !ok {
+			return errInvalid("tasks[" + strconv.Itoa(i) + "].required_tags names an unknown tag")
+		}
+		out.RequiredTags = append(out.RequiredTags, uint32(tag))
+	}
+	return nil
+}
+
+// setSchedulingInfo fills a TaskInfo's scheduling fields.
+func setSchedulingInfo(tv raftfsm.TenantView, t distributed.ScanTask, ti *pb.TaskInfo) {
+	s := t.Scheduling()
+	ti.NotBefore = s.NotBeforeSecs
+	ti.Scheduled = t.Scheduled(tv.LogicalTime())
+	for _, tag := range s.RequiredTags {
+		ti.RequiredTags = append(ti.RequiredTags, tag.String())
+	}
+}
+
+// keepStatus is ListTasks' status filter: a task status, or "scheduled".
+func keepStatus(tv raftfsm.TenantView, status string) (func(distributed.ScanTask) bool, error) {
+	if status == "" {
+		return func(distributed.ScanTask) bool { return true }, nil
+	}
+	if status == statusScheduled {
+		now := tv.LogicalTime()
+		return func(t distributed.ScanTask) bool { return t.Scheduled(now) }, nil
+	}
+	want, ok := distributed.ParseTaskStatus(status)
+	if !ok {
+		return nil, errInvalid("status is not a task status")
+	}
+	return func(t distributed.ScanTask) bool { return t.Status() == want }, nil
+}
+
+// scanScheduling fills ScanProgress's scheduling fields: the scan's
+// settings, its scheduled tasks, and its queued tasks that no live worker
+// can take (required tags no live worker declared) — what watch reports.
+func scanScheduling(tv raftfsm.TenantView, scanID string, tasks []distributed.ScanTask, out *pb.ScanProgressResponse) {
+	if st, err := tv.ScanState(scanID); err == nil {
+		out.MaxInFlight, out.Paused = st.Settings.MaxInFlight, st.Settings.Paused
+	}
+	now, timeout := tv.LogicalTime(), tv.Limits().HeartbeatTimeoutSecs
+	var live [][]distributed.WorkerTag
+	for _, w := range tv.Workers() {
+		if w.Status() != distributed.WorkerOffline && w.LastHeartbeat()+timeout > now {
+			live = append(live, w.Tags())
+		}
+	}
+	out.LiveWorkers = uint32(len(live))
+	for _, t := range tasks {
+		if t.Status() != distributed.TaskQueued {
+			continue
+		}
+		if t.Scheduled(now) {
+			out.Scheduled++
+		}
+		if !anyCovers(live, t.Scheduling().RequiredTags) {
+			out.Unroutable++
+		}
+	}
+}
+
+func anyCovers(workers [][]distributed.WorkerTag, required []distributed.WorkerTag) bool {
+	for _, tags := range workers {
+		ok := true
+		for _, r := range required {
+			found := false
+			for _, have := range tags {
+				found = found || have == r
+			}
+			ok = ok && found
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
+func (h producerHandler) UpdateScan(ctx context.Context, req *connect.Request[pb.UpdateScanRequest]) (*connect.Response[pb.UpdateScanResponse], error) {
+	return call(ctx, h.s, req, true, func(ctx context.Context, p principal, m *pb.UpdateScanRequest) (*pb.UpdateScanResponse, uint64, error) {
+		if err := distributed.CheckTaskCommandID(m.GetScanId()); err != nil {
+			return nil, 0, err
+		}
+		op := &pb.UpdateScan{ScanId: m.GetScanId(), MaxInFlight: m.MaxInFlight, Paused: m.Paused}
+		r, err := h.s.propose(ctx, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_UpdateScan{UpdateScan: op}})
+		if err != nil {
+			return nil, r.Revision, err
+		}
+		st, err := raftfsm.ValueAs[distributed.ScanState](r, "UpdateScan")
+		if err != nil {
+			return nil, r.Revision, err
+		}
+		return &pb.UpdateScanResponse{MaxInFlight: st.Settings.MaxInFlight, Paused: st.Settings.Paused,
+			InFlight: st.InFlight, Active: uint32(st.Active), Revision: r.Revision}, r.Revision, nil
+	})
+}
+
+func (h adminHandler) SetSchedulingOptions(ctx context.Context, req *connect.Request[pb.SetSchedulingOptionsRequest]) (*connect.Response[pb.SetSchedulingOptionsResponse], error) {
+	return call(ctx, h.s, req, true, func(ctx context.Context, p principal, m *pb.SetSchedulingOptionsRequest) (*pb.SetSchedulingOptionsResponse, uint64, error) {
+		op := &pb.SetSchedulingOptions{Options: m.GetOptions()}
+		r, err := h.s.propose(ctx, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_SetSchedulingOptions{SetSchedulingOptions: op}})
+		if err != nil {
+			return nil, r.Revision, err
+		}
+		return &pb.SetSchedulingOptionsResponse{Revision: r.Revision}, r.Revision, nil
+	})
+}

@@ -98,6 +98,8 @@ type EnqueueOptions struct {
 	// ProgressFunc, if set, is called after each admitted batch with the
 	// number of tasks admitted so far.
 	ProgressFunc func(done int)
+	// Schedule holds scheduling fields for every task (schedule.go).
+	Schedule Schedule
 }
 
 // EnqueueResult reports what EnqueueTargets did.
@@ -152,7 +154,9 @@ func (c *Client) EnqueueTargets(ctx context.Context, opts EnqueueOptions, target
 		hi := min(lo+batch, len(targets))
 		tasks := make([]*pb.NewTask, 0, hi-lo)
 		for i := lo; i < hi; i++ {
-			tasks = append(tasks, &pb.NewTask{TaskId: res.TaskIDs[i], ScanId: opts.ScanID, TargetRef: targets[i], Phases: opts.Phases, Priority: prio})
+			nt := &pb.NewTask{TaskId: res.TaskIDs[i], ScanId: opts.ScanID, TargetRef: targets[i], Phases: opts.Phases, Priority: prio}
+			opts.Schedule.apply(nt)
+			tasks = append(tasks, nt)
 		}
 		for len(tasks) > 0 {
 			_, err := c.Enqueue(ctx, &pb.EnqueueRequest{Tasks: tasks})

@@ -22,7 +22,12 @@ func runEnqueue(ctx context.Context, env *cliEnv, args []string) error {
 	var ids stringList
 	fs.Var(&ids, "task-id", "explicit task ID, one per target in order (repeatable)")
 	batch := fs.Int("batch", 1000, fmt.Sprintf("tasks per request (at most %d)", client.MaxEnqueueBatch))
+	sf := addScheduleFlags(fs) // cmd_schedule.go
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	sched, err := sf.schedule()
+	if err != nil {
 		return err
 	}
 	if *scan == "" {
@@ -68,9 +73,12 @@ func runEnqueue(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	opts := client.EnqueueOptions{ScanID: *scan, Priority: prio, Phases: ph, BatchSize: *batch}
+	opts := client.EnqueueOptions{ScanID: *scan, Priority: prio, Phases: ph, BatchSize: *batch, Schedule: sched}
 	if len(ids) > 0 {
 		opts.TaskIDs = ids
+	}
+	if err := sf.applyLimit(ctx, c, *scan); err != nil {
+		return err
 	}
 	res, err := c.EnqueueTargets(ctx, opts, targets)
 	if errors.Is(err, client.ErrTargetMismatch) {

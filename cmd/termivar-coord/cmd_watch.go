@@ -15,18 +15,25 @@ import (
 
 // progressJSON is one line of watch --json.
 type progressJSON struct {
-	ScanID    string  `json:"scan_id"`
-	Total     uint32  `json:"total"`
-	Queued    uint32  `json:"queued"`
-	Leased    uint32  `json:"leased"`
-	Running   uint32  `json:"running"`
-	Completed uint32  `json:"completed"`
-	Failed    uint32  `json:"failed"`
-	Cancelled uint32  `json:"cancelled"`
-	Expired   uint32  `json:"expired"`
-	Results   uint32  `json:"results"`
-	Done      bool    `json:"done"`
-	Elapsed   float64 `json:"elapsed_secs"`
+	ScanID    string `json:"scan_id"`
+	Total     uint32 `json:"total"`
+	Queued    uint32 `json:"queued"`
+	Leased    uint32 `json:"leased"`
+	Running   uint32 `json:"running"`
+	Completed uint32 `json:"completed"`
+	Failed    uint32 `json:"failed"`
+	Cancelled uint32 `json:"cancelled"`
+	Expired   uint32 `json:"expired"`
+	Results   uint32 `json:"results"`
+	// Scheduling (contract Part F): unroutable counts queued tasks whose
+	// required tags no live worker declared.
+	Scheduled   uint32  `json:"scheduled"`
+	Paused      bool    `json:"paused,omitempty"`
+	MaxInFlight uint32  `json:"max_in_flight,omitempty"`
+	Unroutable  uint32  `json:"unroutable"`
+	LiveWorkers uint32  `json:"live_workers"`
+	Done        bool    `json:"done"`
+	Elapsed     float64 `json:"elapsed_secs"`
 }
 
 func terminalCount(p *pb.ScanProgressResponse) uint32 {
@@ -52,7 +59,7 @@ func describeProgress(p *pb.ScanProgressResponse) string {
 	if n := p.GetExpired(); n > 0 {
 		s += fmt.Sprintf(" expired %d", n)
 	}
-	return s
+	return s + describeScheduling(p) // cmd_schedule.go
 }
 
 func runWatch(ctx context.Context, env *cliEnv, args []string) error {
@@ -99,6 +106,8 @@ func watchScan(ctx context.Context, c *client.Client, scan string, interval time
 					ScanID: scan, Total: p.GetTotal(), Queued: p.GetQueued(), Leased: p.GetLeased(), Running: p.GetRunning(),
 					Completed: p.GetCompleted(), Failed: p.GetFailed(), Cancelled: p.GetCancelled(), Expired: p.GetExpired(),
 					Results: p.GetResults(), Done: done, Elapsed: time.Since(start).Seconds(),
+					Scheduled: p.GetScheduled(), Paused: p.GetPaused(), MaxInFlight: p.GetMaxInFlight(),
+					Unroutable: p.GetUnroutable(), LiveWorkers: p.GetLiveWorkers(),
 				}); err != nil {
 					return err
 				}
@@ -139,7 +148,9 @@ func watchScan(ctx context.Context, c *client.Client, scan string, interval time
 func sameProgress(a, b *pb.ScanProgressResponse) bool {
 	return a.GetTotal() == b.GetTotal() && a.GetQueued() == b.GetQueued() && a.GetLeased() == b.GetLeased() &&
 		a.GetRunning() == b.GetRunning() && a.GetCompleted() == b.GetCompleted() && a.GetFailed() == b.GetFailed() &&
-		a.GetCancelled() == b.GetCancelled() && a.GetExpired() == b.GetExpired() && a.GetResults() == b.GetResults()
+		a.GetCancelled() == b.GetCancelled() && a.GetExpired() == b.GetExpired() && a.GetResults() == b.GetResults() &&
+		a.GetScheduled() == b.GetScheduled() && a.GetPaused() == b.GetPaused() && a.GetUnroutable() == b.GetUnroutable() &&
+		a.GetLiveWorkers() == b.GetLiveWorkers()
 }
 
 // resultJSON is one line of results --json: the result as a string when it

@@ -34,6 +34,7 @@ type serveFlags struct {
 	resultLimits                       distributed.ResultLimits
 	cluster                            clusterFlags
 	serverLimits                       server.Limits
+	scheduling                         distributed.SchedulingOptions
 }
 
 func newServeFlagSet(f *serveFlags) *flag.FlagSet {
@@ -54,6 +55,10 @@ func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	addClusterFlags(fs, &f.cluster)
 	addLimitFlags(fs, &f.limits, &f.resultLimits, "per-tenant default: ")
 	addServerLimitFlags(fs, &f.serverLimits)
+	d := node.DefaultServiceScheduling()
+	fs.Uint64Var(&f.scheduling.BackoffBaseSecs, "backoff-base", d.BackoffBaseSecs, "per-tenant default: first retry delay in seconds, doubling per retry with jitter (0: retry at once)")
+	fs.Uint64Var(&f.scheduling.BackoffCapSecs, "backoff-cap", d.BackoffCapSecs, "per-tenant default: longest retry delay in seconds")
+	fs.BoolVar(&f.scheduling.FairScans, "fair-scans", d.FairScans, "per-tenant default: serve scans of one priority round-robin")
 	return fs
 }
 
@@ -151,6 +156,10 @@ func runServe(args []string) int {
 	}
 	if err := f.serverLimits.Validate(); err != nil {
 		fmt.Fprintln(os.Stderr, "termivar-coord serve:", err)
+		return exitUsage
+	}
+	if err := f.scheduling.Validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "termivar-coord serve: scheduling:", err)
 		return exitUsage
 	}
 	if (f.tlsCert == "") != (f.tlsKey == "") || (f.clientCA != "" && f.tlsCert == "") {
@@ -333,7 +342,7 @@ func nodeConfig(f serveFlags, logger *slog.Logger, apiURL string) node.Config {
 	return node.Config{
 		DataDir: f.dataDir, NodeID: f.nodeID, RaftAddr: f.raftAddr, Logger: logger, RaftLogOutput: os.Stderr,
 		TickInterval: tick, TaskTTLSecs: f.taskTTL, DefaultLimits: f.limits, DefaultResultLimits: f.resultLimits,
-		APIURL: apiURL, ForceNewCluster: f.forceNewCluster,
+		APIURL: apiURL, ForceNewCluster: f.forceNewCluster, DefaultScheduling: &f.scheduling,
 	}
 }
 

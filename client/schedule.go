@@ -1,0 +1,55 @@
+package client
+
+import (
+	"context"
+
+	pb "github.com/termivar/distributed/gen/termivar/v1"
+)
+
+// Scheduling (contract Part F): pause, resume and in-flight limits of a
+// scan, and a tenant's backoff and fairness options. The enqueue fields
+// are in EnqueueOptions.Schedule.
+
+// Schedule are the scheduling fields EnqueueTargets gives every task.
+type Schedule struct {
+	// DelaySecs makes the tasks leasable this long after the enqueue is
+	// applied; NotBeforeSecs (Unix seconds, the leader's clock) from then
+	// on. The later of the two wins.
+	DelaySecs, NotBeforeSecs uint64
+	// RequiredTags are worker tags (linux, windows, gpu, internal,
+	// external) a worker must all have declared to lease the tasks.
+	RequiredTags []string
+	// BackoffBaseSecs and BackoffCapSecs override the tenant's retry
+	// backoff for these tasks.
+	BackoffBaseSecs, BackoffCapSecs uint64
+}
+
+// apply copies the fields into a NewTask.
+func (s Schedule) apply(t *pb.NewTask) {
+	t.DelaySecs, t.NotBeforeSecs = s.DelaySecs, s.NotBeforeSecs
+	t.RequiredTags = s.RequiredTags
+	t.BackoffBaseSecs, t.BackoffCapSecs = s.BackoffBaseSecs, s.BackoffCapSecs
+}
+
+// UpdateScan pauses, resumes or limits a scan (unset fields stay).
+func (c *Client) UpdateScan(ctx context.Context, req *pb.UpdateScanRequest) (*pb.UpdateScanResponse, error) {
+	return call(ctx, c, "Producer.UpdateScan", req, c.producer.UpdateScan)
+}
+
+// PauseScan stops new leases of the scan's tasks; running tasks finish.
+func (c *Client) PauseScan(ctx context.Context, scanID string) (*pb.UpdateScanResponse, error) {
+	paused := true
+	return c.UpdateScan(ctx, &pb.UpdateScanRequest{ScanId: scanID, Paused: &paused})
+}
+
+// ResumeScan lets the scan's tasks be leased again.
+func (c *Client) ResumeScan(ctx context.Context, scanID string) (*pb.UpdateScanResponse, error) {
+	paused := false
+	return c.UpdateScan(ctx, &pb.UpdateScanRequest{ScanId: scanID, Paused: &paused})
+}
+
+// SetSchedulingOptions replaces the caller's tenant's scheduling options
+// (admin keys).
+func (c *Client) SetSchedulingOptions(ctx context.Context, req *pb.SetSchedulingOptionsRequest) (*pb.SetSchedulingOptionsResponse, error) {
+	return call(ctx, c, "Admin.SetSchedulingOptions", req, c.admin.SetSchedulingOptions)
+}

@@ -1,0 +1,79 @@
+// Tests of the scheduling commands (contract Part F) in process against
+// the in-memory clienttest server: enqueue --delay/--require-tag/
+// --max-in-flight, tasks showing "scheduled", pause, resume, limit,
+// scheduling, bad flags (exit 1) and rejected requests (exit 2), and the
+// watch label for scheduled, paused and unroutable tasks.
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	pb "github.com/termivar/distributed/gen/termivar/v1"
+)
+
+func TestCLI_Scheduling(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	code, out, stderr := b.run(t, "", "enqueue", "--scan", "s1", "--delay", "1h", "--require-tag", "gpu", "--max-in-flight", "2", "a.example", "b.example")
+	if code != exitOK || out != "enqueued 2 tasks to scan s1\n" {
+		t.Fatalf("enqueue: exit %d, out %q, err %q", code, out, stderr)
+	}
+	code, out, _ = b.run(t, "", "tasks", "--scan", "s1")
+	if code != exitOK || strings.Count(out, "scheduled") != 2 {
+		t.Fatalf("tasks: exit %d, want two scheduled tasks:\n%s", code, out)
+	}
+	code, out, _ = b.run(t, "", "tasks", "--status", "scheduled", "--json")
+	var ti taskJSON
+	if code != exitOK || json.Unmarshal([]byte(strings.Split(out, "\n")[0]), &ti) != nil || !ti.Scheduled ||
+		ti.NotBefore == 0 || len(ti.RequiredTags) != 1 || ti.RequiredTags[0] != "gpu" {
+		t.Fatalf("tasks --status scheduled --json: exit %d, %q", code, out)
+	}
+	if code, out, _ = b.run(t, "", "pause", "s1"); code != exitOK || out != "scan s1: paused, 0 in flight (at most 2), 2 not finished\n" {
+		t.Fatalf("pause: exit %d, %q", code, out)
+	}
+	if code, out, _ = b.run(t, "", "resume", "s1"); code != exitOK || !strings.Contains(out, "scan s1: running") {
+		t.Fatalf("resume: exit %d, %q", code, out)
+	}
+	code, out, _ = b.run(t, "", "--json", "limit", "--max-in-flight", "0", "s1")
+	var lim struct {
+		MaxInFlight uint32 `json:"max_in_flight"`
+		Active      uint32 `json:"active"`
+	}
+	if code != exitOK || json.Unmarshal([]byte(out), &lim) != nil || lim.MaxInFlight != 0 || lim.Active != 2 {
+		t.Fatalf("limit --json: exit %d, %q", code, out)
+	}
+	if code, out, _ = b.run(t, "", "scheduling", "--backoff-base", "2s", "--backoff-cap", "1m", "--fair-scans"); code != exitOK || !strings.Contains(out, "fair scans true") {
+		t.Fatalf("scheduling: exit %d, %q", code, out)
+	}
+	for _, bad := range [][]string{
+		{"enqueue", "--scan", "s2", "--require-tag", "quantum", "x"},
+		{"enqueue", "--scan", "s2", "--at", "tomorrow", "x"},
+		{"enqueue", "--scan", "s2", "--delay", "500ms", "x"},
+		{"enqueue", "--scan", "s2", "--backoff-cap", "1m", "x"},
+		{"pause"},
+		{"limit", "s1", "s2"},
+		{"scheduling", "--backoff-base", "1500ms"},
+	} {
+		if code, _, stderr := b.run(t, "", bad...); code != exitUsage {
+			t.Errorf("%v: exit %d, want %d (%s)", bad, code, exitUsage, stderr)
+		}
+	}
+	if code, _, stderr := b.run(t, "", "scheduling", "--backoff-base", "1m", "--backoff-cap", "2s"); code != exitRejected {
+		t.Errorf("scheduling with cap below base: exit %d, want %d (%s)", code, exitRejected, stderr)
+	}
+	if code, _, stderr := b.run(t, "", "pause", "bad scan"); code != exitRejected {
+		t.Errorf("pause of an invalid scan ID: exit %d, want %d (%s)", code, exitRejected, stderr)
+	}
+}
+
+func TestDescribeScheduling(t *testing.T) {
+	if got := describeScheduling(&pb.ScanProgressResponse{}); got != "" {
+		t.Fatalf("nothing scheduled: %q", got)
+	}
+	got := describeScheduling(&pb.ScanProgressResponse{Scheduled: 3, Paused: true, Unroutable: 2, LiveWorkers: 4})
+	if got != " scheduled 3 PAUSED | 2 queued need tags no live worker has (4 live)" {
+		t.Fatalf("describeScheduling = %q", got)
+	}
+}

@@ -163,13 +163,20 @@ func (s *scheduler) addQueued(t *taskRec, logicalTime uint64) {
 	s.reposition(l)
 }
 
-// removeQueued unindexes a queued task (leased, cancelled or expired).
-func (s *scheduler) removeQueued(t *taskRec) {
-	if _, ok := s.delayed.Delete(t); ok {
+// removeQueued unindexes a queued task (leased, cancelled or expired);
+// logicalTime says where it is (I11). Taking a lane's head, the common
+// case, needs no key comparisons.
+func (s *scheduler) removeQueued(t *taskRec, logicalTime uint64) {
+	if t.notBefore > logicalTime {
+		s.delayed.Delete(t)
 		return
 	}
 	l := s.laneOf(t)
-	l.ready.Delete(t)
+	if head, _ := l.ready.Min(); head == t {
+		l.ready.DeleteMin()
+	} else {
+		l.ready.Delete(t)
+	}
 	s.reposition(l)
 }
 

@@ -47,7 +47,7 @@ func (c *coordinator) grant(t *taskRec, w *workerRec, now, ttl uint64) (Transiti
 		c.queue.Delete(t)
 	}
 	if c.sched != nil {
-		c.sched.removeQueued(t)
+		c.sched.removeQueued(t, c.logicalTime)
 	}
 	c.lastLeaseID++
 	t.attempt++

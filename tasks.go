@@ -289,7 +289,7 @@ func (c *coordinator) terminate(t *taskRec, status TaskStatus) {
 	case t.status == TaskQueued:
 		c.queue.Delete(t)
 		if c.sched != nil {
-			c.sched.removeQueued(t)
+			c.sched.removeQueued(t, c.logicalTime)
 		}
 	case t.hasLease:
 		c.releaseLease(t)

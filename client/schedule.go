@@ -53,3 +53,19 @@ func (c *Client) ResumeScan(ctx context.Context, scanID string) (*pb.UpdateScanR
 func (c *Client) SetSchedulingOptions(ctx context.Context, req *pb.SetSchedulingOptionsRequest) (*pb.SetSchedulingOptionsResponse, error) {
 	return call(ctx, c, "Admin.SetSchedulingOptions", req, c.admin.SetSchedulingOptions)
 }
+
+// CreateSchedule creates a recurring scan: the leader enqueues the targets
+// as scan "<scan_prefix>-<tick>" at every tick, once per tick.
+func (c *Client) CreateSchedule(ctx context.Context, req *pb.CreateScheduleRequest) (*pb.CreateScheduleResponse, error) {
+	return call(ctx, c, "Producer.CreateSchedule", req, c.producer.CreateSchedule)
+}
+
+// ListSchedules returns the tenant's schedules.
+func (c *Client) ListSchedules(ctx context.Context, req *pb.ListSchedulesRequest) (*pb.ListSchedulesResponse, error) {
+	return call(ctx, c, "Producer.ListSchedules", req, c.producer.ListSchedules)
+}
+
+// DeleteSchedule removes a schedule; the scans it enqueued stay.
+func (c *Client) DeleteSchedule(ctx context.Context, req *pb.DeleteScheduleRequest) (*pb.DeleteScheduleResponse, error) {
+	return call(ctx, c, "Producer.DeleteSchedule", req, c.producer.DeleteSchedule)
+}

@@ -108,8 +108,9 @@ type Tenant struct {
 	resultLimits distributed.ResultLimits
 	pool         *distributed.WorkerPool
 	results      *distributed.ResultAggregator
-	owners       map[string]string   // worker ID → key ID of the worker key that registered it
-	scans        map[string][]string // scan ID → task IDs in enqueue order
+	owners       map[string]string       // worker ID → key ID of the worker key that registered it
+	scans        map[string][]string     // scan ID → task IDs in enqueue order
+	schedules    map[string]*pb.Schedule // recurring scans by name (recurring.go)
 }
 
 // FSM implements raft.FSM. Create it with New.
@@ -439,7 +440,7 @@ func newTenant(name string, lim distributed.Limits, rl distributed.ResultLimits,
 		return nil, err
 	}
 	return &Tenant{name: name, limits: lim, resultLimits: rl, pool: pool, results: res,
-		owners: map[string]string{}, scans: map[string][]string{}}, nil
+		owners: map[string]string{}, scans: map[string][]string{}, schedules: map[string]*pb.Schedule{}}, nil
 }
 
 func kindOf(err error) string {

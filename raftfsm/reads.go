@@ -197,5 +197,5 @@ func (v TenantView) RecoveryCommands(now, maxAgeSecs uint64) []*pb.Command {
 	if !expired && !dead && v.t.pool.WakeDue(now) {
 		ops = append(ops, &pb.Command{Tenant: v.t.name, Op: &pb.Command_AdvanceTime{AdvanceTime: &pb.AdvanceTime{}}})
 	}
-	return ops
+	return append(ops, v.ScheduleCommands(now)...) // recurring.go
 }

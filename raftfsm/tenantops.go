@@ -154,6 +154,10 @@ var tenantOps = map[reflect.Type]tenantOp{
 	reflect.TypeFor[*pb.Command_SetSchedulingOptions](): {need: needAdmin, apply: (*FSM).applySetScheduling},
 	reflect.TypeFor[*pb.Command_UpdateScan]():           {need: needProducer, notify: true, apply: (*FSM).applyUpdateScan},
 	reflect.TypeFor[*pb.Command_AdvanceTime]():          {need: needAdmin, notify: true, apply: (*FSM).applyAdvanceTime},
+	// Recurring scans (recurring.go).
+	reflect.TypeFor[*pb.Command_CreateSchedule](): {need: needProducer, apply: (*FSM).applyCreateSchedule},
+	reflect.TypeFor[*pb.Command_DeleteSchedule](): {need: needProducer, apply: (*FSM).applyDeleteSchedule},
+	reflect.TypeFor[*pb.Command_FireSchedule]():   {need: needAdmin, notify: true, apply: (*FSM).applyFireSchedule},
 }
 
 // applyTenant applies one tenant command through tenantOps: decode its

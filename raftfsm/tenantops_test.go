@@ -136,6 +136,10 @@ func roleCases() []roleCase {
 			Options: &pb.SchedulingOptions{BackoffBaseSecs: 2, FairScans: true}}})},
 		{reflect.TypeFor[*pb.Command_UpdateScan](), needProducer, c(&pb.Command_UpdateScan{UpdateScan: &pb.UpdateScan{ScanId: "s1", Paused: proto.Bool(true)}})},
 		{reflect.TypeFor[*pb.Command_AdvanceTime](), needAdmin, c(&pb.Command_AdvanceTime{AdvanceTime: &pb.AdvanceTime{}})},
+		{reflect.TypeFor[*pb.Command_CreateSchedule](), needProducer, c(&pb.Command_CreateSchedule{CreateSchedule: &pb.CreateSchedule{
+			Name: "n1", EverySecs: 60, ScanPrefix: "nightly", Targets: [][]byte{[]byte("a")}}})},
+		{reflect.TypeFor[*pb.Command_DeleteSchedule](), needProducer, c(&pb.Command_DeleteSchedule{DeleteSchedule: &pb.DeleteSchedule{Name: "n0"}})},
+		{reflect.TypeFor[*pb.Command_FireSchedule](), needAdmin, c(&pb.Command_FireSchedule{FireSchedule: &pb.FireSchedule{Name: "n0", Tick: 1}})},
 	}
 }
 

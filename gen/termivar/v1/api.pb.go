@@ -3924,6 +3924,410 @@ func (x *RotateKeyResponse) GetRevokedKeyId() string {
 	return ""
 }
 
+type CreateScheduleRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // default: scan_prefix
+	EverySecs     uint64                 `protobuf:"varint,2,opt,name=every_secs,json=everySecs,proto3" json:"every_secs,omitempty"`
+	ScanPrefix    string                 `protobuf:"bytes,3,opt,name=scan_prefix,json=scanPrefix,proto3" json:"scan_prefix,omitempty"`
+	Targets       []string               `protobuf:"bytes,4,rep,name=targets,proto3" json:"targets,omitempty"`
+	Priority      string                 `protobuf:"bytes,5,opt,name=priority,proto3" json:"priority,omitempty"` // low, normal (default), high or critical
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateScheduleRequest) Reset() {
+	*x = CreateScheduleRequest{}
+	mi := &file_termivar_v1_api_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateScheduleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateScheduleRequest) ProtoMessage() {}
+
+func (x *CreateScheduleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateScheduleRequest.ProtoReflect.Descriptor instead.
+func (*CreateScheduleRequest) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *CreateScheduleRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CreateScheduleRequest) GetEverySecs() uint64 {
+	if x != nil {
+		return x.EverySecs
+	}
+	return 0
+}
+
+func (x *CreateScheduleRequest) GetScanPrefix() string {
+	if x != nil {
+		return x.ScanPrefix
+	}
+	return ""
+}
+
+func (x *CreateScheduleRequest) GetTargets() []string {
+	if x != nil {
+		return x.Targets
+	}
+	return nil
+}
+
+func (x *CreateScheduleRequest) GetPriority() string {
+	if x != nil {
+		return x.Priority
+	}
+	return ""
+}
+
+type CreateScheduleResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Revision      uint64                 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateScheduleResponse) Reset() {
+	*x = CreateScheduleResponse{}
+	mi := &file_termivar_v1_api_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateScheduleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateScheduleResponse) ProtoMessage() {}
+
+func (x *CreateScheduleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateScheduleResponse.ProtoReflect.Descriptor instead.
+func (*CreateScheduleResponse) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *CreateScheduleResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+type ScheduleInfo struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	EverySecs     uint64                 `protobuf:"varint,2,opt,name=every_secs,json=everySecs,proto3" json:"every_secs,omitempty"`
+	ScanPrefix    string                 `protobuf:"bytes,3,opt,name=scan_prefix,json=scanPrefix,proto3" json:"scan_prefix,omitempty"`
+	Targets       uint32                 `protobuf:"varint,4,opt,name=targets,proto3" json:"targets,omitempty"`
+	Priority      string                 `protobuf:"bytes,5,opt,name=priority,proto3" json:"priority,omitempty"`
+	StartSecs     uint64                 `protobuf:"varint,6,opt,name=start_secs,json=startSecs,proto3" json:"start_secs,omitempty"`
+	LastTick      uint64                 `protobuf:"varint,7,opt,name=last_tick,json=lastTick,proto3" json:"last_tick,omitempty"`
+	LastScanId    string                 `protobuf:"bytes,8,opt,name=last_scan_id,json=lastScanId,proto3" json:"last_scan_id,omitempty"` // "" before the first tick
+	NextTickSecs  uint64                 `protobuf:"varint,9,opt,name=next_tick_secs,json=nextTickSecs,proto3" json:"next_tick_secs,omitempty"`
+	LastError     string                 `protobuf:"bytes,10,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScheduleInfo) Reset() {
+	*x = ScheduleInfo{}
+	mi := &file_termivar_v1_api_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScheduleInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScheduleInfo) ProtoMessage() {}
+
+func (x *ScheduleInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScheduleInfo.ProtoReflect.Descriptor instead.
+func (*ScheduleInfo) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *ScheduleInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ScheduleInfo) GetEverySecs() uint64 {
+	if x != nil {
+		return x.EverySecs
+	}
+	return 0
+}
+
+func (x *ScheduleInfo) GetScanPrefix() string {
+	if x != nil {
+		return x.ScanPrefix
+	}
+	return ""
+}
+
+func (x *ScheduleInfo) GetTargets() uint32 {
+	if x != nil {
+		return x.Targets
+	}
+	return 0
+}
+
+func (x *ScheduleInfo) GetPriority() string {
+	if x != nil {
+		return x.Priority
+	}
+	return ""
+}
+
+func (x *ScheduleInfo) GetStartSecs() uint64 {
+	if x != nil {
+		return x.StartSecs
+	}
+	return 0
+}
+
+func (x *ScheduleInfo) GetLastTick() uint64 {
+	if x != nil {
+		return x.LastTick
+	}
+	return 0
+}
+
+func (x *ScheduleInfo) GetLastScanId() string {
+	if x != nil {
+		return x.LastScanId
+	}
+	return ""
+}
+
+func (x *ScheduleInfo) GetNextTickSecs() uint64 {
+	if x != nil {
+		return x.NextTickSecs
+	}
+	return 0
+}
+
+func (x *ScheduleInfo) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+type ListSchedulesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSchedulesRequest) Reset() {
+	*x = ListSchedulesRequest{}
+	mi := &file_termivar_v1_api_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSchedulesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSchedulesRequest) ProtoMessage() {}
+
+func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSchedulesRequest.ProtoReflect.Descriptor instead.
+func (*ListSchedulesRequest) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{60}
+}
+
+type ListSchedulesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Schedules     []*ScheduleInfo        `protobuf:"bytes,1,rep,name=schedules,proto3" json:"schedules,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSchedulesResponse) Reset() {
+	*x = ListSchedulesResponse{}
+	mi := &file_termivar_v1_api_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSchedulesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSchedulesResponse) ProtoMessage() {}
+
+func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSchedulesResponse.ProtoReflect.Descriptor instead.
+func (*ListSchedulesResponse) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *ListSchedulesResponse) GetSchedules() []*ScheduleInfo {
+	if x != nil {
+		return x.Schedules
+	}
+	return nil
+}
+
+type DeleteScheduleRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteScheduleRequest) Reset() {
+	*x = DeleteScheduleRequest{}
+	mi := &file_termivar_v1_api_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteScheduleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteScheduleRequest) ProtoMessage() {}
+
+func (x *DeleteScheduleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteScheduleRequest.ProtoReflect.Descriptor instead.
+func (*DeleteScheduleRequest) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *DeleteScheduleRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type DeleteScheduleResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Revision      uint64                 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteScheduleResponse) Reset() {
+	*x = DeleteScheduleResponse{}
+	mi := &file_termivar_v1_api_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteScheduleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteScheduleResponse) ProtoMessage() {}
+
+func (x *DeleteScheduleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteScheduleResponse.ProtoReflect.Descriptor instead.
+func (*DeleteScheduleResponse) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *DeleteScheduleResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
 var File_termivar_v1_api_proto protoreflect.FileDescriptor
 
 const file_termivar_v1_api_proto_rawDesc = "" +
@@ -4268,7 +4672,41 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x11RotateKeyResponse\x12\x15\n" +
 	"\x06key_id\x18\x01 \x01(\tR\x05keyId\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12$\n" +
-	"\x0erevoked_key_id\x18\x03 \x01(\tR\frevokedKeyId2\xae\x05\n" +
+	"\x0erevoked_key_id\x18\x03 \x01(\tR\frevokedKeyId\"\xa1\x01\n" +
+	"\x15CreateScheduleRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"every_secs\x18\x02 \x01(\x04R\teverySecs\x12\x1f\n" +
+	"\vscan_prefix\x18\x03 \x01(\tR\n" +
+	"scanPrefix\x12\x18\n" +
+	"\atargets\x18\x04 \x03(\tR\atargets\x12\x1a\n" +
+	"\bpriority\x18\x05 \x01(\tR\bpriority\"4\n" +
+	"\x16CreateScheduleResponse\x12\x1a\n" +
+	"\brevision\x18\x01 \x01(\x04R\brevision\"\xbb\x02\n" +
+	"\fScheduleInfo\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"every_secs\x18\x02 \x01(\x04R\teverySecs\x12\x1f\n" +
+	"\vscan_prefix\x18\x03 \x01(\tR\n" +
+	"scanPrefix\x12\x18\n" +
+	"\atargets\x18\x04 \x01(\rR\atargets\x12\x1a\n" +
+	"\bpriority\x18\x05 \x01(\tR\bpriority\x12\x1d\n" +
+	"\n" +
+	"start_secs\x18\x06 \x01(\x04R\tstartSecs\x12\x1b\n" +
+	"\tlast_tick\x18\a \x01(\x04R\blastTick\x12 \n" +
+	"\flast_scan_id\x18\b \x01(\tR\n" +
+	"lastScanId\x12$\n" +
+	"\x0enext_tick_secs\x18\t \x01(\x04R\fnextTickSecs\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\n" +
+	" \x01(\tR\tlastError\"\x16\n" +
+	"\x14ListSchedulesRequest\"P\n" +
+	"\x15ListSchedulesResponse\x127\n" +
+	"\tschedules\x18\x01 \x03(\v2\x19.termivar.v1.ScheduleInfoR\tschedules\"+\n" +
+	"\x15DeleteScheduleRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"4\n" +
+	"\x16DeleteScheduleResponse\x12\x1a\n" +
+	"\brevision\x18\x01 \x01(\x04R\brevision2\xae\x05\n" +
 	"\x06Worker\x12Y\n" +
 	"\x0eRegisterWorker\x12\".termivar.v1.RegisterWorkerRequest\x1a#.termivar.v1.RegisterWorkerResponse\x12J\n" +
 	"\tHeartbeat\x12\x1d.termivar.v1.HeartbeatRequest\x1a\x1e.termivar.v1.HeartbeatResponse\x12D\n" +
@@ -4280,7 +4718,7 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\fCompleteMany\x12 .termivar.v1.CompleteManyRequest\x1a!.termivar.v1.CompleteManyResponse\x12;\n" +
 	"\x04Fail\x12\x18.termivar.v1.FailRequest\x1a\x19.termivar.v1.FailResponse\x12M\n" +
 	"\n" +
-	"Deregister\x12\x1e.termivar.v1.DeregisterRequest\x1a\x1f.termivar.v1.DeregisterResponse2\xac\x04\n" +
+	"Deregister\x12\x1e.termivar.v1.DeregisterRequest\x1a\x1f.termivar.v1.DeregisterResponse2\xba\x06\n" +
 	"\bProducer\x12D\n" +
 	"\aEnqueue\x12\x1b.termivar.v1.EnqueueRequest\x1a\x1c.termivar.v1.EnqueueResponse\x12A\n" +
 	"\x06Cancel\x12\x1a.termivar.v1.CancelRequest\x1a\x1b.termivar.v1.CancelResponse\x12D\n" +
@@ -4288,7 +4726,10 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\tListTasks\x12\x1d.termivar.v1.ListTasksRequest\x1a\x1e.termivar.v1.ListTasksResponse\x12S\n" +
 	"\fScanProgress\x12 .termivar.v1.ScanProgressRequest\x1a!.termivar.v1.ScanProgressResponse\x12M\n" +
 	"\n" +
-	"UpdateScan\x12\x1e.termivar.v1.UpdateScanRequest\x1a\x1f.termivar.v1.UpdateScanResponse\x12a\n" +
+	"UpdateScan\x12\x1e.termivar.v1.UpdateScanRequest\x1a\x1f.termivar.v1.UpdateScanResponse\x12Y\n" +
+	"\x0eCreateSchedule\x12\".termivar.v1.CreateScheduleRequest\x1a#.termivar.v1.CreateScheduleResponse\x12V\n" +
+	"\rListSchedules\x12!.termivar.v1.ListSchedulesRequest\x1a\".termivar.v1.ListSchedulesResponse\x12Y\n" +
+	"\x0eDeleteSchedule\x12\".termivar.v1.DeleteScheduleRequest\x1a#.termivar.v1.DeleteScheduleResponse\x12a\n" +
 	"\x10AggregateResults\x12$.termivar.v1.AggregateResultsRequest\x1a%.termivar.v1.AggregateResultsResponse0\x012\x8b\x05\n" +
 	"\x05Admin\x12A\n" +
 	"\x06Status\x12\x1a.termivar.v1.StatusRequest\x1a\x1b.termivar.v1.StatusResponse\x12P\n" +
@@ -4312,7 +4753,7 @@ func file_termivar_v1_api_proto_rawDescGZIP() []byte {
 	return file_termivar_v1_api_proto_rawDescData
 }
 
-var file_termivar_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
+var file_termivar_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
 var file_termivar_v1_api_proto_goTypes = []any{
 	(*ErrorDetail)(nil),                  // 0: termivar.v1.ErrorDetail
 	(*WorkerInfo)(nil),                   // 1: termivar.v1.WorkerInfo
@@ -4371,10 +4812,17 @@ var file_termivar_v1_api_proto_goTypes = []any{
 	(*RevokeKeyResponse)(nil),            // 54: termivar.v1.RevokeKeyResponse
 	(*RotateKeyRequest)(nil),             // 55: termivar.v1.RotateKeyRequest
 	(*RotateKeyResponse)(nil),            // 56: termivar.v1.RotateKeyResponse
-	(*ClusterMember)(nil),                // 57: termivar.v1.ClusterMember
-	(*CoreLimits)(nil),                   // 58: termivar.v1.CoreLimits
-	(*ResultLimits)(nil),                 // 59: termivar.v1.ResultLimits
-	(*SchedulingOptions)(nil),            // 60: termivar.v1.SchedulingOptions
+	(*CreateScheduleRequest)(nil),        // 57: termivar.v1.CreateScheduleRequest
+	(*CreateScheduleResponse)(nil),       // 58: termivar.v1.CreateScheduleResponse
+	(*ScheduleInfo)(nil),                 // 59: termivar.v1.ScheduleInfo
+	(*ListSchedulesRequest)(nil),         // 60: termivar.v1.ListSchedulesRequest
+	(*ListSchedulesResponse)(nil),        // 61: termivar.v1.ListSchedulesResponse
+	(*DeleteScheduleRequest)(nil),        // 62: termivar.v1.DeleteScheduleRequest
+	(*DeleteScheduleResponse)(nil),       // 63: termivar.v1.DeleteScheduleResponse
+	(*ClusterMember)(nil),                // 64: termivar.v1.ClusterMember
+	(*CoreLimits)(nil),                   // 65: termivar.v1.CoreLimits
+	(*ResultLimits)(nil),                 // 66: termivar.v1.ResultLimits
+	(*SchedulingOptions)(nil),            // 67: termivar.v1.SchedulingOptions
 }
 var file_termivar_v1_api_proto_depIdxs = []int32{
 	1,  // 0: termivar.v1.RegisterWorkerResponse.worker:type_name -> termivar.v1.WorkerInfo
@@ -4389,66 +4837,73 @@ var file_termivar_v1_api_proto_depIdxs = []int32{
 	25, // 9: termivar.v1.EnqueueResponse.tasks:type_name -> termivar.v1.EnqueuedTask
 	29, // 10: termivar.v1.GetTaskResponse.task:type_name -> termivar.v1.TaskInfo
 	29, // 11: termivar.v1.ListTasksResponse.tasks:type_name -> termivar.v1.TaskInfo
-	57, // 12: termivar.v1.StatusResponse.members:type_name -> termivar.v1.ClusterMember
+	64, // 12: termivar.v1.StatusResponse.members:type_name -> termivar.v1.ClusterMember
 	1,  // 13: termivar.v1.ListWorkersResponse.workers:type_name -> termivar.v1.WorkerInfo
-	58, // 14: termivar.v1.CreateTenantRequest.limits:type_name -> termivar.v1.CoreLimits
-	59, // 15: termivar.v1.CreateTenantRequest.result_limits:type_name -> termivar.v1.ResultLimits
-	60, // 16: termivar.v1.CreateTenantRequest.scheduling:type_name -> termivar.v1.SchedulingOptions
-	60, // 17: termivar.v1.SetSchedulingOptionsRequest.options:type_name -> termivar.v1.SchedulingOptions
+	65, // 14: termivar.v1.CreateTenantRequest.limits:type_name -> termivar.v1.CoreLimits
+	66, // 15: termivar.v1.CreateTenantRequest.result_limits:type_name -> termivar.v1.ResultLimits
+	67, // 16: termivar.v1.CreateTenantRequest.scheduling:type_name -> termivar.v1.SchedulingOptions
+	67, // 17: termivar.v1.SetSchedulingOptionsRequest.options:type_name -> termivar.v1.SchedulingOptions
 	51, // 18: termivar.v1.ListKeysResponse.keys:type_name -> termivar.v1.KeyInfo
-	2,  // 19: termivar.v1.Worker.RegisterWorker:input_type -> termivar.v1.RegisterWorkerRequest
-	4,  // 20: termivar.v1.Worker.Heartbeat:input_type -> termivar.v1.HeartbeatRequest
-	6,  // 21: termivar.v1.Worker.Acquire:input_type -> termivar.v1.AcquireRequest
-	9,  // 22: termivar.v1.Worker.Start:input_type -> termivar.v1.StartRequest
-	11, // 23: termivar.v1.Worker.RenewLease:input_type -> termivar.v1.RenewLeaseRequest
-	13, // 24: termivar.v1.Worker.Complete:input_type -> termivar.v1.CompleteRequest
-	15, // 25: termivar.v1.Worker.CompleteMany:input_type -> termivar.v1.CompleteManyRequest
-	18, // 26: termivar.v1.Worker.Fail:input_type -> termivar.v1.FailRequest
-	21, // 27: termivar.v1.Worker.Deregister:input_type -> termivar.v1.DeregisterRequest
-	24, // 28: termivar.v1.Producer.Enqueue:input_type -> termivar.v1.EnqueueRequest
-	27, // 29: termivar.v1.Producer.Cancel:input_type -> termivar.v1.CancelRequest
-	30, // 30: termivar.v1.Producer.GetTask:input_type -> termivar.v1.GetTaskRequest
-	32, // 31: termivar.v1.Producer.ListTasks:input_type -> termivar.v1.ListTasksRequest
-	34, // 32: termivar.v1.Producer.ScanProgress:input_type -> termivar.v1.ScanProgressRequest
-	43, // 33: termivar.v1.Producer.UpdateScan:input_type -> termivar.v1.UpdateScanRequest
-	36, // 34: termivar.v1.Producer.AggregateResults:input_type -> termivar.v1.AggregateResultsRequest
-	38, // 35: termivar.v1.Admin.Status:input_type -> termivar.v1.StatusRequest
-	40, // 36: termivar.v1.Admin.ListWorkers:input_type -> termivar.v1.ListWorkersRequest
-	42, // 37: termivar.v1.Admin.CreateTenant:input_type -> termivar.v1.CreateTenantRequest
-	48, // 38: termivar.v1.Admin.CreateKey:input_type -> termivar.v1.CreateKeyRequest
-	50, // 39: termivar.v1.Admin.ListKeys:input_type -> termivar.v1.ListKeysRequest
-	53, // 40: termivar.v1.Admin.RevokeKey:input_type -> termivar.v1.RevokeKeyRequest
-	55, // 41: termivar.v1.Admin.RotateKey:input_type -> termivar.v1.RotateKeyRequest
-	45, // 42: termivar.v1.Admin.SetSchedulingOptions:input_type -> termivar.v1.SetSchedulingOptionsRequest
-	3,  // 43: termivar.v1.Worker.RegisterWorker:output_type -> termivar.v1.RegisterWorkerResponse
-	5,  // 44: termivar.v1.Worker.Heartbeat:output_type -> termivar.v1.HeartbeatResponse
-	8,  // 45: termivar.v1.Worker.Acquire:output_type -> termivar.v1.AcquireResponse
-	10, // 46: termivar.v1.Worker.Start:output_type -> termivar.v1.StartResponse
-	12, // 47: termivar.v1.Worker.RenewLease:output_type -> termivar.v1.RenewLeaseResponse
-	14, // 48: termivar.v1.Worker.Complete:output_type -> termivar.v1.CompleteResponse
-	17, // 49: termivar.v1.Worker.CompleteMany:output_type -> termivar.v1.CompleteManyResponse
-	19, // 50: termivar.v1.Worker.Fail:output_type -> termivar.v1.FailResponse
-	22, // 51: termivar.v1.Worker.Deregister:output_type -> termivar.v1.DeregisterResponse
-	26, // 52: termivar.v1.Producer.Enqueue:output_type -> termivar.v1.EnqueueResponse
-	28, // 53: termivar.v1.Producer.Cancel:output_type -> termivar.v1.CancelResponse
-	31, // 54: termivar.v1.Producer.GetTask:output_type -> termivar.v1.GetTaskResponse
-	33, // 55: termivar.v1.Producer.ListTasks:output_type -> termivar.v1.ListTasksResponse
-	35, // 56: termivar.v1.Producer.ScanProgress:output_type -> termivar.v1.ScanProgressResponse
-	44, // 57: termivar.v1.Producer.UpdateScan:output_type -> termivar.v1.UpdateScanResponse
-	37, // 58: termivar.v1.Producer.AggregateResults:output_type -> termivar.v1.AggregateResultsResponse
-	39, // 59: termivar.v1.Admin.Status:output_type -> termivar.v1.StatusResponse
-	41, // 60: termivar.v1.Admin.ListWorkers:output_type -> termivar.v1.ListWorkersResponse
-	47, // 61: termivar.v1.Admin.CreateTenant:output_type -> termivar.v1.CreateTenantResponse
-	49, // 62: termivar.v1.Admin.CreateKey:output_type -> termivar.v1.CreateKeyResponse
-	52, // 63: termivar.v1.Admin.ListKeys:output_type -> termivar.v1.ListKeysResponse
-	54, // 64: termivar.v1.Admin.RevokeKey:output_type -> termivar.v1.RevokeKeyResponse
-	56, // 65: termivar.v1.Admin.RotateKey:output_type -> termivar.v1.RotateKeyResponse
-	46, // 66: termivar.v1.Admin.SetSchedulingOptions:output_type -> termivar.v1.SetSchedulingOptionsResponse
-	43, // [43:67] is the sub-list for method output_type
-	19, // [19:43] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	59, // 19: termivar.v1.ListSchedulesResponse.schedules:type_name -> termivar.v1.ScheduleInfo
+	2,  // 20: termivar.v1.Worker.RegisterWorker:input_type -> termivar.v1.RegisterWorkerRequest
+	4,  // 21: termivar.v1.Worker.Heartbeat:input_type -> termivar.v1.HeartbeatRequest
+	6,  // 22: termivar.v1.Worker.Acquire:input_type -> termivar.v1.AcquireRequest
+	9,  // 23: termivar.v1.Worker.Start:input_type -> termivar.v1.StartRequest
+	11, // 24: termivar.v1.Worker.RenewLease:input_type -> termivar.v1.RenewLeaseRequest
+	13, // 25: termivar.v1.Worker.Complete:input_type -> termivar.v1.CompleteRequest
+	15, // 26: termivar.v1.Worker.CompleteMany:input_type -> termivar.v1.CompleteManyRequest
+	18, // 27: termivar.v1.Worker.Fail:input_type -> termivar.v1.FailRequest
+	21, // 28: termivar.v1.Worker.Deregister:input_type -> termivar.v1.DeregisterRequest
+	24, // 29: termivar.v1.Producer.Enqueue:input_type -> termivar.v1.EnqueueRequest
+	27, // 30: termivar.v1.Producer.Cancel:input_type -> termivar.v1.CancelRequest
+	30, // 31: termivar.v1.Producer.GetTask:input_type -> termivar.v1.GetTaskRequest
+	32, // 32: termivar.v1.Producer.ListTasks:input_type -> termivar.v1.ListTasksRequest
+	34, // 33: termivar.v1.Producer.ScanProgress:input_type -> termivar.v1.ScanProgressRequest
+	43, // 34: termivar.v1.Producer.UpdateScan:input_type -> termivar.v1.UpdateScanRequest
+	57, // 35: termivar.v1.Producer.CreateSchedule:input_type -> termivar.v1.CreateScheduleRequest
+	60, // 36: termivar.v1.Producer.ListSchedules:input_type -> termivar.v1.ListSchedulesRequest
+	62, // 37: termivar.v1.Producer.DeleteSchedule:input_type -> termivar.v1.DeleteScheduleRequest
+	36, // 38: termivar.v1.Producer.AggregateResults:input_type -> termivar.v1.AggregateResultsRequest
+	38, // 39: termivar.v1.Admin.Status:input_type -> termivar.v1.StatusRequest
+	40, // 40: termivar.v1.Admin.ListWorkers:input_type -> termivar.v1.ListWorkersRequest
+	42, // 41: termivar.v1.Admin.CreateTenant:input_type -> termivar.v1.CreateTenantRequest
+	48, // 42: termivar.v1.Admin.CreateKey:input_type -> termivar.v1.CreateKeyRequest
+	50, // 43: termivar.v1.Admin.ListKeys:input_type -> termivar.v1.ListKeysRequest
+	53, // 44: termivar.v1.Admin.RevokeKey:input_type -> termivar.v1.RevokeKeyRequest
+	55, // 45: termivar.v1.Admin.RotateKey:input_type -> termivar.v1.RotateKeyRequest
+	45, // 46: termivar.v1.Admin.SetSchedulingOptions:input_type -> termivar.v1.SetSchedulingOptionsRequest
+	3,  // 47: termivar.v1.Worker.RegisterWorker:output_type -> termivar.v1.RegisterWorkerResponse
+	5,  // 48: termivar.v1.Worker.Heartbeat:output_type -> termivar.v1.HeartbeatResponse
+	8,  // 49: termivar.v1.Worker.Acquire:output_type -> termivar.v1.AcquireResponse
+	10, // 50: termivar.v1.Worker.Start:output_type -> termivar.v1.StartResponse
+	12, // 51: termivar.v1.Worker.RenewLease:output_type -> termivar.v1.RenewLeaseResponse
+	14, // 52: termivar.v1.Worker.Complete:output_type -> termivar.v1.CompleteResponse
+	17, // 53: termivar.v1.Worker.CompleteMany:output_type -> termivar.v1.CompleteManyResponse
+	19, // 54: termivar.v1.Worker.Fail:output_type -> termivar.v1.FailResponse
+	22, // 55: termivar.v1.Worker.Deregister:output_type -> termivar.v1.DeregisterResponse
+	26, // 56: termivar.v1.Producer.Enqueue:output_type -> termivar.v1.EnqueueResponse
+	28, // 57: termivar.v1.Producer.Cancel:output_type -> termivar.v1.CancelResponse
+	31, // 58: termivar.v1.Producer.GetTask:output_type -> termivar.v1.GetTaskResponse
+	33, // 59: termivar.v1.Producer.ListTasks:output_type -> termivar.v1.ListTasksResponse
+	35, // 60: termivar.v1.Producer.ScanProgress:output_type -> termivar.v1.ScanProgressResponse
+	44, // 61: termivar.v1.Producer.UpdateScan:output_type -> termivar.v1.UpdateScanResponse
+	58, // 62: termivar.v1.Producer.CreateSchedule:output_type -> termivar.v1.CreateScheduleResponse
+	61, // 63: termivar.v1.Producer.ListSchedules:output_type -> termivar.v1.ListSchedulesResponse
+	63, // 64: termivar.v1.Producer.DeleteSchedule:output_type -> termivar.v1.DeleteScheduleResponse
+	37, // 65: termivar.v1.Producer.AggregateResults:output_type -> termivar.v1.AggregateResultsResponse
+	39, // 66: termivar.v1.Admin.Status:output_type -> termivar.v1.StatusResponse
+	41, // 67: termivar.v1.Admin.ListWorkers:output_type -> termivar.v1.ListWorkersResponse
+	47, // 68: termivar.v1.Admin.CreateTenant:output_type -> termivar.v1.CreateTenantResponse
+	49, // 69: termivar.v1.Admin.CreateKey:output_type -> termivar.v1.CreateKeyResponse
+	52, // 70: termivar.v1.Admin.ListKeys:output_type -> termivar.v1.ListKeysResponse
+	54, // 71: termivar.v1.Admin.RevokeKey:output_type -> termivar.v1.RevokeKeyResponse
+	56, // 72: termivar.v1.Admin.RotateKey:output_type -> termivar.v1.RotateKeyResponse
+	46, // 73: termivar.v1.Admin.SetSchedulingOptions:output_type -> termivar.v1.SetSchedulingOptionsResponse
+	47, // [47:74] is the sub-list for method output_type
+	20, // [20:47] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_termivar_v1_api_proto_init() }
@@ -4476,7 +4931,7 @@ func file_termivar_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_termivar_v1_api_proto_rawDesc), len(file_termivar_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   57,
+			NumMessages:   64,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -75,6 +75,9 @@ type Command struct {
 	//	*Command_SetSchedulingOptions
 	//	*Command_UpdateScan
 	//	*Command_AdvanceTime
+	//	*Command_CreateSchedule
+	//	*Command_DeleteSchedule
+	//	*Command_FireSchedule
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -404,6 +407,33 @@ func (x *Command) GetAdvanceTime() *AdvanceTime {
 	return nil
 }
 
+func (x *Command) GetCreateSchedule() *CreateSchedule {
+	if x != nil {
+		if x, ok := x.Op.(*Command_CreateSchedule); ok {
+			return x.CreateSchedule
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetDeleteSchedule() *DeleteSchedule {
+	if x != nil {
+		if x, ok := x.Op.(*Command_DeleteSchedule); ok {
+			return x.DeleteSchedule
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetFireSchedule() *FireSchedule {
+	if x != nil {
+		if x, ok := x.Op.(*Command_FireSchedule); ok {
+			return x.FireSchedule
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -523,6 +553,18 @@ type Command_AdvanceTime struct {
 	AdvanceTime *AdvanceTime `protobuf:"bytes,62,opt,name=advance_time,json=advanceTime,proto3,oneof"`
 }
 
+type Command_CreateSchedule struct {
+	CreateSchedule *CreateSchedule `protobuf:"bytes,63,opt,name=create_schedule,json=createSchedule,proto3,oneof"`
+}
+
+type Command_DeleteSchedule struct {
+	DeleteSchedule *DeleteSchedule `protobuf:"bytes,64,opt,name=delete_schedule,json=deleteSchedule,proto3,oneof"`
+}
+
+type Command_FireSchedule struct {
+	FireSchedule *FireSchedule `protobuf:"bytes,65,opt,name=fire_schedule,json=fireSchedule,proto3,oneof"`
+}
+
 func (*Command_Batch) isCommand_Op() {}
 
 func (*Command_InitCluster) isCommand_Op() {}
@@ -578,6 +620,12 @@ func (*Command_SetSchedulingOptions) isCommand_Op() {}
 func (*Command_UpdateScan) isCommand_Op() {}
 
 func (*Command_AdvanceTime) isCommand_Op() {}
+
+func (*Command_CreateSchedule) isCommand_Op() {}
+
+func (*Command_DeleteSchedule) isCommand_Op() {}
+
+func (*Command_FireSchedule) isCommand_Op() {}
 
 // Batch coalesces concurrent commands into one log entry. The FSM applies
 // them in order, each with its own response; the batch's now_secs applies
@@ -2404,14 +2452,16 @@ func (x *KeyRecord) GetRevokedSecs() uint64 {
 }
 
 type TenantState struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Limits        *CoreLimits            `protobuf:"bytes,2,opt,name=limits,proto3" json:"limits,omitempty"`
-	ResultLimits  *ResultLimits          `protobuf:"bytes,3,opt,name=result_limits,json=resultLimits,proto3" json:"result_limits,omitempty"`
-	PoolState     []byte                 `protobuf:"bytes,4,opt,name=pool_state,json=poolState,proto3" json:"pool_state,omitempty"`
-	ResultState   []byte                 `protobuf:"bytes,5,opt,name=result_state,json=resultState,proto3" json:"result_state,omitempty"`
-	WorkerOwners  []*WorkerOwner         `protobuf:"bytes,6,rep,name=worker_owners,json=workerOwners,proto3" json:"worker_owners,omitempty"`
-	Scans         []*ScanIndex           `protobuf:"bytes,7,rep,name=scans,proto3" json:"scans,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Name         string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Limits       *CoreLimits            `protobuf:"bytes,2,opt,name=limits,proto3" json:"limits,omitempty"`
+	ResultLimits *ResultLimits          `protobuf:"bytes,3,opt,name=result_limits,json=resultLimits,proto3" json:"result_limits,omitempty"`
+	PoolState    []byte                 `protobuf:"bytes,4,opt,name=pool_state,json=poolState,proto3" json:"pool_state,omitempty"`
+	ResultState  []byte                 `protobuf:"bytes,5,opt,name=result_state,json=resultState,proto3" json:"result_state,omitempty"`
+	WorkerOwners []*WorkerOwner         `protobuf:"bytes,6,rep,name=worker_owners,json=workerOwners,proto3" json:"worker_owners,omitempty"`
+	Scans        []*ScanIndex           `protobuf:"bytes,7,rep,name=scans,proto3" json:"scans,omitempty"`
+	// 20+: recurring scans (schedules), sorted by name.
+	Schedules     []*Schedule `protobuf:"bytes,20,rep,name=schedules,proto3" json:"schedules,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2491,6 +2541,13 @@ func (x *TenantState) GetWorkerOwners() []*WorkerOwner {
 func (x *TenantState) GetScans() []*ScanIndex {
 	if x != nil {
 		return x.Scans
+	}
+	return nil
+}
+
+func (x *TenantState) GetSchedules() []*Schedule {
+	if x != nil {
+		return x.Schedules
 	}
 	return nil
 }
@@ -2931,11 +2988,296 @@ func (*AdvanceTime) Descriptor() ([]byte, []int) {
 	return file_termivar_v1_command_proto_rawDescGZIP(), []int{39}
 }
 
+// Schedule is a recurring scan: tick k (from 1) is due at
+// start_secs + (k-1) * every_secs and enqueues one task per target into
+// the scan "<scan_prefix>-<k>" (task IDs derived from scan and target).
+// last_tick is the last tick fired (0: none); a tick fires at most once,
+// in order, whichever leader proposes it.
+type Schedule struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Name       string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	EverySecs  uint64                 `protobuf:"varint,2,opt,name=every_secs,json=everySecs,proto3" json:"every_secs,omitempty"`
+	ScanPrefix string                 `protobuf:"bytes,3,opt,name=scan_prefix,json=scanPrefix,proto3" json:"scan_prefix,omitempty"`
+	Targets    [][]byte               `protobuf:"bytes,4,rep,name=targets,proto3" json:"targets,omitempty"`
+	Priority   uint32                 `protobuf:"varint,5,opt,name=priority,proto3" json:"priority,omitempty"`
+	StartSecs  uint64                 `protobuf:"varint,6,opt,name=start_secs,json=startSecs,proto3" json:"start_secs,omitempty"`
+	LastTick   uint64                 `protobuf:"varint,7,opt,name=last_tick,json=lastTick,proto3" json:"last_tick,omitempty"`
+	// last_error is the kind of the last tick's enqueue failure ("": none);
+	// a failed tick still counts as fired.
+	LastError     string `protobuf:"bytes,8,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Schedule) Reset() {
+	*x = Schedule{}
+	mi := &file_termivar_v1_command_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Schedule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Schedule) ProtoMessage() {}
+
+func (x *Schedule) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_command_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Schedule.ProtoReflect.Descriptor instead.
+func (*Schedule) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *Schedule) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Schedule) GetEverySecs() uint64 {
+	if x != nil {
+		return x.EverySecs
+	}
+	return 0
+}
+
+func (x *Schedule) GetScanPrefix() string {
+	if x != nil {
+		return x.ScanPrefix
+	}
+	return ""
+}
+
+func (x *Schedule) GetTargets() [][]byte {
+	if x != nil {
+		return x.Targets
+	}
+	return nil
+}
+
+func (x *Schedule) GetPriority() uint32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *Schedule) GetStartSecs() uint64 {
+	if x != nil {
+		return x.StartSecs
+	}
+	return 0
+}
+
+func (x *Schedule) GetLastTick() uint64 {
+	if x != nil {
+		return x.LastTick
+	}
+	return 0
+}
+
+func (x *Schedule) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+// CreateSchedule adds a schedule (producer); start_secs is the command's
+// stamped time, so the first tick is due at once.
+type CreateSchedule struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	EverySecs     uint64                 `protobuf:"varint,2,opt,name=every_secs,json=everySecs,proto3" json:"every_secs,omitempty"`
+	ScanPrefix    string                 `protobuf:"bytes,3,opt,name=scan_prefix,json=scanPrefix,proto3" json:"scan_prefix,omitempty"`
+	Targets       [][]byte               `protobuf:"bytes,4,rep,name=targets,proto3" json:"targets,omitempty"`
+	Priority      uint32                 `protobuf:"varint,5,opt,name=priority,proto3" json:"priority,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateSchedule) Reset() {
+	*x = CreateSchedule{}
+	mi := &file_termivar_v1_command_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateSchedule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateSchedule) ProtoMessage() {}
+
+func (x *CreateSchedule) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_command_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateSchedule.ProtoReflect.Descriptor instead.
+func (*CreateSchedule) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *CreateSchedule) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CreateSchedule) GetEverySecs() uint64 {
+	if x != nil {
+		return x.EverySecs
+	}
+	return 0
+}
+
+func (x *CreateSchedule) GetScanPrefix() string {
+	if x != nil {
+		return x.ScanPrefix
+	}
+	return ""
+}
+
+func (x *CreateSchedule) GetTargets() [][]byte {
+	if x != nil {
+		return x.Targets
+	}
+	return nil
+}
+
+func (x *CreateSchedule) GetPriority() uint32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+// DeleteSchedule removes a schedule (producer); scans it enqueued stay.
+type DeleteSchedule struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSchedule) Reset() {
+	*x = DeleteSchedule{}
+	mi := &file_termivar_v1_command_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSchedule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSchedule) ProtoMessage() {}
+
+func (x *DeleteSchedule) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_command_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSchedule.ProtoReflect.Descriptor instead.
+func (*DeleteSchedule) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *DeleteSchedule) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// FireSchedule fires tick `tick` of a schedule (admin; the leader's
+// ticker): accepted only for last_tick + 1 when due; an already fired
+// tick answers fired=false and changes nothing.
+type FireSchedule struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Tick          uint64                 `protobuf:"varint,2,opt,name=tick,proto3" json:"tick,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FireSchedule) Reset() {
+	*x = FireSchedule{}
+	mi := &file_termivar_v1_command_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FireSchedule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FireSchedule) ProtoMessage() {}
+
+func (x *FireSchedule) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_command_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FireSchedule.ProtoReflect.Descriptor instead.
+func (*FireSchedule) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *FireSchedule) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *FireSchedule) GetTick() uint64 {
+	if x != nil {
+		return x.Tick
+	}
+	return 0
+}
+
 var File_termivar_v1_command_proto protoreflect.FileDescriptor
 
 const file_termivar_v1_command_proto_rawDesc = "" +
 	"\n" +
-	"\x19termivar/v1/command.proto\x12\vtermivar.v1\"\x85\x10\n" +
+	"\x19termivar/v1/command.proto\x12\vtermivar.v1\"\xd7\x11\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x19\n" +
 	"\bnow_secs\x18\x02 \x01(\x04R\anowSecs\x12\x16\n" +
@@ -2979,7 +3321,10 @@ const file_termivar_v1_command_proto_rawDesc = "" +
 	"\x16set_scheduling_options\x18< \x01(\v2!.termivar.v1.SetSchedulingOptionsH\x00R\x14setSchedulingOptions\x12:\n" +
 	"\vupdate_scan\x18= \x01(\v2\x17.termivar.v1.UpdateScanH\x00R\n" +
 	"updateScan\x12=\n" +
-	"\fadvance_time\x18> \x01(\v2\x18.termivar.v1.AdvanceTimeH\x00R\vadvanceTimeB\x04\n" +
+	"\fadvance_time\x18> \x01(\v2\x18.termivar.v1.AdvanceTimeH\x00R\vadvanceTime\x12F\n" +
+	"\x0fcreate_schedule\x18? \x01(\v2\x1b.termivar.v1.CreateScheduleH\x00R\x0ecreateSchedule\x12F\n" +
+	"\x0fdelete_schedule\x18@ \x01(\v2\x1b.termivar.v1.DeleteScheduleH\x00R\x0edeleteSchedule\x12@\n" +
+	"\rfire_schedule\x18A \x01(\v2\x19.termivar.v1.FireScheduleH\x00R\ffireScheduleB\x04\n" +
 	"\x02opB\x14\n" +
 	"\x12_expected_revision\"9\n" +
 	"\x05Batch\x120\n" +
@@ -3123,7 +3468,7 @@ const file_termivar_v1_command_proto_rawDesc = "" +
 	"\x06tenant\x18\x03 \x01(\tR\x06tenant\x12\x12\n" +
 	"\x04role\x18\x04 \x01(\tR\x04role\x12!\n" +
 	"\fcreated_secs\x18\x05 \x01(\x04R\vcreatedSecs\x12!\n" +
-	"\frevoked_secs\x18\x06 \x01(\x04R\vrevokedSecs\"\xc1\x02\n" +
+	"\frevoked_secs\x18\x06 \x01(\x04R\vrevokedSecs\"\xf6\x02\n" +
 	"\vTenantState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
 	"\x06limits\x18\x02 \x01(\v2\x17.termivar.v1.CoreLimitsR\x06limits\x12>\n" +
@@ -3132,7 +3477,8 @@ const file_termivar_v1_command_proto_rawDesc = "" +
 	"pool_state\x18\x04 \x01(\fR\tpoolState\x12!\n" +
 	"\fresult_state\x18\x05 \x01(\fR\vresultState\x12=\n" +
 	"\rworker_owners\x18\x06 \x03(\v2\x18.termivar.v1.WorkerOwnerR\fworkerOwners\x12,\n" +
-	"\x05scans\x18\a \x03(\v2\x16.termivar.v1.ScanIndexR\x05scans\"A\n" +
+	"\x05scans\x18\a \x03(\v2\x16.termivar.v1.ScanIndexR\x05scans\x123\n" +
+	"\tschedules\x18\x14 \x03(\v2\x15.termivar.v1.ScheduleR\tschedules\"A\n" +
 	"\vWorkerOwner\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x15\n" +
 	"\x06key_id\x18\x02 \x01(\tR\x05keyId\"?\n" +
@@ -3161,7 +3507,33 @@ const file_termivar_v1_command_proto_rawDesc = "" +
 	"\x06paused\x18\x03 \x01(\bH\x01R\x06paused\x88\x01\x01B\x10\n" +
 	"\x0e_max_in_flightB\t\n" +
 	"\a_paused\"\r\n" +
-	"\vAdvanceTimeB<Z:github.com/termivar/distributed/gen/termivar/v1;termivarv1b\x06proto3"
+	"\vAdvanceTime\"\xef\x01\n" +
+	"\bSchedule\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"every_secs\x18\x02 \x01(\x04R\teverySecs\x12\x1f\n" +
+	"\vscan_prefix\x18\x03 \x01(\tR\n" +
+	"scanPrefix\x12\x18\n" +
+	"\atargets\x18\x04 \x03(\fR\atargets\x12\x1a\n" +
+	"\bpriority\x18\x05 \x01(\rR\bpriority\x12\x1d\n" +
+	"\n" +
+	"start_secs\x18\x06 \x01(\x04R\tstartSecs\x12\x1b\n" +
+	"\tlast_tick\x18\a \x01(\x04R\blastTick\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\b \x01(\tR\tlastError\"\x9a\x01\n" +
+	"\x0eCreateSchedule\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"every_secs\x18\x02 \x01(\x04R\teverySecs\x12\x1f\n" +
+	"\vscan_prefix\x18\x03 \x01(\tR\n" +
+	"scanPrefix\x12\x18\n" +
+	"\atargets\x18\x04 \x03(\fR\atargets\x12\x1a\n" +
+	"\bpriority\x18\x05 \x01(\rR\bpriority\"$\n" +
+	"\x0eDeleteSchedule\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"6\n" +
+	"\fFireSchedule\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04tick\x18\x02 \x01(\x04R\x04tickB<Z:github.com/termivar/distributed/gen/termivar/v1;termivarv1b\x06proto3"
 
 var (
 	file_termivar_v1_command_proto_rawDescOnce sync.Once
@@ -3175,7 +3547,7 @@ func file_termivar_v1_command_proto_rawDescGZIP() []byte {
 	return file_termivar_v1_command_proto_rawDescData
 }
 
-var file_termivar_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_termivar_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_termivar_v1_command_proto_goTypes = []any{
 	(*Command)(nil),              // 0: termivar.v1.Command
 	(*Batch)(nil),                // 1: termivar.v1.Batch
@@ -3217,6 +3589,10 @@ var file_termivar_v1_command_proto_goTypes = []any{
 	(*SetSchedulingOptions)(nil), // 37: termivar.v1.SetSchedulingOptions
 	(*UpdateScan)(nil),           // 38: termivar.v1.UpdateScan
 	(*AdvanceTime)(nil),          // 39: termivar.v1.AdvanceTime
+	(*Schedule)(nil),             // 40: termivar.v1.Schedule
+	(*CreateSchedule)(nil),       // 41: termivar.v1.CreateSchedule
+	(*DeleteSchedule)(nil),       // 42: termivar.v1.DeleteSchedule
+	(*FireSchedule)(nil),         // 43: termivar.v1.FireSchedule
 }
 var file_termivar_v1_command_proto_depIdxs = []int32{
 	1,  // 0: termivar.v1.Command.batch:type_name -> termivar.v1.Batch
@@ -3247,27 +3623,31 @@ var file_termivar_v1_command_proto_depIdxs = []int32{
 	37, // 25: termivar.v1.Command.set_scheduling_options:type_name -> termivar.v1.SetSchedulingOptions
 	38, // 26: termivar.v1.Command.update_scan:type_name -> termivar.v1.UpdateScan
 	39, // 27: termivar.v1.Command.advance_time:type_name -> termivar.v1.AdvanceTime
-	0,  // 28: termivar.v1.Batch.commands:type_name -> termivar.v1.Command
-	3,  // 29: termivar.v1.CreateTenant.limits:type_name -> termivar.v1.CoreLimits
-	4,  // 30: termivar.v1.CreateTenant.result_limits:type_name -> termivar.v1.ResultLimits
-	36, // 31: termivar.v1.CreateTenant.scheduling:type_name -> termivar.v1.SchedulingOptions
-	9,  // 32: termivar.v1.EnqueueTasks.tasks:type_name -> termivar.v1.TaskSpec
-	11, // 33: termivar.v1.RegisterWorker.spec:type_name -> termivar.v1.WorkerSpec
-	11, // 34: termivar.v1.ReactivateWorker.spec:type_name -> termivar.v1.WorkerSpec
-	30, // 35: termivar.v1.FSMState.keys:type_name -> termivar.v1.KeyRecord
-	31, // 36: termivar.v1.FSMState.tenants:type_name -> termivar.v1.TenantState
-	35, // 37: termivar.v1.FSMState.nodes:type_name -> termivar.v1.NodeInfo
-	30, // 38: termivar.v1.FSMState.revoked_keys:type_name -> termivar.v1.KeyRecord
-	3,  // 39: termivar.v1.TenantState.limits:type_name -> termivar.v1.CoreLimits
-	4,  // 40: termivar.v1.TenantState.result_limits:type_name -> termivar.v1.ResultLimits
-	32, // 41: termivar.v1.TenantState.worker_owners:type_name -> termivar.v1.WorkerOwner
-	33, // 42: termivar.v1.TenantState.scans:type_name -> termivar.v1.ScanIndex
-	36, // 43: termivar.v1.SetSchedulingOptions.options:type_name -> termivar.v1.SchedulingOptions
-	44, // [44:44] is the sub-list for method output_type
-	44, // [44:44] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	41, // 28: termivar.v1.Command.create_schedule:type_name -> termivar.v1.CreateSchedule
+	42, // 29: termivar.v1.Command.delete_schedule:type_name -> termivar.v1.DeleteSchedule
+	43, // 30: termivar.v1.Command.fire_schedule:type_name -> termivar.v1.FireSchedule
+	0,  // 31: termivar.v1.Batch.commands:type_name -> termivar.v1.Command
+	3,  // 32: termivar.v1.CreateTenant.limits:type_name -> termivar.v1.CoreLimits
+	4,  // 33: termivar.v1.CreateTenant.result_limits:type_name -> termivar.v1.ResultLimits
+	36, // 34: termivar.v1.CreateTenant.scheduling:type_name -> termivar.v1.SchedulingOptions
+	9,  // 35: termivar.v1.EnqueueTasks.tasks:type_name -> termivar.v1.TaskSpec
+	11, // 36: termivar.v1.RegisterWorker.spec:type_name -> termivar.v1.WorkerSpec
+	11, // 37: termivar.v1.ReactivateWorker.spec:type_name -> termivar.v1.WorkerSpec
+	30, // 38: termivar.v1.FSMState.keys:type_name -> termivar.v1.KeyRecord
+	31, // 39: termivar.v1.FSMState.tenants:type_name -> termivar.v1.TenantState
+	35, // 40: termivar.v1.FSMState.nodes:type_name -> termivar.v1.NodeInfo
+	30, // 41: termivar.v1.FSMState.revoked_keys:type_name -> termivar.v1.KeyRecord
+	3,  // 42: termivar.v1.TenantState.limits:type_name -> termivar.v1.CoreLimits
+	4,  // 43: termivar.v1.TenantState.result_limits:type_name -> termivar.v1.ResultLimits
+	32, // 44: termivar.v1.TenantState.worker_owners:type_name -> termivar.v1.WorkerOwner
+	33, // 45: termivar.v1.TenantState.scans:type_name -> termivar.v1.ScanIndex
+	40, // 46: termivar.v1.TenantState.schedules:type_name -> termivar.v1.Schedule
+	36, // 47: termivar.v1.SetSchedulingOptions.options:type_name -> termivar.v1.SchedulingOptions
+	48, // [48:48] is the sub-list for method output_type
+	48, // [48:48] is the sub-list for method input_type
+	48, // [48:48] is the sub-list for extension type_name
+	48, // [48:48] is the sub-list for extension extendee
+	0,  // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_termivar_v1_command_proto_init() }
@@ -3304,6 +3684,9 @@ func file_termivar_v1_command_proto_init() {
 		(*Command_SetSchedulingOptions)(nil),
 		(*Command_UpdateScan)(nil),
 		(*Command_AdvanceTime)(nil),
+		(*Command_CreateSchedule)(nil),
+		(*Command_DeleteSchedule)(nil),
+		(*Command_FireSchedule)(nil),
 	}
 	file_termivar_v1_command_proto_msgTypes[38].OneofWrappers = []any{}
 	type x struct{}
@@ -3312,7 +3695,7 @@ func file_termivar_v1_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_termivar_v1_command_proto_rawDesc), len(file_termivar_v1_command_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   40,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

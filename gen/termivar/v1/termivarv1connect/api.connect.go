@@ -75,6 +75,12 @@ const (
 	ProducerScanProgressProcedure = "/termivar.v1.Producer/ScanProgress"
 	// ProducerUpdateScanProcedure is the fully-qualified name of the Producer's UpdateScan RPC.
 	ProducerUpdateScanProcedure = "/termivar.v1.Producer/UpdateScan"
+	// ProducerCreateScheduleProcedure is the fully-qualified name of the Producer's CreateSchedule RPC.
+	ProducerCreateScheduleProcedure = "/termivar.v1.Producer/CreateSchedule"
+	// ProducerListSchedulesProcedure is the fully-qualified name of the Producer's ListSchedules RPC.
+	ProducerListSchedulesProcedure = "/termivar.v1.Producer/ListSchedules"
+	// ProducerDeleteScheduleProcedure is the fully-qualified name of the Producer's DeleteSchedule RPC.
+	ProducerDeleteScheduleProcedure = "/termivar.v1.Producer/DeleteSchedule"
 	// ProducerAggregateResultsProcedure is the fully-qualified name of the Producer's AggregateResults
 	// RPC.
 	ProducerAggregateResultsProcedure = "/termivar.v1.Producer/AggregateResults"
@@ -393,6 +399,10 @@ type ProducerClient interface {
 	ScanProgress(context.Context, *connect.Request[v1.ScanProgressRequest]) (*connect.Response[v1.ScanProgressResponse], error)
 	// UpdateScan pauses, resumes or limits a scan (contract Part F).
 	UpdateScan(context.Context, *connect.Request[v1.UpdateScanRequest]) (*connect.Response[v1.UpdateScanResponse], error)
+	// Recurring scans: the leader enqueues a new scan at every tick, once.
+	CreateSchedule(context.Context, *connect.Request[v1.CreateScheduleRequest]) (*connect.Response[v1.CreateScheduleResponse], error)
+	ListSchedules(context.Context, *connect.Request[v1.ListSchedulesRequest]) (*connect.Response[v1.ListSchedulesResponse], error)
+	DeleteSchedule(context.Context, *connect.Request[v1.DeleteScheduleRequest]) (*connect.Response[v1.DeleteScheduleResponse], error)
 	// AggregateResults streams a scan's results in enqueue order.
 	AggregateResults(context.Context, *connect.Request[v1.AggregateResultsRequest]) (*connect.ServerStreamForClient[v1.AggregateResultsResponse], error)
 }
@@ -444,6 +454,24 @@ func NewProducerClient(httpClient connect.HTTPClient, baseURL string, opts ...co
 			connect.WithSchema(producerMethods.ByName("UpdateScan")),
 			connect.WithClientOptions(opts...),
 		),
+		createSchedule: connect.NewClient[v1.CreateScheduleRequest, v1.CreateScheduleResponse](
+			httpClient,
+			baseURL+ProducerCreateScheduleProcedure,
+			connect.WithSchema(producerMethods.ByName("CreateSchedule")),
+			connect.WithClientOptions(opts...),
+		),
+		listSchedules: connect.NewClient[v1.ListSchedulesRequest, v1.ListSchedulesResponse](
+			httpClient,
+			baseURL+ProducerListSchedulesProcedure,
+			connect.WithSchema(producerMethods.ByName("ListSchedules")),
+			connect.WithClientOptions(opts...),
+		),
+		deleteSchedule: connect.NewClient[v1.DeleteScheduleRequest, v1.DeleteScheduleResponse](
+			httpClient,
+			baseURL+ProducerDeleteScheduleProcedure,
+			connect.WithSchema(producerMethods.ByName("DeleteSchedule")),
+			connect.WithClientOptions(opts...),
+		),
 		aggregateResults: connect.NewClient[v1.AggregateResultsRequest, v1.AggregateResultsResponse](
 			httpClient,
 			baseURL+ProducerAggregateResultsProcedure,
@@ -461,6 +489,9 @@ type producerClient struct {
 	listTasks        *connect.Client[v1.ListTasksRequest, v1.ListTasksResponse]
 	scanProgress     *connect.Client[v1.ScanProgressRequest, v1.ScanProgressResponse]
 	updateScan       *connect.Client[v1.UpdateScanRequest, v1.UpdateScanResponse]
+	createSchedule   *connect.Client[v1.CreateScheduleRequest, v1.CreateScheduleResponse]
+	listSchedules    *connect.Client[v1.ListSchedulesRequest, v1.ListSchedulesResponse]
+	deleteSchedule   *connect.Client[v1.DeleteScheduleRequest, v1.DeleteScheduleResponse]
 	aggregateResults *connect.Client[v1.AggregateResultsRequest, v1.AggregateResultsResponse]
 }
 
@@ -494,6 +525,21 @@ func (c *producerClient) UpdateScan(ctx context.Context, req *connect.Request[v1
 	return c.updateScan.CallUnary(ctx, req)
 }
 
+// CreateSchedule calls termivar.v1.Producer.CreateSchedule.
+func (c *producerClient) CreateSchedule(ctx context.Context, req *connect.Request[v1.CreateScheduleRequest]) (*connect.Response[v1.CreateScheduleResponse], error) {
+	return c.createSchedule.CallUnary(ctx, req)
+}
+
+// ListSchedules calls termivar.v1.Producer.ListSchedules.
+func (c *producerClient) ListSchedules(ctx context.Context, req *connect.Request[v1.ListSchedulesRequest]) (*connect.Response[v1.ListSchedulesResponse], error) {
+	return c.listSchedules.CallUnary(ctx, req)
+}
+
+// DeleteSchedule calls termivar.v1.Producer.DeleteSchedule.
+func (c *producerClient) DeleteSchedule(ctx context.Context, req *connect.Request[v1.DeleteScheduleRequest]) (*connect.Response[v1.DeleteScheduleResponse], error) {
+	return c.deleteSchedule.CallUnary(ctx, req)
+}
+
 // AggregateResults calls termivar.v1.Producer.AggregateResults.
 func (c *producerClient) AggregateResults(ctx context.Context, req *connect.Request[v1.AggregateResultsRequest]) (*connect.ServerStreamForClient[v1.AggregateResultsResponse], error) {
 	return c.aggregateResults.CallServerStream(ctx, req)
@@ -509,6 +555,10 @@ type ProducerHandler interface {
 	ScanProgress(context.Context, *connect.Request[v1.ScanProgressRequest]) (*connect.Response[v1.ScanProgressResponse], error)
 	// UpdateScan pauses, resumes or limits a scan (contract Part F).
 	UpdateScan(context.Context, *connect.Request[v1.UpdateScanRequest]) (*connect.Response[v1.UpdateScanResponse], error)
+	// Recurring scans: the leader enqueues a new scan at every tick, once.
+	CreateSchedule(context.Context, *connect.Request[v1.CreateScheduleRequest]) (*connect.Response[v1.CreateScheduleResponse], error)
+	ListSchedules(context.Context, *connect.Request[v1.ListSchedulesRequest]) (*connect.Response[v1.ListSchedulesResponse], error)
+	DeleteSchedule(context.Context, *connect.Request[v1.DeleteScheduleRequest]) (*connect.Response[v1.DeleteScheduleResponse], error)
 	// AggregateResults streams a scan's results in enqueue order.
 	AggregateResults(context.Context, *connect.Request[v1.AggregateResultsRequest], *connect.ServerStream[v1.AggregateResultsResponse]) error
 }
@@ -556,6 +606,24 @@ func NewProducerHandler(svc ProducerHandler, opts ...connect.HandlerOption) (str
 		connect.WithSchema(producerMethods.ByName("UpdateScan")),
 		connect.WithHandlerOptions(opts...),
 	)
+	producerCreateScheduleHandler := connect.NewUnaryHandler(
+		ProducerCreateScheduleProcedure,
+		svc.CreateSchedule,
+		connect.WithSchema(producerMethods.ByName("CreateSchedule")),
+		connect.WithHandlerOptions(opts...),
+	)
+	producerListSchedulesHandler := connect.NewUnaryHandler(
+		ProducerListSchedulesProcedure,
+		svc.ListSchedules,
+		connect.WithSchema(producerMethods.ByName("ListSchedules")),
+		connect.WithHandlerOptions(opts...),
+	)
+	producerDeleteScheduleHandler := connect.NewUnaryHandler(
+		ProducerDeleteScheduleProcedure,
+		svc.DeleteSchedule,
+		connect.WithSchema(producerMethods.ByName("DeleteSchedule")),
+		connect.WithHandlerOptions(opts...),
+	)
 	producerAggregateResultsHandler := connect.NewServerStreamHandler(
 		ProducerAggregateResultsProcedure,
 		svc.AggregateResults,
@@ -576,6 +644,12 @@ func NewProducerHandler(svc ProducerHandler, opts ...connect.HandlerOption) (str
 			producerScanProgressHandler.ServeHTTP(w, r)
 		case ProducerUpdateScanProcedure:
 			producerUpdateScanHandler.ServeHTTP(w, r)
+		case ProducerCreateScheduleProcedure:
+			producerCreateScheduleHandler.ServeHTTP(w, r)
+		case ProducerListSchedulesProcedure:
+			producerListSchedulesHandler.ServeHTTP(w, r)
+		case ProducerDeleteScheduleProcedure:
+			producerDeleteScheduleHandler.ServeHTTP(w, r)
 		case ProducerAggregateResultsProcedure:
 			producerAggregateResultsHandler.ServeHTTP(w, r)
 		default:
@@ -609,6 +683,18 @@ func (UnimplementedProducerHandler) ScanProgress(context.Context, *connect.Reque
 
 func (UnimplementedProducerHandler) UpdateScan(context.Context, *connect.Request[v1.UpdateScanRequest]) (*connect.Response[v1.UpdateScanResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Producer.UpdateScan is not implemented"))
+}
+
+func (UnimplementedProducerHandler) CreateSchedule(context.Context, *connect.Request[v1.CreateScheduleRequest]) (*connect.Response[v1.CreateScheduleResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Producer.CreateSchedule is not implemented"))
+}
+
+func (UnimplementedProducerHandler) ListSchedules(context.Context, *connect.Request[v1.ListSchedulesRequest]) (*connect.Response[v1.ListSchedulesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Producer.ListSchedules is not implemented"))
+}
+
+func (UnimplementedProducerHandler) DeleteSchedule(context.Context, *connect.Request[v1.DeleteScheduleRequest]) (*connect.Response[v1.DeleteScheduleResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Producer.DeleteSchedule is not implemented"))
 }
 
 func (UnimplementedProducerHandler) AggregateResults(context.Context, *connect.Request[v1.AggregateResultsRequest], *connect.ServerStream[v1.AggregateResultsResponse]) error {

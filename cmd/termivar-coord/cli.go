@@ -57,6 +57,8 @@ func clientCommands() []clientCommand {
 		{name: "limit", usage: "--max-in-flight N [--json] SCAN", summary: "run at most N of a scan's tasks at once (0: no limit)", run: runLimit},
 		{name: "scheduling", usage: "[--backoff-base D] [--backoff-cap D] [--fair-scans] [--json]",
 			summary: "set your tenant's retry backoff and fairness between scans (admin key)", run: runScheduling},
+		{name: "schedules", usage: schedulesUsage,
+			summary: "recurring scans: the leader enqueues the targets as a new scan at every tick, once", run: runSchedules},
 		{name: "watch", usage: "--scan S [--interval D] [--json]", summary: "show a live progress bar for a scan until every task is terminal", run: runWatch},
 		{name: "results", usage: "--scan S [--json]", summary: "print a scan's results in enqueue order (raw, or JSON lines)", run: runResults},
 		{name: "cluster", usage: "members|add|remove|transfer-leadership [args] (cluster --help)",

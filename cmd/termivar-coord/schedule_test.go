@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 )
@@ -75,5 +76,42 @@ func TestDescribeScheduling(t *testing.T) {
 	got := describeScheduling(&pb.ScanProgressResponse{Scheduled: 3, Paused: true, Unroutable: 2, LiveWorkers: 4})
 	if got != " scheduled 3 PAUSED | 2 queued need tags no live worker has (4 live)" {
 		t.Fatalf("describeScheduling = %q", got)
+	}
+}
+
+// TestCLI_Schedules: schedules create fires its first tick at once (the
+// in-memory node's ticker), the next after --every, each as its own scan;
+// list shows it; delete stops it.
+func TestCLI_Schedules(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	code, out, stderr := b.run(t, "", "schedules", "create", "--every", "1h", "--scan-prefix", "nightly", "a.example", "b.example")
+	if code != exitOK || !strings.Contains(out, "schedule nightly: 2 targets every 1h0m0s") {
+		t.Fatalf("schedules create: exit %d, %q, %q", code, out, stderr)
+	}
+	scanTasks := func(scan string) int {
+		_, out, _ := b.run(t, "", "tasks", "--scan", scan, "--json")
+		return strings.Count(out, "\n")
+	}
+	waitCond(t, "tick 1 enqueued", func() bool { return scanTasks("nightly-1") == 2 })
+	b.srv.Advance(time.Hour)
+	waitCond(t, "tick 2 enqueued", func() bool { return scanTasks("nightly-2") == 2 })
+	code, out, _ = b.run(t, "", "schedules", "list")
+	if code != exitOK || !strings.Contains(out, "nightly") || !strings.Contains(out, "nightly-2") {
+		t.Fatalf("schedules list: exit %d, %q", code, out)
+	}
+	if code, out, _ = b.run(t, "", "schedules", "delete", "nightly"); code != exitOK || !strings.Contains(out, "deleted schedule nightly") {
+		t.Fatalf("schedules delete: exit %d, %q", code, out)
+	}
+	if code, _, _ = b.run(t, "", "schedules", "delete", "nightly"); code != exitRejected {
+		t.Fatalf("deleting a deleted schedule: exit %d, want %d", code, exitRejected)
+	}
+	for _, bad := range [][]string{
+		{"schedules"}, {"schedules", "create", "--every", "1h", "x"}, {"schedules", "create", "--scan-prefix", "p", "x"},
+		{"schedules", "create", "--every", "1500ms", "--scan-prefix", "p", "x"}, {"schedules", "frobnicate"},
+	} {
+		if code, _, stderr := b.run(t, "", bad...); code != exitUsage {
+			t.Errorf("%v: exit %d, want %d (%s)", bad, code, exitUsage, stderr)
+		}
 	}
 }

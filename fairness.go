@@ -250,16 +250,26 @@ func (s *scheduler) applySettings(id string, next ScanSettings) *scanRec {
 	return &out
 }
 
-// granted records a lease of t (already out of the queue) with lease ID.
-func (s *scheduler) granted(t *taskRec, leaseID uint64) {
+// take records the lease leaseID of the due queued task t: t leaves its
+// lane, the scan counts one more in flight and, with FairScans, was
+// served now. Its lanes are repositioned once for all three changes.
+func (s *scheduler) take(t *taskRec, leaseID, logicalTime uint64) {
 	sc := s.scans[t.scanID]
 	sc.inFlight++
 	if s.opts.FairScans {
 		sc.lastServed = leaseID
 	}
-	if s.opts.FairScans || sc.settings.MaxInFlight != 0 {
-		s.repositionScan(sc)
+	if !s.opts.FairScans && sc.settings.MaxInFlight == 0 {
+		s.removeQueued(t, logicalTime) // repositions t's lane only
+		return
 	}
+	l := s.laneOf(t)
+	if head, _ := l.ready.Min(); head == t {
+		l.ready.DeleteMin()
+	} else {
+		l.ready.Delete(t)
+	}
+	s.repositionScan(sc)
 }
 
 // released records the end of a lease of a task of the scan.

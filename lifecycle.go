@@ -46,9 +46,7 @@ func (c *coordinator) grant(t *taskRec, w *workerRec, now, ttl uint64) (Transiti
 	} else {
 		c.queue.Delete(t)
 	}
-	if c.sched != nil {
-		c.sched.removeQueued(t, c.logicalTime)
-	}
+
 	c.lastLeaseID++
 	t.attempt++
 	t.lease = TaskLease{
@@ -69,7 +67,7 @@ func (c *coordinator) grant(t *taskRec, w *workerRec, now, ttl uint64) (Transiti
 	w.current++
 	c.refreshWorker(w)
 	if c.sched != nil {
-		c.sched.granted(t, t.lease.leaseID)
+		c.sched.take(t, t.lease.leaseID, c.logicalTime) // fairness.go
 	}
 	return Transition[TaskLease]{Revision: c.commit(now), Value: t.lease}, nil
 }

@@ -339,9 +339,22 @@ func (c *coordinator) scanSettings(id string) ScanSettings {
 	return ScanSettings{}
 }
 
+// ScanSettings returns a scan's settings (zero if it has none), O(1). The
+// error is ErrInvalidTask, only for an invalid scan ID.
+func (p *WorkerPool) ScanSettings(scanID string) (ScanSettings, error) {
+	if pr := identifierProblem(scanID); pr != "" {
+		return ScanSettings{}, &Error{Kind: KindInvalidTask, Reason: "scan_id " + pr}
+	}
+	p.c.mu.Lock()
+	defer p.c.mu.Unlock()
+	return p.c.scanSettings(scanID), nil
+}
+
 // ScanState returns a scan's settings and counts. The error is
 // ErrInvalidTask, only for an invalid scan ID; a scan with no tasks and no
-// settings gives a zero ScanState with its ID.
+// settings gives a zero ScanState with its ID. NB: O(1) once the pool has
+// used a scheduling feature; before, the counts take one pass over the
+// non-terminal tasks (hosts that poll use ScanSettings).
 func (p *WorkerPool) ScanState(scanID string) (ScanState, error) {
 	if pr := identifierProblem(scanID); pr != "" {
 		return ScanState{}, &Error{Kind: KindInvalidTask, Reason: "scan_id " + pr}

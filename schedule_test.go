@@ -254,6 +254,12 @@ func TestWorkerPool_ScanMaxInFlight(t *testing.T) {
 	if st.InFlight != 1 || st.Active != 2 || st.Settings.MaxInFlight != 1 {
 		t.Fatalf("ScanState = %+v", st)
 	}
+	if set, err := h.p.ScanSettings("s"); err != nil || set != (ScanSettings{MaxInFlight: 1}) {
+		t.Fatalf("ScanSettings = %+v, %v", set, err)
+	}
+	if _, err := h.p.ScanSettings("bad id"); !errors.Is(err, ErrInvalidTask) {
+		t.Fatalf("ScanSettings(invalid) = %v", err)
+	}
 	h.roundTrip()
 	h.startAndComplete(l)
 	if l3 := h.assignNext("w1"); l3.TaskID() != "a2" {

@@ -80,6 +80,11 @@ func (v TenantView) ScanState(scanID string) (distributed.ScanState, error) {
 	return v.t.pool.ScanState(scanID)
 }
 
+// ScanSettings returns a scan's settings, O(1).
+func (v TenantView) ScanSettings(scanID string) (distributed.ScanSettings, error) {
+	return v.t.pool.ScanSettings(scanID)
+}
+
 // SchedulingOptions returns the tenant's scheduling options.
 func (v TenantView) SchedulingOptions() distributed.SchedulingOptions {
 	return v.t.pool.SchedulingOptions()

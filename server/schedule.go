@@ -68,8 +68,8 @@ func keepStatus(tv raftfsm.TenantView, status string) (func(distributed.ScanTask
 // settings, its scheduled tasks, and its queued tasks that no live worker
 // can take (required tags no live worker declared) — what watch reports.
 func scanScheduling(tv raftfsm.TenantView, scanID string, tasks []distributed.ScanTask, out *pb.ScanProgressResponse) {
-	if st, err := tv.ScanState(scanID); err == nil {
-		out.MaxInFlight, out.Paused = st.Settings.MaxInFlight, st.Settings.Paused
+	if st, err := tv.ScanSettings(scanID); err == nil {
+		out.MaxInFlight, out.Paused = st.MaxInFlight, st.Paused
 	}
 	now, timeout := tv.LogicalTime(), tv.Limits().HeartbeatTimeoutSecs
 	var live [][]distributed.WorkerTag

@@ -51,6 +51,12 @@ const (
 	KindAggregateBytesExceeded
 	KindStateInvariant
 	KindInvalidState
+	// KindTaskPurged is a Part F addition (docs/adr/0002-purge.md).
+	KindTaskPurged
+	// KindFailureReasonTooLong and KindAttemptTimedOut are beyond contract
+	// Part A (attempts.go).
+	KindFailureReasonTooLong
+	KindAttemptTimedOut
 	// Beyond contract A.12 (Part F, scheduling):
 	KindTaskNotLeasable
 	KindScanCapacityReached
@@ -98,6 +104,9 @@ var kindNames = [...]string{
 	KindAggregateBytesExceeded:     "aggregate_bytes_exceeded",
 	KindStateInvariant:             "state_invariant",
 	KindInvalidState:               "invalid_state",
+	KindTaskPurged:                 "task_purged",
+	KindFailureReasonTooLong:       "failure_reason_too_long",
+	KindAttemptTimedOut:            "attempt_timed_out",
 	KindTaskNotLeasable:            "task_not_leasable",
 	KindScanCapacityReached:        "scan_capacity_reached",
 }
@@ -300,6 +309,17 @@ var (
 	ErrStateInvariant = &Error{Kind: KindStateInvariant}
 	// ErrInvalidState: exported state bytes are corrupt, truncated or hostile.
 	ErrInvalidState = &Error{Kind: KindInvalidState}
+	// ErrTaskPurged: a lease or fence names a task life that PurgeTasks
+	// removed (its generation is below the task's current life, or below
+	// the generation floor when no task has the ID). Beyond contract Part A
+	// (Part F, docs/adr/0002-purge.md); never returned before a purge.
+	ErrTaskPurged = &Error{Kind: KindTaskPurged}
+	// ErrFailureReasonTooLong: FailTaskWithReason got a reason longer than
+	// MaxFailureReasonBytes (Actual, Limit).
+	ErrFailureReasonTooLong = &Error{Kind: KindFailureReasonTooLong}
+	// ErrAttemptTimedOut: RenewLease at or after the attempt's deadline,
+	// AcquiredAt + AttemptTimeoutSecs (TaskID; Limit is the deadline).
+	ErrAttemptTimedOut = &Error{Kind: KindAttemptTimedOut}
 	// ErrTaskNotLeasable: AssignTask named a queued task that its scheduling
 	// keeps from that worker now (Reason: scheduled for later, a required
 	// tag missing, scan paused, scan at its in-flight limit).

@@ -1,21 +1,33 @@
 package distributed
 
-// State export (contract A.13). Layout, version 1, inside the codec frame
-// ("TVWP" | 1 | body | CRC-32C):
+// State export (contract A.13). Layout, version 2, inside the codec frame
+// ("TVWP" | 2 | body | CRC-32C):
 //
 //	limits: MaxTaskRecords MaxActiveTasks MaxQueuedTasks MaxTerminalTasks
 //	        MaxWorkers MaxRetries MaxLeaseTTLSecs MaxTaskTTLSecs HeartbeatTimeoutSecs
-//	revision logicalTime lastLeaseID lastOrdinal
+//	revision logicalTime lastLeaseID lastOrdinal generationFloor
 //	tasks:   count, then each task in task-ID order (see encodeTask)
 //	workers: count, then each worker in worker-ID order (see encodeWorker)
+//	extensions (only if some task has any; attempts_export.go): count ≥ 1,
+//	         then per such task in task-ID order its ID, attempt timeout,
+//	         re-runs (with the re-run and life bases) and attempt history
 //
 // Derived data (queue, indexes, counters, CurrentTasks, the worker lease sets,
 // the treap) is not encoded; Restore rebuilds it and then runs the full
 // invariant audit, so any inconsistency in the input is ErrInvalidState.
+//
+// Version 1 (before purge, docs/adr/0002-purge.md) has no generationFloor
+// and no per-task finish time; Restore still reads it: the floor is 0, a
+// completed task finished at its completion and any other terminal task at
+// the state's logical time (the latest time it can have finished, so that
+// retention never purges it early). Such a pool re-exports as version 2.
+// Version 1 has no extensions section (attempt timeouts, histories and
+// re-runs came after it).
 
 const (
-	poolMagic   = "TVWP"
-	poolVersion = 1
+	poolMagic     = "TVWP"
+	poolVersion   = 2
+	poolVersionV1 = 1
 )
 
 // ExportState encodes the complete state deterministically: equal states give
@@ -42,7 +54,7 @@ func (c *coordinator) exportTasks(ids []string) []byte {
 		uint64(l.MaxTaskRecords), uint64(l.MaxActiveTasks), uint64(l.MaxQueuedTasks),
 		uint64(l.MaxTerminalTasks), uint64(l.MaxWorkers), uint64(l.MaxRetries),
 		l.MaxLeaseTTLSecs, l.MaxTaskTTLSecs, l.HeartbeatTimeoutSecs,
-		c.revision, c.logicalTime, c.lastLeaseID, c.lastOrdinal,
+		c.revision, c.logicalTime, c.lastLeaseID, c.lastOrdinal, c.generationFloor,
 	} {
 		e.uvarint(v)
 	}
@@ -64,6 +76,7 @@ func (c *coordinator) exportTasks(ids []string) []byte {
 	if sched {
 		c.sched.encodeScans(e)
 	}
+	c.encodeTaskExtensions(e, ids)
 	return e.finish()
 }
 
@@ -79,6 +92,7 @@ func (t *taskRec) encode(e *encoder) {
 	e.uvarint(t.startedAt)
 	e.boolean(t.hasCompleted)
 	e.uvarint(t.completedAt)
+	e.uvarint(t.finishedAt)
 	e.uvarint(uint64(t.retryCount))
 	e.uvarint(uint64(t.attempt))
 	e.uvarint(t.generation)
@@ -97,7 +111,7 @@ func (t *taskRec) encode(e *encoder) {
 	}
 }
 
-func decodeTask(d *decoder) *taskRec {
+func decodeTask(d *decoder, version uint8) *taskRec {
 	t := &taskRec{
 		id:           d.str(MaxIdentifierBytes),
 		scanID:       d.str(MaxIdentifierBytes),
@@ -110,12 +124,15 @@ func decodeTask(d *decoder) *taskRec {
 		startedAt:    d.uvarint(),
 		hasCompleted: d.boolean(),
 		completedAt:  d.uvarint(),
-		retryCount:   d.u32(),
-		attempt:      d.u32(),
-		generation:   d.uvarint(),
-		version:      d.uvarint(),
-		ordinal:      d.uvarint(),
 	}
+	if version != poolVersionV1 {
+		t.finishedAt = d.uvarint()
+	}
+	t.retryCount = d.u32()
+	t.attempt = d.u32()
+	t.generation = d.uvarint()
+	t.version = d.uvarint()
+	t.ordinal = d.uvarint()
 	if len(t.phases) == 0 {
 		t.phases = nil
 	}
@@ -175,12 +192,15 @@ func invalidState(reason string) *Error { return &Error{Kind: KindInvalidState, 
 // any corrupt, truncated or hostile input returns ErrInvalidState (never a
 // panic). A restored pool re-exports to exactly the input bytes.
 func RestoreWorkerPool(data []byte) (*WorkerPool, error) {
-	d, ok := newDecoder(data, poolMagic, poolVersion)
-	sched := false
-	if !ok {
-		d, ok = newDecoder(data, poolMagic, poolVersionSched)
-		sched = true
+	version := uint8(poolVersion)
+	d, ok := newDecoder(data, poolMagic, version)
+	for _, v := range []uint8{poolVersionV1, poolVersionSched} {
+		if !ok {
+			version = v
+			d, ok = newDecoder(data, poolMagic, version)
+		}
 	}
+	sched := version == poolVersionSched // schedule_export.go: version 2 plus scheduling
 	if !ok {
 		return nil, invalidState("pool state frame is invalid")
 	}
@@ -202,6 +222,9 @@ func RestoreWorkerPool(data []byte) (*WorkerPool, error) {
 	c.logicalTime = d.uvarint()
 	c.lastLeaseID = d.uvarint()
 	c.lastOrdinal = d.uvarint()
+	if version != poolVersionV1 {
+		c.generationFloor = d.uvarint()
+	}
 	var opts SchedulingOptions
 	if sched {
 		opts = decodeSchedulingOptions(d)
@@ -211,7 +234,7 @@ func RestoreWorkerPool(data []byte) (*WorkerPool, error) {
 	n := d.count(uint64(l.MaxTaskRecords), 20)
 	prev := ""
 	for i := 0; i < n && !d.failed; i++ {
-		t := decodeTask(d)
+		t := decodeTask(d, version)
 		if sched {
 			t.decodeSched(d)
 		}
@@ -244,8 +267,17 @@ func RestoreWorkerPool(data []byte) (*WorkerPool, error) {
 			return nil, err
 		}
 	}
+	if version != poolVersionV1 {
+		if err := c.decodeTaskExtensions(d); err != nil {
+			return nil, err
+		}
+	}
+	c.deriveLifeBases()
 	if !d.done() {
 		return nil, invalidState("pool state is truncated or has trailing bytes")
+	}
+	if version == poolVersionV1 {
+		c.upgradeV1FinishTimes()
 	}
 	if err := c.rebuildIndexes(); err != nil {
 		return nil, err
@@ -259,6 +291,19 @@ func RestoreWorkerPool(data []byte) (*WorkerPool, error) {
 		return nil, invalidState("restored pool breaks an invariant: " + err.Reason)
 	}
 	return &WorkerPool{c: c}, nil
+}
+
+// upgradeV1FinishTimes gives the terminal tasks of a version 1 state their
+// finish time: the completion time, else the state's logical time.
+func (c *coordinator) upgradeV1FinishTimes() {
+	for _, t := range c.tasks {
+		switch {
+		case t.hasCompleted:
+			t.finishedAt = t.completedAt
+		case t.status.Terminal():
+			t.finishedAt = c.logicalTime
+		}
+	}
 }
 
 // rebuildIndexes derives the queue, indexes, counters, worker lease sets and
@@ -275,6 +320,9 @@ func (c *coordinator) rebuildIndexes() *Error {
 		}
 		if t.status.Terminal() {
 			c.terminal++
+			if _, dup := c.byFinish.ReplaceOrInsert(t); dup {
+				return invalidState("duplicate finish index entry")
+			}
 		} else {
 			c.active++
 			if c.byAge.Has(t) {

@@ -121,7 +121,7 @@ func TestExport_RestoreRejectsCorruption(t *testing.T) {
 	}
 	check("trailing byte", append(bytes.Clone(state), 0))
 	bad := bytes.Clone(state)
-	bad[len(poolMagic)] = 2
+	bad[len(poolMagic)] = poolVersion + 1
 	check("future version", bad)
 }
 

@@ -6,7 +6,7 @@ import (
 	"github.com/google/btree"
 )
 
-// The scheduling index (I11). It exists only once a pool has used a
+// The scheduling index (I13). It exists only once a pool has used a
 // scheduling feature (coordinator.ensureSched); until then selection is
 // the queue's minimum, exactly contract A.9. Once it exists, every queued
 // task is in exactly one of:
@@ -25,7 +25,7 @@ import (
 // task is in the single untagged lane of its scan and lanes are ordered
 // by their heads' queue keys.
 
-// scanRec is one scan's settings and derived counts. Invariant (I11): it
+// scanRec is one scan's settings and derived counts. Invariant (I13): it
 // exists iff the scan has non-terminal tasks or non-zero settings.
 type scanRec struct {
 	id         string
@@ -132,7 +132,7 @@ func (s *scheduler) scan(id string) *scanRec {
 	return sc
 }
 
-// dropIfIdle removes a scan record that no longer needs to exist (I11).
+// dropIfIdle removes a scan record that no longer needs to exist (I13).
 func (s *scheduler) dropIfIdle(sc *scanRec) {
 	if sc.active == 0 && sc.settings == (ScanSettings{}) {
 		delete(s.scans, sc.id)
@@ -164,7 +164,7 @@ func (s *scheduler) addQueued(t *taskRec, logicalTime uint64) {
 }
 
 // removeQueued unindexes a queued task (leased, cancelled or expired);
-// logicalTime says where it is (I11). Taking a lane's head, the common
+// logicalTime says where it is (I13). Taking a lane's head, the common
 // case, needs no key comparisons.
 func (s *scheduler) removeQueued(t *taskRec, logicalTime uint64) {
 	if t.notBefore > logicalTime {

@@ -121,6 +121,8 @@ func allSentinels() []*Error {
 		ErrStaleOwnership, ErrLeaseExpired, ErrLeaseTTLOutOfRange, ErrConflictingResult, ErrMismatchedResultReceipt,
 		ErrResultCapacityReached, ErrResultTooLarge, ErrTotalResultBytesExceeded, ErrAggregateItemLimitExceeded,
 		ErrDuplicateAggregateTask, ErrMissingResult, ErrAggregateBytesExceeded, ErrStateInvariant, ErrInvalidState,
+		ErrTaskPurged,
+		ErrFailureReasonTooLong, ErrAttemptTimedOut,
 		ErrTaskNotLeasable, ErrScanCapacityReached,
 	}
 }

@@ -17,7 +17,7 @@ func (c *coordinator) checkInvariants() error {
 	return nil
 }
 
-// audit checks the invariants I1–I10 of ARCHITECTURE.md, one group at a
+// audit checks the invariants I1–I12 of ARCHITECTURE.md, one group at a
 // time. The caller holds the lock (or owns c exclusively, as Restore does).
 func (c *coordinator) audit() *Error {
 	if err := c.limits.Validate(); err != nil {
@@ -69,8 +69,8 @@ func (c *coordinator) auditTask(t *taskRec, tally *taskTally) *Error {
 	if !t.status.Valid() || t.version == 0 {
 		return auditError("I2: task status or record version is invalid")
 	}
-	if uint64(t.retryCount) != t.generation || t.retryCount > c.limits.MaxRetries {
-		return auditError("I5: retry count must equal the task generation and stay within max_retries")
+	if err := c.auditGeneration(t); err != nil {
+		return err
 	}
 	if t.attempt < t.retryCount {
 		return auditError("I5: attempt is below the retry count")
@@ -78,7 +78,16 @@ func (c *coordinator) auditTask(t *taskRec, tally *taskTally) *Error {
 	if t.createdAt > c.logicalTime {
 		return auditError("I8: task created after logical time")
 	}
+	if !t.status.Terminal() && t.finishedAt != 0 {
+		return auditError("I8: finish time on a task that is not terminal")
+	}
+	if t.status.Terminal() && (t.finishedAt < t.createdAt || t.finishedAt > c.logicalTime || (t.hasCompleted && t.finishedAt != t.completedAt)) {
+		return auditError("I8: finish time is before creation, after logical time, or not the completion time")
+	}
 	if err := c.auditTaskIndexes(t, tally); err != nil {
+		return err
+	}
+	if err := c.auditAttempts(t); err != nil {
 		return err
 	}
 	if t.hasLease {
@@ -89,19 +98,38 @@ func (c *coordinator) auditTask(t *taskRec, tally *taskTally) *Error {
 	return c.auditTaskProof(t)
 }
 
+// auditGeneration checks I5 and I11 for one task: its generation is the
+// base of its current run (runBase: the life's base, or after a re-run the
+// generation the re-run started) plus its retry count, within max_retries;
+// a re-run starts above the life's base (each re-run adds one generation at
+// least); the life's base is at most the generation floor.
+func (c *coordinator) auditGeneration(t *taskRec) *Error {
+	if t.retryCount > c.limits.MaxRetries || (t.reruns == 0) != (t.rerunBase == 0) ||
+		(t.reruns > 0 && (t.rerunBase <= t.lifeBase || uint64(t.reruns) > t.rerunBase-t.lifeBase)) {
+		return auditError("I5: retry or re-run counters are inconsistent")
+	}
+	if b := t.runBase(); t.generation < b || t.generation-b != uint64(t.retryCount) {
+		return auditError("I5: the task generation must be its run's base plus the retry count")
+	}
+	if t.lifeBase > c.generationFloor {
+		return auditError("I11: a task life starts above the generation floor")
+	}
+	return nil
+}
+
 // auditTaskIndexes checks that the age index holds exactly the
 // non-terminal tasks, the queue exactly the queued ones (I2, I3), and that
 // the status agrees with the lease and the start and completion times.
 func (c *coordinator) auditTaskIndexes(t *taskRec, tally *taskTally) *Error {
 	if t.status.Terminal() {
 		tally.terminal++
-		if c.byAge.Has(t) {
-			return auditError("I3: terminal task in the age index")
+		if c.byAge.Has(t) || !c.byFinish.Has(t) {
+			return auditError("I3: terminal task in the age index or missing from the finish index")
 		}
 	} else {
 		tally.active++
-		if !c.byAge.Has(t) {
-			return auditError("I3: non-terminal task missing from the age index")
+		if !c.byAge.Has(t) || c.byFinish.Has(t) {
+			return auditError("I3: non-terminal task missing from the age index or in the finish index")
 		}
 	}
 	inQueue := c.queue.Has(t)
@@ -193,7 +221,8 @@ func (c *coordinator) auditCounts(tally *taskTally) *Error {
 	if tally.active != c.active || tally.terminal != c.terminal {
 		return auditError("I1: active/terminal counters differ from the records")
 	}
-	if tally.queued != c.queue.Len() || tally.leased != c.byExpiry.Len() || tally.active != c.byAge.Len() {
+	if tally.queued != c.queue.Len() || tally.leased != c.byExpiry.Len() || tally.active != c.byAge.Len() ||
+		tally.terminal != c.byFinish.Len() {
 		return auditError("I2: an index holds records it should not")
 	}
 	if len(c.tasks) > l.MaxTaskRecords || tally.active > l.MaxActiveTasks || tally.queued > l.MaxQueuedTasks ||

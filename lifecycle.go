@@ -163,12 +163,16 @@ func (p *WorkerPool) AssignTask(expectedRevision, nowSecs uint64, taskID, worker
 }
 
 // leaseTask runs checks 2–3 and the task lookup shared by Start, Complete,
-// Fail and Renew. The caller holds the lock and has validated the lease.
+// Fail and Renew: a lease of a purged life is ErrTaskPurged (Part F), of no
+// task ErrTaskNotFound. The caller holds the lock and has validated the lease.
 func (c *coordinator) leaseTask(rev, now uint64, l TaskLease) (*taskRec, *Error) {
 	if err := c.begin(rev, now); err != nil {
 		return nil, err
 	}
 	t := c.tasks[l.taskID]
+	if err := c.purgedProof(t, l.taskID, l.taskGeneration); err != nil {
+		return nil, err
+	}
 	if t == nil {
 		return nil, &Error{Kind: KindTaskNotFound, TaskID: l.taskID}
 	}
@@ -178,7 +182,7 @@ func (c *coordinator) leaseTask(rev, now uint64, l TaskLease) (*taskRec, *Error)
 // StartTask moves a leased task to running (StartedAt = now). Replaying the
 // current lease on a running task returns AlreadyStarted while the lease is
 // unexpired. Errors: ErrInvalidTask/ErrInvalidWorker, ErrRevisionConflict,
-// ErrLogicalTimeRegression, ErrTaskNotFound, ErrStaleOwnership,
+// ErrLogicalTimeRegression, ErrTaskPurged, ErrTaskNotFound, ErrStaleOwnership,
 // ErrLeaseExpired, ErrCounterExhausted.
 func (p *WorkerPool) StartTask(expectedRevision, nowSecs uint64, lease TaskLease) (Transition[StartOutcome], error) {
 	c := p.c
@@ -214,7 +218,7 @@ func (p *WorkerPool) StartTask(expectedRevision, nowSecs uint64, lease TaskLease
 // retained and returned. Replaying the completing lease returns
 // AlreadyCompleted with the same receipt. Errors: ErrInvalidTask/
 // ErrInvalidWorker, ErrRevisionConflict, ErrLogicalTimeRegression,
-// ErrTaskNotFound, ErrStaleOwnership, ErrLeaseExpired, ErrInvalidTransition
+// ErrTaskPurged, ErrTaskNotFound, ErrStaleOwnership, ErrLeaseExpired, ErrInvalidTransition
 // (leased, not started), ErrCounterExhausted.
 func (p *WorkerPool) CompleteTask(expectedRevision, nowSecs uint64, lease TaskLease) (Transition[CompletionOutcome], error) {
 	c := p.c
@@ -245,7 +249,8 @@ func (p *WorkerPool) CompleteTask(expectedRevision, nowSecs uint64, lease TaskLe
 	case w != nil && !canBump(w.completed):
 		return Transition[CompletionOutcome]{}, exhausted("completed_tasks")
 	}
-	c.terminate(t, TaskCompleted)
+	c.endAttempt(t, nowSecs, AttemptCompleted, "")
+	c.terminate(t, TaskCompleted, nowSecs)
 	if w != nil {
 		w.completed++
 	}
@@ -267,11 +272,16 @@ func (p *WorkerPool) CompleteTask(expectedRevision, nowSecs uint64, lease TaskLe
 // generation while RetryCount < MaxRetries (Requeued), else it becomes failed
 // (RetryExhausted, retained; replaying the same lease returns an equal
 // outcome). Errors: ErrInvalidTask/ErrInvalidWorker, ErrRevisionConflict,
-// ErrLogicalTimeRegression, ErrTaskNotFound, ErrStaleOwnership,
+// ErrLogicalTimeRegression, ErrTaskPurged, ErrTaskNotFound, ErrStaleOwnership,
 // ErrLeaseExpired, ErrInvalidTransition, ErrQueuedTaskCapacityReached,
 // ErrCounterExhausted.
 func (p *WorkerPool) FailTask(expectedRevision, nowSecs uint64, lease TaskLease) (Transition[FailureOutcome], error) {
-	c := p.c
+	return p.c.failTask(expectedRevision, nowSecs, lease, "")
+}
+
+// failTask is FailTask retaining reason (validated by the caller) in the
+// attempt's history record.
+func (c *coordinator) failTask(expectedRevision, nowSecs uint64, lease TaskLease, reason string) (Transition[FailureOutcome], error) {
 	if err := validateLease(lease); err != nil {
 		return Transition[FailureOutcome]{}, err
 	}
@@ -293,6 +303,7 @@ func (p *WorkerPool) FailTask(expectedRevision, nowSecs uint64, lease TaskLease)
 	if err := c.planRetries([]*taskRec{t}); err != nil {
 		return Transition[FailureOutcome]{}, err
 	}
+	c.endAttempt(t, nowSecs, AttemptFailed, reason)
 	out := c.retry(t, nowSecs)
 	return Transition[FailureOutcome]{Revision: c.commit(nowSecs), Value: out}, nil
 }
@@ -301,7 +312,7 @@ func (p *WorkerPool) FailTask(expectedRevision, nowSecs uint64, lease TaskLease)
 // a new LeaseID and ExpiresAt = now + leaseTTL; attempt, generations and
 // AcquiredAt stay, and the old lease value becomes stale. Errors:
 // ErrInvalidTask/ErrInvalidWorker, ErrLeaseTTLOutOfRange,
-// ErrRevisionConflict, ErrLogicalTimeRegression, ErrTaskNotFound,
+// ErrRevisionConflict, ErrLogicalTimeRegression, ErrTaskPurged, ErrTaskNotFound,
 // ErrStaleOwnership, ErrLeaseExpired, ErrCounterExhausted.
 func (p *WorkerPool) RenewLease(expectedRevision, nowSecs uint64, lease TaskLease, leaseTTL uint64) (Transition[TaskLease], error) {
 	c := p.c
@@ -318,6 +329,9 @@ func (p *WorkerPool) RenewLease(expectedRevision, nowSecs uint64, lease TaskLeas
 		return Transition[TaskLease]{}, err
 	}
 	if err := c.checkLease(t, lease, nowSecs); err != nil {
+		return Transition[TaskLease]{}, err
+	}
+	if err := c.checkDeadline(t, nowSecs); err != nil {
 		return Transition[TaskLease]{}, err
 	}
 	switch {
@@ -370,6 +384,9 @@ func (p *WorkerPool) RecoverExpiredLeases(expectedRevision, nowSecs uint64) (Tra
 		affected[t.lease.workerID] = struct{}{}
 	}
 	sum := RecoverySummary{WorkersAffected: len(affected)}
-	c.recoverTasks(ts, nowSecs, &sum)
+	for _, t := range ts {
+		c.endAttempt(t, nowSecs, expiryOutcome(t), "")
+	}
+	c.recoverTasks(ts, &sum, nowSecs)
 	return Transition[RecoverySummary]{Revision: c.commit(nowSecs), Value: sum}, nil
 }

@@ -83,6 +83,14 @@ func (o TaskOwnership) Fence() (QueuedTaskFence, bool) { return o.fence, !o.isLe
 // Lease returns the lease, if this ownership is one.
 func (o TaskOwnership) Lease() (TaskLease, bool) { return o.lease, o.isLease }
 
+// taskGeneration returns the task generation the proof names.
+func (o TaskOwnership) taskGeneration() uint64 {
+	if o.isLease {
+		return o.lease.taskGeneration
+	}
+	return o.fence.taskGeneration
+}
+
 // TaskID returns the task the proof is for.
 func (o TaskOwnership) TaskID() string {
 	if o.isLease {
@@ -140,6 +148,7 @@ type ScanTask struct {
 	hasStarted     bool
 	completedAt    uint64
 	hasCompleted   bool
+	finishedAt     uint64
 	retryCount     uint32
 	attempt        uint32
 	taskGeneration uint64
@@ -147,6 +156,9 @@ type ScanTask struct {
 	lease          TaskLease
 	hasLease       bool
 	scheduling     TaskScheduling
+	timeout        uint64
+	history        []AttemptRecord
+	reruns         uint32
 }
 
 // TaskID returns the task's ID.
@@ -175,6 +187,11 @@ func (t ScanTask) StartedAt() (uint64, bool) { return t.startedAt, t.hasStarted 
 
 // CompletedAt returns when the task completed.
 func (t ScanTask) CompletedAt() (uint64, bool) { return t.completedAt, t.hasCompleted }
+
+// FinishedAt returns when the task became terminal (completed, failed,
+// cancelled or expired); false while it is not terminal (beyond contract
+// Part A: retention and purge select on it, docs/adr/0002-purge.md).
+func (t ScanTask) FinishedAt() (uint64, bool) { return t.finishedAt, t.status.Terminal() }
 
 // RetryCount returns how many times the task was requeued after a failure.
 func (t ScanTask) RetryCount() uint32 { return t.retryCount }

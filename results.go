@@ -38,7 +38,7 @@ type ResultAggregator struct {
 	// Invariant: limits.Validate() == nil.
 	limits ResultLimits
 
-	// revision counts accepted Stored commands; AlreadyStored replays and
+	// revision counts accepted Stored and PurgeResults commands; AlreadyStored replays and
 	// failures leave it alone.
 	// Invariant: revision >= len(results).
 	revision uint64

@@ -1,6 +1,6 @@
 package distributed
 
-// auditSched checks I11 (ARCHITECTURE.md): the scheduling index agrees
+// auditSched checks I13 (ARCHITECTURE.md): the scheduling index agrees
 // with the task records, the scan records hold exactly the scans that need
 // one with the right counts, and heads holds exactly the selectable lanes
 // at their keys. Without an index no record carries a scheduling field.
@@ -9,13 +9,13 @@ func (c *coordinator) auditSched() *Error {
 	if s == nil {
 		for _, t := range c.tasks {
 			if t.hasScheduling() {
-				return auditError("I11: a task has scheduling fields but the pool has no scheduling index")
+				return auditError("I13: a task has scheduling fields but the pool has no scheduling index")
 			}
 		}
 		return nil
 	}
 	if s.opts.validate() != nil {
-		return auditError("I11: scheduling options are invalid")
+		return auditError("I13: scheduling options are invalid")
 	}
 	counts := map[string]*ScanState{}
 	ready := 0
@@ -32,11 +32,11 @@ func (c *coordinator) auditSched() *Error {
 func (c *coordinator) auditSchedTask(t *taskRec, counts map[string]*ScanState, ready *int) *Error {
 	s := c.sched
 	if t.tagMask >= 1<<(TagExternal+1) || validateBackoff(t.backoffBase, t.backoffCap, taskError) != nil {
-		return auditError("I11: a task holds invalid scheduling fields")
+		return auditError("I13: a task holds invalid scheduling fields")
 	}
 	if t.status.Terminal() {
 		if s.delayed.Has(t) {
-			return auditError("I11: a terminal task is in the delayed index")
+			return auditError("I13: a terminal task is in the delayed index")
 		}
 		return nil
 	}
@@ -52,19 +52,19 @@ func (c *coordinator) auditSchedTask(t *taskRec, counts map[string]*ScanState, r
 	inDelayed := s.delayed.Has(t)
 	if t.status != TaskQueued {
 		if inDelayed {
-			return auditError("I11: a task that is not queued is in the delayed index")
+			return auditError("I13: a task that is not queued is in the delayed index")
 		}
 		return nil
 	}
 	if inDelayed != (t.notBefore > c.logicalTime) {
-		return auditError("I11: delayed index membership differs from the not-before time")
+		return auditError("I13: delayed index membership differs from the not-before time")
 	}
 	if inDelayed {
 		return nil
 	}
 	*ready++
 	if sc := s.scans[t.scanID]; sc == nil || !sc.laneHas(t) {
-		return auditError("I11: a due queued task is not in its lane")
+		return auditError("I13: a due queued task is not in its lane")
 	}
 	return nil
 }
@@ -90,13 +90,13 @@ func (c *coordinator) auditScans(counts map[string]*ScanState, ready int) *Error
 		}
 		switch {
 		case sc.id != id || !ValidIdentifier(id):
-			return auditError("I11: scan map key differs from its record")
+			return auditError("I13: scan map key differs from its record")
 		case sc.active != n.Active || sc.inFlight != n.InFlight:
-			return auditError("I11: scan counts differ from its tasks")
+			return auditError("I13: scan counts differ from its tasks")
 		case sc.active == 0 && sc.settings == (ScanSettings{}):
-			return auditError("I11: an idle scan without settings is retained")
+			return auditError("I13: an idle scan without settings is retained")
 		case sc.lastServed > c.lastLeaseID:
-			return auditError("I11: a scan was served by an unissued lease")
+			return auditError("I13: a scan was served by an unissued lease")
 		}
 		if sc.settings != (ScanSettings{}) {
 			configured++
@@ -113,12 +113,12 @@ func (c *coordinator) auditScans(counts map[string]*ScanState, ready int) *Error
 	}
 	for id := range counts {
 		if s.scans[id] == nil {
-			return auditError("I11: a scan with active tasks has no record")
+			return auditError("I13: a scan with active tasks has no record")
 		}
 	}
 	if laneTasks != ready || configured != s.configured || inHeads != s.heads.Len() ||
 		configured > c.limits.MaxTaskRecords {
-		return auditError("I11: lane, configured-scan or heads counts are inconsistent")
+		return auditError("I13: lane, configured-scan or heads counts are inconsistent")
 	}
 	return nil
 }
@@ -128,7 +128,7 @@ func (c *coordinator) auditScans(counts map[string]*ScanState, ready int) *Error
 func (c *coordinator) auditLane(sc *scanRec, i int, l *lane) *Error {
 	for _, o := range sc.lanes[:i] {
 		if o.mask == l.mask {
-			return auditError("I11: two lanes of a scan share a tag set")
+			return auditError("I13: two lanes of a scan share a tag set")
 		}
 	}
 	bad := false
@@ -140,11 +140,11 @@ func (c *coordinator) auditLane(sc *scanRec, i int, l *lane) *Error {
 	want := ok && sc.selectable()
 	switch {
 	case bad || l.scan != sc:
-		return auditError("I11: a lane holds a task of another scan, tag set or status")
+		return auditError("I13: a lane holds a task of another scan, tag set or status")
 	case l.inHeads != want || c.sched.heads.Has(l) != want:
-		return auditError("I11: heads membership differs from the lane's selectability")
+		return auditError("I13: heads membership differs from the lane's selectability")
 	case want && (l.keyPrio != head.priority || l.keyOrdinal != head.ordinal || l.keyServed != sc.lastServed):
-		return auditError("I11: a lane's heads key is stale")
+		return auditError("I13: a lane's heads key is stale")
 	}
 	return nil
 }

@@ -1,20 +1,21 @@
 package distributed
 
-// State export version 2 (contract A.13, Part F): written only when the
+// State export version 3 (contract A.13, Part F): written only when the
 // state holds scheduling data — non-zero SchedulingOptions, a task with a
 // scheduling field, or a scan record with settings or a fairness position
-// — so a pool used as contract Part A describes still exports version 1,
-// byte for byte. Version 2 is version 1 plus:
+// — so a pool that uses no scheduling feature still exports version 2,
+// byte for byte. Version 3 is version 2 plus:
 //
 //	after the header counters: BackoffBaseSecs BackoffCapSecs FairScans
 //	after each task:           notBefore tagMask backoffBase backoffCap
 //	after the workers:         scans: count, then each in scan-ID order:
 //	                           id MaxInFlight Paused lastServed
+//	                           (then version 2's extensions section)
 //
-// Restore of version 2 builds the scheduling index, and refuses a version 2
+// Restore of version 3 builds the scheduling index, and refuses a version 3
 // frame without scheduling data (it would not re-export to the same bytes).
 
-const poolVersionSched = 2
+const poolVersionSched = 3
 
 // exportsSched reports whether the state needs export version 2.
 func (c *coordinator) exportsSched() bool {
@@ -131,7 +132,7 @@ func (c *coordinator) restoreSched(o SchedulingOptions, scans []decodedScan) *Er
 		s.repositionScan(sc)
 	}
 	if !c.exportsSched() {
-		return invalidState("version 2 state carries no scheduling data")
+		return invalidState("version 3 state carries no scheduling data")
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -398,9 +399,9 @@ func TestWorkerPool_SchedulingOptionsValidation(t *testing.T) {
 	})
 }
 
-// A pool that never used a scheduling feature exports version 1 bytes; a
-// pool that did exports version 2, and a version 2 frame without any
-// scheduling data is refused.
+// A pool that never used a scheduling feature exports version 2 bytes (as
+// before scheduling); a pool that did exports version 3, and a version 3
+// frame without any scheduling data is refused.
 func TestWorkerPool_ExportVersionFollowsScheduling(t *testing.T) {
 	h := newHarness(t, smallLimits())
 	h.enqueueSched("t1", "s", PriorityNormal, TaskScheduling{})
@@ -419,17 +420,19 @@ func TestWorkerPool_ExportVersionFollowsScheduling(t *testing.T) {
 	if b := empty.export(); b[4] != poolVersion {
 		t.Fatal("an unused scheduling index changed the export version")
 	}
-	c := newCoordinator(smallLimits())
-	c.ensureSched()
+	l := smallLimits()
 	e := newEncoder(poolMagic, poolVersionSched)
-	for range 13 {
-		e.uvarint(0)
+	for _, v := range []uint64{uint64(l.MaxTaskRecords), uint64(l.MaxActiveTasks), uint64(l.MaxQueuedTasks),
+		uint64(l.MaxTerminalTasks), uint64(l.MaxWorkers), uint64(l.MaxRetries),
+		l.MaxLeaseTTLSecs, l.MaxTaskTTLSecs, l.HeartbeatTimeoutSecs, 0, 0, 0, 0, 0} {
+		e.uvarint(v)
 	}
 	SchedulingOptions{}.encode(e)
-	e.uvarint(0)
-	e.uvarint(0)
-	e.uvarint(0)
-	if _, err := RestoreWorkerPool(e.finish()); !errors.Is(err, ErrInvalidState) {
-		t.Fatalf("restore of an empty version 2 frame = %v", err)
+	e.uvarint(0) // tasks
+	e.uvarint(0) // workers
+	e.uvarint(0) // scans
+	var ie *Error
+	if _, err := RestoreWorkerPool(e.finish()); !errors.As(err, &ie) || ie.Kind != KindInvalidState || !strings.Contains(ie.Reason, "no scheduling data") {
+		t.Fatalf("restore of a version 3 frame without scheduling data = %v", err)
 	}
 }

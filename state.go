@@ -26,12 +26,22 @@ type taskRec struct {
 	hasStarted   bool
 	completedAt  uint64
 	hasCompleted bool
+	// finishedAt is when the task became terminal; 0 while it is not (I8).
+	finishedAt uint64
 
 	retryCount uint32
 	attempt    uint32 // Invariant (I5): only increases.
-	generation uint64 // Invariant (I5): only increases.
-	version    uint64 // Invariant (I6): +1 on every change of the record.
-	ordinal    uint64 // enqueue ordinal of the current queue entry
+	// generation is the base of the current run plus retryCount: the
+	// life's base (lifeBase) or, after a re-run, the generation the last
+	// re-run started (rerunBase).
+	// Invariant (I5): only increases; = runBase() + retryCount.
+	generation uint64
+	// lifeBase is the generation this life of the task ID started at: the
+	// coordinator's generationFloor at admission (I11: ≤ generationFloor).
+	// Proofs of lower generations are of purged lives (purge.go).
+	lifeBase uint64
+	version  uint64 // Invariant (I6): +1 on every change of the record.
+	ordinal  uint64 // enqueue ordinal of the current queue entry
 
 	// lease is the current lease; hasLease iff status is leased or running (I3).
 	lease    TaskLease
@@ -50,6 +60,14 @@ type taskRec struct {
 	proof    TaskOwnership
 	hasProof bool
 	receipt  CompletionReceipt
+
+	// Beyond contract Part A (attempts.go, rerun.go): the attempt timeout,
+	// the last attempts (I12), and the re-runs. rerunBase is the generation
+	// the last re-run started (0: never re-run; I5).
+	timeout   uint64
+	history   []AttemptRecord
+	reruns    uint32
+	rerunBase uint64
 }
 
 // workerRec is the retained record of one worker plus its treap links.
@@ -94,11 +112,17 @@ type coordinator struct {
 	logicalTime uint64
 	lastLeaseID uint64 // Invariant (I7): every issued lease ID is ≤ lastLeaseID.
 	lastOrdinal uint64
+	// generationFloor is the generation a newly admitted task starts at:
+	// above every generation of every purged task, so that no proof of a
+	// purged life matches a later life of the same task ID.
+	// Invariant (I11): only increases; 0 until the first purge.
+	generationFloor uint64
 
 	tasks    map[string]*taskRec
 	queue    *btree.BTreeG[*taskRec] // queued tasks in lease order (I2)
 	byExpiry *btree.BTreeG[*taskRec] // leased/running tasks by (ExpiresAt, LeaseID)
 	byAge    *btree.BTreeG[*taskRec] // non-terminal tasks by (CreatedAt, TaskID)
+	byFinish *btree.BTreeG[*taskRec] // terminal tasks by (finishedAt, TaskID), for purge
 	active   int                     // non-terminal tasks
 	terminal int                     // terminal tasks
 
@@ -127,6 +151,13 @@ func expiryLess(a, b *taskRec) bool {
 	return a.lease.leaseID < b.lease.leaseID
 }
 
+func finishLess(a, b *taskRec) bool {
+	if a.finishedAt != b.finishedAt {
+		return a.finishedAt < b.finishedAt
+	}
+	return a.id < b.id
+}
+
 func ageLess(a, b *taskRec) bool {
 	if a.createdAt != b.createdAt {
 		return a.createdAt < b.createdAt
@@ -143,6 +174,7 @@ func newCoordinator(l Limits) *coordinator {
 		queue:    btree.NewG(btreeDegree, queueLess),
 		byExpiry: btree.NewG(btreeDegree, expiryLess),
 		byAge:    btree.NewG(btreeDegree, ageLess),
+		byFinish: btree.NewG(btreeDegree, finishLess),
 		workers:  make(map[string]*workerRec),
 	}
 }
@@ -407,6 +439,7 @@ func (t *taskRec) view() ScanTask {
 		hasStarted:     t.hasStarted,
 		completedAt:    t.completedAt,
 		hasCompleted:   t.hasCompleted,
+		finishedAt:     t.finishedAt,
 		retryCount:     t.retryCount,
 		attempt:        t.attempt,
 		taskGeneration: t.generation,
@@ -414,6 +447,9 @@ func (t *taskRec) view() ScanTask {
 		lease:          t.lease,
 		hasLease:       t.hasLease,
 		scheduling:     t.scheduling(),
+		timeout:        t.timeout,
+		history:        cloneHistory(t.history),
+		reruns:         t.reruns,
 	}
 }
 

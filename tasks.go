@@ -18,6 +18,8 @@ func validateTaskSpec(s TaskSpec) *Error {
 		return &Error{Kind: KindInvalidTask, Reason: "too many phases"}
 	case !s.Priority.Valid():
 		return &Error{Kind: KindInvalidTask, Reason: "priority is invalid"}
+	case s.AttemptTimeoutSecs > MaxTaskTTLSecs:
+		return &Error{Kind: KindInvalidTask, Reason: "attempt timeout is too long"}
 	}
 	return validateScheduling(s.Scheduling)
 }
@@ -156,6 +158,10 @@ func (c *coordinator) admit(spec TaskSpec, now uint64) *taskRec {
 		tagMask:     mask,
 		backoffBase: spec.Scheduling.BackoffBaseSecs,
 		backoffCap:  spec.Scheduling.BackoffCapSecs,
+		timeout:     spec.AttemptTimeoutSecs,
+		// A new life starts at the floor (I11): 0 unless tasks were purged.
+		generation: c.generationFloor,
+		lifeBase:   c.generationFloor,
 	}
 	c.tasks[t.id] = t
 	c.active++
@@ -181,8 +187,8 @@ func (c *coordinator) pushQueue(t *taskRec) {
 // running task with its exact, unexpired lease. Replaying the proof that
 // cancelled the task returns AlreadyCancelled at the current revision.
 // Errors: ErrInvalidTask/ErrInvalidWorker (proof identifiers),
-// ErrRevisionConflict, ErrLogicalTimeRegression, ErrTaskNotFound,
-// ErrStaleOwnership, ErrLeaseExpired, ErrCounterExhausted.
+// ErrRevisionConflict, ErrLogicalTimeRegression, ErrTaskPurged (Part F),
+// ErrTaskNotFound, ErrStaleOwnership, ErrLeaseExpired, ErrCounterExhausted.
 func (q *TaskQueue) CancelTask(expectedRevision, nowSecs uint64, own TaskOwnership) (Transition[CancellationOutcome], error) {
 	var zero Transition[CancellationOutcome]
 	if lease, isLease := own.Lease(); isLease {
@@ -199,6 +205,9 @@ func (q *TaskQueue) CancelTask(expectedRevision, nowSecs uint64, own TaskOwnersh
 		return zero, err
 	}
 	t := c.tasks[own.TaskID()]
+	if err := c.purgedProof(t, own.TaskID(), own.taskGeneration()); err != nil {
+		return zero, err
+	}
 	if t == nil {
 		return zero, &Error{Kind: KindTaskNotFound, TaskID: own.TaskID()}
 	}
@@ -218,7 +227,10 @@ func (q *TaskQueue) CancelTask(expectedRevision, nowSecs uint64, own TaskOwnersh
 	if !canBump(t.version) {
 		return zero, exhausted("record_version")
 	}
-	c.terminate(t, TaskCancelled)
+	if t.hasLease {
+		c.endAttempt(t, nowSecs, AttemptCancelled, "")
+	}
+	c.terminate(t, TaskCancelled, nowSecs)
 	t.proof, t.hasProof = own, true
 	return Transition[CancellationOutcome]{Revision: c.commit(nowSecs), Value: CancellationOutcome{Kind: Cancelled}}, nil
 }
@@ -267,7 +279,10 @@ func (q *TaskQueue) CancelTaskByID(expectedRevision, nowSecs uint64, taskID stri
 	if t.hasLease {
 		own = OwnershipFromLease(t.lease)
 	}
-	c.terminate(t, TaskCancelled)
+	if t.hasLease {
+		c.endAttempt(t, nowSecs, AttemptCancelled, "")
+	}
+	c.terminate(t, TaskCancelled, nowSecs)
 	t.proof, t.hasProof = own, true
 	return Transition[CancellationOutcome]{Revision: c.commit(nowSecs), Value: CancellationOutcome{Kind: Cancelled}}, nil
 }
@@ -281,10 +296,11 @@ func (t *taskRec) fence() QueuedTaskFence {
 	return QueuedTaskFence{taskID: t.id, taskGeneration: t.generation, recordVersion: t.version}
 }
 
-// terminate moves a non-terminal task to a terminal status: it leaves the
-// queue or releases its worker, and stops counting as active. The caller has
-// checked that t.version can be bumped.
-func (c *coordinator) terminate(t *taskRec, status TaskStatus) {
+// terminate moves a non-terminal task to a terminal status at now: it
+// leaves the queue or releases its worker, stops counting as active and
+// enters the finish index. The caller has checked that t.version can be
+// bumped.
+func (c *coordinator) terminate(t *taskRec, status TaskStatus, now uint64) {
 	switch {
 	case t.status == TaskQueued:
 		c.queue.Delete(t)
@@ -304,6 +320,8 @@ func (c *coordinator) terminate(t *taskRec, status TaskStatus) {
 	}
 	t.status = status
 	t.version++
+	t.finishedAt = now
+	c.byFinish.ReplaceOrInsert(t)
 }
 
 // ExpireOldTasks expires every non-terminal task with now − CreatedAt ≥
@@ -344,7 +362,10 @@ func (q *TaskQueue) ExpireOldTasks(expectedRevision, nowSecs, maxAgeSecs uint64)
 		}
 	}
 	for _, t := range old {
-		c.terminate(t, TaskExpired)
+		if t.hasLease {
+			c.endAttempt(t, nowSecs, AttemptTaskExpired, "")
+		}
+		c.terminate(t, TaskExpired, nowSecs)
 	}
 	return Transition[int]{Revision: c.commit(nowSecs), Value: len(old)}, nil
 }
@@ -469,14 +490,14 @@ func (c *coordinator) retry(t *taskRec, now uint64) FailureOutcome {
 		c.pushQueue(t)
 		return FailureOutcome{Kind: Requeued, TaskGeneration: t.generation, RetryCount: t.retryCount}
 	}
-	c.terminate(t, TaskFailed)
+	c.terminate(t, TaskFailed, now)
 	t.proof, t.hasProof = OwnershipFromLease(lease), true
 	return FailureOutcome{Kind: RetryExhausted, TaskGeneration: t.generation, RetryCount: t.retryCount}
 }
 
 // recoverTasks applies the retry rule to ts in lease-ID order (ts is sorted by
 // the caller) and fills in the summary's task counts.
-func (c *coordinator) recoverTasks(ts []*taskRec, now uint64, sum *RecoverySummary) {
+func (c *coordinator) recoverTasks(ts []*taskRec, sum *RecoverySummary, now uint64) {
 	for _, t := range ts {
 		if c.retry(t, now).Kind == Requeued {
 			sum.TasksRequeued++

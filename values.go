@@ -179,6 +179,11 @@ type TaskSpec struct {
 	// Scheduling is beyond contract Part A (Part F); the zero value asks
 	// for nothing.
 	Scheduling TaskScheduling
+
+	// AttemptTimeoutSecs (beyond contract Part A; 0: none) bounds each
+	// attempt: a lease is not renewed at or after its AcquiredAt +
+	// AttemptTimeoutSecs (ErrAttemptTimedOut). At most MaxTaskTTLSecs.
+	AttemptTimeoutSecs uint64
 }
 
 // WorkerSpec describes a worker at registration or reactivation.

@@ -213,7 +213,8 @@ func (c *coordinator) loseWorkers(now uint64, ws []*workerRec) (Transition[Recov
 		}
 	}
 	sum := RecoverySummary{WorkersAffected: len(ws)}
-	c.recoverTasks(ts, now, &sum)
+	c.endAttempts(ts, now, AttemptWorkerLost)
+	c.recoverTasks(ts, &sum, now)
 	c.goOffline(ws)
 	return Transition[RecoverySummary]{Revision: c.commit(now), Value: sum}, nil
 }

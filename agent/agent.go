@@ -27,6 +27,10 @@ type Task struct {
 	// leases, so downstream stores can reject writes from older attempts.
 	Fence    uint64
 	Priority uint32
+	// AttemptTimeout bounds the attempt (0: none): the agent kills the
+	// command's process group (or cancels the Handler's context) after it
+	// and fails the attempt with reason "timeout".
+	AttemptTimeout time.Duration
 }
 
 // HandlerFunc runs one task in process and returns its result. It must

@@ -25,6 +25,9 @@ const (
 	stopAbandon
 	// stopAbort: the drain's grace ran out; kill, fail the attempt.
 	stopAbort
+	// stopTimeout: the attempt timeout passed; kill, fail the attempt with
+	// reason "timeout".
+	stopTimeout
 )
 
 // running is one task in flight.
@@ -48,6 +51,7 @@ func (a *Agent) newRunning(lt *pb.LeasedTask) *running {
 		task: Task{
 			TaskID: lt.GetTaskId(), ScanID: lt.GetScanId(), Target: lt.GetTargetRef(),
 			Phases: lt.GetPhases(), Attempt: lt.GetAttempt(), Fence: lt.GetLeaseId(), Priority: lt.GetPriority(),
+			AttemptTimeout: time.Duration(min(lt.GetAttemptTimeoutSecs(), maxAttemptTimeoutSecs)) * time.Second,
 		},
 		started: lt.GetStarted(),
 		token:   lt.GetLeaseToken(),
@@ -72,6 +76,7 @@ type outcome struct {
 	result   []byte
 	tooLarge bool
 	err      error
+	stderr   string // the tail of the command's stderr, for a failure reason
 }
 
 // renewInterval is how often a running task's lease is renewed, and how
@@ -99,8 +104,12 @@ func (a *Agent) runTask(hard context.Context, r *running) {
 	go func() { done <- a.execute(ctx, r.task, log) }()
 	renew := time.NewTicker(renewInterval(ttl))
 	defer renew.Stop()
+	timeout := attemptTimer(r.task.AttemptTimeout)
+	defer timeout.Stop()
 	for {
 		select {
+		case <-timeout.C:
+			r.stop(stopTimeout)
 		case out := <-done:
 			a.report(hard, r, out, deadline, log)
 			return
@@ -111,14 +120,18 @@ func (a *Agent) runTask(hard context.Context, r *running) {
 			return
 		case <-r.stopCh:
 			cancel()
-			<-done
-			if stopReason(r.reason.Load()) == stopAbandon {
+			out := <-done
+			switch stopReason(r.reason.Load()) {
+			case stopAbandon:
 				log.Warn("task abandoned: lease no longer ours")
 				a.abandoned.Add(1)
-				return
+			case stopTimeout:
+				log.Warn("task killed: attempt timeout", slog.Duration("timeout", r.task.AttemptTimeout))
+				a.fail(hard, r, deadline, log, failureReason("timeout: killed after "+r.task.AttemptTimeout.String(), out.stderr))
+			default:
+				log.Warn("task killed: drain grace period over")
+				a.fail(hard, r, deadline, log, failureReason("killed: the agent's drain grace period ran out", out.stderr))
 			}
-			log.Warn("task killed: drain grace period over")
-			a.fail(hard, r, deadline, log)
 			return
 		case <-renew.C:
 			rctx, rcancel := context.WithTimeout(hard, renewInterval(ttl))
@@ -129,6 +142,10 @@ func (a *Agent) runTask(hard context.Context, r *running) {
 				r.token = resp.GetLeaseToken()
 				deadline = time.Now().Add(ttl)
 			case hard.Err() != nil:
+			case errors.Is(err, distributed.ErrAttemptTimedOut):
+				// The server's deadline passed before our timer fired: the
+				// lease is still ours until it expires, so report the timeout.
+				r.stop(stopTimeout)
 			case client.IsUnreachable(err) || errors.Is(err, context.DeadlineExceeded):
 				if time.Now().After(deadline) {
 					log.Warn("lease expired while the server was unreachable")
@@ -181,9 +198,9 @@ func (a *Agent) execute(ctx context.Context, t Task, log *slog.Logger) outcome {
 	killGroup(cmd)
 	stderr.flush()
 	if err != nil {
-		return outcome{err: err}
+		return outcome{err: err, stderr: stderr.tail.String()}
 	}
-	return outcome{result: stdout.buf, tooLarge: stdout.over}
+	return outcome{result: stdout.buf, tooLarge: stdout.over, stderr: stderr.tail.String()}
 }
 
 // report completes or fails the task after it ended on its own.
@@ -191,11 +208,11 @@ func (a *Agent) report(ctx context.Context, r *running, out outcome, deadline ti
 	switch {
 	case out.err != nil:
 		log.Info("task failed", slog.String("err", out.err.Error()))
-		a.fail(ctx, r, deadline, log)
+		a.fail(ctx, r, deadline, log, failureReason(exitReason(out.err, a.cfg.Handler != nil), out.stderr))
 		return
 	case out.tooLarge:
 		log.Warn("task output exceeds the result limit; failing the attempt", slog.Int64("max_result_bytes", a.maxResult.Load()))
-		a.fail(ctx, r, deadline, log)
+		a.fail(ctx, r, deadline, log, failureReason(outputTooLarge(a.maxResult.Load()), out.stderr))
 		return
 	}
 	err := retryUntil(ctx, deadline, func() error {
@@ -207,17 +224,17 @@ func (a *Agent) report(ctx context.Context, r *running, out outcome, deadline ti
 		a.completed.Add(1)
 	case errors.Is(err, distributed.ErrResultTooLarge):
 		log.Warn("server rejected the result as too large; failing the attempt", slog.String("err", err.Error()))
-		a.fail(ctx, r, deadline, log)
+		a.fail(ctx, r, deadline, log, failureReason(outputTooLarge(a.maxResult.Load())+" (refused by the server)", out.stderr))
 	default:
 		log.Warn("complete rejected", slog.String("err", err.Error()))
 		a.abandoned.Add(1)
 	}
 }
 
-// fail reports a failed attempt.
-func (a *Agent) fail(ctx context.Context, r *running, deadline time.Time, log *slog.Logger) {
+// fail reports a failed attempt with its reason (bounded by failureReason).
+func (a *Agent) fail(ctx context.Context, r *running, deadline time.Time, log *slog.Logger, reason string) {
 	err := retryUntil(ctx, deadline, func() error {
-		_, err := a.c.Fail(ctx, &pb.FailRequest{LeaseToken: r.token})
+		_, err := a.c.Fail(ctx, &pb.FailRequest{LeaseToken: r.token, Reason: reason})
 		return err
 	})
 	if err != nil {
@@ -260,16 +277,19 @@ func (b *boundedBuffer) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// lineLogger logs each line written to it (bounded to 4 KiB per line).
+// lineLogger logs each line written to it (bounded to 4 KiB per line) and
+// keeps the tail of everything written, for the failure reason.
 type lineLogger struct {
 	log     *slog.Logger
 	partial []byte
+	tail    tailBuffer
 }
 
 const maxStderrLine = 4096
 
 func (l *lineLogger) Write(p []byte) (int, error) {
 	n := len(p)
+	l.tail.Write(p)
 	for len(p) > 0 {
 		i := bytes.IndexByte(p, '\n')
 		if i < 0 {

@@ -200,6 +200,7 @@ var replaySafe = map[string]bool{
 	"Producer.GetTask":      true,
 	"Producer.ListTasks":    true,
 	"Producer.ScanProgress": true,
+	"Producer.Retry":        true,
 	"Admin.Status":          true,
 	"Admin.ListWorkers":     true,
 	"Cluster.Members":       true,
@@ -438,6 +439,24 @@ func (c *Client) ScanProgress(ctx context.Context, req *pb.ScanProgressRequest) 
 	return call(ctx, c, "Producer.ScanProgress", req, c.producer.ScanProgress)
 }
 
+// DeleteScan purges every task of a scan and their results (contract Part
+// F, docs/adr/0002-purge.md). A scan with a queued, leased or running task
+// fails with invalid_transition (errors.Is(err,
+// distributed.ErrInvalidTransition)) unless Force, which cancels those
+// first; a scan without tasks (never enqueued, or deleted before: a retry
+// after a lost reply) fails with scan_not_found. Lease tokens of the
+// purged tasks fail with task_purged from then on.
+func (c *Client) DeleteScan(ctx context.Context, req *pb.DeleteScanRequest) (*pb.DeleteScanResponse, error) {
+	return call(ctx, c, "Producer.DeleteScan", req, c.producer.DeleteScan)
+}
+
+// PurgeTasks purges the named terminal tasks and their results; an unknown
+// (task_not_found) or non-terminal (invalid_transition) one refuses the
+// whole request and nothing is purged.
+func (c *Client) PurgeTasks(ctx context.Context, req *pb.PurgeTasksRequest) (*pb.PurgeTasksResponse, error) {
+	return call(ctx, c, "Producer.PurgeTasks", req, c.producer.PurgeTasks)
+}
+
 // Admin service.
 
 // Status returns the node's and the caller's tenant's status.
@@ -453,6 +472,12 @@ func (c *Client) ListWorkers(ctx context.Context, req *pb.ListWorkersRequest) (*
 // CreateTenant creates a tenant (system tenant admin keys only).
 func (c *Client) CreateTenant(ctx context.Context, req *pb.CreateTenantRequest) (*pb.CreateTenantResponse, error) {
 	return call(ctx, c, "Admin.CreateTenant", req, c.admin.CreateTenant)
+}
+
+// UpdateTenant changes a tenant's result retention (its own tenant's for a
+// tenant admin key; any tenant's for a system admin key).
+func (c *Client) UpdateTenant(ctx context.Context, req *pb.UpdateTenantRequest) (*pb.UpdateTenantResponse, error) {
+	return call(ctx, c, "Admin.UpdateTenant", req, c.admin.UpdateTenant)
 }
 
 // CreateKey creates an API key; the response shows the key once.

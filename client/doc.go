@@ -59,6 +59,9 @@
 //	                                 with task_already_exists, which
 //	                                 EnqueueTargets resolves
 //	Producer.Cancel          yes     AlreadyCancelled
+//	Producer.Retry           yes     tasks already queued are left as they
+//	                                 are (only a task that became terminal
+//	                                 again in between is re-run again)
 //	Worker.RegisterWorker    no      a replay fails worker_already_exists,
 //	                                 which the caller cannot tell from a
 //	                                 real conflict

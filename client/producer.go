@@ -100,6 +100,10 @@ type EnqueueOptions struct {
 	ProgressFunc func(done int)
 	// Schedule holds scheduling fields for every task (schedule.go).
 	Schedule Schedule
+	// AttemptTimeoutSecs bounds each attempt of every task (0: none): the
+	// agent stops the command after it and fails the attempt with reason
+	// "timeout"; renewals past it are refused.
+	AttemptTimeoutSecs uint64
 }
 
 // EnqueueResult reports what EnqueueTargets did.
@@ -159,7 +163,7 @@ func (c *Client) EnqueueTargets(ctx context.Context, opts EnqueueOptions, target
 			tasks = append(tasks, nt)
 		}
 		for len(tasks) > 0 {
-			_, err := c.Enqueue(ctx, &pb.EnqueueRequest{Tasks: tasks})
+			_, err := c.Enqueue(ctx, &pb.EnqueueRequest{Tasks: tasks, AttemptTimeoutSecs: opts.AttemptTimeoutSecs})
 			if err == nil {
 				res.Enqueued += len(tasks)
 				break

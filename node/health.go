@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/termivar/distributed/internal/metrics"
 	"github.com/termivar/distributed/raftfsm"
 )
 
@@ -130,9 +131,12 @@ func (n *Node) storeWatchLoop(ctx context.Context) {
 }
 
 // watchedLogStore reports the outcome of every write to the node's health.
+// It also times every write (raft-wal's append with its fsync) into the
+// node's metrics.
 type watchedLogStore struct {
 	raft.LogStore
 	h *health
+	m *metrics.Node
 }
 
 var _ raft.MonotonicLogStore = (*watchedLogStore)(nil)
@@ -140,8 +144,11 @@ var _ raft.MonotonicLogStore = (*watchedLogStore)(nil)
 func (s *watchedLogStore) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.Log{l}) }
 
 func (s *watchedLogStore) StoreLogs(logs []*raft.Log) error {
+	start := time.Now()
 	err := s.LogStore.StoreLogs(logs)
-	s.h.storeResult(err, time.Now())
+	end := time.Now()
+	s.m.ObserveStore(end.Sub(start))
+	s.h.storeResult(err, end)
 	return err
 }
 

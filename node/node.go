@@ -35,10 +35,15 @@ import (
 	"github.com/hashicorp/raft"
 	wal "github.com/hashicorp/raft-wal"
 	"github.com/hashicorp/raft-wal/metadb"
+	walmetrics "github.com/hashicorp/raft-wal/metrics"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	distributed "github.com/termivar/distributed"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/internal/metrics"
 	"github.com/termivar/distributed/internal/token"
+	"github.com/termivar/distributed/internal/tracing"
 	"github.com/termivar/distributed/internal/wire"
 	"github.com/termivar/distributed/raftfsm"
 )
@@ -62,8 +67,17 @@ type Config struct {
 	// Logger receives node diagnostics; nil discards them.
 	Logger *slog.Logger
 	// RaftLogOutput receives hashicorp/raft's own log at warn level; nil
-	// discards it.
+	// discards it. Ignored when RaftLogger is set.
 	RaftLogOutput io.Writer
+	// RaftLogger, when set, receives hashicorp/raft's and raft-wal's log
+	// (serve routes it into its slog logger: internal/logging.HCLog).
+	RaftLogger hclog.Logger
+	// Metrics receives the raft instruments (apply latency, batch size,
+	// log store latency, snapshots, leader changes, recoveries, raft-wal's
+	// counters); nil records nothing.
+	Metrics *metrics.Node
+	// TracerProvider makes the spans of raft proposals; nil: no spans.
+	TracerProvider trace.TracerProvider
 	// MaxBatchCommands bounds the commands coalesced into one log entry
 	// (default 1024, at most raftfsm.MaxBatchCommands).
 	MaxBatchCommands int
@@ -147,6 +161,9 @@ func (c *Config) setDefaults() {
 	if c.RaftLogOutput == nil {
 		c.RaftLogOutput = io.Discard
 	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = noop.NewTracerProvider()
+	}
 	if c.MaxBatchCommands <= 0 || c.MaxBatchCommands > raftfsm.MaxBatchCommands {
 		c.MaxBatchCommands = 1024
 	}
@@ -215,6 +232,7 @@ type Node struct {
 	// first thing in Close; every background loop and call derives from it.
 	life      *lifetime
 	prop      *proposer // set in start, once raft runs
+	tracer    trace.Tracer
 	closeOnce sync.Once
 }
 
@@ -298,9 +316,12 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 func (n *Node) start(ctx context.Context, existing, wroteSecret bool) error {
 	cfg := n.cfg
 	n.prop = newProposer(n.raft, n.fsm.LastTime, cfg.NowFunc, cfg.MaxBatchCommands, n.life.Done())
+	n.prop.m = cfg.Metrics
+	n.tracer = cfg.TracerProvider.Tracer(tracing.InstrumentationName)
 	n.life.Go(n.prop.run)
 	n.life.Go(n.prop.respond)
 	n.life.Go(n.storeWatchLoop)
+	n.life.Go(n.leaderLoop)
 	if existing {
 		n.warnPeersDiffer()
 	}
@@ -339,7 +360,10 @@ func (n *Node) start(ctx context.Context, existing, wroteSecret bool) error {
 // reports whether raft state existed.
 func (n *Node) openRaft() (bool, error) {
 	cfg := n.cfg
-	hl := hclog.New(&hclog.LoggerOptions{Name: "raft", Output: cfg.RaftLogOutput, Level: hclog.Warn})
+	hl := cfg.RaftLogger
+	if hl == nil {
+		hl = hclog.New(&hclog.LoggerOptions{Name: "raft", Output: cfg.RaftLogOutput, Level: hclog.Warn})
+	}
 	// NB: WAL.Close does not close its meta DB (and so keeps the bolt file
 	// lock); the node owns the meta store and closes it after the WAL.
 	// NB: scanWALSegments checks every byte of the segments before raft-wal
@@ -352,7 +376,12 @@ func (n *Node) openRaft() (bool, error) {
 	if cfg.walSegmentBytes > 0 {
 		segSize = wal.WithSegmentSize(cfg.walSegmentBytes)
 	}
-	w, err := wal.Open(filepath.Join(cfg.DataDir, raftDir, "wal"), wal.WithLogger(hl), wal.WithMetaStore(n.meta), segSize)
+	var walMetrics walmetrics.Collector = &walmetrics.NoOpCollector{}
+	if cfg.Metrics != nil {
+		walMetrics = cfg.Metrics
+	}
+	w, err := wal.Open(filepath.Join(cfg.DataDir, raftDir, "wal"), wal.WithLogger(hl), wal.WithMetaStore(n.meta), segSize,
+		wal.WithMetricsCollector(walMetrics))
 	if err != nil {
 		return false, fmt.Errorf("node: open raft-wal: %w", err)
 	}
@@ -394,7 +423,7 @@ func (n *Node) openRaft() (bool, error) {
 	if cfg.wrapLogStore != nil {
 		logs = cfg.wrapLogStore(logs)
 	}
-	logs = &watchedLogStore{LogStore: logs, h: n.hl}
+	logs = &watchedLogStore{LogStore: logs, h: n.hl, m: cfg.Metrics}
 	existing, err := raft.HasExistingState(logs, w, snaps)
 	if err != nil {
 		return false, err
@@ -407,7 +436,7 @@ func (n *Node) openRaft() (bool, error) {
 			return false, fmt.Errorf("node: bootstrap: %w", err)
 		}
 	}
-	r, err := raft.NewRaft(rc, n.fsm, logs, w, snaps, trans)
+	r, err := raft.NewRaft(rc, observedFSM{FSM: n.fsm, m: cfg.Metrics, log: n.log}, logs, w, snaps, trans)
 	if err != nil {
 		return false, fmt.Errorf("node: start raft: %w", err)
 	}

@@ -6,8 +6,13 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/internal/metrics"
 	"github.com/termivar/distributed/raftfsm"
 )
 
@@ -39,6 +44,7 @@ type proposer struct {
 
 	proposals chan *proposal
 	inflight  chan *inflightBatch // at most two entries in flight
+	m         *metrics.Node       // apply latency and batch size; nil: none
 }
 
 func newProposer(r raftApplier, lastTime func() uint64, now func() time.Time, maxBatch int, closed <-chan struct{}) *proposer {
@@ -63,6 +69,7 @@ type inflightBatch struct {
 	fut   raft.ApplyFuture
 	props []*proposal
 	err   error
+	start time.Time // when the entry went to raft
 }
 
 // Propose stamps cmd with the leader's time, coalesces it with concurrent
@@ -72,15 +79,38 @@ type inflightBatch struct {
 // node has failed).
 //
 // NB: if ctx ends first the command may still be applied.
-func (n *Node) Propose(ctx context.Context, cmd *pb.Command) (raftfsm.Response, error) {
+func (n *Node) Propose(ctx context.Context, cmd *pb.Command) (_ raftfsm.Response, err error) {
 	if err := n.Err(); err != nil {
 		return raftfsm.Response{}, err // a failed node commits nothing more (health.go)
 	}
+	tr := n.tracer
+	if tr == nil {
+		tr = noop.NewTracerProvider().Tracer("")
+	}
+	ctx, span := tr.Start(ctx, "raft.propose", trace.WithAttributes(attribute.String("termivar.op", opName(cmd))))
+	defer func() { endSpan(span, err) }()
 	p, err := n.prop.submit(ctx, cmd)
 	if err != nil {
 		return raftfsm.Response{}, err
 	}
 	return p.wait(ctx)
+}
+
+// opName is the name of cmd's operation (e.g. "Complete"), for spans.
+func opName(cmd *pb.Command) string {
+	m := cmd.ProtoReflect()
+	if f := m.WhichOneof(m.Descriptor().Oneofs().ByName("op")); f != nil {
+		return string(f.Name())
+	}
+	return "unknown"
+}
+
+// endSpan ends a proposal's span, marking an infrastructure failure.
+func endSpan(span trace.Span, err error) {
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
 }
 
 // submit queues cmd for the next entry; ErrClosed once the node's
@@ -134,7 +164,7 @@ func (pr *proposer) run(ctx context.Context) {
 		batch = pr.drain(batch)
 		now := max(lastStamp, pr.lastTime(), uint64(max(pr.now().Unix(), 0)))
 		lastStamp = now
-		ib := &inflightBatch{props: append([]*proposal(nil), batch...)}
+		ib := &inflightBatch{props: append([]*proposal(nil), batch...), start: time.Now()}
 		data, err := marshalCommand(batchCommand(batch, now))
 		if err != nil {
 			ib.err = err
@@ -195,6 +225,9 @@ func (pr *proposer) failPending() {
 func (pr *proposer) respond(context.Context) {
 	for ib := range pr.inflight {
 		finish(ib)
+		if ib.err == nil {
+			pr.m.ObserveApply(len(ib.props), time.Since(ib.start))
+		}
 	}
 }
 

@@ -48,7 +48,9 @@ func (n *Node) Tick(ctx context.Context) {
 			}
 			if r.Err != nil {
 				n.log.Warn("background recovery rejected", "tenant", name, "kind", raftfsm.KindOf(r.Err))
+				continue
 			}
+			n.logRecovery(name, op, r)
 		}
 	}
 }

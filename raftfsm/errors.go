@@ -34,6 +34,9 @@ const (
 	// KindKeyLimit: the key table (live and revoked records) holds
 	// MaxKeyRecords.
 	KindKeyLimit
+	// KindScanNotFound: DeleteScan (PurgeTasks whole_scan) names a scan
+	// with no task records (never enqueued, or already deleted).
+	KindScanNotFound
 	kindEnd
 )
 
@@ -68,6 +71,8 @@ func (k ErrorKind) String() string {
 		return "last_admin_key"
 	case KindKeyLimit:
 		return "key_limit"
+	case KindScanNotFound:
+		return "scan_not_found"
 	}
 	return "unknown"
 }
@@ -97,6 +102,7 @@ var (
 	ErrKeyNotFound        = &Error{Kind: KindKeyNotFound}
 	ErrLastAdminKey       = &Error{Kind: KindLastAdminKey}
 	ErrKeyLimit           = &Error{Kind: KindKeyLimit}
+	ErrScanNotFound       = &Error{Kind: KindScanNotFound}
 )
 
 func fsmErr(k ErrorKind, reason string) *Error { return &Error{Kind: k, Reason: reason} }

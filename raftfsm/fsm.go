@@ -108,9 +108,12 @@ type Tenant struct {
 	resultLimits distributed.ResultLimits
 	pool         *distributed.WorkerPool
 	results      *distributed.ResultAggregator
-	owners       map[string]string       // worker ID → key ID of the worker key that registered it
-	scans        map[string][]string     // scan ID → task IDs in enqueue order
-	schedules    map[string]*pb.Schedule // recurring scans by name (recurring.go)
+	owners       map[string]string   // worker ID → key ID of the worker key that registered it
+	scans        map[string][]string // scan ID → task IDs in enqueue order (purged IDs removed)
+	// retentionSecs is the result retention policy: terminal tasks older
+	// than this are purged by the leader's ticker (0: off; purge.go).
+	retentionSecs uint64
+	schedules     map[string]*pb.Schedule // recurring scans by name (recurring.go)
 }
 
 // FSM implements raft.FSM. Create it with New.
@@ -220,6 +223,8 @@ func (f *FSM) applyOneAt(cmd *pb.Command, now uint64) Response {
 		return f.applyRotateKey(cmd.GetPrincipal(), op.RotateKey, now)
 	case *pb.Command_SetNodeInfo:
 		return f.applySetNodeInfo(op.SetNodeInfo)
+	case *pb.Command_UpdateTenant:
+		return f.applyUpdateTenant(op.UpdateTenant)
 	case *pb.Command_Batch, nil:
 		return Response{Err: fsmErr(KindInvalidCommand, "operation is missing or nested")}
 	}
@@ -293,12 +298,14 @@ func (f *FSM) applyEnqueue(t *Tenant, e *pb.EnqueueTasks, rev, now uint64) Respo
 			return Response{Err: err}
 		}
 		specs[i] = distributed.TaskSpec{
-			TaskID:     s.GetTaskId(),
-			ScanID:     s.GetScanId(),
-			TargetRef:  string(s.GetTargetRef()),
-			Phases:     s.GetPhases(),
-			Priority:   distributed.TaskPriority(s.GetPriority()),
-			Scheduling: sched,
+			TaskID:    s.GetTaskId(),
+			ScanID:    s.GetScanId(),
+			TargetRef: string(s.GetTargetRef()),
+			Phases:    s.GetPhases(),
+			Priority:  distributed.TaskPriority(s.GetPriority()),
+
+			AttemptTimeoutSecs: s.GetAttemptTimeoutSecs(),
+			Scheduling:         sched,
 		}
 	}
 	tr, err := p.EnqueueBatch(rev, now, specs)
@@ -422,10 +429,14 @@ func (f *FSM) applyCreateTenant(c *pb.CreateTenant) Response {
 	if err != nil {
 		return Response{Err: err}
 	}
+	if err := checkRetention(c.GetResultRetentionSecs()); err != nil {
+		return Response{Err: err}
+	}
 	t, err := newTenant(c.GetName(), lim, rl, SchedulingFromProto(c.GetScheduling()))
 	if err != nil {
 		return Response{Err: err}
 	}
+	t.retentionSecs = c.GetResultRetentionSecs()
 	f.tenants[t.name] = t
 	return Response{}
 }

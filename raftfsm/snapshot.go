@@ -54,7 +54,7 @@ func (f *FSM) ExportState() ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		ts := &pb.TenantState{Name: name, Limits: wire.LimitsToProto(t.limits), ResultLimits: wire.ResultLimitsToProto(t.resultLimits), PoolState: ps, ResultState: rs}
+		ts := &pb.TenantState{Name: name, Limits: wire.LimitsToProto(t.limits), ResultLimits: wire.ResultLimitsToProto(t.resultLimits), PoolState: ps, ResultState: rs, ResultRetentionSecs: t.retentionSecs}
 		for _, w := range sortedKeys(t.owners) {
 			ts.WorkerOwners = append(ts.WorkerOwners, &pb.WorkerOwner{WorkerId: w, KeyId: t.owners[w]})
 		}
@@ -158,8 +158,12 @@ func restoreTenant(ts *pb.TenantState) (*Tenant, bool) {
 	if err != nil || res.Limits() != rl {
 		return nil, false
 	}
+	if checkRetention(ts.GetResultRetentionSecs()) != nil {
+		return nil, false
+	}
 	t := &Tenant{name: ts.GetName(), limits: lim, resultLimits: rl, pool: pool, results: res,
-		owners: map[string]string{}, scans: map[string][]string{}, schedules: map[string]*pb.Schedule{}}
+		owners: map[string]string{}, scans: map[string][]string{}, retentionSecs: ts.GetResultRetentionSecs(),
+		schedules: map[string]*pb.Schedule{}}
 	if !restoreSchedules(t, ts.GetSchedules()) { // recurring.go
 		return nil, false
 	}

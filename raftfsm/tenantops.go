@@ -137,7 +137,9 @@ var tenantOps = map[reflect.Type]tenantOp{
 		}},
 	reflect.TypeFor[*pb.Command_FailTask](): {need: needWorker, notify: true,
 		target: byLease(func(c *pb.Command) []byte { return c.GetFailTask().GetLease() }),
-		apply:  func(f *FSM, c tenantCall) Response { return resp(c.t.pool.FailTask(c.rev, c.now, c.lease)) }},
+		apply: func(f *FSM, c tenantCall) Response {
+			return resp(c.t.pool.FailTaskWithReason(c.rev, c.now, c.lease, c.cmd.GetFailTask().GetReason()))
+		}},
 	reflect.TypeFor[*pb.Command_RenewLease](): {need: needWorker,
 		target: byLease(func(c *pb.Command) []byte { return c.GetRenewLease().GetLease() }),
 		apply: func(f *FSM, c tenantCall) Response {
@@ -146,10 +148,13 @@ var tenantOps = map[reflect.Type]tenantOp{
 	reflect.TypeFor[*pb.Command_CancelTask](): {need: needProducer, notify: true,
 		target: byOwnership(func(c *pb.Command) []byte { return c.GetCancelTask().GetOwnership() }),
 		apply:  func(f *FSM, c tenantCall) Response { return resp(c.t.pool.CancelTask(c.rev, c.now, c.own)) }},
+	reflect.TypeFor[*pb.Command_PurgeTasks](): {need: needProducer, apply: (*FSM).applyPurge},
 	reflect.TypeFor[*pb.Command_CancelTaskById](): {need: needProducer, notify: true,
 		apply: func(f *FSM, c tenantCall) Response {
 			return f.applyCancelByID(c.t, c.cmd.GetCancelTaskById(), c.rev, c.now)
 		}},
+	reflect.TypeFor[*pb.Command_RerunTasks](): {need: needProducer, notify: true,
+		apply: (*FSM).applyRerun},
 	// Scheduling (contract Part F; schedule.go).
 	reflect.TypeFor[*pb.Command_SetSchedulingOptions](): {need: needAdmin, apply: (*FSM).applySetScheduling},
 	reflect.TypeFor[*pb.Command_UpdateScan]():           {need: needProducer, notify: true, apply: (*FSM).applyUpdateScan},

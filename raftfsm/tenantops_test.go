@@ -30,6 +30,7 @@ var clusterOps = map[reflect.Type]bool{
 	reflect.TypeFor[*pb.Command_RevokeKey]():    true,
 	reflect.TypeFor[*pb.Command_RotateKey]():    true,
 	reflect.TypeFor[*pb.Command_SetNodeInfo]():  true,
+	reflect.TypeFor[*pb.Command_UpdateTenant](): true,
 }
 
 // opTypes returns the wrapper type of every field of pb.Command's op oneof.
@@ -132,6 +133,8 @@ func roleCases() []roleCase {
 			return cmdOf(&pb.Command_CancelTask{CancelTask: &pb.CancelTask{Ownership: own(l)}})
 		}},
 		{reflect.TypeFor[*pb.Command_CancelTaskById](), needProducer, func(distributed.TaskLease) *pb.Command { return cancelByIDCmd("", "t1") }},
+		{reflect.TypeFor[*pb.Command_RerunTasks](), needProducer, c(&pb.Command_RerunTasks{RerunTasks: &pb.RerunTasks{TaskIds: []string{"t2"}}})},
+		{reflect.TypeFor[*pb.Command_PurgeTasks](), needProducer, c(&pb.Command_PurgeTasks{PurgeTasks: &pb.PurgeTasks{}})},
 		{reflect.TypeFor[*pb.Command_SetSchedulingOptions](), needAdmin, c(&pb.Command_SetSchedulingOptions{SetSchedulingOptions: &pb.SetSchedulingOptions{
 			Options: &pb.SchedulingOptions{BackoffBaseSecs: 2, FairScans: true}}})},
 		{reflect.TypeFor[*pb.Command_UpdateScan](), needProducer, c(&pb.Command_UpdateScan{UpdateScan: &pb.UpdateScan{ScanId: "s1", Paused: proto.Bool(true)}})},

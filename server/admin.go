@@ -25,6 +25,8 @@ func (h adminHandler) Status(ctx context.Context, req *connect.Request[pb.Status
 			Results: uint32(tv.ResultCount()), ResultBytes: uint64(tv.ResultBytes()),
 			RaftState: h.s.node.RaftState(), Leader: id + "@" + addr, AppliedIndex: h.s.node.Reads().AppliedIndex(),
 			NodeId: h.s.node.NodeID(), Members: h.s.members(), LongPollsWaiting: h.s.LongPollsWaiting(),
+			ResultRetentionSecs: tv.ResultRetentionSecs(),
+			Build:               h.s.build,
 		}
 		if m.GetStateHash() {
 			if err := h.stateHash(p, out); err != nil {
@@ -80,7 +82,8 @@ func (h adminHandler) CreateTenant(ctx context.Context, req *connect.Request[pb.
 			sched = raftfsm.SchedulingToProto(h.s.node.DefaultScheduling())
 		}
 		r, err := h.s.node.Propose(ctx, &pb.Command{Principal: p.KeyID, Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{
-			Name: m.GetName(), Limits: lim, ResultLimits: rl, Scheduling: sched}}})
+			Name: m.GetName(), Limits: lim, ResultLimits: rl, Scheduling: sched,
+			ResultRetentionSecs: m.GetResultRetentionSecs()}}})
 		if err == nil {
 			err = r.Err
 		}
@@ -196,10 +199,14 @@ func (s *Server) proposeKeyCommand(ctx context.Context, p principal, cmd *pb.Com
 }
 
 // auditSubject names the key a key-management request acts on (its
-// key_id), for the audit line; "" for other requests.
+// key_id), or the scan a Retry re-runs, for the audit line; "" for other
+// requests.
 func auditSubject(msg any) string {
 	if m, ok := msg.(interface{ GetKeyId() string }); ok {
 		return m.GetKeyId()
+	}
+	if m, ok := msg.(*pb.RetryRequest); ok {
+		return m.GetScanId()
 	}
 	return ""
 }

@@ -453,6 +453,51 @@ func TestServer_BadInputCatalogue(t *testing.T) {
 		return s.Err()
 	})
 
+	// 5. Failure reasons, attempt timeouts and Retry (contract Part F).
+	for name, id := range badIDs {
+		add("retry scan_id "+name, connect.CodeInvalidArgument, "invalid_task", func() error {
+			_, err := p.producer.Retry(cx, req(&pb.RetryRequest{ScanId: id}))
+			return err
+		})
+		add("retry task_id "+name, connect.CodeInvalidArgument, "invalid_task", func() error {
+			_, err := p.producer.Retry(cx, req(&pb.RetryRequest{ScanId: "scan", TaskIds: []string{id}}))
+			return err
+		})
+	}
+	add("retry status completed", connect.CodeInvalidArgument, KindInvalidArgument, func() error {
+		_, err := p.producer.Retry(cx, req(&pb.RetryRequest{ScanId: "scan", Statuses: []string{"completed"}}))
+		return err
+	})
+	add("retry unknown status", connect.CodeInvalidArgument, KindInvalidArgument, func() error {
+		_, err := p.producer.Retry(cx, req(&pb.RetryRequest{ScanId: "scan", Statuses: []string{"bogus"}}))
+		return err
+	})
+	add("retry unknown scan", connect.CodeNotFound, "task_not_found", func() error {
+		_, err := p.producer.Retry(cx, req(&pb.RetryRequest{ScanId: "no-such-scan"}))
+		return err
+	})
+	// Another tenant's task does not exist in this tenant (as a purged one).
+	add("retry other tenant's task", connect.CodeNotFound, "task_not_found", func() error {
+		_, err := p.producer.Retry(cx, req(&pb.RetryRequest{ScanId: "scan", TaskIds: []string{"x1"}}))
+		return err
+	})
+	add("retry as worker", connect.CodePermissionDenied, KindPermissionDenied, func() error {
+		_, err := w.producer.Retry(cx, req(&pb.RetryRequest{ScanId: "scan"}))
+		return err
+	})
+	add("retry repeated task", connect.CodeInvalidArgument, "invalid_task", func() error {
+		_, err := p.producer.Retry(cx, req(&pb.RetryRequest{ScanId: "scan", TaskIds: []string{"done", "done"}}))
+		return err
+	})
+	add("fail reason 513 bytes", connect.CodeInvalidArgument, "failure_reason_too_long", func() error {
+		_, err := w.worker.Fail(cx, req(&pb.FailRequest{LeaseToken: leaseRunning, Reason: strings.Repeat("r", 513)}))
+		return err
+	})
+	add("enqueue attempt timeout above ceiling", connect.CodeInvalidArgument, "invalid_task", func() error {
+		_, err := p.producer.Enqueue(cx, req(&pb.EnqueueRequest{AttemptTimeoutSecs: 31*86400 + 1, Tasks: []*pb.NewTask{{TaskId: "n", ScanId: "s", TargetRef: "t"}}}))
+		return err
+	})
+
 	if len(cases) < 100 {
 		t.Fatalf("catalogue has %d cases, want at least 100", len(cases))
 	}

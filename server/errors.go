@@ -66,6 +66,9 @@ var kindCodes = map[string]connect.Code{
 	"lease_expired":             connect.CodeFailedPrecondition,
 	"conflicting_result":        connect.CodeAlreadyExists,
 	"mismatched_result_receipt": connect.CodeFailedPrecondition,
+	"task_purged":               connect.CodeNotFound, // Part F: the task's record was purged
+	"attempt_timed_out":         connect.CodeFailedPrecondition,
+	"failure_reason_too_long":   connect.CodeInvalidArgument,
 	// Core: scheduling (contract Part F).
 	"task_not_leasable":     connect.CodeFailedPrecondition,
 	"scan_capacity_reached": connect.CodeResourceExhausted,
@@ -82,6 +85,7 @@ var kindCodes = map[string]connect.Code{
 	"key_not_found":       connect.CodeNotFound,
 	"last_admin_key":      connect.CodeFailedPrecondition,
 	"key_limit":           connect.CodeResourceExhausted,
+	"scan_not_found":      connect.CodeNotFound,
 	// Node (the Kind constants of this package).
 	KindInvalidToken:     connect.CodePermissionDenied,
 	KindUnauthenticated:  connect.CodeUnauthenticated,

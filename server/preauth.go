@@ -85,6 +85,7 @@ func (s *Server) preauth(next http.Handler) http.Handler {
 		select {
 		case s.preauthSem <- struct{}{}:
 		default:
+			s.cfg.Metrics.AuthRejected("busy")
 			s.refuse(w, r, &apiError{KindBusy, "too many requests awaiting authentication; retry later"}, 0)
 			return
 		}
@@ -113,6 +114,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, now time.Time) (
 			// request: its connection carries other clients.
 			w.Header().Set("Connection", "close")
 		}
+		s.cfg.Metrics.AuthRejected("throttled")
 		s.refuse(w, r, &apiError{KindAuthThrottled, "too many failed authentications from this address; retry later"}, wait)
 		return authResult{}, false
 	}
@@ -133,6 +135,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, now time.Time) (
 
 // failed charges a failed authentication to its source and answers it.
 func (s *Server) failed(w http.ResponseWriter, r *http.Request, res authResult, now time.Time) {
+	s.cfg.Metrics.AuthRejected("unauthenticated")
 	s.throttle.fail(res.src, now)
 	s.failures.Add(now, res.src, false)
 	s.refuse(w, r, res.err, 0)

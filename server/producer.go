@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"sort"
@@ -41,6 +42,7 @@ func (h producerHandler) Enqueue(ctx context.Context, req *connect.Request[pb.En
 				}
 			}
 			e.Tasks[i] = &pb.TaskSpec{TaskId: t.GetTaskId(), ScanId: t.GetScanId(), TargetRef: []byte(t.GetTargetRef()), Phases: t.GetPhases(), Priority: prio}
+			e.Tasks[i].AttemptTimeoutSecs = cmp.Or(t.GetAttemptTimeoutSecs(), m.GetAttemptTimeoutSecs())
 			if err := logSchedulingFields(i, t, e.Tasks[i]); err != nil { // schedule.go
 				return nil, 0, err
 			}
@@ -139,6 +141,7 @@ func (s *Server) taskInfo(p principal, tv raftfsm.TenantView, t distributed.Scan
 	if l, ok := t.Lease(); ok {
 		ti.AssignedTo, ti.LeaseId, ti.LeaseExpiresAt = l.WorkerID(), l.LeaseID(), l.ExpiresAt()
 	}
+	fillAttempts(ti, t)
 	if own, ok := t.Ownership(); ok {
 		if f, ok := own.Fence(); ok {
 			ti.FenceToken = s.node.Codec().SealFence(p.Tenant, f)
@@ -250,6 +253,7 @@ func (h producerHandler) ScanProgress(ctx context.Context, req *connect.Request[
 			}
 			tasks = append(tasks, t)
 			out.Total++
+			out.Reruns += t.Reruns()
 			switch t.Status() {
 			case distributed.TaskQueued:
 				out.Queued++

@@ -26,6 +26,8 @@ import (
 	"github.com/termivar/distributed/gen/termivar/v1/termivarv1connect"
 	"github.com/termivar/distributed/internal/apikey"
 	"github.com/termivar/distributed/internal/audit"
+	"github.com/termivar/distributed/internal/buildinfo"
+	"github.com/termivar/distributed/internal/metrics"
 	"github.com/termivar/distributed/raftfsm"
 )
 
@@ -66,6 +68,12 @@ type Config struct {
 	// Now is the clock of the throttle and the failure audit; nil:
 	// time.Now.
 	Now func() time.Time
+	// Metrics receives the API's instruments (requests, latency,
+	// rejected authentications, limits reached); nil records nothing.
+	Metrics *metrics.API
+	// Interceptors wrap every API handler after the metrics one (serve
+	// adds the tracing interceptor).
+	Interceptors []connect.Interceptor
 }
 
 // Server implements the three Connect services.
@@ -87,6 +95,8 @@ type Server struct {
 	// longPolls counts the Acquire calls waiting for work right now.
 	longPolls atomic.Int64
 	closeOnce sync.Once
+	limitLog  limitLog
+	build     *pb.BuildInfo // this binary's, for Status
 }
 
 // New returns a server for cfg.Backend. It panics if cfg.Limits does not
@@ -112,6 +122,7 @@ func New(cfg Config) *Server {
 		preauthSem: make(chan struct{}, lim.MaxPreAuthRequests),
 	}
 	s.fwd = newForwarder(s)
+	s.build = buildinfo.Read().Proto()
 	return s
 }
 
@@ -145,10 +156,12 @@ func (s *Server) Handler() http.Handler {
 	// NB: responses are compressed only when large and the client asks;
 	// gzip of small messages costs more CPU than it saves.
 	compress := connect.WithCompressMinBytes(256 << 10)
-	mux.Handle(termivarv1connect.NewWorkerHandler(workerHandler{s}, readMax(MaxWorkerRequestBytes), compress))
-	mux.Handle(termivarv1connect.NewProducerHandler(producerHandler{s}, readMax(MaxProducerRequestBytes), compress))
-	mux.Handle(termivarv1connect.NewAdminHandler(adminHandler{s}, readMax(MaxAdminRequestBytes), compress))
-	mux.Handle(termivarv1connect.NewClusterHandler(clusterHandler{s}, readMax(MaxAdminRequestBytes)))
+	ics := s.interceptors()
+	mux.Handle(termivarv1connect.NewWorkerHandler(workerHandler{s}, readMax(MaxWorkerRequestBytes), compress, ics))
+	mux.Handle(termivarv1connect.NewProducerHandler(producerHandler{s}, readMax(MaxProducerRequestBytes), compress, ics))
+	mux.Handle(termivarv1connect.NewAdminHandler(adminHandler{s}, readMax(MaxAdminRequestBytes), compress, ics))
+	mux.Handle(termivarv1connect.NewClusterHandler(clusterHandler{s}, readMax(MaxAdminRequestBytes), ics))
+	s.mountTooling(mux)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if err := s.node.CommitHealth(); err != nil {
@@ -212,6 +225,21 @@ func splitProcedure(proc string) (service, method string) {
 // failure the returned principal still carries the key ID when it parsed,
 // for audit.
 func (s *Server) authenticate(h http.Header, service, method string) (principal, error) {
+	p, err := s.identify(h)
+	if err != nil {
+		return p, err
+	}
+	if !apikey.Allowed(p.Role, service, method) {
+		return p, errDenied("role " + p.Role.String() + " may not call " + service + "." + method)
+	}
+	if _, ok := s.node.Reads().Tenant(p.Tenant); !ok {
+		return p, &apiError{KindUnknownTenant, "tenant does not exist"}
+	}
+	return p, nil
+}
+
+// identify checks the bearer key alone (no role, no tenant check).
+func (s *Server) identify(h http.Header) (principal, error) {
 	auth := h.Get("Authorization")
 	raw, ok := strings.CutPrefix(auth, "Bearer ")
 	if !ok {
@@ -226,14 +254,7 @@ func (s *Server) authenticate(h http.Header, service, method string) (principal,
 		return principal{KeyID: id}, errUnauthenticated("unknown API key")
 	}
 	role, _ := apikey.ParseRole(rec.Role)
-	p := principal{KeyID: id, Tenant: rec.Tenant, Role: role}
-	if !apikey.Allowed(role, service, method) {
-		return p, errDenied("role " + rec.Role + " may not call " + service + "." + method)
-	}
-	if _, ok := s.node.Reads().Tenant(rec.Tenant); !ok {
-		return p, &apiError{KindUnknownTenant, "tenant does not exist"}
-	}
-	return p, nil
+	return principal{KeyID: id, Tenant: rec.Tenant, Role: role}, nil
 }
 
 // call takes the principal preauth computed, runs fn, audits mutating
@@ -254,6 +275,7 @@ func call[Req, Res any](ctx context.Context, s *Server, req *connect.Request[Req
 		s.audit.Record(ctx, audit.Entry{KeyID: p.KeyID, Tenant: p.Tenant, Method: service + "." + method, Outcome: kindOf(err), Revision: rev, Subject: auditSubject(req.Msg)})
 	}
 	if err != nil {
+		s.noteLimit(p.Tenant, err)
 		return nil, s.withLeaderHint(toConnect(err))
 	}
 	return connect.NewResponse(res), nil

@@ -163,6 +163,7 @@ func (h workerHandler) acquired(p principal, r raftfsm.Response) (*pb.AcquireRes
 			LeaseToken: codec.SealLease(p.Tenant, a.Lease), TaskId: a.Task.TaskID(), ScanId: a.Task.ScanID(),
 			TargetRef: a.Task.TargetRef(), Phases: a.Task.Phases(), Priority: uint32(a.Task.Priority()),
 			Attempt: a.Lease.Attempt(), LeaseId: a.Lease.LeaseID(), ExpiresAt: a.Lease.ExpiresAt(), Started: a.Started,
+			AttemptTimeoutSecs: a.Task.AttemptTimeoutSecs(),
 		})
 	}
 	return out, nil
@@ -295,7 +296,10 @@ func (h workerHandler) Fail(ctx context.Context, req *connect.Request[pb.FailReq
 		if err != nil {
 			return nil, 0, err
 		}
-		r, err := h.s.propose(ctx, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_FailTask{FailTask: &pb.FailTask{Lease: lb}}})
+		if err := distributed.ValidateFailureReason(m.GetReason()); err != nil {
+			return nil, 0, err
+		}
+		r, err := h.s.propose(ctx, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_FailTask{FailTask: &pb.FailTask{Lease: lb, Reason: m.GetReason()}}})
 		if err != nil {
 			return nil, r.Revision, err
 		}

@@ -45,13 +45,17 @@ func clientCommands() []clientCommand {
 		{name: "worker", usage: "[--id ID] [--capacity N] [--tag T ...] -- CMD ARGS...",
 			summary: "run a worker agent that runs CMD once per leased task",
 			run:     runWorker},
-		{name: "enqueue", usage: "--scan S [--priority low|normal|high|critical] [--phases 1,2] [--delay D | --at TIME] [--require-tag T ...] [--max-in-flight N] TARGET... | --file F | -",
+		{name: "enqueue", usage: "--scan S [--priority low|normal|high|critical] [--phases 1,2] [--timeout D] [--delay D | --at TIME] [--require-tag T ...] [--max-in-flight N] TARGET... | --file F | -",
 			summary: "enqueue one task per target (task IDs derived from scan and target unless --task-id is given)",
 			run:     runEnqueue},
 		{name: "status", usage: "[--json]", summary: "show the node's and your tenant's status", run: runStatus},
-		{name: "tasks", usage: "[--scan S] [--status X] [--limit N] [--json]", summary: "list tasks (JSON: one object per line)", run: runTasks},
+		{name: "tasks", usage: "[--scan S] [--status X] [--limit N] [--json]", summary: "list tasks with the last failure reason (JSON: one object per line)", run: runTasks},
+		{name: "task", usage: "[--json] TASK", summary: "show one task and its attempt history (worker, lease, times, outcome, reason)", run: runTask},
 		{name: "workers", usage: "[--json]", summary: "list workers (JSON: one object per line)", run: runWorkers},
 		{name: "cancel", usage: "[--json] TASK", summary: "cancel a queued, leased or running task", run: runCancel},
+		{name: "retry", usage: "--scan S [--status failed,expired,cancelled] [--json] [TASK...]",
+			summary: "re-run a scan's failed, expired or cancelled tasks (or the named ones) as new attempts",
+			run:     runRetry},
 		{name: "pause", usage: "[--json] SCAN", summary: "stop leasing a scan's tasks (queued tasks stay queued, running ones finish)", run: runPause},
 		{name: "resume", usage: "[--json] SCAN", summary: "lease a paused scan's tasks again", run: runResume},
 		{name: "limit", usage: "--max-in-flight N [--json] SCAN", summary: "run at most N of a scan's tasks at once (0: no limit)", run: runLimit},
@@ -61,6 +65,9 @@ func clientCommands() []clientCommand {
 			summary: "recurring scans: the leader enqueues the targets as a new scan at every tick, once", run: runSchedules},
 		{name: "watch", usage: "--scan S [--interval D] [--json]", summary: "show a live progress bar for a scan until every task is terminal", run: runWatch},
 		{name: "results", usage: "--scan S [--json]", summary: "print a scan's results in enqueue order (raw, or JSON lines)", run: runResults},
+		{name: "scans", usage: "delete SCAN [--force] [--json]",
+			summary: "delete a finished scan: purge its tasks and results (--force cancels unfinished tasks first)",
+			run:     runScans},
 		{name: "cluster", usage: "members|add|remove|transfer-leadership [args] (cluster --help)",
 			summary: "raft membership: members, add, remove, transfer-leadership (admin key)",
 			run:     runCluster},
@@ -154,7 +161,7 @@ func runRegistered(name string, args []string, env *cliEnv) (code int, ok bool) 
 func registeredUsage() string {
 	var b strings.Builder
 	for _, c := range clientCommands() {
-		fmt.Fprintf(&b, "  %-8s %s\n", c.name, c.summary)
+		fmt.Fprintf(&b, "  %-10s %s\n", c.name, c.summary)
 	}
 	return b.String()
 }

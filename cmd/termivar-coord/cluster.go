@@ -71,6 +71,7 @@ func (c clusterFlags) apply(ctx context.Context, cfg *node.Config, logger *slog.
 	cfg.RaftListener = c.raftListener
 	if c.raftLog != nil {
 		cfg.RaftLogOutput = c.raftLog
+		cfg.RaftLogger = nil // NB: raft's own output goes to raftLog, not the logger
 	}
 	if c.peers != "" && c.join != "" {
 		return nil, nil, errors.New("--peers and --join exclude each other")

@@ -22,8 +22,13 @@ func runEnqueue(ctx context.Context, env *cliEnv, args []string) error {
 	var ids stringList
 	fs.Var(&ids, "task-id", "explicit task ID, one per target in order (repeatable)")
 	batch := fs.Int("batch", 1000, fmt.Sprintf("tasks per request (at most %d)", client.MaxEnqueueBatch))
+	timeout := fs.Duration("timeout", 0, "per-attempt timeout in whole seconds, e.g. 5m (0 = none): the worker kills the command after it and the attempt fails with reason timeout")
 	sf := addScheduleFlags(fs) // cmd_schedule.go
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	timeoutSecs, err := attemptTimeoutSecs(*timeout)
+	if err != nil {
 		return err
 	}
 	sched, err := sf.schedule()
@@ -73,7 +78,7 @@ func runEnqueue(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	opts := client.EnqueueOptions{ScanID: *scan, Priority: prio, Phases: ph, BatchSize: *batch, Schedule: sched}
+	opts := client.EnqueueOptions{ScanID: *scan, Priority: prio, Phases: ph, BatchSize: *batch, AttemptTimeoutSecs: timeoutSecs, Schedule: sched}
 	if len(ids) > 0 {
 		opts.TaskIDs = ids
 	}

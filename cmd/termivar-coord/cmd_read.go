@@ -10,26 +10,30 @@ import (
 	distributed "github.com/termivar/distributed"
 	"github.com/termivar/distributed/client"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/internal/buildinfo"
 )
 
 // This file holds the read commands status, tasks and workers, and cancel.
 
 // statusJSON is the --json form of status.
 type statusJSON struct {
-	NodeID        string `json:"node_id"`
-	RaftState     string `json:"raft_state"`
-	Leader        string `json:"leader"`
-	AppliedIndex  uint64 `json:"applied_index"`
-	Tenant        string `json:"tenant"`
-	Revision      uint64 `json:"revision"`
-	LogicalTime   uint64 `json:"logical_time"`
-	TaskRecords   uint32 `json:"task_records"`
-	ActiveTasks   uint32 `json:"active_tasks"`
-	QueuedTasks   uint32 `json:"queued_tasks"`
-	TerminalTasks uint32 `json:"terminal_tasks"`
-	Workers       uint32 `json:"workers"`
-	Results       uint32 `json:"results"`
-	ResultBytes   uint64 `json:"result_bytes"`
+	NodeID              string `json:"node_id"`
+	RaftState           string `json:"raft_state"`
+	Leader              string `json:"leader"`
+	AppliedIndex        uint64 `json:"applied_index"`
+	Tenant              string `json:"tenant"`
+	Revision            uint64 `json:"revision"`
+	LogicalTime         uint64 `json:"logical_time"`
+	TaskRecords         uint32 `json:"task_records"`
+	ActiveTasks         uint32 `json:"active_tasks"`
+	QueuedTasks         uint32 `json:"queued_tasks"`
+	TerminalTasks       uint32 `json:"terminal_tasks"`
+	Workers             uint32 `json:"workers"`
+	Results             uint32 `json:"results"`
+	ResultBytes         uint64 `json:"result_bytes"`
+	ResultRetentionSecs uint64 `json:"result_retention_secs"`
+	// Build is the answering node's build (nil from an older node).
+	Build *buildJSON `json:"build,omitempty"`
 }
 
 func runStatus(ctx context.Context, env *cliEnv, args []string) error {
@@ -55,6 +59,8 @@ func runStatus(ctx context.Context, env *cliEnv, args []string) error {
 			Tenant: s.GetTenant(), Revision: s.GetRevision(), LogicalTime: s.GetLogicalTime(),
 			TaskRecords: s.GetTaskRecords(), ActiveTasks: s.GetActiveTasks(), QueuedTasks: s.GetQueuedTasks(),
 			TerminalTasks: s.GetTerminalTasks(), Workers: s.GetWorkers(), Results: s.GetResults(), ResultBytes: s.GetResultBytes(),
+			ResultRetentionSecs: s.GetResultRetentionSecs(),
+			Build:               nodeBuild(s),
 		})
 	}
 	w := tabwriter.NewWriter(env.stdout, 0, 0, 2, ' ', 0)
@@ -62,11 +68,23 @@ func runStatus(ctx context.Context, env *cliEnv, args []string) error {
 	fmt.Fprintf(w, "tenant\t%s (revision %d, logical time %d)\n", s.GetTenant(), s.GetRevision(), s.GetLogicalTime())
 	fmt.Fprintf(w, "tasks\t%d records: %d queued, %d active, %d terminal\n", s.GetTaskRecords(), s.GetQueuedTasks(), s.GetActiveTasks(), s.GetTerminalTasks())
 	fmt.Fprintf(w, "workers\t%d\n", s.GetWorkers())
-	fmt.Fprintf(w, "results\t%d (%d bytes)\n", s.GetResults(), s.GetResultBytes())
+	fmt.Fprintf(w, "results\t%d (%d bytes), retention %s\n", s.GetResults(), s.GetResultBytes(), retentionString(s.GetResultRetentionSecs()))
 	if len(s.GetMembers()) > 1 {
 		fmt.Fprintf(w, "members\t%s\n", membersLine(s.GetMembers()))
 	}
+	if s.GetBuild() != nil {
+		fmt.Fprintf(w, "build\t%s\n", buildinfo.FromProto(s.GetBuild()))
+	}
 	return w.Flush()
+}
+
+// nodeBuild is the build in a Status answer, nil when the node sent none.
+func nodeBuild(s *pb.StatusResponse) *buildJSON {
+	if s.GetBuild() == nil {
+		return nil
+	}
+	b := toBuildJSON(buildinfo.FromProto(s.GetBuild()))
+	return &b
 }
 
 // taskJSON is one line of tasks --json.
@@ -91,6 +109,10 @@ type taskJSON struct {
 	Scheduled    bool     `json:"scheduled,omitempty"`
 	NotBefore    uint64   `json:"not_before,omitempty"`
 	RequiredTags []string `json:"required_tags,omitempty"`
+	// Beyond the seed (docs/contract.md Part F).
+	AttemptTimeoutSecs uint64 `json:"attempt_timeout_secs,omitempty"`
+	Reruns             uint32 `json:"reruns,omitempty"`
+	LastFailureReason  string `json:"last_failure_reason,omitempty"`
 }
 
 func toTaskJSON(t *pb.TaskInfo) taskJSON {
@@ -100,6 +122,7 @@ func toTaskJSON(t *pb.TaskInfo) taskJSON {
 		RetryCount: t.GetRetryCount(), Attempt: t.GetAttempt(), AssignedTo: t.GetAssignedTo(), LeaseID: t.GetLeaseId(),
 		LeaseExpiresAt: t.GetLeaseExpiresAt(), HasResult: t.GetHasResult(),
 		Scheduled: t.GetScheduled(), NotBefore: t.GetNotBefore(), RequiredTags: t.GetRequiredTags(),
+		AttemptTimeoutSecs: t.GetAttemptTimeoutSecs(), Reruns: t.GetReruns(), LastFailureReason: t.GetLastFailureReason(),
 	}
 }
 
@@ -121,7 +144,7 @@ func runTasks(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	tw := tabwriter.NewWriter(env.stdout, 0, 0, 2, ' ', 0)
 	if !g.json {
-		fmt.Fprintln(tw, "TASK\tSCAN\tSTATUS\tPRIORITY\tATTEMPT\tRETRIES\tWORKER\tRESULT")
+		fmt.Fprintln(tw, "TASK\tSCAN\tSTATUS\tPRIORITY\tATTEMPT\tRETRIES\tWORKER\tRESULT\tLAST REASON")
 	}
 	n := 0
 	errStop := fmt.Errorf("limit reached")
@@ -141,7 +164,7 @@ func runTasks(ctx context.Context, env *cliEnv, args []string) error {
 		if worker == "" {
 			worker = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", t.GetTaskId(), t.GetScanId(), displayStatus(t), t.GetPriority(), t.GetAttempt(), t.GetRetryCount(), worker, res)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", t.GetTaskId(), t.GetScanId(), displayStatus(t), t.GetPriority(), t.GetAttempt(), t.GetRetryCount(), worker, res, shortReason(t.GetLastFailureReason()))
 		return nil
 	})
 	if err != nil && err != errStop {

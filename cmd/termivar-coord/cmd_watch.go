@@ -15,25 +15,27 @@ import (
 
 // progressJSON is one line of watch --json.
 type progressJSON struct {
-	ScanID    string `json:"scan_id"`
-	Total     uint32 `json:"total"`
-	Queued    uint32 `json:"queued"`
-	Leased    uint32 `json:"leased"`
-	Running   uint32 `json:"running"`
-	Completed uint32 `json:"completed"`
-	Failed    uint32 `json:"failed"`
-	Cancelled uint32 `json:"cancelled"`
-	Expired   uint32 `json:"expired"`
-	Results   uint32 `json:"results"`
+	ScanID    string  `json:"scan_id"`
+	Total     uint32  `json:"total"`
+	Queued    uint32  `json:"queued"`
+	Leased    uint32  `json:"leased"`
+	Running   uint32  `json:"running"`
+	Completed uint32  `json:"completed"`
+	Failed    uint32  `json:"failed"`
+	Cancelled uint32  `json:"cancelled"`
+	Expired   uint32  `json:"expired"`
+	Results   uint32  `json:"results"`
+	Done      bool    `json:"done"`
+	Elapsed   float64 `json:"elapsed_secs"`
+	// Reruns counts re-runs of the scan's tasks (retry; contract Part F).
+	Reruns uint32 `json:"reruns,omitempty"`
 	// Scheduling (contract Part F): unroutable counts queued tasks whose
 	// required tags no live worker declared.
-	Scheduled   uint32  `json:"scheduled"`
-	Paused      bool    `json:"paused,omitempty"`
-	MaxInFlight uint32  `json:"max_in_flight,omitempty"`
-	Unroutable  uint32  `json:"unroutable"`
-	LiveWorkers uint32  `json:"live_workers"`
-	Done        bool    `json:"done"`
-	Elapsed     float64 `json:"elapsed_secs"`
+	Scheduled   uint32 `json:"scheduled"`
+	Paused      bool   `json:"paused,omitempty"`
+	MaxInFlight uint32 `json:"max_in_flight,omitempty"`
+	Unroutable  uint32 `json:"unroutable"`
+	LiveWorkers uint32 `json:"live_workers"`
 }
 
 func terminalCount(p *pb.ScanProgressResponse) uint32 {
@@ -58,6 +60,9 @@ func describeProgress(p *pb.ScanProgressResponse) string {
 	}
 	if n := p.GetExpired(); n > 0 {
 		s += fmt.Sprintf(" expired %d", n)
+	}
+	if n := p.GetReruns(); n > 0 {
+		s += fmt.Sprintf(" re-runs %d", n)
 	}
 	return s + describeScheduling(p) // cmd_schedule.go
 }
@@ -105,7 +110,7 @@ func watchScan(ctx context.Context, c *client.Client, scan string, interval time
 				if err := writeJSON(w, progressJSON{
 					ScanID: scan, Total: p.GetTotal(), Queued: p.GetQueued(), Leased: p.GetLeased(), Running: p.GetRunning(),
 					Completed: p.GetCompleted(), Failed: p.GetFailed(), Cancelled: p.GetCancelled(), Expired: p.GetExpired(),
-					Results: p.GetResults(), Done: done, Elapsed: time.Since(start).Seconds(),
+					Results: p.GetResults(), Done: done, Elapsed: time.Since(start).Seconds(), Reruns: p.GetReruns(),
 					Scheduled: p.GetScheduled(), Paused: p.GetPaused(), MaxInFlight: p.GetMaxInFlight(),
 					Unroutable: p.GetUnroutable(), LiveWorkers: p.GetLiveWorkers(),
 				}); err != nil {

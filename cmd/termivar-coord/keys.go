@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"github.com/termivar/distributed/internal/apikey"
 	"github.com/termivar/distributed/internal/wire"
 	"github.com/termivar/distributed/node"
+	"github.com/termivar/distributed/raftfsm"
 )
 
 const keysUsage = `usage: termivar-coord keys <subcommand> [flags]
@@ -237,9 +239,16 @@ func (k *keysCommand) rotate(args []string) int {
 	return exitOK
 }
 
-const tenantsUsage = "usage: termivar-coord tenants create --name N [--max-workers N --max-retries N … (any limit flag of serve)]"
+const tenantsUsage = `usage: termivar-coord tenants create --name N [--result-retention D] [--max-workers N --max-retries N … (any limit flag of serve)]
+       termivar-coord tenants update --name N --result-retention D
+
+  --result-retention D  purge terminal tasks and their results D after they
+                        finished (e.g. 7d, 12h, 30m; 0 keeps them)`
 
 func runTenants(args []string) int {
+	if len(args) > 0 && args[0] == "update" {
+		return runTenantsUpdate(args[1:])
+	}
 	if len(args) == 0 || args[0] != "create" {
 		fmt.Fprintln(os.Stderr, tenantsUsage)
 		return exitUsage
@@ -248,6 +257,7 @@ func runTenants(args []string) int {
 	fs := flag.NewFlagSet("tenants create", flag.ContinueOnError)
 	c.register(fs)
 	name := fs.String("name", "", "tenant name")
+	retention := fs.String("result-retention", "0", "purge terminal tasks and their results this long after they finished (7d, 12h; 0 keeps them)")
 	var lim distributed.Limits
 	var rlim distributed.ResultLimits
 	addLimitFlags(fs, &lim, &rlim, "the tenant's limit: ")
@@ -255,7 +265,12 @@ func runTenants(args []string) int {
 		fmt.Fprintln(os.Stderr, tenantsUsage)
 		return exitUsage
 	}
-	req := &pb.CreateTenantRequest{Name: *name}
+	retSecs, err := parseRetention(*retention)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "termivar-coord tenants create:", err)
+		return exitUsage
+	}
+	req := &pb.CreateTenantRequest{Name: *name, ResultRetentionSecs: retSecs}
 	// Without any --max-* flag the node's per-tenant defaults apply; with one,
 	// the tenant gets these limits (the core's defaults for the flags not
 	// given), checked by the core before anything is created.
@@ -290,4 +305,75 @@ func runTenants(args []string) int {
 	}
 	fmt.Println("created tenant", *name)
 	return exitOK
+}
+
+// runTenantsUpdate sets a tenant's result retention (UpdateTenant).
+func runTenantsUpdate(args []string) int {
+	var c clientFlags
+	fs := flag.NewFlagSet("tenants update", flag.ContinueOnError)
+	c.register(fs)
+	name := fs.String("name", "", "tenant name")
+	retention := fs.String("result-retention", "", "purge terminal tasks and their results this long after they finished (7d, 12h; 0 keeps them)")
+	if err := fs.Parse(args); err != nil || *name == "" || *retention == "" || fs.NArg() > 0 {
+		fmt.Fprintln(os.Stderr, tenantsUsage)
+		return exitUsage
+	}
+	secs, err := parseRetention(*retention)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "termivar-coord tenants update:", err)
+		return exitUsage
+	}
+	key, err := c.apiKey()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "termivar-coord tenants update:", err)
+		return exitUsage
+	}
+	hc, err := c.httpClient(1)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "termivar-coord tenants update:", err)
+		return exitUsage
+	}
+	cl := newClients(hc, c.server, key)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req := &pb.UpdateTenantRequest{Name: *name, ResultRetentionSecs: secs}
+	if _, err := cl.admin.UpdateTenant(ctx, connect.NewRequest(req)); err != nil {
+		return exitFor("tenants update", err)
+	}
+	fmt.Printf("tenant %s: result retention %s\n", *name, retentionString(secs))
+	return exitOK
+}
+
+// parseRetention reads a retention: a Go duration (12h, 90m) or whole days
+// (7d); 0 is off. It must be whole seconds and at most
+// raftfsm.MaxResultRetentionSecs.
+func parseRetention(s string) (uint64, error) {
+	var d time.Duration
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.ParseUint(days, 10, 32)
+		if err != nil {
+			return 0, fmt.Errorf("--result-retention %q: want a duration such as 7d, 12h or 0", s)
+		}
+		d = time.Duration(n) * 24 * time.Hour
+	} else {
+		var err error
+		if d, err = time.ParseDuration(s); err != nil || d < 0 {
+			return 0, fmt.Errorf("--result-retention %q: want a duration such as 7d, 12h or 0", s)
+		}
+	}
+	if d%time.Second != 0 || uint64(d/time.Second) > raftfsm.MaxResultRetentionSecs {
+		return 0, fmt.Errorf("--result-retention %q: want whole seconds, at most 3650d", s)
+	}
+	return uint64(d / time.Second), nil
+}
+
+// retentionString renders seconds as parseRetention reads them.
+func retentionString(secs uint64) string {
+	switch {
+	case secs == 0:
+		return "off"
+	case secs%86400 == 0:
+		return strconv.FormatUint(secs/86400, 10) + "d"
+	}
+	return (time.Duration(secs) * time.Second).String()
 }

@@ -5,6 +5,8 @@
 //	termivar-coord keys list|revoke KEYID|rotate KEYID
 //	termivar-coord tenants create --name N
 //	termivar-coord bench [flags]          end-to-end load generator
+//	termivar-coord version [--json]       build information of this binary
+//	termivar-coord completion bash|zsh|fish
 //
 // Global flags of client commands: --server URL (env TERMIVAR_SERVER,
 // default http://127.0.0.1:7420) and --key KEY (env TERMIVAR_KEY, default
@@ -39,13 +41,15 @@ func commands() []command {
 		{"keys", "manage API keys (create, list, revoke KEYID, rotate KEYID)", runKeys},
 		{"tenants", "manage tenants (tenants create --name N)", runTenants},
 		{"bench", "end-to-end load generator against an embedded or remote node", runBench},
+		{"version", "print the module version, VCS revision and Go version of this binary", runVersion},
+		{"completion", "print a shell completion script (completion bash|zsh|fish)", runCompletion},
 	}
 }
 
 func usage() {
 	fmt.Fprintln(os.Stderr, "usage: termivar-coord <command> [flags]")
 	for _, c := range commands() {
-		fmt.Fprintf(os.Stderr, "  %-8s %s\n", c.name, c.help)
+		fmt.Fprintf(os.Stderr, "  %-10s %s\n", c.name, c.help)
 	}
 	fmt.Fprint(os.Stderr, registeredUsage())
 }

@@ -17,8 +17,11 @@ import (
 	"syscall"
 	"time"
 
+	"connectrpc.com/connect"
+
 	distributed "github.com/termivar/distributed"
 	"github.com/termivar/distributed/internal/audit"
+	"github.com/termivar/distributed/internal/tracing"
 	"github.com/termivar/distributed/node"
 	"github.com/termivar/distributed/server"
 )
@@ -34,6 +37,7 @@ type serveFlags struct {
 	resultLimits                       distributed.ResultLimits
 	cluster                            clusterFlags
 	serverLimits                       server.Limits
+	obs                                obsFlags
 	scheduling                         distributed.SchedulingOptions
 }
 
@@ -55,6 +59,7 @@ func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	addClusterFlags(fs, &f.cluster)
 	addLimitFlags(fs, &f.limits, &f.resultLimits, "per-tenant default: ")
 	addServerLimitFlags(fs, &f.serverLimits)
+	addObsFlags(fs, &f.obs)
 	d := node.DefaultServiceScheduling()
 	fs.Uint64Var(&f.scheduling.BackoffBaseSecs, "backoff-base", d.BackoffBaseSecs, "per-tenant default: first retry delay in seconds, doubling per retry with jitter (0: retry at once)")
 	fs.Uint64Var(&f.scheduling.BackoffCapSecs, "backoff-cap", d.BackoffCapSecs, "per-tenant default: longest retry delay in seconds")
@@ -166,7 +171,12 @@ func runServe(args []string) int {
 		fmt.Fprintln(os.Stderr, "termivar-coord serve: --tls-cert and --tls-key go together; --client-ca needs them")
 		return exitUsage
 	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	if err := f.obs.validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "termivar-coord serve:", err)
+		return exitUsage
+	}
+	f.obs.metricsAddrGiven = flagSet(fs, "metrics-addr")
+	logger, _ := newServeLogger(os.Stderr, f.obs) // validated above
 	if err := serve(f, logger); err != nil {
 		logger.Error("serve failed", "error", err)
 		return exitRejected
@@ -182,6 +192,11 @@ func serve(f serveFlags, logger *slog.Logger) error {
 		return err
 	}
 	defer rn.close()
+	ms, err := startMetrics(f, rn.obs, rn.srv, logger)
+	if err != nil {
+		return err
+	}
+	defer ms.close(context.Background())
 	logger.Info("serving", "api", rn.url, "raft", rn.n.RaftAddr(), "data_dir", f.dataDir, "tls", f.tlsCert != "")
 	warnPlaintext(logger, rn.ln.Addr(), f.tlsCert != "")
 	errc := make(chan error, 1)
@@ -208,6 +223,7 @@ type runningNode struct {
 	hs  *http.Server
 	ln  net.Listener
 	al  *audit.Logger
+	obs *observability
 	url string // advertised API URL
 }
 
@@ -223,6 +239,7 @@ func (r *runningNode) close() {
 	r.srv.CloseIdleConnections()
 	r.al.Close()
 	r.n.Close()
+	_ = r.obs.tracer.Shutdown(sctx)
 }
 
 // startNode listens on the API address, opens (or bootstraps, or joins) the
@@ -249,7 +266,12 @@ func startNode(ctx context.Context, f serveFlags, logger *slog.Logger) (_ *runni
 		}
 		apiURL = scheme + "://" + ln.Addr().String()
 	}
+	obs, err := newObservability(ctx, logger)
+	if err != nil {
+		return nil, err
+	}
 	ncfg := nodeConfig(f, logger, apiURL)
+	obs.apply(&ncfg, logger)
 	openCtx, cancel, err := f.cluster.apply(ctx, &ncfg, logger, forwardTLS)
 	if err != nil {
 		return nil, err
@@ -271,7 +293,13 @@ func startNode(ctx context.Context, f serveFlags, logger *slog.Logger) (_ *runni
 	if err != nil {
 		return nil, err
 	}
-	srv := server.New(server.Config{Backend: n, Audit: al, Logger: logger, DefaultLeaseTTLSecs: f.leaseTTL, ForwardTLS: forwardTLS, Limits: f.serverLimits})
+	traceIC, err := tracing.Interceptor(obs.tracer)
+	if err != nil {
+		return nil, err
+	}
+	srv := server.New(server.Config{Backend: n, Audit: al, Logger: logger, DefaultLeaseTTLSecs: f.leaseTTL, ForwardTLS: forwardTLS, Limits: f.serverLimits,
+		Metrics: obs.reg.API, Interceptors: []connect.Interceptor{traceIC}})
+	obs.attach(n, srv, f.obs.metricsScans)
 	// NB: HTTPServer wakes pending Acquire long-polls when Shutdown starts,
 	// so shutting down does not wait for them.
 	hs := srv.HTTPServer(f.apiAddr)
@@ -279,7 +307,7 @@ func startNode(ctx context.Context, f serveFlags, logger *slog.Logger) (_ *runni
 	if serverTLS != nil {
 		ln = tls.NewListener(ln, serverTLS)
 	}
-	return &runningNode{n: n, srv: srv, hs: hs, ln: ln, al: al, url: apiURL}, nil
+	return &runningNode{n: n, srv: srv, hs: hs, ln: ln, al: al, obs: obs, url: apiURL}, nil
 }
 
 // apiListener returns the API listener: the one the cluster flags already

@@ -43,16 +43,19 @@ func (m *Model) Enqueue(rev, now uint64, spec distributed.TaskSpec) (Task, uint6
 func (m *Model) insert(spec distributed.TaskSpec, now uint64) Task {
 	m.lastOrdinal++
 	t := Task{
-		TaskID:        spec.TaskID,
-		ScanID:        spec.ScanID,
-		TargetRef:     spec.TargetRef,
-		Phases:        append([]uint8(nil), spec.Phases...),
-		Status:        distributed.TaskQueued,
-		Priority:      spec.Priority,
-		CreatedAt:     now,
-		RecordVersion: 1,
-		Ordinal:       m.lastOrdinal,
-		Scheduling:    spec.Scheduling,
+		TaskID:         spec.TaskID,
+		ScanID:         spec.ScanID,
+		TargetRef:      spec.TargetRef,
+		Phases:         append([]uint8(nil), spec.Phases...),
+		Status:         distributed.TaskQueued,
+		Priority:       spec.Priority,
+		CreatedAt:      now,
+		RecordVersion:  1,
+		Ordinal:        m.lastOrdinal,
+		TaskGeneration: m.genFloor,
+		LifeBase:       m.genFloor,
+		TimeoutSecs:    spec.AttemptTimeoutSecs,
+		Scheduling:     spec.Scheduling,
 	}
 	t.Scheduling.RequiredTags = normalTags(spec.Scheduling.RequiredTags)
 	// Keep the slice in task-ID order so that Tasks needs no sort.
@@ -255,6 +258,9 @@ func (m *Model) takeOffline(now uint64, workers []int) (distributed.RecoverySumm
 	}
 	if err := m.revisionExhausted(); err != nil {
 		return distributed.RecoverySummary{}, 0, err
+	}
+	for _, i := range leased {
+		m.endAttempt(i, now, distributed.AttemptWorkerLost, "")
 	}
 	m.applyRecovery(leased, now)
 	for _, i := range workers {
@@ -478,6 +484,9 @@ func (m *Model) leasedTask(rev, now uint64, l Lease) (int, error) {
 		return -1, err
 	}
 	ti := m.taskIndex(l.TaskID)
+	if err := m.purgedProof(ti, l.TaskID, l.TaskGeneration); err != nil {
+		return -1, err
+	}
 	if ti < 0 {
 		return -1, &distributed.Error{Kind: distributed.KindTaskNotFound, TaskID: l.TaskID}
 	}
@@ -526,11 +535,13 @@ func (m *Model) CompleteTask(rev, now uint64, l Lease) (Completion, uint64, erro
 	if err := m.revisionExhausted(); err != nil {
 		return Completion{}, 0, err
 	}
+	m.endAttempt(ti, now, distributed.AttemptCompleted, "")
 	m.release(ti)
 	wi := m.workerIndex(l.WorkerID)
 	m.workers[wi].CompletedTasks++
 	t.Status = distributed.TaskCompleted
 	t.CompletedAt, t.HasCompleted = now, true
+	t.FinishedAt = now
 	t.RecordVersion++
 	t.CompletedBy = l
 	t.Receipt = Receipt{
@@ -547,6 +558,14 @@ func (m *Model) CompleteTask(rev, now uint64, l Lease) (Completion, uint64, erro
 
 // FailTask fails the running attempt: requeue or terminal failure.
 func (m *Model) FailTask(rev, now uint64, l Lease) (distributed.FailureOutcome, uint64, error) {
+	return m.FailTaskWithReason(rev, now, l, "")
+}
+
+// FailTaskWithReason is FailTask retaining the reason in the history.
+func (m *Model) FailTaskWithReason(rev, now uint64, l Lease, reason string) (distributed.FailureOutcome, uint64, error) {
+	if err := checkReason(reason); err != nil {
+		return distributed.FailureOutcome{}, 0, err
+	}
 	ti, err := m.leasedTask(rev, now, l)
 	if err != nil {
 		return distributed.FailureOutcome{}, 0, err
@@ -567,6 +586,7 @@ func (m *Model) FailTask(rev, now uint64, l Lease) (distributed.FailureOutcome, 
 	if err := m.revisionExhausted(); err != nil {
 		return distributed.FailureOutcome{}, 0, err
 	}
+	m.endAttempt(ti, now, distributed.AttemptFailed, reason)
 	m.applyRecovery([]int{ti}, now)
 	t = &m.tasks[ti]
 	var out distributed.FailureOutcome
@@ -593,6 +613,9 @@ func (m *Model) RenewLease(rev, now uint64, l Lease, leaseTTL uint64) (Lease, ui
 	if err := m.currentLease(ti, now, l); err != nil {
 		return Lease{}, 0, err
 	}
+	if err := m.beforeDeadline(ti, now); err != nil {
+		return Lease{}, 0, err
+	}
 	if err := m.revisionExhausted(); err != nil {
 		return Lease{}, 0, err
 	}
@@ -614,6 +637,13 @@ func (m *Model) CancelTask(rev, now uint64, own Ownership) (distributed.Cancella
 		return distributed.CancellationOutcome{}, 0, err
 	}
 	ti := m.taskIndex(own.TaskID())
+	gen := own.Fence.TaskGeneration
+	if own.IsLease {
+		gen = own.Lease.TaskGeneration
+	}
+	if err := m.purgedProof(ti, own.TaskID(), gen); err != nil {
+		return distributed.CancellationOutcome{}, 0, err
+	}
 	if ti < 0 {
 		return distributed.CancellationOutcome{}, 0, &distributed.Error{Kind: distributed.KindTaskNotFound, TaskID: own.TaskID()}
 	}
@@ -635,9 +665,11 @@ func (m *Model) CancelTask(rev, now uint64, own Ownership) (distributed.Cancella
 		return distributed.CancellationOutcome{}, 0, err
 	}
 	if t.HasLease {
+		m.endAttempt(ti, now, distributed.AttemptCancelled, "")
 		m.release(ti)
 	}
 	t.Status = distributed.TaskCancelled
+	t.FinishedAt = now
 	t.RecordVersion++
 	t.CancelledBy = own
 	return distributed.CancellationOutcome{Kind: distributed.Cancelled}, m.commit(now), nil
@@ -670,9 +702,11 @@ func (m *Model) CancelTaskByID(rev, now uint64, taskID string) (distributed.Canc
 	own := Ownership{Fence: Fence{TaskID: t.TaskID, TaskGeneration: t.TaskGeneration, RecordVersion: t.RecordVersion}}
 	if t.HasLease {
 		own = Ownership{IsLease: true, Lease: t.Lease}
+		m.endAttempt(ti, now, distributed.AttemptCancelled, "")
 		m.release(ti)
 	}
 	t.Status = distributed.TaskCancelled
+	t.FinishedAt = now
 	t.RecordVersion++
 	t.CancelledBy = own
 	return distributed.CancellationOutcome{Kind: distributed.Cancelled}, m.commit(now), nil
@@ -701,6 +735,9 @@ func (m *Model) RecoverExpiredLeases(rev, now uint64) (distributed.RecoverySumma
 	if err := m.revisionExhausted(); err != nil {
 		return distributed.RecoverySummary{}, 0, err
 	}
+	for _, i := range expired {
+		m.endAttempt(i, now, m.expiryOutcome(i), "")
+	}
 	m.applyRecovery(expired, now)
 	sum.WorkersAffected = len(workers)
 	return sum, m.commit(now), nil
@@ -727,9 +764,11 @@ func (m *Model) ExpireOldTasks(rev, now, maxAgeSecs uint64) (int, uint64, error)
 			continue
 		}
 		if t.HasLease {
+			m.endAttempt(i, now, distributed.AttemptTaskExpired, "")
 			m.release(i)
 		}
 		t.Status = distributed.TaskExpired
+		t.FinishedAt = now
 		t.RecordVersion++
 		n++
 	}
@@ -773,6 +812,7 @@ func (m *Model) applyRecovery(tasks []int, now uint64) {
 			continue
 		}
 		t.Status = distributed.TaskFailed
+		t.FinishedAt = now
 		t.FailedBy = l
 		t.FailedOutcome = distributed.FailureOutcome{Kind: distributed.RetryExhausted, TaskGeneration: t.TaskGeneration, RetryCount: t.RetryCount}
 	}

@@ -31,6 +31,15 @@ func (m *Model) CheckInvariants() error {
 			return fmt.Errorf("model: duplicate task %s", t.TaskID)
 		}
 		ids[t.TaskID] = true
+		if len(t.History) > distributed.MaxAttemptHistory {
+			return fmt.Errorf("model: task %s keeps %d attempt records", t.TaskID, len(t.History))
+		}
+		if err := m.checkGeneration(t); err != nil {
+			return err
+		}
+		if !t.Status.Terminal() && t.FinishedAt != 0 {
+			return fmt.Errorf("model: task %s has a finish time but is %v", t.TaskID, t.Status)
+		}
 		leased := t.Status == distributed.TaskLeased || t.Status == distributed.TaskRunning
 		if leased != t.HasLease {
 			return fmt.Errorf("model: task %s status %v has lease %v", t.TaskID, t.Status, t.HasLease)

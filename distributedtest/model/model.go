@@ -18,6 +18,9 @@ type Model struct {
 	workers     []Worker // worker-ID order; looked up by linear scan
 	lastLeaseID uint64   // the last lease ID granted (0: none yet)
 	lastOrdinal uint64   // the last enqueue ordinal used
+	// genFloor is the generation new tasks start at: one above the
+	// highest generation of any purged task (docs/adr/0002-purge.md).
+	genFloor uint64
 
 	opts  distributed.SchedulingOptions // schedule.go
 	scans map[string]Scan               // scans with settings or a fairness position
@@ -361,6 +364,8 @@ func checkTaskSpec(s distributed.TaskSpec) error {
 		return invalidTask("too many phases")
 	case s.Priority > distributed.PriorityCritical:
 		return invalidTask("priority is invalid")
+	case s.AttemptTimeoutSecs > distributed.MaxTaskTTLSecs:
+		return invalidTask("attempt timeout is too long")
 	}
 	return checkScheduling(s.Scheduling)
 }

@@ -25,7 +25,7 @@ func NewResults(l distributed.ResultLimits) (*Results, error) {
 	return &Results{limits: l}, nil
 }
 
-// Revision returns the number of stored results so far (each store is one
+// Revision returns the number of accepted stores and purges so far (each is one
 // revision).
 func (r *Results) Revision() uint64 { return r.revision }
 

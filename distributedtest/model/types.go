@@ -71,6 +71,7 @@ type Task struct {
 	HasStarted     bool
 	CompletedAt    uint64
 	HasCompleted   bool
+	FinishedAt     uint64 // when the task became terminal (0 while it is not)
 	RetryCount     uint32
 	Attempt        uint32
 	TaskGeneration uint64
@@ -83,6 +84,9 @@ type Task struct {
 
 	// Ordinal is the enqueue ordinal of the current queue entry.
 	Ordinal uint64
+	// LifeBase is the generation this life of the task ID started at (the
+	// generation floor at its admission); older generations are purged lives.
+	LifeBase uint64
 
 	// Retained terminal proofs (exact terminal replays).
 	CompletedBy   Lease                      // the lease that completed the task
@@ -90,6 +94,14 @@ type Task struct {
 	FailedBy      Lease                      // the lease whose failure exhausted retries
 	FailedOutcome distributed.FailureOutcome // the retained RetryExhausted outcome
 	CancelledBy   Ownership                  // the proof that cancelled the task
+
+	// Beyond contract Part A (attempts.go, rerun.go of the core).
+	TimeoutSecs uint64    // the per-attempt timeout (0: none)
+	History     []Attempt // the last ended attempts, oldest first; never shared after a change
+	Reruns      uint32    // how many times RerunTasks re-ran the task
+	// RerunBase is the generation the last re-run started (0: never
+	// re-run); the generation counts retries from it instead of LifeBase.
+	RerunBase uint64
 }
 
 // Ownership returns the queued fence of a queued task or the lease of a

@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"reflect"
+	"slices"
 
 	distributed "github.com/termivar/distributed"
 	"github.com/termivar/distributed/distributedtest/model"
@@ -17,6 +18,13 @@ type checker struct {
 	prevTasks   []model.Task // the last compared task views, in task-ID order
 	prevWorkers map[string]model.Worker
 	steps       int
+	// purging holds the IDs the current step's accepted purge removed: the
+	// only records that may disappear, and only when they were terminal.
+	purging map[string]bool
+	// purgedGen is the highest generation of any purged life per task ID:
+	// a later life of the ID must start above it (docs/adr/0002-purge.md).
+	purgedGen map[string]uint64
+	relived   int
 }
 
 func newChecker(l distributed.Limits) *checker {
@@ -24,6 +32,7 @@ func newChecker(l distributed.Limits) *checker {
 		limits:      l,
 		issued:      map[uint64]model.Lease{},
 		prevWorkers: map[string]model.Worker{},
+		purgedGen:   map[string]uint64{},
 	}
 }
 
@@ -105,7 +114,21 @@ func (k *checker) step(h *Harness, c Command, before distributed.StateSnapshot, 
 		after.Workers > k.limits.MaxWorkers || after.TerminalTasks+after.ActiveTasks != after.TaskRecords {
 		return fmt.Errorf("snapshot %+v outside limits %+v", after, k.limits)
 	}
-	if err := k.compareRecords(h, rejected); err != nil {
+	if ids, ok := co.Value.([]string); ok && c.Op == OpPurge && co.Err == nil {
+		k.purging = make(map[string]bool, len(ids))
+		for _, id := range ids {
+			k.purging[id] = true
+		}
+		h.Stats.Purges++
+		h.Stats.Purged += len(ids)
+		if len(ids) > 0 && (after.TaskRecords != before.TaskRecords-len(ids) || after.TerminalTasks != before.TerminalTasks-len(ids)) {
+			return fmt.Errorf("purge of %d tasks moved the counters %+v -> %+v", len(ids), before, after)
+		}
+	}
+	err := k.compareRecords(h, rejected)
+	k.purging = nil
+	h.Stats.Relived = k.relived
+	if err != nil {
 		return err
 	}
 	if c.Now >= after.LogicalTime {
@@ -121,6 +144,31 @@ func (k *checker) step(h *Harness, c Command, before distributed.StateSnapshot, 
 	if co, mo := h.Core.SchedulingOptions(), h.Model.SchedulingOptions(); co != mo {
 		return fmt.Errorf("scheduling options: core %+v, model %+v", co, mo)
 	}
+	return nil
+}
+
+// vanished accepts a record that is gone only when this step's purge
+// removed it and it was terminal, and remembers its last generation.
+func (k *checker) vanished(prev model.Task, gone *int) error {
+	if !k.purging[prev.TaskID] || !prev.Status.Terminal() {
+		return fmt.Errorf("task %s (%v) disappeared without a purge", prev.TaskID, prev.Status)
+	}
+	*gone++
+	k.purgedGen[prev.TaskID] = max(k.purgedGen[prev.TaskID], prev.TaskGeneration)
+	return nil
+}
+
+// newLife checks a record that was not there at the last step: a purged ID
+// enqueued again starts above every generation of its purged lives.
+func (k *checker) newLife(got model.Task) error {
+	g, purged := k.purgedGen[got.TaskID]
+	if !purged {
+		return nil
+	}
+	if got.TaskGeneration <= g {
+		return fmt.Errorf("task %s starts a new life at generation %d, a purged life reached %d", got.TaskID, got.TaskGeneration, g)
+	}
+	k.relived++
 	return nil
 }
 
@@ -155,34 +203,47 @@ func (k *checker) compareRecords(h *Harness, unchanged bool) error {
 	}
 	live := map[uint64]string{}
 	views := make([]model.Task, len(ct))
-	j := 0 // walks k.prevTasks (both in task-ID order; records are never removed)
+	gone := 0
+	j := 0 // walks k.prevTasks (both in task-ID order; only a purge removes records)
 	for i := range ct {
 		got, want := ModelTask(ct[i]), TaskView(mt[i])
 		if !eqTask(got, want) {
 			return fmt.Errorf("task record diverges:\n\tcore:  %+v\n\tmodel: %+v", got, want)
 		}
 		views[i] = got
-		if j < len(k.prevTasks) && k.prevTasks[j].TaskID < got.TaskID {
-			return fmt.Errorf("task %s disappeared", k.prevTasks[j].TaskID)
+		for ; j < len(k.prevTasks) && k.prevTasks[j].TaskID < got.TaskID; j++ {
+			if err := k.vanished(k.prevTasks[j], &gone); err != nil {
+				return err
+			}
 		}
 		seen := j < len(k.prevTasks) && k.prevTasks[j].TaskID == got.TaskID
+		if !seen {
+			if err := k.newLife(got); err != nil {
+				return err
+			}
+		}
 		if seen {
 			prev := k.prevTasks[j]
 			j++
 			if unchanged && !eqTask(prev, got) {
 				return fmt.Errorf("task %s changed without an accepted command:\n\tbefore: %+v\n\tafter:  %+v", got.TaskID, prev, got)
 			}
-			if got.TaskGeneration < prev.TaskGeneration || got.Attempt < prev.Attempt || got.RetryCount < prev.RetryCount || got.RecordVersion < prev.RecordVersion {
+			rerun := got.Reruns == prev.Reruns+1 // RerunTasks: terminal -> queued, retries reset
+			if got.TaskGeneration < prev.TaskGeneration || got.Attempt < prev.Attempt || (got.RetryCount < prev.RetryCount && !rerun) ||
+				got.RecordVersion < prev.RecordVersion || got.Reruns < prev.Reruns {
 				return fmt.Errorf("task %s went backwards: %+v -> %+v", got.TaskID, prev, got)
 			}
 			if got.RecordVersion == prev.RecordVersion && !eqTask(prev, got) {
 				return fmt.Errorf("task %s changed without a new record version: %+v -> %+v", got.TaskID, prev, got)
 			}
-			if prev.Status.Terminal() && got.Status != prev.Status {
+			if prev.Status.Terminal() && got.Status != prev.Status && !(rerun && got.Status == distributed.TaskQueued) {
 				return fmt.Errorf("terminal task %s changed status %v -> %v", got.TaskID, prev.Status, got.Status)
 			}
 			if got.TaskGeneration > prev.TaskGeneration && got.TaskGeneration != prev.TaskGeneration+1 {
 				return fmt.Errorf("task %s generation jumped %d -> %d", got.TaskID, prev.TaskGeneration, got.TaskGeneration)
+			}
+			if err := historyAppendOnly(prev.History, got.History); err != nil {
+				return fmt.Errorf("task %s: %v", got.TaskID, err)
 			}
 		}
 		if got.HasLease {
@@ -195,8 +256,13 @@ func (k *checker) compareRecords(h *Harness, unchanged bool) error {
 			}
 		}
 	}
-	if j != len(k.prevTasks) {
-		return fmt.Errorf("task %s disappeared", k.prevTasks[j].TaskID)
+	for ; j < len(k.prevTasks); j++ {
+		if err := k.vanished(k.prevTasks[j], &gone); err != nil {
+			return err
+		}
+	}
+	if gone != len(k.purging) {
+		return fmt.Errorf("purge reported %d tasks, %d disappeared", len(k.purging), gone)
 	}
 	k.prevTasks = views
 	cw, mw := h.Core.Workers(), h.Model.Workers()
@@ -235,9 +301,10 @@ func eqTask(a, b model.Task) bool {
 	return a.TaskID == b.TaskID && a.ScanID == b.ScanID && a.TargetRef == b.TargetRef &&
 		a.Status == b.Status && a.Priority == b.Priority && a.CreatedAt == b.CreatedAt &&
 		a.StartedAt == b.StartedAt && a.HasStarted == b.HasStarted &&
-		a.CompletedAt == b.CompletedAt && a.HasCompleted == b.HasCompleted &&
+		a.CompletedAt == b.CompletedAt && a.HasCompleted == b.HasCompleted && a.FinishedAt == b.FinishedAt &&
 		a.RetryCount == b.RetryCount && a.Attempt == b.Attempt && a.TaskGeneration == b.TaskGeneration &&
 		a.RecordVersion == b.RecordVersion && a.Lease == b.Lease && a.HasLease == b.HasLease &&
+		a.TimeoutSecs == b.TimeoutSecs && a.Reruns == b.Reruns && slices.Equal(a.History, b.History) &&
 		reflect.DeepEqual(a.Scheduling, b.Scheduling)
 }
 
@@ -255,4 +322,25 @@ func eqWorker(a, b model.Worker) bool {
 		a.Capacity == b.Capacity && a.CurrentTasks == b.CurrentTasks && a.CompletedTasks == b.CompletedTasks &&
 		a.LastHeartbeat == b.LastHeartbeat && a.CPUBasisPoints == b.CPUBasisPoints &&
 		a.MemoryBasisPoints == b.MemoryBasisPoints && a.NetworkBasisPoints == b.NetworkBasisPoints
+}
+
+// historyAppendOnly checks that an attempt history only ever gains records
+// at its end (dropping the oldest beyond the bound): a record of an attempt
+// both views hold is unchanged, and no record disappears while the window
+// has room.
+func historyAppendOnly(prev, got []model.Attempt) error {
+	if len(got) < len(prev) {
+		return fmt.Errorf("attempt history shrank from %d to %d records", len(prev), len(got))
+	}
+	for _, p := range prev {
+		for _, g := range got {
+			if g.Attempt == p.Attempt && g != p {
+				return fmt.Errorf("attempt record %d changed: %+v -> %+v", p.Attempt, p, g)
+			}
+		}
+	}
+	if len(prev) > 0 && len(got) > 0 && got[len(got)-1].Attempt < prev[len(prev)-1].Attempt {
+		return fmt.Errorf("newest attempt record went back from %d to %d", prev[len(prev)-1].Attempt, got[len(got)-1].Attempt)
+	}
+	return nil
 }

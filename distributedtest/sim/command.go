@@ -40,6 +40,11 @@ const (
 	OpGetResult
 	OpAggregate
 	OpRestart
+	// OpPurge and OpPurgeResults are Part F additions (docs/adr/0002-purge.md).
+	OpPurge
+	OpPurgeResults
+	// OpRerun is RerunTasks (beyond contract Part A).
+	OpRerun
 	// Scheduling (contract Part F): appended so that the earlier ops keep
 	// their numbers.
 	OpSetOptions
@@ -56,7 +61,8 @@ var opNames = [...]string{
 	OpFail: "fail", OpRenew: "renew", OpCancel: "cancel", OpCancelByID: "cancel-by-id", OpRecover: "recover-expired",
 	OpExpire: "expire-old", OpGetTask: "get-task", OpGetWorker: "get-worker", OpPeek: "peek",
 	OpAvailable: "get-available-worker", OpStoreResult: "store-result", OpGetResult: "get-result",
-	OpAggregate: "aggregate", OpRestart: "restart",
+	OpAggregate: "aggregate", OpRestart: "restart", OpPurge: "purge", OpPurgeResults: "purge-results",
+	OpRerun:      "rerun",
 	OpSetOptions: "set-scheduling-options", OpUpdateScan: "update-scan", OpAdvance: "advance-time", OpScanState: "scan-state",
 }
 
@@ -69,11 +75,12 @@ func (o Op) String() string {
 
 // Mutating reports whether the op is a command that takes a revision.
 func (o Op) Mutating() bool {
-	return o <= OpExpire || o == OpStoreResult || o == OpSetOptions || o == OpUpdateScan || o == OpAdvance
+	return o <= OpExpire || o == OpStoreResult || o == OpPurge || o == OpPurgeResults || o == OpRerun ||
+		o == OpSetOptions || o == OpUpdateScan || o == OpAdvance
 }
 
 // pool reports whether the op addresses the WorkerPool (not the results).
-func (o Op) pool() bool { return o <= OpAvailable || o >= OpSetOptions }
+func (o Op) pool() bool { return o <= OpAvailable || o == OpPurge || o == OpRerun || o >= OpSetOptions }
 
 // Command is one step. RevDelta and NowDelta are relative to the revision
 // and logical time when the step is applied (so that a shrunk sequence stays
@@ -103,6 +110,9 @@ type Command struct {
 	Receipt    model.Receipt
 	Data       []byte
 	IDs        []string
+	Reason     string                   // OpFail: "" calls FailTask, else FailTaskWithReason
+	Rerun      distributed.RerunRequest // OpRerun
+	Purge      distributed.PurgeFilter  // OpPurge
 	Options    distributed.SchedulingOptions
 	ScanUpdate distributed.ScanUpdate
 
@@ -158,6 +168,11 @@ func (c Command) String() string {
 		fmt.Fprintf(&b, " task=%s worker=%s ttl=%d", short(c.TaskID), short(c.WorkerID), c.TTL)
 	case OpStart, OpComplete, OpFail:
 		b.WriteString(" " + leaseString(c.Lease))
+		if c.Reason != "" {
+			fmt.Fprintf(&b, " reason=%d bytes", len(c.Reason))
+		}
+	case OpRerun:
+		fmt.Fprintf(&b, " ids=%q statuses=%v", c.Rerun.TaskIDs, c.Rerun.Statuses)
 	case OpRenew:
 		fmt.Fprintf(&b, " %s ttl=%d", leaseString(c.Lease), c.TTL)
 	case OpCancelByID:
@@ -181,8 +196,10 @@ func (c Command) String() string {
 			short(r.TaskID), r.TaskGeneration, r.Attempt, r.LeaseID, short(r.WorkerID), r.WorkerGeneration, r.RecordVersion, len(c.Data))
 	case OpGetResult:
 		fmt.Fprintf(&b, " task=%s", short(c.TaskID))
-	case OpAggregate:
+	case OpAggregate, OpPurgeResults:
 		fmt.Fprintf(&b, " ids=%q", c.IDs)
+	case OpPurge:
+		fmt.Fprintf(&b, " scan=%q before=%d ids=%q", c.Purge.ScanID, c.Purge.FinishedBefore, c.Purge.TaskIDs)
 	}
 	if c.Note != "" {
 		fmt.Fprintf(&b, " [%s]", c.Note)

@@ -101,6 +101,11 @@ func FuzzRestoreSimState(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if data[4] == 1 {
+			// A mutation that turned the version into 1 was read as a
+			// pre-purge state and re-exports upgraded (version 2).
+			return
+		}
 		if !bytes.Equal(again, data) {
 			t.Fatalf("accepted state does not re-export to the same bytes")
 		}

@@ -102,6 +102,7 @@ var opWeights = [numOps]int{
 	OpAssignNextAvailable: 10, OpAssignNext: 5, OpAssignTask: 4, OpStart: 10, OpComplete: 8,
 	OpFail: 5, OpRenew: 5, OpCancel: 4, OpCancelByID: 2, OpRecover: 3, OpExpire: 2, OpGetTask: 2, OpGetWorker: 1,
 	OpPeek: 1, OpAvailable: 2, OpStoreResult: 6, OpGetResult: 1, OpAggregate: 2, OpRestart: 1,
+	OpPurge: 3, OpPurgeResults: 2, OpRerun: 3,
 	OpSetOptions: 1, OpUpdateScan: 3, OpAdvance: 2, OpScanState: 1,
 }
 
@@ -196,8 +197,13 @@ func (g *Generator) Build(op Op) Command {
 		c.TaskID = g.queuedTaskID(&c)
 		c.WorkerID = g.workerID(&c)
 		c.TTL = g.ttl(&c)
-	case OpStart, OpComplete, OpFail:
+	case OpStart, OpComplete:
 		c.Lease = g.lease(&c)
+	case OpFail:
+		c.Lease = g.lease(&c)
+		c.Reason = g.reason(&c)
+	case OpRerun:
+		c.Rerun = g.rerunRequest(&c)
 	case OpRenew:
 		c.Lease = g.lease(&c)
 		c.TTL = g.ttl(&c)
@@ -220,6 +226,10 @@ func (g *Generator) Build(op Op) Command {
 		c.Data = g.resultBytes(&c, c.Receipt.TaskID)
 	case OpGetResult:
 		c.TaskID = g.resultTaskID(&c)
+	case OpPurge:
+		c.Purge = g.purgeFilter(&c)
+	case OpPurgeResults:
+		c.IDs = g.idList(&c, g.resultTaskID)
 	case OpAggregate:
 		for range g.n(7) {
 			c.IDs = append(c.IDs, g.resultTaskID(&c))
@@ -407,6 +417,14 @@ func (g *Generator) taskSpec(c *Command) distributed.TaskSpec {
 	}
 	for range g.n(4) {
 		s.Phases = append(s.Phases, uint8(g.n(256)))
+	}
+	if g.pct(25) {
+		// Around the lease TTLs, so that renewals meet the deadline.
+		s.AttemptTimeoutSecs = 1 + uint64(g.n(int(2*g.p.Limits.MaxLeaseTTLSecs)))
+	}
+	if g.pct(2) {
+		g.note(c, "bad-timeout")
+		s.AttemptTimeoutSecs = distributed.MaxTaskTTLSecs + 1 + uint64(g.n(3))
 	}
 	if g.pct(20) {
 		s.Scheduling = g.scheduling(c)
@@ -772,6 +790,144 @@ func (g *Generator) learn(l model.Lease) {
 	if len(g.known) > 64 {
 		g.known = g.known[1:]
 	}
+}
+
+// reason picks a failure reason: none (FailTask) half the time, else a
+// short or maximal valid one, an oversize one or invalid UTF-8.
+func (g *Generator) reason(c *Command) string {
+	switch r := g.n(100); {
+	case r < 50:
+		return ""
+	case r < 88:
+		return fmt.Sprintf("exit status %d", g.n(256))
+	case r < 93:
+		return strings.Repeat("é", distributed.MaxFailureReasonBytes/2)
+	case r < 97:
+		g.note(c, "long-reason")
+		return strings.Repeat("x", distributed.MaxFailureReasonBytes+1+g.n(3))
+	default:
+		g.note(c, "bad-utf8-reason")
+		return "stderr \xff\xfe"
+	}
+}
+
+// rerunRequest names mostly terminal tasks (so that re-runs happen), else
+// any task IDs, and sometimes an invalid request.
+func (g *Generator) rerunRequest(c *Command) distributed.RerunRequest {
+	var terminal []string
+	for _, t := range g.tasks {
+		if t.Status.Terminal() {
+			terminal = append(terminal, t.TaskID)
+		}
+	}
+	var req distributed.RerunRequest
+	seen := map[string]bool{}
+	for range 1 + g.n(4) {
+		id := fmt.Sprintf("t%03d", g.n(g.p.Tasks))
+		if len(terminal) > 0 && g.pct(75) {
+			id = terminal[g.n(len(terminal))]
+		}
+		if !seen[id] {
+			seen[id] = true
+			req.TaskIDs = append(req.TaskIDs, id)
+		}
+	}
+	all := []distributed.TaskStatus{distributed.TaskFailed, distributed.TaskExpired, distributed.TaskCancelled}
+	if g.pct(50) {
+		for _, s := range all {
+			if g.pct(50) {
+				req.Statuses = append(req.Statuses, s)
+			}
+		}
+	}
+	switch r := g.n(100); {
+	case r < 3:
+		g.note(c, "empty-rerun")
+		req.TaskIDs = nil
+	case r < 6:
+		g.note(c, "repeated-id")
+		req.TaskIDs = append(req.TaskIDs, req.TaskIDs[0])
+	case r < 9:
+		req.TaskIDs = append(req.TaskIDs, g.hostile(c))
+	case r < 12:
+		g.note(c, "bad-status")
+		req.Statuses = append(req.Statuses, distributed.TaskStatus(g.n(4)*60))
+	}
+	return req
+}
+
+// purgeFilter picks a purge: mostly by scan, by time, by named tasks
+// (terminal ones mostly; also live, absent, hostile and repeated IDs), or
+// everything terminal; sometimes a filter that mixes IDs with a scan.
+func (g *Generator) purgeFilter(c *Command) distributed.PurgeFilter {
+	var f distributed.PurgeFilter
+	switch r := g.n(100); {
+	case r < 30:
+		f.ScanID = fmt.Sprintf("scan-%d", g.n(3))
+		if g.pct(5) {
+			f.ScanID = g.hostile(c)
+		}
+		if g.pct(30) {
+			f.FinishedBefore = g.before()
+		}
+	case r < 55:
+		f.FinishedBefore = g.before()
+	case r < 88:
+		f.TaskIDs = g.idList(c, g.purgeTaskID)
+	case r < 95:
+		g.note(c, "purge-all")
+	default:
+		g.note(c, "purge-mixed-filter")
+		f.ScanID = "scan-0"
+		f.TaskIDs = []string{g.purgeTaskID(c)}
+	}
+	return f
+}
+
+// before returns a FinishedBefore around logical time (0 means no bound).
+func (g *Generator) before() uint64 {
+	now := g.m.LogicalTime()
+	back := uint64(g.n(40))
+	if back > now {
+		return now + 1
+	}
+	return now - back + 1
+}
+
+// purgeTaskID prefers a terminal task, then any task ID.
+func (g *Generator) purgeTaskID(c *Command) string {
+	if g.pct(75) {
+		var term []string
+		for _, t := range g.tasks {
+			if t.Status.Terminal() {
+				term = append(term, t.TaskID)
+			}
+		}
+		if len(term) > 0 {
+			return term[g.n(len(term))]
+		}
+	}
+	return g.taskID(c)
+}
+
+// idList returns 0–4 IDs from pick, sometimes with one repeated.
+func (g *Generator) idList(c *Command, pick func(*Command) string) []string {
+	var ids []string
+	for range g.n(5) {
+		id := pick(c)
+		dup := false
+		for _, x := range ids {
+			dup = dup || x == id
+		}
+		if !dup || g.pct(10) {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) > 0 && g.pct(5) {
+		ids = append(ids, ids[0])
+		g.note(c, "repeated-id")
+	}
+	return ids
 }
 
 // scheduling returns a task's scheduling fields (contract Part F): a

@@ -117,6 +117,12 @@ func applyCore(p *distributed.WorkerPool, a *distributed.ResultAggregator, c Com
 			return Outcome{Err: toErr(err)}, nil
 		}
 		return Outcome{Value: aggregateValue(rs)}, nil
+	case OpPurgeResults:
+		tr, err := a.PurgeResults(c.Rev, c.IDs)
+		return coreOut(tr, err, id[int]), nil
+	case OpPurge:
+		tr, err := q.PurgeTasks(c.Rev, c.Now, c.Purge)
+		return coreOut(tr, err, func(v distributed.PurgeOutcome) any { return v.TaskIDs }), nil
 	case OpEnqueue:
 		tr, err := q.Enqueue(c.Rev, c.Now, c.TaskSpec)
 		return coreOut(tr, err, taskValue), nil
@@ -160,6 +166,10 @@ func applyCore(p *distributed.WorkerPool, a *distributed.ResultAggregator, c Com
 			tr, err := p.CompleteTask(c.Rev, c.Now, l)
 			return coreOut(tr, err, completionValue), nil
 		case OpFail:
+			if c.Reason != "" {
+				tr, err := p.FailTaskWithReason(c.Rev, c.Now, l, c.Reason)
+				return coreOut(tr, err, id[distributed.FailureOutcome]), nil
+			}
 			tr, err := p.FailTask(c.Rev, c.Now, l)
 			return coreOut(tr, err, id[distributed.FailureOutcome]), nil
 		default:
@@ -169,6 +179,9 @@ func applyCore(p *distributed.WorkerPool, a *distributed.ResultAggregator, c Com
 	case OpCancelByID:
 		tr, err := q.CancelTaskByID(c.Rev, c.Now, c.TaskID)
 		return coreOut(tr, err, id[distributed.CancellationOutcome]), nil
+	case OpRerun:
+		tr, err := q.RerunTasks(c.Rev, c.Now, c.Rerun)
+		return coreOut(tr, err, id[distributed.RerunOutcome]), nil
 	case OpCancel:
 		o, err := CoreOwnership(c.Own)
 		if err != nil {
@@ -264,6 +277,10 @@ func applyModel(m *model.Model, rm *model.Results, c Command) Outcome {
 			return modelOut(0, 0, err)
 		}
 		return Outcome{Value: aggregateValue(rs)}
+	case OpPurgeResults:
+		return modelOut(rm.PurgeResults(c.Rev, c.IDs))
+	case OpPurge:
+		return modelOut(m.Purge(c.Rev, c.Now, c.Purge))
 	case OpEnqueue:
 		t, r, err := m.Enqueue(c.Rev, c.Now, c.TaskSpec)
 		return modelOut(TaskView(t), r, err)
@@ -295,7 +312,12 @@ func applyModel(m *model.Model, rm *model.Results, c Command) Outcome {
 	case OpComplete:
 		return modelOut(m.CompleteTask(c.Rev, c.Now, c.Lease))
 	case OpFail:
+		if c.Reason != "" {
+			return modelOut(m.FailTaskWithReason(c.Rev, c.Now, c.Lease, c.Reason))
+		}
 		return modelOut(m.FailTask(c.Rev, c.Now, c.Lease))
+	case OpRerun:
+		return modelOut(m.RerunTasks(c.Rev, c.Now, c.Rerun))
 	case OpRenew:
 		return modelOut(m.RenewLease(c.Rev, c.Now, c.Lease, c.TTL))
 	case OpCancel:
@@ -393,7 +415,10 @@ type Harness struct {
 // Stats counts what a run did.
 type Stats struct {
 	Steps, Accepted, Replays, Rejected, Reads, Restarts, Skipped int
-	Kinds                                                        map[string]int
+	// Purges counts accepted PurgeTasks commands, Purged the tasks they
+	// removed, Relived the purged IDs that were enqueued again.
+	Purges, Purged, Relived int
+	Kinds                   map[string]int
 }
 
 // NewHarness returns a harness over fresh core and model instances with the
@@ -539,6 +564,14 @@ func (h *Harness) compareResults(c Command, beforeRev uint64, co Outcome) error 
 	}
 	if err := a.CheckInvariants(); err != nil {
 		return fmt.Errorf("ResultAggregator CheckInvariants: %v", err)
+	}
+	if c.Op == OpPurgeResults {
+		switch {
+		case co.Err != nil && a.Revision() != beforeRev:
+			return fmt.Errorf("rejected purge moved the results revision %d -> %d", beforeRev, a.Revision())
+		case co.Err == nil && (a.Revision() != beforeRev+1 || co.Rev != a.Revision()):
+			return fmt.Errorf("purge moved the results revision %d -> %d (reported %d)", beforeRev, a.Revision(), co.Rev)
+		}
 	}
 	if c.Op == OpStoreResult {
 		v, _ := co.Value.(distributed.StoreResultOutcome)

@@ -185,9 +185,13 @@ func ModelTask(t distributed.ScanTask) model.Task {
 		Attempt:        t.Attempt(),
 		TaskGeneration: t.TaskGeneration(),
 		RecordVersion:  t.RecordVersion(),
+		TimeoutSecs:    t.AttemptTimeoutSecs(),
+		History:        modelHistory(t.Attempts()),
+		Reruns:         t.Reruns(),
 	}
 	out.StartedAt, out.HasStarted = t.StartedAt()
 	out.CompletedAt, out.HasCompleted = t.CompletedAt()
+	out.FinishedAt, _ = t.FinishedAt()
 	if l, ok := t.Lease(); ok {
 		out.Lease, out.HasLease = ModelLease(l), true
 	}
@@ -205,9 +209,34 @@ func TaskView(t model.Task) model.Task {
 		TaskID: t.TaskID, ScanID: t.ScanID, TargetRef: t.TargetRef, Phases: nilIfEmpty(t.Phases),
 		Status: t.Status, Priority: t.Priority, CreatedAt: t.CreatedAt,
 		StartedAt: t.StartedAt, HasStarted: t.HasStarted, CompletedAt: t.CompletedAt, HasCompleted: t.HasCompleted,
+		FinishedAt: t.FinishedAt,
 		RetryCount: t.RetryCount, Attempt: t.Attempt, TaskGeneration: t.TaskGeneration, RecordVersion: t.RecordVersion,
-		Lease: t.Lease, HasLease: t.HasLease, Scheduling: t.Scheduling,
+		Lease: t.Lease, HasLease: t.HasLease,
+		TimeoutSecs: t.TimeoutSecs, History: nilIfNoHistory(t.History), Reruns: t.Reruns, Scheduling: t.Scheduling,
 	}
+}
+
+// modelHistory reads a core task's attempt history.
+func modelHistory(as []distributed.AttemptRecord) []model.Attempt {
+	if len(as) == 0 {
+		return nil
+	}
+	out := make([]model.Attempt, len(as))
+	for i, a := range as {
+		out[i] = model.Attempt{
+			Attempt: a.Attempt(), TaskGeneration: a.TaskGeneration(), WorkerID: a.WorkerID(), LeaseID: a.LeaseID(),
+			AcquiredAt: a.AcquiredAt(), EndedAt: a.EndedAt(), Outcome: a.Outcome(), Reason: a.Reason(),
+		}
+		out[i].StartedAt, out[i].HasStarted = a.StartedAt()
+	}
+	return out
+}
+
+func nilIfNoHistory(h []model.Attempt) []model.Attempt {
+	if len(h) == 0 {
+		return nil
+	}
+	return h
 }
 
 func nilIfEmpty(b []uint8) []uint8 {

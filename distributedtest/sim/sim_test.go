@@ -56,6 +56,9 @@ func runSeeds(t *testing.T, seeds []uint64, steps int) {
 		agg.Rejected += rep.Stats.Rejected
 		agg.Replays += rep.Stats.Replays
 		agg.Restarts += rep.Stats.Restarts
+		agg.Purges += rep.Stats.Purges
+		agg.Purged += rep.Stats.Purged
+		agg.Relived += rep.Stats.Relived
 		for k, v := range rep.Stats.Kinds {
 			if agg.Kinds == nil {
 				agg.Kinds = map[string]int{}
@@ -69,6 +72,7 @@ func runSeeds(t *testing.T, seeds []uint64, steps int) {
 	el := time.Since(start)
 	t.Logf("%d seeds, %d commands (%d accepted, %d replays, %d rejected, %d restarts) in %v: %.0f commands/s",
 		len(seeds), total, agg.Accepted, agg.Replays, agg.Rejected, agg.Restarts, el.Round(time.Millisecond), float64(total)/el.Seconds())
+	t.Logf("purges: %d accepted, %d tasks purged, %d purged IDs enqueued again", agg.Purges, agg.Purged, agg.Relived)
 	t.Logf("rejections by kind: %v", agg.Kinds)
 }
 
@@ -133,6 +137,10 @@ func TestSimLong(t *testing.T) {
 		agg.Accepted += rep.Stats.Accepted
 		agg.Replays += rep.Stats.Replays
 		agg.Rejected += rep.Stats.Rejected
+		agg.Purges += rep.Stats.Purges
+		agg.Purged += rep.Stats.Purged
+		agg.Relived += rep.Stats.Relived
+		agg.Kinds = mergeKinds(agg.Kinds, rep.Stats.Kinds)
 		if rep.Failure != nil {
 			t.Fatal(rep.Failure.Error())
 		}
@@ -143,4 +151,16 @@ func TestSimLong(t *testing.T) {
 	el := time.Since(start)
 	t.Logf("seeds %d..%d: %d commands (%d accepted, %d replays, %d rejected), 0 divergences, in %v: %.0f commands/s",
 		seed, seed+uint64(n)-1, total, agg.Accepted, agg.Replays, agg.Rejected, el.Round(time.Second), float64(total)/el.Seconds())
+	t.Logf("purges: %d accepted, %d tasks purged, %d purged IDs enqueued again; task_purged rejections: %d",
+		agg.Purges, agg.Purged, agg.Relived, agg.Kinds["task_purged"])
+}
+
+func mergeKinds(into, from map[string]int) map[string]int {
+	if into == nil {
+		into = map[string]int{}
+	}
+	for k, v := range from {
+		into[k] += v
+	}
+	return into
 }

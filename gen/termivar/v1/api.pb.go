@@ -703,19 +703,22 @@ func (x *AcquireRequest) GetStart() bool {
 }
 
 type LeasedTask struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	LeaseToken    []byte                 `protobuf:"bytes,1,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
-	TaskId        string                 `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
-	ScanId        string                 `protobuf:"bytes,3,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
-	TargetRef     string                 `protobuf:"bytes,4,opt,name=target_ref,json=targetRef,proto3" json:"target_ref,omitempty"`
-	Phases        []byte                 `protobuf:"bytes,5,opt,name=phases,proto3" json:"phases,omitempty"`
-	Priority      uint32                 `protobuf:"varint,6,opt,name=priority,proto3" json:"priority,omitempty"`
-	Attempt       uint32                 `protobuf:"varint,7,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	LeaseId       uint64                 `protobuf:"varint,8,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
-	ExpiresAt     uint64                 `protobuf:"varint,9,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
-	Started       bool                   `protobuf:"varint,10,opt,name=started,proto3" json:"started,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	LeaseToken []byte                 `protobuf:"bytes,1,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
+	TaskId     string                 `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	ScanId     string                 `protobuf:"bytes,3,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
+	TargetRef  string                 `protobuf:"bytes,4,opt,name=target_ref,json=targetRef,proto3" json:"target_ref,omitempty"`
+	Phases     []byte                 `protobuf:"bytes,5,opt,name=phases,proto3" json:"phases,omitempty"`
+	Priority   uint32                 `protobuf:"varint,6,opt,name=priority,proto3" json:"priority,omitempty"`
+	Attempt    uint32                 `protobuf:"varint,7,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	LeaseId    uint64                 `protobuf:"varint,8,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	ExpiresAt  uint64                 `protobuf:"varint,9,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	Started    bool                   `protobuf:"varint,10,opt,name=started,proto3" json:"started,omitempty"`
+	// attempt_timeout_secs (0: none): the agent stops the attempt after this
+	// long and fails it with reason "timeout"; renewals past it are refused.
+	AttemptTimeoutSecs uint64 `protobuf:"varint,11,opt,name=attempt_timeout_secs,json=attemptTimeoutSecs,proto3" json:"attempt_timeout_secs,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *LeasedTask) Reset() {
@@ -816,6 +819,13 @@ func (x *LeasedTask) GetStarted() bool {
 		return x.Started
 	}
 	return false
+}
+
+func (x *LeasedTask) GetAttemptTimeoutSecs() uint64 {
+	if x != nil {
+		return x.AttemptTimeoutSecs
+	}
+	return 0
 }
 
 type AcquireResponse struct {
@@ -1382,8 +1392,11 @@ type FailRequest struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	LeaseToken       []byte                 `protobuf:"bytes,1,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
 	ExpectedRevision *uint64                `protobuf:"varint,2,opt,name=expected_revision,json=expectedRevision,proto3,oneof" json:"expected_revision,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// reason (at most 512 bytes of UTF-8) is kept in the task's attempt
+	// history: an exit code or signal and the tail of stderr, "timeout", ...
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *FailRequest) Reset() {
@@ -1428,6 +1441,13 @@ func (x *FailRequest) GetExpectedRevision() uint64 {
 		return *x.ExpectedRevision
 	}
 	return 0
+}
+
+func (x *FailRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
 }
 
 type FailResponse struct {
@@ -1695,8 +1715,11 @@ type NewTask struct {
 	// backoff_*: override the tenant's backoff for this task's retries.
 	BackoffBaseSecs uint64 `protobuf:"varint,23,opt,name=backoff_base_secs,json=backoffBaseSecs,proto3" json:"backoff_base_secs,omitempty"`
 	BackoffCapSecs  uint64 `protobuf:"varint,24,opt,name=backoff_cap_secs,json=backoffCapSecs,proto3" json:"backoff_cap_secs,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// attempt_timeout_secs bounds each attempt of the task (0: the
+	// request's attempt_timeout_secs).
+	AttemptTimeoutSecs uint64 `protobuf:"varint,6,opt,name=attempt_timeout_secs,json=attemptTimeoutSecs,proto3" json:"attempt_timeout_secs,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *NewTask) Reset() {
@@ -1799,12 +1822,21 @@ func (x *NewTask) GetBackoffCapSecs() uint64 {
 	return 0
 }
 
+func (x *NewTask) GetAttemptTimeoutSecs() uint64 {
+	if x != nil {
+		return x.AttemptTimeoutSecs
+	}
+	return 0
+}
+
 type EnqueueRequest struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	Tasks            []*NewTask             `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
 	ExpectedRevision *uint64                `protobuf:"varint,2,opt,name=expected_revision,json=expectedRevision,proto3,oneof" json:"expected_revision,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// attempt_timeout_secs applies to every task that sets none (0: none).
+	AttemptTimeoutSecs uint64 `protobuf:"varint,3,opt,name=attempt_timeout_secs,json=attemptTimeoutSecs,proto3" json:"attempt_timeout_secs,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *EnqueueRequest) Reset() {
@@ -1847,6 +1879,13 @@ func (x *EnqueueRequest) GetTasks() []*NewTask {
 func (x *EnqueueRequest) GetExpectedRevision() uint64 {
 	if x != nil && x.ExpectedRevision != nil {
 		return *x.ExpectedRevision
+	}
+	return 0
+}
+
+func (x *EnqueueRequest) GetAttemptTimeoutSecs() uint64 {
+	if x != nil {
+		return x.AttemptTimeoutSecs
 	}
 	return 0
 }
@@ -2107,11 +2146,19 @@ type TaskInfo struct {
 	HasResult  bool   `protobuf:"varint,18,opt,name=has_result,json=hasResult,proto3" json:"has_result,omitempty"`
 	// 30-39: scheduling (contract Part F). scheduled: queued and waiting for
 	// not_before (a backoff or a delay), not for a worker.
-	NotBefore     uint64   `protobuf:"varint,30,opt,name=not_before,json=notBefore,proto3" json:"not_before,omitempty"`
-	RequiredTags  []string `protobuf:"bytes,31,rep,name=required_tags,json=requiredTags,proto3" json:"required_tags,omitempty"`
-	Scheduled     bool     `protobuf:"varint,32,opt,name=scheduled,proto3" json:"scheduled,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	NotBefore          uint64   `protobuf:"varint,30,opt,name=not_before,json=notBefore,proto3" json:"not_before,omitempty"`
+	RequiredTags       []string `protobuf:"bytes,31,rep,name=required_tags,json=requiredTags,proto3" json:"required_tags,omitempty"`
+	Scheduled          bool     `protobuf:"varint,32,opt,name=scheduled,proto3" json:"scheduled,omitempty"`
+	AttemptTimeoutSecs uint64   `protobuf:"varint,19,opt,name=attempt_timeout_secs,json=attemptTimeoutSecs,proto3" json:"attempt_timeout_secs,omitempty"`
+	// attempts are the last ended attempts, oldest first (at most 8).
+	Attempts []*AttemptInfo `protobuf:"bytes,20,rep,name=attempts,proto3" json:"attempts,omitempty"`
+	// reruns counts how many times Retry re-ran the task.
+	Reruns uint32 `protobuf:"varint,21,opt,name=reruns,proto3" json:"reruns,omitempty"`
+	// last_failure_reason is the reason of the newest attempt if it failed
+	// with one.
+	LastFailureReason string `protobuf:"bytes,22,opt,name=last_failure_reason,json=lastFailureReason,proto3" json:"last_failure_reason,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *TaskInfo) Reset() {
@@ -2291,6 +2338,145 @@ func (x *TaskInfo) GetScheduled() bool {
 	return false
 }
 
+func (x *TaskInfo) GetAttemptTimeoutSecs() uint64 {
+	if x != nil {
+		return x.AttemptTimeoutSecs
+	}
+	return 0
+}
+
+func (x *TaskInfo) GetAttempts() []*AttemptInfo {
+	if x != nil {
+		return x.Attempts
+	}
+	return nil
+}
+
+func (x *TaskInfo) GetReruns() uint32 {
+	if x != nil {
+		return x.Reruns
+	}
+	return 0
+}
+
+func (x *TaskInfo) GetLastFailureReason() string {
+	if x != nil {
+		return x.LastFailureReason
+	}
+	return ""
+}
+
+// AttemptInfo is one ended attempt of a task.
+type AttemptInfo struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Attempt        uint32                 `protobuf:"varint,1,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	TaskGeneration uint64                 `protobuf:"varint,2,opt,name=task_generation,json=taskGeneration,proto3" json:"task_generation,omitempty"`
+	WorkerId       string                 `protobuf:"bytes,3,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	LeaseId        uint64                 `protobuf:"varint,4,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	AcquiredAt     uint64                 `protobuf:"varint,5,opt,name=acquired_at,json=acquiredAt,proto3" json:"acquired_at,omitempty"`
+	StartedAt      *uint64                `protobuf:"varint,6,opt,name=started_at,json=startedAt,proto3,oneof" json:"started_at,omitempty"`
+	EndedAt        uint64                 `protobuf:"varint,7,opt,name=ended_at,json=endedAt,proto3" json:"ended_at,omitempty"`
+	// outcome: completed, failed, lease_expired, timed_out, worker_lost,
+	// cancelled or task_expired.
+	Outcome       string `protobuf:"bytes,8,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	Reason        string `protobuf:"bytes,9,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AttemptInfo) Reset() {
+	*x = AttemptInfo{}
+	mi := &file_termivar_v1_api_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AttemptInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AttemptInfo) ProtoMessage() {}
+
+func (x *AttemptInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AttemptInfo.ProtoReflect.Descriptor instead.
+func (*AttemptInfo) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *AttemptInfo) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *AttemptInfo) GetTaskGeneration() uint64 {
+	if x != nil {
+		return x.TaskGeneration
+	}
+	return 0
+}
+
+func (x *AttemptInfo) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+func (x *AttemptInfo) GetLeaseId() uint64 {
+	if x != nil {
+		return x.LeaseId
+	}
+	return 0
+}
+
+func (x *AttemptInfo) GetAcquiredAt() uint64 {
+	if x != nil {
+		return x.AcquiredAt
+	}
+	return 0
+}
+
+func (x *AttemptInfo) GetStartedAt() uint64 {
+	if x != nil && x.StartedAt != nil {
+		return *x.StartedAt
+	}
+	return 0
+}
+
+func (x *AttemptInfo) GetEndedAt() uint64 {
+	if x != nil {
+		return x.EndedAt
+	}
+	return 0
+}
+
+func (x *AttemptInfo) GetOutcome() string {
+	if x != nil {
+		return x.Outcome
+	}
+	return ""
+}
+
+func (x *AttemptInfo) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 type GetTaskRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TaskId        string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
@@ -2300,7 +2486,7 @@ type GetTaskRequest struct {
 
 func (x *GetTaskRequest) Reset() {
 	*x = GetTaskRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[30]
+	mi := &file_termivar_v1_api_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2312,7 +2498,7 @@ func (x *GetTaskRequest) String() string {
 func (*GetTaskRequest) ProtoMessage() {}
 
 func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[30]
+	mi := &file_termivar_v1_api_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2325,7 +2511,7 @@ func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{30}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetTaskRequest) GetTaskId() string {
@@ -2344,7 +2530,7 @@ type GetTaskResponse struct {
 
 func (x *GetTaskResponse) Reset() {
 	*x = GetTaskResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[31]
+	mi := &file_termivar_v1_api_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2356,7 +2542,7 @@ func (x *GetTaskResponse) String() string {
 func (*GetTaskResponse) ProtoMessage() {}
 
 func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[31]
+	mi := &file_termivar_v1_api_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2369,7 +2555,7 @@ func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskResponse.ProtoReflect.Descriptor instead.
 func (*GetTaskResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{31}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GetTaskResponse) GetTask() *TaskInfo {
@@ -2391,7 +2577,7 @@ type ListTasksRequest struct {
 
 func (x *ListTasksRequest) Reset() {
 	*x = ListTasksRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[32]
+	mi := &file_termivar_v1_api_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2403,7 +2589,7 @@ func (x *ListTasksRequest) String() string {
 func (*ListTasksRequest) ProtoMessage() {}
 
 func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[32]
+	mi := &file_termivar_v1_api_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2416,7 +2602,7 @@ func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksRequest.ProtoReflect.Descriptor instead.
 func (*ListTasksRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{32}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListTasksRequest) GetScanId() string {
@@ -2457,7 +2643,7 @@ type ListTasksResponse struct {
 
 func (x *ListTasksResponse) Reset() {
 	*x = ListTasksResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[33]
+	mi := &file_termivar_v1_api_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2469,7 +2655,7 @@ func (x *ListTasksResponse) String() string {
 func (*ListTasksResponse) ProtoMessage() {}
 
 func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[33]
+	mi := &file_termivar_v1_api_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2482,7 +2668,7 @@ func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksResponse.ProtoReflect.Descriptor instead.
 func (*ListTasksResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{33}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListTasksResponse) GetTasks() []*TaskInfo {
@@ -2508,7 +2694,7 @@ type ScanProgressRequest struct {
 
 func (x *ScanProgressRequest) Reset() {
 	*x = ScanProgressRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[34]
+	mi := &file_termivar_v1_api_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2520,7 +2706,7 @@ func (x *ScanProgressRequest) String() string {
 func (*ScanProgressRequest) ProtoMessage() {}
 
 func (x *ScanProgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[34]
+	mi := &file_termivar_v1_api_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2533,7 +2719,7 @@ func (x *ScanProgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanProgressRequest.ProtoReflect.Descriptor instead.
 func (*ScanProgressRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{34}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ScanProgressRequest) GetScanId() string {
@@ -2557,18 +2743,20 @@ type ScanProgressResponse struct {
 	// 20-29: scheduling (contract Part F). scheduled counts queued tasks
 	// waiting for their not-before time; unroutable counts queued tasks whose
 	// required tags no live worker declared (no one can take them now).
-	Scheduled     uint32 `protobuf:"varint,20,opt,name=scheduled,proto3" json:"scheduled,omitempty"`
-	MaxInFlight   uint32 `protobuf:"varint,21,opt,name=max_in_flight,json=maxInFlight,proto3" json:"max_in_flight,omitempty"`
-	Paused        bool   `protobuf:"varint,22,opt,name=paused,proto3" json:"paused,omitempty"`
-	Unroutable    uint32 `protobuf:"varint,23,opt,name=unroutable,proto3" json:"unroutable,omitempty"`
-	LiveWorkers   uint32 `protobuf:"varint,24,opt,name=live_workers,json=liveWorkers,proto3" json:"live_workers,omitempty"`
+	Scheduled   uint32 `protobuf:"varint,20,opt,name=scheduled,proto3" json:"scheduled,omitempty"`
+	MaxInFlight uint32 `protobuf:"varint,21,opt,name=max_in_flight,json=maxInFlight,proto3" json:"max_in_flight,omitempty"`
+	Paused      bool   `protobuf:"varint,22,opt,name=paused,proto3" json:"paused,omitempty"`
+	Unroutable  uint32 `protobuf:"varint,23,opt,name=unroutable,proto3" json:"unroutable,omitempty"`
+	LiveWorkers uint32 `protobuf:"varint,24,opt,name=live_workers,json=liveWorkers,proto3" json:"live_workers,omitempty"`
+	// reruns is the number of re-runs (Retry) of the scan's tasks.
+	Reruns        uint32 `protobuf:"varint,10,opt,name=reruns,proto3" json:"reruns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ScanProgressResponse) Reset() {
 	*x = ScanProgressResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[35]
+	mi := &file_termivar_v1_api_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2580,7 +2768,7 @@ func (x *ScanProgressResponse) String() string {
 func (*ScanProgressResponse) ProtoMessage() {}
 
 func (x *ScanProgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[35]
+	mi := &file_termivar_v1_api_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2593,7 +2781,7 @@ func (x *ScanProgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanProgressResponse.ProtoReflect.Descriptor instead.
 func (*ScanProgressResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{35}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ScanProgressResponse) GetTotal() uint32 {
@@ -2694,6 +2882,146 @@ func (x *ScanProgressResponse) GetLiveWorkers() uint32 {
 	return 0
 }
 
+func (x *ScanProgressResponse) GetReruns() uint32 {
+	if x != nil {
+		return x.Reruns
+	}
+	return 0
+}
+
+type RetryRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	ScanId string                 `protobuf:"bytes,1,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
+	// task_ids, when set, re-run only these tasks of the scan.
+	TaskIds []string `protobuf:"bytes,2,rep,name=task_ids,json=taskIds,proto3" json:"task_ids,omitempty"`
+	// statuses: failed, expired, cancelled (empty: all three).
+	Statuses         []string `protobuf:"bytes,3,rep,name=statuses,proto3" json:"statuses,omitempty"`
+	ExpectedRevision *uint64  `protobuf:"varint,4,opt,name=expected_revision,json=expectedRevision,proto3,oneof" json:"expected_revision,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *RetryRequest) Reset() {
+	*x = RetryRequest{}
+	mi := &file_termivar_v1_api_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryRequest) ProtoMessage() {}
+
+func (x *RetryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryRequest.ProtoReflect.Descriptor instead.
+func (*RetryRequest) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *RetryRequest) GetScanId() string {
+	if x != nil {
+		return x.ScanId
+	}
+	return ""
+}
+
+func (x *RetryRequest) GetTaskIds() []string {
+	if x != nil {
+		return x.TaskIds
+	}
+	return nil
+}
+
+func (x *RetryRequest) GetStatuses() []string {
+	if x != nil {
+		return x.Statuses
+	}
+	return nil
+}
+
+func (x *RetryRequest) GetExpectedRevision() uint64 {
+	if x != nil && x.ExpectedRevision != nil {
+		return *x.ExpectedRevision
+	}
+	return 0
+}
+
+type RetryResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// requeued lists the re-run tasks in scan order (or request order).
+	Requeued []string `protobuf:"bytes,1,rep,name=requeued,proto3" json:"requeued,omitempty"`
+	// unchanged counts the selected tasks left as they were (queued,
+	// leased, running, completed, or another status).
+	Unchanged     uint32 `protobuf:"varint,2,opt,name=unchanged,proto3" json:"unchanged,omitempty"`
+	Revision      uint64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryResponse) Reset() {
+	*x = RetryResponse{}
+	mi := &file_termivar_v1_api_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryResponse) ProtoMessage() {}
+
+func (x *RetryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryResponse.ProtoReflect.Descriptor instead.
+func (*RetryResponse) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *RetryResponse) GetRequeued() []string {
+	if x != nil {
+		return x.Requeued
+	}
+	return nil
+}
+
+func (x *RetryResponse) GetUnchanged() uint32 {
+	if x != nil {
+		return x.Unchanged
+	}
+	return 0
+}
+
+func (x *RetryResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
 type AggregateResultsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ScanId        string                 `protobuf:"bytes,1,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
@@ -2703,7 +3031,7 @@ type AggregateResultsRequest struct {
 
 func (x *AggregateResultsRequest) Reset() {
 	*x = AggregateResultsRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[36]
+	mi := &file_termivar_v1_api_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2715,7 +3043,7 @@ func (x *AggregateResultsRequest) String() string {
 func (*AggregateResultsRequest) ProtoMessage() {}
 
 func (x *AggregateResultsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[36]
+	mi := &file_termivar_v1_api_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2728,7 +3056,7 @@ func (x *AggregateResultsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AggregateResultsRequest.ProtoReflect.Descriptor instead.
 func (*AggregateResultsRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{36}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *AggregateResultsRequest) GetScanId() string {
@@ -2748,7 +3076,7 @@ type AggregateResultsResponse struct {
 
 func (x *AggregateResultsResponse) Reset() {
 	*x = AggregateResultsResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[37]
+	mi := &file_termivar_v1_api_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2760,7 +3088,7 @@ func (x *AggregateResultsResponse) String() string {
 func (*AggregateResultsResponse) ProtoMessage() {}
 
 func (x *AggregateResultsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[37]
+	mi := &file_termivar_v1_api_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2773,7 +3101,7 @@ func (x *AggregateResultsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AggregateResultsResponse.ProtoReflect.Descriptor instead.
 func (*AggregateResultsResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{37}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *AggregateResultsResponse) GetTaskId() string {
@@ -2801,7 +3129,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[38]
+	mi := &file_termivar_v1_api_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2813,7 +3141,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[38]
+	mi := &file_termivar_v1_api_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2826,7 +3154,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{38}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *StatusRequest) GetStateHash() bool {
@@ -2865,13 +3193,17 @@ type StatusResponse struct {
 	// long_polls_waiting is the number of Acquire calls this node holds
 	// waiting for work right now.
 	LongPollsWaiting int64 `protobuf:"varint,18,opt,name=long_polls_waiting,json=longPollsWaiting,proto3" json:"long_polls_waiting,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// result_retention_secs is the tenant's result retention (0: off).
+	ResultRetentionSecs uint64 `protobuf:"varint,19,opt,name=result_retention_secs,json=resultRetentionSecs,proto3" json:"result_retention_secs,omitempty"`
+	// build is the answering node's build (termivar-coord version).
+	Build         *BuildInfo `protobuf:"bytes,20,opt,name=build,proto3" json:"build,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[39]
+	mi := &file_termivar_v1_api_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2883,7 +3215,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[39]
+	mi := &file_termivar_v1_api_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2896,7 +3228,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{39}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *StatusResponse) GetTenant() string {
@@ -3025,6 +3357,102 @@ func (x *StatusResponse) GetLongPollsWaiting() int64 {
 	return 0
 }
 
+func (x *StatusResponse) GetResultRetentionSecs() uint64 {
+	if x != nil {
+		return x.ResultRetentionSecs
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetBuild() *BuildInfo {
+	if x != nil {
+		return x.Build
+	}
+	return nil
+}
+
+// BuildInfo describes a binary, from Go's embedded build information.
+type BuildInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// module_version is the main module's version ("(devel)" for a
+	// checkout build).
+	ModuleVersion string `protobuf:"bytes,1,opt,name=module_version,json=moduleVersion,proto3" json:"module_version,omitempty"`
+	// vcs_revision is the commit the binary was built from ("" when
+	// unknown), vcs_modified whether the work tree had changes.
+	VcsRevision string `protobuf:"bytes,2,opt,name=vcs_revision,json=vcsRevision,proto3" json:"vcs_revision,omitempty"`
+	VcsModified bool   `protobuf:"varint,3,opt,name=vcs_modified,json=vcsModified,proto3" json:"vcs_modified,omitempty"`
+	VcsTime     string `protobuf:"bytes,4,opt,name=vcs_time,json=vcsTime,proto3" json:"vcs_time,omitempty"`
+	// go_version is the toolchain that built the binary.
+	GoVersion     string `protobuf:"bytes,5,opt,name=go_version,json=goVersion,proto3" json:"go_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BuildInfo) Reset() {
+	*x = BuildInfo{}
+	mi := &file_termivar_v1_api_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BuildInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BuildInfo) ProtoMessage() {}
+
+func (x *BuildInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BuildInfo.ProtoReflect.Descriptor instead.
+func (*BuildInfo) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *BuildInfo) GetModuleVersion() string {
+	if x != nil {
+		return x.ModuleVersion
+	}
+	return ""
+}
+
+func (x *BuildInfo) GetVcsRevision() string {
+	if x != nil {
+		return x.VcsRevision
+	}
+	return ""
+}
+
+func (x *BuildInfo) GetVcsModified() bool {
+	if x != nil {
+		return x.VcsModified
+	}
+	return false
+}
+
+func (x *BuildInfo) GetVcsTime() string {
+	if x != nil {
+		return x.VcsTime
+	}
+	return ""
+}
+
+func (x *BuildInfo) GetGoVersion() string {
+	if x != nil {
+		return x.GoVersion
+	}
+	return ""
+}
+
 type ListWorkersRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -3033,7 +3461,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[40]
+	mi := &file_termivar_v1_api_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3045,7 +3473,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[40]
+	mi := &file_termivar_v1_api_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3058,7 +3486,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{40}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{44}
 }
 
 type ListWorkersResponse struct {
@@ -3070,7 +3498,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[41]
+	mi := &file_termivar_v1_api_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3082,7 +3510,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[41]
+	mi := &file_termivar_v1_api_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3095,7 +3523,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{41}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*WorkerInfo {
@@ -3111,15 +3539,18 @@ type CreateTenantRequest struct {
 	// limits and result_limits default to the node's per-tenant defaults.
 	Limits       *CoreLimits   `protobuf:"bytes,2,opt,name=limits,proto3" json:"limits,omitempty"`
 	ResultLimits *ResultLimits `protobuf:"bytes,3,opt,name=result_limits,json=resultLimits,proto3" json:"result_limits,omitempty"`
+	// result_retention_secs purges terminal tasks and their results this
+	// many seconds after they finished; 0 keeps them.
+	ResultRetentionSecs uint64 `protobuf:"varint,4,opt,name=result_retention_secs,json=resultRetentionSecs,proto3" json:"result_retention_secs,omitempty"`
 	// scheduling defaults to the node's per-tenant default options.
-	Scheduling    *SchedulingOptions `protobuf:"bytes,4,opt,name=scheduling,proto3" json:"scheduling,omitempty"`
+	Scheduling    *SchedulingOptions `protobuf:"bytes,10,opt,name=scheduling,proto3" json:"scheduling,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateTenantRequest) Reset() {
 	*x = CreateTenantRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[42]
+	mi := &file_termivar_v1_api_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3131,7 +3562,7 @@ func (x *CreateTenantRequest) String() string {
 func (*CreateTenantRequest) ProtoMessage() {}
 
 func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[42]
+	mi := &file_termivar_v1_api_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3144,7 +3575,7 @@ func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantRequest.ProtoReflect.Descriptor instead.
 func (*CreateTenantRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{42}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *CreateTenantRequest) GetName() string {
@@ -3168,6 +3599,13 @@ func (x *CreateTenantRequest) GetResultLimits() *ResultLimits {
 	return nil
 }
 
+func (x *CreateTenantRequest) GetResultRetentionSecs() uint64 {
+	if x != nil {
+		return x.ResultRetentionSecs
+	}
+	return 0
+}
+
 func (x *CreateTenantRequest) GetScheduling() *SchedulingOptions {
 	if x != nil {
 		return x.Scheduling
@@ -3187,7 +3625,7 @@ type UpdateScanRequest struct {
 
 func (x *UpdateScanRequest) Reset() {
 	*x = UpdateScanRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[43]
+	mi := &file_termivar_v1_api_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3199,7 +3637,7 @@ func (x *UpdateScanRequest) String() string {
 func (*UpdateScanRequest) ProtoMessage() {}
 
 func (x *UpdateScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[43]
+	mi := &file_termivar_v1_api_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3212,7 +3650,7 @@ func (x *UpdateScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateScanRequest.ProtoReflect.Descriptor instead.
 func (*UpdateScanRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{43}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *UpdateScanRequest) GetScanId() string {
@@ -3256,7 +3694,7 @@ type UpdateScanResponse struct {
 
 func (x *UpdateScanResponse) Reset() {
 	*x = UpdateScanResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[44]
+	mi := &file_termivar_v1_api_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3268,7 +3706,7 @@ func (x *UpdateScanResponse) String() string {
 func (*UpdateScanResponse) ProtoMessage() {}
 
 func (x *UpdateScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[44]
+	mi := &file_termivar_v1_api_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3281,7 +3719,7 @@ func (x *UpdateScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateScanResponse.ProtoReflect.Descriptor instead.
 func (*UpdateScanResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{44}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *UpdateScanResponse) GetMaxInFlight() uint32 {
@@ -3329,7 +3767,7 @@ type SetSchedulingOptionsRequest struct {
 
 func (x *SetSchedulingOptionsRequest) Reset() {
 	*x = SetSchedulingOptionsRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[45]
+	mi := &file_termivar_v1_api_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3341,7 +3779,7 @@ func (x *SetSchedulingOptionsRequest) String() string {
 func (*SetSchedulingOptionsRequest) ProtoMessage() {}
 
 func (x *SetSchedulingOptionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[45]
+	mi := &file_termivar_v1_api_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3354,7 +3792,7 @@ func (x *SetSchedulingOptionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSchedulingOptionsRequest.ProtoReflect.Descriptor instead.
 func (*SetSchedulingOptionsRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{45}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *SetSchedulingOptionsRequest) GetOptions() *SchedulingOptions {
@@ -3380,7 +3818,7 @@ type SetSchedulingOptionsResponse struct {
 
 func (x *SetSchedulingOptionsResponse) Reset() {
 	*x = SetSchedulingOptionsResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[46]
+	mi := &file_termivar_v1_api_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3392,7 +3830,7 @@ func (x *SetSchedulingOptionsResponse) String() string {
 func (*SetSchedulingOptionsResponse) ProtoMessage() {}
 
 func (x *SetSchedulingOptionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[46]
+	mi := &file_termivar_v1_api_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3405,10 +3843,309 @@ func (x *SetSchedulingOptionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSchedulingOptionsResponse.ProtoReflect.Descriptor instead.
 func (*SetSchedulingOptionsResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{46}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *SetSchedulingOptionsResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+type UpdateTenantRequest struct {
+	state               protoimpl.MessageState `protogen:"open.v1"`
+	Name                string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	ResultRetentionSecs uint64                 `protobuf:"varint,2,opt,name=result_retention_secs,json=resultRetentionSecs,proto3" json:"result_retention_secs,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *UpdateTenantRequest) Reset() {
+	*x = UpdateTenantRequest{}
+	mi := &file_termivar_v1_api_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateTenantRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateTenantRequest) ProtoMessage() {}
+
+func (x *UpdateTenantRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateTenantRequest.ProtoReflect.Descriptor instead.
+func (*UpdateTenantRequest) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *UpdateTenantRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *UpdateTenantRequest) GetResultRetentionSecs() uint64 {
+	if x != nil {
+		return x.ResultRetentionSecs
+	}
+	return 0
+}
+
+type UpdateTenantResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateTenantResponse) Reset() {
+	*x = UpdateTenantResponse{}
+	mi := &file_termivar_v1_api_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateTenantResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateTenantResponse) ProtoMessage() {}
+
+func (x *UpdateTenantResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateTenantResponse.ProtoReflect.Descriptor instead.
+func (*UpdateTenantResponse) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{52}
+}
+
+type DeleteScanRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	ScanId string                 `protobuf:"bytes,1,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
+	// force cancels the scan's queued, leased and running tasks first.
+	Force         bool `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteScanRequest) Reset() {
+	*x = DeleteScanRequest{}
+	mi := &file_termivar_v1_api_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteScanRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteScanRequest) ProtoMessage() {}
+
+func (x *DeleteScanRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteScanRequest.ProtoReflect.Descriptor instead.
+func (*DeleteScanRequest) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *DeleteScanRequest) GetScanId() string {
+	if x != nil {
+		return x.ScanId
+	}
+	return ""
+}
+
+func (x *DeleteScanRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+type DeleteScanResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// purged is how many task records were removed (with their results).
+	Purged uint32 `protobuf:"varint,1,opt,name=purged,proto3" json:"purged,omitempty"`
+	// cancelled is how many non-terminal tasks force cancelled first.
+	Cancelled     uint32 `protobuf:"varint,2,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
+	Revision      uint64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteScanResponse) Reset() {
+	*x = DeleteScanResponse{}
+	mi := &file_termivar_v1_api_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteScanResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteScanResponse) ProtoMessage() {}
+
+func (x *DeleteScanResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteScanResponse.ProtoReflect.Descriptor instead.
+func (*DeleteScanResponse) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *DeleteScanResponse) GetPurged() uint32 {
+	if x != nil {
+		return x.Purged
+	}
+	return 0
+}
+
+func (x *DeleteScanResponse) GetCancelled() uint32 {
+	if x != nil {
+		return x.Cancelled
+	}
+	return 0
+}
+
+func (x *DeleteScanResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+type PurgeTasksRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TaskIds       []string               `protobuf:"bytes,1,rep,name=task_ids,json=taskIds,proto3" json:"task_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PurgeTasksRequest) Reset() {
+	*x = PurgeTasksRequest{}
+	mi := &file_termivar_v1_api_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgeTasksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgeTasksRequest) ProtoMessage() {}
+
+func (x *PurgeTasksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgeTasksRequest.ProtoReflect.Descriptor instead.
+func (*PurgeTasksRequest) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *PurgeTasksRequest) GetTaskIds() []string {
+	if x != nil {
+		return x.TaskIds
+	}
+	return nil
+}
+
+type PurgeTasksResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Purged        uint32                 `protobuf:"varint,1,opt,name=purged,proto3" json:"purged,omitempty"`
+	Revision      uint64                 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PurgeTasksResponse) Reset() {
+	*x = PurgeTasksResponse{}
+	mi := &file_termivar_v1_api_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgeTasksResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgeTasksResponse) ProtoMessage() {}
+
+func (x *PurgeTasksResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgeTasksResponse.ProtoReflect.Descriptor instead.
+func (*PurgeTasksResponse) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *PurgeTasksResponse) GetPurged() uint32 {
+	if x != nil {
+		return x.Purged
+	}
+	return 0
+}
+
+func (x *PurgeTasksResponse) GetRevision() uint64 {
 	if x != nil {
 		return x.Revision
 	}
@@ -3424,7 +4161,7 @@ type CreateTenantResponse struct {
 
 func (x *CreateTenantResponse) Reset() {
 	*x = CreateTenantResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[47]
+	mi := &file_termivar_v1_api_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3436,7 +4173,7 @@ func (x *CreateTenantResponse) String() string {
 func (*CreateTenantResponse) ProtoMessage() {}
 
 func (x *CreateTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[47]
+	mi := &file_termivar_v1_api_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3449,7 +4186,7 @@ func (x *CreateTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantResponse.ProtoReflect.Descriptor instead.
 func (*CreateTenantResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{47}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *CreateTenantResponse) GetRevision() uint64 {
@@ -3469,7 +4206,7 @@ type CreateKeyRequest struct {
 
 func (x *CreateKeyRequest) Reset() {
 	*x = CreateKeyRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[48]
+	mi := &file_termivar_v1_api_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3481,7 +4218,7 @@ func (x *CreateKeyRequest) String() string {
 func (*CreateKeyRequest) ProtoMessage() {}
 
 func (x *CreateKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[48]
+	mi := &file_termivar_v1_api_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3494,7 +4231,7 @@ func (x *CreateKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyRequest.ProtoReflect.Descriptor instead.
 func (*CreateKeyRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{48}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *CreateKeyRequest) GetTenant() string {
@@ -3522,7 +4259,7 @@ type CreateKeyResponse struct {
 
 func (x *CreateKeyResponse) Reset() {
 	*x = CreateKeyResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[49]
+	mi := &file_termivar_v1_api_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3534,7 +4271,7 @@ func (x *CreateKeyResponse) String() string {
 func (*CreateKeyResponse) ProtoMessage() {}
 
 func (x *CreateKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[49]
+	mi := &file_termivar_v1_api_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3547,7 +4284,7 @@ func (x *CreateKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyResponse.ProtoReflect.Descriptor instead.
 func (*CreateKeyResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{49}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *CreateKeyResponse) GetKeyId() string {
@@ -3577,7 +4314,7 @@ type ListKeysRequest struct {
 
 func (x *ListKeysRequest) Reset() {
 	*x = ListKeysRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[50]
+	mi := &file_termivar_v1_api_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3589,7 +4326,7 @@ func (x *ListKeysRequest) String() string {
 func (*ListKeysRequest) ProtoMessage() {}
 
 func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[50]
+	mi := &file_termivar_v1_api_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3602,7 +4339,7 @@ func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListKeysRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{50}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ListKeysRequest) GetTenant() string {
@@ -3632,7 +4369,7 @@ type KeyInfo struct {
 
 func (x *KeyInfo) Reset() {
 	*x = KeyInfo{}
-	mi := &file_termivar_v1_api_proto_msgTypes[51]
+	mi := &file_termivar_v1_api_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3644,7 +4381,7 @@ func (x *KeyInfo) String() string {
 func (*KeyInfo) ProtoMessage() {}
 
 func (x *KeyInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[51]
+	mi := &file_termivar_v1_api_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3657,7 +4394,7 @@ func (x *KeyInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyInfo.ProtoReflect.Descriptor instead.
 func (*KeyInfo) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{51}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *KeyInfo) GetKeyId() string {
@@ -3704,7 +4441,7 @@ type ListKeysResponse struct {
 
 func (x *ListKeysResponse) Reset() {
 	*x = ListKeysResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[52]
+	mi := &file_termivar_v1_api_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3716,7 +4453,7 @@ func (x *ListKeysResponse) String() string {
 func (*ListKeysResponse) ProtoMessage() {}
 
 func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[52]
+	mi := &file_termivar_v1_api_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3729,7 +4466,7 @@ func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListKeysResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{52}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ListKeysResponse) GetKeys() []*KeyInfo {
@@ -3748,7 +4485,7 @@ type RevokeKeyRequest struct {
 
 func (x *RevokeKeyRequest) Reset() {
 	*x = RevokeKeyRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[53]
+	mi := &file_termivar_v1_api_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3760,7 +4497,7 @@ func (x *RevokeKeyRequest) String() string {
 func (*RevokeKeyRequest) ProtoMessage() {}
 
 func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[53]
+	mi := &file_termivar_v1_api_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3773,7 +4510,7 @@ func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeKeyRequest.ProtoReflect.Descriptor instead.
 func (*RevokeKeyRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{53}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *RevokeKeyRequest) GetKeyId() string {
@@ -3791,7 +4528,7 @@ type RevokeKeyResponse struct {
 
 func (x *RevokeKeyResponse) Reset() {
 	*x = RevokeKeyResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[54]
+	mi := &file_termivar_v1_api_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3803,7 +4540,7 @@ func (x *RevokeKeyResponse) String() string {
 func (*RevokeKeyResponse) ProtoMessage() {}
 
 func (x *RevokeKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[54]
+	mi := &file_termivar_v1_api_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3816,7 +4553,7 @@ func (x *RevokeKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeKeyResponse.ProtoReflect.Descriptor instead.
 func (*RevokeKeyResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{54}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{64}
 }
 
 type RotateKeyRequest struct {
@@ -3828,7 +4565,7 @@ type RotateKeyRequest struct {
 
 func (x *RotateKeyRequest) Reset() {
 	*x = RotateKeyRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[55]
+	mi := &file_termivar_v1_api_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3840,7 +4577,7 @@ func (x *RotateKeyRequest) String() string {
 func (*RotateKeyRequest) ProtoMessage() {}
 
 func (x *RotateKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[55]
+	mi := &file_termivar_v1_api_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3853,7 +4590,7 @@ func (x *RotateKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateKeyRequest.ProtoReflect.Descriptor instead.
 func (*RotateKeyRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{55}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *RotateKeyRequest) GetKeyId() string {
@@ -3875,7 +4612,7 @@ type RotateKeyResponse struct {
 
 func (x *RotateKeyResponse) Reset() {
 	*x = RotateKeyResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[56]
+	mi := &file_termivar_v1_api_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3887,7 +4624,7 @@ func (x *RotateKeyResponse) String() string {
 func (*RotateKeyResponse) ProtoMessage() {}
 
 func (x *RotateKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[56]
+	mi := &file_termivar_v1_api_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3900,7 +4637,7 @@ func (x *RotateKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateKeyResponse.ProtoReflect.Descriptor instead.
 func (*RotateKeyResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{56}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *RotateKeyResponse) GetKeyId() string {
@@ -3937,7 +4674,7 @@ type CreateScheduleRequest struct {
 
 func (x *CreateScheduleRequest) Reset() {
 	*x = CreateScheduleRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[57]
+	mi := &file_termivar_v1_api_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3949,7 +4686,7 @@ func (x *CreateScheduleRequest) String() string {
 func (*CreateScheduleRequest) ProtoMessage() {}
 
 func (x *CreateScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[57]
+	mi := &file_termivar_v1_api_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3962,7 +4699,7 @@ func (x *CreateScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateScheduleRequest.ProtoReflect.Descriptor instead.
 func (*CreateScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{57}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *CreateScheduleRequest) GetName() string {
@@ -4009,7 +4746,7 @@ type CreateScheduleResponse struct {
 
 func (x *CreateScheduleResponse) Reset() {
 	*x = CreateScheduleResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[58]
+	mi := &file_termivar_v1_api_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4021,7 +4758,7 @@ func (x *CreateScheduleResponse) String() string {
 func (*CreateScheduleResponse) ProtoMessage() {}
 
 func (x *CreateScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[58]
+	mi := &file_termivar_v1_api_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4034,7 +4771,7 @@ func (x *CreateScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateScheduleResponse.ProtoReflect.Descriptor instead.
 func (*CreateScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{58}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *CreateScheduleResponse) GetRevision() uint64 {
@@ -4062,7 +4799,7 @@ type ScheduleInfo struct {
 
 func (x *ScheduleInfo) Reset() {
 	*x = ScheduleInfo{}
-	mi := &file_termivar_v1_api_proto_msgTypes[59]
+	mi := &file_termivar_v1_api_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4074,7 +4811,7 @@ func (x *ScheduleInfo) String() string {
 func (*ScheduleInfo) ProtoMessage() {}
 
 func (x *ScheduleInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[59]
+	mi := &file_termivar_v1_api_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4087,7 +4824,7 @@ func (x *ScheduleInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleInfo.ProtoReflect.Descriptor instead.
 func (*ScheduleInfo) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{59}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ScheduleInfo) GetName() string {
@@ -4168,7 +4905,7 @@ type ListSchedulesRequest struct {
 
 func (x *ListSchedulesRequest) Reset() {
 	*x = ListSchedulesRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[60]
+	mi := &file_termivar_v1_api_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4180,7 +4917,7 @@ func (x *ListSchedulesRequest) String() string {
 func (*ListSchedulesRequest) ProtoMessage() {}
 
 func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[60]
+	mi := &file_termivar_v1_api_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4193,7 +4930,7 @@ func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesRequest.ProtoReflect.Descriptor instead.
 func (*ListSchedulesRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{60}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{70}
 }
 
 type ListSchedulesResponse struct {
@@ -4205,7 +4942,7 @@ type ListSchedulesResponse struct {
 
 func (x *ListSchedulesResponse) Reset() {
 	*x = ListSchedulesResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[61]
+	mi := &file_termivar_v1_api_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4217,7 +4954,7 @@ func (x *ListSchedulesResponse) String() string {
 func (*ListSchedulesResponse) ProtoMessage() {}
 
 func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[61]
+	mi := &file_termivar_v1_api_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4230,7 +4967,7 @@ func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesResponse.ProtoReflect.Descriptor instead.
 func (*ListSchedulesResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{61}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ListSchedulesResponse) GetSchedules() []*ScheduleInfo {
@@ -4249,7 +4986,7 @@ type DeleteScheduleRequest struct {
 
 func (x *DeleteScheduleRequest) Reset() {
 	*x = DeleteScheduleRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[62]
+	mi := &file_termivar_v1_api_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4261,7 +4998,7 @@ func (x *DeleteScheduleRequest) String() string {
 func (*DeleteScheduleRequest) ProtoMessage() {}
 
 func (x *DeleteScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[62]
+	mi := &file_termivar_v1_api_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4274,7 +5011,7 @@ func (x *DeleteScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteScheduleRequest.ProtoReflect.Descriptor instead.
 func (*DeleteScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{62}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *DeleteScheduleRequest) GetName() string {
@@ -4293,7 +5030,7 @@ type DeleteScheduleResponse struct {
 
 func (x *DeleteScheduleResponse) Reset() {
 	*x = DeleteScheduleResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[63]
+	mi := &file_termivar_v1_api_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4305,7 +5042,7 @@ func (x *DeleteScheduleResponse) String() string {
 func (*DeleteScheduleResponse) ProtoMessage() {}
 
 func (x *DeleteScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[63]
+	mi := &file_termivar_v1_api_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4318,7 +5055,7 @@ func (x *DeleteScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteScheduleResponse.ProtoReflect.Descriptor instead.
 func (*DeleteScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{63}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *DeleteScheduleResponse) GetRevision() uint64 {
@@ -4400,7 +5137,7 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x0elease_ttl_secs\x18\x02 \x01(\x04R\fleaseTtlSecs\x12\x1b\n" +
 	"\twait_secs\x18\x03 \x01(\rR\bwaitSecs\x12\x1b\n" +
 	"\tmax_tasks\x18\x04 \x01(\rR\bmaxTasks\x12\x14\n" +
-	"\x05start\x18\x05 \x01(\bR\x05start\"\xa0\x02\n" +
+	"\x05start\x18\x05 \x01(\bR\x05start\"\xd2\x02\n" +
 	"\n" +
 	"LeasedTask\x12\x1f\n" +
 	"\vlease_token\x18\x01 \x01(\fR\n" +
@@ -4416,7 +5153,8 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"expires_at\x18\t \x01(\x04R\texpiresAt\x12\x18\n" +
 	"\astarted\x18\n" +
-	" \x01(\bR\astarted\"\\\n" +
+	" \x01(\bR\astarted\x120\n" +
+	"\x14attempt_timeout_secs\x18\v \x01(\x04R\x12attemptTimeoutSecs\"\\\n" +
 	"\x0fAcquireResponse\x12-\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x17.termivar.v1.LeasedTaskR\x05tasks\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\"w\n" +
@@ -4460,11 +5198,12 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\bresponse\x18\x01 \x01(\v2\x1d.termivar.v1.CompleteResponseR\bresponse\x12.\n" +
 	"\x05error\x18\x02 \x01(\v2\x18.termivar.v1.ErrorDetailR\x05error\"Q\n" +
 	"\x14CompleteManyResponse\x129\n" +
-	"\aresults\x18\x01 \x03(\v2\x1f.termivar.v1.CompleteItemResultR\aresults\"v\n" +
+	"\aresults\x18\x01 \x03(\v2\x1f.termivar.v1.CompleteItemResultR\aresults\"\x8e\x01\n" +
 	"\vFailRequest\x12\x1f\n" +
 	"\vlease_token\x18\x01 \x01(\fR\n" +
 	"leaseToken\x120\n" +
-	"\x11expected_revision\x18\x02 \x01(\x04H\x00R\x10expectedRevision\x88\x01\x01B\x14\n" +
+	"\x11expected_revision\x18\x02 \x01(\x04H\x00R\x10expectedRevision\x88\x01\x01\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reasonB\x14\n" +
 	"\x12_expected_revision\"\xb9\x01\n" +
 	"\fFailResponse\x12\x1a\n" +
 	"\brequeued\x18\x01 \x01(\bR\brequeued\x12'\n" +
@@ -4486,7 +5225,7 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x12_expected_revision\"h\n" +
 	"\x12DeregisterResponse\x126\n" +
 	"\asummary\x18\x01 \x01(\v2\x1c.termivar.v1.RecoverySummaryR\asummary\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x04R\brevision\"\xd0\x02\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\"\x82\x03\n" +
 	"\aNewTask\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x17\n" +
 	"\ascan_id\x18\x02 \x01(\tR\x06scanId\x12\x1d\n" +
@@ -4499,10 +5238,12 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x0fnot_before_secs\x18\x15 \x01(\x04R\rnotBeforeSecs\x12#\n" +
 	"\rrequired_tags\x18\x16 \x03(\tR\frequiredTags\x12*\n" +
 	"\x11backoff_base_secs\x18\x17 \x01(\x04R\x0fbackoffBaseSecs\x12(\n" +
-	"\x10backoff_cap_secs\x18\x18 \x01(\x04R\x0ebackoffCapSecs\"\x84\x01\n" +
+	"\x10backoff_cap_secs\x18\x18 \x01(\x04R\x0ebackoffCapSecs\x120\n" +
+	"\x14attempt_timeout_secs\x18\x06 \x01(\x04R\x12attemptTimeoutSecs\"\xb6\x01\n" +
 	"\x0eEnqueueRequest\x12*\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x14.termivar.v1.NewTaskR\x05tasks\x120\n" +
-	"\x11expected_revision\x18\x02 \x01(\x04H\x00R\x10expectedRevision\x88\x01\x01B\x14\n" +
+	"\x11expected_revision\x18\x02 \x01(\x04H\x00R\x10expectedRevision\x88\x01\x01\x120\n" +
+	"\x14attempt_timeout_secs\x18\x03 \x01(\x04R\x12attemptTimeoutSecsB\x14\n" +
 	"\x12_expected_revision\"H\n" +
 	"\fEnqueuedTask\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x1f\n" +
@@ -4519,7 +5260,7 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x0eCancelResponse\x12+\n" +
 	"\x11already_cancelled\x18\x01 \x01(\bR\x10alreadyCancelled\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12'\n" +
-	"\x0fprevious_status\x18\x03 \x01(\tR\x0epreviousStatus\"\xc5\x05\n" +
+	"\x0fprevious_status\x18\x03 \x01(\tR\x0epreviousStatus\"\xf5\x06\n" +
 	"\bTaskInfo\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x17\n" +
 	"\ascan_id\x18\x02 \x01(\tR\x06scanId\x12\x1d\n" +
@@ -4550,9 +5291,26 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"not_before\x18\x1e \x01(\x04R\tnotBefore\x12#\n" +
 	"\rrequired_tags\x18\x1f \x03(\tR\frequiredTags\x12\x1c\n" +
-	"\tscheduled\x18  \x01(\bR\tscheduledB\r\n" +
+	"\tscheduled\x18  \x01(\bR\tscheduled\x120\n" +
+	"\x14attempt_timeout_secs\x18\x13 \x01(\x04R\x12attemptTimeoutSecs\x124\n" +
+	"\battempts\x18\x14 \x03(\v2\x18.termivar.v1.AttemptInfoR\battempts\x12\x16\n" +
+	"\x06reruns\x18\x15 \x01(\rR\x06reruns\x12.\n" +
+	"\x13last_failure_reason\x18\x16 \x01(\tR\x11lastFailureReasonB\r\n" +
 	"\v_started_atB\x0f\n" +
-	"\r_completed_at\")\n" +
+	"\r_completed_at\"\xa9\x02\n" +
+	"\vAttemptInfo\x12\x18\n" +
+	"\aattempt\x18\x01 \x01(\rR\aattempt\x12'\n" +
+	"\x0ftask_generation\x18\x02 \x01(\x04R\x0etaskGeneration\x12\x1b\n" +
+	"\tworker_id\x18\x03 \x01(\tR\bworkerId\x12\x19\n" +
+	"\blease_id\x18\x04 \x01(\x04R\aleaseId\x12\x1f\n" +
+	"\vacquired_at\x18\x05 \x01(\x04R\n" +
+	"acquiredAt\x12\"\n" +
+	"\n" +
+	"started_at\x18\x06 \x01(\x04H\x00R\tstartedAt\x88\x01\x01\x12\x19\n" +
+	"\bended_at\x18\a \x01(\x04R\aendedAt\x12\x18\n" +
+	"\aoutcome\x18\b \x01(\tR\aoutcome\x12\x16\n" +
+	"\x06reason\x18\t \x01(\tR\x06reasonB\r\n" +
+	"\v_started_at\")\n" +
 	"\x0eGetTaskRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\"<\n" +
 	"\x0fGetTaskResponse\x12)\n" +
@@ -4567,7 +5325,7 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x05tasks\x18\x01 \x03(\v2\x15.termivar.v1.TaskInfoR\x05tasks\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\".\n" +
 	"\x13ScanProgressRequest\x12\x17\n" +
-	"\ascan_id\x18\x01 \x01(\tR\x06scanId\"\x9b\x03\n" +
+	"\ascan_id\x18\x01 \x01(\tR\x06scanId\"\xb3\x03\n" +
 	"\x14ScanProgressResponse\x12\x14\n" +
 	"\x05total\x18\x01 \x01(\rR\x05total\x12\x16\n" +
 	"\x06queued\x18\x02 \x01(\rR\x06queued\x12\x16\n" +
@@ -4584,7 +5342,19 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"unroutable\x18\x17 \x01(\rR\n" +
 	"unroutable\x12!\n" +
-	"\flive_workers\x18\x18 \x01(\rR\vliveWorkers\"2\n" +
+	"\flive_workers\x18\x18 \x01(\rR\vliveWorkers\x12\x16\n" +
+	"\x06reruns\x18\n" +
+	" \x01(\rR\x06reruns\"\xa6\x01\n" +
+	"\fRetryRequest\x12\x17\n" +
+	"\ascan_id\x18\x01 \x01(\tR\x06scanId\x12\x19\n" +
+	"\btask_ids\x18\x02 \x03(\tR\ataskIds\x12\x1a\n" +
+	"\bstatuses\x18\x03 \x03(\tR\bstatuses\x120\n" +
+	"\x11expected_revision\x18\x04 \x01(\x04H\x00R\x10expectedRevision\x88\x01\x01B\x14\n" +
+	"\x12_expected_revision\"e\n" +
+	"\rRetryResponse\x12\x1a\n" +
+	"\brequeued\x18\x01 \x03(\tR\brequeued\x12\x1c\n" +
+	"\tunchanged\x18\x02 \x01(\rR\tunchanged\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\x04R\brevision\"2\n" +
 	"\x17AggregateResultsRequest\x12\x17\n" +
 	"\ascan_id\x18\x01 \x01(\tR\x06scanId\"K\n" +
 	"\x18AggregateResultsResponse\x12\x17\n" +
@@ -4592,7 +5362,7 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x06result\x18\x02 \x01(\fR\x06result\".\n" +
 	"\rStatusRequest\x12\x1d\n" +
 	"\n" +
-	"state_hash\x18\x01 \x01(\bR\tstateHash\"\xf0\x04\n" +
+	"state_hash\x18\x01 \x01(\bR\tstateHash\"\xd2\x05\n" +
 	"\x0eStatusResponse\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12!\n" +
@@ -4614,16 +5384,27 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"state_hash\x18\x10 \x01(\fR\tstateHash\x12(\n" +
 	"\x10state_hash_index\x18\x11 \x01(\x04R\x0estateHashIndex\x12,\n" +
-	"\x12long_polls_waiting\x18\x12 \x01(\x03R\x10longPollsWaiting\"\x14\n" +
+	"\x12long_polls_waiting\x18\x12 \x01(\x03R\x10longPollsWaiting\x122\n" +
+	"\x15result_retention_secs\x18\x13 \x01(\x04R\x13resultRetentionSecs\x12,\n" +
+	"\x05build\x18\x14 \x01(\v2\x16.termivar.v1.BuildInfoR\x05build\"\xb2\x01\n" +
+	"\tBuildInfo\x12%\n" +
+	"\x0emodule_version\x18\x01 \x01(\tR\rmoduleVersion\x12!\n" +
+	"\fvcs_revision\x18\x02 \x01(\tR\vvcsRevision\x12!\n" +
+	"\fvcs_modified\x18\x03 \x01(\bR\vvcsModified\x12\x19\n" +
+	"\bvcs_time\x18\x04 \x01(\tR\avcsTime\x12\x1d\n" +
+	"\n" +
+	"go_version\x18\x05 \x01(\tR\tgoVersion\"\x14\n" +
 	"\x12ListWorkersRequest\"H\n" +
 	"\x13ListWorkersResponse\x121\n" +
-	"\aworkers\x18\x01 \x03(\v2\x17.termivar.v1.WorkerInfoR\aworkers\"\xda\x01\n" +
+	"\aworkers\x18\x01 \x03(\v2\x17.termivar.v1.WorkerInfoR\aworkers\"\x8e\x02\n" +
 	"\x13CreateTenantRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
 	"\x06limits\x18\x02 \x01(\v2\x17.termivar.v1.CoreLimitsR\x06limits\x12>\n" +
-	"\rresult_limits\x18\x03 \x01(\v2\x19.termivar.v1.ResultLimitsR\fresultLimits\x12>\n" +
+	"\rresult_limits\x18\x03 \x01(\v2\x19.termivar.v1.ResultLimitsR\fresultLimits\x122\n" +
+	"\x15result_retention_secs\x18\x04 \x01(\x04R\x13resultRetentionSecs\x12>\n" +
 	"\n" +
-	"scheduling\x18\x04 \x01(\v2\x1e.termivar.v1.SchedulingOptionsR\n" +
+	"scheduling\x18\n" +
+	" \x01(\v2\x1e.termivar.v1.SchedulingOptionsR\n" +
 	"scheduling\"\xd7\x01\n" +
 	"\x11UpdateScanRequest\x12\x17\n" +
 	"\ascan_id\x18\x01 \x01(\tR\x06scanId\x12'\n" +
@@ -4644,7 +5425,23 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x11expected_revision\x18\x02 \x01(\x04H\x00R\x10expectedRevision\x88\x01\x01B\x14\n" +
 	"\x12_expected_revision\":\n" +
 	"\x1cSetSchedulingOptionsResponse\x12\x1a\n" +
-	"\brevision\x18\x01 \x01(\x04R\brevision\"2\n" +
+	"\brevision\x18\x01 \x01(\x04R\brevision\"]\n" +
+	"\x13UpdateTenantRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x122\n" +
+	"\x15result_retention_secs\x18\x02 \x01(\x04R\x13resultRetentionSecs\"\x16\n" +
+	"\x14UpdateTenantResponse\"B\n" +
+	"\x11DeleteScanRequest\x12\x17\n" +
+	"\ascan_id\x18\x01 \x01(\tR\x06scanId\x12\x14\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\"f\n" +
+	"\x12DeleteScanResponse\x12\x16\n" +
+	"\x06purged\x18\x01 \x01(\rR\x06purged\x12\x1c\n" +
+	"\tcancelled\x18\x02 \x01(\rR\tcancelled\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\x04R\brevision\".\n" +
+	"\x11PurgeTasksRequest\x12\x19\n" +
+	"\btask_ids\x18\x01 \x03(\tR\ataskIds\"H\n" +
+	"\x12PurgeTasksResponse\x12\x16\n" +
+	"\x06purged\x18\x01 \x01(\rR\x06purged\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\"2\n" +
 	"\x14CreateTenantResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\">\n" +
 	"\x10CreateKeyRequest\x12\x16\n" +
@@ -4718,7 +5515,7 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\fCompleteMany\x12 .termivar.v1.CompleteManyRequest\x1a!.termivar.v1.CompleteManyResponse\x12;\n" +
 	"\x04Fail\x12\x18.termivar.v1.FailRequest\x1a\x19.termivar.v1.FailResponse\x12M\n" +
 	"\n" +
-	"Deregister\x12\x1e.termivar.v1.DeregisterRequest\x1a\x1f.termivar.v1.DeregisterResponse2\xba\x06\n" +
+	"Deregister\x12\x1e.termivar.v1.DeregisterRequest\x1a\x1f.termivar.v1.DeregisterResponse2\x98\b\n" +
 	"\bProducer\x12D\n" +
 	"\aEnqueue\x12\x1b.termivar.v1.EnqueueRequest\x1a\x1c.termivar.v1.EnqueueResponse\x12A\n" +
 	"\x06Cancel\x12\x1a.termivar.v1.CancelRequest\x1a\x1b.termivar.v1.CancelResponse\x12D\n" +
@@ -4729,12 +5526,18 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"UpdateScan\x12\x1e.termivar.v1.UpdateScanRequest\x1a\x1f.termivar.v1.UpdateScanResponse\x12Y\n" +
 	"\x0eCreateSchedule\x12\".termivar.v1.CreateScheduleRequest\x1a#.termivar.v1.CreateScheduleResponse\x12V\n" +
 	"\rListSchedules\x12!.termivar.v1.ListSchedulesRequest\x1a\".termivar.v1.ListSchedulesResponse\x12Y\n" +
-	"\x0eDeleteSchedule\x12\".termivar.v1.DeleteScheduleRequest\x1a#.termivar.v1.DeleteScheduleResponse\x12a\n" +
-	"\x10AggregateResults\x12$.termivar.v1.AggregateResultsRequest\x1a%.termivar.v1.AggregateResultsResponse0\x012\x8b\x05\n" +
+	"\x0eDeleteSchedule\x12\".termivar.v1.DeleteScheduleRequest\x1a#.termivar.v1.DeleteScheduleResponse\x12>\n" +
+	"\x05Retry\x12\x19.termivar.v1.RetryRequest\x1a\x1a.termivar.v1.RetryResponse\x12a\n" +
+	"\x10AggregateResults\x12$.termivar.v1.AggregateResultsRequest\x1a%.termivar.v1.AggregateResultsResponse0\x01\x12M\n" +
+	"\n" +
+	"DeleteScan\x12\x1e.termivar.v1.DeleteScanRequest\x1a\x1f.termivar.v1.DeleteScanResponse\x12M\n" +
+	"\n" +
+	"PurgeTasks\x12\x1e.termivar.v1.PurgeTasksRequest\x1a\x1f.termivar.v1.PurgeTasksResponse2\xe0\x05\n" +
 	"\x05Admin\x12A\n" +
 	"\x06Status\x12\x1a.termivar.v1.StatusRequest\x1a\x1b.termivar.v1.StatusResponse\x12P\n" +
 	"\vListWorkers\x12\x1f.termivar.v1.ListWorkersRequest\x1a .termivar.v1.ListWorkersResponse\x12S\n" +
-	"\fCreateTenant\x12 .termivar.v1.CreateTenantRequest\x1a!.termivar.v1.CreateTenantResponse\x12J\n" +
+	"\fCreateTenant\x12 .termivar.v1.CreateTenantRequest\x1a!.termivar.v1.CreateTenantResponse\x12S\n" +
+	"\fUpdateTenant\x12 .termivar.v1.UpdateTenantRequest\x1a!.termivar.v1.UpdateTenantResponse\x12J\n" +
 	"\tCreateKey\x12\x1d.termivar.v1.CreateKeyRequest\x1a\x1e.termivar.v1.CreateKeyResponse\x12G\n" +
 	"\bListKeys\x12\x1c.termivar.v1.ListKeysRequest\x1a\x1d.termivar.v1.ListKeysResponse\x12J\n" +
 	"\tRevokeKey\x12\x1d.termivar.v1.RevokeKeyRequest\x1a\x1e.termivar.v1.RevokeKeyResponse\x12J\n" +
@@ -4753,7 +5556,7 @@ func file_termivar_v1_api_proto_rawDescGZIP() []byte {
 	return file_termivar_v1_api_proto_rawDescData
 }
 
-var file_termivar_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
+var file_termivar_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 74)
 var file_termivar_v1_api_proto_goTypes = []any{
 	(*ErrorDetail)(nil),                  // 0: termivar.v1.ErrorDetail
 	(*WorkerInfo)(nil),                   // 1: termivar.v1.WorkerInfo
@@ -4785,44 +5588,54 @@ var file_termivar_v1_api_proto_goTypes = []any{
 	(*CancelRequest)(nil),                // 27: termivar.v1.CancelRequest
 	(*CancelResponse)(nil),               // 28: termivar.v1.CancelResponse
 	(*TaskInfo)(nil),                     // 29: termivar.v1.TaskInfo
-	(*GetTaskRequest)(nil),               // 30: termivar.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),              // 31: termivar.v1.GetTaskResponse
-	(*ListTasksRequest)(nil),             // 32: termivar.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),            // 33: termivar.v1.ListTasksResponse
-	(*ScanProgressRequest)(nil),          // 34: termivar.v1.ScanProgressRequest
-	(*ScanProgressResponse)(nil),         // 35: termivar.v1.ScanProgressResponse
-	(*AggregateResultsRequest)(nil),      // 36: termivar.v1.AggregateResultsRequest
-	(*AggregateResultsResponse)(nil),     // 37: termivar.v1.AggregateResultsResponse
-	(*StatusRequest)(nil),                // 38: termivar.v1.StatusRequest
-	(*StatusResponse)(nil),               // 39: termivar.v1.StatusResponse
-	(*ListWorkersRequest)(nil),           // 40: termivar.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),          // 41: termivar.v1.ListWorkersResponse
-	(*CreateTenantRequest)(nil),          // 42: termivar.v1.CreateTenantRequest
-	(*UpdateScanRequest)(nil),            // 43: termivar.v1.UpdateScanRequest
-	(*UpdateScanResponse)(nil),           // 44: termivar.v1.UpdateScanResponse
-	(*SetSchedulingOptionsRequest)(nil),  // 45: termivar.v1.SetSchedulingOptionsRequest
-	(*SetSchedulingOptionsResponse)(nil), // 46: termivar.v1.SetSchedulingOptionsResponse
-	(*CreateTenantResponse)(nil),         // 47: termivar.v1.CreateTenantResponse
-	(*CreateKeyRequest)(nil),             // 48: termivar.v1.CreateKeyRequest
-	(*CreateKeyResponse)(nil),            // 49: termivar.v1.CreateKeyResponse
-	(*ListKeysRequest)(nil),              // 50: termivar.v1.ListKeysRequest
-	(*KeyInfo)(nil),                      // 51: termivar.v1.KeyInfo
-	(*ListKeysResponse)(nil),             // 52: termivar.v1.ListKeysResponse
-	(*RevokeKeyRequest)(nil),             // 53: termivar.v1.RevokeKeyRequest
-	(*RevokeKeyResponse)(nil),            // 54: termivar.v1.RevokeKeyResponse
-	(*RotateKeyRequest)(nil),             // 55: termivar.v1.RotateKeyRequest
-	(*RotateKeyResponse)(nil),            // 56: termivar.v1.RotateKeyResponse
-	(*CreateScheduleRequest)(nil),        // 57: termivar.v1.CreateScheduleRequest
-	(*CreateScheduleResponse)(nil),       // 58: termivar.v1.CreateScheduleResponse
-	(*ScheduleInfo)(nil),                 // 59: termivar.v1.ScheduleInfo
-	(*ListSchedulesRequest)(nil),         // 60: termivar.v1.ListSchedulesRequest
-	(*ListSchedulesResponse)(nil),        // 61: termivar.v1.ListSchedulesResponse
-	(*DeleteScheduleRequest)(nil),        // 62: termivar.v1.DeleteScheduleRequest
-	(*DeleteScheduleResponse)(nil),       // 63: termivar.v1.DeleteScheduleResponse
-	(*ClusterMember)(nil),                // 64: termivar.v1.ClusterMember
-	(*CoreLimits)(nil),                   // 65: termivar.v1.CoreLimits
-	(*ResultLimits)(nil),                 // 66: termivar.v1.ResultLimits
-	(*SchedulingOptions)(nil),            // 67: termivar.v1.SchedulingOptions
+	(*AttemptInfo)(nil),                  // 30: termivar.v1.AttemptInfo
+	(*GetTaskRequest)(nil),               // 31: termivar.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),              // 32: termivar.v1.GetTaskResponse
+	(*ListTasksRequest)(nil),             // 33: termivar.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),            // 34: termivar.v1.ListTasksResponse
+	(*ScanProgressRequest)(nil),          // 35: termivar.v1.ScanProgressRequest
+	(*ScanProgressResponse)(nil),         // 36: termivar.v1.ScanProgressResponse
+	(*RetryRequest)(nil),                 // 37: termivar.v1.RetryRequest
+	(*RetryResponse)(nil),                // 38: termivar.v1.RetryResponse
+	(*AggregateResultsRequest)(nil),      // 39: termivar.v1.AggregateResultsRequest
+	(*AggregateResultsResponse)(nil),     // 40: termivar.v1.AggregateResultsResponse
+	(*StatusRequest)(nil),                // 41: termivar.v1.StatusRequest
+	(*StatusResponse)(nil),               // 42: termivar.v1.StatusResponse
+	(*BuildInfo)(nil),                    // 43: termivar.v1.BuildInfo
+	(*ListWorkersRequest)(nil),           // 44: termivar.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),          // 45: termivar.v1.ListWorkersResponse
+	(*CreateTenantRequest)(nil),          // 46: termivar.v1.CreateTenantRequest
+	(*UpdateScanRequest)(nil),            // 47: termivar.v1.UpdateScanRequest
+	(*UpdateScanResponse)(nil),           // 48: termivar.v1.UpdateScanResponse
+	(*SetSchedulingOptionsRequest)(nil),  // 49: termivar.v1.SetSchedulingOptionsRequest
+	(*SetSchedulingOptionsResponse)(nil), // 50: termivar.v1.SetSchedulingOptionsResponse
+	(*UpdateTenantRequest)(nil),          // 51: termivar.v1.UpdateTenantRequest
+	(*UpdateTenantResponse)(nil),         // 52: termivar.v1.UpdateTenantResponse
+	(*DeleteScanRequest)(nil),            // 53: termivar.v1.DeleteScanRequest
+	(*DeleteScanResponse)(nil),           // 54: termivar.v1.DeleteScanResponse
+	(*PurgeTasksRequest)(nil),            // 55: termivar.v1.PurgeTasksRequest
+	(*PurgeTasksResponse)(nil),           // 56: termivar.v1.PurgeTasksResponse
+	(*CreateTenantResponse)(nil),         // 57: termivar.v1.CreateTenantResponse
+	(*CreateKeyRequest)(nil),             // 58: termivar.v1.CreateKeyRequest
+	(*CreateKeyResponse)(nil),            // 59: termivar.v1.CreateKeyResponse
+	(*ListKeysRequest)(nil),              // 60: termivar.v1.ListKeysRequest
+	(*KeyInfo)(nil),                      // 61: termivar.v1.KeyInfo
+	(*ListKeysResponse)(nil),             // 62: termivar.v1.ListKeysResponse
+	(*RevokeKeyRequest)(nil),             // 63: termivar.v1.RevokeKeyRequest
+	(*RevokeKeyResponse)(nil),            // 64: termivar.v1.RevokeKeyResponse
+	(*RotateKeyRequest)(nil),             // 65: termivar.v1.RotateKeyRequest
+	(*RotateKeyResponse)(nil),            // 66: termivar.v1.RotateKeyResponse
+	(*CreateScheduleRequest)(nil),        // 67: termivar.v1.CreateScheduleRequest
+	(*CreateScheduleResponse)(nil),       // 68: termivar.v1.CreateScheduleResponse
+	(*ScheduleInfo)(nil),                 // 69: termivar.v1.ScheduleInfo
+	(*ListSchedulesRequest)(nil),         // 70: termivar.v1.ListSchedulesRequest
+	(*ListSchedulesResponse)(nil),        // 71: termivar.v1.ListSchedulesResponse
+	(*DeleteScheduleRequest)(nil),        // 72: termivar.v1.DeleteScheduleRequest
+	(*DeleteScheduleResponse)(nil),       // 73: termivar.v1.DeleteScheduleResponse
+	(*ClusterMember)(nil),                // 74: termivar.v1.ClusterMember
+	(*CoreLimits)(nil),                   // 75: termivar.v1.CoreLimits
+	(*ResultLimits)(nil),                 // 76: termivar.v1.ResultLimits
+	(*SchedulingOptions)(nil),            // 77: termivar.v1.SchedulingOptions
 }
 var file_termivar_v1_api_proto_depIdxs = []int32{
 	1,  // 0: termivar.v1.RegisterWorkerResponse.worker:type_name -> termivar.v1.WorkerInfo
@@ -4835,75 +5648,85 @@ var file_termivar_v1_api_proto_depIdxs = []int32{
 	20, // 7: termivar.v1.DeregisterResponse.summary:type_name -> termivar.v1.RecoverySummary
 	23, // 8: termivar.v1.EnqueueRequest.tasks:type_name -> termivar.v1.NewTask
 	25, // 9: termivar.v1.EnqueueResponse.tasks:type_name -> termivar.v1.EnqueuedTask
-	29, // 10: termivar.v1.GetTaskResponse.task:type_name -> termivar.v1.TaskInfo
-	29, // 11: termivar.v1.ListTasksResponse.tasks:type_name -> termivar.v1.TaskInfo
-	64, // 12: termivar.v1.StatusResponse.members:type_name -> termivar.v1.ClusterMember
-	1,  // 13: termivar.v1.ListWorkersResponse.workers:type_name -> termivar.v1.WorkerInfo
-	65, // 14: termivar.v1.CreateTenantRequest.limits:type_name -> termivar.v1.CoreLimits
-	66, // 15: termivar.v1.CreateTenantRequest.result_limits:type_name -> termivar.v1.ResultLimits
-	67, // 16: termivar.v1.CreateTenantRequest.scheduling:type_name -> termivar.v1.SchedulingOptions
-	67, // 17: termivar.v1.SetSchedulingOptionsRequest.options:type_name -> termivar.v1.SchedulingOptions
-	51, // 18: termivar.v1.ListKeysResponse.keys:type_name -> termivar.v1.KeyInfo
-	59, // 19: termivar.v1.ListSchedulesResponse.schedules:type_name -> termivar.v1.ScheduleInfo
-	2,  // 20: termivar.v1.Worker.RegisterWorker:input_type -> termivar.v1.RegisterWorkerRequest
-	4,  // 21: termivar.v1.Worker.Heartbeat:input_type -> termivar.v1.HeartbeatRequest
-	6,  // 22: termivar.v1.Worker.Acquire:input_type -> termivar.v1.AcquireRequest
-	9,  // 23: termivar.v1.Worker.Start:input_type -> termivar.v1.StartRequest
-	11, // 24: termivar.v1.Worker.RenewLease:input_type -> termivar.v1.RenewLeaseRequest
-	13, // 25: termivar.v1.Worker.Complete:input_type -> termivar.v1.CompleteRequest
-	15, // 26: termivar.v1.Worker.CompleteMany:input_type -> termivar.v1.CompleteManyRequest
-	18, // 27: termivar.v1.Worker.Fail:input_type -> termivar.v1.FailRequest
-	21, // 28: termivar.v1.Worker.Deregister:input_type -> termivar.v1.DeregisterRequest
-	24, // 29: termivar.v1.Producer.Enqueue:input_type -> termivar.v1.EnqueueRequest
-	27, // 30: termivar.v1.Producer.Cancel:input_type -> termivar.v1.CancelRequest
-	30, // 31: termivar.v1.Producer.GetTask:input_type -> termivar.v1.GetTaskRequest
-	32, // 32: termivar.v1.Producer.ListTasks:input_type -> termivar.v1.ListTasksRequest
-	34, // 33: termivar.v1.Producer.ScanProgress:input_type -> termivar.v1.ScanProgressRequest
-	43, // 34: termivar.v1.Producer.UpdateScan:input_type -> termivar.v1.UpdateScanRequest
-	57, // 35: termivar.v1.Producer.CreateSchedule:input_type -> termivar.v1.CreateScheduleRequest
-	60, // 36: termivar.v1.Producer.ListSchedules:input_type -> termivar.v1.ListSchedulesRequest
-	62, // 37: termivar.v1.Producer.DeleteSchedule:input_type -> termivar.v1.DeleteScheduleRequest
-	36, // 38: termivar.v1.Producer.AggregateResults:input_type -> termivar.v1.AggregateResultsRequest
-	38, // 39: termivar.v1.Admin.Status:input_type -> termivar.v1.StatusRequest
-	40, // 40: termivar.v1.Admin.ListWorkers:input_type -> termivar.v1.ListWorkersRequest
-	42, // 41: termivar.v1.Admin.CreateTenant:input_type -> termivar.v1.CreateTenantRequest
-	48, // 42: termivar.v1.Admin.CreateKey:input_type -> termivar.v1.CreateKeyRequest
-	50, // 43: termivar.v1.Admin.ListKeys:input_type -> termivar.v1.ListKeysRequest
-	53, // 44: termivar.v1.Admin.RevokeKey:input_type -> termivar.v1.RevokeKeyRequest
-	55, // 45: termivar.v1.Admin.RotateKey:input_type -> termivar.v1.RotateKeyRequest
-	45, // 46: termivar.v1.Admin.SetSchedulingOptions:input_type -> termivar.v1.SetSchedulingOptionsRequest
-	3,  // 47: termivar.v1.Worker.RegisterWorker:output_type -> termivar.v1.RegisterWorkerResponse
-	5,  // 48: termivar.v1.Worker.Heartbeat:output_type -> termivar.v1.HeartbeatResponse
-	8,  // 49: termivar.v1.Worker.Acquire:output_type -> termivar.v1.AcquireResponse
-	10, // 50: termivar.v1.Worker.Start:output_type -> termivar.v1.StartResponse
-	12, // 51: termivar.v1.Worker.RenewLease:output_type -> termivar.v1.RenewLeaseResponse
-	14, // 52: termivar.v1.Worker.Complete:output_type -> termivar.v1.CompleteResponse
-	17, // 53: termivar.v1.Worker.CompleteMany:output_type -> termivar.v1.CompleteManyResponse
-	19, // 54: termivar.v1.Worker.Fail:output_type -> termivar.v1.FailResponse
-	22, // 55: termivar.v1.Worker.Deregister:output_type -> termivar.v1.DeregisterResponse
-	26, // 56: termivar.v1.Producer.Enqueue:output_type -> termivar.v1.EnqueueResponse
-	28, // 57: termivar.v1.Producer.Cancel:output_type -> termivar.v1.CancelResponse
-	31, // 58: termivar.v1.Producer.GetTask:output_type -> termivar.v1.GetTaskResponse
-	33, // 59: termivar.v1.Producer.ListTasks:output_type -> termivar.v1.ListTasksResponse
-	35, // 60: termivar.v1.Producer.ScanProgress:output_type -> termivar.v1.ScanProgressResponse
-	44, // 61: termivar.v1.Producer.UpdateScan:output_type -> termivar.v1.UpdateScanResponse
-	58, // 62: termivar.v1.Producer.CreateSchedule:output_type -> termivar.v1.CreateScheduleResponse
-	61, // 63: termivar.v1.Producer.ListSchedules:output_type -> termivar.v1.ListSchedulesResponse
-	63, // 64: termivar.v1.Producer.DeleteSchedule:output_type -> termivar.v1.DeleteScheduleResponse
-	37, // 65: termivar.v1.Producer.AggregateResults:output_type -> termivar.v1.AggregateResultsResponse
-	39, // 66: termivar.v1.Admin.Status:output_type -> termivar.v1.StatusResponse
-	41, // 67: termivar.v1.Admin.ListWorkers:output_type -> termivar.v1.ListWorkersResponse
-	47, // 68: termivar.v1.Admin.CreateTenant:output_type -> termivar.v1.CreateTenantResponse
-	49, // 69: termivar.v1.Admin.CreateKey:output_type -> termivar.v1.CreateKeyResponse
-	52, // 70: termivar.v1.Admin.ListKeys:output_type -> termivar.v1.ListKeysResponse
-	54, // 71: termivar.v1.Admin.RevokeKey:output_type -> termivar.v1.RevokeKeyResponse
-	56, // 72: termivar.v1.Admin.RotateKey:output_type -> termivar.v1.RotateKeyResponse
-	46, // 73: termivar.v1.Admin.SetSchedulingOptions:output_type -> termivar.v1.SetSchedulingOptionsResponse
-	47, // [47:74] is the sub-list for method output_type
-	20, // [20:47] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	30, // 10: termivar.v1.TaskInfo.attempts:type_name -> termivar.v1.AttemptInfo
+	29, // 11: termivar.v1.GetTaskResponse.task:type_name -> termivar.v1.TaskInfo
+	29, // 12: termivar.v1.ListTasksResponse.tasks:type_name -> termivar.v1.TaskInfo
+	74, // 13: termivar.v1.StatusResponse.members:type_name -> termivar.v1.ClusterMember
+	43, // 14: termivar.v1.StatusResponse.build:type_name -> termivar.v1.BuildInfo
+	1,  // 15: termivar.v1.ListWorkersResponse.workers:type_name -> termivar.v1.WorkerInfo
+	75, // 16: termivar.v1.CreateTenantRequest.limits:type_name -> termivar.v1.CoreLimits
+	76, // 17: termivar.v1.CreateTenantRequest.result_limits:type_name -> termivar.v1.ResultLimits
+	77, // 18: termivar.v1.CreateTenantRequest.scheduling:type_name -> termivar.v1.SchedulingOptions
+	77, // 19: termivar.v1.SetSchedulingOptionsRequest.options:type_name -> termivar.v1.SchedulingOptions
+	61, // 20: termivar.v1.ListKeysResponse.keys:type_name -> termivar.v1.KeyInfo
+	69, // 21: termivar.v1.ListSchedulesResponse.schedules:type_name -> termivar.v1.ScheduleInfo
+	2,  // 22: termivar.v1.Worker.RegisterWorker:input_type -> termivar.v1.RegisterWorkerRequest
+	4,  // 23: termivar.v1.Worker.Heartbeat:input_type -> termivar.v1.HeartbeatRequest
+	6,  // 24: termivar.v1.Worker.Acquire:input_type -> termivar.v1.AcquireRequest
+	9,  // 25: termivar.v1.Worker.Start:input_type -> termivar.v1.StartRequest
+	11, // 26: termivar.v1.Worker.RenewLease:input_type -> termivar.v1.RenewLeaseRequest
+	13, // 27: termivar.v1.Worker.Complete:input_type -> termivar.v1.CompleteRequest
+	15, // 28: termivar.v1.Worker.CompleteMany:input_type -> termivar.v1.CompleteManyRequest
+	18, // 29: termivar.v1.Worker.Fail:input_type -> termivar.v1.FailRequest
+	21, // 30: termivar.v1.Worker.Deregister:input_type -> termivar.v1.DeregisterRequest
+	24, // 31: termivar.v1.Producer.Enqueue:input_type -> termivar.v1.EnqueueRequest
+	27, // 32: termivar.v1.Producer.Cancel:input_type -> termivar.v1.CancelRequest
+	31, // 33: termivar.v1.Producer.GetTask:input_type -> termivar.v1.GetTaskRequest
+	33, // 34: termivar.v1.Producer.ListTasks:input_type -> termivar.v1.ListTasksRequest
+	35, // 35: termivar.v1.Producer.ScanProgress:input_type -> termivar.v1.ScanProgressRequest
+	47, // 36: termivar.v1.Producer.UpdateScan:input_type -> termivar.v1.UpdateScanRequest
+	67, // 37: termivar.v1.Producer.CreateSchedule:input_type -> termivar.v1.CreateScheduleRequest
+	70, // 38: termivar.v1.Producer.ListSchedules:input_type -> termivar.v1.ListSchedulesRequest
+	72, // 39: termivar.v1.Producer.DeleteSchedule:input_type -> termivar.v1.DeleteScheduleRequest
+	37, // 40: termivar.v1.Producer.Retry:input_type -> termivar.v1.RetryRequest
+	39, // 41: termivar.v1.Producer.AggregateResults:input_type -> termivar.v1.AggregateResultsRequest
+	53, // 42: termivar.v1.Producer.DeleteScan:input_type -> termivar.v1.DeleteScanRequest
+	55, // 43: termivar.v1.Producer.PurgeTasks:input_type -> termivar.v1.PurgeTasksRequest
+	41, // 44: termivar.v1.Admin.Status:input_type -> termivar.v1.StatusRequest
+	44, // 45: termivar.v1.Admin.ListWorkers:input_type -> termivar.v1.ListWorkersRequest
+	46, // 46: termivar.v1.Admin.CreateTenant:input_type -> termivar.v1.CreateTenantRequest
+	51, // 47: termivar.v1.Admin.UpdateTenant:input_type -> termivar.v1.UpdateTenantRequest
+	58, // 48: termivar.v1.Admin.CreateKey:input_type -> termivar.v1.CreateKeyRequest
+	60, // 49: termivar.v1.Admin.ListKeys:input_type -> termivar.v1.ListKeysRequest
+	63, // 50: termivar.v1.Admin.RevokeKey:input_type -> termivar.v1.RevokeKeyRequest
+	65, // 51: termivar.v1.Admin.RotateKey:input_type -> termivar.v1.RotateKeyRequest
+	49, // 52: termivar.v1.Admin.SetSchedulingOptions:input_type -> termivar.v1.SetSchedulingOptionsRequest
+	3,  // 53: termivar.v1.Worker.RegisterWorker:output_type -> termivar.v1.RegisterWorkerResponse
+	5,  // 54: termivar.v1.Worker.Heartbeat:output_type -> termivar.v1.HeartbeatResponse
+	8,  // 55: termivar.v1.Worker.Acquire:output_type -> termivar.v1.AcquireResponse
+	10, // 56: termivar.v1.Worker.Start:output_type -> termivar.v1.StartResponse
+	12, // 57: termivar.v1.Worker.RenewLease:output_type -> termivar.v1.RenewLeaseResponse
+	14, // 58: termivar.v1.Worker.Complete:output_type -> termivar.v1.CompleteResponse
+	17, // 59: termivar.v1.Worker.CompleteMany:output_type -> termivar.v1.CompleteManyResponse
+	19, // 60: termivar.v1.Worker.Fail:output_type -> termivar.v1.FailResponse
+	22, // 61: termivar.v1.Worker.Deregister:output_type -> termivar.v1.DeregisterResponse
+	26, // 62: termivar.v1.Producer.Enqueue:output_type -> termivar.v1.EnqueueResponse
+	28, // 63: termivar.v1.Producer.Cancel:output_type -> termivar.v1.CancelResponse
+	32, // 64: termivar.v1.Producer.GetTask:output_type -> termivar.v1.GetTaskResponse
+	34, // 65: termivar.v1.Producer.ListTasks:output_type -> termivar.v1.ListTasksResponse
+	36, // 66: termivar.v1.Producer.ScanProgress:output_type -> termivar.v1.ScanProgressResponse
+	48, // 67: termivar.v1.Producer.UpdateScan:output_type -> termivar.v1.UpdateScanResponse
+	68, // 68: termivar.v1.Producer.CreateSchedule:output_type -> termivar.v1.CreateScheduleResponse
+	71, // 69: termivar.v1.Producer.ListSchedules:output_type -> termivar.v1.ListSchedulesResponse
+	73, // 70: termivar.v1.Producer.DeleteSchedule:output_type -> termivar.v1.DeleteScheduleResponse
+	38, // 71: termivar.v1.Producer.Retry:output_type -> termivar.v1.RetryResponse
+	40, // 72: termivar.v1.Producer.AggregateResults:output_type -> termivar.v1.AggregateResultsResponse
+	54, // 73: termivar.v1.Producer.DeleteScan:output_type -> termivar.v1.DeleteScanResponse
+	56, // 74: termivar.v1.Producer.PurgeTasks:output_type -> termivar.v1.PurgeTasksResponse
+	42, // 75: termivar.v1.Admin.Status:output_type -> termivar.v1.StatusResponse
+	45, // 76: termivar.v1.Admin.ListWorkers:output_type -> termivar.v1.ListWorkersResponse
+	57, // 77: termivar.v1.Admin.CreateTenant:output_type -> termivar.v1.CreateTenantResponse
+	52, // 78: termivar.v1.Admin.UpdateTenant:output_type -> termivar.v1.UpdateTenantResponse
+	59, // 79: termivar.v1.Admin.CreateKey:output_type -> termivar.v1.CreateKeyResponse
+	62, // 80: termivar.v1.Admin.ListKeys:output_type -> termivar.v1.ListKeysResponse
+	64, // 81: termivar.v1.Admin.RevokeKey:output_type -> termivar.v1.RevokeKeyResponse
+	66, // 82: termivar.v1.Admin.RotateKey:output_type -> termivar.v1.RotateKeyResponse
+	50, // 83: termivar.v1.Admin.SetSchedulingOptions:output_type -> termivar.v1.SetSchedulingOptionsResponse
+	53, // [53:84] is the sub-list for method output_type
+	22, // [22:53] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_termivar_v1_api_proto_init() }
@@ -4923,15 +5746,17 @@ func file_termivar_v1_api_proto_init() {
 	file_termivar_v1_api_proto_msgTypes[24].OneofWrappers = []any{}
 	file_termivar_v1_api_proto_msgTypes[27].OneofWrappers = []any{}
 	file_termivar_v1_api_proto_msgTypes[29].OneofWrappers = []any{}
-	file_termivar_v1_api_proto_msgTypes[43].OneofWrappers = []any{}
-	file_termivar_v1_api_proto_msgTypes[45].OneofWrappers = []any{}
+	file_termivar_v1_api_proto_msgTypes[30].OneofWrappers = []any{}
+	file_termivar_v1_api_proto_msgTypes[37].OneofWrappers = []any{}
+	file_termivar_v1_api_proto_msgTypes[47].OneofWrappers = []any{}
+	file_termivar_v1_api_proto_msgTypes[49].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_termivar_v1_api_proto_rawDesc), len(file_termivar_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   64,
+			NumMessages:   74,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -72,6 +72,9 @@ type Command struct {
 	//	*Command_RevokeKey
 	//	*Command_RotateKey
 	//	*Command_SetNodeInfo
+	//	*Command_PurgeTasks
+	//	*Command_UpdateTenant
+	//	*Command_RerunTasks
 	//	*Command_SetSchedulingOptions
 	//	*Command_UpdateScan
 	//	*Command_AdvanceTime
@@ -380,6 +383,33 @@ func (x *Command) GetSetNodeInfo() *SetNodeInfo {
 	return nil
 }
 
+func (x *Command) GetPurgeTasks() *PurgeTasks {
+	if x != nil {
+		if x, ok := x.Op.(*Command_PurgeTasks); ok {
+			return x.PurgeTasks
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetUpdateTenant() *UpdateTenant {
+	if x != nil {
+		if x, ok := x.Op.(*Command_UpdateTenant); ok {
+			return x.UpdateTenant
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetRerunTasks() *RerunTasks {
+	if x != nil {
+		if x, ok := x.Op.(*Command_RerunTasks); ok {
+			return x.RerunTasks
+		}
+	}
+	return nil
+}
+
 func (x *Command) GetSetSchedulingOptions() *SetSchedulingOptions {
 	if x != nil {
 		if x, ok := x.Op.(*Command_SetSchedulingOptions); ok {
@@ -540,6 +570,20 @@ type Command_SetNodeInfo struct {
 	SetNodeInfo *SetNodeInfo `protobuf:"bytes,40,opt,name=set_node_info,json=setNodeInfo,proto3,oneof"`
 }
 
+type Command_PurgeTasks struct {
+	// 50+: retention (contract Part F, docs/adr/0002-purge.md).
+	PurgeTasks *PurgeTasks `protobuf:"bytes,50,opt,name=purge_tasks,json=purgeTasks,proto3,oneof"`
+}
+
+type Command_UpdateTenant struct {
+	UpdateTenant *UpdateTenant `protobuf:"bytes,51,opt,name=update_tenant,json=updateTenant,proto3,oneof"`
+}
+
+type Command_RerunTasks struct {
+	// re-runs and attempt history (docs/contract.md Part F).
+	RerunTasks *RerunTasks `protobuf:"bytes,52,opt,name=rerun_tasks,json=rerunTasks,proto3,oneof"`
+}
+
 type Command_SetSchedulingOptions struct {
 	// 60-69: scheduling (contract Part F).
 	SetSchedulingOptions *SetSchedulingOptions `protobuf:"bytes,60,opt,name=set_scheduling_options,json=setSchedulingOptions,proto3,oneof"`
@@ -614,6 +658,12 @@ func (*Command_RevokeKey) isCommand_Op() {}
 func (*Command_RotateKey) isCommand_Op() {}
 
 func (*Command_SetNodeInfo) isCommand_Op() {}
+
+func (*Command_PurgeTasks) isCommand_Op() {}
+
+func (*Command_UpdateTenant) isCommand_Op() {}
+
+func (*Command_RerunTasks) isCommand_Op() {}
 
 func (*Command_SetSchedulingOptions) isCommand_Op() {}
 
@@ -914,9 +964,12 @@ type CreateTenant struct {
 	ResultLimits *ResultLimits          `protobuf:"bytes,3,opt,name=result_limits,json=resultLimits,proto3" json:"result_limits,omitempty"`
 	// scheduling is the tenant's scheduling options (absent: none, contract
 	// Part A behaviour).
-	Scheduling    *SchedulingOptions `protobuf:"bytes,10,opt,name=scheduling,proto3" json:"scheduling,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Scheduling *SchedulingOptions `protobuf:"bytes,10,opt,name=scheduling,proto3" json:"scheduling,omitempty"`
+	// result_retention_secs: terminal tasks (and their results) older than
+	// this many seconds are purged by the leader; 0 keeps them.
+	ResultRetentionSecs uint64 `protobuf:"varint,4,opt,name=result_retention_secs,json=resultRetentionSecs,proto3" json:"result_retention_secs,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *CreateTenant) Reset() {
@@ -977,6 +1030,162 @@ func (x *CreateTenant) GetScheduling() *SchedulingOptions {
 	return nil
 }
 
+func (x *CreateTenant) GetResultRetentionSecs() uint64 {
+	if x != nil {
+		return x.ResultRetentionSecs
+	}
+	return 0
+}
+
+// UpdateTenant changes a tenant's policy (today: its result retention).
+type UpdateTenant struct {
+	state               protoimpl.MessageState `protogen:"open.v1"`
+	Name                string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	ResultRetentionSecs uint64                 `protobuf:"varint,2,opt,name=result_retention_secs,json=resultRetentionSecs,proto3" json:"result_retention_secs,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *UpdateTenant) Reset() {
+	*x = UpdateTenant{}
+	mi := &file_termivar_v1_command_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateTenant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateTenant) ProtoMessage() {}
+
+func (x *UpdateTenant) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_command_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateTenant.ProtoReflect.Descriptor instead.
+func (*UpdateTenant) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *UpdateTenant) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *UpdateTenant) GetResultRetentionSecs() uint64 {
+	if x != nil {
+		return x.ResultRetentionSecs
+	}
+	return 0
+}
+
+// PurgeTasks removes terminal tasks and their results (the core's
+// PurgeTasks, then the result store's PurgeResults, in one command).
+// Either task_ids names them (each must exist and be terminal), or scan_id
+// ("" any scan) and a time bound select every terminal task that matches:
+// finished_before (a logical second) or older_than_secs (finished before
+// the command's stamped time minus this; the retention policy's form, so
+// that every replica derives the same bound). cancel_first cancels the
+// scan's non-terminal tasks before the purge (DeleteScan --force; needs
+// whole_scan).
+type PurgeTasks struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	ScanId         string                 `protobuf:"bytes,1,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
+	FinishedBefore uint64                 `protobuf:"varint,2,opt,name=finished_before,json=finishedBefore,proto3" json:"finished_before,omitempty"`
+	TaskIds        []string               `protobuf:"bytes,3,rep,name=task_ids,json=taskIds,proto3" json:"task_ids,omitempty"`
+	OlderThanSecs  uint64                 `protobuf:"varint,4,opt,name=older_than_secs,json=olderThanSecs,proto3" json:"older_than_secs,omitempty"`
+	CancelFirst    bool                   `protobuf:"varint,5,opt,name=cancel_first,json=cancelFirst,proto3" json:"cancel_first,omitempty"`
+	// whole_scan purges every task the scan index lists for scan_id
+	// (DeleteScan): all must be terminal, and a scan without tasks is
+	// scan_not_found.
+	WholeScan     bool `protobuf:"varint,6,opt,name=whole_scan,json=wholeScan,proto3" json:"whole_scan,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PurgeTasks) Reset() {
+	*x = PurgeTasks{}
+	mi := &file_termivar_v1_command_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgeTasks) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgeTasks) ProtoMessage() {}
+
+func (x *PurgeTasks) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_command_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgeTasks.ProtoReflect.Descriptor instead.
+func (*PurgeTasks) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *PurgeTasks) GetScanId() string {
+	if x != nil {
+		return x.ScanId
+	}
+	return ""
+}
+
+func (x *PurgeTasks) GetFinishedBefore() uint64 {
+	if x != nil {
+		return x.FinishedBefore
+	}
+	return 0
+}
+
+func (x *PurgeTasks) GetTaskIds() []string {
+	if x != nil {
+		return x.TaskIds
+	}
+	return nil
+}
+
+func (x *PurgeTasks) GetOlderThanSecs() uint64 {
+	if x != nil {
+		return x.OlderThanSecs
+	}
+	return 0
+}
+
+func (x *PurgeTasks) GetCancelFirst() bool {
+	if x != nil {
+		return x.CancelFirst
+	}
+	return false
+}
+
+func (x *PurgeTasks) GetWholeScan() bool {
+	if x != nil {
+		return x.WholeScan
+	}
+	return false
+}
+
 // CreateKey stores an API key's hash; the secret never enters the log.
 type CreateKey struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -990,7 +1199,7 @@ type CreateKey struct {
 
 func (x *CreateKey) Reset() {
 	*x = CreateKey{}
-	mi := &file_termivar_v1_command_proto_msgTypes[6]
+	mi := &file_termivar_v1_command_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1002,7 +1211,7 @@ func (x *CreateKey) String() string {
 func (*CreateKey) ProtoMessage() {}
 
 func (x *CreateKey) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[6]
+	mi := &file_termivar_v1_command_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1015,7 +1224,7 @@ func (x *CreateKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKey.ProtoReflect.Descriptor instead.
 func (*CreateKey) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{6}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CreateKey) GetKeyId() string {
@@ -1060,7 +1269,7 @@ type RevokeKey struct {
 
 func (x *RevokeKey) Reset() {
 	*x = RevokeKey{}
-	mi := &file_termivar_v1_command_proto_msgTypes[7]
+	mi := &file_termivar_v1_command_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1072,7 +1281,7 @@ func (x *RevokeKey) String() string {
 func (*RevokeKey) ProtoMessage() {}
 
 func (x *RevokeKey) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[7]
+	mi := &file_termivar_v1_command_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1085,7 +1294,7 @@ func (x *RevokeKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeKey.ProtoReflect.Descriptor instead.
 func (*RevokeKey) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{7}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RevokeKey) GetKeyId() string {
@@ -1109,7 +1318,7 @@ type RotateKey struct {
 
 func (x *RotateKey) Reset() {
 	*x = RotateKey{}
-	mi := &file_termivar_v1_command_proto_msgTypes[8]
+	mi := &file_termivar_v1_command_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1121,7 +1330,7 @@ func (x *RotateKey) String() string {
 func (*RotateKey) ProtoMessage() {}
 
 func (x *RotateKey) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[8]
+	mi := &file_termivar_v1_command_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1134,7 +1343,7 @@ func (x *RotateKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateKey.ProtoReflect.Descriptor instead.
 func (*RotateKey) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{8}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RotateKey) GetKeyId() string {
@@ -1174,13 +1383,16 @@ type TaskSpec struct {
 	RequiredTags    []uint32 `protobuf:"varint,12,rep,packed,name=required_tags,json=requiredTags,proto3" json:"required_tags,omitempty"`
 	BackoffBaseSecs uint64   `protobuf:"varint,13,opt,name=backoff_base_secs,json=backoffBaseSecs,proto3" json:"backoff_base_secs,omitempty"`
 	BackoffCapSecs  uint64   `protobuf:"varint,14,opt,name=backoff_cap_secs,json=backoffCapSecs,proto3" json:"backoff_cap_secs,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// attempt_timeout_secs bounds each attempt (0: none); see
+	// distributed.TaskSpec.AttemptTimeoutSecs.
+	AttemptTimeoutSecs uint64 `protobuf:"varint,6,opt,name=attempt_timeout_secs,json=attemptTimeoutSecs,proto3" json:"attempt_timeout_secs,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *TaskSpec) Reset() {
 	*x = TaskSpec{}
-	mi := &file_termivar_v1_command_proto_msgTypes[9]
+	mi := &file_termivar_v1_command_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1192,7 +1404,7 @@ func (x *TaskSpec) String() string {
 func (*TaskSpec) ProtoMessage() {}
 
 func (x *TaskSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[9]
+	mi := &file_termivar_v1_command_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1205,7 +1417,7 @@ func (x *TaskSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskSpec.ProtoReflect.Descriptor instead.
 func (*TaskSpec) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{9}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TaskSpec) GetTaskId() string {
@@ -1278,6 +1490,13 @@ func (x *TaskSpec) GetBackoffCapSecs() uint64 {
 	return 0
 }
 
+func (x *TaskSpec) GetAttemptTimeoutSecs() uint64 {
+	if x != nil {
+		return x.AttemptTimeoutSecs
+	}
+	return 0
+}
+
 // EnqueueTasks admits all tasks or none.
 type EnqueueTasks struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1288,7 +1507,7 @@ type EnqueueTasks struct {
 
 func (x *EnqueueTasks) Reset() {
 	*x = EnqueueTasks{}
-	mi := &file_termivar_v1_command_proto_msgTypes[10]
+	mi := &file_termivar_v1_command_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1300,7 +1519,7 @@ func (x *EnqueueTasks) String() string {
 func (*EnqueueTasks) ProtoMessage() {}
 
 func (x *EnqueueTasks) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[10]
+	mi := &file_termivar_v1_command_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1313,7 +1532,7 @@ func (x *EnqueueTasks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueTasks.ProtoReflect.Descriptor instead.
 func (*EnqueueTasks) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{10}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *EnqueueTasks) GetTasks() []*TaskSpec {
@@ -1338,7 +1557,7 @@ type WorkerSpec struct {
 
 func (x *WorkerSpec) Reset() {
 	*x = WorkerSpec{}
-	mi := &file_termivar_v1_command_proto_msgTypes[11]
+	mi := &file_termivar_v1_command_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1350,7 +1569,7 @@ func (x *WorkerSpec) String() string {
 func (*WorkerSpec) ProtoMessage() {}
 
 func (x *WorkerSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[11]
+	mi := &file_termivar_v1_command_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1363,7 +1582,7 @@ func (x *WorkerSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerSpec.ProtoReflect.Descriptor instead.
 func (*WorkerSpec) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{11}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *WorkerSpec) GetWorkerId() string {
@@ -1417,7 +1636,7 @@ type RegisterWorker struct {
 
 func (x *RegisterWorker) Reset() {
 	*x = RegisterWorker{}
-	mi := &file_termivar_v1_command_proto_msgTypes[12]
+	mi := &file_termivar_v1_command_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1429,7 +1648,7 @@ func (x *RegisterWorker) String() string {
 func (*RegisterWorker) ProtoMessage() {}
 
 func (x *RegisterWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[12]
+	mi := &file_termivar_v1_command_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1442,7 +1661,7 @@ func (x *RegisterWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterWorker.ProtoReflect.Descriptor instead.
 func (*RegisterWorker) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{12}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RegisterWorker) GetSpec() *WorkerSpec {
@@ -1466,7 +1685,7 @@ type UpdateWorker struct {
 
 func (x *UpdateWorker) Reset() {
 	*x = UpdateWorker{}
-	mi := &file_termivar_v1_command_proto_msgTypes[13]
+	mi := &file_termivar_v1_command_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1478,7 +1697,7 @@ func (x *UpdateWorker) String() string {
 func (*UpdateWorker) ProtoMessage() {}
 
 func (x *UpdateWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[13]
+	mi := &file_termivar_v1_command_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1491,7 +1710,7 @@ func (x *UpdateWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateWorker.ProtoReflect.Descriptor instead.
 func (*UpdateWorker) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{13}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *UpdateWorker) GetWorkerId() string {
@@ -1546,7 +1765,7 @@ type DeregisterWorker struct {
 
 func (x *DeregisterWorker) Reset() {
 	*x = DeregisterWorker{}
-	mi := &file_termivar_v1_command_proto_msgTypes[14]
+	mi := &file_termivar_v1_command_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1558,7 +1777,7 @@ func (x *DeregisterWorker) String() string {
 func (*DeregisterWorker) ProtoMessage() {}
 
 func (x *DeregisterWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[14]
+	mi := &file_termivar_v1_command_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1571,7 +1790,7 @@ func (x *DeregisterWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterWorker.ProtoReflect.Descriptor instead.
 func (*DeregisterWorker) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{14}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DeregisterWorker) GetWorkerId() string {
@@ -1596,7 +1815,7 @@ type PruneDeadWorkers struct {
 
 func (x *PruneDeadWorkers) Reset() {
 	*x = PruneDeadWorkers{}
-	mi := &file_termivar_v1_command_proto_msgTypes[15]
+	mi := &file_termivar_v1_command_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1608,7 +1827,7 @@ func (x *PruneDeadWorkers) String() string {
 func (*PruneDeadWorkers) ProtoMessage() {}
 
 func (x *PruneDeadWorkers) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[15]
+	mi := &file_termivar_v1_command_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1621,7 +1840,7 @@ func (x *PruneDeadWorkers) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneDeadWorkers.ProtoReflect.Descriptor instead.
 func (*PruneDeadWorkers) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{15}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{17}
 }
 
 type ReactivateWorker struct {
@@ -1634,7 +1853,7 @@ type ReactivateWorker struct {
 
 func (x *ReactivateWorker) Reset() {
 	*x = ReactivateWorker{}
-	mi := &file_termivar_v1_command_proto_msgTypes[16]
+	mi := &file_termivar_v1_command_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1646,7 +1865,7 @@ func (x *ReactivateWorker) String() string {
 func (*ReactivateWorker) ProtoMessage() {}
 
 func (x *ReactivateWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[16]
+	mi := &file_termivar_v1_command_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1659,7 +1878,7 @@ func (x *ReactivateWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReactivateWorker.ProtoReflect.Descriptor instead.
 func (*ReactivateWorker) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{16}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReactivateWorker) GetOfflineGeneration() uint64 {
@@ -1685,7 +1904,7 @@ type AssignNextAvailable struct {
 
 func (x *AssignNextAvailable) Reset() {
 	*x = AssignNextAvailable{}
-	mi := &file_termivar_v1_command_proto_msgTypes[17]
+	mi := &file_termivar_v1_command_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1697,7 +1916,7 @@ func (x *AssignNextAvailable) String() string {
 func (*AssignNextAvailable) ProtoMessage() {}
 
 func (x *AssignNextAvailable) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[17]
+	mi := &file_termivar_v1_command_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1710,7 +1929,7 @@ func (x *AssignNextAvailable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignNextAvailable.ProtoReflect.Descriptor instead.
 func (*AssignNextAvailable) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{17}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *AssignNextAvailable) GetLeaseTtlSecs() uint64 {
@@ -1730,7 +1949,7 @@ type AssignNext struct {
 
 func (x *AssignNext) Reset() {
 	*x = AssignNext{}
-	mi := &file_termivar_v1_command_proto_msgTypes[18]
+	mi := &file_termivar_v1_command_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1742,7 +1961,7 @@ func (x *AssignNext) String() string {
 func (*AssignNext) ProtoMessage() {}
 
 func (x *AssignNext) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[18]
+	mi := &file_termivar_v1_command_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1755,7 +1974,7 @@ func (x *AssignNext) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignNext.ProtoReflect.Descriptor instead.
 func (*AssignNext) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{18}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *AssignNext) GetWorkerId() string {
@@ -1783,7 +2002,7 @@ type AssignTask struct {
 
 func (x *AssignTask) Reset() {
 	*x = AssignTask{}
-	mi := &file_termivar_v1_command_proto_msgTypes[19]
+	mi := &file_termivar_v1_command_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1795,7 +2014,7 @@ func (x *AssignTask) String() string {
 func (*AssignTask) ProtoMessage() {}
 
 func (x *AssignTask) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[19]
+	mi := &file_termivar_v1_command_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1808,7 +2027,7 @@ func (x *AssignTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignTask.ProtoReflect.Descriptor instead.
 func (*AssignTask) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{19}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AssignTask) GetTaskId() string {
@@ -1843,7 +2062,7 @@ type StartTask struct {
 
 func (x *StartTask) Reset() {
 	*x = StartTask{}
-	mi := &file_termivar_v1_command_proto_msgTypes[20]
+	mi := &file_termivar_v1_command_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1855,7 +2074,7 @@ func (x *StartTask) String() string {
 func (*StartTask) ProtoMessage() {}
 
 func (x *StartTask) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[20]
+	mi := &file_termivar_v1_command_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1868,7 +2087,7 @@ func (x *StartTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartTask.ProtoReflect.Descriptor instead.
 func (*StartTask) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{20}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StartTask) GetLease() []byte {
@@ -1889,7 +2108,7 @@ type CompleteTask struct {
 
 func (x *CompleteTask) Reset() {
 	*x = CompleteTask{}
-	mi := &file_termivar_v1_command_proto_msgTypes[21]
+	mi := &file_termivar_v1_command_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1901,7 +2120,7 @@ func (x *CompleteTask) String() string {
 func (*CompleteTask) ProtoMessage() {}
 
 func (x *CompleteTask) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[21]
+	mi := &file_termivar_v1_command_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1914,7 +2133,7 @@ func (x *CompleteTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteTask.ProtoReflect.Descriptor instead.
 func (*CompleteTask) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{21}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CompleteTask) GetLease() []byte {
@@ -1932,15 +2151,18 @@ func (x *CompleteTask) GetResult() []byte {
 }
 
 type FailTask struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Lease         []byte                 `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Lease []byte                 `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
+	// reason is retained in the attempt's history record (at most
+	// distributed.MaxFailureReasonBytes of UTF-8); empty: FailTask.
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *FailTask) Reset() {
 	*x = FailTask{}
-	mi := &file_termivar_v1_command_proto_msgTypes[22]
+	mi := &file_termivar_v1_command_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1952,7 +2174,7 @@ func (x *FailTask) String() string {
 func (*FailTask) ProtoMessage() {}
 
 func (x *FailTask) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[22]
+	mi := &file_termivar_v1_command_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1965,12 +2187,83 @@ func (x *FailTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailTask.ProtoReflect.Descriptor instead.
 func (*FailTask) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{22}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *FailTask) GetLease() []byte {
 	if x != nil {
 		return x.Lease
+	}
+	return nil
+}
+
+func (x *FailTask) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// RerunTasks re-runs terminal tasks through the core's RerunTasks: the
+// named tasks (task_ids), or, when none are named, every task of scan_id.
+// With both, every named task must belong to the scan. statuses are
+// TaskStatus values (failed, expired, cancelled; empty: all three).
+type RerunTasks struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ScanId        string                 `protobuf:"bytes,1,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
+	TaskIds       []string               `protobuf:"bytes,2,rep,name=task_ids,json=taskIds,proto3" json:"task_ids,omitempty"`
+	Statuses      []uint32               `protobuf:"varint,3,rep,packed,name=statuses,proto3" json:"statuses,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RerunTasks) Reset() {
+	*x = RerunTasks{}
+	mi := &file_termivar_v1_command_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RerunTasks) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RerunTasks) ProtoMessage() {}
+
+func (x *RerunTasks) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_command_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RerunTasks.ProtoReflect.Descriptor instead.
+func (*RerunTasks) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *RerunTasks) GetScanId() string {
+	if x != nil {
+		return x.ScanId
+	}
+	return ""
+}
+
+func (x *RerunTasks) GetTaskIds() []string {
+	if x != nil {
+		return x.TaskIds
+	}
+	return nil
+}
+
+func (x *RerunTasks) GetStatuses() []uint32 {
+	if x != nil {
+		return x.Statuses
 	}
 	return nil
 }
@@ -1984,7 +2277,7 @@ type CancelTask struct {
 
 func (x *CancelTask) Reset() {
 	*x = CancelTask{}
-	mi := &file_termivar_v1_command_proto_msgTypes[23]
+	mi := &file_termivar_v1_command_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1996,7 +2289,7 @@ func (x *CancelTask) String() string {
 func (*CancelTask) ProtoMessage() {}
 
 func (x *CancelTask) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[23]
+	mi := &file_termivar_v1_command_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2009,7 +2302,7 @@ func (x *CancelTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTask.ProtoReflect.Descriptor instead.
 func (*CancelTask) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{23}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CancelTask) GetOwnership() []byte {
@@ -2032,7 +2325,7 @@ type CancelTaskByID struct {
 
 func (x *CancelTaskByID) Reset() {
 	*x = CancelTaskByID{}
-	mi := &file_termivar_v1_command_proto_msgTypes[24]
+	mi := &file_termivar_v1_command_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2044,7 +2337,7 @@ func (x *CancelTaskByID) String() string {
 func (*CancelTaskByID) ProtoMessage() {}
 
 func (x *CancelTaskByID) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[24]
+	mi := &file_termivar_v1_command_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2057,7 +2350,7 @@ func (x *CancelTaskByID) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskByID.ProtoReflect.Descriptor instead.
 func (*CancelTaskByID) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{24}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CancelTaskByID) GetTaskId() string {
@@ -2077,7 +2370,7 @@ type RenewLease struct {
 
 func (x *RenewLease) Reset() {
 	*x = RenewLease{}
-	mi := &file_termivar_v1_command_proto_msgTypes[25]
+	mi := &file_termivar_v1_command_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2089,7 +2382,7 @@ func (x *RenewLease) String() string {
 func (*RenewLease) ProtoMessage() {}
 
 func (x *RenewLease) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[25]
+	mi := &file_termivar_v1_command_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2102,7 +2395,7 @@ func (x *RenewLease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewLease.ProtoReflect.Descriptor instead.
 func (*RenewLease) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{25}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RenewLease) GetLease() []byte {
@@ -2127,7 +2420,7 @@ type RecoverExpiredLeases struct {
 
 func (x *RecoverExpiredLeases) Reset() {
 	*x = RecoverExpiredLeases{}
-	mi := &file_termivar_v1_command_proto_msgTypes[26]
+	mi := &file_termivar_v1_command_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2139,7 +2432,7 @@ func (x *RecoverExpiredLeases) String() string {
 func (*RecoverExpiredLeases) ProtoMessage() {}
 
 func (x *RecoverExpiredLeases) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[26]
+	mi := &file_termivar_v1_command_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2152,7 +2445,7 @@ func (x *RecoverExpiredLeases) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverExpiredLeases.ProtoReflect.Descriptor instead.
 func (*RecoverExpiredLeases) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{26}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{29}
 }
 
 type ExpireOldTasks struct {
@@ -2164,7 +2457,7 @@ type ExpireOldTasks struct {
 
 func (x *ExpireOldTasks) Reset() {
 	*x = ExpireOldTasks{}
-	mi := &file_termivar_v1_command_proto_msgTypes[27]
+	mi := &file_termivar_v1_command_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2176,7 +2469,7 @@ func (x *ExpireOldTasks) String() string {
 func (*ExpireOldTasks) ProtoMessage() {}
 
 func (x *ExpireOldTasks) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[27]
+	mi := &file_termivar_v1_command_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2189,7 +2482,7 @@ func (x *ExpireOldTasks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireOldTasks.ProtoReflect.Descriptor instead.
 func (*ExpireOldTasks) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{27}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ExpireOldTasks) GetMaxAgeSecs() uint64 {
@@ -2214,7 +2507,7 @@ type AcquireTasks struct {
 
 func (x *AcquireTasks) Reset() {
 	*x = AcquireTasks{}
-	mi := &file_termivar_v1_command_proto_msgTypes[28]
+	mi := &file_termivar_v1_command_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2226,7 +2519,7 @@ func (x *AcquireTasks) String() string {
 func (*AcquireTasks) ProtoMessage() {}
 
 func (x *AcquireTasks) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[28]
+	mi := &file_termivar_v1_command_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2239,7 +2532,7 @@ func (x *AcquireTasks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireTasks.ProtoReflect.Descriptor instead.
 func (*AcquireTasks) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{28}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *AcquireTasks) GetWorkerId() string {
@@ -2288,7 +2581,7 @@ type FSMState struct {
 
 func (x *FSMState) Reset() {
 	*x = FSMState{}
-	mi := &file_termivar_v1_command_proto_msgTypes[29]
+	mi := &file_termivar_v1_command_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2300,7 +2593,7 @@ func (x *FSMState) String() string {
 func (*FSMState) ProtoMessage() {}
 
 func (x *FSMState) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[29]
+	mi := &file_termivar_v1_command_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2313,7 +2606,7 @@ func (x *FSMState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FSMState.ProtoReflect.Descriptor instead.
 func (*FSMState) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{29}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *FSMState) GetVersion() uint32 {
@@ -2381,7 +2674,7 @@ type KeyRecord struct {
 
 func (x *KeyRecord) Reset() {
 	*x = KeyRecord{}
-	mi := &file_termivar_v1_command_proto_msgTypes[30]
+	mi := &file_termivar_v1_command_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2393,7 +2686,7 @@ func (x *KeyRecord) String() string {
 func (*KeyRecord) ProtoMessage() {}
 
 func (x *KeyRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[30]
+	mi := &file_termivar_v1_command_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2406,7 +2699,7 @@ func (x *KeyRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyRecord.ProtoReflect.Descriptor instead.
 func (*KeyRecord) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{30}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *KeyRecord) GetKeyId() string {
@@ -2461,14 +2754,16 @@ type TenantState struct {
 	WorkerOwners []*WorkerOwner         `protobuf:"bytes,6,rep,name=worker_owners,json=workerOwners,proto3" json:"worker_owners,omitempty"`
 	Scans        []*ScanIndex           `protobuf:"bytes,7,rep,name=scans,proto3" json:"scans,omitempty"`
 	// 20+: recurring scans (schedules), sorted by name.
-	Schedules     []*Schedule `protobuf:"bytes,20,rep,name=schedules,proto3" json:"schedules,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Schedules []*Schedule `protobuf:"bytes,20,rep,name=schedules,proto3" json:"schedules,omitempty"`
+	// result_retention_secs is the tenant's retention policy (0: off).
+	ResultRetentionSecs uint64 `protobuf:"varint,8,opt,name=result_retention_secs,json=resultRetentionSecs,proto3" json:"result_retention_secs,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *TenantState) Reset() {
 	*x = TenantState{}
-	mi := &file_termivar_v1_command_proto_msgTypes[31]
+	mi := &file_termivar_v1_command_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2480,7 +2775,7 @@ func (x *TenantState) String() string {
 func (*TenantState) ProtoMessage() {}
 
 func (x *TenantState) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[31]
+	mi := &file_termivar_v1_command_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2493,7 +2788,7 @@ func (x *TenantState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantState.ProtoReflect.Descriptor instead.
 func (*TenantState) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{31}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *TenantState) GetName() string {
@@ -2552,6 +2847,13 @@ func (x *TenantState) GetSchedules() []*Schedule {
 	return nil
 }
 
+func (x *TenantState) GetResultRetentionSecs() uint64 {
+	if x != nil {
+		return x.ResultRetentionSecs
+	}
+	return 0
+}
+
 type WorkerOwner struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	WorkerId      string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
@@ -2562,7 +2864,7 @@ type WorkerOwner struct {
 
 func (x *WorkerOwner) Reset() {
 	*x = WorkerOwner{}
-	mi := &file_termivar_v1_command_proto_msgTypes[32]
+	mi := &file_termivar_v1_command_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2574,7 +2876,7 @@ func (x *WorkerOwner) String() string {
 func (*WorkerOwner) ProtoMessage() {}
 
 func (x *WorkerOwner) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[32]
+	mi := &file_termivar_v1_command_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2587,7 +2889,7 @@ func (x *WorkerOwner) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerOwner.ProtoReflect.Descriptor instead.
 func (*WorkerOwner) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{32}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *WorkerOwner) GetWorkerId() string {
@@ -2615,7 +2917,7 @@ type ScanIndex struct {
 
 func (x *ScanIndex) Reset() {
 	*x = ScanIndex{}
-	mi := &file_termivar_v1_command_proto_msgTypes[33]
+	mi := &file_termivar_v1_command_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2627,7 +2929,7 @@ func (x *ScanIndex) String() string {
 func (*ScanIndex) ProtoMessage() {}
 
 func (x *ScanIndex) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[33]
+	mi := &file_termivar_v1_command_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2640,7 +2942,7 @@ func (x *ScanIndex) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanIndex.ProtoReflect.Descriptor instead.
 func (*ScanIndex) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{33}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ScanIndex) GetScanId() string {
@@ -2672,7 +2974,7 @@ type SetNodeInfo struct {
 
 func (x *SetNodeInfo) Reset() {
 	*x = SetNodeInfo{}
-	mi := &file_termivar_v1_command_proto_msgTypes[34]
+	mi := &file_termivar_v1_command_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2684,7 +2986,7 @@ func (x *SetNodeInfo) String() string {
 func (*SetNodeInfo) ProtoMessage() {}
 
 func (x *SetNodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[34]
+	mi := &file_termivar_v1_command_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2697,7 +2999,7 @@ func (x *SetNodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeInfo.ProtoReflect.Descriptor instead.
 func (*SetNodeInfo) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{34}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SetNodeInfo) GetNodeId() string {
@@ -2732,7 +3034,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_termivar_v1_command_proto_msgTypes[35]
+	mi := &file_termivar_v1_command_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2744,7 +3046,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[35]
+	mi := &file_termivar_v1_command_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2757,7 +3059,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{35}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *NodeInfo) GetNodeId() string {
@@ -2793,7 +3095,7 @@ type SchedulingOptions struct {
 
 func (x *SchedulingOptions) Reset() {
 	*x = SchedulingOptions{}
-	mi := &file_termivar_v1_command_proto_msgTypes[36]
+	mi := &file_termivar_v1_command_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2805,7 +3107,7 @@ func (x *SchedulingOptions) String() string {
 func (*SchedulingOptions) ProtoMessage() {}
 
 func (x *SchedulingOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[36]
+	mi := &file_termivar_v1_command_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2818,7 +3120,7 @@ func (x *SchedulingOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SchedulingOptions.ProtoReflect.Descriptor instead.
 func (*SchedulingOptions) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{36}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SchedulingOptions) GetBackoffBaseSecs() uint64 {
@@ -2852,7 +3154,7 @@ type SetSchedulingOptions struct {
 
 func (x *SetSchedulingOptions) Reset() {
 	*x = SetSchedulingOptions{}
-	mi := &file_termivar_v1_command_proto_msgTypes[37]
+	mi := &file_termivar_v1_command_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2864,7 +3166,7 @@ func (x *SetSchedulingOptions) String() string {
 func (*SetSchedulingOptions) ProtoMessage() {}
 
 func (x *SetSchedulingOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[37]
+	mi := &file_termivar_v1_command_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2877,7 +3179,7 @@ func (x *SetSchedulingOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSchedulingOptions.ProtoReflect.Descriptor instead.
 func (*SetSchedulingOptions) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{37}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *SetSchedulingOptions) GetOptions() *SchedulingOptions {
@@ -2900,7 +3202,7 @@ type UpdateScan struct {
 
 func (x *UpdateScan) Reset() {
 	*x = UpdateScan{}
-	mi := &file_termivar_v1_command_proto_msgTypes[38]
+	mi := &file_termivar_v1_command_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2912,7 +3214,7 @@ func (x *UpdateScan) String() string {
 func (*UpdateScan) ProtoMessage() {}
 
 func (x *UpdateScan) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[38]
+	mi := &file_termivar_v1_command_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2925,7 +3227,7 @@ func (x *UpdateScan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateScan.ProtoReflect.Descriptor instead.
 func (*UpdateScan) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{38}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *UpdateScan) GetScanId() string {
@@ -2960,7 +3262,7 @@ type AdvanceTime struct {
 
 func (x *AdvanceTime) Reset() {
 	*x = AdvanceTime{}
-	mi := &file_termivar_v1_command_proto_msgTypes[39]
+	mi := &file_termivar_v1_command_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2972,7 +3274,7 @@ func (x *AdvanceTime) String() string {
 func (*AdvanceTime) ProtoMessage() {}
 
 func (x *AdvanceTime) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[39]
+	mi := &file_termivar_v1_command_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2985,7 +3287,7 @@ func (x *AdvanceTime) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdvanceTime.ProtoReflect.Descriptor instead.
 func (*AdvanceTime) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{39}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{42}
 }
 
 // Schedule is a recurring scan: tick k (from 1) is due at
@@ -3011,7 +3313,7 @@ type Schedule struct {
 
 func (x *Schedule) Reset() {
 	*x = Schedule{}
-	mi := &file_termivar_v1_command_proto_msgTypes[40]
+	mi := &file_termivar_v1_command_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3023,7 +3325,7 @@ func (x *Schedule) String() string {
 func (*Schedule) ProtoMessage() {}
 
 func (x *Schedule) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[40]
+	mi := &file_termivar_v1_command_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3036,7 +3338,7 @@ func (x *Schedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Schedule.ProtoReflect.Descriptor instead.
 func (*Schedule) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{40}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Schedule) GetName() string {
@@ -3110,7 +3412,7 @@ type CreateSchedule struct {
 
 func (x *CreateSchedule) Reset() {
 	*x = CreateSchedule{}
-	mi := &file_termivar_v1_command_proto_msgTypes[41]
+	mi := &file_termivar_v1_command_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3122,7 +3424,7 @@ func (x *CreateSchedule) String() string {
 func (*CreateSchedule) ProtoMessage() {}
 
 func (x *CreateSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[41]
+	mi := &file_termivar_v1_command_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3135,7 +3437,7 @@ func (x *CreateSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSchedule.ProtoReflect.Descriptor instead.
 func (*CreateSchedule) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{41}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *CreateSchedule) GetName() string {
@@ -3183,7 +3485,7 @@ type DeleteSchedule struct {
 
 func (x *DeleteSchedule) Reset() {
 	*x = DeleteSchedule{}
-	mi := &file_termivar_v1_command_proto_msgTypes[42]
+	mi := &file_termivar_v1_command_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3195,7 +3497,7 @@ func (x *DeleteSchedule) String() string {
 func (*DeleteSchedule) ProtoMessage() {}
 
 func (x *DeleteSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[42]
+	mi := &file_termivar_v1_command_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3208,7 +3510,7 @@ func (x *DeleteSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSchedule.ProtoReflect.Descriptor instead.
 func (*DeleteSchedule) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{42}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *DeleteSchedule) GetName() string {
@@ -3231,7 +3533,7 @@ type FireSchedule struct {
 
 func (x *FireSchedule) Reset() {
 	*x = FireSchedule{}
-	mi := &file_termivar_v1_command_proto_msgTypes[43]
+	mi := &file_termivar_v1_command_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3243,7 +3545,7 @@ func (x *FireSchedule) String() string {
 func (*FireSchedule) ProtoMessage() {}
 
 func (x *FireSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_command_proto_msgTypes[43]
+	mi := &file_termivar_v1_command_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3256,7 +3558,7 @@ func (x *FireSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FireSchedule.ProtoReflect.Descriptor instead.
 func (*FireSchedule) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_command_proto_rawDescGZIP(), []int{43}
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *FireSchedule) GetName() string {
@@ -3277,7 +3579,7 @@ var File_termivar_v1_command_proto protoreflect.FileDescriptor
 
 const file_termivar_v1_command_proto_rawDesc = "" +
 	"\n" +
-	"\x19termivar/v1/command.proto\x12\vtermivar.v1\"\xd7\x11\n" +
+	"\x19termivar/v1/command.proto\x12\vtermivar.v1\"\x91\x13\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x19\n" +
 	"\bnow_secs\x18\x02 \x01(\x04R\anowSecs\x12\x16\n" +
@@ -3317,7 +3619,12 @@ const file_termivar_v1_command_proto_rawDesc = "" +
 	"revoke_key\x18  \x01(\v2\x16.termivar.v1.RevokeKeyH\x00R\trevokeKey\x127\n" +
 	"\n" +
 	"rotate_key\x18! \x01(\v2\x16.termivar.v1.RotateKeyH\x00R\trotateKey\x12>\n" +
-	"\rset_node_info\x18( \x01(\v2\x18.termivar.v1.SetNodeInfoH\x00R\vsetNodeInfo\x12Y\n" +
+	"\rset_node_info\x18( \x01(\v2\x18.termivar.v1.SetNodeInfoH\x00R\vsetNodeInfo\x12:\n" +
+	"\vpurge_tasks\x182 \x01(\v2\x17.termivar.v1.PurgeTasksH\x00R\n" +
+	"purgeTasks\x12@\n" +
+	"\rupdate_tenant\x183 \x01(\v2\x19.termivar.v1.UpdateTenantH\x00R\fupdateTenant\x12:\n" +
+	"\vrerun_tasks\x184 \x01(\v2\x17.termivar.v1.RerunTasksH\x00R\n" +
+	"rerunTasks\x12Y\n" +
 	"\x16set_scheduling_options\x18< \x01(\v2!.termivar.v1.SetSchedulingOptionsH\x00R\x14setSchedulingOptions\x12:\n" +
 	"\vupdate_scan\x18= \x01(\v2\x17.termivar.v1.UpdateScanH\x00R\n" +
 	"updateScan\x12=\n" +
@@ -3350,7 +3657,7 @@ const file_termivar_v1_command_proto_rawDesc = "" +
 	"\x10max_result_bytes\x18\x02 \x01(\x04R\x0emaxResultBytes\x12&\n" +
 	"\x0fmax_total_bytes\x18\x03 \x01(\x04R\rmaxTotalBytes\x12.\n" +
 	"\x13max_aggregate_items\x18\x04 \x01(\x04R\x11maxAggregateItems\x12.\n" +
-	"\x13max_aggregate_bytes\x18\x05 \x01(\x04R\x11maxAggregateBytes\"\xd3\x01\n" +
+	"\x13max_aggregate_bytes\x18\x05 \x01(\x04R\x11maxAggregateBytes\"\x87\x02\n" +
 	"\fCreateTenant\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
 	"\x06limits\x18\x02 \x01(\v2\x17.termivar.v1.CoreLimitsR\x06limits\x12>\n" +
@@ -3358,7 +3665,20 @@ const file_termivar_v1_command_proto_rawDesc = "" +
 	"\n" +
 	"scheduling\x18\n" +
 	" \x01(\v2\x1e.termivar.v1.SchedulingOptionsR\n" +
-	"scheduling\"v\n" +
+	"scheduling\x122\n" +
+	"\x15result_retention_secs\x18\x04 \x01(\x04R\x13resultRetentionSecs\"V\n" +
+	"\fUpdateTenant\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x122\n" +
+	"\x15result_retention_secs\x18\x02 \x01(\x04R\x13resultRetentionSecs\"\xd3\x01\n" +
+	"\n" +
+	"PurgeTasks\x12\x17\n" +
+	"\ascan_id\x18\x01 \x01(\tR\x06scanId\x12'\n" +
+	"\x0ffinished_before\x18\x02 \x01(\x04R\x0efinishedBefore\x12\x19\n" +
+	"\btask_ids\x18\x03 \x03(\tR\ataskIds\x12&\n" +
+	"\x0folder_than_secs\x18\x04 \x01(\x04R\rolderThanSecs\x12!\n" +
+	"\fcancel_first\x18\x05 \x01(\bR\vcancelFirst\x12\x1d\n" +
+	"\n" +
+	"whole_scan\x18\x06 \x01(\bR\twholeScan\"v\n" +
 	"\tCreateKey\x12\x15\n" +
 	"\x06key_id\x18\x01 \x01(\tR\x05keyId\x12\x1f\n" +
 	"\vsecret_hash\x18\x02 \x01(\fR\n" +
@@ -3372,7 +3692,7 @@ const file_termivar_v1_command_proto_rawDesc = "" +
 	"\x06key_id\x18\x01 \x01(\tR\x05keyId\x12\x1c\n" +
 	"\n" +
 	"new_key_id\x18\x02 \x01(\tR\bnewKeyId\x12&\n" +
-	"\x0fnew_secret_hash\x18\x03 \x01(\fR\rnewSecretHash\"\xd1\x02\n" +
+	"\x0fnew_secret_hash\x18\x03 \x01(\fR\rnewSecretHash\"\x83\x03\n" +
 	"\bTaskSpec\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x17\n" +
 	"\ascan_id\x18\x02 \x01(\tR\x06scanId\x12\x1d\n" +
@@ -3386,7 +3706,8 @@ const file_termivar_v1_command_proto_rawDesc = "" +
 	"delay_secs\x18\v \x01(\x04R\tdelaySecs\x12#\n" +
 	"\rrequired_tags\x18\f \x03(\rR\frequiredTags\x12*\n" +
 	"\x11backoff_base_secs\x18\r \x01(\x04R\x0fbackoffBaseSecs\x12(\n" +
-	"\x10backoff_cap_secs\x18\x0e \x01(\x04R\x0ebackoffCapSecs\";\n" +
+	"\x10backoff_cap_secs\x18\x0e \x01(\x04R\x0ebackoffCapSecs\x120\n" +
+	"\x14attempt_timeout_secs\x18\x06 \x01(\x04R\x12attemptTimeoutSecs\";\n" +
 	"\fEnqueueTasks\x12+\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x15.termivar.v1.TaskSpecR\x05tasks\"\xe5\x01\n" +
 	"\n" +
@@ -3432,9 +3753,15 @@ const file_termivar_v1_command_proto_rawDesc = "" +
 	"\x05lease\x18\x01 \x01(\fR\x05lease\"<\n" +
 	"\fCompleteTask\x12\x14\n" +
 	"\x05lease\x18\x01 \x01(\fR\x05lease\x12\x16\n" +
-	"\x06result\x18\x02 \x01(\fR\x06result\" \n" +
+	"\x06result\x18\x02 \x01(\fR\x06result\"8\n" +
 	"\bFailTask\x12\x14\n" +
-	"\x05lease\x18\x01 \x01(\fR\x05lease\"*\n" +
+	"\x05lease\x18\x01 \x01(\fR\x05lease\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\\\n" +
+	"\n" +
+	"RerunTasks\x12\x17\n" +
+	"\ascan_id\x18\x01 \x01(\tR\x06scanId\x12\x19\n" +
+	"\btask_ids\x18\x02 \x03(\tR\ataskIds\x12\x1a\n" +
+	"\bstatuses\x18\x03 \x03(\rR\bstatuses\"*\n" +
 	"\n" +
 	"CancelTask\x12\x1c\n" +
 	"\townership\x18\x01 \x01(\fR\townership\")\n" +
@@ -3468,7 +3795,7 @@ const file_termivar_v1_command_proto_rawDesc = "" +
 	"\x06tenant\x18\x03 \x01(\tR\x06tenant\x12\x12\n" +
 	"\x04role\x18\x04 \x01(\tR\x04role\x12!\n" +
 	"\fcreated_secs\x18\x05 \x01(\x04R\vcreatedSecs\x12!\n" +
-	"\frevoked_secs\x18\x06 \x01(\x04R\vrevokedSecs\"\xf6\x02\n" +
+	"\frevoked_secs\x18\x06 \x01(\x04R\vrevokedSecs\"\xaa\x03\n" +
 	"\vTenantState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
 	"\x06limits\x18\x02 \x01(\v2\x17.termivar.v1.CoreLimitsR\x06limits\x12>\n" +
@@ -3478,7 +3805,8 @@ const file_termivar_v1_command_proto_rawDesc = "" +
 	"\fresult_state\x18\x05 \x01(\fR\vresultState\x12=\n" +
 	"\rworker_owners\x18\x06 \x03(\v2\x18.termivar.v1.WorkerOwnerR\fworkerOwners\x12,\n" +
 	"\x05scans\x18\a \x03(\v2\x16.termivar.v1.ScanIndexR\x05scans\x123\n" +
-	"\tschedules\x18\x14 \x03(\v2\x15.termivar.v1.ScheduleR\tschedules\"A\n" +
+	"\tschedules\x18\x14 \x03(\v2\x15.termivar.v1.ScheduleR\tschedules\x122\n" +
+	"\x15result_retention_secs\x18\b \x01(\x04R\x13resultRetentionSecs\"A\n" +
 	"\vWorkerOwner\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x15\n" +
 	"\x06key_id\x18\x02 \x01(\tR\x05keyId\"?\n" +
@@ -3547,7 +3875,7 @@ func file_termivar_v1_command_proto_rawDescGZIP() []byte {
 	return file_termivar_v1_command_proto_rawDescData
 }
 
-var file_termivar_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_termivar_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_termivar_v1_command_proto_goTypes = []any{
 	(*Command)(nil),              // 0: termivar.v1.Command
 	(*Batch)(nil),                // 1: termivar.v1.Batch
@@ -3555,99 +3883,105 @@ var file_termivar_v1_command_proto_goTypes = []any{
 	(*CoreLimits)(nil),           // 3: termivar.v1.CoreLimits
 	(*ResultLimits)(nil),         // 4: termivar.v1.ResultLimits
 	(*CreateTenant)(nil),         // 5: termivar.v1.CreateTenant
-	(*CreateKey)(nil),            // 6: termivar.v1.CreateKey
-	(*RevokeKey)(nil),            // 7: termivar.v1.RevokeKey
-	(*RotateKey)(nil),            // 8: termivar.v1.RotateKey
-	(*TaskSpec)(nil),             // 9: termivar.v1.TaskSpec
-	(*EnqueueTasks)(nil),         // 10: termivar.v1.EnqueueTasks
-	(*WorkerSpec)(nil),           // 11: termivar.v1.WorkerSpec
-	(*RegisterWorker)(nil),       // 12: termivar.v1.RegisterWorker
-	(*UpdateWorker)(nil),         // 13: termivar.v1.UpdateWorker
-	(*DeregisterWorker)(nil),     // 14: termivar.v1.DeregisterWorker
-	(*PruneDeadWorkers)(nil),     // 15: termivar.v1.PruneDeadWorkers
-	(*ReactivateWorker)(nil),     // 16: termivar.v1.ReactivateWorker
-	(*AssignNextAvailable)(nil),  // 17: termivar.v1.AssignNextAvailable
-	(*AssignNext)(nil),           // 18: termivar.v1.AssignNext
-	(*AssignTask)(nil),           // 19: termivar.v1.AssignTask
-	(*StartTask)(nil),            // 20: termivar.v1.StartTask
-	(*CompleteTask)(nil),         // 21: termivar.v1.CompleteTask
-	(*FailTask)(nil),             // 22: termivar.v1.FailTask
-	(*CancelTask)(nil),           // 23: termivar.v1.CancelTask
-	(*CancelTaskByID)(nil),       // 24: termivar.v1.CancelTaskByID
-	(*RenewLease)(nil),           // 25: termivar.v1.RenewLease
-	(*RecoverExpiredLeases)(nil), // 26: termivar.v1.RecoverExpiredLeases
-	(*ExpireOldTasks)(nil),       // 27: termivar.v1.ExpireOldTasks
-	(*AcquireTasks)(nil),         // 28: termivar.v1.AcquireTasks
-	(*FSMState)(nil),             // 29: termivar.v1.FSMState
-	(*KeyRecord)(nil),            // 30: termivar.v1.KeyRecord
-	(*TenantState)(nil),          // 31: termivar.v1.TenantState
-	(*WorkerOwner)(nil),          // 32: termivar.v1.WorkerOwner
-	(*ScanIndex)(nil),            // 33: termivar.v1.ScanIndex
-	(*SetNodeInfo)(nil),          // 34: termivar.v1.SetNodeInfo
-	(*NodeInfo)(nil),             // 35: termivar.v1.NodeInfo
-	(*SchedulingOptions)(nil),    // 36: termivar.v1.SchedulingOptions
-	(*SetSchedulingOptions)(nil), // 37: termivar.v1.SetSchedulingOptions
-	(*UpdateScan)(nil),           // 38: termivar.v1.UpdateScan
-	(*AdvanceTime)(nil),          // 39: termivar.v1.AdvanceTime
-	(*Schedule)(nil),             // 40: termivar.v1.Schedule
-	(*CreateSchedule)(nil),       // 41: termivar.v1.CreateSchedule
-	(*DeleteSchedule)(nil),       // 42: termivar.v1.DeleteSchedule
-	(*FireSchedule)(nil),         // 43: termivar.v1.FireSchedule
+	(*UpdateTenant)(nil),         // 6: termivar.v1.UpdateTenant
+	(*PurgeTasks)(nil),           // 7: termivar.v1.PurgeTasks
+	(*CreateKey)(nil),            // 8: termivar.v1.CreateKey
+	(*RevokeKey)(nil),            // 9: termivar.v1.RevokeKey
+	(*RotateKey)(nil),            // 10: termivar.v1.RotateKey
+	(*TaskSpec)(nil),             // 11: termivar.v1.TaskSpec
+	(*EnqueueTasks)(nil),         // 12: termivar.v1.EnqueueTasks
+	(*WorkerSpec)(nil),           // 13: termivar.v1.WorkerSpec
+	(*RegisterWorker)(nil),       // 14: termivar.v1.RegisterWorker
+	(*UpdateWorker)(nil),         // 15: termivar.v1.UpdateWorker
+	(*DeregisterWorker)(nil),     // 16: termivar.v1.DeregisterWorker
+	(*PruneDeadWorkers)(nil),     // 17: termivar.v1.PruneDeadWorkers
+	(*ReactivateWorker)(nil),     // 18: termivar.v1.ReactivateWorker
+	(*AssignNextAvailable)(nil),  // 19: termivar.v1.AssignNextAvailable
+	(*AssignNext)(nil),           // 20: termivar.v1.AssignNext
+	(*AssignTask)(nil),           // 21: termivar.v1.AssignTask
+	(*StartTask)(nil),            // 22: termivar.v1.StartTask
+	(*CompleteTask)(nil),         // 23: termivar.v1.CompleteTask
+	(*FailTask)(nil),             // 24: termivar.v1.FailTask
+	(*RerunTasks)(nil),           // 25: termivar.v1.RerunTasks
+	(*CancelTask)(nil),           // 26: termivar.v1.CancelTask
+	(*CancelTaskByID)(nil),       // 27: termivar.v1.CancelTaskByID
+	(*RenewLease)(nil),           // 28: termivar.v1.RenewLease
+	(*RecoverExpiredLeases)(nil), // 29: termivar.v1.RecoverExpiredLeases
+	(*ExpireOldTasks)(nil),       // 30: termivar.v1.ExpireOldTasks
+	(*AcquireTasks)(nil),         // 31: termivar.v1.AcquireTasks
+	(*FSMState)(nil),             // 32: termivar.v1.FSMState
+	(*KeyRecord)(nil),            // 33: termivar.v1.KeyRecord
+	(*TenantState)(nil),          // 34: termivar.v1.TenantState
+	(*WorkerOwner)(nil),          // 35: termivar.v1.WorkerOwner
+	(*ScanIndex)(nil),            // 36: termivar.v1.ScanIndex
+	(*SetNodeInfo)(nil),          // 37: termivar.v1.SetNodeInfo
+	(*NodeInfo)(nil),             // 38: termivar.v1.NodeInfo
+	(*SchedulingOptions)(nil),    // 39: termivar.v1.SchedulingOptions
+	(*SetSchedulingOptions)(nil), // 40: termivar.v1.SetSchedulingOptions
+	(*UpdateScan)(nil),           // 41: termivar.v1.UpdateScan
+	(*AdvanceTime)(nil),          // 42: termivar.v1.AdvanceTime
+	(*Schedule)(nil),             // 43: termivar.v1.Schedule
+	(*CreateSchedule)(nil),       // 44: termivar.v1.CreateSchedule
+	(*DeleteSchedule)(nil),       // 45: termivar.v1.DeleteSchedule
+	(*FireSchedule)(nil),         // 46: termivar.v1.FireSchedule
 }
 var file_termivar_v1_command_proto_depIdxs = []int32{
 	1,  // 0: termivar.v1.Command.batch:type_name -> termivar.v1.Batch
 	2,  // 1: termivar.v1.Command.init_cluster:type_name -> termivar.v1.InitCluster
 	5,  // 2: termivar.v1.Command.create_tenant:type_name -> termivar.v1.CreateTenant
-	6,  // 3: termivar.v1.Command.create_key:type_name -> termivar.v1.CreateKey
-	10, // 4: termivar.v1.Command.enqueue:type_name -> termivar.v1.EnqueueTasks
-	12, // 5: termivar.v1.Command.register_worker:type_name -> termivar.v1.RegisterWorker
-	13, // 6: termivar.v1.Command.update_worker:type_name -> termivar.v1.UpdateWorker
-	14, // 7: termivar.v1.Command.deregister_worker:type_name -> termivar.v1.DeregisterWorker
-	15, // 8: termivar.v1.Command.prune_dead_workers:type_name -> termivar.v1.PruneDeadWorkers
-	16, // 9: termivar.v1.Command.reactivate_worker:type_name -> termivar.v1.ReactivateWorker
-	17, // 10: termivar.v1.Command.assign_next_available:type_name -> termivar.v1.AssignNextAvailable
-	18, // 11: termivar.v1.Command.assign_next:type_name -> termivar.v1.AssignNext
-	19, // 12: termivar.v1.Command.assign_task:type_name -> termivar.v1.AssignTask
-	20, // 13: termivar.v1.Command.start_task:type_name -> termivar.v1.StartTask
-	21, // 14: termivar.v1.Command.complete_task:type_name -> termivar.v1.CompleteTask
-	22, // 15: termivar.v1.Command.fail_task:type_name -> termivar.v1.FailTask
-	23, // 16: termivar.v1.Command.cancel_task:type_name -> termivar.v1.CancelTask
-	25, // 17: termivar.v1.Command.renew_lease:type_name -> termivar.v1.RenewLease
-	26, // 18: termivar.v1.Command.recover_expired_leases:type_name -> termivar.v1.RecoverExpiredLeases
-	27, // 19: termivar.v1.Command.expire_old_tasks:type_name -> termivar.v1.ExpireOldTasks
-	28, // 20: termivar.v1.Command.acquire_tasks:type_name -> termivar.v1.AcquireTasks
-	24, // 21: termivar.v1.Command.cancel_task_by_id:type_name -> termivar.v1.CancelTaskByID
-	7,  // 22: termivar.v1.Command.revoke_key:type_name -> termivar.v1.RevokeKey
-	8,  // 23: termivar.v1.Command.rotate_key:type_name -> termivar.v1.RotateKey
-	34, // 24: termivar.v1.Command.set_node_info:type_name -> termivar.v1.SetNodeInfo
-	37, // 25: termivar.v1.Command.set_scheduling_options:type_name -> termivar.v1.SetSchedulingOptions
-	38, // 26: termivar.v1.Command.update_scan:type_name -> termivar.v1.UpdateScan
-	39, // 27: termivar.v1.Command.advance_time:type_name -> termivar.v1.AdvanceTime
-	41, // 28: termivar.v1.Command.create_schedule:type_name -> termivar.v1.CreateSchedule
-	42, // 29: termivar.v1.Command.delete_schedule:type_name -> termivar.v1.DeleteSchedule
-	43, // 30: termivar.v1.Command.fire_schedule:type_name -> termivar.v1.FireSchedule
-	0,  // 31: termivar.v1.Batch.commands:type_name -> termivar.v1.Command
-	3,  // 32: termivar.v1.CreateTenant.limits:type_name -> termivar.v1.CoreLimits
-	4,  // 33: termivar.v1.CreateTenant.result_limits:type_name -> termivar.v1.ResultLimits
-	36, // 34: termivar.v1.CreateTenant.scheduling:type_name -> termivar.v1.SchedulingOptions
-	9,  // 35: termivar.v1.EnqueueTasks.tasks:type_name -> termivar.v1.TaskSpec
-	11, // 36: termivar.v1.RegisterWorker.spec:type_name -> termivar.v1.WorkerSpec
-	11, // 37: termivar.v1.ReactivateWorker.spec:type_name -> termivar.v1.WorkerSpec
-	30, // 38: termivar.v1.FSMState.keys:type_name -> termivar.v1.KeyRecord
-	31, // 39: termivar.v1.FSMState.tenants:type_name -> termivar.v1.TenantState
-	35, // 40: termivar.v1.FSMState.nodes:type_name -> termivar.v1.NodeInfo
-	30, // 41: termivar.v1.FSMState.revoked_keys:type_name -> termivar.v1.KeyRecord
-	3,  // 42: termivar.v1.TenantState.limits:type_name -> termivar.v1.CoreLimits
-	4,  // 43: termivar.v1.TenantState.result_limits:type_name -> termivar.v1.ResultLimits
-	32, // 44: termivar.v1.TenantState.worker_owners:type_name -> termivar.v1.WorkerOwner
-	33, // 45: termivar.v1.TenantState.scans:type_name -> termivar.v1.ScanIndex
-	40, // 46: termivar.v1.TenantState.schedules:type_name -> termivar.v1.Schedule
-	36, // 47: termivar.v1.SetSchedulingOptions.options:type_name -> termivar.v1.SchedulingOptions
-	48, // [48:48] is the sub-list for method output_type
-	48, // [48:48] is the sub-list for method input_type
-	48, // [48:48] is the sub-list for extension type_name
-	48, // [48:48] is the sub-list for extension extendee
-	0,  // [0:48] is the sub-list for field type_name
+	8,  // 3: termivar.v1.Command.create_key:type_name -> termivar.v1.CreateKey
+	12, // 4: termivar.v1.Command.enqueue:type_name -> termivar.v1.EnqueueTasks
+	14, // 5: termivar.v1.Command.register_worker:type_name -> termivar.v1.RegisterWorker
+	15, // 6: termivar.v1.Command.update_worker:type_name -> termivar.v1.UpdateWorker
+	16, // 7: termivar.v1.Command.deregister_worker:type_name -> termivar.v1.DeregisterWorker
+	17, // 8: termivar.v1.Command.prune_dead_workers:type_name -> termivar.v1.PruneDeadWorkers
+	18, // 9: termivar.v1.Command.reactivate_worker:type_name -> termivar.v1.ReactivateWorker
+	19, // 10: termivar.v1.Command.assign_next_available:type_name -> termivar.v1.AssignNextAvailable
+	20, // 11: termivar.v1.Command.assign_next:type_name -> termivar.v1.AssignNext
+	21, // 12: termivar.v1.Command.assign_task:type_name -> termivar.v1.AssignTask
+	22, // 13: termivar.v1.Command.start_task:type_name -> termivar.v1.StartTask
+	23, // 14: termivar.v1.Command.complete_task:type_name -> termivar.v1.CompleteTask
+	24, // 15: termivar.v1.Command.fail_task:type_name -> termivar.v1.FailTask
+	26, // 16: termivar.v1.Command.cancel_task:type_name -> termivar.v1.CancelTask
+	28, // 17: termivar.v1.Command.renew_lease:type_name -> termivar.v1.RenewLease
+	29, // 18: termivar.v1.Command.recover_expired_leases:type_name -> termivar.v1.RecoverExpiredLeases
+	30, // 19: termivar.v1.Command.expire_old_tasks:type_name -> termivar.v1.ExpireOldTasks
+	31, // 20: termivar.v1.Command.acquire_tasks:type_name -> termivar.v1.AcquireTasks
+	27, // 21: termivar.v1.Command.cancel_task_by_id:type_name -> termivar.v1.CancelTaskByID
+	9,  // 22: termivar.v1.Command.revoke_key:type_name -> termivar.v1.RevokeKey
+	10, // 23: termivar.v1.Command.rotate_key:type_name -> termivar.v1.RotateKey
+	37, // 24: termivar.v1.Command.set_node_info:type_name -> termivar.v1.SetNodeInfo
+	7,  // 25: termivar.v1.Command.purge_tasks:type_name -> termivar.v1.PurgeTasks
+	6,  // 26: termivar.v1.Command.update_tenant:type_name -> termivar.v1.UpdateTenant
+	25, // 27: termivar.v1.Command.rerun_tasks:type_name -> termivar.v1.RerunTasks
+	40, // 28: termivar.v1.Command.set_scheduling_options:type_name -> termivar.v1.SetSchedulingOptions
+	41, // 29: termivar.v1.Command.update_scan:type_name -> termivar.v1.UpdateScan
+	42, // 30: termivar.v1.Command.advance_time:type_name -> termivar.v1.AdvanceTime
+	44, // 31: termivar.v1.Command.create_schedule:type_name -> termivar.v1.CreateSchedule
+	45, // 32: termivar.v1.Command.delete_schedule:type_name -> termivar.v1.DeleteSchedule
+	46, // 33: termivar.v1.Command.fire_schedule:type_name -> termivar.v1.FireSchedule
+	0,  // 34: termivar.v1.Batch.commands:type_name -> termivar.v1.Command
+	3,  // 35: termivar.v1.CreateTenant.limits:type_name -> termivar.v1.CoreLimits
+	4,  // 36: termivar.v1.CreateTenant.result_limits:type_name -> termivar.v1.ResultLimits
+	39, // 37: termivar.v1.CreateTenant.scheduling:type_name -> termivar.v1.SchedulingOptions
+	11, // 38: termivar.v1.EnqueueTasks.tasks:type_name -> termivar.v1.TaskSpec
+	13, // 39: termivar.v1.RegisterWorker.spec:type_name -> termivar.v1.WorkerSpec
+	13, // 40: termivar.v1.ReactivateWorker.spec:type_name -> termivar.v1.WorkerSpec
+	33, // 41: termivar.v1.FSMState.keys:type_name -> termivar.v1.KeyRecord
+	34, // 42: termivar.v1.FSMState.tenants:type_name -> termivar.v1.TenantState
+	38, // 43: termivar.v1.FSMState.nodes:type_name -> termivar.v1.NodeInfo
+	33, // 44: termivar.v1.FSMState.revoked_keys:type_name -> termivar.v1.KeyRecord
+	3,  // 45: termivar.v1.TenantState.limits:type_name -> termivar.v1.CoreLimits
+	4,  // 46: termivar.v1.TenantState.result_limits:type_name -> termivar.v1.ResultLimits
+	35, // 47: termivar.v1.TenantState.worker_owners:type_name -> termivar.v1.WorkerOwner
+	36, // 48: termivar.v1.TenantState.scans:type_name -> termivar.v1.ScanIndex
+	43, // 49: termivar.v1.TenantState.schedules:type_name -> termivar.v1.Schedule
+	39, // 50: termivar.v1.SetSchedulingOptions.options:type_name -> termivar.v1.SchedulingOptions
+	51, // [51:51] is the sub-list for method output_type
+	51, // [51:51] is the sub-list for method input_type
+	51, // [51:51] is the sub-list for extension type_name
+	51, // [51:51] is the sub-list for extension extendee
+	0,  // [0:51] is the sub-list for field type_name
 }
 
 func init() { file_termivar_v1_command_proto_init() }
@@ -3681,6 +4015,9 @@ func file_termivar_v1_command_proto_init() {
 		(*Command_RevokeKey)(nil),
 		(*Command_RotateKey)(nil),
 		(*Command_SetNodeInfo)(nil),
+		(*Command_PurgeTasks)(nil),
+		(*Command_UpdateTenant)(nil),
+		(*Command_RerunTasks)(nil),
 		(*Command_SetSchedulingOptions)(nil),
 		(*Command_UpdateScan)(nil),
 		(*Command_AdvanceTime)(nil),
@@ -3688,14 +4025,14 @@ func file_termivar_v1_command_proto_init() {
 		(*Command_DeleteSchedule)(nil),
 		(*Command_FireSchedule)(nil),
 	}
-	file_termivar_v1_command_proto_msgTypes[38].OneofWrappers = []any{}
+	file_termivar_v1_command_proto_msgTypes[41].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_termivar_v1_command_proto_rawDesc), len(file_termivar_v1_command_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   44,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -81,15 +81,23 @@ const (
 	ProducerListSchedulesProcedure = "/termivar.v1.Producer/ListSchedules"
 	// ProducerDeleteScheduleProcedure is the fully-qualified name of the Producer's DeleteSchedule RPC.
 	ProducerDeleteScheduleProcedure = "/termivar.v1.Producer/DeleteSchedule"
+	// ProducerRetryProcedure is the fully-qualified name of the Producer's Retry RPC.
+	ProducerRetryProcedure = "/termivar.v1.Producer/Retry"
 	// ProducerAggregateResultsProcedure is the fully-qualified name of the Producer's AggregateResults
 	// RPC.
 	ProducerAggregateResultsProcedure = "/termivar.v1.Producer/AggregateResults"
+	// ProducerDeleteScanProcedure is the fully-qualified name of the Producer's DeleteScan RPC.
+	ProducerDeleteScanProcedure = "/termivar.v1.Producer/DeleteScan"
+	// ProducerPurgeTasksProcedure is the fully-qualified name of the Producer's PurgeTasks RPC.
+	ProducerPurgeTasksProcedure = "/termivar.v1.Producer/PurgeTasks"
 	// AdminStatusProcedure is the fully-qualified name of the Admin's Status RPC.
 	AdminStatusProcedure = "/termivar.v1.Admin/Status"
 	// AdminListWorkersProcedure is the fully-qualified name of the Admin's ListWorkers RPC.
 	AdminListWorkersProcedure = "/termivar.v1.Admin/ListWorkers"
 	// AdminCreateTenantProcedure is the fully-qualified name of the Admin's CreateTenant RPC.
 	AdminCreateTenantProcedure = "/termivar.v1.Admin/CreateTenant"
+	// AdminUpdateTenantProcedure is the fully-qualified name of the Admin's UpdateTenant RPC.
+	AdminUpdateTenantProcedure = "/termivar.v1.Admin/UpdateTenant"
 	// AdminCreateKeyProcedure is the fully-qualified name of the Admin's CreateKey RPC.
 	AdminCreateKeyProcedure = "/termivar.v1.Admin/CreateKey"
 	// AdminListKeysProcedure is the fully-qualified name of the Admin's ListKeys RPC.
@@ -403,8 +411,19 @@ type ProducerClient interface {
 	CreateSchedule(context.Context, *connect.Request[v1.CreateScheduleRequest]) (*connect.Response[v1.CreateScheduleResponse], error)
 	ListSchedules(context.Context, *connect.Request[v1.ListSchedulesRequest]) (*connect.Response[v1.ListSchedulesResponse], error)
 	DeleteSchedule(context.Context, *connect.Request[v1.DeleteScheduleRequest]) (*connect.Response[v1.DeleteScheduleResponse], error)
+	// Retry re-runs a scan's failed, expired or cancelled tasks (or the named
+	// ones) as new generations; tasks already queued or running are left as
+	// they are, so a repeated Retry is harmless.
+	Retry(context.Context, *connect.Request[v1.RetryRequest]) (*connect.Response[v1.RetryResponse], error)
 	// AggregateResults streams a scan's results in enqueue order.
 	AggregateResults(context.Context, *connect.Request[v1.AggregateResultsRequest]) (*connect.ServerStreamForClient[v1.AggregateResultsResponse], error)
+	// DeleteScan purges a scan's terminal tasks and their results (contract
+	// Part F); a scan with non-terminal tasks is refused unless force, which
+	// cancels them first.
+	DeleteScan(context.Context, *connect.Request[v1.DeleteScanRequest]) (*connect.Response[v1.DeleteScanResponse], error)
+	// PurgeTasks purges the named terminal tasks and their results; a
+	// non-terminal or unknown one refuses the whole request.
+	PurgeTasks(context.Context, *connect.Request[v1.PurgeTasksRequest]) (*connect.Response[v1.PurgeTasksResponse], error)
 }
 
 // NewProducerClient constructs a client for the termivar.v1.Producer service. By default, it uses
@@ -472,10 +491,28 @@ func NewProducerClient(httpClient connect.HTTPClient, baseURL string, opts ...co
 			connect.WithSchema(producerMethods.ByName("DeleteSchedule")),
 			connect.WithClientOptions(opts...),
 		),
+		retry: connect.NewClient[v1.RetryRequest, v1.RetryResponse](
+			httpClient,
+			baseURL+ProducerRetryProcedure,
+			connect.WithSchema(producerMethods.ByName("Retry")),
+			connect.WithClientOptions(opts...),
+		),
 		aggregateResults: connect.NewClient[v1.AggregateResultsRequest, v1.AggregateResultsResponse](
 			httpClient,
 			baseURL+ProducerAggregateResultsProcedure,
 			connect.WithSchema(producerMethods.ByName("AggregateResults")),
+			connect.WithClientOptions(opts...),
+		),
+		deleteScan: connect.NewClient[v1.DeleteScanRequest, v1.DeleteScanResponse](
+			httpClient,
+			baseURL+ProducerDeleteScanProcedure,
+			connect.WithSchema(producerMethods.ByName("DeleteScan")),
+			connect.WithClientOptions(opts...),
+		),
+		purgeTasks: connect.NewClient[v1.PurgeTasksRequest, v1.PurgeTasksResponse](
+			httpClient,
+			baseURL+ProducerPurgeTasksProcedure,
+			connect.WithSchema(producerMethods.ByName("PurgeTasks")),
 			connect.WithClientOptions(opts...),
 		),
 	}
@@ -492,7 +529,10 @@ type producerClient struct {
 	createSchedule   *connect.Client[v1.CreateScheduleRequest, v1.CreateScheduleResponse]
 	listSchedules    *connect.Client[v1.ListSchedulesRequest, v1.ListSchedulesResponse]
 	deleteSchedule   *connect.Client[v1.DeleteScheduleRequest, v1.DeleteScheduleResponse]
+	retry            *connect.Client[v1.RetryRequest, v1.RetryResponse]
 	aggregateResults *connect.Client[v1.AggregateResultsRequest, v1.AggregateResultsResponse]
+	deleteScan       *connect.Client[v1.DeleteScanRequest, v1.DeleteScanResponse]
+	purgeTasks       *connect.Client[v1.PurgeTasksRequest, v1.PurgeTasksResponse]
 }
 
 // Enqueue calls termivar.v1.Producer.Enqueue.
@@ -540,9 +580,24 @@ func (c *producerClient) DeleteSchedule(ctx context.Context, req *connect.Reques
 	return c.deleteSchedule.CallUnary(ctx, req)
 }
 
+// Retry calls termivar.v1.Producer.Retry.
+func (c *producerClient) Retry(ctx context.Context, req *connect.Request[v1.RetryRequest]) (*connect.Response[v1.RetryResponse], error) {
+	return c.retry.CallUnary(ctx, req)
+}
+
 // AggregateResults calls termivar.v1.Producer.AggregateResults.
 func (c *producerClient) AggregateResults(ctx context.Context, req *connect.Request[v1.AggregateResultsRequest]) (*connect.ServerStreamForClient[v1.AggregateResultsResponse], error) {
 	return c.aggregateResults.CallServerStream(ctx, req)
+}
+
+// DeleteScan calls termivar.v1.Producer.DeleteScan.
+func (c *producerClient) DeleteScan(ctx context.Context, req *connect.Request[v1.DeleteScanRequest]) (*connect.Response[v1.DeleteScanResponse], error) {
+	return c.deleteScan.CallUnary(ctx, req)
+}
+
+// PurgeTasks calls termivar.v1.Producer.PurgeTasks.
+func (c *producerClient) PurgeTasks(ctx context.Context, req *connect.Request[v1.PurgeTasksRequest]) (*connect.Response[v1.PurgeTasksResponse], error) {
+	return c.purgeTasks.CallUnary(ctx, req)
 }
 
 // ProducerHandler is an implementation of the termivar.v1.Producer service.
@@ -559,8 +614,19 @@ type ProducerHandler interface {
 	CreateSchedule(context.Context, *connect.Request[v1.CreateScheduleRequest]) (*connect.Response[v1.CreateScheduleResponse], error)
 	ListSchedules(context.Context, *connect.Request[v1.ListSchedulesRequest]) (*connect.Response[v1.ListSchedulesResponse], error)
 	DeleteSchedule(context.Context, *connect.Request[v1.DeleteScheduleRequest]) (*connect.Response[v1.DeleteScheduleResponse], error)
+	// Retry re-runs a scan's failed, expired or cancelled tasks (or the named
+	// ones) as new generations; tasks already queued or running are left as
+	// they are, so a repeated Retry is harmless.
+	Retry(context.Context, *connect.Request[v1.RetryRequest]) (*connect.Response[v1.RetryResponse], error)
 	// AggregateResults streams a scan's results in enqueue order.
 	AggregateResults(context.Context, *connect.Request[v1.AggregateResultsRequest], *connect.ServerStream[v1.AggregateResultsResponse]) error
+	// DeleteScan purges a scan's terminal tasks and their results (contract
+	// Part F); a scan with non-terminal tasks is refused unless force, which
+	// cancels them first.
+	DeleteScan(context.Context, *connect.Request[v1.DeleteScanRequest]) (*connect.Response[v1.DeleteScanResponse], error)
+	// PurgeTasks purges the named terminal tasks and their results; a
+	// non-terminal or unknown one refuses the whole request.
+	PurgeTasks(context.Context, *connect.Request[v1.PurgeTasksRequest]) (*connect.Response[v1.PurgeTasksResponse], error)
 }
 
 // NewProducerHandler builds an HTTP handler from the service implementation. It returns the path on
@@ -624,10 +690,28 @@ func NewProducerHandler(svc ProducerHandler, opts ...connect.HandlerOption) (str
 		connect.WithSchema(producerMethods.ByName("DeleteSchedule")),
 		connect.WithHandlerOptions(opts...),
 	)
+	producerRetryHandler := connect.NewUnaryHandler(
+		ProducerRetryProcedure,
+		svc.Retry,
+		connect.WithSchema(producerMethods.ByName("Retry")),
+		connect.WithHandlerOptions(opts...),
+	)
 	producerAggregateResultsHandler := connect.NewServerStreamHandler(
 		ProducerAggregateResultsProcedure,
 		svc.AggregateResults,
 		connect.WithSchema(producerMethods.ByName("AggregateResults")),
+		connect.WithHandlerOptions(opts...),
+	)
+	producerDeleteScanHandler := connect.NewUnaryHandler(
+		ProducerDeleteScanProcedure,
+		svc.DeleteScan,
+		connect.WithSchema(producerMethods.ByName("DeleteScan")),
+		connect.WithHandlerOptions(opts...),
+	)
+	producerPurgeTasksHandler := connect.NewUnaryHandler(
+		ProducerPurgeTasksProcedure,
+		svc.PurgeTasks,
+		connect.WithSchema(producerMethods.ByName("PurgeTasks")),
 		connect.WithHandlerOptions(opts...),
 	)
 	return "/termivar.v1.Producer/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -650,8 +734,14 @@ func NewProducerHandler(svc ProducerHandler, opts ...connect.HandlerOption) (str
 			producerListSchedulesHandler.ServeHTTP(w, r)
 		case ProducerDeleteScheduleProcedure:
 			producerDeleteScheduleHandler.ServeHTTP(w, r)
+		case ProducerRetryProcedure:
+			producerRetryHandler.ServeHTTP(w, r)
 		case ProducerAggregateResultsProcedure:
 			producerAggregateResultsHandler.ServeHTTP(w, r)
+		case ProducerDeleteScanProcedure:
+			producerDeleteScanHandler.ServeHTTP(w, r)
+		case ProducerPurgeTasksProcedure:
+			producerPurgeTasksHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -697,8 +787,20 @@ func (UnimplementedProducerHandler) DeleteSchedule(context.Context, *connect.Req
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Producer.DeleteSchedule is not implemented"))
 }
 
+func (UnimplementedProducerHandler) Retry(context.Context, *connect.Request[v1.RetryRequest]) (*connect.Response[v1.RetryResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Producer.Retry is not implemented"))
+}
+
 func (UnimplementedProducerHandler) AggregateResults(context.Context, *connect.Request[v1.AggregateResultsRequest], *connect.ServerStream[v1.AggregateResultsResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Producer.AggregateResults is not implemented"))
+}
+
+func (UnimplementedProducerHandler) DeleteScan(context.Context, *connect.Request[v1.DeleteScanRequest]) (*connect.Response[v1.DeleteScanResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Producer.DeleteScan is not implemented"))
+}
+
+func (UnimplementedProducerHandler) PurgeTasks(context.Context, *connect.Request[v1.PurgeTasksRequest]) (*connect.Response[v1.PurgeTasksResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Producer.PurgeTasks is not implemented"))
 }
 
 // AdminClient is a client for the termivar.v1.Admin service.
@@ -706,6 +808,8 @@ type AdminClient interface {
 	Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error)
 	ListWorkers(context.Context, *connect.Request[v1.ListWorkersRequest]) (*connect.Response[v1.ListWorkersResponse], error)
 	CreateTenant(context.Context, *connect.Request[v1.CreateTenantRequest]) (*connect.Response[v1.CreateTenantResponse], error)
+	// UpdateTenant changes a tenant's policy (its result retention).
+	UpdateTenant(context.Context, *connect.Request[v1.UpdateTenantRequest]) (*connect.Response[v1.UpdateTenantResponse], error)
 	CreateKey(context.Context, *connect.Request[v1.CreateKeyRequest]) (*connect.Response[v1.CreateKeyResponse], error)
 	// ListKeys lists key IDs, tenants, roles and times; never secrets or
 	// hashes. Tenant admins see their tenant's keys, system admins any.
@@ -749,6 +853,12 @@ func NewAdminClient(httpClient connect.HTTPClient, baseURL string, opts ...conne
 			connect.WithSchema(adminMethods.ByName("CreateTenant")),
 			connect.WithClientOptions(opts...),
 		),
+		updateTenant: connect.NewClient[v1.UpdateTenantRequest, v1.UpdateTenantResponse](
+			httpClient,
+			baseURL+AdminUpdateTenantProcedure,
+			connect.WithSchema(adminMethods.ByName("UpdateTenant")),
+			connect.WithClientOptions(opts...),
+		),
 		createKey: connect.NewClient[v1.CreateKeyRequest, v1.CreateKeyResponse](
 			httpClient,
 			baseURL+AdminCreateKeyProcedure,
@@ -787,6 +897,7 @@ type adminClient struct {
 	status               *connect.Client[v1.StatusRequest, v1.StatusResponse]
 	listWorkers          *connect.Client[v1.ListWorkersRequest, v1.ListWorkersResponse]
 	createTenant         *connect.Client[v1.CreateTenantRequest, v1.CreateTenantResponse]
+	updateTenant         *connect.Client[v1.UpdateTenantRequest, v1.UpdateTenantResponse]
 	createKey            *connect.Client[v1.CreateKeyRequest, v1.CreateKeyResponse]
 	listKeys             *connect.Client[v1.ListKeysRequest, v1.ListKeysResponse]
 	revokeKey            *connect.Client[v1.RevokeKeyRequest, v1.RevokeKeyResponse]
@@ -807,6 +918,11 @@ func (c *adminClient) ListWorkers(ctx context.Context, req *connect.Request[v1.L
 // CreateTenant calls termivar.v1.Admin.CreateTenant.
 func (c *adminClient) CreateTenant(ctx context.Context, req *connect.Request[v1.CreateTenantRequest]) (*connect.Response[v1.CreateTenantResponse], error) {
 	return c.createTenant.CallUnary(ctx, req)
+}
+
+// UpdateTenant calls termivar.v1.Admin.UpdateTenant.
+func (c *adminClient) UpdateTenant(ctx context.Context, req *connect.Request[v1.UpdateTenantRequest]) (*connect.Response[v1.UpdateTenantResponse], error) {
+	return c.updateTenant.CallUnary(ctx, req)
 }
 
 // CreateKey calls termivar.v1.Admin.CreateKey.
@@ -839,6 +955,8 @@ type AdminHandler interface {
 	Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error)
 	ListWorkers(context.Context, *connect.Request[v1.ListWorkersRequest]) (*connect.Response[v1.ListWorkersResponse], error)
 	CreateTenant(context.Context, *connect.Request[v1.CreateTenantRequest]) (*connect.Response[v1.CreateTenantResponse], error)
+	// UpdateTenant changes a tenant's policy (its result retention).
+	UpdateTenant(context.Context, *connect.Request[v1.UpdateTenantRequest]) (*connect.Response[v1.UpdateTenantResponse], error)
 	CreateKey(context.Context, *connect.Request[v1.CreateKeyRequest]) (*connect.Response[v1.CreateKeyResponse], error)
 	// ListKeys lists key IDs, tenants, roles and times; never secrets or
 	// hashes. Tenant admins see their tenant's keys, system admins any.
@@ -876,6 +994,12 @@ func NewAdminHandler(svc AdminHandler, opts ...connect.HandlerOption) (string, h
 		AdminCreateTenantProcedure,
 		svc.CreateTenant,
 		connect.WithSchema(adminMethods.ByName("CreateTenant")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminUpdateTenantHandler := connect.NewUnaryHandler(
+		AdminUpdateTenantProcedure,
+		svc.UpdateTenant,
+		connect.WithSchema(adminMethods.ByName("UpdateTenant")),
 		connect.WithHandlerOptions(opts...),
 	)
 	adminCreateKeyHandler := connect.NewUnaryHandler(
@@ -916,6 +1040,8 @@ func NewAdminHandler(svc AdminHandler, opts ...connect.HandlerOption) (string, h
 			adminListWorkersHandler.ServeHTTP(w, r)
 		case AdminCreateTenantProcedure:
 			adminCreateTenantHandler.ServeHTTP(w, r)
+		case AdminUpdateTenantProcedure:
+			adminUpdateTenantHandler.ServeHTTP(w, r)
 		case AdminCreateKeyProcedure:
 			adminCreateKeyHandler.ServeHTTP(w, r)
 		case AdminListKeysProcedure:
@@ -945,6 +1071,10 @@ func (UnimplementedAdminHandler) ListWorkers(context.Context, *connect.Request[v
 
 func (UnimplementedAdminHandler) CreateTenant(context.Context, *connect.Request[v1.CreateTenantRequest]) (*connect.Response[v1.CreateTenantResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Admin.CreateTenant is not implemented"))
+}
+
+func (UnimplementedAdminHandler) UpdateTenant(context.Context, *connect.Request[v1.UpdateTenantRequest]) (*connect.Response[v1.UpdateTenantResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Admin.UpdateTenant is not implemented"))
 }
 
 func (UnimplementedAdminHandler) CreateKey(context.Context, *connect.Request[v1.CreateKeyRequest]) (*connect.Response[v1.CreateKeyResponse], error) {

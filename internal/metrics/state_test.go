@@ -1,0 +1,41 @@
+// Goal: the scan label stays bounded: only the N most recent scans get
+// series, ranked by their newest task, ties by scan ID. Method: recentScans
+// over hand-made counts.
+package metrics
+
+import (
+	"slices"
+	"testing"
+)
+
+func TestRecentScans_BoundedAndOrdered(t *testing.T) {
+	m := map[string]*scanCounts{
+		"old": {id: "old", newest: 10}, "new": {id: "new", newest: 30},
+		"mid-b": {id: "mid-b", newest: 20}, "mid-a": {id: "mid-a", newest: 20},
+	}
+	for _, c := range []struct {
+		n    int
+		want []string
+	}{
+		{1, []string{"new"}},
+		{3, []string{"new", "mid-a", "mid-b"}},
+		{10, []string{"new", "mid-a", "mid-b", "old"}},
+	} {
+		var got []string
+		for _, s := range recentScans(m, c.n) {
+			got = append(got, s.id)
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("recentScans(n=%d) = %v, want %v", c.n, got, c.want)
+		}
+	}
+}
+
+func TestNewStateCollector_ClampsRecentScans(t *testing.T) {
+	for _, c := range []struct{ in, want int }{{0, DefaultRecentScans}, {-3, DefaultRecentScans}, {5, 5}, {1000, MaxRecentScans}} {
+		sc := NewStateCollector(StateSource{}, StateConfig{RecentScans: c.in}).(*stateCollector)
+		if sc.recent != c.want {
+			t.Errorf("RecentScans %d -> %d, want %d", c.in, sc.recent, c.want)
+		}
+	}
+}

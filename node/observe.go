@@ -1,0 +1,129 @@
+package node
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	distributed "github.com/termivar/distributed"
+	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/internal/metrics"
+	"github.com/termivar/distributed/raftfsm"
+)
+
+// observedFSM is the FSM raft runs: the node's FSM (every method promoted
+// unchanged) whose snapshots are timed, measured and logged once written
+// (docs/observability.md).
+type observedFSM struct {
+	*raftfsm.FSM
+	m   *metrics.Node
+	log *slog.Logger
+}
+
+// Snapshot wraps the FSM's snapshot so that Persist is observed.
+func (f observedFSM) Snapshot() (raft.FSMSnapshot, error) {
+	s, err := f.FSM.Snapshot()
+	if err != nil {
+		return nil, err
+	}
+	return &observedSnapshot{FSMSnapshot: s, m: f.m, log: f.log}, nil
+}
+
+type observedSnapshot struct {
+	raft.FSMSnapshot
+	m   *metrics.Node
+	log *slog.Logger
+}
+
+// Persist writes the snapshot through a byte counter and records its
+// duration and size; it logs one line per snapshot written.
+func (s *observedSnapshot) Persist(sink raft.SnapshotSink) error {
+	start := time.Now()
+	cs := &countingSink{SnapshotSink: sink}
+	err := s.FSMSnapshot.Persist(cs)
+	d := time.Since(start)
+	if err != nil {
+		s.log.Warn("raft snapshot failed", "snapshot_id", sink.ID(), "error", err)
+		return err
+	}
+	s.m.ObserveSnapshot(cs.n, d)
+	s.log.Info("raft snapshot written", "snapshot_id", sink.ID(), "bytes", cs.n, "duration", d)
+	return nil
+}
+
+type countingSink struct {
+	raft.SnapshotSink
+	n int64
+}
+
+func (c *countingSink) Write(p []byte) (int, error) {
+	n, err := c.SnapshotSink.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+var _ io.Writer = (*countingSink)(nil) // NB: raft's sink is an io.WriteCloser
+
+// leaderLoop logs one line per leader change this node observes and
+// counts it, until ctx (the node's lifetime) ends.
+func (n *Node) leaderLoop(ctx context.Context) {
+	ch := make(chan raft.Observation, 16)
+	obs := raft.NewObserver(ch, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.LeaderObservation)
+		return ok
+	})
+	n.raft.RegisterObserver(obs)
+	defer n.raft.DeregisterObserver(obs)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case o := <-ch:
+			lo, _ := o.Data.(raft.LeaderObservation)
+			n.cfg.Metrics.LeaderChanged()
+			if lo.LeaderID == "" {
+				n.log.Warn("raft leader lost", "node_id", n.cfg.NodeID, "term", n.raft.CurrentTerm())
+				continue
+			}
+			n.log.Info("raft leader changed", "leader_id", string(lo.LeaderID), "leader_addr", string(lo.LeaderAddr),
+				"self", string(lo.LeaderID) == n.cfg.NodeID, "term", n.raft.CurrentTerm())
+		}
+	}
+}
+
+// RaftStats returns hashicorp/raft's statistics (state, term, indexes,
+// peers), for the metrics collector.
+func (n *Node) RaftStats() map[string]string { return n.raft.Stats() }
+
+// logRecovery logs and counts what one background recovery command did
+// (its response carries no domain error). Recoveries that changed nothing
+// are not logged; no task or worker ID is (counts only).
+func (n *Node) logRecovery(tenant string, op *pb.Command, r raftfsm.Response) {
+	m := n.cfg.Metrics
+	switch op.Op.(type) {
+	case *pb.Command_ExpireOldTasks:
+		expired, err := raftfsm.ValueAs[int](r, "ExpireOldTasks")
+		if err == nil && expired > 0 {
+			m.Recovered(tenant, "tasks_expired", expired)
+			n.log.Info("old tasks expired", "tenant", tenant, "tasks", expired)
+		}
+		return
+	}
+	sum, err := raftfsm.ValueAs[distributed.RecoverySummary](r, "recovery")
+	if err != nil || sum.TasksRequeued+sum.TasksFailed+sum.WorkersAffected == 0 {
+		return
+	}
+	m.Recovered(tenant, "tasks_requeued", sum.TasksRequeued)
+	m.Recovered(tenant, "tasks_failed", sum.TasksFailed)
+	if _, dead := op.Op.(*pb.Command_PruneDeadWorkers); dead {
+		m.Recovered(tenant, "workers_dead", sum.WorkersAffected)
+		n.log.Warn("workers declared dead", "tenant", tenant, "workers", sum.WorkersAffected,
+			"tasks_requeued", sum.TasksRequeued, "tasks_failed", sum.TasksFailed)
+		return
+	}
+	n.log.Info("expired leases recovered", "tenant", tenant, "workers", sum.WorkersAffected,
+		"tasks_requeued", sum.TasksRequeued, "tasks_failed", sum.TasksFailed)
+}

@@ -2,7 +2,7 @@
 // flags (--log-format text|json, --log-level) and routes hashicorp/raft's
 // hclog output into it, so every line of a node has one format
 // (docs/observability.md). Nothing here logs a target, a result, a token
-// or a key: callers log IDs, counts and kinds only (STYLE.md §11).
+// or a key: callers log IDs, counts and kinds only (ARCHITECTURE.md, redaction).
 package logging
 
 import (
@@ -15,10 +15,10 @@ import (
 	"github.com/hashicorp/go-hclog"
 )
 
-// Formats and levels accepted by New.
+// formats and levels accepted by New.
 var (
-	Formats = []string{"text", "json"}
-	Levels  = []string{"debug", "info", "warn", "error"}
+	formats = []string{"text", "json"}
+	levels  = []string{"debug", "info", "warn", "error"}
 )
 
 // ParseLevel maps debug, info, warn or error to its slog level.
@@ -33,7 +33,7 @@ func ParseLevel(s string) (slog.Level, error) {
 	case "error":
 		return slog.LevelError, nil
 	}
-	return 0, fmt.Errorf("unknown log level %q (want %s)", s, strings.Join(Levels, ", "))
+	return 0, fmt.Errorf("unknown log level %q (want %s)", s, strings.Join(levels, ", "))
 }
 
 // New returns a logger writing format ("text" or "json") lines at level
@@ -50,7 +50,7 @@ func New(w io.Writer, format, level string) (*slog.Logger, error) {
 	case "json":
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
-	return nil, fmt.Errorf("unknown log format %q (want %s)", format, strings.Join(Formats, " or "))
+	return nil, fmt.Errorf("unknown log format %q (want %s)", format, strings.Join(formats, " or "))
 }
 
 // HCLog returns an hclog.Logger named name whose every line goes to l

@@ -53,7 +53,7 @@ func TestNew_RefusesBadFlags(t *testing.T) {
 			t.Errorf("New(%q, %q) = nil error", c[0], c[1])
 		}
 	}
-	for _, lv := range Levels {
+	for _, lv := range levels {
 		if _, err := New(&bytes.Buffer{}, "text", lv); err != nil {
 			t.Errorf("New(text, %q) = %v", lv, err)
 		}

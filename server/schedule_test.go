@@ -29,6 +29,7 @@ func TestServer_Scheduling(t *testing.T) {
 	base := time.Now()
 	b := setup(t, func(c *node.Config) {
 		c.NowFunc = func() time.Time { return base.Add(time.Duration(offset.Load()) * time.Second) }
+		c.DefaultScheduling = nil // the node's default (node.DefaultServiceScheduling)
 	})
 	tv, _ := b.node.Reads().Tenant(raftfsm.SystemTenant)
 	if got := tv.SchedulingOptions(); got != node.DefaultServiceScheduling() {

@@ -146,6 +146,8 @@ func (f *FSM) applyFireSchedule(c tenantCall) Response {
 // ScheduleCommands returns the FireSchedule commands due at now, per
 // schedule in name order the next MaxScheduleCatchUp due ticks.
 func (v TenantView) ScheduleCommands(now uint64) []*pb.Command {
+	v.f.mu.RLock()
+	defer v.f.mu.RUnlock()
 	var ops []*pb.Command
 	for _, name := range sortedKeys(v.t.schedules) {
 		s := v.t.schedules[name]
@@ -158,6 +160,8 @@ func (v TenantView) ScheduleCommands(now uint64) []*pb.Command {
 
 // Schedules returns copies of the tenant's schedules in name order.
 func (v TenantView) Schedules() []*pb.Schedule {
+	v.f.mu.RLock()
+	defer v.f.mu.RUnlock()
 	out := make([]*pb.Schedule, 0, len(v.t.schedules))
 	for _, name := range sortedKeys(v.t.schedules) {
 		out = append(out, proto.Clone(v.t.schedules[name]).(*pb.Schedule))

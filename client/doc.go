@@ -22,7 +22,7 @@
 // the next URL when a node does not answer: a connection error, or — for
 // the calls marked "replay" below — a try that runs out of its own
 // deadline, Config.AttemptTimeout (default 1 s, a cluster's default
-// election timeout; an Acquire try gets its long-poll wait on top, and
+// election timeout; an Acquire or FollowResults try gets its long-poll wait on top, and
 // every try one second per MiB of request). A
 // paused (SIGSTOPped) node still accepts TCP connections, so the attempt
 // deadline is what takes a client off it. A try that timed out is
@@ -38,6 +38,7 @@
 //	RPC                      replay  why
 //	Producer.GetTask,        yes     reads
 //	  ListTasks, ScanProgress,
+//	  ListScans, FollowResults,
 //	  Admin.Status, ListWorkers,
 //	  Cluster.Members
 //	Worker.Heartbeat         yes     sets the same status again

@@ -239,29 +239,10 @@ func (c *Client) EachTask(ctx context.Context, req *pb.ListTasksRequest, fn func
 // task. It retries the stream on Unavailable only until the first result
 // arrived (a later break is returned, so fn never sees a result twice).
 func (c *Client) Results(ctx context.Context, scanID string, fn func(taskID string, result []byte) error) error {
-	const op = "Producer.AggregateResults"
-	var lastErr error
-	for attempt := 1; ; attempt++ {
-		got, err := c.resultsOnce(ctx, scanID, fn)
-		if err == nil {
-			return nil
-		}
-		lastErr = err
-		if got > 0 || !retryable(err, true, false) || attempt >= c.cfg.MaxAttempts || ctx.Err() != nil {
-			break
-		}
-		if Sleep(ctx, Backoff(attempt, c.cfg.MinBackoff, c.cfg.MaxBackoff)) != nil {
-			break
-		}
-	}
-	var ce *connect.Error
-	if errors.As(lastErr, &ce) || connect.CodeOf(lastErr) != connect.CodeUnknown {
-		return wrapErr(op, lastErr)
-	}
-	return lastErr // fn's own error
+	return c.EachResult(ctx, scanID, func(r Result) error { return fn(r.TaskID, r.Result) })
 }
 
-func (c *Client) resultsOnce(ctx context.Context, scanID string, fn func(string, []byte) error) (int, error) {
+func (c *Client) resultsOnce(ctx context.Context, scanID string, fn func(Result) error) (int, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, err := c.producer.AggregateResults(ctx, connect.NewRequest(&pb.AggregateResultsRequest{ScanId: scanID}))
@@ -273,7 +254,7 @@ func (c *Client) resultsOnce(ctx context.Context, scanID string, fn func(string,
 	for stream.Receive() {
 		m := stream.Msg()
 		n++
-		if err := fn(m.GetTaskId(), m.GetResult()); err != nil {
+		if err := fn(Result{TaskID: m.GetTaskId(), TargetRef: m.GetTargetRef(), Result: m.GetResult()}); err != nil {
 			return n, err
 		}
 	}

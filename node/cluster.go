@@ -361,6 +361,9 @@ func (n *Node) leaderInit(ctx context.Context) error {
 	if err := n.ensureCluster(ctx); err != nil {
 		return err
 	}
+	if err := n.ensureSoleVoterVersion(ctx); err != nil {
+		return err
+	}
 	if len(n.cfg.Peers) == 0 || n.fsm.KeyCount() > 0 {
 		return nil
 	}
@@ -469,21 +472,22 @@ func (n *Node) memberLoop(ctx context.Context) {
 		if n.cfg.APIURL == "" {
 			continue
 		}
-		if n.registered() {
+		if !n.registered() {
+			if err := n.setNodeInfo(context.WithoutCancel(ctx), n.cfg.NodeID, n.cfg.APIURL, n.Incarnation(), n.cfg.MaxVersion()); err != nil {
+				n.log.Debug("registering the API URL failed", "error", err)
+			}
 			continue
 		}
-		if err := n.setNodeInfo(context.WithoutCancel(ctx), n.cfg.NodeID, n.cfg.APIURL, n.Incarnation()); err != nil {
-			n.log.Debug("registering the API URL failed", "error", err)
-		}
+		n.raiseClusterVersion(ctx)
 	}
 }
 
-// registered reports whether the node table records this node's API URL
-// and data dir incarnation.
+// registered reports whether the node table records this node's API URL,
+// data dir incarnation and supported cluster version.
 func (n *Node) registered() bool {
 	u, ok := n.fsm.NodeAPIURL(n.cfg.NodeID)
 	inc, _ := n.fsm.NodeIncarnation(n.cfg.NodeID)
-	return ok && u == n.cfg.APIURL && bytes.Equal(inc, n.Incarnation())
+	return ok && u == n.cfg.APIURL && bytes.Equal(inc, n.Incarnation()) && n.fsm.NodeVersion(n.cfg.NodeID) == n.cfg.MaxVersion()
 }
 
 // registerSelf asks the leader to record this follower's API URL and
@@ -503,10 +507,10 @@ func (n *Node) registerSelf(ctx context.Context) {
 	}
 }
 
-func (n *Node) setNodeInfo(ctx context.Context, id, apiURL string, incarnation []byte) error {
+func (n *Node) setNodeInfo(ctx context.Context, id, apiURL string, incarnation []byte, version uint32) error {
 	ctx, cancel := context.WithTimeout(ctx, applyTimeout)
 	defer cancel()
-	r, err := n.Propose(ctx, &pb.Command{Op: &pb.Command_SetNodeInfo{SetNodeInfo: &pb.SetNodeInfo{NodeId: id, ApiUrl: apiURL, Incarnation: incarnation}}})
+	r, err := n.Propose(ctx, &pb.Command{Op: &pb.Command_SetNodeInfo{SetNodeInfo: &pb.SetNodeInfo{NodeId: id, ApiUrl: apiURL, Incarnation: incarnation, MaxVersion: version}}})
 	if err != nil {
 		return err
 	}
@@ -578,14 +582,16 @@ func (n *Node) Members() ([]Member, error) {
 var ErrNotMember = errors.New("node: not a member of the cluster")
 
 // AddVoter (on the leader) adds the node as a voter and records its API
-// URL and data dir incarnation (may be nil). A new raft address is
+// URL, data dir incarnation (may be nil) and the highest cluster version
+// its binary supports (0: not reported; a new member that reports one
+// below the cluster's is refused with ErrJoinerUnverified: version.go). A new raft address is
 // verified first: the leader dials it through the authenticated raft
 // transport, and the peer must hold the cluster credential and answer as
 // id, else ErrJoinerUnverified and nothing changes. Adding a member again
 // with the same address changes nothing (but the API URL); an empty
 // raftAddr only records the API URL of an existing member (ErrNotMember
 // otherwise).
-func (n *Node) AddVoter(ctx context.Context, id, raftAddr, apiURL string, incarnation []byte) error {
+func (n *Node) AddVoter(ctx context.Context, id, raftAddr, apiURL string, incarnation []byte, version uint32) error {
 	if n.raft.State() != raft.Leader {
 		return ErrNotLeader
 	}
@@ -607,6 +613,9 @@ func (n *Node) AddVoter(ctx context.Context, id, raftAddr, apiURL string, incarn
 		return ErrNotMember
 	}
 	if raftAddr != "" && !current {
+		if err := n.checkJoinerVersion(id, version); err != nil {
+			return err
+		}
 		if err := n.verifyJoiner(id, raftAddr); err != nil {
 			return err
 		}
@@ -614,8 +623,8 @@ func (n *Node) AddVoter(ctx context.Context, id, raftAddr, apiURL string, incarn
 	if apiURL != "" {
 		u, ok := n.fsm.NodeAPIURL(id)
 		inc, _ := n.fsm.NodeIncarnation(id)
-		if !ok || u != apiURL || (len(incarnation) > 0 && !bytes.Equal(inc, incarnation)) {
-			if err := n.setNodeInfo(ctx, id, apiURL, incarnation); err != nil {
+		if !ok || u != apiURL || (len(incarnation) > 0 && !bytes.Equal(inc, incarnation)) || (version > 0 && version != n.fsm.NodeVersion(id)) {
+			if err := n.setNodeInfo(ctx, id, apiURL, incarnation, version); err != nil {
 				return err
 			}
 		}
@@ -658,7 +667,7 @@ func (n *Node) RemoveServer(ctx context.Context, id string) error {
 	}
 	if id != n.cfg.NodeID {
 		if _, ok := n.fsm.NodeAPIURL(id); ok {
-			_ = n.setNodeInfo(ctx, id, "", nil)
+			_ = n.setNodeInfo(ctx, id, "", nil, 0)
 		}
 	}
 	return nil

@@ -18,6 +18,13 @@ import (
 // raft listeners and a shared secret file; it returns them in peer order.
 func openCluster(t *testing.T, size int) []*Node {
 	t.Helper()
+	return openClusterWith(t, size, nil)
+}
+
+// openClusterWith is openCluster with mut applied to member i's Config
+// (nil: none).
+func openClusterWith(t *testing.T, size int, mut func(i int, c *Config)) []*Node {
+	t.Helper()
 	base := t.TempDir()
 	secretFile := filepath.Join(base, "shared.secret")
 	if err := os.WriteFile(secretFile, randomSecret(t), 0o600); err != nil {
@@ -40,11 +47,15 @@ func openCluster(t *testing.T, size int) []*Node {
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			nodes[i], errs[i] = Open(ctx, Config{
+			cfg := Config{
 				DataDir: filepath.Join(base, peers[i].ID), NodeID: peers[i].ID, RaftListener: lns[i], Peers: peers,
 				SharedSecretFile: secretFile, TickInterval: -1, RaftTimeout: 500 * time.Millisecond,
 				APIURL: "http://" + peers[i].ID + ".invalid:1",
-			})
+			}
+			if mut != nil {
+				mut(i, &cfg)
+			}
+			nodes[i], errs[i] = Open(ctx, cfg)
 		})
 	}
 	wg.Wait()

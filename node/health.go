@@ -102,8 +102,17 @@ func (n *Node) CommitHealth() error {
 
 // onFSMFatal is the FSM's FatalFunc: a committed entry is corrupt.
 func (n *Node) onFSMFatal(err error) {
-	n.hl.setFatal(dataDirErr(filepath.Join(n.cfg.DataDir, raftDir, "wal"), err.Error(), remedyCorruptLog))
+	remedy := remedyCorruptLog
+	if errors.Is(err, raftfsm.ErrUnsupportedVersion) {
+		remedy = remedyUpgrade
+	}
+	n.hl.setFatal(dataDirErr(filepath.Join(n.cfg.DataDir, raftDir, "wal"), err.Error(), remedy))
 }
+
+// remedyUpgrade is the repair of a node that met an entry of a newer
+// release (raftfsm/version.go): its data dir is intact.
+const remedyUpgrade = "start this data dir with a binary that supports the cluster's version " +
+	"(docs/operations.md, \"Upgrade\"); nothing of it was applied, the data dir is intact"
 
 // storeWatchLoop turns a log store failure streak longer than the grace
 // period into a fatal error, until ctx (the node's lifetime) ends.
@@ -161,5 +170,6 @@ func (s *watchedLogStore) IsMonotonic() bool {
 
 // fsmOptions are the FSM options of a node.
 func (n *Node) fsmOptions() raftfsm.Options {
-	return raftfsm.Options{Logger: n.cfg.Logger, NotifyFunc: n.wake.notify, FatalFunc: n.onFSMFatal}
+	return raftfsm.Options{Logger: n.cfg.Logger, NotifyFunc: n.wake.notify, ProgressFunc: n.progress.notify, FatalFunc: n.onFSMFatal,
+		MaxVersion: n.cfg.MaxVersion()}
 }

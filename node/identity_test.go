@@ -271,7 +271,7 @@ func TestNode_VerifyRaftPeerRefusesReplacedDataDir(t *testing.T) {
 	n := openNode(t, t.TempDir(), nil)
 	defer n.Close()
 	incA, incB := bytes.Repeat([]byte{1}, 16), bytes.Repeat([]byte{2}, 16)
-	if err := n.setNodeInfo(context.Background(), "n9", "http://127.0.0.1:1", incA); err != nil {
+	if err := n.setNodeInfo(context.Background(), "n9", "http://127.0.0.1:1", incA, 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := n.verifyRaftPeer("n9", incA); err != nil {

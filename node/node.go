@@ -134,6 +134,11 @@ type Config struct {
 	// raft state but remains of an old cluster (identity, secret, keys);
 	// without it such a start is refused (identity.go).
 	ForceNewCluster bool
+	// EmulateVersion, when set below raftfsm.SupportedVersion, makes the
+	// node behave as a release that supports cluster versions up to it
+	// (reports it, applies nothing newer): for mixed-version tests of
+	// rolling upgrades (version.go). Zero in production.
+	EmulateVersion uint32
 
 	// Test hooks (integrity_test.go): wrapLogStore wraps raft-wal before
 	// raft sees it, trailingLogs replaces raft's TrailingLogs (default
@@ -223,6 +228,7 @@ type Node struct {
 	firstRefusal  atomic.Int64 // unix nanoseconds of the first refusal
 	codec         *token.Codec
 	wake          *notifier
+	progress      *notifier // the FSM's ProgressFunc: tasks may have become terminal
 	clu           clusterState
 	ident         *identity
 	lock          *dirLock
@@ -277,13 +283,14 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 		}
 	}
 	n := &Node{
-		cfg:    cfg,
-		log:    cfg.Logger,
-		secret: secret,
-		ident:  ident,
-		wake:   newNotifier(),
-		hl:     newHealth(),
-		life:   newLifetime(),
+		cfg:      cfg,
+		log:      cfg.Logger,
+		secret:   secret,
+		ident:    ident,
+		wake:     newNotifier(),
+		progress: newNotifier(),
+		hl:       newHealth(),
+		life:     newLifetime(),
 	}
 	n.incarnation = ident.incarnation()
 	n.verifyPeer = n.verifyRaftPeer
@@ -437,6 +444,9 @@ func (n *Node) openRaft() (bool, error) {
 		}
 	}
 	r, err := raft.NewRaft(rc, observedFSM{FSM: n.fsm, m: cfg.Metrics, log: n.log}, logs, w, snaps, trans)
+	if uerr := n.fsm.UnsupportedState(); err != nil && uerr != nil {
+		return false, dataDirErr(filepath.Join(cfg.DataDir, raftDir, "snapshots"), uerr.Error(), remedyUpgrade)
+	}
 	if err != nil {
 		return false, fmt.Errorf("node: start raft: %w", err)
 	}
@@ -511,6 +521,10 @@ func (n *Node) RaftAddr() string { return string(n.trans.LocalAddr()) }
 // WaitChan returns a channel that is closed the next time a command may
 // have made queued tasks available in tenant (Acquire long-polls on it).
 func (n *Node) WaitChan(tenant string) <-chan struct{} { return n.wake.wait(tenant) }
+
+// ProgressChan returns a channel that is closed the next time a command
+// may have made tasks of the tenant terminal (result followers wait on it).
+func (n *Node) ProgressChan(tenant string) <-chan struct{} { return n.progress.wait(tenant) }
 
 // Snapshot forces a raft snapshot (tests and operators).
 func (n *Node) Snapshot() error { return n.raft.Snapshot().Error() }

@@ -83,6 +83,9 @@ func (n *Node) Propose(ctx context.Context, cmd *pb.Command) (_ raftfsm.Response
 	if err := n.Err(); err != nil {
 		return raftfsm.Response{}, err // a failed node commits nothing more (health.go)
 	}
+	if err := n.gate(cmd); err != nil {
+		return raftfsm.Response{Err: err}, nil // version.go: never reaches the log
+	}
 	tr := n.tracer
 	if tr == nil {
 		tr = noop.NewTracerProvider().Tracer("")
@@ -284,16 +287,23 @@ func (n *Node) ProposeAll(ctx context.Context, cmds []*pb.Command) ([]raftfsm.Re
 		return nil, err
 	}
 	props := make([]*proposal, len(cmds))
+	out := make([]raftfsm.Response, len(cmds))
 	for i, cmd := range cmds {
+		if err := n.gate(cmd); err != nil {
+			out[i] = raftfsm.Response{Err: err} // version.go: never reaches the log
+			continue
+		}
 		p, err := n.prop.submit(ctx, cmd)
 		if err != nil {
 			return nil, err
 		}
 		props[i] = p
 	}
-	out := make([]raftfsm.Response, len(cmds))
 	var firstErr error
 	for i, p := range props {
+		if p == nil {
+			continue
+		}
 		select {
 		case r := <-p.done:
 			out[i] = r.resp

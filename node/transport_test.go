@@ -424,7 +424,7 @@ func openSingle(t *testing.T, dir string, mut func(*Config)) (*Node, error) {
 func joinVia(leader *Node) JoinFunc {
 	return func(ctx context.Context, mode JoinMode, nodeID, raftAddr string) ([]byte, error) {
 		if mode == JoinMember {
-			if err := leader.AddVoter(ctx, nodeID, raftAddr, "", nil); err != nil {
+			if err := leader.AddVoter(ctx, nodeID, raftAddr, "", nil, 0); err != nil {
 				return nil, err
 			}
 		}
@@ -487,7 +487,7 @@ func TestNode_JoinVerified(t *testing.T) {
 	}
 
 	// A raft address that answers as another node is refused.
-	err = leader.AddVoter(context.Background(), "n3", n2.RaftAddr(), "", nil)
+	err = leader.AddVoter(context.Background(), "n3", n2.RaftAddr(), "", nil, 0)
 	if !errors.Is(err, ErrJoinerUnverified) || !strings.Contains(err.Error(), `answers as node "n2"`) {
 		t.Fatalf("AddVoter(n3 at n2's address) = %v", err)
 	}

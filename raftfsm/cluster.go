@@ -32,6 +32,9 @@ type nodeRecord struct {
 	// only through removal (an empty api_url), so a wiped member cannot
 	// re-register as itself.
 	incarnation []byte
+	// version is the highest cluster version the node's binary supports
+	// (0: not reported; version.go).
+	version uint32
 }
 
 // MaxIncarnationBytes bounds a node's data dir incarnation.
@@ -54,6 +57,9 @@ func (f *FSM) applySetNodeInfo(m *pb.SetNodeInfo) Response {
 	}
 	if len(inc) > 0 {
 		rec.incarnation = bytes.Clone(inc)
+	}
+	if m.GetMaxVersion() > 0 {
+		rec.version = m.GetMaxVersion()
 	}
 	rec.apiURL = m.GetApiUrl()
 	f.nodes[m.GetNodeId()] = rec
@@ -93,7 +99,7 @@ func (f *FSM) exportNodes() []*pb.NodeInfo {
 	var out []*pb.NodeInfo
 	for _, id := range sortedKeys(f.nodes) {
 		r := f.nodes[id]
-		out = append(out, &pb.NodeInfo{NodeId: id, ApiUrl: r.apiURL, Incarnation: r.incarnation})
+		out = append(out, &pb.NodeInfo{NodeId: id, ApiUrl: r.apiURL, Incarnation: r.incarnation, MaxVersion: r.version})
 	}
 	return out
 }
@@ -106,7 +112,7 @@ func restoreNodes(in []*pb.NodeInfo) (map[string]nodeRecord, bool) {
 			len(n.GetIncarnation()) > MaxIncarnationBytes {
 			return nil, false
 		}
-		out[n.GetNodeId()] = nodeRecord{apiURL: n.GetApiUrl(), incarnation: bytes.Clone(n.GetIncarnation())}
+		out[n.GetNodeId()] = nodeRecord{apiURL: n.GetApiUrl(), incarnation: bytes.Clone(n.GetIncarnation()), version: n.GetMaxVersion()}
 	}
 	return out, true
 }

@@ -37,6 +37,10 @@ const (
 	// KindScanNotFound: DeleteScan (PurgeTasks whole_scan) names a scan
 	// with no task records (never enqueued, or already deleted).
 	KindScanNotFound
+	// KindClusterVersion: the operation belongs to a cluster version the
+	// cluster has not reached (a member still runs an older binary), or
+	// SetClusterVersion names a version a member does not support.
+	KindClusterVersion
 	kindEnd
 )
 
@@ -73,6 +77,8 @@ func (k ErrorKind) String() string {
 		return "key_limit"
 	case KindScanNotFound:
 		return "scan_not_found"
+	case KindClusterVersion:
+		return "cluster_version"
 	}
 	return "unknown"
 }
@@ -103,6 +109,7 @@ var (
 	ErrLastAdminKey       = &Error{Kind: KindLastAdminKey}
 	ErrKeyLimit           = &Error{Kind: KindKeyLimit}
 	ErrScanNotFound       = &Error{Kind: KindScanNotFound}
+	ErrClusterVersion     = &Error{Kind: KindClusterVersion}
 )
 
 func fsmErr(k ErrorKind, reason string) *Error { return &Error{Kind: k, Reason: reason} }

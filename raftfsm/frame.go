@@ -40,19 +40,32 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // log entry that fails its integrity check or does not decode.
 var ErrCorruptEntry = errors.New("raftfsm: corrupt log entry")
 
-// EntryError names the raft index of a corrupt entry and why it is corrupt.
+// EntryError names the raft index of a committed entry the FSM must not
+// apply and why: it is corrupt, or (Unsupported) it needs a newer binary
+// (version.go).
 type EntryError struct {
 	Index  uint64
 	Reason string
+	// Unsupported marks an intact entry this binary does not understand.
+	Unsupported bool
 }
 
 // Error implements error.
 func (e *EntryError) Error() string {
+	if e.Unsupported {
+		return fmt.Sprintf("raftfsm: log entry %d needs a newer binary: it holds %s; upgrade this node", e.Index, e.Reason)
+	}
 	return fmt.Sprintf("raftfsm: log entry %d is corrupt: %s", e.Index, e.Reason)
 }
 
-// Unwrap makes errors.Is(err, ErrCorruptEntry) true.
-func (e *EntryError) Unwrap() error { return ErrCorruptEntry }
+// Unwrap makes errors.Is(err, ErrCorruptEntry) true, or
+// errors.Is(err, ErrUnsupportedVersion) for an Unsupported entry.
+func (e *EntryError) Unwrap() error {
+	if e.Unsupported {
+		return ErrUnsupportedVersion
+	}
+	return ErrCorruptEntry
+}
 
 // FrameEntry returns payload framed with its version and checksum.
 func FrameEntry(payload []byte) []byte {

@@ -49,10 +49,20 @@ type Options struct {
 	// command that may have made queued tasks available in a tenant
 	// (enqueue, failure, recovery). It must not block.
 	NotifyFunc func(tenant string)
+	// ProgressFunc, when set, is called from the apply goroutine after a
+	// command that may have made tasks of a tenant terminal (completion,
+	// failure, cancellation, expiry, recovery): result followers wait on
+	// it. It must not block.
+	ProgressFunc func(tenant string)
 	// FatalFunc, when set, is called once from the apply goroutine when a
-	// committed entry fails its integrity check or does not decode
-	// (fatal.go). It must not block; the FSM applies nothing after it.
+	// committed entry fails its integrity check, does not decode, or needs
+	// a newer binary (fatal.go, version.go). It must not block; the FSM
+	// applies nothing after it.
 	FatalFunc func(err error)
+	// MaxVersion is the highest cluster version this FSM applies (0:
+	// SupportedVersion). Lower values emulate an older release, for
+	// mixed-version tests of rolling upgrades (version.go).
+	MaxVersion uint32
 }
 
 // KeyRecord is one API key as the cluster stores it: never the secret.
@@ -108,8 +118,9 @@ type Tenant struct {
 	resultLimits distributed.ResultLimits
 	pool         *distributed.WorkerPool
 	results      *distributed.ResultAggregator
-	owners       map[string]string   // worker ID → key ID of the worker key that registered it
-	scans        map[string][]string // scan ID → task IDs in enqueue order (purged IDs removed)
+	owners       map[string]string    // worker ID → key ID of the worker key that registered it
+	scans        map[string][]string  // scan ID → task IDs in enqueue order (purged IDs removed)
+	meta         map[string]*scanMeta // scan ID → what else is recorded of it (scans.go); same keys as scans
 	// retentionSecs is the result retention policy: terminal tasks older
 	// than this are purged by the leader's ticker (0: off; purge.go).
 	retentionSecs uint64
@@ -127,7 +138,17 @@ type FSM struct {
 	keys     map[string]KeyRecord // live keys, the only ones Key returns
 	revoked  map[string]KeyRecord // revoked keys (no hash); disjoint from keys (keys.go)
 	tenants  map[string]*Tenant
-	nodes    map[string]nodeRecord // node ID → advertised API URL and incarnation (cluster.go)
+	nodes    map[string]nodeRecord // node ID → advertised API URL, incarnation and version (cluster.go)
+	// clusterVersion is the replicated cluster version (version.go),
+	// written under mu, read without it (node.Node.Propose reads it for
+	// every proposal and must not wait for an Apply holding mu).
+	// Invariant: it only increases, and never exceeds maxVersion.
+	clusterVersion atomic.Uint32
+	lastBackup     *pb.BackupRecord // the last RecordBackup, or nil
+	maxVersion     uint32           // Options.MaxVersion, defaulted
+	// unsupportedState is the error of a snapshot Restore refused for
+	// needing a newer binary (snapshot.go).
+	unsupportedState atomic.Pointer[error]
 
 	appliedIndex atomic.Uint64
 	// fatal is set once, by the first corrupt committed entry; from then on
@@ -149,7 +170,14 @@ func New(opts Options) *FSM {
 	if l == nil {
 		l = slog.New(slog.DiscardHandler)
 	}
-	return &FSM{opts: opts, log: l, keys: map[string]KeyRecord{}, revoked: map[string]KeyRecord{}, tenants: map[string]*Tenant{}, nodes: map[string]nodeRecord{}}
+	mv := opts.MaxVersion
+	if mv == 0 || mv > SupportedVersion {
+		mv = SupportedVersion
+	}
+	f := &FSM{opts: opts, log: l, keys: map[string]KeyRecord{}, revoked: map[string]KeyRecord{}, tenants: map[string]*Tenant{}, nodes: map[string]nodeRecord{},
+		maxVersion: mv}
+	f.clusterVersion.Store(MinClusterVersion)
+	return f
 }
 
 // Apply checks one log entry's integrity frame (frame.go), decodes it and
@@ -167,6 +195,10 @@ func (f *FSM) Apply(l *raft.Log) any {
 	cmd, err := DecodeEntry(l.Index, l.Data)
 	if err != nil {
 		return Response{Err: f.setFatal(err)}
+	}
+	if reason := unsupported(cmd, f.maxVersion); reason != "" {
+		// I-version-1: stop rather than apply what others apply otherwise.
+		return Response{Err: f.setFatal(&EntryError{Index: l.Index, Reason: reason, Unsupported: true})}
 	}
 	defer f.markApplied(l.Index)
 	return f.ApplyCommand(cmd)
@@ -210,6 +242,9 @@ func (f *FSM) applyOneAt(cmd *pb.Command, now uint64) Response {
 	if cmd.GetVersion() != CommandVersion {
 		return Response{Err: fsmErr(KindInvalidCommand, "unknown command version")}
 	}
+	if err := f.checkClusterVersion(cmd); err != nil {
+		return Response{Err: err}
+	}
 	switch op := cmd.GetOp().(type) {
 	case *pb.Command_InitCluster:
 		return f.applyInit(op.InitCluster)
@@ -223,6 +258,10 @@ func (f *FSM) applyOneAt(cmd *pb.Command, now uint64) Response {
 		return f.applyRotateKey(cmd.GetPrincipal(), op.RotateKey, now)
 	case *pb.Command_SetNodeInfo:
 		return f.applySetNodeInfo(op.SetNodeInfo)
+	case *pb.Command_SetClusterVersion:
+		return f.applySetClusterVersion(op.SetClusterVersion)
+	case *pb.Command_RecordBackup:
+		return f.applyRecordBackup(op.RecordBackup, now)
 	case *pb.Command_UpdateTenant:
 		return f.applyUpdateTenant(op.UpdateTenant)
 	case *pb.Command_Batch, nil:
@@ -315,6 +354,7 @@ func (f *FSM) applyEnqueue(t *Tenant, e *pb.EnqueueTasks, rev, now uint64) Respo
 	for _, s := range specs {
 		t.scans[s.ScanID] = append(t.scans[s.ScanID], s.TaskID)
 	}
+	t.noteEnqueued(specs, now)
 	return Response{Revision: tr.Revision, Value: tr.Value}
 }
 
@@ -375,6 +415,13 @@ func (f *FSM) applyComplete(t *Tenant, lease distributed.TaskLease, result []byt
 		return Response{Err: err}
 	}
 	st, err := t.results.StoreResult(t.results.Revision(), tr.Value.Receipt, result)
+	if tr.Value.Kind == distributed.Completed {
+		stored := 0
+		if err == nil {
+			stored = len(result)
+		}
+		t.noteCompleted(task.ScanID(), lease.TaskID(), stored)
+	}
 	if err != nil {
 		if tr.Value.Kind == distributed.Completed {
 			// NB: unreachable after the precheck above; reported loudly.
@@ -451,7 +498,8 @@ func newTenant(name string, lim distributed.Limits, rl distributed.ResultLimits,
 		return nil, err
 	}
 	return &Tenant{name: name, limits: lim, resultLimits: rl, pool: pool, results: res,
-		owners: map[string]string{}, scans: map[string][]string{}, schedules: map[string]*pb.Schedule{}}, nil
+		owners: map[string]string{}, scans: map[string][]string{}, meta: map[string]*scanMeta{},
+		schedules: map[string]*pb.Schedule{}}, nil
 }
 
 func kindOf(err error) string {

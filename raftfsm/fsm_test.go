@@ -34,6 +34,9 @@ func setup(t testing.TB) *testBundle {
 	for _, k := range []struct{ id, role, tenant string }{{"kadmin", RoleAdmin, "acme"}, {"kprod", RoleProducer, "acme"}, {"kw1", RoleWorker, "acme"}, {"kw2", RoleWorker, "acme"}, {"kother", RoleAdmin, "other"}} {
 		b.must(t, &pb.Command{Op: &pb.Command_CreateKey{CreateKey: &pb.CreateKey{KeyId: k.id, SecretHash: make([]byte, 32), KeyTenant: k.tenant, Role: k.role}}})
 	}
+	// NB: every operation of this binary (version.go); setupV1 for the
+	// previous release's cluster.
+	b.must(t, &pb.Command{Op: &pb.Command_SetClusterVersion{SetClusterVersion: &pb.SetClusterVersion{Version: SupportedVersion}}})
 	return b
 }
 

@@ -9,7 +9,8 @@ import (
 
 // Purge and retention (contract Part F, docs/adr/0002-purge.md): the FSM
 // removes terminal tasks through the core's PurgeTasks, their results
-// through PurgeResults, and their IDs from the scan index, in one command.
+// through PurgeResults, and their IDs from the scan index and the scan
+// records (scans.go forgetPurged), in one command.
 
 // MaxResultRetentionSecs bounds a tenant's result_retention_secs (ten
 // years): a larger value is a mistake, not a policy.
@@ -76,19 +77,24 @@ func (f *FSM) applyPurge(c tenantCall) Response {
 		if rev, cancelled, err = f.cancelLive(t, filter.TaskIDs, rev, c.now); err != nil {
 			return Response{Err: err}
 		}
+		t.advanceScan(p.GetScanId(), c.now) // the scan record follows the cancels
 	}
 	tr, err := t.pool.PurgeTasks(rev, c.now, filter)
 	if err != nil {
 		return Response{Err: err}
 	}
 	ids := tr.Value.TaskIDs
+	sizes := t.resultSizes(ids)
 	rr, err := t.results.PurgeResults(t.results.Revision(), ids)
 	if err != nil {
 		// NB: unreachable (the IDs are valid, distinct and bounded by the
 		// record limit); reported loudly, the task records are gone.
 		f.log.Error("result purge failed after task purge", "kind", kindOf(err))
 	}
-	t.unindex(ids)
+	t.forgetPurged(ids, sizes)
+	if len(ids) > 0 && f.opts.ProgressFunc != nil {
+		f.opts.ProgressFunc(t.name) // followers re-read: the scan may be gone
+	}
 	return Response{Revision: tr.Revision, Value: PurgeValue{TaskIDs: ids, Results: rr.Value, Cancelled: cancelled}}
 }
 
@@ -111,24 +117,16 @@ func (f *FSM) cancelLive(t *Tenant, ids []string, rev, now uint64) (uint64, int,
 	return rev, n, nil
 }
 
-// unindex removes purged task IDs from the scan index (a scan left with no
-// task is dropped), so that the index lists exactly tasks of the pool.
-func (t *Tenant) unindex(ids []string) {
-	if len(ids) == 0 {
-		return
-	}
-	gone := make(map[string]struct{}, len(ids))
+// resultSizes returns the sizes of the stored results of ids (for the
+// scan records' result bytes, read before the results are purged).
+func (t *Tenant) resultSizes(ids []string) map[string]int {
+	out := make(map[string]int, len(ids))
 	for _, id := range ids {
-		gone[id] = struct{}{}
-	}
-	for scan, list := range t.scans {
-		kept := slices.DeleteFunc(list, func(id string) bool { _, ok := gone[id]; return ok })
-		if len(kept) == 0 {
-			delete(t.scans, scan)
-		} else {
-			t.scans[scan] = kept
+		if r, ok, _ := t.results.GetResult(id); ok {
+			out[id] = len(r)
 		}
 	}
+	return out
 }
 
 // applyUpdateTenant sets a tenant's retention policy.

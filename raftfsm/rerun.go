@@ -27,7 +27,30 @@ func (f *FSM) applyRerun(c tenantCall) Response {
 		}
 		statuses = append(statuses, distributed.TaskStatus(s))
 	}
-	return resp(c.t.pool.RerunTasks(c.rev, c.now, distributed.RerunRequest{TaskIDs: ids, Statuses: statuses}))
+	tr, err := c.t.pool.RerunTasks(c.rev, c.now, distributed.RerunRequest{TaskIDs: ids, Statuses: statuses})
+	if err == nil {
+		c.t.reopenScans(tr.Value.Requeued, c.now)
+	}
+	return resp(tr, err)
+}
+
+// reopenScans: the scans of re-run tasks are running again (scanMeta's
+// invariants: a finished scan has only terminal tasks, ids[:firstOpen]
+// are terminal), so each is walked again from its start — once per scan a
+// re-run touches.
+func (t *Tenant) reopenScans(requeued []string, now uint64) {
+	seen := map[string]bool{}
+	for _, id := range requeued {
+		task, ok, err := t.pool.GetTask(id)
+		if err != nil || !ok || seen[task.ScanID()] {
+			continue
+		}
+		seen[task.ScanID()] = true
+		if m, ok := t.meta[task.ScanID()]; ok {
+			m.finished, m.finishedAt, m.firstOpen = false, 0, 0
+			t.advanceScan(task.ScanID(), now)
+		}
+	}
 }
 
 // rerunIDs resolves the tasks a RerunTasks command names.

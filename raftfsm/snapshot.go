@@ -3,6 +3,7 @@ package raftfsm
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"slices"
 
@@ -42,7 +43,8 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 func (f *FSM) ExportState() ([]byte, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	st := &pb.FSMState{Version: StateVersion, EpochId: f.epoch, LastTime: f.lastTime, Nodes: f.exportNodes()}
+	st := &pb.FSMState{Version: StateVersion, EpochId: f.epoch, LastTime: f.lastTime, Nodes: f.exportNodes(),
+		ClusterVersion: f.clusterVersion.Load(), LastBackup: f.lastBackup}
 	st.Keys, st.RevokedKeys = f.exportKeys()
 	for _, name := range sortedKeys(f.tenants) {
 		t := f.tenants[name]
@@ -60,7 +62,7 @@ func (f *FSM) ExportState() ([]byte, error) {
 		}
 		ts.Schedules = exportSchedules(t)
 		for _, s := range sortedKeys(t.scans) {
-			ts.Scans = append(ts.Scans, &pb.ScanIndex{ScanId: s, TaskIds: t.scans[s]})
+			ts.Scans = append(ts.Scans, t.exportScan(s))
 		}
 		st.Tenants = append(st.Tenants, ts)
 	}
@@ -87,9 +89,23 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.applyMu.Lock()
 	defer f.applyMu.Unlock()
 	if err := f.RestoreState(buf.Bytes()); err != nil {
+		if errors.Is(err, ErrUnsupportedVersion) {
+			// NB: raft reports only "failed to load any existing
+			// snapshots"; the node asks for the reason (UnsupportedState).
+			f.unsupportedState.Store(&err)
+		}
 		return err
 	}
 	f.indexKnown = false
+	return nil
+}
+
+// UnsupportedState returns the error of the last snapshot Restore refused
+// because it needs a newer binary (ErrUnsupportedVersion), or nil.
+func (f *FSM) UnsupportedState() error {
+	if p := f.unsupportedState.Load(); p != nil {
+		return *p
+	}
 	return nil
 }
 
@@ -98,10 +114,18 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 var ErrInvalidState = errors.New("raftfsm: invalid snapshot state")
 
 // RestoreState replaces the state with bytes from ExportState, validating
-// everything first.
+// everything first. A state of a cluster version above the FSM's
+// MaxVersion is refused with ErrUnsupportedVersion (upgrade the binary).
 func (f *FSM) RestoreState(b []byte) error {
 	var st pb.FSMState
 	if err := proto.Unmarshal(b, &st); err != nil || st.GetVersion() != StateVersion {
+		return ErrInvalidState
+	}
+	cv := max(st.GetClusterVersion(), MinClusterVersion)
+	if cv > f.maxVersion {
+		return fmt.Errorf("%w: the state is of cluster version %d; this binary supports up to %d: upgrade it", ErrUnsupportedVersion, cv, f.maxVersion)
+	}
+	if lb := st.GetLastBackup(); lb != nil && (len(lb.GetBackupId()) != backupIDBytes || !validNodeInfo(lb.GetNodeId(), "")) {
 		return ErrInvalidState
 	}
 	if st.EpochId != nil && len(st.GetEpochId()) != EpochBytes {
@@ -134,6 +158,8 @@ func (f *FSM) RestoreState(b []byte) error {
 	f.revoked = revoked
 	f.tenants = tenants
 	f.nodes = nodes
+	f.clusterVersion.Store(cv)
+	f.lastBackup = st.GetLastBackup()
 	return nil
 }
 
@@ -162,8 +188,8 @@ func restoreTenant(ts *pb.TenantState) (*Tenant, bool) {
 		return nil, false
 	}
 	t := &Tenant{name: ts.GetName(), limits: lim, resultLimits: rl, pool: pool, results: res,
-		owners: map[string]string{}, scans: map[string][]string{}, retentionSecs: ts.GetResultRetentionSecs(),
-		schedules: map[string]*pb.Schedule{}}
+		owners: map[string]string{}, scans: map[string][]string{}, meta: map[string]*scanMeta{},
+		retentionSecs: ts.GetResultRetentionSecs(), schedules: map[string]*pb.Schedule{}}
 	if !restoreSchedules(t, ts.GetSchedules()) { // recurring.go
 		return nil, false
 	}
@@ -182,7 +208,12 @@ func restoreTenant(ts *pb.TenantState) (*Tenant, bool) {
 				return nil, false
 			}
 		}
+		m, ok := restoreScanMeta(pool, res, sc)
+		if !ok {
+			return nil, false
+		}
 		t.scans[sc.GetScanId()] = slices.Clone(sc.GetTaskIds())
+		t.meta[sc.GetScanId()] = m
 	}
 	return t, true
 }

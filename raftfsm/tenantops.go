@@ -74,6 +74,11 @@ type tenantOp struct {
 	// notify: NotifyFunc is called after the command succeeds, as it may
 	// have made queued tasks available.
 	notify bool
+	// terminates, when set, says after a success which task the command
+	// may have made terminal (one), or that it may have made tasks of any
+	// scan terminal (!one): the scan tracking follows (scans.go) and
+	// ProgressFunc is called.
+	terminates func(c tenantCall) (taskID string, one bool)
 }
 
 // tenantOps declares every tenant command: its op type, the authorization
@@ -92,17 +97,17 @@ var tenantOps = map[reflect.Type]tenantOp{
 	reflect.TypeFor[*pb.Command_UpdateWorker](): {need: needWorker,
 		target: byWorker(func(c *pb.Command) string { return c.GetUpdateWorker().GetWorkerId() }),
 		apply:  (*FSM).applyUpdateWorker},
-	reflect.TypeFor[*pb.Command_DeregisterWorker](): {need: needWorker, notify: true,
+	reflect.TypeFor[*pb.Command_DeregisterWorker](): {need: needWorker, notify: true, terminates: anyTask,
 		target: byWorker(func(c *pb.Command) string { return c.GetDeregisterWorker().GetWorkerId() }),
 		apply: func(f *FSM, c tenantCall) Response {
 			d := c.cmd.GetDeregisterWorker()
 			return resp(c.t.pool.DeregisterWorker(c.rev, c.now, d.GetWorkerId(), d.GetGeneration()))
 		}},
-	reflect.TypeFor[*pb.Command_PruneDeadWorkers](): {need: needAdmin, notify: true,
+	reflect.TypeFor[*pb.Command_PruneDeadWorkers](): {need: needAdmin, notify: true, terminates: anyTask,
 		apply: func(f *FSM, c tenantCall) Response { return resp(c.t.pool.PruneDeadWorkers(c.rev, c.now)) }},
-	reflect.TypeFor[*pb.Command_RecoverExpiredLeases](): {need: needAdmin, notify: true,
+	reflect.TypeFor[*pb.Command_RecoverExpiredLeases](): {need: needAdmin, notify: true, terminates: anyTask,
 		apply: func(f *FSM, c tenantCall) Response { return resp(c.t.pool.RecoverExpiredLeases(c.rev, c.now)) }},
-	reflect.TypeFor[*pb.Command_ExpireOldTasks](): {need: needAdmin, notify: true,
+	reflect.TypeFor[*pb.Command_ExpireOldTasks](): {need: needAdmin, notify: true, terminates: anyTask,
 		apply: func(f *FSM, c tenantCall) Response {
 			return resp(c.t.pool.ExpireOldTasks(c.rev, c.now, c.cmd.GetExpireOldTasks().GetMaxAgeSecs()))
 		}},
@@ -130,12 +135,12 @@ var tenantOps = map[reflect.Type]tenantOp{
 		apply:  func(f *FSM, c tenantCall) Response { return resp(c.t.pool.StartTask(c.rev, c.now, c.lease)) }},
 	// notify: a completion may free a slot of a scan at its in-flight
 	// limit (contract Part F), as cancellations and expiry may.
-	reflect.TypeFor[*pb.Command_CompleteTask](): {need: needWorker, notify: true,
+	reflect.TypeFor[*pb.Command_CompleteTask](): {need: needWorker, notify: true, terminates: leaseTask,
 		target: byLease(func(c *pb.Command) []byte { return c.GetCompleteTask().GetLease() }),
 		apply: func(f *FSM, c tenantCall) Response {
 			return f.applyComplete(c.t, c.lease, c.cmd.GetCompleteTask().GetResult(), c.rev, c.now)
 		}},
-	reflect.TypeFor[*pb.Command_FailTask](): {need: needWorker, notify: true,
+	reflect.TypeFor[*pb.Command_FailTask](): {need: needWorker, notify: true, terminates: leaseTask,
 		target: byLease(func(c *pb.Command) []byte { return c.GetFailTask().GetLease() }),
 		apply: func(f *FSM, c tenantCall) Response {
 			return resp(c.t.pool.FailTaskWithReason(c.rev, c.now, c.lease, c.cmd.GetFailTask().GetReason()))
@@ -146,10 +151,12 @@ var tenantOps = map[reflect.Type]tenantOp{
 			return resp(c.t.pool.RenewLease(c.rev, c.now, c.lease, c.cmd.GetRenewLease().GetLeaseTtlSecs()))
 		}},
 	reflect.TypeFor[*pb.Command_CancelTask](): {need: needProducer, notify: true,
-		target: byOwnership(func(c *pb.Command) []byte { return c.GetCancelTask().GetOwnership() }),
-		apply:  func(f *FSM, c tenantCall) Response { return resp(c.t.pool.CancelTask(c.rev, c.now, c.own)) }},
+		terminates: oneTask(func(c tenantCall) string { return c.own.TaskID() }),
+		target:     byOwnership(func(c *pb.Command) []byte { return c.GetCancelTask().GetOwnership() }),
+		apply:      func(f *FSM, c tenantCall) Response { return resp(c.t.pool.CancelTask(c.rev, c.now, c.own)) }},
 	reflect.TypeFor[*pb.Command_PurgeTasks](): {need: needProducer, apply: (*FSM).applyPurge},
 	reflect.TypeFor[*pb.Command_CancelTaskById](): {need: needProducer, notify: true,
+		terminates: oneTask(func(c tenantCall) string { return c.cmd.GetCancelTaskById().GetTaskId() }),
 		apply: func(f *FSM, c tenantCall) Response {
 			return f.applyCancelByID(c.t, c.cmd.GetCancelTaskById(), c.rev, c.now)
 		}},
@@ -186,6 +193,9 @@ func (f *FSM) applyTenant(t *Tenant, cmd *pb.Command, rev, now uint64) Response 
 	r := op.apply(f, c)
 	if op.notify && r.Err == nil {
 		f.notify(t.name)
+	}
+	if op.terminates != nil && r.Err == nil {
+		f.noteTerminations(c, op)
 	}
 	return r
 }

@@ -23,14 +23,16 @@ import (
 // clusterOps are the operations applyOneAt dispatches itself: they act on
 // the cluster, not inside one tenant.
 var clusterOps = map[reflect.Type]bool{
-	reflect.TypeFor[*pb.Command_Batch]():        true,
-	reflect.TypeFor[*pb.Command_InitCluster]():  true,
-	reflect.TypeFor[*pb.Command_CreateTenant](): true,
-	reflect.TypeFor[*pb.Command_CreateKey]():    true,
-	reflect.TypeFor[*pb.Command_RevokeKey]():    true,
-	reflect.TypeFor[*pb.Command_RotateKey]():    true,
-	reflect.TypeFor[*pb.Command_SetNodeInfo]():  true,
-	reflect.TypeFor[*pb.Command_UpdateTenant](): true,
+	reflect.TypeFor[*pb.Command_Batch]():             true,
+	reflect.TypeFor[*pb.Command_InitCluster]():       true,
+	reflect.TypeFor[*pb.Command_CreateTenant]():      true,
+	reflect.TypeFor[*pb.Command_CreateKey]():         true,
+	reflect.TypeFor[*pb.Command_RevokeKey]():         true,
+	reflect.TypeFor[*pb.Command_RotateKey]():         true,
+	reflect.TypeFor[*pb.Command_SetNodeInfo]():       true,
+	reflect.TypeFor[*pb.Command_SetClusterVersion](): true,
+	reflect.TypeFor[*pb.Command_RecordBackup]():      true,
+	reflect.TypeFor[*pb.Command_UpdateTenant]():      true,
 }
 
 // opTypes returns the wrapper type of every field of pb.Command's op oneof.

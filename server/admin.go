@@ -27,6 +27,10 @@ func (h adminHandler) Status(ctx context.Context, req *connect.Request[pb.Status
 			NodeId: h.s.node.NodeID(), Members: h.s.members(), LongPollsWaiting: h.s.LongPollsWaiting(),
 			ResultRetentionSecs: tv.ResultRetentionSecs(),
 			Build:               h.s.build,
+			ClusterVersion:      h.s.node.Reads().ClusterVersion(), NodeMaxVersion: h.s.node.Reads().MaxVersion(),
+		}
+		if lb, ok := h.s.node.Reads().LastBackup(); ok {
+			out.LastBackup = lb
 		}
 		if m.GetStateHash() {
 			if err := h.stateHash(p, out); err != nil {

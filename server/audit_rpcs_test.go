@@ -29,13 +29,16 @@ var rpcMutates = map[string]bool{
 	"Worker.Deregister": true,
 	"Producer.Enqueue":  true, "Producer.Cancel": true, "Producer.GetTask": false, "Producer.ListTasks": false,
 	"Producer.ScanProgress": false, "Producer.AggregateResults": false, "Producer.Retry": true,
-	"Producer.DeleteScan": true, "Producer.PurgeTasks": true,
+	"Producer.ListScans": false, "Producer.FollowResults": false, "Producer.DeleteScan": true, "Producer.PurgeTasks": true,
 	"Admin.UpdateTenant": true,
 	"Admin.Status":       false, "Admin.ListWorkers": false, "Admin.CreateTenant": true, "Admin.CreateKey": true,
 	"Admin.ListKeys": false, "Admin.RevokeKey": true, "Admin.RotateKey": true,
 	"Producer.UpdateScan": true, "Admin.SetSchedulingOptions": true,
 	"Producer.CreateSchedule": true, "Producer.ListSchedules": false, "Producer.DeleteSchedule": true,
 	"Cluster.Join": true, "Cluster.Members": false, "Cluster.RemoveMember": true, "Cluster.TransferLeadership": true,
+	// NB: a read, but audited all the same (it exports every key hash):
+	// TestServer_Backup counts its line.
+	"Cluster.Backup": false,
 }
 
 func TestServer_EveryMutatingRPCAuditedOnce(t *testing.T) {

@@ -32,6 +32,9 @@ type Backend interface {
 	// WaitChan returns a channel closed the next time queued tasks may
 	// have become available in tenant (Acquire long-polls on it).
 	WaitChan(tenant string) <-chan struct{}
+	// ProgressChan returns a channel closed the next time tasks of tenant
+	// may have become terminal (FollowResults long-polls on it).
+	ProgressChan(tenant string) <-chan struct{}
 	// DefaultLimits are the limits of a tenant created without any.
 	DefaultLimits() (distributed.Limits, distributed.ResultLimits)
 	// DefaultScheduling are the scheduling options of a tenant created
@@ -64,9 +67,10 @@ type ClusterBackend interface {
 	Backend
 	// Members lists the raft configuration with each member's API URL.
 	Members() ([]node.Member, error)
-	// AddVoter adds (or updates the API URL of) a voter; errors wrap
-	// node.ErrNotMember or node.ErrJoinerUnverified.
-	AddVoter(ctx context.Context, id, raftAddr, apiURL string, incarnation []byte) error
+	// AddVoter adds (or updates the API URL of) a voter, recording the
+	// highest cluster version its binary supports (0: not reported); errors
+	// wrap node.ErrNotMember or node.ErrJoinerUnverified.
+	AddVoter(ctx context.Context, id, raftAddr, apiURL string, incarnation []byte, version uint32) error
 	// RemoveServer removes a member.
 	RemoveServer(ctx context.Context, id string) error
 	// TransferLeadership hands leadership to targetID ("" for any voter)

@@ -452,6 +452,46 @@ func TestServer_BadInputCatalogue(t *testing.T) {
 		}
 		return s.Err()
 	})
+	add("worker lists scans", connect.CodePermissionDenied, KindPermissionDenied, func() error {
+		_, err := w.producer.ListScans(cx, req(&pb.ListScansRequest{}))
+		return err
+	})
+	add("list scans page size above 1000", connect.CodeInvalidArgument, KindInvalidArgument, func() error {
+		_, err := p.producer.ListScans(cx, req(&pb.ListScansRequest{PageSize: 1001}))
+		return err
+	})
+	add("list scans bad page token", connect.CodeInvalidArgument, KindInvalidArgument, func() error {
+		_, err := p.producer.ListScans(cx, req(&pb.ListScansRequest{PageToken: "a b"}))
+		return err
+	})
+	add("worker follows results", connect.CodePermissionDenied, KindPermissionDenied, func() error {
+		_, err := w.producer.FollowResults(cx, req(&pb.FollowResultsRequest{ScanId: "scan"}))
+		return err
+	})
+	add("follow bad scan id", connect.CodeInvalidArgument, "invalid_task", func() error {
+		_, err := p.producer.FollowResults(cx, req(&pb.FollowResultsRequest{ScanId: "a/b"}))
+		return err
+	})
+	add("follow unknown scan", connect.CodeNotFound, KindScanNotFound, func() error {
+		_, err := p.producer.FollowResults(cx, req(&pb.FollowResultsRequest{ScanId: "ghost"}))
+		return err
+	})
+	add("follow cursor of the other order", connect.CodeInvalidArgument, KindInvalidArgument, func() error {
+		_, err := p.producer.FollowResults(cx, req(&pb.FollowResultsRequest{ScanId: "scan", Cursor: "e:0", CompletionOrder: true}))
+		return err
+	})
+	add("follow cursor past the end", connect.CodeInvalidArgument, KindInvalidArgument, func() error {
+		_, err := p.producer.FollowResults(cx, req(&pb.FollowResultsRequest{ScanId: "scan", Cursor: "e:5"}))
+		return err
+	})
+	add("follow wait above 60", connect.CodeInvalidArgument, KindInvalidArgument, func() error {
+		_, err := p.producer.FollowResults(cx, req(&pb.FollowResultsRequest{ScanId: "scan", WaitSecs: 61}))
+		return err
+	})
+	add("follow max_results above 4096", connect.CodeInvalidArgument, KindInvalidArgument, func() error {
+		_, err := p.producer.FollowResults(cx, req(&pb.FollowResultsRequest{ScanId: "scan", MaxResults: 4097}))
+		return err
+	})
 
 	// 5. Failure reasons, attempt timeouts and Retry (contract Part F).
 	for name, id := range badIDs {

@@ -72,7 +72,7 @@ func (h clusterHandler) Join(ctx context.Context, req *connect.Request[pb.JoinRe
 				return nil, 0, errInvalid("api_url must be http(s)://host:port")
 			}
 		}
-		if err := c.AddVoter(ctx, m.GetNodeId(), m.GetRaftAddr(), m.GetApiUrl(), m.GetIncarnation()); errors.Is(err, node.ErrNotMember) {
+		if err := c.AddVoter(ctx, m.GetNodeId(), m.GetRaftAddr(), m.GetApiUrl(), m.GetIncarnation(), m.GetMaxVersion()); errors.Is(err, node.ErrNotMember) {
 			return nil, 0, &apiError{KindNotAMember, "without raft_addr, node_id must be a member and api_url is required"}
 		} else if errors.Is(err, node.ErrJoinerUnverified) {
 			return nil, 0, &apiError{KindJoinUnverified, err.Error()}

@@ -86,6 +86,7 @@ var kindCodes = map[string]connect.Code{
 	"last_admin_key":      connect.CodeFailedPrecondition,
 	"key_limit":           connect.CodeResourceExhausted,
 	"scan_not_found":      connect.CodeNotFound,
+	"cluster_version":     connect.CodeFailedPrecondition,
 	// Node (the Kind constants of this package).
 	KindInvalidToken:     connect.CodePermissionDenied,
 	KindUnauthenticated:  connect.CodeUnauthenticated,

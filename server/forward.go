@@ -31,10 +31,11 @@ import (
 // A forwarded request stops waiting when the node's view of the leader
 // changes (it notices a paused or cut-off leader within about one election
 // timeout, when raft starts an election) or after ForwardTimeout (calls
-// other than Acquire's long-poll and the AggregateResults stream). It then
-// answers Unavailable / not_leader with the leader hint of the moment and
-// OutcomeHeader: OutcomeUnknown, because the old leader may have applied
-// the request; the client retries what is safe to replay on another node.
+// other than the Acquire and FollowResults long-polls and the
+// AggregateResults and Backup streams). It then answers Unavailable /
+// not_leader with the leader hint of the moment and OutcomeHeader:
+// OutcomeUnknown, because the old leader may have applied the request; the
+// client retries what is safe to replay on another node.
 const (
 	// ForwardedHeader names the node that forwarded a request.
 	ForwardedHeader = "Termivar-Forwarded-By"
@@ -45,7 +46,7 @@ const (
 	OutcomeHeader  = "Termivar-Outcome"
 	OutcomeUnknown = "unknown"
 	// ForwardTimeout bounds a forwarded call that does not wait on purpose
-	// (an Acquire gets MaxWaitSecs on top; an AggregateResults stream is
+	// (an Acquire or FollowResults gets MaxWaitSecs on top; an AggregateResults stream is
 	// bounded only by the leader watch). A leader that raft still trusts
 	// but whose API does not answer costs at most this.
 	ForwardTimeout = 10 * time.Second
@@ -192,9 +193,11 @@ func watchesLeader(procedure string) bool {
 // bound is the time a forward of procedure may take (0: no bound).
 func (f *forwarder) bound(procedure string) time.Duration {
 	switch procedure {
-	case "/termivar.v1.Worker/Acquire":
+	case "/termivar.v1.Worker/Acquire", "/termivar.v1.Producer/FollowResults":
 		return MaxWaitSecs*time.Second + f.timeout
-	case "/termivar.v1.Producer/AggregateResults":
+	case "/termivar.v1.Producer/AggregateResults", "/termivar.v1.Cluster/Backup":
+		// NB: streams as long as the state is large; the leader watch
+		// still ends them when the leader changes.
 		return 0
 	}
 	return f.timeout

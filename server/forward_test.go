@@ -141,6 +141,16 @@ func TestForwarder_Bound(t *testing.T) {
 			t.Fatalf("Acquire(wait 30 s) through a 100 ms forward bound = %v, want the caller's own deadline", err)
 		}
 	})
+	t.Run("follow-results-long-poll", func(t *testing.T) {
+		t.Parallel()
+		b := setupForward(t, pausedLeader(t), 100*time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
+		defer cancel()
+		_, err := b.producer.FollowResults(ctx, connect.NewRequest(&pb.FollowResultsRequest{ScanId: "s", WaitSecs: 30}))
+		if connect.CodeOf(err) != connect.CodeDeadlineExceeded {
+			t.Fatalf("FollowResults(wait 30 s) through a 100 ms forward bound = %v, want the caller's own deadline", err)
+		}
+	})
 }
 
 func TestForwarder_LeaderNotDialled(t *testing.T) {

@@ -238,54 +238,15 @@ func (h producerHandler) ListTasks(ctx context.Context, req *connect.Request[pb.
 	})
 }
 
-func (h producerHandler) ScanProgress(ctx context.Context, req *connect.Request[pb.ScanProgressRequest]) (*connect.Response[pb.ScanProgressResponse], error) {
-	return call(ctx, h.s, req, false, func(ctx context.Context, p principal, m *pb.ScanProgressRequest) (*pb.ScanProgressResponse, uint64, error) {
-		if err := distributed.CheckTaskCommandID(m.GetScanId()); err != nil {
-			return nil, 0, err
-		}
-		tv, _ := h.s.node.Reads().Tenant(p.Tenant)
-		out := &pb.ScanProgressResponse{}
-		var tasks []distributed.ScanTask
-		for _, id := range tv.ScanTaskIDs(m.GetScanId()) {
-			t, ok, _ := tv.GetTask(id)
-			if !ok {
-				continue
-			}
-			tasks = append(tasks, t)
-			out.Total++
-			out.Reruns += t.Reruns()
-			switch t.Status() {
-			case distributed.TaskQueued:
-				out.Queued++
-			case distributed.TaskLeased:
-				out.Leased++
-			case distributed.TaskRunning:
-				out.Running++
-			case distributed.TaskCompleted:
-				out.Completed++
-				if tv.HasResult(id) {
-					out.Results++
-				}
-			case distributed.TaskFailed:
-				out.Failed++
-			case distributed.TaskCancelled:
-				out.Cancelled++
-			case distributed.TaskExpired:
-				out.Expired++
-			}
-		}
-		scanScheduling(tv, m.GetScanId(), tasks, out) // schedule.go
-		return out, 0, nil
-	})
-}
-
 // AggregateResults streams the scan's stored results in enqueue order,
 // every completed task's result exactly once. It aggregates through the
 // core in chunks that each respect the tenant's A.11 bounds: at most
 // MaxAggregateItems results and MaxAggregateBytes bytes per chunk (a chunk
 // is cut short when the next result would pass the byte bound). Only a
 // single result larger than MaxAggregateBytes cannot be sent; the stream
-// then ends with aggregate_bytes_exceeded.
+// then ends with aggregate_bytes_exceeded. A task purged while the stream
+// runs (retention, DeleteScan, PurgeTasks) is left out: it is no longer
+// there, which is not an error (docs/adr/0002-purge.md).
 func (h producerHandler) AggregateResults(ctx context.Context, req *connect.Request[pb.AggregateResultsRequest], stream *connect.ServerStream[pb.AggregateResultsResponse]) error {
 	p, err := principalFrom(ctx)
 	if err != nil {
@@ -296,33 +257,66 @@ func (h producerHandler) AggregateResults(ctx context.Context, req *connect.Requ
 	}
 	tv, _ := h.s.node.Reads().Tenant(p.Tenant)
 	var ids []string
+	targets := map[string]string{}
 	for _, id := range tv.ScanTaskIDs(req.Msg.GetScanId()) {
 		if t, ok, _ := tv.GetTask(id); ok && t.Status() == distributed.TaskCompleted {
 			ids = append(ids, id)
+			targets[id] = t.TargetRef()
 		}
 	}
+	return streamResults(ctx, tv, ids, func(r distributed.AggregatedResult) error {
+		return stream.Send(&pb.AggregateResultsResponse{TaskId: r.TaskID, Result: r.Result, TargetRef: targets[r.TaskID]})
+	})
+}
+
+// streamResults sends the results of ids in order, a bounded chunk at a
+// time (the tenant's MaxAggregateItems and MaxAggregateBytes).
+func streamResults(ctx context.Context, tv raftfsm.TenantView, ids []string, send func(distributed.AggregatedResult) error) error {
 	rl := tv.ResultLimits()
 	for len(ids) > 0 {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		n := min(rl.MaxAggregateItems, len(ids))
+		// NB: a task purged since the IDs were read (retention, DeleteScan)
+		// is simply no longer there: it is left out, never missing_result
+		// (docs/adr/0002-purge.md).
+		var n int
+		if ids, n = dropPurged(tv, ids, min(rl.MaxAggregateItems, len(ids))); n == 0 {
+			continue
+		}
 		res, err := tv.AggregateResults(ids[:n])
 		if errors.Is(err, distributed.ErrAggregateBytesExceeded) {
 			n = fitBytes(tv, ids[:n], rl.MaxAggregateBytes)
 			res, err = tv.AggregateResults(ids[:n])
 		}
+		if errors.Is(err, distributed.ErrMissingResult) {
+			continue // purged between the check and the read: check again
+		}
 		if err != nil {
 			return toConnect(err)
 		}
 		for _, r := range res {
-			if err := stream.Send(&pb.AggregateResultsResponse{TaskId: r.TaskID, Result: r.Result}); err != nil {
+			if err := send(r); err != nil {
 				return err
 			}
 		}
 		ids = ids[n:]
 	}
 	return nil
+}
+
+// dropPurged drops the IDs without a result (purged) among the first w of
+// ids, keeping the order, and returns the rest with how many of the first
+// w were kept (they come first).
+func dropPurged(tv raftfsm.TenantView, ids []string, w int) ([]string, int) {
+	j := w
+	for i := w - 1; i >= 0; i-- {
+		if tv.HasResult(ids[i]) {
+			j--
+			ids[j] = ids[i]
+		}
+	}
+	return ids[j:], w - j
 }
 
 // fitBytes returns the length of the longest prefix of ids whose results

@@ -64,32 +64,24 @@ func keepStatus(tv raftfsm.TenantView, status string) (func(distributed.ScanTask
 	return func(t distributed.ScanTask) bool { return t.Status() == want }, nil
 }
 
-// scanScheduling fills ScanProgress's scheduling fields: the scan's
-// settings, its scheduled tasks, and its queued tasks that no live worker
-// can take (required tags no live worker declared) — what watch reports.
-func scanScheduling(tv raftfsm.TenantView, scanID string, tasks []distributed.ScanTask, out *pb.ScanProgressResponse) {
+// scanSettings fills ScanProgress's scan settings (paused, in-flight
+// limit); the scheduled and unroutable counts come with the status counts
+// (scans.go) — what watch reports.
+func scanSettings(tv raftfsm.TenantView, scanID string, out *pb.ScanProgressResponse) {
 	if st, err := tv.ScanSettings(scanID); err == nil {
 		out.MaxInFlight, out.Paused = st.MaxInFlight, st.Paused
 	}
-	now, timeout := tv.LogicalTime(), tv.Limits().HeartbeatTimeoutSecs
-	var live [][]distributed.WorkerTag
-	for _, w := range tv.Workers() {
-		if w.Status() != distributed.WorkerOffline && w.LastHeartbeat()+timeout > now {
-			live = append(live, w.Tags())
-		}
+}
+
+// routableTo returns whether some of the live workers declared every tag
+// a task requires (false for every task when none is live): a queued task
+// no live worker can take is unroutable.
+func routableTo(live []distributed.WorkerNode) func(distributed.ScanTask) bool {
+	tags := make([][]distributed.WorkerTag, len(live))
+	for i, w := range live {
+		tags[i] = w.Tags()
 	}
-	out.LiveWorkers = uint32(len(live))
-	for _, t := range tasks {
-		if t.Status() != distributed.TaskQueued {
-			continue
-		}
-		if t.Scheduled(now) {
-			out.Scheduled++
-		}
-		if !anyCovers(live, t.Scheduling().RequiredTags) {
-			out.Unroutable++
-		}
-	}
+	return func(t distributed.ScanTask) bool { return anyCovers(tags, t.Scheduling().RequiredTags) }
 }
 
 func anyCovers(workers [][]distributed.WorkerTag, required []distributed.WorkerTag) bool {

@@ -94,9 +94,11 @@ type Server struct {
 	stopping chan struct{} // closed by Close: long-polls stop waiting
 	// longPolls counts the Acquire calls waiting for work right now.
 	longPolls atomic.Int64
-	closeOnce sync.Once
-	limitLog  limitLog
-	build     *pb.BuildInfo // this binary's, for Status
+	// followsWaiting counts the FollowResults calls waiting for a result.
+	followsWaiting atomic.Int64
+	closeOnce      sync.Once
+	limitLog       limitLog
+	build          *pb.BuildInfo // this binary's, for Status
 }
 
 // New returns a server for cfg.Backend. It panics if cfg.Limits does not

@@ -32,6 +32,8 @@ type backend struct {
 
 	wakeMu sync.Mutex
 	wake   chan struct{} // closed and replaced when queued tasks may be available
+	// progress is closed and replaced when tasks may have become terminal.
+	progress chan struct{}
 
 	mu       sync.Mutex // held across stamp and apply (one proposal at a time)
 	index    uint64     // the last entry's index
@@ -44,7 +46,7 @@ var _ server.Backend = (*backend)(nil)
 // newBackend returns a backend whose FSM holds an initialised cluster and
 // the system tenant with these limits, as a node's bootstrap leaves it.
 func newBackend(lim distributed.Limits, rl distributed.ResultLimits) (*backend, error) {
-	b := &backend{limits: lim, rl: rl, secret: make([]byte, 32), wake: make(chan struct{})}
+	b := &backend{limits: lim, rl: rl, secret: make([]byte, 32), wake: make(chan struct{}), progress: make(chan struct{})}
 	epoch := make([]byte, raftfsm.EpochBytes)
 	if _, err := rand.Read(b.secret); err != nil {
 		return nil, err
@@ -52,11 +54,13 @@ func newBackend(lim distributed.Limits, rl distributed.ResultLimits) (*backend, 
 	if _, err := rand.Read(epoch); err != nil {
 		return nil, err
 	}
-	b.fsm = raftfsm.New(raftfsm.Options{NotifyFunc: b.notify})
+	b.fsm = raftfsm.New(raftfsm.Options{NotifyFunc: b.notify, ProgressFunc: b.notifyProgress})
 	boot := []*pb.Command{
 		{Op: &pb.Command_InitCluster{InitCluster: &pb.InitCluster{EpochId: epoch}}},
 		{Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{Name: raftfsm.SystemTenant,
 			Limits: wire.LimitsToProto(lim), ResultLimits: wire.ResultLimitsToProto(rl)}}},
+		// NB: a one-voter cluster raises its version at once (node/version.go).
+		{Op: &pb.Command_SetClusterVersion{SetClusterVersion: &pb.SetClusterVersion{Version: raftfsm.SupportedVersion}}},
 	}
 	for _, cmd := range boot {
 		r, err := b.Propose(context.Background(), cmd)
@@ -176,6 +180,23 @@ func (b *backend) WaitChan(string) <-chan struct{} {
 	b.wakeMu.Lock()
 	defer b.wakeMu.Unlock()
 	return b.wake
+}
+
+// notifyProgress is the FSM's ProgressFunc: it wakes every waiting result
+// follower (of any tenant; a woken follower that finds nothing waits
+// again).
+func (b *backend) notifyProgress(string) {
+	b.wakeMu.Lock()
+	defer b.wakeMu.Unlock()
+	close(b.progress)
+	b.progress = make(chan struct{})
+}
+
+// ProgressChan returns the channel the next notifyProgress closes.
+func (b *backend) ProgressChan(string) <-chan struct{} {
+	b.wakeMu.Lock()
+	defer b.wakeMu.Unlock()
+	return b.progress
 }
 
 func (b *backend) Reads() raftfsm.Reader { return b.fsm.Reader() }

@@ -4,7 +4,8 @@
 // --ca-file, --cert-file, --key-file of client.go) and the exit-code mapping
 // of the stable CLI surface (contract Part D): 0 ok, 1 usage error, 2
 // rejected request,
-// 3 server unreachable.
+// 3 server unreachable; watch adds 4, the scan ended with failed or expired
+// tasks.
 
 package main
 
@@ -49,7 +50,10 @@ func clientCommands() []clientCommand {
 			summary: "enqueue one task per target (task IDs derived from scan and target unless --task-id is given)",
 			run:     runEnqueue},
 		{name: "status", usage: "[--json]", summary: "show the node's and your tenant's status", run: runStatus},
-		{name: "tasks", usage: "[--scan S] [--status X] [--limit N] [--json]", summary: "list tasks with the last failure reason (JSON: one object per line)", run: runTasks},
+		{name: "scans", usage: "[--limit N] [--json] | delete SCAN [--force]",
+			summary: "list scans: state, counts per status, times, result size, retention (JSON: one object per line); delete purges a finished scan",
+			run:     runScans},
+		{name: "tasks", usage: "[--scan S] [--status X] [--limit N] [--json]", summary: "list tasks with their targets and last failure reason (JSON: one object per line)", run: runTasks},
 		{name: "task", usage: "[--json] TASK", summary: "show one task and its attempt history (worker, lease, times, outcome, reason)", run: runTask},
 		{name: "workers", usage: "[--json]", summary: "list workers (JSON: one object per line)", run: runWorkers},
 		{name: "cancel", usage: "[--json] TASK", summary: "cancel a queued, leased or running task", run: runCancel},
@@ -63,11 +67,12 @@ func clientCommands() []clientCommand {
 			summary: "set your tenant's retry backoff and fairness between scans (admin key)", run: runScheduling},
 		{name: "schedules", usage: schedulesUsage,
 			summary: "recurring scans: the leader enqueues the targets as a new scan at every tick, once", run: runSchedules},
-		{name: "watch", usage: "--scan S [--interval D] [--json]", summary: "show a live progress bar for a scan until every task is terminal", run: runWatch},
-		{name: "results", usage: "--scan S [--json]", summary: "print a scan's results in enqueue order (raw, or JSON lines)", run: runResults},
-		{name: "scans", usage: "delete SCAN [--force] [--json]",
-			summary: "delete a finished scan: purge its tasks and results (--force cancels unfinished tasks first)",
-			run:     runScans},
+		{name: "watch", usage: "--scan S [--interval D] [--stall-after D] [--json]",
+			summary: "show a live progress bar for a scan until every task is terminal; explain a stall; exit 4 if tasks failed or expired",
+			run:     runWatch},
+		{name: "results", usage: "--scan S [--json] [--follow [--completion-order] [--cursor C]]",
+			summary: "print a scan's results in enqueue order (raw, or JSON lines); --follow streams them as tasks finish",
+			run:     runResults},
 		{name: "cluster", usage: "members|add|remove|transfer-leadership [args] (cluster --help)",
 			summary: "raft membership: members, add, remove, transfer-leadership (admin key)",
 			run:     runCluster},
@@ -129,6 +134,8 @@ func exitCode(err error) int {
 		return exitUnreachable
 	case errors.As(err, &ce), errors.As(err, &re):
 		return exitRejected
+	case errors.As(err, new(scanFailedError)):
+		return exitScanFailed
 	}
 	return exitUsage
 }

@@ -84,10 +84,10 @@ func (c clusterFlags) apply(ctx context.Context, cfg *node.Config, logger *slog.
 		cfg.Peers = peers
 	}
 	if c.join != "" {
-		cfg.Join = c.joinFunc(cfg.APIURL, logger, tlsConf)
+		cfg.Join = c.joinFunc(cfg.APIURL, cfg.MaxVersion(), logger, tlsConf)
 	}
 	if c.clustered() {
-		cfg.RegisterSelf = registerSelf(cfg.NodeID, cfg.APIURL, filepath.Join(cfg.DataDir, node.AdminKeyFile), tlsConf)
+		cfg.RegisterSelf = registerSelf(cfg.NodeID, cfg.APIURL, cfg.MaxVersion(), filepath.Join(cfg.DataDir, node.AdminKeyFile), tlsConf)
 	}
 	if !c.clustered() {
 		ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
@@ -101,7 +101,7 @@ func (c clusterFlags) apply(ctx context.Context, cfg *node.Config, logger *slog.
 // credential_only for node.JoinCredential, with the raft address for
 // node.JoinMember. A join_unverified refusal is returned wrapping
 // node.ErrJoinerUnverified.
-func (c clusterFlags) joinFunc(apiURL string, logger *slog.Logger, tlsConf *tls.Config) node.JoinFunc {
+func (c clusterFlags) joinFunc(apiURL string, version uint32, logger *slog.Logger, tlsConf *tls.Config) node.JoinFunc {
 	return func(ctx context.Context, mode node.JoinMode, nodeID, raftAddr string) ([]byte, error) {
 		key, err := c.joinKeyValue()
 		if err != nil {
@@ -118,7 +118,7 @@ func (c clusterFlags) joinFunc(apiURL string, logger *slog.Logger, tlsConf *tls.
 		defer cl.Close()
 		req := &pb.JoinRequest{NodeId: nodeID, CredentialOnly: true}
 		if mode == node.JoinMember {
-			req = &pb.JoinRequest{NodeId: nodeID, RaftAddr: raftAddr, ApiUrl: apiURL}
+			req = &pb.JoinRequest{NodeId: nodeID, RaftAddr: raftAddr, ApiUrl: apiURL, MaxVersion: version}
 		}
 		logger.Info("joining the cluster", "via", c.join, "node_id", nodeID, "raft", raftAddr, "api", apiURL, "credential_only", req.CredentialOnly)
 		res, err := cl.Join(ctx, req)
@@ -132,9 +132,10 @@ func (c clusterFlags) joinFunc(apiURL string, logger *slog.Logger, tlsConf *tls.
 	}
 }
 
-// registerSelf records a follower's API URL through the leader with the
-// node's admin key (Cluster.Join without a raft address).
-func registerSelf(nodeID, apiURL, keyFile string, tlsConf *tls.Config) func(context.Context, string, []byte) error {
+// registerSelf records a follower's API URL and supported cluster version
+// through the leader with the node's admin key (Cluster.Join without a
+// raft address).
+func registerSelf(nodeID, apiURL string, version uint32, keyFile string, tlsConf *tls.Config) func(context.Context, string, []byte) error {
 	return func(ctx context.Context, leader string, incarnation []byte) error {
 		key, err := client.LoadKey(keyFile)
 		if err != nil {
@@ -149,7 +150,7 @@ func registerSelf(nodeID, apiURL, keyFile string, tlsConf *tls.Config) func(cont
 			return err
 		}
 		defer cl.Close()
-		_, err = cl.Join(ctx, &pb.JoinRequest{NodeId: nodeID, ApiUrl: apiURL, Incarnation: incarnation})
+		_, err = cl.Join(ctx, &pb.JoinRequest{NodeId: nodeID, ApiUrl: apiURL, Incarnation: incarnation, MaxVersion: version})
 		return err
 	}
 }

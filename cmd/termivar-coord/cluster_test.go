@@ -40,6 +40,7 @@ type tnode struct {
 	rn           *runningNode
 	served       chan struct{}
 	stopped      bool
+	flags        serveFlags // the flags it was started with
 }
 
 type tcluster struct {
@@ -112,6 +113,13 @@ func (n *tnode) kill() {
 // --cluster-secret-file.
 func startCluster(t *testing.T, size int) *tcluster {
 	t.Helper()
+	return startClusterWith(t, size, nil)
+}
+
+// startClusterWith is startCluster with mut applied to member i's flags
+// (nil: none).
+func startClusterWith(t *testing.T, size int, mut func(i int, f *serveFlags)) *tcluster {
+	t.Helper()
 	c := &tcluster{t: t, base: t.TempDir()}
 	c.secretFile = filepath.Join(c.base, "cluster.secret")
 	secret := make([]byte, 32)
@@ -136,6 +144,10 @@ func startCluster(t *testing.T, size int) *tcluster {
 		f := nodeFlags(t, n.dir, n.id, apiLns[i], raftLns[i])
 		f.cluster.peers = strings.Join(peers, ",")
 		f.cluster.secretFile = c.secretFile
+		if mut != nil {
+			mut(i, &f)
+		}
+		n.flags = f
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	distributed "github.com/termivar/distributed"
 	"github.com/termivar/distributed/client"
@@ -34,6 +36,9 @@ type statusJSON struct {
 	ResultRetentionSecs uint64 `json:"result_retention_secs"`
 	// Build is the answering node's build (nil from an older node).
 	Build *buildJSON `json:"build,omitempty"`
+	// ClusterVersion and NodeMaxVersion: docs/operations.md, "Upgrade".
+	ClusterVersion uint32 `json:"cluster_version"`
+	NodeMaxVersion uint32 `json:"node_max_version"`
 }
 
 func runStatus(ctx context.Context, env *cliEnv, args []string) error {
@@ -61,6 +66,7 @@ func runStatus(ctx context.Context, env *cliEnv, args []string) error {
 			TerminalTasks: s.GetTerminalTasks(), Workers: s.GetWorkers(), Results: s.GetResults(), ResultBytes: s.GetResultBytes(),
 			ResultRetentionSecs: s.GetResultRetentionSecs(),
 			Build:               nodeBuild(s),
+			ClusterVersion:      s.GetClusterVersion(), NodeMaxVersion: s.GetNodeMaxVersion(),
 		})
 	}
 	w := tabwriter.NewWriter(env.stdout, 0, 0, 2, ' ', 0)
@@ -72,6 +78,7 @@ func runStatus(ctx context.Context, env *cliEnv, args []string) error {
 	if len(s.GetMembers()) > 1 {
 		fmt.Fprintf(w, "members\t%s\n", membersLine(s.GetMembers()))
 	}
+	fmt.Fprintf(w, "version\tcluster %d (this node supports up to %d)\n", s.GetClusterVersion(), s.GetNodeMaxVersion())
 	if s.GetBuild() != nil {
 		fmt.Fprintf(w, "build\t%s\n", buildinfo.FromProto(s.GetBuild()))
 	}
@@ -144,7 +151,7 @@ func runTasks(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	tw := tabwriter.NewWriter(env.stdout, 0, 0, 2, ' ', 0)
 	if !g.json {
-		fmt.Fprintln(tw, "TASK\tSCAN\tSTATUS\tPRIORITY\tATTEMPT\tRETRIES\tWORKER\tRESULT\tLAST REASON")
+		fmt.Fprintln(tw, "TASK\tSCAN\tTARGET\tSTATUS\tPRIORITY\tATTEMPT\tRETRIES\tWORKER\tRESULT\tLAST REASON")
 	}
 	n := 0
 	errStop := fmt.Errorf("limit reached")
@@ -164,7 +171,7 @@ func runTasks(ctx context.Context, env *cliEnv, args []string) error {
 		if worker == "" {
 			worker = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", t.GetTaskId(), t.GetScanId(), displayStatus(t), t.GetPriority(), t.GetAttempt(), t.GetRetryCount(), worker, res, shortReason(t.GetLastFailureReason()))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", t.GetTaskId(), t.GetScanId(), tableTarget(t.GetTargetRef()), displayStatus(t), t.GetPriority(), t.GetAttempt(), t.GetRetryCount(), worker, res, shortReason(t.GetLastFailureReason()))
 		return nil
 	})
 	if err != nil && err != errStop {
@@ -174,6 +181,27 @@ func runTasks(ctx context.Context, env *cliEnv, args []string) error {
 		return nil
 	}
 	return tw.Flush()
+}
+
+// maxTableTarget bounds a target in the tasks table; --json has it whole.
+const maxTableTarget = 48
+
+// tableTarget is a target as one table cell: control characters (tabs,
+// newlines) shown as '?', cut to maxTableTarget runes with a final "…".
+func tableTarget(s string) string {
+	r := []rune(strings.Map(func(c rune) rune {
+		if unicode.IsControl(c) {
+			return '?'
+		}
+		return c
+	}, s))
+	if len(r) > maxTableTarget {
+		return string(r[:maxTableTarget-1]) + "…"
+	}
+	if len(r) == 0 {
+		return "-"
+	}
+	return string(r)
 }
 
 // workerJSON is one line of workers --json.

@@ -215,3 +215,37 @@ func describeScheduling(p *pb.ScanProgressResponse) string {
 	}
 	return s
 }
+
+// schedulingStall says what a stalled scan waits for when scheduling holds
+// it (contract Part F): the scan is paused, every queued task waits for its
+// not-before time, every queued task that is due needs tags no live worker
+// declared, or the scan runs at its in-flight limit. "" otherwise, and when
+// no worker is live (explainStall says that).
+func schedulingStall(p *pb.ScanProgressResponse) string {
+	queued, sched := p.GetQueued(), p.GetScheduled()
+	leases := p.GetLeased() + p.GetRunning()
+	switch {
+	case queued == 0:
+		return ""
+	case p.GetPaused():
+		return fmt.Sprintf("scan paused with %d queued tasks: resume it with termivar-coord resume", queued)
+	case p.GetLiveWorkers() == 0:
+		return ""
+	case sched == queued:
+		return fmt.Sprintf("%d queued tasks are scheduled for later (a delay, a not-before time or a retry backoff)", queued)
+	case p.GetUnroutable() > 0 && p.GetUnroutable()+sched >= queued:
+		return fmt.Sprintf("%d queued tasks need tags no live worker declared (%d live workers): start a worker with those --tag flags",
+			p.GetUnroutable(), p.GetLiveWorkers())
+	case p.GetMaxInFlight() > 0 && leases >= p.GetMaxInFlight():
+		return fmt.Sprintf("at its in-flight limit (%d leased or running): %d queued tasks wait for one to finish", leases, queued)
+	}
+	return ""
+}
+
+// sameScheduling reports whether two polls show the same scheduling facts
+// (a change is printed by watch --json but is no progress of the scan).
+func sameScheduling(a, b *pb.ScanProgressResponse) bool {
+	return a.GetScheduled() == b.GetScheduled() && a.GetPaused() == b.GetPaused() &&
+		a.GetMaxInFlight() == b.GetMaxInFlight() && a.GetUnroutable() == b.GetUnroutable() &&
+		a.GetLiveWorkers() == b.GetLiveWorkers()
+}

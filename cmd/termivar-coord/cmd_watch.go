@@ -13,20 +13,24 @@ import (
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 )
 
-// progressJSON is one line of watch --json.
+// progressJSON is one line of watch --json. stall explains why nothing
+// moved for --stall-after, or says the result store is full (absent
+// otherwise); eta_secs is absent while nothing moves.
 type progressJSON struct {
-	ScanID    string  `json:"scan_id"`
-	Total     uint32  `json:"total"`
-	Queued    uint32  `json:"queued"`
-	Leased    uint32  `json:"leased"`
-	Running   uint32  `json:"running"`
-	Completed uint32  `json:"completed"`
-	Failed    uint32  `json:"failed"`
-	Cancelled uint32  `json:"cancelled"`
-	Expired   uint32  `json:"expired"`
-	Results   uint32  `json:"results"`
-	Done      bool    `json:"done"`
-	Elapsed   float64 `json:"elapsed_secs"`
+	ScanID    string   `json:"scan_id"`
+	Total     uint32   `json:"total"`
+	Queued    uint32   `json:"queued"`
+	Leased    uint32   `json:"leased"`
+	Running   uint32   `json:"running"`
+	Completed uint32   `json:"completed"`
+	Failed    uint32   `json:"failed"`
+	Cancelled uint32   `json:"cancelled"`
+	Expired   uint32   `json:"expired"`
+	Results   uint32   `json:"results"`
+	Done      bool     `json:"done"`
+	Elapsed   float64  `json:"elapsed_secs"`
+	ETA       *float64 `json:"eta_secs,omitempty"`
+	Stall     string   `json:"stall,omitempty"`
 	// Reruns counts re-runs of the scan's tasks (retry; contract Part F).
 	Reruns uint32 `json:"reruns,omitempty"`
 	// Scheduling (contract Part F): unroutable counts queued tasks whose
@@ -36,6 +40,17 @@ type progressJSON struct {
 	MaxInFlight uint32 `json:"max_in_flight,omitempty"`
 	Unroutable  uint32 `json:"unroutable"`
 	LiveWorkers uint32 `json:"live_workers"`
+}
+
+// scanFailedError: the watched scan ended with failed or expired tasks
+// (exit code exitScanFailed).
+type scanFailedError struct {
+	scan            string
+	failed, expired uint32
+}
+
+func (e scanFailedError) Error() string {
+	return fmt.Sprintf("scan %s ended with %d failed and %d expired tasks", e.scan, e.failed, e.expired)
 }
 
 func terminalCount(p *pb.ScanProgressResponse) uint32 {
@@ -67,11 +82,106 @@ func describeProgress(p *pb.ScanProgressResponse) string {
 	return s + describeScheduling(p) // cmd_schedule.go
 }
 
+// explainStall says what a scan that stopped moving waits for, from the
+// facts ScanProgress read in the same state: the tenant's result store is
+// full (completions are rejected), queued tasks and no live worker or no
+// free slot, or only leased tasks left, whose workers must complete them
+// or let the leases expire. "" when none of these holds.
+func explainStall(p *pb.ScanProgressResponse) string {
+	open := p.GetTotal() - min(p.GetTotal(), terminalCount(p))
+	leases := p.GetLeased() + p.GetRunning()
+	if full := storeFull(p); full != "" || open == 0 {
+		return full
+	}
+	if why := schedulingStall(p); why != "" { // cmd_schedule.go
+		return why
+	}
+	switch {
+	case p.GetQueued() > 0 && p.GetLiveWorkers() == 0:
+		return fmt.Sprintf("%d queued tasks and no live worker: start one with termivar-coord worker", p.GetQueued())
+	case p.GetQueued() > 0 && p.GetFreeSlots() == 0:
+		return fmt.Sprintf("no worker with free slots (%d live workers, every slot taken; %d queued tasks)", p.GetLiveWorkers(), p.GetQueued())
+	case p.GetQueued() == 0 && leases > 0 && p.GetNextLeaseExpiry() > 0:
+		left := time.Duration(int64(p.GetNextLeaseExpiry())-int64(p.GetNowSecs())) * time.Second
+		if left <= 0 {
+			return fmt.Sprintf("waiting for %d leases: the first has expired and is recovered on the node's next tick", leases)
+		}
+		return fmt.Sprintf("waiting for %d leases to complete or expire (the first expires in %s)", leases, left)
+	}
+	return ""
+}
+
+// storeFull says the tenant's result store is full while the scan has
+// tasks left: every completion is rejected until results are deleted or
+// the limit is raised. "" otherwise.
+func storeFull(p *pb.ScanProgressResponse) string {
+	if terminalCount(p) >= p.GetTotal() {
+		return ""
+	}
+	switch {
+	case p.GetMaxResults() > 0 && p.GetTenantResults() >= p.GetMaxResults():
+		return fmt.Sprintf("result store full (%d of %d results): raise --max-results or delete scans", p.GetTenantResults(), p.GetMaxResults())
+	case p.GetMaxResultTotalBytes() > 0 && p.GetTenantResultBytes() >= p.GetMaxResultTotalBytes():
+		return fmt.Sprintf("result store full (%s of %s): raise --max-total-result-bytes or delete scans",
+			byteSize(p.GetTenantResultBytes()), byteSize(p.GetMaxResultTotalBytes()))
+	}
+	return ""
+}
+
+// watchState follows a watched scan's progress over polls: when it last
+// moved, and its rate since the watch began.
+type watchState struct {
+	start, moved time.Time
+	startDone    uint32
+	last         *pb.ScanProgressResponse
+}
+
+// observe records a poll at now.
+func (w *watchState) observe(p *pb.ScanProgressResponse, now time.Time) {
+	if w.last == nil {
+		w.start, w.moved, w.startDone = now, now, terminalCount(p)
+	} else if !sameProgress(w.last, p) {
+		w.moved = now
+	}
+	w.last = p
+}
+
+// eta estimates the time left from the rate since the watch began; ok is
+// false while nothing has finished since then or nothing moved for
+// stallAfter (a stalled scan has no honest ETA).
+func (w *watchState) eta(now time.Time, stallAfter time.Duration) (time.Duration, bool) {
+	p := w.last
+	done := terminalCount(p)
+	if done <= w.startDone || now.Sub(w.moved) >= stallAfter || done >= p.GetTotal() {
+		return 0, false
+	}
+	rate := float64(done-w.startDone) / now.Sub(w.start).Seconds()
+	return time.Duration(float64(p.GetTotal()-done) / rate * float64(time.Second)), true
+}
+
+// stall returns the explanation of a scan that did not move for
+// stallAfter, or "". A full result store is reported at once: the scan
+// may still move (rejected completions end as failures once their leases
+// expire and their retries run out), but no task of it can complete.
+func (w *watchState) stall(now time.Time, stallAfter time.Duration) string {
+	if full := storeFull(w.last); full != "" {
+		return full
+	}
+	if now.Sub(w.moved) < stallAfter {
+		return ""
+	}
+	if why := explainStall(w.last); why != "" {
+		return why
+	}
+	return "no progress for " + now.Sub(w.moved).Round(time.Second).String()
+}
+
 func runWatch(ctx context.Context, env *cliEnv, args []string) error {
 	var g globalFlags
 	fs := newFlagSet(env, clientCommandNamed("watch"), &g, true)
 	scan := fs.String("scan", "", "scan ID (required)")
 	interval := fs.Duration("interval", 500*time.Millisecond, "polling interval")
+	stallAfter := fs.Duration("stall-after", 5*time.Second, "explain the wait when nothing moved for this long")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -81,66 +191,58 @@ func runWatch(ctx context.Context, env *cliEnv, args []string) error {
 	if *interval < 50*time.Millisecond {
 		return usagef("--interval must be at least 50ms")
 	}
+	if *stallAfter <= 0 {
+		return usagef("--stall-after must be positive")
+	}
 	c, err := newClient(&g)
 	if err != nil {
 		return err
 	}
-	return watchScan(ctx, c, *scan, *interval, g.json, env.stdout)
+	return watchScan(ctx, c, watchOptions{scan: *scan, interval: *interval, stallAfter: *stallAfter, json: g.json}, env.stdout)
+}
+
+// watchOptions configure watchScan.
+type watchOptions struct {
+	scan                 string
+	interval, stallAfter time.Duration
+	json                 bool
 }
 
 // watchScan polls a scan until it is terminal, drawing a progress bar (or
-// printing a JSON line per change) on w.
-func watchScan(ctx context.Context, c *client.Client, scan string, interval time.Duration, asJSON bool, w io.Writer) error {
-	start := time.Now()
+// printing a JSON line per change) on w. It returns a scanFailedError when
+// the scan ended with failed or expired tasks.
+func watchScan(ctx context.Context, c *client.Client, o watchOptions, w io.Writer) error {
+	var ws watchState
 	var bar *progressbar.ProgressBar
-	var last *pb.ScanProgressResponse
-	t := time.NewTicker(interval)
+	t := time.NewTicker(o.interval)
 	defer t.Stop()
+	lastStall := ""
 	for {
-		p, err := c.ScanProgress(ctx, &pb.ScanProgressRequest{ScanId: scan})
+		p, err := c.ScanProgress(ctx, &pb.ScanProgressRequest{ScanId: o.scan})
 		if err != nil {
 			return err
 		}
 		if p.GetTotal() == 0 {
-			return rejectedError{"scan " + scan + " has no tasks"}
+			return rejectedError{"scan " + o.scan + " has no tasks"}
 		}
+		now := time.Now()
+		changed := ws.last == nil || !sameProgress(ws.last, p) || !sameScheduling(ws.last, p)
+		ws.observe(p, now)
 		done := scanDone(p)
-		if asJSON {
-			if last == nil || !sameProgress(last, p) || done {
-				if err := writeJSON(w, progressJSON{
-					ScanID: scan, Total: p.GetTotal(), Queued: p.GetQueued(), Leased: p.GetLeased(), Running: p.GetRunning(),
-					Completed: p.GetCompleted(), Failed: p.GetFailed(), Cancelled: p.GetCancelled(), Expired: p.GetExpired(),
-					Results: p.GetResults(), Done: done, Elapsed: time.Since(start).Seconds(), Reruns: p.GetReruns(),
-					Scheduled: p.GetScheduled(), Paused: p.GetPaused(), MaxInFlight: p.GetMaxInFlight(),
-					Unroutable: p.GetUnroutable(), LiveWorkers: p.GetLiveWorkers(),
-				}); err != nil {
+		stall := ws.stall(now, o.stallAfter)
+		eta, hasETA := ws.eta(now, o.stallAfter)
+		if o.json {
+			if changed || done || stall != lastStall {
+				if err := writeJSON(w, progressLine(o.scan, p, ws, now, stall, eta, hasETA)); err != nil {
 					return err
 				}
 			}
 		} else {
-			if bar == nil {
-				bar = progressbar.NewOptions64(int64(p.GetTotal()),
-					progressbar.OptionSetWriter(w),
-					progressbar.OptionSetWidth(20),
-					progressbar.OptionShowCount(),
-					progressbar.OptionSetPredictTime(true),
-					progressbar.OptionShowElapsedTimeOnFinish(),
-					progressbar.OptionSetRenderBlankState(true),
-					progressbar.OptionThrottle(0),
-				)
-			}
-			bar.ChangeMax64(int64(p.GetTotal()))
-			bar.Describe(describeProgress(p))
-			_ = bar.Set64(int64(terminalCount(p)))
+			bar = drawBar(bar, w, p, stall, eta, hasETA)
 		}
-		last = p
+		lastStall = stall
 		if done {
-			if !asJSON {
-				_ = bar.Finish()
-				fmt.Fprintf(w, "\nscan %s done in %s: %d completed, %d failed, %d cancelled, %d expired, %d results\n",
-					scan, time.Since(start).Round(100*time.Millisecond), p.GetCompleted(), p.GetFailed(), p.GetCancelled(), p.GetExpired(), p.GetResults())
-			}
-			return nil
+			return finishWatch(o, p, bar, w, now.Sub(ws.start))
 		}
 		select {
 		case <-ctx.Done():
@@ -150,56 +252,141 @@ func watchScan(ctx context.Context, c *client.Client, scan string, interval time
 	}
 }
 
+// progressLine is the JSON line of one poll.
+func progressLine(scan string, p *pb.ScanProgressResponse, ws watchState, now time.Time, stall string, eta time.Duration, hasETA bool) progressJSON {
+	l := progressJSON{
+		ScanID: scan, Total: p.GetTotal(), Queued: p.GetQueued(), Leased: p.GetLeased(), Running: p.GetRunning(),
+		Completed: p.GetCompleted(), Failed: p.GetFailed(), Cancelled: p.GetCancelled(), Expired: p.GetExpired(),
+		Results: p.GetResults(), Done: scanDone(p), Elapsed: now.Sub(ws.start).Seconds(), Stall: stall, Reruns: p.GetReruns(),
+		Scheduled: p.GetScheduled(), Paused: p.GetPaused(), MaxInFlight: p.GetMaxInFlight(),
+		Unroutable: p.GetUnroutable(), LiveWorkers: p.GetLiveWorkers(),
+	}
+	if hasETA {
+		secs := eta.Seconds()
+		l.ETA = &secs
+	}
+	return l
+}
+
+// drawBar draws one poll on the progress bar (created on the first): the
+// counts, then the ETA or the stall's explanation. The bar's own time
+// prediction is off: it shows "ETA 0s" when nothing moves.
+func drawBar(bar *progressbar.ProgressBar, w io.Writer, p *pb.ScanProgressResponse, stall string, eta time.Duration, hasETA bool) *progressbar.ProgressBar {
+	if bar == nil {
+		bar = progressbar.NewOptions64(int64(p.GetTotal()),
+			progressbar.OptionSetWriter(w),
+			progressbar.OptionSetWidth(20),
+			progressbar.OptionShowCount(),
+			progressbar.OptionShowElapsedTimeOnFinish(),
+			progressbar.OptionSetRenderBlankState(true),
+			progressbar.OptionThrottle(0),
+		)
+	}
+	desc := describeProgress(p)
+	switch {
+	case stall != "":
+		desc += " | " + stall
+	case hasETA:
+		desc += " | ETA " + eta.Round(time.Second).String()
+	}
+	bar.ChangeMax64(int64(p.GetTotal()))
+	bar.Describe(desc)
+	_ = bar.Set64(int64(terminalCount(p)))
+	return bar
+}
+
+// finishWatch prints the summary of a terminal scan and returns its
+// outcome: a scanFailedError when tasks failed or expired.
+func finishWatch(o watchOptions, p *pb.ScanProgressResponse, bar *progressbar.ProgressBar, w io.Writer, took time.Duration) error {
+	if !o.json {
+		_ = bar.Finish()
+		fmt.Fprintf(w, "\nscan %s done in %s: %d completed, %d failed, %d cancelled, %d expired, %d results\n",
+			o.scan, took.Round(100*time.Millisecond), p.GetCompleted(), p.GetFailed(), p.GetCancelled(), p.GetExpired(), p.GetResults())
+	}
+	if p.GetFailed()+p.GetExpired() > 0 {
+		return scanFailedError{scan: o.scan, failed: p.GetFailed(), expired: p.GetExpired()}
+	}
+	return nil
+}
+
 func sameProgress(a, b *pb.ScanProgressResponse) bool {
 	return a.GetTotal() == b.GetTotal() && a.GetQueued() == b.GetQueued() && a.GetLeased() == b.GetLeased() &&
 		a.GetRunning() == b.GetRunning() && a.GetCompleted() == b.GetCompleted() && a.GetFailed() == b.GetFailed() &&
-		a.GetCancelled() == b.GetCancelled() && a.GetExpired() == b.GetExpired() && a.GetResults() == b.GetResults() &&
-		a.GetScheduled() == b.GetScheduled() && a.GetPaused() == b.GetPaused() && a.GetUnroutable() == b.GetUnroutable() &&
-		a.GetLiveWorkers() == b.GetLiveWorkers()
+		a.GetCancelled() == b.GetCancelled() && a.GetExpired() == b.GetExpired() && a.GetResults() == b.GetResults()
 }
 
 // resultJSON is one line of results --json: the result as a string when it
-// is UTF-8, else base64 in result_base64.
+// is UTF-8, else base64 in result_base64; cursor (with --follow) resumes
+// after this result.
 type resultJSON struct {
 	Index        int    `json:"index"`
 	TaskID       string `json:"task_id"`
+	TargetRef    string `json:"target_ref"`
 	Result       string `json:"result,omitempty"`
 	ResultBase64 []byte `json:"result_base64,omitempty"`
+	Cursor       string `json:"cursor,omitempty"`
 }
 
 func runResults(ctx context.Context, env *cliEnv, args []string) error {
 	var g globalFlags
 	fs := newFlagSet(env, clientCommandNamed("results"), &g, true)
 	scan := fs.String("scan", "", "scan ID (required)")
+	follow := fs.Bool("follow", false, "stream results as tasks finish until the scan is terminal")
+	completion := fs.Bool("completion-order", false, "with --follow: in completion order instead of enqueue order")
+	cursor := fs.String("cursor", "", "with --follow: resume after the result that carried this cursor (--json prints it)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *scan == "" || fs.NArg() > 0 {
-		return usagef("usage: termivar-coord results --scan S [--json]")
+		return usagef("usage: termivar-coord results --scan S [--json] [--follow [--completion-order] [--cursor C]]")
+	}
+	if !*follow && (*completion || *cursor != "") {
+		return usagef("--completion-order and --cursor need --follow")
 	}
 	c, err := newClient(&g)
 	if err != nil {
 		return err
 	}
 	i := 0
-	return c.Results(ctx, *scan, func(taskID string, result []byte) error {
+	emit := func(r client.Result) error {
 		i++
-		if g.json {
-			r := resultJSON{Index: i, TaskID: taskID}
-			if utf8.Valid(result) {
-				r.Result = string(result)
-			} else {
-				r.ResultBase64 = result
-			}
-			return writeJSON(env.stdout, r)
-		}
-		if _, err := env.stdout.Write(result); err != nil {
+		return printResult(env.stdout, g.json, i, r)
+	}
+	if !*follow {
+		return c.EachResult(ctx, *scan, emit)
+	}
+	last := *cursor
+	err = c.Follow(ctx, client.FollowOptions{ScanID: *scan, Cursor: *cursor, CompletionOrder: *completion}, func(r client.Result) error {
+		if err := emit(r); err != nil {
 			return err
 		}
-		if len(result) > 0 && result[len(result)-1] != '\n' {
-			_, err := io.WriteString(env.stdout, "\n")
-			return err
-		}
+		last = r.Cursor
 		return nil
 	})
+	if err != nil && last != "" {
+		fmt.Fprintf(env.stderr, "termivar-coord results: stopped after %d results; resume with --cursor %s\n", i, last)
+	}
+	return err
+}
+
+// printResult writes one result: raw bytes with a final newline, or a JSON
+// line.
+func printResult(w io.Writer, asJSON bool, index int, res client.Result) error {
+	if asJSON {
+		r := resultJSON{Index: index, TaskID: res.TaskID, TargetRef: res.TargetRef, Cursor: res.Cursor}
+		if utf8.Valid(res.Result) {
+			r.Result = string(res.Result)
+		} else {
+			r.ResultBase64 = res.Result
+		}
+		return writeJSON(w, r)
+	}
+	if _, err := w.Write(res.Result); err != nil {
+		return err
+	}
+	if len(res.Result) > 0 && res.Result[len(res.Result)-1] != '\n' {
+		_, err := io.WriteString(w, "\n")
+		return err
+	}
+	return nil
 }

@@ -7,6 +7,9 @@
 //	termivar-coord bench [flags]          end-to-end load generator
 //	termivar-coord version [--json]       build information of this binary
 //	termivar-coord completion bash|zsh|fish
+//	termivar-coord backup --out FILE      consistent, checksummed backup (admin key)
+//	termivar-coord restore --from FILE --data-dir DIR   new one-node cluster from it
+//	termivar-coord health [--url U] [--ready]  liveness/readiness probe (exit 0: 200)
 //
 // Global flags of client commands: --server URL (env TERMIVAR_SERVER,
 // default http://127.0.0.1:7420) and --key KEY (env TERMIVAR_KEY, default
@@ -27,6 +30,8 @@ const (
 	exitUsage       = 1
 	exitRejected    = 2
 	exitUnreachable = 3
+	// exitScanFailed: watch saw the scan end with failed or expired tasks.
+	exitScanFailed = 4
 )
 
 type command struct {
@@ -43,6 +48,9 @@ func commands() []command {
 		{"bench", "end-to-end load generator against an embedded or remote node", runBench},
 		{"version", "print the module version, VCS revision and Go version of this binary", runVersion},
 		{"completion", "print a shell completion script (completion bash|zsh|fish)", runCompletion},
+		{"backup", "stream a consistent, checksummed backup of the cluster from the leader into a file (admin key)", runBackup},
+		{"restore", "build a new single-node cluster's data dir from a backup file", runRestore},
+		{"health", "probe a node's /healthz (or /readyz with --ready): exit 0 if it answers 200", runHealth},
 	}
 }
 

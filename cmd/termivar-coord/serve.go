@@ -39,6 +39,9 @@ type serveFlags struct {
 	serverLimits                       server.Limits
 	obs                                obsFlags
 	scheduling                         distributed.SchedulingOptions
+	// emulateVersion is node.Config.EmulateVersion: set only by the
+	// mixed-version tests (upgrade_test.go), never by a flag.
+	emulateVersion uint32
 }
 
 func newServeFlagSet(f *serveFlags) *flag.FlagSet {
@@ -371,6 +374,7 @@ func nodeConfig(f serveFlags, logger *slog.Logger, apiURL string) node.Config {
 		DataDir: f.dataDir, NodeID: f.nodeID, RaftAddr: f.raftAddr, Logger: logger, RaftLogOutput: os.Stderr,
 		TickInterval: tick, TaskTTLSecs: f.taskTTL, DefaultLimits: f.limits, DefaultResultLimits: f.resultLimits,
 		APIURL: apiURL, ForceNewCluster: f.forceNewCluster, DefaultScheduling: &f.scheduling,
+		EmulateVersion: f.emulateVersion,
 	}
 }
 

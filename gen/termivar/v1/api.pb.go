@@ -2742,14 +2742,35 @@ type ScanProgressResponse struct {
 	Results   uint32                 `protobuf:"varint,9,opt,name=results,proto3" json:"results,omitempty"`
 	// 20-29: scheduling (contract Part F). scheduled counts queued tasks
 	// waiting for their not-before time; unroutable counts queued tasks whose
-	// required tags no live worker declared (no one can take them now).
+	// required tags no live worker declared (no one can take them now; the
+	// live workers are live_workers, field 16).
 	Scheduled   uint32 `protobuf:"varint,20,opt,name=scheduled,proto3" json:"scheduled,omitempty"`
 	MaxInFlight uint32 `protobuf:"varint,21,opt,name=max_in_flight,json=maxInFlight,proto3" json:"max_in_flight,omitempty"`
 	Paused      bool   `protobuf:"varint,22,opt,name=paused,proto3" json:"paused,omitempty"`
 	Unroutable  uint32 `protobuf:"varint,23,opt,name=unroutable,proto3" json:"unroutable,omitempty"`
-	LiveWorkers uint32 `protobuf:"varint,24,opt,name=live_workers,json=liveWorkers,proto3" json:"live_workers,omitempty"`
 	// reruns is the number of re-runs (Retry) of the scan's tasks.
-	Reruns        uint32 `protobuf:"varint,10,opt,name=reruns,proto3" json:"reruns,omitempty"`
+	Reruns uint32 `protobuf:"varint,19,opt,name=reruns,proto3" json:"reruns,omitempty"`
+	// What a stalled scan waits for, read from the same state (watch
+	// explains a stall with these). now_secs is the node's time in the
+	// leader's time base: the later of the last applied logical time and
+	// its wall clock seconds; next_lease_expiry is the earliest lease expiry
+	// of the scan's leased and running tasks (0: none), so
+	// next_lease_expiry - now_secs is the time left.
+	NowSecs         uint64 `protobuf:"varint,10,opt,name=now_secs,json=nowSecs,proto3" json:"now_secs,omitempty"`
+	NextLeaseExpiry uint64 `protobuf:"varint,11,opt,name=next_lease_expiry,json=nextLeaseExpiry,proto3" json:"next_lease_expiry,omitempty"`
+	// The tenant's result store: stored results and bytes, and its limits
+	// (a completion is rejected when either is reached).
+	TenantResults       uint32 `protobuf:"varint,12,opt,name=tenant_results,json=tenantResults,proto3" json:"tenant_results,omitempty"`
+	MaxResults          uint32 `protobuf:"varint,13,opt,name=max_results,json=maxResults,proto3" json:"max_results,omitempty"`
+	TenantResultBytes   uint64 `protobuf:"varint,14,opt,name=tenant_result_bytes,json=tenantResultBytes,proto3" json:"tenant_result_bytes,omitempty"`
+	MaxResultTotalBytes uint64 `protobuf:"varint,15,opt,name=max_result_total_bytes,json=maxResultTotalBytes,proto3" json:"max_result_total_bytes,omitempty"`
+	// live_workers counts the tenant's workers that are not offline and
+	// heartbeated within the heartbeat timeout; free_slots their available
+	// slots.
+	LiveWorkers uint32 `protobuf:"varint,16,opt,name=live_workers,json=liveWorkers,proto3" json:"live_workers,omitempty"`
+	FreeSlots   uint32 `protobuf:"varint,17,opt,name=free_slots,json=freeSlots,proto3" json:"free_slots,omitempty"`
+	// finished_at is when the last task became terminal (0: not finished).
+	FinishedAt    uint64 `protobuf:"varint,18,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2875,6 +2896,55 @@ func (x *ScanProgressResponse) GetUnroutable() uint32 {
 	return 0
 }
 
+func (x *ScanProgressResponse) GetReruns() uint32 {
+	if x != nil {
+		return x.Reruns
+	}
+	return 0
+}
+
+func (x *ScanProgressResponse) GetNowSecs() uint64 {
+	if x != nil {
+		return x.NowSecs
+	}
+	return 0
+}
+
+func (x *ScanProgressResponse) GetNextLeaseExpiry() uint64 {
+	if x != nil {
+		return x.NextLeaseExpiry
+	}
+	return 0
+}
+
+func (x *ScanProgressResponse) GetTenantResults() uint32 {
+	if x != nil {
+		return x.TenantResults
+	}
+	return 0
+}
+
+func (x *ScanProgressResponse) GetMaxResults() uint32 {
+	if x != nil {
+		return x.MaxResults
+	}
+	return 0
+}
+
+func (x *ScanProgressResponse) GetTenantResultBytes() uint64 {
+	if x != nil {
+		return x.TenantResultBytes
+	}
+	return 0
+}
+
+func (x *ScanProgressResponse) GetMaxResultTotalBytes() uint64 {
+	if x != nil {
+		return x.MaxResultTotalBytes
+	}
+	return 0
+}
+
 func (x *ScanProgressResponse) GetLiveWorkers() uint32 {
 	if x != nil {
 		return x.LiveWorkers
@@ -2882,9 +2952,16 @@ func (x *ScanProgressResponse) GetLiveWorkers() uint32 {
 	return 0
 }
 
-func (x *ScanProgressResponse) GetReruns() uint32 {
+func (x *ScanProgressResponse) GetFreeSlots() uint32 {
 	if x != nil {
-		return x.Reruns
+		return x.FreeSlots
+	}
+	return 0
+}
+
+func (x *ScanProgressResponse) GetFinishedAt() uint64 {
+	if x != nil {
+		return x.FinishedAt
 	}
 	return 0
 }
@@ -3070,6 +3147,7 @@ type AggregateResultsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TaskId        string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
 	Result        []byte                 `protobuf:"bytes,2,opt,name=result,proto3" json:"result,omitempty"`
+	TargetRef     string                 `protobuf:"bytes,3,opt,name=target_ref,json=targetRef,proto3" json:"target_ref,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3118,6 +3196,491 @@ func (x *AggregateResultsResponse) GetResult() []byte {
 	return nil
 }
 
+func (x *AggregateResultsResponse) GetTargetRef() string {
+	if x != nil {
+		return x.TargetRef
+	}
+	return ""
+}
+
+type ListScansRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	PageSize      uint32                 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`   // 0 means 100; at most 1000
+	PageToken     string                 `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"` // the last scan ID of the previous page
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListScansRequest) Reset() {
+	*x = ListScansRequest{}
+	mi := &file_termivar_v1_api_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListScansRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListScansRequest) ProtoMessage() {}
+
+func (x *ListScansRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListScansRequest.ProtoReflect.Descriptor instead.
+func (*ListScansRequest) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *ListScansRequest) GetPageSize() uint32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListScansRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ScanInfo is one scan: its state and counts per task status.
+type ScanInfo struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	ScanId string                 `protobuf:"bytes,1,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
+	// state is "running" (a task is not terminal), "done" (every task
+	// completed), "done_with_failures" (terminal, some failed or expired,
+	// none cancelled) or "cancelled" (terminal, some cancelled).
+	State      string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	CreatedAt  uint64 `protobuf:"varint,3,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`    // logical time of the first enqueue; 0: unknown
+	FinishedAt uint64 `protobuf:"varint,4,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"` // logical time the scan became terminal; 0: not (or unknown)
+	// admitted is the number of the scan's task records (every status).
+	Admitted    uint32 `protobuf:"varint,5,opt,name=admitted,proto3" json:"admitted,omitempty"`
+	Queued      uint32 `protobuf:"varint,6,opt,name=queued,proto3" json:"queued,omitempty"`
+	Leased      uint32 `protobuf:"varint,7,opt,name=leased,proto3" json:"leased,omitempty"`
+	Running     uint32 `protobuf:"varint,8,opt,name=running,proto3" json:"running,omitempty"`
+	Completed   uint32 `protobuf:"varint,9,opt,name=completed,proto3" json:"completed,omitempty"`
+	Failed      uint32 `protobuf:"varint,10,opt,name=failed,proto3" json:"failed,omitempty"`
+	Cancelled   uint32 `protobuf:"varint,11,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
+	Expired     uint32 `protobuf:"varint,12,opt,name=expired,proto3" json:"expired,omitempty"`
+	Results     uint32 `protobuf:"varint,13,opt,name=results,proto3" json:"results,omitempty"`
+	ResultBytes uint64 `protobuf:"varint,14,opt,name=result_bytes,json=resultBytes,proto3" json:"result_bytes,omitempty"`
+	// retention_deadline is the logical time after which the scan's
+	// terminal records and results may be deleted by the tenant's result
+	// retention policy; absent when no policy applies to the scan.
+	RetentionDeadline *uint64 `protobuf:"varint,15,opt,name=retention_deadline,json=retentionDeadline,proto3,oneof" json:"retention_deadline,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *ScanInfo) Reset() {
+	*x = ScanInfo{}
+	mi := &file_termivar_v1_api_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScanInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScanInfo) ProtoMessage() {}
+
+func (x *ScanInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScanInfo.ProtoReflect.Descriptor instead.
+func (*ScanInfo) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *ScanInfo) GetScanId() string {
+	if x != nil {
+		return x.ScanId
+	}
+	return ""
+}
+
+func (x *ScanInfo) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *ScanInfo) GetCreatedAt() uint64 {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return 0
+}
+
+func (x *ScanInfo) GetFinishedAt() uint64 {
+	if x != nil {
+		return x.FinishedAt
+	}
+	return 0
+}
+
+func (x *ScanInfo) GetAdmitted() uint32 {
+	if x != nil {
+		return x.Admitted
+	}
+	return 0
+}
+
+func (x *ScanInfo) GetQueued() uint32 {
+	if x != nil {
+		return x.Queued
+	}
+	return 0
+}
+
+func (x *ScanInfo) GetLeased() uint32 {
+	if x != nil {
+		return x.Leased
+	}
+	return 0
+}
+
+func (x *ScanInfo) GetRunning() uint32 {
+	if x != nil {
+		return x.Running
+	}
+	return 0
+}
+
+func (x *ScanInfo) GetCompleted() uint32 {
+	if x != nil {
+		return x.Completed
+	}
+	return 0
+}
+
+func (x *ScanInfo) GetFailed() uint32 {
+	if x != nil {
+		return x.Failed
+	}
+	return 0
+}
+
+func (x *ScanInfo) GetCancelled() uint32 {
+	if x != nil {
+		return x.Cancelled
+	}
+	return 0
+}
+
+func (x *ScanInfo) GetExpired() uint32 {
+	if x != nil {
+		return x.Expired
+	}
+	return 0
+}
+
+func (x *ScanInfo) GetResults() uint32 {
+	if x != nil {
+		return x.Results
+	}
+	return 0
+}
+
+func (x *ScanInfo) GetResultBytes() uint64 {
+	if x != nil {
+		return x.ResultBytes
+	}
+	return 0
+}
+
+func (x *ScanInfo) GetRetentionDeadline() uint64 {
+	if x != nil && x.RetentionDeadline != nil {
+		return *x.RetentionDeadline
+	}
+	return 0
+}
+
+type ListScansResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Scans         []*ScanInfo            `protobuf:"bytes,1,rep,name=scans,proto3" json:"scans,omitempty"`
+	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListScansResponse) Reset() {
+	*x = ListScansResponse{}
+	mi := &file_termivar_v1_api_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListScansResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListScansResponse) ProtoMessage() {}
+
+func (x *ListScansResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListScansResponse.ProtoReflect.Descriptor instead.
+func (*ListScansResponse) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *ListScansResponse) GetScans() []*ScanInfo {
+	if x != nil {
+		return x.Scans
+	}
+	return nil
+}
+
+func (x *ListScansResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+type FollowResultsRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	ScanId string                 `protobuf:"bytes,1,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
+	// cursor is where to continue: empty for the start, else the cursor of
+	// the last result received (or next_cursor of the last response).
+	Cursor string `protobuf:"bytes,2,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	// completion_order returns results in the order the tasks completed
+	// instead of enqueue order. A cursor belongs to one order.
+	CompletionOrder bool   `protobuf:"varint,3,opt,name=completion_order,json=completionOrder,proto3" json:"completion_order,omitempty"`
+	WaitSecs        uint32 `protobuf:"varint,4,opt,name=wait_secs,json=waitSecs,proto3" json:"wait_secs,omitempty"`       // long-poll bound, at most 60
+	MaxResults      uint32 `protobuf:"varint,5,opt,name=max_results,json=maxResults,proto3" json:"max_results,omitempty"` // 0 means 256; at most 4096 (and the tenant's aggregate bounds)
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *FollowResultsRequest) Reset() {
+	*x = FollowResultsRequest{}
+	mi := &file_termivar_v1_api_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FollowResultsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FollowResultsRequest) ProtoMessage() {}
+
+func (x *FollowResultsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FollowResultsRequest.ProtoReflect.Descriptor instead.
+func (*FollowResultsRequest) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *FollowResultsRequest) GetScanId() string {
+	if x != nil {
+		return x.ScanId
+	}
+	return ""
+}
+
+func (x *FollowResultsRequest) GetCursor() string {
+	if x != nil {
+		return x.Cursor
+	}
+	return ""
+}
+
+func (x *FollowResultsRequest) GetCompletionOrder() bool {
+	if x != nil {
+		return x.CompletionOrder
+	}
+	return false
+}
+
+func (x *FollowResultsRequest) GetWaitSecs() uint32 {
+	if x != nil {
+		return x.WaitSecs
+	}
+	return 0
+}
+
+func (x *FollowResultsRequest) GetMaxResults() uint32 {
+	if x != nil {
+		return x.MaxResults
+	}
+	return 0
+}
+
+type FollowedResult struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	TaskId    string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	TargetRef string                 `protobuf:"bytes,2,opt,name=target_ref,json=targetRef,proto3" json:"target_ref,omitempty"`
+	Result    []byte                 `protobuf:"bytes,3,opt,name=result,proto3" json:"result,omitempty"`
+	// cursor resumes after this result.
+	Cursor        string `protobuf:"bytes,4,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FollowedResult) Reset() {
+	*x = FollowedResult{}
+	mi := &file_termivar_v1_api_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FollowedResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FollowedResult) ProtoMessage() {}
+
+func (x *FollowedResult) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FollowedResult.ProtoReflect.Descriptor instead.
+func (*FollowedResult) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *FollowedResult) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *FollowedResult) GetTargetRef() string {
+	if x != nil {
+		return x.TargetRef
+	}
+	return ""
+}
+
+func (x *FollowedResult) GetResult() []byte {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *FollowedResult) GetCursor() string {
+	if x != nil {
+		return x.Cursor
+	}
+	return ""
+}
+
+type FollowResultsResponse struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Results    []*FollowedResult      `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	NextCursor string                 `protobuf:"bytes,2,opt,name=next_cursor,json=nextCursor,proto3" json:"next_cursor,omitempty"`
+	// done: the scan is terminal and there is no result after next_cursor.
+	Done          bool `protobuf:"varint,3,opt,name=done,proto3" json:"done,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FollowResultsResponse) Reset() {
+	*x = FollowResultsResponse{}
+	mi := &file_termivar_v1_api_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FollowResultsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FollowResultsResponse) ProtoMessage() {}
+
+func (x *FollowResultsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FollowResultsResponse.ProtoReflect.Descriptor instead.
+func (*FollowResultsResponse) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *FollowResultsResponse) GetResults() []*FollowedResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+func (x *FollowResultsResponse) GetNextCursor() string {
+	if x != nil {
+		return x.NextCursor
+	}
+	return ""
+}
+
+func (x *FollowResultsResponse) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
 type StatusRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// state_hash asks for a hash of the node's whole FSM state (admin keys of
@@ -3129,7 +3692,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[41]
+	mi := &file_termivar_v1_api_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3141,7 +3704,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[41]
+	mi := &file_termivar_v1_api_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3154,7 +3717,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{41}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *StatusRequest) GetStateHash() bool {
@@ -3193,6 +3756,12 @@ type StatusResponse struct {
 	// long_polls_waiting is the number of Acquire calls this node holds
 	// waiting for work right now.
 	LongPollsWaiting int64 `protobuf:"varint,18,opt,name=long_polls_waiting,json=longPollsWaiting,proto3" json:"long_polls_waiting,omitempty"`
+	// cluster_version is the replicated cluster version; node_max_version the
+	// highest one this node's binary supports (raftfsm/version.go).
+	ClusterVersion uint32 `protobuf:"varint,40,opt,name=cluster_version,json=clusterVersion,proto3" json:"cluster_version,omitempty"`
+	NodeMaxVersion uint32 `protobuf:"varint,41,opt,name=node_max_version,json=nodeMaxVersion,proto3" json:"node_max_version,omitempty"`
+	// last_backup is the last backup recorded (cluster version 2), if any.
+	LastBackup *BackupRecord `protobuf:"bytes,42,opt,name=last_backup,json=lastBackup,proto3" json:"last_backup,omitempty"`
 	// result_retention_secs is the tenant's result retention (0: off).
 	ResultRetentionSecs uint64 `protobuf:"varint,19,opt,name=result_retention_secs,json=resultRetentionSecs,proto3" json:"result_retention_secs,omitempty"`
 	// build is the answering node's build (termivar-coord version).
@@ -3203,7 +3772,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[42]
+	mi := &file_termivar_v1_api_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3215,7 +3784,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[42]
+	mi := &file_termivar_v1_api_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3228,7 +3797,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{42}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *StatusResponse) GetTenant() string {
@@ -3357,6 +3926,27 @@ func (x *StatusResponse) GetLongPollsWaiting() int64 {
 	return 0
 }
 
+func (x *StatusResponse) GetClusterVersion() uint32 {
+	if x != nil {
+		return x.ClusterVersion
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetNodeMaxVersion() uint32 {
+	if x != nil {
+		return x.NodeMaxVersion
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetLastBackup() *BackupRecord {
+	if x != nil {
+		return x.LastBackup
+	}
+	return nil
+}
+
 func (x *StatusResponse) GetResultRetentionSecs() uint64 {
 	if x != nil {
 		return x.ResultRetentionSecs
@@ -3390,7 +3980,7 @@ type BuildInfo struct {
 
 func (x *BuildInfo) Reset() {
 	*x = BuildInfo{}
-	mi := &file_termivar_v1_api_proto_msgTypes[43]
+	mi := &file_termivar_v1_api_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3402,7 +3992,7 @@ func (x *BuildInfo) String() string {
 func (*BuildInfo) ProtoMessage() {}
 
 func (x *BuildInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[43]
+	mi := &file_termivar_v1_api_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3415,7 +4005,7 @@ func (x *BuildInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BuildInfo.ProtoReflect.Descriptor instead.
 func (*BuildInfo) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{43}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *BuildInfo) GetModuleVersion() string {
@@ -3461,7 +4051,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[44]
+	mi := &file_termivar_v1_api_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3473,7 +4063,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[44]
+	mi := &file_termivar_v1_api_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3486,7 +4076,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{44}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{50}
 }
 
 type ListWorkersResponse struct {
@@ -3498,7 +4088,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[45]
+	mi := &file_termivar_v1_api_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3510,7 +4100,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[45]
+	mi := &file_termivar_v1_api_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3523,7 +4113,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{45}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*WorkerInfo {
@@ -3550,7 +4140,7 @@ type CreateTenantRequest struct {
 
 func (x *CreateTenantRequest) Reset() {
 	*x = CreateTenantRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[46]
+	mi := &file_termivar_v1_api_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3562,7 +4152,7 @@ func (x *CreateTenantRequest) String() string {
 func (*CreateTenantRequest) ProtoMessage() {}
 
 func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[46]
+	mi := &file_termivar_v1_api_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3575,7 +4165,7 @@ func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantRequest.ProtoReflect.Descriptor instead.
 func (*CreateTenantRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{46}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *CreateTenantRequest) GetName() string {
@@ -3625,7 +4215,7 @@ type UpdateScanRequest struct {
 
 func (x *UpdateScanRequest) Reset() {
 	*x = UpdateScanRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[47]
+	mi := &file_termivar_v1_api_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3637,7 +4227,7 @@ func (x *UpdateScanRequest) String() string {
 func (*UpdateScanRequest) ProtoMessage() {}
 
 func (x *UpdateScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[47]
+	mi := &file_termivar_v1_api_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3650,7 +4240,7 @@ func (x *UpdateScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateScanRequest.ProtoReflect.Descriptor instead.
 func (*UpdateScanRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{47}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *UpdateScanRequest) GetScanId() string {
@@ -3694,7 +4284,7 @@ type UpdateScanResponse struct {
 
 func (x *UpdateScanResponse) Reset() {
 	*x = UpdateScanResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[48]
+	mi := &file_termivar_v1_api_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3706,7 +4296,7 @@ func (x *UpdateScanResponse) String() string {
 func (*UpdateScanResponse) ProtoMessage() {}
 
 func (x *UpdateScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[48]
+	mi := &file_termivar_v1_api_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3719,7 +4309,7 @@ func (x *UpdateScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateScanResponse.ProtoReflect.Descriptor instead.
 func (*UpdateScanResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{48}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *UpdateScanResponse) GetMaxInFlight() uint32 {
@@ -3767,7 +4357,7 @@ type SetSchedulingOptionsRequest struct {
 
 func (x *SetSchedulingOptionsRequest) Reset() {
 	*x = SetSchedulingOptionsRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[49]
+	mi := &file_termivar_v1_api_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3779,7 +4369,7 @@ func (x *SetSchedulingOptionsRequest) String() string {
 func (*SetSchedulingOptionsRequest) ProtoMessage() {}
 
 func (x *SetSchedulingOptionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[49]
+	mi := &file_termivar_v1_api_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3792,7 +4382,7 @@ func (x *SetSchedulingOptionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSchedulingOptionsRequest.ProtoReflect.Descriptor instead.
 func (*SetSchedulingOptionsRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{49}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *SetSchedulingOptionsRequest) GetOptions() *SchedulingOptions {
@@ -3818,7 +4408,7 @@ type SetSchedulingOptionsResponse struct {
 
 func (x *SetSchedulingOptionsResponse) Reset() {
 	*x = SetSchedulingOptionsResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[50]
+	mi := &file_termivar_v1_api_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3830,7 +4420,7 @@ func (x *SetSchedulingOptionsResponse) String() string {
 func (*SetSchedulingOptionsResponse) ProtoMessage() {}
 
 func (x *SetSchedulingOptionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[50]
+	mi := &file_termivar_v1_api_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3843,7 +4433,7 @@ func (x *SetSchedulingOptionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSchedulingOptionsResponse.ProtoReflect.Descriptor instead.
 func (*SetSchedulingOptionsResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{50}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *SetSchedulingOptionsResponse) GetRevision() uint64 {
@@ -3863,7 +4453,7 @@ type UpdateTenantRequest struct {
 
 func (x *UpdateTenantRequest) Reset() {
 	*x = UpdateTenantRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[51]
+	mi := &file_termivar_v1_api_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3875,7 +4465,7 @@ func (x *UpdateTenantRequest) String() string {
 func (*UpdateTenantRequest) ProtoMessage() {}
 
 func (x *UpdateTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[51]
+	mi := &file_termivar_v1_api_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3888,7 +4478,7 @@ func (x *UpdateTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTenantRequest.ProtoReflect.Descriptor instead.
 func (*UpdateTenantRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{51}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *UpdateTenantRequest) GetName() string {
@@ -3913,7 +4503,7 @@ type UpdateTenantResponse struct {
 
 func (x *UpdateTenantResponse) Reset() {
 	*x = UpdateTenantResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[52]
+	mi := &file_termivar_v1_api_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3925,7 +4515,7 @@ func (x *UpdateTenantResponse) String() string {
 func (*UpdateTenantResponse) ProtoMessage() {}
 
 func (x *UpdateTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[52]
+	mi := &file_termivar_v1_api_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3938,7 +4528,7 @@ func (x *UpdateTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTenantResponse.ProtoReflect.Descriptor instead.
 func (*UpdateTenantResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{52}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{58}
 }
 
 type DeleteScanRequest struct {
@@ -3952,7 +4542,7 @@ type DeleteScanRequest struct {
 
 func (x *DeleteScanRequest) Reset() {
 	*x = DeleteScanRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[53]
+	mi := &file_termivar_v1_api_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3964,7 +4554,7 @@ func (x *DeleteScanRequest) String() string {
 func (*DeleteScanRequest) ProtoMessage() {}
 
 func (x *DeleteScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[53]
+	mi := &file_termivar_v1_api_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3977,7 +4567,7 @@ func (x *DeleteScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteScanRequest.ProtoReflect.Descriptor instead.
 func (*DeleteScanRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{53}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *DeleteScanRequest) GetScanId() string {
@@ -4007,7 +4597,7 @@ type DeleteScanResponse struct {
 
 func (x *DeleteScanResponse) Reset() {
 	*x = DeleteScanResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[54]
+	mi := &file_termivar_v1_api_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4019,7 +4609,7 @@ func (x *DeleteScanResponse) String() string {
 func (*DeleteScanResponse) ProtoMessage() {}
 
 func (x *DeleteScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[54]
+	mi := &file_termivar_v1_api_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4032,7 +4622,7 @@ func (x *DeleteScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteScanResponse.ProtoReflect.Descriptor instead.
 func (*DeleteScanResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{54}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *DeleteScanResponse) GetPurged() uint32 {
@@ -4065,7 +4655,7 @@ type PurgeTasksRequest struct {
 
 func (x *PurgeTasksRequest) Reset() {
 	*x = PurgeTasksRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[55]
+	mi := &file_termivar_v1_api_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4077,7 +4667,7 @@ func (x *PurgeTasksRequest) String() string {
 func (*PurgeTasksRequest) ProtoMessage() {}
 
 func (x *PurgeTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[55]
+	mi := &file_termivar_v1_api_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4090,7 +4680,7 @@ func (x *PurgeTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeTasksRequest.ProtoReflect.Descriptor instead.
 func (*PurgeTasksRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{55}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *PurgeTasksRequest) GetTaskIds() []string {
@@ -4110,7 +4700,7 @@ type PurgeTasksResponse struct {
 
 func (x *PurgeTasksResponse) Reset() {
 	*x = PurgeTasksResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[56]
+	mi := &file_termivar_v1_api_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4122,7 +4712,7 @@ func (x *PurgeTasksResponse) String() string {
 func (*PurgeTasksResponse) ProtoMessage() {}
 
 func (x *PurgeTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[56]
+	mi := &file_termivar_v1_api_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4135,7 +4725,7 @@ func (x *PurgeTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeTasksResponse.ProtoReflect.Descriptor instead.
 func (*PurgeTasksResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{56}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *PurgeTasksResponse) GetPurged() uint32 {
@@ -4161,7 +4751,7 @@ type CreateTenantResponse struct {
 
 func (x *CreateTenantResponse) Reset() {
 	*x = CreateTenantResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[57]
+	mi := &file_termivar_v1_api_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4173,7 +4763,7 @@ func (x *CreateTenantResponse) String() string {
 func (*CreateTenantResponse) ProtoMessage() {}
 
 func (x *CreateTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[57]
+	mi := &file_termivar_v1_api_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4186,7 +4776,7 @@ func (x *CreateTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantResponse.ProtoReflect.Descriptor instead.
 func (*CreateTenantResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{57}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *CreateTenantResponse) GetRevision() uint64 {
@@ -4206,7 +4796,7 @@ type CreateKeyRequest struct {
 
 func (x *CreateKeyRequest) Reset() {
 	*x = CreateKeyRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[58]
+	mi := &file_termivar_v1_api_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4218,7 +4808,7 @@ func (x *CreateKeyRequest) String() string {
 func (*CreateKeyRequest) ProtoMessage() {}
 
 func (x *CreateKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[58]
+	mi := &file_termivar_v1_api_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4231,7 +4821,7 @@ func (x *CreateKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyRequest.ProtoReflect.Descriptor instead.
 func (*CreateKeyRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{58}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *CreateKeyRequest) GetTenant() string {
@@ -4259,7 +4849,7 @@ type CreateKeyResponse struct {
 
 func (x *CreateKeyResponse) Reset() {
 	*x = CreateKeyResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[59]
+	mi := &file_termivar_v1_api_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4271,7 +4861,7 @@ func (x *CreateKeyResponse) String() string {
 func (*CreateKeyResponse) ProtoMessage() {}
 
 func (x *CreateKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[59]
+	mi := &file_termivar_v1_api_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4284,7 +4874,7 @@ func (x *CreateKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyResponse.ProtoReflect.Descriptor instead.
 func (*CreateKeyResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{59}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *CreateKeyResponse) GetKeyId() string {
@@ -4314,7 +4904,7 @@ type ListKeysRequest struct {
 
 func (x *ListKeysRequest) Reset() {
 	*x = ListKeysRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[60]
+	mi := &file_termivar_v1_api_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4326,7 +4916,7 @@ func (x *ListKeysRequest) String() string {
 func (*ListKeysRequest) ProtoMessage() {}
 
 func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[60]
+	mi := &file_termivar_v1_api_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4339,7 +4929,7 @@ func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListKeysRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{60}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ListKeysRequest) GetTenant() string {
@@ -4369,7 +4959,7 @@ type KeyInfo struct {
 
 func (x *KeyInfo) Reset() {
 	*x = KeyInfo{}
-	mi := &file_termivar_v1_api_proto_msgTypes[61]
+	mi := &file_termivar_v1_api_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4381,7 +4971,7 @@ func (x *KeyInfo) String() string {
 func (*KeyInfo) ProtoMessage() {}
 
 func (x *KeyInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[61]
+	mi := &file_termivar_v1_api_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4394,7 +4984,7 @@ func (x *KeyInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyInfo.ProtoReflect.Descriptor instead.
 func (*KeyInfo) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{61}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *KeyInfo) GetKeyId() string {
@@ -4441,7 +5031,7 @@ type ListKeysResponse struct {
 
 func (x *ListKeysResponse) Reset() {
 	*x = ListKeysResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[62]
+	mi := &file_termivar_v1_api_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4453,7 +5043,7 @@ func (x *ListKeysResponse) String() string {
 func (*ListKeysResponse) ProtoMessage() {}
 
 func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[62]
+	mi := &file_termivar_v1_api_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4466,7 +5056,7 @@ func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListKeysResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{62}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ListKeysResponse) GetKeys() []*KeyInfo {
@@ -4485,7 +5075,7 @@ type RevokeKeyRequest struct {
 
 func (x *RevokeKeyRequest) Reset() {
 	*x = RevokeKeyRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[63]
+	mi := &file_termivar_v1_api_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4497,7 +5087,7 @@ func (x *RevokeKeyRequest) String() string {
 func (*RevokeKeyRequest) ProtoMessage() {}
 
 func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[63]
+	mi := &file_termivar_v1_api_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4510,7 +5100,7 @@ func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeKeyRequest.ProtoReflect.Descriptor instead.
 func (*RevokeKeyRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{63}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *RevokeKeyRequest) GetKeyId() string {
@@ -4528,7 +5118,7 @@ type RevokeKeyResponse struct {
 
 func (x *RevokeKeyResponse) Reset() {
 	*x = RevokeKeyResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[64]
+	mi := &file_termivar_v1_api_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4540,7 +5130,7 @@ func (x *RevokeKeyResponse) String() string {
 func (*RevokeKeyResponse) ProtoMessage() {}
 
 func (x *RevokeKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[64]
+	mi := &file_termivar_v1_api_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4553,7 +5143,7 @@ func (x *RevokeKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeKeyResponse.ProtoReflect.Descriptor instead.
 func (*RevokeKeyResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{64}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{70}
 }
 
 type RotateKeyRequest struct {
@@ -4565,7 +5155,7 @@ type RotateKeyRequest struct {
 
 func (x *RotateKeyRequest) Reset() {
 	*x = RotateKeyRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[65]
+	mi := &file_termivar_v1_api_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4577,7 +5167,7 @@ func (x *RotateKeyRequest) String() string {
 func (*RotateKeyRequest) ProtoMessage() {}
 
 func (x *RotateKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[65]
+	mi := &file_termivar_v1_api_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4590,7 +5180,7 @@ func (x *RotateKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateKeyRequest.ProtoReflect.Descriptor instead.
 func (*RotateKeyRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{65}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *RotateKeyRequest) GetKeyId() string {
@@ -4612,7 +5202,7 @@ type RotateKeyResponse struct {
 
 func (x *RotateKeyResponse) Reset() {
 	*x = RotateKeyResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[66]
+	mi := &file_termivar_v1_api_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4624,7 +5214,7 @@ func (x *RotateKeyResponse) String() string {
 func (*RotateKeyResponse) ProtoMessage() {}
 
 func (x *RotateKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[66]
+	mi := &file_termivar_v1_api_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4637,7 +5227,7 @@ func (x *RotateKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateKeyResponse.ProtoReflect.Descriptor instead.
 func (*RotateKeyResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{66}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *RotateKeyResponse) GetKeyId() string {
@@ -4674,7 +5264,7 @@ type CreateScheduleRequest struct {
 
 func (x *CreateScheduleRequest) Reset() {
 	*x = CreateScheduleRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[67]
+	mi := &file_termivar_v1_api_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4686,7 +5276,7 @@ func (x *CreateScheduleRequest) String() string {
 func (*CreateScheduleRequest) ProtoMessage() {}
 
 func (x *CreateScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[67]
+	mi := &file_termivar_v1_api_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4699,7 +5289,7 @@ func (x *CreateScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateScheduleRequest.ProtoReflect.Descriptor instead.
 func (*CreateScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{67}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *CreateScheduleRequest) GetName() string {
@@ -4746,7 +5336,7 @@ type CreateScheduleResponse struct {
 
 func (x *CreateScheduleResponse) Reset() {
 	*x = CreateScheduleResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[68]
+	mi := &file_termivar_v1_api_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4758,7 +5348,7 @@ func (x *CreateScheduleResponse) String() string {
 func (*CreateScheduleResponse) ProtoMessage() {}
 
 func (x *CreateScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[68]
+	mi := &file_termivar_v1_api_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4771,7 +5361,7 @@ func (x *CreateScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateScheduleResponse.ProtoReflect.Descriptor instead.
 func (*CreateScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{68}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *CreateScheduleResponse) GetRevision() uint64 {
@@ -4799,7 +5389,7 @@ type ScheduleInfo struct {
 
 func (x *ScheduleInfo) Reset() {
 	*x = ScheduleInfo{}
-	mi := &file_termivar_v1_api_proto_msgTypes[69]
+	mi := &file_termivar_v1_api_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4811,7 +5401,7 @@ func (x *ScheduleInfo) String() string {
 func (*ScheduleInfo) ProtoMessage() {}
 
 func (x *ScheduleInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[69]
+	mi := &file_termivar_v1_api_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4824,7 +5414,7 @@ func (x *ScheduleInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleInfo.ProtoReflect.Descriptor instead.
 func (*ScheduleInfo) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{69}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ScheduleInfo) GetName() string {
@@ -4905,7 +5495,7 @@ type ListSchedulesRequest struct {
 
 func (x *ListSchedulesRequest) Reset() {
 	*x = ListSchedulesRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[70]
+	mi := &file_termivar_v1_api_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4917,7 +5507,7 @@ func (x *ListSchedulesRequest) String() string {
 func (*ListSchedulesRequest) ProtoMessage() {}
 
 func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[70]
+	mi := &file_termivar_v1_api_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4930,7 +5520,7 @@ func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesRequest.ProtoReflect.Descriptor instead.
 func (*ListSchedulesRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{70}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{76}
 }
 
 type ListSchedulesResponse struct {
@@ -4942,7 +5532,7 @@ type ListSchedulesResponse struct {
 
 func (x *ListSchedulesResponse) Reset() {
 	*x = ListSchedulesResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[71]
+	mi := &file_termivar_v1_api_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4954,7 +5544,7 @@ func (x *ListSchedulesResponse) String() string {
 func (*ListSchedulesResponse) ProtoMessage() {}
 
 func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[71]
+	mi := &file_termivar_v1_api_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4967,7 +5557,7 @@ func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesResponse.ProtoReflect.Descriptor instead.
 func (*ListSchedulesResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{71}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *ListSchedulesResponse) GetSchedules() []*ScheduleInfo {
@@ -4986,7 +5576,7 @@ type DeleteScheduleRequest struct {
 
 func (x *DeleteScheduleRequest) Reset() {
 	*x = DeleteScheduleRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[72]
+	mi := &file_termivar_v1_api_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4998,7 +5588,7 @@ func (x *DeleteScheduleRequest) String() string {
 func (*DeleteScheduleRequest) ProtoMessage() {}
 
 func (x *DeleteScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[72]
+	mi := &file_termivar_v1_api_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5011,7 +5601,7 @@ func (x *DeleteScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteScheduleRequest.ProtoReflect.Descriptor instead.
 func (*DeleteScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{72}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *DeleteScheduleRequest) GetName() string {
@@ -5030,7 +5620,7 @@ type DeleteScheduleResponse struct {
 
 func (x *DeleteScheduleResponse) Reset() {
 	*x = DeleteScheduleResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[73]
+	mi := &file_termivar_v1_api_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5042,7 +5632,7 @@ func (x *DeleteScheduleResponse) String() string {
 func (*DeleteScheduleResponse) ProtoMessage() {}
 
 func (x *DeleteScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[73]
+	mi := &file_termivar_v1_api_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5055,7 +5645,7 @@ func (x *DeleteScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteScheduleResponse.ProtoReflect.Descriptor instead.
 func (*DeleteScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{73}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *DeleteScheduleResponse) GetRevision() uint64 {
@@ -5325,7 +5915,7 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x05tasks\x18\x01 \x03(\v2\x15.termivar.v1.TaskInfoR\x05tasks\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\".\n" +
 	"\x13ScanProgressRequest\x12\x17\n" +
-	"\ascan_id\x18\x01 \x01(\tR\x06scanId\"\xb3\x03\n" +
+	"\ascan_id\x18\x01 \x01(\tR\x06scanId\"\xe7\x05\n" +
 	"\x14ScanProgressResponse\x12\x14\n" +
 	"\x05total\x18\x01 \x01(\rR\x05total\x12\x16\n" +
 	"\x06queued\x18\x02 \x01(\rR\x06queued\x12\x16\n" +
@@ -5341,10 +5931,21 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x06paused\x18\x16 \x01(\bR\x06paused\x12\x1e\n" +
 	"\n" +
 	"unroutable\x18\x17 \x01(\rR\n" +
-	"unroutable\x12!\n" +
-	"\flive_workers\x18\x18 \x01(\rR\vliveWorkers\x12\x16\n" +
-	"\x06reruns\x18\n" +
-	" \x01(\rR\x06reruns\"\xa6\x01\n" +
+	"unroutable\x12\x16\n" +
+	"\x06reruns\x18\x13 \x01(\rR\x06reruns\x12\x19\n" +
+	"\bnow_secs\x18\n" +
+	" \x01(\x04R\anowSecs\x12*\n" +
+	"\x11next_lease_expiry\x18\v \x01(\x04R\x0fnextLeaseExpiry\x12%\n" +
+	"\x0etenant_results\x18\f \x01(\rR\rtenantResults\x12\x1f\n" +
+	"\vmax_results\x18\r \x01(\rR\n" +
+	"maxResults\x12.\n" +
+	"\x13tenant_result_bytes\x18\x0e \x01(\x04R\x11tenantResultBytes\x123\n" +
+	"\x16max_result_total_bytes\x18\x0f \x01(\x04R\x13maxResultTotalBytes\x12!\n" +
+	"\flive_workers\x18\x10 \x01(\rR\vliveWorkers\x12\x1d\n" +
+	"\n" +
+	"free_slots\x18\x11 \x01(\rR\tfreeSlots\x12\x1f\n" +
+	"\vfinished_at\x18\x12 \x01(\x04R\n" +
+	"finishedAt\"\xa6\x01\n" +
 	"\fRetryRequest\x12\x17\n" +
 	"\ascan_id\x18\x01 \x01(\tR\x06scanId\x12\x19\n" +
 	"\btask_ids\x18\x02 \x03(\tR\ataskIds\x12\x1a\n" +
@@ -5356,13 +5957,60 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\tunchanged\x18\x02 \x01(\rR\tunchanged\x12\x1a\n" +
 	"\brevision\x18\x03 \x01(\x04R\brevision\"2\n" +
 	"\x17AggregateResultsRequest\x12\x17\n" +
-	"\ascan_id\x18\x01 \x01(\tR\x06scanId\"K\n" +
+	"\ascan_id\x18\x01 \x01(\tR\x06scanId\"j\n" +
 	"\x18AggregateResultsResponse\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x16\n" +
-	"\x06result\x18\x02 \x01(\fR\x06result\".\n" +
+	"\x06result\x18\x02 \x01(\fR\x06result\x12\x1d\n" +
+	"\n" +
+	"target_ref\x18\x03 \x01(\tR\ttargetRef\"N\n" +
+	"\x10ListScansRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\rR\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"\xd5\x03\n" +
+	"\bScanInfo\x12\x17\n" +
+	"\ascan_id\x18\x01 \x01(\tR\x06scanId\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1d\n" +
+	"\n" +
+	"created_at\x18\x03 \x01(\x04R\tcreatedAt\x12\x1f\n" +
+	"\vfinished_at\x18\x04 \x01(\x04R\n" +
+	"finishedAt\x12\x1a\n" +
+	"\badmitted\x18\x05 \x01(\rR\badmitted\x12\x16\n" +
+	"\x06queued\x18\x06 \x01(\rR\x06queued\x12\x16\n" +
+	"\x06leased\x18\a \x01(\rR\x06leased\x12\x18\n" +
+	"\arunning\x18\b \x01(\rR\arunning\x12\x1c\n" +
+	"\tcompleted\x18\t \x01(\rR\tcompleted\x12\x16\n" +
+	"\x06failed\x18\n" +
+	" \x01(\rR\x06failed\x12\x1c\n" +
+	"\tcancelled\x18\v \x01(\rR\tcancelled\x12\x18\n" +
+	"\aexpired\x18\f \x01(\rR\aexpired\x12\x18\n" +
+	"\aresults\x18\r \x01(\rR\aresults\x12!\n" +
+	"\fresult_bytes\x18\x0e \x01(\x04R\vresultBytes\x122\n" +
+	"\x12retention_deadline\x18\x0f \x01(\x04H\x00R\x11retentionDeadline\x88\x01\x01B\x15\n" +
+	"\x13_retention_deadline\"h\n" +
+	"\x11ListScansResponse\x12+\n" +
+	"\x05scans\x18\x01 \x03(\v2\x15.termivar.v1.ScanInfoR\x05scans\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xb0\x01\n" +
+	"\x14FollowResultsRequest\x12\x17\n" +
+	"\ascan_id\x18\x01 \x01(\tR\x06scanId\x12\x16\n" +
+	"\x06cursor\x18\x02 \x01(\tR\x06cursor\x12)\n" +
+	"\x10completion_order\x18\x03 \x01(\bR\x0fcompletionOrder\x12\x1b\n" +
+	"\twait_secs\x18\x04 \x01(\rR\bwaitSecs\x12\x1f\n" +
+	"\vmax_results\x18\x05 \x01(\rR\n" +
+	"maxResults\"x\n" +
+	"\x0eFollowedResult\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x1d\n" +
+	"\n" +
+	"target_ref\x18\x02 \x01(\tR\ttargetRef\x12\x16\n" +
+	"\x06result\x18\x03 \x01(\fR\x06result\x12\x16\n" +
+	"\x06cursor\x18\x04 \x01(\tR\x06cursor\"\x83\x01\n" +
+	"\x15FollowResultsResponse\x125\n" +
+	"\aresults\x18\x01 \x03(\v2\x1b.termivar.v1.FollowedResultR\aresults\x12\x1f\n" +
+	"\vnext_cursor\x18\x02 \x01(\tR\n" +
+	"nextCursor\x12\x12\n" +
+	"\x04done\x18\x03 \x01(\bR\x04done\".\n" +
 	"\rStatusRequest\x12\x1d\n" +
 	"\n" +
-	"state_hash\x18\x01 \x01(\bR\tstateHash\"\xd2\x05\n" +
+	"state_hash\x18\x01 \x01(\bR\tstateHash\"\xe1\x06\n" +
 	"\x0eStatusResponse\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12!\n" +
@@ -5384,7 +6032,11 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"state_hash\x18\x10 \x01(\fR\tstateHash\x12(\n" +
 	"\x10state_hash_index\x18\x11 \x01(\x04R\x0estateHashIndex\x12,\n" +
-	"\x12long_polls_waiting\x18\x12 \x01(\x03R\x10longPollsWaiting\x122\n" +
+	"\x12long_polls_waiting\x18\x12 \x01(\x03R\x10longPollsWaiting\x12'\n" +
+	"\x0fcluster_version\x18( \x01(\rR\x0eclusterVersion\x12(\n" +
+	"\x10node_max_version\x18) \x01(\rR\x0enodeMaxVersion\x12:\n" +
+	"\vlast_backup\x18* \x01(\v2\x19.termivar.v1.BackupRecordR\n" +
+	"lastBackup\x122\n" +
 	"\x15result_retention_secs\x18\x13 \x01(\x04R\x13resultRetentionSecs\x12,\n" +
 	"\x05build\x18\x14 \x01(\v2\x16.termivar.v1.BuildInfoR\x05build\"\xb2\x01\n" +
 	"\tBuildInfo\x12%\n" +
@@ -5515,7 +6167,7 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\fCompleteMany\x12 .termivar.v1.CompleteManyRequest\x1a!.termivar.v1.CompleteManyResponse\x12;\n" +
 	"\x04Fail\x12\x18.termivar.v1.FailRequest\x1a\x19.termivar.v1.FailResponse\x12M\n" +
 	"\n" +
-	"Deregister\x12\x1e.termivar.v1.DeregisterRequest\x1a\x1f.termivar.v1.DeregisterResponse2\x98\b\n" +
+	"Deregister\x12\x1e.termivar.v1.DeregisterRequest\x1a\x1f.termivar.v1.DeregisterResponse2\xbc\t\n" +
 	"\bProducer\x12D\n" +
 	"\aEnqueue\x12\x1b.termivar.v1.EnqueueRequest\x1a\x1c.termivar.v1.EnqueueResponse\x12A\n" +
 	"\x06Cancel\x12\x1a.termivar.v1.CancelRequest\x1a\x1b.termivar.v1.CancelResponse\x12D\n" +
@@ -5528,7 +6180,9 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\rListSchedules\x12!.termivar.v1.ListSchedulesRequest\x1a\".termivar.v1.ListSchedulesResponse\x12Y\n" +
 	"\x0eDeleteSchedule\x12\".termivar.v1.DeleteScheduleRequest\x1a#.termivar.v1.DeleteScheduleResponse\x12>\n" +
 	"\x05Retry\x12\x19.termivar.v1.RetryRequest\x1a\x1a.termivar.v1.RetryResponse\x12a\n" +
-	"\x10AggregateResults\x12$.termivar.v1.AggregateResultsRequest\x1a%.termivar.v1.AggregateResultsResponse0\x01\x12M\n" +
+	"\x10AggregateResults\x12$.termivar.v1.AggregateResultsRequest\x1a%.termivar.v1.AggregateResultsResponse0\x01\x12J\n" +
+	"\tListScans\x12\x1d.termivar.v1.ListScansRequest\x1a\x1e.termivar.v1.ListScansResponse\x12V\n" +
+	"\rFollowResults\x12!.termivar.v1.FollowResultsRequest\x1a\".termivar.v1.FollowResultsResponse\x12M\n" +
 	"\n" +
 	"DeleteScan\x12\x1e.termivar.v1.DeleteScanRequest\x1a\x1f.termivar.v1.DeleteScanResponse\x12M\n" +
 	"\n" +
@@ -5556,7 +6210,7 @@ func file_termivar_v1_api_proto_rawDescGZIP() []byte {
 	return file_termivar_v1_api_proto_rawDescData
 }
 
-var file_termivar_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 74)
+var file_termivar_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 80)
 var file_termivar_v1_api_proto_goTypes = []any{
 	(*ErrorDetail)(nil),                  // 0: termivar.v1.ErrorDetail
 	(*WorkerInfo)(nil),                   // 1: termivar.v1.WorkerInfo
@@ -5599,43 +6253,50 @@ var file_termivar_v1_api_proto_goTypes = []any{
 	(*RetryResponse)(nil),                // 38: termivar.v1.RetryResponse
 	(*AggregateResultsRequest)(nil),      // 39: termivar.v1.AggregateResultsRequest
 	(*AggregateResultsResponse)(nil),     // 40: termivar.v1.AggregateResultsResponse
-	(*StatusRequest)(nil),                // 41: termivar.v1.StatusRequest
-	(*StatusResponse)(nil),               // 42: termivar.v1.StatusResponse
-	(*BuildInfo)(nil),                    // 43: termivar.v1.BuildInfo
-	(*ListWorkersRequest)(nil),           // 44: termivar.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),          // 45: termivar.v1.ListWorkersResponse
-	(*CreateTenantRequest)(nil),          // 46: termivar.v1.CreateTenantRequest
-	(*UpdateScanRequest)(nil),            // 47: termivar.v1.UpdateScanRequest
-	(*UpdateScanResponse)(nil),           // 48: termivar.v1.UpdateScanResponse
-	(*SetSchedulingOptionsRequest)(nil),  // 49: termivar.v1.SetSchedulingOptionsRequest
-	(*SetSchedulingOptionsResponse)(nil), // 50: termivar.v1.SetSchedulingOptionsResponse
-	(*UpdateTenantRequest)(nil),          // 51: termivar.v1.UpdateTenantRequest
-	(*UpdateTenantResponse)(nil),         // 52: termivar.v1.UpdateTenantResponse
-	(*DeleteScanRequest)(nil),            // 53: termivar.v1.DeleteScanRequest
-	(*DeleteScanResponse)(nil),           // 54: termivar.v1.DeleteScanResponse
-	(*PurgeTasksRequest)(nil),            // 55: termivar.v1.PurgeTasksRequest
-	(*PurgeTasksResponse)(nil),           // 56: termivar.v1.PurgeTasksResponse
-	(*CreateTenantResponse)(nil),         // 57: termivar.v1.CreateTenantResponse
-	(*CreateKeyRequest)(nil),             // 58: termivar.v1.CreateKeyRequest
-	(*CreateKeyResponse)(nil),            // 59: termivar.v1.CreateKeyResponse
-	(*ListKeysRequest)(nil),              // 60: termivar.v1.ListKeysRequest
-	(*KeyInfo)(nil),                      // 61: termivar.v1.KeyInfo
-	(*ListKeysResponse)(nil),             // 62: termivar.v1.ListKeysResponse
-	(*RevokeKeyRequest)(nil),             // 63: termivar.v1.RevokeKeyRequest
-	(*RevokeKeyResponse)(nil),            // 64: termivar.v1.RevokeKeyResponse
-	(*RotateKeyRequest)(nil),             // 65: termivar.v1.RotateKeyRequest
-	(*RotateKeyResponse)(nil),            // 66: termivar.v1.RotateKeyResponse
-	(*CreateScheduleRequest)(nil),        // 67: termivar.v1.CreateScheduleRequest
-	(*CreateScheduleResponse)(nil),       // 68: termivar.v1.CreateScheduleResponse
-	(*ScheduleInfo)(nil),                 // 69: termivar.v1.ScheduleInfo
-	(*ListSchedulesRequest)(nil),         // 70: termivar.v1.ListSchedulesRequest
-	(*ListSchedulesResponse)(nil),        // 71: termivar.v1.ListSchedulesResponse
-	(*DeleteScheduleRequest)(nil),        // 72: termivar.v1.DeleteScheduleRequest
-	(*DeleteScheduleResponse)(nil),       // 73: termivar.v1.DeleteScheduleResponse
-	(*ClusterMember)(nil),                // 74: termivar.v1.ClusterMember
-	(*CoreLimits)(nil),                   // 75: termivar.v1.CoreLimits
-	(*ResultLimits)(nil),                 // 76: termivar.v1.ResultLimits
-	(*SchedulingOptions)(nil),            // 77: termivar.v1.SchedulingOptions
+	(*ListScansRequest)(nil),             // 41: termivar.v1.ListScansRequest
+	(*ScanInfo)(nil),                     // 42: termivar.v1.ScanInfo
+	(*ListScansResponse)(nil),            // 43: termivar.v1.ListScansResponse
+	(*FollowResultsRequest)(nil),         // 44: termivar.v1.FollowResultsRequest
+	(*FollowedResult)(nil),               // 45: termivar.v1.FollowedResult
+	(*FollowResultsResponse)(nil),        // 46: termivar.v1.FollowResultsResponse
+	(*StatusRequest)(nil),                // 47: termivar.v1.StatusRequest
+	(*StatusResponse)(nil),               // 48: termivar.v1.StatusResponse
+	(*BuildInfo)(nil),                    // 49: termivar.v1.BuildInfo
+	(*ListWorkersRequest)(nil),           // 50: termivar.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),          // 51: termivar.v1.ListWorkersResponse
+	(*CreateTenantRequest)(nil),          // 52: termivar.v1.CreateTenantRequest
+	(*UpdateScanRequest)(nil),            // 53: termivar.v1.UpdateScanRequest
+	(*UpdateScanResponse)(nil),           // 54: termivar.v1.UpdateScanResponse
+	(*SetSchedulingOptionsRequest)(nil),  // 55: termivar.v1.SetSchedulingOptionsRequest
+	(*SetSchedulingOptionsResponse)(nil), // 56: termivar.v1.SetSchedulingOptionsResponse
+	(*UpdateTenantRequest)(nil),          // 57: termivar.v1.UpdateTenantRequest
+	(*UpdateTenantResponse)(nil),         // 58: termivar.v1.UpdateTenantResponse
+	(*DeleteScanRequest)(nil),            // 59: termivar.v1.DeleteScanRequest
+	(*DeleteScanResponse)(nil),           // 60: termivar.v1.DeleteScanResponse
+	(*PurgeTasksRequest)(nil),            // 61: termivar.v1.PurgeTasksRequest
+	(*PurgeTasksResponse)(nil),           // 62: termivar.v1.PurgeTasksResponse
+	(*CreateTenantResponse)(nil),         // 63: termivar.v1.CreateTenantResponse
+	(*CreateKeyRequest)(nil),             // 64: termivar.v1.CreateKeyRequest
+	(*CreateKeyResponse)(nil),            // 65: termivar.v1.CreateKeyResponse
+	(*ListKeysRequest)(nil),              // 66: termivar.v1.ListKeysRequest
+	(*KeyInfo)(nil),                      // 67: termivar.v1.KeyInfo
+	(*ListKeysResponse)(nil),             // 68: termivar.v1.ListKeysResponse
+	(*RevokeKeyRequest)(nil),             // 69: termivar.v1.RevokeKeyRequest
+	(*RevokeKeyResponse)(nil),            // 70: termivar.v1.RevokeKeyResponse
+	(*RotateKeyRequest)(nil),             // 71: termivar.v1.RotateKeyRequest
+	(*RotateKeyResponse)(nil),            // 72: termivar.v1.RotateKeyResponse
+	(*CreateScheduleRequest)(nil),        // 73: termivar.v1.CreateScheduleRequest
+	(*CreateScheduleResponse)(nil),       // 74: termivar.v1.CreateScheduleResponse
+	(*ScheduleInfo)(nil),                 // 75: termivar.v1.ScheduleInfo
+	(*ListSchedulesRequest)(nil),         // 76: termivar.v1.ListSchedulesRequest
+	(*ListSchedulesResponse)(nil),        // 77: termivar.v1.ListSchedulesResponse
+	(*DeleteScheduleRequest)(nil),        // 78: termivar.v1.DeleteScheduleRequest
+	(*DeleteScheduleResponse)(nil),       // 79: termivar.v1.DeleteScheduleResponse
+	(*ClusterMember)(nil),                // 80: termivar.v1.ClusterMember
+	(*BackupRecord)(nil),                 // 81: termivar.v1.BackupRecord
+	(*CoreLimits)(nil),                   // 82: termivar.v1.CoreLimits
+	(*ResultLimits)(nil),                 // 83: termivar.v1.ResultLimits
+	(*SchedulingOptions)(nil),            // 84: termivar.v1.SchedulingOptions
 }
 var file_termivar_v1_api_proto_depIdxs = []int32{
 	1,  // 0: termivar.v1.RegisterWorkerResponse.worker:type_name -> termivar.v1.WorkerInfo
@@ -5651,82 +6312,89 @@ var file_termivar_v1_api_proto_depIdxs = []int32{
 	30, // 10: termivar.v1.TaskInfo.attempts:type_name -> termivar.v1.AttemptInfo
 	29, // 11: termivar.v1.GetTaskResponse.task:type_name -> termivar.v1.TaskInfo
 	29, // 12: termivar.v1.ListTasksResponse.tasks:type_name -> termivar.v1.TaskInfo
-	74, // 13: termivar.v1.StatusResponse.members:type_name -> termivar.v1.ClusterMember
-	43, // 14: termivar.v1.StatusResponse.build:type_name -> termivar.v1.BuildInfo
-	1,  // 15: termivar.v1.ListWorkersResponse.workers:type_name -> termivar.v1.WorkerInfo
-	75, // 16: termivar.v1.CreateTenantRequest.limits:type_name -> termivar.v1.CoreLimits
-	76, // 17: termivar.v1.CreateTenantRequest.result_limits:type_name -> termivar.v1.ResultLimits
-	77, // 18: termivar.v1.CreateTenantRequest.scheduling:type_name -> termivar.v1.SchedulingOptions
-	77, // 19: termivar.v1.SetSchedulingOptionsRequest.options:type_name -> termivar.v1.SchedulingOptions
-	61, // 20: termivar.v1.ListKeysResponse.keys:type_name -> termivar.v1.KeyInfo
-	69, // 21: termivar.v1.ListSchedulesResponse.schedules:type_name -> termivar.v1.ScheduleInfo
-	2,  // 22: termivar.v1.Worker.RegisterWorker:input_type -> termivar.v1.RegisterWorkerRequest
-	4,  // 23: termivar.v1.Worker.Heartbeat:input_type -> termivar.v1.HeartbeatRequest
-	6,  // 24: termivar.v1.Worker.Acquire:input_type -> termivar.v1.AcquireRequest
-	9,  // 25: termivar.v1.Worker.Start:input_type -> termivar.v1.StartRequest
-	11, // 26: termivar.v1.Worker.RenewLease:input_type -> termivar.v1.RenewLeaseRequest
-	13, // 27: termivar.v1.Worker.Complete:input_type -> termivar.v1.CompleteRequest
-	15, // 28: termivar.v1.Worker.CompleteMany:input_type -> termivar.v1.CompleteManyRequest
-	18, // 29: termivar.v1.Worker.Fail:input_type -> termivar.v1.FailRequest
-	21, // 30: termivar.v1.Worker.Deregister:input_type -> termivar.v1.DeregisterRequest
-	24, // 31: termivar.v1.Producer.Enqueue:input_type -> termivar.v1.EnqueueRequest
-	27, // 32: termivar.v1.Producer.Cancel:input_type -> termivar.v1.CancelRequest
-	31, // 33: termivar.v1.Producer.GetTask:input_type -> termivar.v1.GetTaskRequest
-	33, // 34: termivar.v1.Producer.ListTasks:input_type -> termivar.v1.ListTasksRequest
-	35, // 35: termivar.v1.Producer.ScanProgress:input_type -> termivar.v1.ScanProgressRequest
-	47, // 36: termivar.v1.Producer.UpdateScan:input_type -> termivar.v1.UpdateScanRequest
-	67, // 37: termivar.v1.Producer.CreateSchedule:input_type -> termivar.v1.CreateScheduleRequest
-	70, // 38: termivar.v1.Producer.ListSchedules:input_type -> termivar.v1.ListSchedulesRequest
-	72, // 39: termivar.v1.Producer.DeleteSchedule:input_type -> termivar.v1.DeleteScheduleRequest
-	37, // 40: termivar.v1.Producer.Retry:input_type -> termivar.v1.RetryRequest
-	39, // 41: termivar.v1.Producer.AggregateResults:input_type -> termivar.v1.AggregateResultsRequest
-	53, // 42: termivar.v1.Producer.DeleteScan:input_type -> termivar.v1.DeleteScanRequest
-	55, // 43: termivar.v1.Producer.PurgeTasks:input_type -> termivar.v1.PurgeTasksRequest
-	41, // 44: termivar.v1.Admin.Status:input_type -> termivar.v1.StatusRequest
-	44, // 45: termivar.v1.Admin.ListWorkers:input_type -> termivar.v1.ListWorkersRequest
-	46, // 46: termivar.v1.Admin.CreateTenant:input_type -> termivar.v1.CreateTenantRequest
-	51, // 47: termivar.v1.Admin.UpdateTenant:input_type -> termivar.v1.UpdateTenantRequest
-	58, // 48: termivar.v1.Admin.CreateKey:input_type -> termivar.v1.CreateKeyRequest
-	60, // 49: termivar.v1.Admin.ListKeys:input_type -> termivar.v1.ListKeysRequest
-	63, // 50: termivar.v1.Admin.RevokeKey:input_type -> termivar.v1.RevokeKeyRequest
-	65, // 51: termivar.v1.Admin.RotateKey:input_type -> termivar.v1.RotateKeyRequest
-	49, // 52: termivar.v1.Admin.SetSchedulingOptions:input_type -> termivar.v1.SetSchedulingOptionsRequest
-	3,  // 53: termivar.v1.Worker.RegisterWorker:output_type -> termivar.v1.RegisterWorkerResponse
-	5,  // 54: termivar.v1.Worker.Heartbeat:output_type -> termivar.v1.HeartbeatResponse
-	8,  // 55: termivar.v1.Worker.Acquire:output_type -> termivar.v1.AcquireResponse
-	10, // 56: termivar.v1.Worker.Start:output_type -> termivar.v1.StartResponse
-	12, // 57: termivar.v1.Worker.RenewLease:output_type -> termivar.v1.RenewLeaseResponse
-	14, // 58: termivar.v1.Worker.Complete:output_type -> termivar.v1.CompleteResponse
-	17, // 59: termivar.v1.Worker.CompleteMany:output_type -> termivar.v1.CompleteManyResponse
-	19, // 60: termivar.v1.Worker.Fail:output_type -> termivar.v1.FailResponse
-	22, // 61: termivar.v1.Worker.Deregister:output_type -> termivar.v1.DeregisterResponse
-	26, // 62: termivar.v1.Producer.Enqueue:output_type -> termivar.v1.EnqueueResponse
-	28, // 63: termivar.v1.Producer.Cancel:output_type -> termivar.v1.CancelResponse
-	32, // 64: termivar.v1.Producer.GetTask:output_type -> termivar.v1.GetTaskResponse
-	34, // 65: termivar.v1.Producer.ListTasks:output_type -> termivar.v1.ListTasksResponse
-	36, // 66: termivar.v1.Producer.ScanProgress:output_type -> termivar.v1.ScanProgressResponse
-	48, // 67: termivar.v1.Producer.UpdateScan:output_type -> termivar.v1.UpdateScanResponse
-	68, // 68: termivar.v1.Producer.CreateSchedule:output_type -> termivar.v1.CreateScheduleResponse
-	71, // 69: termivar.v1.Producer.ListSchedules:output_type -> termivar.v1.ListSchedulesResponse
-	73, // 70: termivar.v1.Producer.DeleteSchedule:output_type -> termivar.v1.DeleteScheduleResponse
-	38, // 71: termivar.v1.Producer.Retry:output_type -> termivar.v1.RetryResponse
-	40, // 72: termivar.v1.Producer.AggregateResults:output_type -> termivar.v1.AggregateResultsResponse
-	54, // 73: termivar.v1.Producer.DeleteScan:output_type -> termivar.v1.DeleteScanResponse
-	56, // 74: termivar.v1.Producer.PurgeTasks:output_type -> termivar.v1.PurgeTasksResponse
-	42, // 75: termivar.v1.Admin.Status:output_type -> termivar.v1.StatusResponse
-	45, // 76: termivar.v1.Admin.ListWorkers:output_type -> termivar.v1.ListWorkersResponse
-	57, // 77: termivar.v1.Admin.CreateTenant:output_type -> termivar.v1.CreateTenantResponse
-	52, // 78: termivar.v1.Admin.UpdateTenant:output_type -> termivar.v1.UpdateTenantResponse
-	59, // 79: termivar.v1.Admin.CreateKey:output_type -> termivar.v1.CreateKeyResponse
-	62, // 80: termivar.v1.Admin.ListKeys:output_type -> termivar.v1.ListKeysResponse
-	64, // 81: termivar.v1.Admin.RevokeKey:output_type -> termivar.v1.RevokeKeyResponse
-	66, // 82: termivar.v1.Admin.RotateKey:output_type -> termivar.v1.RotateKeyResponse
-	50, // 83: termivar.v1.Admin.SetSchedulingOptions:output_type -> termivar.v1.SetSchedulingOptionsResponse
-	53, // [53:84] is the sub-list for method output_type
-	22, // [22:53] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	42, // 13: termivar.v1.ListScansResponse.scans:type_name -> termivar.v1.ScanInfo
+	45, // 14: termivar.v1.FollowResultsResponse.results:type_name -> termivar.v1.FollowedResult
+	80, // 15: termivar.v1.StatusResponse.members:type_name -> termivar.v1.ClusterMember
+	81, // 16: termivar.v1.StatusResponse.last_backup:type_name -> termivar.v1.BackupRecord
+	49, // 17: termivar.v1.StatusResponse.build:type_name -> termivar.v1.BuildInfo
+	1,  // 18: termivar.v1.ListWorkersResponse.workers:type_name -> termivar.v1.WorkerInfo
+	82, // 19: termivar.v1.CreateTenantRequest.limits:type_name -> termivar.v1.CoreLimits
+	83, // 20: termivar.v1.CreateTenantRequest.result_limits:type_name -> termivar.v1.ResultLimits
+	84, // 21: termivar.v1.CreateTenantRequest.scheduling:type_name -> termivar.v1.SchedulingOptions
+	84, // 22: termivar.v1.SetSchedulingOptionsRequest.options:type_name -> termivar.v1.SchedulingOptions
+	67, // 23: termivar.v1.ListKeysResponse.keys:type_name -> termivar.v1.KeyInfo
+	75, // 24: termivar.v1.ListSchedulesResponse.schedules:type_name -> termivar.v1.ScheduleInfo
+	2,  // 25: termivar.v1.Worker.RegisterWorker:input_type -> termivar.v1.RegisterWorkerRequest
+	4,  // 26: termivar.v1.Worker.Heartbeat:input_type -> termivar.v1.HeartbeatRequest
+	6,  // 27: termivar.v1.Worker.Acquire:input_type -> termivar.v1.AcquireRequest
+	9,  // 28: termivar.v1.Worker.Start:input_type -> termivar.v1.StartRequest
+	11, // 29: termivar.v1.Worker.RenewLease:input_type -> termivar.v1.RenewLeaseRequest
+	13, // 30: termivar.v1.Worker.Complete:input_type -> termivar.v1.CompleteRequest
+	15, // 31: termivar.v1.Worker.CompleteMany:input_type -> termivar.v1.CompleteManyRequest
+	18, // 32: termivar.v1.Worker.Fail:input_type -> termivar.v1.FailRequest
+	21, // 33: termivar.v1.Worker.Deregister:input_type -> termivar.v1.DeregisterRequest
+	24, // 34: termivar.v1.Producer.Enqueue:input_type -> termivar.v1.EnqueueRequest
+	27, // 35: termivar.v1.Producer.Cancel:input_type -> termivar.v1.CancelRequest
+	31, // 36: termivar.v1.Producer.GetTask:input_type -> termivar.v1.GetTaskRequest
+	33, // 37: termivar.v1.Producer.ListTasks:input_type -> termivar.v1.ListTasksRequest
+	35, // 38: termivar.v1.Producer.ScanProgress:input_type -> termivar.v1.ScanProgressRequest
+	53, // 39: termivar.v1.Producer.UpdateScan:input_type -> termivar.v1.UpdateScanRequest
+	73, // 40: termivar.v1.Producer.CreateSchedule:input_type -> termivar.v1.CreateScheduleRequest
+	76, // 41: termivar.v1.Producer.ListSchedules:input_type -> termivar.v1.ListSchedulesRequest
+	78, // 42: termivar.v1.Producer.DeleteSchedule:input_type -> termivar.v1.DeleteScheduleRequest
+	37, // 43: termivar.v1.Producer.Retry:input_type -> termivar.v1.RetryRequest
+	39, // 44: termivar.v1.Producer.AggregateResults:input_type -> termivar.v1.AggregateResultsRequest
+	41, // 45: termivar.v1.Producer.ListScans:input_type -> termivar.v1.ListScansRequest
+	44, // 46: termivar.v1.Producer.FollowResults:input_type -> termivar.v1.FollowResultsRequest
+	59, // 47: termivar.v1.Producer.DeleteScan:input_type -> termivar.v1.DeleteScanRequest
+	61, // 48: termivar.v1.Producer.PurgeTasks:input_type -> termivar.v1.PurgeTasksRequest
+	47, // 49: termivar.v1.Admin.Status:input_type -> termivar.v1.StatusRequest
+	50, // 50: termivar.v1.Admin.ListWorkers:input_type -> termivar.v1.ListWorkersRequest
+	52, // 51: termivar.v1.Admin.CreateTenant:input_type -> termivar.v1.CreateTenantRequest
+	57, // 52: termivar.v1.Admin.UpdateTenant:input_type -> termivar.v1.UpdateTenantRequest
+	64, // 53: termivar.v1.Admin.CreateKey:input_type -> termivar.v1.CreateKeyRequest
+	66, // 54: termivar.v1.Admin.ListKeys:input_type -> termivar.v1.ListKeysRequest
+	69, // 55: termivar.v1.Admin.RevokeKey:input_type -> termivar.v1.RevokeKeyRequest
+	71, // 56: termivar.v1.Admin.RotateKey:input_type -> termivar.v1.RotateKeyRequest
+	55, // 57: termivar.v1.Admin.SetSchedulingOptions:input_type -> termivar.v1.SetSchedulingOptionsRequest
+	3,  // 58: termivar.v1.Worker.RegisterWorker:output_type -> termivar.v1.RegisterWorkerResponse
+	5,  // 59: termivar.v1.Worker.Heartbeat:output_type -> termivar.v1.HeartbeatResponse
+	8,  // 60: termivar.v1.Worker.Acquire:output_type -> termivar.v1.AcquireResponse
+	10, // 61: termivar.v1.Worker.Start:output_type -> termivar.v1.StartResponse
+	12, // 62: termivar.v1.Worker.RenewLease:output_type -> termivar.v1.RenewLeaseResponse
+	14, // 63: termivar.v1.Worker.Complete:output_type -> termivar.v1.CompleteResponse
+	17, // 64: termivar.v1.Worker.CompleteMany:output_type -> termivar.v1.CompleteManyResponse
+	19, // 65: termivar.v1.Worker.Fail:output_type -> termivar.v1.FailResponse
+	22, // 66: termivar.v1.Worker.Deregister:output_type -> termivar.v1.DeregisterResponse
+	26, // 67: termivar.v1.Producer.Enqueue:output_type -> termivar.v1.EnqueueResponse
+	28, // 68: termivar.v1.Producer.Cancel:output_type -> termivar.v1.CancelResponse
+	32, // 69: termivar.v1.Producer.GetTask:output_type -> termivar.v1.GetTaskResponse
+	34, // 70: termivar.v1.Producer.ListTasks:output_type -> termivar.v1.ListTasksResponse
+	36, // 71: termivar.v1.Producer.ScanProgress:output_type -> termivar.v1.ScanProgressResponse
+	54, // 72: termivar.v1.Producer.UpdateScan:output_type -> termivar.v1.UpdateScanResponse
+	74, // 73: termivar.v1.Producer.CreateSchedule:output_type -> termivar.v1.CreateScheduleResponse
+	77, // 74: termivar.v1.Producer.ListSchedules:output_type -> termivar.v1.ListSchedulesResponse
+	79, // 75: termivar.v1.Producer.DeleteSchedule:output_type -> termivar.v1.DeleteScheduleResponse
+	38, // 76: termivar.v1.Producer.Retry:output_type -> termivar.v1.RetryResponse
+	40, // 77: termivar.v1.Producer.AggregateResults:output_type -> termivar.v1.AggregateResultsResponse
+	43, // 78: termivar.v1.Producer.ListScans:output_type -> termivar.v1.ListScansResponse
+	46, // 79: termivar.v1.Producer.FollowResults:output_type -> termivar.v1.FollowResultsResponse
+	60, // 80: termivar.v1.Producer.DeleteScan:output_type -> termivar.v1.DeleteScanResponse
+	62, // 81: termivar.v1.Producer.PurgeTasks:output_type -> termivar.v1.PurgeTasksResponse
+	48, // 82: termivar.v1.Admin.Status:output_type -> termivar.v1.StatusResponse
+	51, // 83: termivar.v1.Admin.ListWorkers:output_type -> termivar.v1.ListWorkersResponse
+	63, // 84: termivar.v1.Admin.CreateTenant:output_type -> termivar.v1.CreateTenantResponse
+	58, // 85: termivar.v1.Admin.UpdateTenant:output_type -> termivar.v1.UpdateTenantResponse
+	65, // 86: termivar.v1.Admin.CreateKey:output_type -> termivar.v1.CreateKeyResponse
+	68, // 87: termivar.v1.Admin.ListKeys:output_type -> termivar.v1.ListKeysResponse
+	70, // 88: termivar.v1.Admin.RevokeKey:output_type -> termivar.v1.RevokeKeyResponse
+	72, // 89: termivar.v1.Admin.RotateKey:output_type -> termivar.v1.RotateKeyResponse
+	56, // 90: termivar.v1.Admin.SetSchedulingOptions:output_type -> termivar.v1.SetSchedulingOptionsResponse
+	58, // [58:91] is the sub-list for method output_type
+	25, // [25:58] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_termivar_v1_api_proto_init() }
@@ -5748,15 +6416,16 @@ func file_termivar_v1_api_proto_init() {
 	file_termivar_v1_api_proto_msgTypes[29].OneofWrappers = []any{}
 	file_termivar_v1_api_proto_msgTypes[30].OneofWrappers = []any{}
 	file_termivar_v1_api_proto_msgTypes[37].OneofWrappers = []any{}
-	file_termivar_v1_api_proto_msgTypes[47].OneofWrappers = []any{}
-	file_termivar_v1_api_proto_msgTypes[49].OneofWrappers = []any{}
+	file_termivar_v1_api_proto_msgTypes[42].OneofWrappers = []any{}
+	file_termivar_v1_api_proto_msgTypes[53].OneofWrappers = []any{}
+	file_termivar_v1_api_proto_msgTypes[55].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_termivar_v1_api_proto_rawDesc), len(file_termivar_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   74,
+			NumMessages:   80,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -21,6 +21,216 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type BackupRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupRequest) Reset() {
+	*x = BackupRequest{}
+	mi := &file_termivar_v1_cluster_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupRequest) ProtoMessage() {}
+
+func (x *BackupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_cluster_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
+func (*BackupRequest) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_cluster_proto_rawDescGZIP(), []int{0}
+}
+
+// BackupChunk is one piece of the backup file, in order.
+type BackupChunk struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupChunk) Reset() {
+	*x = BackupChunk{}
+	mi := &file_termivar_v1_cluster_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupChunk) ProtoMessage() {}
+
+func (x *BackupChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_cluster_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupChunk.ProtoReflect.Descriptor instead.
+func (*BackupChunk) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_cluster_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *BackupChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+// BackupHeader describes a backup file's state (internal/backup).
+type BackupHeader struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// format_version is the backup file format (1).
+	FormatVersion uint32 `protobuf:"varint,1,opt,name=format_version,json=formatVersion,proto3" json:"format_version,omitempty"`
+	// epoch_id is the epoch of the cluster the state was taken from.
+	EpochId []byte `protobuf:"bytes,2,opt,name=epoch_id,json=epochId,proto3" json:"epoch_id,omitempty"`
+	// applied_index is the raft index of the last entry in the state.
+	AppliedIndex uint64 `protobuf:"varint,3,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	// state_version is FSMState.version of the state.
+	StateVersion uint32 `protobuf:"varint,4,opt,name=state_version,json=stateVersion,proto3" json:"state_version,omitempty"`
+	// cluster_version is the cluster version of the state (raftfsm
+	// version.go); a binary that supports less cannot restore it.
+	ClusterVersion uint32 `protobuf:"varint,5,opt,name=cluster_version,json=clusterVersion,proto3" json:"cluster_version,omitempty"`
+	// node_id is the leader that took the backup.
+	NodeId string `protobuf:"bytes,6,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// created_unix_secs is the leader's wall clock when it took the backup.
+	CreatedUnixSecs int64 `protobuf:"varint,7,opt,name=created_unix_secs,json=createdUnixSecs,proto3" json:"created_unix_secs,omitempty"`
+	// state_bytes is the length of the state that follows the header.
+	StateBytes uint64 `protobuf:"varint,8,opt,name=state_bytes,json=stateBytes,proto3" json:"state_bytes,omitempty"`
+	// logical_time is the FSM's last applied logical time.
+	LogicalTime uint64 `protobuf:"varint,9,opt,name=logical_time,json=logicalTime,proto3" json:"logical_time,omitempty"`
+	// backup_id is the ID of the RecordBackup entry in the state (empty
+	// while the cluster version is below 2).
+	BackupId      []byte `protobuf:"bytes,10,opt,name=backup_id,json=backupId,proto3" json:"backup_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupHeader) Reset() {
+	*x = BackupHeader{}
+	mi := &file_termivar_v1_cluster_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupHeader) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupHeader) ProtoMessage() {}
+
+func (x *BackupHeader) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_cluster_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupHeader.ProtoReflect.Descriptor instead.
+func (*BackupHeader) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_cluster_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *BackupHeader) GetFormatVersion() uint32 {
+	if x != nil {
+		return x.FormatVersion
+	}
+	return 0
+}
+
+func (x *BackupHeader) GetEpochId() []byte {
+	if x != nil {
+		return x.EpochId
+	}
+	return nil
+}
+
+func (x *BackupHeader) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
+	}
+	return 0
+}
+
+func (x *BackupHeader) GetStateVersion() uint32 {
+	if x != nil {
+		return x.StateVersion
+	}
+	return 0
+}
+
+func (x *BackupHeader) GetClusterVersion() uint32 {
+	if x != nil {
+		return x.ClusterVersion
+	}
+	return 0
+}
+
+func (x *BackupHeader) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *BackupHeader) GetCreatedUnixSecs() int64 {
+	if x != nil {
+		return x.CreatedUnixSecs
+	}
+	return 0
+}
+
+func (x *BackupHeader) GetStateBytes() uint64 {
+	if x != nil {
+		return x.StateBytes
+	}
+	return 0
+}
+
+func (x *BackupHeader) GetLogicalTime() uint64 {
+	if x != nil {
+		return x.LogicalTime
+	}
+	return 0
+}
+
+func (x *BackupHeader) GetBackupId() []byte {
+	if x != nil {
+		return x.BackupId
+	}
+	return nil
+}
+
 type JoinRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -36,14 +246,17 @@ type JoinRequest struct {
 	// incarnation is the joiner's data dir incarnation (16 bytes), recorded
 	// in the node table so that the cluster refuses the node's raft traffic
 	// once its data dir is replaced.
-	Incarnation   []byte `protobuf:"bytes,10,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	Incarnation []byte `protobuf:"bytes,10,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	// max_version is the highest cluster version the node's binary supports
+	// (0: 1). A new member must support the cluster's version.
+	MaxVersion    uint32 `protobuf:"varint,11,opt,name=max_version,json=maxVersion,proto3" json:"max_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_termivar_v1_cluster_proto_msgTypes[0]
+	mi := &file_termivar_v1_cluster_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -55,7 +268,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_cluster_proto_msgTypes[0]
+	mi := &file_termivar_v1_cluster_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -68,7 +281,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_cluster_proto_rawDescGZIP(), []int{0}
+	return file_termivar_v1_cluster_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *JoinRequest) GetNodeId() string {
@@ -106,6 +319,13 @@ func (x *JoinRequest) GetIncarnation() []byte {
 	return nil
 }
 
+func (x *JoinRequest) GetMaxVersion() uint32 {
+	if x != nil {
+		return x.MaxVersion
+	}
+	return 0
+}
+
 type JoinResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ClusterSecret []byte                 `protobuf:"bytes,1,opt,name=cluster_secret,json=clusterSecret,proto3" json:"cluster_secret,omitempty"`
@@ -116,7 +336,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_termivar_v1_cluster_proto_msgTypes[1]
+	mi := &file_termivar_v1_cluster_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -128,7 +348,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_cluster_proto_msgTypes[1]
+	mi := &file_termivar_v1_cluster_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -141,7 +361,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_cluster_proto_rawDescGZIP(), []int{1}
+	return file_termivar_v1_cluster_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *JoinResponse) GetClusterSecret() []byte {
@@ -174,7 +394,7 @@ type ClusterMember struct {
 
 func (x *ClusterMember) Reset() {
 	*x = ClusterMember{}
-	mi := &file_termivar_v1_cluster_proto_msgTypes[2]
+	mi := &file_termivar_v1_cluster_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -186,7 +406,7 @@ func (x *ClusterMember) String() string {
 func (*ClusterMember) ProtoMessage() {}
 
 func (x *ClusterMember) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_cluster_proto_msgTypes[2]
+	mi := &file_termivar_v1_cluster_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -199,7 +419,7 @@ func (x *ClusterMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterMember.ProtoReflect.Descriptor instead.
 func (*ClusterMember) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_cluster_proto_rawDescGZIP(), []int{2}
+	return file_termivar_v1_cluster_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ClusterMember) GetNodeId() string {
@@ -245,7 +465,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_termivar_v1_cluster_proto_msgTypes[3]
+	mi := &file_termivar_v1_cluster_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -257,7 +477,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_cluster_proto_msgTypes[3]
+	mi := &file_termivar_v1_cluster_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -270,7 +490,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_cluster_proto_rawDescGZIP(), []int{3}
+	return file_termivar_v1_cluster_proto_rawDescGZIP(), []int{6}
 }
 
 type MembersResponse struct {
@@ -283,7 +503,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_termivar_v1_cluster_proto_msgTypes[4]
+	mi := &file_termivar_v1_cluster_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -295,7 +515,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_cluster_proto_msgTypes[4]
+	mi := &file_termivar_v1_cluster_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -308,7 +528,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_cluster_proto_rawDescGZIP(), []int{4}
+	return file_termivar_v1_cluster_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *MembersResponse) GetMembers() []*ClusterMember {
@@ -334,7 +554,7 @@ type RemoveMemberRequest struct {
 
 func (x *RemoveMemberRequest) Reset() {
 	*x = RemoveMemberRequest{}
-	mi := &file_termivar_v1_cluster_proto_msgTypes[5]
+	mi := &file_termivar_v1_cluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -346,7 +566,7 @@ func (x *RemoveMemberRequest) String() string {
 func (*RemoveMemberRequest) ProtoMessage() {}
 
 func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_cluster_proto_msgTypes[5]
+	mi := &file_termivar_v1_cluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -359,7 +579,7 @@ func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_cluster_proto_rawDescGZIP(), []int{5}
+	return file_termivar_v1_cluster_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RemoveMemberRequest) GetNodeId() string {
@@ -377,7 +597,7 @@ type RemoveMemberResponse struct {
 
 func (x *RemoveMemberResponse) Reset() {
 	*x = RemoveMemberResponse{}
-	mi := &file_termivar_v1_cluster_proto_msgTypes[6]
+	mi := &file_termivar_v1_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -389,7 +609,7 @@ func (x *RemoveMemberResponse) String() string {
 func (*RemoveMemberResponse) ProtoMessage() {}
 
 func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_cluster_proto_msgTypes[6]
+	mi := &file_termivar_v1_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -402,7 +622,7 @@ func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMemberResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_cluster_proto_rawDescGZIP(), []int{6}
+	return file_termivar_v1_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 type TransferLeadershipRequest struct {
@@ -416,7 +636,7 @@ type TransferLeadershipRequest struct {
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_termivar_v1_cluster_proto_msgTypes[7]
+	mi := &file_termivar_v1_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -428,7 +648,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_cluster_proto_msgTypes[7]
+	mi := &file_termivar_v1_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -441,7 +661,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_cluster_proto_rawDescGZIP(), []int{7}
+	return file_termivar_v1_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TransferLeadershipRequest) GetNodeId() string {
@@ -461,7 +681,7 @@ type TransferLeadershipResponse struct {
 
 func (x *TransferLeadershipResponse) Reset() {
 	*x = TransferLeadershipResponse{}
-	mi := &file_termivar_v1_cluster_proto_msgTypes[8]
+	mi := &file_termivar_v1_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -473,7 +693,7 @@ func (x *TransferLeadershipResponse) String() string {
 func (*TransferLeadershipResponse) ProtoMessage() {}
 
 func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_cluster_proto_msgTypes[8]
+	mi := &file_termivar_v1_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -486,7 +706,7 @@ func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_cluster_proto_rawDescGZIP(), []int{8}
+	return file_termivar_v1_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TransferLeadershipResponse) GetLeaderId() string {
@@ -500,14 +720,32 @@ var File_termivar_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_termivar_v1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x19termivar/v1/cluster.proto\x12\vtermivar.v1\"\xa7\x01\n" +
+	"\x19termivar/v1/cluster.proto\x12\vtermivar.v1\"\x0f\n" +
+	"\rBackupRequest\"!\n" +
+	"\vBackupChunk\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"\xe9\x02\n" +
+	"\fBackupHeader\x12%\n" +
+	"\x0eformat_version\x18\x01 \x01(\rR\rformatVersion\x12\x19\n" +
+	"\bepoch_id\x18\x02 \x01(\fR\aepochId\x12#\n" +
+	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex\x12#\n" +
+	"\rstate_version\x18\x04 \x01(\rR\fstateVersion\x12'\n" +
+	"\x0fcluster_version\x18\x05 \x01(\rR\x0eclusterVersion\x12\x17\n" +
+	"\anode_id\x18\x06 \x01(\tR\x06nodeId\x12*\n" +
+	"\x11created_unix_secs\x18\a \x01(\x03R\x0fcreatedUnixSecs\x12\x1f\n" +
+	"\vstate_bytes\x18\b \x01(\x04R\n" +
+	"stateBytes\x12!\n" +
+	"\flogical_time\x18\t \x01(\x04R\vlogicalTime\x12\x1b\n" +
+	"\tbackup_id\x18\n" +
+	" \x01(\fR\bbackupId\"\xc8\x01\n" +
 	"\vJoinRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x17\n" +
 	"\aapi_url\x18\x03 \x01(\tR\x06apiUrl\x12'\n" +
 	"\x0fcredential_only\x18\x04 \x01(\bR\x0ecredentialOnly\x12 \n" +
 	"\vincarnation\x18\n" +
-	" \x01(\fR\vincarnation\"k\n" +
+	" \x01(\fR\vincarnation\x12\x1f\n" +
+	"\vmax_version\x18\v \x01(\rR\n" +
+	"maxVersion\"k\n" +
 	"\fJoinResponse\x12%\n" +
 	"\x0ecluster_secret\x18\x01 \x01(\fR\rclusterSecret\x124\n" +
 	"\amembers\x18\x02 \x03(\v2\x1a.termivar.v1.ClusterMemberR\amembers\"\x92\x01\n" +
@@ -527,12 +765,13 @@ const file_termivar_v1_cluster_proto_rawDesc = "" +
 	"\x19TransferLeadershipRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"9\n" +
 	"\x1aTransferLeadershipResponse\x12\x1b\n" +
-	"\tleader_id\x18\x01 \x01(\tR\bleaderId2\xc8\x02\n" +
+	"\tleader_id\x18\x01 \x01(\tR\bleaderId2\x8a\x03\n" +
 	"\aCluster\x12;\n" +
 	"\x04Join\x12\x18.termivar.v1.JoinRequest\x1a\x19.termivar.v1.JoinResponse\x12D\n" +
 	"\aMembers\x12\x1b.termivar.v1.MembersRequest\x1a\x1c.termivar.v1.MembersResponse\x12S\n" +
 	"\fRemoveMember\x12 .termivar.v1.RemoveMemberRequest\x1a!.termivar.v1.RemoveMemberResponse\x12e\n" +
-	"\x12TransferLeadership\x12&.termivar.v1.TransferLeadershipRequest\x1a'.termivar.v1.TransferLeadershipResponseB<Z:github.com/termivar/distributed/gen/termivar/v1;termivarv1b\x06proto3"
+	"\x12TransferLeadership\x12&.termivar.v1.TransferLeadershipRequest\x1a'.termivar.v1.TransferLeadershipResponse\x12@\n" +
+	"\x06Backup\x12\x1a.termivar.v1.BackupRequest\x1a\x18.termivar.v1.BackupChunk0\x01B<Z:github.com/termivar/distributed/gen/termivar/v1;termivarv1b\x06proto3"
 
 var (
 	file_termivar_v1_cluster_proto_rawDescOnce sync.Once
@@ -546,34 +785,39 @@ func file_termivar_v1_cluster_proto_rawDescGZIP() []byte {
 	return file_termivar_v1_cluster_proto_rawDescData
 }
 
-var file_termivar_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_termivar_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_termivar_v1_cluster_proto_goTypes = []any{
-	(*JoinRequest)(nil),                // 0: termivar.v1.JoinRequest
-	(*JoinResponse)(nil),               // 1: termivar.v1.JoinResponse
-	(*ClusterMember)(nil),              // 2: termivar.v1.ClusterMember
-	(*MembersRequest)(nil),             // 3: termivar.v1.MembersRequest
-	(*MembersResponse)(nil),            // 4: termivar.v1.MembersResponse
-	(*RemoveMemberRequest)(nil),        // 5: termivar.v1.RemoveMemberRequest
-	(*RemoveMemberResponse)(nil),       // 6: termivar.v1.RemoveMemberResponse
-	(*TransferLeadershipRequest)(nil),  // 7: termivar.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil), // 8: termivar.v1.TransferLeadershipResponse
+	(*BackupRequest)(nil),              // 0: termivar.v1.BackupRequest
+	(*BackupChunk)(nil),                // 1: termivar.v1.BackupChunk
+	(*BackupHeader)(nil),               // 2: termivar.v1.BackupHeader
+	(*JoinRequest)(nil),                // 3: termivar.v1.JoinRequest
+	(*JoinResponse)(nil),               // 4: termivar.v1.JoinResponse
+	(*ClusterMember)(nil),              // 5: termivar.v1.ClusterMember
+	(*MembersRequest)(nil),             // 6: termivar.v1.MembersRequest
+	(*MembersResponse)(nil),            // 7: termivar.v1.MembersResponse
+	(*RemoveMemberRequest)(nil),        // 8: termivar.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),       // 9: termivar.v1.RemoveMemberResponse
+	(*TransferLeadershipRequest)(nil),  // 10: termivar.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil), // 11: termivar.v1.TransferLeadershipResponse
 }
 var file_termivar_v1_cluster_proto_depIdxs = []int32{
-	2, // 0: termivar.v1.JoinResponse.members:type_name -> termivar.v1.ClusterMember
-	2, // 1: termivar.v1.MembersResponse.members:type_name -> termivar.v1.ClusterMember
-	0, // 2: termivar.v1.Cluster.Join:input_type -> termivar.v1.JoinRequest
-	3, // 3: termivar.v1.Cluster.Members:input_type -> termivar.v1.MembersRequest
-	5, // 4: termivar.v1.Cluster.RemoveMember:input_type -> termivar.v1.RemoveMemberRequest
-	7, // 5: termivar.v1.Cluster.TransferLeadership:input_type -> termivar.v1.TransferLeadershipRequest
-	1, // 6: termivar.v1.Cluster.Join:output_type -> termivar.v1.JoinResponse
-	4, // 7: termivar.v1.Cluster.Members:output_type -> termivar.v1.MembersResponse
-	6, // 8: termivar.v1.Cluster.RemoveMember:output_type -> termivar.v1.RemoveMemberResponse
-	8, // 9: termivar.v1.Cluster.TransferLeadership:output_type -> termivar.v1.TransferLeadershipResponse
-	6, // [6:10] is the sub-list for method output_type
-	2, // [2:6] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	5,  // 0: termivar.v1.JoinResponse.members:type_name -> termivar.v1.ClusterMember
+	5,  // 1: termivar.v1.MembersResponse.members:type_name -> termivar.v1.ClusterMember
+	3,  // 2: termivar.v1.Cluster.Join:input_type -> termivar.v1.JoinRequest
+	6,  // 3: termivar.v1.Cluster.Members:input_type -> termivar.v1.MembersRequest
+	8,  // 4: termivar.v1.Cluster.RemoveMember:input_type -> termivar.v1.RemoveMemberRequest
+	10, // 5: termivar.v1.Cluster.TransferLeadership:input_type -> termivar.v1.TransferLeadershipRequest
+	0,  // 6: termivar.v1.Cluster.Backup:input_type -> termivar.v1.BackupRequest
+	4,  // 7: termivar.v1.Cluster.Join:output_type -> termivar.v1.JoinResponse
+	7,  // 8: termivar.v1.Cluster.Members:output_type -> termivar.v1.MembersResponse
+	9,  // 9: termivar.v1.Cluster.RemoveMember:output_type -> termivar.v1.RemoveMemberResponse
+	11, // 10: termivar.v1.Cluster.TransferLeadership:output_type -> termivar.v1.TransferLeadershipResponse
+	1,  // 11: termivar.v1.Cluster.Backup:output_type -> termivar.v1.BackupChunk
+	7,  // [7:12] is the sub-list for method output_type
+	2,  // [2:7] is the sub-list for method input_type
+	2,  // [2:2] is the sub-list for extension type_name
+	2,  // [2:2] is the sub-list for extension extendee
+	0,  // [0:2] is the sub-list for field type_name
 }
 
 func init() { file_termivar_v1_cluster_proto_init() }
@@ -587,7 +831,7 @@ func file_termivar_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_termivar_v1_cluster_proto_rawDesc), len(file_termivar_v1_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

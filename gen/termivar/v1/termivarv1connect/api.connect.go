@@ -86,6 +86,10 @@ const (
 	// ProducerAggregateResultsProcedure is the fully-qualified name of the Producer's AggregateResults
 	// RPC.
 	ProducerAggregateResultsProcedure = "/termivar.v1.Producer/AggregateResults"
+	// ProducerListScansProcedure is the fully-qualified name of the Producer's ListScans RPC.
+	ProducerListScansProcedure = "/termivar.v1.Producer/ListScans"
+	// ProducerFollowResultsProcedure is the fully-qualified name of the Producer's FollowResults RPC.
+	ProducerFollowResultsProcedure = "/termivar.v1.Producer/FollowResults"
 	// ProducerDeleteScanProcedure is the fully-qualified name of the Producer's DeleteScan RPC.
 	ProducerDeleteScanProcedure = "/termivar.v1.Producer/DeleteScan"
 	// ProducerPurgeTasksProcedure is the fully-qualified name of the Producer's PurgeTasks RPC.
@@ -417,6 +421,17 @@ type ProducerClient interface {
 	Retry(context.Context, *connect.Request[v1.RetryRequest]) (*connect.Response[v1.RetryResponse], error)
 	// AggregateResults streams a scan's results in enqueue order.
 	AggregateResults(context.Context, *connect.Request[v1.AggregateResultsRequest]) (*connect.ServerStreamForClient[v1.AggregateResultsResponse], error)
+	// ListScans lists the tenant's scans, sorted by scan ID, a page at a time.
+	ListScans(context.Context, *connect.Request[v1.ListScansRequest]) (*connect.Response[v1.ListScansResponse], error)
+	// FollowResults returns the results of a scan after a cursor, waiting
+	// up to wait_secs for one when there is none yet (a long-poll). Each
+	// result carries the cursor after it, so a follower resumes exactly
+	// where it stopped; done says the scan is terminal and every result
+	// up to it was returned. Cursors are per-scan ordinals a purge never
+	// renumbers: purging tasks already passed changes nothing for a
+	// follower, a purged task not yet reached is skipped, and a scan whose
+	// every task was purged is scan_not_found (docs/adr/0002-purge.md).
+	FollowResults(context.Context, *connect.Request[v1.FollowResultsRequest]) (*connect.Response[v1.FollowResultsResponse], error)
 	// DeleteScan purges a scan's terminal tasks and their results (contract
 	// Part F); a scan with non-terminal tasks is refused unless force, which
 	// cancels them first.
@@ -503,6 +518,18 @@ func NewProducerClient(httpClient connect.HTTPClient, baseURL string, opts ...co
 			connect.WithSchema(producerMethods.ByName("AggregateResults")),
 			connect.WithClientOptions(opts...),
 		),
+		listScans: connect.NewClient[v1.ListScansRequest, v1.ListScansResponse](
+			httpClient,
+			baseURL+ProducerListScansProcedure,
+			connect.WithSchema(producerMethods.ByName("ListScans")),
+			connect.WithClientOptions(opts...),
+		),
+		followResults: connect.NewClient[v1.FollowResultsRequest, v1.FollowResultsResponse](
+			httpClient,
+			baseURL+ProducerFollowResultsProcedure,
+			connect.WithSchema(producerMethods.ByName("FollowResults")),
+			connect.WithClientOptions(opts...),
+		),
 		deleteScan: connect.NewClient[v1.DeleteScanRequest, v1.DeleteScanResponse](
 			httpClient,
 			baseURL+ProducerDeleteScanProcedure,
@@ -531,6 +558,8 @@ type producerClient struct {
 	deleteSchedule   *connect.Client[v1.DeleteScheduleRequest, v1.DeleteScheduleResponse]
 	retry            *connect.Client[v1.RetryRequest, v1.RetryResponse]
 	aggregateResults *connect.Client[v1.AggregateResultsRequest, v1.AggregateResultsResponse]
+	listScans        *connect.Client[v1.ListScansRequest, v1.ListScansResponse]
+	followResults    *connect.Client[v1.FollowResultsRequest, v1.FollowResultsResponse]
 	deleteScan       *connect.Client[v1.DeleteScanRequest, v1.DeleteScanResponse]
 	purgeTasks       *connect.Client[v1.PurgeTasksRequest, v1.PurgeTasksResponse]
 }
@@ -590,6 +619,16 @@ func (c *producerClient) AggregateResults(ctx context.Context, req *connect.Requ
 	return c.aggregateResults.CallServerStream(ctx, req)
 }
 
+// ListScans calls termivar.v1.Producer.ListScans.
+func (c *producerClient) ListScans(ctx context.Context, req *connect.Request[v1.ListScansRequest]) (*connect.Response[v1.ListScansResponse], error) {
+	return c.listScans.CallUnary(ctx, req)
+}
+
+// FollowResults calls termivar.v1.Producer.FollowResults.
+func (c *producerClient) FollowResults(ctx context.Context, req *connect.Request[v1.FollowResultsRequest]) (*connect.Response[v1.FollowResultsResponse], error) {
+	return c.followResults.CallUnary(ctx, req)
+}
+
 // DeleteScan calls termivar.v1.Producer.DeleteScan.
 func (c *producerClient) DeleteScan(ctx context.Context, req *connect.Request[v1.DeleteScanRequest]) (*connect.Response[v1.DeleteScanResponse], error) {
 	return c.deleteScan.CallUnary(ctx, req)
@@ -620,6 +659,17 @@ type ProducerHandler interface {
 	Retry(context.Context, *connect.Request[v1.RetryRequest]) (*connect.Response[v1.RetryResponse], error)
 	// AggregateResults streams a scan's results in enqueue order.
 	AggregateResults(context.Context, *connect.Request[v1.AggregateResultsRequest], *connect.ServerStream[v1.AggregateResultsResponse]) error
+	// ListScans lists the tenant's scans, sorted by scan ID, a page at a time.
+	ListScans(context.Context, *connect.Request[v1.ListScansRequest]) (*connect.Response[v1.ListScansResponse], error)
+	// FollowResults returns the results of a scan after a cursor, waiting
+	// up to wait_secs for one when there is none yet (a long-poll). Each
+	// result carries the cursor after it, so a follower resumes exactly
+	// where it stopped; done says the scan is terminal and every result
+	// up to it was returned. Cursors are per-scan ordinals a purge never
+	// renumbers: purging tasks already passed changes nothing for a
+	// follower, a purged task not yet reached is skipped, and a scan whose
+	// every task was purged is scan_not_found (docs/adr/0002-purge.md).
+	FollowResults(context.Context, *connect.Request[v1.FollowResultsRequest]) (*connect.Response[v1.FollowResultsResponse], error)
 	// DeleteScan purges a scan's terminal tasks and their results (contract
 	// Part F); a scan with non-terminal tasks is refused unless force, which
 	// cancels them first.
@@ -702,6 +752,18 @@ func NewProducerHandler(svc ProducerHandler, opts ...connect.HandlerOption) (str
 		connect.WithSchema(producerMethods.ByName("AggregateResults")),
 		connect.WithHandlerOptions(opts...),
 	)
+	producerListScansHandler := connect.NewUnaryHandler(
+		ProducerListScansProcedure,
+		svc.ListScans,
+		connect.WithSchema(producerMethods.ByName("ListScans")),
+		connect.WithHandlerOptions(opts...),
+	)
+	producerFollowResultsHandler := connect.NewUnaryHandler(
+		ProducerFollowResultsProcedure,
+		svc.FollowResults,
+		connect.WithSchema(producerMethods.ByName("FollowResults")),
+		connect.WithHandlerOptions(opts...),
+	)
 	producerDeleteScanHandler := connect.NewUnaryHandler(
 		ProducerDeleteScanProcedure,
 		svc.DeleteScan,
@@ -738,6 +800,10 @@ func NewProducerHandler(svc ProducerHandler, opts ...connect.HandlerOption) (str
 			producerRetryHandler.ServeHTTP(w, r)
 		case ProducerAggregateResultsProcedure:
 			producerAggregateResultsHandler.ServeHTTP(w, r)
+		case ProducerListScansProcedure:
+			producerListScansHandler.ServeHTTP(w, r)
+		case ProducerFollowResultsProcedure:
+			producerFollowResultsHandler.ServeHTTP(w, r)
 		case ProducerDeleteScanProcedure:
 			producerDeleteScanHandler.ServeHTTP(w, r)
 		case ProducerPurgeTasksProcedure:
@@ -793,6 +859,14 @@ func (UnimplementedProducerHandler) Retry(context.Context, *connect.Request[v1.R
 
 func (UnimplementedProducerHandler) AggregateResults(context.Context, *connect.Request[v1.AggregateResultsRequest], *connect.ServerStream[v1.AggregateResultsResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Producer.AggregateResults is not implemented"))
+}
+
+func (UnimplementedProducerHandler) ListScans(context.Context, *connect.Request[v1.ListScansRequest]) (*connect.Response[v1.ListScansResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Producer.ListScans is not implemented"))
+}
+
+func (UnimplementedProducerHandler) FollowResults(context.Context, *connect.Request[v1.FollowResultsRequest]) (*connect.Response[v1.FollowResultsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Producer.FollowResults is not implemented"))
 }
 
 func (UnimplementedProducerHandler) DeleteScan(context.Context, *connect.Request[v1.DeleteScanRequest]) (*connect.Response[v1.DeleteScanResponse], error) {

@@ -42,6 +42,8 @@ const (
 	// ClusterTransferLeadershipProcedure is the fully-qualified name of the Cluster's
 	// TransferLeadership RPC.
 	ClusterTransferLeadershipProcedure = "/termivar.v1.Cluster/TransferLeadership"
+	// ClusterBackupProcedure is the fully-qualified name of the Cluster's Backup RPC.
+	ClusterBackupProcedure = "/termivar.v1.Cluster/Backup"
 )
 
 // ClusterClient is a client for the termivar.v1.Cluster service.
@@ -63,6 +65,14 @@ type ClusterClient interface {
 	// or the most up-to-date voter when empty) and answers once another
 	// leader is known. A named target that already leads answers at once.
 	TransferLeadership(context.Context, *connect.Request[v1.TransferLeadershipRequest]) (*connect.Response[v1.TransferLeadershipResponse], error)
+	// Backup streams a consistent copy of the whole replicated state from
+	// the leader (a follower forwards it): after a linearizable read
+	// barrier, the FSM state at one applied index (epoch, tenants, keys and
+	// every tenant's core state, the FSM snapshot encoding), framed as a
+	// backup file (internal/backup: magic, header, state, SHA-256 trailer).
+	// The chunks concatenated are the file. It holds key hashes: keep it
+	// private. `termivar-coord restore` builds a new cluster from it.
+	Backup(context.Context, *connect.Request[v1.BackupRequest]) (*connect.ServerStreamForClient[v1.BackupChunk], error)
 }
 
 // NewClusterClient constructs a client for the termivar.v1.Cluster service. By default, it uses the
@@ -100,6 +110,12 @@ func NewClusterClient(httpClient connect.HTTPClient, baseURL string, opts ...con
 			connect.WithSchema(clusterMethods.ByName("TransferLeadership")),
 			connect.WithClientOptions(opts...),
 		),
+		backup: connect.NewClient[v1.BackupRequest, v1.BackupChunk](
+			httpClient,
+			baseURL+ClusterBackupProcedure,
+			connect.WithSchema(clusterMethods.ByName("Backup")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -109,6 +125,7 @@ type clusterClient struct {
 	members            *connect.Client[v1.MembersRequest, v1.MembersResponse]
 	removeMember       *connect.Client[v1.RemoveMemberRequest, v1.RemoveMemberResponse]
 	transferLeadership *connect.Client[v1.TransferLeadershipRequest, v1.TransferLeadershipResponse]
+	backup             *connect.Client[v1.BackupRequest, v1.BackupChunk]
 }
 
 // Join calls termivar.v1.Cluster.Join.
@@ -131,6 +148,11 @@ func (c *clusterClient) TransferLeadership(ctx context.Context, req *connect.Req
 	return c.transferLeadership.CallUnary(ctx, req)
 }
 
+// Backup calls termivar.v1.Cluster.Backup.
+func (c *clusterClient) Backup(ctx context.Context, req *connect.Request[v1.BackupRequest]) (*connect.ServerStreamForClient[v1.BackupChunk], error) {
+	return c.backup.CallServerStream(ctx, req)
+}
+
 // ClusterHandler is an implementation of the termivar.v1.Cluster service.
 type ClusterHandler interface {
 	// Join adds the calling node as a voter (a repeated Join of a member with
@@ -150,6 +172,14 @@ type ClusterHandler interface {
 	// or the most up-to-date voter when empty) and answers once another
 	// leader is known. A named target that already leads answers at once.
 	TransferLeadership(context.Context, *connect.Request[v1.TransferLeadershipRequest]) (*connect.Response[v1.TransferLeadershipResponse], error)
+	// Backup streams a consistent copy of the whole replicated state from
+	// the leader (a follower forwards it): after a linearizable read
+	// barrier, the FSM state at one applied index (epoch, tenants, keys and
+	// every tenant's core state, the FSM snapshot encoding), framed as a
+	// backup file (internal/backup: magic, header, state, SHA-256 trailer).
+	// The chunks concatenated are the file. It holds key hashes: keep it
+	// private. `termivar-coord restore` builds a new cluster from it.
+	Backup(context.Context, *connect.Request[v1.BackupRequest], *connect.ServerStream[v1.BackupChunk]) error
 }
 
 // NewClusterHandler builds an HTTP handler from the service implementation. It returns the path on
@@ -183,6 +213,12 @@ func NewClusterHandler(svc ClusterHandler, opts ...connect.HandlerOption) (strin
 		connect.WithSchema(clusterMethods.ByName("TransferLeadership")),
 		connect.WithHandlerOptions(opts...),
 	)
+	clusterBackupHandler := connect.NewServerStreamHandler(
+		ClusterBackupProcedure,
+		svc.Backup,
+		connect.WithSchema(clusterMethods.ByName("Backup")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/termivar.v1.Cluster/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ClusterJoinProcedure:
@@ -193,6 +229,8 @@ func NewClusterHandler(svc ClusterHandler, opts ...connect.HandlerOption) (strin
 			clusterRemoveMemberHandler.ServeHTTP(w, r)
 		case ClusterTransferLeadershipProcedure:
 			clusterTransferLeadershipHandler.ServeHTTP(w, r)
+		case ClusterBackupProcedure:
+			clusterBackupHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -216,4 +254,8 @@ func (UnimplementedClusterHandler) RemoveMember(context.Context, *connect.Reques
 
 func (UnimplementedClusterHandler) TransferLeadership(context.Context, *connect.Request[v1.TransferLeadershipRequest]) (*connect.Response[v1.TransferLeadershipResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Cluster.TransferLeadership is not implemented"))
+}
+
+func (UnimplementedClusterHandler) Backup(context.Context, *connect.Request[v1.BackupRequest], *connect.ServerStream[v1.BackupChunk]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Cluster.Backup is not implemented"))
 }

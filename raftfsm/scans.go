@@ -1,0 +1,290 @@
+package raftfsm
+
+import (
+	"slices"
+
+	distributed "github.com/termivar/distributed"
+)
+
+// scanMeta is what the FSM records of a scan besides its task IDs
+// (Tenant.scans): when it was created and finished, and the order in which
+// its tasks completed. Everything is set in Apply from the command's
+// stamped logical time, so every member holds the same values; the
+// snapshot carries created, finished, the completion order and the
+// ordinals (ScanIndex), the rest is derived again on restore.
+type scanMeta struct {
+	// createdAt is the logical time of the scan's first enqueue.
+	createdAt uint64
+	// finishedAt is the logical time at which the last task became
+	// terminal; meaningful only when finished (0 there: unknown, a state
+	// written before it was recorded).
+	finishedAt uint64
+	// finished: every task of the scan is terminal.
+	// Invariant: finished iff firstOpen == len(ids).
+	finished bool
+	// firstOpen is the first position of the scan's task IDs whose task is
+	// not terminal. Invariant: ids[:firstOpen] are terminal (terminal
+	// tasks stay terminal, ARCHITECTURE.md task state machine), so the
+	// position only moves forward and each task is passed once; a purge
+	// (which takes terminal tasks only) moves it back by the purged
+	// positions before it.
+	firstOpen int
+	// completed lists the completed tasks in completion order.
+	// Invariant: exactly the scan's completed tasks (purged ones removed),
+	// each once.
+	completed []string
+	// resultBytes is the size of the scan's stored results.
+	resultBytes uint64
+	// ords are the enqueue ordinals of the scan's task IDs (parallel to
+	// Tenant.scans), compOrds the completion ordinals of completed;
+	// nextOrd and nextComp the next ones. Invariant: strictly increasing
+	// and below their next; a purge removes entries and never renumbers,
+	// so FollowResults cursors (ordinals) stay valid across purges.
+	ords, compOrds    []uint64
+	nextOrd, nextComp uint64
+}
+
+// noteEnqueued records new tasks of their scans: a new scan is created at
+// now, and a finished scan that gets a task is running again.
+func (t *Tenant) noteEnqueued(specs []distributed.TaskSpec, now uint64) {
+	for _, s := range specs {
+		m, ok := t.meta[s.ScanID]
+		if !ok {
+			m = &scanMeta{createdAt: now}
+			t.meta[s.ScanID] = m
+		}
+		m.finished, m.finishedAt = false, 0
+		m.ords = append(m.ords, m.nextOrd)
+		m.nextOrd++
+	}
+}
+
+// noteCompleted records a fresh completion of a task of scanID and the size
+// of its stored result.
+func (t *Tenant) noteCompleted(scanID, taskID string, resultBytes int) {
+	if m, ok := t.meta[scanID]; ok {
+		m.completed = append(m.completed, taskID)
+		m.compOrds = append(m.compOrds, m.nextComp)
+		m.nextComp++
+		m.resultBytes += uint64(resultBytes)
+	}
+}
+
+// terminalAt reports whether the task with this ID is terminal.
+func (t *Tenant) terminalAt(id string) bool { return terminalIn(t.pool, id) }
+
+// terminalIn reports whether the pool's task with this ID is terminal.
+func terminalIn(pool *distributed.WorkerPool, id string) bool {
+	task, ok, err := pool.GetTask(id)
+	return err == nil && ok && task.Status().Terminal()
+}
+
+// advanceScan moves the scan's firstOpen past its terminal tasks and marks
+// the scan finished at now when every task is terminal. O(1) when the
+// first open task is still open; amortized O(1) per task over the scan's
+// life.
+func (t *Tenant) advanceScan(scanID string, now uint64) {
+	m, ok := t.meta[scanID]
+	if !ok || m.finished {
+		return
+	}
+	ids := t.scans[scanID]
+	for m.firstOpen < len(ids) && t.terminalAt(ids[m.firstOpen]) {
+		m.firstOpen++
+	}
+	if m.firstOpen == len(ids) {
+		m.finished, m.finishedAt = true, now
+	}
+}
+
+// advanceAllScans advances every scan that is not finished (after a
+// command that may have made tasks of any scan terminal).
+func (t *Tenant) advanceAllScans(now uint64) {
+	for id, m := range t.meta {
+		if !m.finished {
+			t.advanceScan(id, now)
+		}
+	}
+}
+
+// noteTerminations advances the scan tracking after a tenant command that
+// may have made tasks terminal (tenantOp.terminates), then calls
+// ProgressFunc.
+func (f *FSM) noteTerminations(c tenantCall, op tenantOp) {
+	taskID, one := op.terminates(c)
+	if !one {
+		c.t.advanceAllScans(c.now)
+	} else if task, ok, err := c.t.pool.GetTask(taskID); err == nil && ok {
+		c.t.advanceScan(task.ScanID(), c.now)
+	}
+	if f.opts.ProgressFunc != nil {
+		f.opts.ProgressFunc(c.t.name)
+	}
+}
+
+// oneTask is a tenantOp.terminates for commands that act on one task.
+func oneTask(id func(c tenantCall) string) func(c tenantCall) (string, bool) {
+	return func(c tenantCall) (string, bool) { return id(c), true }
+}
+
+// anyTask is a tenantOp.terminates for commands that may make tasks of
+// any scan terminal (recoveries, worker loss).
+func anyTask(tenantCall) (string, bool) { return "", false }
+
+func cmpUint(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// leaseTask is a tenantOp.terminates for commands that act on the task of
+// their lease.
+var leaseTask = oneTask(func(c tenantCall) string { return c.lease.TaskID() })
+
+// ScanState is a copy of what the FSM records of one scan.
+type ScanState struct {
+	ScanID string
+	// CreatedAt is the logical time of the first enqueue (0: unknown).
+	CreatedAt uint64
+	// Finished: every task is terminal; FinishedAt is when the last one
+	// became terminal (0 with Finished: unknown).
+	Finished   bool
+	FinishedAt uint64
+	// Tasks is the number of the scan's task records; Completed of its
+	// completed tasks; ResultBytes the size of their stored results.
+	Tasks, Completed int
+	ResultBytes      uint64
+	// NextOrdinal and NextCompletion are the next enqueue and completion
+	// ordinals: every task (completion) of the scan so far has a smaller
+	// one, purged or not.
+	NextOrdinal, NextCompletion uint64
+}
+
+// ScanEntry is a task ID of a scan with its enqueue or completion ordinal.
+type ScanEntry struct {
+	ID  string
+	Ord uint64
+}
+
+// ScanIDs returns the tenant's scan IDs, sorted.
+func (v TenantView) ScanIDs() []string {
+	v.f.mu.RLock()
+	defer v.f.mu.RUnlock()
+	return sortedKeys(v.t.scans)
+}
+
+// Scan returns what the FSM records of a scan.
+func (v TenantView) Scan(scanID string) (ScanState, bool) {
+	v.f.mu.RLock()
+	defer v.f.mu.RUnlock()
+	m, ok := v.t.meta[scanID]
+	if !ok {
+		return ScanState{}, false
+	}
+	return ScanState{ScanID: scanID, CreatedAt: m.createdAt, Finished: m.finished, FinishedAt: m.finishedAt,
+		Tasks: len(v.t.scans[scanID]), Completed: len(m.completed), ResultBytes: m.resultBytes,
+		NextOrdinal: m.nextOrd, NextCompletion: m.nextComp}, true
+}
+
+// ScanTaskWindow returns at most n of the scan's task IDs in enqueue order
+// whose ordinal is at least from, with their ordinals.
+func (v TenantView) ScanTaskWindow(scanID string, from uint64, n int) []ScanEntry {
+	v.f.mu.RLock()
+	defer v.f.mu.RUnlock()
+	m, ok := v.t.meta[scanID]
+	if !ok {
+		return nil
+	}
+	return window(v.t.scans[scanID], m.ords, from, n)
+}
+
+// ScanCompletedWindow returns at most n of the scan's completed task IDs
+// in completion order whose completion ordinal is at least from, with
+// their ordinals.
+func (v TenantView) ScanCompletedWindow(scanID string, from uint64, n int) []ScanEntry {
+	v.f.mu.RLock()
+	defer v.f.mu.RUnlock()
+	m, ok := v.t.meta[scanID]
+	if !ok {
+		return nil
+	}
+	return window(m.completed, m.compOrds, from, n)
+}
+
+// window returns at most n entries of ids (ordinals ords, increasing) from
+// the first whose ordinal is at least from.
+func window(ids []string, ords []uint64, from uint64, n int) []ScanEntry {
+	i, _ := slices.BinarySearch(ords, from)
+	var out []ScanEntry
+	for ; i < len(ids) && len(out) < n; i++ {
+		out = append(out, ScanEntry{ID: ids[i], Ord: ords[i]})
+	}
+	return out
+}
+
+// EntryIDs returns the IDs of entries.
+func EntryIDs(entries []ScanEntry) []string {
+	out := make([]string, len(entries))
+	for i, e := range entries {
+		out[i] = e.ID
+	}
+	return out
+}
+
+// forgetPurged removes purged task IDs from the scan index and the scan
+// records (docs/adr/0002-purge.md): a scan left with no task is dropped
+// with its record; otherwise its completion order loses them, its result
+// bytes lose their sizes (resultSize, read before the results were
+// purged) and firstOpen moves back by the purged positions before it.
+// Ordinals are not renumbered. The index then lists exactly tasks of the
+// pool.
+func (t *Tenant) forgetPurged(ids []string, resultSize map[string]int) {
+	if len(ids) == 0 {
+		return
+	}
+	gone := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		gone[id] = true
+	}
+	for scan, list := range t.scans {
+		if !slices.ContainsFunc(list, func(id string) bool { return gone[id] }) {
+			continue
+		}
+		m := t.meta[scan]
+		for _, id := range list {
+			if gone[id] {
+				m.resultBytes -= uint64(resultSize[id])
+			}
+		}
+		kept, ords, firstOpen := dropIDs(list, m.ords, gone, m.firstOpen)
+		if len(kept) == 0 {
+			delete(t.scans, scan)
+			delete(t.meta, scan)
+			continue
+		}
+		t.scans[scan], m.ords, m.firstOpen = kept, ords, firstOpen
+		m.completed, m.compOrds, _ = dropIDs(m.completed, m.compOrds, gone, 0)
+	}
+}
+
+// dropIDs removes the gone IDs from ids and their ordinals, in place, and
+// moves pos (a position in ids) back by the removed positions before it.
+func dropIDs(ids []string, ords []uint64, gone map[string]bool, pos int) ([]string, []uint64, int) {
+	n, newPos := 0, pos
+	for i, id := range ids {
+		if gone[id] {
+			if i < pos {
+				newPos--
+			}
+			continue
+		}
+		ids[n], ords[n] = id, ords[i]
+		n++
+	}
+	clear(ids[n:])
+	return ids[:n], ords[:n], newPos
+}

@@ -455,7 +455,9 @@ func (n *Node) openRaft() (bool, error) {
 }
 
 // ensureCluster proposes InitCluster and the system tenant if the log does
-// not hold them yet (first start, or a crash in between).
+// not hold them yet (first start, or a crash in between). The tenant is
+// created at cluster version 1, without scheduling options; the raise to
+// version 3 brings the defaults (setClusterVersion).
 func (n *Node) ensureCluster(ctx context.Context) error {
 	if n.fsm.Epoch() == nil {
 		epoch := make([]byte, raftfsm.EpochBytes)
@@ -473,8 +475,7 @@ func (n *Node) ensureCluster(ctx context.Context) error {
 	if _, ok := n.fsm.Tenant(raftfsm.SystemTenant); !ok {
 		r, err := n.Propose(ctx, &pb.Command{Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{
 			Name: raftfsm.SystemTenant, Limits: wire.LimitsToProto(n.cfg.DefaultLimits),
-			ResultLimits: wire.ResultLimitsToProto(n.cfg.DefaultResultLimits),
-			Scheduling:   raftfsm.SchedulingToProto(*n.cfg.DefaultScheduling)}}})
+			ResultLimits: wire.ResultLimitsToProto(n.cfg.DefaultResultLimits)}}})
 		if err != nil {
 			return err
 		}

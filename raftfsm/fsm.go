@@ -259,7 +259,7 @@ func (f *FSM) applyOneAt(cmd *pb.Command, now uint64) Response {
 	case *pb.Command_SetNodeInfo:
 		return f.applySetNodeInfo(op.SetNodeInfo)
 	case *pb.Command_SetClusterVersion:
-		return f.applySetClusterVersion(op.SetClusterVersion)
+		return f.applySetClusterVersion(op.SetClusterVersion, now)
 	case *pb.Command_RecordBackup:
 		return f.applyRecordBackup(op.RecordBackup, now)
 	case *pb.Command_UpdateTenant:

@@ -5,6 +5,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	distributed "github.com/termivar/distributed"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 	"github.com/termivar/distributed/internal/apikey"
 	"github.com/termivar/distributed/internal/wire"
@@ -82,8 +83,10 @@ func (h adminHandler) CreateTenant(ctx context.Context, req *connect.Request[pb.
 			rl = wire.ResultLimitsToProto(defRL)
 		}
 		sched := m.GetScheduling()
-		if sched == nil {
-			sched = raftfsm.SchedulingToProto(h.s.node.DefaultScheduling())
+		if d := h.s.node.DefaultScheduling(); sched == nil && d != (distributed.SchedulingOptions{}) && h.s.node.Reads().ClusterVersion() >= 3 {
+			// the node's defaults only once the cluster runs scheduling's
+			// version (raftfsm.OpVersion): before, a tenant gets none
+			sched = raftfsm.SchedulingToProto(d)
 		}
 		r, err := h.s.node.Propose(ctx, &pb.Command{Principal: p.KeyID, Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{
 			Name: m.GetName(), Limits: lim, ResultLimits: rl, Scheduling: sched,

@@ -3234,10 +3234,15 @@ func (x *NodeInfo) GetMaxVersion() uint32 {
 // every member's recorded max_version reaches it. It never decreases; the
 // FSM refuses it while a recorded node supports less.
 type SetClusterVersion struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	// system_scheduling (only with version >= 3) is applied to the system
+	// tenant when the cluster version first reaches 3: the tenant was created
+	// at version 1, before scheduling options existed, so the leader's
+	// default options come with the raise, in the same entry.
+	SystemScheduling *SchedulingOptions `protobuf:"bytes,2,opt,name=system_scheduling,json=systemScheduling,proto3" json:"system_scheduling,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *SetClusterVersion) Reset() {
@@ -3275,6 +3280,13 @@ func (x *SetClusterVersion) GetVersion() uint32 {
 		return x.Version
 	}
 	return 0
+}
+
+func (x *SetClusterVersion) GetSystemScheduling() *SchedulingOptions {
+	if x != nil {
+		return x.SystemScheduling
+	}
+	return nil
 }
 
 // RecordBackup (cluster version 2) records that a backup is being taken:
@@ -4148,9 +4160,10 @@ const file_termivar_v1_command_proto_rawDesc = "" +
 	"\aapi_url\x18\x02 \x01(\tR\x06apiUrl\x12 \n" +
 	"\vincarnation\x18\x03 \x01(\fR\vincarnation\x12\x1f\n" +
 	"\vmax_version\x18\x04 \x01(\rR\n" +
-	"maxVersion\"-\n" +
+	"maxVersion\"z\n" +
 	"\x11SetClusterVersion\x12\x18\n" +
-	"\aversion\x18\x01 \x01(\rR\aversion\"D\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x12K\n" +
+	"\x11system_scheduling\x18\x02 \x01(\v2\x1e.termivar.v1.SchedulingOptionsR\x10systemScheduling\"D\n" +
 	"\fRecordBackup\x12\x1b\n" +
 	"\tbackup_id\x18\x01 \x01(\fR\bbackupId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"g\n" +
@@ -4319,12 +4332,13 @@ var file_termivar_v1_command_proto_depIdxs = []int32{
 	35, // 50: termivar.v1.TenantState.worker_owners:type_name -> termivar.v1.WorkerOwner
 	36, // 51: termivar.v1.TenantState.scans:type_name -> termivar.v1.ScanIndex
 	46, // 52: termivar.v1.TenantState.schedules:type_name -> termivar.v1.Schedule
-	42, // 53: termivar.v1.SetSchedulingOptions.options:type_name -> termivar.v1.SchedulingOptions
-	54, // [54:54] is the sub-list for method output_type
-	54, // [54:54] is the sub-list for method input_type
-	54, // [54:54] is the sub-list for extension type_name
-	54, // [54:54] is the sub-list for extension extendee
-	0,  // [0:54] is the sub-list for field type_name
+	42, // 53: termivar.v1.SetClusterVersion.system_scheduling:type_name -> termivar.v1.SchedulingOptions
+	42, // 54: termivar.v1.SetSchedulingOptions.options:type_name -> termivar.v1.SchedulingOptions
+	55, // [55:55] is the sub-list for method output_type
+	55, // [55:55] is the sub-list for method input_type
+	55, // [55:55] is the sub-list for extension type_name
+	55, // [55:55] is the sub-list for extension extendee
+	0,  // [0:55] is the sub-list for field type_name
 }
 
 func init() { file_termivar_v1_command_proto_init() }

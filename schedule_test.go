@@ -436,3 +436,44 @@ func TestWorkerPool_ExportVersionFollowsScheduling(t *testing.T) {
 		t.Fatalf("restore of a version 3 frame without scheduling data = %v", err)
 	}
 }
+
+// TestWorkerPool_RerunIsANewRun: a re-run clears the not-before time (a
+// task cancelled while scheduled is leasable at once after its re-run)
+// and starts the backoff again from the first retry (contract Part F,
+// RerunTasks); required tags stay.
+func TestWorkerPool_RerunIsANewRun(t *testing.T) {
+	l := smallLimits()
+	l.MaxRetries = 1
+	h := newHarness(t, l)
+	h.ok("options", func(rev, now uint64) error {
+		_, err := h.p.SetSchedulingOptions(rev, now, SchedulingOptions{BackoffBaseSecs: 10, BackoffCapSecs: 1000})
+		return err
+	})
+	h.registerTagged("w1", 1, TagLinux)
+	h.enqueueSched("later", "s", PriorityNormal, TaskScheduling{NotBeforeSecs: h.now + 500, RequiredTags: []WorkerTag{TagLinux}})
+	h.ok("cancel", func(rev, now uint64) error { _, err := h.p.CancelTaskByID(rev, now, "later"); return err })
+	h.rerun(RerunRequest{TaskIDs: []string{"later"}})
+	if s := h.task("later").Scheduling(); h.task("later").Scheduled(h.now) || s.NotBeforeSecs != 0 || len(s.RequiredTags) != 1 {
+		t.Fatalf("re-run of a task cancelled while scheduled: %+v; want due now, tags kept", s)
+	}
+	h.startAndComplete(h.assignNext("w1"))
+
+	h.enqueueSched("b", "s", PriorityNormal, TaskScheduling{})
+	h.startAndFail(h.assignNext("w1"))
+	h.now = h.task("b").Scheduling().NotBeforeSecs
+	h.ok("advance", func(rev, now uint64) error { _, err := h.p.AdvanceTime(rev, now); return err })
+	if out := h.startAndFail(h.assignNext("w1")); out.Kind != RetryExhausted {
+		t.Fatalf("second failure = %+v, want RetryExhausted", out)
+	}
+	h.rerun(RerunRequest{TaskIDs: []string{"b"}})
+	if h.task("b").Scheduled(h.now) {
+		t.Fatal("a re-run task is scheduled")
+	}
+	h.roundTrip()
+	l3 := h.assignNext("w1")
+	h.startAndFail(l3)
+	want := h.now + BackoffSecs(10, 1000, 1, "b", l3.Attempt())
+	if nb := h.task("b").Scheduling().NotBeforeSecs; nb != want {
+		t.Fatalf("backoff after the re-run: not-before %d, want %d (the first retry's)", nb, want)
+	}
+}

@@ -7,7 +7,7 @@ import "math"
 // fairness between scans. All of it is in logical time and derived from the
 // command sequence alone. With none of it used — a TaskSpec with a zero
 // Scheduling, no UpdateScan and zero SchedulingOptions — the core behaves
-// exactly as contract Part A says (ADR 0006).
+// exactly as contract Part A says (ADR 0003).
 
 // MaxBackoffSecs is the hard ceiling of a backoff base or cap: the longest
 // task TTL, beyond which a backed-off task would expire before it woke.

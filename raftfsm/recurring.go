@@ -13,7 +13,7 @@ import (
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 )
 
-// Recurring scans (issue 12; ADR 0006): a schedule enqueues a new scan at
+// Recurring scans (issue 12; ADR 0003): a schedule enqueues a new scan at
 // every tick. The leader's ticker proposes FireSchedule(name, tick) when a
 // tick is due; the FSM fires a tick only as the next one (last_tick + 1)
 // and only when due at the command's stamped time, so two leaders that

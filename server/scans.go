@@ -210,7 +210,10 @@ func scanInfo(tv raftfsm.TenantView, id string) (*pb.ScanInfo, bool) {
 		ScanId: id, State: scanState(c, st.Finished), CreatedAt: st.CreatedAt, Admitted: c.GetTotal(),
 		Queued: c.GetQueued(), Leased: c.GetLeased(), Running: c.GetRunning(), Completed: c.GetCompleted(),
 		Failed: c.GetFailed(), Cancelled: c.GetCancelled(), Expired: c.GetExpired(), Results: c.GetResults(),
-		ResultBytes: st.ResultBytes,
+		ResultBytes: st.ResultBytes, Scheduled: c.GetScheduled(),
+	}
+	if set, err := tv.ScanSettings(id); err == nil {
+		si.Paused, si.MaxInFlight = set.Paused, set.MaxInFlight
 	}
 	if st.Finished {
 		si.FinishedAt = st.FinishedAt

@@ -79,6 +79,15 @@ func TestServer_Scheduling(t *testing.T) {
 	if err != nil || len(acq.Msg.GetTasks()) != 0 {
 		t.Fatalf("Acquire on a paused scan = %v, %v", acq, err)
 	}
+	// ListScans shows the pause and the scheduled task; a paused scan with
+	// a scheduled task is running, not finished.
+	scans, err := p.producer.ListScans(ctx, req(&pb.ListScansRequest{}))
+	if err != nil || len(scans.Msg.GetScans()) != 1 {
+		t.Fatalf("ListScans = %v, %v", scans, err)
+	}
+	if si := scans.Msg.GetScans()[0]; !si.GetPaused() || si.GetScheduled() != 1 || si.GetState() != ScanRunning || si.GetFinishedAt() != 0 {
+		t.Fatalf("ScanInfo of a paused scan with a scheduled task = %v", si)
+	}
 	if _, err := p.producer.UpdateScan(ctx, req(&pb.UpdateScanRequest{ScanId: "s1", Paused: proto.Bool(false)})); err != nil {
 		t.Fatal(err)
 	}

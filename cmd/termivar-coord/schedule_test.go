@@ -115,3 +115,30 @@ func TestCLI_Schedules(t *testing.T) {
 		}
 	}
 }
+
+// TestExplainStall_Scheduling: watch explains a stall that scheduling
+// causes — a paused scan, only scheduled tasks, only tasks that need tags
+// no live worker declared, a scan at its in-flight limit — and leaves the
+// other explanations (no live worker) to explainStall.
+func TestExplainStall_Scheduling(t *testing.T) {
+	for _, c := range []struct {
+		p    *pb.ScanProgressResponse
+		want string
+	}{
+		{&pb.ScanProgressResponse{Total: 3, Queued: 3, Paused: true, LiveWorkers: 1, FreeSlots: 4, MaxResults: 9},
+			"scan paused with 3 queued tasks: resume it with termivar-coord resume"},
+		{&pb.ScanProgressResponse{Total: 3, Queued: 2, Completed: 1, Scheduled: 2, LiveWorkers: 1, FreeSlots: 4, MaxResults: 9},
+			"2 queued tasks are scheduled for later (a delay, a not-before time or a retry backoff)"},
+		{&pb.ScanProgressResponse{Total: 3, Queued: 3, Scheduled: 1, Unroutable: 2, LiveWorkers: 2, FreeSlots: 4, MaxResults: 9},
+			"2 queued tasks need tags no live worker declared (2 live workers): start a worker with those --tag flags"},
+		{&pb.ScanProgressResponse{Total: 3, Queued: 1, Running: 2, MaxInFlight: 2, LiveWorkers: 1, FreeSlots: 4, MaxResults: 9},
+			"at its in-flight limit (2 leased or running): 1 queued tasks wait for one to finish"},
+		{&pb.ScanProgressResponse{Total: 2, Queued: 2, Unroutable: 2, LiveWorkers: 0, MaxResults: 9},
+			"2 queued tasks and no live worker: start one with termivar-coord worker"},
+		{&pb.ScanProgressResponse{Total: 2, Queued: 2, Scheduled: 1, LiveWorkers: 1, FreeSlots: 1, MaxResults: 9}, ""},
+	} {
+		if got := explainStall(c.p); got != c.want {
+			t.Errorf("explainStall(%v) = %q, want %q", c.p, got, c.want)
+		}
+	}
+}

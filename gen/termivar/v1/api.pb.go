@@ -3280,8 +3280,13 @@ type ScanInfo struct {
 	// terminal records and results may be deleted by the tenant's result
 	// retention policy; absent when no policy applies to the scan.
 	RetentionDeadline *uint64 `protobuf:"varint,15,opt,name=retention_deadline,json=retentionDeadline,proto3,oneof" json:"retention_deadline,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// 20-29: scheduling (contract Part F): queued tasks waiting for their
+	// not-before time, and the scan's settings (UpdateScan).
+	Scheduled     uint32 `protobuf:"varint,20,opt,name=scheduled,proto3" json:"scheduled,omitempty"`
+	Paused        bool   `protobuf:"varint,21,opt,name=paused,proto3" json:"paused,omitempty"`
+	MaxInFlight   uint32 `protobuf:"varint,22,opt,name=max_in_flight,json=maxInFlight,proto3" json:"max_in_flight,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ScanInfo) Reset() {
@@ -3415,6 +3420,27 @@ func (x *ScanInfo) GetResultBytes() uint64 {
 func (x *ScanInfo) GetRetentionDeadline() uint64 {
 	if x != nil && x.RetentionDeadline != nil {
 		return *x.RetentionDeadline
+	}
+	return 0
+}
+
+func (x *ScanInfo) GetScheduled() uint32 {
+	if x != nil {
+		return x.Scheduled
+	}
+	return 0
+}
+
+func (x *ScanInfo) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+func (x *ScanInfo) GetMaxInFlight() uint32 {
+	if x != nil {
+		return x.MaxInFlight
 	}
 	return 0
 }
@@ -5966,7 +5992,7 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x10ListScansRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\rR\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x02 \x01(\tR\tpageToken\"\xd5\x03\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"\xaf\x04\n" +
 	"\bScanInfo\x12\x17\n" +
 	"\ascan_id\x18\x01 \x01(\tR\x06scanId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1d\n" +
@@ -5985,7 +6011,10 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\aexpired\x18\f \x01(\rR\aexpired\x12\x18\n" +
 	"\aresults\x18\r \x01(\rR\aresults\x12!\n" +
 	"\fresult_bytes\x18\x0e \x01(\x04R\vresultBytes\x122\n" +
-	"\x12retention_deadline\x18\x0f \x01(\x04H\x00R\x11retentionDeadline\x88\x01\x01B\x15\n" +
+	"\x12retention_deadline\x18\x0f \x01(\x04H\x00R\x11retentionDeadline\x88\x01\x01\x12\x1c\n" +
+	"\tscheduled\x18\x14 \x01(\rR\tscheduled\x12\x16\n" +
+	"\x06paused\x18\x15 \x01(\bR\x06paused\x12\"\n" +
+	"\rmax_in_flight\x18\x16 \x01(\rR\vmaxInFlightB\x15\n" +
 	"\x13_retention_deadline\"h\n" +
 	"\x11ListScansResponse\x12+\n" +
 	"\x05scans\x18\x01 \x03(\v2\x15.termivar.v1.ScanInfoR\x05scans\x12&\n" +

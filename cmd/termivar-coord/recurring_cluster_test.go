@@ -20,6 +20,16 @@ func TestCluster_ScheduleAcrossLeaderKill(t *testing.T) {
 	c := startCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
+	// Schedules are of cluster version 3, which a new cluster of several
+	// voters reaches once every member reported it (docs/node.md).
+	waitCond(t, "the newest cluster version on every member", func() bool {
+		for _, n := range c.nodes {
+			if n.rn.n.ClusterVersion() != raftfsm.SupportedVersion {
+				return false
+			}
+		}
+		return true
+	})
 	admin := c.client(c.urls(0), c.adminKey)
 	prodKey := c.createKey(admin, "producer")
 	prod := c.client(c.urls(0), prodKey)

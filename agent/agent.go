@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -74,10 +75,14 @@ type Config struct {
 	// registration (1 MiB, the default, if it does not); a positive value
 	// is capped by the tenant's limit.
 	MaxResultBytes int
+	// AdaptiveCapacity makes the agent report its host's CPU and memory
+	// utilization, by which the node scales the worker's capacity down
+	// (contract A.4: ceil(Capacity × (10000 − max utilization) / 10000)).
+	// Off by default: the worker reports no utilization and gets the
+	// Capacity it declares.
+	AdaptiveCapacity bool
 	// UtilizationFunc, if set, replaces the CPU and memory utilization read
-	// from /proc (basis points, 0-10000). NB: the server scales the
-	// worker's capacity down by its utilization, so tests that count
-	// concurrent tasks pin it.
+	// from /proc (basis points, 0-10000) when AdaptiveCapacity is on.
 	UtilizationFunc func() (cpuBasisPoints, memoryBasisPoints uint32)
 	// Logger receives the agent's log, including CMD's stderr; nil discards
 	// it.
@@ -138,12 +143,8 @@ func New(cfg Config) (*Agent, error) {
 	case cfg.Capacity < 0 || cfg.Capacity > 256:
 		return nil, errors.New("agent: capacity must be 1-256")
 	}
-	if cfg.Capacity == 0 {
-		cfg.Capacity = 1
-	}
-	if cfg.LeaseTTL == 0 {
-		cfg.LeaseTTL = 30 * time.Second
-	}
+	cfg.Capacity = cmp.Or(cfg.Capacity, 1)
+	cfg.LeaseTTL = cmp.Or(cfg.LeaseTTL, 30*time.Second)
 	cfg.LeaseTTL = cfg.LeaseTTL.Truncate(time.Second)
 	if cfg.LeaseTTL < 2*time.Second {
 		return nil, errors.New("agent: lease TTL must be at least 2s")
@@ -161,10 +162,7 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.MaxResultBytes < 0 {
 		cfg.MaxResultBytes = 0
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	a := &Agent{
 		cfg:      cfg,
 		c:        cfg.Client,
@@ -173,7 +171,9 @@ func New(cfg Config) (*Agent, error) {
 		slotFree: make(chan struct{}, 1),
 		fenced:   make(chan struct{}, 1),
 	}
-	a.cpu.sample() // prime the delta
+	if cfg.AdaptiveCapacity {
+		a.cpu.sample() // prime the delta
+	}
 	return a, nil
 }
 
@@ -219,10 +219,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.mu.Unlock()
 	soft, stopSoft := context.WithCancel(ctx)
 	defer stopSoft()
-	go func() {
-		<-hard.Done()
-		stopSoft()
-	}()
+	defer context.AfterFunc(hard, stopSoft)() // a crash ends soft too, without a bridging goroutine
 
 	if err := a.register(soft); err != nil {
 		if hard.Err() != nil {
@@ -235,11 +232,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	var wg sync.WaitGroup
 	hbCtx, stopHB := context.WithCancel(hard)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		a.heartbeatLoop(hbCtx, soft)
-	}()
+	wg.Go(func() { a.heartbeatLoop(hbCtx, soft) })
 	var tasks sync.WaitGroup
 	a.acquireLoop(soft, hard, &tasks)
 	if hard.Err() != nil {
@@ -338,8 +331,12 @@ func (a *Agent) spec() *pb.RegisterWorkerRequest {
 	}
 }
 
-// utilization returns the CPU and memory utilization in basis points.
+// utilization returns the CPU and memory utilization in basis points the
+// agent reports: none unless AdaptiveCapacity is on.
 func (a *Agent) utilization() (cpu, mem uint32) {
+	if !a.cfg.AdaptiveCapacity {
+		return 0, 0
+	}
 	if a.cfg.UtilizationFunc != nil {
 		cpu, mem = a.cfg.UtilizationFunc()
 		return min(cpu, 10000), min(mem, 10000)
@@ -361,12 +358,9 @@ func resultBound(configured int, tenant uint64) int {
 }
 
 func (a *Agent) registerOnce(ctx context.Context) (*pb.RegisterWorkerResponse, error) {
-	resp, err := a.c.RegisterWorker(ctx, a.spec())
-	if err == nil {
-		return resp, nil
-	}
+	resp, err := a.registerAs(ctx, nil)
 	if !errors.Is(err, distributed.ErrWorkerAlreadyExists) {
-		return nil, err
+		return resp, err
 	}
 	// The worker exists: learn its generation (a reactivation naming
 	// generation 0 fails with the current one), then reactivate it.
@@ -374,14 +368,8 @@ func (a *Agent) registerOnce(ctx context.Context) (*pb.RegisterWorkerResponse, e
 	if err != nil {
 		return nil, err
 	}
-	req := a.spec()
-	req.ReactivateGeneration = &gen
-	resp, err = a.c.RegisterWorker(ctx, req)
-	if err == nil {
-		return resp, nil
-	}
-	if !errors.Is(err, distributed.ErrWorkerAlreadyExists) {
-		return nil, err
+	if resp, err = a.registerAs(ctx, &gen); !errors.Is(err, distributed.ErrWorkerAlreadyExists) {
+		return resp, err
 	}
 	// Still live: an earlier process with this ID died without
 	// deregistering. Take the ID over; its leases go to the retry rule.
@@ -391,13 +379,15 @@ func (a *Agent) registerOnce(ctx context.Context) (*pb.RegisterWorkerResponse, e
 		return nil, err
 	}
 	gen++
-	req = a.spec()
-	req.ReactivateGeneration = &gen
-	resp, err = a.c.RegisterWorker(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	return resp, nil
+	return a.registerAs(ctx, &gen)
+}
+
+// registerAs registers the worker, or reactivates the offline generation
+// *reactivate when it is set.
+func (a *Agent) registerAs(ctx context.Context, reactivate *uint64) (*pb.RegisterWorkerResponse, error) {
+	req := a.spec()
+	req.ReactivateGeneration = reactivate
+	return a.c.RegisterWorker(ctx, req)
 }
 
 // observe records the server's view of the worker: its effective capacity
@@ -430,11 +420,8 @@ func (a *Agent) signalSlot() {
 // currentGeneration returns the worker's current generation.
 func (a *Agent) currentGeneration(ctx context.Context) (uint64, error) {
 	zero := uint64(0)
-	req := a.spec()
-	req.ReactivateGeneration = &zero
-	_, err := a.c.RegisterWorker(ctx, req)
-	var de *distributed.Error
-	if errors.As(err, &de) && de.Kind == distributed.KindWorkerGenerationConflict && de.Actual != 0 {
+	_, err := a.registerAs(ctx, &zero)
+	if de, ok := errors.AsType[*distributed.Error](err); ok && de.Kind == distributed.KindWorkerGenerationConflict && de.Actual != 0 {
 		return de.Actual, nil
 	}
 	// Fall back on ListWorkers (admin keys only).
@@ -446,9 +433,7 @@ func (a *Agent) currentGeneration(ctx context.Context) (uint64, error) {
 			}
 		}
 	}
-	if err == nil {
-		err = errors.New("agent: cannot learn the worker's generation")
-	}
+	err = cmp.Or(err, errors.New("agent: cannot learn the worker's generation"))
 	return 0, err
 }
 
@@ -576,11 +561,7 @@ func (a *Agent) acquireLoop(soft, hard context.Context, tasks *sync.WaitGroup) {
 		for _, lt := range resp.GetTasks() {
 			a.acquired.Add(1)
 			r := a.newRunning(lt)
-			tasks.Add(1)
-			go func() {
-				defer tasks.Done()
-				a.runTask(hard, r)
-			}()
+			tasks.Go(func() { a.runTask(hard, r) })
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -79,7 +80,7 @@ func start(t *testing.T, cfg agent.Config) (*agent.Agent, func() error) {
 
 func enqueue(t *testing.T, c *client.Client, scan string, targets ...string) []string {
 	t.Helper()
-	res, err := c.EnqueueTargets(context.Background(), client.EnqueueOptions{ScanID: scan, Phases: []byte{1, 2}}, targets)
+	res, err := c.EnqueueTargets(context.Background(), client.EnqueueOptions{ScanID: scan, Phases: []byte{1, 2}, KeepTaskIDs: true}, slices.Values(targets))
 	if err != nil {
 		t.Fatal(err)
 	}

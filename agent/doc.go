@@ -1,6 +1,8 @@
 // Package agent is the termivar worker agent: it registers (or reactivates)
-// a worker, heartbeats with real CPU and memory utilization, long-polls
-// Acquire for up to Capacity concurrent tasks and runs each one, either as
+// a worker, heartbeats (with the host's CPU and memory utilization only when
+// Config.AdaptiveCapacity is on: the node then scales Capacity down by it;
+// by default the worker gets the Capacity it declares), long-polls Acquire
+// for up to that many concurrent tasks and runs each one, either as
 // an external command (Config.Command, one process group per task) or as an
 // in-process HandlerFunc.
 //

@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/termivar/distributed/agent"
@@ -26,7 +27,7 @@ func Example() {
 	}
 	defer c.Close()
 	ctx := context.Background()
-	if _, err := c.EnqueueTargets(ctx, client.EnqueueOptions{ScanID: "s1"}, []string{"b.example", "a.example"}); err != nil {
+	if _, err := c.EnqueueTargets(ctx, client.EnqueueOptions{ScanID: "s1"}, slices.Values([]string{"b.example", "a.example"})); err != nil {
 		panic(err)
 	}
 

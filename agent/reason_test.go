@@ -11,6 +11,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -87,7 +88,7 @@ func TestAgent_TimeoutKillsProcessGroup(t *testing.T) {
 	t.Parallel()
 	b := setup(t, clienttest.Options{})
 	dir := t.TempDir()
-	res, err := b.c.EnqueueTargets(context.Background(), client.EnqueueOptions{ScanID: "s", AttemptTimeoutSecs: 1}, []string{"hang"})
+	res, err := b.c.EnqueueTargets(context.Background(), client.EnqueueOptions{ScanID: "s", AttemptTimeoutSecs: 1, KeepTaskIDs: true}, slices.Values([]string{"hang"}))
 	if err != nil {
 		t.Fatal(err)
 	}

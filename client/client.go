@@ -1,7 +1,9 @@
 package client
 
 import (
+	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
@@ -85,14 +88,30 @@ type Client struct {
 	router   *router
 }
 
+// NewTransport returns the keep-alive HTTP/1.1 transport New uses by
+// default: conns idle connections per host, speaking TLS with conf to
+// https URLs (nil: the defaults).
+//
+// NB: HTTP/1.1: a long-polling Acquire holds its own connection, and a
+// refused client certificate surfaces as the connection's error instead
+// of HTTP/2's "client conn could not be established".
+func NewTransport(conf *tls.Config, conns int) *http.Transport {
+	return &http.Transport{
+		Proxy:               http.ProxyFromEnvironment,
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        conns,
+		MaxIdleConnsPerHost: conns,
+		IdleConnTimeout:     90 * time.Second,
+		TLSClientConfig:     conf,
+	}
+}
+
 // ErrNoKey is returned by New when Config.Key is empty.
 var ErrNoKey = errors.New("client: no API key (use --key, TERMIVAR_KEY or the node's admin.key)")
 
 // New returns a Client for cfg. It does not contact the server.
 func New(cfg Config) (*Client, error) {
-	if cfg.ServerURL == "" {
-		cfg.ServerURL = DefaultServerURL
-	}
+	cfg.ServerURL = cmp.Or(cfg.ServerURL, DefaultServerURL)
 	urls, err := parseServerURLs(cfg.ServerURL)
 	if err != nil {
 		return nil, err
@@ -106,33 +125,19 @@ func New(cfg Config) (*Client, error) {
 	if cfg.MaxAttempts <= 0 {
 		cfg.MaxAttempts = 4
 	}
-	if cfg.AttemptTimeout == 0 {
-		cfg.AttemptTimeout = DefaultAttemptTimeout
-	}
+	cfg.AttemptTimeout = cmp.Or(cfg.AttemptTimeout, DefaultAttemptTimeout)
 	if cfg.MinBackoff <= 0 {
 		cfg.MinBackoff = 100 * time.Millisecond
 	}
 	if cfg.MaxBackoff < cfg.MinBackoff {
 		cfg.MaxBackoff = max(2*time.Second, cfg.MinBackoff)
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	base := cfg.HTTPClient
 	if base == nil {
-		base = &http.Client{Transport: &http.Transport{
-			Proxy:               http.ProxyFromEnvironment,
-			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-			MaxIdleConns:        256,
-			MaxIdleConnsPerHost: 256,
-			IdleConnTimeout:     90 * time.Second,
-		}}
+		base = &http.Client{Transport: NewTransport(nil, 256)}
 	}
-	rt := base.Transport
-	if rt == nil {
-		rt = http.DefaultTransport
-	}
+	rt := cmp.Or(base.Transport, http.DefaultTransport)
 	hc := *base
 	hc.Transport = &bearer{key: cfg.Key, next: rt, router: rtr}
 	return &Client{
@@ -261,6 +266,8 @@ func invoke[Req, Resp any](ctx context.Context, c *Client, op string, wait time.
 		}
 		if timedOut {
 			err = connect.NewError(connect.CodeUnavailable, fmt.Errorf("no answer from %s within the attempt timeout: %w", target.Host, err))
+		} else if connectionLost(ctx, err) {
+			err = lostConnection(target.Host, err)
 		}
 		lastErr = err
 		c.router.observe(target, err, timedOut)
@@ -278,6 +285,31 @@ func invoke[Req, Resp any](ctx context.Context, c *Client, op string, wait time.
 		}
 	}
 	return nil, wrapErr(op, lastErr)
+}
+
+// connectionLost reports whether a try failed because the connection broke
+// under it while the caller still waits: connect reports a reset read as
+// Canceled (the same code as the caller's own cancellation) and a request
+// body whose write the reset cut off as Unavailable ("use of closed
+// network connection"); either way the node may have read the whole
+// request.
+func connectionLost(ctx context.Context, err error) bool {
+	switch connect.CodeOf(err) {
+	case connect.CodeCanceled, connect.CodeUnavailable:
+	default:
+		return false
+	}
+	return ctx.Err() == nil &&
+		(errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed))
+}
+
+// lostConnection turns a broken connection into Unavailable with
+// OutcomeUnknown: the node may have applied the request before it went
+// away, so only calls that are safe to replay are tried again.
+func lostConnection(host string, err error) error {
+	ce := connect.NewError(connect.CodeUnavailable, fmt.Errorf("connection to %s lost: %w", host, err))
+	ce.Meta().Set(OutcomeHeader, OutcomeUnknown)
+	return ce
 }
 
 // attemptBytesPerSecond is the slowest upload an attempt deadline allows

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
 	"testing"
 	"time"
 
@@ -102,11 +103,11 @@ func TestClient_EnqueueTargetsIdempotent(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	targets := []string{"a.example", "b.example", "c.example"}
-	res, err := b.c.EnqueueTargets(ctx, client.EnqueueOptions{ScanID: "s1", BatchSize: 2}, targets)
+	res, err := b.c.EnqueueTargets(ctx, client.EnqueueOptions{ScanID: "s1", BatchSize: 2}, slices.Values(targets))
 	if err != nil || res.Enqueued != 3 || res.Existing != 0 {
 		t.Fatalf("EnqueueTargets = %+v, %v; want 3 enqueued", res, err)
 	}
-	res, err = b.c.EnqueueTargets(ctx, client.EnqueueOptions{ScanID: "s1"}, append(targets, "d.example"))
+	res, err = b.c.EnqueueTargets(ctx, client.EnqueueOptions{ScanID: "s1", KeepTaskIDs: true}, slices.Values(append(targets, "d.example")))
 	if err != nil || res.Enqueued != 1 || res.Existing != 3 {
 		t.Fatalf("EnqueueTargets(again + 1) = %+v, %v; want 1 enqueued, 3 existing", res, err)
 	}
@@ -114,7 +115,7 @@ func TestClient_EnqueueTargetsIdempotent(t *testing.T) {
 		t.Errorf("TaskIDs[0] = %s, want the derived ID", res.TaskIDs[0])
 	}
 	// The same explicit ID with another target is an error.
-	_, err = b.c.EnqueueTargets(ctx, client.EnqueueOptions{ScanID: "s1", TaskIDs: []string{res.TaskIDs[0]}}, []string{"z.example"})
+	_, err = b.c.EnqueueTargets(ctx, client.EnqueueOptions{ScanID: "s1", TaskIDs: []string{res.TaskIDs[0]}}, slices.Values([]string{"z.example"}))
 	if !errors.Is(err, client.ErrTargetMismatch) {
 		t.Fatalf("EnqueueTargets(existing ID, other target) = %v, want ErrTargetMismatch", err)
 	}
@@ -155,7 +156,7 @@ func TestClient_ResultsInEnqueueOrder(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	targets := []string{"z", "a", "m"}
-	if _, err := b.c.EnqueueTargets(ctx, client.EnqueueOptions{ScanID: "s"}, targets); err != nil {
+	if _, err := b.c.EnqueueTargets(ctx, client.EnqueueOptions{ScanID: "s"}, slices.Values(targets)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.c.RegisterWorker(ctx, &pb.RegisterWorkerRequest{WorkerId: "w", Capacity: 4}); err != nil {

@@ -10,7 +10,7 @@
 //
 //	c, err := client.New(client.Config{ServerURL: "http://127.0.0.1:7420", Key: key})
 //	if err != nil { ... }
-//	ids, err := c.EnqueueTargets(ctx, client.EnqueueOptions{ScanID: "s1"}, []string{"a.example", "b.example"})
+//	res, err := c.EnqueueTargets(ctx, client.EnqueueOptions{ScanID: "s1"}, slices.Values([]string{"a.example", "b.example"}))
 //	...
 //	err = c.Results(ctx, "s1", func(taskID string, result []byte) error { ... })
 //
@@ -57,8 +57,9 @@
 //	Worker.Acquire           yes     leases a lost reply granted expire and
 //	                                 the tasks are leased again (retry rule)
 //	Producer.Enqueue         yes     task IDs are required: a replay fails
-//	                                 with task_already_exists, which
-//	                                 EnqueueTargets resolves
+//	                                 with task_already_exists, or, with
+//	                                 skip_existing (EnqueueTargets), finds
+//	                                 its tasks present
 //	Producer.Cancel          yes     AlreadyCancelled
 //	Producer.Retry           yes     tasks already queued are left as they
 //	                                 are (only a task that became terminal
@@ -70,6 +71,10 @@
 //	Admin.CreateKey          no      a replay creates a second key
 //	Cluster.Join,            no      membership changes
 //	  RemoveMember
+//
+// A connection that breaks under a request (a node killed mid-call; connect
+// reports it as Canceled) is Unavailable with an unknown outcome: retried
+// only for the calls marked "yes".
 //
 // Results (a stream) has no attempt deadline (a paused node holds it until
 // the caller's context ends) and is retried on Unavailable only until its

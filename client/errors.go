@@ -81,8 +81,7 @@ func IsUnreachable(err error) bool {
 // KindOf returns the server's error kind of err ("" if err is not an *Error
 // or carries no detail).
 func KindOf(err error) string {
-	var e *Error
-	if errors.As(err, &e) {
+	if e, ok := errors.AsType[*Error](err); ok {
 		return e.Kind
 	}
 	return ""
@@ -95,7 +94,7 @@ func wrapErr(op string, err error) error {
 		return nil
 	}
 	e := &Error{Op: op, Code: connect.CodeOf(err), err: err}
-	if det, ok := detailOf(err); ok {
+	if det, ok := wireerr.DetailOf(err); ok {
 		e.Kind, e.Reason = det.GetKind(), det.GetReason()
 		if de, ok := wireerr.Decode(det); ok {
 			e.core = de
@@ -121,28 +120,9 @@ func ItemError(item *pb.CompleteItemResult) error {
 	return e
 }
 
-// detailOf returns the first ErrorDetail of a Connect error.
-func detailOf(err error) (*pb.ErrorDetail, bool) {
-	var ce *connect.Error
-	if !errors.As(err, &ce) {
-		return nil, false
-	}
-	for _, d := range ce.Details() {
-		v, derr := d.Value()
-		if derr != nil {
-			continue
-		}
-		if det, ok := v.(*pb.ErrorDetail); ok {
-			return det, true
-		}
-	}
-	return nil, false
-}
-
 // connectMessage is the message of a Connect error without the code prefix.
 func connectMessage(err error) string {
-	var ce *connect.Error
-	if errors.As(err, &ce) {
+	if ce, ok := errors.AsType[*connect.Error](err); ok {
 		return ce.Message()
 	}
 	return fmt.Sprint(err)

@@ -24,6 +24,11 @@ type Schedule struct {
 	BackoffBaseSecs, BackoffCapSecs uint64
 }
 
+// IsZero reports whether no scheduling field is set.
+func (s Schedule) IsZero() bool {
+	return s.DelaySecs == 0 && s.NotBeforeSecs == 0 && len(s.RequiredTags) == 0 && s.BackoffBaseSecs == 0 && s.BackoffCapSecs == 0
+}
+
 // apply copies the fields into a NewTask.
 func (s Schedule) apply(t *pb.NewTask) {
 	t.DelaySecs, t.NotBeforeSecs = s.DelaySecs, s.NotBeforeSecs

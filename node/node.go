@@ -18,6 +18,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -151,36 +152,18 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	if c.DataDir == "" {
-		c.DataDir = "termivar-data"
-	}
-	if c.NodeID == "" {
-		c.NodeID = "node1"
-	}
-	if c.RaftAddr == "" {
-		c.RaftAddr = "127.0.0.1:7421"
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	if c.RaftLogOutput == nil {
-		c.RaftLogOutput = io.Discard
-	}
-	if c.TracerProvider == nil {
-		c.TracerProvider = noop.NewTracerProvider()
-	}
+	c.DataDir = cmp.Or(c.DataDir, "termivar-data")
+	c.NodeID = cmp.Or(c.NodeID, "node1")
+	c.RaftAddr = cmp.Or(c.RaftAddr, "127.0.0.1:7421")
+	c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler))
+	c.RaftLogOutput = cmp.Or(c.RaftLogOutput, io.Discard)
+	c.TracerProvider = cmp.Or(c.TracerProvider, trace.TracerProvider(noop.NewTracerProvider()))
 	if c.MaxBatchCommands <= 0 || c.MaxBatchCommands > raftfsm.MaxBatchCommands {
 		c.MaxBatchCommands = 1024
 	}
-	if c.TickInterval == 0 {
-		c.TickInterval = time.Second
-	}
-	if c.DefaultLimits == (distributed.Limits{}) {
-		c.DefaultLimits = distributed.DefaultLimits()
-	}
-	if c.DefaultResultLimits == (distributed.ResultLimits{}) {
-		c.DefaultResultLimits = distributed.DefaultResultLimits()
-	}
+	c.TickInterval = cmp.Or(c.TickInterval, time.Second)
+	c.DefaultLimits = cmp.Or(c.DefaultLimits, distributed.DefaultLimits())
+	c.DefaultResultLimits = cmp.Or(c.DefaultResultLimits, distributed.DefaultResultLimits())
 	if c.DefaultScheduling == nil {
 		d := DefaultServiceScheduling()
 		c.DefaultScheduling = &d
@@ -188,9 +171,7 @@ func (c *Config) setDefaults() {
 	if c.NowFunc == nil {
 		c.NowFunc = time.Now
 	}
-	if c.SnapshotThreshold == 0 {
-		c.SnapshotThreshold = 8192
-	}
+	c.SnapshotThreshold = cmp.Or(c.SnapshotThreshold, 8192)
 	if c.RaftTimeout <= 0 {
 		c.RaftTimeout = 300 * time.Millisecond
 		if len(c.Peers) > 1 || c.Join != nil {
@@ -464,23 +445,17 @@ func (n *Node) ensureCluster(ctx context.Context) error {
 		if _, err := rand.Read(epoch); err != nil {
 			return err
 		}
-		r, err := n.Propose(ctx, &pb.Command{Op: &pb.Command_InitCluster{InitCluster: &pb.InitCluster{EpochId: epoch}}})
-		if err != nil {
+		err := raftfsm.ProposalErr(n.Propose(ctx, &pb.Command{Op: &pb.Command_InitCluster{InitCluster: &pb.InitCluster{EpochId: epoch}}}))
+		if err != nil && !errors.Is(err, raftfsm.ErrAlreadyInitialized) {
 			return err
-		}
-		if r.Err != nil && !errors.Is(r.Err, raftfsm.ErrAlreadyInitialized) {
-			return r.Err
 		}
 	}
 	if _, ok := n.fsm.Tenant(raftfsm.SystemTenant); !ok {
-		r, err := n.Propose(ctx, &pb.Command{Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{
+		err := raftfsm.ProposalErr(n.Propose(ctx, &pb.Command{Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{
 			Name: raftfsm.SystemTenant, Limits: wire.LimitsToProto(n.cfg.DefaultLimits),
-			ResultLimits: wire.ResultLimitsToProto(n.cfg.DefaultResultLimits)}}})
-		if err != nil {
+			ResultLimits: wire.ResultLimitsToProto(n.cfg.DefaultResultLimits)}}}))
+		if err != nil && !errors.Is(err, raftfsm.ErrTenantExists) {
 			return err
-		}
-		if r.Err != nil && !errors.Is(r.Err, raftfsm.ErrTenantExists) {
-			return r.Err
 		}
 	}
 	return nil

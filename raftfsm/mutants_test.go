@@ -34,8 +34,11 @@ func richState(t *testing.T) *testBundle {
 		b.must(t, &pb.Command{Tenant: tenant, Principal: "", Op: registerCmd("", "wa").Op})
 		b.must(t, &pb.Command{Tenant: tenant, Op: enqueueCmd("", "t1", "t2", "t3").Op})
 	}
+	declared := enqueueCmd("", "t4")
+	declared.GetEnqueue().DeclaredTotal = 9
+	b.must(t, declared)
 	b.must(t, registerCmd("kw1", "w1"))
-	acq := b.must(t, acquireCmd("kw1", "w1", 2)).Value.([]Acquired)
+	acq := valueOf[[]Acquired](t, b.must(t, acquireCmd("kw1", "w1", 2)))
 	b.must(t, completeCmd("kw1", acq[0].Lease, []byte("result-1")))
 	return b
 }
@@ -56,6 +59,7 @@ type tenantTables struct {
 	Results      []byte
 	Owners       map[string]string
 	Scans        map[string][]string
+	Declared     map[string]uint64
 }
 
 func tablesOf(t *testing.T, f *FSM) fsmTables {
@@ -67,7 +71,18 @@ func tablesOf(t *testing.T, f *FSM) fsmTables {
 		ps, _ := tn.pool.ExportState()
 		rs, _ := tn.results.ExportState()
 		out.Tenants[name] = tenantTables{Limits: tn.limits, ResultLimits: tn.resultLimits, Pool: ps, Results: rs,
-			Owners: maps.Clone(tn.owners), Scans: maps.Clone(tn.scans)}
+			Owners: maps.Clone(tn.owners), Scans: maps.Clone(tn.scans), Declared: declaredOf(tn)}
+	}
+	return out
+}
+
+// declaredOf maps the tenant's scans that have a declared total to it.
+func declaredOf(tn *Tenant) map[string]uint64 {
+	out := map[string]uint64{}
+	for id, m := range tn.meta {
+		if m.declared != 0 {
+			out[id] = m.declared
+		}
 	}
 	return out
 }
@@ -79,7 +94,7 @@ func TestFSM_SnapshotKeepsEveryTable(t *testing.T) {
 	t.Parallel()
 	b := richState(t)
 	want := tablesOf(t, b.f)
-	if len(want.Tenants["acme"].Scans) == 0 || len(want.Tenants["acme"].Owners) == 0 || len(want.Nodes) == 0 {
+	if len(want.Tenants["acme"].Scans) == 0 || len(want.Tenants["acme"].Owners) == 0 || len(want.Nodes) == 0 || len(want.Tenants["acme"].Declared) == 0 {
 		t.Fatal("the rich state lacks a table it should exercise")
 	}
 	st, err := b.f.ExportState()
@@ -96,8 +111,8 @@ func TestFSM_SnapshotKeepsEveryTable(t *testing.T) {
 	}
 	// The reads built on them answer the same.
 	tv, _ := g.Tenant("acme")
-	if ids := tv.ScanTaskIDs("s1"); len(ids) != 3 {
-		t.Fatalf("ScanTaskIDs(s1) after restore = %v", ids)
+	if ids := tv.ScanTaskIDs("s1"); len(ids) != 4 || tv.ScanDeclaredTotal("s1") != 9 {
+		t.Fatalf("ScanTaskIDs(s1), ScanDeclaredTotal(s1) after restore = %v, %d", ids, tv.ScanDeclaredTotal("s1"))
 	}
 	var done []string
 	for _, id := range tv.ScanTaskIDs("s1") {

@@ -162,6 +162,17 @@ func (v TenantView) ScanTaskIDs(scanID string) []string {
 	return slices.Clone(v.t.scans[scanID])
 }
 
+// ScanDeclaredTotal returns the number of targets the scan's producer
+// declared (EnqueueTasks.declared_total), 0 if none.
+func (v TenantView) ScanDeclaredTotal(scanID string) uint64 {
+	v.f.mu.RLock()
+	defer v.f.mu.RUnlock()
+	if m, ok := v.t.meta[scanID]; ok {
+		return m.declared
+	}
+	return 0
+}
+
 // WorkerOwner returns the key ID a worker ID is bound to, if any.
 func (v TenantView) WorkerOwner(workerID string) (string, bool) {
 	v.f.mu.RLock()

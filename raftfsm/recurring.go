@@ -135,10 +135,10 @@ func (f *FSM) applyFireSchedule(c tenantCall) Response {
 	for i, t := range s.GetTargets() {
 		e.Tasks[i] = &pb.TaskSpec{TaskId: scheduleTaskID(scan, t), ScanId: scan, TargetRef: t, Priority: s.GetPriority()}
 	}
-	r := f.applyEnqueue(c.t, e, c.rev, c.now)
+	r := f.applyEnqueue(tenantCall{t: c.t, cmd: &pb.Command{Op: &pb.Command_Enqueue{Enqueue: e}}, rev: c.rev, now: c.now})
 	s.LastTick, s.LastError = m.GetTick(), ""
 	if r.Err != nil {
-		s.LastError = kindOf(r.Err)
+		s.LastError = KindOf(r.Err)
 	}
 	return Response{Revision: r.Revision, Value: FireValue{Fired: true, ScanID: scan, Error: s.LastError}}
 }

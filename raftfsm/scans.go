@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	distributed "github.com/termivar/distributed"
+	pb "github.com/termivar/distributed/gen/termivar/v1"
 )
 
 // scanMeta is what the FSM records of a scan besides its task IDs
@@ -19,8 +20,9 @@ type scanMeta struct {
 	// terminal; meaningful only when finished (0 there: unknown, a state
 	// written before it was recorded).
 	finishedAt uint64
-	// finished: every task of the scan is terminal.
-	// Invariant: finished iff firstOpen == len(ids).
+	// finished: every task of the scan is terminal and the producer's
+	// declared total, if any, is admitted.
+	// Invariant: finished iff firstOpen == len(ids) && nextOrd >= declared.
 	finished bool
 	// firstOpen is the first position of the scan's task IDs whose task is
 	// not terminal. Invariant: ids[:firstOpen] are terminal (terminal
@@ -42,11 +44,31 @@ type scanMeta struct {
 	// so FollowResults cursors (ordinals) stay valid across purges.
 	ords, compOrds    []uint64
 	nextOrd, nextComp uint64
+	// declared is the number of targets the scan's producer declared
+	// (EnqueueTasks.declared_total; 0: none, a later declaration replaces
+	// it). nextOrd counts every task ever admitted to the scan (purged or
+	// not), so declared - nextOrd, when positive, is the part not yet
+	// admitted; the record (and with it the declaration) goes when a purge
+	// empties the scan.
+	declared uint64
+}
+
+// admitted reports whether the producer's declared total, if any, is
+// admitted.
+func (m *scanMeta) admitted() bool { return m.nextOrd >= m.declared }
+
+// pending is the part of the declared total not yet admitted.
+func (m *scanMeta) pending() uint64 {
+	if m.admitted() {
+		return 0
+	}
+	return m.declared - m.nextOrd
 }
 
 // noteEnqueued records new tasks of their scans: a new scan is created at
-// now, and a finished scan that gets a task is running again.
-func (t *Tenant) noteEnqueued(specs []distributed.TaskSpec, now uint64) {
+// now, and a finished scan that gets a task is running again. declared,
+// when non-zero, is the declared total of the batch's one scan.
+func (t *Tenant) noteEnqueued(specs []distributed.TaskSpec, now, declared uint64) {
 	for _, s := range specs {
 		m, ok := t.meta[s.ScanID]
 		if !ok {
@@ -57,6 +79,33 @@ func (t *Tenant) noteEnqueued(specs []distributed.TaskSpec, now uint64) {
 		m.ords = append(m.ords, m.nextOrd)
 		m.nextOrd++
 	}
+	if declared != 0 {
+		t.meta[specs[0].ScanID].declared = declared
+	}
+}
+
+// applyDeclare replaces an existing scan's declared total without
+// enqueueing (EnqueueTasks with declare_scan_id and no tasks; value: nil).
+// A scan whose new total is admitted and whose tasks are all terminal
+// finishes now; one whose total is no longer admitted runs again.
+func (f *FSM) applyDeclare(t *Tenant, e *pb.EnqueueTasks, now uint64) Response {
+	scan, d := e.GetDeclareScanId(), e.GetDeclaredTotal()
+	if d == 0 {
+		return Response{Err: fsmErr(KindInvalidCommand, "declare_scan_id needs a declared total")}
+	}
+	m, ok := t.meta[scan]
+	if !ok {
+		return Response{Err: fsmErr(KindScanNotFound, "")}
+	}
+	m.declared = d
+	if !m.admitted() {
+		m.finished, m.finishedAt = false, 0
+	}
+	t.advanceScan(scan, now)
+	if f.opts.ProgressFunc != nil {
+		f.opts.ProgressFunc(t.name)
+	}
+	return Response{Revision: t.pool.Snapshot().Revision}
 }
 
 // noteCompleted records a fresh completion of a task of scanID and the size
@@ -92,7 +141,7 @@ func (t *Tenant) advanceScan(scanID string, now uint64) {
 	for m.firstOpen < len(ids) && t.terminalAt(ids[m.firstOpen]) {
 		m.firstOpen++
 	}
-	if m.firstOpen == len(ids) {
+	if m.firstOpen == len(ids) && m.admitted() {
 		m.finished, m.finishedAt = true, now
 	}
 }
@@ -162,6 +211,10 @@ type ScanState struct {
 	// ordinals: every task (completion) of the scan so far has a smaller
 	// one, purged or not.
 	NextOrdinal, NextCompletion uint64
+	// Declared is the producer's declared total (0: none); Pending the part
+	// of it not yet admitted (Declared - NextOrdinal, at least 0). A scan
+	// with Pending > 0 is not Finished.
+	Declared, Pending uint64
 }
 
 // ScanEntry is a task ID of a scan with its enqueue or completion ordinal.
@@ -187,7 +240,7 @@ func (v TenantView) Scan(scanID string) (ScanState, bool) {
 	}
 	return ScanState{ScanID: scanID, CreatedAt: m.createdAt, Finished: m.finished, FinishedAt: m.finishedAt,
 		Tasks: len(v.t.scans[scanID]), Completed: len(m.completed), ResultBytes: m.resultBytes,
-		NextOrdinal: m.nextOrd, NextCompletion: m.nextComp}, true
+		NextOrdinal: m.nextOrd, NextCompletion: m.nextComp, Declared: m.declared, Pending: m.pending()}, true
 }
 
 // ScanTaskWindow returns at most n of the scan's task IDs in enqueue order

@@ -17,6 +17,7 @@ func (t *Tenant) exportScan(id string) *pb.ScanIndex {
 		return si
 	}
 	si.CreatedAt = m.createdAt
+	si.DeclaredTotal = m.declared
 	si.CompletedIds = m.completed
 	if m.finished {
 		si.FinishedAt = m.finishedAt
@@ -65,7 +66,7 @@ func restoreOrds(ords []uint64, next uint64, n int) ([]uint64, uint64, bool) {
 // recorded) are appended in (CompletedAt, enqueue position) order with the
 // next completion ordinals, so every member restores the same order.
 func restoreScanMeta(pool *distributed.WorkerPool, results *distributed.ResultAggregator, sc *pb.ScanIndex) (*scanMeta, bool) {
-	m := &scanMeta{createdAt: sc.GetCreatedAt()}
+	m := &scanMeta{createdAt: sc.GetCreatedAt(), declared: sc.GetDeclaredTotal()}
 	var ok bool
 	if m.ords, m.nextOrd, ok = restoreOrds(sc.GetTaskOrdinals(), sc.GetNextOrdinal(), len(sc.GetTaskIds())); !ok {
 		return nil, false
@@ -93,7 +94,7 @@ func restoreScanMeta(pool *distributed.WorkerPool, results *distributed.ResultAg
 		m.firstOpen++
 	}
 	m.appendMissing(missing)
-	m.finished = m.firstOpen == len(ids)
+	m.finished = m.firstOpen == len(ids) && m.admitted()
 	if !m.finished && sc.GetFinishedAt() != 0 {
 		return nil, false
 	}

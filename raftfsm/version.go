@@ -37,9 +37,10 @@ var ErrUnsupportedVersion = errors.New("raftfsm: needs a newer binary")
 // its operation, or a field that an older binary would ignore (and so
 // apply differently). Version 1 is the release before versions; version 2
 // adds RecordBackup, PurgeTasks, UpdateTenant, RerunTasks,
-// CreateTenant.result_retention_secs, FailTask.reason and
-// TaskSpec.attempt_timeout_secs; version 3 adds scheduling (contract Part
-// F, docs/adr/0003-scheduling.md): SetSchedulingOptions, UpdateScan,
+// CreateTenant.result_retention_secs, FailTask.reason,
+// TaskSpec.attempt_timeout_secs and EnqueueTasks.declared_total (and
+// declare_scan_id); version 3 adds scheduling (contract Part F,
+// docs/adr/0003-scheduling.md): SetSchedulingOptions, UpdateScan,
 // AdvanceTime, CreateSchedule, DeleteSchedule, FireSchedule,
 // CreateTenant.scheduling and the scheduling fields of TaskSpec. Every
 // Command.op field must be listed in version_test.go's table.
@@ -74,11 +75,16 @@ func createTenantVersion(c *pb.CreateTenant) uint32 {
 	return MinClusterVersion
 }
 
-// enqueueVersion is the version of an Enqueue: the highest of its tasks'
-// fields — 3 for a scheduling field (not-before, delay, required tags,
-// backoff), 2 for an attempt timeout.
+// enqueueVersion is the version of an Enqueue: the highest of what it
+// uses — 3 for a task's scheduling field (not-before, delay, required
+// tags, backoff); 2 for a declared scan total or declare_scan_id (a
+// version-1 binary would ignore it, so its scan would finish before the
+// declared total is admitted) or a task's attempt timeout.
 func enqueueVersion(e *pb.EnqueueTasks) uint32 {
 	v := uint32(MinClusterVersion)
+	if e.GetDeclaredTotal() != 0 || e.GetDeclareScanId() != "" {
+		v = 2
+	}
 	for _, t := range e.GetTasks() {
 		if t.GetNotBeforeSecs() != 0 || t.GetDelaySecs() != 0 || len(t.GetRequiredTags()) != 0 ||
 			t.GetBackoffBaseSecs() != 0 || t.GetBackoffCapSecs() != 0 {

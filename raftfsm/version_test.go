@@ -63,14 +63,11 @@ func TestVersion_EveryOpHasAVersion(t *testing.T) {
 			t.Errorf("opVersions lists %s, which Command.op lacks", name)
 		}
 	}
-	// A field of an old operation that an older binary would ignore.
-	ct := &pb.Command{Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{Name: "t", ResultRetentionSecs: 60}}}
-	if got := OpVersion(ct); got != 2 {
-		t.Errorf("OpVersion(create_tenant with result_retention_secs) = %d, want 2", got)
-	}
-	ct.GetCreateTenant().Scheduling = &pb.SchedulingOptions{}
-	if got := OpVersion(ct); got != 3 {
-		t.Errorf("OpVersion(create_tenant with scheduling) = %d, want 3", got)
+	// Fields of old operations that an older binary would ignore.
+	for _, tc := range fieldVersions {
+		if got := OpVersion(tc.cmd); got != tc.want {
+			t.Errorf("OpVersion(%s) = %d, want %d", tc.name, got, tc.want)
+		}
 	}
 }
 
@@ -111,6 +108,27 @@ func TestVersion_EnqueueFields(t *testing.T) {
 			t.Errorf("enqueue with %s at cluster version 2: %v, want cluster_version", c.name, err)
 		}
 	}
+}
+
+// fieldVersions lists fields of version-1 operations that an older binary
+// would ignore (and so apply differently), with the cluster version that
+// introduced them, beside the same operations without them.
+var fieldVersions = []struct {
+	name string
+	cmd  *pb.Command
+	want uint32
+}{
+	{"create_tenant", &pb.Command{Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{Name: "t"}}}, 1},
+	{"create_tenant with result_retention_secs", &pb.Command{Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{Name: "t", ResultRetentionSecs: 60}}}, 2},
+	{"fail_task", &pb.Command{Op: &pb.Command_FailTask{FailTask: &pb.FailTask{}}}, 1},
+	{"fail_task with reason", &pb.Command{Op: &pb.Command_FailTask{FailTask: &pb.FailTask{Reason: "exit status 2"}}}, 2},
+	{"enqueue", &pb.Command{Op: &pb.Command_Enqueue{Enqueue: &pb.EnqueueTasks{Tasks: []*pb.TaskSpec{{TaskId: "a"}}}}}, 1},
+	{"enqueue with attempt_timeout_secs", &pb.Command{Op: &pb.Command_Enqueue{Enqueue: &pb.EnqueueTasks{Tasks: []*pb.TaskSpec{{TaskId: "a"}, {TaskId: "b", AttemptTimeoutSecs: 40}}}}}, 2},
+	{"enqueue with declared_total", &pb.Command{Op: &pb.Command_Enqueue{Enqueue: &pb.EnqueueTasks{Tasks: []*pb.TaskSpec{{TaskId: "a"}}, DeclaredTotal: 9}}}, 2},
+	{"enqueue declaring a scan's total only", &pb.Command{Op: &pb.Command_Enqueue{Enqueue: &pb.EnqueueTasks{DeclareScanId: "s", DeclaredTotal: 9}}}, 2},
+	{"create_tenant with scheduling", &pb.Command{Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{Name: "t", ResultRetentionSecs: 60, Scheduling: &pb.SchedulingOptions{}}}}, 3},
+	{"enqueue with declared_total and delay_secs", &pb.Command{Op: &pb.Command_Enqueue{Enqueue: &pb.EnqueueTasks{Tasks: []*pb.TaskSpec{{TaskId: "a", DelaySecs: 5}}, DeclaredTotal: 9}}}, 3},
+	{"enqueue with required_tags then declared_total", &pb.Command{Op: &pb.Command_Enqueue{Enqueue: &pb.EnqueueTasks{Tasks: []*pb.TaskSpec{{TaskId: "a", AttemptTimeoutSecs: 40}, {TaskId: "b", RequiredTags: []uint32{1}}}, DeclaredTotal: 2}}}, 3},
 }
 
 func backupCmd(t *testing.T) *pb.Command {

@@ -201,8 +201,7 @@ func toConnect(err error) error {
 	if err == nil {
 		return nil
 	}
-	var ce *connect.Error
-	if errors.As(err, &ce) {
+	if ce, ok := errors.AsType[*connect.Error](err); ok {
 		return ce
 	}
 	code, detail := classify(err)
@@ -215,22 +214,4 @@ func toConnect(err error) error {
 		out.AddDetail(d)
 	}
 	return out
-}
-
-// DetailOf extracts the ErrorDetail of an error returned by a client, if any.
-func DetailOf(err error) (*pb.ErrorDetail, bool) {
-	var ce *connect.Error
-	if !errors.As(err, &ce) {
-		return nil, false
-	}
-	for _, d := range ce.Details() {
-		v, derr := d.Value()
-		if derr != nil {
-			continue
-		}
-		if ed, ok := v.(*pb.ErrorDetail); ok {
-			return ed, true
-		}
-	}
-	return nil, false
 }

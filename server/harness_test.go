@@ -20,6 +20,7 @@ import (
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 	"github.com/termivar/distributed/gen/termivar/v1/termivarv1connect"
 	"github.com/termivar/distributed/internal/audit"
+	"github.com/termivar/distributed/internal/wireerr"
 	"github.com/termivar/distributed/node"
 )
 
@@ -170,7 +171,7 @@ func errKind(err error) (connect.Code, string) {
 	if err == nil {
 		return 0, ""
 	}
-	d, _ := DetailOf(err)
+	d, _ := wireerr.DetailOf(err)
 	return connect.CodeOf(err), d.GetKind()
 }
 

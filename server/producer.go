@@ -31,48 +31,139 @@ func (h producerHandler) Enqueue(ctx context.Context, req *connect.Request[pb.En
 		if err := checkRunnableTargets(m.GetTasks()); err != nil {
 			return nil, 0, err
 		}
-		e := &pb.EnqueueTasks{Tasks: make([]*pb.TaskSpec, len(m.GetTasks()))}
-		for i, t := range m.GetTasks() {
-			prio := uint32(distributed.PriorityNormal)
-			if t.GetPriority() != "" {
-				pr, ok := distributed.ParseTaskPriority(t.GetPriority())
-				prio = uint32(pr)
-				if !ok {
-					prio = invalidEnum
-				}
-			}
-			e.Tasks[i] = &pb.TaskSpec{TaskId: t.GetTaskId(), ScanId: t.GetScanId(), TargetRef: []byte(t.GetTargetRef()), Phases: t.GetPhases(), Priority: prio}
-			e.Tasks[i].AttemptTimeoutSecs = cmp.Or(t.GetAttemptTimeoutSecs(), m.GetAttemptTimeoutSecs())
-			if err := logSchedulingFields(i, t, e.Tasks[i]); err != nil { // schedule.go
-				return nil, 0, err
-			}
+		if err := checkSchedulingFields(m.GetTasks()); err != nil { // schedule.go
+			return nil, 0, err
 		}
-		r, err := h.s.propose(ctx, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_Enqueue{Enqueue: e}})
-		if err != nil {
-			return nil, r.Revision, err
+		if !m.GetSkipExisting() {
+			return h.enqueue(ctx, p, m, m.GetTasks(), m.GetDeclaredTotal())
 		}
-		tasks, err := raftfsm.ValueAs[[]distributed.ScanTask](r, "EnqueueTasks")
-		if err != nil {
-			return nil, r.Revision, err
-		}
-		out := &pb.EnqueueResponse{Revision: r.Revision, Tasks: make([]*pb.EnqueuedTask, len(tasks))}
-		for i, t := range tasks {
-			et := &pb.EnqueuedTask{TaskId: t.TaskID()}
-			if own, ok := t.Ownership(); ok {
-				if f, ok := own.Fence(); ok {
-					et.FenceToken = h.s.node.Codec().SealFence(p.Tenant, f)
-				}
-			}
-			out.Tasks[i] = et
-		}
-		return out, r.Revision, nil
+		return h.enqueueSkipping(ctx, p, m)
 	})
+}
+
+// maxSkipRounds bounds how often enqueueSkipping re-reads the tenant after
+// a concurrent enqueue took one of its IDs between the read and the apply.
+const maxSkipRounds = 3
+
+// enqueueSkipping enqueues the tasks of m the tenant does not hold yet and
+// reports the others as existing (same scan and target) or collisions. The
+// FSM still rejects any ID taken in between (the core checks every ID), so
+// the read only decides what to send; a lost race is read again.
+func (h producerHandler) enqueueSkipping(ctx context.Context, p principal, m *pb.EnqueueRequest) (*pb.EnqueueResponse, uint64, error) {
+	for round := 1; ; round++ {
+		tv, _ := h.s.node.Reads().Tenant(p.Tenant)
+		keep, existing, collisions := splitExisting(tv, m.GetTasks())
+		out := &pb.EnqueueResponse{Revision: tv.Counters().Revision}
+		var rev uint64
+		var err error
+		if len(keep) > 0 {
+			out, rev, err = h.enqueue(ctx, p, m, keep, lessCollisions(m.GetDeclaredTotal(), len(collisions)))
+		} else if len(collisions) > 0 && m.GetDeclaredTotal() != 0 {
+			rev, err = h.declareOnly(ctx, p, tv, m, lessCollisions(m.GetDeclaredTotal(), len(collisions)))
+			out.Revision = max(out.Revision, rev)
+		}
+		if errors.Is(err, distributed.ErrTaskAlreadyExists) && round < maxSkipRounds {
+			continue
+		}
+		if err != nil {
+			return nil, rev, err
+		}
+		out.Existing, out.Collisions = existing, collisions
+		return out, rev, nil
+	}
+}
+
+// declareOnly replaces the declared total of the request's scan when a
+// batch stores nothing but has collisions to take off it (EnqueueTasks
+// with declare_scan_id): otherwise the scan would wait for them for ever.
+// Nothing is proposed when the scan has no record or the total is
+// unchanged; a batch over two scans is invalid.
+func (h producerHandler) declareOnly(ctx context.Context, p principal, tv raftfsm.TenantView, m *pb.EnqueueRequest, declared uint64) (uint64, error) {
+	scan := m.GetTasks()[0].GetScanId()
+	for _, t := range m.GetTasks() {
+		if t.GetScanId() != scan {
+			return 0, errInvalid("a declared total needs every task in one scan")
+		}
+	}
+	if st, ok := tv.Scan(scan); !ok || st.Declared == declared {
+		return 0, nil // no record to declare on (nothing stored), or nothing to change
+	}
+	r, err := h.s.propose(ctx, p, nil, &pb.Command{Op: &pb.Command_Enqueue{Enqueue: &pb.EnqueueTasks{DeclareScanId: scan, DeclaredTotal: declared}}})
+	return r.Revision, err
+}
+
+// lessCollisions takes the request's colliding targets off its declared
+// total: they are not stored, and a re-run cannot store them, so a scan
+// that counted them would never finish. The total stays at least 1 (0
+// would mean no declaration).
+func lessCollisions(declared uint64, collisions int) uint64 {
+	if declared == 0 {
+		return 0
+	}
+	return declared - min(declared-1, uint64(collisions))
+}
+
+// splitExisting sorts tasks into those to enqueue and, by position, those
+// the tenant already holds: identical (same scan and target) or colliding.
+func splitExisting(tv raftfsm.TenantView, tasks []*pb.NewTask) (keep []*pb.NewTask, existing []uint32, collisions []*pb.EnqueueCollision) {
+	for i, t := range tasks {
+		old, ok, _ := tv.GetTask(t.GetTaskId())
+		switch {
+		case !ok:
+			keep = append(keep, t)
+		case old.ScanID() == t.GetScanId() && old.TargetRef() == t.GetTargetRef():
+			existing = append(existing, uint32(i))
+		default:
+			collisions = append(collisions, &pb.EnqueueCollision{Index: uint32(i), TaskId: t.GetTaskId(), ScanId: old.ScanID()})
+		}
+	}
+	return keep, existing, collisions
+}
+
+// enqueue proposes tasks as one all-or-nothing batch, declaring the
+// scan's total (0: none).
+func (h producerHandler) enqueue(ctx context.Context, p principal, m *pb.EnqueueRequest, tasks []*pb.NewTask, declared uint64) (*pb.EnqueueResponse, uint64, error) {
+	e := &pb.EnqueueTasks{Tasks: make([]*pb.TaskSpec, len(tasks)), DeclaredTotal: declared}
+	for i, t := range tasks {
+		prio := uint32(distributed.PriorityNormal)
+		if t.GetPriority() != "" {
+			pr, ok := distributed.ParseTaskPriority(t.GetPriority())
+			prio = uint32(pr)
+			if !ok {
+				prio = invalidEnum
+			}
+		}
+		e.Tasks[i] = &pb.TaskSpec{TaskId: t.GetTaskId(), ScanId: t.GetScanId(), TargetRef: []byte(t.GetTargetRef()), Phases: t.GetPhases(), Priority: prio}
+		e.Tasks[i].AttemptTimeoutSecs = cmp.Or(t.GetAttemptTimeoutSecs(), m.GetAttemptTimeoutSecs())
+		if err := logSchedulingFields(i, t, e.Tasks[i]); err != nil { // checked by request position in Enqueue
+			return nil, 0, err
+		}
+	}
+	r, err := h.s.propose(ctx, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_Enqueue{Enqueue: e}})
+	if err != nil {
+		return nil, r.Revision, err
+	}
+	added, err := raftfsm.ValueAs[[]distributed.ScanTask](r, "EnqueueTasks")
+	if err != nil {
+		return nil, r.Revision, err
+	}
+	out := &pb.EnqueueResponse{Revision: r.Revision, Tasks: make([]*pb.EnqueuedTask, len(added))}
+	for i, t := range added {
+		et := &pb.EnqueuedTask{TaskId: t.TaskID()}
+		if own, ok := t.Ownership(); ok {
+			if f, ok := own.Fence(); ok {
+				et.FenceToken = h.s.node.Codec().SealFence(p.Tenant, f)
+			}
+		}
+		out.Tasks[i] = et
+	}
+	return out, r.Revision, nil
 }
 
 // checkRunnableTargets refuses targets the shipped worker agent cannot
 // run: it hands a target to its command in the environment
 // (TERMIVAR_TARGET), which cannot hold a NUL byte. NB: the core keeps
-// target_ref opaque bytes (SPEC Part A); this is the API's policy, checked
+// target_ref opaque bytes (contract A.4); this is the API's policy, checked
 // before anything is proposed. The message names the task by position and
 // never quotes the target.
 func checkRunnableTargets(tasks []*pb.NewTask) error {
@@ -94,15 +185,11 @@ func (h producerHandler) Cancel(ctx context.Context, req *connect.Request[pb.Can
 			return nil, 0, err
 		}
 		ob, _ := own.MarshalBinary()
-		r, err := h.s.propose(ctx, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_CancelTask{CancelTask: &pb.CancelTask{Ownership: ob}}})
+		v, rev, err := proposeAs[distributed.CancellationOutcome](ctx, h.s, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_CancelTask{CancelTask: &pb.CancelTask{Ownership: ob}}}, "CancelTask")
 		if err != nil {
-			return nil, r.Revision, err
+			return nil, rev, err
 		}
-		v, err := raftfsm.ValueAs[distributed.CancellationOutcome](r, "CancelTask")
-		if err != nil {
-			return nil, r.Revision, err
-		}
-		return &pb.CancelResponse{AlreadyCancelled: v.Kind == distributed.AlreadyCancelled, Revision: r.Revision}, r.Revision, nil
+		return &pb.CancelResponse{AlreadyCancelled: v.Kind == distributed.AlreadyCancelled, Revision: rev}, rev, nil
 	})
 }
 
@@ -115,15 +202,11 @@ func (h producerHandler) cancelByID(ctx context.Context, p principal, m *pb.Canc
 	if err := distributed.CheckTaskCommandID(m.GetTaskId()); err != nil {
 		return nil, 0, err
 	}
-	r, err := h.s.propose(ctx, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_CancelTaskById{CancelTaskById: &pb.CancelTaskByID{TaskId: m.GetTaskId()}}})
+	v, rev, err := proposeAs[raftfsm.CancelByIDValue](ctx, h.s, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_CancelTaskById{CancelTaskById: &pb.CancelTaskByID{TaskId: m.GetTaskId()}}}, "CancelTaskByID")
 	if err != nil {
-		return nil, r.Revision, err
+		return nil, rev, err
 	}
-	v, err := raftfsm.ValueAs[raftfsm.CancelByIDValue](r, "CancelTaskByID")
-	if err != nil {
-		return nil, r.Revision, err
-	}
-	return &pb.CancelResponse{AlreadyCancelled: v.Outcome.Kind == distributed.AlreadyCancelled, PreviousStatus: v.PreviousStatus.String(), Revision: r.Revision}, r.Revision, nil
+	return &pb.CancelResponse{AlreadyCancelled: v.Outcome.Kind == distributed.AlreadyCancelled, PreviousStatus: v.PreviousStatus.String(), Revision: rev}, rev, nil
 }
 
 func (s *Server) taskInfo(p principal, tv raftfsm.TenantView, t distributed.ScanTask) *pb.TaskInfo {
@@ -170,10 +253,7 @@ func (h producerHandler) GetTask(ctx context.Context, req *connect.Request[pb.Ge
 
 func (h producerHandler) ListTasks(ctx context.Context, req *connect.Request[pb.ListTasksRequest]) (*connect.Response[pb.ListTasksResponse], error) {
 	return call(ctx, h.s, req, false, func(ctx context.Context, p principal, m *pb.ListTasksRequest) (*pb.ListTasksResponse, uint64, error) {
-		size := int(m.GetPageSize())
-		if size == 0 {
-			size = defaultPageSize
-		}
+		size := cmp.Or(int(m.GetPageSize()), defaultPageSize)
 		if size > maxPageSize {
 			return nil, 0, errInvalid("page_size is above 1000")
 		}

@@ -143,8 +143,11 @@ func (h producerHandler) ScanProgress(ctx context.Context, req *connect.Request[
 			}
 		})
 		out.NextLeaseExpiry, out.Unroutable = next, unroutable
-		if st, ok := tv.Scan(m.GetScanId()); ok && st.Finished {
-			out.FinishedAt = st.FinishedAt
+		if st, ok := tv.Scan(m.GetScanId()); ok {
+			out.DeclaredTotal, out.Pending = st.Declared, st.Pending
+			if st.Finished {
+				out.FinishedAt = st.FinishedAt
+			}
 		}
 		h.s.stallFacts(tv, out)
 		scanSettings(tv, m.GetScanId(), out) // schedule.go
@@ -210,7 +213,7 @@ func scanInfo(tv raftfsm.TenantView, id string) (*pb.ScanInfo, bool) {
 		ScanId: id, State: scanState(c, st.Finished), CreatedAt: st.CreatedAt, Admitted: c.GetTotal(),
 		Queued: c.GetQueued(), Leased: c.GetLeased(), Running: c.GetRunning(), Completed: c.GetCompleted(),
 		Failed: c.GetFailed(), Cancelled: c.GetCancelled(), Expired: c.GetExpired(), Results: c.GetResults(),
-		ResultBytes: st.ResultBytes, Scheduled: c.GetScheduled(),
+		ResultBytes: st.ResultBytes, DeclaredTotal: st.Declared, Pending: st.Pending, Scheduled: c.GetScheduled(),
 	}
 	if set, err := tv.ScanSettings(id); err == nil {
 		si.Paused, si.MaxInFlight = set.Paused, set.MaxInFlight

@@ -319,3 +319,48 @@ func TestServer_FollowResultsBadInput(t *testing.T) {
 	}
 	f.b.assertUnchanged(t, before, "rejected FollowResults")
 }
+
+// TestServer_DeclaredScanRunsUntilAdmitted: a scan whose producer declared
+// more targets than it admitted is running in ListScans (declared_total,
+// pending), has pending in ScanProgress and no finished_at, and a
+// FollowResults follower is not done, although every admitted task is
+// done; once the rest is admitted and done, all three say finished.
+func TestServer_DeclaredScanRunsUntilAdmitted(t *testing.T) {
+	t.Parallel()
+	f := newScanFixture(t)
+	declare := func(ids ...string) {
+		t.Helper()
+		m := enqueueReq("d", ids...)
+		m.SkipExisting, m.DeclaredTotal = true, 3
+		if _, err := f.p.producer.Enqueue(ctx, req(m)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(wantState string, wantPending uint64, wantDone bool) {
+		t.Helper()
+		list, err := f.p.producer.ListScans(ctx, req(&pb.ListScansRequest{}))
+		if err != nil || len(list.Msg.GetScans()) != 1 {
+			t.Fatalf("ListScans = %v, %v", list, err)
+		}
+		s := list.Msg.GetScans()[0]
+		if s.GetState() != wantState || s.GetDeclaredTotal() != 3 || s.GetPending() != wantPending || (s.GetFinishedAt() != 0) != wantDone {
+			t.Fatalf("ListScans: %s declared %d pending %d finished_at %d; want %s, 3, %d", s.GetState(), s.GetDeclaredTotal(), s.GetPending(), s.GetFinishedAt(), wantState, wantPending)
+		}
+		p, err := f.p.producer.ScanProgress(ctx, req(&pb.ScanProgressRequest{ScanId: "d"}))
+		if err != nil || p.Msg.GetDeclaredTotal() != 3 || p.Msg.GetPending() != wantPending || (p.Msg.GetFinishedAt() != 0) != wantDone {
+			t.Fatalf("ScanProgress = %v, %v; want declared 3, pending %d", p.Msg, err, wantPending)
+		}
+		if m := f.follow(t, &pb.FollowResultsRequest{ScanId: "d"}); m.GetDone() != wantDone {
+			t.Fatalf("FollowResults = %s; want done=%v", followLine(m), wantDone)
+		}
+	}
+	declare("d1", "d2")
+	leases := f.acquire(t, 2)
+	f.complete(t, leases["d1"], "one")
+	f.complete(t, leases["d2"], "two")
+	check("running", 1, false)
+	declare("d1", "d2", "d3")
+	check("running", 0, false)
+	f.complete(t, f.acquire(t, 1)["d3"], "three")
+	check("done", 0, true)
+}

@@ -20,6 +20,18 @@ import (
 // their not-before time (not a core status: they are queued).
 const statusScheduled = "scheduled"
 
+// checkSchedulingFields refuses a request whose task's scheduling fields
+// are invalid, naming it by its request position (before skip_existing
+// takes any task out).
+func checkSchedulingFields(tasks []*pb.NewTask) error {
+	for i, t := range tasks {
+		if err := logSchedulingFields(i, t, &pb.TaskSpec{}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // logSchedulingFields copies a NewTask's scheduling fields into the log
 // TaskSpec; a tag name that is not a worker tag is refused by position.
 func logSchedulingFields(i int, t *pb.NewTask, out *pb.TaskSpec) error {

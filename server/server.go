@@ -11,6 +11,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"log/slog"
@@ -104,12 +105,8 @@ type Server struct {
 // New returns a server for cfg.Backend. It panics if cfg.Limits does not
 // validate (callers check flags with Limits.Validate first).
 func New(cfg Config) *Server {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.DefaultLeaseTTLSecs == 0 {
-		cfg.DefaultLeaseTTLSecs = 60
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
+	cfg.DefaultLeaseTTLSecs = cmp.Or(cfg.DefaultLeaseTTLSecs, 60)
 	if err := cfg.Limits.Validate(); err != nil {
 		panic(err)
 	}
@@ -294,4 +291,16 @@ func (s *Server) propose(ctx context.Context, p principal, expected *uint64, cmd
 		return r, err
 	}
 	return r, r.Err
+}
+
+// proposeAs is propose, then the response's value as a T (raftfsm.ValueAs:
+// a mismatch is an error naming op) and the revision.
+func proposeAs[T any](ctx context.Context, s *Server, p principal, expected *uint64, cmd *pb.Command, op string) (T, uint64, error) {
+	r, err := s.propose(ctx, p, expected, cmd)
+	if err != nil {
+		var zero T
+		return zero, r.Revision, err
+	}
+	v, err := raftfsm.ValueAs[T](r, op)
+	return v, r.Revision, err
 }

@@ -63,11 +63,7 @@ func newBackend(lim distributed.Limits, rl distributed.ResultLimits) (*backend, 
 		{Op: &pb.Command_SetClusterVersion{SetClusterVersion: &pb.SetClusterVersion{Version: raftfsm.SupportedVersion}}},
 	}
 	for _, cmd := range boot {
-		r, err := b.Propose(context.Background(), cmd)
-		if err == nil {
-			err = r.Err
-		}
-		if err != nil {
+		if err := raftfsm.ProposalErr(b.Propose(context.Background(), cmd)); err != nil {
 			return nil, fmt.Errorf("clienttest: bootstrap: %w", err)
 		}
 	}

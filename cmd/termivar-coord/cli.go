@@ -10,6 +10,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -43,11 +44,11 @@ func clientCommands() []clientCommand {
 		{name: "demo", usage: "[--targets N] [--keep]",
 			summary: "run an embedded node, three workers and a scan with a worker crash, then print the results summary",
 			run:     runDemo},
-		{name: "worker", usage: "[--id ID] [--capacity N] [--tag T ...] -- CMD ARGS...",
+		{name: "worker", usage: "[--id ID] [--capacity N] [--adaptive-capacity] [--tag T ...] -- CMD ARGS...",
 			summary: "run a worker agent that runs CMD once per leased task",
 			run:     runWorker},
-		{name: "enqueue", usage: "--scan S [--priority low|normal|high|critical] [--phases 1,2] [--timeout D] [--delay D | --at TIME] [--require-tag T ...] [--max-in-flight N] TARGET... | --file F | -",
-			summary: "enqueue one task per target (task IDs derived from scan and target unless --task-id is given)",
+		{name: "enqueue", usage: "--scan S [--priority low|normal|high|critical] [--phases 1,2] [--timeout D] [--no-wait] [--retry-for D] [--delay D | --at TIME] [--require-tag T ...] [--max-in-flight N] TARGET... | --file F | -",
+			summary: "enqueue one task per target, waiting for room in the tenant's queue (task IDs derived from scan and target unless --task-id is given, so a re-run stores only what is missing); exit 0 only when every target is stored",
 			run:     runEnqueue},
 		{name: "status", usage: "[--json]", summary: "show the node's and your tenant's status", run: runStatus},
 		{name: "scans", usage: "[--limit N] [--json] | delete SCAN [--force]",
@@ -149,19 +150,26 @@ func runRegistered(name string, args []string, env *cliEnv) (code int, ok bool) 
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	return runCommand(ctx, c, args, env), true
+}
+
+// runCommand runs c until it returns or ctx (SIGINT/SIGTERM in
+// runRegistered) ends, prints its error and returns its exit code.
+func runCommand(ctx context.Context, c clientCommand, args []string, env *cliEnv) int {
+	name := c.name
 	err := c.run(ctx, env, args)
 	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		// Interrupted (SIGINT/SIGTERM) while waiting: the shell convention.
 		fmt.Fprintln(env.stderr)
-		return 130, true
+		return exitInterrupted
 	}
 	if err != nil && !errors.Is(err, flag.ErrHelp) {
 		fmt.Fprintf(env.stderr, "termivar-coord %s: %v\n", name, err)
 	}
 	if errors.Is(err, flag.ErrHelp) {
-		return exitOK, true
+		return exitOK
 	}
-	return exitCode(err), true
+	return exitCode(err)
 }
 
 // registeredUsage lists the client commands for the top-level help.
@@ -212,14 +220,8 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 // newClient resolves the server and key (flag, then environment, then the
 // default key file) and returns a client.
 func newClient(g *globalFlags) (*client.Client, error) {
-	server := g.server
-	if server == "" {
-		server = os.Getenv(client.EnvServer)
-	}
-	key := g.key
-	if key == "" {
-		key = os.Getenv(client.EnvKey)
-	}
+	server := cmp.Or(g.server, os.Getenv(client.EnvServer))
+	key := cmp.Or(g.key, os.Getenv(client.EnvKey))
 	if key == "" {
 		k, err := client.LoadKey(client.DefaultKeyFile)
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/termivar/distributed/agent"
 	"github.com/termivar/distributed/client"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/node"
 )
 
 // Demo settings: a short lease so the crashed worker's tasks come back
@@ -62,7 +64,9 @@ func runDemo(ctx context.Context, env *cliEnv, args []string) error {
 			return err
 		}
 	}
-	node, err := startDemoNode(ctx, dir, certs)
+	// NB: a quick recovery ticker so the crashed worker's expired leases go
+	// back to the queue within a fraction of a second of expiring.
+	node, err := startEmbedded(ctx, node.Config{DataDir: dir, RaftAddr: "127.0.0.1:0", TickInterval: 250 * time.Millisecond}, certs, false)
 	if err != nil {
 		return fmt.Errorf("start embedded node: %w", err)
 	}
@@ -90,7 +94,7 @@ func runDemo(ctx context.Context, env *cliEnv, args []string) error {
 	for i := range targets {
 		targets[i] = fmt.Sprintf("10.0.%d.%d", i/250, i%250+1)
 	}
-	res, err := c.EnqueueTargets(ctx, client.EnqueueOptions{ScanID: demoScan, Priority: "normal", Phases: []byte{1, 2}}, targets)
+	res, err := c.EnqueueTargets(ctx, client.EnqueueOptions{ScanID: demoScan, Priority: "normal", Phases: []byte{1, 2}}, slices.Values(targets))
 	if err != nil {
 		return err
 	}
@@ -151,11 +155,7 @@ func (d *demo) startWorkers(ctx context.Context) error {
 			return err
 		}
 		d.agents = append(d.agents, a)
-		d.wg.Add(1)
-		go func() {
-			defer d.wg.Done()
-			_ = a.Run(ctx)
-		}()
+		d.wg.Go(func() { _ = a.Run(ctx) })
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -167,10 +168,7 @@ func runTasks(ctx context.Context, env *cliEnv, args []string) error {
 		if t.GetHasResult() {
 			res = "yes"
 		}
-		worker := t.GetAssignedTo()
-		if worker == "" {
-			worker = "-"
-		}
+		worker := cmp.Or(t.GetAssignedTo(), "-")
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", t.GetTaskId(), t.GetScanId(), tableTarget(t.GetTargetRef()), displayStatus(t), t.GetPriority(), t.GetAttempt(), t.GetRetryCount(), worker, res, shortReason(t.GetLastFailureReason()))
 		return nil
 	})
@@ -206,18 +204,23 @@ func tableTarget(s string) string {
 
 // workerJSON is one line of workers --json.
 type workerJSON struct {
-	WorkerID       string   `json:"worker_id"`
-	Generation     uint64   `json:"generation"`
-	Status         string   `json:"status"`
-	Capacity       uint32   `json:"capacity"`
-	CurrentTasks   uint32   `json:"current_tasks"`
-	AvailableSlots uint32   `json:"available_slots"`
-	CompletedTasks uint64   `json:"completed_tasks"`
-	LastHeartbeat  uint64   `json:"last_heartbeat"`
-	CPUBasisPoints uint32   `json:"cpu_basis_points"`
-	MemBasisPoints uint32   `json:"memory_basis_points"`
-	NetBasisPoints uint32   `json:"network_basis_points"`
-	Tags           []string `json:"tags"`
+	WorkerID   string `json:"worker_id"`
+	Generation uint64 `json:"generation"`
+	Status     string `json:"status"`
+	Capacity   uint32 `json:"capacity"`
+	// EffectiveCapacity is Capacity scaled down by the reported
+	// utilization; CapacityScaledBy names the utilization that scaled it
+	// ("cpu", "memory", "network"), empty when the two are equal.
+	EffectiveCapacity uint32   `json:"effective_capacity"`
+	CapacityScaledBy  string   `json:"capacity_scaled_by,omitempty"`
+	CurrentTasks      uint32   `json:"current_tasks"`
+	AvailableSlots    uint32   `json:"available_slots"`
+	CompletedTasks    uint64   `json:"completed_tasks"`
+	LastHeartbeat     uint64   `json:"last_heartbeat"`
+	CPUBasisPoints    uint32   `json:"cpu_basis_points"`
+	MemBasisPoints    uint32   `json:"memory_basis_points"`
+	NetBasisPoints    uint32   `json:"network_basis_points"`
+	Tags              []string `json:"tags"`
 }
 
 func runWorkers(ctx context.Context, env *cliEnv, args []string) error {
@@ -245,6 +248,7 @@ func runWorkers(ctx context.Context, env *cliEnv, args []string) error {
 			}
 			if err := writeJSON(env.stdout, workerJSON{
 				WorkerID: w.GetWorkerId(), Generation: w.GetGeneration(), Status: w.GetStatus(), Capacity: w.GetCapacity(),
+				EffectiveCapacity: w.GetEffectiveCapacity(), CapacityScaledBy: scaledBy(w),
 				CurrentTasks: w.GetCurrentTasks(), AvailableSlots: w.GetAvailableSlots(), CompletedTasks: w.GetCompletedTasks(),
 				LastHeartbeat: w.GetLastHeartbeat(), CPUBasisPoints: w.GetCpuBasisPoints(), MemBasisPoints: w.GetMemoryBasisPoints(),
 				NetBasisPoints: w.GetNetworkBasisPoints(), Tags: tags,
@@ -255,14 +259,42 @@ func runWorkers(ctx context.Context, env *cliEnv, args []string) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(env.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "WORKER\tGEN\tSTATUS\tTASKS\tCOMPLETED\tCPU\tMEM\tHEARTBEAT")
+	fmt.Fprintln(tw, "WORKER\tGEN\tSTATUS\tTASKS\tCAPACITY\tCOMPLETED\tCPU\tMEM\tHEARTBEAT")
 	for _, w := range resp.GetWorkers() {
 		hb := time.Unix(int64(w.GetLastHeartbeat()), 0).Format(time.TimeOnly)
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%d/%d\t%d\t%.1f%%\t%.1f%%\t%s\n", w.GetWorkerId(), w.GetGeneration(), w.GetStatus(),
-			w.GetCurrentTasks(), w.GetCapacity(), w.GetCompletedTasks(),
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d/%d\t%s\t%d\t%.1f%%\t%.1f%%\t%s\n", w.GetWorkerId(), w.GetGeneration(), w.GetStatus(),
+			w.GetCurrentTasks(), w.GetEffectiveCapacity(), capacityText(w), w.GetCompletedTasks(),
 			float64(w.GetCpuBasisPoints())/100, float64(w.GetMemoryBasisPoints())/100, hb)
 	}
 	return tw.Flush()
+}
+
+// scaledBy names the utilization that scales a worker's capacity down
+// (the highest of cpu, memory and network, contract A.4), or "" when the
+// effective capacity is the declared one.
+func scaledBy(w *pb.WorkerInfo) string {
+	if w.GetEffectiveCapacity() == w.GetCapacity() {
+		return ""
+	}
+	name, top := "cpu", w.GetCpuBasisPoints()
+	if w.GetMemoryBasisPoints() > top {
+		name, top = "memory", w.GetMemoryBasisPoints()
+	}
+	if w.GetNetworkBasisPoints() > top {
+		name = "network"
+	}
+	return name
+}
+
+// capacityText is the CAPACITY column: the declared capacity, and when the
+// node scaled it down, to what and by which utilization.
+func capacityText(w *pb.WorkerInfo) string {
+	by := scaledBy(w)
+	if by == "" {
+		return fmt.Sprint(w.GetCapacity())
+	}
+	bp := map[string]uint32{"cpu": w.GetCpuBasisPoints(), "memory": w.GetMemoryBasisPoints(), "network": w.GetNetworkBasisPoints()}[by]
+	return fmt.Sprintf("%d, scaled to %d by %s %.1f%% (--adaptive-capacity)", w.GetCapacity(), w.GetEffectiveCapacity(), by, float64(bp)/100)
 }
 
 func runCancel(ctx context.Context, env *cliEnv, args []string) error {

@@ -4,10 +4,13 @@ package main
 // enqueues at every tick, once per tick (raftfsm/recurring.go).
 
 import (
+	"bufio"
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -87,6 +90,22 @@ func runSchedulesCreate(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	fmt.Fprintf(env.stdout, "schedule %s: %d targets every %s as scans %s-1, %s-2, ...\n", n, len(targets), *every, *prefix, *prefix)
 	return nil
+}
+
+// readTargets reads a target per line, skipping blank lines and #
+// comments (as enqueue --file does).
+func readTargets(r io.Reader) ([]string, error) {
+	var out []string
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		out = append(out, line)
+	}
+	return out, sc.Err()
 }
 
 func runSchedulesList(ctx context.Context, env *cliEnv, args []string) error {

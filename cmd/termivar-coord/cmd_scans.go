@@ -21,13 +21,17 @@ import (
 
 // scanJSON is one line of scans --json. Times are the node's logical
 // seconds (Unix time of the leader's clock); finished_at is absent while
-// the scan runs (or when the node did not record it).
+// the scan runs (or when the node did not record it). declared_total is
+// the producer's declared number of targets and pending the part of it
+// not admitted yet (both absent when none was declared).
 type scanJSON struct {
 	ScanID      string `json:"scan_id"`
 	State       string `json:"state"`
 	CreatedAt   uint64 `json:"created_at,omitempty"`
 	FinishedAt  uint64 `json:"finished_at,omitempty"`
 	Admitted    uint32 `json:"admitted"`
+	Declared    uint64 `json:"declared_total,omitempty"`
+	Pending     uint64 `json:"pending,omitempty"`
 	Queued      uint32 `json:"queued"`
 	Leased      uint32 `json:"leased"`
 	Running     uint32 `json:"running"`
@@ -47,7 +51,7 @@ type scanJSON struct {
 
 func toScanJSON(s *pb.ScanInfo) scanJSON {
 	return scanJSON{ScanID: s.GetScanId(), State: s.GetState(), CreatedAt: s.GetCreatedAt(), FinishedAt: s.GetFinishedAt(),
-		Admitted: s.GetAdmitted(), Queued: s.GetQueued(), Leased: s.GetLeased(), Running: s.GetRunning(), Completed: s.GetCompleted(),
+		Admitted: s.GetAdmitted(), Declared: s.GetDeclaredTotal(), Pending: s.GetPending(), Queued: s.GetQueued(), Leased: s.GetLeased(), Running: s.GetRunning(), Completed: s.GetCompleted(),
 		Failed: s.GetFailed(), Cancelled: s.GetCancelled(), Expired: s.GetExpired(), Results: s.GetResults(), ResultBytes: s.GetResultBytes(),
 		RetentionDeadline: s.RetentionDeadline, Scheduled: s.GetScheduled(), Paused: s.GetPaused(), MaxInFlight: s.GetMaxInFlight()}
 }
@@ -127,20 +131,31 @@ func runScansList(ctx context.Context, env *cliEnv, args []string) error {
 	return writeScansTable(env.stdout, rows)
 }
 
-// writeScansTable prints the scans as a table. The RETENTION column (when
-// the scan's records may be deleted) is printed only when a scan has a
+// writeScansTable prints the scans as a table. The DECLARED and PENDING
+// columns (the producer's declared total and the part of it not admitted
+// yet) are printed only when a scan has a declared total, the RETENTION
+// column (when the scan's records may be deleted) only when a scan has a
 // retention deadline.
 func writeScansTable(w io.Writer, rows []*pb.ScanInfo) error {
+	declared := slices.ContainsFunc(rows, func(s *pb.ScanInfo) bool { return s.GetDeclaredTotal() != 0 })
 	retention := slices.ContainsFunc(rows, func(s *pb.ScanInfo) bool { return s.RetentionDeadline != nil })
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	head := "SCAN\tSTATE\tCREATED\tFINISHED\tADMITTED\tQUEUED\tRUNNING\tCOMPLETED\tFAILED\tCANCELLED\tEXPIRED\tRESULTS\tRESULT SIZE"
+	head := "SCAN\tSTATE\tCREATED\tFINISHED\tADMITTED"
+	if declared {
+		head += "\tDECLARED\tPENDING"
+	}
+	head += "\tQUEUED\tRUNNING\tCOMPLETED\tFAILED\tCANCELLED\tEXPIRED\tRESULTS\tRESULT SIZE"
 	if retention {
 		head += "\tRETENTION"
 	}
 	fmt.Fprintln(tw, head)
 	for _, s := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s", s.GetScanId(), scanStateLabel(s.GetState(), s.GetPaused()),
-			logicalTime(s.GetCreatedAt()), logicalTime(s.GetFinishedAt()), s.GetAdmitted(), s.GetQueued(), s.GetLeased()+s.GetRunning(),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d", s.GetScanId(), scanStateLabel(s.GetState(), s.GetPaused()),
+			logicalTime(s.GetCreatedAt()), logicalTime(s.GetFinishedAt()), s.GetAdmitted())
+		if declared {
+			fmt.Fprintf(tw, "\t%s", declaredCells(s))
+		}
+		fmt.Fprintf(tw, "\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s", s.GetQueued(), s.GetLeased()+s.GetRunning(),
 			s.GetCompleted(), s.GetFailed(), s.GetCancelled(), s.GetExpired(), s.GetResults(), byteSize(s.GetResultBytes()))
 		if retention {
 			fmt.Fprintf(tw, "\t%s", logicalTime(s.GetRetentionDeadline()))
@@ -148,6 +163,15 @@ func writeScansTable(w io.Writer, rows []*pb.ScanInfo) error {
 		fmt.Fprintln(tw)
 	}
 	return tw.Flush()
+}
+
+// declaredCells are the DECLARED and PENDING cells; "-" for a scan
+// without a declared total.
+func declaredCells(s *pb.ScanInfo) string {
+	if s.GetDeclaredTotal() == 0 {
+		return "-\t-"
+	}
+	return fmt.Sprintf("%d\t%d", s.GetDeclaredTotal(), s.GetPending())
 }
 
 // scansUsage lists the scans subcommands.

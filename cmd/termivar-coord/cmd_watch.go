@@ -15,22 +15,26 @@ import (
 
 // progressJSON is one line of watch --json. stall explains why nothing
 // moved for --stall-after, or says the result store is full (absent
-// otherwise); eta_secs is absent while nothing moves.
+// otherwise); eta_secs is absent while nothing moves; not_admitted is the
+// part of the producer's declared total not enqueued yet (flow control:
+// the tenant's window is full), absent when 0.
 type progressJSON struct {
-	ScanID    string   `json:"scan_id"`
-	Total     uint32   `json:"total"`
-	Queued    uint32   `json:"queued"`
-	Leased    uint32   `json:"leased"`
-	Running   uint32   `json:"running"`
-	Completed uint32   `json:"completed"`
-	Failed    uint32   `json:"failed"`
-	Cancelled uint32   `json:"cancelled"`
-	Expired   uint32   `json:"expired"`
-	Results   uint32   `json:"results"`
-	Done      bool     `json:"done"`
-	Elapsed   float64  `json:"elapsed_secs"`
-	ETA       *float64 `json:"eta_secs,omitempty"`
-	Stall     string   `json:"stall,omitempty"`
+	ScanID    string `json:"scan_id"`
+	Total     uint32 `json:"total"`
+	Queued    uint32 `json:"queued"`
+	Leased    uint32 `json:"leased"`
+	Running   uint32 `json:"running"`
+	Completed uint32 `json:"completed"`
+	Failed    uint32 `json:"failed"`
+	Cancelled uint32 `json:"cancelled"`
+	Expired   uint32 `json:"expired"`
+	Results   uint32 `json:"results"`
+	// NotAdmitted: ScanProgressResponse.pending.
+	NotAdmitted uint64   `json:"not_admitted,omitempty"`
+	Done        bool     `json:"done"`
+	Elapsed     float64  `json:"elapsed_secs"`
+	ETA         *float64 `json:"eta_secs,omitempty"`
+	Stall       string   `json:"stall,omitempty"`
 	// Reruns counts re-runs of the scan's tasks (retry; contract Part F).
 	Reruns uint32 `json:"reruns,omitempty"`
 	// Scheduling (contract Part F): unroutable counts queued tasks whose
@@ -57,10 +61,15 @@ func terminalCount(p *pb.ScanProgressResponse) uint32 {
 	return p.GetCompleted() + p.GetFailed() + p.GetCancelled() + p.GetExpired()
 }
 
-// scanDone reports whether every task of a non-empty scan is terminal.
+// scanDone reports whether every task of a non-empty scan is terminal and
+// every declared target admitted.
 func scanDone(p *pb.ScanProgressResponse) bool {
-	return p.GetTotal() > 0 && terminalCount(p) >= p.GetTotal()
+	return p.GetTotal() > 0 && terminalCount(p) >= p.GetTotal() && notAdmitted(p) == 0
 }
+
+// notAdmitted is the part of the scan's declared total not enqueued yet
+// (the node counts every task ever admitted, purged ones too).
+func notAdmitted(p *pb.ScanProgressResponse) uint64 { return p.GetPending() }
 
 // describeProgress is the bar's short label: counts per status, the
 // terminal ones other than completed only when present (the bar itself
@@ -79,6 +88,9 @@ func describeProgress(p *pb.ScanProgressResponse) string {
 	if n := p.GetReruns(); n > 0 {
 		s += fmt.Sprintf(" re-runs %d", n)
 	}
+	if n := notAdmitted(p); n > 0 {
+		s += fmt.Sprintf(" not yet admitted %d", n)
+	}
 	return s + describeScheduling(p) // cmd_schedule.go
 }
 
@@ -86,12 +98,20 @@ func describeProgress(p *pb.ScanProgressResponse) string {
 // facts ScanProgress read in the same state: the tenant's result store is
 // full (completions are rejected), queued tasks and no live worker or no
 // free slot, or only leased tasks left, whose workers must complete them
-// or let the leases expire. "" when none of these holds.
+// or let the leases expire; or every admitted task ended while declared
+// targets are not admitted yet (the producer stopped). "" when none of
+// these holds.
 func explainStall(p *pb.ScanProgressResponse) string {
 	open := p.GetTotal() - min(p.GetTotal(), terminalCount(p))
 	leases := p.GetLeased() + p.GetRunning()
-	if full := storeFull(p); full != "" || open == 0 {
+	if full := storeFull(p); full != "" {
 		return full
+	}
+	if open == 0 {
+		if n := notAdmitted(p); n > 0 {
+			return fmt.Sprintf("every admitted task ended and %d declared targets are not admitted: is the enqueue still running? (re-run it to store the rest)", n)
+		}
+		return ""
 	}
 	if why := schedulingStall(p); why != "" { // cmd_schedule.go
 		return why
@@ -152,11 +172,12 @@ func (w *watchState) observe(p *pb.ScanProgressResponse, now time.Time) {
 func (w *watchState) eta(now time.Time, stallAfter time.Duration) (time.Duration, bool) {
 	p := w.last
 	done := terminalCount(p)
-	if done <= w.startDone || now.Sub(w.moved) >= stallAfter || done >= p.GetTotal() {
+	all := uint64(p.GetTotal()) + notAdmitted(p)
+	if done <= w.startDone || now.Sub(w.moved) >= stallAfter || uint64(done) >= all {
 		return 0, false
 	}
 	rate := float64(done-w.startDone) / now.Sub(w.start).Seconds()
-	return time.Duration(float64(p.GetTotal()-done) / rate * float64(time.Second)), true
+	return time.Duration(float64(all-uint64(done)) / rate * float64(time.Second)), true
 }
 
 // stall returns the explanation of a scan that did not move for
@@ -257,7 +278,7 @@ func progressLine(scan string, p *pb.ScanProgressResponse, ws watchState, now ti
 	l := progressJSON{
 		ScanID: scan, Total: p.GetTotal(), Queued: p.GetQueued(), Leased: p.GetLeased(), Running: p.GetRunning(),
 		Completed: p.GetCompleted(), Failed: p.GetFailed(), Cancelled: p.GetCancelled(), Expired: p.GetExpired(),
-		Results: p.GetResults(), Done: scanDone(p), Elapsed: now.Sub(ws.start).Seconds(), Stall: stall, Reruns: p.GetReruns(),
+		Results: p.GetResults(), NotAdmitted: notAdmitted(p), Done: scanDone(p), Elapsed: now.Sub(ws.start).Seconds(), Stall: stall, Reruns: p.GetReruns(),
 		Scheduled: p.GetScheduled(), Paused: p.GetPaused(), MaxInFlight: p.GetMaxInFlight(),
 		Unroutable: p.GetUnroutable(), LiveWorkers: p.GetLiveWorkers(),
 	}
@@ -289,7 +310,7 @@ func drawBar(bar *progressbar.ProgressBar, w io.Writer, p *pb.ScanProgressRespon
 	case hasETA:
 		desc += " | ETA " + eta.Round(time.Second).String()
 	}
-	bar.ChangeMax64(int64(p.GetTotal()))
+	bar.ChangeMax64(int64(uint64(p.GetTotal()) + notAdmitted(p)))
 	bar.Describe(desc)
 	_ = bar.Set64(int64(terminalCount(p)))
 	return bar
@@ -312,7 +333,8 @@ func finishWatch(o watchOptions, p *pb.ScanProgressResponse, bar *progressbar.Pr
 func sameProgress(a, b *pb.ScanProgressResponse) bool {
 	return a.GetTotal() == b.GetTotal() && a.GetQueued() == b.GetQueued() && a.GetLeased() == b.GetLeased() &&
 		a.GetRunning() == b.GetRunning() && a.GetCompleted() == b.GetCompleted() && a.GetFailed() == b.GetFailed() &&
-		a.GetCancelled() == b.GetCancelled() && a.GetExpired() == b.GetExpired() && a.GetResults() == b.GetResults()
+		a.GetCancelled() == b.GetCancelled() && a.GetExpired() == b.GetExpired() && a.GetResults() == b.GetResults() &&
+		a.GetDeclaredTotal() == b.GetDeclaredTotal() && a.GetPending() == b.GetPending()
 }
 
 // resultJSON is one line of results --json: the result as a string when it

@@ -30,6 +30,7 @@ func runWorker(ctx context.Context, env *cliEnv, args []string) error {
 	pollWait := fs.Duration("poll-wait", 20*time.Second, "Acquire long-poll bound (at most 60s)")
 	grace := fs.Duration("grace", 30*time.Second, "on SIGTERM/SIGINT, how long running tasks may finish before they are killed and failed")
 	maxResult := fs.Int("max-result-bytes", 0, "largest stdout stored as a result (0: the tenant's result limit, which the server reports); larger output fails the attempt")
+	adaptive := fs.Bool("adaptive-capacity", false, "report the host's CPU and memory use; the node then scales --capacity down by the higher of them (default: the worker gets the capacity it declares)")
 	verbose := fs.Bool("v", false, "log debug messages")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -50,7 +51,7 @@ func runWorker(ctx context.Context, env *cliEnv, args []string) error {
 	a, err := agent.New(agent.Config{
 		Client: c, WorkerID: *id, Capacity: *capacity, Tags: tags, Command: argv,
 		LeaseTTL: *leaseTTL, HeartbeatInterval: *heartbeat, PollWait: *pollWait, Grace: *grace,
-		MaxResultBytes: *maxResult, Logger: log,
+		MaxResultBytes: *maxResult, Logger: log, AdaptiveCapacity: *adaptive,
 	})
 	if err != nil {
 		return usageError{err.Error()}

@@ -1,12 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
 	"io"
 	"math"
-	"net/http"
 	"os"
 	"slices"
 	"strconv"
@@ -66,32 +66,20 @@ type keysCommand struct {
 }
 
 // parse parses args and returns the positional arguments; flags may come
-// before or after them.
+// before or after them (parseInterleaved).
 func (k *keysCommand) parse(args []string) ([]string, bool) {
-	var pos []string
-	for {
-		if err := k.fs.Parse(args); err != nil {
-			return nil, false
-		}
-		if k.fs.NArg() == 0 {
-			return pos, true
-		}
-		pos = append(pos, k.fs.Arg(0))
-		args = k.fs.Args()[1:]
-	}
+	pos, err := parseInterleaved(k.fs, args)
+	return pos, err == nil
 }
 
 // client returns the Admin client, or prints why not (exit 1).
 func (k *keysCommand) client() (termivarv1connect.AdminClient, bool) {
-	key, err := k.c.apiKey()
+	// NB: of a comma-separated --server list, keys uses the first node
+	// (any member forwards to the leader).
+	url, _, _ := strings.Cut(k.c.server, ",")
+	admin, err := k.c.adminClient(strings.TrimSpace(url))
 	if err == nil {
-		var hc *http.Client
-		if hc, err = k.c.httpClient(1); err == nil {
-			// NB: of a comma-separated --server list, keys uses the first
-			// node (any member forwards to the leader).
-			url, _, _ := strings.Cut(k.c.server, ",")
-			return newClients(hc, strings.TrimSpace(url), key).admin, true
-		}
+		return admin, true
 	}
 	fmt.Fprintf(k.stderr, "termivar-coord %s: %v\n", k.name, err)
 	return nil, false
@@ -272,35 +260,26 @@ func runTenants(args []string) int {
 	}
 	req := &pb.CreateTenantRequest{Name: *name, ResultRetentionSecs: retSecs}
 	// Without any --max-* flag the node's per-tenant defaults apply; with one,
-	// the tenant gets these limits (the core's defaults for the flags not
-	// given), checked by the core before anything is created.
+	// the tenant gets these limits (the service's defaults,
+	// service_limits.go, for the flags not given), checked by the core
+	// before anything is created.
 	limitSet := false
 	fs.Visit(func(f *flag.Flag) { limitSet = limitSet || slices.Contains(limitFlagNames, f.Name) })
 	if limitSet {
-		if err := lim.Validate(); err != nil {
-			fmt.Fprintln(os.Stderr, "termivar-coord tenants create:", err)
-			return exitUsage
-		}
-		if err := rlim.Validate(); err != nil {
-			fmt.Fprintln(os.Stderr, "termivar-coord tenants create:", err)
-			return exitUsage
-		}
+		err = cmp.Or(lim.Validate(), rlim.Validate())
 		req.Limits, req.ResultLimits = wire.LimitsToProto(lim), wire.ResultLimitsToProto(rlim)
 	}
-	key, err := c.apiKey()
+	var admin termivarv1connect.AdminClient
+	if err == nil {
+		admin, err = c.adminClient(c.server)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "termivar-coord tenants create:", err)
 		return exitUsage
 	}
-	hc, err := c.httpClient(1)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "termivar-coord tenants create:", err)
-		return exitUsage
-	}
-	cl := newClients(hc, c.server, key)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := cl.admin.CreateTenant(ctx, connect.NewRequest(req)); err != nil {
+	if _, err := admin.CreateTenant(ctx, connect.NewRequest(req)); err != nil {
 		return exitFor("tenants create", err)
 	}
 	fmt.Println("created tenant", *name)
@@ -323,21 +302,15 @@ func runTenantsUpdate(args []string) int {
 		fmt.Fprintln(os.Stderr, "termivar-coord tenants update:", err)
 		return exitUsage
 	}
-	key, err := c.apiKey()
+	admin, err := c.adminClient(c.server)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "termivar-coord tenants update:", err)
 		return exitUsage
 	}
-	hc, err := c.httpClient(1)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "termivar-coord tenants update:", err)
-		return exitUsage
-	}
-	cl := newClients(hc, c.server, key)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	req := &pb.UpdateTenantRequest{Name: *name, ResultRetentionSecs: secs}
-	if _, err := cl.admin.UpdateTenant(ctx, connect.NewRequest(req)); err != nil {
+	if _, err := admin.UpdateTenant(ctx, connect.NewRequest(req)); err != nil {
 		return exitFor("tenants update", err)
 	}
 	fmt.Printf("tenant %s: result retention %s\n", *name, retentionString(secs))

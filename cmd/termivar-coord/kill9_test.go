@@ -30,7 +30,7 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func buildBinary(t *testing.T) string {
+func buildBinary(t testing.TB) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "termivar-coord")
 	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
@@ -40,7 +40,7 @@ func buildBinary(t *testing.T) string {
 	return bin
 }
 
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -55,13 +55,16 @@ type coord struct {
 	url string
 }
 
-func startCoord(t *testing.T, bin, dir string, api, raftPort int) *coord {
+// startCoord runs serve with every task limit at its ceiling; extra flags
+// come last and override them.
+func startCoord(t testing.TB, bin, dir string, api, raftPort int, extra ...string) *coord {
 	t.Helper()
-	cmd := exec.Command(bin, "serve", "--data-dir", dir,
-		"--api-addr", "127.0.0.1:"+strconv.Itoa(api), "--raft-addr", "127.0.0.1:"+strconv.Itoa(raftPort),
+	args := append([]string{"serve", "--data-dir", dir,
+		"--api-addr", "127.0.0.1:" + strconv.Itoa(api), "--raft-addr", "127.0.0.1:" + strconv.Itoa(raftPort),
 		"--tick", "200ms", "--heartbeat-timeout", "3600",
 		"--max-task-records", "65536", "--max-active-tasks", "16384", "--max-queued-tasks", "16384",
-		"--max-terminal-tasks", "65536", "--max-results", "65536")
+		"--max-terminal-tasks", "65536", "--max-results", "65536"}, extra...)
+	cmd := exec.Command(bin, args...)
 	logf, err := os.OpenFile(filepath.Join(dir, "serve.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 	if err != nil {
 		t.Fatal(err)
@@ -90,7 +93,7 @@ func startCoord(t *testing.T, bin, dir string, api, raftPort int) *coord {
 	return nil
 }
 
-func (c *coord) kill9(t *testing.T) {
+func (c *coord) kill9(t testing.TB) {
 	t.Helper()
 	if err := c.cmd.Process.Kill(); err != nil { // SIGKILL
 		t.Fatal(err)
@@ -121,20 +124,21 @@ func TestServe_Kill9(t *testing.T) {
 	hc := newHTTPClient(false, 16)
 	defer hc.CloseIdleConnections()
 	led := &ledger{enqueued: map[string]string{}, results: map[string]string{}}
-	var prodKey, workKey string
+	var prodKey, workKey, adminKey string
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 42))
 
 	for it := 0; it < iterations; it++ {
 		c := startCoord(t, bin, dir, api, raftPort)
 		if it == 0 {
-			adminKey, err := os.ReadFile(filepath.Join(dir, "admin.key"))
+			ak, err := os.ReadFile(filepath.Join(dir, "admin.key"))
 			if err != nil {
 				t.Fatal(err)
 			}
 			if st, _ := os.Stat(filepath.Join(dir, "admin.key")); st.Mode().Perm() != 0o600 {
 				t.Fatalf("admin.key mode %v", st.Mode().Perm())
 			}
-			admin := newClients(hc, c.url, strings.TrimSpace(string(adminKey)))
+			adminKey = strings.TrimSpace(string(ak))
+			admin := newClients(hc, c.url, adminKey)
 			for _, r := range []struct {
 				role string
 				dst  *string
@@ -159,11 +163,13 @@ func TestServe_Kill9(t *testing.T) {
 		hc.CloseIdleConnections()
 	}
 	c := startCoord(t, bin, dir, api, raftPort)
-	defer func() { c.cmd.Process.Signal(os.Interrupt); c.cmd.Wait() }()
 	verifyLedger(t, newClients(hc, c.url, prodKey), led, true)
 	led.mu.Lock()
 	t.Logf("after %d kill -9 cycles: %d acknowledged enqueues, %d acknowledged results, all present exactly once", iterations, len(led.enqueued), len(led.results))
 	led.mu.Unlock()
+	c = flowEnqueueKill9(t, bin, dir, api, raftPort, c, adminKey)
+	c.cmd.Process.Signal(os.Interrupt)
+	c.cmd.Wait()
 }
 
 // runClients runs two producers and two workers until the coordinator is

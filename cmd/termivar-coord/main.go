@@ -32,6 +32,9 @@ const (
 	exitUnreachable = 3
 	// exitScanFailed: watch saw the scan end with failed or expired tasks.
 	exitScanFailed = 4
+	// exitInterrupted is the shell's code for SIGINT (128+2): a client
+	// command stopped by SIGINT or SIGTERM while it waited.
+	exitInterrupted = 130
 )
 
 type command struct {

@@ -379,6 +379,8 @@ func TestExplainStall(t *testing.T) {
 		{&pb.ScanProgressResponse{Total: 3, Leased: 1, Running: 1, Completed: 1, NowSecs: 100, NextLeaseExpiry: 123, LiveWorkers: 1, FreeSlots: 3, MaxResults: 9}, "waiting for 2 leases to complete or expire (the first expires in 23s)"},
 		{&pb.ScanProgressResponse{Total: 1, Running: 1, NowSecs: 130, NextLeaseExpiry: 123, MaxResults: 9}, "waiting for 1 leases: the first has expired and is recovered on the node's next tick"},
 		{&pb.ScanProgressResponse{Total: 1, Queued: 1, LiveWorkers: 1, FreeSlots: 1, MaxResults: 9}, ""},
+		{&pb.ScanProgressResponse{Total: 2, Completed: 2, DeclaredTotal: 5, Pending: 3, MaxResults: 9}, "every admitted task ended and 3 declared targets are not admitted: is the enqueue still running? (re-run it to store the rest)"},
+		{&pb.ScanProgressResponse{Total: 2, Completed: 2, DeclaredTotal: 2, MaxResults: 9}, ""},
 	} {
 		if got := explainStall(c.p); got != c.want {
 			t.Errorf("explainStall(%v) = %q, want %q", c.p, got, c.want)
@@ -407,6 +409,42 @@ func TestScansTable_RetentionColumn(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	if !strings.HasSuffix(lines[0], "RETENTION") || !strings.HasSuffix(lines[1], logicalTime(deadline)) || !strings.HasSuffix(lines[2], " -") {
 		t.Fatalf("table with one deadline:\n%s", out.String())
+	}
+}
+
+// TestScansTable_DeclaredColumns: DECLARED and PENDING appear only when a
+// scan declared a total; a scan without one shows "-" in both; --json
+// carries declared_total and pending only for a declared scan.
+func TestScansTable_DeclaredColumns(t *testing.T) {
+	t.Parallel()
+	rows := []*pb.ScanInfo{{ScanId: "a", State: "done", Admitted: 5}, {ScanId: "b", State: "running", Admitted: 7}}
+	var out bytes.Buffer
+	if err := writeScansTable(&out, rows); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "DECLARED") || strings.Contains(out.String(), "PENDING") {
+		t.Fatalf("a table without declared totals has their columns:\n%s", out.String())
+	}
+	rows[1].DeclaredTotal, rows[1].Pending = 20, 13
+	out.Reset()
+	if err := writeScansTable(&out, rows); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	fields := func(l string) []string { return strings.Fields(l) }
+	if h := fields(lines[0]); len(h) < 7 || h[4] != "ADMITTED" || h[5] != "DECLARED" || h[6] != "PENDING" {
+		t.Fatalf("header %q, want ADMITTED DECLARED PENDING", lines[0])
+	}
+	// The dates take two fields each ("-" one): a, done, -, -, 5, -, -.
+	if a := fields(lines[1]); a[4] != "5" || a[5] != "-" || a[6] != "-" {
+		t.Fatalf("row without a declared total %q, want 5 - -", lines[1])
+	}
+	if b := fields(lines[2]); b[4] != "7" || b[5] != "20" || b[6] != "13" {
+		t.Fatalf("declared row %q, want 7 20 13", lines[2])
+	}
+	j := toScanJSON(rows[1])
+	if j.Declared != 20 || j.Pending != 13 || toScanJSON(rows[0]).Declared != 0 {
+		t.Fatalf("scan JSON = %+v", j)
 	}
 }
 

@@ -76,10 +76,10 @@ var limitFlagNames = []string{"max-task-records", "max-active-tasks", "max-queue
 	"max-result-bytes", "max-total-result-bytes", "max-aggregate-items", "max-aggregate-bytes"}
 
 // addLimitFlags defines one flag per core and result limit, defaulting to
-// the core's defaults; serve uses them for the default tenant and tenants
-// create for a new tenant.
+// the service's per-tenant defaults (service_limits.go); serve uses them
+// for the default tenant and tenants create for a new tenant.
 func addLimitFlags(fs *flag.FlagSet, l *distributed.Limits, rl *distributed.ResultLimits, help string) {
-	d, rd := distributed.DefaultLimits(), distributed.DefaultResultLimits()
+	d, rd := serviceLimits(), serviceResultLimits()
 	fs.IntVar(&l.MaxTaskRecords, "max-task-records", d.MaxTaskRecords, help+"retained task records")
 	fs.IntVar(&l.MaxActiveTasks, "max-active-tasks", d.MaxActiveTasks, help+"non-terminal tasks")
 	fs.IntVar(&l.MaxQueuedTasks, "max-queued-tasks", d.MaxQueuedTasks, help+"queued tasks")

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	distributed "github.com/termivar/distributed"
 	"github.com/termivar/distributed/server"
 )
 
@@ -64,5 +65,34 @@ func TestServeFlags_Limits(t *testing.T) {
 	}
 	if code := runServe([]string{"--max-conns", "-1"}); code != exitUsage {
 		t.Fatalf("serve --max-conns -1 exit = %d, want %d", code, exitUsage)
+	}
+}
+
+// TestServeFlags_ServiceTenantDefaults: serve's per-tenant limit flags
+// default to the service's limits (every task bound at the core's hard
+// ceiling, 65 536 results, 128 MiB of results), which the core accepts,
+// and the core's own defaults stay those of contract A.3.
+func TestServeFlags_ServiceTenantDefaults(t *testing.T) {
+	t.Parallel()
+	var f serveFlags
+	if err := newServeFlagSet(&f).Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	if f.limits != serviceLimits() || f.resultLimits != serviceResultLimits() {
+		t.Fatalf("serve's tenant defaults = %+v %+v, want the service's", f.limits, f.resultLimits)
+	}
+	if err := f.limits.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.resultLimits.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	l, rl := f.limits, f.resultLimits
+	if l.MaxTaskRecords != distributed.MaxTaskRecords || l.MaxActiveTasks != distributed.MaxActiveTasks || l.MaxQueuedTasks != distributed.MaxActiveTasks ||
+		l.MaxTerminalTasks != distributed.MaxTaskRecords || rl.MaxResults != distributed.MaxResults || rl.MaxTotalBytes != 128<<20 {
+		t.Fatalf("service limits = %+v %+v", l, rl)
+	}
+	if d := distributed.DefaultLimits(); d.MaxTaskRecords != 4096 || d.MaxQueuedTasks != 1024 {
+		t.Fatalf("the core's DefaultLimits changed: %+v", d)
 	}
 }

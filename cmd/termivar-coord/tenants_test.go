@@ -20,7 +20,7 @@ func TestCLI_TenantsCreateWithLimits(t *testing.T) {
 	create := func(args ...string) int {
 		return runTenants(append([]string{"create", "--server", url, "--key", key}, args...))
 	}
-	if code := create("--name", "bad", "--max-queued-tasks", "5000"); code != exitUsage {
+	if code := create("--name", "bad", "--max-active-tasks", "16384", "--max-queued-tasks", "16385"); code != exitUsage {
 		t.Fatalf("invalid limits: exit %d, want %d", code, exitUsage)
 	}
 	if code := create("--name", "small", "--max-workers", "2"); code != exitOK {

@@ -31,10 +31,11 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	distributed "github.com/termivar/distributed"
+	"github.com/termivar/distributed/client"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/internal/wireerr"
 	"github.com/termivar/distributed/node"
 	"github.com/termivar/distributed/raftfsm"
-	"github.com/termivar/distributed/server"
 )
 
 // stopGraceful stops a member as SIGTERM does: hand-over, then shutdown.
@@ -161,7 +162,7 @@ func TestUpgrade_RollingMixedVersion(t *testing.T) {
 	_, errPause := admin.UpdateScan(ctx, &pb.UpdateScanRequest{ScanId: "pre", Paused: proto.Bool(true)})
 	_, errOpts := admin.SetSchedulingOptions(ctx, &pb.SetSchedulingOptionsRequest{Options: &pb.SchedulingOptions{FairScans: true}})
 	for _, err := range []error{errDel, errRet, errDelay, errPause, errOpts} {
-		if d, ok := server.DetailOf(err); codeOf(err) != connect.CodeFailedPrecondition || !ok || d.GetKind() != "cluster_version" {
+		if d, ok := wireerr.DetailOf(err); codeOf(err) != connect.CodeFailedPrecondition || !ok || d.GetKind() != "cluster_version" {
 			t.Fatalf("a version-2 or -3 API call at version 1 = %v; want FailedPrecondition, cluster_version", err)
 		}
 	}
@@ -171,6 +172,7 @@ func TestUpgrade_RollingMixedVersion(t *testing.T) {
 	if tv, _ := c.leader().rn.n.FSM().Tenant(raftfsm.SystemTenant); tv.SchedulingOptions() != (distributed.SchedulingOptions{}) {
 		t.Fatalf("system tenant at version 1 has scheduling options %+v", tv.SchedulingOptions())
 	}
+	expectEnqueueAtVersion1(t, ctx, c, admin)
 	// A backup still works at version 1; it records nothing.
 	file := filepath.Join(t.TempDir(), "v1.backup")
 	var out, errOut bytes.Buffer
@@ -321,4 +323,30 @@ func TestUpgrade_OldJoinerRefused(t *testing.T) {
 		t.Fatalf("--join on the new binary: %v", err)
 	}
 	waitCond(t, "n4 reported the newest version", func() bool { return c.leader().rn.n.FSM().NodeVersion("n4") == raftfsm.SupportedVersion })
+}
+
+// expectEnqueueAtVersion1: at cluster version 1 an Enqueue that declares a
+// scan's total is refused with cluster_version and changes nothing, and
+// the enqueue command, which declares a file's total by itself, still
+// stores every target (it sends the input again without the declaration,
+// with a note), with no total recorded.
+func expectEnqueueAtVersion1(t *testing.T, ctx context.Context, c *tcluster, admin *client.Client) {
+	t.Helper()
+	before, _ := c.leader().rn.n.FSM().StateHash()
+	_, err := admin.Enqueue(ctx, &pb.EnqueueRequest{Tasks: []*pb.NewTask{{TaskId: "v1-d", ScanId: "v1", TargetRef: "x"}}, DeclaredTotal: 2})
+	if d, ok := wireerr.DetailOf(err); codeOf(err) != connect.CodeFailedPrecondition || !ok || d.GetKind() != "cluster_version" {
+		t.Fatalf("a declared total at version 1 = %v; want FailedPrecondition, cluster_version", err)
+	}
+	if after, _ := c.leader().rn.n.FSM().StateHash(); after != before {
+		t.Fatal("the refused declared total changed the state")
+	}
+	file := writeTargets(t, "a.example", "b.example", "a.example")
+	code, out, errOut := runCLI(t, c.urls(0), c.adminKey, "enqueue", "--scan", "v1", "--quiet", "--file", file)
+	if code != exitOK || !strings.Contains(errOut, "cluster runs version 1") || !strings.Contains(out, "enqueued 2 tasks to scan v1 (1 duplicate line stored once") {
+		t.Fatalf("enqueue --file at version 1 = %d %q %q; want 0 with a note", code, out, errOut)
+	}
+	p, err := admin.ScanProgress(ctx, &pb.ScanProgressRequest{ScanId: "v1"})
+	if err != nil || p.GetTotal() != 2 || p.GetDeclaredTotal() != 0 || p.GetPending() != 0 {
+		t.Fatalf("scan v1 at version 1 = %v, %v; want 2 tasks and no declared total", p, err)
+	}
 }

@@ -3,7 +3,8 @@ package audit
 import (
 	"context"
 	"log/slog"
-	"sort"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 )
@@ -130,12 +131,7 @@ func (a *FailureAggregator) writeLocked(now time.Time) {
 	if len(a.counts) == 0 {
 		return
 	}
-	srcs := make([]string, 0, len(a.counts))
-	for s := range a.counts {
-		srcs = append(srcs, s)
-	}
-	sort.Strings(srcs)
-	for _, s := range srcs {
+	for _, s := range slices.Sorted(maps.Keys(a.counts)) {
 		c := a.counts[s]
 		a.l.logFailures(now, a.start, s, c.failures, c.throttled)
 	}

@@ -200,8 +200,12 @@ type WorkerInfo struct {
 	NetworkBasisPoints uint32                 `protobuf:"varint,10,opt,name=network_basis_points,json=networkBasisPoints,proto3" json:"network_basis_points,omitempty"`
 	Tags               []string               `protobuf:"bytes,11,rep,name=tags,proto3" json:"tags,omitempty"`
 	AvailableSlots     uint32                 `protobuf:"varint,12,opt,name=available_slots,json=availableSlots,proto3" json:"available_slots,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// effective_capacity is capacity scaled down by the highest reported
+	// utilization (contract A.4); it equals capacity for a worker that
+	// reports none (the agent without --adaptive-capacity).
+	EffectiveCapacity uint32 `protobuf:"varint,13,opt,name=effective_capacity,json=effectiveCapacity,proto3" json:"effective_capacity,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *WorkerInfo) Reset() {
@@ -314,6 +318,13 @@ func (x *WorkerInfo) GetTags() []string {
 func (x *WorkerInfo) GetAvailableSlots() uint32 {
 	if x != nil {
 		return x.AvailableSlots
+	}
+	return 0
+}
+
+func (x *WorkerInfo) GetEffectiveCapacity() uint32 {
+	if x != nil {
+		return x.EffectiveCapacity
 	}
 	return 0
 }
@@ -1835,8 +1846,21 @@ type EnqueueRequest struct {
 	ExpectedRevision *uint64                `protobuf:"varint,2,opt,name=expected_revision,json=expectedRevision,proto3,oneof" json:"expected_revision,omitempty"`
 	// attempt_timeout_secs applies to every task that sets none (0: none).
 	AttemptTimeoutSecs uint64 `protobuf:"varint,3,opt,name=attempt_timeout_secs,json=attemptTimeoutSecs,proto3" json:"attempt_timeout_secs,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// skip_existing makes a re-run harmless: a task whose ID the tenant
+	// already holds in the same scan with the same target is not enqueued
+	// again but listed in EnqueueResponse.existing; an ID held by another
+	// scan, or by this scan with another target, is listed in collisions; the
+	// other tasks are enqueued (all-or-nothing among themselves). Without it a
+	// batch with any existing ID is rejected with task_already_exists.
+	SkipExisting bool `protobuf:"varint,4,opt,name=skip_existing,json=skipExisting,proto3" json:"skip_existing,omitempty"`
+	// declared_total, when non-zero, records the number of targets the
+	// producer asks for in the scan of these tasks (all tasks must then share
+	// one scan); ScanProgress reports it, so a scan larger than the tenant's
+	// window shows the part not yet admitted. A later declaration replaces an
+	// earlier one.
+	DeclaredTotal uint64 `protobuf:"varint,5,opt,name=declared_total,json=declaredTotal,proto3" json:"declared_total,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EnqueueRequest) Reset() {
@@ -1890,6 +1914,84 @@ func (x *EnqueueRequest) GetAttemptTimeoutSecs() uint64 {
 	return 0
 }
 
+func (x *EnqueueRequest) GetSkipExisting() bool {
+	if x != nil {
+		return x.SkipExisting
+	}
+	return false
+}
+
+func (x *EnqueueRequest) GetDeclaredTotal() uint64 {
+	if x != nil {
+		return x.DeclaredTotal
+	}
+	return 0
+}
+
+// EnqueueCollision is a task of an EnqueueRequest (skip_existing) whose ID
+// the tenant already holds for another scan or another target.
+type EnqueueCollision struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Index  uint32                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"` // position in EnqueueRequest.tasks
+	TaskId string                 `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	// scan_id is the scan that holds the ID (the request's own scan when
+	// only the target differs).
+	ScanId        string `protobuf:"bytes,3,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EnqueueCollision) Reset() {
+	*x = EnqueueCollision{}
+	mi := &file_termivar_v1_api_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnqueueCollision) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnqueueCollision) ProtoMessage() {}
+
+func (x *EnqueueCollision) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnqueueCollision.ProtoReflect.Descriptor instead.
+func (*EnqueueCollision) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *EnqueueCollision) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *EnqueueCollision) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *EnqueueCollision) GetScanId() string {
+	if x != nil {
+		return x.ScanId
+	}
+	return ""
+}
+
 type EnqueuedTask struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TaskId        string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
@@ -1900,7 +2002,7 @@ type EnqueuedTask struct {
 
 func (x *EnqueuedTask) Reset() {
 	*x = EnqueuedTask{}
-	mi := &file_termivar_v1_api_proto_msgTypes[25]
+	mi := &file_termivar_v1_api_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1912,7 +2014,7 @@ func (x *EnqueuedTask) String() string {
 func (*EnqueuedTask) ProtoMessage() {}
 
 func (x *EnqueuedTask) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[25]
+	mi := &file_termivar_v1_api_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1925,7 +2027,7 @@ func (x *EnqueuedTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueuedTask.ProtoReflect.Descriptor instead.
 func (*EnqueuedTask) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{25}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *EnqueuedTask) GetTaskId() string {
@@ -1943,16 +2045,22 @@ func (x *EnqueuedTask) GetFenceToken() []byte {
 }
 
 type EnqueueResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Tasks         []*EnqueuedTask        `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
-	Revision      uint64                 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Tasks    []*EnqueuedTask        `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	Revision uint64                 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	// existing lists the positions in EnqueueRequest.tasks that were already
+	// stored identically (skip_existing).
+	Existing []uint32 `protobuf:"varint,3,rep,packed,name=existing,proto3" json:"existing,omitempty"`
+	// collisions lists the positions whose ID is held by another scan or
+	// target (skip_existing); they were not enqueued.
+	Collisions    []*EnqueueCollision `protobuf:"bytes,4,rep,name=collisions,proto3" json:"collisions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EnqueueResponse) Reset() {
 	*x = EnqueueResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[26]
+	mi := &file_termivar_v1_api_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1964,7 +2072,7 @@ func (x *EnqueueResponse) String() string {
 func (*EnqueueResponse) ProtoMessage() {}
 
 func (x *EnqueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[26]
+	mi := &file_termivar_v1_api_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1977,7 +2085,7 @@ func (x *EnqueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueResponse.ProtoReflect.Descriptor instead.
 func (*EnqueueResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{26}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *EnqueueResponse) GetTasks() []*EnqueuedTask {
@@ -1992,6 +2100,20 @@ func (x *EnqueueResponse) GetRevision() uint64 {
 		return x.Revision
 	}
 	return 0
+}
+
+func (x *EnqueueResponse) GetExisting() []uint32 {
+	if x != nil {
+		return x.Existing
+	}
+	return nil
+}
+
+func (x *EnqueueResponse) GetCollisions() []*EnqueueCollision {
+	if x != nil {
+		return x.Collisions
+	}
+	return nil
 }
 
 type CancelRequest struct {
@@ -2012,7 +2134,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[27]
+	mi := &file_termivar_v1_api_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2024,7 +2146,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[27]
+	mi := &file_termivar_v1_api_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2037,7 +2159,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{27}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CancelRequest) GetOwnershipToken() []byte {
@@ -2074,7 +2196,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[28]
+	mi := &file_termivar_v1_api_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2086,7 +2208,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[28]
+	mi := &file_termivar_v1_api_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2099,7 +2221,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{28}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CancelResponse) GetAlreadyCancelled() bool {
@@ -2163,7 +2285,7 @@ type TaskInfo struct {
 
 func (x *TaskInfo) Reset() {
 	*x = TaskInfo{}
-	mi := &file_termivar_v1_api_proto_msgTypes[29]
+	mi := &file_termivar_v1_api_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2175,7 +2297,7 @@ func (x *TaskInfo) String() string {
 func (*TaskInfo) ProtoMessage() {}
 
 func (x *TaskInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[29]
+	mi := &file_termivar_v1_api_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2188,7 +2310,7 @@ func (x *TaskInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskInfo.ProtoReflect.Descriptor instead.
 func (*TaskInfo) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{29}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *TaskInfo) GetTaskId() string {
@@ -2386,7 +2508,7 @@ type AttemptInfo struct {
 
 func (x *AttemptInfo) Reset() {
 	*x = AttemptInfo{}
-	mi := &file_termivar_v1_api_proto_msgTypes[30]
+	mi := &file_termivar_v1_api_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2398,7 +2520,7 @@ func (x *AttemptInfo) String() string {
 func (*AttemptInfo) ProtoMessage() {}
 
 func (x *AttemptInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[30]
+	mi := &file_termivar_v1_api_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2411,7 +2533,7 @@ func (x *AttemptInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttemptInfo.ProtoReflect.Descriptor instead.
 func (*AttemptInfo) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{30}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *AttemptInfo) GetAttempt() uint32 {
@@ -2486,7 +2608,7 @@ type GetTaskRequest struct {
 
 func (x *GetTaskRequest) Reset() {
 	*x = GetTaskRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[31]
+	mi := &file_termivar_v1_api_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2498,7 +2620,7 @@ func (x *GetTaskRequest) String() string {
 func (*GetTaskRequest) ProtoMessage() {}
 
 func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[31]
+	mi := &file_termivar_v1_api_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2511,7 +2633,7 @@ func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{31}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GetTaskRequest) GetTaskId() string {
@@ -2530,7 +2652,7 @@ type GetTaskResponse struct {
 
 func (x *GetTaskResponse) Reset() {
 	*x = GetTaskResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[32]
+	mi := &file_termivar_v1_api_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2542,7 +2664,7 @@ func (x *GetTaskResponse) String() string {
 func (*GetTaskResponse) ProtoMessage() {}
 
 func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[32]
+	mi := &file_termivar_v1_api_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2555,7 +2677,7 @@ func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskResponse.ProtoReflect.Descriptor instead.
 func (*GetTaskResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{32}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GetTaskResponse) GetTask() *TaskInfo {
@@ -2577,7 +2699,7 @@ type ListTasksRequest struct {
 
 func (x *ListTasksRequest) Reset() {
 	*x = ListTasksRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[33]
+	mi := &file_termivar_v1_api_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2589,7 +2711,7 @@ func (x *ListTasksRequest) String() string {
 func (*ListTasksRequest) ProtoMessage() {}
 
 func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[33]
+	mi := &file_termivar_v1_api_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2602,7 +2724,7 @@ func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksRequest.ProtoReflect.Descriptor instead.
 func (*ListTasksRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{33}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListTasksRequest) GetScanId() string {
@@ -2643,7 +2765,7 @@ type ListTasksResponse struct {
 
 func (x *ListTasksResponse) Reset() {
 	*x = ListTasksResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[34]
+	mi := &file_termivar_v1_api_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2655,7 +2777,7 @@ func (x *ListTasksResponse) String() string {
 func (*ListTasksResponse) ProtoMessage() {}
 
 func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[34]
+	mi := &file_termivar_v1_api_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2668,7 +2790,7 @@ func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksResponse.ProtoReflect.Descriptor instead.
 func (*ListTasksResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{34}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListTasksResponse) GetTasks() []*TaskInfo {
@@ -2694,7 +2816,7 @@ type ScanProgressRequest struct {
 
 func (x *ScanProgressRequest) Reset() {
 	*x = ScanProgressRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[35]
+	mi := &file_termivar_v1_api_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2706,7 +2828,7 @@ func (x *ScanProgressRequest) String() string {
 func (*ScanProgressRequest) ProtoMessage() {}
 
 func (x *ScanProgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[35]
+	mi := &file_termivar_v1_api_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2719,7 +2841,7 @@ func (x *ScanProgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanProgressRequest.ProtoReflect.Descriptor instead.
 func (*ScanProgressRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{35}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ScanProgressRequest) GetScanId() string {
@@ -2740,14 +2862,14 @@ type ScanProgressResponse struct {
 	Cancelled uint32                 `protobuf:"varint,7,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
 	Expired   uint32                 `protobuf:"varint,8,opt,name=expired,proto3" json:"expired,omitempty"`
 	Results   uint32                 `protobuf:"varint,9,opt,name=results,proto3" json:"results,omitempty"`
-	// 20-29: scheduling (contract Part F). scheduled counts queued tasks
+	// 22-29: scheduling (contract Part F). scheduled counts queued tasks
 	// waiting for their not-before time; unroutable counts queued tasks whose
 	// required tags no live worker declared (no one can take them now; the
 	// live workers are live_workers, field 16).
-	Scheduled   uint32 `protobuf:"varint,20,opt,name=scheduled,proto3" json:"scheduled,omitempty"`
-	MaxInFlight uint32 `protobuf:"varint,21,opt,name=max_in_flight,json=maxInFlight,proto3" json:"max_in_flight,omitempty"`
-	Paused      bool   `protobuf:"varint,22,opt,name=paused,proto3" json:"paused,omitempty"`
-	Unroutable  uint32 `protobuf:"varint,23,opt,name=unroutable,proto3" json:"unroutable,omitempty"`
+	Scheduled   uint32 `protobuf:"varint,22,opt,name=scheduled,proto3" json:"scheduled,omitempty"`
+	MaxInFlight uint32 `protobuf:"varint,23,opt,name=max_in_flight,json=maxInFlight,proto3" json:"max_in_flight,omitempty"`
+	Paused      bool   `protobuf:"varint,24,opt,name=paused,proto3" json:"paused,omitempty"`
+	Unroutable  uint32 `protobuf:"varint,25,opt,name=unroutable,proto3" json:"unroutable,omitempty"`
 	// reruns is the number of re-runs (Retry) of the scan's tasks.
 	Reruns uint32 `protobuf:"varint,19,opt,name=reruns,proto3" json:"reruns,omitempty"`
 	// What a stalled scan waits for, read from the same state (watch
@@ -2770,14 +2892,21 @@ type ScanProgressResponse struct {
 	LiveWorkers uint32 `protobuf:"varint,16,opt,name=live_workers,json=liveWorkers,proto3" json:"live_workers,omitempty"`
 	FreeSlots   uint32 `protobuf:"varint,17,opt,name=free_slots,json=freeSlots,proto3" json:"free_slots,omitempty"`
 	// finished_at is when the last task became terminal (0: not finished).
-	FinishedAt    uint64 `protobuf:"varint,18,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	FinishedAt uint64 `protobuf:"varint,18,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	// declared_total is the number of targets the producer declared for the
+	// scan (EnqueueRequest.declared_total; 0 if none); pending is the part
+	// of it not yet admitted: declared_total minus every task ever admitted
+	// to the scan (purged ones included), at least 0. A scan with pending
+	// tasks is not finished.
+	DeclaredTotal uint64 `protobuf:"varint,20,opt,name=declared_total,json=declaredTotal,proto3" json:"declared_total,omitempty"`
+	Pending       uint64 `protobuf:"varint,21,opt,name=pending,proto3" json:"pending,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ScanProgressResponse) Reset() {
 	*x = ScanProgressResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[36]
+	mi := &file_termivar_v1_api_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2789,7 +2918,7 @@ func (x *ScanProgressResponse) String() string {
 func (*ScanProgressResponse) ProtoMessage() {}
 
 func (x *ScanProgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[36]
+	mi := &file_termivar_v1_api_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2802,7 +2931,7 @@ func (x *ScanProgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanProgressResponse.ProtoReflect.Descriptor instead.
 func (*ScanProgressResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{36}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ScanProgressResponse) GetTotal() uint32 {
@@ -2966,6 +3095,20 @@ func (x *ScanProgressResponse) GetFinishedAt() uint64 {
 	return 0
 }
 
+func (x *ScanProgressResponse) GetDeclaredTotal() uint64 {
+	if x != nil {
+		return x.DeclaredTotal
+	}
+	return 0
+}
+
+func (x *ScanProgressResponse) GetPending() uint64 {
+	if x != nil {
+		return x.Pending
+	}
+	return 0
+}
+
 type RetryRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	ScanId string                 `protobuf:"bytes,1,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
@@ -2980,7 +3123,7 @@ type RetryRequest struct {
 
 func (x *RetryRequest) Reset() {
 	*x = RetryRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[37]
+	mi := &file_termivar_v1_api_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2992,7 +3135,7 @@ func (x *RetryRequest) String() string {
 func (*RetryRequest) ProtoMessage() {}
 
 func (x *RetryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[37]
+	mi := &file_termivar_v1_api_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3005,7 +3148,7 @@ func (x *RetryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryRequest.ProtoReflect.Descriptor instead.
 func (*RetryRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{37}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RetryRequest) GetScanId() string {
@@ -3050,7 +3193,7 @@ type RetryResponse struct {
 
 func (x *RetryResponse) Reset() {
 	*x = RetryResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[38]
+	mi := &file_termivar_v1_api_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3062,7 +3205,7 @@ func (x *RetryResponse) String() string {
 func (*RetryResponse) ProtoMessage() {}
 
 func (x *RetryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[38]
+	mi := &file_termivar_v1_api_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3075,7 +3218,7 @@ func (x *RetryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryResponse.ProtoReflect.Descriptor instead.
 func (*RetryResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{38}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RetryResponse) GetRequeued() []string {
@@ -3108,7 +3251,7 @@ type AggregateResultsRequest struct {
 
 func (x *AggregateResultsRequest) Reset() {
 	*x = AggregateResultsRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[39]
+	mi := &file_termivar_v1_api_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3120,7 +3263,7 @@ func (x *AggregateResultsRequest) String() string {
 func (*AggregateResultsRequest) ProtoMessage() {}
 
 func (x *AggregateResultsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[39]
+	mi := &file_termivar_v1_api_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3133,7 +3276,7 @@ func (x *AggregateResultsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AggregateResultsRequest.ProtoReflect.Descriptor instead.
 func (*AggregateResultsRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{39}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *AggregateResultsRequest) GetScanId() string {
@@ -3154,7 +3297,7 @@ type AggregateResultsResponse struct {
 
 func (x *AggregateResultsResponse) Reset() {
 	*x = AggregateResultsResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[40]
+	mi := &file_termivar_v1_api_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3166,7 +3309,7 @@ func (x *AggregateResultsResponse) String() string {
 func (*AggregateResultsResponse) ProtoMessage() {}
 
 func (x *AggregateResultsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[40]
+	mi := &file_termivar_v1_api_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3179,7 +3322,7 @@ func (x *AggregateResultsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AggregateResultsResponse.ProtoReflect.Descriptor instead.
 func (*AggregateResultsResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{40}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *AggregateResultsResponse) GetTaskId() string {
@@ -3213,7 +3356,7 @@ type ListScansRequest struct {
 
 func (x *ListScansRequest) Reset() {
 	*x = ListScansRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[41]
+	mi := &file_termivar_v1_api_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3225,7 +3368,7 @@ func (x *ListScansRequest) String() string {
 func (*ListScansRequest) ProtoMessage() {}
 
 func (x *ListScansRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[41]
+	mi := &file_termivar_v1_api_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3238,7 +3381,7 @@ func (x *ListScansRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListScansRequest.ProtoReflect.Descriptor instead.
 func (*ListScansRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{41}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListScansRequest) GetPageSize() uint32 {
@@ -3280,6 +3423,11 @@ type ScanInfo struct {
 	// terminal records and results may be deleted by the tenant's result
 	// retention policy; absent when no policy applies to the scan.
 	RetentionDeadline *uint64 `protobuf:"varint,15,opt,name=retention_deadline,json=retentionDeadline,proto3,oneof" json:"retention_deadline,omitempty"`
+	// declared_total and pending as in ScanProgressResponse: the producer's
+	// declared number of targets (0: none) and the part of it not yet
+	// admitted (the scan stays running while it is above 0).
+	DeclaredTotal uint64 `protobuf:"varint,16,opt,name=declared_total,json=declaredTotal,proto3" json:"declared_total,omitempty"`
+	Pending       uint64 `protobuf:"varint,17,opt,name=pending,proto3" json:"pending,omitempty"`
 	// 20-29: scheduling (contract Part F): queued tasks waiting for their
 	// not-before time, and the scan's settings (UpdateScan).
 	Scheduled     uint32 `protobuf:"varint,20,opt,name=scheduled,proto3" json:"scheduled,omitempty"`
@@ -3291,7 +3439,7 @@ type ScanInfo struct {
 
 func (x *ScanInfo) Reset() {
 	*x = ScanInfo{}
-	mi := &file_termivar_v1_api_proto_msgTypes[42]
+	mi := &file_termivar_v1_api_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3303,7 +3451,7 @@ func (x *ScanInfo) String() string {
 func (*ScanInfo) ProtoMessage() {}
 
 func (x *ScanInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[42]
+	mi := &file_termivar_v1_api_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3316,7 +3464,7 @@ func (x *ScanInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanInfo.ProtoReflect.Descriptor instead.
 func (*ScanInfo) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{42}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ScanInfo) GetScanId() string {
@@ -3424,6 +3572,20 @@ func (x *ScanInfo) GetRetentionDeadline() uint64 {
 	return 0
 }
 
+func (x *ScanInfo) GetDeclaredTotal() uint64 {
+	if x != nil {
+		return x.DeclaredTotal
+	}
+	return 0
+}
+
+func (x *ScanInfo) GetPending() uint64 {
+	if x != nil {
+		return x.Pending
+	}
+	return 0
+}
+
 func (x *ScanInfo) GetScheduled() uint32 {
 	if x != nil {
 		return x.Scheduled
@@ -3455,7 +3617,7 @@ type ListScansResponse struct {
 
 func (x *ListScansResponse) Reset() {
 	*x = ListScansResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[43]
+	mi := &file_termivar_v1_api_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3467,7 +3629,7 @@ func (x *ListScansResponse) String() string {
 func (*ListScansResponse) ProtoMessage() {}
 
 func (x *ListScansResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[43]
+	mi := &file_termivar_v1_api_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3480,7 +3642,7 @@ func (x *ListScansResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListScansResponse.ProtoReflect.Descriptor instead.
 func (*ListScansResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{43}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListScansResponse) GetScans() []*ScanInfo {
@@ -3514,7 +3676,7 @@ type FollowResultsRequest struct {
 
 func (x *FollowResultsRequest) Reset() {
 	*x = FollowResultsRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[44]
+	mi := &file_termivar_v1_api_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3526,7 +3688,7 @@ func (x *FollowResultsRequest) String() string {
 func (*FollowResultsRequest) ProtoMessage() {}
 
 func (x *FollowResultsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[44]
+	mi := &file_termivar_v1_api_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3539,7 +3701,7 @@ func (x *FollowResultsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FollowResultsRequest.ProtoReflect.Descriptor instead.
 func (*FollowResultsRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{44}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *FollowResultsRequest) GetScanId() string {
@@ -3590,7 +3752,7 @@ type FollowedResult struct {
 
 func (x *FollowedResult) Reset() {
 	*x = FollowedResult{}
-	mi := &file_termivar_v1_api_proto_msgTypes[45]
+	mi := &file_termivar_v1_api_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3602,7 +3764,7 @@ func (x *FollowedResult) String() string {
 func (*FollowedResult) ProtoMessage() {}
 
 func (x *FollowedResult) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[45]
+	mi := &file_termivar_v1_api_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3615,7 +3777,7 @@ func (x *FollowedResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FollowedResult.ProtoReflect.Descriptor instead.
 func (*FollowedResult) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{45}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *FollowedResult) GetTaskId() string {
@@ -3658,7 +3820,7 @@ type FollowResultsResponse struct {
 
 func (x *FollowResultsResponse) Reset() {
 	*x = FollowResultsResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[46]
+	mi := &file_termivar_v1_api_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3670,7 +3832,7 @@ func (x *FollowResultsResponse) String() string {
 func (*FollowResultsResponse) ProtoMessage() {}
 
 func (x *FollowResultsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[46]
+	mi := &file_termivar_v1_api_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3683,7 +3845,7 @@ func (x *FollowResultsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FollowResultsResponse.ProtoReflect.Descriptor instead.
 func (*FollowResultsResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{46}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *FollowResultsResponse) GetResults() []*FollowedResult {
@@ -3718,7 +3880,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[47]
+	mi := &file_termivar_v1_api_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3730,7 +3892,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[47]
+	mi := &file_termivar_v1_api_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3743,7 +3905,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{47}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *StatusRequest) GetStateHash() bool {
@@ -3798,7 +3960,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[48]
+	mi := &file_termivar_v1_api_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3810,7 +3972,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[48]
+	mi := &file_termivar_v1_api_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3823,7 +3985,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{48}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *StatusResponse) GetTenant() string {
@@ -4006,7 +4168,7 @@ type BuildInfo struct {
 
 func (x *BuildInfo) Reset() {
 	*x = BuildInfo{}
-	mi := &file_termivar_v1_api_proto_msgTypes[49]
+	mi := &file_termivar_v1_api_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4018,7 +4180,7 @@ func (x *BuildInfo) String() string {
 func (*BuildInfo) ProtoMessage() {}
 
 func (x *BuildInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[49]
+	mi := &file_termivar_v1_api_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4031,7 +4193,7 @@ func (x *BuildInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BuildInfo.ProtoReflect.Descriptor instead.
 func (*BuildInfo) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{49}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *BuildInfo) GetModuleVersion() string {
@@ -4077,7 +4239,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[50]
+	mi := &file_termivar_v1_api_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4089,7 +4251,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[50]
+	mi := &file_termivar_v1_api_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4102,7 +4264,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{50}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{51}
 }
 
 type ListWorkersResponse struct {
@@ -4114,7 +4276,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[51]
+	mi := &file_termivar_v1_api_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4126,7 +4288,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[51]
+	mi := &file_termivar_v1_api_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4139,7 +4301,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{51}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*WorkerInfo {
@@ -4166,7 +4328,7 @@ type CreateTenantRequest struct {
 
 func (x *CreateTenantRequest) Reset() {
 	*x = CreateTenantRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[52]
+	mi := &file_termivar_v1_api_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4178,7 +4340,7 @@ func (x *CreateTenantRequest) String() string {
 func (*CreateTenantRequest) ProtoMessage() {}
 
 func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[52]
+	mi := &file_termivar_v1_api_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4191,7 +4353,7 @@ func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantRequest.ProtoReflect.Descriptor instead.
 func (*CreateTenantRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{52}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CreateTenantRequest) GetName() string {
@@ -4241,7 +4403,7 @@ type UpdateScanRequest struct {
 
 func (x *UpdateScanRequest) Reset() {
 	*x = UpdateScanRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[53]
+	mi := &file_termivar_v1_api_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4253,7 +4415,7 @@ func (x *UpdateScanRequest) String() string {
 func (*UpdateScanRequest) ProtoMessage() {}
 
 func (x *UpdateScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[53]
+	mi := &file_termivar_v1_api_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4266,7 +4428,7 @@ func (x *UpdateScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateScanRequest.ProtoReflect.Descriptor instead.
 func (*UpdateScanRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{53}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *UpdateScanRequest) GetScanId() string {
@@ -4310,7 +4472,7 @@ type UpdateScanResponse struct {
 
 func (x *UpdateScanResponse) Reset() {
 	*x = UpdateScanResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[54]
+	mi := &file_termivar_v1_api_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4322,7 +4484,7 @@ func (x *UpdateScanResponse) String() string {
 func (*UpdateScanResponse) ProtoMessage() {}
 
 func (x *UpdateScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[54]
+	mi := &file_termivar_v1_api_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4335,7 +4497,7 @@ func (x *UpdateScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateScanResponse.ProtoReflect.Descriptor instead.
 func (*UpdateScanResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{54}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *UpdateScanResponse) GetMaxInFlight() uint32 {
@@ -4383,7 +4545,7 @@ type SetSchedulingOptionsRequest struct {
 
 func (x *SetSchedulingOptionsRequest) Reset() {
 	*x = SetSchedulingOptionsRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[55]
+	mi := &file_termivar_v1_api_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4395,7 +4557,7 @@ func (x *SetSchedulingOptionsRequest) String() string {
 func (*SetSchedulingOptionsRequest) ProtoMessage() {}
 
 func (x *SetSchedulingOptionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[55]
+	mi := &file_termivar_v1_api_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4408,7 +4570,7 @@ func (x *SetSchedulingOptionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSchedulingOptionsRequest.ProtoReflect.Descriptor instead.
 func (*SetSchedulingOptionsRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{55}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *SetSchedulingOptionsRequest) GetOptions() *SchedulingOptions {
@@ -4434,7 +4596,7 @@ type SetSchedulingOptionsResponse struct {
 
 func (x *SetSchedulingOptionsResponse) Reset() {
 	*x = SetSchedulingOptionsResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[56]
+	mi := &file_termivar_v1_api_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4446,7 +4608,7 @@ func (x *SetSchedulingOptionsResponse) String() string {
 func (*SetSchedulingOptionsResponse) ProtoMessage() {}
 
 func (x *SetSchedulingOptionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[56]
+	mi := &file_termivar_v1_api_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4459,7 +4621,7 @@ func (x *SetSchedulingOptionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSchedulingOptionsResponse.ProtoReflect.Descriptor instead.
 func (*SetSchedulingOptionsResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{56}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *SetSchedulingOptionsResponse) GetRevision() uint64 {
@@ -4479,7 +4641,7 @@ type UpdateTenantRequest struct {
 
 func (x *UpdateTenantRequest) Reset() {
 	*x = UpdateTenantRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[57]
+	mi := &file_termivar_v1_api_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4491,7 +4653,7 @@ func (x *UpdateTenantRequest) String() string {
 func (*UpdateTenantRequest) ProtoMessage() {}
 
 func (x *UpdateTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[57]
+	mi := &file_termivar_v1_api_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4504,7 +4666,7 @@ func (x *UpdateTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTenantRequest.ProtoReflect.Descriptor instead.
 func (*UpdateTenantRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{57}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *UpdateTenantRequest) GetName() string {
@@ -4529,7 +4691,7 @@ type UpdateTenantResponse struct {
 
 func (x *UpdateTenantResponse) Reset() {
 	*x = UpdateTenantResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[58]
+	mi := &file_termivar_v1_api_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4541,7 +4703,7 @@ func (x *UpdateTenantResponse) String() string {
 func (*UpdateTenantResponse) ProtoMessage() {}
 
 func (x *UpdateTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[58]
+	mi := &file_termivar_v1_api_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4554,7 +4716,7 @@ func (x *UpdateTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTenantResponse.ProtoReflect.Descriptor instead.
 func (*UpdateTenantResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{58}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{59}
 }
 
 type DeleteScanRequest struct {
@@ -4568,7 +4730,7 @@ type DeleteScanRequest struct {
 
 func (x *DeleteScanRequest) Reset() {
 	*x = DeleteScanRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[59]
+	mi := &file_termivar_v1_api_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4580,7 +4742,7 @@ func (x *DeleteScanRequest) String() string {
 func (*DeleteScanRequest) ProtoMessage() {}
 
 func (x *DeleteScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[59]
+	mi := &file_termivar_v1_api_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4593,7 +4755,7 @@ func (x *DeleteScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteScanRequest.ProtoReflect.Descriptor instead.
 func (*DeleteScanRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{59}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *DeleteScanRequest) GetScanId() string {
@@ -4623,7 +4785,7 @@ type DeleteScanResponse struct {
 
 func (x *DeleteScanResponse) Reset() {
 	*x = DeleteScanResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[60]
+	mi := &file_termivar_v1_api_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4635,7 +4797,7 @@ func (x *DeleteScanResponse) String() string {
 func (*DeleteScanResponse) ProtoMessage() {}
 
 func (x *DeleteScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[60]
+	mi := &file_termivar_v1_api_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4648,7 +4810,7 @@ func (x *DeleteScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteScanResponse.ProtoReflect.Descriptor instead.
 func (*DeleteScanResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{60}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *DeleteScanResponse) GetPurged() uint32 {
@@ -4681,7 +4843,7 @@ type PurgeTasksRequest struct {
 
 func (x *PurgeTasksRequest) Reset() {
 	*x = PurgeTasksRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[61]
+	mi := &file_termivar_v1_api_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4693,7 +4855,7 @@ func (x *PurgeTasksRequest) String() string {
 func (*PurgeTasksRequest) ProtoMessage() {}
 
 func (x *PurgeTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[61]
+	mi := &file_termivar_v1_api_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4706,7 +4868,7 @@ func (x *PurgeTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeTasksRequest.ProtoReflect.Descriptor instead.
 func (*PurgeTasksRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{61}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *PurgeTasksRequest) GetTaskIds() []string {
@@ -4726,7 +4888,7 @@ type PurgeTasksResponse struct {
 
 func (x *PurgeTasksResponse) Reset() {
 	*x = PurgeTasksResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[62]
+	mi := &file_termivar_v1_api_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4738,7 +4900,7 @@ func (x *PurgeTasksResponse) String() string {
 func (*PurgeTasksResponse) ProtoMessage() {}
 
 func (x *PurgeTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[62]
+	mi := &file_termivar_v1_api_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4751,7 +4913,7 @@ func (x *PurgeTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeTasksResponse.ProtoReflect.Descriptor instead.
 func (*PurgeTasksResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{62}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *PurgeTasksResponse) GetPurged() uint32 {
@@ -4777,7 +4939,7 @@ type CreateTenantResponse struct {
 
 func (x *CreateTenantResponse) Reset() {
 	*x = CreateTenantResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[63]
+	mi := &file_termivar_v1_api_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4789,7 +4951,7 @@ func (x *CreateTenantResponse) String() string {
 func (*CreateTenantResponse) ProtoMessage() {}
 
 func (x *CreateTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[63]
+	mi := &file_termivar_v1_api_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4802,7 +4964,7 @@ func (x *CreateTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantResponse.ProtoReflect.Descriptor instead.
 func (*CreateTenantResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{63}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *CreateTenantResponse) GetRevision() uint64 {
@@ -4822,7 +4984,7 @@ type CreateKeyRequest struct {
 
 func (x *CreateKeyRequest) Reset() {
 	*x = CreateKeyRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[64]
+	mi := &file_termivar_v1_api_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4834,7 +4996,7 @@ func (x *CreateKeyRequest) String() string {
 func (*CreateKeyRequest) ProtoMessage() {}
 
 func (x *CreateKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[64]
+	mi := &file_termivar_v1_api_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4847,7 +5009,7 @@ func (x *CreateKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyRequest.ProtoReflect.Descriptor instead.
 func (*CreateKeyRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{64}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *CreateKeyRequest) GetTenant() string {
@@ -4875,7 +5037,7 @@ type CreateKeyResponse struct {
 
 func (x *CreateKeyResponse) Reset() {
 	*x = CreateKeyResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[65]
+	mi := &file_termivar_v1_api_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4887,7 +5049,7 @@ func (x *CreateKeyResponse) String() string {
 func (*CreateKeyResponse) ProtoMessage() {}
 
 func (x *CreateKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[65]
+	mi := &file_termivar_v1_api_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4900,7 +5062,7 @@ func (x *CreateKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyResponse.ProtoReflect.Descriptor instead.
 func (*CreateKeyResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{65}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *CreateKeyResponse) GetKeyId() string {
@@ -4930,7 +5092,7 @@ type ListKeysRequest struct {
 
 func (x *ListKeysRequest) Reset() {
 	*x = ListKeysRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[66]
+	mi := &file_termivar_v1_api_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4942,7 +5104,7 @@ func (x *ListKeysRequest) String() string {
 func (*ListKeysRequest) ProtoMessage() {}
 
 func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[66]
+	mi := &file_termivar_v1_api_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4955,7 +5117,7 @@ func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListKeysRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{66}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ListKeysRequest) GetTenant() string {
@@ -4985,7 +5147,7 @@ type KeyInfo struct {
 
 func (x *KeyInfo) Reset() {
 	*x = KeyInfo{}
-	mi := &file_termivar_v1_api_proto_msgTypes[67]
+	mi := &file_termivar_v1_api_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4997,7 +5159,7 @@ func (x *KeyInfo) String() string {
 func (*KeyInfo) ProtoMessage() {}
 
 func (x *KeyInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[67]
+	mi := &file_termivar_v1_api_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5010,7 +5172,7 @@ func (x *KeyInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyInfo.ProtoReflect.Descriptor instead.
 func (*KeyInfo) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{67}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *KeyInfo) GetKeyId() string {
@@ -5057,7 +5219,7 @@ type ListKeysResponse struct {
 
 func (x *ListKeysResponse) Reset() {
 	*x = ListKeysResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[68]
+	mi := &file_termivar_v1_api_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5069,7 +5231,7 @@ func (x *ListKeysResponse) String() string {
 func (*ListKeysResponse) ProtoMessage() {}
 
 func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[68]
+	mi := &file_termivar_v1_api_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5082,7 +5244,7 @@ func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListKeysResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{68}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ListKeysResponse) GetKeys() []*KeyInfo {
@@ -5101,7 +5263,7 @@ type RevokeKeyRequest struct {
 
 func (x *RevokeKeyRequest) Reset() {
 	*x = RevokeKeyRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[69]
+	mi := &file_termivar_v1_api_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5113,7 +5275,7 @@ func (x *RevokeKeyRequest) String() string {
 func (*RevokeKeyRequest) ProtoMessage() {}
 
 func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[69]
+	mi := &file_termivar_v1_api_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5126,7 +5288,7 @@ func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeKeyRequest.ProtoReflect.Descriptor instead.
 func (*RevokeKeyRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{69}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *RevokeKeyRequest) GetKeyId() string {
@@ -5144,7 +5306,7 @@ type RevokeKeyResponse struct {
 
 func (x *RevokeKeyResponse) Reset() {
 	*x = RevokeKeyResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[70]
+	mi := &file_termivar_v1_api_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5156,7 +5318,7 @@ func (x *RevokeKeyResponse) String() string {
 func (*RevokeKeyResponse) ProtoMessage() {}
 
 func (x *RevokeKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[70]
+	mi := &file_termivar_v1_api_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5169,7 +5331,7 @@ func (x *RevokeKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeKeyResponse.ProtoReflect.Descriptor instead.
 func (*RevokeKeyResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{70}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{71}
 }
 
 type RotateKeyRequest struct {
@@ -5181,7 +5343,7 @@ type RotateKeyRequest struct {
 
 func (x *RotateKeyRequest) Reset() {
 	*x = RotateKeyRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[71]
+	mi := &file_termivar_v1_api_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5193,7 +5355,7 @@ func (x *RotateKeyRequest) String() string {
 func (*RotateKeyRequest) ProtoMessage() {}
 
 func (x *RotateKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[71]
+	mi := &file_termivar_v1_api_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5206,7 +5368,7 @@ func (x *RotateKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateKeyRequest.ProtoReflect.Descriptor instead.
 func (*RotateKeyRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{71}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *RotateKeyRequest) GetKeyId() string {
@@ -5228,7 +5390,7 @@ type RotateKeyResponse struct {
 
 func (x *RotateKeyResponse) Reset() {
 	*x = RotateKeyResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[72]
+	mi := &file_termivar_v1_api_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5240,7 +5402,7 @@ func (x *RotateKeyResponse) String() string {
 func (*RotateKeyResponse) ProtoMessage() {}
 
 func (x *RotateKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[72]
+	mi := &file_termivar_v1_api_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5253,7 +5415,7 @@ func (x *RotateKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateKeyResponse.ProtoReflect.Descriptor instead.
 func (*RotateKeyResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{72}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *RotateKeyResponse) GetKeyId() string {
@@ -5290,7 +5452,7 @@ type CreateScheduleRequest struct {
 
 func (x *CreateScheduleRequest) Reset() {
 	*x = CreateScheduleRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[73]
+	mi := &file_termivar_v1_api_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5302,7 +5464,7 @@ func (x *CreateScheduleRequest) String() string {
 func (*CreateScheduleRequest) ProtoMessage() {}
 
 func (x *CreateScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[73]
+	mi := &file_termivar_v1_api_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5315,7 +5477,7 @@ func (x *CreateScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateScheduleRequest.ProtoReflect.Descriptor instead.
 func (*CreateScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{73}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *CreateScheduleRequest) GetName() string {
@@ -5362,7 +5524,7 @@ type CreateScheduleResponse struct {
 
 func (x *CreateScheduleResponse) Reset() {
 	*x = CreateScheduleResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[74]
+	mi := &file_termivar_v1_api_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5374,7 +5536,7 @@ func (x *CreateScheduleResponse) String() string {
 func (*CreateScheduleResponse) ProtoMessage() {}
 
 func (x *CreateScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[74]
+	mi := &file_termivar_v1_api_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5387,7 +5549,7 @@ func (x *CreateScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateScheduleResponse.ProtoReflect.Descriptor instead.
 func (*CreateScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{74}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *CreateScheduleResponse) GetRevision() uint64 {
@@ -5415,7 +5577,7 @@ type ScheduleInfo struct {
 
 func (x *ScheduleInfo) Reset() {
 	*x = ScheduleInfo{}
-	mi := &file_termivar_v1_api_proto_msgTypes[75]
+	mi := &file_termivar_v1_api_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5427,7 +5589,7 @@ func (x *ScheduleInfo) String() string {
 func (*ScheduleInfo) ProtoMessage() {}
 
 func (x *ScheduleInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[75]
+	mi := &file_termivar_v1_api_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5440,7 +5602,7 @@ func (x *ScheduleInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleInfo.ProtoReflect.Descriptor instead.
 func (*ScheduleInfo) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{75}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *ScheduleInfo) GetName() string {
@@ -5521,7 +5683,7 @@ type ListSchedulesRequest struct {
 
 func (x *ListSchedulesRequest) Reset() {
 	*x = ListSchedulesRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[76]
+	mi := &file_termivar_v1_api_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5533,7 +5695,7 @@ func (x *ListSchedulesRequest) String() string {
 func (*ListSchedulesRequest) ProtoMessage() {}
 
 func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[76]
+	mi := &file_termivar_v1_api_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5546,7 +5708,7 @@ func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesRequest.ProtoReflect.Descriptor instead.
 func (*ListSchedulesRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{76}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{77}
 }
 
 type ListSchedulesResponse struct {
@@ -5558,7 +5720,7 @@ type ListSchedulesResponse struct {
 
 func (x *ListSchedulesResponse) Reset() {
 	*x = ListSchedulesResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[77]
+	mi := &file_termivar_v1_api_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5570,7 +5732,7 @@ func (x *ListSchedulesResponse) String() string {
 func (*ListSchedulesResponse) ProtoMessage() {}
 
 func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[77]
+	mi := &file_termivar_v1_api_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5583,7 +5745,7 @@ func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesResponse.ProtoReflect.Descriptor instead.
 func (*ListSchedulesResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{77}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *ListSchedulesResponse) GetSchedules() []*ScheduleInfo {
@@ -5602,7 +5764,7 @@ type DeleteScheduleRequest struct {
 
 func (x *DeleteScheduleRequest) Reset() {
 	*x = DeleteScheduleRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[78]
+	mi := &file_termivar_v1_api_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5614,7 +5776,7 @@ func (x *DeleteScheduleRequest) String() string {
 func (*DeleteScheduleRequest) ProtoMessage() {}
 
 func (x *DeleteScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[78]
+	mi := &file_termivar_v1_api_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5627,7 +5789,7 @@ func (x *DeleteScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteScheduleRequest.ProtoReflect.Descriptor instead.
 func (*DeleteScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{78}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *DeleteScheduleRequest) GetName() string {
@@ -5646,7 +5808,7 @@ type DeleteScheduleResponse struct {
 
 func (x *DeleteScheduleResponse) Reset() {
 	*x = DeleteScheduleResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[79]
+	mi := &file_termivar_v1_api_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5658,7 +5820,7 @@ func (x *DeleteScheduleResponse) String() string {
 func (*DeleteScheduleResponse) ProtoMessage() {}
 
 func (x *DeleteScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[79]
+	mi := &file_termivar_v1_api_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5671,7 +5833,7 @@ func (x *DeleteScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteScheduleResponse.ProtoReflect.Descriptor instead.
 func (*DeleteScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{79}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *DeleteScheduleResponse) GetRevision() uint64 {
@@ -5701,7 +5863,7 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x06status\x18\v \x01(\tR\x06status\x12\x18\n" +
 	"\amaximum\x18\f \x01(\x04R\amaximum\x12\x18\n" +
 	"\acurrent\x18\r \x01(\x04R\acurrent\x12\x1a\n" +
-	"\bproposed\x18\x0e \x01(\x04R\bproposed\"\xbb\x03\n" +
+	"\bproposed\x18\x0e \x01(\x04R\bproposed\"\xea\x03\n" +
 	"\n" +
 	"WorkerInfo\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x1e\n" +
@@ -5718,7 +5880,8 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x14network_basis_points\x18\n" +
 	" \x01(\rR\x12networkBasisPoints\x12\x12\n" +
 	"\x04tags\x18\v \x03(\tR\x04tags\x12'\n" +
-	"\x0favailable_slots\x18\f \x01(\rR\x0eavailableSlots\"\x8c\x03\n" +
+	"\x0favailable_slots\x18\f \x01(\rR\x0eavailableSlots\x12-\n" +
+	"\x12effective_capacity\x18\r \x01(\rR\x11effectiveCapacity\"\x8c\x03\n" +
 	"\x15RegisterWorkerRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x1a\n" +
 	"\bcapacity\x18\x02 \x01(\rR\bcapacity\x12(\n" +
@@ -5855,19 +6018,29 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\rrequired_tags\x18\x16 \x03(\tR\frequiredTags\x12*\n" +
 	"\x11backoff_base_secs\x18\x17 \x01(\x04R\x0fbackoffBaseSecs\x12(\n" +
 	"\x10backoff_cap_secs\x18\x18 \x01(\x04R\x0ebackoffCapSecs\x120\n" +
-	"\x14attempt_timeout_secs\x18\x06 \x01(\x04R\x12attemptTimeoutSecs\"\xb6\x01\n" +
+	"\x14attempt_timeout_secs\x18\x06 \x01(\x04R\x12attemptTimeoutSecs\"\x82\x02\n" +
 	"\x0eEnqueueRequest\x12*\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x14.termivar.v1.NewTaskR\x05tasks\x120\n" +
 	"\x11expected_revision\x18\x02 \x01(\x04H\x00R\x10expectedRevision\x88\x01\x01\x120\n" +
-	"\x14attempt_timeout_secs\x18\x03 \x01(\x04R\x12attemptTimeoutSecsB\x14\n" +
-	"\x12_expected_revision\"H\n" +
+	"\x14attempt_timeout_secs\x18\x03 \x01(\x04R\x12attemptTimeoutSecs\x12#\n" +
+	"\rskip_existing\x18\x04 \x01(\bR\fskipExisting\x12%\n" +
+	"\x0edeclared_total\x18\x05 \x01(\x04R\rdeclaredTotalB\x14\n" +
+	"\x12_expected_revision\"Z\n" +
+	"\x10EnqueueCollision\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\rR\x05index\x12\x17\n" +
+	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x17\n" +
+	"\ascan_id\x18\x03 \x01(\tR\x06scanId\"H\n" +
 	"\fEnqueuedTask\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x1f\n" +
 	"\vfence_token\x18\x02 \x01(\fR\n" +
-	"fenceToken\"^\n" +
+	"fenceToken\"\xb9\x01\n" +
 	"\x0fEnqueueResponse\x12/\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x19.termivar.v1.EnqueuedTaskR\x05tasks\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x04R\brevision\"\x99\x01\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\x12\x1a\n" +
+	"\bexisting\x18\x03 \x03(\rR\bexisting\x12=\n" +
+	"\n" +
+	"collisions\x18\x04 \x03(\v2\x1d.termivar.v1.EnqueueCollisionR\n" +
+	"collisions\"\x99\x01\n" +
 	"\rCancelRequest\x12'\n" +
 	"\x0fownership_token\x18\x01 \x01(\fR\x0eownershipToken\x120\n" +
 	"\x11expected_revision\x18\x02 \x01(\x04H\x00R\x10expectedRevision\x88\x01\x01\x12\x17\n" +
@@ -5941,7 +6114,7 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x05tasks\x18\x01 \x03(\v2\x15.termivar.v1.TaskInfoR\x05tasks\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\".\n" +
 	"\x13ScanProgressRequest\x12\x17\n" +
-	"\ascan_id\x18\x01 \x01(\tR\x06scanId\"\xe7\x05\n" +
+	"\ascan_id\x18\x01 \x01(\tR\x06scanId\"\xa8\x06\n" +
 	"\x14ScanProgressResponse\x12\x14\n" +
 	"\x05total\x18\x01 \x01(\rR\x05total\x12\x16\n" +
 	"\x06queued\x18\x02 \x01(\rR\x06queued\x12\x16\n" +
@@ -5952,11 +6125,11 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\tcancelled\x18\a \x01(\rR\tcancelled\x12\x18\n" +
 	"\aexpired\x18\b \x01(\rR\aexpired\x12\x18\n" +
 	"\aresults\x18\t \x01(\rR\aresults\x12\x1c\n" +
-	"\tscheduled\x18\x14 \x01(\rR\tscheduled\x12\"\n" +
-	"\rmax_in_flight\x18\x15 \x01(\rR\vmaxInFlight\x12\x16\n" +
-	"\x06paused\x18\x16 \x01(\bR\x06paused\x12\x1e\n" +
+	"\tscheduled\x18\x16 \x01(\rR\tscheduled\x12\"\n" +
+	"\rmax_in_flight\x18\x17 \x01(\rR\vmaxInFlight\x12\x16\n" +
+	"\x06paused\x18\x18 \x01(\bR\x06paused\x12\x1e\n" +
 	"\n" +
-	"unroutable\x18\x17 \x01(\rR\n" +
+	"unroutable\x18\x19 \x01(\rR\n" +
 	"unroutable\x12\x16\n" +
 	"\x06reruns\x18\x13 \x01(\rR\x06reruns\x12\x19\n" +
 	"\bnow_secs\x18\n" +
@@ -5971,7 +6144,9 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"free_slots\x18\x11 \x01(\rR\tfreeSlots\x12\x1f\n" +
 	"\vfinished_at\x18\x12 \x01(\x04R\n" +
-	"finishedAt\"\xa6\x01\n" +
+	"finishedAt\x12%\n" +
+	"\x0edeclared_total\x18\x14 \x01(\x04R\rdeclaredTotal\x12\x18\n" +
+	"\apending\x18\x15 \x01(\x04R\apending\"\xa6\x01\n" +
 	"\fRetryRequest\x12\x17\n" +
 	"\ascan_id\x18\x01 \x01(\tR\x06scanId\x12\x19\n" +
 	"\btask_ids\x18\x02 \x03(\tR\ataskIds\x12\x1a\n" +
@@ -5992,7 +6167,7 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x10ListScansRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\rR\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x02 \x01(\tR\tpageToken\"\xaf\x04\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"\xf0\x04\n" +
 	"\bScanInfo\x12\x17\n" +
 	"\ascan_id\x18\x01 \x01(\tR\x06scanId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1d\n" +
@@ -6011,7 +6186,9 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\aexpired\x18\f \x01(\rR\aexpired\x12\x18\n" +
 	"\aresults\x18\r \x01(\rR\aresults\x12!\n" +
 	"\fresult_bytes\x18\x0e \x01(\x04R\vresultBytes\x122\n" +
-	"\x12retention_deadline\x18\x0f \x01(\x04H\x00R\x11retentionDeadline\x88\x01\x01\x12\x1c\n" +
+	"\x12retention_deadline\x18\x0f \x01(\x04H\x00R\x11retentionDeadline\x88\x01\x01\x12%\n" +
+	"\x0edeclared_total\x18\x10 \x01(\x04R\rdeclaredTotal\x12\x18\n" +
+	"\apending\x18\x11 \x01(\x04R\apending\x12\x1c\n" +
 	"\tscheduled\x18\x14 \x01(\rR\tscheduled\x12\x16\n" +
 	"\x06paused\x18\x15 \x01(\bR\x06paused\x12\"\n" +
 	"\rmax_in_flight\x18\x16 \x01(\rR\vmaxInFlightB\x15\n" +
@@ -6239,7 +6416,7 @@ func file_termivar_v1_api_proto_rawDescGZIP() []byte {
 	return file_termivar_v1_api_proto_rawDescData
 }
 
-var file_termivar_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 80)
+var file_termivar_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 81)
 var file_termivar_v1_api_proto_goTypes = []any{
 	(*ErrorDetail)(nil),                  // 0: termivar.v1.ErrorDetail
 	(*WorkerInfo)(nil),                   // 1: termivar.v1.WorkerInfo
@@ -6266,66 +6443,67 @@ var file_termivar_v1_api_proto_goTypes = []any{
 	(*DeregisterResponse)(nil),           // 22: termivar.v1.DeregisterResponse
 	(*NewTask)(nil),                      // 23: termivar.v1.NewTask
 	(*EnqueueRequest)(nil),               // 24: termivar.v1.EnqueueRequest
-	(*EnqueuedTask)(nil),                 // 25: termivar.v1.EnqueuedTask
-	(*EnqueueResponse)(nil),              // 26: termivar.v1.EnqueueResponse
-	(*CancelRequest)(nil),                // 27: termivar.v1.CancelRequest
-	(*CancelResponse)(nil),               // 28: termivar.v1.CancelResponse
-	(*TaskInfo)(nil),                     // 29: termivar.v1.TaskInfo
-	(*AttemptInfo)(nil),                  // 30: termivar.v1.AttemptInfo
-	(*GetTaskRequest)(nil),               // 31: termivar.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),              // 32: termivar.v1.GetTaskResponse
-	(*ListTasksRequest)(nil),             // 33: termivar.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),            // 34: termivar.v1.ListTasksResponse
-	(*ScanProgressRequest)(nil),          // 35: termivar.v1.ScanProgressRequest
-	(*ScanProgressResponse)(nil),         // 36: termivar.v1.ScanProgressResponse
-	(*RetryRequest)(nil),                 // 37: termivar.v1.RetryRequest
-	(*RetryResponse)(nil),                // 38: termivar.v1.RetryResponse
-	(*AggregateResultsRequest)(nil),      // 39: termivar.v1.AggregateResultsRequest
-	(*AggregateResultsResponse)(nil),     // 40: termivar.v1.AggregateResultsResponse
-	(*ListScansRequest)(nil),             // 41: termivar.v1.ListScansRequest
-	(*ScanInfo)(nil),                     // 42: termivar.v1.ScanInfo
-	(*ListScansResponse)(nil),            // 43: termivar.v1.ListScansResponse
-	(*FollowResultsRequest)(nil),         // 44: termivar.v1.FollowResultsRequest
-	(*FollowedResult)(nil),               // 45: termivar.v1.FollowedResult
-	(*FollowResultsResponse)(nil),        // 46: termivar.v1.FollowResultsResponse
-	(*StatusRequest)(nil),                // 47: termivar.v1.StatusRequest
-	(*StatusResponse)(nil),               // 48: termivar.v1.StatusResponse
-	(*BuildInfo)(nil),                    // 49: termivar.v1.BuildInfo
-	(*ListWorkersRequest)(nil),           // 50: termivar.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),          // 51: termivar.v1.ListWorkersResponse
-	(*CreateTenantRequest)(nil),          // 52: termivar.v1.CreateTenantRequest
-	(*UpdateScanRequest)(nil),            // 53: termivar.v1.UpdateScanRequest
-	(*UpdateScanResponse)(nil),           // 54: termivar.v1.UpdateScanResponse
-	(*SetSchedulingOptionsRequest)(nil),  // 55: termivar.v1.SetSchedulingOptionsRequest
-	(*SetSchedulingOptionsResponse)(nil), // 56: termivar.v1.SetSchedulingOptionsResponse
-	(*UpdateTenantRequest)(nil),          // 57: termivar.v1.UpdateTenantRequest
-	(*UpdateTenantResponse)(nil),         // 58: termivar.v1.UpdateTenantResponse
-	(*DeleteScanRequest)(nil),            // 59: termivar.v1.DeleteScanRequest
-	(*DeleteScanResponse)(nil),           // 60: termivar.v1.DeleteScanResponse
-	(*PurgeTasksRequest)(nil),            // 61: termivar.v1.PurgeTasksRequest
-	(*PurgeTasksResponse)(nil),           // 62: termivar.v1.PurgeTasksResponse
-	(*CreateTenantResponse)(nil),         // 63: termivar.v1.CreateTenantResponse
-	(*CreateKeyRequest)(nil),             // 64: termivar.v1.CreateKeyRequest
-	(*CreateKeyResponse)(nil),            // 65: termivar.v1.CreateKeyResponse
-	(*ListKeysRequest)(nil),              // 66: termivar.v1.ListKeysRequest
-	(*KeyInfo)(nil),                      // 67: termivar.v1.KeyInfo
-	(*ListKeysResponse)(nil),             // 68: termivar.v1.ListKeysResponse
-	(*RevokeKeyRequest)(nil),             // 69: termivar.v1.RevokeKeyRequest
-	(*RevokeKeyResponse)(nil),            // 70: termivar.v1.RevokeKeyResponse
-	(*RotateKeyRequest)(nil),             // 71: termivar.v1.RotateKeyRequest
-	(*RotateKeyResponse)(nil),            // 72: termivar.v1.RotateKeyResponse
-	(*CreateScheduleRequest)(nil),        // 73: termivar.v1.CreateScheduleRequest
-	(*CreateScheduleResponse)(nil),       // 74: termivar.v1.CreateScheduleResponse
-	(*ScheduleInfo)(nil),                 // 75: termivar.v1.ScheduleInfo
-	(*ListSchedulesRequest)(nil),         // 76: termivar.v1.ListSchedulesRequest
-	(*ListSchedulesResponse)(nil),        // 77: termivar.v1.ListSchedulesResponse
-	(*DeleteScheduleRequest)(nil),        // 78: termivar.v1.DeleteScheduleRequest
-	(*DeleteScheduleResponse)(nil),       // 79: termivar.v1.DeleteScheduleResponse
-	(*ClusterMember)(nil),                // 80: termivar.v1.ClusterMember
-	(*BackupRecord)(nil),                 // 81: termivar.v1.BackupRecord
-	(*CoreLimits)(nil),                   // 82: termivar.v1.CoreLimits
-	(*ResultLimits)(nil),                 // 83: termivar.v1.ResultLimits
-	(*SchedulingOptions)(nil),            // 84: termivar.v1.SchedulingOptions
+	(*EnqueueCollision)(nil),             // 25: termivar.v1.EnqueueCollision
+	(*EnqueuedTask)(nil),                 // 26: termivar.v1.EnqueuedTask
+	(*EnqueueResponse)(nil),              // 27: termivar.v1.EnqueueResponse
+	(*CancelRequest)(nil),                // 28: termivar.v1.CancelRequest
+	(*CancelResponse)(nil),               // 29: termivar.v1.CancelResponse
+	(*TaskInfo)(nil),                     // 30: termivar.v1.TaskInfo
+	(*AttemptInfo)(nil),                  // 31: termivar.v1.AttemptInfo
+	(*GetTaskRequest)(nil),               // 32: termivar.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),              // 33: termivar.v1.GetTaskResponse
+	(*ListTasksRequest)(nil),             // 34: termivar.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),            // 35: termivar.v1.ListTasksResponse
+	(*ScanProgressRequest)(nil),          // 36: termivar.v1.ScanProgressRequest
+	(*ScanProgressResponse)(nil),         // 37: termivar.v1.ScanProgressResponse
+	(*RetryRequest)(nil),                 // 38: termivar.v1.RetryRequest
+	(*RetryResponse)(nil),                // 39: termivar.v1.RetryResponse
+	(*AggregateResultsRequest)(nil),      // 40: termivar.v1.AggregateResultsRequest
+	(*AggregateResultsResponse)(nil),     // 41: termivar.v1.AggregateResultsResponse
+	(*ListScansRequest)(nil),             // 42: termivar.v1.ListScansRequest
+	(*ScanInfo)(nil),                     // 43: termivar.v1.ScanInfo
+	(*ListScansResponse)(nil),            // 44: termivar.v1.ListScansResponse
+	(*FollowResultsRequest)(nil),         // 45: termivar.v1.FollowResultsRequest
+	(*FollowedResult)(nil),               // 46: termivar.v1.FollowedResult
+	(*FollowResultsResponse)(nil),        // 47: termivar.v1.FollowResultsResponse
+	(*StatusRequest)(nil),                // 48: termivar.v1.StatusRequest
+	(*StatusResponse)(nil),               // 49: termivar.v1.StatusResponse
+	(*BuildInfo)(nil),                    // 50: termivar.v1.BuildInfo
+	(*ListWorkersRequest)(nil),           // 51: termivar.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),          // 52: termivar.v1.ListWorkersResponse
+	(*CreateTenantRequest)(nil),          // 53: termivar.v1.CreateTenantRequest
+	(*UpdateScanRequest)(nil),            // 54: termivar.v1.UpdateScanRequest
+	(*UpdateScanResponse)(nil),           // 55: termivar.v1.UpdateScanResponse
+	(*SetSchedulingOptionsRequest)(nil),  // 56: termivar.v1.SetSchedulingOptionsRequest
+	(*SetSchedulingOptionsResponse)(nil), // 57: termivar.v1.SetSchedulingOptionsResponse
+	(*UpdateTenantRequest)(nil),          // 58: termivar.v1.UpdateTenantRequest
+	(*UpdateTenantResponse)(nil),         // 59: termivar.v1.UpdateTenantResponse
+	(*DeleteScanRequest)(nil),            // 60: termivar.v1.DeleteScanRequest
+	(*DeleteScanResponse)(nil),           // 61: termivar.v1.DeleteScanResponse
+	(*PurgeTasksRequest)(nil),            // 62: termivar.v1.PurgeTasksRequest
+	(*PurgeTasksResponse)(nil),           // 63: termivar.v1.PurgeTasksResponse
+	(*CreateTenantResponse)(nil),         // 64: termivar.v1.CreateTenantResponse
+	(*CreateKeyRequest)(nil),             // 65: termivar.v1.CreateKeyRequest
+	(*CreateKeyResponse)(nil),            // 66: termivar.v1.CreateKeyResponse
+	(*ListKeysRequest)(nil),              // 67: termivar.v1.ListKeysRequest
+	(*KeyInfo)(nil),                      // 68: termivar.v1.KeyInfo
+	(*ListKeysResponse)(nil),             // 69: termivar.v1.ListKeysResponse
+	(*RevokeKeyRequest)(nil),             // 70: termivar.v1.RevokeKeyRequest
+	(*RevokeKeyResponse)(nil),            // 71: termivar.v1.RevokeKeyResponse
+	(*RotateKeyRequest)(nil),             // 72: termivar.v1.RotateKeyRequest
+	(*RotateKeyResponse)(nil),            // 73: termivar.v1.RotateKeyResponse
+	(*CreateScheduleRequest)(nil),        // 74: termivar.v1.CreateScheduleRequest
+	(*CreateScheduleResponse)(nil),       // 75: termivar.v1.CreateScheduleResponse
+	(*ScheduleInfo)(nil),                 // 76: termivar.v1.ScheduleInfo
+	(*ListSchedulesRequest)(nil),         // 77: termivar.v1.ListSchedulesRequest
+	(*ListSchedulesResponse)(nil),        // 78: termivar.v1.ListSchedulesResponse
+	(*DeleteScheduleRequest)(nil),        // 79: termivar.v1.DeleteScheduleRequest
+	(*DeleteScheduleResponse)(nil),       // 80: termivar.v1.DeleteScheduleResponse
+	(*ClusterMember)(nil),                // 81: termivar.v1.ClusterMember
+	(*BackupRecord)(nil),                 // 82: termivar.v1.BackupRecord
+	(*CoreLimits)(nil),                   // 83: termivar.v1.CoreLimits
+	(*ResultLimits)(nil),                 // 84: termivar.v1.ResultLimits
+	(*SchedulingOptions)(nil),            // 85: termivar.v1.SchedulingOptions
 }
 var file_termivar_v1_api_proto_depIdxs = []int32{
 	1,  // 0: termivar.v1.RegisterWorkerResponse.worker:type_name -> termivar.v1.WorkerInfo
@@ -6337,93 +6515,94 @@ var file_termivar_v1_api_proto_depIdxs = []int32{
 	16, // 6: termivar.v1.CompleteManyResponse.results:type_name -> termivar.v1.CompleteItemResult
 	20, // 7: termivar.v1.DeregisterResponse.summary:type_name -> termivar.v1.RecoverySummary
 	23, // 8: termivar.v1.EnqueueRequest.tasks:type_name -> termivar.v1.NewTask
-	25, // 9: termivar.v1.EnqueueResponse.tasks:type_name -> termivar.v1.EnqueuedTask
-	30, // 10: termivar.v1.TaskInfo.attempts:type_name -> termivar.v1.AttemptInfo
-	29, // 11: termivar.v1.GetTaskResponse.task:type_name -> termivar.v1.TaskInfo
-	29, // 12: termivar.v1.ListTasksResponse.tasks:type_name -> termivar.v1.TaskInfo
-	42, // 13: termivar.v1.ListScansResponse.scans:type_name -> termivar.v1.ScanInfo
-	45, // 14: termivar.v1.FollowResultsResponse.results:type_name -> termivar.v1.FollowedResult
-	80, // 15: termivar.v1.StatusResponse.members:type_name -> termivar.v1.ClusterMember
-	81, // 16: termivar.v1.StatusResponse.last_backup:type_name -> termivar.v1.BackupRecord
-	49, // 17: termivar.v1.StatusResponse.build:type_name -> termivar.v1.BuildInfo
-	1,  // 18: termivar.v1.ListWorkersResponse.workers:type_name -> termivar.v1.WorkerInfo
-	82, // 19: termivar.v1.CreateTenantRequest.limits:type_name -> termivar.v1.CoreLimits
-	83, // 20: termivar.v1.CreateTenantRequest.result_limits:type_name -> termivar.v1.ResultLimits
-	84, // 21: termivar.v1.CreateTenantRequest.scheduling:type_name -> termivar.v1.SchedulingOptions
-	84, // 22: termivar.v1.SetSchedulingOptionsRequest.options:type_name -> termivar.v1.SchedulingOptions
-	67, // 23: termivar.v1.ListKeysResponse.keys:type_name -> termivar.v1.KeyInfo
-	75, // 24: termivar.v1.ListSchedulesResponse.schedules:type_name -> termivar.v1.ScheduleInfo
-	2,  // 25: termivar.v1.Worker.RegisterWorker:input_type -> termivar.v1.RegisterWorkerRequest
-	4,  // 26: termivar.v1.Worker.Heartbeat:input_type -> termivar.v1.HeartbeatRequest
-	6,  // 27: termivar.v1.Worker.Acquire:input_type -> termivar.v1.AcquireRequest
-	9,  // 28: termivar.v1.Worker.Start:input_type -> termivar.v1.StartRequest
-	11, // 29: termivar.v1.Worker.RenewLease:input_type -> termivar.v1.RenewLeaseRequest
-	13, // 30: termivar.v1.Worker.Complete:input_type -> termivar.v1.CompleteRequest
-	15, // 31: termivar.v1.Worker.CompleteMany:input_type -> termivar.v1.CompleteManyRequest
-	18, // 32: termivar.v1.Worker.Fail:input_type -> termivar.v1.FailRequest
-	21, // 33: termivar.v1.Worker.Deregister:input_type -> termivar.v1.DeregisterRequest
-	24, // 34: termivar.v1.Producer.Enqueue:input_type -> termivar.v1.EnqueueRequest
-	27, // 35: termivar.v1.Producer.Cancel:input_type -> termivar.v1.CancelRequest
-	31, // 36: termivar.v1.Producer.GetTask:input_type -> termivar.v1.GetTaskRequest
-	33, // 37: termivar.v1.Producer.ListTasks:input_type -> termivar.v1.ListTasksRequest
-	35, // 38: termivar.v1.Producer.ScanProgress:input_type -> termivar.v1.ScanProgressRequest
-	53, // 39: termivar.v1.Producer.UpdateScan:input_type -> termivar.v1.UpdateScanRequest
-	73, // 40: termivar.v1.Producer.CreateSchedule:input_type -> termivar.v1.CreateScheduleRequest
-	76, // 41: termivar.v1.Producer.ListSchedules:input_type -> termivar.v1.ListSchedulesRequest
-	78, // 42: termivar.v1.Producer.DeleteSchedule:input_type -> termivar.v1.DeleteScheduleRequest
-	37, // 43: termivar.v1.Producer.Retry:input_type -> termivar.v1.RetryRequest
-	39, // 44: termivar.v1.Producer.AggregateResults:input_type -> termivar.v1.AggregateResultsRequest
-	41, // 45: termivar.v1.Producer.ListScans:input_type -> termivar.v1.ListScansRequest
-	44, // 46: termivar.v1.Producer.FollowResults:input_type -> termivar.v1.FollowResultsRequest
-	59, // 47: termivar.v1.Producer.DeleteScan:input_type -> termivar.v1.DeleteScanRequest
-	61, // 48: termivar.v1.Producer.PurgeTasks:input_type -> termivar.v1.PurgeTasksRequest
-	47, // 49: termivar.v1.Admin.Status:input_type -> termivar.v1.StatusRequest
-	50, // 50: termivar.v1.Admin.ListWorkers:input_type -> termivar.v1.ListWorkersRequest
-	52, // 51: termivar.v1.Admin.CreateTenant:input_type -> termivar.v1.CreateTenantRequest
-	57, // 52: termivar.v1.Admin.UpdateTenant:input_type -> termivar.v1.UpdateTenantRequest
-	64, // 53: termivar.v1.Admin.CreateKey:input_type -> termivar.v1.CreateKeyRequest
-	66, // 54: termivar.v1.Admin.ListKeys:input_type -> termivar.v1.ListKeysRequest
-	69, // 55: termivar.v1.Admin.RevokeKey:input_type -> termivar.v1.RevokeKeyRequest
-	71, // 56: termivar.v1.Admin.RotateKey:input_type -> termivar.v1.RotateKeyRequest
-	55, // 57: termivar.v1.Admin.SetSchedulingOptions:input_type -> termivar.v1.SetSchedulingOptionsRequest
-	3,  // 58: termivar.v1.Worker.RegisterWorker:output_type -> termivar.v1.RegisterWorkerResponse
-	5,  // 59: termivar.v1.Worker.Heartbeat:output_type -> termivar.v1.HeartbeatResponse
-	8,  // 60: termivar.v1.Worker.Acquire:output_type -> termivar.v1.AcquireResponse
-	10, // 61: termivar.v1.Worker.Start:output_type -> termivar.v1.StartResponse
-	12, // 62: termivar.v1.Worker.RenewLease:output_type -> termivar.v1.RenewLeaseResponse
-	14, // 63: termivar.v1.Worker.Complete:output_type -> termivar.v1.CompleteResponse
-	17, // 64: termivar.v1.Worker.CompleteMany:output_type -> termivar.v1.CompleteManyResponse
-	19, // 65: termivar.v1.Worker.Fail:output_type -> termivar.v1.FailResponse
-	22, // 66: termivar.v1.Worker.Deregister:output_type -> termivar.v1.DeregisterResponse
-	26, // 67: termivar.v1.Producer.Enqueue:output_type -> termivar.v1.EnqueueResponse
-	28, // 68: termivar.v1.Producer.Cancel:output_type -> termivar.v1.CancelResponse
-	32, // 69: termivar.v1.Producer.GetTask:output_type -> termivar.v1.GetTaskResponse
-	34, // 70: termivar.v1.Producer.ListTasks:output_type -> termivar.v1.ListTasksResponse
-	36, // 71: termivar.v1.Producer.ScanProgress:output_type -> termivar.v1.ScanProgressResponse
-	54, // 72: termivar.v1.Producer.UpdateScan:output_type -> termivar.v1.UpdateScanResponse
-	74, // 73: termivar.v1.Producer.CreateSchedule:output_type -> termivar.v1.CreateScheduleResponse
-	77, // 74: termivar.v1.Producer.ListSchedules:output_type -> termivar.v1.ListSchedulesResponse
-	79, // 75: termivar.v1.Producer.DeleteSchedule:output_type -> termivar.v1.DeleteScheduleResponse
-	38, // 76: termivar.v1.Producer.Retry:output_type -> termivar.v1.RetryResponse
-	40, // 77: termivar.v1.Producer.AggregateResults:output_type -> termivar.v1.AggregateResultsResponse
-	43, // 78: termivar.v1.Producer.ListScans:output_type -> termivar.v1.ListScansResponse
-	46, // 79: termivar.v1.Producer.FollowResults:output_type -> termivar.v1.FollowResultsResponse
-	60, // 80: termivar.v1.Producer.DeleteScan:output_type -> termivar.v1.DeleteScanResponse
-	62, // 81: termivar.v1.Producer.PurgeTasks:output_type -> termivar.v1.PurgeTasksResponse
-	48, // 82: termivar.v1.Admin.Status:output_type -> termivar.v1.StatusResponse
-	51, // 83: termivar.v1.Admin.ListWorkers:output_type -> termivar.v1.ListWorkersResponse
-	63, // 84: termivar.v1.Admin.CreateTenant:output_type -> termivar.v1.CreateTenantResponse
-	58, // 85: termivar.v1.Admin.UpdateTenant:output_type -> termivar.v1.UpdateTenantResponse
-	65, // 86: termivar.v1.Admin.CreateKey:output_type -> termivar.v1.CreateKeyResponse
-	68, // 87: termivar.v1.Admin.ListKeys:output_type -> termivar.v1.ListKeysResponse
-	70, // 88: termivar.v1.Admin.RevokeKey:output_type -> termivar.v1.RevokeKeyResponse
-	72, // 89: termivar.v1.Admin.RotateKey:output_type -> termivar.v1.RotateKeyResponse
-	56, // 90: termivar.v1.Admin.SetSchedulingOptions:output_type -> termivar.v1.SetSchedulingOptionsResponse
-	58, // [58:91] is the sub-list for method output_type
-	25, // [25:58] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	26, // 9: termivar.v1.EnqueueResponse.tasks:type_name -> termivar.v1.EnqueuedTask
+	25, // 10: termivar.v1.EnqueueResponse.collisions:type_name -> termivar.v1.EnqueueCollision
+	31, // 11: termivar.v1.TaskInfo.attempts:type_name -> termivar.v1.AttemptInfo
+	30, // 12: termivar.v1.GetTaskResponse.task:type_name -> termivar.v1.TaskInfo
+	30, // 13: termivar.v1.ListTasksResponse.tasks:type_name -> termivar.v1.TaskInfo
+	43, // 14: termivar.v1.ListScansResponse.scans:type_name -> termivar.v1.ScanInfo
+	46, // 15: termivar.v1.FollowResultsResponse.results:type_name -> termivar.v1.FollowedResult
+	81, // 16: termivar.v1.StatusResponse.members:type_name -> termivar.v1.ClusterMember
+	82, // 17: termivar.v1.StatusResponse.last_backup:type_name -> termivar.v1.BackupRecord
+	50, // 18: termivar.v1.StatusResponse.build:type_name -> termivar.v1.BuildInfo
+	1,  // 19: termivar.v1.ListWorkersResponse.workers:type_name -> termivar.v1.WorkerInfo
+	83, // 20: termivar.v1.CreateTenantRequest.limits:type_name -> termivar.v1.CoreLimits
+	84, // 21: termivar.v1.CreateTenantRequest.result_limits:type_name -> termivar.v1.ResultLimits
+	85, // 22: termivar.v1.CreateTenantRequest.scheduling:type_name -> termivar.v1.SchedulingOptions
+	85, // 23: termivar.v1.SetSchedulingOptionsRequest.options:type_name -> termivar.v1.SchedulingOptions
+	68, // 24: termivar.v1.ListKeysResponse.keys:type_name -> termivar.v1.KeyInfo
+	76, // 25: termivar.v1.ListSchedulesResponse.schedules:type_name -> termivar.v1.ScheduleInfo
+	2,  // 26: termivar.v1.Worker.RegisterWorker:input_type -> termivar.v1.RegisterWorkerRequest
+	4,  // 27: termivar.v1.Worker.Heartbeat:input_type -> termivar.v1.HeartbeatRequest
+	6,  // 28: termivar.v1.Worker.Acquire:input_type -> termivar.v1.AcquireRequest
+	9,  // 29: termivar.v1.Worker.Start:input_type -> termivar.v1.StartRequest
+	11, // 30: termivar.v1.Worker.RenewLease:input_type -> termivar.v1.RenewLeaseRequest
+	13, // 31: termivar.v1.Worker.Complete:input_type -> termivar.v1.CompleteRequest
+	15, // 32: termivar.v1.Worker.CompleteMany:input_type -> termivar.v1.CompleteManyRequest
+	18, // 33: termivar.v1.Worker.Fail:input_type -> termivar.v1.FailRequest
+	21, // 34: termivar.v1.Worker.Deregister:input_type -> termivar.v1.DeregisterRequest
+	24, // 35: termivar.v1.Producer.Enqueue:input_type -> termivar.v1.EnqueueRequest
+	28, // 36: termivar.v1.Producer.Cancel:input_type -> termivar.v1.CancelRequest
+	32, // 37: termivar.v1.Producer.GetTask:input_type -> termivar.v1.GetTaskRequest
+	34, // 38: termivar.v1.Producer.ListTasks:input_type -> termivar.v1.ListTasksRequest
+	36, // 39: termivar.v1.Producer.ScanProgress:input_type -> termivar.v1.ScanProgressRequest
+	54, // 40: termivar.v1.Producer.UpdateScan:input_type -> termivar.v1.UpdateScanRequest
+	74, // 41: termivar.v1.Producer.CreateSchedule:input_type -> termivar.v1.CreateScheduleRequest
+	77, // 42: termivar.v1.Producer.ListSchedules:input_type -> termivar.v1.ListSchedulesRequest
+	79, // 43: termivar.v1.Producer.DeleteSchedule:input_type -> termivar.v1.DeleteScheduleRequest
+	38, // 44: termivar.v1.Producer.Retry:input_type -> termivar.v1.RetryRequest
+	40, // 45: termivar.v1.Producer.AggregateResults:input_type -> termivar.v1.AggregateResultsRequest
+	42, // 46: termivar.v1.Producer.ListScans:input_type -> termivar.v1.ListScansRequest
+	45, // 47: termivar.v1.Producer.FollowResults:input_type -> termivar.v1.FollowResultsRequest
+	60, // 48: termivar.v1.Producer.DeleteScan:input_type -> termivar.v1.DeleteScanRequest
+	62, // 49: termivar.v1.Producer.PurgeTasks:input_type -> termivar.v1.PurgeTasksRequest
+	48, // 50: termivar.v1.Admin.Status:input_type -> termivar.v1.StatusRequest
+	51, // 51: termivar.v1.Admin.ListWorkers:input_type -> termivar.v1.ListWorkersRequest
+	53, // 52: termivar.v1.Admin.CreateTenant:input_type -> termivar.v1.CreateTenantRequest
+	58, // 53: termivar.v1.Admin.UpdateTenant:input_type -> termivar.v1.UpdateTenantRequest
+	65, // 54: termivar.v1.Admin.CreateKey:input_type -> termivar.v1.CreateKeyRequest
+	67, // 55: termivar.v1.Admin.ListKeys:input_type -> termivar.v1.ListKeysRequest
+	70, // 56: termivar.v1.Admin.RevokeKey:input_type -> termivar.v1.RevokeKeyRequest
+	72, // 57: termivar.v1.Admin.RotateKey:input_type -> termivar.v1.RotateKeyRequest
+	56, // 58: termivar.v1.Admin.SetSchedulingOptions:input_type -> termivar.v1.SetSchedulingOptionsRequest
+	3,  // 59: termivar.v1.Worker.RegisterWorker:output_type -> termivar.v1.RegisterWorkerResponse
+	5,  // 60: termivar.v1.Worker.Heartbeat:output_type -> termivar.v1.HeartbeatResponse
+	8,  // 61: termivar.v1.Worker.Acquire:output_type -> termivar.v1.AcquireResponse
+	10, // 62: termivar.v1.Worker.Start:output_type -> termivar.v1.StartResponse
+	12, // 63: termivar.v1.Worker.RenewLease:output_type -> termivar.v1.RenewLeaseResponse
+	14, // 64: termivar.v1.Worker.Complete:output_type -> termivar.v1.CompleteResponse
+	17, // 65: termivar.v1.Worker.CompleteMany:output_type -> termivar.v1.CompleteManyResponse
+	19, // 66: termivar.v1.Worker.Fail:output_type -> termivar.v1.FailResponse
+	22, // 67: termivar.v1.Worker.Deregister:output_type -> termivar.v1.DeregisterResponse
+	27, // 68: termivar.v1.Producer.Enqueue:output_type -> termivar.v1.EnqueueResponse
+	29, // 69: termivar.v1.Producer.Cancel:output_type -> termivar.v1.CancelResponse
+	33, // 70: termivar.v1.Producer.GetTask:output_type -> termivar.v1.GetTaskResponse
+	35, // 71: termivar.v1.Producer.ListTasks:output_type -> termivar.v1.ListTasksResponse
+	37, // 72: termivar.v1.Producer.ScanProgress:output_type -> termivar.v1.ScanProgressResponse
+	55, // 73: termivar.v1.Producer.UpdateScan:output_type -> termivar.v1.UpdateScanResponse
+	75, // 74: termivar.v1.Producer.CreateSchedule:output_type -> termivar.v1.CreateScheduleResponse
+	78, // 75: termivar.v1.Producer.ListSchedules:output_type -> termivar.v1.ListSchedulesResponse
+	80, // 76: termivar.v1.Producer.DeleteSchedule:output_type -> termivar.v1.DeleteScheduleResponse
+	39, // 77: termivar.v1.Producer.Retry:output_type -> termivar.v1.RetryResponse
+	41, // 78: termivar.v1.Producer.AggregateResults:output_type -> termivar.v1.AggregateResultsResponse
+	44, // 79: termivar.v1.Producer.ListScans:output_type -> termivar.v1.ListScansResponse
+	47, // 80: termivar.v1.Producer.FollowResults:output_type -> termivar.v1.FollowResultsResponse
+	61, // 81: termivar.v1.Producer.DeleteScan:output_type -> termivar.v1.DeleteScanResponse
+	63, // 82: termivar.v1.Producer.PurgeTasks:output_type -> termivar.v1.PurgeTasksResponse
+	49, // 83: termivar.v1.Admin.Status:output_type -> termivar.v1.StatusResponse
+	52, // 84: termivar.v1.Admin.ListWorkers:output_type -> termivar.v1.ListWorkersResponse
+	64, // 85: termivar.v1.Admin.CreateTenant:output_type -> termivar.v1.CreateTenantResponse
+	59, // 86: termivar.v1.Admin.UpdateTenant:output_type -> termivar.v1.UpdateTenantResponse
+	66, // 87: termivar.v1.Admin.CreateKey:output_type -> termivar.v1.CreateKeyResponse
+	69, // 88: termivar.v1.Admin.ListKeys:output_type -> termivar.v1.ListKeysResponse
+	71, // 89: termivar.v1.Admin.RevokeKey:output_type -> termivar.v1.RevokeKeyResponse
+	73, // 90: termivar.v1.Admin.RotateKey:output_type -> termivar.v1.RotateKeyResponse
+	57, // 91: termivar.v1.Admin.SetSchedulingOptions:output_type -> termivar.v1.SetSchedulingOptionsResponse
+	59, // [59:92] is the sub-list for method output_type
+	26, // [26:59] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_termivar_v1_api_proto_init() }
@@ -6441,20 +6620,20 @@ func file_termivar_v1_api_proto_init() {
 	file_termivar_v1_api_proto_msgTypes[18].OneofWrappers = []any{}
 	file_termivar_v1_api_proto_msgTypes[21].OneofWrappers = []any{}
 	file_termivar_v1_api_proto_msgTypes[24].OneofWrappers = []any{}
-	file_termivar_v1_api_proto_msgTypes[27].OneofWrappers = []any{}
-	file_termivar_v1_api_proto_msgTypes[29].OneofWrappers = []any{}
+	file_termivar_v1_api_proto_msgTypes[28].OneofWrappers = []any{}
 	file_termivar_v1_api_proto_msgTypes[30].OneofWrappers = []any{}
-	file_termivar_v1_api_proto_msgTypes[37].OneofWrappers = []any{}
-	file_termivar_v1_api_proto_msgTypes[42].OneofWrappers = []any{}
-	file_termivar_v1_api_proto_msgTypes[53].OneofWrappers = []any{}
-	file_termivar_v1_api_proto_msgTypes[55].OneofWrappers = []any{}
+	file_termivar_v1_api_proto_msgTypes[31].OneofWrappers = []any{}
+	file_termivar_v1_api_proto_msgTypes[38].OneofWrappers = []any{}
+	file_termivar_v1_api_proto_msgTypes[43].OneofWrappers = []any{}
+	file_termivar_v1_api_proto_msgTypes[54].OneofWrappers = []any{}
+	file_termivar_v1_api_proto_msgTypes[56].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_termivar_v1_api_proto_rawDesc), len(file_termivar_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   80,
+			NumMessages:   81,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

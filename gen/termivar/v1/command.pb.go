@@ -1540,8 +1540,15 @@ func (x *TaskSpec) GetAttemptTimeoutSecs() uint64 {
 
 // EnqueueTasks admits all tasks or none.
 type EnqueueTasks struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Tasks         []*TaskSpec            `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Tasks []*TaskSpec            `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	// declared_total, when non-zero, is stored as the scan's declared total
+	// (every task must then belong to one scan).
+	DeclaredTotal uint64 `protobuf:"varint,2,opt,name=declared_total,json=declaredTotal,proto3" json:"declared_total,omitempty"`
+	// declare_scan_id, with no tasks, only replaces the declared total of
+	// this existing scan (a producer whose last batch was all stored or
+	// colliding takes its collisions off); declared_total must be non-zero.
+	DeclareScanId string `protobuf:"bytes,3,opt,name=declare_scan_id,json=declareScanId,proto3" json:"declare_scan_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1581,6 +1588,20 @@ func (x *EnqueueTasks) GetTasks() []*TaskSpec {
 		return x.Tasks
 	}
 	return nil
+}
+
+func (x *EnqueueTasks) GetDeclaredTotal() uint64 {
+	if x != nil {
+		return x.DeclaredTotal
+	}
+	return 0
+}
+
+func (x *EnqueueTasks) GetDeclareScanId() string {
+	if x != nil {
+		return x.DeclareScanId
+	}
+	return ""
 }
 
 // WorkerSpec mirrors distributed.WorkerSpec.
@@ -2991,6 +3012,7 @@ type ScanIndex struct {
 	CompletedOrdinals []uint64 `protobuf:"varint,7,rep,packed,name=completed_ordinals,json=completedOrdinals,proto3" json:"completed_ordinals,omitempty"`
 	NextOrdinal       uint64   `protobuf:"varint,8,opt,name=next_ordinal,json=nextOrdinal,proto3" json:"next_ordinal,omitempty"`
 	NextCompletion    uint64   `protobuf:"varint,9,opt,name=next_completion,json=nextCompletion,proto3" json:"next_completion,omitempty"`
+	DeclaredTotal     uint64   `protobuf:"varint,10,opt,name=declared_total,json=declaredTotal,proto3" json:"declared_total,omitempty"` // EnqueueTasks.declared_total, 0 if none
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
@@ -3084,6 +3106,13 @@ func (x *ScanIndex) GetNextOrdinal() uint64 {
 func (x *ScanIndex) GetNextCompletion() uint64 {
 	if x != nil {
 		return x.NextCompletion
+	}
+	return 0
+}
+
+func (x *ScanIndex) GetDeclaredTotal() uint64 {
+	if x != nil {
+		return x.DeclaredTotal
 	}
 	return 0
 }
@@ -4031,9 +4060,11 @@ const file_termivar_v1_command_proto_rawDesc = "" +
 	"\rrequired_tags\x18\f \x03(\rR\frequiredTags\x12*\n" +
 	"\x11backoff_base_secs\x18\r \x01(\x04R\x0fbackoffBaseSecs\x12(\n" +
 	"\x10backoff_cap_secs\x18\x0e \x01(\x04R\x0ebackoffCapSecs\x120\n" +
-	"\x14attempt_timeout_secs\x18\x06 \x01(\x04R\x12attemptTimeoutSecs\";\n" +
+	"\x14attempt_timeout_secs\x18\x06 \x01(\x04R\x12attemptTimeoutSecs\"\x8a\x01\n" +
 	"\fEnqueueTasks\x12+\n" +
-	"\x05tasks\x18\x01 \x03(\v2\x15.termivar.v1.TaskSpecR\x05tasks\"\xe5\x01\n" +
+	"\x05tasks\x18\x01 \x03(\v2\x15.termivar.v1.TaskSpecR\x05tasks\x12%\n" +
+	"\x0edeclared_total\x18\x02 \x01(\x04R\rdeclaredTotal\x12&\n" +
+	"\x0fdeclare_scan_id\x18\x03 \x01(\tR\rdeclareScanId\"\xe5\x01\n" +
 	"\n" +
 	"WorkerSpec\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x1a\n" +
@@ -4136,7 +4167,7 @@ const file_termivar_v1_command_proto_rawDesc = "" +
 	"\x15result_retention_secs\x18\b \x01(\x04R\x13resultRetentionSecs\"A\n" +
 	"\vWorkerOwner\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x15\n" +
-	"\x06key_id\x18\x02 \x01(\tR\x05keyId\"\xc4\x02\n" +
+	"\x06key_id\x18\x02 \x01(\tR\x05keyId\"\xeb\x02\n" +
 	"\tScanIndex\x12\x17\n" +
 	"\ascan_id\x18\x01 \x01(\tR\x06scanId\x12\x19\n" +
 	"\btask_ids\x18\x02 \x03(\tR\ataskIds\x12\x1d\n" +
@@ -4148,7 +4179,9 @@ const file_termivar_v1_command_proto_rawDesc = "" +
 	"\rtask_ordinals\x18\x06 \x03(\x04R\ftaskOrdinals\x12-\n" +
 	"\x12completed_ordinals\x18\a \x03(\x04R\x11completedOrdinals\x12!\n" +
 	"\fnext_ordinal\x18\b \x01(\x04R\vnextOrdinal\x12'\n" +
-	"\x0fnext_completion\x18\t \x01(\x04R\x0enextCompletion\"\x82\x01\n" +
+	"\x0fnext_completion\x18\t \x01(\x04R\x0enextCompletion\x12%\n" +
+	"\x0edeclared_total\x18\n" +
+	" \x01(\x04R\rdeclaredTotal\"\x82\x01\n" +
 	"\vSetNodeInfo\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x17\n" +
 	"\aapi_url\x18\x02 \x01(\tR\x06apiUrl\x12 \n" +

@@ -10,6 +10,7 @@ package server
 // called by the test.
 
 import (
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -119,4 +120,44 @@ func TestServer_Scheduling(t *testing.T) {
 	_, err = p.producer.UpdateScan(ctx, req(&pb.UpdateScanRequest{ScanId: "s1"}))
 	mustCode(t, err, connect.CodeInvalidArgument, "invalid_task")
 	b.assertUnchanged(t, before, "refused scheduling requests")
+}
+
+// TestServer_SchedulingWithSkipExisting: scheduling fields and honest
+// enqueue together. A skip_existing batch with a declared total stores
+// the new task with its delay, reports the stored one as existing and
+// records the total; a bad tag is refused by its request position even
+// when the tasks before it are skipped, and changes nothing.
+func TestServer_SchedulingWithSkipExisting(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	p := b.clients(b.createKey(t, "", "producer"))
+	if _, err := p.producer.Enqueue(ctx, req(enqueueReq("s1", "a"))); err != nil {
+		t.Fatal(err)
+	}
+	er := enqueueReq("s1", "a", "b")
+	er.SkipExisting, er.DeclaredTotal = true, 3
+	er.Tasks[1].DelaySecs = 60
+	out, err := p.producer.Enqueue(ctx, req(er))
+	if err != nil || len(out.Msg.GetTasks()) != 1 || len(out.Msg.GetExisting()) != 1 || out.Msg.GetExisting()[0] != 0 {
+		t.Fatalf("Enqueue(skip_existing, delay) = %v, %v; want b enqueued, a existing", out, err)
+	}
+	got, err := p.producer.GetTask(ctx, req(&pb.GetTaskRequest{TaskId: "b"}))
+	if err != nil || !got.Msg.GetTask().GetScheduled() {
+		t.Fatalf("GetTask(b) = %v, %v; want scheduled", got, err)
+	}
+	prog, err := p.producer.ScanProgress(ctx, req(&pb.ScanProgressRequest{ScanId: "s1"}))
+	if err != nil || prog.Msg.GetDeclaredTotal() != 3 || prog.Msg.GetPending() != 1 || prog.Msg.GetScheduled() != 1 {
+		t.Fatalf("ScanProgress = %v, %v; want declared 3, pending 1, scheduled 1", prog, err)
+	}
+
+	before := b.state(t)
+	bad := enqueueReq("s1", "a", "c")
+	bad.SkipExisting = true
+	bad.Tasks[1].RequiredTags = []string{"quantum"}
+	_, err = p.producer.Enqueue(ctx, req(bad))
+	mustCode(t, err, connect.CodeInvalidArgument, "")
+	if !strings.Contains(err.Error(), "tasks[1]") {
+		t.Fatalf("bad tag error %q does not name tasks[1]", err)
+	}
+	b.assertUnchanged(t, before, "a skip_existing batch with a bad tag")
 }

@@ -21,6 +21,14 @@ func TestCLI_Scheduling(t *testing.T) {
 	if code != exitOK || out != "enqueued 2 tasks to scan s1\n" {
 		t.Fatalf("enqueue: exit %d, out %q, err %q", code, out, stderr)
 	}
+	// The command declares the input's total beside the scheduling fields
+	// (both kept by the merge of honest enqueue and scheduling).
+	code, out, _ = b.run(t, "", "scans", "--json")
+	var sj scanJSON
+	if code != exitOK || json.Unmarshal([]byte(strings.Split(out, "\n")[0]), &sj) != nil || sj.Declared != 2 || sj.Pending != 0 ||
+		sj.Scheduled != 2 || sj.MaxInFlight != 2 {
+		t.Fatalf("scans --json after enqueue --delay: exit %d, %q; want declared 2, scheduled 2, max in flight 2", code, out)
+	}
 	code, out, _ = b.run(t, "", "tasks", "--scan", "s1")
 	if code != exitOK || strings.Count(out, "scheduled") != 2 {
 		t.Fatalf("tasks: exit %d, want two scheduled tasks:\n%s", code, out)

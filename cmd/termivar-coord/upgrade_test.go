@@ -349,4 +349,14 @@ func expectEnqueueAtVersion1(t *testing.T, ctx context.Context, c *tcluster, adm
 	if err != nil || p.GetTotal() != 2 || p.GetDeclaredTotal() != 0 || p.GetPending() != 0 {
 		t.Fatalf("scan v1 at version 1 = %v, %v; want 2 tasks and no declared total", p, err)
 	}
+	// With a scheduling flag (cluster version 3) the refusal stands: no
+	// retry without the declared total, no note, nothing stored.
+	before, _ = c.leader().rn.n.FSM().StateHash()
+	code, out, errOut = runCLI(t, c.urls(0), c.adminKey, "enqueue", "--scan", "v1-delay", "--quiet", "--delay", "1m", "--file", file)
+	if code == exitOK || strings.Contains(errOut, "cluster runs version 1") || !strings.Contains(errOut, "cluster version 3") {
+		t.Fatalf("enqueue --delay at version 1 = %d %q %q; want refused with cluster version 3, no note", code, out, errOut)
+	}
+	if after, _ := c.leader().rn.n.FSM().StateHash(); after != before {
+		t.Fatal("the refused enqueue --delay changed the state")
+	}
 }

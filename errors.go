@@ -57,6 +57,9 @@ const (
 	// Part A (attempts.go).
 	KindFailureReasonTooLong
 	KindAttemptTimedOut
+	// Beyond contract A.12 (Part F, scheduling):
+	KindTaskNotLeasable
+	KindScanCapacityReached
 	kindEnd
 )
 
@@ -104,6 +107,8 @@ var kindNames = [...]string{
 	KindTaskPurged:                 "task_purged",
 	KindFailureReasonTooLong:       "failure_reason_too_long",
 	KindAttemptTimedOut:            "attempt_timed_out",
+	KindTaskNotLeasable:            "task_not_leasable",
+	KindScanCapacityReached:        "scan_capacity_reached",
 }
 
 // String returns the snake_case name of the kind, e.g. "revision_conflict".
@@ -315,6 +320,13 @@ var (
 	// ErrAttemptTimedOut: RenewLease at or after the attempt's deadline,
 	// AcquiredAt + AttemptTimeoutSecs (TaskID; Limit is the deadline).
 	ErrAttemptTimedOut = &Error{Kind: KindAttemptTimedOut}
+	// ErrTaskNotLeasable: AssignTask named a queued task that its scheduling
+	// keeps from that worker now (Reason: scheduled for later, a required
+	// tag missing, scan paused, scan at its in-flight limit).
+	ErrTaskNotLeasable = &Error{Kind: KindTaskNotLeasable}
+	// ErrScanCapacityReached: UpdateScan would configure more scans than
+	// MaxTaskRecords (Limit).
+	ErrScanCapacityReached = &Error{Kind: KindScanCapacityReached}
 )
 
 // Reasons used for invalid command identifiers (contract A.6).

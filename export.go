@@ -43,7 +43,12 @@ func (p *WorkerPool) ExportState() ([]byte, error) {
 // (ExportState passes every ID sorted; tests pass other orders to prove
 // that restore refuses them). The caller holds the lock.
 func (c *coordinator) exportTasks(ids []string) []byte {
-	e := newEncoder(poolMagic, poolVersion)
+	sched := c.exportsSched()
+	version := uint8(poolVersion)
+	if sched {
+		version = poolVersionSched // schedule_export.go
+	}
+	e := newEncoder(poolMagic, version)
 	l := c.limits
 	for _, v := range [...]uint64{
 		uint64(l.MaxTaskRecords), uint64(l.MaxActiveTasks), uint64(l.MaxQueuedTasks),
@@ -53,14 +58,23 @@ func (c *coordinator) exportTasks(ids []string) []byte {
 	} {
 		e.uvarint(v)
 	}
+	if sched {
+		c.sched.opts.encode(e)
+	}
 	e.uvarint(uint64(len(ids)))
 	for _, id := range ids {
 		c.tasks[id].encode(e)
+		if sched {
+			c.tasks[id].encodeSched(e)
+		}
 	}
 	wids := c.sortedWorkerIDs()
 	e.uvarint(uint64(len(wids)))
 	for _, id := range wids {
 		c.workers[id].encode(e)
+	}
+	if sched {
+		c.sched.encodeScans(e)
 	}
 	c.encodeTaskExtensions(e, ids)
 	return e.finish()
@@ -180,10 +194,13 @@ func invalidState(reason string) *Error { return &Error{Kind: KindInvalidState, 
 func RestoreWorkerPool(data []byte) (*WorkerPool, error) {
 	version := uint8(poolVersion)
 	d, ok := newDecoder(data, poolMagic, version)
-	if !ok {
-		version = poolVersionV1
-		d, ok = newDecoder(data, poolMagic, version)
+	for _, v := range []uint8{poolVersionV1, poolVersionSched} {
+		if !ok {
+			version = v
+			d, ok = newDecoder(data, poolMagic, version)
+		}
 	}
+	sched := version == poolVersionSched // schedule_export.go: version 2 plus scheduling
 	if !ok {
 		return nil, invalidState("pool state frame is invalid")
 	}
@@ -208,12 +225,19 @@ func RestoreWorkerPool(data []byte) (*WorkerPool, error) {
 	if version != poolVersionV1 {
 		c.generationFloor = d.uvarint()
 	}
+	var opts SchedulingOptions
+	if sched {
+		opts = decodeSchedulingOptions(d)
+	}
 
 	// A task takes at least 20 bytes encoded; a worker at least 11.
 	n := d.count(uint64(l.MaxTaskRecords), 20)
 	prev := ""
 	for i := 0; i < n && !d.failed; i++ {
 		t := decodeTask(d, version)
+		if sched {
+			t.decodeSched(d)
+		}
 		if d.failed {
 			break
 		}
@@ -236,6 +260,13 @@ func RestoreWorkerPool(data []byte) (*WorkerPool, error) {
 		prev = w.id
 		c.workers[w.id] = w
 	}
+	var scans []decodedScan
+	if sched {
+		var err *Error
+		if scans, err = decodeScans(d, l.MaxTaskRecords); err != nil {
+			return nil, err
+		}
+	}
 	if version != poolVersionV1 {
 		if err := c.decodeTaskExtensions(d); err != nil {
 			return nil, err
@@ -250,6 +281,11 @@ func RestoreWorkerPool(data []byte) (*WorkerPool, error) {
 	}
 	if err := c.rebuildIndexes(); err != nil {
 		return nil, err
+	}
+	if sched {
+		if err := c.restoreSched(opts, scans); err != nil {
+			return nil, err
+		}
 	}
 	if err := c.audit(); err != nil {
 		return nil, invalidState("restored pool breaks an invariant: " + err.Reason)

@@ -123,6 +123,7 @@ func allSentinels() []*Error {
 		ErrDuplicateAggregateTask, ErrMissingResult, ErrAggregateBytesExceeded, ErrStateInvariant, ErrInvalidState,
 		ErrTaskPurged,
 		ErrFailureReasonTooLong, ErrAttemptTimedOut,
+		ErrTaskNotLeasable, ErrScanCapacityReached,
 	}
 }
 

@@ -44,7 +44,10 @@ func (c *coordinator) audit() *Error {
 			linked++
 		}
 	}
-	return c.auditTreap(linked)
+	if err := c.auditTreap(linked); err != nil {
+		return err
+	}
+	return c.auditSched()
 }
 
 func auditError(reason string) *Error { return invariantError(reason) }

@@ -46,6 +46,7 @@ func (c *coordinator) grant(t *taskRec, w *workerRec, now, ttl uint64) (Transiti
 	} else {
 		c.queue.Delete(t)
 	}
+
 	c.lastLeaseID++
 	t.attempt++
 	t.lease = TaskLease{
@@ -65,6 +66,9 @@ func (c *coordinator) grant(t *taskRec, w *workerRec, now, ttl uint64) (Transiti
 	w.leases[t.lease.leaseID] = t
 	w.current++
 	c.refreshWorker(w)
+	if c.sched != nil {
+		c.sched.take(t, t.lease.leaseID, c.logicalTime) // fairness.go
+	}
 	return Transition[TaskLease]{Revision: c.commit(now), Value: t.lease}, nil
 }
 
@@ -82,13 +86,9 @@ func (p *WorkerPool) AssignNextAvailable(expectedRevision, nowSecs, leaseTTL uin
 	if err := c.begin(expectedRevision, nowSecs); err != nil {
 		return Transition[TaskLease]{}, err
 	}
-	t, ok := c.queue.Min()
-	if !ok {
-		return Transition[TaskLease]{}, &Error{Kind: KindNoQueuedTask}
-	}
-	w := c.bestWorker(nowSecs)
-	if w == nil {
-		return Transition[TaskLease]{}, &Error{Kind: KindNoAvailableWorker}
+	t, w, err := c.pickAvailable(nowSecs)
+	if err != nil {
+		return Transition[TaskLease]{}, err
 	}
 	return c.grant(t, w, nowSecs, leaseTTL)
 }
@@ -110,13 +110,16 @@ func (p *WorkerPool) AssignNext(expectedRevision, nowSecs uint64, workerID strin
 	if err := c.begin(expectedRevision, nowSecs); err != nil {
 		return Transition[TaskLease]{}, err
 	}
-	t, ok := c.queue.Min()
-	if !ok {
+	if !c.anyQueued() {
 		return Transition[TaskLease]{}, &Error{Kind: KindNoQueuedTask}
 	}
 	w, err := c.checkAssignable(workerID, nowSecs)
 	if err != nil {
 		return Transition[TaskLease]{}, err
+	}
+	t := c.nextQueued(w) // with scheduling: the first task w's tags cover
+	if t == nil {
+		return Transition[TaskLease]{}, &Error{Kind: KindNoQueuedTask}
 	}
 	return c.grant(t, w, nowSecs, leaseTTL)
 }
@@ -151,6 +154,9 @@ func (p *WorkerPool) AssignTask(expectedRevision, nowSecs uint64, taskID, worker
 	}
 	w, err := c.checkAssignable(workerID, nowSecs)
 	if err != nil {
+		return Transition[TaskLease]{}, err
+	}
+	if err := c.notLeasable(t, w); err != nil {
 		return Transition[TaskLease]{}, err
 	}
 	return c.grant(t, w, nowSecs, leaseTTL)

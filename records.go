@@ -155,6 +155,7 @@ type ScanTask struct {
 	recordVersion  uint64
 	lease          TaskLease
 	hasLease       bool
+	scheduling     TaskScheduling
 	timeout        uint64
 	history        []AttemptRecord
 	reruns         uint32

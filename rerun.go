@@ -163,7 +163,11 @@ func (c *coordinator) planReruns(ts []*taskRec) *Error {
 }
 
 // rerun moves a terminal task back to the queue as a new generation; it
-// leaves the finish index (I3, I8) and keeps its life's base (I11).
+// leaves the finish index (I3, I8) and keeps its life's base (I11). A
+// re-run is a new run (contract Part F): its not-before time is cleared,
+// so it is leasable at once even if it ended while scheduled (cancelled or
+// expired before its time), and its backoff starts again from the first
+// retry (RetryCount 0); its required tags and backoff overrides stay.
 func (c *coordinator) rerun(t *taskRec, now uint64) {
 	c.byFinish.Delete(t)
 	t.finishedAt = 0
@@ -173,11 +177,15 @@ func (c *coordinator) rerun(t *taskRec, now uint64) {
 	t.generation++
 	t.rerunBase = t.generation
 	t.retryCount = 0
+	t.notBefore = 0
 	t.reruns++
 	t.createdAt = now
 	t.startedAt, t.hasStarted = 0, false
 	t.proof, t.hasProof = TaskOwnership{}, false
 	t.version++
 	c.byAge.ReplaceOrInsert(t)
+	if c.sched != nil {
+		c.sched.scan(t.scanID).active++ // fairness.go (I13)
+	}
 	c.pushQueue(t)
 }

@@ -47,6 +47,13 @@ type taskRec struct {
 	lease    TaskLease
 	hasLease bool
 
+	// Scheduling fields (schedule.go; zero: none). notBefore is also the
+	// not-before time a backed-off retry got; it never changes while the
+	// task is in the scheduling index's delayed tree (I11).
+	notBefore               uint64
+	tagMask                 uint8
+	backoffBase, backoffCap uint64
+
 	// proof is the retained terminal proof: the completing or exhausting lease,
 	// or the ownership that cancelled the task. receipt is set for completed
 	// tasks only. Expired tasks retain no proof.
@@ -121,6 +128,10 @@ type coordinator struct {
 
 	workers map[string]*workerRec
 	alive   *workerRec // treap of non-offline workers (I9)
+
+	// sched is the scheduling index (fairness.go), nil until a scheduling
+	// feature is used (I11).
+	sched *scheduler
 }
 
 func queueLess(a, b *taskRec) bool {
@@ -244,7 +255,7 @@ func (c *coordinator) snapshot() StateSnapshot {
 func (q *TaskQueue) PeekNext() (ScanTask, bool) {
 	q.c.mu.Lock()
 	defer q.c.mu.Unlock()
-	t, ok := q.c.queue.Min()
+	t, ok := q.c.peek()
 	if !ok {
 		return ScanTask{}, false
 	}
@@ -435,6 +446,7 @@ func (t *taskRec) view() ScanTask {
 		recordVersion:  t.version,
 		lease:          t.lease,
 		hasLease:       t.hasLease,
+		scheduling:     t.scheduling(),
 		timeout:        t.timeout,
 		history:        cloneHistory(t.history),
 		reruns:         t.reruns,
@@ -482,6 +494,9 @@ func (c *coordinator) canCommit() *Error {
 func (c *coordinator) commit(now uint64) uint64 {
 	c.revision++
 	c.logicalTime = now
+	if c.sched != nil {
+		c.sched.wake(now) // I11: delayed holds exactly the tasks not yet due
+	}
 	if invariantsEnabled {
 		c.assertAfterCommand()
 	}

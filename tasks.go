@@ -21,7 +21,7 @@ func validateTaskSpec(s TaskSpec) *Error {
 	case s.AttemptTimeoutSecs > MaxTaskTTLSecs:
 		return &Error{Kind: KindInvalidTask, Reason: "attempt timeout is too long"}
 	}
-	return nil
+	return validateScheduling(s.Scheduling)
 }
 
 // Enqueue admits a new queued task. Errors, in order: ErrInvalidTask (spec),
@@ -140,6 +140,10 @@ func (p *WorkerPool) EnqueueBatch(expectedRevision, nowSecs uint64, specs []Task
 
 // admit inserts a new queued task for a validated, admitted spec.
 func (c *coordinator) admit(spec TaskSpec, now uint64) *taskRec {
+	if !spec.Scheduling.IsZero() {
+		c.ensureSched()
+	}
+	mask, _ := tagMask(spec.Scheduling.RequiredTags, "")
 	t := &taskRec{
 		id:        spec.TaskID,
 		scanID:    spec.ScanID,
@@ -149,13 +153,21 @@ func (c *coordinator) admit(spec TaskSpec, now uint64) *taskRec {
 		status:    TaskQueued,
 		createdAt: now,
 		version:   1,
-		timeout:   spec.AttemptTimeoutSecs,
+
+		notBefore:   spec.Scheduling.NotBeforeSecs,
+		tagMask:     mask,
+		backoffBase: spec.Scheduling.BackoffBaseSecs,
+		backoffCap:  spec.Scheduling.BackoffCapSecs,
+		timeout:     spec.AttemptTimeoutSecs,
 		// A new life starts at the floor (I11): 0 unless tasks were purged.
 		generation: c.generationFloor,
 		lifeBase:   c.generationFloor,
 	}
 	c.tasks[t.id] = t
 	c.active++
+	if c.sched != nil {
+		c.sched.scan(t.scanID).active++
+	}
 	c.byAge.ReplaceOrInsert(t)
 	c.pushQueue(t)
 	return t
@@ -166,6 +178,9 @@ func (c *coordinator) pushQueue(t *taskRec) {
 	c.lastOrdinal++
 	t.ordinal = c.lastOrdinal
 	c.queue.ReplaceOrInsert(t)
+	if c.sched != nil {
+		c.sched.addQueued(t, c.logicalTime)
+	}
 }
 
 // CancelTask cancels a queued task with its exact fence, or a leased or
@@ -289,12 +304,20 @@ func (c *coordinator) terminate(t *taskRec, status TaskStatus, now uint64) {
 	switch {
 	case t.status == TaskQueued:
 		c.queue.Delete(t)
+		if c.sched != nil {
+			c.sched.removeQueued(t, c.logicalTime)
+		}
 	case t.hasLease:
 		c.releaseLease(t)
 	}
 	c.byAge.Delete(t)
 	c.active--
 	c.terminal++
+	if c.sched != nil {
+		sc := c.sched.scans[t.scanID]
+		sc.active--
+		c.sched.dropIfIdle(sc)
+	}
 	t.status = status
 	t.version++
 	t.finishedAt = now
@@ -384,6 +407,9 @@ func (c *coordinator) releaseLease(t *taskRec) {
 		w.current--
 		c.refreshWorker(w)
 	}
+	if c.sched != nil {
+		c.sched.released(t.scanID)
+	}
 	t.lease, t.hasLease = TaskLease{}, false
 }
 
@@ -450,6 +476,7 @@ func (c *coordinator) planRetries(ts []*taskRec) *Error {
 
 // retry applies the retry rule to a leased or running task whose preflight
 // passed: requeue under a new generation, or fail when retries are exhausted.
+// A requeued task gets its backoff's not-before time (schedule.go).
 func (c *coordinator) retry(t *taskRec, now uint64) FailureOutcome {
 	lease := t.lease
 	if t.retryCount < c.limits.MaxRetries {
@@ -459,6 +486,7 @@ func (c *coordinator) retry(t *taskRec, now uint64) FailureOutcome {
 		t.status = TaskQueued
 		t.startedAt, t.hasStarted = 0, false
 		t.version++
+		t.notBefore = c.retryNotBefore(t, now)
 		c.pushQueue(t)
 		return FailureOutcome{Kind: Requeued, TaskGeneration: t.generation, RetryCount: t.retryCount}
 	}

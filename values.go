@@ -176,6 +176,9 @@ type TaskSpec struct {
 	TargetRef string
 	Phases    []uint8
 	Priority  TaskPriority
+	// Scheduling is beyond contract Part A (Part F); the zero value asks
+	// for nothing.
+	Scheduling TaskScheduling
 
 	// AttemptTimeoutSecs (beyond contract Part A; 0: none) bounds each
 	// attempt: a lease is not renewed at or after its AcquiredAt +

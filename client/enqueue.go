@@ -86,6 +86,9 @@ type EnqueueOptions struct {
 	// (Config.MaxAttempts). Safe because every request skips what is
 	// already stored.
 	RetryUnreachableFor time.Duration
+	// Schedule holds scheduling fields for every task (schedule.go); any
+	// of them needs cluster version 3.
+	Schedule Schedule
 	// KeepTaskIDs fills EnqueueResult.TaskIDs.
 	KeepTaskIDs bool
 	// ProgressFunc, if set, is called after each request with the counts
@@ -285,7 +288,9 @@ func (e *enqueuer) add(ctx context.Context, target string) error {
 	if e.opts.KeepTaskIDs {
 		e.res.TaskIDs = append(e.res.TaskIDs, id)
 	}
-	e.pending = append(e.pending, pendingTask{position: pos, task: &pb.NewTask{TaskId: id, ScanId: e.opts.ScanID, TargetRef: target, Phases: e.opts.Phases, Priority: e.prio}})
+	nt := &pb.NewTask{TaskId: id, ScanId: e.opts.ScanID, TargetRef: target, Phases: e.opts.Phases, Priority: e.prio}
+	e.opts.Schedule.apply(nt)
+	e.pending = append(e.pending, pendingTask{position: pos, task: nt})
 	if len(e.pending) >= e.max {
 		return e.flush(ctx)
 	}

@@ -93,6 +93,10 @@ type Config struct {
 	// created at bootstrap (zero: the core's defaults).
 	DefaultLimits       distributed.Limits
 	DefaultResultLimits distributed.ResultLimits
+	// DefaultScheduling are the scheduling options (contract Part F) of the
+	// system tenant created at bootstrap and of tenants created without
+	// any (nil: DefaultServiceScheduling; point at a zero value for none).
+	DefaultScheduling *distributed.SchedulingOptions
 	// NowFunc is the wall clock used to stamp commands (default time.Now).
 	NowFunc func() time.Time
 	// SnapshotThreshold is the number of log entries between snapshots
@@ -161,6 +165,10 @@ func (c *Config) setDefaults() {
 	c.TickInterval = cmp.Or(c.TickInterval, time.Second)
 	c.DefaultLimits = cmp.Or(c.DefaultLimits, distributed.DefaultLimits())
 	c.DefaultResultLimits = cmp.Or(c.DefaultResultLimits, distributed.DefaultResultLimits())
+	if c.DefaultScheduling == nil {
+		d := DefaultServiceScheduling()
+		c.DefaultScheduling = &d
+	}
 	if c.NowFunc == nil {
 		c.NowFunc = time.Now
 	}
@@ -428,7 +436,9 @@ func (n *Node) openRaft() (bool, error) {
 }
 
 // ensureCluster proposes InitCluster and the system tenant if the log does
-// not hold them yet (first start, or a crash in between).
+// not hold them yet (first start, or a crash in between). The tenant is
+// created at cluster version 1, without scheduling options; the raise to
+// version 3 brings the defaults (setClusterVersion).
 func (n *Node) ensureCluster(ctx context.Context) error {
 	if n.fsm.Epoch() == nil {
 		epoch := make([]byte, raftfsm.EpochBytes)
@@ -462,6 +472,9 @@ func (n *Node) Reads() raftfsm.Reader { return n.fsm.Reader() }
 func (n *Node) DefaultLimits() (distributed.Limits, distributed.ResultLimits) {
 	return n.cfg.DefaultLimits, n.cfg.DefaultResultLimits
 }
+
+// DefaultScheduling returns the scheduling options of new tenants.
+func (n *Node) DefaultScheduling() distributed.SchedulingOptions { return *n.cfg.DefaultScheduling }
 
 // Codec returns the token codec bound to this cluster's secret and epoch.
 func (n *Node) Codec() *token.Codec { return n.codec }
@@ -582,3 +595,10 @@ func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
 
 // SyncDir fsyncs a directory's entries (atomicfile.go).
 func SyncDir(dir string) error { return syncDir(osFS{}, dir) }
+
+// DefaultServiceScheduling is what a node gives its tenants unless told
+// otherwise (contract Part F): retries back off from 2 s, doubling up to
+// 5 min with jitter, and scans of one priority are served round-robin.
+func DefaultServiceScheduling() distributed.SchedulingOptions {
+	return distributed.SchedulingOptions{BackoffBaseSecs: 2, BackoffCapSecs: 300, FairScans: true}
+}

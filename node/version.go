@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 
+	distributed "github.com/termivar/distributed"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 	"github.com/termivar/distributed/raftfsm"
 )
@@ -79,12 +80,26 @@ func (n *Node) raiseClusterVersion(ctx context.Context) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), applyTimeout)
 	defer cancel()
-	r, err := n.Propose(ctx, &pb.Command{Op: &pb.Command_SetClusterVersion{SetClusterVersion: &pb.SetClusterVersion{Version: target}}})
+	r, err := n.Propose(ctx, n.setClusterVersion(target))
 	if err := raftfsm.ProposalErr(r, err); err != nil {
 		n.log.Warn("raising the cluster version failed", "from", from, "to", target, "error", err)
 		return
 	}
 	n.log.Info("cluster version raised: every member supports it", "from", from, "to", target)
+}
+
+// setClusterVersion is the SetClusterVersion command raising the cluster
+// version to v. A raise to scheduling's version (3) or above carries the
+// node's default scheduling options for the system tenant, which was
+// created at version 1 without them; the FSM applies them only on the
+// raise that first reaches 3, so a repeated or later raise changes none
+// of an operator's settings.
+func (n *Node) setClusterVersion(v uint32) *pb.Command {
+	m := &pb.SetClusterVersion{Version: v}
+	if v >= 3 && *n.cfg.DefaultScheduling != (distributed.SchedulingOptions{}) {
+		m.SystemScheduling = raftfsm.SchedulingToProto(*n.cfg.DefaultScheduling)
+	}
+	return &pb.Command{Op: &pb.Command_SetClusterVersion{SetClusterVersion: m}}
 }
 
 // checkJoinerVersion refuses a new member that reports a version below
@@ -113,7 +128,7 @@ func (n *Node) ensureSoleVoterVersion(ctx context.Context) error {
 			return nil // NB: a stale record of a removed member; the member loop decides
 		}
 	}
-	r, err := n.Propose(ctx, &pb.Command{Op: &pb.Command_SetClusterVersion{SetClusterVersion: &pb.SetClusterVersion{Version: n.cfg.MaxVersion()}}})
+	r, err := n.Propose(ctx, n.setClusterVersion(n.cfg.MaxVersion()))
 	if err != nil {
 		return err
 	}

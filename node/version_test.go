@@ -19,6 +19,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
+	distributed "github.com/termivar/distributed"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 	"github.com/termivar/distributed/raftfsm"
 )
@@ -45,7 +48,7 @@ func TestNode_MixedVersionOldMemberStops(t *testing.T) {
 	var l *Node
 	waitFor(t, "every member registered its version", func() bool {
 		l = leaderOf(nodes)
-		return l != nil && l.FSM().NodeVersion("n1") == 2 && l.FSM().NodeVersion("n2") == 2 && l.FSM().NodeVersion("n3") == 1
+		return l != nil && l.FSM().NodeVersion("n1") == raftfsm.SupportedVersion && l.FSM().NodeVersion("n2") == raftfsm.SupportedVersion && l.FSM().NodeVersion("n3") == 1
 	})
 	old := nodes[2]
 	if l == old {
@@ -106,4 +109,45 @@ func TestNode_MixedVersionOldMemberStops(t *testing.T) {
 		return ok
 	})
 	t.Logf("old member stopped: %v", old.Err())
+}
+
+// TestNode_FreshNodeSchedulingDefaults: a fresh single node creates the
+// system tenant at cluster version 1 without scheduling options and raises
+// the cluster to this binary's version, whose raise brings the default
+// scheduling options (DefaultServiceScheduling); reopened, it keeps them.
+// A node emulating version 2 stays without them and refuses a scheduling
+// operation before the log.
+func TestNode_FreshNodeSchedulingDefaults(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	n := openNode(t, dir, nil)
+	check := func(n *Node, what string) {
+		t.Helper()
+		tv, ok := n.FSM().Tenant(raftfsm.SystemTenant)
+		if !ok || n.ClusterVersion() != raftfsm.SupportedVersion || tv.SchedulingOptions() != DefaultServiceScheduling() {
+			t.Fatalf("%s: cluster version %d, system tenant options %+v; want %d and the defaults",
+				what, n.ClusterVersion(), tv.SchedulingOptions(), raftfsm.SupportedVersion)
+		}
+	}
+	check(n, "fresh node")
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	n = openNode(t, dir, nil)
+	check(n, "reopened node")
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	old := openNode(t, t.TempDir(), func(c *Config) { c.EmulateVersion = 2 })
+	defer old.Close()
+	tv, _ := old.FSM().Tenant(raftfsm.SystemTenant)
+	if old.ClusterVersion() != 2 || tv.SchedulingOptions() != (distributed.SchedulingOptions{}) {
+		t.Fatalf("node at version 2: cluster version %d, options %+v", old.ClusterVersion(), tv.SchedulingOptions())
+	}
+	idx := old.FSM().AppliedIndex()
+	cmd := &pb.Command{Tenant: raftfsm.SystemTenant, Op: &pb.Command_UpdateScan{UpdateScan: &pb.UpdateScan{ScanId: "s", Paused: proto.Bool(true)}}}
+	if r, err := old.Propose(context.Background(), cmd); err != nil || !errors.Is(r.Err, raftfsm.ErrClusterVersion) || old.FSM().AppliedIndex() != idx {
+		t.Fatalf("UpdateScan at cluster version 2 = %v, %v; want cluster_version before the log", r.Err, err)
+	}
 }

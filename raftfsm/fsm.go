@@ -134,6 +134,7 @@ type Tenant struct {
 	// retentionSecs is the result retention policy: terminal tasks older
 	// than this are purged by the leader's ticker (0: off; purge.go).
 	retentionSecs uint64
+	schedules     map[string]*pb.Schedule // recurring scans by name (recurring.go)
 }
 
 // FSM implements raft.FSM. Create it with New.
@@ -265,7 +266,7 @@ func (f *FSM) applyOneAt(cmd *pb.Command, now uint64) Response {
 	case *pb.Command_SetNodeInfo:
 		return f.applySetNodeInfo(op.SetNodeInfo)
 	case *pb.Command_SetClusterVersion:
-		return f.applySetClusterVersion(op.SetClusterVersion)
+		return f.applySetClusterVersion(op.SetClusterVersion, now)
 	case *pb.Command_RecordBackup:
 		return f.applyRecordBackup(op.RecordBackup, now)
 	case *pb.Command_UpdateTenant:
@@ -341,6 +342,10 @@ func (f *FSM) applyEnqueue(c tenantCall) Response {
 		if s.GetPriority() > math.MaxUint8 {
 			return Response{Err: distributed.NewInvalidTaskError("priority is invalid")}
 		}
+		sched, err := taskScheduling(s, c.now) // schedule.go
+		if err != nil {
+			return Response{Err: err}
+		}
 		specs[i] = distributed.TaskSpec{
 			TaskID:    s.GetTaskId(),
 			ScanID:    s.GetScanId(),
@@ -349,6 +354,7 @@ func (f *FSM) applyEnqueue(c tenantCall) Response {
 			Priority:  distributed.TaskPriority(s.GetPriority()),
 
 			AttemptTimeoutSecs: s.GetAttemptTimeoutSecs(),
+			Scheduling:         sched,
 		}
 	}
 	if e.GetDeclaredTotal() != 0 && !oneScan(specs) {
@@ -495,7 +501,7 @@ func (f *FSM) applyCreateTenant(c *pb.CreateTenant) Response {
 	if err := checkRetention(c.GetResultRetentionSecs()); err != nil {
 		return Response{Err: err}
 	}
-	t, err := newTenant(c.GetName(), lim, rl)
+	t, err := newTenant(c.GetName(), lim, rl, SchedulingFromProto(c.GetScheduling()))
 	if err != nil {
 		return Response{Err: err}
 	}
@@ -504,8 +510,8 @@ func (f *FSM) applyCreateTenant(c *pb.CreateTenant) Response {
 	return Response{}
 }
 
-func newTenant(name string, lim distributed.Limits, rl distributed.ResultLimits) (*Tenant, error) {
-	pool, err := distributed.NewWorkerPoolWithLimits(lim)
+func newTenant(name string, lim distributed.Limits, rl distributed.ResultLimits, o distributed.SchedulingOptions) (*Tenant, error) {
+	pool, err := distributed.NewWorkerPoolWithOptions(lim, o)
 	if err != nil {
 		return nil, err
 	}
@@ -514,7 +520,8 @@ func newTenant(name string, lim distributed.Limits, rl distributed.ResultLimits)
 		return nil, err
 	}
 	return &Tenant{name: name, limits: lim, resultLimits: rl, pool: pool, results: res,
-		owners: map[string]string{}, scans: map[string][]string{}, meta: map[string]*scanMeta{}}, nil
+		owners: map[string]string{}, scans: map[string][]string{}, meta: map[string]*scanMeta{},
+		schedules: map[string]*pb.Schedule{}}, nil
 }
 
 // KindOf names the kind of an apply error: a core ErrorKind name, an FSM

@@ -183,10 +183,11 @@ func (v TenantView) WorkerOwner(workerID string) (string, bool) {
 
 // RecoveryCommands returns the background recovery commands that would do
 // something in the named tenant at logical time now: RecoverExpiredLeases,
-// PruneDeadWorkers and ExpireOldTasks (tasks older than maxAgeSecs; 0 or a
-// value above the tenant's MaxTaskTTLSecs takes MaxTaskTTLSecs), and the
+// PruneDeadWorkers, AdvanceTime (a scheduled task is due) and ExpireOldTasks (tasks older than maxAgeSecs; 0 or a
+// value above the tenant's MaxTaskTTLSecs takes MaxTaskTTLSecs), the
 // retention policy's PurgeTasks (terminal tasks that finished more than
-// result_retention_secs before now; docs/adr/0002-purge.md). It reads
+// result_retention_secs before now; docs/adr/0002-purge.md) and the due
+// ticks of recurring scans (FireSchedule, recurring.go). It reads
 // the core's index minima only (O(log n), no record copies), so an idle
 // tenant yields none and does not grow the log.
 func (v TenantView) RecoveryCommands(now, maxAgeSecs uint64) []*pb.Command {
@@ -204,10 +205,16 @@ func (v TenantView) RecoveryCommands(now, maxAgeSecs uint64) []*pb.Command {
 	if old {
 		ops = append(ops, &pb.Command{Tenant: v.t.name, Op: &pb.Command_ExpireOldTasks{ExpireOldTasks: &pb.ExpireOldTasks{MaxAgeSecs: maxAgeSecs}}})
 	}
+	// A scheduled task whose time has come needs a command at or after it
+	// (contract Part F); the recovery commands that wake long-polls are
+	// one, else AdvanceTime.
+	if !expired && !dead && v.t.pool.WakeDue(now) {
+		ops = append(ops, &pb.Command{Tenant: v.t.name, Op: &pb.Command_AdvanceTime{AdvanceTime: &pb.AdvanceTime{}}})
+	}
 	if purge := v.t.retentionCommand(now, v.ResultRetentionSecs()); purge != nil {
 		ops = append(ops, purge)
 	}
-	return ops
+	return append(ops, v.ScheduleCommands(now)...) // recurring.go
 }
 
 // ResultRetentionSecs returns the tenant's result retention policy (0: off).

@@ -61,6 +61,7 @@ func (f *FSM) ExportState() ([]byte, error) {
 		for _, w := range sortedKeys(t.owners) {
 			ts.WorkerOwners = append(ts.WorkerOwners, &pb.WorkerOwner{WorkerId: w, KeyId: t.owners[w]})
 		}
+		ts.Schedules = exportSchedules(t)
 		for _, s := range sortedKeys(t.scans) {
 			ts.Scans = append(ts.Scans, t.exportScan(s))
 		}
@@ -182,7 +183,10 @@ func restoreTenant(ts *pb.TenantState) (*Tenant, bool) {
 	}
 	t := &Tenant{name: ts.GetName(), limits: lim, resultLimits: rl, pool: pool, results: res,
 		owners: map[string]string{}, scans: map[string][]string{}, meta: map[string]*scanMeta{},
-		retentionSecs: ts.GetResultRetentionSecs()}
+		retentionSecs: ts.GetResultRetentionSecs(), schedules: map[string]*pb.Schedule{}}
+	if !restoreSchedules(t, ts.GetSchedules()) { // recurring.go
+		return nil, false
+	}
 	for _, o := range ts.GetWorkerOwners() {
 		if _, dup := t.owners[o.GetWorkerId()]; dup {
 			return nil, false

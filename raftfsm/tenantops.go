@@ -99,7 +99,7 @@ var tenantOps = map[reflect.Type]tenantOp{
 		apply: func(f *FSM, c tenantCall) Response { return resp(c.t.pool.PruneDeadWorkers(c.rev, c.now)) }},
 	reflect.TypeFor[*pb.Command_RecoverExpiredLeases](): {need: needAdmin, notify: true, terminates: anyTask,
 		apply: func(f *FSM, c tenantCall) Response { return resp(c.t.pool.RecoverExpiredLeases(c.rev, c.now)) }},
-	reflect.TypeFor[*pb.Command_ExpireOldTasks](): {need: needAdmin, terminates: anyTask,
+	reflect.TypeFor[*pb.Command_ExpireOldTasks](): {need: needAdmin, notify: true, terminates: anyTask,
 		apply: func(f *FSM, c tenantCall) Response {
 			return resp(c.t.pool.ExpireOldTasks(c.rev, c.now, c.cmd.GetExpireOldTasks().GetMaxAgeSecs()))
 		}},
@@ -123,7 +123,9 @@ var tenantOps = map[reflect.Type]tenantOp{
 	reflect.TypeFor[*pb.Command_StartTask](): {need: needWorker,
 		target: byLease(func(c *pb.Command) []byte { return c.GetStartTask().GetLease() }),
 		apply:  func(f *FSM, c tenantCall) Response { return resp(c.t.pool.StartTask(c.rev, c.now, c.lease)) }},
-	reflect.TypeFor[*pb.Command_CompleteTask](): {need: needWorker, terminates: leaseTask,
+	// notify: a completion may free a slot of a scan at its in-flight
+	// limit (contract Part F), as cancellations and expiry may.
+	reflect.TypeFor[*pb.Command_CompleteTask](): {need: needWorker, notify: true, terminates: leaseTask,
 		target: byLease(func(c *pb.Command) []byte { return c.GetCompleteTask().GetLease() }),
 		apply:  (*FSM).applyComplete},
 	reflect.TypeFor[*pb.Command_FailTask](): {need: needWorker, notify: true, terminates: leaseTask,
@@ -136,15 +138,24 @@ var tenantOps = map[reflect.Type]tenantOp{
 		apply: func(f *FSM, c tenantCall) Response {
 			return resp(c.t.pool.RenewLease(c.rev, c.now, c.lease, c.cmd.GetRenewLease().GetLeaseTtlSecs()))
 		}},
-	reflect.TypeFor[*pb.Command_CancelTask](): {need: needProducer, terminates: oneTask(func(c tenantCall) string { return c.own.TaskID() }),
-		target: byOwnership(func(c *pb.Command) []byte { return c.GetCancelTask().GetOwnership() }),
-		apply:  func(f *FSM, c tenantCall) Response { return resp(c.t.pool.CancelTask(c.rev, c.now, c.own)) }},
+	reflect.TypeFor[*pb.Command_CancelTask](): {need: needProducer, notify: true,
+		terminates: oneTask(func(c tenantCall) string { return c.own.TaskID() }),
+		target:     byOwnership(func(c *pb.Command) []byte { return c.GetCancelTask().GetOwnership() }),
+		apply:      func(f *FSM, c tenantCall) Response { return resp(c.t.pool.CancelTask(c.rev, c.now, c.own)) }},
 	reflect.TypeFor[*pb.Command_PurgeTasks](): {need: needProducer, apply: (*FSM).applyPurge},
-	reflect.TypeFor[*pb.Command_CancelTaskById](): {need: needProducer,
+	reflect.TypeFor[*pb.Command_CancelTaskById](): {need: needProducer, notify: true,
 		terminates: oneTask(func(c tenantCall) string { return c.cmd.GetCancelTaskById().GetTaskId() }),
 		apply:      (*FSM).applyCancelByID},
 	reflect.TypeFor[*pb.Command_RerunTasks](): {need: needProducer, notify: true,
 		apply: (*FSM).applyRerun},
+	// Scheduling (contract Part F; schedule.go).
+	reflect.TypeFor[*pb.Command_SetSchedulingOptions](): {need: needAdmin, apply: (*FSM).applySetScheduling},
+	reflect.TypeFor[*pb.Command_UpdateScan]():           {need: needProducer, notify: true, apply: (*FSM).applyUpdateScan},
+	reflect.TypeFor[*pb.Command_AdvanceTime]():          {need: needAdmin, notify: true, apply: (*FSM).applyAdvanceTime},
+	// Recurring scans (recurring.go).
+	reflect.TypeFor[*pb.Command_CreateSchedule](): {need: needProducer, apply: (*FSM).applyCreateSchedule},
+	reflect.TypeFor[*pb.Command_DeleteSchedule](): {need: needProducer, apply: (*FSM).applyDeleteSchedule},
+	reflect.TypeFor[*pb.Command_FireSchedule]():   {need: needAdmin, notify: true, apply: (*FSM).applyFireSchedule},
 }
 
 // applyTenant applies one tenant command through tenantOps: decode its

@@ -17,6 +17,7 @@ import (
 
 	distributed "github.com/termivar/distributed"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"google.golang.org/protobuf/proto"
 )
 
 // clusterOps are the operations applyOneAt dispatches itself: they act on
@@ -136,6 +137,14 @@ func roleCases() []roleCase {
 		{reflect.TypeFor[*pb.Command_CancelTaskById](), needProducer, func(distributed.TaskLease) *pb.Command { return cancelByIDCmd("", "t1") }},
 		{reflect.TypeFor[*pb.Command_RerunTasks](), needProducer, c(&pb.Command_RerunTasks{RerunTasks: &pb.RerunTasks{TaskIds: []string{"t2"}}})},
 		{reflect.TypeFor[*pb.Command_PurgeTasks](), needProducer, c(&pb.Command_PurgeTasks{PurgeTasks: &pb.PurgeTasks{}})},
+		{reflect.TypeFor[*pb.Command_SetSchedulingOptions](), needAdmin, c(&pb.Command_SetSchedulingOptions{SetSchedulingOptions: &pb.SetSchedulingOptions{
+			Options: &pb.SchedulingOptions{BackoffBaseSecs: 2, FairScans: true}}})},
+		{reflect.TypeFor[*pb.Command_UpdateScan](), needProducer, c(&pb.Command_UpdateScan{UpdateScan: &pb.UpdateScan{ScanId: "s1", Paused: proto.Bool(true)}})},
+		{reflect.TypeFor[*pb.Command_AdvanceTime](), needAdmin, c(&pb.Command_AdvanceTime{AdvanceTime: &pb.AdvanceTime{}})},
+		{reflect.TypeFor[*pb.Command_CreateSchedule](), needProducer, c(&pb.Command_CreateSchedule{CreateSchedule: &pb.CreateSchedule{
+			Name: "n1", EverySecs: 60, ScanPrefix: "nightly", Targets: [][]byte{[]byte("a")}}})},
+		{reflect.TypeFor[*pb.Command_DeleteSchedule](), needProducer, c(&pb.Command_DeleteSchedule{DeleteSchedule: &pb.DeleteSchedule{Name: "n0"}})},
+		{reflect.TypeFor[*pb.Command_FireSchedule](), needAdmin, c(&pb.Command_FireSchedule{FireSchedule: &pb.FireSchedule{Name: "n0", Tick: 1}})},
 	}
 }
 

@@ -23,7 +23,7 @@ import (
 // would apply differently).
 
 // SupportedVersion is the highest cluster version this binary understands.
-const SupportedVersion = 2
+const SupportedVersion = 3
 
 // MinClusterVersion is the version of a new cluster and of a state from
 // before versions (every operation up to SetClusterVersion).
@@ -38,16 +38,21 @@ var ErrUnsupportedVersion = errors.New("raftfsm: needs a newer binary")
 // apply differently). Version 1 is the release before versions; version 2
 // adds RecordBackup, PurgeTasks, UpdateTenant, RerunTasks,
 // CreateTenant.result_retention_secs, FailTask.reason,
-// TaskSpec.attempt_timeout_secs and EnqueueTasks.declared_total. Every Command.op field must be
-// listed in version_test.go's table.
+// TaskSpec.attempt_timeout_secs and EnqueueTasks.declared_total (and
+// declare_scan_id); version 3 adds scheduling (contract Part F,
+// docs/adr/0003-scheduling.md): SetSchedulingOptions, UpdateScan,
+// AdvanceTime, CreateSchedule, DeleteSchedule, FireSchedule,
+// CreateTenant.scheduling and the scheduling fields of TaskSpec. Every
+// Command.op field must be listed in version_test.go's table.
 func OpVersion(cmd *pb.Command) uint32 {
 	switch op := cmd.GetOp().(type) {
 	case *pb.Command_RecordBackup, *pb.Command_PurgeTasks, *pb.Command_UpdateTenant, *pb.Command_RerunTasks:
 		return 2
+	case *pb.Command_SetSchedulingOptions, *pb.Command_UpdateScan, *pb.Command_AdvanceTime,
+		*pb.Command_CreateSchedule, *pb.Command_DeleteSchedule, *pb.Command_FireSchedule:
+		return 3
 	case *pb.Command_CreateTenant:
-		if op.CreateTenant.GetResultRetentionSecs() != 0 {
-			return 2
-		}
+		return createTenantVersion(op.CreateTenant)
 	case *pb.Command_FailTask:
 		if op.FailTask.GetReason() != "" {
 			return 2
@@ -58,20 +63,38 @@ func OpVersion(cmd *pb.Command) uint32 {
 	return MinClusterVersion
 }
 
-// enqueueVersion is the version of an Enqueue: 2 when it declares a
-// scan's total (a version-1 binary would ignore it, so its scan would
-// finish before the declared total is admitted) or a task sets a field of
-// version 2 (an attempt timeout).
-func enqueueVersion(e *pb.EnqueueTasks) uint32 {
-	if e.GetDeclaredTotal() != 0 {
+// createTenantVersion is the version of a CreateTenant: 3 with scheduling
+// options, 2 with a result retention.
+func createTenantVersion(c *pb.CreateTenant) uint32 {
+	switch {
+	case c.GetScheduling() != nil:
+		return 3
+	case c.GetResultRetentionSecs() != 0:
 		return 2
 	}
+	return MinClusterVersion
+}
+
+// enqueueVersion is the version of an Enqueue: the highest of what it
+// uses — 3 for a task's scheduling field (not-before, delay, required
+// tags, backoff); 2 for a declared scan total or declare_scan_id (a
+// version-1 binary would ignore it, so its scan would finish before the
+// declared total is admitted) or a task's attempt timeout.
+func enqueueVersion(e *pb.EnqueueTasks) uint32 {
+	v := uint32(MinClusterVersion)
+	if e.GetDeclaredTotal() != 0 || e.GetDeclareScanId() != "" {
+		v = 2
+	}
 	for _, t := range e.GetTasks() {
+		if t.GetNotBeforeSecs() != 0 || t.GetDelaySecs() != 0 || len(t.GetRequiredTags()) != 0 ||
+			t.GetBackoffBaseSecs() != 0 || t.GetBackoffCapSecs() != 0 {
+			return 3
+		}
 		if t.GetAttemptTimeoutSecs() != 0 {
-			return 2
+			v = 2
 		}
 	}
-	return MinClusterVersion
+	return v
 }
 
 // opName names cmd's operation (its oneof field) for messages.
@@ -173,19 +196,46 @@ func CheckClusterVersion(cmd *pb.Command, clusterVersion uint32) error {
 
 // applySetClusterVersion raises the cluster version: never down, never
 // above what a recorded node supports (a node that reported nothing
-// supports MinClusterVersion).
-func (f *FSM) applySetClusterVersion(m *pb.SetClusterVersion) Response {
+// supports MinClusterVersion). The raise that first reaches version 3
+// applies its system_scheduling to the system tenant (schedulingVersion).
+func (f *FSM) applySetClusterVersion(m *pb.SetClusterVersion, now uint64) Response {
 	v := m.GetVersion()
 	if v < MinClusterVersion || v < f.clusterVersion.Load() {
 		return Response{Err: fsmErr(KindInvalidCommand, "the cluster version never decreases")}
+	}
+	if m.GetSystemScheduling() != nil && v < schedulingVersion {
+		return Response{Err: fsmErr(KindInvalidCommand, "system_scheduling needs cluster version 3")}
 	}
 	for _, id := range sortedKeys(f.nodes) {
 		if nv := max(f.nodes[id].version, MinClusterVersion); nv < v {
 			return Response{Err: fsmErr(KindClusterVersion, fmt.Sprintf("node %s supports cluster version %d only", id, nv))}
 		}
 	}
+	if err := f.upgradeSystemScheduling(m, now); err != nil {
+		return Response{Err: err}
+	}
 	f.clusterVersion.Store(v)
 	return Response{}
+}
+
+// schedulingVersion is the cluster version of scheduling (contract Part F).
+const schedulingVersion = 3
+
+// upgradeSystemScheduling gives the system tenant the raise's
+// system_scheduling when the cluster version first reaches
+// schedulingVersion (nothing else could have set its options before).
+// Invalid options refuse the raise, which changes nothing.
+func (f *FSM) upgradeSystemScheduling(m *pb.SetClusterVersion, now uint64) error {
+	t, ok := f.tenants[SystemTenant]
+	if m.GetSystemScheduling() == nil || f.clusterVersion.Load() >= schedulingVersion || !ok {
+		return nil
+	}
+	o := SchedulingFromProto(m.GetSystemScheduling())
+	if err := o.Validate(); err != nil {
+		return fsmErr(KindInvalidCommand, "system_scheduling is invalid: "+err.Error())
+	}
+	_, err := t.pool.SetSchedulingOptions(t.pool.Snapshot().Revision, now, o)
+	return err
 }
 
 // applyRecordBackup records a backup (cluster version 2).

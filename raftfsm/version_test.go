@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	distributed "github.com/termivar/distributed"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 )
 
@@ -35,6 +36,8 @@ var opVersions = map[string]uint32{
 	"fail_task": 1, "cancel_task": 1, "renew_lease": 1, "recover_expired_leases": 1, "expire_old_tasks": 1,
 	"acquire_tasks": 1, "cancel_task_by_id": 1, "revoke_key": 1, "rotate_key": 1, "set_node_info": 1,
 	"set_cluster_version": 1, "record_backup": 2, "purge_tasks": 2, "update_tenant": 2, "rerun_tasks": 2,
+	"set_scheduling_options": 3, "update_scan": 3, "advance_time": 3, "create_schedule": 3, "delete_schedule": 3,
+	"fire_schedule": 3,
 }
 
 func TestVersion_EveryOpHasAVersion(t *testing.T) {
@@ -68,6 +71,45 @@ func TestVersion_EveryOpHasAVersion(t *testing.T) {
 	}
 }
 
+// TestVersion_EnqueueFields: an Enqueue is of the highest version of its
+// tasks' fields — 1 plain, 2 with an attempt timeout, 3 with any
+// scheduling field (an older binary would ignore it and lease the task at
+// once, on any worker, with no backoff).
+func TestVersion_EnqueueFields(t *testing.T) {
+	enq := func(specs ...*pb.TaskSpec) *pb.Command {
+		return &pb.Command{Op: &pb.Command_Enqueue{Enqueue: &pb.EnqueueTasks{Tasks: specs}}}
+	}
+	plain := func() *pb.TaskSpec { return &pb.TaskSpec{TaskId: "t", ScanId: "s"} }
+	timeout := plain()
+	timeout.AttemptTimeoutSecs = 30
+	cases := []struct {
+		name string
+		set  func(*pb.TaskSpec)
+	}{
+		{"not_before_secs", func(s *pb.TaskSpec) { s.NotBeforeSecs = 100 }},
+		{"delay_secs", func(s *pb.TaskSpec) { s.DelaySecs = 5 }},
+		{"required_tags", func(s *pb.TaskSpec) { s.RequiredTags = []uint32{1} }},
+		{"backoff_base_secs", func(s *pb.TaskSpec) { s.BackoffBaseSecs = 2 }},
+		{"backoff_cap_secs", func(s *pb.TaskSpec) { s.BackoffCapSecs = 9 }},
+	}
+	if got := OpVersion(enq(plain())); got != 1 {
+		t.Errorf("plain enqueue: version %d, want 1", got)
+	}
+	if got := OpVersion(enq(plain(), timeout)); got != 2 {
+		t.Errorf("enqueue with an attempt timeout: version %d, want 2", got)
+	}
+	for _, c := range cases {
+		s := plain()
+		c.set(s)
+		if got := OpVersion(enq(timeout, s)); got != 3 {
+			t.Errorf("enqueue with %s (after an attempt timeout): version %d, want 3", c.name, got)
+		}
+		if err := CheckClusterVersion(enq(s), 2); !errors.Is(err, ErrClusterVersion) {
+			t.Errorf("enqueue with %s at cluster version 2: %v, want cluster_version", c.name, err)
+		}
+	}
+}
+
 // fieldVersions lists fields of version-1 operations that an older binary
 // would ignore (and so apply differently), with the cluster version that
 // introduced them, beside the same operations without them.
@@ -84,6 +126,9 @@ var fieldVersions = []struct {
 	{"enqueue with attempt_timeout_secs", &pb.Command{Op: &pb.Command_Enqueue{Enqueue: &pb.EnqueueTasks{Tasks: []*pb.TaskSpec{{TaskId: "a"}, {TaskId: "b", AttemptTimeoutSecs: 40}}}}}, 2},
 	{"enqueue with declared_total", &pb.Command{Op: &pb.Command_Enqueue{Enqueue: &pb.EnqueueTasks{Tasks: []*pb.TaskSpec{{TaskId: "a"}}, DeclaredTotal: 9}}}, 2},
 	{"enqueue declaring a scan's total only", &pb.Command{Op: &pb.Command_Enqueue{Enqueue: &pb.EnqueueTasks{DeclareScanId: "s", DeclaredTotal: 9}}}, 2},
+	{"create_tenant with scheduling", &pb.Command{Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{Name: "t", ResultRetentionSecs: 60, Scheduling: &pb.SchedulingOptions{}}}}, 3},
+	{"enqueue with declared_total and delay_secs", &pb.Command{Op: &pb.Command_Enqueue{Enqueue: &pb.EnqueueTasks{Tasks: []*pb.TaskSpec{{TaskId: "a", DelaySecs: 5}}, DeclaredTotal: 9}}}, 3},
+	{"enqueue with required_tags then declared_total", &pb.Command{Op: &pb.Command_Enqueue{Enqueue: &pb.EnqueueTasks{Tasks: []*pb.TaskSpec{{TaskId: "a", AttemptTimeoutSecs: 40}, {TaskId: "b", RequiredTags: []uint32{1}}}, DeclaredTotal: 2}}}, 3},
 }
 
 func backupCmd(t *testing.T) *pb.Command {
@@ -183,7 +228,7 @@ func entry(t *testing.T, index uint64, cmd *pb.Command, extra []byte) *raft.Log 
 
 func TestFSM_UnsupportedEntryStops(t *testing.T) {
 	t.Parallel()
-	unknownOp := protowire.AppendTag(nil, 63, protowire.VarintType)
+	unknownOp := protowire.AppendTag(nil, 99, protowire.VarintType)
 	unknownOp = protowire.AppendVarint(unknownOp, 1)
 	for _, tc := range []struct {
 		name       string
@@ -196,7 +241,7 @@ func TestFSM_UnsupportedEntryStops(t *testing.T) {
 		{"inside a batch", 1, &pb.Command{Op: &pb.Command_Batch{Batch: &pb.Batch{Commands: []*pb.Command{{Version: 1, Tenant: "acme", Op: &pb.Command_PruneDeadWorkers{PruneDeadWorkers: &pb.PruneDeadWorkers{}}}, backupCmd(t)}}}}, nil, "record_backup"},
 		{"cluster version above the binary's", 1, versionCmd(2), nil, "cluster version 2"},
 		{"cluster version above the newest", SupportedVersion, versionCmd(SupportedVersion + 1), nil, "cluster version"},
-		{"unknown operation", SupportedVersion, &pb.Command{}, unknownOp, "unknown field 63"},
+		{"unknown operation", SupportedVersion, &pb.Command{}, unknownOp, "unknown field 99"},
 		{"newer encoding", SupportedVersion, &pb.Command{Version: CommandVersion + 1, Op: &pb.Command_PruneDeadWorkers{PruneDeadWorkers: &pb.PruneDeadWorkers{}}}, nil, "command encoding version 2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -272,5 +317,40 @@ func TestFSM_SnapshotCarriesClusterVersion(t *testing.T) {
 	lbytes, _ := proto.Marshal(&legacy)
 	if err := old.RestoreState(lbytes); err != nil || old.ClusterVersion() != MinClusterVersion {
 		t.Fatalf("restore of a state without a version: %v, version %d", err, old.ClusterVersion())
+	}
+}
+
+// TestFSM_VersionThreeSchedulesSystemTenant: the raise that first reaches
+// cluster version 3 gives the system tenant (created at version 1 without
+// scheduling options) the raise's system_scheduling, in the same entry; a
+// later raise with other options changes nothing; system_scheduling on a
+// raise below 3, or invalid options, are refused with the state unchanged.
+func TestFSM_VersionThreeSchedulesSystemTenant(t *testing.T) {
+	t.Parallel()
+	b := setupV1(t)
+	b.must(t, &pb.Command{Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{Name: SystemTenant}}})
+	sys := func() distributed.SchedulingOptions {
+		tv, _ := b.f.Tenant(SystemTenant)
+		return tv.SchedulingOptions()
+	}
+	raise := func(v uint32, o *pb.SchedulingOptions) *pb.Command {
+		c := versionCmd(v)
+		c.GetSetClusterVersion().SystemScheduling = o
+		return c
+	}
+	defaults := &pb.SchedulingOptions{BackoffBaseSecs: 2, BackoffCapSecs: 300, FairScans: true}
+	refusedUnchanged(t, b, raise(2, defaults), ErrInvalidCommand)
+	b.must(t, versionCmd(2))
+	refusedUnchanged(t, b, raise(3, &pb.SchedulingOptions{BackoffBaseSecs: 9, BackoffCapSecs: 3}), ErrInvalidCommand)
+	if sys() != (distributed.SchedulingOptions{}) {
+		t.Fatalf("system tenant at version 2 has options %+v", sys())
+	}
+	b.must(t, raise(3, defaults))
+	if want := SchedulingFromProto(defaults); sys() != want || b.f.ClusterVersion() != 3 {
+		t.Fatalf("after the raise to 3: options %+v, version %d; want %+v, 3", sys(), b.f.ClusterVersion(), want)
+	}
+	b.must(t, raise(3, &pb.SchedulingOptions{FairScans: true}))
+	if want := SchedulingFromProto(defaults); sys() != want {
+		t.Fatalf("a repeated raise changed the options to %+v", sys())
 	}
 }

@@ -6,6 +6,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	distributed "github.com/termivar/distributed"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 	"github.com/termivar/distributed/internal/apikey"
 	"github.com/termivar/distributed/internal/wire"
@@ -75,12 +76,24 @@ func (h adminHandler) CreateTenant(ctx context.Context, req *connect.Request[pb.
 		defLim, defRL := h.s.node.DefaultLimits()
 		lim := cmp.Or(m.GetLimits(), wire.LimitsToProto(defLim))
 		rl := cmp.Or(m.GetResultLimits(), wire.ResultLimitsToProto(defRL))
-		cmd := &pb.Command{Principal: p.KeyID, Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{Name: m.GetName(), Limits: lim, ResultLimits: rl, ResultRetentionSecs: m.GetResultRetentionSecs()}}}
+		cmd := &pb.Command{Principal: p.KeyID, Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{Name: m.GetName(), Limits: lim, ResultLimits: rl,
+			Scheduling: h.tenantScheduling(m), ResultRetentionSecs: m.GetResultRetentionSecs()}}}
 		if err := raftfsm.ProposalErr(h.s.node.Propose(ctx, cmd)); err != nil {
 			return nil, 0, err
 		}
 		return &pb.CreateTenantResponse{}, 0, nil
 	})
+}
+
+// tenantScheduling is a new tenant's scheduling options: the request's, or
+// the node's defaults once the cluster runs scheduling's version
+// (raftfsm.OpVersion); before, a tenant gets none.
+func (h adminHandler) tenantScheduling(m *pb.CreateTenantRequest) *pb.SchedulingOptions {
+	sched := m.GetScheduling()
+	if d := h.s.node.DefaultScheduling(); sched == nil && d != (distributed.SchedulingOptions{}) && h.s.node.Reads().ClusterVersion() >= 3 {
+		sched = raftfsm.SchedulingToProto(d)
+	}
+	return sched
 }
 
 func (h adminHandler) CreateKey(ctx context.Context, req *connect.Request[pb.CreateKeyRequest]) (*connect.Response[pb.CreateKeyResponse], error) {

@@ -34,6 +34,8 @@ var rpcMutates = map[string]bool{
 	"Admin.UpdateTenant": true,
 	"Admin.Status":       false, "Admin.ListWorkers": false, "Admin.CreateTenant": true, "Admin.CreateKey": true,
 	"Admin.ListKeys": false, "Admin.RevokeKey": true, "Admin.RotateKey": true,
+	"Producer.UpdateScan": true, "Admin.SetSchedulingOptions": true,
+	"Producer.CreateSchedule": true, "Producer.ListSchedules": false, "Producer.DeleteSchedule": true,
 	"Cluster.Join": true, "Cluster.Members": false, "Cluster.RemoveMember": true, "Cluster.TransferLeadership": true,
 	// NB: a read, but audited all the same (it exports every key hash):
 	// TestServer_Backup counts its line.

@@ -37,6 +37,9 @@ type Backend interface {
 	ProgressChan(tenant string) <-chan struct{}
 	// DefaultLimits are the limits of a tenant created without any.
 	DefaultLimits() (distributed.Limits, distributed.ResultLimits)
+	// DefaultScheduling are the scheduling options of a tenant created
+	// without any (contract Part F).
+	DefaultScheduling() distributed.SchedulingOptions
 	// NodeID names this node; Secret is the cluster secret (it keys the
 	// forwarded-for MAC and is handed to joiners).
 	NodeID() string

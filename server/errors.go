@@ -70,6 +70,9 @@ var kindCodes = map[string]connect.Code{
 	"task_purged":               connect.CodeNotFound, // Part F: the task's record was purged
 	"attempt_timed_out":         connect.CodeFailedPrecondition,
 	"failure_reason_too_long":   connect.CodeInvalidArgument,
+	// Core: scheduling (contract Part F).
+	"task_not_leasable":     connect.CodeFailedPrecondition,
+	"scan_capacity_reached": connect.CodeResourceExhausted,
 	// Core: integrity.
 	"state_invariant": connect.CodeInternal,
 	"invalid_state":   connect.CodeDataLoss,

@@ -16,6 +16,7 @@ import (
 	"connectrpc.com/connect"
 	"go.uber.org/goleak"
 
+	distributed "github.com/termivar/distributed"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 	"github.com/termivar/distributed/gen/termivar/v1/termivarv1connect"
 	"github.com/termivar/distributed/internal/audit"
@@ -54,7 +55,9 @@ func setup(t testing.TB, mut func(*node.Config)) *testBundle {
 func setupServer(t testing.TB, mut func(*node.Config), scfg Config) *testBundle {
 	t.Helper()
 	dir := t.TempDir()
-	cfg := node.Config{DataDir: dir, RaftAddr: "127.0.0.1:0", TickInterval: -1}
+	// NB: no scheduling options (contract Part A: a failed attempt is
+	// requeued at once); TestServer_Scheduling asks for the node's default.
+	cfg := node.Config{DataDir: dir, RaftAddr: "127.0.0.1:0", TickInterval: -1, DefaultScheduling: &distributed.SchedulingOptions{}}
 	if mut != nil {
 		mut(&cfg)
 	}

@@ -31,6 +31,9 @@ func (h producerHandler) Enqueue(ctx context.Context, req *connect.Request[pb.En
 		if err := checkRunnableTargets(m.GetTasks()); err != nil {
 			return nil, 0, err
 		}
+		if err := checkSchedulingFields(m.GetTasks()); err != nil { // schedule.go
+			return nil, 0, err
+		}
 		if !m.GetSkipExisting() {
 			return h.enqueue(ctx, p, m, m.GetTasks(), m.GetDeclaredTotal())
 		}
@@ -132,6 +135,9 @@ func (h producerHandler) enqueue(ctx context.Context, p principal, m *pb.Enqueue
 		}
 		e.Tasks[i] = &pb.TaskSpec{TaskId: t.GetTaskId(), ScanId: t.GetScanId(), TargetRef: []byte(t.GetTargetRef()), Phases: t.GetPhases(), Priority: prio}
 		e.Tasks[i].AttemptTimeoutSecs = cmp.Or(t.GetAttemptTimeoutSecs(), m.GetAttemptTimeoutSecs())
+		if err := logSchedulingFields(i, t, e.Tasks[i]); err != nil { // checked by request position in Enqueue
+			return nil, 0, err
+		}
 	}
 	r, err := h.s.propose(ctx, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_Enqueue{Enqueue: e}})
 	if err != nil {
@@ -227,6 +233,7 @@ func (s *Server) taskInfo(p principal, tv raftfsm.TenantView, t distributed.Scan
 	if t.Status() == distributed.TaskCompleted {
 		ti.HasResult = tv.HasResult(t.TaskID())
 	}
+	setSchedulingInfo(tv, t, ti)
 	return ti
 }
 
@@ -250,23 +257,17 @@ func (h producerHandler) ListTasks(ctx context.Context, req *connect.Request[pb.
 		if size > maxPageSize {
 			return nil, 0, errInvalid("page_size is above 1000")
 		}
-		var want distributed.TaskStatus
-		filter := m.GetStatus() != ""
-		if filter {
-			st, ok := distributed.ParseTaskStatus(m.GetStatus())
-			if !ok {
-				return nil, 0, errInvalid("status is not a task status")
-			}
-			want = st
+		tv, _ := h.s.node.Reads().Tenant(p.Tenant)
+		keep, err := keepStatus(tv, m.GetStatus()) // a status or "scheduled" (schedule.go)
+		if err != nil {
+			return nil, 0, err
 		}
 		if m.GetScanId() != "" {
 			if err := distributed.CheckTaskCommandID(m.GetScanId()); err != nil {
 				return nil, 0, err
 			}
 		}
-		tv, _ := h.s.node.Reads().Tenant(p.Tenant)
 		out := &pb.ListTasksResponse{}
-		keep := func(t distributed.ScanTask) bool { return !filter || t.Status() == want }
 		if m.GetScanId() != "" {
 			// Scan order (enqueue order); the page token is an offset.
 			off := 0

@@ -37,22 +37,30 @@ const (
 	ScanCancelled        = "cancelled"
 )
 
-// scanCounts counts a scan's tasks per status, its results and the
-// earliest expiry of its leases, one task record at a time (no copy of
-// every record under the core's lock).
-func scanCounts(tv raftfsm.TenantView, scanID string) (*pb.ScanProgressResponse, uint64) {
+// scanCounts counts a scan's tasks per status (and the queued ones that
+// are scheduled, contract Part F), its results and the earliest expiry of
+// its leases, one task record at a time (no copy of every record under
+// the core's lock). each, when not nil, sees every task record.
+func scanCounts(tv raftfsm.TenantView, scanID string, each func(distributed.ScanTask)) (*pb.ScanProgressResponse, uint64) {
 	out := &pb.ScanProgressResponse{}
 	var nextExpiry uint64
+	now := tv.LogicalTime()
 	for _, id := range tv.ScanTaskIDs(scanID) {
 		t, ok, _ := tv.GetTask(id)
 		if !ok {
 			continue
+		}
+		if each != nil {
+			each(t)
 		}
 		out.Total++
 		out.Reruns += t.Reruns()
 		switch t.Status() {
 		case distributed.TaskQueued:
 			out.Queued++
+			if t.Scheduled(now) {
+				out.Scheduled++
+			}
 		case distributed.TaskLeased:
 			out.Leased++
 		case distributed.TaskRunning:
@@ -97,16 +105,30 @@ func (s *Server) stallFacts(tv raftfsm.TenantView, out *pb.ScanProgressResponse)
 	rl := tv.ResultLimits()
 	out.TenantResults, out.MaxResults = uint32(tv.ResultCount()), uint32(rl.MaxResults)
 	out.TenantResultBytes, out.MaxResultTotalBytes = uint64(tv.ResultBytes()), uint64(rl.MaxTotalBytes)
-	now := max(s.node.Reads().LastTime(), uint64(max(s.cfg.Now().Unix(), 0)))
-	out.NowSecs = now
-	timeout := tv.Limits().HeartbeatTimeoutSecs
-	for _, w := range tv.Workers() {
-		if w.Status() == distributed.WorkerOffline || now-min(now, w.LastHeartbeat()) >= timeout {
-			continue
-		}
+	out.NowSecs = s.nowSecs()
+	for _, w := range liveWorkers(tv, out.NowSecs) {
 		out.LiveWorkers++
 		out.FreeSlots += w.AvailableSlots()
 	}
+}
+
+// nowSecs is the node's time in the leader's time base: the later of the
+// last applied logical time and its wall clock seconds.
+func (s *Server) nowSecs() uint64 {
+	return max(s.node.Reads().LastTime(), uint64(max(s.cfg.Now().Unix(), 0)))
+}
+
+// liveWorkers returns the tenant's workers that are not offline and
+// heartbeated within the heartbeat timeout before now.
+func liveWorkers(tv raftfsm.TenantView, now uint64) []distributed.WorkerNode {
+	timeout := tv.Limits().HeartbeatTimeoutSecs
+	var out []distributed.WorkerNode
+	for _, w := range tv.Workers() {
+		if w.Status() != distributed.WorkerOffline && now-min(now, w.LastHeartbeat()) < timeout {
+			out = append(out, w)
+		}
+	}
+	return out
 }
 
 func (h producerHandler) ScanProgress(ctx context.Context, req *connect.Request[pb.ScanProgressRequest]) (*connect.Response[pb.ScanProgressResponse], error) {
@@ -115,8 +137,14 @@ func (h producerHandler) ScanProgress(ctx context.Context, req *connect.Request[
 			return nil, 0, err
 		}
 		tv, _ := h.s.node.Reads().Tenant(p.Tenant)
-		out, next := scanCounts(tv, m.GetScanId())
-		out.NextLeaseExpiry = next
+		routable := routableTo(liveWorkers(tv, h.s.nowSecs()))
+		var unroutable uint32
+		out, next := scanCounts(tv, m.GetScanId(), func(t distributed.ScanTask) {
+			if t.Status() == distributed.TaskQueued && !routable(t) {
+				unroutable++
+			}
+		})
+		out.NextLeaseExpiry, out.Unroutable = next, unroutable
 		if st, ok := tv.Scan(m.GetScanId()); ok {
 			out.DeclaredTotal, out.Pending = st.Declared, st.Pending
 			if st.Finished {
@@ -124,6 +152,7 @@ func (h producerHandler) ScanProgress(ctx context.Context, req *connect.Request[
 			}
 		}
 		h.s.stallFacts(tv, out)
+		scanSettings(tv, m.GetScanId(), out) // schedule.go
 		return out, 0, nil
 	})
 }
@@ -160,12 +189,15 @@ func scanInfo(tv raftfsm.TenantView, id string) (*pb.ScanInfo, bool) {
 	if !ok {
 		return nil, false
 	}
-	c, _ := scanCounts(tv, id)
+	c, _ := scanCounts(tv, id, nil)
 	si := &pb.ScanInfo{
 		ScanId: id, State: scanState(c, st.Finished), CreatedAt: st.CreatedAt, Admitted: c.GetTotal(),
 		Queued: c.GetQueued(), Leased: c.GetLeased(), Running: c.GetRunning(), Completed: c.GetCompleted(),
 		Failed: c.GetFailed(), Cancelled: c.GetCancelled(), Expired: c.GetExpired(), Results: c.GetResults(),
-		ResultBytes: st.ResultBytes, DeclaredTotal: st.Declared, Pending: st.Pending,
+		ResultBytes: st.ResultBytes, DeclaredTotal: st.Declared, Pending: st.Pending, Scheduled: c.GetScheduled(),
+	}
+	if set, err := tv.ScanSettings(id); err == nil {
+		si.Paused, si.MaxInFlight = set.Paused, set.MaxInFlight
 	}
 	if st.Finished {
 		si.FinishedAt = st.FinishedAt

@@ -16,7 +16,9 @@
 // aggregate_item_limit_exceeded, duplicate_aggregate_task and
 // missing_result (the server builds aggregate requests itself),
 // mismatched_result_receipt (reachable only with a receipt of another
-// completion of the same task, not built here).
+// completion of the same task, not built here), task_not_leasable (no API
+// call assigns a named task) and scan_capacity_reached (needs
+// MaxTaskRecords configured scans; the core's TestWorkerPool_UpdateScanCapacity).
 package server
 
 import (

@@ -104,7 +104,7 @@ func (h workerHandler) Acquire(ctx context.Context, req *connect.Request[pb.Acqu
 			wake := h.s.node.WaitChan(p.Tenant)
 			var r raftfsm.Response
 			err := error(distributed.ErrNoQueuedTask)
-			if tv.Counters().QueuedTasks > 0 {
+			if tv.HasLeasable() { // not only queued: due, and its scan not paused or full
 				r, err = h.s.propose(ctx, p, nil, &pb.Command{Op: &pb.Command_AcquireTasks{AcquireTasks: &pb.AcquireTasks{
 					WorkerId: m.GetWorkerId(), LeaseTtlSecs: ttl, MaxTasks: m.GetMaxTasks(), Start: m.GetStart()}}})
 			}

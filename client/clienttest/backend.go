@@ -173,6 +173,9 @@ func (b *backend) Codec() *token.Codec   { return b.codec }
 func (b *backend) DefaultLimits() (distributed.Limits, distributed.ResultLimits) {
 	return b.limits, b.rl
 }
+func (b *backend) DefaultScheduling() distributed.SchedulingOptions {
+	return distributed.SchedulingOptions{}
+}
 func (b *backend) NodeID() string                         { return "clienttest" }
 func (b *backend) Secret() []byte                         { return append([]byte(nil), b.secret...) }
 func (b *backend) IsLeader() bool                         { return true }

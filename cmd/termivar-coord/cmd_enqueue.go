@@ -42,10 +42,15 @@ func runEnqueue(ctx context.Context, env *cliEnv, args []string) error {
 	retryFor := fs.Duration("retry-for", 30*time.Second, "keep retrying this long while the node cannot be reached (a restart, a leader change) before giving up; a re-run continues where it stopped")
 	quiet := fs.Bool("quiet", false, "no progress bar on stderr")
 	timeout := fs.Duration("timeout", 0, "per-attempt timeout in whole seconds, e.g. 5m (0 = none): the worker kills the command after it and the attempt fails with reason timeout")
+	sf := addScheduleFlags(fs) // cmd_schedule.go
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	timeoutSecs, err := attemptTimeoutSecs(*timeout)
+	if err != nil {
+		return err
+	}
+	sched, err := sf.schedule()
 	if err != nil {
 		return err
 	}
@@ -54,7 +59,7 @@ func runEnqueue(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	opts.NoWait, opts.WaitForRecords, opts.KeepTaskIDs, opts.RetryUnreachableFor = *noWait, *waitRecords, g.json, *retryFor
-	opts.AttemptTimeoutSecs = timeoutSecs
+	opts.AttemptTimeoutSecs, opts.Schedule = timeoutSecs, sched
 	in, err := openTargets(env, fs.Args(), *file, ids)
 	if err != nil {
 		return err
@@ -68,15 +73,19 @@ func runEnqueue(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := sf.applyLimit(ctx, c, *scan); err != nil {
+		return err
+	}
 	if !*quiet && !g.json {
 		opts.ProgressFunc = enqueueBar(env.stderr, in.distinct)
 	}
 	res, err := c.EnqueueTargets(ctx, opts, in.seq())
-	if client.KindOf(err) == "cluster_version" && opts.DeclaredTotal != 0 && in.rewind() == nil {
+	if client.KindOf(err) == "cluster_version" && opts.DeclaredTotal != 0 && opts.Schedule.IsZero() && in.rewind() == nil {
 		// A cluster in a rolling upgrade (docs/node.md, "Versions and
 		// rolling upgrades") refuses the declared total the command adds on
 		// its own; send the same input without it (what is stored is
-		// skipped, so nothing is duplicated).
+		// skipped, so nothing is duplicated). With scheduling flags
+		// (cluster version 3) the refusal may be theirs, so it stands.
 		fmt.Fprintln(env.stderr, "note: the cluster runs version 1 until every node is upgraded: the scan's total is not declared, so watch cannot show the part not yet admitted")
 		opts.DeclaredTotal = 0
 		res, err = c.EnqueueTargets(ctx, opts, in.seq())

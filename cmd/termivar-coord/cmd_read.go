@@ -112,6 +112,11 @@ type taskJSON struct {
 	LeaseID        uint64  `json:"lease_id,omitempty"`
 	LeaseExpiresAt uint64  `json:"lease_expires_at,omitempty"`
 	HasResult      bool    `json:"has_result"`
+	// Scheduling (contract Part F): scheduled is queued and waiting for
+	// not_before, not for a worker.
+	Scheduled    bool     `json:"scheduled,omitempty"`
+	NotBefore    uint64   `json:"not_before,omitempty"`
+	RequiredTags []string `json:"required_tags,omitempty"`
 	// Beyond the seed (docs/contract.md Part F).
 	AttemptTimeoutSecs uint64 `json:"attempt_timeout_secs,omitempty"`
 	Reruns             uint32 `json:"reruns,omitempty"`
@@ -124,6 +129,7 @@ func toTaskJSON(t *pb.TaskInfo) taskJSON {
 		Priority: t.GetPriority(), Status: t.GetStatus(), CreatedAt: t.GetCreatedAt(), StartedAt: t.StartedAt, CompletedAt: t.CompletedAt,
 		RetryCount: t.GetRetryCount(), Attempt: t.GetAttempt(), AssignedTo: t.GetAssignedTo(), LeaseID: t.GetLeaseId(),
 		LeaseExpiresAt: t.GetLeaseExpiresAt(), HasResult: t.GetHasResult(),
+		Scheduled: t.GetScheduled(), NotBefore: t.GetNotBefore(), RequiredTags: t.GetRequiredTags(),
 		AttemptTimeoutSecs: t.GetAttemptTimeoutSecs(), Reruns: t.GetReruns(), LastFailureReason: t.GetLastFailureReason(),
 	}
 }
@@ -132,7 +138,7 @@ func runTasks(ctx context.Context, env *cliEnv, args []string) error {
 	var g globalFlags
 	fs := newFlagSet(env, clientCommandNamed("tasks"), &g, true)
 	scan := fs.String("scan", "", "only this scan")
-	status := fs.String("status", "", "only this status (queued, leased, running, completed, failed, cancelled, expired)")
+	status := fs.String("status", "", "only this status (queued, leased, running, completed, failed, cancelled, expired; scheduled: queued and waiting for a delay or backoff)")
 	limit := fs.Int("limit", 0, "print at most N tasks (0 = all)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -163,7 +169,7 @@ func runTasks(ctx context.Context, env *cliEnv, args []string) error {
 			res = "yes"
 		}
 		worker := cmp.Or(t.GetAssignedTo(), "-")
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", t.GetTaskId(), t.GetScanId(), tableTarget(t.GetTargetRef()), t.GetStatus(), t.GetPriority(), t.GetAttempt(), t.GetRetryCount(), worker, res, shortReason(t.GetLastFailureReason()))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", t.GetTaskId(), t.GetScanId(), tableTarget(t.GetTargetRef()), displayStatus(t), t.GetPriority(), t.GetAttempt(), t.GetRetryCount(), worker, res, shortReason(t.GetLastFailureReason()))
 		return nil
 	})
 	if err != nil && err != errStop {

@@ -43,19 +43,27 @@ type scanJSON struct {
 	ResultBytes uint64 `json:"result_bytes"`
 	// RetentionDeadline is absent when no retention policy applies.
 	RetentionDeadline *uint64 `json:"retention_deadline,omitempty"`
+	// Scheduling (contract Part F): scheduled queued tasks, pause, limit.
+	Scheduled   uint32 `json:"scheduled,omitempty"`
+	Paused      bool   `json:"paused,omitempty"`
+	MaxInFlight uint32 `json:"max_in_flight,omitempty"`
 }
 
 func toScanJSON(s *pb.ScanInfo) scanJSON {
 	return scanJSON{ScanID: s.GetScanId(), State: s.GetState(), CreatedAt: s.GetCreatedAt(), FinishedAt: s.GetFinishedAt(),
 		Admitted: s.GetAdmitted(), Declared: s.GetDeclaredTotal(), Pending: s.GetPending(), Queued: s.GetQueued(), Leased: s.GetLeased(), Running: s.GetRunning(), Completed: s.GetCompleted(),
 		Failed: s.GetFailed(), Cancelled: s.GetCancelled(), Expired: s.GetExpired(), Results: s.GetResults(), ResultBytes: s.GetResultBytes(),
-		RetentionDeadline: s.RetentionDeadline}
+		RetentionDeadline: s.RetentionDeadline, Scheduled: s.GetScheduled(), Paused: s.GetPaused(), MaxInFlight: s.GetMaxInFlight()}
 }
 
-// scanStateLabel is the table's word for a ScanInfo.state.
-func scanStateLabel(state string) string {
-	if state == "done_with_failures" {
+// scanStateLabel is the table's word for a ScanInfo.state; a running
+// scan that is paused says so.
+func scanStateLabel(state string, paused bool) string {
+	switch {
+	case state == "done_with_failures":
 		return "done with failures"
+	case paused && state == "running":
+		return "running (paused)"
 	}
 	return state
 }
@@ -142,7 +150,7 @@ func writeScansTable(w io.Writer, rows []*pb.ScanInfo) error {
 	}
 	fmt.Fprintln(tw, head)
 	for _, s := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d", s.GetScanId(), scanStateLabel(s.GetState()),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d", s.GetScanId(), scanStateLabel(s.GetState(), s.GetPaused()),
 			logicalTime(s.GetCreatedAt()), logicalTime(s.GetFinishedAt()), s.GetAdmitted())
 		if declared {
 			fmt.Fprintf(tw, "\t%s", declaredCells(s))

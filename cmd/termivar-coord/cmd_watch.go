@@ -38,6 +38,13 @@ type progressJSON struct {
 	Stall       string   `json:"stall,omitempty"`
 	// Reruns counts re-runs of the scan's tasks (retry; contract Part F).
 	Reruns uint32 `json:"reruns,omitempty"`
+	// Scheduling (contract Part F): unroutable counts queued tasks whose
+	// required tags no live worker declared.
+	Scheduled   uint32 `json:"scheduled"`
+	Paused      bool   `json:"paused,omitempty"`
+	MaxInFlight uint32 `json:"max_in_flight,omitempty"`
+	Unroutable  uint32 `json:"unroutable"`
+	LiveWorkers uint32 `json:"live_workers"`
 }
 
 // scanFailedError: the watched scan ended with failed or expired tasks
@@ -85,7 +92,7 @@ func describeProgress(p *pb.ScanProgressResponse) string {
 	if n := notAdmitted(p); n > 0 {
 		s += fmt.Sprintf(" not yet admitted %d", n)
 	}
-	return s
+	return s + describeScheduling(p) // cmd_schedule.go
 }
 
 // explainStall says what a scan that stopped moving waits for, from the
@@ -106,6 +113,9 @@ func explainStall(p *pb.ScanProgressResponse) string {
 			return fmt.Sprintf("every admitted task ended and %d declared targets are not admitted: is the enqueue still running? (re-run it to store the rest)", n)
 		}
 		return ""
+	}
+	if why := schedulingStall(p); why != "" { // cmd_schedule.go
+		return why
 	}
 	switch {
 	case p.GetQueued() > 0 && p.GetLiveWorkers() == 0:
@@ -238,7 +248,7 @@ func watchScan(ctx context.Context, c *client.Client, o watchOptions, w io.Write
 			return rejectedError{"scan " + o.scan + " has no tasks"}
 		}
 		now := time.Now()
-		changed := ws.last == nil || !sameProgress(ws.last, p)
+		changed := ws.last == nil || !sameProgress(ws.last, p) || !sameScheduling(ws.last, p)
 		ws.observe(p, now)
 		done := scanDone(p)
 		stall := ws.stall(now, o.stallAfter)
@@ -270,6 +280,8 @@ func progressLine(scan string, p *pb.ScanProgressResponse, ws watchState, now ti
 		ScanID: scan, Total: p.GetTotal(), Queued: p.GetQueued(), Leased: p.GetLeased(), Running: p.GetRunning(),
 		Completed: p.GetCompleted(), Failed: p.GetFailed(), Cancelled: p.GetCancelled(), Expired: p.GetExpired(),
 		Results: p.GetResults(), NotAdmitted: notAdmitted(p), Done: scanDone(p), Elapsed: now.Sub(ws.start).Seconds(), Stall: stall, Reruns: p.GetReruns(),
+		Scheduled: p.GetScheduled(), Paused: p.GetPaused(), MaxInFlight: p.GetMaxInFlight(),
+		Unroutable: p.GetUnroutable(), LiveWorkers: p.GetLiveWorkers(),
 	}
 	if hasETA {
 		secs := eta.Seconds()

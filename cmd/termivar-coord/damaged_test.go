@@ -92,12 +92,23 @@ func TestServe_DamagedDataDirExits2(t *testing.T) {
 			}
 		}, filepath.Join("raft", "wal"), "truncated"},
 		{"byte flipped in the middle", false, func(t *testing.T, dir string) {
-			f, err := os.OpenFile(onlySegment(t, dir), os.O_RDWR, 0)
+			seg := onlySegment(t, dir)
+			b, err := os.ReadFile(seg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// NB: inside a record's payload (an enqueued task ID), not at a
+			// fixed offset that could fall on a record's padding.
+			at := bytes.Index(b, []byte("t2"))
+			if at < 0 {
+				t.Fatal("task t2 not found in the segment")
+			}
+			f, err := os.OpenFile(seg, os.O_RDWR, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer f.Close()
-			if _, err := f.WriteAt([]byte{0xee}, 300); err != nil {
+			if _, err := f.WriteAt([]byte{0xee}, int64(at)); err != nil {
 				t.Fatal(err)
 			}
 		}, filepath.Join("raft", "wal"), "cannot be trusted"},

@@ -38,6 +38,7 @@ type serveFlags struct {
 	cluster                            clusterFlags
 	serverLimits                       server.Limits
 	obs                                obsFlags
+	scheduling                         distributed.SchedulingOptions
 	// emulateVersion is node.Config.EmulateVersion: set only by the
 	// mixed-version tests (upgrade_test.go), never by a flag.
 	emulateVersion uint32
@@ -62,6 +63,10 @@ func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	addLimitFlags(fs, &f.limits, &f.resultLimits, "per-tenant default: ")
 	addServerLimitFlags(fs, &f.serverLimits)
 	addObsFlags(fs, &f.obs)
+	d := node.DefaultServiceScheduling()
+	fs.Uint64Var(&f.scheduling.BackoffBaseSecs, "backoff-base", d.BackoffBaseSecs, "per-tenant default: first retry delay in seconds, doubling per retry with jitter (0: retry at once)")
+	fs.Uint64Var(&f.scheduling.BackoffCapSecs, "backoff-cap", d.BackoffCapSecs, "per-tenant default: longest retry delay in seconds")
+	fs.BoolVar(&f.scheduling.FairScans, "fair-scans", d.FairScans, "per-tenant default: serve scans of one priority round-robin")
 	return fs
 }
 
@@ -157,6 +162,10 @@ func runServe(args []string) int {
 	}
 	if err := f.serverLimits.Validate(); err != nil {
 		fmt.Fprintln(os.Stderr, "termivar-coord serve:", err)
+		return exitUsage
+	}
+	if err := f.scheduling.Validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "termivar-coord serve: scheduling:", err)
 		return exitUsage
 	}
 	if (f.tlsCert == "") != (f.tlsKey == "") || (f.clientCA != "" && f.tlsCert == "") {
@@ -362,7 +371,8 @@ func nodeConfig(f serveFlags, logger *slog.Logger, apiURL string) node.Config {
 	return node.Config{
 		DataDir: f.dataDir, NodeID: f.nodeID, RaftAddr: f.raftAddr, Logger: logger, RaftLogOutput: os.Stderr,
 		TickInterval: tick, TaskTTLSecs: f.taskTTL, DefaultLimits: f.limits, DefaultResultLimits: f.resultLimits,
-		APIURL: apiURL, ForceNewCluster: f.forceNewCluster, EmulateVersion: f.emulateVersion,
+		APIURL: apiURL, ForceNewCluster: f.forceNewCluster, DefaultScheduling: &f.scheduling,
+		EmulateVersion: f.emulateVersion,
 	}
 }
 

@@ -1,12 +1,15 @@
 // Test of a rolling upgrade. Goal: in a cluster whose members run the
 // "previous release" (node.Config.EmulateVersion 1: cluster version 1,
-// which does not know RecordBackup), the version-2 operation is refused
-// with the typed cluster_version error and changes nothing, on every
-// member and while only some members are upgraded; members are upgraded
-// one at a time (graceful stop, restart on the new binary) while
-// producers and a worker run; once the last one reports version 2 the
-// leader raises the cluster version, every member applies it and the
-// operation works (a backup records itself and Status shows it). Nothing
+// which does not know RecordBackup nor scheduling), the version-2 and
+// version-3 operations (a backup, a delayed enqueue, UpdateScan,
+// SetSchedulingOptions) are refused with the typed cluster_version error
+// and change nothing, on every member and while only some members are
+// upgraded; members are upgraded one at a time (graceful stop, restart on
+// the new binary) while producers and a worker run; once the last one
+// reports version 3 the leader raises the cluster version, every member
+// applies it, the system tenant gets the default scheduling options with
+// the raise, and the operations work (a backup records itself and Status
+// shows it). Nothing
 // acknowledged is lost and every member ends with the same state hash. A
 // member then started on the old binary again stops with an error saying
 // to upgrade instead of applying a state it does not understand.
@@ -19,16 +22,19 @@ import (
 	"crypto/rand"
 	"errors"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	distributed "github.com/termivar/distributed"
 	"github.com/termivar/distributed/client"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 	"github.com/termivar/distributed/internal/wireerr"
+	"github.com/termivar/distributed/node"
 	"github.com/termivar/distributed/raftfsm"
 )
 
@@ -151,13 +157,20 @@ func TestUpgrade_RollingMixedVersion(t *testing.T) {
 	before, _ = c.leader().rn.n.FSM().StateHash()
 	_, errDel := admin.DeleteScan(ctx, &pb.DeleteScanRequest{ScanId: "pre", Force: true})
 	_, errRet := admin.UpdateTenant(ctx, &pb.UpdateTenantRequest{Name: raftfsm.SystemTenant, ResultRetentionSecs: 60})
-	for _, err := range []error{errDel, errRet} {
+	// Version-3 calls (scheduling, contract Part F) are refused the same way.
+	_, errDelay := admin.Enqueue(ctx, &pb.EnqueueRequest{Tasks: []*pb.NewTask{{TaskId: "later", ScanId: "pre", TargetRef: "y", DelaySecs: 60}}})
+	_, errPause := admin.UpdateScan(ctx, &pb.UpdateScanRequest{ScanId: "pre", Paused: proto.Bool(true)})
+	_, errOpts := admin.SetSchedulingOptions(ctx, &pb.SetSchedulingOptionsRequest{Options: &pb.SchedulingOptions{FairScans: true}})
+	for _, err := range []error{errDel, errRet, errDelay, errPause, errOpts} {
 		if d, ok := wireerr.DetailOf(err); codeOf(err) != connect.CodeFailedPrecondition || !ok || d.GetKind() != "cluster_version" {
-			t.Fatalf("a version-2 API call at version 1 = %v; want FailedPrecondition, cluster_version", err)
+			t.Fatalf("a version-2 or -3 API call at version 1 = %v; want FailedPrecondition, cluster_version", err)
 		}
 	}
 	if after, _ := c.leader().rn.n.FSM().StateHash(); after != before {
-		t.Fatal("refused version-2 API calls changed the state")
+		t.Fatal("refused version-2 and -3 API calls changed the state")
+	}
+	if tv, _ := c.leader().rn.n.FSM().Tenant(raftfsm.SystemTenant); tv.SchedulingOptions() != (distributed.SchedulingOptions{}) {
+		t.Fatalf("system tenant at version 1 has scheduling options %+v", tv.SchedulingOptions())
 	}
 	expectEnqueueAtVersion1(t, ctx, c, admin)
 	// A backup still works at version 1; it records nothing.
@@ -178,7 +191,7 @@ func TestUpgrade_RollingMixedVersion(t *testing.T) {
 		if err := n.restartAs(t, 0); err != nil {
 			t.Fatalf("restart %s on the new binary: %v", n.id, err)
 		}
-		waitCond(t, n.id+" reported version 2", func() bool { return c.leader().rn.n.FSM().NodeVersion(n.id) == raftfsm.SupportedVersion })
+		waitCond(t, n.id+" reported version 3", func() bool { return c.leader().rn.n.FSM().NodeVersion(n.id) == raftfsm.SupportedVersion })
 		e0, d0 := load.counts()
 		load.waitProgress(t, "load after upgrading "+n.id, 40, 10)
 		t.Logf("upgraded %s (%d of 3); %d enqueues, %d completions acknowledged so far", n.id, i+1, e0, d0)
@@ -186,7 +199,7 @@ func TestUpgrade_RollingMixedVersion(t *testing.T) {
 			expectGated(t, c)
 		}
 	}
-	waitCond(t, "cluster version 2 on every member", func() bool {
+	waitCond(t, "cluster version 3 on every member", func() bool {
 		for _, n := range c.nodes {
 			if n.rn.n.ClusterVersion() != raftfsm.SupportedVersion {
 				return false
@@ -194,32 +207,42 @@ func TestUpgrade_RollingMixedVersion(t *testing.T) {
 		}
 		return true
 	})
+	// The raise to version 3 gave the system tenant the node's default
+	// scheduling options, on every member.
+	for _, n := range c.nodes {
+		if tv, _ := n.rn.n.FSM().Tenant(raftfsm.SystemTenant); tv.SchedulingOptions() != node.DefaultServiceScheduling() {
+			t.Fatalf("%s: system tenant's scheduling options after the upgrade = %+v, want the defaults", n.id, tv.SchedulingOptions())
+		}
+	}
+	if _, err := admin.UpdateScan(ctx, &pb.UpdateScanRequest{ScanId: "pre", MaxInFlight: proto.Uint32(4)}); err != nil {
+		t.Fatalf("UpdateScan at version 3: %v", err)
+	}
 	// The operation works now: a backup records itself, Status shows it.
 	file2 := filepath.Join(t.TempDir(), "v2.backup")
 	if code := runBackupTo([]string{"--server", c.urls(1), "--key", c.adminKey, "--out", file2}, &out, &errOut); code != exitOK {
 		t.Fatalf("backup at version 2 = %d: %s", code, errOut.String())
 	}
 	h, _, bf := readBackup(t, file2)
-	if lb, ok := bf.LastBackup(); len(h.GetBackupId()) != raftfsm.BackupIDBytes || !ok || !bytes.Equal(lb.GetBackupId(), h.GetBackupId()) || h.GetClusterVersion() != 2 {
-		t.Fatalf("backup at version 2: header id %x version %d, its state's record %v", h.GetBackupId(), h.GetClusterVersion(), lb)
+	if lb, ok := bf.LastBackup(); len(h.GetBackupId()) != raftfsm.BackupIDBytes || !ok || !bytes.Equal(lb.GetBackupId(), h.GetBackupId()) || h.GetClusterVersion() != 3 {
+		t.Fatalf("backup at version 3: header id %x version %d, its state's record %v", h.GetBackupId(), h.GetClusterVersion(), lb)
 	}
 	for _, n := range c.nodes {
 		waitCond(t, n.id+" shows the backup", func() bool {
 			st, err := c.client(n.url, c.adminKey).Status(ctx, &pb.StatusRequest{})
-			return err == nil && st.GetClusterVersion() == 2 && st.GetNodeMaxVersion() == 2 && bytes.Equal(st.GetLastBackup().GetBackupId(), h.GetBackupId())
+			return err == nil && st.GetClusterVersion() == 3 && st.GetNodeMaxVersion() == 3 && bytes.Equal(st.GetLastBackup().GetBackupId(), h.GetBackupId())
 		})
 	}
 	var sout, serr bytes.Buffer
 	code, _ := runRegistered("status", []string{"--server", c.urls(0), "--key", c.adminKey, "--json"}, &cliEnv{stdout: &sout, stderr: &serr})
-	if code != exitOK || !strings.Contains(sout.String(), `"cluster_version":2,"node_max_version":2`) {
-		t.Errorf("status --json = %d %q %q; want cluster_version 2, node_max_version 2", code, sout.String(), serr.String())
+	if code != exitOK || !strings.Contains(sout.String(), `"cluster_version":3,"node_max_version":3`) {
+		t.Errorf("status --json = %d %q %q; want cluster_version 3, node_max_version 3", code, sout.String(), serr.String())
 	}
 	load.waitProgress(t, "load after the cluster version rose", 40, 10)
 	load.stop()
 
 	checkAllAcked(t, c, load)
 	if _, err := admin.DeleteScan(ctx, &pb.DeleteScanRequest{ScanId: "pre", Force: true}); err != nil {
-		t.Errorf("DeleteScan at version 2: %v", err)
+		t.Errorf("DeleteScan at version 3: %v", err)
 	}
 	sameStateHash(t, c)
 
@@ -231,10 +254,10 @@ func TestUpgrade_RollingMixedVersion(t *testing.T) {
 	}
 	f.stopGraceful()
 	err = f.restartAs(t, 1)
-	if err == nil || !strings.Contains(err.Error(), "upgrade") || !strings.Contains(err.Error(), "cluster version 2") {
-		t.Fatalf("restart on the old binary = %v; want a refusal saying the state needs cluster version 2 and to upgrade", err)
+	if err == nil || !strings.Contains(err.Error(), "upgrade") || !strings.Contains(err.Error(), "cluster version 3") {
+		t.Fatalf("restart on the old binary = %v; want a refusal saying the state needs cluster version 3 and to upgrade", err)
 	}
-	t.Logf("old binary on a version-2 data dir: %v", err)
+	t.Logf("old binary on a version-3 data dir: %v", err)
 	if err := f.restartAs(t, 0); err != nil {
 		t.Fatalf("restart on the new binary after the refusal: %v", err)
 	}
@@ -289,7 +312,7 @@ func TestUpgrade_OldJoinerRefused(t *testing.T) {
 		return nil
 	}
 	err := join(1, filepath.Join(c.base, "n4-old"))
-	if err == nil || !strings.Contains(err.Error(), "supports cluster version 1, the cluster runs 2") || !strings.Contains(err.Error(), "upgrade") {
+	if err == nil || !strings.Contains(err.Error(), "supports cluster version 1, the cluster runs "+strconv.Itoa(raftfsm.SupportedVersion)) || !strings.Contains(err.Error(), "upgrade") {
 		t.Fatalf("--join on the old binary = %v; want the version refusal", err)
 	}
 	ms, err := c.leader().rn.n.Members()
@@ -299,7 +322,7 @@ func TestUpgrade_OldJoinerRefused(t *testing.T) {
 	if err := join(0, filepath.Join(c.base, "n4-new")); err != nil {
 		t.Fatalf("--join on the new binary: %v", err)
 	}
-	waitCond(t, "n4 reported version 2", func() bool { return c.leader().rn.n.FSM().NodeVersion("n4") == raftfsm.SupportedVersion })
+	waitCond(t, "n4 reported the newest version", func() bool { return c.leader().rn.n.FSM().NodeVersion("n4") == raftfsm.SupportedVersion })
 }
 
 // expectEnqueueAtVersion1: at cluster version 1 an Enqueue that declares a
@@ -325,5 +348,15 @@ func expectEnqueueAtVersion1(t *testing.T, ctx context.Context, c *tcluster, adm
 	p, err := admin.ScanProgress(ctx, &pb.ScanProgressRequest{ScanId: "v1"})
 	if err != nil || p.GetTotal() != 2 || p.GetDeclaredTotal() != 0 || p.GetPending() != 0 {
 		t.Fatalf("scan v1 at version 1 = %v, %v; want 2 tasks and no declared total", p, err)
+	}
+	// With a scheduling flag (cluster version 3) the refusal stands: no
+	// retry without the declared total, no note, nothing stored.
+	before, _ = c.leader().rn.n.FSM().StateHash()
+	code, out, errOut = runCLI(t, c.urls(0), c.adminKey, "enqueue", "--scan", "v1-delay", "--quiet", "--delay", "1m", "--file", file)
+	if code == exitOK || strings.Contains(errOut, "cluster runs version 1") || !strings.Contains(errOut, "cluster version 3") {
+		t.Fatalf("enqueue --delay at version 1 = %d %q %q; want refused with cluster version 3, no note", code, out, errOut)
+	}
+	if after, _ := c.leader().rn.n.FSM().StateHash(); after != before {
+		t.Fatal("the refused enqueue --delay changed the state")
 	}
 }

@@ -123,6 +123,7 @@ func (m *Model) RerunTasks(rev, now uint64, req distributed.RerunRequest) (distr
 		t.TaskGeneration++
 		t.RerunBase = t.TaskGeneration
 		t.RetryCount = 0
+		t.Scheduling.NotBeforeSecs = 0 // a new run: leasable at once
 		t.FinishedAt = 0
 		t.Reruns++
 		t.CreatedAt = now

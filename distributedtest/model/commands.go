@@ -55,7 +55,9 @@ func (m *Model) insert(spec distributed.TaskSpec, now uint64) Task {
 		TaskGeneration: m.genFloor,
 		LifeBase:       m.genFloor,
 		TimeoutSecs:    spec.AttemptTimeoutSecs,
+		Scheduling:     spec.Scheduling,
 	}
+	t.Scheduling.RequiredTags = normalTags(spec.Scheduling.RequiredTags)
 	// Keep the slice in task-ID order so that Tasks needs no sort.
 	at := 0
 	for at < len(m.tasks) && m.tasks[at].TaskID < t.TaskID {
@@ -313,15 +315,19 @@ func (m *Model) AssignNextAvailable(rev, now, leaseTTL uint64) (Lease, uint64, e
 	if err := m.begin(rev, now); err != nil {
 		return Lease{}, 0, err
 	}
-	ti := m.nextQueued()
-	if ti < 0 {
+	order := m.selectable()
+	if len(order) == 0 {
 		return Lease{}, 0, kerr(distributed.KindNoQueuedTask)
 	}
-	wi := m.bestWorker(now)
-	if wi < 0 {
+	if m.bestWorker(now) < 0 {
 		return Lease{}, 0, kerr(distributed.KindNoAvailableWorker)
 	}
-	return m.grant(now, ti, wi, leaseTTL)
+	for _, ti := range order {
+		if wi := m.bestWorkerWith(now, m.tasks[ti].Scheduling.RequiredTags); wi >= 0 {
+			return m.grant(now, ti, wi, leaseTTL)
+		}
+	}
+	return Lease{}, 0, kerr(distributed.KindNoAvailableWorker)
 }
 
 // AssignNext leases the head of the queue to the named worker.
@@ -335,15 +341,19 @@ func (m *Model) AssignNext(rev, now uint64, workerID string, leaseTTL uint64) (L
 	if err := m.begin(rev, now); err != nil {
 		return Lease{}, 0, err
 	}
-	ti := m.nextQueued()
-	if ti < 0 {
+	if m.nextQueued() < 0 {
 		return Lease{}, 0, kerr(distributed.KindNoQueuedTask)
 	}
 	wi, err := m.workerForAssignment(now, workerID)
 	if err != nil {
 		return Lease{}, 0, err
 	}
-	return m.grant(now, ti, wi, leaseTTL)
+	for _, ti := range m.selectable() {
+		if covers(m.workers[wi].Tags, m.tasks[ti].Scheduling.RequiredTags) {
+			return m.grant(now, ti, wi, leaseTTL)
+		}
+	}
+	return Lease{}, 0, kerr(distributed.KindNoQueuedTask)
 }
 
 // AssignTask leases the named queued task to the named worker.
@@ -371,7 +381,39 @@ func (m *Model) AssignTask(rev, now uint64, taskID, workerID string, leaseTTL ui
 	if err != nil {
 		return Lease{}, 0, err
 	}
+	if err := m.notLeasable(ti, wi); err != nil {
+		return Lease{}, 0, err
+	}
 	return m.grant(now, ti, wi, leaseTTL)
+}
+
+// notLeasable is AssignTask's scheduling check (schedule.go), in the
+// core's order: not yet due, a missing tag, paused, at the limit.
+func (m *Model) notLeasable(ti, wi int) error {
+	t := m.tasks[ti]
+	reason := m.notSelectable(t)
+	if reason != "task is scheduled for later" && !covers(m.workers[wi].Tags, t.Scheduling.RequiredTags) {
+		reason = "worker lacks a required tag"
+	}
+	if reason == "" {
+		return nil
+	}
+	return &distributed.Error{Kind: distributed.KindTaskNotLeasable, TaskID: t.TaskID, WorkerID: m.workers[wi].WorkerID, Reason: reason}
+}
+
+// bestWorkerWith is bestWorker among workers that declared every tag.
+func (m *Model) bestWorkerWith(now uint64, tags []distributed.WorkerTag) int {
+	best := -1
+	for i, w := range m.workers {
+		if !m.eligible(w, now) || !covers(w.Tags, tags) {
+			continue
+		}
+		if best < 0 || w.AvailableSlots() > m.workers[best].AvailableSlots() ||
+			(w.AvailableSlots() == m.workers[best].AvailableSlots() && w.WorkerID < m.workers[best].WorkerID) {
+			best = i
+		}
+	}
+	return best
 }
 
 func (m *Model) workerForAssignment(now uint64, workerID string) (int, error) {
@@ -411,6 +453,11 @@ func (m *Model) grant(now uint64, ti, wi int, ttl uint64) (Lease, uint64, error)
 	t.Lease, t.HasLease = l, true
 	t.RecordVersion++
 	w.CurrentTasks++
+	if m.opts.FairScans {
+		sc := m.scans[t.ScanID]
+		sc.LastServed = l.LeaseID
+		m.scans[t.ScanID] = sc
+	}
 	return l, m.commit(now), nil
 }
 
@@ -761,6 +808,7 @@ func (m *Model) applyRecovery(tasks []int, now uint64) {
 			t.StartedAt, t.HasStarted = 0, false
 			m.lastOrdinal++
 			t.Ordinal = m.lastOrdinal
+			t.Scheduling.NotBeforeSecs = m.retryNotBefore(*t, now)
 			continue
 		}
 		t.Status = distributed.TaskFailed

@@ -21,6 +21,9 @@ type Model struct {
 	// genFloor is the generation new tasks start at: one above the
 	// highest generation of any purged task (docs/adr/0002-purge.md).
 	genFloor uint64
+
+	opts  distributed.SchedulingOptions // schedule.go
+	scans map[string]Scan               // scans with settings or a fairness position
 }
 
 // New returns a model with the given limits, or the limits' validation error.
@@ -28,7 +31,7 @@ func New(l distributed.Limits) (*Model, error) {
 	if err := l.Validate(); err != nil {
 		return nil, err
 	}
-	return &Model{limits: l}, nil
+	return &Model{limits: l, scans: map[string]Scan{}}, nil
 }
 
 // Revision returns the current revision.
@@ -172,17 +175,13 @@ func queuedBefore(a, b Task) bool {
 	return a.TaskID < b.TaskID
 }
 
+// nextQueued is the first selectable queued task (schedule.go), ignoring
+// required tags, or -1.
 func (m *Model) nextQueued() int {
-	best := -1
-	for i, t := range m.tasks {
-		if t.Status != distributed.TaskQueued {
-			continue
-		}
-		if best < 0 || queuedBefore(t, m.tasks[best]) {
-			best = i
-		}
+	if s := m.selectable(); len(s) > 0 {
+		return s[0]
 	}
-	return best
+	return -1
 }
 
 func (m *Model) count(status distributed.TaskStatus) int {
@@ -251,6 +250,11 @@ func (m *Model) begin(rev, now uint64) error {
 func (m *Model) commit(now uint64) uint64 {
 	m.revision++
 	m.logicalTime = now
+	for id, sc := range m.scans {
+		if sc.Settings == (distributed.ScanSettings{}) && m.scanState(id).Active == 0 {
+			delete(m.scans, id) // schedule.go: an idle scan without settings is forgotten
+		}
+	}
 	return m.revision
 }
 
@@ -320,7 +324,7 @@ func checkTaskSpec(s distributed.TaskSpec) error {
 	case s.AttemptTimeoutSecs > distributed.MaxTaskTTLSecs:
 		return invalidTask("attempt timeout is too long")
 	}
-	return nil
+	return checkScheduling(s.Scheduling)
 }
 
 func utilizationTooHigh(cpu, mem, net uint16) bool {

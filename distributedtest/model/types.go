@@ -78,6 +78,9 @@ type Task struct {
 	RecordVersion  uint64
 	Lease          Lease
 	HasLease       bool
+	// Scheduling holds the task's scheduling fields (contract Part F),
+	// required tags sorted and distinct (nil for none).
+	Scheduling distributed.TaskScheduling
 
 	// Ordinal is the enqueue ordinal of the current queue entry.
 	Ordinal uint64

@@ -137,6 +137,12 @@ func (k *checker) step(h *Harness, c Command, before distributed.StateSnapshot, 
 		if (err == nil) != (merr == nil) || ok != mok || (ok && !reflect.DeepEqual(ModelWorker(w), WorkerView(mw))) {
 			return fmt.Errorf("GetAvailableWorker(%d): core %v %v %v, model %v %v %v", c.Now, w, ok, err, mw, mok, merr)
 		}
+		if h.Core.WakeDue(c.Now) != h.Model.WakeDue(c.Now) {
+			return fmt.Errorf("WakeDue(%d): core %v, model %v", c.Now, h.Core.WakeDue(c.Now), h.Model.WakeDue(c.Now))
+		}
+	}
+	if co, mo := h.Core.SchedulingOptions(), h.Model.SchedulingOptions(); co != mo {
+		return fmt.Errorf("scheduling options: core %+v, model %+v", co, mo)
 	}
 	return nil
 }
@@ -298,7 +304,8 @@ func eqTask(a, b model.Task) bool {
 		a.CompletedAt == b.CompletedAt && a.HasCompleted == b.HasCompleted && a.FinishedAt == b.FinishedAt &&
 		a.RetryCount == b.RetryCount && a.Attempt == b.Attempt && a.TaskGeneration == b.TaskGeneration &&
 		a.RecordVersion == b.RecordVersion && a.Lease == b.Lease && a.HasLease == b.HasLease &&
-		a.TimeoutSecs == b.TimeoutSecs && a.Reruns == b.Reruns && slices.Equal(a.History, b.History)
+		a.TimeoutSecs == b.TimeoutSecs && a.Reruns == b.Reruns && slices.Equal(a.History, b.History) &&
+		reflect.DeepEqual(a.Scheduling, b.Scheduling)
 }
 
 // eqWorker compares two worker views field by field.

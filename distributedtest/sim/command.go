@@ -45,6 +45,12 @@ const (
 	OpPurgeResults
 	// OpRerun is RerunTasks (beyond contract Part A).
 	OpRerun
+	// Scheduling (contract Part F): appended so that the earlier ops keep
+	// their numbers.
+	OpSetOptions
+	OpUpdateScan
+	OpAdvance
+	OpScanState
 	numOps
 )
 
@@ -56,7 +62,8 @@ var opNames = [...]string{
 	OpExpire: "expire-old", OpGetTask: "get-task", OpGetWorker: "get-worker", OpPeek: "peek",
 	OpAvailable: "get-available-worker", OpStoreResult: "store-result", OpGetResult: "get-result",
 	OpAggregate: "aggregate", OpRestart: "restart", OpPurge: "purge", OpPurgeResults: "purge-results",
-	OpRerun: "rerun",
+	OpRerun:      "rerun",
+	OpSetOptions: "set-scheduling-options", OpUpdateScan: "update-scan", OpAdvance: "advance-time", OpScanState: "scan-state",
 }
 
 func (o Op) String() string {
@@ -68,11 +75,12 @@ func (o Op) String() string {
 
 // Mutating reports whether the op is a command that takes a revision.
 func (o Op) Mutating() bool {
-	return o <= OpExpire || o == OpStoreResult || o == OpPurge || o == OpPurgeResults || o == OpRerun
+	return o <= OpExpire || o == OpStoreResult || o == OpPurge || o == OpPurgeResults || o == OpRerun ||
+		o == OpSetOptions || o == OpUpdateScan || o == OpAdvance
 }
 
 // pool reports whether the op addresses the WorkerPool (not the results).
-func (o Op) pool() bool { return o <= OpAvailable || o == OpPurge || o == OpRerun }
+func (o Op) pool() bool { return o <= OpAvailable || o == OpPurge || o == OpRerun || o >= OpSetOptions }
 
 // Command is one step. RevDelta and NowDelta are relative to the revision
 // and logical time when the step is applied (so that a shrunk sequence stays
@@ -105,6 +113,8 @@ type Command struct {
 	Reason     string                   // OpFail: "" calls FailTask, else FailTaskWithReason
 	Rerun      distributed.RerunRequest // OpRerun
 	Purge      distributed.PurgeFilter  // OpPurge
+	Options    distributed.SchedulingOptions
+	ScanUpdate distributed.ScanUpdate
 
 	// Note says which fault or choice the generator made (for reports).
 	Note string
@@ -129,7 +139,13 @@ func (c Command) String() string {
 	switch c.Op {
 	case OpEnqueue:
 		s := c.TaskSpec
-		fmt.Fprintf(&b, " task=%s scan=%s target=%s phases=%d prio=%d", short(s.TaskID), short(s.ScanID), short(s.TargetRef), len(s.Phases), s.Priority)
+		fmt.Fprintf(&b, " task=%s scan=%s target=%s phases=%d prio=%d sched=%+v", short(s.TaskID), short(s.ScanID), short(s.TargetRef), len(s.Phases), s.Priority, s.Scheduling)
+	case OpSetOptions:
+		fmt.Fprintf(&b, " %+v", c.Options)
+	case OpUpdateScan:
+		fmt.Fprintf(&b, " %+v", c.ScanUpdate)
+	case OpScanState:
+		fmt.Fprintf(&b, " scan=%s", short(c.ScanUpdate.ScanID))
 	case OpEnqueueBatch:
 		for _, s := range c.TaskSpecs {
 			fmt.Fprintf(&b, " [task=%s scan=%s prio=%d]", short(s.TaskID), short(s.ScanID), s.Priority)

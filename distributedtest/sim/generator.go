@@ -102,6 +102,7 @@ var opWeights = [numOps]int{
 	OpFail: 5, OpRenew: 5, OpCancel: 4, OpCancelByID: 2, OpRecover: 3, OpExpire: 2, OpGetTask: 2, OpGetWorker: 1,
 	OpPeek: 1, OpAvailable: 2, OpStoreResult: 6, OpGetResult: 1, OpAggregate: 2, OpRestart: 1,
 	OpPurge: 3, OpPurgeResults: 2, OpRerun: 3,
+	OpSetOptions: 1, OpUpdateScan: 3, OpAdvance: 2, OpScanState: 1,
 }
 
 var totalWeight = func() int {
@@ -211,6 +212,10 @@ func (g *Generator) Build(op Op) Command {
 		c.TaskID = g.taskID(&c)
 	case OpExpire:
 		c.MaxAge = g.maxAge(&c)
+	case OpSetOptions:
+		c.Options = g.options(&c)
+	case OpUpdateScan, OpScanState:
+		c.ScanUpdate = g.scanUpdate(&c)
 	case OpGetTask:
 		c.TaskID = g.taskID(&c)
 	case OpGetWorker:
@@ -419,6 +424,9 @@ func (g *Generator) taskSpec(c *Command) distributed.TaskSpec {
 	if g.pct(2) {
 		g.note(c, "bad-timeout")
 		s.AttemptTimeoutSecs = distributed.MaxTaskTTLSecs + 1 + uint64(g.n(3))
+	}
+	if g.pct(20) {
+		s.Scheduling = g.scheduling(c)
 	}
 	if g.pct(6) {
 		g.note(c, "bad-spec")
@@ -905,4 +913,66 @@ func (g *Generator) idList(c *Command, pick func(*Command) string) []string {
 		g.note(c, "repeated-id")
 	}
 	return ids
+}
+
+// scheduling returns a task's scheduling fields (contract Part F): a
+// not-before time near logical time, required tags, a backoff override,
+// now and then an invalid one.
+func (g *Generator) scheduling(c *Command) distributed.TaskScheduling {
+	var s distributed.TaskScheduling
+	if g.pct(50) {
+		s.NotBeforeSecs = g.m.LogicalTime() + uint64(g.n(20))
+	}
+	for range g.n(3) {
+		s.RequiredTags = append(s.RequiredTags, distributed.WorkerTag(g.n(5)))
+	}
+	if g.pct(30) {
+		s.BackoffBaseSecs = uint64(1 + g.n(5))
+		if g.pct(50) {
+			s.BackoffCapSecs = s.BackoffBaseSecs + uint64(g.n(10))
+		}
+	}
+	if g.pct(5) {
+		g.note(c, "bad-scheduling")
+		switch g.n(3) {
+		case 0:
+			s.RequiredTags = append(s.RequiredTags, distributed.WorkerTag(5+g.n(250)))
+		case 1:
+			s.BackoffBaseSecs, s.BackoffCapSecs = 10, 5
+		case 2:
+			s.BackoffBaseSecs = distributed.MaxBackoffSecs + 1
+		}
+	}
+	return s
+}
+
+// options returns pool scheduling options, now and then invalid ones.
+func (g *Generator) options(c *Command) distributed.SchedulingOptions {
+	o := distributed.SchedulingOptions{FairScans: g.pct(60)}
+	if g.pct(60) {
+		o.BackoffBaseSecs = uint64(1 + g.n(4))
+		if g.pct(50) {
+			o.BackoffCapSecs = o.BackoffBaseSecs + uint64(g.n(20))
+		}
+	}
+	if g.pct(8) {
+		g.note(c, "bad-options")
+		o.BackoffBaseSecs, o.BackoffCapSecs = 0, 3
+	}
+	return o
+}
+
+// scanUpdate returns an update of one of the generated scans.
+func (g *Generator) scanUpdate(c *Command) distributed.ScanUpdate {
+	u := distributed.ScanUpdate{ScanID: fmt.Sprintf("scan-%d", g.n(4))}
+	if g.pct(4) {
+		u.ScanID = g.hostile(c)
+	}
+	if g.pct(60) {
+		u.SetPaused, u.Paused = true, g.pct(50)
+	}
+	if g.pct(60) {
+		u.SetMaxInFlight, u.MaxInFlight = true, uint32(g.n(3))
+	}
+	return u
 }

@@ -206,6 +206,21 @@ func applyCore(p *distributed.WorkerPool, a *distributed.ResultAggregator, c Com
 	case OpRecover:
 		tr, err := p.RecoverExpiredLeases(c.Rev, c.Now)
 		return coreOut(tr, err, id[distributed.RecoverySummary]), nil
+	case OpSetOptions:
+		tr, err := p.SetSchedulingOptions(c.Rev, c.Now, c.Options)
+		return coreOut(tr, err, id[distributed.SchedulingOptions]), nil
+	case OpUpdateScan:
+		tr, err := p.UpdateScan(c.Rev, c.Now, c.ScanUpdate)
+		return coreOut(tr, err, id[distributed.ScanState]), nil
+	case OpAdvance:
+		tr, err := p.AdvanceTime(c.Rev, c.Now)
+		return coreOut(tr, err, id[int]), nil
+	case OpScanState:
+		st, err := p.ScanState(c.ScanUpdate.ScanID)
+		if err != nil {
+			return Outcome{Err: toErr(err)}, nil
+		}
+		return Outcome{Value: st}, nil
 	case OpExpire:
 		tr, err := q.ExpireOldTasks(c.Rev, c.Now, c.MaxAge)
 		return coreOut(tr, err, id[int]), nil
@@ -300,6 +315,18 @@ func applyModel(m *model.Model, rm *model.Results, c Command) Outcome {
 		return modelOut(m.CancelTaskByID(c.Rev, c.Now, c.TaskID))
 	case OpRecover:
 		return modelOut(m.RecoverExpiredLeases(c.Rev, c.Now))
+	case OpSetOptions:
+		return modelOut(m.SetSchedulingOptions(c.Rev, c.Now, c.Options))
+	case OpUpdateScan:
+		return modelOut(m.UpdateScan(c.Rev, c.Now, c.ScanUpdate))
+	case OpAdvance:
+		return modelOut(m.AdvanceTime(c.Rev, c.Now))
+	case OpScanState:
+		st, err := m.ScanState(c.ScanUpdate.ScanID)
+		if err != nil {
+			return modelOut(0, 0, err)
+		}
+		return Outcome{Value: st}
 	case OpExpire:
 		return modelOut(m.ExpireOldTasks(c.Rev, c.Now, c.MaxAge))
 	case OpGetTask:

@@ -164,6 +164,7 @@ func ModelTask(t distributed.ScanTask) model.Task {
 	if len(out.Phases) == 0 {
 		out.Phases = nil
 	}
+	out.Scheduling = t.Scheduling()
 	return out
 }
 
@@ -177,7 +178,7 @@ func TaskView(t model.Task) model.Task {
 		FinishedAt: t.FinishedAt,
 		RetryCount: t.RetryCount, Attempt: t.Attempt, TaskGeneration: t.TaskGeneration, RecordVersion: t.RecordVersion,
 		Lease: t.Lease, HasLease: t.HasLease,
-		TimeoutSecs: t.TimeoutSecs, History: nilIfNoHistory(t.History), Reruns: t.Reruns,
+		TimeoutSecs: t.TimeoutSecs, History: nilIfNoHistory(t.History), Reruns: t.Reruns, Scheduling: t.Scheduling,
 	}
 }
 

@@ -1716,6 +1716,16 @@ type NewTask struct {
 	TargetRef string                 `protobuf:"bytes,3,opt,name=target_ref,json=targetRef,proto3" json:"target_ref,omitempty"`
 	Phases    []byte                 `protobuf:"bytes,4,opt,name=phases,proto3" json:"phases,omitempty"`
 	Priority  string                 `protobuf:"bytes,5,opt,name=priority,proto3" json:"priority,omitempty"` // low, normal (default), high or critical
+	// 20-29: scheduling (contract Part F). The task is leasable from the
+	// later of not_before_secs (a logical second: Unix seconds as stamped by
+	// the leader) and delay_secs after the enqueue is applied.
+	DelaySecs     uint64 `protobuf:"varint,20,opt,name=delay_secs,json=delaySecs,proto3" json:"delay_secs,omitempty"`
+	NotBeforeSecs uint64 `protobuf:"varint,21,opt,name=not_before_secs,json=notBeforeSecs,proto3" json:"not_before_secs,omitempty"`
+	// required_tags: only workers that declared all of them lease the task.
+	RequiredTags []string `protobuf:"bytes,22,rep,name=required_tags,json=requiredTags,proto3" json:"required_tags,omitempty"`
+	// backoff_*: override the tenant's backoff for this task's retries.
+	BackoffBaseSecs uint64 `protobuf:"varint,23,opt,name=backoff_base_secs,json=backoffBaseSecs,proto3" json:"backoff_base_secs,omitempty"`
+	BackoffCapSecs  uint64 `protobuf:"varint,24,opt,name=backoff_cap_secs,json=backoffCapSecs,proto3" json:"backoff_cap_secs,omitempty"`
 	// attempt_timeout_secs bounds each attempt of the task (0: the
 	// request's attempt_timeout_secs).
 	AttemptTimeoutSecs uint64 `protobuf:"varint,6,opt,name=attempt_timeout_secs,json=attemptTimeoutSecs,proto3" json:"attempt_timeout_secs,omitempty"`
@@ -1786,6 +1796,41 @@ func (x *NewTask) GetPriority() string {
 		return x.Priority
 	}
 	return ""
+}
+
+func (x *NewTask) GetDelaySecs() uint64 {
+	if x != nil {
+		return x.DelaySecs
+	}
+	return 0
+}
+
+func (x *NewTask) GetNotBeforeSecs() uint64 {
+	if x != nil {
+		return x.NotBeforeSecs
+	}
+	return 0
+}
+
+func (x *NewTask) GetRequiredTags() []string {
+	if x != nil {
+		return x.RequiredTags
+	}
+	return nil
+}
+
+func (x *NewTask) GetBackoffBaseSecs() uint64 {
+	if x != nil {
+		return x.BackoffBaseSecs
+	}
+	return 0
+}
+
+func (x *NewTask) GetBackoffCapSecs() uint64 {
+	if x != nil {
+		return x.BackoffCapSecs
+	}
+	return 0
 }
 
 func (x *NewTask) GetAttemptTimeoutSecs() uint64 {
@@ -2219,9 +2264,14 @@ type TaskInfo struct {
 	LeaseId        uint64                 `protobuf:"varint,15,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
 	LeaseExpiresAt uint64                 `protobuf:"varint,16,opt,name=lease_expires_at,json=leaseExpiresAt,proto3" json:"lease_expires_at,omitempty"`
 	// fence_token is set for queued tasks; it lets the producer cancel.
-	FenceToken         []byte `protobuf:"bytes,17,opt,name=fence_token,json=fenceToken,proto3" json:"fence_token,omitempty"`
-	HasResult          bool   `protobuf:"varint,18,opt,name=has_result,json=hasResult,proto3" json:"has_result,omitempty"`
-	AttemptTimeoutSecs uint64 `protobuf:"varint,19,opt,name=attempt_timeout_secs,json=attemptTimeoutSecs,proto3" json:"attempt_timeout_secs,omitempty"`
+	FenceToken []byte `protobuf:"bytes,17,opt,name=fence_token,json=fenceToken,proto3" json:"fence_token,omitempty"`
+	HasResult  bool   `protobuf:"varint,18,opt,name=has_result,json=hasResult,proto3" json:"has_result,omitempty"`
+	// 30-39: scheduling (contract Part F). scheduled: queued and waiting for
+	// not_before (a backoff or a delay), not for a worker.
+	NotBefore          uint64   `protobuf:"varint,30,opt,name=not_before,json=notBefore,proto3" json:"not_before,omitempty"`
+	RequiredTags       []string `protobuf:"bytes,31,rep,name=required_tags,json=requiredTags,proto3" json:"required_tags,omitempty"`
+	Scheduled          bool     `protobuf:"varint,32,opt,name=scheduled,proto3" json:"scheduled,omitempty"`
+	AttemptTimeoutSecs uint64   `protobuf:"varint,19,opt,name=attempt_timeout_secs,json=attemptTimeoutSecs,proto3" json:"attempt_timeout_secs,omitempty"`
 	// attempts are the last ended attempts, oldest first (at most 8).
 	Attempts []*AttemptInfo `protobuf:"bytes,20,rep,name=attempts,proto3" json:"attempts,omitempty"`
 	// reruns counts how many times Retry re-ran the task.
@@ -2385,6 +2435,27 @@ func (x *TaskInfo) GetFenceToken() []byte {
 func (x *TaskInfo) GetHasResult() bool {
 	if x != nil {
 		return x.HasResult
+	}
+	return false
+}
+
+func (x *TaskInfo) GetNotBefore() uint64 {
+	if x != nil {
+		return x.NotBefore
+	}
+	return 0
+}
+
+func (x *TaskInfo) GetRequiredTags() []string {
+	if x != nil {
+		return x.RequiredTags
+	}
+	return nil
+}
+
+func (x *TaskInfo) GetScheduled() bool {
+	if x != nil {
+		return x.Scheduled
 	}
 	return false
 }
@@ -2791,6 +2862,14 @@ type ScanProgressResponse struct {
 	Cancelled uint32                 `protobuf:"varint,7,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
 	Expired   uint32                 `protobuf:"varint,8,opt,name=expired,proto3" json:"expired,omitempty"`
 	Results   uint32                 `protobuf:"varint,9,opt,name=results,proto3" json:"results,omitempty"`
+	// 22-29: scheduling (contract Part F). scheduled counts queued tasks
+	// waiting for their not-before time; unroutable counts queued tasks whose
+	// required tags no live worker declared (no one can take them now; the
+	// live workers are live_workers, field 16).
+	Scheduled   uint32 `protobuf:"varint,22,opt,name=scheduled,proto3" json:"scheduled,omitempty"`
+	MaxInFlight uint32 `protobuf:"varint,23,opt,name=max_in_flight,json=maxInFlight,proto3" json:"max_in_flight,omitempty"`
+	Paused      bool   `protobuf:"varint,24,opt,name=paused,proto3" json:"paused,omitempty"`
+	Unroutable  uint32 `protobuf:"varint,25,opt,name=unroutable,proto3" json:"unroutable,omitempty"`
 	// reruns is the number of re-runs (Retry) of the scan's tasks.
 	Reruns uint32 `protobuf:"varint,19,opt,name=reruns,proto3" json:"reruns,omitempty"`
 	// What a stalled scan waits for, read from the same state (watch
@@ -2914,6 +2993,34 @@ func (x *ScanProgressResponse) GetExpired() uint32 {
 func (x *ScanProgressResponse) GetResults() uint32 {
 	if x != nil {
 		return x.Results
+	}
+	return 0
+}
+
+func (x *ScanProgressResponse) GetScheduled() uint32 {
+	if x != nil {
+		return x.Scheduled
+	}
+	return 0
+}
+
+func (x *ScanProgressResponse) GetMaxInFlight() uint32 {
+	if x != nil {
+		return x.MaxInFlight
+	}
+	return 0
+}
+
+func (x *ScanProgressResponse) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+func (x *ScanProgressResponse) GetUnroutable() uint32 {
+	if x != nil {
+		return x.Unroutable
 	}
 	return 0
 }
@@ -3321,6 +3428,11 @@ type ScanInfo struct {
 	// admitted (the scan stays running while it is above 0).
 	DeclaredTotal uint64 `protobuf:"varint,16,opt,name=declared_total,json=declaredTotal,proto3" json:"declared_total,omitempty"`
 	Pending       uint64 `protobuf:"varint,17,opt,name=pending,proto3" json:"pending,omitempty"`
+	// 20-29: scheduling (contract Part F): queued tasks waiting for their
+	// not-before time, and the scan's settings (UpdateScan).
+	Scheduled     uint32 `protobuf:"varint,20,opt,name=scheduled,proto3" json:"scheduled,omitempty"`
+	Paused        bool   `protobuf:"varint,21,opt,name=paused,proto3" json:"paused,omitempty"`
+	MaxInFlight   uint32 `protobuf:"varint,22,opt,name=max_in_flight,json=maxInFlight,proto3" json:"max_in_flight,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3470,6 +3582,27 @@ func (x *ScanInfo) GetDeclaredTotal() uint64 {
 func (x *ScanInfo) GetPending() uint64 {
 	if x != nil {
 		return x.Pending
+	}
+	return 0
+}
+
+func (x *ScanInfo) GetScheduled() uint32 {
+	if x != nil {
+		return x.Scheduled
+	}
+	return 0
+}
+
+func (x *ScanInfo) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+func (x *ScanInfo) GetMaxInFlight() uint32 {
+	if x != nil {
+		return x.MaxInFlight
 	}
 	return 0
 }
@@ -4212,8 +4345,10 @@ type CreateTenantRequest struct {
 	// result_retention_secs purges terminal tasks and their results this
 	// many seconds after they finished; 0 keeps them.
 	ResultRetentionSecs uint64 `protobuf:"varint,4,opt,name=result_retention_secs,json=resultRetentionSecs,proto3" json:"result_retention_secs,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// scheduling defaults to the node's per-tenant default options.
+	Scheduling    *SchedulingOptions `protobuf:"bytes,10,opt,name=scheduling,proto3" json:"scheduling,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateTenantRequest) Reset() {
@@ -4274,6 +4409,253 @@ func (x *CreateTenantRequest) GetResultRetentionSecs() uint64 {
 	return 0
 }
 
+func (x *CreateTenantRequest) GetScheduling() *SchedulingOptions {
+	if x != nil {
+		return x.Scheduling
+	}
+	return nil
+}
+
+type UpdateScanRequest struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	ScanId           string                 `protobuf:"bytes,1,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
+	MaxInFlight      *uint32                `protobuf:"varint,2,opt,name=max_in_flight,json=maxInFlight,proto3,oneof" json:"max_in_flight,omitempty"`
+	Paused           *bool                  `protobuf:"varint,3,opt,name=paused,proto3,oneof" json:"paused,omitempty"`
+	ExpectedRevision *uint64                `protobuf:"varint,4,opt,name=expected_revision,json=expectedRevision,proto3,oneof" json:"expected_revision,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *UpdateScanRequest) Reset() {
+	*x = UpdateScanRequest{}
+	mi := &file_termivar_v1_api_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateScanRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateScanRequest) ProtoMessage() {}
+
+func (x *UpdateScanRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateScanRequest.ProtoReflect.Descriptor instead.
+func (*UpdateScanRequest) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *UpdateScanRequest) GetScanId() string {
+	if x != nil {
+		return x.ScanId
+	}
+	return ""
+}
+
+func (x *UpdateScanRequest) GetMaxInFlight() uint32 {
+	if x != nil && x.MaxInFlight != nil {
+		return *x.MaxInFlight
+	}
+	return 0
+}
+
+func (x *UpdateScanRequest) GetPaused() bool {
+	if x != nil && x.Paused != nil {
+		return *x.Paused
+	}
+	return false
+}
+
+func (x *UpdateScanRequest) GetExpectedRevision() uint64 {
+	if x != nil && x.ExpectedRevision != nil {
+		return *x.ExpectedRevision
+	}
+	return 0
+}
+
+type UpdateScanResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MaxInFlight   uint32                 `protobuf:"varint,1,opt,name=max_in_flight,json=maxInFlight,proto3" json:"max_in_flight,omitempty"`
+	Paused        bool                   `protobuf:"varint,2,opt,name=paused,proto3" json:"paused,omitempty"`
+	InFlight      uint32                 `protobuf:"varint,3,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	Active        uint32                 `protobuf:"varint,4,opt,name=active,proto3" json:"active,omitempty"`
+	Revision      uint64                 `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateScanResponse) Reset() {
+	*x = UpdateScanResponse{}
+	mi := &file_termivar_v1_api_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateScanResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateScanResponse) ProtoMessage() {}
+
+func (x *UpdateScanResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateScanResponse.ProtoReflect.Descriptor instead.
+func (*UpdateScanResponse) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *UpdateScanResponse) GetMaxInFlight() uint32 {
+	if x != nil {
+		return x.MaxInFlight
+	}
+	return 0
+}
+
+func (x *UpdateScanResponse) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+func (x *UpdateScanResponse) GetInFlight() uint32 {
+	if x != nil {
+		return x.InFlight
+	}
+	return 0
+}
+
+func (x *UpdateScanResponse) GetActive() uint32 {
+	if x != nil {
+		return x.Active
+	}
+	return 0
+}
+
+func (x *UpdateScanResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+type SetSchedulingOptionsRequest struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Options          *SchedulingOptions     `protobuf:"bytes,1,opt,name=options,proto3" json:"options,omitempty"`
+	ExpectedRevision *uint64                `protobuf:"varint,2,opt,name=expected_revision,json=expectedRevision,proto3,oneof" json:"expected_revision,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *SetSchedulingOptionsRequest) Reset() {
+	*x = SetSchedulingOptionsRequest{}
+	mi := &file_termivar_v1_api_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetSchedulingOptionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetSchedulingOptionsRequest) ProtoMessage() {}
+
+func (x *SetSchedulingOptionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetSchedulingOptionsRequest.ProtoReflect.Descriptor instead.
+func (*SetSchedulingOptionsRequest) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *SetSchedulingOptionsRequest) GetOptions() *SchedulingOptions {
+	if x != nil {
+		return x.Options
+	}
+	return nil
+}
+
+func (x *SetSchedulingOptionsRequest) GetExpectedRevision() uint64 {
+	if x != nil && x.ExpectedRevision != nil {
+		return *x.ExpectedRevision
+	}
+	return 0
+}
+
+type SetSchedulingOptionsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Revision      uint64                 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetSchedulingOptionsResponse) Reset() {
+	*x = SetSchedulingOptionsResponse{}
+	mi := &file_termivar_v1_api_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetSchedulingOptionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetSchedulingOptionsResponse) ProtoMessage() {}
+
+func (x *SetSchedulingOptionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetSchedulingOptionsResponse.ProtoReflect.Descriptor instead.
+func (*SetSchedulingOptionsResponse) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *SetSchedulingOptionsResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
 type UpdateTenantRequest struct {
 	state               protoimpl.MessageState `protogen:"open.v1"`
 	Name                string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -4284,7 +4666,7 @@ type UpdateTenantRequest struct {
 
 func (x *UpdateTenantRequest) Reset() {
 	*x = UpdateTenantRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[54]
+	mi := &file_termivar_v1_api_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4296,7 +4678,7 @@ func (x *UpdateTenantRequest) String() string {
 func (*UpdateTenantRequest) ProtoMessage() {}
 
 func (x *UpdateTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[54]
+	mi := &file_termivar_v1_api_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4309,7 +4691,7 @@ func (x *UpdateTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTenantRequest.ProtoReflect.Descriptor instead.
 func (*UpdateTenantRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{54}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *UpdateTenantRequest) GetName() string {
@@ -4334,7 +4716,7 @@ type UpdateTenantResponse struct {
 
 func (x *UpdateTenantResponse) Reset() {
 	*x = UpdateTenantResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[55]
+	mi := &file_termivar_v1_api_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4346,7 +4728,7 @@ func (x *UpdateTenantResponse) String() string {
 func (*UpdateTenantResponse) ProtoMessage() {}
 
 func (x *UpdateTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[55]
+	mi := &file_termivar_v1_api_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4359,7 +4741,7 @@ func (x *UpdateTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTenantResponse.ProtoReflect.Descriptor instead.
 func (*UpdateTenantResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{55}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{59}
 }
 
 type DeleteScanRequest struct {
@@ -4373,7 +4755,7 @@ type DeleteScanRequest struct {
 
 func (x *DeleteScanRequest) Reset() {
 	*x = DeleteScanRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[56]
+	mi := &file_termivar_v1_api_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4385,7 +4767,7 @@ func (x *DeleteScanRequest) String() string {
 func (*DeleteScanRequest) ProtoMessage() {}
 
 func (x *DeleteScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[56]
+	mi := &file_termivar_v1_api_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4398,7 +4780,7 @@ func (x *DeleteScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteScanRequest.ProtoReflect.Descriptor instead.
 func (*DeleteScanRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{56}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *DeleteScanRequest) GetScanId() string {
@@ -4428,7 +4810,7 @@ type DeleteScanResponse struct {
 
 func (x *DeleteScanResponse) Reset() {
 	*x = DeleteScanResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[57]
+	mi := &file_termivar_v1_api_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4440,7 +4822,7 @@ func (x *DeleteScanResponse) String() string {
 func (*DeleteScanResponse) ProtoMessage() {}
 
 func (x *DeleteScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[57]
+	mi := &file_termivar_v1_api_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4453,7 +4835,7 @@ func (x *DeleteScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteScanResponse.ProtoReflect.Descriptor instead.
 func (*DeleteScanResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{57}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *DeleteScanResponse) GetPurged() uint32 {
@@ -4486,7 +4868,7 @@ type PurgeTasksRequest struct {
 
 func (x *PurgeTasksRequest) Reset() {
 	*x = PurgeTasksRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[58]
+	mi := &file_termivar_v1_api_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4498,7 +4880,7 @@ func (x *PurgeTasksRequest) String() string {
 func (*PurgeTasksRequest) ProtoMessage() {}
 
 func (x *PurgeTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[58]
+	mi := &file_termivar_v1_api_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4511,7 +4893,7 @@ func (x *PurgeTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeTasksRequest.ProtoReflect.Descriptor instead.
 func (*PurgeTasksRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{58}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *PurgeTasksRequest) GetTaskIds() []string {
@@ -4531,7 +4913,7 @@ type PurgeTasksResponse struct {
 
 func (x *PurgeTasksResponse) Reset() {
 	*x = PurgeTasksResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[59]
+	mi := &file_termivar_v1_api_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4543,7 +4925,7 @@ func (x *PurgeTasksResponse) String() string {
 func (*PurgeTasksResponse) ProtoMessage() {}
 
 func (x *PurgeTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[59]
+	mi := &file_termivar_v1_api_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4556,7 +4938,7 @@ func (x *PurgeTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeTasksResponse.ProtoReflect.Descriptor instead.
 func (*PurgeTasksResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{59}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *PurgeTasksResponse) GetPurged() uint32 {
@@ -4582,7 +4964,7 @@ type CreateTenantResponse struct {
 
 func (x *CreateTenantResponse) Reset() {
 	*x = CreateTenantResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[60]
+	mi := &file_termivar_v1_api_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4594,7 +4976,7 @@ func (x *CreateTenantResponse) String() string {
 func (*CreateTenantResponse) ProtoMessage() {}
 
 func (x *CreateTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[60]
+	mi := &file_termivar_v1_api_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4607,7 +4989,7 @@ func (x *CreateTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantResponse.ProtoReflect.Descriptor instead.
 func (*CreateTenantResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{60}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *CreateTenantResponse) GetRevision() uint64 {
@@ -4627,7 +5009,7 @@ type CreateKeyRequest struct {
 
 func (x *CreateKeyRequest) Reset() {
 	*x = CreateKeyRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[61]
+	mi := &file_termivar_v1_api_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4639,7 +5021,7 @@ func (x *CreateKeyRequest) String() string {
 func (*CreateKeyRequest) ProtoMessage() {}
 
 func (x *CreateKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[61]
+	mi := &file_termivar_v1_api_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4652,7 +5034,7 @@ func (x *CreateKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyRequest.ProtoReflect.Descriptor instead.
 func (*CreateKeyRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{61}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *CreateKeyRequest) GetTenant() string {
@@ -4680,7 +5062,7 @@ type CreateKeyResponse struct {
 
 func (x *CreateKeyResponse) Reset() {
 	*x = CreateKeyResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[62]
+	mi := &file_termivar_v1_api_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4692,7 +5074,7 @@ func (x *CreateKeyResponse) String() string {
 func (*CreateKeyResponse) ProtoMessage() {}
 
 func (x *CreateKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[62]
+	mi := &file_termivar_v1_api_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4705,7 +5087,7 @@ func (x *CreateKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyResponse.ProtoReflect.Descriptor instead.
 func (*CreateKeyResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{62}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *CreateKeyResponse) GetKeyId() string {
@@ -4735,7 +5117,7 @@ type ListKeysRequest struct {
 
 func (x *ListKeysRequest) Reset() {
 	*x = ListKeysRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[63]
+	mi := &file_termivar_v1_api_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4747,7 +5129,7 @@ func (x *ListKeysRequest) String() string {
 func (*ListKeysRequest) ProtoMessage() {}
 
 func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[63]
+	mi := &file_termivar_v1_api_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4760,7 +5142,7 @@ func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListKeysRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{63}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ListKeysRequest) GetTenant() string {
@@ -4790,7 +5172,7 @@ type KeyInfo struct {
 
 func (x *KeyInfo) Reset() {
 	*x = KeyInfo{}
-	mi := &file_termivar_v1_api_proto_msgTypes[64]
+	mi := &file_termivar_v1_api_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4802,7 +5184,7 @@ func (x *KeyInfo) String() string {
 func (*KeyInfo) ProtoMessage() {}
 
 func (x *KeyInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[64]
+	mi := &file_termivar_v1_api_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4815,7 +5197,7 @@ func (x *KeyInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyInfo.ProtoReflect.Descriptor instead.
 func (*KeyInfo) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{64}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *KeyInfo) GetKeyId() string {
@@ -4862,7 +5244,7 @@ type ListKeysResponse struct {
 
 func (x *ListKeysResponse) Reset() {
 	*x = ListKeysResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[65]
+	mi := &file_termivar_v1_api_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4874,7 +5256,7 @@ func (x *ListKeysResponse) String() string {
 func (*ListKeysResponse) ProtoMessage() {}
 
 func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[65]
+	mi := &file_termivar_v1_api_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4887,7 +5269,7 @@ func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListKeysResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{65}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ListKeysResponse) GetKeys() []*KeyInfo {
@@ -4906,7 +5288,7 @@ type RevokeKeyRequest struct {
 
 func (x *RevokeKeyRequest) Reset() {
 	*x = RevokeKeyRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[66]
+	mi := &file_termivar_v1_api_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4918,7 +5300,7 @@ func (x *RevokeKeyRequest) String() string {
 func (*RevokeKeyRequest) ProtoMessage() {}
 
 func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[66]
+	mi := &file_termivar_v1_api_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4931,7 +5313,7 @@ func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeKeyRequest.ProtoReflect.Descriptor instead.
 func (*RevokeKeyRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{66}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *RevokeKeyRequest) GetKeyId() string {
@@ -4949,7 +5331,7 @@ type RevokeKeyResponse struct {
 
 func (x *RevokeKeyResponse) Reset() {
 	*x = RevokeKeyResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[67]
+	mi := &file_termivar_v1_api_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4961,7 +5343,7 @@ func (x *RevokeKeyResponse) String() string {
 func (*RevokeKeyResponse) ProtoMessage() {}
 
 func (x *RevokeKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[67]
+	mi := &file_termivar_v1_api_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4974,7 +5356,7 @@ func (x *RevokeKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeKeyResponse.ProtoReflect.Descriptor instead.
 func (*RevokeKeyResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{67}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{71}
 }
 
 type RotateKeyRequest struct {
@@ -4986,7 +5368,7 @@ type RotateKeyRequest struct {
 
 func (x *RotateKeyRequest) Reset() {
 	*x = RotateKeyRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[68]
+	mi := &file_termivar_v1_api_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4998,7 +5380,7 @@ func (x *RotateKeyRequest) String() string {
 func (*RotateKeyRequest) ProtoMessage() {}
 
 func (x *RotateKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[68]
+	mi := &file_termivar_v1_api_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5011,7 +5393,7 @@ func (x *RotateKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateKeyRequest.ProtoReflect.Descriptor instead.
 func (*RotateKeyRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{68}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *RotateKeyRequest) GetKeyId() string {
@@ -5033,7 +5415,7 @@ type RotateKeyResponse struct {
 
 func (x *RotateKeyResponse) Reset() {
 	*x = RotateKeyResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[69]
+	mi := &file_termivar_v1_api_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5045,7 +5427,7 @@ func (x *RotateKeyResponse) String() string {
 func (*RotateKeyResponse) ProtoMessage() {}
 
 func (x *RotateKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[69]
+	mi := &file_termivar_v1_api_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5058,7 +5440,7 @@ func (x *RotateKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateKeyResponse.ProtoReflect.Descriptor instead.
 func (*RotateKeyResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{69}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *RotateKeyResponse) GetKeyId() string {
@@ -5091,7 +5473,7 @@ type CancelScanRequest struct {
 
 func (x *CancelScanRequest) Reset() {
 	*x = CancelScanRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[70]
+	mi := &file_termivar_v1_api_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5103,7 +5485,7 @@ func (x *CancelScanRequest) String() string {
 func (*CancelScanRequest) ProtoMessage() {}
 
 func (x *CancelScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[70]
+	mi := &file_termivar_v1_api_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5116,7 +5498,7 @@ func (x *CancelScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelScanRequest.ProtoReflect.Descriptor instead.
 func (*CancelScanRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{70}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *CancelScanRequest) GetScanId() string {
@@ -5140,7 +5522,7 @@ type CancelScanResponse struct {
 
 func (x *CancelScanResponse) Reset() {
 	*x = CancelScanResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[71]
+	mi := &file_termivar_v1_api_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5152,7 +5534,7 @@ func (x *CancelScanResponse) String() string {
 func (*CancelScanResponse) ProtoMessage() {}
 
 func (x *CancelScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[71]
+	mi := &file_termivar_v1_api_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5165,7 +5547,7 @@ func (x *CancelScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelScanResponse.ProtoReflect.Descriptor instead.
 func (*CancelScanResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{71}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *CancelScanResponse) GetCancelled() uint32 {
@@ -5183,6 +5565,410 @@ func (x *CancelScanResponse) GetUnchanged() uint32 {
 }
 
 func (x *CancelScanResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+type CreateScheduleRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // default: scan_prefix
+	EverySecs     uint64                 `protobuf:"varint,2,opt,name=every_secs,json=everySecs,proto3" json:"every_secs,omitempty"`
+	ScanPrefix    string                 `protobuf:"bytes,3,opt,name=scan_prefix,json=scanPrefix,proto3" json:"scan_prefix,omitempty"`
+	Targets       []string               `protobuf:"bytes,4,rep,name=targets,proto3" json:"targets,omitempty"`
+	Priority      string                 `protobuf:"bytes,5,opt,name=priority,proto3" json:"priority,omitempty"` // low, normal (default), high or critical
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateScheduleRequest) Reset() {
+	*x = CreateScheduleRequest{}
+	mi := &file_termivar_v1_api_proto_msgTypes[76]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateScheduleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateScheduleRequest) ProtoMessage() {}
+
+func (x *CreateScheduleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[76]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateScheduleRequest.ProtoReflect.Descriptor instead.
+func (*CreateScheduleRequest) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{76}
+}
+
+func (x *CreateScheduleRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CreateScheduleRequest) GetEverySecs() uint64 {
+	if x != nil {
+		return x.EverySecs
+	}
+	return 0
+}
+
+func (x *CreateScheduleRequest) GetScanPrefix() string {
+	if x != nil {
+		return x.ScanPrefix
+	}
+	return ""
+}
+
+func (x *CreateScheduleRequest) GetTargets() []string {
+	if x != nil {
+		return x.Targets
+	}
+	return nil
+}
+
+func (x *CreateScheduleRequest) GetPriority() string {
+	if x != nil {
+		return x.Priority
+	}
+	return ""
+}
+
+type CreateScheduleResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Revision      uint64                 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateScheduleResponse) Reset() {
+	*x = CreateScheduleResponse{}
+	mi := &file_termivar_v1_api_proto_msgTypes[77]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateScheduleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateScheduleResponse) ProtoMessage() {}
+
+func (x *CreateScheduleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[77]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateScheduleResponse.ProtoReflect.Descriptor instead.
+func (*CreateScheduleResponse) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{77}
+}
+
+func (x *CreateScheduleResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+type ScheduleInfo struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	EverySecs     uint64                 `protobuf:"varint,2,opt,name=every_secs,json=everySecs,proto3" json:"every_secs,omitempty"`
+	ScanPrefix    string                 `protobuf:"bytes,3,opt,name=scan_prefix,json=scanPrefix,proto3" json:"scan_prefix,omitempty"`
+	Targets       uint32                 `protobuf:"varint,4,opt,name=targets,proto3" json:"targets,omitempty"`
+	Priority      string                 `protobuf:"bytes,5,opt,name=priority,proto3" json:"priority,omitempty"`
+	StartSecs     uint64                 `protobuf:"varint,6,opt,name=start_secs,json=startSecs,proto3" json:"start_secs,omitempty"`
+	LastTick      uint64                 `protobuf:"varint,7,opt,name=last_tick,json=lastTick,proto3" json:"last_tick,omitempty"`
+	LastScanId    string                 `protobuf:"bytes,8,opt,name=last_scan_id,json=lastScanId,proto3" json:"last_scan_id,omitempty"` // "" before the first tick
+	NextTickSecs  uint64                 `protobuf:"varint,9,opt,name=next_tick_secs,json=nextTickSecs,proto3" json:"next_tick_secs,omitempty"`
+	LastError     string                 `protobuf:"bytes,10,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScheduleInfo) Reset() {
+	*x = ScheduleInfo{}
+	mi := &file_termivar_v1_api_proto_msgTypes[78]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScheduleInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScheduleInfo) ProtoMessage() {}
+
+func (x *ScheduleInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[78]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScheduleInfo.ProtoReflect.Descriptor instead.
+func (*ScheduleInfo) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{78}
+}
+
+func (x *ScheduleInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ScheduleInfo) GetEverySecs() uint64 {
+	if x != nil {
+		return x.EverySecs
+	}
+	return 0
+}
+
+func (x *ScheduleInfo) GetScanPrefix() string {
+	if x != nil {
+		return x.ScanPrefix
+	}
+	return ""
+}
+
+func (x *ScheduleInfo) GetTargets() uint32 {
+	if x != nil {
+		return x.Targets
+	}
+	return 0
+}
+
+func (x *ScheduleInfo) GetPriority() string {
+	if x != nil {
+		return x.Priority
+	}
+	return ""
+}
+
+func (x *ScheduleInfo) GetStartSecs() uint64 {
+	if x != nil {
+		return x.StartSecs
+	}
+	return 0
+}
+
+func (x *ScheduleInfo) GetLastTick() uint64 {
+	if x != nil {
+		return x.LastTick
+	}
+	return 0
+}
+
+func (x *ScheduleInfo) GetLastScanId() string {
+	if x != nil {
+		return x.LastScanId
+	}
+	return ""
+}
+
+func (x *ScheduleInfo) GetNextTickSecs() uint64 {
+	if x != nil {
+		return x.NextTickSecs
+	}
+	return 0
+}
+
+func (x *ScheduleInfo) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+type ListSchedulesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSchedulesRequest) Reset() {
+	*x = ListSchedulesRequest{}
+	mi := &file_termivar_v1_api_proto_msgTypes[79]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSchedulesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSchedulesRequest) ProtoMessage() {}
+
+func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[79]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSchedulesRequest.ProtoReflect.Descriptor instead.
+func (*ListSchedulesRequest) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{79}
+}
+
+type ListSchedulesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Schedules     []*ScheduleInfo        `protobuf:"bytes,1,rep,name=schedules,proto3" json:"schedules,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSchedulesResponse) Reset() {
+	*x = ListSchedulesResponse{}
+	mi := &file_termivar_v1_api_proto_msgTypes[80]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSchedulesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSchedulesResponse) ProtoMessage() {}
+
+func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[80]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSchedulesResponse.ProtoReflect.Descriptor instead.
+func (*ListSchedulesResponse) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{80}
+}
+
+func (x *ListSchedulesResponse) GetSchedules() []*ScheduleInfo {
+	if x != nil {
+		return x.Schedules
+	}
+	return nil
+}
+
+type DeleteScheduleRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteScheduleRequest) Reset() {
+	*x = DeleteScheduleRequest{}
+	mi := &file_termivar_v1_api_proto_msgTypes[81]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteScheduleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteScheduleRequest) ProtoMessage() {}
+
+func (x *DeleteScheduleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[81]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteScheduleRequest.ProtoReflect.Descriptor instead.
+func (*DeleteScheduleRequest) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{81}
+}
+
+func (x *DeleteScheduleRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type DeleteScheduleResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Revision      uint64                 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteScheduleResponse) Reset() {
+	*x = DeleteScheduleResponse{}
+	mi := &file_termivar_v1_api_proto_msgTypes[82]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteScheduleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteScheduleResponse) ProtoMessage() {}
+
+func (x *DeleteScheduleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[82]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteScheduleResponse.ProtoReflect.Descriptor instead.
+func (*DeleteScheduleResponse) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{82}
+}
+
+func (x *DeleteScheduleResponse) GetRevision() uint64 {
 	if x != nil {
 		return x.Revision
 	}
@@ -5350,14 +6136,20 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x12_expected_revision\"h\n" +
 	"\x12DeregisterResponse\x126\n" +
 	"\asummary\x18\x01 \x01(\v2\x1c.termivar.v1.RecoverySummaryR\asummary\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x04R\brevision\"\xc0\x01\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\"\x82\x03\n" +
 	"\aNewTask\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x17\n" +
 	"\ascan_id\x18\x02 \x01(\tR\x06scanId\x12\x1d\n" +
 	"\n" +
 	"target_ref\x18\x03 \x01(\tR\ttargetRef\x12\x16\n" +
 	"\x06phases\x18\x04 \x01(\fR\x06phases\x12\x1a\n" +
-	"\bpriority\x18\x05 \x01(\tR\bpriority\x120\n" +
+	"\bpriority\x18\x05 \x01(\tR\bpriority\x12\x1d\n" +
+	"\n" +
+	"delay_secs\x18\x14 \x01(\x04R\tdelaySecs\x12&\n" +
+	"\x0fnot_before_secs\x18\x15 \x01(\x04R\rnotBeforeSecs\x12#\n" +
+	"\rrequired_tags\x18\x16 \x03(\tR\frequiredTags\x12*\n" +
+	"\x11backoff_base_secs\x18\x17 \x01(\x04R\x0fbackoffBaseSecs\x12(\n" +
+	"\x10backoff_cap_secs\x18\x18 \x01(\x04R\x0ebackoffCapSecs\x120\n" +
 	"\x14attempt_timeout_secs\x18\x06 \x01(\x04R\x12attemptTimeoutSecs\"\x82\x02\n" +
 	"\x0eEnqueueRequest\x12*\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x14.termivar.v1.NewTaskR\x05tasks\x120\n" +
@@ -5389,7 +6181,7 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x0eCancelResponse\x12+\n" +
 	"\x11already_cancelled\x18\x01 \x01(\bR\x10alreadyCancelled\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12'\n" +
-	"\x0fprevious_status\x18\x03 \x01(\tR\x0epreviousStatus\"\x93\x06\n" +
+	"\x0fprevious_status\x18\x03 \x01(\tR\x0epreviousStatus\"\xf5\x06\n" +
 	"\bTaskInfo\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x17\n" +
 	"\ascan_id\x18\x02 \x01(\tR\x06scanId\x12\x1d\n" +
@@ -5416,7 +6208,11 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\vfence_token\x18\x11 \x01(\fR\n" +
 	"fenceToken\x12\x1d\n" +
 	"\n" +
-	"has_result\x18\x12 \x01(\bR\thasResult\x120\n" +
+	"has_result\x18\x12 \x01(\bR\thasResult\x12\x1d\n" +
+	"\n" +
+	"not_before\x18\x1e \x01(\x04R\tnotBefore\x12#\n" +
+	"\rrequired_tags\x18\x1f \x03(\tR\frequiredTags\x12\x1c\n" +
+	"\tscheduled\x18  \x01(\bR\tscheduled\x120\n" +
 	"\x14attempt_timeout_secs\x18\x13 \x01(\x04R\x12attemptTimeoutSecs\x124\n" +
 	"\battempts\x18\x14 \x03(\v2\x18.termivar.v1.AttemptInfoR\battempts\x12\x16\n" +
 	"\x06reruns\x18\x15 \x01(\rR\x06reruns\x12.\n" +
@@ -5450,7 +6246,7 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x05tasks\x18\x01 \x03(\v2\x15.termivar.v1.TaskInfoR\x05tasks\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\".\n" +
 	"\x13ScanProgressRequest\x12\x17\n" +
-	"\ascan_id\x18\x01 \x01(\tR\x06scanId\"\xae\x05\n" +
+	"\ascan_id\x18\x01 \x01(\tR\x06scanId\"\xa8\x06\n" +
 	"\x14ScanProgressResponse\x12\x14\n" +
 	"\x05total\x18\x01 \x01(\rR\x05total\x12\x16\n" +
 	"\x06queued\x18\x02 \x01(\rR\x06queued\x12\x16\n" +
@@ -5460,7 +6256,13 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x06failed\x18\x06 \x01(\rR\x06failed\x12\x1c\n" +
 	"\tcancelled\x18\a \x01(\rR\tcancelled\x12\x18\n" +
 	"\aexpired\x18\b \x01(\rR\aexpired\x12\x18\n" +
-	"\aresults\x18\t \x01(\rR\aresults\x12\x16\n" +
+	"\aresults\x18\t \x01(\rR\aresults\x12\x1c\n" +
+	"\tscheduled\x18\x16 \x01(\rR\tscheduled\x12\"\n" +
+	"\rmax_in_flight\x18\x17 \x01(\rR\vmaxInFlight\x12\x16\n" +
+	"\x06paused\x18\x18 \x01(\bR\x06paused\x12\x1e\n" +
+	"\n" +
+	"unroutable\x18\x19 \x01(\rR\n" +
+	"unroutable\x12\x16\n" +
 	"\x06reruns\x18\x13 \x01(\rR\x06reruns\x12\x19\n" +
 	"\bnow_secs\x18\n" +
 	" \x01(\x04R\anowSecs\x12*\n" +
@@ -5497,7 +6299,7 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x10ListScansRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\rR\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x02 \x01(\tR\tpageToken\"\x96\x04\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"\xf0\x04\n" +
 	"\bScanInfo\x12\x17\n" +
 	"\ascan_id\x18\x01 \x01(\tR\x06scanId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1d\n" +
@@ -5518,7 +6320,10 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\fresult_bytes\x18\x0e \x01(\x04R\vresultBytes\x122\n" +
 	"\x12retention_deadline\x18\x0f \x01(\x04H\x00R\x11retentionDeadline\x88\x01\x01\x12%\n" +
 	"\x0edeclared_total\x18\x10 \x01(\x04R\rdeclaredTotal\x12\x18\n" +
-	"\apending\x18\x11 \x01(\x04R\apendingB\x15\n" +
+	"\apending\x18\x11 \x01(\x04R\apending\x12\x1c\n" +
+	"\tscheduled\x18\x14 \x01(\rR\tscheduled\x12\x16\n" +
+	"\x06paused\x18\x15 \x01(\bR\x06paused\x12\"\n" +
+	"\rmax_in_flight\x18\x16 \x01(\rR\vmaxInFlightB\x15\n" +
 	"\x13_retention_deadline\"h\n" +
 	"\x11ListScansResponse\x12+\n" +
 	"\x05scans\x18\x01 \x03(\v2\x15.termivar.v1.ScanInfoR\x05scans\x12&\n" +
@@ -5583,12 +6388,36 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"go_version\x18\x05 \x01(\tR\tgoVersion\"\x14\n" +
 	"\x12ListWorkersRequest\"H\n" +
 	"\x13ListWorkersResponse\x121\n" +
-	"\aworkers\x18\x01 \x03(\v2\x17.termivar.v1.WorkerInfoR\aworkers\"\xce\x01\n" +
+	"\aworkers\x18\x01 \x03(\v2\x17.termivar.v1.WorkerInfoR\aworkers\"\x8e\x02\n" +
 	"\x13CreateTenantRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
 	"\x06limits\x18\x02 \x01(\v2\x17.termivar.v1.CoreLimitsR\x06limits\x12>\n" +
 	"\rresult_limits\x18\x03 \x01(\v2\x19.termivar.v1.ResultLimitsR\fresultLimits\x122\n" +
-	"\x15result_retention_secs\x18\x04 \x01(\x04R\x13resultRetentionSecs\"]\n" +
+	"\x15result_retention_secs\x18\x04 \x01(\x04R\x13resultRetentionSecs\x12>\n" +
+	"\n" +
+	"scheduling\x18\n" +
+	" \x01(\v2\x1e.termivar.v1.SchedulingOptionsR\n" +
+	"scheduling\"\xd7\x01\n" +
+	"\x11UpdateScanRequest\x12\x17\n" +
+	"\ascan_id\x18\x01 \x01(\tR\x06scanId\x12'\n" +
+	"\rmax_in_flight\x18\x02 \x01(\rH\x00R\vmaxInFlight\x88\x01\x01\x12\x1b\n" +
+	"\x06paused\x18\x03 \x01(\bH\x01R\x06paused\x88\x01\x01\x120\n" +
+	"\x11expected_revision\x18\x04 \x01(\x04H\x02R\x10expectedRevision\x88\x01\x01B\x10\n" +
+	"\x0e_max_in_flightB\t\n" +
+	"\a_pausedB\x14\n" +
+	"\x12_expected_revision\"\xa1\x01\n" +
+	"\x12UpdateScanResponse\x12\"\n" +
+	"\rmax_in_flight\x18\x01 \x01(\rR\vmaxInFlight\x12\x16\n" +
+	"\x06paused\x18\x02 \x01(\bR\x06paused\x12\x1b\n" +
+	"\tin_flight\x18\x03 \x01(\rR\binFlight\x12\x16\n" +
+	"\x06active\x18\x04 \x01(\rR\x06active\x12\x1a\n" +
+	"\brevision\x18\x05 \x01(\x04R\brevision\"\x9f\x01\n" +
+	"\x1bSetSchedulingOptionsRequest\x128\n" +
+	"\aoptions\x18\x01 \x01(\v2\x1e.termivar.v1.SchedulingOptionsR\aoptions\x120\n" +
+	"\x11expected_revision\x18\x02 \x01(\x04H\x00R\x10expectedRevision\x88\x01\x01B\x14\n" +
+	"\x12_expected_revision\":\n" +
+	"\x1cSetSchedulingOptionsResponse\x12\x1a\n" +
+	"\brevision\x18\x01 \x01(\x04R\brevision\"]\n" +
 	"\x13UpdateTenantRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x122\n" +
 	"\x15result_retention_secs\x18\x02 \x01(\x04R\x13resultRetentionSecs\"\x16\n" +
@@ -5638,7 +6467,41 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x12CancelScanResponse\x12\x1c\n" +
 	"\tcancelled\x18\x01 \x01(\rR\tcancelled\x12\x1c\n" +
 	"\tunchanged\x18\x02 \x01(\rR\tunchanged\x12\x1a\n" +
-	"\brevision\x18\x03 \x01(\x04R\brevision2\xae\x05\n" +
+	"\brevision\x18\x03 \x01(\x04R\brevision\"\xa1\x01\n" +
+	"\x15CreateScheduleRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"every_secs\x18\x02 \x01(\x04R\teverySecs\x12\x1f\n" +
+	"\vscan_prefix\x18\x03 \x01(\tR\n" +
+	"scanPrefix\x12\x18\n" +
+	"\atargets\x18\x04 \x03(\tR\atargets\x12\x1a\n" +
+	"\bpriority\x18\x05 \x01(\tR\bpriority\"4\n" +
+	"\x16CreateScheduleResponse\x12\x1a\n" +
+	"\brevision\x18\x01 \x01(\x04R\brevision\"\xbb\x02\n" +
+	"\fScheduleInfo\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"every_secs\x18\x02 \x01(\x04R\teverySecs\x12\x1f\n" +
+	"\vscan_prefix\x18\x03 \x01(\tR\n" +
+	"scanPrefix\x12\x18\n" +
+	"\atargets\x18\x04 \x01(\rR\atargets\x12\x1a\n" +
+	"\bpriority\x18\x05 \x01(\tR\bpriority\x12\x1d\n" +
+	"\n" +
+	"start_secs\x18\x06 \x01(\x04R\tstartSecs\x12\x1b\n" +
+	"\tlast_tick\x18\a \x01(\x04R\blastTick\x12 \n" +
+	"\flast_scan_id\x18\b \x01(\tR\n" +
+	"lastScanId\x12$\n" +
+	"\x0enext_tick_secs\x18\t \x01(\x04R\fnextTickSecs\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\n" +
+	" \x01(\tR\tlastError\"\x16\n" +
+	"\x14ListSchedulesRequest\"P\n" +
+	"\x15ListSchedulesResponse\x127\n" +
+	"\tschedules\x18\x01 \x03(\v2\x19.termivar.v1.ScheduleInfoR\tschedules\"+\n" +
+	"\x15DeleteScheduleRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"4\n" +
+	"\x16DeleteScheduleResponse\x12\x1a\n" +
+	"\brevision\x18\x01 \x01(\x04R\brevision2\xae\x05\n" +
 	"\x06Worker\x12Y\n" +
 	"\x0eRegisterWorker\x12\".termivar.v1.RegisterWorkerRequest\x1a#.termivar.v1.RegisterWorkerResponse\x12J\n" +
 	"\tHeartbeat\x12\x1d.termivar.v1.HeartbeatRequest\x1a\x1e.termivar.v1.HeartbeatResponse\x12D\n" +
@@ -5650,13 +6513,19 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\fCompleteMany\x12 .termivar.v1.CompleteManyRequest\x1a!.termivar.v1.CompleteManyResponse\x12;\n" +
 	"\x04Fail\x12\x18.termivar.v1.FailRequest\x1a\x19.termivar.v1.FailResponse\x12M\n" +
 	"\n" +
-	"Deregister\x12\x1e.termivar.v1.DeregisterRequest\x1a\x1f.termivar.v1.DeregisterResponse2\xae\a\n" +
+	"Deregister\x12\x1e.termivar.v1.DeregisterRequest\x1a\x1f.termivar.v1.DeregisterResponse2\x8b\n" +
+	"\n" +
 	"\bProducer\x12D\n" +
 	"\aEnqueue\x12\x1b.termivar.v1.EnqueueRequest\x1a\x1c.termivar.v1.EnqueueResponse\x12A\n" +
 	"\x06Cancel\x12\x1a.termivar.v1.CancelRequest\x1a\x1b.termivar.v1.CancelResponse\x12D\n" +
 	"\aGetTask\x12\x1b.termivar.v1.GetTaskRequest\x1a\x1c.termivar.v1.GetTaskResponse\x12J\n" +
 	"\tListTasks\x12\x1d.termivar.v1.ListTasksRequest\x1a\x1e.termivar.v1.ListTasksResponse\x12S\n" +
-	"\fScanProgress\x12 .termivar.v1.ScanProgressRequest\x1a!.termivar.v1.ScanProgressResponse\x12>\n" +
+	"\fScanProgress\x12 .termivar.v1.ScanProgressRequest\x1a!.termivar.v1.ScanProgressResponse\x12M\n" +
+	"\n" +
+	"UpdateScan\x12\x1e.termivar.v1.UpdateScanRequest\x1a\x1f.termivar.v1.UpdateScanResponse\x12Y\n" +
+	"\x0eCreateSchedule\x12\".termivar.v1.CreateScheduleRequest\x1a#.termivar.v1.CreateScheduleResponse\x12V\n" +
+	"\rListSchedules\x12!.termivar.v1.ListSchedulesRequest\x1a\".termivar.v1.ListSchedulesResponse\x12Y\n" +
+	"\x0eDeleteSchedule\x12\".termivar.v1.DeleteScheduleRequest\x1a#.termivar.v1.DeleteScheduleResponse\x12>\n" +
 	"\x05Retry\x12\x19.termivar.v1.RetryRequest\x1a\x1a.termivar.v1.RetryResponse\x12a\n" +
 	"\x10AggregateResults\x12$.termivar.v1.AggregateResultsRequest\x1a%.termivar.v1.AggregateResultsResponse0\x01\x12J\n" +
 	"\tListScans\x12\x1d.termivar.v1.ListScansRequest\x1a\x1e.termivar.v1.ListScansResponse\x12V\n" +
@@ -5666,7 +6535,7 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"PurgeTasks\x12\x1e.termivar.v1.PurgeTasksRequest\x1a\x1f.termivar.v1.PurgeTasksResponse\x12M\n" +
 	"\n" +
-	"CancelScan\x12\x1e.termivar.v1.CancelScanRequest\x1a\x1f.termivar.v1.CancelScanResponse2\xf3\x04\n" +
+	"CancelScan\x12\x1e.termivar.v1.CancelScanRequest\x1a\x1f.termivar.v1.CancelScanResponse2\xe0\x05\n" +
 	"\x05Admin\x12A\n" +
 	"\x06Status\x12\x1a.termivar.v1.StatusRequest\x1a\x1b.termivar.v1.StatusResponse\x12P\n" +
 	"\vListWorkers\x12\x1f.termivar.v1.ListWorkersRequest\x1a .termivar.v1.ListWorkersResponse\x12S\n" +
@@ -5675,7 +6544,8 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\tCreateKey\x12\x1d.termivar.v1.CreateKeyRequest\x1a\x1e.termivar.v1.CreateKeyResponse\x12G\n" +
 	"\bListKeys\x12\x1c.termivar.v1.ListKeysRequest\x1a\x1d.termivar.v1.ListKeysResponse\x12J\n" +
 	"\tRevokeKey\x12\x1d.termivar.v1.RevokeKeyRequest\x1a\x1e.termivar.v1.RevokeKeyResponse\x12J\n" +
-	"\tRotateKey\x12\x1d.termivar.v1.RotateKeyRequest\x1a\x1e.termivar.v1.RotateKeyResponseB<Z:github.com/termivar/distributed/gen/termivar/v1;termivarv1b\x06proto3"
+	"\tRotateKey\x12\x1d.termivar.v1.RotateKeyRequest\x1a\x1e.termivar.v1.RotateKeyResponse\x12k\n" +
+	"\x14SetSchedulingOptions\x12(.termivar.v1.SetSchedulingOptionsRequest\x1a).termivar.v1.SetSchedulingOptionsResponseB<Z:github.com/termivar/distributed/gen/termivar/v1;termivarv1b\x06proto3"
 
 var (
 	file_termivar_v1_api_proto_rawDescOnce sync.Once
@@ -5689,84 +6559,96 @@ func file_termivar_v1_api_proto_rawDescGZIP() []byte {
 	return file_termivar_v1_api_proto_rawDescData
 }
 
-var file_termivar_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 72)
+var file_termivar_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 83)
 var file_termivar_v1_api_proto_goTypes = []any{
-	(*ErrorDetail)(nil),              // 0: termivar.v1.ErrorDetail
-	(*WorkerInfo)(nil),               // 1: termivar.v1.WorkerInfo
-	(*RegisterWorkerRequest)(nil),    // 2: termivar.v1.RegisterWorkerRequest
-	(*RegisterWorkerResponse)(nil),   // 3: termivar.v1.RegisterWorkerResponse
-	(*HeartbeatRequest)(nil),         // 4: termivar.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),        // 5: termivar.v1.HeartbeatResponse
-	(*AcquireRequest)(nil),           // 6: termivar.v1.AcquireRequest
-	(*LeasedTask)(nil),               // 7: termivar.v1.LeasedTask
-	(*AcquireResponse)(nil),          // 8: termivar.v1.AcquireResponse
-	(*StartRequest)(nil),             // 9: termivar.v1.StartRequest
-	(*StartResponse)(nil),            // 10: termivar.v1.StartResponse
-	(*RenewLeaseRequest)(nil),        // 11: termivar.v1.RenewLeaseRequest
-	(*RenewLeaseResponse)(nil),       // 12: termivar.v1.RenewLeaseResponse
-	(*CompleteRequest)(nil),          // 13: termivar.v1.CompleteRequest
-	(*CompleteResponse)(nil),         // 14: termivar.v1.CompleteResponse
-	(*CompleteManyRequest)(nil),      // 15: termivar.v1.CompleteManyRequest
-	(*CompleteItemResult)(nil),       // 16: termivar.v1.CompleteItemResult
-	(*CompleteManyResponse)(nil),     // 17: termivar.v1.CompleteManyResponse
-	(*FailRequest)(nil),              // 18: termivar.v1.FailRequest
-	(*FailResponse)(nil),             // 19: termivar.v1.FailResponse
-	(*RecoverySummary)(nil),          // 20: termivar.v1.RecoverySummary
-	(*DeregisterRequest)(nil),        // 21: termivar.v1.DeregisterRequest
-	(*DeregisterResponse)(nil),       // 22: termivar.v1.DeregisterResponse
-	(*NewTask)(nil),                  // 23: termivar.v1.NewTask
-	(*EnqueueRequest)(nil),           // 24: termivar.v1.EnqueueRequest
-	(*EnqueueCollision)(nil),         // 25: termivar.v1.EnqueueCollision
-	(*EnqueuedTask)(nil),             // 26: termivar.v1.EnqueuedTask
-	(*EnqueueResponse)(nil),          // 27: termivar.v1.EnqueueResponse
-	(*CancelRequest)(nil),            // 28: termivar.v1.CancelRequest
-	(*CancelResponse)(nil),           // 29: termivar.v1.CancelResponse
-	(*TaskInfo)(nil),                 // 30: termivar.v1.TaskInfo
-	(*AttemptInfo)(nil),              // 31: termivar.v1.AttemptInfo
-	(*GetTaskRequest)(nil),           // 32: termivar.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),          // 33: termivar.v1.GetTaskResponse
-	(*ListTasksRequest)(nil),         // 34: termivar.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),        // 35: termivar.v1.ListTasksResponse
-	(*ScanProgressRequest)(nil),      // 36: termivar.v1.ScanProgressRequest
-	(*ScanProgressResponse)(nil),     // 37: termivar.v1.ScanProgressResponse
-	(*RetryRequest)(nil),             // 38: termivar.v1.RetryRequest
-	(*RetryResponse)(nil),            // 39: termivar.v1.RetryResponse
-	(*AggregateResultsRequest)(nil),  // 40: termivar.v1.AggregateResultsRequest
-	(*AggregateResultsResponse)(nil), // 41: termivar.v1.AggregateResultsResponse
-	(*ListScansRequest)(nil),         // 42: termivar.v1.ListScansRequest
-	(*ScanInfo)(nil),                 // 43: termivar.v1.ScanInfo
-	(*ListScansResponse)(nil),        // 44: termivar.v1.ListScansResponse
-	(*FollowResultsRequest)(nil),     // 45: termivar.v1.FollowResultsRequest
-	(*FollowedResult)(nil),           // 46: termivar.v1.FollowedResult
-	(*FollowResultsResponse)(nil),    // 47: termivar.v1.FollowResultsResponse
-	(*StatusRequest)(nil),            // 48: termivar.v1.StatusRequest
-	(*StatusResponse)(nil),           // 49: termivar.v1.StatusResponse
-	(*BuildInfo)(nil),                // 50: termivar.v1.BuildInfo
-	(*ListWorkersRequest)(nil),       // 51: termivar.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),      // 52: termivar.v1.ListWorkersResponse
-	(*CreateTenantRequest)(nil),      // 53: termivar.v1.CreateTenantRequest
-	(*UpdateTenantRequest)(nil),      // 54: termivar.v1.UpdateTenantRequest
-	(*UpdateTenantResponse)(nil),     // 55: termivar.v1.UpdateTenantResponse
-	(*DeleteScanRequest)(nil),        // 56: termivar.v1.DeleteScanRequest
-	(*DeleteScanResponse)(nil),       // 57: termivar.v1.DeleteScanResponse
-	(*PurgeTasksRequest)(nil),        // 58: termivar.v1.PurgeTasksRequest
-	(*PurgeTasksResponse)(nil),       // 59: termivar.v1.PurgeTasksResponse
-	(*CreateTenantResponse)(nil),     // 60: termivar.v1.CreateTenantResponse
-	(*CreateKeyRequest)(nil),         // 61: termivar.v1.CreateKeyRequest
-	(*CreateKeyResponse)(nil),        // 62: termivar.v1.CreateKeyResponse
-	(*ListKeysRequest)(nil),          // 63: termivar.v1.ListKeysRequest
-	(*KeyInfo)(nil),                  // 64: termivar.v1.KeyInfo
-	(*ListKeysResponse)(nil),         // 65: termivar.v1.ListKeysResponse
-	(*RevokeKeyRequest)(nil),         // 66: termivar.v1.RevokeKeyRequest
-	(*RevokeKeyResponse)(nil),        // 67: termivar.v1.RevokeKeyResponse
-	(*RotateKeyRequest)(nil),         // 68: termivar.v1.RotateKeyRequest
-	(*RotateKeyResponse)(nil),        // 69: termivar.v1.RotateKeyResponse
-	(*CancelScanRequest)(nil),        // 70: termivar.v1.CancelScanRequest
-	(*CancelScanResponse)(nil),       // 71: termivar.v1.CancelScanResponse
-	(*ClusterMember)(nil),            // 72: termivar.v1.ClusterMember
-	(*BackupRecord)(nil),             // 73: termivar.v1.BackupRecord
-	(*CoreLimits)(nil),               // 74: termivar.v1.CoreLimits
-	(*ResultLimits)(nil),             // 75: termivar.v1.ResultLimits
+	(*ErrorDetail)(nil),                  // 0: termivar.v1.ErrorDetail
+	(*WorkerInfo)(nil),                   // 1: termivar.v1.WorkerInfo
+	(*RegisterWorkerRequest)(nil),        // 2: termivar.v1.RegisterWorkerRequest
+	(*RegisterWorkerResponse)(nil),       // 3: termivar.v1.RegisterWorkerResponse
+	(*HeartbeatRequest)(nil),             // 4: termivar.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),            // 5: termivar.v1.HeartbeatResponse
+	(*AcquireRequest)(nil),               // 6: termivar.v1.AcquireRequest
+	(*LeasedTask)(nil),                   // 7: termivar.v1.LeasedTask
+	(*AcquireResponse)(nil),              // 8: termivar.v1.AcquireResponse
+	(*StartRequest)(nil),                 // 9: termivar.v1.StartRequest
+	(*StartResponse)(nil),                // 10: termivar.v1.StartResponse
+	(*RenewLeaseRequest)(nil),            // 11: termivar.v1.RenewLeaseRequest
+	(*RenewLeaseResponse)(nil),           // 12: termivar.v1.RenewLeaseResponse
+	(*CompleteRequest)(nil),              // 13: termivar.v1.CompleteRequest
+	(*CompleteResponse)(nil),             // 14: termivar.v1.CompleteResponse
+	(*CompleteManyRequest)(nil),          // 15: termivar.v1.CompleteManyRequest
+	(*CompleteItemResult)(nil),           // 16: termivar.v1.CompleteItemResult
+	(*CompleteManyResponse)(nil),         // 17: termivar.v1.CompleteManyResponse
+	(*FailRequest)(nil),                  // 18: termivar.v1.FailRequest
+	(*FailResponse)(nil),                 // 19: termivar.v1.FailResponse
+	(*RecoverySummary)(nil),              // 20: termivar.v1.RecoverySummary
+	(*DeregisterRequest)(nil),            // 21: termivar.v1.DeregisterRequest
+	(*DeregisterResponse)(nil),           // 22: termivar.v1.DeregisterResponse
+	(*NewTask)(nil),                      // 23: termivar.v1.NewTask
+	(*EnqueueRequest)(nil),               // 24: termivar.v1.EnqueueRequest
+	(*EnqueueCollision)(nil),             // 25: termivar.v1.EnqueueCollision
+	(*EnqueuedTask)(nil),                 // 26: termivar.v1.EnqueuedTask
+	(*EnqueueResponse)(nil),              // 27: termivar.v1.EnqueueResponse
+	(*CancelRequest)(nil),                // 28: termivar.v1.CancelRequest
+	(*CancelResponse)(nil),               // 29: termivar.v1.CancelResponse
+	(*TaskInfo)(nil),                     // 30: termivar.v1.TaskInfo
+	(*AttemptInfo)(nil),                  // 31: termivar.v1.AttemptInfo
+	(*GetTaskRequest)(nil),               // 32: termivar.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),              // 33: termivar.v1.GetTaskResponse
+	(*ListTasksRequest)(nil),             // 34: termivar.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),            // 35: termivar.v1.ListTasksResponse
+	(*ScanProgressRequest)(nil),          // 36: termivar.v1.ScanProgressRequest
+	(*ScanProgressResponse)(nil),         // 37: termivar.v1.ScanProgressResponse
+	(*RetryRequest)(nil),                 // 38: termivar.v1.RetryRequest
+	(*RetryResponse)(nil),                // 39: termivar.v1.RetryResponse
+	(*AggregateResultsRequest)(nil),      // 40: termivar.v1.AggregateResultsRequest
+	(*AggregateResultsResponse)(nil),     // 41: termivar.v1.AggregateResultsResponse
+	(*ListScansRequest)(nil),             // 42: termivar.v1.ListScansRequest
+	(*ScanInfo)(nil),                     // 43: termivar.v1.ScanInfo
+	(*ListScansResponse)(nil),            // 44: termivar.v1.ListScansResponse
+	(*FollowResultsRequest)(nil),         // 45: termivar.v1.FollowResultsRequest
+	(*FollowedResult)(nil),               // 46: termivar.v1.FollowedResult
+	(*FollowResultsResponse)(nil),        // 47: termivar.v1.FollowResultsResponse
+	(*StatusRequest)(nil),                // 48: termivar.v1.StatusRequest
+	(*StatusResponse)(nil),               // 49: termivar.v1.StatusResponse
+	(*BuildInfo)(nil),                    // 50: termivar.v1.BuildInfo
+	(*ListWorkersRequest)(nil),           // 51: termivar.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),          // 52: termivar.v1.ListWorkersResponse
+	(*CreateTenantRequest)(nil),          // 53: termivar.v1.CreateTenantRequest
+	(*UpdateScanRequest)(nil),            // 54: termivar.v1.UpdateScanRequest
+	(*UpdateScanResponse)(nil),           // 55: termivar.v1.UpdateScanResponse
+	(*SetSchedulingOptionsRequest)(nil),  // 56: termivar.v1.SetSchedulingOptionsRequest
+	(*SetSchedulingOptionsResponse)(nil), // 57: termivar.v1.SetSchedulingOptionsResponse
+	(*UpdateTenantRequest)(nil),          // 58: termivar.v1.UpdateTenantRequest
+	(*UpdateTenantResponse)(nil),         // 59: termivar.v1.UpdateTenantResponse
+	(*DeleteScanRequest)(nil),            // 60: termivar.v1.DeleteScanRequest
+	(*DeleteScanResponse)(nil),           // 61: termivar.v1.DeleteScanResponse
+	(*PurgeTasksRequest)(nil),            // 62: termivar.v1.PurgeTasksRequest
+	(*PurgeTasksResponse)(nil),           // 63: termivar.v1.PurgeTasksResponse
+	(*CreateTenantResponse)(nil),         // 64: termivar.v1.CreateTenantResponse
+	(*CreateKeyRequest)(nil),             // 65: termivar.v1.CreateKeyRequest
+	(*CreateKeyResponse)(nil),            // 66: termivar.v1.CreateKeyResponse
+	(*ListKeysRequest)(nil),              // 67: termivar.v1.ListKeysRequest
+	(*KeyInfo)(nil),                      // 68: termivar.v1.KeyInfo
+	(*ListKeysResponse)(nil),             // 69: termivar.v1.ListKeysResponse
+	(*RevokeKeyRequest)(nil),             // 70: termivar.v1.RevokeKeyRequest
+	(*RevokeKeyResponse)(nil),            // 71: termivar.v1.RevokeKeyResponse
+	(*RotateKeyRequest)(nil),             // 72: termivar.v1.RotateKeyRequest
+	(*RotateKeyResponse)(nil),            // 73: termivar.v1.RotateKeyResponse
+	(*CancelScanRequest)(nil),            // 74: termivar.v1.CancelScanRequest
+	(*CancelScanResponse)(nil),           // 75: termivar.v1.CancelScanResponse
+	(*CreateScheduleRequest)(nil),        // 76: termivar.v1.CreateScheduleRequest
+	(*CreateScheduleResponse)(nil),       // 77: termivar.v1.CreateScheduleResponse
+	(*ScheduleInfo)(nil),                 // 78: termivar.v1.ScheduleInfo
+	(*ListSchedulesRequest)(nil),         // 79: termivar.v1.ListSchedulesRequest
+	(*ListSchedulesResponse)(nil),        // 80: termivar.v1.ListSchedulesResponse
+	(*DeleteScheduleRequest)(nil),        // 81: termivar.v1.DeleteScheduleRequest
+	(*DeleteScheduleResponse)(nil),       // 82: termivar.v1.DeleteScheduleResponse
+	(*ClusterMember)(nil),                // 83: termivar.v1.ClusterMember
+	(*BackupRecord)(nil),                 // 84: termivar.v1.BackupRecord
+	(*CoreLimits)(nil),                   // 85: termivar.v1.CoreLimits
+	(*ResultLimits)(nil),                 // 86: termivar.v1.ResultLimits
+	(*SchedulingOptions)(nil),            // 87: termivar.v1.SchedulingOptions
 }
 var file_termivar_v1_api_proto_depIdxs = []int32{
 	1,  // 0: termivar.v1.RegisterWorkerResponse.worker:type_name -> termivar.v1.WorkerInfo
@@ -5785,76 +6667,89 @@ var file_termivar_v1_api_proto_depIdxs = []int32{
 	30, // 13: termivar.v1.ListTasksResponse.tasks:type_name -> termivar.v1.TaskInfo
 	43, // 14: termivar.v1.ListScansResponse.scans:type_name -> termivar.v1.ScanInfo
 	46, // 15: termivar.v1.FollowResultsResponse.results:type_name -> termivar.v1.FollowedResult
-	72, // 16: termivar.v1.StatusResponse.members:type_name -> termivar.v1.ClusterMember
-	73, // 17: termivar.v1.StatusResponse.last_backup:type_name -> termivar.v1.BackupRecord
+	83, // 16: termivar.v1.StatusResponse.members:type_name -> termivar.v1.ClusterMember
+	84, // 17: termivar.v1.StatusResponse.last_backup:type_name -> termivar.v1.BackupRecord
 	50, // 18: termivar.v1.StatusResponse.build:type_name -> termivar.v1.BuildInfo
 	1,  // 19: termivar.v1.ListWorkersResponse.workers:type_name -> termivar.v1.WorkerInfo
-	74, // 20: termivar.v1.CreateTenantRequest.limits:type_name -> termivar.v1.CoreLimits
-	75, // 21: termivar.v1.CreateTenantRequest.result_limits:type_name -> termivar.v1.ResultLimits
-	64, // 22: termivar.v1.ListKeysResponse.keys:type_name -> termivar.v1.KeyInfo
-	2,  // 23: termivar.v1.Worker.RegisterWorker:input_type -> termivar.v1.RegisterWorkerRequest
-	4,  // 24: termivar.v1.Worker.Heartbeat:input_type -> termivar.v1.HeartbeatRequest
-	6,  // 25: termivar.v1.Worker.Acquire:input_type -> termivar.v1.AcquireRequest
-	9,  // 26: termivar.v1.Worker.Start:input_type -> termivar.v1.StartRequest
-	11, // 27: termivar.v1.Worker.RenewLease:input_type -> termivar.v1.RenewLeaseRequest
-	13, // 28: termivar.v1.Worker.Complete:input_type -> termivar.v1.CompleteRequest
-	15, // 29: termivar.v1.Worker.CompleteMany:input_type -> termivar.v1.CompleteManyRequest
-	18, // 30: termivar.v1.Worker.Fail:input_type -> termivar.v1.FailRequest
-	21, // 31: termivar.v1.Worker.Deregister:input_type -> termivar.v1.DeregisterRequest
-	24, // 32: termivar.v1.Producer.Enqueue:input_type -> termivar.v1.EnqueueRequest
-	28, // 33: termivar.v1.Producer.Cancel:input_type -> termivar.v1.CancelRequest
-	32, // 34: termivar.v1.Producer.GetTask:input_type -> termivar.v1.GetTaskRequest
-	34, // 35: termivar.v1.Producer.ListTasks:input_type -> termivar.v1.ListTasksRequest
-	36, // 36: termivar.v1.Producer.ScanProgress:input_type -> termivar.v1.ScanProgressRequest
-	38, // 37: termivar.v1.Producer.Retry:input_type -> termivar.v1.RetryRequest
-	40, // 38: termivar.v1.Producer.AggregateResults:input_type -> termivar.v1.AggregateResultsRequest
-	42, // 39: termivar.v1.Producer.ListScans:input_type -> termivar.v1.ListScansRequest
-	45, // 40: termivar.v1.Producer.FollowResults:input_type -> termivar.v1.FollowResultsRequest
-	56, // 41: termivar.v1.Producer.DeleteScan:input_type -> termivar.v1.DeleteScanRequest
-	58, // 42: termivar.v1.Producer.PurgeTasks:input_type -> termivar.v1.PurgeTasksRequest
-	70, // 43: termivar.v1.Producer.CancelScan:input_type -> termivar.v1.CancelScanRequest
-	48, // 44: termivar.v1.Admin.Status:input_type -> termivar.v1.StatusRequest
-	51, // 45: termivar.v1.Admin.ListWorkers:input_type -> termivar.v1.ListWorkersRequest
-	53, // 46: termivar.v1.Admin.CreateTenant:input_type -> termivar.v1.CreateTenantRequest
-	54, // 47: termivar.v1.Admin.UpdateTenant:input_type -> termivar.v1.UpdateTenantRequest
-	61, // 48: termivar.v1.Admin.CreateKey:input_type -> termivar.v1.CreateKeyRequest
-	63, // 49: termivar.v1.Admin.ListKeys:input_type -> termivar.v1.ListKeysRequest
-	66, // 50: termivar.v1.Admin.RevokeKey:input_type -> termivar.v1.RevokeKeyRequest
-	68, // 51: termivar.v1.Admin.RotateKey:input_type -> termivar.v1.RotateKeyRequest
-	3,  // 52: termivar.v1.Worker.RegisterWorker:output_type -> termivar.v1.RegisterWorkerResponse
-	5,  // 53: termivar.v1.Worker.Heartbeat:output_type -> termivar.v1.HeartbeatResponse
-	8,  // 54: termivar.v1.Worker.Acquire:output_type -> termivar.v1.AcquireResponse
-	10, // 55: termivar.v1.Worker.Start:output_type -> termivar.v1.StartResponse
-	12, // 56: termivar.v1.Worker.RenewLease:output_type -> termivar.v1.RenewLeaseResponse
-	14, // 57: termivar.v1.Worker.Complete:output_type -> termivar.v1.CompleteResponse
-	17, // 58: termivar.v1.Worker.CompleteMany:output_type -> termivar.v1.CompleteManyResponse
-	19, // 59: termivar.v1.Worker.Fail:output_type -> termivar.v1.FailResponse
-	22, // 60: termivar.v1.Worker.Deregister:output_type -> termivar.v1.DeregisterResponse
-	27, // 61: termivar.v1.Producer.Enqueue:output_type -> termivar.v1.EnqueueResponse
-	29, // 62: termivar.v1.Producer.Cancel:output_type -> termivar.v1.CancelResponse
-	33, // 63: termivar.v1.Producer.GetTask:output_type -> termivar.v1.GetTaskResponse
-	35, // 64: termivar.v1.Producer.ListTasks:output_type -> termivar.v1.ListTasksResponse
-	37, // 65: termivar.v1.Producer.ScanProgress:output_type -> termivar.v1.ScanProgressResponse
-	39, // 66: termivar.v1.Producer.Retry:output_type -> termivar.v1.RetryResponse
-	41, // 67: termivar.v1.Producer.AggregateResults:output_type -> termivar.v1.AggregateResultsResponse
-	44, // 68: termivar.v1.Producer.ListScans:output_type -> termivar.v1.ListScansResponse
-	47, // 69: termivar.v1.Producer.FollowResults:output_type -> termivar.v1.FollowResultsResponse
-	57, // 70: termivar.v1.Producer.DeleteScan:output_type -> termivar.v1.DeleteScanResponse
-	59, // 71: termivar.v1.Producer.PurgeTasks:output_type -> termivar.v1.PurgeTasksResponse
-	71, // 72: termivar.v1.Producer.CancelScan:output_type -> termivar.v1.CancelScanResponse
-	49, // 73: termivar.v1.Admin.Status:output_type -> termivar.v1.StatusResponse
-	52, // 74: termivar.v1.Admin.ListWorkers:output_type -> termivar.v1.ListWorkersResponse
-	60, // 75: termivar.v1.Admin.CreateTenant:output_type -> termivar.v1.CreateTenantResponse
-	55, // 76: termivar.v1.Admin.UpdateTenant:output_type -> termivar.v1.UpdateTenantResponse
-	62, // 77: termivar.v1.Admin.CreateKey:output_type -> termivar.v1.CreateKeyResponse
-	65, // 78: termivar.v1.Admin.ListKeys:output_type -> termivar.v1.ListKeysResponse
-	67, // 79: termivar.v1.Admin.RevokeKey:output_type -> termivar.v1.RevokeKeyResponse
-	69, // 80: termivar.v1.Admin.RotateKey:output_type -> termivar.v1.RotateKeyResponse
-	52, // [52:81] is the sub-list for method output_type
-	23, // [23:52] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	85, // 20: termivar.v1.CreateTenantRequest.limits:type_name -> termivar.v1.CoreLimits
+	86, // 21: termivar.v1.CreateTenantRequest.result_limits:type_name -> termivar.v1.ResultLimits
+	87, // 22: termivar.v1.CreateTenantRequest.scheduling:type_name -> termivar.v1.SchedulingOptions
+	87, // 23: termivar.v1.SetSchedulingOptionsRequest.options:type_name -> termivar.v1.SchedulingOptions
+	68, // 24: termivar.v1.ListKeysResponse.keys:type_name -> termivar.v1.KeyInfo
+	78, // 25: termivar.v1.ListSchedulesResponse.schedules:type_name -> termivar.v1.ScheduleInfo
+	2,  // 26: termivar.v1.Worker.RegisterWorker:input_type -> termivar.v1.RegisterWorkerRequest
+	4,  // 27: termivar.v1.Worker.Heartbeat:input_type -> termivar.v1.HeartbeatRequest
+	6,  // 28: termivar.v1.Worker.Acquire:input_type -> termivar.v1.AcquireRequest
+	9,  // 29: termivar.v1.Worker.Start:input_type -> termivar.v1.StartRequest
+	11, // 30: termivar.v1.Worker.RenewLease:input_type -> termivar.v1.RenewLeaseRequest
+	13, // 31: termivar.v1.Worker.Complete:input_type -> termivar.v1.CompleteRequest
+	15, // 32: termivar.v1.Worker.CompleteMany:input_type -> termivar.v1.CompleteManyRequest
+	18, // 33: termivar.v1.Worker.Fail:input_type -> termivar.v1.FailRequest
+	21, // 34: termivar.v1.Worker.Deregister:input_type -> termivar.v1.DeregisterRequest
+	24, // 35: termivar.v1.Producer.Enqueue:input_type -> termivar.v1.EnqueueRequest
+	28, // 36: termivar.v1.Producer.Cancel:input_type -> termivar.v1.CancelRequest
+	32, // 37: termivar.v1.Producer.GetTask:input_type -> termivar.v1.GetTaskRequest
+	34, // 38: termivar.v1.Producer.ListTasks:input_type -> termivar.v1.ListTasksRequest
+	36, // 39: termivar.v1.Producer.ScanProgress:input_type -> termivar.v1.ScanProgressRequest
+	54, // 40: termivar.v1.Producer.UpdateScan:input_type -> termivar.v1.UpdateScanRequest
+	76, // 41: termivar.v1.Producer.CreateSchedule:input_type -> termivar.v1.CreateScheduleRequest
+	79, // 42: termivar.v1.Producer.ListSchedules:input_type -> termivar.v1.ListSchedulesRequest
+	81, // 43: termivar.v1.Producer.DeleteSchedule:input_type -> termivar.v1.DeleteScheduleRequest
+	38, // 44: termivar.v1.Producer.Retry:input_type -> termivar.v1.RetryRequest
+	40, // 45: termivar.v1.Producer.AggregateResults:input_type -> termivar.v1.AggregateResultsRequest
+	42, // 46: termivar.v1.Producer.ListScans:input_type -> termivar.v1.ListScansRequest
+	45, // 47: termivar.v1.Producer.FollowResults:input_type -> termivar.v1.FollowResultsRequest
+	60, // 48: termivar.v1.Producer.DeleteScan:input_type -> termivar.v1.DeleteScanRequest
+	62, // 49: termivar.v1.Producer.PurgeTasks:input_type -> termivar.v1.PurgeTasksRequest
+	74, // 50: termivar.v1.Producer.CancelScan:input_type -> termivar.v1.CancelScanRequest
+	48, // 51: termivar.v1.Admin.Status:input_type -> termivar.v1.StatusRequest
+	51, // 52: termivar.v1.Admin.ListWorkers:input_type -> termivar.v1.ListWorkersRequest
+	53, // 53: termivar.v1.Admin.CreateTenant:input_type -> termivar.v1.CreateTenantRequest
+	58, // 54: termivar.v1.Admin.UpdateTenant:input_type -> termivar.v1.UpdateTenantRequest
+	65, // 55: termivar.v1.Admin.CreateKey:input_type -> termivar.v1.CreateKeyRequest
+	67, // 56: termivar.v1.Admin.ListKeys:input_type -> termivar.v1.ListKeysRequest
+	70, // 57: termivar.v1.Admin.RevokeKey:input_type -> termivar.v1.RevokeKeyRequest
+	72, // 58: termivar.v1.Admin.RotateKey:input_type -> termivar.v1.RotateKeyRequest
+	56, // 59: termivar.v1.Admin.SetSchedulingOptions:input_type -> termivar.v1.SetSchedulingOptionsRequest
+	3,  // 60: termivar.v1.Worker.RegisterWorker:output_type -> termivar.v1.RegisterWorkerResponse
+	5,  // 61: termivar.v1.Worker.Heartbeat:output_type -> termivar.v1.HeartbeatResponse
+	8,  // 62: termivar.v1.Worker.Acquire:output_type -> termivar.v1.AcquireResponse
+	10, // 63: termivar.v1.Worker.Start:output_type -> termivar.v1.StartResponse
+	12, // 64: termivar.v1.Worker.RenewLease:output_type -> termivar.v1.RenewLeaseResponse
+	14, // 65: termivar.v1.Worker.Complete:output_type -> termivar.v1.CompleteResponse
+	17, // 66: termivar.v1.Worker.CompleteMany:output_type -> termivar.v1.CompleteManyResponse
+	19, // 67: termivar.v1.Worker.Fail:output_type -> termivar.v1.FailResponse
+	22, // 68: termivar.v1.Worker.Deregister:output_type -> termivar.v1.DeregisterResponse
+	27, // 69: termivar.v1.Producer.Enqueue:output_type -> termivar.v1.EnqueueResponse
+	29, // 70: termivar.v1.Producer.Cancel:output_type -> termivar.v1.CancelResponse
+	33, // 71: termivar.v1.Producer.GetTask:output_type -> termivar.v1.GetTaskResponse
+	35, // 72: termivar.v1.Producer.ListTasks:output_type -> termivar.v1.ListTasksResponse
+	37, // 73: termivar.v1.Producer.ScanProgress:output_type -> termivar.v1.ScanProgressResponse
+	55, // 74: termivar.v1.Producer.UpdateScan:output_type -> termivar.v1.UpdateScanResponse
+	77, // 75: termivar.v1.Producer.CreateSchedule:output_type -> termivar.v1.CreateScheduleResponse
+	80, // 76: termivar.v1.Producer.ListSchedules:output_type -> termivar.v1.ListSchedulesResponse
+	82, // 77: termivar.v1.Producer.DeleteSchedule:output_type -> termivar.v1.DeleteScheduleResponse
+	39, // 78: termivar.v1.Producer.Retry:output_type -> termivar.v1.RetryResponse
+	41, // 79: termivar.v1.Producer.AggregateResults:output_type -> termivar.v1.AggregateResultsResponse
+	44, // 80: termivar.v1.Producer.ListScans:output_type -> termivar.v1.ListScansResponse
+	47, // 81: termivar.v1.Producer.FollowResults:output_type -> termivar.v1.FollowResultsResponse
+	61, // 82: termivar.v1.Producer.DeleteScan:output_type -> termivar.v1.DeleteScanResponse
+	63, // 83: termivar.v1.Producer.PurgeTasks:output_type -> termivar.v1.PurgeTasksResponse
+	75, // 84: termivar.v1.Producer.CancelScan:output_type -> termivar.v1.CancelScanResponse
+	49, // 85: termivar.v1.Admin.Status:output_type -> termivar.v1.StatusResponse
+	52, // 86: termivar.v1.Admin.ListWorkers:output_type -> termivar.v1.ListWorkersResponse
+	64, // 87: termivar.v1.Admin.CreateTenant:output_type -> termivar.v1.CreateTenantResponse
+	59, // 88: termivar.v1.Admin.UpdateTenant:output_type -> termivar.v1.UpdateTenantResponse
+	66, // 89: termivar.v1.Admin.CreateKey:output_type -> termivar.v1.CreateKeyResponse
+	69, // 90: termivar.v1.Admin.ListKeys:output_type -> termivar.v1.ListKeysResponse
+	71, // 91: termivar.v1.Admin.RevokeKey:output_type -> termivar.v1.RevokeKeyResponse
+	73, // 92: termivar.v1.Admin.RotateKey:output_type -> termivar.v1.RotateKeyResponse
+	57, // 93: termivar.v1.Admin.SetSchedulingOptions:output_type -> termivar.v1.SetSchedulingOptionsResponse
+	60, // [60:94] is the sub-list for method output_type
+	26, // [26:60] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_termivar_v1_api_proto_init() }
@@ -5877,13 +6772,15 @@ func file_termivar_v1_api_proto_init() {
 	file_termivar_v1_api_proto_msgTypes[31].OneofWrappers = []any{}
 	file_termivar_v1_api_proto_msgTypes[38].OneofWrappers = []any{}
 	file_termivar_v1_api_proto_msgTypes[43].OneofWrappers = []any{}
+	file_termivar_v1_api_proto_msgTypes[54].OneofWrappers = []any{}
+	file_termivar_v1_api_proto_msgTypes[56].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_termivar_v1_api_proto_rawDesc), len(file_termivar_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   72,
+			NumMessages:   83,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

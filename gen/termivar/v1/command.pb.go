@@ -82,6 +82,12 @@ type Command struct {
 	//	*Command_PurgeTasks
 	//	*Command_UpdateTenant
 	//	*Command_RerunTasks
+	//	*Command_SetSchedulingOptions
+	//	*Command_UpdateScan
+	//	*Command_AdvanceTime
+	//	*Command_CreateSchedule
+	//	*Command_DeleteSchedule
+	//	*Command_FireSchedule
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -429,6 +435,60 @@ func (x *Command) GetRerunTasks() *RerunTasks {
 	return nil
 }
 
+func (x *Command) GetSetSchedulingOptions() *SetSchedulingOptions {
+	if x != nil {
+		if x, ok := x.Op.(*Command_SetSchedulingOptions); ok {
+			return x.SetSchedulingOptions
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetUpdateScan() *UpdateScan {
+	if x != nil {
+		if x, ok := x.Op.(*Command_UpdateScan); ok {
+			return x.UpdateScan
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetAdvanceTime() *AdvanceTime {
+	if x != nil {
+		if x, ok := x.Op.(*Command_AdvanceTime); ok {
+			return x.AdvanceTime
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetCreateSchedule() *CreateSchedule {
+	if x != nil {
+		if x, ok := x.Op.(*Command_CreateSchedule); ok {
+			return x.CreateSchedule
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetDeleteSchedule() *DeleteSchedule {
+	if x != nil {
+		if x, ok := x.Op.(*Command_DeleteSchedule); ok {
+			return x.DeleteSchedule
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetFireSchedule() *FireSchedule {
+	if x != nil {
+		if x, ok := x.Op.(*Command_FireSchedule); ok {
+			return x.FireSchedule
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -561,6 +621,31 @@ type Command_RerunTasks struct {
 	RerunTasks *RerunTasks `protobuf:"bytes,52,opt,name=rerun_tasks,json=rerunTasks,proto3,oneof"`
 }
 
+type Command_SetSchedulingOptions struct {
+	// 60-69: scheduling (contract Part F).
+	SetSchedulingOptions *SetSchedulingOptions `protobuf:"bytes,60,opt,name=set_scheduling_options,json=setSchedulingOptions,proto3,oneof"`
+}
+
+type Command_UpdateScan struct {
+	UpdateScan *UpdateScan `protobuf:"bytes,61,opt,name=update_scan,json=updateScan,proto3,oneof"`
+}
+
+type Command_AdvanceTime struct {
+	AdvanceTime *AdvanceTime `protobuf:"bytes,62,opt,name=advance_time,json=advanceTime,proto3,oneof"`
+}
+
+type Command_CreateSchedule struct {
+	CreateSchedule *CreateSchedule `protobuf:"bytes,63,opt,name=create_schedule,json=createSchedule,proto3,oneof"`
+}
+
+type Command_DeleteSchedule struct {
+	DeleteSchedule *DeleteSchedule `protobuf:"bytes,64,opt,name=delete_schedule,json=deleteSchedule,proto3,oneof"`
+}
+
+type Command_FireSchedule struct {
+	FireSchedule *FireSchedule `protobuf:"bytes,65,opt,name=fire_schedule,json=fireSchedule,proto3,oneof"`
+}
+
 func (*Command_Batch) isCommand_Op() {}
 
 func (*Command_InitCluster) isCommand_Op() {}
@@ -620,6 +705,18 @@ func (*Command_PurgeTasks) isCommand_Op() {}
 func (*Command_UpdateTenant) isCommand_Op() {}
 
 func (*Command_RerunTasks) isCommand_Op() {}
+
+func (*Command_SetSchedulingOptions) isCommand_Op() {}
+
+func (*Command_UpdateScan) isCommand_Op() {}
+
+func (*Command_AdvanceTime) isCommand_Op() {}
+
+func (*Command_CreateSchedule) isCommand_Op() {}
+
+func (*Command_DeleteSchedule) isCommand_Op() {}
+
+func (*Command_FireSchedule) isCommand_Op() {}
 
 // Batch coalesces concurrent commands into one log entry. The FSM applies
 // them in order, each with its own response; the batch's now_secs applies
@@ -906,6 +1003,9 @@ type CreateTenant struct {
 	Name         string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Limits       *CoreLimits            `protobuf:"bytes,2,opt,name=limits,proto3" json:"limits,omitempty"`
 	ResultLimits *ResultLimits          `protobuf:"bytes,3,opt,name=result_limits,json=resultLimits,proto3" json:"result_limits,omitempty"`
+	// scheduling is the tenant's scheduling options (absent: none, contract
+	// Part A behaviour).
+	Scheduling *SchedulingOptions `protobuf:"bytes,10,opt,name=scheduling,proto3" json:"scheduling,omitempty"`
 	// result_retention_secs: terminal tasks (and their results) older than
 	// this many seconds are purged by the leader; 0 keeps them.
 	ResultRetentionSecs uint64 `protobuf:"varint,4,opt,name=result_retention_secs,json=resultRetentionSecs,proto3" json:"result_retention_secs,omitempty"`
@@ -960,6 +1060,13 @@ func (x *CreateTenant) GetLimits() *CoreLimits {
 func (x *CreateTenant) GetResultLimits() *ResultLimits {
 	if x != nil {
 		return x.ResultLimits
+	}
+	return nil
+}
+
+func (x *CreateTenant) GetScheduling() *SchedulingOptions {
+	if x != nil {
+		return x.Scheduling
 	}
 	return nil
 }
@@ -1309,6 +1416,14 @@ type TaskSpec struct {
 	TargetRef []byte                 `protobuf:"bytes,3,opt,name=target_ref,json=targetRef,proto3" json:"target_ref,omitempty"`
 	Phases    []byte                 `protobuf:"bytes,4,opt,name=phases,proto3" json:"phases,omitempty"`
 	Priority  uint32                 `protobuf:"varint,5,opt,name=priority,proto3" json:"priority,omitempty"`
+	// 10-19: scheduling (contract Part F). not_before_secs is a logical
+	// second; delay_secs is relative to the command's stamped time, and the
+	// FSM takes the later of the two.
+	NotBeforeSecs   uint64   `protobuf:"varint,10,opt,name=not_before_secs,json=notBeforeSecs,proto3" json:"not_before_secs,omitempty"`
+	DelaySecs       uint64   `protobuf:"varint,11,opt,name=delay_secs,json=delaySecs,proto3" json:"delay_secs,omitempty"`
+	RequiredTags    []uint32 `protobuf:"varint,12,rep,packed,name=required_tags,json=requiredTags,proto3" json:"required_tags,omitempty"`
+	BackoffBaseSecs uint64   `protobuf:"varint,13,opt,name=backoff_base_secs,json=backoffBaseSecs,proto3" json:"backoff_base_secs,omitempty"`
+	BackoffCapSecs  uint64   `protobuf:"varint,14,opt,name=backoff_cap_secs,json=backoffCapSecs,proto3" json:"backoff_cap_secs,omitempty"`
 	// attempt_timeout_secs bounds each attempt (0: none); see
 	// distributed.TaskSpec.AttemptTimeoutSecs.
 	AttemptTimeoutSecs uint64 `protobuf:"varint,6,opt,name=attempt_timeout_secs,json=attemptTimeoutSecs,proto3" json:"attempt_timeout_secs,omitempty"`
@@ -1377,6 +1492,41 @@ func (x *TaskSpec) GetPhases() []byte {
 func (x *TaskSpec) GetPriority() uint32 {
 	if x != nil {
 		return x.Priority
+	}
+	return 0
+}
+
+func (x *TaskSpec) GetNotBeforeSecs() uint64 {
+	if x != nil {
+		return x.NotBeforeSecs
+	}
+	return 0
+}
+
+func (x *TaskSpec) GetDelaySecs() uint64 {
+	if x != nil {
+		return x.DelaySecs
+	}
+	return 0
+}
+
+func (x *TaskSpec) GetRequiredTags() []uint32 {
+	if x != nil {
+		return x.RequiredTags
+	}
+	return nil
+}
+
+func (x *TaskSpec) GetBackoffBaseSecs() uint64 {
+	if x != nil {
+		return x.BackoffBaseSecs
+	}
+	return 0
+}
+
+func (x *TaskSpec) GetBackoffCapSecs() uint64 {
+	if x != nil {
+		return x.BackoffCapSecs
 	}
 	return 0
 }
@@ -2683,6 +2833,8 @@ type TenantState struct {
 	ResultState  []byte                 `protobuf:"bytes,5,opt,name=result_state,json=resultState,proto3" json:"result_state,omitempty"`
 	WorkerOwners []*WorkerOwner         `protobuf:"bytes,6,rep,name=worker_owners,json=workerOwners,proto3" json:"worker_owners,omitempty"`
 	Scans        []*ScanIndex           `protobuf:"bytes,7,rep,name=scans,proto3" json:"scans,omitempty"`
+	// 20+: recurring scans (schedules), sorted by name.
+	Schedules []*Schedule `protobuf:"bytes,20,rep,name=schedules,proto3" json:"schedules,omitempty"`
 	// result_retention_secs is the tenant's retention policy (0: off).
 	ResultRetentionSecs uint64 `protobuf:"varint,8,opt,name=result_retention_secs,json=resultRetentionSecs,proto3" json:"result_retention_secs,omitempty"`
 	unknownFields       protoimpl.UnknownFields
@@ -2764,6 +2916,13 @@ func (x *TenantState) GetWorkerOwners() []*WorkerOwner {
 func (x *TenantState) GetScans() []*ScanIndex {
 	if x != nil {
 		return x.Scans
+	}
+	return nil
+}
+
+func (x *TenantState) GetSchedules() []*Schedule {
+	if x != nil {
+		return x.Schedules
 	}
 	return nil
 }
@@ -3104,10 +3263,15 @@ func (x *NodeInfo) GetMaxVersion() uint32 {
 // every member's recorded max_version reaches it. It never decreases; the
 // FSM refuses it while a recorded node supports less.
 type SetClusterVersion struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	// system_scheduling (only with version >= 3) is applied to the system
+	// tenant when the cluster version first reaches 3: the tenant was created
+	// at version 1, before scheduling options existed, so the leader's
+	// default options come with the raise, in the same entry.
+	SystemScheduling *SchedulingOptions `protobuf:"bytes,2,opt,name=system_scheduling,json=systemScheduling,proto3" json:"system_scheduling,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *SetClusterVersion) Reset() {
@@ -3145,6 +3309,13 @@ func (x *SetClusterVersion) GetVersion() uint32 {
 		return x.Version
 	}
 	return 0
+}
+
+func (x *SetClusterVersion) GetSystemScheduling() *SchedulingOptions {
+	if x != nil {
+		return x.SystemScheduling
+	}
+	return nil
 }
 
 // RecordBackup (cluster version 2) records that a backup is being taken:
@@ -3263,11 +3434,503 @@ func (x *BackupRecord) GetLogicalSecs() uint64 {
 	return 0
 }
 
+// SchedulingOptions mirrors distributed.SchedulingOptions.
+type SchedulingOptions struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	BackoffBaseSecs uint64                 `protobuf:"varint,1,opt,name=backoff_base_secs,json=backoffBaseSecs,proto3" json:"backoff_base_secs,omitempty"`
+	BackoffCapSecs  uint64                 `protobuf:"varint,2,opt,name=backoff_cap_secs,json=backoffCapSecs,proto3" json:"backoff_cap_secs,omitempty"`
+	FairScans       bool                   `protobuf:"varint,3,opt,name=fair_scans,json=fairScans,proto3" json:"fair_scans,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *SchedulingOptions) Reset() {
+	*x = SchedulingOptions{}
+	mi := &file_termivar_v1_command_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SchedulingOptions) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SchedulingOptions) ProtoMessage() {}
+
+func (x *SchedulingOptions) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_command_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SchedulingOptions.ProtoReflect.Descriptor instead.
+func (*SchedulingOptions) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *SchedulingOptions) GetBackoffBaseSecs() uint64 {
+	if x != nil {
+		return x.BackoffBaseSecs
+	}
+	return 0
+}
+
+func (x *SchedulingOptions) GetBackoffCapSecs() uint64 {
+	if x != nil {
+		return x.BackoffCapSecs
+	}
+	return 0
+}
+
+func (x *SchedulingOptions) GetFairScans() bool {
+	if x != nil {
+		return x.FairScans
+	}
+	return false
+}
+
+// SetSchedulingOptions replaces a tenant's scheduling options (admin).
+type SetSchedulingOptions struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Options       *SchedulingOptions     `protobuf:"bytes,1,opt,name=options,proto3" json:"options,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetSchedulingOptions) Reset() {
+	*x = SetSchedulingOptions{}
+	mi := &file_termivar_v1_command_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetSchedulingOptions) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetSchedulingOptions) ProtoMessage() {}
+
+func (x *SetSchedulingOptions) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_command_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetSchedulingOptions.ProtoReflect.Descriptor instead.
+func (*SetSchedulingOptions) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *SetSchedulingOptions) GetOptions() *SchedulingOptions {
+	if x != nil {
+		return x.Options
+	}
+	return nil
+}
+
+// UpdateScan changes the named settings of one scan (producer): pause,
+// resume, in-flight limit. An absent field keeps its value.
+type UpdateScan struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ScanId        string                 `protobuf:"bytes,1,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
+	MaxInFlight   *uint32                `protobuf:"varint,2,opt,name=max_in_flight,json=maxInFlight,proto3,oneof" json:"max_in_flight,omitempty"`
+	Paused        *bool                  `protobuf:"varint,3,opt,name=paused,proto3,oneof" json:"paused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateScan) Reset() {
+	*x = UpdateScan{}
+	mi := &file_termivar_v1_command_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateScan) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateScan) ProtoMessage() {}
+
+func (x *UpdateScan) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_command_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateScan.ProtoReflect.Descriptor instead.
+func (*UpdateScan) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *UpdateScan) GetScanId() string {
+	if x != nil {
+		return x.ScanId
+	}
+	return ""
+}
+
+func (x *UpdateScan) GetMaxInFlight() uint32 {
+	if x != nil && x.MaxInFlight != nil {
+		return *x.MaxInFlight
+	}
+	return 0
+}
+
+func (x *UpdateScan) GetPaused() bool {
+	if x != nil && x.Paused != nil {
+		return *x.Paused
+	}
+	return false
+}
+
+// AdvanceTime only moves the tenant's logical time to the stamp, so that
+// scheduled tasks whose time has come become leasable; the leader's
+// ticker proposes it when one is due.
+type AdvanceTime struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdvanceTime) Reset() {
+	*x = AdvanceTime{}
+	mi := &file_termivar_v1_command_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdvanceTime) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdvanceTime) ProtoMessage() {}
+
+func (x *AdvanceTime) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_command_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdvanceTime.ProtoReflect.Descriptor instead.
+func (*AdvanceTime) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{45}
+}
+
+// Schedule is a recurring scan: tick k (from 1) is due at
+// start_secs + (k-1) * every_secs and enqueues one task per target into
+// the scan "<scan_prefix>-<k>" (task IDs derived from scan and target).
+// last_tick is the last tick fired (0: none); a tick fires at most once,
+// in order, whichever leader proposes it.
+type Schedule struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Name       string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	EverySecs  uint64                 `protobuf:"varint,2,opt,name=every_secs,json=everySecs,proto3" json:"every_secs,omitempty"`
+	ScanPrefix string                 `protobuf:"bytes,3,opt,name=scan_prefix,json=scanPrefix,proto3" json:"scan_prefix,omitempty"`
+	Targets    [][]byte               `protobuf:"bytes,4,rep,name=targets,proto3" json:"targets,omitempty"`
+	Priority   uint32                 `protobuf:"varint,5,opt,name=priority,proto3" json:"priority,omitempty"`
+	StartSecs  uint64                 `protobuf:"varint,6,opt,name=start_secs,json=startSecs,proto3" json:"start_secs,omitempty"`
+	LastTick   uint64                 `protobuf:"varint,7,opt,name=last_tick,json=lastTick,proto3" json:"last_tick,omitempty"`
+	// last_error is the kind of the last tick's enqueue failure ("": none);
+	// a failed tick still counts as fired.
+	LastError     string `protobuf:"bytes,8,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Schedule) Reset() {
+	*x = Schedule{}
+	mi := &file_termivar_v1_command_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Schedule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Schedule) ProtoMessage() {}
+
+func (x *Schedule) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_command_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Schedule.ProtoReflect.Descriptor instead.
+func (*Schedule) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *Schedule) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Schedule) GetEverySecs() uint64 {
+	if x != nil {
+		return x.EverySecs
+	}
+	return 0
+}
+
+func (x *Schedule) GetScanPrefix() string {
+	if x != nil {
+		return x.ScanPrefix
+	}
+	return ""
+}
+
+func (x *Schedule) GetTargets() [][]byte {
+	if x != nil {
+		return x.Targets
+	}
+	return nil
+}
+
+func (x *Schedule) GetPriority() uint32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *Schedule) GetStartSecs() uint64 {
+	if x != nil {
+		return x.StartSecs
+	}
+	return 0
+}
+
+func (x *Schedule) GetLastTick() uint64 {
+	if x != nil {
+		return x.LastTick
+	}
+	return 0
+}
+
+func (x *Schedule) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+// CreateSchedule adds a schedule (producer); start_secs is the command's
+// stamped time, so the first tick is due at once.
+type CreateSchedule struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	EverySecs     uint64                 `protobuf:"varint,2,opt,name=every_secs,json=everySecs,proto3" json:"every_secs,omitempty"`
+	ScanPrefix    string                 `protobuf:"bytes,3,opt,name=scan_prefix,json=scanPrefix,proto3" json:"scan_prefix,omitempty"`
+	Targets       [][]byte               `protobuf:"bytes,4,rep,name=targets,proto3" json:"targets,omitempty"`
+	Priority      uint32                 `protobuf:"varint,5,opt,name=priority,proto3" json:"priority,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateSchedule) Reset() {
+	*x = CreateSchedule{}
+	mi := &file_termivar_v1_command_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateSchedule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateSchedule) ProtoMessage() {}
+
+func (x *CreateSchedule) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_command_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateSchedule.ProtoReflect.Descriptor instead.
+func (*CreateSchedule) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *CreateSchedule) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CreateSchedule) GetEverySecs() uint64 {
+	if x != nil {
+		return x.EverySecs
+	}
+	return 0
+}
+
+func (x *CreateSchedule) GetScanPrefix() string {
+	if x != nil {
+		return x.ScanPrefix
+	}
+	return ""
+}
+
+func (x *CreateSchedule) GetTargets() [][]byte {
+	if x != nil {
+		return x.Targets
+	}
+	return nil
+}
+
+func (x *CreateSchedule) GetPriority() uint32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+// DeleteSchedule removes a schedule (producer); scans it enqueued stay.
+type DeleteSchedule struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSchedule) Reset() {
+	*x = DeleteSchedule{}
+	mi := &file_termivar_v1_command_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSchedule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSchedule) ProtoMessage() {}
+
+func (x *DeleteSchedule) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_command_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSchedule.ProtoReflect.Descriptor instead.
+func (*DeleteSchedule) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *DeleteSchedule) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// FireSchedule fires tick `tick` of a schedule (admin; the leader's
+// ticker): accepted only for last_tick + 1 when due; an already fired
+// tick answers fired=false and changes nothing.
+type FireSchedule struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Tick          uint64                 `protobuf:"varint,2,opt,name=tick,proto3" json:"tick,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FireSchedule) Reset() {
+	*x = FireSchedule{}
+	mi := &file_termivar_v1_command_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FireSchedule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FireSchedule) ProtoMessage() {}
+
+func (x *FireSchedule) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_command_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FireSchedule.ProtoReflect.Descriptor instead.
+func (*FireSchedule) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_command_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *FireSchedule) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *FireSchedule) GetTick() uint64 {
+	if x != nil {
+		return x.Tick
+	}
+	return 0
+}
+
 var File_termivar_v1_command_proto protoreflect.FileDescriptor
 
 const file_termivar_v1_command_proto_rawDesc = "" +
 	"\n" +
-	"\x19termivar/v1/command.proto\x12\vtermivar.v1\"\xfd\x10\n" +
+	"\x19termivar/v1/command.proto\x12\vtermivar.v1\"\xa5\x14\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x19\n" +
 	"\bnow_secs\x18\x02 \x01(\x04R\anowSecs\x12\x16\n" +
@@ -3314,7 +3977,14 @@ const file_termivar_v1_command_proto_rawDesc = "" +
 	"purgeTasks\x12@\n" +
 	"\rupdate_tenant\x183 \x01(\v2\x19.termivar.v1.UpdateTenantH\x00R\fupdateTenant\x12:\n" +
 	"\vrerun_tasks\x184 \x01(\v2\x17.termivar.v1.RerunTasksH\x00R\n" +
-	"rerunTasksB\x04\n" +
+	"rerunTasks\x12Y\n" +
+	"\x16set_scheduling_options\x18< \x01(\v2!.termivar.v1.SetSchedulingOptionsH\x00R\x14setSchedulingOptions\x12:\n" +
+	"\vupdate_scan\x18= \x01(\v2\x17.termivar.v1.UpdateScanH\x00R\n" +
+	"updateScan\x12=\n" +
+	"\fadvance_time\x18> \x01(\v2\x18.termivar.v1.AdvanceTimeH\x00R\vadvanceTime\x12F\n" +
+	"\x0fcreate_schedule\x18? \x01(\v2\x1b.termivar.v1.CreateScheduleH\x00R\x0ecreateSchedule\x12F\n" +
+	"\x0fdelete_schedule\x18@ \x01(\v2\x1b.termivar.v1.DeleteScheduleH\x00R\x0edeleteSchedule\x12@\n" +
+	"\rfire_schedule\x18A \x01(\v2\x19.termivar.v1.FireScheduleH\x00R\ffireScheduleB\x04\n" +
 	"\x02opB\x14\n" +
 	"\x12_expected_revision\"9\n" +
 	"\x05Batch\x120\n" +
@@ -3340,11 +4010,15 @@ const file_termivar_v1_command_proto_rawDesc = "" +
 	"\x10max_result_bytes\x18\x02 \x01(\x04R\x0emaxResultBytes\x12&\n" +
 	"\x0fmax_total_bytes\x18\x03 \x01(\x04R\rmaxTotalBytes\x12.\n" +
 	"\x13max_aggregate_items\x18\x04 \x01(\x04R\x11maxAggregateItems\x12.\n" +
-	"\x13max_aggregate_bytes\x18\x05 \x01(\x04R\x11maxAggregateBytes\"\xc7\x01\n" +
+	"\x13max_aggregate_bytes\x18\x05 \x01(\x04R\x11maxAggregateBytes\"\x87\x02\n" +
 	"\fCreateTenant\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
 	"\x06limits\x18\x02 \x01(\v2\x17.termivar.v1.CoreLimitsR\x06limits\x12>\n" +
-	"\rresult_limits\x18\x03 \x01(\v2\x19.termivar.v1.ResultLimitsR\fresultLimits\x122\n" +
+	"\rresult_limits\x18\x03 \x01(\v2\x19.termivar.v1.ResultLimitsR\fresultLimits\x12>\n" +
+	"\n" +
+	"scheduling\x18\n" +
+	" \x01(\v2\x1e.termivar.v1.SchedulingOptionsR\n" +
+	"scheduling\x122\n" +
 	"\x15result_retention_secs\x18\x04 \x01(\x04R\x13resultRetentionSecs\"V\n" +
 	"\fUpdateTenant\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x122\n" +
@@ -3371,14 +4045,21 @@ const file_termivar_v1_command_proto_rawDesc = "" +
 	"\x06key_id\x18\x01 \x01(\tR\x05keyId\x12\x1c\n" +
 	"\n" +
 	"new_key_id\x18\x02 \x01(\tR\bnewKeyId\x12&\n" +
-	"\x0fnew_secret_hash\x18\x03 \x01(\fR\rnewSecretHash\"\xc1\x01\n" +
+	"\x0fnew_secret_hash\x18\x03 \x01(\fR\rnewSecretHash\"\x83\x03\n" +
 	"\bTaskSpec\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x17\n" +
 	"\ascan_id\x18\x02 \x01(\tR\x06scanId\x12\x1d\n" +
 	"\n" +
 	"target_ref\x18\x03 \x01(\fR\ttargetRef\x12\x16\n" +
 	"\x06phases\x18\x04 \x01(\fR\x06phases\x12\x1a\n" +
-	"\bpriority\x18\x05 \x01(\rR\bpriority\x120\n" +
+	"\bpriority\x18\x05 \x01(\rR\bpriority\x12&\n" +
+	"\x0fnot_before_secs\x18\n" +
+	" \x01(\x04R\rnotBeforeSecs\x12\x1d\n" +
+	"\n" +
+	"delay_secs\x18\v \x01(\x04R\tdelaySecs\x12#\n" +
+	"\rrequired_tags\x18\f \x03(\rR\frequiredTags\x12*\n" +
+	"\x11backoff_base_secs\x18\r \x01(\x04R\x0fbackoffBaseSecs\x12(\n" +
+	"\x10backoff_cap_secs\x18\x0e \x01(\x04R\x0ebackoffCapSecs\x120\n" +
 	"\x14attempt_timeout_secs\x18\x06 \x01(\x04R\x12attemptTimeoutSecs\"\x8a\x01\n" +
 	"\fEnqueueTasks\x12+\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x15.termivar.v1.TaskSpecR\x05tasks\x12%\n" +
@@ -3472,7 +4153,7 @@ const file_termivar_v1_command_proto_rawDesc = "" +
 	"\x06tenant\x18\x03 \x01(\tR\x06tenant\x12\x12\n" +
 	"\x04role\x18\x04 \x01(\tR\x04role\x12!\n" +
 	"\fcreated_secs\x18\x05 \x01(\x04R\vcreatedSecs\x12!\n" +
-	"\frevoked_secs\x18\x06 \x01(\x04R\vrevokedSecs\"\xf5\x02\n" +
+	"\frevoked_secs\x18\x06 \x01(\x04R\vrevokedSecs\"\xaa\x03\n" +
 	"\vTenantState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
 	"\x06limits\x18\x02 \x01(\v2\x17.termivar.v1.CoreLimitsR\x06limits\x12>\n" +
@@ -3481,7 +4162,8 @@ const file_termivar_v1_command_proto_rawDesc = "" +
 	"pool_state\x18\x04 \x01(\fR\tpoolState\x12!\n" +
 	"\fresult_state\x18\x05 \x01(\fR\vresultState\x12=\n" +
 	"\rworker_owners\x18\x06 \x03(\v2\x18.termivar.v1.WorkerOwnerR\fworkerOwners\x12,\n" +
-	"\x05scans\x18\a \x03(\v2\x16.termivar.v1.ScanIndexR\x05scans\x122\n" +
+	"\x05scans\x18\a \x03(\v2\x16.termivar.v1.ScanIndexR\x05scans\x123\n" +
+	"\tschedules\x18\x14 \x03(\v2\x15.termivar.v1.ScheduleR\tschedules\x122\n" +
 	"\x15result_retention_secs\x18\b \x01(\x04R\x13resultRetentionSecs\"A\n" +
 	"\vWorkerOwner\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x15\n" +
@@ -3511,16 +4193,58 @@ const file_termivar_v1_command_proto_rawDesc = "" +
 	"\aapi_url\x18\x02 \x01(\tR\x06apiUrl\x12 \n" +
 	"\vincarnation\x18\x03 \x01(\fR\vincarnation\x12\x1f\n" +
 	"\vmax_version\x18\x04 \x01(\rR\n" +
-	"maxVersion\"-\n" +
+	"maxVersion\"z\n" +
 	"\x11SetClusterVersion\x12\x18\n" +
-	"\aversion\x18\x01 \x01(\rR\aversion\"D\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x12K\n" +
+	"\x11system_scheduling\x18\x02 \x01(\v2\x1e.termivar.v1.SchedulingOptionsR\x10systemScheduling\"D\n" +
 	"\fRecordBackup\x12\x1b\n" +
 	"\tbackup_id\x18\x01 \x01(\fR\bbackupId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"g\n" +
 	"\fBackupRecord\x12\x1b\n" +
 	"\tbackup_id\x18\x01 \x01(\fR\bbackupId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12!\n" +
-	"\flogical_secs\x18\x03 \x01(\x04R\vlogicalSecsB<Z:github.com/termivar/distributed/gen/termivar/v1;termivarv1b\x06proto3"
+	"\flogical_secs\x18\x03 \x01(\x04R\vlogicalSecs\"\x88\x01\n" +
+	"\x11SchedulingOptions\x12*\n" +
+	"\x11backoff_base_secs\x18\x01 \x01(\x04R\x0fbackoffBaseSecs\x12(\n" +
+	"\x10backoff_cap_secs\x18\x02 \x01(\x04R\x0ebackoffCapSecs\x12\x1d\n" +
+	"\n" +
+	"fair_scans\x18\x03 \x01(\bR\tfairScans\"P\n" +
+	"\x14SetSchedulingOptions\x128\n" +
+	"\aoptions\x18\x01 \x01(\v2\x1e.termivar.v1.SchedulingOptionsR\aoptions\"\x88\x01\n" +
+	"\n" +
+	"UpdateScan\x12\x17\n" +
+	"\ascan_id\x18\x01 \x01(\tR\x06scanId\x12'\n" +
+	"\rmax_in_flight\x18\x02 \x01(\rH\x00R\vmaxInFlight\x88\x01\x01\x12\x1b\n" +
+	"\x06paused\x18\x03 \x01(\bH\x01R\x06paused\x88\x01\x01B\x10\n" +
+	"\x0e_max_in_flightB\t\n" +
+	"\a_paused\"\r\n" +
+	"\vAdvanceTime\"\xef\x01\n" +
+	"\bSchedule\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"every_secs\x18\x02 \x01(\x04R\teverySecs\x12\x1f\n" +
+	"\vscan_prefix\x18\x03 \x01(\tR\n" +
+	"scanPrefix\x12\x18\n" +
+	"\atargets\x18\x04 \x03(\fR\atargets\x12\x1a\n" +
+	"\bpriority\x18\x05 \x01(\rR\bpriority\x12\x1d\n" +
+	"\n" +
+	"start_secs\x18\x06 \x01(\x04R\tstartSecs\x12\x1b\n" +
+	"\tlast_tick\x18\a \x01(\x04R\blastTick\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\b \x01(\tR\tlastError\"\x9a\x01\n" +
+	"\x0eCreateSchedule\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"every_secs\x18\x02 \x01(\x04R\teverySecs\x12\x1f\n" +
+	"\vscan_prefix\x18\x03 \x01(\tR\n" +
+	"scanPrefix\x12\x18\n" +
+	"\atargets\x18\x04 \x03(\fR\atargets\x12\x1a\n" +
+	"\bpriority\x18\x05 \x01(\rR\bpriority\"$\n" +
+	"\x0eDeleteSchedule\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"6\n" +
+	"\fFireSchedule\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04tick\x18\x02 \x01(\x04R\x04tickB<Z:github.com/termivar/distributed/gen/termivar/v1;termivarv1b\x06proto3"
 
 var (
 	file_termivar_v1_command_proto_rawDescOnce sync.Once
@@ -3534,7 +4258,7 @@ func file_termivar_v1_command_proto_rawDescGZIP() []byte {
 	return file_termivar_v1_command_proto_rawDescData
 }
 
-var file_termivar_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_termivar_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_termivar_v1_command_proto_goTypes = []any{
 	(*Command)(nil),              // 0: termivar.v1.Command
 	(*Batch)(nil),                // 1: termivar.v1.Batch
@@ -3578,6 +4302,14 @@ var file_termivar_v1_command_proto_goTypes = []any{
 	(*SetClusterVersion)(nil),    // 39: termivar.v1.SetClusterVersion
 	(*RecordBackup)(nil),         // 40: termivar.v1.RecordBackup
 	(*BackupRecord)(nil),         // 41: termivar.v1.BackupRecord
+	(*SchedulingOptions)(nil),    // 42: termivar.v1.SchedulingOptions
+	(*SetSchedulingOptions)(nil), // 43: termivar.v1.SetSchedulingOptions
+	(*UpdateScan)(nil),           // 44: termivar.v1.UpdateScan
+	(*AdvanceTime)(nil),          // 45: termivar.v1.AdvanceTime
+	(*Schedule)(nil),             // 46: termivar.v1.Schedule
+	(*CreateSchedule)(nil),       // 47: termivar.v1.CreateSchedule
+	(*DeleteSchedule)(nil),       // 48: termivar.v1.DeleteSchedule
+	(*FireSchedule)(nil),         // 49: termivar.v1.FireSchedule
 }
 var file_termivar_v1_command_proto_depIdxs = []int32{
 	1,  // 0: termivar.v1.Command.batch:type_name -> termivar.v1.Batch
@@ -3610,26 +4342,36 @@ var file_termivar_v1_command_proto_depIdxs = []int32{
 	7,  // 27: termivar.v1.Command.purge_tasks:type_name -> termivar.v1.PurgeTasks
 	6,  // 28: termivar.v1.Command.update_tenant:type_name -> termivar.v1.UpdateTenant
 	25, // 29: termivar.v1.Command.rerun_tasks:type_name -> termivar.v1.RerunTasks
-	0,  // 30: termivar.v1.Batch.commands:type_name -> termivar.v1.Command
-	3,  // 31: termivar.v1.CreateTenant.limits:type_name -> termivar.v1.CoreLimits
-	4,  // 32: termivar.v1.CreateTenant.result_limits:type_name -> termivar.v1.ResultLimits
-	11, // 33: termivar.v1.EnqueueTasks.tasks:type_name -> termivar.v1.TaskSpec
-	13, // 34: termivar.v1.RegisterWorker.spec:type_name -> termivar.v1.WorkerSpec
-	13, // 35: termivar.v1.ReactivateWorker.spec:type_name -> termivar.v1.WorkerSpec
-	33, // 36: termivar.v1.FSMState.keys:type_name -> termivar.v1.KeyRecord
-	34, // 37: termivar.v1.FSMState.tenants:type_name -> termivar.v1.TenantState
-	38, // 38: termivar.v1.FSMState.nodes:type_name -> termivar.v1.NodeInfo
-	33, // 39: termivar.v1.FSMState.revoked_keys:type_name -> termivar.v1.KeyRecord
-	41, // 40: termivar.v1.FSMState.last_backup:type_name -> termivar.v1.BackupRecord
-	3,  // 41: termivar.v1.TenantState.limits:type_name -> termivar.v1.CoreLimits
-	4,  // 42: termivar.v1.TenantState.result_limits:type_name -> termivar.v1.ResultLimits
-	35, // 43: termivar.v1.TenantState.worker_owners:type_name -> termivar.v1.WorkerOwner
-	36, // 44: termivar.v1.TenantState.scans:type_name -> termivar.v1.ScanIndex
-	45, // [45:45] is the sub-list for method output_type
-	45, // [45:45] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	43, // 30: termivar.v1.Command.set_scheduling_options:type_name -> termivar.v1.SetSchedulingOptions
+	44, // 31: termivar.v1.Command.update_scan:type_name -> termivar.v1.UpdateScan
+	45, // 32: termivar.v1.Command.advance_time:type_name -> termivar.v1.AdvanceTime
+	47, // 33: termivar.v1.Command.create_schedule:type_name -> termivar.v1.CreateSchedule
+	48, // 34: termivar.v1.Command.delete_schedule:type_name -> termivar.v1.DeleteSchedule
+	49, // 35: termivar.v1.Command.fire_schedule:type_name -> termivar.v1.FireSchedule
+	0,  // 36: termivar.v1.Batch.commands:type_name -> termivar.v1.Command
+	3,  // 37: termivar.v1.CreateTenant.limits:type_name -> termivar.v1.CoreLimits
+	4,  // 38: termivar.v1.CreateTenant.result_limits:type_name -> termivar.v1.ResultLimits
+	42, // 39: termivar.v1.CreateTenant.scheduling:type_name -> termivar.v1.SchedulingOptions
+	11, // 40: termivar.v1.EnqueueTasks.tasks:type_name -> termivar.v1.TaskSpec
+	13, // 41: termivar.v1.RegisterWorker.spec:type_name -> termivar.v1.WorkerSpec
+	13, // 42: termivar.v1.ReactivateWorker.spec:type_name -> termivar.v1.WorkerSpec
+	33, // 43: termivar.v1.FSMState.keys:type_name -> termivar.v1.KeyRecord
+	34, // 44: termivar.v1.FSMState.tenants:type_name -> termivar.v1.TenantState
+	38, // 45: termivar.v1.FSMState.nodes:type_name -> termivar.v1.NodeInfo
+	33, // 46: termivar.v1.FSMState.revoked_keys:type_name -> termivar.v1.KeyRecord
+	41, // 47: termivar.v1.FSMState.last_backup:type_name -> termivar.v1.BackupRecord
+	3,  // 48: termivar.v1.TenantState.limits:type_name -> termivar.v1.CoreLimits
+	4,  // 49: termivar.v1.TenantState.result_limits:type_name -> termivar.v1.ResultLimits
+	35, // 50: termivar.v1.TenantState.worker_owners:type_name -> termivar.v1.WorkerOwner
+	36, // 51: termivar.v1.TenantState.scans:type_name -> termivar.v1.ScanIndex
+	46, // 52: termivar.v1.TenantState.schedules:type_name -> termivar.v1.Schedule
+	42, // 53: termivar.v1.SetClusterVersion.system_scheduling:type_name -> termivar.v1.SchedulingOptions
+	42, // 54: termivar.v1.SetSchedulingOptions.options:type_name -> termivar.v1.SchedulingOptions
+	55, // [55:55] is the sub-list for method output_type
+	55, // [55:55] is the sub-list for method input_type
+	55, // [55:55] is the sub-list for extension type_name
+	55, // [55:55] is the sub-list for extension extendee
+	0,  // [0:55] is the sub-list for field type_name
 }
 
 func init() { file_termivar_v1_command_proto_init() }
@@ -3668,14 +4410,21 @@ func file_termivar_v1_command_proto_init() {
 		(*Command_PurgeTasks)(nil),
 		(*Command_UpdateTenant)(nil),
 		(*Command_RerunTasks)(nil),
+		(*Command_SetSchedulingOptions)(nil),
+		(*Command_UpdateScan)(nil),
+		(*Command_AdvanceTime)(nil),
+		(*Command_CreateSchedule)(nil),
+		(*Command_DeleteSchedule)(nil),
+		(*Command_FireSchedule)(nil),
 	}
+	file_termivar_v1_command_proto_msgTypes[44].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_termivar_v1_command_proto_rawDesc), len(file_termivar_v1_command_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   42,
+			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

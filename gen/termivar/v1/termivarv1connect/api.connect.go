@@ -73,6 +73,14 @@ const (
 	ProducerListTasksProcedure = "/termivar.v1.Producer/ListTasks"
 	// ProducerScanProgressProcedure is the fully-qualified name of the Producer's ScanProgress RPC.
 	ProducerScanProgressProcedure = "/termivar.v1.Producer/ScanProgress"
+	// ProducerUpdateScanProcedure is the fully-qualified name of the Producer's UpdateScan RPC.
+	ProducerUpdateScanProcedure = "/termivar.v1.Producer/UpdateScan"
+	// ProducerCreateScheduleProcedure is the fully-qualified name of the Producer's CreateSchedule RPC.
+	ProducerCreateScheduleProcedure = "/termivar.v1.Producer/CreateSchedule"
+	// ProducerListSchedulesProcedure is the fully-qualified name of the Producer's ListSchedules RPC.
+	ProducerListSchedulesProcedure = "/termivar.v1.Producer/ListSchedules"
+	// ProducerDeleteScheduleProcedure is the fully-qualified name of the Producer's DeleteSchedule RPC.
+	ProducerDeleteScheduleProcedure = "/termivar.v1.Producer/DeleteSchedule"
 	// ProducerRetryProcedure is the fully-qualified name of the Producer's Retry RPC.
 	ProducerRetryProcedure = "/termivar.v1.Producer/Retry"
 	// ProducerAggregateResultsProcedure is the fully-qualified name of the Producer's AggregateResults
@@ -104,6 +112,9 @@ const (
 	AdminRevokeKeyProcedure = "/termivar.v1.Admin/RevokeKey"
 	// AdminRotateKeyProcedure is the fully-qualified name of the Admin's RotateKey RPC.
 	AdminRotateKeyProcedure = "/termivar.v1.Admin/RotateKey"
+	// AdminSetSchedulingOptionsProcedure is the fully-qualified name of the Admin's
+	// SetSchedulingOptions RPC.
+	AdminSetSchedulingOptionsProcedure = "/termivar.v1.Admin/SetSchedulingOptions"
 )
 
 // WorkerClient is a client for the termivar.v1.Worker service.
@@ -400,6 +411,12 @@ type ProducerClient interface {
 	GetTask(context.Context, *connect.Request[v1.GetTaskRequest]) (*connect.Response[v1.GetTaskResponse], error)
 	ListTasks(context.Context, *connect.Request[v1.ListTasksRequest]) (*connect.Response[v1.ListTasksResponse], error)
 	ScanProgress(context.Context, *connect.Request[v1.ScanProgressRequest]) (*connect.Response[v1.ScanProgressResponse], error)
+	// UpdateScan pauses, resumes or limits a scan (contract Part F).
+	UpdateScan(context.Context, *connect.Request[v1.UpdateScanRequest]) (*connect.Response[v1.UpdateScanResponse], error)
+	// Recurring scans: the leader enqueues a new scan at every tick, once.
+	CreateSchedule(context.Context, *connect.Request[v1.CreateScheduleRequest]) (*connect.Response[v1.CreateScheduleResponse], error)
+	ListSchedules(context.Context, *connect.Request[v1.ListSchedulesRequest]) (*connect.Response[v1.ListSchedulesResponse], error)
+	DeleteSchedule(context.Context, *connect.Request[v1.DeleteScheduleRequest]) (*connect.Response[v1.DeleteScheduleResponse], error)
 	// Retry re-runs a scan's failed, expired or cancelled tasks (or the named
 	// ones) as new generations; tasks already queued or running are left as
 	// they are, so a repeated Retry is harmless.
@@ -473,6 +490,30 @@ func NewProducerClient(httpClient connect.HTTPClient, baseURL string, opts ...co
 			connect.WithSchema(producerMethods.ByName("ScanProgress")),
 			connect.WithClientOptions(opts...),
 		),
+		updateScan: connect.NewClient[v1.UpdateScanRequest, v1.UpdateScanResponse](
+			httpClient,
+			baseURL+ProducerUpdateScanProcedure,
+			connect.WithSchema(producerMethods.ByName("UpdateScan")),
+			connect.WithClientOptions(opts...),
+		),
+		createSchedule: connect.NewClient[v1.CreateScheduleRequest, v1.CreateScheduleResponse](
+			httpClient,
+			baseURL+ProducerCreateScheduleProcedure,
+			connect.WithSchema(producerMethods.ByName("CreateSchedule")),
+			connect.WithClientOptions(opts...),
+		),
+		listSchedules: connect.NewClient[v1.ListSchedulesRequest, v1.ListSchedulesResponse](
+			httpClient,
+			baseURL+ProducerListSchedulesProcedure,
+			connect.WithSchema(producerMethods.ByName("ListSchedules")),
+			connect.WithClientOptions(opts...),
+		),
+		deleteSchedule: connect.NewClient[v1.DeleteScheduleRequest, v1.DeleteScheduleResponse](
+			httpClient,
+			baseURL+ProducerDeleteScheduleProcedure,
+			connect.WithSchema(producerMethods.ByName("DeleteSchedule")),
+			connect.WithClientOptions(opts...),
+		),
 		retry: connect.NewClient[v1.RetryRequest, v1.RetryResponse](
 			httpClient,
 			baseURL+ProducerRetryProcedure,
@@ -525,6 +566,10 @@ type producerClient struct {
 	getTask          *connect.Client[v1.GetTaskRequest, v1.GetTaskResponse]
 	listTasks        *connect.Client[v1.ListTasksRequest, v1.ListTasksResponse]
 	scanProgress     *connect.Client[v1.ScanProgressRequest, v1.ScanProgressResponse]
+	updateScan       *connect.Client[v1.UpdateScanRequest, v1.UpdateScanResponse]
+	createSchedule   *connect.Client[v1.CreateScheduleRequest, v1.CreateScheduleResponse]
+	listSchedules    *connect.Client[v1.ListSchedulesRequest, v1.ListSchedulesResponse]
+	deleteSchedule   *connect.Client[v1.DeleteScheduleRequest, v1.DeleteScheduleResponse]
 	retry            *connect.Client[v1.RetryRequest, v1.RetryResponse]
 	aggregateResults *connect.Client[v1.AggregateResultsRequest, v1.AggregateResultsResponse]
 	listScans        *connect.Client[v1.ListScansRequest, v1.ListScansResponse]
@@ -557,6 +602,26 @@ func (c *producerClient) ListTasks(ctx context.Context, req *connect.Request[v1.
 // ScanProgress calls termivar.v1.Producer.ScanProgress.
 func (c *producerClient) ScanProgress(ctx context.Context, req *connect.Request[v1.ScanProgressRequest]) (*connect.Response[v1.ScanProgressResponse], error) {
 	return c.scanProgress.CallUnary(ctx, req)
+}
+
+// UpdateScan calls termivar.v1.Producer.UpdateScan.
+func (c *producerClient) UpdateScan(ctx context.Context, req *connect.Request[v1.UpdateScanRequest]) (*connect.Response[v1.UpdateScanResponse], error) {
+	return c.updateScan.CallUnary(ctx, req)
+}
+
+// CreateSchedule calls termivar.v1.Producer.CreateSchedule.
+func (c *producerClient) CreateSchedule(ctx context.Context, req *connect.Request[v1.CreateScheduleRequest]) (*connect.Response[v1.CreateScheduleResponse], error) {
+	return c.createSchedule.CallUnary(ctx, req)
+}
+
+// ListSchedules calls termivar.v1.Producer.ListSchedules.
+func (c *producerClient) ListSchedules(ctx context.Context, req *connect.Request[v1.ListSchedulesRequest]) (*connect.Response[v1.ListSchedulesResponse], error) {
+	return c.listSchedules.CallUnary(ctx, req)
+}
+
+// DeleteSchedule calls termivar.v1.Producer.DeleteSchedule.
+func (c *producerClient) DeleteSchedule(ctx context.Context, req *connect.Request[v1.DeleteScheduleRequest]) (*connect.Response[v1.DeleteScheduleResponse], error) {
+	return c.deleteSchedule.CallUnary(ctx, req)
 }
 
 // Retry calls termivar.v1.Producer.Retry.
@@ -602,6 +667,12 @@ type ProducerHandler interface {
 	GetTask(context.Context, *connect.Request[v1.GetTaskRequest]) (*connect.Response[v1.GetTaskResponse], error)
 	ListTasks(context.Context, *connect.Request[v1.ListTasksRequest]) (*connect.Response[v1.ListTasksResponse], error)
 	ScanProgress(context.Context, *connect.Request[v1.ScanProgressRequest]) (*connect.Response[v1.ScanProgressResponse], error)
+	// UpdateScan pauses, resumes or limits a scan (contract Part F).
+	UpdateScan(context.Context, *connect.Request[v1.UpdateScanRequest]) (*connect.Response[v1.UpdateScanResponse], error)
+	// Recurring scans: the leader enqueues a new scan at every tick, once.
+	CreateSchedule(context.Context, *connect.Request[v1.CreateScheduleRequest]) (*connect.Response[v1.CreateScheduleResponse], error)
+	ListSchedules(context.Context, *connect.Request[v1.ListSchedulesRequest]) (*connect.Response[v1.ListSchedulesResponse], error)
+	DeleteSchedule(context.Context, *connect.Request[v1.DeleteScheduleRequest]) (*connect.Response[v1.DeleteScheduleResponse], error)
 	// Retry re-runs a scan's failed, expired or cancelled tasks (or the named
 	// ones) as new generations; tasks already queued or running are left as
 	// they are, so a repeated Retry is harmless.
@@ -671,6 +742,30 @@ func NewProducerHandler(svc ProducerHandler, opts ...connect.HandlerOption) (str
 		connect.WithSchema(producerMethods.ByName("ScanProgress")),
 		connect.WithHandlerOptions(opts...),
 	)
+	producerUpdateScanHandler := connect.NewUnaryHandler(
+		ProducerUpdateScanProcedure,
+		svc.UpdateScan,
+		connect.WithSchema(producerMethods.ByName("UpdateScan")),
+		connect.WithHandlerOptions(opts...),
+	)
+	producerCreateScheduleHandler := connect.NewUnaryHandler(
+		ProducerCreateScheduleProcedure,
+		svc.CreateSchedule,
+		connect.WithSchema(producerMethods.ByName("CreateSchedule")),
+		connect.WithHandlerOptions(opts...),
+	)
+	producerListSchedulesHandler := connect.NewUnaryHandler(
+		ProducerListSchedulesProcedure,
+		svc.ListSchedules,
+		connect.WithSchema(producerMethods.ByName("ListSchedules")),
+		connect.WithHandlerOptions(opts...),
+	)
+	producerDeleteScheduleHandler := connect.NewUnaryHandler(
+		ProducerDeleteScheduleProcedure,
+		svc.DeleteSchedule,
+		connect.WithSchema(producerMethods.ByName("DeleteSchedule")),
+		connect.WithHandlerOptions(opts...),
+	)
 	producerRetryHandler := connect.NewUnaryHandler(
 		ProducerRetryProcedure,
 		svc.Retry,
@@ -725,6 +820,14 @@ func NewProducerHandler(svc ProducerHandler, opts ...connect.HandlerOption) (str
 			producerListTasksHandler.ServeHTTP(w, r)
 		case ProducerScanProgressProcedure:
 			producerScanProgressHandler.ServeHTTP(w, r)
+		case ProducerUpdateScanProcedure:
+			producerUpdateScanHandler.ServeHTTP(w, r)
+		case ProducerCreateScheduleProcedure:
+			producerCreateScheduleHandler.ServeHTTP(w, r)
+		case ProducerListSchedulesProcedure:
+			producerListSchedulesHandler.ServeHTTP(w, r)
+		case ProducerDeleteScheduleProcedure:
+			producerDeleteScheduleHandler.ServeHTTP(w, r)
 		case ProducerRetryProcedure:
 			producerRetryHandler.ServeHTTP(w, r)
 		case ProducerAggregateResultsProcedure:
@@ -766,6 +869,22 @@ func (UnimplementedProducerHandler) ListTasks(context.Context, *connect.Request[
 
 func (UnimplementedProducerHandler) ScanProgress(context.Context, *connect.Request[v1.ScanProgressRequest]) (*connect.Response[v1.ScanProgressResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Producer.ScanProgress is not implemented"))
+}
+
+func (UnimplementedProducerHandler) UpdateScan(context.Context, *connect.Request[v1.UpdateScanRequest]) (*connect.Response[v1.UpdateScanResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Producer.UpdateScan is not implemented"))
+}
+
+func (UnimplementedProducerHandler) CreateSchedule(context.Context, *connect.Request[v1.CreateScheduleRequest]) (*connect.Response[v1.CreateScheduleResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Producer.CreateSchedule is not implemented"))
+}
+
+func (UnimplementedProducerHandler) ListSchedules(context.Context, *connect.Request[v1.ListSchedulesRequest]) (*connect.Response[v1.ListSchedulesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Producer.ListSchedules is not implemented"))
+}
+
+func (UnimplementedProducerHandler) DeleteSchedule(context.Context, *connect.Request[v1.DeleteScheduleRequest]) (*connect.Response[v1.DeleteScheduleResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Producer.DeleteSchedule is not implemented"))
 }
 
 func (UnimplementedProducerHandler) Retry(context.Context, *connect.Request[v1.RetryRequest]) (*connect.Response[v1.RetryResponse], error) {
@@ -813,6 +932,8 @@ type AdminClient interface {
 	// RotateKey replaces a key by a new one with the same tenant and role in
 	// one log entry and returns the new key once.
 	RotateKey(context.Context, *connect.Request[v1.RotateKeyRequest]) (*connect.Response[v1.RotateKeyResponse], error)
+	// SetSchedulingOptions replaces the tenant's backoff and fairness options.
+	SetSchedulingOptions(context.Context, *connect.Request[v1.SetSchedulingOptionsRequest]) (*connect.Response[v1.SetSchedulingOptionsResponse], error)
 }
 
 // NewAdminClient constructs a client for the termivar.v1.Admin service. By default, it uses the
@@ -874,19 +995,26 @@ func NewAdminClient(httpClient connect.HTTPClient, baseURL string, opts ...conne
 			connect.WithSchema(adminMethods.ByName("RotateKey")),
 			connect.WithClientOptions(opts...),
 		),
+		setSchedulingOptions: connect.NewClient[v1.SetSchedulingOptionsRequest, v1.SetSchedulingOptionsResponse](
+			httpClient,
+			baseURL+AdminSetSchedulingOptionsProcedure,
+			connect.WithSchema(adminMethods.ByName("SetSchedulingOptions")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // adminClient implements AdminClient.
 type adminClient struct {
-	status       *connect.Client[v1.StatusRequest, v1.StatusResponse]
-	listWorkers  *connect.Client[v1.ListWorkersRequest, v1.ListWorkersResponse]
-	createTenant *connect.Client[v1.CreateTenantRequest, v1.CreateTenantResponse]
-	updateTenant *connect.Client[v1.UpdateTenantRequest, v1.UpdateTenantResponse]
-	createKey    *connect.Client[v1.CreateKeyRequest, v1.CreateKeyResponse]
-	listKeys     *connect.Client[v1.ListKeysRequest, v1.ListKeysResponse]
-	revokeKey    *connect.Client[v1.RevokeKeyRequest, v1.RevokeKeyResponse]
-	rotateKey    *connect.Client[v1.RotateKeyRequest, v1.RotateKeyResponse]
+	status               *connect.Client[v1.StatusRequest, v1.StatusResponse]
+	listWorkers          *connect.Client[v1.ListWorkersRequest, v1.ListWorkersResponse]
+	createTenant         *connect.Client[v1.CreateTenantRequest, v1.CreateTenantResponse]
+	updateTenant         *connect.Client[v1.UpdateTenantRequest, v1.UpdateTenantResponse]
+	createKey            *connect.Client[v1.CreateKeyRequest, v1.CreateKeyResponse]
+	listKeys             *connect.Client[v1.ListKeysRequest, v1.ListKeysResponse]
+	revokeKey            *connect.Client[v1.RevokeKeyRequest, v1.RevokeKeyResponse]
+	rotateKey            *connect.Client[v1.RotateKeyRequest, v1.RotateKeyResponse]
+	setSchedulingOptions *connect.Client[v1.SetSchedulingOptionsRequest, v1.SetSchedulingOptionsResponse]
 }
 
 // Status calls termivar.v1.Admin.Status.
@@ -929,6 +1057,11 @@ func (c *adminClient) RotateKey(ctx context.Context, req *connect.Request[v1.Rot
 	return c.rotateKey.CallUnary(ctx, req)
 }
 
+// SetSchedulingOptions calls termivar.v1.Admin.SetSchedulingOptions.
+func (c *adminClient) SetSchedulingOptions(ctx context.Context, req *connect.Request[v1.SetSchedulingOptionsRequest]) (*connect.Response[v1.SetSchedulingOptionsResponse], error) {
+	return c.setSchedulingOptions.CallUnary(ctx, req)
+}
+
 // AdminHandler is an implementation of the termivar.v1.Admin service.
 type AdminHandler interface {
 	Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error)
@@ -946,6 +1079,8 @@ type AdminHandler interface {
 	// RotateKey replaces a key by a new one with the same tenant and role in
 	// one log entry and returns the new key once.
 	RotateKey(context.Context, *connect.Request[v1.RotateKeyRequest]) (*connect.Response[v1.RotateKeyResponse], error)
+	// SetSchedulingOptions replaces the tenant's backoff and fairness options.
+	SetSchedulingOptions(context.Context, *connect.Request[v1.SetSchedulingOptionsRequest]) (*connect.Response[v1.SetSchedulingOptionsResponse], error)
 }
 
 // NewAdminHandler builds an HTTP handler from the service implementation. It returns the path on
@@ -1003,6 +1138,12 @@ func NewAdminHandler(svc AdminHandler, opts ...connect.HandlerOption) (string, h
 		connect.WithSchema(adminMethods.ByName("RotateKey")),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminSetSchedulingOptionsHandler := connect.NewUnaryHandler(
+		AdminSetSchedulingOptionsProcedure,
+		svc.SetSchedulingOptions,
+		connect.WithSchema(adminMethods.ByName("SetSchedulingOptions")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/termivar.v1.Admin/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AdminStatusProcedure:
@@ -1021,6 +1162,8 @@ func NewAdminHandler(svc AdminHandler, opts ...connect.HandlerOption) (string, h
 			adminRevokeKeyHandler.ServeHTTP(w, r)
 		case AdminRotateKeyProcedure:
 			adminRotateKeyHandler.ServeHTTP(w, r)
+		case AdminSetSchedulingOptionsProcedure:
+			adminSetSchedulingOptionsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -1060,4 +1203,8 @@ func (UnimplementedAdminHandler) RevokeKey(context.Context, *connect.Request[v1.
 
 func (UnimplementedAdminHandler) RotateKey(context.Context, *connect.Request[v1.RotateKeyRequest]) (*connect.Response[v1.RotateKeyResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Admin.RotateKey is not implemented"))
+}
+
+func (UnimplementedAdminHandler) SetSchedulingOptions(context.Context, *connect.Request[v1.SetSchedulingOptionsRequest]) (*connect.Response[v1.SetSchedulingOptionsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Admin.SetSchedulingOptions is not implemented"))
 }

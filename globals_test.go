@@ -1,7 +1,7 @@
 package distributed
 
 // Goal: no package of the module exports a mutable package variable
-// (STYLE.md §6 "No mutable package-level state"; issue 10): another package
+// (ARCHITECTURE.md, "Seams"; issue 10): another package
 // could change it under every user. Sentinel errors (Err…) are the one
 // exception, as in the standard library. Method: parse every non-test,
 // non-generated Go file under the module root and list its exported

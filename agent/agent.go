@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -142,33 +143,18 @@ func New(cfg Config) (*Agent, error) {
 	case cfg.Capacity < 0 || cfg.Capacity > 256:
 		return nil, errors.New("agent: capacity must be 1-256")
 	}
-	if cfg.Capacity == 0 {
-		cfg.Capacity = 1
-	}
-	if cfg.LeaseTTL == 0 {
-		cfg.LeaseTTL = 30 * time.Second
-	}
+	cfg.Capacity = cmp.Or(cfg.Capacity, 1)
+	cfg.LeaseTTL = cmp.Or(cfg.LeaseTTL, 30*time.Second)
 	cfg.LeaseTTL = cfg.LeaseTTL.Truncate(time.Second)
 	if cfg.LeaseTTL < 2*time.Second {
 		return nil, errors.New("agent: lease TTL must be at least 2s")
 	}
-	if cfg.HeartbeatInterval <= 0 {
-		cfg.HeartbeatInterval = 10 * time.Second
-	}
-	if cfg.PollWait <= 0 {
-		cfg.PollWait = 20 * time.Second
-	}
+	cfg.HeartbeatInterval = cmp.Or(max(cfg.HeartbeatInterval, 0), 10*time.Second)
+	cfg.PollWait = cmp.Or(max(cfg.PollWait, 0), 20*time.Second)
 	cfg.PollWait = min(cfg.PollWait, 60*time.Second)
-	if cfg.Grace <= 0 {
-		cfg.Grace = 30 * time.Second
-	}
-	if cfg.MaxResultBytes < 0 {
-		cfg.MaxResultBytes = 0
-	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	cfg.Grace = cmp.Or(max(cfg.Grace, 0), 30*time.Second)
+	cfg.MaxResultBytes = max(cfg.MaxResultBytes, 0)
+	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	a := &Agent{
 		cfg:      cfg,
 		c:        cfg.Client,
@@ -225,10 +211,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.mu.Unlock()
 	soft, stopSoft := context.WithCancel(ctx)
 	defer stopSoft()
-	go func() {
-		<-hard.Done()
-		stopSoft()
-	}()
+	defer context.AfterFunc(hard, stopSoft)() // a crash ends soft too, without a bridging goroutine
 
 	if err := a.register(soft); err != nil {
 		if hard.Err() != nil {
@@ -241,11 +224,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	var wg sync.WaitGroup
 	hbCtx, stopHB := context.WithCancel(hard)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		a.heartbeatLoop(hbCtx, soft)
-	}()
+	wg.Go(func() { a.heartbeatLoop(hbCtx, soft) })
 	var tasks sync.WaitGroup
 	a.acquireLoop(soft, hard, &tasks)
 	if hard.Err() != nil {
@@ -371,12 +350,9 @@ func resultBound(configured int, tenant uint64) int {
 }
 
 func (a *Agent) registerOnce(ctx context.Context) (*pb.RegisterWorkerResponse, error) {
-	resp, err := a.c.RegisterWorker(ctx, a.spec())
-	if err == nil {
-		return resp, nil
-	}
+	resp, err := a.registerAs(ctx, nil)
 	if !errors.Is(err, distributed.ErrWorkerAlreadyExists) {
-		return nil, err
+		return resp, err
 	}
 	// The worker exists: learn its generation (a reactivation naming
 	// generation 0 fails with the current one), then reactivate it.
@@ -384,14 +360,8 @@ func (a *Agent) registerOnce(ctx context.Context) (*pb.RegisterWorkerResponse, e
 	if err != nil {
 		return nil, err
 	}
-	req := a.spec()
-	req.ReactivateGeneration = &gen
-	resp, err = a.c.RegisterWorker(ctx, req)
-	if err == nil {
-		return resp, nil
-	}
-	if !errors.Is(err, distributed.ErrWorkerAlreadyExists) {
-		return nil, err
+	if resp, err = a.registerAs(ctx, &gen); !errors.Is(err, distributed.ErrWorkerAlreadyExists) {
+		return resp, err
 	}
 	// Still live: an earlier process with this ID died without
 	// deregistering. Take the ID over; its leases go to the retry rule.
@@ -401,13 +371,15 @@ func (a *Agent) registerOnce(ctx context.Context) (*pb.RegisterWorkerResponse, e
 		return nil, err
 	}
 	gen++
-	req = a.spec()
-	req.ReactivateGeneration = &gen
-	resp, err = a.c.RegisterWorker(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	return resp, nil
+	return a.registerAs(ctx, &gen)
+}
+
+// registerAs registers the worker, or reactivates the offline generation
+// *reactivate when it is set.
+func (a *Agent) registerAs(ctx context.Context, reactivate *uint64) (*pb.RegisterWorkerResponse, error) {
+	req := a.spec()
+	req.ReactivateGeneration = reactivate
+	return a.c.RegisterWorker(ctx, req)
 }
 
 // observe records the server's view of the worker: its effective capacity
@@ -440,11 +412,8 @@ func (a *Agent) signalSlot() {
 // currentGeneration returns the worker's current generation.
 func (a *Agent) currentGeneration(ctx context.Context) (uint64, error) {
 	zero := uint64(0)
-	req := a.spec()
-	req.ReactivateGeneration = &zero
-	_, err := a.c.RegisterWorker(ctx, req)
-	var de *distributed.Error
-	if errors.As(err, &de) && de.Kind == distributed.KindWorkerGenerationConflict && de.Actual != 0 {
+	_, err := a.registerAs(ctx, &zero)
+	if de, ok := errors.AsType[*distributed.Error](err); ok && de.Kind == distributed.KindWorkerGenerationConflict && de.Actual != 0 {
 		return de.Actual, nil
 	}
 	// Fall back on ListWorkers (admin keys only).
@@ -456,9 +425,7 @@ func (a *Agent) currentGeneration(ctx context.Context) (uint64, error) {
 			}
 		}
 	}
-	if err == nil {
-		err = errors.New("agent: cannot learn the worker's generation")
-	}
+	err = cmp.Or(err, errors.New("agent: cannot learn the worker's generation"))
 	return 0, err
 }
 
@@ -586,11 +553,7 @@ func (a *Agent) acquireLoop(soft, hard context.Context, tasks *sync.WaitGroup) {
 		for _, lt := range resp.GetTasks() {
 			a.acquired.Add(1)
 			r := a.newRunning(lt)
-			tasks.Add(1)
-			go func() {
-				defer tasks.Done()
-				a.runTask(hard, r)
-			}()
+			tasks.Go(func() { a.runTask(hard, r) })
 		}
 	}
 }

@@ -3,7 +3,6 @@
 package agent
 
 import (
-	"bufio"
 	"os"
 	"strconv"
 	"strings"
@@ -40,16 +39,12 @@ func (s *cpuSampler) sample() uint32 {
 }
 
 func (s *cpuSampler) read() uint32 {
-	f, err := os.Open("/proc/stat")
+	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
 		return 0
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	if !sc.Scan() {
-		return 0
-	}
-	fields := strings.Fields(sc.Text())
+	line, _, _ := strings.Cut(string(b), "\n") // the "cpu" totals
+	fields := strings.Fields(line)
 	if len(fields) < 5 || fields[0] != "cpu" {
 		return 0
 	}

@@ -29,10 +29,7 @@ type tailBuffer struct {
 }
 
 func (t *tailBuffer) Write(p []byte) {
-	if len(p) >= maxStderrTail {
-		t.buf = append(t.buf[:0], p[len(p)-maxStderrTail:]...)
-		return
-	}
+	p = p[max(0, len(p)-maxStderrTail):]
 	if over := len(t.buf) + len(p) - maxStderrTail; over > 0 {
 		t.buf = append(t.buf[:0], t.buf[over:]...)
 	}

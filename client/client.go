@@ -1,7 +1,9 @@
 package client
 
 import (
+	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -86,14 +88,30 @@ type Client struct {
 	router   *router
 }
 
+// NewTransport returns the keep-alive HTTP/1.1 transport New uses by
+// default: conns idle connections per host, speaking TLS with conf to
+// https URLs (nil: the defaults).
+//
+// NB: HTTP/1.1: a long-polling Acquire holds its own connection, and a
+// refused client certificate surfaces as the connection's error instead
+// of HTTP/2's "client conn could not be established".
+func NewTransport(conf *tls.Config, conns int) *http.Transport {
+	return &http.Transport{
+		Proxy:               http.ProxyFromEnvironment,
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        conns,
+		MaxIdleConnsPerHost: conns,
+		IdleConnTimeout:     90 * time.Second,
+		TLSClientConfig:     conf,
+	}
+}
+
 // ErrNoKey is returned by New when Config.Key is empty.
 var ErrNoKey = errors.New("client: no API key (use --key, TERMIVAR_KEY or the node's admin.key)")
 
 // New returns a Client for cfg. It does not contact the server.
 func New(cfg Config) (*Client, error) {
-	if cfg.ServerURL == "" {
-		cfg.ServerURL = DefaultServerURL
-	}
+	cfg.ServerURL = cmp.Or(cfg.ServerURL, DefaultServerURL)
 	urls, err := parseServerURLs(cfg.ServerURL)
 	if err != nil {
 		return nil, err
@@ -104,36 +122,15 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Key == "" {
 		return nil, ErrNoKey
 	}
-	if cfg.MaxAttempts <= 0 {
-		cfg.MaxAttempts = 4
-	}
-	if cfg.AttemptTimeout == 0 {
-		cfg.AttemptTimeout = DefaultAttemptTimeout
-	}
-	if cfg.MinBackoff <= 0 {
-		cfg.MinBackoff = 100 * time.Millisecond
-	}
+	cfg.MaxAttempts = cmp.Or(max(cfg.MaxAttempts, 0), 4)
+	cfg.AttemptTimeout = cmp.Or(cfg.AttemptTimeout, DefaultAttemptTimeout)
+	cfg.MinBackoff = cmp.Or(max(cfg.MinBackoff, 0), 100*time.Millisecond)
 	if cfg.MaxBackoff < cfg.MinBackoff {
 		cfg.MaxBackoff = max(2*time.Second, cfg.MinBackoff)
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	base := cfg.HTTPClient
-	if base == nil {
-		base = &http.Client{Transport: &http.Transport{
-			Proxy:               http.ProxyFromEnvironment,
-			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-			MaxIdleConns:        256,
-			MaxIdleConnsPerHost: 256,
-			IdleConnTimeout:     90 * time.Second,
-		}}
-	}
-	rt := base.Transport
-	if rt == nil {
-		rt = http.DefaultTransport
-	}
+	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
+	base := cmp.Or(cfg.HTTPClient, &http.Client{Transport: NewTransport(nil, 256)})
+	rt := cmp.Or(base.Transport, http.DefaultTransport)
 	hc := *base
 	hc.Transport = &bearer{key: cfg.Key, next: rt, router: rtr}
 	return &Client{

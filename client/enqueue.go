@@ -63,9 +63,9 @@ type EnqueueOptions struct {
 	// of distinct targets asked for in the scan, which ScanProgress reports
 	// so that the part not yet admitted can be shown (the scan is not
 	// finished before it is admitted). Targets found to collide (see
-	// ErrTaskIDCollision) are taken off it, so they do not hold the scan
-	// open; a final batch of only stored and colliding targets proposes
-	// nothing and so cannot take its collisions off. It needs cluster version 2 (a cluster still
+	// ErrTaskIDCollision) are taken off it (by the client for earlier
+	// batches, by the server for the batch), so they do not hold the scan
+	// open. It needs cluster version 2 (a cluster still
 	// at 1 refuses it with cluster_version); leave it 0 there.
 	DeclaredTotal uint64
 	// AttemptTimeoutSecs bounds each attempt of every task (0: none): the

@@ -81,8 +81,7 @@ func IsUnreachable(err error) bool {
 // KindOf returns the server's error kind of err ("" if err is not an *Error
 // or carries no detail).
 func KindOf(err error) string {
-	var e *Error
-	if errors.As(err, &e) {
+	if e, ok := errors.AsType[*Error](err); ok {
 		return e.Kind
 	}
 	return ""
@@ -94,14 +93,15 @@ func wrapErr(op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	e := &Error{Op: op, Code: connect.CodeOf(err), err: err}
-	if det, ok := detailOf(err); ok {
-		e.Kind, e.Reason = det.GetKind(), det.GetReason()
-		if de, ok := wireerr.Decode(det); ok {
-			e.core = de
-		}
-	}
-	return e
+	det, _ := wireerr.DetailOf(err)
+	return newError(op, connect.CodeOf(err), det, err)
+}
+
+// newError is an *Error with det's kind and reason (none for a nil det)
+// and, for a core kind, the core error rebuilt from det.
+func newError(op string, code connect.Code, det *pb.ErrorDetail, err error) *Error {
+	core, _ := wireerr.Decode(det)
+	return &Error{Op: op, Code: code, Kind: det.GetKind(), Reason: det.GetReason(), core: core, err: err}
 }
 
 // ItemError returns the error of one CompleteMany item, nil when the item
@@ -110,39 +110,15 @@ func wrapErr(op string, err error) error {
 // *distributed.Error for a core kind. Its Code is connect.CodeUnknown: the
 // response carries a Connect code only for the whole call.
 func ItemError(item *pb.CompleteItemResult) error {
-	det := item.GetError()
-	if det == nil {
+	if item.GetError() == nil {
 		return nil
 	}
-	e := &Error{Op: "Worker.CompleteMany", Code: connect.CodeUnknown, Kind: det.GetKind(), Reason: det.GetReason()}
-	if de, ok := wireerr.Decode(det); ok {
-		e.core = de
-	}
-	return e
-}
-
-// detailOf returns the first ErrorDetail of a Connect error.
-func detailOf(err error) (*pb.ErrorDetail, bool) {
-	var ce *connect.Error
-	if !errors.As(err, &ce) {
-		return nil, false
-	}
-	for _, d := range ce.Details() {
-		v, derr := d.Value()
-		if derr != nil {
-			continue
-		}
-		if det, ok := v.(*pb.ErrorDetail); ok {
-			return det, true
-		}
-	}
-	return nil, false
+	return newError("Worker.CompleteMany", connect.CodeUnknown, item.GetError(), nil)
 }
 
 // connectMessage is the message of a Connect error without the code prefix.
 func connectMessage(err error) string {
-	var ce *connect.Error
-	if errors.As(err, &ce) {
+	if ce, ok := errors.AsType[*connect.Error](err); ok {
 		return ce.Message()
 	}
 	return fmt.Sprint(err)

@@ -1,11 +1,13 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -23,10 +25,8 @@ func ParsePriority(s string) (string, error) {
 	if s == "" {
 		return "normal", nil
 	}
-	for _, p := range Priorities() {
-		if s == p {
-			return s, nil
-		}
+	if slices.Contains(Priorities(), s) {
+		return s, nil
 	}
 	return "", fmt.Errorf("priority must be one of %s", strings.Join(Priorities(), ", "))
 }
@@ -75,9 +75,7 @@ func DeriveTaskID(scanID, target string) string {
 // (req.PageToken is the starting point; req.PageSize defaults to 1000).
 func (c *Client) EachTask(ctx context.Context, req *pb.ListTasksRequest, fn func(*pb.TaskInfo) error) error {
 	r := &pb.ListTasksRequest{ScanId: req.GetScanId(), Status: req.GetStatus(), PageSize: req.GetPageSize(), PageToken: req.GetPageToken()}
-	if r.PageSize == 0 {
-		r.PageSize = 1000
-	}
+	r.PageSize = cmp.Or(r.PageSize, 1000)
 	for {
 		resp, err := c.ListTasks(ctx, r)
 		if err != nil {

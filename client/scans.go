@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"time"
@@ -85,10 +86,7 @@ const followWaitSecs = 30
 // started again from the last cursor fn saw continues with the next
 // result, so a caller that records it gets every result exactly once.
 func (c *Client) Follow(ctx context.Context, opts FollowOptions, fn func(Result) error) error {
-	wait := opts.WaitSecs
-	if wait == 0 {
-		wait = followWaitSecs
-	}
+	wait := cmp.Or(opts.WaitSecs, followWaitSecs)
 	req := &pb.FollowResultsRequest{ScanId: opts.ScanID, Cursor: opts.Cursor, CompletionOrder: opts.CompletionOrder,
 		WaitSecs: wait, DeleteAfterRead: opts.DeleteAfterRead}
 	unacked := false
@@ -154,8 +152,7 @@ func (c *Client) EachResult(ctx context.Context, scanID string, fn func(Result) 
 			break
 		}
 	}
-	var ce *connect.Error
-	if errors.As(lastErr, &ce) || connect.CodeOf(lastErr) != connect.CodeUnknown {
+	if _, ok := errors.AsType[*connect.Error](lastErr); ok || connect.CodeOf(lastErr) != connect.CodeUnknown {
 		return wrapErr(op, lastErr)
 	}
 	return lastErr // fn's own error

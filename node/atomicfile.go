@@ -63,7 +63,12 @@ func writeFileAtomic(fsys fileSystem, path string, data []byte, perm os.FileMode
 	if err := fsys.Rename(tmp, path); err != nil {
 		return err
 	}
-	d, err := fsys.OpenDir(filepath.Dir(path))
+	return syncDir(fsys, filepath.Dir(path))
+}
+
+// syncDir fsyncs a directory's entries.
+func syncDir(fsys fileSystem, dir string) error {
+	d, err := fsys.OpenDir(dir)
 	if err != nil {
 		return err
 	}

@@ -119,14 +119,8 @@ func (c *Config) validateCluster() error {
 	if len(c.Peers) > 0 && c.Join != nil {
 		return errors.New("node: --peers and --join exclude each other")
 	}
-	if len(c.Peers) > 0 {
-		found := false
-		for _, p := range c.Peers {
-			found = found || p.ID == c.NodeID
-		}
-		if !found {
-			return fmt.Errorf("node: --peers does not list this node (%s)", c.NodeID)
-		}
+	if len(c.Peers) > 0 && !slices.ContainsFunc(c.Peers, func(p Peer) bool { return p.ID == c.NodeID }) {
+		return fmt.Errorf("node: --peers does not list this node (%s)", c.NodeID)
 	}
 	return nil
 }
@@ -371,15 +365,12 @@ func (n *Node) leaderInit(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r, err := n.Propose(ctx, &pb.Command{Op: &pb.Command_CreateKey{CreateKey: &pb.CreateKey{
-		KeyId: g.ID, SecretHash: g.Hash[:], KeyTenant: raftfsm.SystemTenant, Role: apikey.RoleAdmin.String()}}})
-	if err != nil {
-		return err
+	err = raftfsm.ProposalErr(n.Propose(ctx, &pb.Command{Op: &pb.Command_CreateKey{CreateKey: &pb.CreateKey{
+		KeyId: g.ID, SecretHash: g.Hash[:], KeyTenant: raftfsm.SystemTenant, Role: apikey.RoleAdmin.String()}}}))
+	if errors.Is(err, raftfsm.ErrKeyExists) {
+		return nil
 	}
-	if r.Err != nil && !errors.Is(r.Err, raftfsm.ErrKeyExists) {
-		return r.Err
-	}
-	return nil
+	return err
 }
 
 // ensureBarrier makes sure that every entry committed before this
@@ -510,11 +501,7 @@ func (n *Node) registerSelf(ctx context.Context) {
 func (n *Node) setNodeInfo(ctx context.Context, id, apiURL string, incarnation []byte, version uint32) error {
 	ctx, cancel := context.WithTimeout(ctx, applyTimeout)
 	defer cancel()
-	r, err := n.Propose(ctx, &pb.Command{Op: &pb.Command_SetNodeInfo{SetNodeInfo: &pb.SetNodeInfo{NodeId: id, ApiUrl: apiURL, Incarnation: incarnation, MaxVersion: version}}})
-	if err != nil {
-		return err
-	}
-	return r.Err
+	return raftfsm.ProposalErr(n.Propose(ctx, &pb.Command{Op: &pb.Command_SetNodeInfo{SetNodeInfo: &pb.SetNodeInfo{NodeId: id, ApiUrl: apiURL, Incarnation: incarnation, MaxVersion: version}}}))
 }
 
 // IsLeader reports whether this node is the raft leader.

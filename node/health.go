@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -117,10 +118,7 @@ const remedyUpgrade = "start this data dir with a binary that supports the clust
 // storeWatchLoop turns a log store failure streak longer than the grace
 // period into a fatal error, until ctx (the node's lifetime) ends.
 func (n *Node) storeWatchLoop(ctx context.Context) {
-	grace := n.cfg.storeFailGrace
-	if grace <= 0 {
-		grace = defaultStoreFailGrace
-	}
+	grace := cmp.Or(max(n.cfg.storeFailGrace, 0), defaultStoreFailGrace)
 	t := time.NewTicker(min(grace/10, 100*time.Millisecond))
 	defer t.Stop()
 	for {
@@ -170,6 +168,6 @@ func (s *watchedLogStore) IsMonotonic() bool {
 
 // fsmOptions are the FSM options of a node.
 func (n *Node) fsmOptions() raftfsm.Options {
-	return raftfsm.Options{Logger: n.cfg.Logger, NotifyFunc: n.wake.notify, ProgressFunc: n.progress.notify, FatalFunc: n.onFSMFatal,
+	return raftfsm.Options{Logger: n.cfg.Logger, NotifyFunc: n.wake.Notify, ProgressFunc: n.progress.Notify, FatalFunc: n.onFSMFatal,
 		MaxVersion: n.cfg.MaxVersion()}
 }

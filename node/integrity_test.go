@@ -540,7 +540,7 @@ func TestNode_CorruptCommittedEntryStopsNode(t *testing.T) {
 	n := openNode(t, dir, nil)
 	mustPropose(t, n, enqueue(raftfsm.SystemTenant, "a"))
 	before, _ := n.FSM().ExportState()
-	payload, _ := marshalCommand(enqueue(raftfsm.SystemTenant, "b"))
+	payload, _ := raftfsm.MarshalEntry(enqueue(raftfsm.SystemTenant, "b"))
 	payload[len(payload)-1] ^= 0x01 // a damaged byte under the checksum
 	f := n.raft.Apply(payload, time.Second)
 	if err := f.Error(); err != nil {

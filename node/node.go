@@ -18,6 +18,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -42,6 +43,7 @@ import (
 	distributed "github.com/termivar/distributed"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 	"github.com/termivar/distributed/internal/metrics"
+	"github.com/termivar/distributed/internal/notify"
 	"github.com/termivar/distributed/internal/token"
 	"github.com/termivar/distributed/internal/tracing"
 	"github.com/termivar/distributed/internal/wire"
@@ -147,42 +149,22 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	if c.DataDir == "" {
-		c.DataDir = "termivar-data"
-	}
-	if c.NodeID == "" {
-		c.NodeID = "node1"
-	}
-	if c.RaftAddr == "" {
-		c.RaftAddr = "127.0.0.1:7421"
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	if c.RaftLogOutput == nil {
-		c.RaftLogOutput = io.Discard
-	}
-	if c.TracerProvider == nil {
-		c.TracerProvider = noop.NewTracerProvider()
-	}
+	c.DataDir = cmp.Or(c.DataDir, "termivar-data")
+	c.NodeID = cmp.Or(c.NodeID, "node1")
+	c.RaftAddr = cmp.Or(c.RaftAddr, "127.0.0.1:7421")
+	c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler))
+	c.RaftLogOutput = cmp.Or(c.RaftLogOutput, io.Discard)
+	c.TracerProvider = cmp.Or(c.TracerProvider, trace.TracerProvider(noop.NewTracerProvider()))
 	if c.MaxBatchCommands <= 0 || c.MaxBatchCommands > raftfsm.MaxBatchCommands {
 		c.MaxBatchCommands = 1024
 	}
-	if c.TickInterval == 0 {
-		c.TickInterval = time.Second
-	}
-	if c.DefaultLimits == (distributed.Limits{}) {
-		c.DefaultLimits = distributed.DefaultLimits()
-	}
-	if c.DefaultResultLimits == (distributed.ResultLimits{}) {
-		c.DefaultResultLimits = distributed.DefaultResultLimits()
-	}
+	c.TickInterval = cmp.Or(c.TickInterval, time.Second)
+	c.DefaultLimits = cmp.Or(c.DefaultLimits, distributed.DefaultLimits())
+	c.DefaultResultLimits = cmp.Or(c.DefaultResultLimits, distributed.DefaultResultLimits())
 	if c.NowFunc == nil {
 		c.NowFunc = time.Now
 	}
-	if c.SnapshotThreshold == 0 {
-		c.SnapshotThreshold = 8192
-	}
+	c.SnapshotThreshold = cmp.Or(c.SnapshotThreshold, 8192)
 	if c.RaftTimeout <= 0 {
 		c.RaftTimeout = 300 * time.Millisecond
 		if len(c.Peers) > 1 || c.Join != nil {
@@ -219,8 +201,9 @@ type Node struct {
 	lastRefusal   atomic.Pointer[string]
 	firstRefusal  atomic.Int64 // unix nanoseconds of the first refusal
 	codec         *token.Codec
-	wake          *notifier
-	progress      *notifier // the FSM's ProgressFunc: tasks may have become terminal
+	wake          notify.Notifier
+	changed       notify.Notifier // every applied entry (ChangeChan); one key, ""
+	progress      notify.Notifier // the FSM's ProgressFunc: tasks may have become terminal
 	clu           clusterState
 	ident         *identity
 	lock          *dirLock
@@ -275,14 +258,12 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 		}
 	}
 	n := &Node{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		secret:   secret,
-		ident:    ident,
-		wake:     newNotifier(),
-		progress: newNotifier(),
-		hl:       newHealth(),
-		life:     newLifetime(),
+		cfg:    cfg,
+		log:    cfg.Logger,
+		secret: secret,
+		ident:  ident,
+		hl:     newHealth(),
+		life:   newLifetime(),
 	}
 	n.incarnation = ident.incarnation()
 	n.verifyPeer = n.verifyRaftPeer
@@ -435,7 +416,7 @@ func (n *Node) openRaft() (bool, error) {
 			return false, fmt.Errorf("node: bootstrap: %w", err)
 		}
 	}
-	r, err := raft.NewRaft(rc, observedFSM{FSM: n.fsm, m: cfg.Metrics, log: n.log}, logs, w, snaps, trans)
+	r, err := raft.NewRaft(rc, observedFSM{FSM: n.fsm, m: cfg.Metrics, log: n.log, changed: &n.changed}, logs, w, snaps, trans)
 	if uerr := n.fsm.UnsupportedState(); err != nil && uerr != nil {
 		return false, dataDirErr(filepath.Join(cfg.DataDir, raftDir, "snapshots"), uerr.Error(), remedyUpgrade)
 	}
@@ -454,23 +435,17 @@ func (n *Node) ensureCluster(ctx context.Context) error {
 		if _, err := rand.Read(epoch); err != nil {
 			return err
 		}
-		r, err := n.Propose(ctx, &pb.Command{Op: &pb.Command_InitCluster{InitCluster: &pb.InitCluster{EpochId: epoch}}})
-		if err != nil {
+		err := raftfsm.ProposalErr(n.Propose(ctx, &pb.Command{Op: &pb.Command_InitCluster{InitCluster: &pb.InitCluster{EpochId: epoch}}}))
+		if err != nil && !errors.Is(err, raftfsm.ErrAlreadyInitialized) {
 			return err
-		}
-		if r.Err != nil && !errors.Is(r.Err, raftfsm.ErrAlreadyInitialized) {
-			return r.Err
 		}
 	}
 	if _, ok := n.fsm.Tenant(raftfsm.SystemTenant); !ok {
-		r, err := n.Propose(ctx, &pb.Command{Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{
+		err := raftfsm.ProposalErr(n.Propose(ctx, &pb.Command{Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{
 			Name: raftfsm.SystemTenant, Limits: wire.LimitsToProto(n.cfg.DefaultLimits),
-			ResultLimits: wire.ResultLimitsToProto(n.cfg.DefaultResultLimits)}}})
-		if err != nil {
+			ResultLimits: wire.ResultLimitsToProto(n.cfg.DefaultResultLimits)}}}))
+		if err != nil && !errors.Is(err, raftfsm.ErrTenantExists) {
 			return err
-		}
-		if r.Err != nil && !errors.Is(r.Err, raftfsm.ErrTenantExists) {
-			return r.Err
 		}
 	}
 	return nil
@@ -506,13 +481,18 @@ func (n *Node) Leader() (addr, id string) {
 // RaftAddr returns the transport's address.
 func (n *Node) RaftAddr() string { return string(n.trans.LocalAddr()) }
 
+// ChangeChan returns a channel that is closed after the next log entry is
+// applied or snapshot restored (of any tenant): the dashboard's long-poll
+// waits on it (server/dashboard.go).
+func (n *Node) ChangeChan() <-chan struct{} { return n.changed.Wait("") }
+
 // WaitChan returns a channel that is closed the next time a command may
 // have made queued tasks available in tenant (Acquire long-polls on it).
-func (n *Node) WaitChan(tenant string) <-chan struct{} { return n.wake.wait(tenant) }
+func (n *Node) WaitChan(tenant string) <-chan struct{} { return n.wake.Wait(tenant) }
 
 // ProgressChan returns a channel that is closed the next time a command
 // may have made tasks of the tenant terminal (result followers wait on it).
-func (n *Node) ProgressChan(tenant string) <-chan struct{} { return n.progress.wait(tenant) }
+func (n *Node) ProgressChan(tenant string) <-chan struct{} { return n.progress.Wait(tenant) }
 
 // Snapshot forces a raft snapshot (tests and operators).
 func (n *Node) Snapshot() error { return n.raft.Snapshot().Error() }
@@ -599,3 +579,6 @@ func loadOrCreateSecret(path string) ([]byte, error) {
 func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
 	return writeFileAtomic(osFS{}, path, data, perm)
 }
+
+// SyncDir fsyncs a directory's entries (atomicfile.go).
+func SyncDir(dir string) error { return syncDir(osFS{}, dir) }

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"github.com/termivar/distributed/internal/notify"
 	"io"
 	"log/slog"
 	"time"
@@ -21,6 +22,23 @@ type observedFSM struct {
 	*raftfsm.FSM
 	m   *metrics.Node
 	log *slog.Logger
+	// changed is woken after every applied entry and restored snapshot
+	// (Node.ChangeChan).
+	changed *notify.Notifier
+}
+
+// Apply applies the entry, then wakes the waiters of Node.ChangeChan.
+func (f observedFSM) Apply(l *raft.Log) any {
+	r := f.FSM.Apply(l)
+	f.changed.Notify("")
+	return r
+}
+
+// Restore installs a snapshot, then wakes the waiters of Node.ChangeChan.
+func (f observedFSM) Restore(rc io.ReadCloser) error {
+	err := f.FSM.Restore(rc)
+	f.changed.Notify("")
+	return err
 }
 
 // Snapshot wraps the FSM's snapshot so that Persist is observed.

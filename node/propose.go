@@ -168,7 +168,10 @@ func (pr *proposer) run(ctx context.Context) {
 		now := max(lastStamp, pr.lastTime(), uint64(max(pr.now().Unix(), 0)))
 		lastStamp = now
 		ib := &inflightBatch{props: append([]*proposal(nil), batch...), start: time.Now()}
-		data, err := marshalCommand(batchCommand(batch, now))
+		// NB: framed with its version and CRC-32C (raftfsm/frame.go); Apply
+		// and the startup verification (verify.go) check the frame before
+		// they decode.
+		data, err := raftfsm.MarshalEntry(batchCommand(batch, now))
 		if err != nil {
 			ib.err = err
 		} else {
@@ -315,11 +318,4 @@ func (n *Node) ProposeAll(ctx context.Context, cmds []*pb.Command) ([]raftfsm.Re
 		}
 	}
 	return out, firstErr
-}
-
-// marshalCommand encodes a command for the log, framed with its version
-// and CRC-32C (raftfsm/frame.go); Apply and the startup verification
-// (verify.go) check the frame before they decode.
-func marshalCommand(cmd *pb.Command) ([]byte, error) {
-	return raftfsm.MarshalEntry(cmd)
 }

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -71,12 +72,8 @@ type RestoreResult struct {
 // temporary directory. Refusals wrap ErrRestore (and backup.ErrDamaged
 // for a damaged file).
 func Restore(cfg RestoreConfig) (RestoreResult, error) {
-	if cfg.NodeID == "" {
-		cfg.NodeID = "node1"
-	}
-	if cfg.RaftAddr == "" {
-		cfg.RaftAddr = "127.0.0.1:7421"
-	}
+	cfg.NodeID = cmp.Or(cfg.NodeID, "node1")
+	cfg.RaftAddr = cmp.Or(cfg.RaftAddr, "127.0.0.1:7421")
 	if cfg.NowFunc == nil {
 		cfg.NowFunc = time.Now
 	}
@@ -115,7 +112,7 @@ func Restore(cfg RestoreConfig) (RestoreResult, error) {
 		_ = os.RemoveAll(tmp)
 		return RestoreResult{}, fmt.Errorf("%w: %w", ErrRestore, err)
 	}
-	if err := syncDir(filepath.Dir(filepath.Clean(cfg.DataDir))); err != nil {
+	if err := SyncDir(filepath.Dir(filepath.Clean(cfg.DataDir))); err != nil {
 		return RestoreResult{}, err
 	}
 	return RestoreResult{Header: h, Epoch: epoch, Index: index, State: restored}, nil
@@ -215,21 +212,11 @@ func buildRestoredDir(dir string, cfg RestoreConfig, secret, epoch, state []byte
 		return err
 	}
 	for _, d := range []string{filepath.Join(dir, raftDir, "snapshots"), filepath.Join(dir, raftDir), dir} {
-		if err := syncDir(d); err != nil {
+		if err := SyncDir(d); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// syncDir fsyncs a directory's entries.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // ReadBackupFile reads a backup file, refusing one larger than any backup.

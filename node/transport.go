@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"crypto/ed25519"
 	"crypto/hkdf"
 	"crypto/rand"
@@ -108,15 +109,9 @@ type tlsStreamLayer struct {
 // newStreamLayer derives the cluster CA, issues this start's leaf
 // certificate and starts accepting on ln. It takes ownership of ln.
 func newStreamLayer(ln net.Listener, cfg streamConfig) (*tlsStreamLayer, error) {
-	if cfg.HandshakeTimeout <= 0 {
-		cfg.HandshakeTimeout = handshakeTimeout
-	}
-	if cfg.MaxPending <= 0 {
-		cfg.MaxPending = maxPendingHandshakes
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.HandshakeTimeout = cmp.Or(max(cfg.HandshakeTimeout, 0), handshakeTimeout)
+	cfg.MaxPending = cmp.Or(max(cfg.MaxPending, 0), maxPendingHandshakes)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	ca, caKey, err := deriveCA(cfg.Secret)
 	if err != nil {
 		return nil, err
@@ -148,8 +143,7 @@ func newStreamLayer(ln net.Listener, cfg streamConfig) (*tlsStreamLayer, error) 
 		InsecureSkipVerify: true,
 		VerifyConnection:   func(cs tls.ConnectionState) error { return verifyChain(cs, pool) },
 	}
-	s.wg.Add(1)
-	go s.acceptLoop()
+	s.wg.Go(s.acceptLoop)
 	return s, nil
 }
 
@@ -248,7 +242,6 @@ func identityOf(cs tls.ConnectionState) (peerIdentity, error) {
 
 // acceptLoop accepts raw connections and hands each to its own handshake.
 func (s *tlsStreamLayer) acceptLoop() {
-	defer s.wg.Done()
 	var delay time.Duration
 	for {
 		raw, err := s.ln.Accept()
@@ -276,15 +269,13 @@ func (s *tlsStreamLayer) acceptLoop() {
 			s.closeRaw(raw)
 			continue
 		}
-		s.wg.Add(1)
-		go s.serveHandshake(raw)
+		s.wg.Go(func() { s.serveHandshake(raw) })
 	}
 }
 
 // serveHandshake authenticates one inbound connection and offers it to
 // Accept.
 func (s *tlsStreamLayer) serveHandshake(raw net.Conn) {
-	defer s.wg.Done()
 	_, c, err := s.handshakeIdentity(raw, true, s.cfg.HandshakeTimeout)
 	<-s.pending
 	if err != nil {

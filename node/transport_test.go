@@ -267,7 +267,7 @@ func fakeLeaderAppend(t *testing.T, n *Node, trans *raft.NetworkTransport, g api
 		t.Fatal(err)
 	}
 	term := n.raft.CurrentTerm() + 10
-	data, err := marshalCommand(&pb.Command{Version: raftfsm.CommandVersion, NowSecs: n.fsm.LastTime(), Op: &pb.Command_CreateKey{CreateKey: &pb.CreateKey{
+	data, err := raftfsm.MarshalEntry(&pb.Command{Version: raftfsm.CommandVersion, NowSecs: n.fsm.LastTime(), Op: &pb.Command_CreateKey{CreateKey: &pb.CreateKey{
 		KeyId: g.ID, SecretHash: g.Hash[:], KeyTenant: raftfsm.SystemTenant, Role: apikey.RoleAdmin.String()}}})
 	if err != nil {
 		t.Fatal(err)

@@ -80,10 +80,7 @@ func (n *Node) raiseClusterVersion(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), applyTimeout)
 	defer cancel()
 	r, err := n.Propose(ctx, &pb.Command{Op: &pb.Command_SetClusterVersion{SetClusterVersion: &pb.SetClusterVersion{Version: target}}})
-	if err == nil {
-		err = r.Err
-	}
-	if err != nil {
+	if err := raftfsm.ProposalErr(r, err); err != nil {
 		n.log.Warn("raising the cluster version failed", "from", from, "to", target, "error", err)
 		return
 	}

@@ -21,7 +21,7 @@ func BenchmarkFSM_TenantCommand(b *testing.B) {
 		ids[i] = "t" + strconv.Itoa(i)
 	}
 	tb.must(b, enqueueCmd("kprod", ids...))
-	acq := tb.must(b, acquireCmd("kw1", "w1", 1)).Value.([]Acquired)
+	acq := valueOf[[]Acquired](b, tb.must(b, acquireCmd("kw1", "w1", 1)))
 	lb, err := acq[0].Lease.MarshalBinary()
 	if err != nil {
 		b.Fatal(err)

@@ -56,24 +56,24 @@ func TestFSM_CancelByID(t *testing.T) {
 	b.must(t, enqueueCmd("kprod", "q1", "l1", "r1", "x1", "x2", "c1"))
 
 	// Queued.
-	v := b.must(t, cancelByIDCmd("kprod", "q1")).Value.(CancelByIDValue)
+	v := valueOf[CancelByIDValue](t, b.must(t, cancelByIDCmd("kprod", "q1")))
 	if v.Outcome.Kind != distributed.Cancelled || v.PreviousStatus != distributed.TaskQueued {
 		t.Fatalf("cancel queued = %+v", v)
 	}
 	// Leased (not started) and running.
-	acq := b.must(t, &pb.Command{Principal: "kw1", Op: &pb.Command_AcquireTasks{AcquireTasks: &pb.AcquireTasks{WorkerId: "w1", LeaseTtlSecs: 30, MaxTasks: 1}}}).Value.([]Acquired)
+	acq := valueOf[[]Acquired](t, b.must(t, &pb.Command{Principal: "kw1", Op: &pb.Command_AcquireTasks{AcquireTasks: &pb.AcquireTasks{WorkerId: "w1", LeaseTtlSecs: 30, MaxTasks: 1}}}))
 	if len(acq) != 1 || acq[0].Task.TaskID() != "l1" || acq[0].Started {
 		t.Fatalf("acquire = %+v", acq)
 	}
-	v = b.must(t, cancelByIDCmd("kadmin", "l1")).Value.(CancelByIDValue)
+	v = valueOf[CancelByIDValue](t, b.must(t, cancelByIDCmd("kadmin", "l1")))
 	if v.Outcome.Kind != distributed.Cancelled || v.PreviousStatus != distributed.TaskLeased {
 		t.Fatalf("cancel leased = %+v", v)
 	}
-	running := b.must(t, acquireCmd("kw1", "w1", 1)).Value.([]Acquired)
+	running := valueOf[[]Acquired](t, b.must(t, acquireCmd("kw1", "w1", 1)))
 	if running[0].Task.TaskID() != "r1" {
 		t.Fatalf("acquire = %+v", running)
 	}
-	v = b.must(t, cancelByIDCmd("kprod", "r1")).Value.(CancelByIDValue)
+	v = valueOf[CancelByIDValue](t, b.must(t, cancelByIDCmd("kprod", "r1")))
 	if v.Outcome.Kind != distributed.Cancelled || v.PreviousStatus != distributed.TaskRunning {
 		t.Fatalf("cancel running = %+v", v)
 	}
@@ -91,12 +91,12 @@ func TestFSM_CancelByID(t *testing.T) {
 	// Expired leases: x1 and x2 run, time passes their expiry; cancelling
 	// x1 cancels it with its expired lease in one core command, and leaves
 	// x2 to the recovery ticker.
-	exp := b.must(t, acquireCmd("kw1", "w1", 2)).Value.([]Acquired)
+	exp := valueOf[[]Acquired](t, b.must(t, acquireCmd("kw1", "w1", 2)))
 	if len(exp) != 2 {
 		t.Fatalf("acquire = %+v", exp)
 	}
 	b.now += 31
-	v = b.must(t, cancelByIDCmd("kprod", "x1")).Value.(CancelByIDValue)
+	v = valueOf[CancelByIDValue](t, b.must(t, cancelByIDCmd("kprod", "x1")))
 	if v.Outcome.Kind != distributed.Cancelled || v.PreviousStatus != distributed.TaskRunning {
 		t.Fatalf("cancel expired = %+v", v)
 	}
@@ -111,13 +111,13 @@ func TestFSM_CancelByID(t *testing.T) {
 	// Already cancelled: idempotent, no change.
 	tv, _ = b.f.Tenant("acme")
 	rev := tv.Counters().Revision
-	v = b.must(t, cancelByIDCmd("kprod", "x1")).Value.(CancelByIDValue)
+	v = valueOf[CancelByIDValue](t, b.must(t, cancelByIDCmd("kprod", "x1")))
 	if v.Outcome.Kind != distributed.AlreadyCancelled || v.PreviousStatus != distributed.TaskCancelled || tv.Counters().Revision != rev {
 		t.Fatalf("cancel cancelled = %+v", v)
 	}
 
 	// Terminal (completed) task: invalid transition, nothing changes.
-	c := b.must(t, acquireCmd("kw1", "w1", 1)).Value.([]Acquired)
+	c := valueOf[[]Acquired](t, b.must(t, acquireCmd("kw1", "w1", 1)))
 	b.must(t, completeCmd("kw1", c[0].Lease, []byte("done")))
 	b.mustReject(t, cancelByIDCmd("kprod", c[0].Task.TaskID()), distributed.ErrInvalidTransition)
 
@@ -155,7 +155,7 @@ func TestFSM_CancelByIDExpiredNoRetries(t *testing.T) {
 	b.now += 31
 	c := cancelByIDCmd("", "t1")
 	c.Tenant = "strict"
-	v := b.must(t, c).Value.(CancelByIDValue)
+	v := valueOf[CancelByIDValue](t, b.must(t, c))
 	if v.Outcome.Kind != distributed.Cancelled || v.PreviousStatus != distributed.TaskRunning {
 		t.Fatalf("cancel = %+v", v)
 	}

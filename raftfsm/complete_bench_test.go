@@ -43,7 +43,7 @@ func BenchmarkFSM_Complete(b *testing.B) {
 		}
 		tb.must(b, &pb.Command{Op: &pb.Command_Enqueue{Enqueue: e}})
 		for range chunk / 256 {
-			for _, a := range tb.must(b, acquireCmd("", "w1", 256)).Value.([]Acquired) {
+			for _, a := range valueOf[[]Acquired](b, tb.must(b, acquireCmd("", "w1", 256))) {
 				leases = append(leases, a.Lease)
 			}
 		}

@@ -7,10 +7,6 @@ import (
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 )
 
-func invalidWorker(reason string) error {
-	return distributed.NewInvalidWorkerError(reason)
-}
-
 func basisPoints(v uint32) (uint16, bool) {
 	if v > math.MaxUint16 {
 		return 0, false
@@ -26,14 +22,14 @@ func workerSpec(s *pb.WorkerSpec) (distributed.WorkerSpec, error) {
 	net, ok3 := basisPoints(s.GetNetworkBasisPoints())
 	spec := distributed.WorkerSpec{WorkerID: s.GetWorkerId(), Capacity: s.GetCapacity(), CPUBasisPoints: cpu, MemoryBasisPoints: mem, NetworkBasisPoints: net}
 	if !ok1 || !ok2 || !ok3 {
-		return spec, invalidWorker("utilization exceeds 10000 basis points")
+		return spec, distributed.NewInvalidWorkerError("utilization exceeds 10000 basis points")
 	}
 	if len(s.GetTags()) > 64 {
-		return spec, invalidWorker("too many tags")
+		return spec, distributed.NewInvalidWorkerError("too many tags")
 	}
 	for _, t := range s.GetTags() {
 		if t > math.MaxUint8 {
-			return spec, invalidWorker("tag is invalid")
+			return spec, distributed.NewInvalidWorkerError("tag is invalid")
 		}
 		spec.Tags = append(spec.Tags, distributed.WorkerTag(t))
 	}
@@ -42,14 +38,14 @@ func workerSpec(s *pb.WorkerSpec) (distributed.WorkerSpec, error) {
 
 func observation(u *pb.UpdateWorker) (distributed.WorkerObservation, error) {
 	if u.GetStatus() > math.MaxUint8 {
-		return distributed.WorkerObservation{}, invalidWorker("worker status is invalid")
+		return distributed.WorkerObservation{}, distributed.NewInvalidWorkerError("worker status is invalid")
 	}
 	cpu, ok1 := basisPoints(u.GetCpuBasisPoints())
 	mem, ok2 := basisPoints(u.GetMemoryBasisPoints())
 	net, ok3 := basisPoints(u.GetNetworkBasisPoints())
 	obs := distributed.WorkerObservation{Status: distributed.WorkerStatus(u.GetStatus()), CPUBasisPoints: cpu, MemoryBasisPoints: mem, NetworkBasisPoints: net}
 	if !ok1 || !ok2 || !ok3 {
-		return obs, invalidWorker("utilization exceeds 10000 basis points")
+		return obs, distributed.NewInvalidWorkerError("utilization exceeds 10000 basis points")
 	}
 	return obs, nil
 }

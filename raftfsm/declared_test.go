@@ -126,3 +126,41 @@ func TestFSM_DeclaredTotalNeedsVersion2(t *testing.T) {
 		t.Fatalf("Scan = %+v, want 1 task, no declaration", got)
 	}
 }
+
+func declareOnlyCmd(scan string, total uint64) *pb.Command {
+	return &pb.Command{Principal: "kprod", Op: &pb.Command_Enqueue{Enqueue: &pb.EnqueueTasks{DeclareScanId: scan, DeclaredTotal: total}}}
+}
+
+// TestFSM_DeclareOnly: an EnqueueTasks with declare_scan_id and no tasks
+// replaces an existing scan's declared total: lowering it to what is
+// admitted finishes a scan whose tasks are all terminal (at the command's
+// time), raising it reopens it; an unknown scan, a zero total or tasks
+// beside declare_scan_id are refused unchanged; it round-trips.
+func TestFSM_DeclareOnly(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.must(t, registerCmd("kw1", "w1"))
+	b.must(t, b.at(100, declaredScanCmd("s1", 3, "t1", "t2")))
+	acq := b.must(t, b.at(110, acquireCmd("kw1", "w1", 2))).Value.([]Acquired)
+	for _, a := range acq {
+		b.must(t, b.at(120, completeCmd("kw1", a.Lease, []byte("r"))))
+	}
+	mustFailUnchanged(t, b, declareOnlyCmd("nope", 2), ErrScanNotFound)
+	mustFailUnchanged(t, b, declareOnlyCmd("s1", 0), ErrInvalidCommand)
+	withTasks := declaredScanCmd("s1", 2, "t3")
+	withTasks.GetEnqueue().DeclareScanId = "s1"
+	mustFailUnchanged(t, b, withTasks, ErrInvalidCommand)
+	if got := b.scan(t, "s1"); got.Finished || got.Pending != 1 {
+		t.Fatalf("before the declaration Scan = %+v, want running, 1 pending", got)
+	}
+	b.must(t, b.at(130, declareOnlyCmd("s1", 2)))
+	if got := b.scan(t, "s1"); !got.Finished || got.FinishedAt != 130 || got.Declared != 2 || got.Pending != 0 {
+		t.Fatalf("after lowering to 2 Scan = %+v, want finished at 130", got)
+	}
+	checkScanRoundTrip(t, b.f, "s1")
+	b.must(t, b.at(140, declareOnlyCmd("s1", 4)))
+	if got := b.scan(t, "s1"); got.Finished || got.FinishedAt != 0 || got.Pending != 2 {
+		t.Fatalf("after raising to 4 Scan = %+v, want running, 2 pending", got)
+	}
+	checkScanRoundTrip(t, b.f, "s1")
+}

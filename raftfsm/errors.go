@@ -54,33 +54,20 @@ func AllErrorKinds() []ErrorKind {
 	return out
 }
 
+// kindNames are the kinds' wire names, indexed by kind.
+var kindNames = [kindEnd]string{
+	KindInvalidCommand: "invalid_command", KindUnknownTenant: "unknown_tenant", KindTenantExists: "tenant_exists",
+	KindKeyExists: "key_exists", KindPermissionDenied: "permission_denied", KindAlreadyInitialized: "already_initialized",
+	KindKeyNotFound: "key_not_found", KindLastAdminKey: "last_admin_key", KindKeyLimit: "key_limit",
+	KindScanNotFound: "scan_not_found", KindClusterVersion: "cluster_version",
+}
+
 // String returns the snake_case kind name used on the wire.
 func (k ErrorKind) String() string {
-	switch k {
-	case KindInvalidCommand:
-		return "invalid_command"
-	case KindUnknownTenant:
-		return "unknown_tenant"
-	case KindTenantExists:
-		return "tenant_exists"
-	case KindKeyExists:
-		return "key_exists"
-	case KindPermissionDenied:
-		return "permission_denied"
-	case KindAlreadyInitialized:
-		return "already_initialized"
-	case KindKeyNotFound:
-		return "key_not_found"
-	case KindLastAdminKey:
-		return "last_admin_key"
-	case KindKeyLimit:
-		return "key_limit"
-	case KindScanNotFound:
-		return "scan_not_found"
-	case KindClusterVersion:
-		return "cluster_version"
+	if k == 0 || k >= kindEnd {
+		return "unknown"
 	}
-	return "unknown"
+	return kindNames[k]
 }
 
 // Error implements error.

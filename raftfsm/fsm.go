@@ -1,6 +1,7 @@
 package raftfsm
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -86,6 +87,15 @@ type Response struct {
 	Err      error
 }
 
+// ProposalErr is the one error of a proposal's answer: the proposer's
+// (infrastructure) error, else the command's own, r.Err.
+func ProposalErr(r Response, err error) error {
+	if err != nil {
+		return err
+	}
+	return r.Err
+}
+
 // Acquired is one lease granted by AcquireTasks.
 type Acquired struct {
 	Lease     distributed.TaskLease
@@ -165,10 +175,7 @@ var _ raft.FSM = (*FSM)(nil)
 
 // New returns an empty FSM (no epoch, no tenants, no keys).
 func New(opts Options) *FSM {
-	l := opts.Logger
-	if l == nil {
-		l = slog.New(slog.DiscardHandler)
-	}
+	l := cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
 	mv := opts.MaxVersion
 	if mv == 0 || mv > SupportedVersion {
 		mv = SupportedVersion
@@ -320,10 +327,13 @@ func (f *FSM) bind(t *Tenant, principal, workerID string) {
 // through the core's EnqueueBatch, which validates every spec, rejects
 // duplicates and checks every bound for the whole batch before it writes,
 // and commits the batch as one core command.
-func (f *FSM) applyEnqueue(t *Tenant, e *pb.EnqueueTasks, rev, now uint64) Response {
-	p := t.pool
+func (f *FSM) applyEnqueue(c tenantCall) Response {
+	t, e := c.t, c.cmd.GetEnqueue()
 	n := len(e.GetTasks())
-	if n == 0 || n > MaxEnqueueTasks {
+	if n == 0 && e.GetDeclareScanId() != "" {
+		return f.applyDeclare(t, e, c.now)
+	}
+	if n == 0 || n > MaxEnqueueTasks || e.GetDeclareScanId() != "" {
 		return Response{Err: fsmErr(KindInvalidCommand, "enqueue needs 1 to 4096 tasks")}
 	}
 	specs := make([]distributed.TaskSpec, n)
@@ -344,14 +354,14 @@ func (f *FSM) applyEnqueue(t *Tenant, e *pb.EnqueueTasks, rev, now uint64) Respo
 	if e.GetDeclaredTotal() != 0 && !oneScan(specs) {
 		return Response{Err: fsmErr(KindInvalidCommand, "a declared total needs every task in one scan")}
 	}
-	tr, err := p.EnqueueBatch(rev, now, specs)
+	tr, err := t.pool.EnqueueBatch(c.rev, c.now, specs)
 	if err != nil {
 		return Response{Err: err}
 	}
 	for _, s := range specs {
 		t.scans[s.ScanID] = append(t.scans[s.ScanID], s.TaskID)
 	}
-	t.noteEnqueued(specs, now, e.GetDeclaredTotal())
+	t.noteEnqueued(specs, c.now, e.GetDeclaredTotal())
 	return Response{Revision: tr.Revision, Value: tr.Value}
 }
 
@@ -367,15 +377,13 @@ func oneScan(specs []distributed.TaskSpec) bool {
 
 // applyAcquire leases up to max_tasks tasks to one worker (value:
 // []Acquired). It fails only when the first assignment fails.
-func (f *FSM) applyAcquire(t *Tenant, a *pb.AcquireTasks, rev, now uint64) Response {
-	n := int(a.GetMaxTasks())
-	if n == 0 {
-		n = 1
-	}
+func (f *FSM) applyAcquire(c tenantCall) Response {
+	a, rev, now := c.cmd.GetAcquireTasks(), c.rev, c.now
+	n := cmp.Or(int(a.GetMaxTasks()), 1)
 	if n > MaxAcquireTasks {
 		return Response{Err: fsmErr(KindInvalidCommand, "max_tasks is above 256")}
 	}
-	p := t.pool
+	p := c.t.pool
 	var out []Acquired
 	for i := range n {
 		tr, err := p.AssignNext(rev, now, a.GetWorkerId(), a.GetLeaseTtlSecs())
@@ -390,7 +398,7 @@ func (f *FSM) applyAcquire(t *Tenant, a *pb.AcquireTasks, rev, now uint64) Respo
 		if a.GetStart() {
 			st, err := p.StartTask(rev, now, tr.Value)
 			if err != nil {
-				f.log.Error("start after assignment failed", "kind", kindOf(err))
+				f.log.Error("start after assignment failed", "kind", KindOf(err))
 			} else {
 				rev = st.Revision
 				acq.Started, acq.StartedAt = true, st.Value.StartedAt
@@ -405,7 +413,8 @@ func (f *FSM) applyAcquire(t *Tenant, a *pb.AcquireTasks, rev, now uint64) Respo
 // applyComplete completes a task and stores its result in one command
 // (value: CompleteValue). A fresh completion is prechecked with the result
 // store's own CheckStore so that it cannot complete without its result.
-func (f *FSM) applyComplete(t *Tenant, lease distributed.TaskLease, result []byte, rev, now uint64) Response {
+func (f *FSM) applyComplete(c tenantCall) Response {
+	t, lease, result := c.t, c.lease, c.cmd.GetCompleteTask().GetResult()
 	task, found, err := t.pool.GetTask(lease.TaskID())
 	if err != nil {
 		return Response{Err: err}
@@ -417,7 +426,7 @@ func (f *FSM) applyComplete(t *Tenant, lease distributed.TaskLease, result []byt
 			return Response{Err: err}
 		}
 	}
-	tr, err := t.pool.CompleteTask(rev, now, lease)
+	tr, err := t.pool.CompleteTask(c.rev, c.now, lease)
 	if err != nil {
 		return Response{Err: err}
 	}
@@ -432,7 +441,7 @@ func (f *FSM) applyComplete(t *Tenant, lease distributed.TaskLease, result []byt
 	if err != nil {
 		if tr.Value.Kind == distributed.Completed {
 			// NB: unreachable after the precheck above; reported loudly.
-			f.log.Error("result store failed after completion", "kind", kindOf(err))
+			f.log.Error("result store failed after completion", "kind", KindOf(err))
 		}
 		return Response{Revision: tr.Revision, Err: err}
 	}
@@ -444,13 +453,13 @@ func (f *FSM) applyComplete(t *Tenant, lease distributed.TaskLease, result []byt
 // core's CancelTaskByID, one core command (value: CancelByIDValue). A
 // cancelled task answers AlreadyCancelled; any other terminal task
 // InvalidTransition.
-func (f *FSM) applyCancelByID(t *Tenant, c *pb.CancelTaskByID, rev, now uint64) Response {
-	p := t.pool
+func (f *FSM) applyCancelByID(c tenantCall) Response {
+	p, id := c.t.pool, c.cmd.GetCancelTaskById().GetTaskId()
 	prev := distributed.TaskStatus(0)
-	if task, found, err := p.GetTask(c.GetTaskId()); err == nil && found {
+	if task, found, err := p.GetTask(id); err == nil && found {
 		prev = task.Status()
 	}
-	tr, err := p.CancelTaskByID(rev, now, c.GetTaskId())
+	tr, err := p.CancelTaskByID(c.rev, c.now, id)
 	if err != nil {
 		return Response{Err: err}
 	}
@@ -508,21 +517,17 @@ func newTenant(name string, lim distributed.Limits, rl distributed.ResultLimits)
 		owners: map[string]string{}, scans: map[string][]string{}, meta: map[string]*scanMeta{}}, nil
 }
 
-func kindOf(err error) string {
-	var de *distributed.Error
-	if errors.As(err, &de) {
+// KindOf names the kind of an apply error: a core ErrorKind name, an FSM
+// ErrorKind name, or "internal".
+func KindOf(err error) string {
+	if de, ok := errors.AsType[*distributed.Error](err); ok {
 		return de.Kind.String()
 	}
-	var fe *Error
-	if errors.As(err, &fe) {
+	if fe, ok := errors.AsType[*Error](err); ok {
 		return fe.Kind.String()
 	}
 	return "internal"
 }
-
-// KindOf names the kind of an apply error: a core ErrorKind name, an FSM
-// ErrorKind name, or "internal".
-func KindOf(err error) string { return kindOf(err) }
 
 // ValueAs returns r.Value as a T, or an error naming op when the FSM
 // answered op with a value of another type (a shell and FSM out of step:

@@ -51,6 +51,16 @@ func (b *testBundle) apply(cmd *pb.Command) Response {
 	return b.f.ApplyCommand(cmd).(Response)
 }
 
+// valueOf is ValueAs for tests: a value of another type fails t.
+func valueOf[T any](t testing.TB, r Response) T {
+	t.Helper()
+	v, err := ValueAs[T](r, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
 func (b *testBundle) must(t testing.TB, cmd *pb.Command) Response {
 	t.Helper()
 	r := b.apply(cmd)
@@ -86,21 +96,21 @@ func TestFSM_Lifecycle(t *testing.T) {
 	b := setup(t)
 	b.must(t, registerCmd("kw1", "w1"))
 	r := b.must(t, enqueueCmd("kprod", "t1", "t2", "t3"))
-	if got := len(r.Value.([]distributed.ScanTask)); got != 3 {
+	if got := len(valueOf[[]distributed.ScanTask](t, r)); got != 3 {
 		t.Fatalf("enqueue value has %d tasks, want 3", got)
 	}
-	acq := b.must(t, acquireCmd("kw1", "w1", 2)).Value.([]Acquired)
+	acq := valueOf[[]Acquired](t, b.must(t, acquireCmd("kw1", "w1", 2)))
 	if len(acq) != 2 || !acq[0].Started || acq[0].Task.TaskID() != "t1" || acq[0].Task.TargetRef() != "target-t1" {
 		t.Fatalf("acquire = %+v", acq)
 	}
 	cr := b.must(t, completeCmd("kw1", acq[0].Lease, []byte("result-1")))
-	cv := cr.Value.(CompleteValue)
+	cv := valueOf[CompleteValue](t, cr)
 	if cv.Completion.Kind != distributed.Completed || cv.Store.Kind != distributed.Stored {
 		t.Fatalf("complete value = %+v", cv)
 	}
 	// Replay: same lease and bytes → AlreadyCompleted, AlreadyStored, no change.
 	before, _ := b.f.ExportState()
-	cv = b.must(t, completeCmd("kw1", acq[0].Lease, []byte("result-1"))).Value.(CompleteValue)
+	cv = valueOf[CompleteValue](t, b.must(t, completeCmd("kw1", acq[0].Lease, []byte("result-1"))))
 	if cv.Completion.Kind != distributed.AlreadyCompleted || cv.Store.Kind != distributed.AlreadyStored {
 		t.Fatalf("replay value = %+v", cv)
 	}
@@ -156,7 +166,7 @@ func TestFSM_WorkerKeyBinding(t *testing.T) {
 	if r := b.apply(registerCmd("kw2", "w1")); !errors.Is(r.Err, ErrPermissionDenied) {
 		t.Fatalf("re-register by another key = %v, want permission denied", r.Err)
 	}
-	acq := b.must(t, acquireCmd("kw1", "w1", 1)).Value.([]Acquired)
+	acq := valueOf[[]Acquired](t, b.must(t, acquireCmd("kw1", "w1", 1)))
 	if r := b.apply(completeCmd("kw2", acq[0].Lease, nil)); !errors.Is(r.Err, ErrPermissionDenied) {
 		t.Fatalf("complete by another worker key = %v, want permission denied", r.Err)
 	}
@@ -170,7 +180,7 @@ func TestFSM_CompleteResultPrecheck(t *testing.T) {
 		ResultLimits: &pb.ResultLimits{MaxResults: 1, MaxResultBytes: 4, MaxTotalBytes: 4, MaxAggregateItems: 4, MaxAggregateBytes: 4}}}})
 	b.must(t, &pb.Command{Tenant: "small", Op: registerCmd("", "w").Op})
 	b.must(t, &pb.Command{Tenant: "small", Op: enqueueCmd("", "a", "b").Op})
-	acq := b.must(t, &pb.Command{Tenant: "small", Op: acquireCmd("", "w", 2).Op}).Value.([]Acquired)
+	acq := valueOf[[]Acquired](t, b.must(t, &pb.Command{Tenant: "small", Op: acquireCmd("", "w", 2).Op}))
 	before, _ := b.f.ExportState()
 	r := b.apply(&pb.Command{Tenant: "small", Op: completeCmd("", acq[0].Lease, []byte("12345")).Op})
 	if !errors.Is(r.Err, distributed.ErrResultTooLarge) {
@@ -197,7 +207,7 @@ func TestFSM_TimeNeverRegresses(t *testing.T) {
 	// A command stamped earlier (e.g. by a new leader with a slow clock)
 	// runs at the last applied time instead of failing.
 	r := b.must(t, &pb.Command{NowSecs: 400, Op: enqueueCmd("", "t").Op})
-	if got := r.Value.([]distributed.ScanTask)[0].CreatedAt(); got != 500 {
+	if got := valueOf[[]distributed.ScanTask](t, r)[0].CreatedAt(); got != 500 {
 		t.Fatalf("CreatedAt = %d, want 500", got)
 	}
 }
@@ -207,7 +217,7 @@ func TestFSM_SnapshotRoundTrip(t *testing.T) {
 	b := setup(t)
 	b.must(t, registerCmd("kw1", "w1"))
 	b.must(t, enqueueCmd("kprod", "t1", "t2"))
-	acq := b.must(t, acquireCmd("kw1", "w1", 1)).Value.([]Acquired)
+	acq := valueOf[[]Acquired](t, b.must(t, acquireCmd("kw1", "w1", 1)))
 	b.must(t, completeCmd("kw1", acq[0].Lease, []byte("r")))
 	st, err := b.f.ExportState()
 	if err != nil {

@@ -133,7 +133,7 @@ func TestFSM_RotateKey(t *testing.T) {
 	}
 	// The new key acts for the worker at once; the old one is refused.
 	b.mustReject(t, acquireCmd("kw1", "w1", 1), ErrPermissionDenied)
-	if acq := b.must(t, acquireCmd("kw1b", "w1", 1)).Value.([]Acquired); len(acq) != 1 {
+	if acq := valueOf[[]Acquired](t, b.must(t, acquireCmd("kw1b", "w1", 1))); len(acq) != 1 {
 		t.Fatalf("acquire with the new key = %+v", acq)
 	}
 	b.mustReject(t, rotateCmd("kadmin", "kw1", "kw1c", hash), ErrKeyNotFound)

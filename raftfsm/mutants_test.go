@@ -38,7 +38,7 @@ func richState(t *testing.T) *testBundle {
 	declared.GetEnqueue().DeclaredTotal = 9
 	b.must(t, declared)
 	b.must(t, registerCmd("kw1", "w1"))
-	acq := b.must(t, acquireCmd("kw1", "w1", 2)).Value.([]Acquired)
+	acq := valueOf[[]Acquired](t, b.must(t, acquireCmd("kw1", "w1", 2)))
 	b.must(t, completeCmd("kw1", acq[0].Lease, []byte("result-1")))
 	return b
 }

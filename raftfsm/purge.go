@@ -89,7 +89,7 @@ func (f *FSM) applyPurge(c tenantCall) Response {
 	if err != nil {
 		// NB: unreachable (the IDs are valid, distinct and bounded by the
 		// record limit); reported loudly, the task records are gone.
-		f.log.Error("result purge failed after task purge", "kind", kindOf(err))
+		f.log.Error("result purge failed after task purge", "kind", KindOf(err))
 	}
 	t.forgetPurged(ids, sizes)
 	if len(ids) > 0 && f.opts.ProgressFunc != nil {

@@ -28,7 +28,7 @@ func purgeCmd(principal string, p *pb.PurgeTasks) *pb.Command {
 // finishAll acquires and completes every queued task of acme for w1.
 func finishAll(t *testing.T, b *testBundle, n uint32) {
 	t.Helper()
-	acq := b.must(t, acquireCmd("kw1", "w1", n)).Value.([]Acquired)
+	acq := valueOf[[]Acquired](t, b.must(t, acquireCmd("kw1", "w1", n)))
 	for _, a := range acq {
 		b.must(t, completeCmd("kw1", a.Lease, []byte("r-"+a.Task.TaskID())))
 	}
@@ -69,7 +69,7 @@ func TestFSM_PurgeTasks(t *testing.T) {
 	mustFailUnchanged(t, b, stale, distributed.ErrRevisionConflict)
 
 	r := b.must(t, purgeCmd("kprod", &pb.PurgeTasks{ScanId: "s1"}))
-	v := r.Value.(PurgeValue)
+	v := valueOf[PurgeValue](t, r)
 	if !slices.Equal(v.TaskIDs, []string{"t1", "t2"}) || v.Results != 2 || r.Revision != rev+1 {
 		t.Fatalf("purge value %+v at revision %d (was %d)", v, r.Revision, rev)
 	}
@@ -90,7 +90,7 @@ func TestFSM_PurgeTasks(t *testing.T) {
 		t.Fatalf("scan index after purge = %v", got)
 	}
 	// A replayed completion of a purged task is refused, typed.
-	acq := b.must(t, acquireCmd("kw1", "w1", 1)).Value.([]Acquired)
+	acq := valueOf[[]Acquired](t, b.must(t, acquireCmd("kw1", "w1", 1)))
 	b.must(t, completeCmd("kw1", acq[0].Lease, []byte("r3")))
 	b.must(t, purgeCmd("kprod", &pb.PurgeTasks{ScanId: "s1", WholeScan: true}))
 	mustFailUnchanged(t, b, completeCmd("kw1", acq[0].Lease, []byte("r3")), distributed.ErrTaskPurged)
@@ -111,10 +111,10 @@ func TestFSM_DeleteScanForce(t *testing.T) {
 	b.must(t, registerCmd("kw1", "w1"))
 	b.must(t, enqueueCmd("kprod", "t1", "t2", "t3", "t4"))
 	b.must(t, enqueueCmd("kprod", "u1")) // scan s1 as well (enqueueCmd's scan)
-	acq := b.must(t, acquireCmd("kw1", "w1", 2)).Value.([]Acquired)
+	acq := valueOf[[]Acquired](t, b.must(t, acquireCmd("kw1", "w1", 2)))
 	b.must(t, completeCmd("kw1", acq[0].Lease, []byte("r1")))
 	r := b.must(t, purgeCmd("kprod", &pb.PurgeTasks{ScanId: "s1", WholeScan: true, CancelFirst: true}))
-	v := r.Value.(PurgeValue)
+	v := valueOf[PurgeValue](t, r)
 	if len(v.TaskIDs) != 5 || v.Cancelled != 4 || v.Results != 1 {
 		t.Fatalf("delete --force value %+v", v)
 	}
@@ -143,7 +143,7 @@ func TestFSM_RetentionPolicy(t *testing.T) {
 	}
 	b.must(t, &pb.Command{Tenant: "ret", Op: &pb.Command_RegisterWorker{RegisterWorker: &pb.RegisterWorker{Spec: &pb.WorkerSpec{WorkerId: "w", Capacity: 8}}}})
 	b.must(t, &pb.Command{Tenant: "ret", Op: &pb.Command_Enqueue{Enqueue: &pb.EnqueueTasks{Tasks: []*pb.TaskSpec{{TaskId: "a", ScanId: "s", TargetRef: []byte("x")}}}}})
-	acq := b.must(t, &pb.Command{Tenant: "ret", Op: &pb.Command_AcquireTasks{AcquireTasks: &pb.AcquireTasks{WorkerId: "w", LeaseTtlSecs: 30, Start: true}}}).Value.([]Acquired)
+	acq := valueOf[[]Acquired](t, b.must(t, &pb.Command{Tenant: "ret", Op: &pb.Command_AcquireTasks{AcquireTasks: &pb.AcquireTasks{WorkerId: "w", LeaseTtlSecs: 30, Start: true}}}))
 	lb, _ := acq[0].Lease.MarshalBinary()
 	b.must(t, &pb.Command{Tenant: "ret", Op: &pb.Command_CompleteTask{CompleteTask: &pb.CompleteTask{Lease: lb, Result: []byte("r")}}})
 	// Finished at 100: due once now − 60 > 100.
@@ -178,7 +178,7 @@ func TestFSM_RetentionPolicy(t *testing.T) {
 	cmd := onlyPurge(t, tv.RecoveryCommands(161, 0))
 	cmd.NowSecs = 161
 	r := b.must(t, cmd)
-	if v := r.Value.(PurgeValue); !slices.Equal(v.TaskIDs, []string{"a"}) || v.Results != 1 {
+	if v := valueOf[PurgeValue](t, r); !slices.Equal(v.TaskIDs, []string{"a"}) || v.Results != 1 {
 		t.Fatalf("retention purge %+v", v)
 	}
 	b.must(t, &pb.Command{Op: &pb.Command_UpdateTenant{UpdateTenant: &pb.UpdateTenant{Name: "ret"}}})
@@ -228,7 +228,7 @@ func TestFSM_RetentionKeepsSmallTenantRunning(t *testing.T) {
 			e.Tasks = append(e.Tasks, &pb.TaskSpec{TaskId: fmt.Sprintf("t%d", (round*8+i)%40), ScanId: fmt.Sprintf("s%d", round), TargetRef: []byte("x")})
 		}
 		b.must(t, &pb.Command{Tenant: "small", Op: &pb.Command_Enqueue{Enqueue: e}})
-		acq := b.must(t, &pb.Command{Tenant: "small", Op: &pb.Command_AcquireTasks{AcquireTasks: &pb.AcquireTasks{WorkerId: "w", LeaseTtlSecs: 30, MaxTasks: 8, Start: true}}}).Value.([]Acquired)
+		acq := valueOf[[]Acquired](t, b.must(t, &pb.Command{Tenant: "small", Op: &pb.Command_AcquireTasks{AcquireTasks: &pb.AcquireTasks{WorkerId: "w", LeaseTtlSecs: 30, MaxTasks: 8, Start: true}}}))
 		for _, a := range acq {
 			lb, _ := a.Lease.MarshalBinary()
 			b.must(t, &pb.Command{Tenant: "small", Op: &pb.Command_CompleteTask{CompleteTask: &pb.CompleteTask{Lease: lb, Result: []byte("r")}}})
@@ -258,7 +258,7 @@ func TestFSM_RetentionKeepsSmallTenantRunning(t *testing.T) {
 		}
 		err = b.apply(&pb.Command{Tenant: "small", Op: &pb.Command_Enqueue{Enqueue: e}}).Err
 		if err == nil {
-			acq := b.must(t, &pb.Command{Tenant: "small", Op: &pb.Command_AcquireTasks{AcquireTasks: &pb.AcquireTasks{WorkerId: "w", LeaseTtlSecs: 30, MaxTasks: 8, Start: true}}}).Value.([]Acquired)
+			acq := valueOf[[]Acquired](t, b.must(t, &pb.Command{Tenant: "small", Op: &pb.Command_AcquireTasks{AcquireTasks: &pb.AcquireTasks{WorkerId: "w", LeaseTtlSecs: 30, MaxTasks: 8, Start: true}}}))
 			for _, a := range acq {
 				lb, _ := a.Lease.MarshalBinary()
 				b.must(t, &pb.Command{Tenant: "small", Op: &pb.Command_CompleteTask{CompleteTask: &pb.CompleteTask{Lease: lb, Result: []byte("r")}}})

@@ -42,7 +42,7 @@ func TestFSM_RerunTasks(t *testing.T) {
 	b.mustReject(t, &pb.Command{Principal: "kprod", Op: &pb.Command_RerunTasks{RerunTasks: &pb.RerunTasks{ScanId: "s1", Statuses: []uint32{1 << 20}}}}, distributed.ErrInvalidTask)
 
 	r := b.must(t, rerunCmd("kprod", "s1"))
-	out := r.Value.(distributed.RerunOutcome)
+	out := valueOf[distributed.RerunOutcome](t, r)
 	if len(out.Requeued) != 2 || out.Requeued[0] != "t1" || out.Requeued[1] != "t3" || out.Unchanged != 1 {
 		t.Fatalf("outcome = %+v", out)
 	}
@@ -51,7 +51,7 @@ func TestFSM_RerunTasks(t *testing.T) {
 	}
 	// Named tasks of the scan only.
 	b.must(t, cancelByIDCmd("kprod", "t2"))
-	out = b.must(t, rerunCmd("kprod", "s1", "t2")).Value.(distributed.RerunOutcome)
+	out = valueOf[distributed.RerunOutcome](t, b.must(t, rerunCmd("kprod", "s1", "t2")))
 	if len(out.Requeued) != 1 || out.Requeued[0] != "t2" {
 		t.Fatalf("named outcome = %+v", out)
 	}
@@ -64,7 +64,7 @@ func TestFSM_FailReasonAndTimeoutSurviveSnapshot(t *testing.T) {
 	e := enqueueCmd("kprod", "t1")
 	e.GetEnqueue().GetTasks()[0].AttemptTimeoutSecs = 40
 	b.must(t, e)
-	acq := b.must(t, acquireCmd("kw1", "w1", 1)).Value.([]Acquired)
+	acq := valueOf[[]Acquired](t, b.must(t, acquireCmd("kw1", "w1", 1)))
 	b.mustReject(t, failCmd("kw1", acq[0].Lease, string(bytes.Repeat([]byte("x"), distributed.MaxFailureReasonBytes+1))), distributed.ErrFailureReasonTooLong)
 	b.must(t, failCmd("kw1", acq[0].Lease, "exit status 2"))
 	task := b.status(t, "acme", "t1")
@@ -82,9 +82,9 @@ func TestFSM_FailReasonAndTimeoutSurviveSnapshot(t *testing.T) {
 		t.Fatalf("restored task = %v, reason %q", got, r)
 	}
 	// Renewal past the deadline is refused, typed.
-	acq = b.must(t, acquireCmd("kw1", "w1", 1)).Value.([]Acquired)
+	acq = valueOf[[]Acquired](t, b.must(t, acquireCmd("kw1", "w1", 1)))
 	b.now += 20
-	renewed := b.must(t, renewCmd("kw1", acq[0].Lease)).Value.(distributed.TaskLease)
+	renewed := valueOf[distributed.TaskLease](t, b.must(t, renewCmd("kw1", acq[0].Lease)))
 	b.now += 20
 	b.mustReject(t, renewCmd("kw1", renewed), distributed.ErrAttemptTimedOut)
 }
@@ -100,14 +100,14 @@ func TestFSM_RerunAfterPurge(t *testing.T) {
 	for _, id := range []string{"t1", "t2", "t3"} {
 		b.must(t, cancelByIDCmd("kprod", id))
 	}
-	if v := b.must(t, purgeCmd("kprod", &pb.PurgeTasks{TaskIds: []string{"t1"}})).Value.(PurgeValue); len(v.TaskIDs) != 1 {
+	if v := valueOf[PurgeValue](t, b.must(t, purgeCmd("kprod", &pb.PurgeTasks{TaskIds: []string{"t1"}}))); len(v.TaskIDs) != 1 {
 		t.Fatalf("purge value %+v", v)
 	}
 	mustFailUnchanged(t, b, rerunCmd("kprod", "s1", "t1"), distributed.ErrTaskNotFound)
 	mustFailUnchanged(t, b, rerunCmd("kprod", "", "t1"), distributed.ErrTaskNotFound)
 	mustFailUnchanged(t, b, rerunCmd("kprod", "s1", "t2", "t1"), distributed.ErrTaskNotFound)
 
-	out := b.must(t, rerunCmd("kprod", "s1")).Value.(distributed.RerunOutcome)
+	out := valueOf[distributed.RerunOutcome](t, b.must(t, rerunCmd("kprod", "s1")))
 	if len(out.Requeued) != 2 || out.Requeued[0] != "t2" || out.Requeued[1] != "t3" || out.Unchanged != 0 {
 		t.Fatalf("scan re-run after purge = %+v, want [t2 t3]", out)
 	}
@@ -123,7 +123,7 @@ func TestFSM_RerunAfterPurge(t *testing.T) {
 	mustFailUnchanged(t, b, purgeCmd("kprod", &pb.PurgeTasks{ScanId: "s1", WholeScan: true}), distributed.ErrInvalidTransition)
 	b.must(t, cancelByIDCmd("kprod", "t2"))
 	b.must(t, cancelByIDCmd("kprod", "t3"))
-	v := b.must(t, purgeCmd("kprod", &pb.PurgeTasks{ScanId: "s1", WholeScan: true})).Value.(PurgeValue)
+	v := valueOf[PurgeValue](t, b.must(t, purgeCmd("kprod", &pb.PurgeTasks{ScanId: "s1", WholeScan: true})))
 	if len(v.TaskIDs) != 2 {
 		t.Fatalf("DeleteScan value %+v", v)
 	}

@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	distributed "github.com/termivar/distributed"
+	pb "github.com/termivar/distributed/gen/termivar/v1"
 )
 
 // scanMeta is what the FSM records of a scan besides its task IDs
@@ -81,6 +82,30 @@ func (t *Tenant) noteEnqueued(specs []distributed.TaskSpec, now, declared uint64
 	if declared != 0 {
 		t.meta[specs[0].ScanID].declared = declared
 	}
+}
+
+// applyDeclare replaces an existing scan's declared total without
+// enqueueing (EnqueueTasks with declare_scan_id and no tasks; value: nil).
+// A scan whose new total is admitted and whose tasks are all terminal
+// finishes now; one whose total is no longer admitted runs again.
+func (f *FSM) applyDeclare(t *Tenant, e *pb.EnqueueTasks, now uint64) Response {
+	scan, d := e.GetDeclareScanId(), e.GetDeclaredTotal()
+	if d == 0 {
+		return Response{Err: fsmErr(KindInvalidCommand, "declare_scan_id needs a declared total")}
+	}
+	m, ok := t.meta[scan]
+	if !ok {
+		return Response{Err: fsmErr(KindScanNotFound, "")}
+	}
+	m.declared = d
+	if !m.admitted() {
+		m.finished, m.finishedAt = false, 0
+	}
+	t.advanceScan(scan, now)
+	if f.opts.ProgressFunc != nil {
+		f.opts.ProgressFunc(t.name)
+	}
+	return Response{Revision: t.pool.Snapshot().Revision}
 }
 
 // noteCompleted records a fresh completion of a task of scanID and the size

@@ -84,7 +84,7 @@ func (p *scanProp) purgeBefore() {
 // expectPurged checks that the purge purged exactly ids and removes them
 // from the model: scans emptied are gone, the rest keep their ordinals.
 func (p *scanProp) expectPurged(r Response, ids []string) {
-	got := r.Value.(PurgeValue).TaskIDs
+	got := valueOf[PurgeValue](p.t, r).TaskIDs
 	slices.Sort(ids)
 	if !slices.Equal(got, ids) {
 		p.t.Fatalf("purged %v, model expects %v", got, ids)

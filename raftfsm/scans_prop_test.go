@@ -66,7 +66,7 @@ func (p *scanProp) step() {
 		p.enqueue()
 	case 2:
 		if r := p.apply(acquireCmd("kw1", "w1", uint32(1+p.rng.IntN(3)))); r.Err == nil {
-			for _, a := range r.Value.([]Acquired) {
+			for _, a := range valueOf[[]Acquired](p.t, r) {
 				p.leases = append(p.leases, a.Lease)
 			}
 		}
@@ -138,7 +138,7 @@ func (p *scanProp) complete() {
 	}
 	result := make([]byte, p.rng.IntN(5))
 	r := p.apply(completeCmd("kw1", l, result))
-	if r.Err != nil || r.Value.(CompleteValue).Completion.Kind != distributed.Completed {
+	if r.Err != nil || valueOf[CompleteValue](p.t, r).Completion.Kind != distributed.Completed {
 		return
 	}
 	task := p.task(l.TaskID())

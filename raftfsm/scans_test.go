@@ -64,7 +64,7 @@ func TestFSM_ScanRecord(t *testing.T) {
 	if got, want := b.scan(t, "s1"), (ScanState{ScanID: "s1", CreatedAt: 100, Tasks: 3, NextOrdinal: 3}); got != want {
 		t.Fatalf("after enqueue Scan = %+v, want %+v", got, want)
 	}
-	acq := b.must(t, b.at(110, acquireCmd("kw1", "w1", 3))).Value.([]Acquired)
+	acq := valueOf[[]Acquired](t, b.must(t, b.at(110, acquireCmd("kw1", "w1", 3))))
 	if progress != 0 {
 		t.Fatalf("ProgressFunc called %d times before any task could end", progress)
 	}
@@ -181,7 +181,7 @@ func TestFSM_ScanRecordRestore(t *testing.T) {
 	b.must(t, registerCmd("kw1", "w1"))
 	b.must(t, b.at(100, enqueueScanCmd("s1", "t1", "t2", "t3")))
 	b.must(t, b.at(100, enqueueScanCmd("x", "x1")))
-	acq := b.must(t, b.at(110, acquireCmd("kw1", "w1", 4))).Value.([]Acquired)
+	acq := valueOf[[]Acquired](t, b.must(t, b.at(110, acquireCmd("kw1", "w1", 4))))
 	b.must(t, b.at(115, completeCmd("kw1", acq[3].Lease, []byte("x"))))
 	b.must(t, b.at(120, completeCmd("kw1", acq[2].Lease, []byte("3"))))
 	b.must(t, b.at(130, completeCmd("kw1", acq[0].Lease, []byte("1"))))
@@ -241,7 +241,7 @@ func TestFSM_ScanRecordPurge(t *testing.T) {
 	b := setup(t)
 	b.must(t, registerCmd("kw1", "w1"))
 	b.must(t, b.at(100, enqueueScanCmd("s1", "t1", "t2", "t3", "t4")))
-	acq := b.must(t, b.at(110, acquireCmd("kw1", "w1", 4))).Value.([]Acquired)
+	acq := valueOf[[]Acquired](t, b.must(t, b.at(110, acquireCmd("kw1", "w1", 4))))
 	for i, r := range []string{"a", "bb", "ccc"} {
 		b.must(t, b.at(120, completeCmd("kw1", acq[i].Lease, []byte(r))))
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 
 	"github.com/hashicorp/raft"
@@ -68,14 +69,7 @@ func (f *FSM) ExportState() ([]byte, error) {
 	return proto.MarshalOptions{Deterministic: true}.Marshal(st)
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
-}
+func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
 
 // Restore replaces the state with a snapshot written by Persist. Corrupt
 // input fails without changing anything.

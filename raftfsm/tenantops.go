@@ -26,17 +26,10 @@ const (
 )
 
 func (n need) String() string {
-	switch n {
-	case needAdmin:
-		return "admin"
-	case needProducer:
-		return "producer"
-	case needWorker:
-		return "worker"
-	case needBind:
-		return "worker-bind"
+	if n < needAdmin || n > needBind {
+		return "need(?)"
 	}
-	return "need(?)"
+	return [...]string{needAdmin: "admin", needProducer: "producer", needWorker: "worker", needBind: "worker-bind"}[n]
 }
 
 // opTarget is what a tenantOps entry's target step decodes from a command
@@ -86,8 +79,7 @@ type tenantOp struct {
 // tenant (cluster, tenant and key administration) are dispatched by
 // applyOneAt. Read-only after package initialization.
 var tenantOps = map[reflect.Type]tenantOp{
-	reflect.TypeFor[*pb.Command_Enqueue](): {need: needProducer, notify: true,
-		apply: func(f *FSM, c tenantCall) Response { return f.applyEnqueue(c.t, c.cmd.GetEnqueue(), c.rev, c.now) }},
+	reflect.TypeFor[*pb.Command_Enqueue](): {need: needProducer, notify: true, apply: (*FSM).applyEnqueue},
 	reflect.TypeFor[*pb.Command_RegisterWorker](): {need: needBind,
 		target: bySpec(func(c *pb.Command) *pb.WorkerSpec { return c.GetRegisterWorker().GetSpec() }),
 		apply:  (*FSM).applyRegister},
@@ -127,17 +119,13 @@ var tenantOps = map[reflect.Type]tenantOp{
 		}},
 	reflect.TypeFor[*pb.Command_AcquireTasks](): {need: needWorker,
 		target: byWorker(func(c *pb.Command) string { return c.GetAcquireTasks().GetWorkerId() }),
-		apply: func(f *FSM, c tenantCall) Response {
-			return f.applyAcquire(c.t, c.cmd.GetAcquireTasks(), c.rev, c.now)
-		}},
+		apply:  (*FSM).applyAcquire},
 	reflect.TypeFor[*pb.Command_StartTask](): {need: needWorker,
 		target: byLease(func(c *pb.Command) []byte { return c.GetStartTask().GetLease() }),
 		apply:  func(f *FSM, c tenantCall) Response { return resp(c.t.pool.StartTask(c.rev, c.now, c.lease)) }},
 	reflect.TypeFor[*pb.Command_CompleteTask](): {need: needWorker, terminates: leaseTask,
 		target: byLease(func(c *pb.Command) []byte { return c.GetCompleteTask().GetLease() }),
-		apply: func(f *FSM, c tenantCall) Response {
-			return f.applyComplete(c.t, c.lease, c.cmd.GetCompleteTask().GetResult(), c.rev, c.now)
-		}},
+		apply:  (*FSM).applyComplete},
 	reflect.TypeFor[*pb.Command_FailTask](): {need: needWorker, notify: true, terminates: leaseTask,
 		target: byLease(func(c *pb.Command) []byte { return c.GetFailTask().GetLease() }),
 		apply: func(f *FSM, c tenantCall) Response {
@@ -154,9 +142,7 @@ var tenantOps = map[reflect.Type]tenantOp{
 	reflect.TypeFor[*pb.Command_PurgeTasks](): {need: needProducer, apply: (*FSM).applyPurge},
 	reflect.TypeFor[*pb.Command_CancelTaskById](): {need: needProducer,
 		terminates: oneTask(func(c tenantCall) string { return c.cmd.GetCancelTaskById().GetTaskId() }),
-		apply: func(f *FSM, c tenantCall) Response {
-			return f.applyCancelByID(c.t, c.cmd.GetCancelTaskById(), c.rev, c.now)
-		}},
+		apply:      (*FSM).applyCancelByID},
 	reflect.TypeFor[*pb.Command_RerunTasks](): {need: needProducer, notify: true,
 		apply: (*FSM).applyRerun},
 }

@@ -87,7 +87,7 @@ func roleFixture(t *testing.T) (*testBundle, distributed.TaskLease) {
 	b := setup(t)
 	b.must(t, registerCmd("kw1", "w1"))
 	b.must(t, enqueueCmd("kprod", "t1", "t2", "t3"))
-	acq := b.must(t, acquireCmd("kw1", "w1", 1)).Value.([]Acquired)
+	acq := valueOf[[]Acquired](t, b.must(t, acquireCmd("kw1", "w1", 1)))
 	return b, acq[0].Lease
 }
 

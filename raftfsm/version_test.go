@@ -83,6 +83,7 @@ var fieldVersions = []struct {
 	{"enqueue", &pb.Command{Op: &pb.Command_Enqueue{Enqueue: &pb.EnqueueTasks{Tasks: []*pb.TaskSpec{{TaskId: "a"}}}}}, 1},
 	{"enqueue with attempt_timeout_secs", &pb.Command{Op: &pb.Command_Enqueue{Enqueue: &pb.EnqueueTasks{Tasks: []*pb.TaskSpec{{TaskId: "a"}, {TaskId: "b", AttemptTimeoutSecs: 40}}}}}, 2},
 	{"enqueue with declared_total", &pb.Command{Op: &pb.Command_Enqueue{Enqueue: &pb.EnqueueTasks{Tasks: []*pb.TaskSpec{{TaskId: "a"}}, DeclaredTotal: 9}}}, 2},
+	{"enqueue declaring a scan's total only", &pb.Command{Op: &pb.Command_Enqueue{Enqueue: &pb.EnqueueTasks{DeclareScanId: "s", DeclaredTotal: 9}}}, 2},
 }
 
 func backupCmd(t *testing.T) *pb.Command {

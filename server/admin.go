@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 
 	"connectrpc.com/connect"
@@ -29,9 +30,7 @@ func (h adminHandler) Status(ctx context.Context, req *connect.Request[pb.Status
 			Build:               h.s.build,
 			ClusterVersion:      h.s.node.Reads().ClusterVersion(), NodeMaxVersion: h.s.node.Reads().MaxVersion(),
 		}
-		if lb, ok := h.s.node.Reads().LastBackup(); ok {
-			out.LastBackup = lb
-		}
+		out.LastBackup, _ = h.s.node.Reads().LastBackup() // nil before the first backup
 		if m.GetStateHash() {
 			if err := h.stateHash(p, out); err != nil {
 				return nil, 0, err
@@ -73,19 +72,11 @@ func (h adminHandler) CreateTenant(ctx context.Context, req *connect.Request[pb.
 		if !p.systemAdmin() {
 			return nil, 0, errDenied("only an admin key of the system tenant may create tenants")
 		}
-		lim, rl := m.GetLimits(), m.GetResultLimits()
 		defLim, defRL := h.s.node.DefaultLimits()
-		if lim == nil {
-			lim = wire.LimitsToProto(defLim)
-		}
-		if rl == nil {
-			rl = wire.ResultLimitsToProto(defRL)
-		}
-		r, err := h.s.node.Propose(ctx, &pb.Command{Principal: p.KeyID, Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{Name: m.GetName(), Limits: lim, ResultLimits: rl, ResultRetentionSecs: m.GetResultRetentionSecs()}}})
-		if err == nil {
-			err = r.Err
-		}
-		if err != nil {
+		lim := cmp.Or(m.GetLimits(), wire.LimitsToProto(defLim))
+		rl := cmp.Or(m.GetResultLimits(), wire.ResultLimitsToProto(defRL))
+		cmd := &pb.Command{Principal: p.KeyID, Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{Name: m.GetName(), Limits: lim, ResultLimits: rl, ResultRetentionSecs: m.GetResultRetentionSecs()}}}
+		if err := raftfsm.ProposalErr(h.s.node.Propose(ctx, cmd)); err != nil {
 			return nil, 0, err
 		}
 		return &pb.CreateTenantResponse{}, 0, nil
@@ -94,10 +85,7 @@ func (h adminHandler) CreateTenant(ctx context.Context, req *connect.Request[pb.
 
 func (h adminHandler) CreateKey(ctx context.Context, req *connect.Request[pb.CreateKeyRequest]) (*connect.Response[pb.CreateKeyResponse], error) {
 	return call(ctx, h.s, req, true, func(ctx context.Context, p principal, m *pb.CreateKeyRequest) (*pb.CreateKeyResponse, uint64, error) {
-		tenant := m.GetTenant()
-		if tenant == "" {
-			tenant = p.Tenant
-		}
+		tenant := cmp.Or(m.GetTenant(), p.Tenant)
 		if tenant != p.Tenant && !p.systemAdmin() {
 			return nil, 0, errDenied("only an admin key of the system tenant may create keys for other tenants")
 		}
@@ -122,11 +110,8 @@ func CreateKey(ctx context.Context, n interface {
 	if err != nil {
 		return apikey.Generated{}, err
 	}
-	r, err := n.Propose(ctx, &pb.Command{Op: &pb.Command_CreateKey{CreateKey: &pb.CreateKey{KeyId: g.ID, SecretHash: g.Hash[:], KeyTenant: tenant, Role: role.String()}}})
-	if err == nil {
-		err = r.Err
-	}
-	if err != nil {
+	cmd := &pb.Command{Op: &pb.Command_CreateKey{CreateKey: &pb.CreateKey{KeyId: g.ID, SecretHash: g.Hash[:], KeyTenant: tenant, Role: role.String()}}}
+	if err := raftfsm.ProposalErr(n.Propose(ctx, cmd)); err != nil {
 		return apikey.Generated{}, err
 	}
 	return g, nil
@@ -189,11 +174,7 @@ func (h adminHandler) RotateKey(ctx context.Context, req *connect.Request[pb.Rot
 // authorizes p at apply time) and returns its domain error, if any.
 func (s *Server) proposeKeyCommand(ctx context.Context, p principal, cmd *pb.Command) error {
 	cmd.Principal = p.KeyID
-	r, err := s.node.Propose(ctx, cmd)
-	if err == nil {
-		err = r.Err
-	}
-	return err
+	return raftfsm.ProposalErr(s.node.Propose(ctx, cmd))
 }
 
 // auditSubject names the key a key-management request acts on (its

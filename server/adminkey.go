@@ -64,13 +64,10 @@ func EnsureAdminKey(ctx context.Context, n Backend, path string) (bool, error) {
 var ErrAdminKeyUnknown = errors.New("server: the admin key file is missing or holds a key this cluster does not know; it is not registered after bootstrap (create keys with an existing admin key)")
 
 func proposeKey(ctx context.Context, n Backend, id string, hash []byte) error {
-	r, err := n.Propose(ctx, &pb.Command{Op: &pb.Command_CreateKey{CreateKey: &pb.CreateKey{
-		KeyId: id, SecretHash: hash, KeyTenant: raftfsm.SystemTenant, Role: apikey.RoleAdmin.String()}}})
-	if err != nil {
-		return err
+	err := raftfsm.ProposalErr(n.Propose(ctx, &pb.Command{Op: &pb.Command_CreateKey{CreateKey: &pb.CreateKey{
+		KeyId: id, SecretHash: hash, KeyTenant: raftfsm.SystemTenant, Role: apikey.RoleAdmin.String()}}}))
+	if errors.Is(err, raftfsm.ErrKeyExists) {
+		return nil
 	}
-	if r.Err != nil && !errors.Is(r.Err, raftfsm.ErrKeyExists) {
-		return r.Err
-	}
-	return nil
+	return err
 }

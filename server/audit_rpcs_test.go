@@ -30,6 +30,7 @@ var rpcMutates = map[string]bool{
 	"Producer.Enqueue":  true, "Producer.Cancel": true, "Producer.GetTask": false, "Producer.ListTasks": false,
 	"Producer.ScanProgress": false, "Producer.AggregateResults": false, "Producer.Retry": true,
 	"Producer.ListScans": false, "Producer.FollowResults": false, "Producer.DeleteScan": true, "Producer.PurgeTasks": true,
+	"Producer.CancelScan": true, "Dashboard.Overview": false,
 	"Admin.UpdateTenant": true,
 	"Admin.Status":       false, "Admin.ListWorkers": false, "Admin.CreateTenant": true, "Admin.CreateKey": true,
 	"Admin.ListKeys": false, "Admin.RevokeKey": true, "Admin.RotateKey": true,
@@ -43,7 +44,7 @@ func TestServer_EveryMutatingRPCAuditedOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	var methods []protoreflect.MethodDescriptor
-	for _, fd := range []protoreflect.FileDescriptor{pb.File_termivar_v1_api_proto, pb.File_termivar_v1_cluster_proto} {
+	for _, fd := range []protoreflect.FileDescriptor{pb.File_termivar_v1_api_proto, pb.File_termivar_v1_cluster_proto, pb.File_termivar_v1_dashboard_proto} {
 		for i := range fd.Services().Len() {
 			svc := fd.Services().Get(i)
 			for j := range svc.Methods().Len() {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/url"
+	"slices"
 
 	"connectrpc.com/connect"
 
@@ -103,15 +104,11 @@ func (h clusterHandler) RemoveMember(ctx context.Context, req *connect.Request[p
 		if !ok {
 			return nil, 0, errNoCluster()
 		}
-		found := false
 		ms, err := c.Members()
 		if err != nil {
 			return nil, 0, err
 		}
-		for _, x := range ms {
-			found = found || x.ID == m.GetNodeId()
-		}
-		if !found {
+		if !slices.ContainsFunc(ms, func(x node.Member) bool { return x.ID == m.GetNodeId() }) {
 			return nil, 0, &apiError{KindNoSuchMember, "no such member"}
 		}
 		if err := c.RemoveServer(ctx, m.GetNodeId()); err != nil {

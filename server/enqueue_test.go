@@ -76,6 +76,28 @@ func TestProducer_EnqueueSkipExisting(t *testing.T) {
 	}
 	b.assertUnchanged(t, before, "a re-run of stored tasks")
 
+	// A last batch of only stored and colliding targets still takes its
+	// collision off the declared total (a declaration without tasks).
+	last := enqueueReq("s", "a3", "x1")
+	last.SkipExisting, last.DeclaredTotal = true, 5
+	res, err = p.producer.Enqueue(ctx, req(last))
+	if err != nil || len(res.Msg.GetTasks()) != 0 || len(res.Msg.GetCollisions()) != 1 {
+		t.Fatalf("stored + colliding batch = %v, %v", res.Msg, err)
+	}
+	prog, err = p.producer.ScanProgress(ctx, req(&pb.ScanProgressRequest{ScanId: "s"}))
+	if err != nil || prog.Msg.GetDeclaredTotal() != 4 || prog.Msg.GetPending() != 0 {
+		t.Fatalf("progress = %v, %v; want declared 4 (5 less 1 collision), pending 0", prog.Msg, err)
+	}
+	// Only colliding targets of a scan with no record: nothing to declare on.
+	before = b.state(t)
+	none := enqueueReq("fresh", "x1")
+	none.SkipExisting, none.DeclaredTotal = true, 1
+	if res, err = p.producer.Enqueue(ctx, req(none)); err != nil || len(res.Msg.GetCollisions()) != 1 {
+		t.Fatalf("colliding batch of a new scan = %v, %v", res.Msg, err)
+	}
+	b.assertUnchanged(t, before, "a colliding batch of a scan without tasks")
+	before = b.state(t)
+
 	// A declared total over two scans is refused and changes nothing.
 	mixed := enqueueReq("s", "b1")
 	mixed.Tasks = append(mixed.Tasks, enqueueReq("s2", "b2").Tasks...)

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 
@@ -105,10 +106,7 @@ var kindCodes = map[string]connect.Code{
 // codeOf returns the registry's code of kind; a kind missing from the
 // registry (which TestKindCodes_Complete forbids) is Internal.
 func codeOf(kind string) connect.Code {
-	if c, ok := kindCodes[kind]; ok {
-		return c
-	}
-	return connect.CodeInternal
+	return cmp.Or(kindCodes[kind], connect.CodeInternal) // NB: no code is 0
 }
 
 // Node-level error kinds carried in ErrorDetail.kind (the registry's node
@@ -187,8 +185,7 @@ func kindOf(err error) string {
 	if err == nil {
 		return "ok"
 	}
-	_, d := classify(err)
-	return d.GetKind()
+	return detailOf(err).GetKind()
 }
 
 // toConnect converts err into a *connect.Error with an ErrorDetail. Messages
@@ -198,8 +195,7 @@ func toConnect(err error) error {
 	if err == nil {
 		return nil
 	}
-	var ce *connect.Error
-	if errors.As(err, &ce) {
+	if ce, ok := errors.AsType[*connect.Error](err); ok {
 		return ce
 	}
 	code, detail := classify(err)
@@ -212,22 +208,4 @@ func toConnect(err error) error {
 		out.AddDetail(d)
 	}
 	return out
-}
-
-// DetailOf extracts the ErrorDetail of an error returned by a client, if any.
-func DetailOf(err error) (*pb.ErrorDetail, bool) {
-	var ce *connect.Error
-	if !errors.As(err, &ce) {
-		return nil, false
-	}
-	for _, d := range ce.Details() {
-		v, derr := d.Value()
-		if derr != nil {
-			continue
-		}
-		if ed, ok := v.(*pb.ErrorDetail); ok {
-			return ed, true
-		}
-	}
-	return nil, false
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -17,6 +18,7 @@ import (
 
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 	"github.com/termivar/distributed/internal/apikey"
+	"github.com/termivar/distributed/internal/wireerr"
 )
 
 // Cluster routing. Every API request that reaches a follower is proxied to
@@ -58,6 +60,8 @@ const (
 var localProcedures = map[string]bool{
 	"/termivar.v1.Admin/Status":    true,
 	"/termivar.v1.Cluster/Members": true,
+	// The dashboard shows the node's own view (dashboard.go).
+	"/termivar.v1.Dashboard/Overview": true,
 }
 
 // Causes of a forward's cancellation.
@@ -94,17 +98,13 @@ func newForwardTransport(tlsConf *tls.Config) *http.Transport {
 	// trailers and server streams pass through unchanged.
 	p.SetHTTP2(true)
 	p.SetUnencryptedHTTP2(true)
-	tr := &http.Transport{
+	return &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		TLSClientConfig:     tlsConf,
+		TLSClientConfig:     cmp.Or(tlsConf, &tls.Config{MinVersion: tls.VersionTLS12}),
 		Protocols:           &p,
 		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     90 * time.Second,
 	}
-	if tr.TLSClientConfig == nil {
-		tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
-	}
-	return tr
 }
 
 func (f *forwarder) proxy(leader string) (*httputil.ReverseProxy, error) {
@@ -155,8 +155,7 @@ func (f *forwarder) proxyError(w http.ResponseWriter, r *http.Request, leader st
 		return
 	}
 	f.log.Debug("forwarding to the leader failed", "leader", leader, "error", err)
-	var op *net.OpError
-	if errors.As(err, &op) && op.Op == "dial" {
+	if op, ok := errors.AsType[*net.OpError](err); ok && op.Op == "dial" {
 		f.writeErr(w, r, "", "the leader cannot be reached")
 		return
 	}
@@ -199,6 +198,8 @@ func (f *forwarder) bound(procedure string) time.Duration {
 		// NB: streams as long as the state is large; the leader watch
 		// still ends them when the leader changes.
 		return 0
+	case "/termivar.v1.Dashboard/Overview":
+		return MaxDashboardWaitSecs*time.Second + f.timeout
 	}
 	return f.timeout
 }
@@ -255,7 +256,7 @@ func (s *Server) withLeaderHint(err error) error {
 	if !errors.As(err, &ce) || ce.Code() != connect.CodeUnavailable {
 		return err
 	}
-	if d, ok := DetailOf(ce); ok && d.GetKind() == KindNotLeader {
+	if d, ok := wireerr.DetailOf(ce); ok && d.GetKind() == KindNotLeader {
 		if u := s.node.LeaderAPIURL(); u != "" {
 			ce.Meta().Set(LeaderHeader, u)
 		}

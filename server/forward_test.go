@@ -25,6 +25,7 @@ import (
 
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 	"github.com/termivar/distributed/gen/termivar/v1/termivarv1connect"
+	"github.com/termivar/distributed/internal/wireerr"
 )
 
 type forwardBundle struct {
@@ -84,7 +85,7 @@ func checkNotLeader(t *testing.T, err error, leader, outcome string) {
 	if !errors.As(err, &ce) || ce.Code() != connect.CodeUnavailable {
 		t.Fatalf("forward error = %v, want Unavailable", err)
 	}
-	if d, ok := DetailOf(ce); !ok || d.GetKind() != KindNotLeader {
+	if d, ok := wireerr.DetailOf(ce); !ok || d.GetKind() != KindNotLeader {
 		t.Errorf("forward error = %v, want kind %s", err, KindNotLeader)
 	}
 	if got := ce.Meta().Get(LeaderHeader); got != leader {

@@ -19,6 +19,7 @@ import (
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 	"github.com/termivar/distributed/gen/termivar/v1/termivarv1connect"
 	"github.com/termivar/distributed/internal/audit"
+	"github.com/termivar/distributed/internal/wireerr"
 	"github.com/termivar/distributed/node"
 )
 
@@ -44,13 +45,13 @@ type clients struct {
 	admin    termivarv1connect.AdminClient
 }
 
-func setup(t *testing.T, mut func(*node.Config)) *testBundle {
+func setup(t testing.TB, mut func(*node.Config)) *testBundle {
 	t.Helper()
 	return setupServer(t, mut, Config{})
 }
 
 // setupServer is setup with the server's Limits and clock from scfg.
-func setupServer(t *testing.T, mut func(*node.Config), scfg Config) *testBundle {
+func setupServer(t testing.TB, mut func(*node.Config), scfg Config) *testBundle {
 	t.Helper()
 	dir := t.TempDir()
 	cfg := node.Config{DataDir: dir, RaftAddr: "127.0.0.1:0", TickInterval: -1}
@@ -128,7 +129,7 @@ func (b *testBundle) clients(key string) clients {
 	}
 }
 
-func (b *testBundle) createKey(t *testing.T, tenant, role string) string {
+func (b *testBundle) createKey(t testing.TB, tenant, role string) string {
 	t.Helper()
 	res, err := b.clients(b.adminKey).admin.CreateKey(context.Background(), connect.NewRequest(&pb.CreateKeyRequest{Tenant: tenant, Role: role}))
 	if err != nil {
@@ -137,7 +138,7 @@ func (b *testBundle) createKey(t *testing.T, tenant, role string) string {
 	return res.Msg.GetKey()
 }
 
-func (b *testBundle) createTenant(t *testing.T, name string, lim *pb.CoreLimits, rl *pb.ResultLimits) {
+func (b *testBundle) createTenant(t testing.TB, name string, lim *pb.CoreLimits, rl *pb.ResultLimits) {
 	t.Helper()
 	_, err := b.clients(b.adminKey).admin.CreateTenant(context.Background(), connect.NewRequest(&pb.CreateTenantRequest{Name: name, Limits: lim, ResultLimits: rl}))
 	if err != nil {
@@ -167,7 +168,7 @@ func errKind(err error) (connect.Code, string) {
 	if err == nil {
 		return 0, ""
 	}
-	d, _ := DetailOf(err)
+	d, _ := wireerr.DetailOf(err)
 	return connect.CodeOf(err), d.GetKind()
 }
 

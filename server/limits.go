@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"time"
@@ -63,26 +64,16 @@ func DefaultLimits() Limits {
 // withDefaults fills zero fields from DefaultLimits.
 func (l Limits) withDefaults() Limits {
 	d := DefaultLimits()
-	setInt := func(p *int, v int) {
-		if *p == 0 {
-			*p = v
-		}
-	}
-	setDur := func(p *time.Duration, v time.Duration) {
-		if *p == 0 {
-			*p = v
-		}
-	}
-	setInt(&l.MaxConns, d.MaxConns)
-	setInt(&l.MaxConnsPerSource, d.MaxConnsPerSource)
-	setInt(&l.MaxPreAuthRequests, d.MaxPreAuthRequests)
-	setDur(&l.HeaderTimeout, d.HeaderTimeout)
-	setDur(&l.BodyTimeout, d.BodyTimeout)
-	setDur(&l.IdleTimeout, d.IdleTimeout)
-	setInt(&l.AuthFailureBurst, d.AuthFailureBurst)
-	setDur(&l.AuthFailureRefill, d.AuthFailureRefill)
-	setInt(&l.AuthSources, d.AuthSources)
-	setDur(&l.AuthAuditWindow, d.AuthAuditWindow)
+	l.MaxConns = cmp.Or(l.MaxConns, d.MaxConns)
+	l.MaxConnsPerSource = cmp.Or(l.MaxConnsPerSource, d.MaxConnsPerSource)
+	l.MaxPreAuthRequests = cmp.Or(l.MaxPreAuthRequests, d.MaxPreAuthRequests)
+	l.HeaderTimeout = cmp.Or(l.HeaderTimeout, d.HeaderTimeout)
+	l.BodyTimeout = cmp.Or(l.BodyTimeout, d.BodyTimeout)
+	l.IdleTimeout = cmp.Or(l.IdleTimeout, d.IdleTimeout)
+	l.AuthFailureBurst = cmp.Or(l.AuthFailureBurst, d.AuthFailureBurst)
+	l.AuthFailureRefill = cmp.Or(l.AuthFailureRefill, d.AuthFailureRefill)
+	l.AuthSources = cmp.Or(l.AuthSources, d.AuthSources)
+	l.AuthAuditWindow = cmp.Or(l.AuthAuditWindow, d.AuthAuditWindow)
 	return l
 }
 

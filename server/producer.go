@@ -55,6 +55,9 @@ func (h producerHandler) enqueueSkipping(ctx context.Context, p principal, m *pb
 		var err error
 		if len(keep) > 0 {
 			out, rev, err = h.enqueue(ctx, p, m, keep, lessCollisions(m.GetDeclaredTotal(), len(collisions)))
+		} else if len(collisions) > 0 && m.GetDeclaredTotal() != 0 {
+			rev, err = h.declareOnly(ctx, p, tv, m, lessCollisions(m.GetDeclaredTotal(), len(collisions)))
+			out.Revision = max(out.Revision, rev)
 		}
 		if errors.Is(err, distributed.ErrTaskAlreadyExists) && round < maxSkipRounds {
 			continue
@@ -65,6 +68,25 @@ func (h producerHandler) enqueueSkipping(ctx context.Context, p principal, m *pb
 		out.Existing, out.Collisions = existing, collisions
 		return out, rev, nil
 	}
+}
+
+// declareOnly replaces the declared total of the request's scan when a
+// batch stores nothing but has collisions to take off it (EnqueueTasks
+// with declare_scan_id): otherwise the scan would wait for them for ever.
+// Nothing is proposed when the scan has no record or the total is
+// unchanged; a batch over two scans is invalid.
+func (h producerHandler) declareOnly(ctx context.Context, p principal, tv raftfsm.TenantView, m *pb.EnqueueRequest, declared uint64) (uint64, error) {
+	scan := m.GetTasks()[0].GetScanId()
+	for _, t := range m.GetTasks() {
+		if t.GetScanId() != scan {
+			return 0, errInvalid("a declared total needs every task in one scan")
+		}
+	}
+	if st, ok := tv.Scan(scan); !ok || st.Declared == declared {
+		return 0, nil // no record to declare on (nothing stored), or nothing to change
+	}
+	r, err := h.s.propose(ctx, p, nil, &pb.Command{Op: &pb.Command_Enqueue{Enqueue: &pb.EnqueueTasks{DeclareScanId: scan, DeclaredTotal: declared}}})
+	return r.Revision, err
 }
 
 // lessCollisions takes the request's colliding targets off its declared
@@ -135,7 +157,7 @@ func (h producerHandler) enqueue(ctx context.Context, p principal, m *pb.Enqueue
 // checkRunnableTargets refuses targets the shipped worker agent cannot
 // run: it hands a target to its command in the environment
 // (TERMIVAR_TARGET), which cannot hold a NUL byte. NB: the core keeps
-// target_ref opaque bytes (SPEC Part A); this is the API's policy, checked
+// target_ref opaque bytes (contract A.4); this is the API's policy, checked
 // before anything is proposed. The message names the task by position and
 // never quotes the target.
 func checkRunnableTargets(tasks []*pb.NewTask) error {
@@ -157,15 +179,11 @@ func (h producerHandler) Cancel(ctx context.Context, req *connect.Request[pb.Can
 			return nil, 0, err
 		}
 		ob, _ := own.MarshalBinary()
-		r, err := h.s.propose(ctx, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_CancelTask{CancelTask: &pb.CancelTask{Ownership: ob}}})
+		v, rev, err := proposeAs[distributed.CancellationOutcome](ctx, h.s, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_CancelTask{CancelTask: &pb.CancelTask{Ownership: ob}}}, "CancelTask")
 		if err != nil {
-			return nil, r.Revision, err
+			return nil, rev, err
 		}
-		v, err := raftfsm.ValueAs[distributed.CancellationOutcome](r, "CancelTask")
-		if err != nil {
-			return nil, r.Revision, err
-		}
-		return &pb.CancelResponse{AlreadyCancelled: v.Kind == distributed.AlreadyCancelled, Revision: r.Revision}, r.Revision, nil
+		return &pb.CancelResponse{AlreadyCancelled: v.Kind == distributed.AlreadyCancelled, Revision: rev}, rev, nil
 	})
 }
 
@@ -178,15 +196,11 @@ func (h producerHandler) cancelByID(ctx context.Context, p principal, m *pb.Canc
 	if err := distributed.CheckTaskCommandID(m.GetTaskId()); err != nil {
 		return nil, 0, err
 	}
-	r, err := h.s.propose(ctx, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_CancelTaskById{CancelTaskById: &pb.CancelTaskByID{TaskId: m.GetTaskId()}}})
+	v, rev, err := proposeAs[raftfsm.CancelByIDValue](ctx, h.s, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_CancelTaskById{CancelTaskById: &pb.CancelTaskByID{TaskId: m.GetTaskId()}}}, "CancelTaskByID")
 	if err != nil {
-		return nil, r.Revision, err
+		return nil, rev, err
 	}
-	v, err := raftfsm.ValueAs[raftfsm.CancelByIDValue](r, "CancelTaskByID")
-	if err != nil {
-		return nil, r.Revision, err
-	}
-	return &pb.CancelResponse{AlreadyCancelled: v.Outcome.Kind == distributed.AlreadyCancelled, PreviousStatus: v.PreviousStatus.String(), Revision: r.Revision}, r.Revision, nil
+	return &pb.CancelResponse{AlreadyCancelled: v.Outcome.Kind == distributed.AlreadyCancelled, PreviousStatus: v.PreviousStatus.String(), Revision: rev}, rev, nil
 }
 
 func (s *Server) taskInfo(p principal, tv raftfsm.TenantView, t distributed.ScanTask) *pb.TaskInfo {
@@ -232,10 +246,7 @@ func (h producerHandler) GetTask(ctx context.Context, req *connect.Request[pb.Ge
 
 func (h producerHandler) ListTasks(ctx context.Context, req *connect.Request[pb.ListTasksRequest]) (*connect.Response[pb.ListTasksResponse], error) {
 	return call(ctx, h.s, req, false, func(ctx context.Context, p principal, m *pb.ListTasksRequest) (*pb.ListTasksResponse, uint64, error) {
-		size := int(m.GetPageSize())
-		if size == 0 {
-			size = defaultPageSize
-		}
+		size := cmp.Or(int(m.GetPageSize()), defaultPageSize)
 		if size > maxPageSize {
 			return nil, 0, errInvalid("page_size is above 1000")
 		}
@@ -285,14 +296,8 @@ func (h producerHandler) ListTasks(ctx context.Context, req *connect.Request[pb.
 		}
 		// Page by IDs (no copy of every record under the core's lock); only
 		// the tasks examined for this page are read.
-		ids := tv.TaskIDs()
-		start := 0
-		if hasAfter {
-			start = sort.SearchStrings(ids, after)
-			if start < len(ids) && ids[start] == after {
-				start++
-			}
-		}
+		ids := tv.TaskIDs() // sorted: the page starts after the token's ID
+		start := sort.Search(len(ids), func(i int) bool { return ids[i] > after })
 		for _, id := range ids[start:] {
 			if len(out.Tasks) == size {
 				out.NextPageToken = "k:" + out.Tasks[len(out.Tasks)-1].GetTaskId()

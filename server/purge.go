@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 
 	"connectrpc.com/connect"
@@ -55,31 +56,20 @@ func (h producerHandler) PurgeTasks(ctx context.Context, req *connect.Request[pb
 }
 
 func (h producerHandler) purge(ctx context.Context, p principal, op *pb.PurgeTasks) (raftfsm.PurgeValue, uint64, error) {
-	r, err := h.s.propose(ctx, p, nil, &pb.Command{Op: &pb.Command_PurgeTasks{PurgeTasks: op}})
-	if err != nil {
-		return raftfsm.PurgeValue{}, r.Revision, err
-	}
-	v, err := raftfsm.ValueAs[raftfsm.PurgeValue](r, "PurgeTasks")
-	return v, r.Revision, err
+	return proposeAs[raftfsm.PurgeValue](ctx, h.s, p, nil, &pb.Command{Op: &pb.Command_PurgeTasks{PurgeTasks: op}}, "PurgeTasks")
 }
 
 // UpdateTenant changes a tenant's result retention. A tenant admin may
 // update its own tenant; an admin of the system tenant any.
 func (h adminHandler) UpdateTenant(ctx context.Context, req *connect.Request[pb.UpdateTenantRequest]) (*connect.Response[pb.UpdateTenantResponse], error) {
 	return call(ctx, h.s, req, true, func(ctx context.Context, p principal, m *pb.UpdateTenantRequest) (*pb.UpdateTenantResponse, uint64, error) {
-		name := m.GetName()
-		if name == "" {
-			name = p.Tenant
-		}
+		name := cmp.Or(m.GetName(), p.Tenant)
 		if name != p.Tenant && !p.systemAdmin() {
 			return nil, 0, errDenied("only an admin key of the system tenant may update other tenants")
 		}
 		cmd := &pb.Command{Principal: p.KeyID, Op: &pb.Command_UpdateTenant{UpdateTenant: &pb.UpdateTenant{Name: name, ResultRetentionSecs: m.GetResultRetentionSecs()}}}
 		r, err := h.s.node.Propose(ctx, cmd)
-		if err == nil {
-			err = r.Err
-		}
-		if err != nil {
+		if err := raftfsm.ProposalErr(r, err); err != nil {
 			return nil, 0, err
 		}
 		return &pb.UpdateTenantResponse{}, r.Revision, nil

@@ -1,7 +1,9 @@
 package server
 
 import (
+	"cmp"
 	"context"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -128,10 +130,7 @@ func (h producerHandler) ScanProgress(ctx context.Context, req *connect.Request[
 
 func (h producerHandler) ListScans(ctx context.Context, req *connect.Request[pb.ListScansRequest]) (*connect.Response[pb.ListScansResponse], error) {
 	return call(ctx, h.s, req, false, func(ctx context.Context, p principal, m *pb.ListScansRequest) (*pb.ListScansResponse, uint64, error) {
-		size := int(m.GetPageSize())
-		if size == 0 {
-			size = defaultPageSize
-		}
+		size := cmp.Or(int(m.GetPageSize()), defaultPageSize)
 		if size > maxPageSize {
 			return nil, 0, errInvalid("page_size is above 1000")
 		}
@@ -139,11 +138,8 @@ func (h producerHandler) ListScans(ctx context.Context, req *connect.Request[pb.
 			return nil, 0, errInvalid("page_token is invalid")
 		}
 		tv, _ := h.s.node.Reads().Tenant(p.Tenant)
-		ids := tv.ScanIDs()
-		start := 0
-		if tok := m.GetPageToken(); tok != "" {
-			start = searchAfter(ids, tok)
-		}
+		ids := tv.ScanIDs() // sorted: the page starts after the token's ID
+		start := sort.Search(len(ids), func(i int) bool { return ids[i] > m.GetPageToken() })
 		out := &pb.ListScansResponse{}
 		for _, id := range ids[start:] {
 			if len(out.Scans) == size {
@@ -156,21 +152,6 @@ func (h producerHandler) ListScans(ctx context.Context, req *connect.Request[pb.
 		}
 		return out, 0, nil
 	})
-}
-
-// searchAfter returns the position of the first ID above after in sorted
-// ids.
-func searchAfter(ids []string, after string) int {
-	lo, hi := 0, len(ids)
-	for lo < hi {
-		mid := (lo + hi) / 2
-		if ids[mid] <= after {
-			lo = mid + 1
-		} else {
-			hi = mid
-		}
-	}
-	return lo
 }
 
 // scanInfo reads one scan: the FSM's record of it and its counts.
@@ -254,10 +235,7 @@ func (h producerHandler) FollowResults(ctx context.Context, req *connect.Request
 		if err != nil {
 			return nil, 0, err
 		}
-		n := int(m.GetMaxResults())
-		if n == 0 {
-			n = defaultFollowResults
-		}
+		n := cmp.Or(int(m.GetMaxResults()), defaultFollowResults)
 		var purged uint32
 		if m.GetDeleteAfterRead() && cur.pos > 0 {
 			if purged, err = h.purgeAcknowledged(ctx, p, m.GetScanId(), cur); err != nil {

@@ -11,6 +11,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"log/slog"
@@ -90,6 +91,7 @@ type Server struct {
 	throttle   *failureThrottle
 	failures   *audit.FailureAggregator
 	preauthSem chan struct{} // one token per request awaiting authentication
+	dashSem    chan struct{} // one token per dashboard overview being built
 
 	stopping chan struct{} // closed by Close: long-polls stop waiting
 	// longPolls counts the Acquire calls waiting for work right now.
@@ -104,12 +106,8 @@ type Server struct {
 // New returns a server for cfg.Backend. It panics if cfg.Limits does not
 // validate (callers check flags with Limits.Validate first).
 func New(cfg Config) *Server {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.DefaultLeaseTTLSecs == 0 {
-		cfg.DefaultLeaseTTLSecs = 60
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
+	cfg.DefaultLeaseTTLSecs = cmp.Or(cfg.DefaultLeaseTTLSecs, 60)
 	if err := cfg.Limits.Validate(); err != nil {
 		panic(err)
 	}
@@ -122,6 +120,7 @@ func New(cfg Config) *Server {
 		throttle:   newFailureThrottle(lim.AuthFailureBurst, lim.AuthFailureRefill, lim.AuthSources),
 		failures:   cfg.Audit.Failures(audit.FailureConfig{Window: lim.AuthAuditWindow, MaxSources: lim.AuthSources}),
 		preauthSem: make(chan struct{}, lim.MaxPreAuthRequests),
+		dashSem:    make(chan struct{}, maxDashboardBuilds),
 	}
 	s.fwd = newForwarder(s)
 	s.build = buildinfo.Read().Proto()
@@ -152,7 +151,8 @@ func (s *Server) HTTPServer(addr string) *http.Server {
 	return hs
 }
 
-// Handler returns an http.Handler serving the API plus /healthz and /readyz.
+// Handler returns an http.Handler serving the API plus /healthz, /readyz
+// and the web dashboard at / (ui.go).
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	// NB: responses are compressed only when large and the client asks;
@@ -163,6 +163,8 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle(termivarv1connect.NewProducerHandler(producerHandler{s}, readMax(MaxProducerRequestBytes), compress, ics))
 	mux.Handle(termivarv1connect.NewAdminHandler(adminHandler{s}, readMax(MaxAdminRequestBytes), compress, ics))
 	mux.Handle(termivarv1connect.NewClusterHandler(clusterHandler{s}, readMax(MaxAdminRequestBytes), ics))
+	mux.Handle(termivarv1connect.NewDashboardHandler(dashboardHandler{s}, readMax(MaxAdminRequestBytes), compress, ics))
+	mountUI(mux)
 	s.mountTooling(mux)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
@@ -290,8 +292,17 @@ func (s *Server) propose(ctx context.Context, p principal, expected *uint64, cmd
 	cmd.Principal = p.KeyID
 	cmd.ExpectedRevision = expected
 	r, err := s.node.Propose(ctx, cmd)
+	return r, raftfsm.ProposalErr(r, err)
+}
+
+// proposeAs is propose, then the response's value as a T (raftfsm.ValueAs:
+// a mismatch is an error naming op) and the revision.
+func proposeAs[T any](ctx context.Context, s *Server, p principal, expected *uint64, cmd *pb.Command, op string) (T, uint64, error) {
+	r, err := s.propose(ctx, p, expected, cmd)
 	if err != nil {
-		return r, err
+		var zero T
+		return zero, r.Revision, err
 	}
-	return r, r.Err
+	v, err := raftfsm.ValueAs[T](r, op)
+	return v, r.Revision, err
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -64,11 +65,7 @@ type healthChecker struct{ s *Server }
 
 // Check implements grpchealth.Checker.
 func (h healthChecker) Check(_ context.Context, req *grpchealth.CheckRequest) (*grpchealth.CheckResponse, error) {
-	known := req.Service == ""
-	for _, name := range apiServices {
-		known = known || req.Service == name
-	}
-	if !known {
+	if req.Service != "" && !slices.Contains(apiServices, req.Service) {
 		return nil, connect.NewError(connect.CodeNotFound, nil)
 	}
 	if h.s.Ready() != nil {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"time"
@@ -32,15 +33,22 @@ func workerInfo(w distributed.WorkerNode) *pb.WorkerInfo {
 // its own reason.
 const invalidEnum = 255
 
+// parseEnum parses an enum name: def when it is empty, invalidEnum when
+// parse does not know it.
+func parseEnum[T ~uint8](name string, def T, parse func(string) (T, bool)) uint32 {
+	if name == "" {
+		return uint32(def)
+	}
+	if v, ok := parse(name); ok {
+		return uint32(v)
+	}
+	return invalidEnum
+}
+
 func parseTags(names []string) []uint32 {
 	out := make([]uint32, 0, len(names))
 	for _, n := range names {
-		t, ok := distributed.ParseWorkerTag(n)
-		if !ok {
-			out = append(out, invalidEnum)
-			continue
-		}
-		out = append(out, uint32(t))
+		out = append(out, parseEnum(n, invalidEnum, distributed.ParseWorkerTag))
 	}
 	return out
 }
@@ -53,43 +61,28 @@ func (h workerHandler) RegisterWorker(ctx context.Context, req *connect.Request[
 		if m.ReactivateGeneration != nil {
 			cmd.Op = &pb.Command_ReactivateWorker{ReactivateWorker: &pb.ReactivateWorker{OfflineGeneration: m.GetReactivateGeneration(), Spec: spec}}
 		}
-		r, err := h.s.propose(ctx, p, m.ExpectedRevision, cmd)
+		w, rev, err := proposeAs[distributed.WorkerNode](ctx, h.s, p, m.ExpectedRevision, cmd, "RegisterWorker")
 		if err != nil {
-			return nil, r.Revision, err
+			return nil, rev, err
 		}
-		w, err := raftfsm.ValueAs[distributed.WorkerNode](r, "RegisterWorker")
-		if err != nil {
-			return nil, r.Revision, err
-		}
-		resp := &pb.RegisterWorkerResponse{Worker: workerInfo(w), Revision: r.Revision}
+		resp := &pb.RegisterWorkerResponse{Worker: workerInfo(w), Revision: rev}
 		if tv, ok := h.s.node.Reads().Tenant(p.Tenant); ok {
 			resp.MaxResultBytes = uint64(tv.ResultLimits().MaxResultBytes)
 		}
-		return resp, r.Revision, nil
+		return resp, rev, nil
 	})
 }
 
 func (h workerHandler) Heartbeat(ctx context.Context, req *connect.Request[pb.HeartbeatRequest]) (*connect.Response[pb.HeartbeatResponse], error) {
 	return call(ctx, h.s, req, true, func(ctx context.Context, p principal, m *pb.HeartbeatRequest) (*pb.HeartbeatResponse, uint64, error) {
-		status := uint32(distributed.WorkerHealthy)
-		if m.GetStatus() != "" {
-			st, ok := distributed.ParseWorkerStatus(m.GetStatus())
-			status = uint32(st)
-			if !ok {
-				status = invalidEnum
-			}
-		}
-		r, err := h.s.propose(ctx, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_UpdateWorker{UpdateWorker: &pb.UpdateWorker{
+		status := parseEnum(m.GetStatus(), distributed.WorkerHealthy, distributed.ParseWorkerStatus)
+		w, rev, err := proposeAs[distributed.WorkerNode](ctx, h.s, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_UpdateWorker{UpdateWorker: &pb.UpdateWorker{
 			WorkerId: m.GetWorkerId(), Generation: m.GetGeneration(), Status: status, CpuBasisPoints: m.GetCpuBasisPoints(),
-			MemoryBasisPoints: m.GetMemoryBasisPoints(), NetworkBasisPoints: m.GetNetworkBasisPoints()}}})
+			MemoryBasisPoints: m.GetMemoryBasisPoints(), NetworkBasisPoints: m.GetNetworkBasisPoints()}}}, "UpdateWorker")
 		if err != nil {
-			return nil, r.Revision, err
+			return nil, rev, err
 		}
-		w, err := raftfsm.ValueAs[distributed.WorkerNode](r, "UpdateWorker")
-		if err != nil {
-			return nil, r.Revision, err
-		}
-		return &pb.HeartbeatResponse{Worker: workerInfo(w), Revision: r.Revision}, r.Revision, nil
+		return &pb.HeartbeatResponse{Worker: workerInfo(w), Revision: rev}, rev, nil
 	})
 }
 
@@ -101,10 +94,7 @@ func (h workerHandler) Acquire(ctx context.Context, req *connect.Request[pb.Acqu
 		if m.GetMaxTasks() > raftfsm.MaxAcquireTasks {
 			return nil, 0, errInvalid("max_tasks is above 256")
 		}
-		ttl := m.GetLeaseTtlSecs()
-		if ttl == 0 {
-			ttl = h.s.cfg.DefaultLeaseTTLSecs
-		}
+		ttl := cmp.Or(m.GetLeaseTtlSecs(), h.s.cfg.DefaultLeaseTTLSecs)
 		tv, _ := h.s.node.Reads().Tenant(p.Tenant)
 		deadline := time.NewTimer(time.Duration(m.GetWaitSecs()) * time.Second)
 		defer deadline.Stop()
@@ -184,15 +174,11 @@ func (h workerHandler) Start(ctx context.Context, req *connect.Request[pb.StartR
 		if err != nil {
 			return nil, 0, err
 		}
-		r, err := h.s.propose(ctx, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_StartTask{StartTask: &pb.StartTask{Lease: lb}}})
+		v, rev, err := proposeAs[distributed.StartOutcome](ctx, h.s, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_StartTask{StartTask: &pb.StartTask{Lease: lb}}}, "StartTask")
 		if err != nil {
-			return nil, r.Revision, err
+			return nil, rev, err
 		}
-		v, err := raftfsm.ValueAs[distributed.StartOutcome](r, "StartTask")
-		if err != nil {
-			return nil, r.Revision, err
-		}
-		return &pb.StartResponse{StartedAt: v.StartedAt, AlreadyStarted: v.Kind == distributed.StartAlreadyStarted, Revision: r.Revision}, r.Revision, nil
+		return &pb.StartResponse{StartedAt: v.StartedAt, AlreadyStarted: v.Kind == distributed.StartAlreadyStarted, Revision: rev}, rev, nil
 	})
 }
 
@@ -202,19 +188,12 @@ func (h workerHandler) RenewLease(ctx context.Context, req *connect.Request[pb.R
 		if err != nil {
 			return nil, 0, err
 		}
-		ttl := m.GetLeaseTtlSecs()
-		if ttl == 0 {
-			ttl = h.s.cfg.DefaultLeaseTTLSecs
-		}
-		r, err := h.s.propose(ctx, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_RenewLease{RenewLease: &pb.RenewLease{Lease: lb, LeaseTtlSecs: ttl}}})
+		ttl := cmp.Or(m.GetLeaseTtlSecs(), h.s.cfg.DefaultLeaseTTLSecs)
+		l, rev, err := proposeAs[distributed.TaskLease](ctx, h.s, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_RenewLease{RenewLease: &pb.RenewLease{Lease: lb, LeaseTtlSecs: ttl}}}, "RenewLease")
 		if err != nil {
-			return nil, r.Revision, err
+			return nil, rev, err
 		}
-		l, err := raftfsm.ValueAs[distributed.TaskLease](r, "RenewLease")
-		if err != nil {
-			return nil, r.Revision, err
-		}
-		return &pb.RenewLeaseResponse{LeaseToken: h.s.node.Codec().SealLease(p.Tenant, l), LeaseId: l.LeaseID(), ExpiresAt: l.ExpiresAt(), Revision: r.Revision}, r.Revision, nil
+		return &pb.RenewLeaseResponse{LeaseToken: h.s.node.Codec().SealLease(p.Tenant, l), LeaseId: l.LeaseID(), ExpiresAt: l.ExpiresAt(), Revision: rev}, rev, nil
 	})
 }
 
@@ -299,16 +278,12 @@ func (h workerHandler) Fail(ctx context.Context, req *connect.Request[pb.FailReq
 		if err := distributed.ValidateFailureReason(m.GetReason()); err != nil {
 			return nil, 0, err
 		}
-		r, err := h.s.propose(ctx, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_FailTask{FailTask: &pb.FailTask{Lease: lb, Reason: m.GetReason()}}})
+		v, rev, err := proposeAs[distributed.FailureOutcome](ctx, h.s, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_FailTask{FailTask: &pb.FailTask{Lease: lb, Reason: m.GetReason()}}}, "FailTask")
 		if err != nil {
-			return nil, r.Revision, err
-		}
-		v, err := raftfsm.ValueAs[distributed.FailureOutcome](r, "FailTask")
-		if err != nil {
-			return nil, r.Revision, err
+			return nil, rev, err
 		}
 		return &pb.FailResponse{Requeued: v.Kind == distributed.Requeued, RetryExhausted: v.Kind == distributed.RetryExhausted,
-			TaskGeneration: v.TaskGeneration, RetryCount: v.RetryCount, Revision: r.Revision}, r.Revision, nil
+			TaskGeneration: v.TaskGeneration, RetryCount: v.RetryCount, Revision: rev}, rev, nil
 	})
 }
 
@@ -318,14 +293,10 @@ func summary(s distributed.RecoverySummary) *pb.RecoverySummary {
 
 func (h workerHandler) Deregister(ctx context.Context, req *connect.Request[pb.DeregisterRequest]) (*connect.Response[pb.DeregisterResponse], error) {
 	return call(ctx, h.s, req, true, func(ctx context.Context, p principal, m *pb.DeregisterRequest) (*pb.DeregisterResponse, uint64, error) {
-		r, err := h.s.propose(ctx, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_DeregisterWorker{DeregisterWorker: &pb.DeregisterWorker{WorkerId: m.GetWorkerId(), Generation: m.GetGeneration()}}})
+		sum, rev, err := proposeAs[distributed.RecoverySummary](ctx, h.s, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_DeregisterWorker{DeregisterWorker: &pb.DeregisterWorker{WorkerId: m.GetWorkerId(), Generation: m.GetGeneration()}}}, "DeregisterWorker")
 		if err != nil {
-			return nil, r.Revision, err
+			return nil, rev, err
 		}
-		sum, err := raftfsm.ValueAs[distributed.RecoverySummary](r, "DeregisterWorker")
-		if err != nil {
-			return nil, r.Revision, err
-		}
-		return &pb.DeregisterResponse{Summary: summary(sum), Revision: r.Revision}, r.Revision, nil
+		return &pb.DeregisterResponse{Summary: summary(sum), Revision: rev}, rev, nil
 	})
 }

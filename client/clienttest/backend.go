@@ -11,6 +11,7 @@ import (
 
 	distributed "github.com/termivar/distributed"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/internal/notify"
 	"github.com/termivar/distributed/internal/token"
 	"github.com/termivar/distributed/internal/wire"
 	"github.com/termivar/distributed/raftfsm"
@@ -30,10 +31,7 @@ type backend struct {
 	limits distributed.Limits
 	rl     distributed.ResultLimits
 
-	wakeMu sync.Mutex
-	wake   chan struct{} // closed and replaced when queued tasks may be available
-	// progress is closed and replaced when tasks may have become terminal.
-	progress chan struct{}
+	wake, progress notify.Notifier // the FSM's NotifyFunc and ProgressFunc
 
 	mu       sync.Mutex // held across stamp and apply (one proposal at a time)
 	index    uint64     // the last entry's index
@@ -46,7 +44,7 @@ var _ server.Backend = (*backend)(nil)
 // newBackend returns a backend whose FSM holds an initialised cluster and
 // the system tenant with these limits, as a node's bootstrap leaves it.
 func newBackend(lim distributed.Limits, rl distributed.ResultLimits) (*backend, error) {
-	b := &backend{limits: lim, rl: rl, secret: make([]byte, 32), wake: make(chan struct{}), progress: make(chan struct{})}
+	b := &backend{limits: lim, rl: rl, secret: make([]byte, 32)}
 	epoch := make([]byte, raftfsm.EpochBytes)
 	if _, err := rand.Read(b.secret); err != nil {
 		return nil, err
@@ -54,7 +52,7 @@ func newBackend(lim distributed.Limits, rl distributed.ResultLimits) (*backend, 
 	if _, err := rand.Read(epoch); err != nil {
 		return nil, err
 	}
-	b.fsm = raftfsm.New(raftfsm.Options{NotifyFunc: b.notify, ProgressFunc: b.notifyProgress})
+	b.fsm = raftfsm.New(raftfsm.Options{NotifyFunc: b.wake.Notify, ProgressFunc: b.progress.Notify})
 	boot := []*pb.Command{
 		{Op: &pb.Command_InitCluster{InitCluster: &pb.InitCluster{EpochId: epoch}}},
 		{Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{Name: raftfsm.SystemTenant,
@@ -63,11 +61,7 @@ func newBackend(lim distributed.Limits, rl distributed.ResultLimits) (*backend, 
 		{Op: &pb.Command_SetClusterVersion{SetClusterVersion: &pb.SetClusterVersion{Version: raftfsm.SupportedVersion}}},
 	}
 	for _, cmd := range boot {
-		r, err := b.Propose(context.Background(), cmd)
-		if err == nil {
-			err = r.Err
-		}
-		if err != nil {
+		if err := raftfsm.ProposalErr(b.Propose(context.Background(), cmd)); err != nil {
 			return nil, fmt.Errorf("clienttest: bootstrap: %w", err)
 		}
 	}
@@ -166,38 +160,13 @@ func (b *backend) tick() {
 	}
 }
 
-// notify is the FSM's NotifyFunc: it wakes every waiting Acquire (of any
-// tenant; a woken poll that finds nothing waits again).
-func (b *backend) notify(string) {
-	b.wakeMu.Lock()
-	defer b.wakeMu.Unlock()
-	close(b.wake)
-	b.wake = make(chan struct{})
-}
+// WaitChan returns the channel the FSM's next NotifyFunc call for tenant
+// closes (queued tasks may be available).
+func (b *backend) WaitChan(tenant string) <-chan struct{} { return b.wake.Wait(tenant) }
 
-// WaitChan returns the channel the next notify closes.
-func (b *backend) WaitChan(string) <-chan struct{} {
-	b.wakeMu.Lock()
-	defer b.wakeMu.Unlock()
-	return b.wake
-}
-
-// notifyProgress is the FSM's ProgressFunc: it wakes every waiting result
-// follower (of any tenant; a woken follower that finds nothing waits
-// again).
-func (b *backend) notifyProgress(string) {
-	b.wakeMu.Lock()
-	defer b.wakeMu.Unlock()
-	close(b.progress)
-	b.progress = make(chan struct{})
-}
-
-// ProgressChan returns the channel the next notifyProgress closes.
-func (b *backend) ProgressChan(string) <-chan struct{} {
-	b.wakeMu.Lock()
-	defer b.wakeMu.Unlock()
-	return b.progress
-}
+// ProgressChan returns the channel the FSM's next ProgressFunc call for
+// tenant closes (tasks may have become terminal).
+func (b *backend) ProgressChan(tenant string) <-chan struct{} { return b.progress.Wait(tenant) }
 
 func (b *backend) Reads() raftfsm.Reader { return b.fsm.Reader() }
 func (b *backend) Codec() *token.Codec   { return b.codec }

@@ -10,6 +10,7 @@
 package clienttest
 
 import (
+	"cmp"
 	"context"
 	"net/http/httptest"
 	"sync"
@@ -51,16 +52,12 @@ type Server struct {
 
 // New starts a node on a loopback port. Close it when done.
 func New(opts Options) (*Server, error) {
-	if opts.Limits == (distributed.Limits{}) {
-		opts.Limits = distributed.DefaultLimits()
-	}
+	opts.Limits = cmp.Or(opts.Limits, distributed.DefaultLimits())
 	rl := distributed.DefaultResultLimits()
 	if opts.MaxResultBytes != 0 {
 		rl.MaxResultBytes = opts.MaxResultBytes
 	}
-	if opts.TickInterval == 0 {
-		opts.TickInterval = 100 * time.Millisecond
-	}
+	opts.TickInterval = cmp.Or(opts.TickInterval, 100*time.Millisecond)
 	be, err := newBackend(opts.Limits, rl)
 	if err != nil {
 		return nil, err
@@ -72,8 +69,7 @@ func New(opts Options) (*Server, error) {
 	api := server.New(server.Config{Backend: be})
 	s := &Server{Key: key.Key, be: be, api: api, http: httptest.NewServer(api.Handler()), stop: make(chan struct{})}
 	s.URL = s.http.URL
-	s.wg.Add(1)
-	go s.tickLoop(opts.TickInterval)
+	s.wg.Go(func() { s.tickLoop(opts.TickInterval) })
 	return s, nil
 }
 
@@ -99,7 +95,6 @@ func (s *Server) Advance(d time.Duration) {
 func (s *Server) Renewals() int { return s.be.renewalCount() }
 
 func (s *Server) tickLoop(every time.Duration) {
-	defer s.wg.Done()
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {

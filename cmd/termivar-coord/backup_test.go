@@ -31,9 +31,9 @@ import (
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 	"github.com/termivar/distributed/internal/apikey"
 	"github.com/termivar/distributed/internal/backup"
+	"github.com/termivar/distributed/internal/wireerr"
 	"github.com/termivar/distributed/node"
 	"github.com/termivar/distributed/raftfsm"
-	"github.com/termivar/distributed/server"
 )
 
 // readBackup decodes a backup file and restores its state into an FSM.
@@ -163,7 +163,7 @@ func TestBackup_RestoreUnderLoad(t *testing.T) {
 	if codeOf(err) != connect.CodePermissionDenied {
 		t.Fatalf("Complete with a lease token of the old cluster = %v, want PermissionDenied", err)
 	}
-	if d, ok := server.DetailOf(err); !ok || d.GetKind() != "invalid_token" {
+	if d, ok := wireerr.DetailOf(err); !ok || d.GetKind() != "invalid_token" {
 		t.Errorf("old token refusal kind = %v, want invalid_token", d)
 	}
 	if _, err := holder.Complete(ctx, &pb.CompleteRequest{LeaseToken: heldToken, Result: []byte("r")}); err != nil {

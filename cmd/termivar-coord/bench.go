@@ -6,9 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
-	"path/filepath"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -22,10 +20,8 @@ import (
 	distributed "github.com/termivar/distributed"
 	"github.com/termivar/distributed/client"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
-	"github.com/termivar/distributed/internal/audit"
 	"github.com/termivar/distributed/node"
 	"github.com/termivar/distributed/raftfsm"
-	"github.com/termivar/distributed/server"
 )
 
 type benchFlags struct {
@@ -40,6 +36,7 @@ type benchFlags struct {
 	resultBytes int
 	leaseTTL    int
 	cpuProfile  string
+	cluster     int // members of the loopback cluster compared with one node (0: off)
 }
 
 // runBench drives N producers and M workers against a node over loopback
@@ -66,9 +63,16 @@ func runBench(args []string) int {
 		fmt.Fprintln(os.Stderr, "termivar-coord bench: flag out of range")
 		return exitUsage
 	}
+	if f.cluster > 0 {
+		if !f.embedded {
+			fmt.Fprintln(os.Stderr, "termivar-coord bench: --cluster starts its own nodes; it does not take --embedded=false")
+			return exitUsage
+		}
+		return runBenchCluster(f, os.Stdout)
+	}
 	url, key := f.client.server, f.client.key
 	if f.embedded {
-		stop, u, k, err := startEmbedded(f.dataDir)
+		stop, u, k, err := startBenchNode(f.dataDir)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "termivar-coord bench:", err)
 			return exitRejected
@@ -103,13 +107,15 @@ func newBenchFlagSet(f *benchFlags) *flag.FlagSet {
 	fs.IntVar(&f.resultBytes, "result-bytes", 32, "bytes of each result")
 	fs.IntVar(&f.leaseTTL, "lease-ttl-secs", 30, "lease TTL of each Acquire (leases granted by a reply lost in a leader change come back after it)")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
+	fs.IntVar(&f.cluster, "cluster", 0, "also run against a loopback cluster of this many members in this process and report the ratio to one node and the leader-kill recovery (0: off)")
 	return fs
 }
 
 // valid reports whether every numeric flag is within its bound.
 func (f benchFlags) valid() bool {
 	return f.tasks >= 1 && f.tasks <= distributed.MaxTaskRecords && f.producers >= 1 && f.workers >= 1 &&
-		f.batch >= 1 && f.batch <= raftfsm.MaxEnqueueTasks && f.acquireMax >= 1 && f.acquireMax <= raftfsm.MaxAcquireTasks && f.leaseTTL >= 1
+		f.batch >= 1 && f.batch <= raftfsm.MaxEnqueueTasks && f.acquireMax >= 1 && f.acquireMax <= raftfsm.MaxAcquireTasks && f.leaseTTL >= 1 &&
+		f.cluster >= 0 && f.cluster <= maxBenchCluster
 }
 
 // startCPUProfile starts a CPU profile written to path; stop ends it.
@@ -128,7 +134,9 @@ func startCPUProfile(path string) (stop func(), err error) {
 	}, nil
 }
 
-func startEmbedded(dir string) (stop func(), url, key string, err error) {
+// startBenchNode starts an embedded node (with its audit log, as serve
+// has) on dir, or on a temporary dir that stop removes.
+func startBenchNode(dir string) (stop func(), url, key string, err error) {
 	tmp := ""
 	if dir == "" {
 		if tmp, err = os.MkdirTemp("", "termivar-bench-"); err != nil {
@@ -138,35 +146,16 @@ func startEmbedded(dir string) (stop func(), url, key string, err error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	n, err := node.Open(ctx, node.Config{DataDir: dir, RaftAddr: "127.0.0.1:0"})
+	e, err := startEmbedded(ctx, node.Config{DataDir: dir, RaftAddr: "127.0.0.1:0"}, nil, true)
 	if err != nil {
 		return nil, "", "", err
 	}
-	if _, err := server.EnsureAdminKey(ctx, n, filepath.Join(dir, node.AdminKeyFile)); err != nil {
-		n.Close()
-		return nil, "", "", err
-	}
-	kb, _ := os.ReadFile(filepath.Join(dir, node.AdminKeyFile))
-	al, err := audit.Open(filepath.Join(dir, audit.FileName), nil)
-	if err != nil {
-		n.Close()
-		return nil, "", "", err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		n.Close()
-		return nil, "", "", err
-	}
-	hs := server.New(server.Config{Backend: n, Audit: al}).HTTPServer(ln.Addr().String())
-	go func() { _ = hs.Serve(ln) }()
 	return func() {
-		_ = hs.Close()
-		n.Close()
-		al.Close()
+		e.Close()
 		if tmp != "" {
 			os.RemoveAll(tmp)
 		}
-	}, "http://" + ln.Addr().String(), strings.TrimSpace(string(kb)), nil
+	}, e.URL, e.Key, nil
 }
 
 type benchResult struct {
@@ -178,6 +167,7 @@ type benchResult struct {
 	batch, acquire         int
 	appliedBefore, applied uint64
 	errors, retries        int64
+	cpu                    time.Duration // this process's CPU time during the run (0: not reported)
 }
 
 func (r benchResult) String() string {
@@ -186,12 +176,19 @@ func (r benchResult) String() string {
 		"acquire_to_complete_p50=%s acquire_to_complete_p99=%s\n"+
 		"enqueue_to_complete_p50=%s enqueue_to_complete_p99=%s\n"+
 		"raft_log_entries=%d\n"+
+		"process_cpu_per_task=%s\n"+
 		"failed_calls_retried=%d client_retries=%d",
 		r.tasks, r.producers, r.workers, r.batch, r.acquire, r.elapsed.Round(time.Millisecond),
 		float64(r.tasks)/r.elapsed.Seconds(),
 		r.leaseP50.Round(time.Microsecond), r.leaseP99.Round(time.Microsecond),
 		r.e2eP50.Round(time.Microsecond), r.e2eP99.Round(time.Microsecond),
-		r.applied-r.appliedBefore, r.errors, r.retries)
+		r.applied-r.appliedBefore, r.cpuPerTask(), r.errors, r.retries)
+}
+
+// cpuPerTask is the process's CPU time per completed task (clients and
+// every node in this process included).
+func (r benchResult) cpuPerTask() time.Duration {
+	return r.cpu / time.Duration(max(r.tasks, 1))
 }
 
 func percentile(d []time.Duration, p float64) time.Duration {
@@ -272,7 +269,7 @@ func bench(ctx context.Context, f benchFlags, url, adminKey string) (benchResult
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	r.cancel = cancel
-	start := time.Now()
+	start, cpu0 := time.Now(), processCPU()
 	var wg sync.WaitGroup
 	for range f.producers {
 		wg.Go(func() { r.produce(runCtx) })
@@ -280,8 +277,9 @@ func bench(ctx context.Context, f benchFlags, url, adminKey string) (benchResult
 	for i, w := range r.workers {
 		wg.Go(func() { r.work(runCtx, "w"+strconv.Itoa(i), w) })
 	}
+	wg.Go(func() { r.watchProgress(runCtx, benchStallAfter) })
 	wg.Wait()
-	res.elapsed = time.Since(start)
+	res.elapsed, res.cpu = time.Since(start), processCPU()-cpu0
 	res.errors, res.retries = r.errs.Load(), r.retries.Load()
 	r.closeLoad()
 	if r.firstErr != nil && r.completed.Load() < int64(f.tasks) {
@@ -369,6 +367,31 @@ func (r *benchRun) close() {
 }
 
 // fail records the run's first failure and ends the run.
+// benchStallAfter is how long a run may go without a completed task
+// before it fails: a task lost or stuck ends the run with the counts, not
+// a hang.
+const benchStallAfter = 2 * time.Minute
+
+// watchProgress fails the run when no task completed for stallAfter.
+func (r *benchRun) watchProgress(ctx context.Context, stallAfter time.Duration) {
+	t := time.NewTicker(stallAfter / 8)
+	defer t.Stop()
+	last, since := r.completed.Load(), time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			if n := r.completed.Load(); n != last {
+				last, since = n, now
+			} else if now.Sub(since) >= stallAfter {
+				r.fail(fmt.Errorf("no task completed for %v: %d of %d completed, %d claimed by producers", stallAfter, n, r.f.tasks, min(r.next.Load(), int64(r.f.tasks))))
+				return
+			}
+		}
+	}
+}
+
 func (r *benchRun) fail(err error) {
 	r.errOnce.Do(func() { r.firstErr = err; r.cancel() })
 }

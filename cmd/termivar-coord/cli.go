@@ -10,6 +10,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -212,14 +213,8 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 // newClient resolves the server and key (flag, then environment, then the
 // default key file) and returns a client.
 func newClient(g *globalFlags) (*client.Client, error) {
-	server := g.server
-	if server == "" {
-		server = os.Getenv(client.EnvServer)
-	}
-	key := g.key
-	if key == "" {
-		key = os.Getenv(client.EnvKey)
-	}
+	server := cmp.Or(g.server, os.Getenv(client.EnvServer))
+	key := cmp.Or(g.key, os.Getenv(client.EnvKey))
 	if key == "" {
 		k, err := client.LoadKey(client.DefaultKeyFile)
 		if err != nil {

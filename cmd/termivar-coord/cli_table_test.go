@@ -47,8 +47,8 @@ func TestClientCommands_Help(t *testing.T) {
 			t.Errorf("%s --help = %d, %v, want 0, true; stderr:\n%s", c.name, code, ok, errOut.String())
 		}
 		want := c.usage
-		if c.name == "cluster" {
-			want = "termivar-coord cluster" // cluster prints its own subcommand list
+		if c.name == "cluster" || c.name == "scans" {
+			want = "termivar-coord " + c.name + " " // these print their own subcommand lists
 		}
 		if !strings.Contains(errOut.String(), want) {
 			t.Errorf("%s --help printed\n%s\nwant it to contain %q", c.name, errOut.String(), want)

@@ -9,19 +9,18 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
-	"time"
 
 	"connectrpc.com/connect"
 
+	"github.com/termivar/distributed/client"
 	"github.com/termivar/distributed/gen/termivar/v1/termivarv1connect"
+	"github.com/termivar/distributed/internal/wireerr"
 	"github.com/termivar/distributed/node"
-	"github.com/termivar/distributed/server"
 )
 
 // clientFlags are the global flags of the keys, tenants and bench
@@ -34,10 +33,7 @@ type clientFlags struct {
 }
 
 func (c *clientFlags) register(fs *flag.FlagSet) {
-	def := os.Getenv("TERMIVAR_SERVER")
-	if def == "" {
-		def = "http://127.0.0.1:7420"
-	}
+	def := cmp.Or(os.Getenv("TERMIVAR_SERVER"), "http://127.0.0.1:7420")
 	fs.StringVar(&c.server, "server", def, "server URL (env TERMIVAR_SERVER)")
 	fs.StringVar(&c.key, "key", os.Getenv("TERMIVAR_KEY"), "API key (env TERMIVAR_KEY; default: ./termivar-data/admin.key)")
 	fs.BoolVar(&c.insecure, "insecure", false, "skip TLS certificate verification")
@@ -51,11 +47,9 @@ func (c *clientFlags) httpClient(conns int) (*http.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	if conf == nil {
-		conf = &tls.Config{MinVersion: tls.VersionTLS12}
-	}
+	conf = cmp.Or(conf, &tls.Config{MinVersion: tls.VersionTLS12})
 	conf.InsecureSkipVerify = c.insecure //nolint:gosec // opt-in flag
-	return &http.Client{Transport: hinted(newTransport(conf, conns), conf)}, nil
+	return &http.Client{Transport: hinted(client.NewTransport(conf, conns), conf)}, nil
 }
 
 func (c *clientFlags) apiKey() (string, error) {
@@ -67,6 +61,19 @@ func (c *clientFlags) apiKey() (string, error) {
 		return "", errors.New("no --key, no TERMIVAR_KEY and no ./termivar-data/admin.key")
 	}
 	return strings.TrimSpace(string(b)), nil
+}
+
+// adminClient returns the Admin client of url, with the key of apiKey.
+func (c *clientFlags) adminClient(url string) (termivarv1connect.AdminClient, error) {
+	key, err := c.apiKey()
+	if err != nil {
+		return nil, err
+	}
+	hc, err := c.httpClient(1)
+	if err != nil {
+		return nil, err
+	}
+	return newClients(hc, url, key).admin, nil
 }
 
 type apiClients struct {
@@ -99,27 +106,9 @@ func (b bearerInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFun
 // newHTTPClient returns a keep-alive HTTP/1.1 client with many idle
 // connections per host (one per concurrent caller).
 func newHTTPClient(insecure bool, conns int) *http.Client {
-	tr := newTransport(nil, conns)
+	tr := client.NewTransport(nil, conns)
 	tr.TLSClientConfig = &tls.Config{InsecureSkipVerify: insecure} //nolint:gosec // opt-in flag
 	return &http.Client{Transport: tr}
-}
-
-// newTransport returns a keep-alive HTTP/1.1 transport with conns idle
-// connections per host, speaking TLS with conf to https URLs.
-//
-// NB: HTTP/1.1 like client.New's default: a long-polling Acquire holds its
-// own connection, and a refused client certificate surfaces as the
-// connection's error instead of HTTP/2's "client conn could not be
-// established".
-func newTransport(conf *tls.Config, conns int) *http.Transport {
-	return &http.Transport{
-		Proxy:               http.ProxyFromEnvironment,
-		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:        conns,
-		MaxIdleConnsPerHost: conns,
-		IdleConnTimeout:     90 * time.Second,
-		TLSClientConfig:     conf,
-	}
 }
 
 // Environment variables of the client TLS options.
@@ -220,7 +209,7 @@ func (t tlsFlags) httpClient(serverURL string) (*http.Client, error) {
 		}
 		conf = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
-	return &http.Client{Transport: hinted(newTransport(conf, 256), conf)}, nil
+	return &http.Client{Transport: hinted(client.NewTransport(conf, 256), conf)}, nil
 }
 
 // certHint is added to the connection errors of a client without a
@@ -281,14 +270,13 @@ func exitForTo(w io.Writer, cmd string, err error) int {
 	}
 	code := connect.CodeOf(err)
 	if code == connect.CodeUnavailable || code == connect.CodeUnknown || code == connect.CodeDeadlineExceeded {
-		var ce *connect.Error
-		if !errors.As(err, &ce) || code == connect.CodeUnavailable {
+		if _, ok := errors.AsType[*connect.Error](err); !ok || code == connect.CodeUnavailable {
 			fmt.Fprintf(w, "termivar-coord %s: server unreachable: %v\n", cmd, err)
 			return exitUnreachable
 		}
 	}
 	kind := ""
-	if d, ok := server.DetailOf(err); ok {
+	if d, ok := wireerr.DetailOf(err); ok {
 		kind = " [" + d.GetKind() + "]"
 	}
 	fmt.Fprintf(w, "termivar-coord %s: %v%s\n", cmd, err, kind)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/termivar/distributed/client"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/internal/wireerr"
 	"github.com/termivar/distributed/node"
 	"github.com/termivar/distributed/server"
 )
@@ -122,7 +123,7 @@ func (c clusterFlags) joinFunc(apiURL string, version uint32, logger *slog.Logge
 		}
 		logger.Info("joining the cluster", "via", c.join, "node_id", nodeID, "raft", raftAddr, "api", apiURL, "credential_only", req.CredentialOnly)
 		res, err := cl.Join(ctx, req)
-		if d, ok := server.DetailOf(err); ok && d.GetKind() == server.KindJoinUnverified {
+		if d, ok := wireerr.DetailOf(err); ok && d.GetKind() == server.KindJoinUnverified {
 			return nil, node.JoinerUnverified(d.GetReason())
 		}
 		if err != nil {

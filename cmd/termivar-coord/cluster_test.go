@@ -607,106 +607,163 @@ func TestCluster_Linearizable(t *testing.T) {
 	defer cancel()
 	admin := c.client(c.urls(0), c.adminKey)
 	prodKey, workKey := c.createKey(admin, "producer"), c.createKey(admin, "worker")
-	h := &history{start: time.Now()}
-	const keys = 24
-	key := func() string { return fmt.Sprintf("k%02d", rand.N(keys)) }
-
-	// Clients time out individual calls so that a call stuck across the
-	// failover becomes an unknown outcome instead of stalling the test.
-	callCtx := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 8*time.Second) }
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	var ops atomic.Int64
-	for p := range 4 {
-		cl := c.client(c.urls(p), prodKey)
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				k := key()
-				cctx, ccancel := callCtx()
-				call := h.now()
-				if rand.N(3) == 0 {
-					_, err := cl.Enqueue(cctx, &pb.EnqueueRequest{Tasks: []*pb.NewTask{{TaskId: k, ScanId: "s", TargetRef: "x"}}})
-					out := linOutput{"ok"}
-					switch {
-					case err == nil:
-					case client.KindOf(err) == distributed.KindTaskAlreadyExists.String():
-						out.kind = "exists"
-					default:
-						out.kind = "unknown"
-					}
-					h.add(p, linInput{"enqueue", k}, call, out)
-				} else {
-					g, err := cl.GetTask(cctx, &pb.GetTaskRequest{TaskId: k})
-					out := linOutput{"unknown"}
-					switch {
-					case err == nil && g.GetTask().GetStatus() == "completed":
-						out.kind = "completed"
-					case err == nil:
-						out.kind = "active"
-					case client.KindOf(err) == distributed.KindTaskNotFound.String():
-						out.kind = "absent"
-					}
-					h.add(p, linInput{"get", k}, call, out)
-				}
-				ccancel()
-				ops.Add(1)
-			}
-		})
-	}
-	for w := range 2 {
-		cl := c.client(c.urls(w+1), workKey)
-		wg.Go(func() {
-			id := fmt.Sprintf("lw%d", w)
-			if _, err := cl.RegisterWorker(ctx, &pb.RegisterWorkerRequest{WorkerId: id, Capacity: 4}); err != nil && codeOf(err) != connect.CodeAlreadyExists {
-				t.Errorf("RegisterWorker: %v", err)
-				return
-			}
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				cctx, ccancel := callCtx()
-				// NB: a long lease keeps recovery out of the model (no
-				// lease expires while the test runs).
-				ar, err := cl.Acquire(cctx, &pb.AcquireRequest{WorkerId: id, WaitSecs: 1, MaxTasks: 1, Start: true, LeaseTtlSecs: 600})
-				ccancel()
-				if err != nil {
-					continue
-				}
-				for _, lt := range ar.GetTasks() {
-					cctx, ccancel := callCtx()
-					call := h.now()
-					_, err := cl.Complete(cctx, &pb.CompleteRequest{LeaseToken: lt.GetLeaseToken(), Result: []byte("r")})
-					ccancel()
-					out := linOutput{"ok"}
-					if err != nil {
-						out.kind = "unknown"
-						if ce := codeOf(err); ce != connect.CodeUnavailable && ce != connect.CodeDeadlineExceeded && ce != connect.CodeCanceled {
-							out.kind = "failed"
-						}
-					}
-					h.add(10+w, linInput{"complete", lt.GetTaskId()}, call, out)
-					ops.Add(1)
-				}
-			}
-		})
-	}
-	waitCond(t, "operations before the failover", func() bool { return ops.Load() >= 150 })
+	l := startLinLoad(ctx, t, func(first int, key string) *client.Client { return c.client(c.urls(first), key) }, prodKey, workKey)
+	waitCond(t, "operations before the failover", func() bool { return l.ops.Load() >= 150 })
 	old := c.leader()
-	before := ops.Load()
+	before := l.ops.Load()
 	old.kill()
 	nl := c.leader()
-	waitCond(t, "operations after the failover", func() bool { return ops.Load() >= before+150 })
-	close(stop)
-	wg.Wait()
+	waitCond(t, "operations after the failover", func() bool { return l.ops.Load() >= before+150 })
+	l.halt()
+	checkLinearizable(t, l.h, fmt.Sprintf("leader %s → %s", old.id, nl.id))
+}
 
+// linKeys is the number of task IDs the linearizability workload uses.
+const linKeys = 24
+
+// linLoad is the workload of the linearizability tests: 4 producers
+// enqueue and read random keys among linKeys, 2 workers acquire (600 s
+// leases) and complete them, and every call goes into h.
+type linLoad struct {
+	h    *history
+	stop chan struct{}
+	wg   sync.WaitGroup
+	ops  atomic.Int64
+	ctx  context.Context
+}
+
+// startLinLoad starts the workload; newClient(first, key) returns a client
+// whose URL list starts at member first (producers 0–3, workers 1–2).
+func startLinLoad(ctx context.Context, t *testing.T, newClient func(first int, key string) *client.Client, prodKey, workKey string) *linLoad {
+	l := &linLoad{h: &history{start: time.Now()}, stop: make(chan struct{}), ctx: ctx}
+	for p := range 4 {
+		cl := newClient(p, prodKey)
+		l.wg.Go(func() { l.produce(p, cl) })
+	}
+	for w := range 2 {
+		cl := newClient(w+1, workKey)
+		l.wg.Go(func() { l.work(t, w, cl) })
+	}
+	return l
+}
+
+// callCtx times out one call so that a call stuck across a failover or a
+// partition becomes an unknown outcome instead of stalling the load.
+func (l *linLoad) callCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(l.ctx, 8*time.Second)
+}
+
+func (l *linLoad) stopped() bool {
+	select {
+	case <-l.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// halt stops the load and waits for its calls to return.
+func (l *linLoad) halt() {
+	close(l.stop)
+	l.wg.Wait()
+}
+
+func (l *linLoad) produce(p int, cl *client.Client) {
+	for !l.stopped() {
+		k := fmt.Sprintf("k%02d", rand.N(linKeys))
+		if rand.N(3) == 0 {
+			l.enqueue(p, cl, k)
+		} else {
+			l.get(p, cl, k)
+		}
+		l.ops.Add(1)
+	}
+}
+
+func (l *linLoad) enqueue(p int, cl *client.Client, k string) {
+	cctx, cancel := l.callCtx()
+	defer cancel()
+	call := l.h.now()
+	_, err := cl.Enqueue(cctx, &pb.EnqueueRequest{Tasks: []*pb.NewTask{{TaskId: k, ScanId: "s", TargetRef: "x"}}})
+	out := linOutput{"ok"}
+	switch {
+	case err == nil:
+	case client.KindOf(err) == distributed.KindTaskAlreadyExists.String():
+		out.kind = "exists"
+	default:
+		out.kind = "unknown"
+	}
+	l.h.add(p, linInput{"enqueue", k}, call, out)
+}
+
+// get reads k and records the outcome as client p.
+func (l *linLoad) get(p int, cl *client.Client, k string) {
+	cctx, cancel := l.callCtx()
+	defer cancel()
+	call := l.h.now()
+	g, err := cl.GetTask(cctx, &pb.GetTaskRequest{TaskId: k})
+	out := linOutput{"unknown"}
+	switch {
+	case err == nil && g.GetTask().GetStatus() == "completed":
+		out.kind = "completed"
+	case err == nil:
+		out.kind = "active"
+	case client.KindOf(err) == distributed.KindTaskNotFound.String():
+		out.kind = "absent"
+	}
+	l.h.add(p, linInput{"get", k}, call, out)
+}
+
+func (l *linLoad) work(t *testing.T, w int, cl *client.Client) {
+	id := fmt.Sprintf("lw%d", w)
+	for registered := false; !registered; {
+		if l.stopped() {
+			return
+		}
+		cctx, cancel := l.callCtx()
+		_, err := cl.RegisterWorker(cctx, &pb.RegisterWorkerRequest{WorkerId: id, Capacity: 4})
+		cancel()
+		registered = err == nil || codeOf(err) == connect.CodeAlreadyExists
+		if !registered && l.ctx.Err() != nil {
+			t.Errorf("RegisterWorker: %v", err)
+			return
+		}
+	}
+	for !l.stopped() {
+		cctx, cancel := l.callCtx()
+		// NB: a long lease keeps recovery out of the model (no lease
+		// expires while the test runs).
+		ar, err := cl.Acquire(cctx, &pb.AcquireRequest{WorkerId: id, WaitSecs: 1, MaxTasks: 1, Start: true, LeaseTtlSecs: 600})
+		cancel()
+		if err != nil {
+			continue
+		}
+		for _, lt := range ar.GetTasks() {
+			l.complete(w, cl, lt)
+		}
+	}
+}
+
+func (l *linLoad) complete(w int, cl *client.Client, lt *pb.LeasedTask) {
+	cctx, cancel := l.callCtx()
+	defer cancel()
+	call := l.h.now()
+	_, err := cl.Complete(cctx, &pb.CompleteRequest{LeaseToken: lt.GetLeaseToken(), Result: []byte("r")})
+	out := linOutput{"ok"}
+	if err != nil {
+		out.kind = "unknown"
+		if ce := codeOf(err); ce != connect.CodeUnavailable && ce != connect.CodeDeadlineExceeded && ce != connect.CodeCanceled {
+			out.kind = "failed"
+		}
+	}
+	l.h.add(10+w, linInput{"complete", lt.GetTaskId()}, call, out)
+	l.ops.Add(1)
+}
+
+// checkLinearizable checks h with porcupine and fails the test with the
+// failing keys' operations if it is not linearizable.
+func checkLinearizable(t *testing.T, h *history, label string) {
+	t.Helper()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	unknown := 0
@@ -716,7 +773,7 @@ func TestCluster_Linearizable(t *testing.T) {
 		}
 	}
 	res := porcupine.CheckOperationsTimeout(linModel.ToModel(), h.ops, 20*time.Second)
-	t.Logf("leader %s → %s; %d operations (%d with unknown outcome): %s", old.id, nl.id, len(h.ops), unknown, res)
+	t.Logf("%s; %d operations (%d with unknown outcome): %s", label, len(h.ops), unknown, res)
 	if res == porcupine.Illegal {
 		var b strings.Builder
 		for _, part := range linModel.Partition(h.ops) {

@@ -161,17 +161,7 @@ func backupTo(ctx context.Context, cl termivarv1connect.ClusterClient, out strin
 	if err := os.Link(tmp.Name(), out); err != nil {
 		return nil, err
 	}
-	return h, syncParent(out)
-}
-
-// syncParent fsyncs the directory holding path.
-func syncParent(path string) error {
-	d, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return h, node.SyncDir(filepath.Dir(out))
 }
 
 // restoreFlags are the restore command's flags.

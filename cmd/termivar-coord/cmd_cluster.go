@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -113,14 +114,11 @@ func printMembers(out io.Writer, ms []*pb.ClusterMember) error {
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "NODE\tSUFFRAGE\tLEADER\tRAFT ADDRESS\tAPI URL")
 	for _, m := range ms {
-		leader, api := "", m.GetApiUrl()
+		leader := ""
 		if m.GetLeader() {
 			leader = "yes"
 		}
-		if api == "" {
-			api = "-"
-		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", m.GetNodeId(), m.GetSuffrage(), leader, m.GetRaftAddr(), api)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", m.GetNodeId(), m.GetSuffrage(), leader, m.GetRaftAddr(), cmp.Or(m.GetApiUrl(), "-"))
 	}
 	return w.Flush()
 }

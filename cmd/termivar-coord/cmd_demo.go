@@ -16,6 +16,7 @@ import (
 	"github.com/termivar/distributed/agent"
 	"github.com/termivar/distributed/client"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/node"
 )
 
 // Demo settings: a short lease so the crashed worker's tasks come back
@@ -63,7 +64,9 @@ func runDemo(ctx context.Context, env *cliEnv, args []string) error {
 			return err
 		}
 	}
-	node, err := startDemoNode(ctx, dir, certs)
+	// NB: a quick recovery ticker so the crashed worker's expired leases go
+	// back to the queue within a fraction of a second of expiring.
+	node, err := startEmbedded(ctx, node.Config{DataDir: dir, RaftAddr: "127.0.0.1:0", TickInterval: 250 * time.Millisecond}, certs, false)
 	if err != nil {
 		return fmt.Errorf("start embedded node: %w", err)
 	}
@@ -152,11 +155,7 @@ func (d *demo) startWorkers(ctx context.Context) error {
 			return err
 		}
 		d.agents = append(d.agents, a)
-		d.wg.Add(1)
-		go func() {
-			defer d.wg.Done()
-			_ = a.Run(ctx)
-		}()
+		d.wg.Go(func() { _ = a.Run(ctx) })
 	}
 	return nil
 }

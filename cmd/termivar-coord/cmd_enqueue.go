@@ -72,7 +72,7 @@ func runEnqueue(ctx context.Context, env *cliEnv, args []string) error {
 		opts.ProgressFunc = enqueueBar(env.stderr, in.distinct)
 	}
 	res, err := c.EnqueueTargets(ctx, opts, in.seq())
-	if isKind(err, "cluster_version") && opts.DeclaredTotal != 0 && in.rewind() == nil {
+	if client.KindOf(err) == "cluster_version" && opts.DeclaredTotal != 0 && in.rewind() == nil {
 		// A cluster in a rolling upgrade (docs/node.md, "Versions and
 		// rolling upgrades") refuses the declared total the command adds on
 		// its own; send the same input without it (what is stored is

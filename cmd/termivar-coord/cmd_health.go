@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -65,9 +66,7 @@ func runHealthTo(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "termivar-coord health:", err)
 		return exitUsage
 	}
-	if hc == nil {
-		hc = &http.Client{}
-	}
+	hc = cmp.Or(hc, &http.Client{})
 	path := "/healthz"
 	if h.ready {
 		path = "/readyz"

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -161,10 +162,7 @@ func runTasks(ctx context.Context, env *cliEnv, args []string) error {
 		if t.GetHasResult() {
 			res = "yes"
 		}
-		worker := t.GetAssignedTo()
-		if worker == "" {
-			worker = "-"
-		}
+		worker := cmp.Or(t.GetAssignedTo(), "-")
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", t.GetTaskId(), t.GetScanId(), tableTarget(t.GetTargetRef()), t.GetStatus(), t.GetPriority(), t.GetAttempt(), t.GetRetryCount(), worker, res, shortReason(t.GetLastFailureReason()))
 		return nil
 	})

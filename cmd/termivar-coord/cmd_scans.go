@@ -218,7 +218,7 @@ func runScansDelete(ctx context.Context, env *cliEnv, args []string) error {
 	switch {
 	case errors.Is(err, distributed.ErrInvalidTransition):
 		return rejectedError{fmt.Sprintf("scan %s still has queued, leased or running tasks; wait for them, or delete with --force to cancel them first", scan)}
-	case isKind(err, "scan_not_found"):
+	case client.KindOf(err) == "scan_not_found":
 		return rejectedError{fmt.Sprintf("scan %s has no tasks (never enqueued, or already deleted)", scan)}
 	case err != nil:
 		return err
@@ -232,10 +232,4 @@ func runScansDelete(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	fmt.Fprintf(env.stdout, "deleted scan %s: %d tasks and their results\n", scan, resp.GetPurged())
 	return nil
-}
-
-// isKind reports whether err is a client error of the registry kind.
-func isKind(err error, kind string) bool {
-	var ce *client.Error
-	return errors.As(err, &ce) && ce.Kind == kind
 }

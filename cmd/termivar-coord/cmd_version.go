@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 
@@ -61,18 +62,12 @@ func completionTo(stdout, stderr io.Writer, args []string) int {
 		fmt.Fprintln(stderr, "usage: termivar-coord completion bash|zsh|fish")
 		return exitUsage
 	}
-	t := completionTable()
-	switch args[0] {
-	case "bash":
-		writeBashCompletion(stdout, t)
-	case "zsh":
-		writeZshCompletion(stdout, t)
-	case "fish":
-		writeFishCompletion(stdout, t)
-	default:
+	write, ok := map[string]func(io.Writer, completion){"bash": writeBashCompletion, "zsh": writeZshCompletion, "fish": writeFishCompletion}[args[0]]
+	if !ok {
 		fmt.Fprintf(stderr, "termivar-coord completion: unknown shell %q (want bash, zsh or fish)\n", args[0])
 		return exitUsage
 	}
+	write(stdout, completionTable())
 	return exitOK
 }
 
@@ -118,12 +113,6 @@ func flagNames(fs *flag.FlagSet) []string {
 	return out
 }
 
-func (t completion) sortedCommands() []string {
-	out := append([]string(nil), t.commands...)
-	sort.Strings(out)
-	return out
-}
-
 func writeBashCompletion(w io.Writer, t completion) {
 	fmt.Fprintln(w, "# bash completion for termivar-coord: source <(termivar-coord completion bash)")
 	fmt.Fprintln(w, "_termivar_coord() {")
@@ -133,7 +122,7 @@ func writeBashCompletion(w io.Writer, t completion) {
 	fmt.Fprintln(w, "    return")
 	fmt.Fprintln(w, "  fi")
 	fmt.Fprintln(w, `  case "${COMP_WORDS[1]}" in`)
-	for _, c := range t.sortedCommands() {
+	for _, c := range slices.Sorted(slices.Values(t.commands)) {
 		if len(t.words[c]) > 0 {
 			fmt.Fprintf(w, "    %s) words=%q ;;\n", c, strings.Join(t.words[c], " "))
 		}
@@ -153,7 +142,7 @@ func writeZshCompletion(w io.Writer, t completion) {
 	fmt.Fprintln(w, "    return")
 	fmt.Fprintln(w, "  fi")
 	fmt.Fprintln(w, "  case $words[2] in")
-	for _, c := range t.sortedCommands() {
+	for _, c := range slices.Sorted(slices.Values(t.commands)) {
 		if len(t.words[c]) > 0 {
 			fmt.Fprintf(w, "    %s) compadd -- %s ;;\n", c, strings.Join(t.words[c], " "))
 		}
@@ -168,7 +157,7 @@ func writeFishCompletion(w io.Writer, t completion) {
 	fmt.Fprintln(w, "# fish completion for termivar-coord: termivar-coord completion fish | source")
 	fmt.Fprintln(w, "complete -c termivar-coord -f")
 	fmt.Fprintf(w, "complete -c termivar-coord -n __fish_use_subcommand -a '%s'\n", strings.Join(t.commands, " "))
-	for _, c := range t.sortedCommands() {
+	for _, c := range slices.Sorted(slices.Values(t.commands)) {
 		var args, flags []string
 		for _, word := range t.words[c] {
 			if name, ok := strings.CutPrefix(word, "--"); ok {

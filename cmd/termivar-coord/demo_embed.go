@@ -10,12 +10,13 @@ import (
 	"time"
 
 	"github.com/termivar/distributed/client"
+	"github.com/termivar/distributed/internal/audit"
 	"github.com/termivar/distributed/node"
 	"github.com/termivar/distributed/server"
 )
 
 // embeddedNode is a one-voter node serving the API on a loopback port, for
-// the demo.
+// the demo and bench.
 type embeddedNode struct {
 	URL, Key string
 	// HTTPClient carries the demo's calls (nil: the client's default).
@@ -26,31 +27,40 @@ type embeddedNode struct {
 // Close stops the HTTP server and the node.
 func (e *embeddedNode) Close() { e.close() }
 
-// startDemoNode opens a node on dir (raft and API on free loopback ports),
-// makes its admin key and serves the API — over mutual TLS when mtls is set.
-func startDemoNode(ctx context.Context, dir string, mtls *demoTLS) (*embeddedNode, error) {
-	// NB: a quick recovery ticker so the crashed worker's expired leases go
-	// back to the queue within a fraction of a second of expiring.
-	n, err := node.Open(ctx, node.Config{DataDir: dir, RaftAddr: "127.0.0.1:0", TickInterval: 250 * time.Millisecond})
+// startEmbedded opens a node with cfg (its raft address on loopback),
+// makes its admin key and serves the API on a free loopback port — over
+// mutual TLS when mtls is set, with the audit log in the data dir when
+// withAudit is.
+func startEmbedded(ctx context.Context, cfg node.Config, mtls *demoTLS, withAudit bool) (_ *embeddedNode, err error) {
+	n, err := node.Open(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	keyPath := filepath.Join(dir, node.AdminKeyFile)
+	var al *audit.Logger
+	defer func() {
+		if err != nil {
+			n.Close()
+			al.Close()
+		}
+	}()
+	keyPath := filepath.Join(cfg.DataDir, node.AdminKeyFile)
 	if _, err := server.EnsureAdminKey(ctx, n, keyPath); err != nil {
-		n.Close()
 		return nil, err
 	}
 	key, err := client.LoadKey(keyPath)
 	if err != nil {
-		n.Close()
 		return nil, err
+	}
+	if withAudit {
+		if al, err = audit.Open(filepath.Join(cfg.DataDir, audit.FileName), nil); err != nil {
+			return nil, err
+		}
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		n.Close()
 		return nil, err
 	}
-	hs := server.New(server.Config{Backend: n}).HTTPServer(l.Addr().String())
+	hs := server.New(server.Config{Backend: n, Audit: al}).HTTPServer(l.Addr().String())
 	url := "http://" + l.Addr().String()
 	var hc *http.Client
 	if mtls != nil {
@@ -70,5 +80,6 @@ func startDemoNode(ctx context.Context, dir string, mtls *demoTLS) (*embeddedNod
 		_ = hs.Shutdown(sctx)
 		<-served
 		n.Close()
+		al.Close()
 	}}, nil
 }

@@ -29,8 +29,8 @@ import (
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 )
 
-// binary builds termivar-coord into the test's temp dir (the build cache
-// makes the second build a link).
+// binary returns the termivar-coord binary (buildBinary: built once per
+// test binary).
 func binary(t *testing.T) string {
 	t.Helper()
 	if testing.Short() {

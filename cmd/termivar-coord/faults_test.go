@@ -20,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -50,6 +51,8 @@ const suffixCleared = "clearing log suffix"
 // go to logPath across restarts.
 type member struct {
 	id, dir, logPath, url string
+	host                  string // address the API and raft listen on
+	netns                 string // network namespace to run in ("": the test's own)
 	api, raft             int
 	cmd                   *exec.Cmd
 	exited                chan struct{} // closed when cmd has been waited for
@@ -85,7 +88,7 @@ func startProcCluster(t *testing.T) *procCluster {
 		m := &member{id: fmt.Sprintf("n%d", i+1), api: freePort(t), raft: freePort(t)}
 		m.dir = filepath.Join(pc.base, m.id)
 		m.logPath = filepath.Join(pc.base, m.id+".log")
-		m.url = "http://127.0.0.1:" + strconv.Itoa(m.api)
+		m.host, m.url = "127.0.0.1", "http://127.0.0.1:"+strconv.Itoa(m.api)
 		pc.members = append(pc.members, m)
 		peers = append(peers, fmt.Sprintf("%s=127.0.0.1:%d", m.id, m.raft))
 	}
@@ -114,12 +117,17 @@ func (pc *procCluster) spawn(m *member) {
 		pc.t.Fatal(err)
 	}
 	defer logf.Close()
-	m.cmd = exec.Command(pc.bin, "serve", "--data-dir", m.dir, "--node-id", m.id,
-		"--api-addr", "127.0.0.1:"+strconv.Itoa(m.api), "--raft-addr", "127.0.0.1:"+strconv.Itoa(m.raft),
+	args := []string{"serve", "--data-dir", m.dir, "--node-id", m.id,
+		"--api-addr", net.JoinHostPort(m.host, strconv.Itoa(m.api)), "--raft-addr", net.JoinHostPort(m.host, strconv.Itoa(m.raft)),
 		"--peers", pc.peers, "--cluster-secret-file", pc.secretFile, "--raft-timeout", faultRaftTimeout.String(),
 		"--tick", "200ms", "--heartbeat-timeout", "3600", "--max-retries", "32",
 		"--max-task-records", "65536", "--max-active-tasks", "16384", "--max-queued-tasks", "16384",
-		"--max-terminal-tasks", "65536", "--max-results", "65536")
+		"--max-terminal-tasks", "65536", "--max-results", "65536"}
+	m.cmd = exec.Command(pc.bin, args...)
+	if m.netns != "" {
+		// NB: `ip netns exec` execs the binary: m.cmd's process is serve's.
+		m.cmd = exec.Command("ip", append([]string{"netns", "exec", m.netns, pc.bin}, args...)...)
+	}
 	m.cmd.Stdout, m.cmd.Stderr = logf, logf
 	if err := m.cmd.Start(); err != nil {
 		pc.t.Fatal(err)

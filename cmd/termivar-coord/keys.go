@@ -1,12 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
 	"io"
 	"math"
-	"net/http"
 	"os"
 	"slices"
 	"strconv"
@@ -41,15 +41,18 @@ func runKeysTo(args []string, stdout, stderr io.Writer) int {
 		k.fs = flag.NewFlagSet(k.name, flag.ContinueOnError)
 		k.fs.SetOutput(stderr)
 		k.c.register(k.fs)
+		// NB: the deadline bounds the subcommand's one request.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
 		switch args[0] {
 		case "create":
-			return k.create(args[1:])
+			return k.create(ctx, args[1:])
 		case "list":
-			return k.list(args[1:])
+			return k.list(ctx, args[1:])
 		case "revoke":
-			return k.revoke(args[1:])
+			return k.revoke(ctx, args[1:])
 		case "rotate":
-			return k.rotate(args[1:])
+			return k.rotate(ctx, args[1:])
 		}
 	}
 	fmt.Fprintln(stderr, keysUsage)
@@ -66,38 +69,26 @@ type keysCommand struct {
 }
 
 // parse parses args and returns the positional arguments; flags may come
-// before or after them.
+// before or after them (parseInterleaved).
 func (k *keysCommand) parse(args []string) ([]string, bool) {
-	var pos []string
-	for {
-		if err := k.fs.Parse(args); err != nil {
-			return nil, false
-		}
-		if k.fs.NArg() == 0 {
-			return pos, true
-		}
-		pos = append(pos, k.fs.Arg(0))
-		args = k.fs.Args()[1:]
-	}
+	pos, err := parseInterleaved(k.fs, args)
+	return pos, err == nil
 }
 
 // client returns the Admin client, or prints why not (exit 1).
 func (k *keysCommand) client() (termivarv1connect.AdminClient, bool) {
-	key, err := k.c.apiKey()
+	// NB: of a comma-separated --server list, keys uses the first node
+	// (any member forwards to the leader).
+	url, _, _ := strings.Cut(k.c.server, ",")
+	admin, err := k.c.adminClient(strings.TrimSpace(url))
 	if err == nil {
-		var hc *http.Client
-		if hc, err = k.c.httpClient(1); err == nil {
-			// NB: of a comma-separated --server list, keys uses the first
-			// node (any member forwards to the leader).
-			url, _, _ := strings.Cut(k.c.server, ",")
-			return newClients(hc, strings.TrimSpace(url), key).admin, true
-		}
+		return admin, true
 	}
 	fmt.Fprintf(k.stderr, "termivar-coord %s: %v\n", k.name, err)
 	return nil, false
 }
 
-func (k *keysCommand) create(args []string) int {
+func (k *keysCommand) create(ctx context.Context, args []string) int {
 	tenant := k.fs.String("tenant", "", "tenant of the new key (default: the caller's)")
 	role := k.fs.String("role", "", "admin, producer or worker")
 	if pos, ok := k.parse(args); !ok || len(pos) > 0 || *role == "" {
@@ -108,8 +99,6 @@ func (k *keysCommand) create(args []string) int {
 	if !ok {
 		return exitUsage
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	res, err := admin.CreateKey(ctx, connect.NewRequest(&pb.CreateKeyRequest{Tenant: *tenant, Role: *role}))
 	if err != nil {
 		return exitForTo(k.stderr, k.name, err)
@@ -128,7 +117,7 @@ type keyJSON struct {
 	RevokedSecs uint64 `json:"revoked_secs,omitempty"`
 }
 
-func (k *keysCommand) list(args []string) int {
+func (k *keysCommand) list(ctx context.Context, args []string) int {
 	tenant := k.fs.String("tenant", "", "only this tenant's keys (default: your tenant; every tenant for a system admin)")
 	revoked := k.fs.Bool("revoked", false, "also list revoked keys")
 	asJSON := k.fs.Bool("json", false, "print one JSON object per key")
@@ -140,8 +129,6 @@ func (k *keysCommand) list(args []string) int {
 	if !ok {
 		return exitUsage
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	res, err := admin.ListKeys(ctx, connect.NewRequest(&pb.ListKeysRequest{Tenant: *tenant, IncludeRevoked: *revoked}))
 	if err != nil {
 		return exitForTo(k.stderr, k.name, err)
@@ -197,13 +184,11 @@ func (k *keysCommand) keyIDAndClient(args []string, usage string) (string, termi
 	return pos[0], admin, ok
 }
 
-func (k *keysCommand) revoke(args []string) int {
+func (k *keysCommand) revoke(ctx context.Context, args []string) int {
 	id, admin, ok := k.keyIDAndClient(args, "keys revoke KEYID")
 	if !ok {
 		return exitUsage
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	if _, err := admin.RevokeKey(ctx, connect.NewRequest(&pb.RevokeKeyRequest{KeyId: id})); err != nil {
 		return exitForTo(k.stderr, k.name, err)
 	}
@@ -211,14 +196,12 @@ func (k *keysCommand) revoke(args []string) int {
 	return exitOK
 }
 
-func (k *keysCommand) rotate(args []string) int {
+func (k *keysCommand) rotate(ctx context.Context, args []string) int {
 	out := k.fs.String("out", "", "write the new key to this file (0600, replaced atomically) instead of stdout")
 	id, admin, ok := k.keyIDAndClient(args, "keys rotate KEYID [--out FILE]")
 	if !ok {
 		return exitUsage
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	res, err := admin.RotateKey(ctx, connect.NewRequest(&pb.RotateKeyRequest{KeyId: id}))
 	if err != nil {
 		return exitForTo(k.stderr, k.name, err)
@@ -275,33 +258,21 @@ func runTenants(args []string) int {
 	// the tenant gets these limits (the service's defaults,
 	// service_limits.go, for the flags not given), checked by the core
 	// before anything is created.
-	limitSet := false
-	fs.Visit(func(f *flag.Flag) { limitSet = limitSet || slices.Contains(limitFlagNames, f.Name) })
-	if limitSet {
-		if err := lim.Validate(); err != nil {
-			fmt.Fprintln(os.Stderr, "termivar-coord tenants create:", err)
-			return exitUsage
-		}
-		if err := rlim.Validate(); err != nil {
-			fmt.Fprintln(os.Stderr, "termivar-coord tenants create:", err)
-			return exitUsage
-		}
+	if slices.ContainsFunc(limitFlagNames, func(name string) bool { return flagSet(fs, name) }) {
+		err = cmp.Or(lim.Validate(), rlim.Validate())
 		req.Limits, req.ResultLimits = wire.LimitsToProto(lim), wire.ResultLimitsToProto(rlim)
 	}
-	key, err := c.apiKey()
+	var admin termivarv1connect.AdminClient
+	if err == nil {
+		admin, err = c.adminClient(c.server)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "termivar-coord tenants create:", err)
 		return exitUsage
 	}
-	hc, err := c.httpClient(1)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "termivar-coord tenants create:", err)
-		return exitUsage
-	}
-	cl := newClients(hc, c.server, key)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := cl.admin.CreateTenant(ctx, connect.NewRequest(req)); err != nil {
+	if _, err := admin.CreateTenant(ctx, connect.NewRequest(req)); err != nil {
 		return exitFor("tenants create", err)
 	}
 	fmt.Println("created tenant", *name)
@@ -324,21 +295,15 @@ func runTenantsUpdate(args []string) int {
 		fmt.Fprintln(os.Stderr, "termivar-coord tenants update:", err)
 		return exitUsage
 	}
-	key, err := c.apiKey()
+	admin, err := c.adminClient(c.server)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "termivar-coord tenants update:", err)
 		return exitUsage
 	}
-	hc, err := c.httpClient(1)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "termivar-coord tenants update:", err)
-		return exitUsage
-	}
-	cl := newClients(hc, c.server, key)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	req := &pb.UpdateTenantRequest{Name: *name, ResultRetentionSecs: secs}
-	if _, err := cl.admin.UpdateTenant(ctx, connect.NewRequest(req)); err != nil {
+	if _, err := admin.UpdateTenant(ctx, connect.NewRequest(req)); err != nil {
 		return exitFor("tenants update", err)
 	}
 	fmt.Printf("tenant %s: result retention %s\n", *name, retentionString(secs))

@@ -223,6 +223,7 @@ func TestMetrics_KnownWorkload(t *testing.T) {
 		{"termivar_tasks", "tenant=default,status=running", 0},
 		{"termivar_tasks", "tenant=default,status=completed", 2},
 		{"termivar_tasks", "tenant=default,status=failed", 0},
+		{"termivar_failed_tasks_by_reason", "tenant=default,class=exit", 0},
 		{"termivar_tasks", "tenant=default,status=cancelled", 1},
 		{"termivar_tasks", "tenant=default,status=expired", 0},
 		{"termivar_task_records", "tenant=default", 7},

@@ -23,6 +23,7 @@ import (
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 	"github.com/termivar/distributed/gen/termivar/v1/termivarv1connect"
 	"github.com/termivar/distributed/internal/audit"
+	"github.com/termivar/distributed/internal/wireerr"
 	"github.com/termivar/distributed/server"
 )
 
@@ -64,7 +65,7 @@ func TestCluster_FailedAuthThroughFollowerChargedToClient(t *testing.T) {
 		}
 	}
 	_, err := bad.Status(ctx, connect.NewRequest(&pb.StatusRequest{}))
-	if d, _ := server.DetailOf(err); connect.CodeOf(err) != connect.CodeResourceExhausted || d.GetKind() != server.KindAuthThrottled {
+	if d, _ := wireerr.DetailOf(err); connect.CodeOf(err) != connect.CodeResourceExhausted || d.GetKind() != server.KindAuthThrottled {
 		t.Fatalf("attempt past the burst: %v, want auth_throttled", err)
 	}
 	// Another client behind the same follower is not throttled by the

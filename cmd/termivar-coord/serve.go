@@ -121,10 +121,8 @@ func applyConfigFile(fs *flag.FlagSet, path string) error {
 	if err := json.Unmarshal(data, &m); err != nil {
 		return fmt.Errorf("config file: %w", err)
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	for k, v := range m {
-		if set[k] || k == "config" {
+		if flagSet(fs, k) || k == "config" {
 			continue
 		}
 		if fs.Lookup(k) == nil {
@@ -191,7 +189,7 @@ func serve(f serveFlags, logger *slog.Logger) error {
 		return err
 	}
 	defer ms.close(context.Background())
-	logger.Info("serving", "api", rn.url, "raft", rn.n.RaftAddr(), "data_dir", f.dataDir, "tls", f.tlsCert != "")
+	logger.Info("serving", "api", rn.url, "dashboard", rn.url+"/", "raft", rn.n.RaftAddr(), "data_dir", f.dataDir, "tls", f.tlsCert != "")
 	warnPlaintext(logger, rn.ln.Addr(), f.tlsCert != "")
 	errc := make(chan error, 1)
 	go func() { errc <- rn.hs.Serve(rn.ln) }()

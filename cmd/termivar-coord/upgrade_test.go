@@ -28,8 +28,8 @@ import (
 	distributed "github.com/termivar/distributed"
 	"github.com/termivar/distributed/client"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/internal/wireerr"
 	"github.com/termivar/distributed/raftfsm"
-	"github.com/termivar/distributed/server"
 )
 
 // stopGraceful stops a member as SIGTERM does: hand-over, then shutdown.
@@ -152,7 +152,7 @@ func TestUpgrade_RollingMixedVersion(t *testing.T) {
 	_, errDel := admin.DeleteScan(ctx, &pb.DeleteScanRequest{ScanId: "pre", Force: true})
 	_, errRet := admin.UpdateTenant(ctx, &pb.UpdateTenantRequest{Name: raftfsm.SystemTenant, ResultRetentionSecs: 60})
 	for _, err := range []error{errDel, errRet} {
-		if d, ok := server.DetailOf(err); codeOf(err) != connect.CodeFailedPrecondition || !ok || d.GetKind() != "cluster_version" {
+		if d, ok := wireerr.DetailOf(err); codeOf(err) != connect.CodeFailedPrecondition || !ok || d.GetKind() != "cluster_version" {
 			t.Fatalf("a version-2 API call at version 1 = %v; want FailedPrecondition, cluster_version", err)
 		}
 	}
@@ -311,7 +311,7 @@ func expectEnqueueAtVersion1(t *testing.T, ctx context.Context, c *tcluster, adm
 	t.Helper()
 	before, _ := c.leader().rn.n.FSM().StateHash()
 	_, err := admin.Enqueue(ctx, &pb.EnqueueRequest{Tasks: []*pb.NewTask{{TaskId: "v1-d", ScanId: "v1", TargetRef: "x"}}, DeclaredTotal: 2})
-	if d, ok := server.DetailOf(err); codeOf(err) != connect.CodeFailedPrecondition || !ok || d.GetKind() != "cluster_version" {
+	if d, ok := wireerr.DetailOf(err); codeOf(err) != connect.CodeFailedPrecondition || !ok || d.GetKind() != "cluster_version" {
 		t.Fatalf("a declared total at version 1 = %v; want FailedPrecondition, cluster_version", err)
 	}
 	if after, _ := c.leader().rn.n.FSM().StateHash(); after != before {

@@ -31,33 +31,11 @@ func New(l distributed.Limits) (*Model, error) {
 	return &Model{limits: l}, nil
 }
 
-// Limits returns the configured limits.
-func (m *Model) Limits() distributed.Limits { return m.limits }
-
 // Revision returns the current revision.
 func (m *Model) Revision() uint64 { return m.revision }
 
 // LogicalTime returns the current logical time.
 func (m *Model) LogicalTime() uint64 { return m.logicalTime }
-
-// LastLeaseID returns the last lease ID granted (0 if none).
-func (m *Model) LastLeaseID() uint64 { return m.lastLeaseID }
-
-// Clone returns an independent deep copy of the model.
-func (m *Model) Clone() *Model {
-	c := *m
-	c.tasks = make([]Task, len(m.tasks))
-	for i, t := range m.tasks {
-		t.Phases = append([]uint8(nil), t.Phases...)
-		c.tasks[i] = t
-	}
-	c.workers = make([]Worker, len(m.workers))
-	for i, w := range m.workers {
-		w.Tags = append([]distributed.WorkerTag(nil), w.Tags...)
-		c.workers[i] = w
-	}
-	return &c
-}
 
 // ---------------------------------------------------------------- errors
 
@@ -99,16 +77,6 @@ func (m *Model) Snapshot() distributed.StateSnapshot {
 	return s
 }
 
-// Tasks returns copies of every task in task-ID order.
-func (m *Model) Tasks() []Task {
-	out := make([]Task, 0, len(m.tasks))
-	for _, t := range m.tasks {
-		t.Phases = append([]uint8(nil), t.Phases...)
-		out = append(out, t)
-	}
-	return out
-}
-
 // Workers returns copies of every worker in worker-ID order.
 func (m *Model) Workers() []Worker {
 	out := make([]Worker, 0, len(m.workers))
@@ -129,13 +97,8 @@ func (m *Model) GetTask(id string) (Task, bool, error) {
 	if !distributed.ValidIdentifier(id) {
 		return Task{}, false, invalidTask(badTaskCommandID)
 	}
-	i := m.taskIndex(id)
-	if i < 0 {
-		return Task{}, false, nil
-	}
-	t := m.tasks[i]
-	t.Phases = append([]uint8(nil), t.Phases...)
-	return t, true, nil
+	t, ok := m.taskAt(m.taskIndex(id))
+	return t, ok, nil
 }
 
 // GetWorker returns the worker with that ID. An invalid ID is an error.
@@ -143,18 +106,24 @@ func (m *Model) GetWorker(id string) (Worker, bool, error) {
 	if !distributed.ValidIdentifier(id) {
 		return Worker{}, false, invalidWorker(badWorkerCommandID)
 	}
-	i := m.workerIndex(id)
-	if i < 0 {
-		return Worker{}, false, nil
-	}
-	w := m.workers[i]
-	w.Tags = append([]distributed.WorkerTag(nil), w.Tags...)
-	return w, true, nil
+	w, ok := m.workerAt(m.workerIndex(id))
+	return w, ok, nil
 }
 
 // PeekNext returns the task at the head of the queue.
-func (m *Model) PeekNext() (Task, bool) {
-	i := m.nextQueued()
+func (m *Model) PeekNext() (Task, bool) { return m.taskAt(m.nextQueued()) }
+
+// GetAvailableWorker returns the best eligible worker at now (read-only).
+func (m *Model) GetAvailableWorker(now uint64) (Worker, bool, error) {
+	if now < m.logicalTime {
+		return Worker{}, false, &distributed.Error{Kind: distributed.KindLogicalTimeRegression, Current: m.logicalTime, Proposed: now}
+	}
+	w, ok := m.workerAt(m.bestWorker(now))
+	return w, ok, nil
+}
+
+// taskAt returns a copy of task i (false for i < 0, no task).
+func (m *Model) taskAt(i int) (Task, bool) {
 	if i < 0 {
 		return Task{}, false
 	}
@@ -163,18 +132,14 @@ func (m *Model) PeekNext() (Task, bool) {
 	return t, true
 }
 
-// GetAvailableWorker returns the best eligible worker at now (read-only).
-func (m *Model) GetAvailableWorker(now uint64) (Worker, bool, error) {
-	if now < m.logicalTime {
-		return Worker{}, false, &distributed.Error{Kind: distributed.KindLogicalTimeRegression, Current: m.logicalTime, Proposed: now}
-	}
-	i := m.bestWorker(now)
+// workerAt returns a copy of worker i (false for i < 0, no worker).
+func (m *Model) workerAt(i int) (Worker, bool) {
 	if i < 0 {
-		return Worker{}, false, nil
+		return Worker{}, false
 	}
 	w := m.workers[i]
 	w.Tags = append([]distributed.WorkerTag(nil), w.Tags...)
-	return w, true, nil
+	return w, true
 }
 
 func (m *Model) taskIndex(id string) int {

@@ -303,15 +303,7 @@ func eqTask(a, b model.Task) bool {
 
 // eqWorker compares two worker views field by field.
 func eqWorker(a, b model.Worker) bool {
-	if len(a.Tags) != len(b.Tags) {
-		return false
-	}
-	for i := range a.Tags {
-		if a.Tags[i] != b.Tags[i] {
-			return false
-		}
-	}
-	return a.WorkerID == b.WorkerID && a.Generation == b.Generation && a.Status == b.Status &&
+	return slices.Equal(a.Tags, b.Tags) && a.WorkerID == b.WorkerID && a.Generation == b.Generation && a.Status == b.Status &&
 		a.Capacity == b.Capacity && a.CurrentTasks == b.CurrentTasks && a.CompletedTasks == b.CompletedTasks &&
 		a.LastHeartbeat == b.LastHeartbeat && a.CPUBasisPoints == b.CPUBasisPoints &&
 		a.MemoryBasisPoints == b.MemoryBasisPoints && a.NetworkBasisPoints == b.NetworkBasisPoints

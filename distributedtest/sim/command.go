@@ -159,7 +159,7 @@ func (c Command) String() string {
 		fmt.Fprintf(&b, " ids=%q statuses=%v", c.Rerun.TaskIDs, c.Rerun.Statuses)
 	case OpRenew:
 		fmt.Fprintf(&b, " %s ttl=%d", leaseString(c.Lease), c.TTL)
-	case OpCancelByID:
+	case OpCancelByID, OpGetTask, OpGetResult:
 		fmt.Fprintf(&b, " task=%s", short(c.TaskID))
 	case OpCancel:
 		if c.Own.IsLease {
@@ -170,16 +170,12 @@ func (c Command) String() string {
 		}
 	case OpExpire:
 		fmt.Fprintf(&b, " max_age=%d", c.MaxAge)
-	case OpGetTask:
-		fmt.Fprintf(&b, " task=%s", short(c.TaskID))
 	case OpGetWorker:
 		fmt.Fprintf(&b, " worker=%s", short(c.WorkerID))
 	case OpStoreResult:
 		r := c.Receipt
 		fmt.Fprintf(&b, " receipt{task=%s tgen=%d attempt=%d lease=%d worker=%s wgen=%d rv=%d} bytes=%d",
 			short(r.TaskID), r.TaskGeneration, r.Attempt, r.LeaseID, short(r.WorkerID), r.WorkerGeneration, r.RecordVersion, len(c.Data))
-	case OpGetResult:
-		fmt.Fprintf(&b, " task=%s", short(c.TaskID))
 	case OpAggregate, OpPurgeResults:
 		fmt.Fprintf(&b, " ids=%q", c.IDs)
 	case OpPurge:

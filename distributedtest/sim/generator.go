@@ -1,7 +1,9 @@
 package sim
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"strings"
 
 	distributed "github.com/termivar/distributed"
@@ -31,10 +33,7 @@ func DefaultSimResultLimits() distributed.ResultLimits {
 
 // ResultLimits returns the profile's result limits.
 func (p Profile) ResultLimits() distributed.ResultLimits {
-	if p.Results == (distributed.ResultLimits{}) {
-		return DefaultSimResultLimits()
-	}
-	return p.Results
+	return cmp.Or(p.Results, DefaultSimResultLimits())
 }
 
 func lim(records, active, queued, terminal, workers int, retries uint32, leaseTTL, taskTTL, heartbeat uint64) distributed.Limits {
@@ -561,33 +560,26 @@ func (g *Generator) generation(workerID string) uint64 {
 }
 
 func (g *Generator) ttl(c *Command) uint64 {
-	max := g.p.Limits.MaxLeaseTTLSecs
-	switch r := g.n(100); {
-	case r < 85:
-		return 1 + uint64(g.n(int(max)))
-	case r < 90:
-		return max
-	case r < 95:
-		g.note(c, "bad-ttl")
-		return 0
-	default:
-		g.note(c, "bad-ttl")
-		return max + 1 + uint64(g.n(1000))
-	}
+	return g.bound(c, g.p.Limits.MaxLeaseTTLSecs, 85, 90, 95, "bad-ttl")
 }
 
 func (g *Generator) maxAge(c *Command) uint64 {
-	max := g.p.Limits.MaxTaskTTLSecs
+	return g.bound(c, g.p.Limits.MaxTaskTTLSecs, 80, 88, 94, "bad-age")
+}
+
+// bound picks a value in 1..max below the first percentile, max below the
+// second, else (noted as bad) 0 below the third or a value above max.
+func (g *Generator) bound(c *Command, max uint64, in, atMax, zero int, bad string) uint64 {
 	switch r := g.n(100); {
-	case r < 80:
+	case r < in:
 		return 1 + uint64(g.n(int(max)))
-	case r < 88:
+	case r < atMax:
 		return max
-	case r < 94:
-		g.note(c, "bad-age")
+	case r < zero:
+		g.note(c, bad)
 		return 0
 	default:
-		g.note(c, "bad-age")
+		g.note(c, bad)
 		return max + 1 + uint64(g.n(1000))
 	}
 }
@@ -607,14 +599,7 @@ func (g *Generator) currentLeases() []model.Lease {
 // or forged one, the zero lease, or one with hostile identifiers.
 func (g *Generator) lease(c *Command) model.Lease {
 	cur := g.currentLeases()
-	isCur := func(l model.Lease) bool {
-		for _, x := range cur {
-			if x == l {
-				return true
-			}
-		}
-		return false
-	}
+	isCur := func(l model.Lease) bool { return slices.Contains(cur, l) }
 	r := g.n(100)
 	if r < 45 {
 		var live []model.Lease

@@ -50,8 +50,7 @@ func toErr(err error) *distributed.Error {
 	if err == nil {
 		return nil
 	}
-	var de *distributed.Error
-	if errors.As(err, &de) {
+	if de, ok := errors.AsType[*distributed.Error](err); ok {
 		c := *de
 		return &c
 	}
@@ -59,7 +58,7 @@ func toErr(err error) *distributed.Error {
 	return &distributed.Error{Reason: "non-*Error: " + err.Error()}
 }
 
-func coreOut[T any](tr distributed.Transition[T], err error, conv func(T) any) Outcome {
+func coreOut[T, V any](tr distributed.Transition[T], err error, conv func(T) V) Outcome {
 	if err != nil {
 		return Outcome{Err: toErr(err)}
 	}
@@ -68,29 +67,44 @@ func coreOut[T any](tr distributed.Transition[T], err error, conv func(T) any) O
 
 func modelOut[T any](v T, rev uint64, err error) Outcome {
 	if err != nil {
-		var de *distributed.Error
-		if errors.As(err, &de) {
-			c := *de
-			return Outcome{Err: &c}
-		}
-		return Outcome{Err: &distributed.Error{Reason: "model non-*Error: " + err.Error()}}
+		return Outcome{Err: modelErr(err)}
 	}
 	return Outcome{Rev: rev, Value: any(v)}
 }
 
-func id[T any](v T) any { return v }
+// modelErr is toErr for the model's errors: a non-*Error is marked as the
+// model's, so that it never matches the core's.
+func modelErr(err error) *distributed.Error {
+	var de *distributed.Error
+	if err == nil || errors.As(err, &de) {
+		return toErr(err)
+	}
+	return &distributed.Error{Reason: "model non-*Error: " + err.Error()}
+}
 
-func taskValue(t distributed.ScanTask) any { return ModelTask(t) }
-func taskValues(ts []distributed.ScanTask) any {
+// readOut is the Outcome of a read: its error, or the record (converted by
+// view) if found.
+func readOut[T, V any](v T, ok bool, err *distributed.Error, view func(T) V) Outcome {
+	if err != nil {
+		return Outcome{Err: err}
+	}
+	r := Read{Found: ok}
+	if ok {
+		r.Record = view(v)
+	}
+	return Outcome{Value: r}
+}
+
+func id[T any](v T) T { return v }
+
+func taskValues(ts []distributed.ScanTask) []model.Task {
 	out := make([]model.Task, len(ts))
 	for i, t := range ts {
 		out[i] = ModelTask(t)
 	}
 	return out
 }
-func workerValue(w distributed.WorkerNode) any { return ModelWorker(w) }
-func leaseValue(l distributed.TaskLease) any   { return ModelLease(l) }
-func completionValue(c distributed.CompletionOutcome) any {
+func completionValue(c distributed.CompletionOutcome) model.Completion {
 	return model.Completion{Kind: c.Kind, Receipt: ModelReceipt(c.Receipt)}
 }
 
@@ -125,16 +139,16 @@ func applyCore(p *distributed.WorkerPool, a *distributed.ResultAggregator, c Com
 		return coreOut(tr, err, func(v distributed.PurgeOutcome) any { return v.TaskIDs }), nil
 	case OpEnqueue:
 		tr, err := q.Enqueue(c.Rev, c.Now, c.TaskSpec)
-		return coreOut(tr, err, taskValue), nil
+		return coreOut(tr, err, ModelTask), nil
 	case OpEnqueueBatch:
 		tr, err := q.EnqueueBatch(c.Rev, c.Now, c.TaskSpecs)
 		return coreOut(tr, err, taskValues), nil
 	case OpRegister:
 		tr, err := p.RegisterWorker(c.Rev, c.Now, c.WorkerSpec)
-		return coreOut(tr, err, workerValue), nil
+		return coreOut(tr, err, ModelWorker), nil
 	case OpUpdate:
 		tr, err := p.UpdateWorker(c.Rev, c.Now, c.WorkerID, c.Generation, c.Obs)
-		return coreOut(tr, err, workerValue), nil
+		return coreOut(tr, err, ModelWorker), nil
 	case OpDeregister:
 		tr, err := p.DeregisterWorker(c.Rev, c.Now, c.WorkerID, c.Generation)
 		return coreOut(tr, err, id[distributed.RecoverySummary]), nil
@@ -143,16 +157,16 @@ func applyCore(p *distributed.WorkerPool, a *distributed.ResultAggregator, c Com
 		return coreOut(tr, err, id[distributed.RecoverySummary]), nil
 	case OpReactivate:
 		tr, err := p.ReactivateWorker(c.Rev, c.Now, c.Generation, c.WorkerSpec)
-		return coreOut(tr, err, workerValue), nil
+		return coreOut(tr, err, ModelWorker), nil
 	case OpAssignNextAvailable:
 		tr, err := p.AssignNextAvailable(c.Rev, c.Now, c.TTL)
-		return coreOut(tr, err, leaseValue), nil
+		return coreOut(tr, err, ModelLease), nil
 	case OpAssignNext:
 		tr, err := p.AssignNext(c.Rev, c.Now, c.WorkerID, c.TTL)
-		return coreOut(tr, err, leaseValue), nil
+		return coreOut(tr, err, ModelLease), nil
 	case OpAssignTask:
 		tr, err := p.AssignTask(c.Rev, c.Now, c.TaskID, c.WorkerID, c.TTL)
-		return coreOut(tr, err, leaseValue), nil
+		return coreOut(tr, err, ModelLease), nil
 	case OpStart, OpComplete, OpFail, OpRenew:
 		l, err := CoreLease(c.Lease)
 		if err != nil {
@@ -174,7 +188,7 @@ func applyCore(p *distributed.WorkerPool, a *distributed.ResultAggregator, c Com
 			return coreOut(tr, err, id[distributed.FailureOutcome]), nil
 		default:
 			tr, err := p.RenewLease(c.Rev, c.Now, l, c.TTL)
-			return coreOut(tr, err, leaseValue), nil
+			return coreOut(tr, err, ModelLease), nil
 		}
 	case OpCancelByID:
 		tr, err := q.CancelTaskByID(c.Rev, c.Now, c.TaskID)
@@ -197,41 +211,16 @@ func applyCore(p *distributed.WorkerPool, a *distributed.ResultAggregator, c Com
 		return coreOut(tr, err, id[int]), nil
 	case OpGetTask:
 		t, ok, err := q.GetTask(c.TaskID)
-		if err != nil {
-			return Outcome{Err: toErr(err)}, nil
-		}
-		r := Read{Found: ok}
-		if ok {
-			r.Record = ModelTask(t)
-		}
-		return Outcome{Value: r}, nil
+		return readOut(t, ok, toErr(err), ModelTask), nil
 	case OpGetWorker:
 		w, ok, err := p.GetWorker(c.WorkerID)
-		if err != nil {
-			return Outcome{Err: toErr(err)}, nil
-		}
-		r := Read{Found: ok}
-		if ok {
-			r.Record = ModelWorker(w)
-		}
-		return Outcome{Value: r}, nil
+		return readOut(w, ok, toErr(err), ModelWorker), nil
 	case OpPeek:
 		t, ok := q.PeekNext()
-		r := Read{Found: ok}
-		if ok {
-			r.Record = ModelTask(t)
-		}
-		return Outcome{Value: r}, nil
+		return readOut(t, ok, nil, ModelTask), nil
 	case OpAvailable:
 		w, ok, err := p.GetAvailableWorker(c.Now)
-		if err != nil {
-			return Outcome{Err: toErr(err)}, nil
-		}
-		r := Read{Found: ok}
-		if ok {
-			r.Record = ModelWorker(w)
-		}
-		return Outcome{Value: r}, nil
+		return readOut(w, ok, toErr(err), ModelWorker), nil
 	}
 	return Outcome{}, fmt.Errorf("sim: op %v has no core mapping", c.Op)
 }
@@ -253,13 +242,13 @@ func applyModel(m *model.Model, rm *model.Results, c Command) Outcome {
 	case OpGetResult:
 		b, ok, err := rm.GetResult(c.TaskID)
 		if err != nil {
-			return modelOut(0, 0, err)
+			return Outcome{Err: modelErr(err)}
 		}
 		return Outcome{Value: Read{Found: ok, Record: string(b)}}
 	case OpAggregate:
 		rs, err := rm.AggregateResults(c.IDs)
 		if err != nil {
-			return modelOut(0, 0, err)
+			return Outcome{Err: modelErr(err)}
 		}
 		return Outcome{Value: aggregateValue(rs)}
 	case OpPurgeResults:
@@ -315,41 +304,16 @@ func applyModel(m *model.Model, rm *model.Results, c Command) Outcome {
 		return modelOut(m.ExpireOldTasks(c.Rev, c.Now, c.MaxAge))
 	case OpGetTask:
 		t, ok, err := m.GetTask(c.TaskID)
-		if err != nil {
-			return modelOut(0, 0, err)
-		}
-		r := Read{Found: ok}
-		if ok {
-			r.Record = TaskView(t)
-		}
-		return Outcome{Value: r}
+		return readOut(t, ok, modelErr(err), TaskView)
 	case OpGetWorker:
 		w, ok, err := m.GetWorker(c.WorkerID)
-		if err != nil {
-			return modelOut(0, 0, err)
-		}
-		r := Read{Found: ok}
-		if ok {
-			r.Record = WorkerView(w)
-		}
-		return Outcome{Value: r}
+		return readOut(w, ok, modelErr(err), WorkerView)
 	case OpPeek:
 		t, ok := m.PeekNext()
-		r := Read{Found: ok}
-		if ok {
-			r.Record = TaskView(t)
-		}
-		return Outcome{Value: r}
+		return readOut(t, ok, nil, TaskView)
 	case OpAvailable:
 		w, ok, err := m.GetAvailableWorker(c.Now)
-		if err != nil {
-			return modelOut(0, 0, err)
-		}
-		r := Read{Found: ok}
-		if ok {
-			r.Record = WorkerView(w)
-		}
-		return Outcome{Value: r}
+		return readOut(w, ok, modelErr(err), WorkerView)
 	}
 	return Outcome{Err: &distributed.Error{Reason: "model: unknown op"}}
 }
@@ -462,58 +426,55 @@ func (h *Harness) Step(c Command) (Command, Outcome, error) {
 		return h.resultStep(c)
 	}
 	before := h.Model.Snapshot()
-	co, err := applyCore(h.Core, h.Results, c)
-	if errors.Is(err, errUnencodable) {
-		h.Stats.Skipped++
-		return c, Outcome{Err: &distributed.Error{Reason: "skipped"}}, nil
-	}
-	if err != nil {
-		return c, Outcome{}, err
-	}
-	mo := normalize(applyModel(h.Model, h.ResultsModel, c))
-	co = normalize(co)
-	if !sameOutcome(co, mo) {
-		return c, mo, fmt.Errorf("outcome diverges:\n\tcore:  %s\n\tmodel: %s", co, mo)
-	}
-	switch {
-	case !c.Op.Mutating():
-		h.Stats.Reads++
-	case mo.Err != nil:
-		h.Stats.Rejected++
-		h.Stats.Kinds[mo.Err.Kind.String()]++
-	case mo.Rev == before.Revision:
-		h.Stats.Replays++
-		h.Log = append(h.Log, Accepted{c, co})
-	default:
-		h.Stats.Accepted++
-		h.Log = append(h.Log, Accepted{c, co})
-	}
-	if err := h.chk.step(h, c, before, co); err != nil {
+	co, mo, skipped, err := h.compare(c)
+	if skipped || err != nil {
 		return c, mo, err
 	}
-	return c, mo, nil
+	h.count(c, co, mo, before.Revision)
+	return c, mo, h.chk.step(h, c, before, co)
 }
 
 // resultStep applies a result-store op to the core's ResultAggregator and
 // the model's and checks revision, counts and invariants.
 func (h *Harness) resultStep(c Command) (Command, Outcome, error) {
 	beforeRev := h.ResultsModel.Revision()
-	co, err := applyCore(h.Core, h.Results, c)
+	co, mo, skipped, err := h.compare(c)
+	if skipped || err != nil {
+		return c, mo, err
+	}
+	h.count(c, co, mo, beforeRev)
+	return c, mo, h.compareResults(c, beforeRev, co)
+}
+
+// compare applies c to the core and the model (pool outcomes normalized)
+// and requires the same outcome; skipped is true for a command the core
+// cannot be given (errUnencodable).
+func (h *Harness) compare(c Command) (co, mo Outcome, skipped bool, err error) {
+	co, err = applyCore(h.Core, h.Results, c)
 	if errors.Is(err, errUnencodable) {
 		h.Stats.Skipped++
-		return c, Outcome{Err: &distributed.Error{Reason: "skipped"}}, nil
+		return co, Outcome{Err: &distributed.Error{Reason: "skipped"}}, true, nil
 	}
 	if err != nil {
-		return c, Outcome{}, err
+		return co, Outcome{}, false, err
 	}
-	mo := applyModel(h.Model, h.ResultsModel, c)
+	mo = applyModel(h.Model, h.ResultsModel, c)
+	if c.Op.pool() {
+		co, mo = normalize(co), normalize(mo)
+	}
 	if !sameOutcome(co, mo) {
-		return c, mo, fmt.Errorf("outcome diverges:\n\tcore:  %s\n\tmodel: %s", co, mo)
+		return co, mo, false, fmt.Errorf("outcome diverges:\n\tcore:  %s\n\tmodel: %s", co, mo)
 	}
+	return co, mo, false, nil
+}
+
+// count adds c's outcome to the stats (a failed result read by kind too)
+// and an accepted command, replays included, to the log.
+func (h *Harness) count(c Command, co, mo Outcome, beforeRev uint64) {
 	switch {
 	case !c.Op.Mutating():
 		h.Stats.Reads++
-		if mo.Err != nil {
+		if mo.Err != nil && !c.Op.pool() {
 			h.Stats.Kinds["read:"+mo.Err.Kind.String()]++
 		}
 	case mo.Err != nil:
@@ -526,7 +487,6 @@ func (h *Harness) resultStep(c Command) (Command, Outcome, error) {
 		h.Stats.Accepted++
 		h.Log = append(h.Log, Accepted{c, co})
 	}
-	return c, mo, h.compareResults(c, beforeRev, co)
 }
 
 func (h *Harness) compareResults(c Command, beforeRev uint64, co Outcome) error {
@@ -567,41 +527,56 @@ func (h *Harness) compareResults(c Command, beforeRev uint64, co Outcome) error 
 // restart exports the core's state, restores a new pool from the bytes and
 // continues on it (the crash-and-recover fault); the bytes must round-trip.
 func (h *Harness) restart() error {
-	b, err := h.Core.ExportState()
+	p, err := roundTrip(h.Core, distributed.RestoreWorkerPool)
 	if err != nil {
-		return fmt.Errorf("ExportState: %v", err)
-	}
-	p, err := distributed.RestoreWorkerPool(b)
-	if err != nil {
-		return fmt.Errorf("RestoreWorkerPool(ExportState()) = %v", err)
-	}
-	b2, err := p.ExportState()
-	if err != nil {
-		return fmt.Errorf("ExportState after restore: %v", err)
-	}
-	if !bytes.Equal(b, b2) {
-		return fmt.Errorf("ExportState after restore differs (%d vs %d bytes)", len(b), len(b2))
+		return fmt.Errorf("WorkerPool: %v", err)
 	}
 	if p.Snapshot() != h.Core.Snapshot() || p.Limits() != h.Core.Limits() {
 		return fmt.Errorf("restored snapshot %+v, want %+v", p.Snapshot(), h.Core.Snapshot())
 	}
 	h.Core = p
-	rb, err := h.Results.ExportState()
+	a, err := roundTrip(h.Results, distributed.RestoreResultAggregator)
 	if err != nil {
-		return fmt.Errorf("ResultAggregator ExportState: %v", err)
-	}
-	a, err := distributed.RestoreResultAggregator(rb)
-	if err != nil {
-		return fmt.Errorf("RestoreResultAggregator(ExportState()) = %v", err)
-	}
-	if rb2, err := a.ExportState(); err != nil || !bytes.Equal(rb, rb2) {
-		return fmt.Errorf("ResultAggregator ExportState after restore differs (%v)", err)
+		return fmt.Errorf("ResultAggregator: %v", err)
 	}
 	h.Results = a
 	if err := h.compareResults(Command{Op: OpRestart}, a.Revision(), Outcome{}); err != nil {
 		return err
 	}
 	return h.chk.compareState(h)
+}
+
+// exporter is a core object with an exported state.
+type exporter interface{ ExportState() ([]byte, error) }
+
+// roundTrip restores a copy of x from its ExportState and requires the
+// copy to export the same bytes.
+func roundTrip[T exporter](x T, restore func([]byte) (T, error)) (T, error) {
+	b, err := x.ExportState()
+	if err != nil {
+		return x, fmt.Errorf("ExportState: %v", err)
+	}
+	y, err := restore(b)
+	if err != nil {
+		return x, fmt.Errorf("restore(ExportState()) = %v", err)
+	}
+	return y, exportDiff(y, x)
+}
+
+// exportDiff fails when got and want export different states.
+func exportDiff(got, want exporter) error {
+	g, err := got.ExportState()
+	if err != nil {
+		return err
+	}
+	w, err := want.ExportState()
+	if err != nil {
+		return err
+	}
+	if !bytes.Equal(g, w) {
+		return fmt.Errorf("ExportState differs (%d vs %d bytes)", len(g), len(w))
+	}
+	return nil
 }
 
 // ReplayLog applies the accepted command log to a fresh pool and requires
@@ -624,27 +599,11 @@ func (h *Harness) ReplayLog() error {
 			return fmt.Errorf("replay of accepted command %d (%s) = %s, first run %s", i, a.Cmd, out, a.Out)
 		}
 	}
-	want, err := h.Core.ExportState()
-	if err != nil {
-		return err
+	if err := exportDiff(p, h.Core); err != nil {
+		return fmt.Errorf("replaying %d accepted commands: %v", len(h.Log), err)
 	}
-	got, err := p.ExportState()
-	if err != nil {
-		return err
-	}
-	if !bytes.Equal(got, want) {
-		return fmt.Errorf("replaying %d accepted commands gives a different ExportState (%d vs %d bytes)", len(h.Log), len(got), len(want))
-	}
-	rwant, err := h.Results.ExportState()
-	if err != nil {
-		return err
-	}
-	rgot, err := agg.ExportState()
-	if err != nil {
-		return err
-	}
-	if !bytes.Equal(rgot, rwant) {
-		return fmt.Errorf("replaying the accepted stores gives a different ResultAggregator ExportState")
+	if err := exportDiff(agg, h.Results); err != nil {
+		return fmt.Errorf("replaying the accepted stores: ResultAggregator %v", err)
 	}
 	return nil
 }

@@ -29,19 +29,13 @@ func (f *frame) s(v string) {
 	f.b = append(f.b, v...)
 }
 
-func (f *frame) bool(v bool) {
-	if v {
-		f.u(1)
-	} else {
-		f.u(0)
-	}
-}
-
 func (f *frame) done() []byte {
 	return binary.BigEndian.AppendUint32(f.b, crc32.Checksum(f.b, castagnoli))
 }
 
-func (f *frame) lease(l model.Lease) {
+// EncodeLease returns the core's binary form of l.
+func EncodeLease(l model.Lease) []byte {
+	f := newFrame("TVL")
 	f.s(l.TaskID)
 	f.s(l.WorkerID)
 	f.u(l.WorkerGeneration)
@@ -50,25 +44,15 @@ func (f *frame) lease(l model.Lease) {
 	f.u(l.LeaseID)
 	f.u(l.AcquiredAt)
 	f.u(l.ExpiresAt)
-}
-
-func (f *frame) fence(x model.Fence) {
-	f.s(x.TaskID)
-	f.u(x.TaskGeneration)
-	f.u(x.RecordVersion)
-}
-
-// EncodeLease returns the core's binary form of l.
-func EncodeLease(l model.Lease) []byte {
-	f := newFrame("TVL")
-	f.lease(l)
 	return f.done()
 }
 
 // EncodeFence returns the core's binary form of x.
 func EncodeFence(x model.Fence) []byte {
 	f := newFrame("TVF")
-	f.fence(x)
+	f.s(x.TaskID)
+	f.u(x.TaskGeneration)
+	f.u(x.RecordVersion)
 	return f.done()
 }
 
@@ -85,47 +69,34 @@ func EncodeReceipt(r model.Receipt) []byte {
 	return f.done()
 }
 
-// EncodeOwnership returns the core's binary form of o.
-func EncodeOwnership(o model.Ownership) []byte {
-	f := newFrame("TVO")
-	f.bool(o.IsLease)
-	if o.IsLease {
-		f.lease(o.Lease)
-	} else {
-		f.fence(o.Fence)
+// coreProof decodes the core proof C from v's encoding by enc; the zero
+// model value maps to the zero core value.
+func coreProof[M comparable, C any, PC interface {
+	*C
+	UnmarshalBinary([]byte) error
+}](v M, enc func(M) []byte) (C, error) {
+	var out C
+	if v == *new(M) {
+		return out, nil
 	}
-	return f.done()
+	err := PC(&out).UnmarshalBinary(enc(v))
+	return out, err
 }
 
 // CoreLease builds the core lease with exactly l's fields. The zero model
 // lease maps to the zero core lease.
 func CoreLease(l model.Lease) (distributed.TaskLease, error) {
-	var out distributed.TaskLease
-	if l == (model.Lease{}) {
-		return out, nil
-	}
-	err := out.UnmarshalBinary(EncodeLease(l))
-	return out, err
+	return coreProof[model.Lease, distributed.TaskLease](l, EncodeLease)
 }
 
 // CoreFence builds the core fence with exactly x's fields.
 func CoreFence(x model.Fence) (distributed.QueuedTaskFence, error) {
-	var out distributed.QueuedTaskFence
-	if x == (model.Fence{}) {
-		return out, nil
-	}
-	err := out.UnmarshalBinary(EncodeFence(x))
-	return out, err
+	return coreProof[model.Fence, distributed.QueuedTaskFence](x, EncodeFence)
 }
 
 // CoreReceipt builds the core receipt with exactly r's fields.
 func CoreReceipt(r model.Receipt) (distributed.CompletionReceipt, error) {
-	var out distributed.CompletionReceipt
-	if r == (model.Receipt{}) {
-		return out, nil
-	}
-	err := out.UnmarshalBinary(EncodeReceipt(r))
-	return out, err
+	return coreProof[model.Receipt, distributed.CompletionReceipt](r, EncodeReceipt)
 }
 
 // CoreOwnership builds the core ownership for o.
@@ -163,11 +134,6 @@ func ModelReceipt(r distributed.CompletionReceipt) model.Receipt {
 		WorkerGeneration: r.WorkerGeneration(),
 		RecordVersion:    r.RecordVersion(),
 	}
-}
-
-// ModelFence reads a core fence's fields.
-func ModelFence(f distributed.QueuedTaskFence) model.Fence {
-	return model.Fence{TaskID: f.TaskID(), TaskGeneration: f.TaskGeneration(), RecordVersion: f.RecordVersion()}
 }
 
 // ModelTask reads the public fields of a core task; the model's bookkeeping

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 	"time"
@@ -73,9 +74,7 @@ func Run(cfg Config) Report {
 	if cfg.Profile != nil {
 		p = *cfg.Profile
 	}
-	if cfg.Steps == 0 {
-		cfg.Steps = p.Steps
-	}
+	cfg.Steps = cmp.Or(cfg.Steps, p.Steps)
 	start := time.Now()
 	rep := Report{Seed: cfg.Seed, Profile: p.Name}
 	h, err := NewHarnessFor(p)
@@ -131,9 +130,7 @@ func Replay(p Profile, cmds []Command) (int, []Command, error) {
 // shrink removes chunks of commands while the sequence still fails, within a
 // budget of replays, and returns the resolved shrunk sequence.
 func shrink(p Profile, cmds []Command, budget int) []Command {
-	if budget == 0 {
-		budget = 400
-	}
+	budget = cmp.Or(budget, 400)
 	cur := append([]Command(nil), cmds...)
 	for chunk := len(cur) / 2; chunk >= 1 && budget > 0; chunk /= 2 {
 		for i := 0; i+chunk <= len(cur) && budget > 0; {

@@ -9,6 +9,7 @@
 package apikey
 
 import (
+	"cmp"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -45,15 +46,10 @@ const (
 
 // String returns "admin", "producer" or "worker".
 func (r Role) String() string {
-	switch r {
-	case RoleAdmin:
-		return "admin"
-	case RoleProducer:
-		return "producer"
-	case RoleWorker:
-		return "worker"
+	if r < RoleAdmin || r > RoleWorker {
+		return "invalid"
 	}
-	return "invalid"
+	return [...]string{RoleAdmin: "admin", RoleProducer: "producer", RoleWorker: "worker"}[r]
 }
 
 // AllRoles lists every role.
@@ -79,9 +75,7 @@ type Generated struct {
 
 // Generate makes a key from rnd (crypto/rand.Reader when nil).
 func Generate(rnd io.Reader) (Generated, error) {
-	if rnd == nil {
-		rnd = rand.Reader
-	}
+	rnd = cmp.Or(rnd, rand.Reader)
 	var buf [idBytes + secretBytes]byte
 	if _, err := io.ReadFull(rnd, buf[:]); err != nil {
 		return Generated{}, err
@@ -135,8 +129,12 @@ func Verify(storedHash []byte, secret string) bool {
 // protobuf names, e.g. "Worker", "Acquire"). Admin may call everything in its
 // tenant (Cluster membership calls also check for the system tenant);
 // producers the Producer service; workers the Worker service; every
-// role may read Admin.Status of its own tenant.
+// role may read Admin.Status and the Dashboard service (read-only) of its
+// own tenant.
 func Allowed(role Role, service, method string) bool {
+	if service == "Dashboard" {
+		return role == RoleAdmin || role == RoleProducer || role == RoleWorker
+	}
 	switch role {
 	case RoleAdmin:
 		return service == "Worker" || service == "Producer" || service == "Admin" || service == "Cluster"

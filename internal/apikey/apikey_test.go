@@ -79,6 +79,10 @@ func TestAllowed(t *testing.T) {
 		{RoleAdmin, "Cluster", "Join", true},
 		{RoleProducer, "Cluster", "Members", false},
 		{RoleWorker, "Cluster", "Join", false},
+		{RoleWorker, "Dashboard", "Overview", true},
+		{RoleProducer, "Dashboard", "Overview", true},
+		{RoleAdmin, "Dashboard", "Overview", true},
+		{Role(0), "Dashboard", "Overview", false},
 	}
 	for _, tc := range cases {
 		if got := Allowed(tc.role, tc.service, tc.method); got != tc.want {

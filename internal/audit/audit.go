@@ -10,6 +10,7 @@
 package audit
 
 import (
+	"cmp"
 	"context"
 	"io"
 	"log/slog"
@@ -67,9 +68,7 @@ func Open(path string, tee io.Writer) (*Logger, error) {
 
 // New writes entries to w. A nil w discards them.
 func New(w io.Writer) *Logger {
-	if w == nil {
-		w = io.Discard
-	}
+	w = cmp.Or(w, io.Discard)
 	h := slog.NewJSONHandler(w, &slog.HandlerOptions{
 		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
 			// NB: the constant message and level carry nothing; drop them so

@@ -1,9 +1,11 @@
 package audit
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
-	"sort"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 )
@@ -52,12 +54,8 @@ type failureCount struct{ failures, throttled uint64 }
 // NewFailureAggregator writes to l (nil: discarded). Zero fields of cfg take
 // their defaults.
 func NewFailureAggregator(l *Logger, cfg FailureConfig) *FailureAggregator {
-	if cfg.Window <= 0 {
-		cfg.Window = DefaultFailureWindow
-	}
-	if cfg.MaxSources <= 0 {
-		cfg.MaxSources = DefaultFailureMaxSources
-	}
+	cfg.Window = cmp.Or(max(cfg.Window, 0), DefaultFailureWindow)
+	cfg.MaxSources = cmp.Or(max(cfg.MaxSources, 0), DefaultFailureMaxSources)
 	return &FailureAggregator{l: l, cfg: cfg, counts: map[string]*failureCount{}}
 }
 
@@ -130,12 +128,7 @@ func (a *FailureAggregator) writeLocked(now time.Time) {
 	if len(a.counts) == 0 {
 		return
 	}
-	srcs := make([]string, 0, len(a.counts))
-	for s := range a.counts {
-		srcs = append(srcs, s)
-	}
-	sort.Strings(srcs)
-	for _, s := range srcs {
+	for _, s := range slices.Sorted(maps.Keys(a.counts)) {
 		c := a.counts[s]
 		a.l.logFailures(now, a.start, s, c.failures, c.throttled)
 	}

@@ -4,6 +4,7 @@
 package buildinfo
 
 import (
+	"cmp"
 	"fmt"
 	"runtime"
 	"runtime/debug"
@@ -32,10 +33,7 @@ func Read() Info {
 
 // FromBuildInfo extracts the fields of Info from bi.
 func FromBuildInfo(bi *debug.BuildInfo) Info {
-	in := Info{ModuleVersion: bi.Main.Version, GoVersion: bi.GoVersion}
-	if in.ModuleVersion == "" {
-		in.ModuleVersion = "(devel)"
-	}
+	in := Info{ModuleVersion: cmp.Or(bi.Main.Version, "(devel)"), GoVersion: bi.GoVersion}
 	for _, s := range bi.Settings {
 		switch s.Key {
 		case "vcs.revision":
@@ -51,10 +49,7 @@ func FromBuildInfo(bi *debug.BuildInfo) Info {
 
 // String is the one line `termivar-coord version` prints.
 func (in Info) String() string {
-	rev := in.VCSRevision
-	if rev == "" {
-		rev = "unknown"
-	}
+	rev := cmp.Or(in.VCSRevision, "unknown")
 	if in.VCSModified {
 		rev += "+dirty"
 	}

@@ -67,8 +67,7 @@ func (i apiInterceptor) observe(procedure string, start time.Time, err error) {
 	code := "ok"
 	if err != nil {
 		code = connect.CodeOf(err).String()
-		var ce *connect.Error
-		if !errors.As(err, &ce) {
+		if _, ok := errors.AsType[*connect.Error](err); !ok {
 			code = connect.CodeUnknown.String()
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -46,17 +47,14 @@ type stateCollector struct {
 	scanTasks, revision, logicalTime         *prometheus.Desc
 	raftState, raftTerm, raftCommit, raftApp *prometheus.Desc
 	raftLast, raftSnapIdx, raftPeers, leader *prometheus.Desc
-	tenants                                  *prometheus.Desc
+	tenants, failedBy                        *prometheus.Desc
 }
 
 // NewStateCollector returns a prometheus.Collector of the per-tenant task,
 // worker, lease and result-store state and of raft's state, read from src
 // at scrape time.
 func NewStateCollector(src StateSource, cfg StateConfig) prometheus.Collector {
-	n := cfg.RecentScans
-	if n <= 0 {
-		n = DefaultRecentScans
-	}
+	n := cmp.Or(max(cfg.RecentScans, 0), DefaultRecentScans)
 	n = min(n, MaxRecentScans)
 	t := []string{"tenant"}
 	d := func(name, help string, labels ...string) *prometheus.Desc {
@@ -64,6 +62,7 @@ func NewStateCollector(src StateSource, cfg StateConfig) prometheus.Collector {
 	}
 	return &stateCollector{src: src, recent: n,
 		tenants:     d("termivar_tenants", "Tenants."),
+		failedBy:    d("termivar_failed_tasks_by_reason", "Retained failed tasks by the class of their last failure reason.", "tenant", "class"),
 		tasks:       d("termivar_tasks", "Retained task records by status.", "tenant", "status"),
 		queue:       d("termivar_queue_depth", "Queued tasks by priority.", "tenant", "priority"),
 		leases:      d("termivar_leases_in_flight", "Tasks leased or running (live leases).", t...),
@@ -89,7 +88,7 @@ func NewStateCollector(src StateSource, cfg StateConfig) prometheus.Collector {
 
 // Describe sends every descriptor.
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.tenants, c.tasks, c.queue, c.leases, c.retries, c.workers, c.records,
+	for _, d := range []*prometheus.Desc{c.tenants, c.failedBy, c.tasks, c.queue, c.leases, c.retries, c.workers, c.records,
 		c.results, c.resultBytes, c.limit, c.scanTasks, c.revision, c.logicalTime, c.raftState, c.leader,
 		c.raftTerm, c.raftCommit, c.raftApp, c.raftLast, c.raftSnapIdx, c.raftPeers} {
 		ch <- d
@@ -122,6 +121,7 @@ func gauge(ch chan<- prometheus.Metric, d *prometheus.Desc, v float64, labels ..
 type tenantCounts struct {
 	byStatus   [8]int
 	byPriority [8]int
+	failedBy   map[string]int // failed tasks by reasonClass
 	retries    uint64
 	scans      map[string]*scanCounts
 }
@@ -133,7 +133,7 @@ type scanCounts struct {
 }
 
 func countTasks(tasks []distributed.ScanTask) tenantCounts {
-	tc := tenantCounts{scans: map[string]*scanCounts{}}
+	tc := tenantCounts{scans: map[string]*scanCounts{}, failedBy: map[string]int{}}
 	for _, t := range tasks {
 		st := int(t.Status()) & 7
 		tc.byStatus[st]++
@@ -141,6 +141,10 @@ func countTasks(tasks []distributed.ScanTask) tenantCounts {
 			tc.byPriority[int(t.Priority())&7]++
 		}
 		tc.retries += uint64(t.RetryCount())
+		if t.Status() == distributed.TaskFailed {
+			r, _ := t.LastFailureReason()
+			tc.failedBy[reasonClass(r)]++
+		}
 		sc := tc.scans[t.ScanID()]
 		if sc == nil {
 			sc = &scanCounts{id: t.ScanID()}
@@ -150,6 +154,29 @@ func countTasks(tasks []distributed.ScanTask) tenantCounts {
 		sc.byStatus[st]++
 	}
 	return tc
+}
+
+// reasonClasses are the values of the class label of
+// termivar_failed_tasks_by_reason: a closed set (the reason itself is free
+// text and may hold stderr, so it is never a label).
+var reasonClasses = [...]string{"exit", "signal", "timeout", "output_too_large", "handler", "other", "none"}
+
+// reasonClass classifies a failure reason by the agent's wording
+// (agent/reason.go): "exit status N", "signal: …", "timeout: …", "output
+// exceeds …", "handler error: …"; anything else is other, no reason none.
+func reasonClass(r string) string {
+	for _, c := range [...]struct{ prefix, class string }{
+		{"exit status ", "exit"}, {"signal: ", "signal"}, {"timeout", "timeout"},
+		{"output exceeds ", "output_too_large"}, {"handler error", "handler"},
+	} {
+		if strings.HasPrefix(r, c.prefix) {
+			return c.class
+		}
+	}
+	if r == "" {
+		return "none"
+	}
+	return "other"
 }
 
 // recentScans returns the n scans with the newest tasks (ties: scan ID).
@@ -177,6 +204,9 @@ func (c *stateCollector) collectTenant(ch chan<- prometheus.Metric, tv raftfsm.T
 		gauge(ch, c.queue, float64(tc.byPriority[p]), name, p.String())
 	}
 	gauge(ch, c.leases, float64(tc.byStatus[distributed.TaskLeased]+tc.byStatus[distributed.TaskRunning]), name)
+	for _, class := range reasonClasses {
+		gauge(ch, c.failedBy, float64(tc.failedBy[class]), name, class)
+	}
 	gauge(ch, c.retries, float64(tc.retries), name)
 	c.collectWorkers(ch, name, tv.Workers())
 	cnt := tv.Counters()

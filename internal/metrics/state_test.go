@@ -39,3 +39,21 @@ func TestNewStateCollector_ClampsRecentScans(t *testing.T) {
 		}
 	}
 }
+
+// TestReasonClass: the agent's reasons fall in their classes, anything
+// else is other, no reason none — and every class is a listed label value.
+func TestReasonClass(t *testing.T) {
+	for r, want := range map[string]string{
+		"exit status 3; stderr: boom": "exit", "signal: killed": "signal",
+		"timeout: killed after 5m0s": "timeout", "output exceeds the result limit of 10 bytes": "output_too_large",
+		"handler error: dial": "handler", "scanner says no": "other", "": "none",
+	} {
+		got := reasonClass(r)
+		if got != want {
+			t.Errorf("reasonClass(%q) = %s, want %s", r, got, want)
+		}
+		if !slices.Contains(reasonClasses[:], got) {
+			t.Errorf("class %s is not in reasonClasses", got)
+		}
+	}
+}

@@ -50,15 +50,10 @@ const (
 
 // String returns "lease", "fence" or "receipt".
 func (k Kind) String() string {
-	switch k {
-	case KindLease:
-		return "lease"
-	case KindFence:
-		return "fence"
-	case KindReceipt:
-		return "receipt"
+	if k < KindLease || k > KindReceipt {
+		return "unknown"
 	}
-	return "unknown"
+	return [...]string{KindLease: "lease", KindFence: "fence", KindReceipt: "receipt"}[k]
 }
 
 // ErrInvalidToken is matched (errors.Is) by every error Open returns.

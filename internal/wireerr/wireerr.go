@@ -7,6 +7,10 @@
 package wireerr
 
 import (
+	"errors"
+
+	"connectrpc.com/connect"
+
 	distributed "github.com/termivar/distributed"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 )
@@ -50,6 +54,23 @@ func Decode(d *pb.ErrorDetail) (e *distributed.Error, ok bool) {
 		Expected: d.GetExpected(), Actual: d.GetActual(), Maximum: d.GetMaximum(),
 		Limit: d.GetLimit(), Current: d.GetCurrent(), Proposed: d.GetProposed(),
 	}, true
+}
+
+// DetailOf returns the first ErrorDetail of a Connect error (an error a
+// client got), if any.
+func DetailOf(err error) (*pb.ErrorDetail, bool) {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return nil, false
+	}
+	for _, d := range ce.Details() {
+		if v, derr := d.Value(); derr == nil {
+			if ed, ok := v.(*pb.ErrorDetail); ok {
+				return ed, true
+			}
+		}
+	}
+	return nil, false
 }
 
 // reportsStatus reports whether the kind's Status is meaningful even when

@@ -5082,6 +5082,113 @@ func (x *RotateKeyResponse) GetRevokedKeyId() string {
 	return ""
 }
 
+type CancelScanRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ScanId        string                 `protobuf:"bytes,1,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelScanRequest) Reset() {
+	*x = CancelScanRequest{}
+	mi := &file_termivar_v1_api_proto_msgTypes[70]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelScanRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelScanRequest) ProtoMessage() {}
+
+func (x *CancelScanRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[70]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelScanRequest.ProtoReflect.Descriptor instead.
+func (*CancelScanRequest) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{70}
+}
+
+func (x *CancelScanRequest) GetScanId() string {
+	if x != nil {
+		return x.ScanId
+	}
+	return ""
+}
+
+type CancelScanResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// cancelled counts the tasks this call cancelled; unchanged the scan's
+	// tasks it left as they were (terminal, or terminal by the time the
+	// cancellation was applied).
+	Cancelled     uint32 `protobuf:"varint,1,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
+	Unchanged     uint32 `protobuf:"varint,2,opt,name=unchanged,proto3" json:"unchanged,omitempty"`
+	Revision      uint64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelScanResponse) Reset() {
+	*x = CancelScanResponse{}
+	mi := &file_termivar_v1_api_proto_msgTypes[71]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelScanResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelScanResponse) ProtoMessage() {}
+
+func (x *CancelScanResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[71]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelScanResponse.ProtoReflect.Descriptor instead.
+func (*CancelScanResponse) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{71}
+}
+
+func (x *CancelScanResponse) GetCancelled() uint32 {
+	if x != nil {
+		return x.Cancelled
+	}
+	return 0
+}
+
+func (x *CancelScanResponse) GetUnchanged() uint32 {
+	if x != nil {
+		return x.Unchanged
+	}
+	return 0
+}
+
+func (x *CancelScanResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
 var File_termivar_v1_api_proto protoreflect.FileDescriptor
 
 const file_termivar_v1_api_proto_rawDesc = "" +
@@ -5525,7 +5632,13 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x11RotateKeyResponse\x12\x15\n" +
 	"\x06key_id\x18\x01 \x01(\tR\x05keyId\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12$\n" +
-	"\x0erevoked_key_id\x18\x03 \x01(\tR\frevokedKeyId2\xae\x05\n" +
+	"\x0erevoked_key_id\x18\x03 \x01(\tR\frevokedKeyId\",\n" +
+	"\x11CancelScanRequest\x12\x17\n" +
+	"\ascan_id\x18\x01 \x01(\tR\x06scanId\"l\n" +
+	"\x12CancelScanResponse\x12\x1c\n" +
+	"\tcancelled\x18\x01 \x01(\rR\tcancelled\x12\x1c\n" +
+	"\tunchanged\x18\x02 \x01(\rR\tunchanged\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\x04R\brevision2\xae\x05\n" +
 	"\x06Worker\x12Y\n" +
 	"\x0eRegisterWorker\x12\".termivar.v1.RegisterWorkerRequest\x1a#.termivar.v1.RegisterWorkerResponse\x12J\n" +
 	"\tHeartbeat\x12\x1d.termivar.v1.HeartbeatRequest\x1a\x1e.termivar.v1.HeartbeatResponse\x12D\n" +
@@ -5537,7 +5650,7 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\fCompleteMany\x12 .termivar.v1.CompleteManyRequest\x1a!.termivar.v1.CompleteManyResponse\x12;\n" +
 	"\x04Fail\x12\x18.termivar.v1.FailRequest\x1a\x19.termivar.v1.FailResponse\x12M\n" +
 	"\n" +
-	"Deregister\x12\x1e.termivar.v1.DeregisterRequest\x1a\x1f.termivar.v1.DeregisterResponse2\xdf\x06\n" +
+	"Deregister\x12\x1e.termivar.v1.DeregisterRequest\x1a\x1f.termivar.v1.DeregisterResponse2\xae\a\n" +
 	"\bProducer\x12D\n" +
 	"\aEnqueue\x12\x1b.termivar.v1.EnqueueRequest\x1a\x1c.termivar.v1.EnqueueResponse\x12A\n" +
 	"\x06Cancel\x12\x1a.termivar.v1.CancelRequest\x1a\x1b.termivar.v1.CancelResponse\x12D\n" +
@@ -5551,7 +5664,9 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"DeleteScan\x12\x1e.termivar.v1.DeleteScanRequest\x1a\x1f.termivar.v1.DeleteScanResponse\x12M\n" +
 	"\n" +
-	"PurgeTasks\x12\x1e.termivar.v1.PurgeTasksRequest\x1a\x1f.termivar.v1.PurgeTasksResponse2\xf3\x04\n" +
+	"PurgeTasks\x12\x1e.termivar.v1.PurgeTasksRequest\x1a\x1f.termivar.v1.PurgeTasksResponse\x12M\n" +
+	"\n" +
+	"CancelScan\x12\x1e.termivar.v1.CancelScanRequest\x1a\x1f.termivar.v1.CancelScanResponse2\xf3\x04\n" +
 	"\x05Admin\x12A\n" +
 	"\x06Status\x12\x1a.termivar.v1.StatusRequest\x1a\x1b.termivar.v1.StatusResponse\x12P\n" +
 	"\vListWorkers\x12\x1f.termivar.v1.ListWorkersRequest\x1a .termivar.v1.ListWorkersResponse\x12S\n" +
@@ -5574,7 +5689,7 @@ func file_termivar_v1_api_proto_rawDescGZIP() []byte {
 	return file_termivar_v1_api_proto_rawDescData
 }
 
-var file_termivar_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
+var file_termivar_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 72)
 var file_termivar_v1_api_proto_goTypes = []any{
 	(*ErrorDetail)(nil),              // 0: termivar.v1.ErrorDetail
 	(*WorkerInfo)(nil),               // 1: termivar.v1.WorkerInfo
@@ -5646,10 +5761,12 @@ var file_termivar_v1_api_proto_goTypes = []any{
 	(*RevokeKeyResponse)(nil),        // 67: termivar.v1.RevokeKeyResponse
 	(*RotateKeyRequest)(nil),         // 68: termivar.v1.RotateKeyRequest
 	(*RotateKeyResponse)(nil),        // 69: termivar.v1.RotateKeyResponse
-	(*ClusterMember)(nil),            // 70: termivar.v1.ClusterMember
-	(*BackupRecord)(nil),             // 71: termivar.v1.BackupRecord
-	(*CoreLimits)(nil),               // 72: termivar.v1.CoreLimits
-	(*ResultLimits)(nil),             // 73: termivar.v1.ResultLimits
+	(*CancelScanRequest)(nil),        // 70: termivar.v1.CancelScanRequest
+	(*CancelScanResponse)(nil),       // 71: termivar.v1.CancelScanResponse
+	(*ClusterMember)(nil),            // 72: termivar.v1.ClusterMember
+	(*BackupRecord)(nil),             // 73: termivar.v1.BackupRecord
+	(*CoreLimits)(nil),               // 74: termivar.v1.CoreLimits
+	(*ResultLimits)(nil),             // 75: termivar.v1.ResultLimits
 }
 var file_termivar_v1_api_proto_depIdxs = []int32{
 	1,  // 0: termivar.v1.RegisterWorkerResponse.worker:type_name -> termivar.v1.WorkerInfo
@@ -5668,12 +5785,12 @@ var file_termivar_v1_api_proto_depIdxs = []int32{
 	30, // 13: termivar.v1.ListTasksResponse.tasks:type_name -> termivar.v1.TaskInfo
 	43, // 14: termivar.v1.ListScansResponse.scans:type_name -> termivar.v1.ScanInfo
 	46, // 15: termivar.v1.FollowResultsResponse.results:type_name -> termivar.v1.FollowedResult
-	70, // 16: termivar.v1.StatusResponse.members:type_name -> termivar.v1.ClusterMember
-	71, // 17: termivar.v1.StatusResponse.last_backup:type_name -> termivar.v1.BackupRecord
+	72, // 16: termivar.v1.StatusResponse.members:type_name -> termivar.v1.ClusterMember
+	73, // 17: termivar.v1.StatusResponse.last_backup:type_name -> termivar.v1.BackupRecord
 	50, // 18: termivar.v1.StatusResponse.build:type_name -> termivar.v1.BuildInfo
 	1,  // 19: termivar.v1.ListWorkersResponse.workers:type_name -> termivar.v1.WorkerInfo
-	72, // 20: termivar.v1.CreateTenantRequest.limits:type_name -> termivar.v1.CoreLimits
-	73, // 21: termivar.v1.CreateTenantRequest.result_limits:type_name -> termivar.v1.ResultLimits
+	74, // 20: termivar.v1.CreateTenantRequest.limits:type_name -> termivar.v1.CoreLimits
+	75, // 21: termivar.v1.CreateTenantRequest.result_limits:type_name -> termivar.v1.ResultLimits
 	64, // 22: termivar.v1.ListKeysResponse.keys:type_name -> termivar.v1.KeyInfo
 	2,  // 23: termivar.v1.Worker.RegisterWorker:input_type -> termivar.v1.RegisterWorkerRequest
 	4,  // 24: termivar.v1.Worker.Heartbeat:input_type -> termivar.v1.HeartbeatRequest
@@ -5695,44 +5812,46 @@ var file_termivar_v1_api_proto_depIdxs = []int32{
 	45, // 40: termivar.v1.Producer.FollowResults:input_type -> termivar.v1.FollowResultsRequest
 	56, // 41: termivar.v1.Producer.DeleteScan:input_type -> termivar.v1.DeleteScanRequest
 	58, // 42: termivar.v1.Producer.PurgeTasks:input_type -> termivar.v1.PurgeTasksRequest
-	48, // 43: termivar.v1.Admin.Status:input_type -> termivar.v1.StatusRequest
-	51, // 44: termivar.v1.Admin.ListWorkers:input_type -> termivar.v1.ListWorkersRequest
-	53, // 45: termivar.v1.Admin.CreateTenant:input_type -> termivar.v1.CreateTenantRequest
-	54, // 46: termivar.v1.Admin.UpdateTenant:input_type -> termivar.v1.UpdateTenantRequest
-	61, // 47: termivar.v1.Admin.CreateKey:input_type -> termivar.v1.CreateKeyRequest
-	63, // 48: termivar.v1.Admin.ListKeys:input_type -> termivar.v1.ListKeysRequest
-	66, // 49: termivar.v1.Admin.RevokeKey:input_type -> termivar.v1.RevokeKeyRequest
-	68, // 50: termivar.v1.Admin.RotateKey:input_type -> termivar.v1.RotateKeyRequest
-	3,  // 51: termivar.v1.Worker.RegisterWorker:output_type -> termivar.v1.RegisterWorkerResponse
-	5,  // 52: termivar.v1.Worker.Heartbeat:output_type -> termivar.v1.HeartbeatResponse
-	8,  // 53: termivar.v1.Worker.Acquire:output_type -> termivar.v1.AcquireResponse
-	10, // 54: termivar.v1.Worker.Start:output_type -> termivar.v1.StartResponse
-	12, // 55: termivar.v1.Worker.RenewLease:output_type -> termivar.v1.RenewLeaseResponse
-	14, // 56: termivar.v1.Worker.Complete:output_type -> termivar.v1.CompleteResponse
-	17, // 57: termivar.v1.Worker.CompleteMany:output_type -> termivar.v1.CompleteManyResponse
-	19, // 58: termivar.v1.Worker.Fail:output_type -> termivar.v1.FailResponse
-	22, // 59: termivar.v1.Worker.Deregister:output_type -> termivar.v1.DeregisterResponse
-	27, // 60: termivar.v1.Producer.Enqueue:output_type -> termivar.v1.EnqueueResponse
-	29, // 61: termivar.v1.Producer.Cancel:output_type -> termivar.v1.CancelResponse
-	33, // 62: termivar.v1.Producer.GetTask:output_type -> termivar.v1.GetTaskResponse
-	35, // 63: termivar.v1.Producer.ListTasks:output_type -> termivar.v1.ListTasksResponse
-	37, // 64: termivar.v1.Producer.ScanProgress:output_type -> termivar.v1.ScanProgressResponse
-	39, // 65: termivar.v1.Producer.Retry:output_type -> termivar.v1.RetryResponse
-	41, // 66: termivar.v1.Producer.AggregateResults:output_type -> termivar.v1.AggregateResultsResponse
-	44, // 67: termivar.v1.Producer.ListScans:output_type -> termivar.v1.ListScansResponse
-	47, // 68: termivar.v1.Producer.FollowResults:output_type -> termivar.v1.FollowResultsResponse
-	57, // 69: termivar.v1.Producer.DeleteScan:output_type -> termivar.v1.DeleteScanResponse
-	59, // 70: termivar.v1.Producer.PurgeTasks:output_type -> termivar.v1.PurgeTasksResponse
-	49, // 71: termivar.v1.Admin.Status:output_type -> termivar.v1.StatusResponse
-	52, // 72: termivar.v1.Admin.ListWorkers:output_type -> termivar.v1.ListWorkersResponse
-	60, // 73: termivar.v1.Admin.CreateTenant:output_type -> termivar.v1.CreateTenantResponse
-	55, // 74: termivar.v1.Admin.UpdateTenant:output_type -> termivar.v1.UpdateTenantResponse
-	62, // 75: termivar.v1.Admin.CreateKey:output_type -> termivar.v1.CreateKeyResponse
-	65, // 76: termivar.v1.Admin.ListKeys:output_type -> termivar.v1.ListKeysResponse
-	67, // 77: termivar.v1.Admin.RevokeKey:output_type -> termivar.v1.RevokeKeyResponse
-	69, // 78: termivar.v1.Admin.RotateKey:output_type -> termivar.v1.RotateKeyResponse
-	51, // [51:79] is the sub-list for method output_type
-	23, // [23:51] is the sub-list for method input_type
+	70, // 43: termivar.v1.Producer.CancelScan:input_type -> termivar.v1.CancelScanRequest
+	48, // 44: termivar.v1.Admin.Status:input_type -> termivar.v1.StatusRequest
+	51, // 45: termivar.v1.Admin.ListWorkers:input_type -> termivar.v1.ListWorkersRequest
+	53, // 46: termivar.v1.Admin.CreateTenant:input_type -> termivar.v1.CreateTenantRequest
+	54, // 47: termivar.v1.Admin.UpdateTenant:input_type -> termivar.v1.UpdateTenantRequest
+	61, // 48: termivar.v1.Admin.CreateKey:input_type -> termivar.v1.CreateKeyRequest
+	63, // 49: termivar.v1.Admin.ListKeys:input_type -> termivar.v1.ListKeysRequest
+	66, // 50: termivar.v1.Admin.RevokeKey:input_type -> termivar.v1.RevokeKeyRequest
+	68, // 51: termivar.v1.Admin.RotateKey:input_type -> termivar.v1.RotateKeyRequest
+	3,  // 52: termivar.v1.Worker.RegisterWorker:output_type -> termivar.v1.RegisterWorkerResponse
+	5,  // 53: termivar.v1.Worker.Heartbeat:output_type -> termivar.v1.HeartbeatResponse
+	8,  // 54: termivar.v1.Worker.Acquire:output_type -> termivar.v1.AcquireResponse
+	10, // 55: termivar.v1.Worker.Start:output_type -> termivar.v1.StartResponse
+	12, // 56: termivar.v1.Worker.RenewLease:output_type -> termivar.v1.RenewLeaseResponse
+	14, // 57: termivar.v1.Worker.Complete:output_type -> termivar.v1.CompleteResponse
+	17, // 58: termivar.v1.Worker.CompleteMany:output_type -> termivar.v1.CompleteManyResponse
+	19, // 59: termivar.v1.Worker.Fail:output_type -> termivar.v1.FailResponse
+	22, // 60: termivar.v1.Worker.Deregister:output_type -> termivar.v1.DeregisterResponse
+	27, // 61: termivar.v1.Producer.Enqueue:output_type -> termivar.v1.EnqueueResponse
+	29, // 62: termivar.v1.Producer.Cancel:output_type -> termivar.v1.CancelResponse
+	33, // 63: termivar.v1.Producer.GetTask:output_type -> termivar.v1.GetTaskResponse
+	35, // 64: termivar.v1.Producer.ListTasks:output_type -> termivar.v1.ListTasksResponse
+	37, // 65: termivar.v1.Producer.ScanProgress:output_type -> termivar.v1.ScanProgressResponse
+	39, // 66: termivar.v1.Producer.Retry:output_type -> termivar.v1.RetryResponse
+	41, // 67: termivar.v1.Producer.AggregateResults:output_type -> termivar.v1.AggregateResultsResponse
+	44, // 68: termivar.v1.Producer.ListScans:output_type -> termivar.v1.ListScansResponse
+	47, // 69: termivar.v1.Producer.FollowResults:output_type -> termivar.v1.FollowResultsResponse
+	57, // 70: termivar.v1.Producer.DeleteScan:output_type -> termivar.v1.DeleteScanResponse
+	59, // 71: termivar.v1.Producer.PurgeTasks:output_type -> termivar.v1.PurgeTasksResponse
+	71, // 72: termivar.v1.Producer.CancelScan:output_type -> termivar.v1.CancelScanResponse
+	49, // 73: termivar.v1.Admin.Status:output_type -> termivar.v1.StatusResponse
+	52, // 74: termivar.v1.Admin.ListWorkers:output_type -> termivar.v1.ListWorkersResponse
+	60, // 75: termivar.v1.Admin.CreateTenant:output_type -> termivar.v1.CreateTenantResponse
+	55, // 76: termivar.v1.Admin.UpdateTenant:output_type -> termivar.v1.UpdateTenantResponse
+	62, // 77: termivar.v1.Admin.CreateKey:output_type -> termivar.v1.CreateKeyResponse
+	65, // 78: termivar.v1.Admin.ListKeys:output_type -> termivar.v1.ListKeysResponse
+	67, // 79: termivar.v1.Admin.RevokeKey:output_type -> termivar.v1.RevokeKeyResponse
+	69, // 80: termivar.v1.Admin.RotateKey:output_type -> termivar.v1.RotateKeyResponse
+	52, // [52:81] is the sub-list for method output_type
+	23, // [23:52] is the sub-list for method input_type
 	23, // [23:23] is the sub-list for extension type_name
 	23, // [23:23] is the sub-list for extension extendee
 	0,  // [0:23] is the sub-list for field type_name
@@ -5764,7 +5883,7 @@ func file_termivar_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_termivar_v1_api_proto_rawDesc), len(file_termivar_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   70,
+			NumMessages:   72,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

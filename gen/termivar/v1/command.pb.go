@@ -1395,6 +1395,10 @@ type EnqueueTasks struct {
 	// declared_total, when non-zero, is stored as the scan's declared total
 	// (every task must then belong to one scan).
 	DeclaredTotal uint64 `protobuf:"varint,2,opt,name=declared_total,json=declaredTotal,proto3" json:"declared_total,omitempty"`
+	// declare_scan_id, with no tasks, only replaces the declared total of
+	// this existing scan (a producer whose last batch was all stored or
+	// colliding takes its collisions off); declared_total must be non-zero.
+	DeclareScanId string `protobuf:"bytes,3,opt,name=declare_scan_id,json=declareScanId,proto3" json:"declare_scan_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1441,6 +1445,13 @@ func (x *EnqueueTasks) GetDeclaredTotal() uint64 {
 		return x.DeclaredTotal
 	}
 	return 0
+}
+
+func (x *EnqueueTasks) GetDeclareScanId() string {
+	if x != nil {
+		return x.DeclareScanId
+	}
+	return ""
 }
 
 // WorkerSpec mirrors distributed.WorkerSpec.
@@ -3368,10 +3379,11 @@ const file_termivar_v1_command_proto_rawDesc = "" +
 	"target_ref\x18\x03 \x01(\fR\ttargetRef\x12\x16\n" +
 	"\x06phases\x18\x04 \x01(\fR\x06phases\x12\x1a\n" +
 	"\bpriority\x18\x05 \x01(\rR\bpriority\x120\n" +
-	"\x14attempt_timeout_secs\x18\x06 \x01(\x04R\x12attemptTimeoutSecs\"b\n" +
+	"\x14attempt_timeout_secs\x18\x06 \x01(\x04R\x12attemptTimeoutSecs\"\x8a\x01\n" +
 	"\fEnqueueTasks\x12+\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x15.termivar.v1.TaskSpecR\x05tasks\x12%\n" +
-	"\x0edeclared_total\x18\x02 \x01(\x04R\rdeclaredTotal\"\xe5\x01\n" +
+	"\x0edeclared_total\x18\x02 \x01(\x04R\rdeclaredTotal\x12&\n" +
+	"\x0fdeclare_scan_id\x18\x03 \x01(\tR\rdeclareScanId\"\xe5\x01\n" +
 	"\n" +
 	"WorkerSpec\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x1a\n" +

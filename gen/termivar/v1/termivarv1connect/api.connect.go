@@ -86,6 +86,8 @@ const (
 	ProducerDeleteScanProcedure = "/termivar.v1.Producer/DeleteScan"
 	// ProducerPurgeTasksProcedure is the fully-qualified name of the Producer's PurgeTasks RPC.
 	ProducerPurgeTasksProcedure = "/termivar.v1.Producer/PurgeTasks"
+	// ProducerCancelScanProcedure is the fully-qualified name of the Producer's CancelScan RPC.
+	ProducerCancelScanProcedure = "/termivar.v1.Producer/CancelScan"
 	// AdminStatusProcedure is the fully-qualified name of the Admin's Status RPC.
 	AdminStatusProcedure = "/termivar.v1.Admin/Status"
 	// AdminListWorkersProcedure is the fully-qualified name of the Admin's ListWorkers RPC.
@@ -424,6 +426,10 @@ type ProducerClient interface {
 	// PurgeTasks purges the named terminal tasks and their results; a
 	// non-terminal or unknown one refuses the whole request.
 	PurgeTasks(context.Context, *connect.Request[v1.PurgeTasksRequest]) (*connect.Response[v1.PurgeTasksResponse], error)
+	// CancelScan cancels every queued, leased and running task of a scan
+	// (each as Cancel by task_id); terminal tasks are left as they are, so a
+	// repeated CancelScan is harmless.
+	CancelScan(context.Context, *connect.Request[v1.CancelScanRequest]) (*connect.Response[v1.CancelScanResponse], error)
 }
 
 // NewProducerClient constructs a client for the termivar.v1.Producer service. By default, it uses
@@ -503,6 +509,12 @@ func NewProducerClient(httpClient connect.HTTPClient, baseURL string, opts ...co
 			connect.WithSchema(producerMethods.ByName("PurgeTasks")),
 			connect.WithClientOptions(opts...),
 		),
+		cancelScan: connect.NewClient[v1.CancelScanRequest, v1.CancelScanResponse](
+			httpClient,
+			baseURL+ProducerCancelScanProcedure,
+			connect.WithSchema(producerMethods.ByName("CancelScan")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -519,6 +531,7 @@ type producerClient struct {
 	followResults    *connect.Client[v1.FollowResultsRequest, v1.FollowResultsResponse]
 	deleteScan       *connect.Client[v1.DeleteScanRequest, v1.DeleteScanResponse]
 	purgeTasks       *connect.Client[v1.PurgeTasksRequest, v1.PurgeTasksResponse]
+	cancelScan       *connect.Client[v1.CancelScanRequest, v1.CancelScanResponse]
 }
 
 // Enqueue calls termivar.v1.Producer.Enqueue.
@@ -576,6 +589,11 @@ func (c *producerClient) PurgeTasks(ctx context.Context, req *connect.Request[v1
 	return c.purgeTasks.CallUnary(ctx, req)
 }
 
+// CancelScan calls termivar.v1.Producer.CancelScan.
+func (c *producerClient) CancelScan(ctx context.Context, req *connect.Request[v1.CancelScanRequest]) (*connect.Response[v1.CancelScanResponse], error) {
+	return c.cancelScan.CallUnary(ctx, req)
+}
+
 // ProducerHandler is an implementation of the termivar.v1.Producer service.
 type ProducerHandler interface {
 	// Enqueue admits every task of the batch or none.
@@ -610,6 +628,10 @@ type ProducerHandler interface {
 	// PurgeTasks purges the named terminal tasks and their results; a
 	// non-terminal or unknown one refuses the whole request.
 	PurgeTasks(context.Context, *connect.Request[v1.PurgeTasksRequest]) (*connect.Response[v1.PurgeTasksResponse], error)
+	// CancelScan cancels every queued, leased and running task of a scan
+	// (each as Cancel by task_id); terminal tasks are left as they are, so a
+	// repeated CancelScan is harmless.
+	CancelScan(context.Context, *connect.Request[v1.CancelScanRequest]) (*connect.Response[v1.CancelScanResponse], error)
 }
 
 // NewProducerHandler builds an HTTP handler from the service implementation. It returns the path on
@@ -685,6 +707,12 @@ func NewProducerHandler(svc ProducerHandler, opts ...connect.HandlerOption) (str
 		connect.WithSchema(producerMethods.ByName("PurgeTasks")),
 		connect.WithHandlerOptions(opts...),
 	)
+	producerCancelScanHandler := connect.NewUnaryHandler(
+		ProducerCancelScanProcedure,
+		svc.CancelScan,
+		connect.WithSchema(producerMethods.ByName("CancelScan")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/termivar.v1.Producer/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ProducerEnqueueProcedure:
@@ -709,6 +737,8 @@ func NewProducerHandler(svc ProducerHandler, opts ...connect.HandlerOption) (str
 			producerDeleteScanHandler.ServeHTTP(w, r)
 		case ProducerPurgeTasksProcedure:
 			producerPurgeTasksHandler.ServeHTTP(w, r)
+		case ProducerCancelScanProcedure:
+			producerCancelScanHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -760,6 +790,10 @@ func (UnimplementedProducerHandler) DeleteScan(context.Context, *connect.Request
 
 func (UnimplementedProducerHandler) PurgeTasks(context.Context, *connect.Request[v1.PurgeTasksRequest]) (*connect.Response[v1.PurgeTasksResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Producer.PurgeTasks is not implemented"))
+}
+
+func (UnimplementedProducerHandler) CancelScan(context.Context, *connect.Request[v1.CancelScanRequest]) (*connect.Response[v1.CancelScanResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Producer.CancelScan is not implemented"))
 }
 
 // AdminClient is a client for the termivar.v1.Admin service.

@@ -47,7 +47,7 @@ type stateCollector struct {
 	scanTasks, revision, logicalTime         *prometheus.Desc
 	raftState, raftTerm, raftCommit, raftApp *prometheus.Desc
 	raftLast, raftSnapIdx, raftPeers, leader *prometheus.Desc
-	tenants, failedBy                        *prometheus.Desc
+	tenants, failedBy, scheduled             *prometheus.Desc
 }
 
 // NewStateCollector returns a prometheus.Collector of the per-tenant task,
@@ -62,6 +62,7 @@ func NewStateCollector(src StateSource, cfg StateConfig) prometheus.Collector {
 	}
 	return &stateCollector{src: src, recent: n,
 		tenants:     d("termivar_tenants", "Tenants."),
+		scheduled:   d("termivar_scheduled_tasks", "Queued tasks not yet due (a not-before time or a retry's backoff in the future).", t...),
 		failedBy:    d("termivar_failed_tasks_by_reason", "Retained failed tasks by the class of their last failure reason.", "tenant", "class"),
 		tasks:       d("termivar_tasks", "Retained task records by status.", "tenant", "status"),
 		queue:       d("termivar_queue_depth", "Queued tasks by priority.", "tenant", "priority"),
@@ -88,7 +89,7 @@ func NewStateCollector(src StateSource, cfg StateConfig) prometheus.Collector {
 
 // Describe sends every descriptor.
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.tenants, c.failedBy, c.tasks, c.queue, c.leases, c.retries, c.workers, c.records,
+	for _, d := range []*prometheus.Desc{c.tenants, c.failedBy, c.scheduled, c.tasks, c.queue, c.leases, c.retries, c.workers, c.records,
 		c.results, c.resultBytes, c.limit, c.scanTasks, c.revision, c.logicalTime, c.raftState, c.leader,
 		c.raftTerm, c.raftCommit, c.raftApp, c.raftLast, c.raftSnapIdx, c.raftPeers} {
 		ch <- d
@@ -106,7 +107,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		if !ok {
 			continue
 		}
-		c.collectTenant(ch, tv)
+		c.collectTenant(ch, tv, r.LastTime())
 	}
 	if c.src.RaftStats != nil {
 		c.collectRaft(ch, c.src.RaftStats())
@@ -122,6 +123,7 @@ type tenantCounts struct {
 	byStatus   [8]int
 	byPriority [8]int
 	failedBy   map[string]int // failed tasks by reasonClass
+	scheduled  int            // queued tasks not yet due
 	retries    uint64
 	scans      map[string]*scanCounts
 }
@@ -132,13 +134,16 @@ type scanCounts struct {
 	byStatus [8]int
 }
 
-func countTasks(tasks []distributed.ScanTask) tenantCounts {
+func countTasks(tasks []distributed.ScanTask, now uint64) tenantCounts {
 	tc := tenantCounts{scans: map[string]*scanCounts{}, failedBy: map[string]int{}}
 	for _, t := range tasks {
 		st := int(t.Status()) & 7
 		tc.byStatus[st]++
 		if t.Status() == distributed.TaskQueued {
 			tc.byPriority[int(t.Priority())&7]++
+		}
+		if t.Scheduled(now) {
+			tc.scheduled++
 		}
 		tc.retries += uint64(t.RetryCount())
 		if t.Status() == distributed.TaskFailed {
@@ -194,9 +199,10 @@ func recentScans(m map[string]*scanCounts, n int) []*scanCounts {
 	return all[:min(n, len(all))]
 }
 
-func (c *stateCollector) collectTenant(ch chan<- prometheus.Metric, tv raftfsm.TenantView) {
+func (c *stateCollector) collectTenant(ch chan<- prometheus.Metric, tv raftfsm.TenantView, now uint64) {
 	name := tv.Name()
-	tc := countTasks(tv.Tasks())
+	tc := countTasks(tv.Tasks(), now)
+	gauge(ch, c.scheduled, float64(tc.scheduled), name)
 	for _, s := range distributed.AllTaskStatuses() {
 		gauge(ch, c.tasks, float64(tc.byStatus[s]), name, s.String())
 	}

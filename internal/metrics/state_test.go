@@ -5,7 +5,10 @@ package metrics
 
 import (
 	"slices"
+	"strconv"
 	"testing"
+
+	distributed "github.com/termivar/distributed"
 )
 
 func TestRecentScans_BoundedAndOrdered(t *testing.T) {
@@ -54,6 +57,24 @@ func TestReasonClass(t *testing.T) {
 		}
 		if !slices.Contains(reasonClasses[:], got) {
 			t.Errorf("class %s is not in reasonClasses", got)
+		}
+	}
+}
+
+// TestCountTasks_Scheduled: a queued task whose not-before time is after
+// now is scheduled; at or after it, it is not; a task without one never is.
+func TestCountTasks_Scheduled(t *testing.T) {
+	q := distributed.NewWorkerPool().TaskQueue()
+	for i, nb := range []uint64{0, 200, 500} {
+		spec := distributed.TaskSpec{TaskID: "t" + strconv.Itoa(i), ScanID: "s", TargetRef: "x",
+			Scheduling: distributed.TaskScheduling{NotBeforeSecs: nb}}
+		if _, err := q.Enqueue(uint64(i), 100, spec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for now, want := range map[uint64]int{100: 2, 200: 1, 499: 1, 500: 0} {
+		if got := countTasks(q.Tasks(), now).scheduled; got != want {
+			t.Errorf("scheduled at %d = %d, want %d", now, got, want)
 		}
 	}
 }

@@ -419,3 +419,34 @@ func TestKeepFirst(t *testing.T) {
 		}
 	}
 }
+
+// TestDashboard_ShowsPausedScan: a scan paused with Producer.UpdateScan
+// (the page's Pause button) is paused in the overview; the other is not;
+// resumed, it is not.
+func TestDashboard_ShowsPausedScan(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	w := b.clients(b.createKey(t, "", "worker"))
+	p := b.clients(b.createKey(t, "", "producer"))
+	dashWorkload(t, b, w, p)
+	paused := func() map[string]bool {
+		t.Helper()
+		res, err := b.dashboard(b.adminKey).Overview(ctx, req(&pb.OverviewRequest{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]bool{}
+		for _, s := range res.Msg.GetScans() {
+			out[s.GetScanId()] = s.GetPaused()
+		}
+		return out
+	}
+	for _, want := range []bool{true, false} {
+		if _, err := p.producer.UpdateScan(ctx, req(&pb.UpdateScanRequest{ScanId: "b", Paused: &want})); err != nil {
+			t.Fatal(err)
+		}
+		if got := paused(); got["b"] != want || got["a"] {
+			t.Fatalf("paused after UpdateScan(b, %v) = %v", want, got)
+		}
+	}
+}

@@ -195,6 +195,9 @@ func (b *overviewBuilder) scanRecord(sc *pb.ScanSummary) {
 		}
 	}
 	sc.State = scanState(&pb.ScanProgressResponse{Cancelled: c.Cancelled, Failed: c.Failed, Expired: c.Expired}, finished)
+	if set, err := b.tv.ScanSettings(sc.ScanId); err == nil {
+		sc.Paused = set.Paused
+	}
 }
 
 // rate sets a scan's throughput (completions per second over the last

@@ -170,6 +170,8 @@
     (r) => (r.requeued || []).length ? "Re-queued task " + taskID + "." : "Task " + taskID + " was left as it is (" + num(r.unchanged) + " unchanged).");
   const retryScan = (scanID) => act("Producer/Retry", { scanId: scanID, statuses: ["failed", "expired"] },
     (r) => "Re-queued " + (r.requeued || []).length + " failed or expired tasks of scan " + scanID + ".");
+  const pauseScan = (scanID, paused) => act("Producer/UpdateScan", { scanId: scanID, paused: paused },
+    (r) => (r.paused ? "Paused" : "Resumed") + " scan " + scanID + ".");
   const cancelScan = (scanID) => act("Producer/CancelScan", { scanId: scanID },
     (r) => "Cancelled " + num(r.cancelled) + " tasks of scan " + scanID + " (" + num(r.unchanged) + " unchanged).");
 
@@ -229,9 +231,10 @@
     const eta = s.etaSecs !== undefined ? dur(num(s.etaSecs)) : (left === 0 ? "done" : "—");
     const state = (s.state || "running").replace(/_/g, " ");
     const head = el("div", { class: "card-head" }, el("strong", { text: s.scanId }),
-      el("span", { class: "state st-" + (s.state || "running"), "data-state": s.state || "running", text: state }));
+      el("span", { class: "state st-" + (s.state || "running"), "data-state": s.state || "running", text: s.paused ? state + " (paused)" : state }));
     const actions = el("span", { class: "actions" });
     if (canAct() && num(c.failed) + num(c.expired) > 0) actions.append(actButton("Retry failed", "retry-scan:" + s.scanId, () => retryScan(s.scanId)));
+    if (canAct() && left > 0) actions.append(actButton(s.paused ? "Resume" : "Pause", "pause:" + s.scanId, () => pauseScan(s.scanId, !s.paused)));
     if (canAct() && left > 0) actions.append(confirmButton("Cancel scan", "scan:" + s.scanId, () => cancelScan(s.scanId)));
     head.append(actions);
     return el("div", { class: "card", "data-scan": s.scanId, "data-done": done, "data-total": total },
@@ -413,5 +416,5 @@
 
   // For scripted use and tests: the same calls the buttons make (the
   // server decides what a key may do).
-  window.termivarDashboard = Object.freeze({ cancelTask, cancelScan, retryTask, retryScan, refreshNow });
+  window.termivarDashboard = Object.freeze({ cancelTask, cancelScan, pauseScan, retryTask, retryScan, refreshNow });
 })();

@@ -198,9 +198,11 @@ type ScanSummary struct {
 	// ScanInfo.state); started_at the logical time of the scan's first
 	// enqueue and finished_at when its last task became terminal (0: not
 	// finished, or unknown), from the scan's record.
-	State         string `protobuf:"bytes,8,opt,name=state,proto3" json:"state,omitempty"`
-	StartedAt     uint64 `protobuf:"varint,9,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
-	FinishedAt    uint64 `protobuf:"varint,10,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	State      string `protobuf:"bytes,8,opt,name=state,proto3" json:"state,omitempty"`
+	StartedAt  uint64 `protobuf:"varint,9,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	FinishedAt uint64 `protobuf:"varint,10,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	// paused: no new leases of the scan's tasks (Producer.UpdateScan).
+	Paused        bool `protobuf:"varint,11,opt,name=paused,proto3" json:"paused,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -303,6 +305,13 @@ func (x *ScanSummary) GetFinishedAt() uint64 {
 		return x.FinishedAt
 	}
 	return 0
+}
+
+func (x *ScanSummary) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
 }
 
 // PriorityQueue is the queue at one priority.
@@ -1131,7 +1140,7 @@ const file_termivar_v1_dashboard_proto_rawDesc = "" +
 	"\tcompleted\x18\x05 \x01(\rR\tcompleted\x12\x16\n" +
 	"\x06failed\x18\x06 \x01(\rR\x06failed\x12\x1c\n" +
 	"\tcancelled\x18\a \x01(\rR\tcancelled\x12\x18\n" +
-	"\aexpired\x18\b \x01(\rR\aexpired\"\xf5\x02\n" +
+	"\aexpired\x18\b \x01(\rR\aexpired\"\x8d\x03\n" +
 	"\vScanSummary\x12\x17\n" +
 	"\ascan_id\x18\x01 \x01(\tR\x06scanId\x12/\n" +
 	"\x06counts\x18\x02 \x01(\v2\x17.termivar.v1.TaskCountsR\x06counts\x12\x1d\n" +
@@ -1146,7 +1155,8 @@ const file_termivar_v1_dashboard_proto_rawDesc = "" +
 	"started_at\x18\t \x01(\x04R\tstartedAt\x12\x1f\n" +
 	"\vfinished_at\x18\n" +
 	" \x01(\x04R\n" +
-	"finishedAtB\v\n" +
+	"finishedAt\x12\x16\n" +
+	"\x06paused\x18\v \x01(\bR\x06pausedB\v\n" +
 	"\t_eta_secs\"o\n" +
 	"\rPriorityQueue\x12\x1a\n" +
 	"\bpriority\x18\x01 \x01(\tR\bpriority\x12\x16\n" +

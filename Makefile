@@ -6,7 +6,7 @@ BENCHTIME ?= 1s
 COUNT ?= 1
 SOAK_TARGETS ?= 1000000
 
-.PHONY: help test test/race bench fuzz fuzz-short mutants sim soak lint verify tidy proto
+.PHONY: help test test/race bench bench-memory fuzz fuzz-short mutants sim soak lint verify tidy proto
 
 help: ## list targets
 	@grep -E '^[a-zA-Z/_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "%-12s %s\n", $$1, $$2}'
@@ -29,6 +29,9 @@ fuzz: ## run every fuzz target for FUZZTIME each
 
 sim: ## run a long deterministic simulation (SIM_COMMANDS commands)
 	$(GO) test ./distributedtest/sim -run TestSimLong -sim.commands $(SIM_COMMANDS) -timeout 0 -v
+
+bench-memory: ## measure RSS per task record and per result byte with the real binary (minutes)
+	TERMIVAR_MEMORY_BENCH=1 $(GO) test -run '^$$' -bench BenchmarkServe_Memory -benchtime 1x -timeout 30m ./cmd/termivar-coord
 
 soak: ## run the soak test at SOAK_TARGETS targets (default 1 000 000; CI runs 20 000 in go test)
 	TERMIVAR_SOAK_TARGETS=$(SOAK_TARGETS) $(GO) test ./cmd/termivar-coord -run '^TestSoak$$' -count 1 -timeout 0 -v

@@ -162,6 +162,11 @@ func (n *memNode) snapshot(tb testing.TB) {
 }
 
 func BenchmarkServe_Memory(b *testing.B) {
+	if os.Getenv("TERMIVAR_MEMORY_BENCH") == "" {
+		// NB: minutes of forced snapshots; CI's run-every-benchmark-once
+		// pass would spend a third of its budget here.
+		b.Skip("set TERMIVAR_MEMORY_BENCH=1 (make bench-memory) to measure RSS per record; the figures are in docs/benchmarks.md")
+	}
 	bin := buildBinary(b)
 	for b.Loop() {
 		const queued, completed = 16384, 65536

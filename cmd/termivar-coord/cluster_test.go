@@ -221,10 +221,17 @@ func (c *tcluster) leader() *tnode {
 
 func waitCond(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(25 * time.Second)
+	waitWithin(t, what, 25*time.Second, cond)
+}
+
+// waitWithin polls cond every 20 ms until it holds, failing tb when it
+// does not within d: the one poll loop of this package's tests.
+func waitWithin(tb testing.TB, what string, d time.Duration, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+			tb.Fatalf("timed out waiting for %s (%v)", what, d)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

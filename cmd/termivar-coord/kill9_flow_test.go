@@ -184,15 +184,11 @@ func checkFlowScan(t *testing.T, prod *client.Client, targets []string) {
 	t.Helper()
 	ctx := context.Background()
 	var p *pb.ScanProgressResponse
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
+	waitWithin(t, "every flow task completed", 3*time.Minute, func() bool {
 		var err error
 		p, err = prod.ScanProgress(ctx, &pb.ScanProgressRequest{ScanId: flowScan})
-		if err == nil && p.GetCompleted() == flowTargets || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err == nil && p.GetCompleted() == flowTargets
+	})
 	if p.GetTotal() != flowTargets || p.GetCompleted() != flowTargets || p.GetResults() != flowTargets || p.GetDeclaredTotal() != flowTargets {
 		t.Fatalf("progress %v; want %d tasks, all completed with a result, declared %d", p, flowTargets, flowTargets)
 	}

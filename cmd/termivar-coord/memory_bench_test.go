@@ -146,10 +146,7 @@ func (n *memNode) snapshot(tb testing.TB) {
 			errs <- nil
 		}()
 	}
-	deadline := time.Now().Add(5 * time.Minute)
-	for metas() == before && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitWithin(tb, "a raft snapshot", 5*time.Minute, func() bool { return metas() != before })
 	cancel()
 	for range 4 {
 		if err := <-errs; err != nil {

@@ -102,17 +102,10 @@ func (l *opsLoad) counts() (int, int) {
 func (l *opsLoad) waitProgress(t *testing.T, what string, enq, done int) {
 	t.Helper()
 	e0, d0 := l.counts()
-	deadline := time.Now().Add(90 * time.Second)
-	for {
+	waitWithin(t, fmt.Sprintf("%s: %d enqueues and %d completions", what, enq, done), 90*time.Second, func() bool {
 		e, d := l.counts()
-		if e >= e0+enq && d >= d0+done {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s: %d enqueues and %d completions in 90 s, want %d and %d", what, e-e0, d-d0, enq, done)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return e >= e0+enq && d >= d0+done
+	})
 }
 
 // stop ends the workload and waits for it.

@@ -65,19 +65,14 @@ func (n *soakNode) start(t *testing.T) time.Duration {
 	if err := n.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := began.Add(2 * time.Minute)
-	for {
-		if resp, err := http.Get("http://" + n.metrics + "/readyz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
+	waitWithin(t, "serve /readyz (log "+n.log.Name()+")", 2*time.Minute, func() bool {
+		resp, err := http.Get("http://" + n.metrics + "/readyz")
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve not ready after 2 min; log %s", n.log.Name())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
 	took := time.Since(began)
 	if n.key == "" {
 		k, err := client.LoadKey(filepath.Join(n.dir, "admin.key"))
@@ -403,11 +398,5 @@ func median3[T int | int64 | time.Duration](a, b, c T) T {
 // waitSoak polls cond with a deadline of one minute.
 func waitSoak(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitWithin(t, what, time.Minute, cond)
 }

@@ -129,7 +129,12 @@ func New(cfg Config) (*Client, error) {
 		cfg.MaxBackoff = max(2*time.Second, cfg.MinBackoff)
 	}
 	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
-	base := cmp.Or(cfg.HTTPClient, &http.Client{Transport: NewTransport(nil, 256)})
+	base := cfg.HTTPClient
+	if base == nil {
+		// NB: not cmp.Or, which would build (and leak) a transport even
+		// when the caller brings its own client.
+		base = &http.Client{Transport: NewTransport(nil, 256)}
+	}
 	rt := cmp.Or(base.Transport, http.DefaultTransport)
 	hc := *base
 	hc.Transport = &bearer{key: cfg.Key, next: rt, router: rtr}

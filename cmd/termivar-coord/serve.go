@@ -33,6 +33,7 @@ type serveFlags struct {
 	tick                               time.Duration
 	leaseTTL, taskTTL                  uint64
 	auditStderr, forceNewCluster       bool
+	snapshotBytes                      int64
 	limits                             distributed.Limits
 	resultLimits                       distributed.ResultLimits
 	cluster                            clusterFlags
@@ -58,6 +59,7 @@ func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.Uint64Var(&f.leaseTTL, "lease-ttl", 60, "default lease TTL in seconds")
 	fs.Uint64Var(&f.taskTTL, "task-ttl", 0, "expire non-terminal tasks older than this many seconds (0: the tenant's max-task-ttl)")
 	fs.BoolVar(&f.auditStderr, "audit-stderr", false, "also write audit lines to stderr")
+	fs.Int64Var(&f.snapshotBytes, "snapshot-bytes", node.DefaultSnapshotBytes, "also take a raft snapshot once this many bytes of log were applied since the last one (besides every 8192 entries; negative: by entry count only)")
 	fs.BoolVar(&f.forceNewCluster, "force-new-cluster", false, "start a new, empty cluster in a data dir whose raft state is gone but whose identity, secret or keys remain (otherwise refused)")
 	addClusterFlags(fs, &f.cluster)
 	addLimitFlags(fs, &f.limits, &f.resultLimits, "per-tenant default: ")
@@ -372,7 +374,7 @@ func nodeConfig(f serveFlags, logger *slog.Logger, apiURL string) node.Config {
 		DataDir: f.dataDir, NodeID: f.nodeID, RaftAddr: f.raftAddr, Logger: logger, RaftLogOutput: os.Stderr,
 		TickInterval: tick, TaskTTLSecs: f.taskTTL, DefaultLimits: f.limits, DefaultResultLimits: f.resultLimits,
 		APIURL: apiURL, ForceNewCluster: f.forceNewCluster, DefaultScheduling: &f.scheduling,
-		EmulateVersion: f.emulateVersion,
+		EmulateVersion: f.emulateVersion, SnapshotBytes: f.snapshotBytes,
 	}
 }
 

@@ -22,8 +22,10 @@ const StateVersion = 1
 // MaxSnapshotBytes bounds a snapshot read by Restore.
 const MaxSnapshotBytes = 8 << 30
 
-// Snapshot captures the whole state as bytes (raft calls it on the FSM
-// goroutine, so the capture is a consistent point; Persist then only writes).
+// Snapshot captures the whole state (raft calls it on the FSM goroutine,
+// so the capture is a consistent point; Persist then only writes). The
+// capture holds the encoding once, as parts that Persist streams to the
+// sink (snapshot_stream.go), not a second, marshalled copy.
 //
 // A fatal FSM (fatal.go) refuses: its state stops before the corrupt entry,
 // and a snapshot would claim it covers indexes it never applied.
@@ -31,43 +33,22 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	if err := f.Fatal(); err != nil {
 		return nil, err
 	}
-	b, err := f.ExportState()
+	s, err := f.captureState()
 	if err != nil {
 		return nil, err
 	}
-	return &snapshot{data: b}, nil
+	return &streamedSnapshot{state: s}, nil
 }
 
 // ExportState encodes the FSM deterministically: tenants and keys sorted by
 // name, each tenant's core state from ExportState. Equal states give equal
-// bytes.
+// bytes, the bytes a snapshot of the state persists.
 func (f *FSM) ExportState() ([]byte, error) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	st := &pb.FSMState{Version: StateVersion, EpochId: f.epoch, LastTime: f.lastTime, Nodes: f.exportNodes(),
-		ClusterVersion: f.clusterVersion.Load(), LastBackup: f.lastBackup}
-	st.Keys, st.RevokedKeys = f.exportKeys()
-	for _, name := range sortedKeys(f.tenants) {
-		t := f.tenants[name]
-		ps, err := t.pool.ExportState()
-		if err != nil {
-			return nil, err
-		}
-		rs, err := t.results.ExportState()
-		if err != nil {
-			return nil, err
-		}
-		ts := &pb.TenantState{Name: name, Limits: wire.LimitsToProto(t.limits), ResultLimits: wire.ResultLimitsToProto(t.resultLimits), PoolState: ps, ResultState: rs, ResultRetentionSecs: t.retentionSecs}
-		for _, w := range sortedKeys(t.owners) {
-			ts.WorkerOwners = append(ts.WorkerOwners, &pb.WorkerOwner{WorkerId: w, KeyId: t.owners[w]})
-		}
-		ts.Schedules = exportSchedules(t)
-		for _, s := range sortedKeys(t.scans) {
-			ts.Scans = append(ts.Scans, t.exportScan(s))
-		}
-		st.Tenants = append(st.Tenants, ts)
+	s, err := f.captureState()
+	if err != nil {
+		return nil, err
 	}
-	return proto.MarshalOptions{Deterministic: true}.Marshal(st)
+	return s.join(), nil
 }
 
 func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
@@ -211,19 +192,3 @@ func restoreTenant(ts *pb.TenantState) (*Tenant, bool) {
 	}
 	return t, true
 }
-
-type snapshot struct {
-	data []byte
-}
-
-// Persist writes the captured bytes to the sink.
-func (s *snapshot) Persist(sink raft.SnapshotSink) error {
-	if _, err := sink.Write(s.data); err != nil {
-		_ = sink.Cancel()
-		return err
-	}
-	return sink.Close()
-}
-
-// Release drops the captured bytes.
-func (s *snapshot) Release() { s.data = nil }

@@ -45,7 +45,12 @@ func (f observedFSM) Apply(l *raft.Log) any {
 // before any entry is applied), then wakes the waiters of
 // Node.ChangeChan.
 func (f observedFSM) Restore(rc io.ReadCloser) error {
-	err := f.FSM.Restore(rc)
+	var err error
+	if f.opened != nil {
+		err = f.FSM.RestoreSized(rc, f.opened.lastSize())
+	} else {
+		err = f.FSM.Restore(rc)
+	}
 	if err == nil {
 		f.trig.restored()
 		if f.opened != nil {

@@ -94,20 +94,25 @@ func (n *Node) snapshotChan() <-chan struct{} { return n.snapshots.Wait("") }
 // before it hands it to FSM.Restore (at start and when a leader installs
 // one), from the goroutine that then restores it, and the node opens
 // none itself, so observedFSM.Restore reads the index of the snapshot it
-// installs here.
+// installs here, and its size, so that Restore reads it into one buffer.
 type indexedSnapshots struct {
 	raft.SnapshotStore
 	index atomic.Uint64
+	size  atomic.Int64
 }
 
-// Open opens the snapshot and records its index.
+// Open opens the snapshot and records its index and size.
 func (s *indexedSnapshots) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
 	meta, rc, err := s.SnapshotStore.Open(id)
 	if err == nil {
 		s.index.Store(meta.Index)
+		s.size.Store(meta.Size)
 	}
 	return meta, rc, err
 }
 
 // lastIndex is the index of the snapshot opened last (0: none).
 func (s *indexedSnapshots) lastIndex() uint64 { return s.index.Load() }
+
+// lastSize is the size in bytes of the snapshot opened last (0: none).
+func (s *indexedSnapshots) lastSize() int64 { return s.size.Load() }

@@ -1,7 +1,6 @@
 package raftfsm
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -9,7 +8,6 @@ import (
 	"slices"
 
 	"github.com/hashicorp/raft"
-	"google.golang.org/protobuf/proto"
 
 	distributed "github.com/termivar/distributed"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
@@ -55,15 +53,21 @@ func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys
 
 // Restore replaces the state with a snapshot written by Persist. Corrupt
 // input fails without changing anything.
-func (f *FSM) Restore(rc io.ReadCloser) error {
+func (f *FSM) Restore(rc io.ReadCloser) error { return f.RestoreSized(rc, 0) }
+
+// RestoreSized is Restore told the snapshot's size (0: unknown; the node's
+// snapshot store knows it): the snapshot is read into one buffer of that
+// size instead of one grown by doubling, which allocated and copied the
+// snapshot about four times over.
+func (f *FSM) RestoreSized(rc io.ReadCloser, size int64) error {
 	defer rc.Close()
-	var buf bytes.Buffer
-	if _, err := io.Copy(&buf, io.LimitReader(rc, MaxSnapshotBytes)); err != nil {
+	b, err := readSnapshot(io.LimitReader(rc, MaxSnapshotBytes), size)
+	if err != nil {
 		return err
 	}
 	f.applyMu.Lock()
 	defer f.applyMu.Unlock()
-	if err := f.RestoreState(buf.Bytes()); err != nil {
+	if err := f.RestoreState(b); err != nil {
 		if errors.Is(err, ErrUnsupportedVersion) {
 			// NB: raft reports only "failed to load any existing
 			// snapshots"; the node asks for the reason (UnsupportedState).
@@ -73,6 +77,25 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	f.indexKnown = false
 	return nil
+}
+
+// readSnapshot reads r to its end into a buffer of size bytes (plus one,
+// to see the end without growing), doubling it only if r is longer.
+func readSnapshot(r io.Reader, size int64) ([]byte, error) {
+	b := make([]byte, 0, min(max(size, 0), MaxSnapshotBytes)+512)
+	for {
+		if len(b) == cap(b) {
+			b = append(make([]byte, 0, 2*cap(b)), b...) // NB: doubling, not append's 1.25×
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
 }
 
 // UnsupportedState returns the error of the last snapshot Restore refused
@@ -89,11 +112,12 @@ func (f *FSM) UnsupportedState() error {
 var ErrInvalidState = errors.New("raftfsm: invalid snapshot state")
 
 // RestoreState replaces the state with bytes from ExportState, validating
-// everything first. A state of a cluster version above the FSM's
+// everything first. The core states are decoded from b in place (the core
+// copies what it keeps); b is not retained. A state of a cluster version above the FSM's
 // MaxVersion is refused with ErrUnsupportedVersion (upgrade the binary).
 func (f *FSM) RestoreState(b []byte) error {
 	var st pb.FSMState
-	if err := proto.Unmarshal(b, &st); err != nil || st.GetVersion() != StateVersion {
+	if err := unmarshalState(b, &st); err != nil || st.GetVersion() != StateVersion {
 		return ErrInvalidState
 	}
 	cv := max(st.GetClusterVersion(), MinClusterVersion)
@@ -178,12 +202,16 @@ func restoreTenant(ts *pb.TenantState) (*Tenant, bool) {
 		if _, dup := t.scans[sc.GetScanId()]; dup || !distributed.ValidIdentifier(sc.GetScanId()) {
 			return nil, false
 		}
-		for _, id := range sc.GetTaskIds() {
-			if task, _, err := pool.GetTask(id); err != nil || task.ScanID() != sc.GetScanId() {
+		// NB: each task is looked up once; restoreScanMeta reads these.
+		tasks := make([]distributed.ScanTask, len(sc.GetTaskIds()))
+		for i, id := range sc.GetTaskIds() {
+			task, _, err := pool.GetTask(id)
+			if err != nil || task.ScanID() != sc.GetScanId() {
 				return nil, false
 			}
+			tasks[i] = task
 		}
-		m, ok := restoreScanMeta(pool, res, sc)
+		m, ok := restoreScanMeta(pool, res, sc, tasks)
 		if !ok {
 			return nil, false
 		}

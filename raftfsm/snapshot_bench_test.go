@@ -145,12 +145,20 @@ func BenchmarkFSM_Restore(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.ReportAllocs()
-	b.ReportMetric(float64(len(st)), "state-B")
-	for b.Loop() {
-		g := New(Options{})
-		if err := g.Restore(io.NopCloser(bytes.NewReader(st))); err != nil {
-			b.Fatal(err)
-		}
+	for _, sized := range []bool{false, true} {
+		b.Run("sized="+strconv.FormatBool(sized), func(b *testing.B) {
+			b.ReportAllocs()
+			b.ReportMetric(float64(len(st)), "state-B")
+			for b.Loop() {
+				size := int64(0)
+				if sized {
+					size = int64(len(st)) // what the node's snapshot store knows
+				}
+				g := New(Options{})
+				if err := g.RestoreSized(io.NopCloser(bytes.NewReader(st)), size); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -170,3 +170,89 @@ func (s *streamedSnapshot) Persist(sink raft.SnapshotSink) error {
 
 // Release drops the captured parts.
 func (s *streamedSnapshot) Release() { s.state = nil }
+
+// coreStates are one TenantState's pool and result state fields, aliasing
+// the snapshot buffer.
+type coreStates struct {
+	pool, results       []byte
+	hasPool, hasResults bool
+}
+
+// unmarshalState is proto.Unmarshal(b, st) without copying the tenants'
+// core states: protobuf-go copies every bytes field, and those two are
+// nearly the whole snapshot. It unmarshals b with those fields cut out of
+// every tenant, then points them into b (the core's restore copies what it
+// keeps). Every other field, unknown ones included, and every malformed
+// input go through proto.Unmarshal as before: a field of an unexpected
+// wire type is left in place for it to judge.
+func unmarshalState(b []byte, st *pb.FSMState) error {
+	rest := make([]byte, 0, 4096)
+	var cores []coreStates
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b[n:])
+		if m < 0 {
+			return protowire.ParseError(m)
+		}
+		if num == fieldFSMTenants && typ == protowire.BytesType {
+			v, _ := protowire.ConsumeBytes(b[n:])
+			inner, cs, err := cutCoreStates(v)
+			if err != nil {
+				return err
+			}
+			rest = protowire.AppendBytes(protowire.AppendTag(rest, num, typ), inner)
+			cores = append(cores, cs)
+		} else {
+			rest = append(rest, b[:n+m]...)
+		}
+		b = b[n+m:]
+	}
+	if err := proto.Unmarshal(rest, st); err != nil {
+		return err
+	}
+	if len(st.GetTenants()) != len(cores) {
+		return ErrInvalidState // NB: every field 5 is one element
+	}
+	for i, ts := range st.GetTenants() {
+		if cores[i].hasPool {
+			ts.PoolState = cores[i].pool
+		}
+		if cores[i].hasResults {
+			ts.ResultState = cores[i].results
+		}
+	}
+	return nil
+}
+
+// cutCoreStates returns a TenantState encoding without its pool and result
+// state fields, and those fields (the last of each, as protobuf merges a
+// repeated scalar field).
+func cutCoreStates(b []byte) ([]byte, coreStates, error) {
+	var cs coreStates
+	inner := make([]byte, 0, 1024)
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return nil, cs, protowire.ParseError(n)
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b[n:])
+		if m < 0 {
+			return nil, cs, protowire.ParseError(m)
+		}
+		switch {
+		case typ == protowire.BytesType && num == fieldTenantPoolState:
+			cs.pool, _ = protowire.ConsumeBytes(b[n:])
+			cs.hasPool = true
+		case typ == protowire.BytesType && num == fieldTenantResultState:
+			cs.results, _ = protowire.ConsumeBytes(b[n:])
+			cs.hasResults = true
+		default:
+			inner = append(inner, b[:n+m]...)
+		}
+		b = b[n+m:]
+	}
+	return inner, cs, nil
+}

@@ -14,6 +14,7 @@ import (
 	"io"
 	"testing"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/termivar/distributed/gen/termivar/v1"
@@ -136,3 +137,45 @@ func (s *bufferSink) Write(p []byte) (int, error) { return s.buf.Write(p) }
 func (s *bufferSink) Close() error                { s.closed = true; return nil }
 func (s *bufferSink) ID() string                  { return "test" }
 func (s *bufferSink) Cancel() error               { s.canceled = true; return nil }
+
+// TestUnmarshalState_AgreesWithProto checks that the aliasing decode
+// accepts exactly what proto.Unmarshal accepts and gives an equal message:
+// on a state with every field, on every truncation of it, on every byte of
+// it flipped, and on a tenant whose core states come twice or with another
+// wire type.
+func TestUnmarshalState_AgreesWithProto(t *testing.T) {
+	t.Parallel()
+	b := everyFieldState(t)
+	enc, err := b.f.ExportState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(what string, in []byte) {
+		t.Helper()
+		var want, got pb.FSMState
+		werr := proto.Unmarshal(in, &want)
+		gerr := unmarshalState(in, &got)
+		if (werr == nil) != (gerr == nil) {
+			t.Fatalf("%s: proto.Unmarshal = %v, unmarshalState = %v", what, werr, gerr)
+		}
+		if werr == nil && !proto.Equal(&want, &got) {
+			t.Fatalf("%s: the decoded states differ", what)
+		}
+	}
+	check("whole", enc)
+	for i := range enc {
+		check("truncated", enc[:i])
+		flipped := bytes.Clone(enc)
+		flipped[i] ^= 0x5a
+		check("flipped", flipped)
+	}
+	twice := protowire.AppendBytes(protowire.AppendTag(nil, fieldTenantPoolState, protowire.BytesType), []byte("first"))
+	twice = protowire.AppendBytes(protowire.AppendTag(twice, fieldTenantPoolState, protowire.BytesType), []byte("second"))
+	twice = protowire.AppendVarint(protowire.AppendTag(twice, fieldTenantResultState, protowire.VarintType), 7)
+	odd := protowire.AppendBytes(protowire.AppendTag(bytes.Clone(enc), fieldFSMTenants, protowire.BytesType), twice)
+	check("a tenant with its pool state twice and a varint result state", odd)
+	var got pb.FSMState
+	if err := unmarshalState(odd, &got); err != nil || string(got.GetTenants()[2].GetPoolState()) != "second" {
+		t.Fatalf("the last pool state must win: %v %q", err, got.GetTenants()[2].GetPoolState())
+	}
+}

@@ -115,6 +115,12 @@ func errNilResultAggregator() *Error {
 // On success a copy of result is stored, the revision increments once and
 // the outcome is Stored. The caller may reuse result afterwards.
 func (a *ResultAggregator) StoreResult(expectedRevision uint64, receipt CompletionReceipt, result []byte) (Transition[StoreResultOutcome], error) {
+	return a.storeResult(expectedRevision, receipt, result, false)
+}
+
+// storeResult is StoreResult; with owned it keeps result itself instead of
+// a copy (StoreResultOwned, results_nocopy.go).
+func (a *ResultAggregator) storeResult(expectedRevision uint64, receipt CompletionReceipt, result []byte, owned bool) (Transition[StoreResultOutcome], error) {
 	var none Transition[StoreResultOutcome]
 	if a == nil {
 		return none, errNilResultAggregator()
@@ -147,7 +153,11 @@ func (a *ResultAggregator) StoreResult(expectedRevision uint64, receipt Completi
 		return none, err
 	}
 
-	a.results[receipt.taskID] = &storedResult{receipt: receipt, data: append(make([]byte, 0, size), result...)}
+	data := result[:size:size]
+	if !owned || data == nil { // NB: a stored result is never nil (checkInvariantsLocked)
+		data = append(make([]byte, 0, size), result...)
+	}
+	a.results[receipt.taskID] = &storedResult{receipt: receipt, data: data}
 	a.totalBytes += size
 	a.revision++
 	return Transition[StoreResultOutcome]{Revision: a.revision, Value: StoreResultOutcome{Kind: Stored}}, nil

@@ -77,13 +77,21 @@ func FrameEntry(payload []byte) []byte {
 }
 
 // MarshalEntry encodes cmd deterministically and frames it: the bytes a
-// proposer hands to raft.
+// proposer hands to raft, exactly FrameEntry of the deterministic
+// encoding. The command is marshalled straight into the frame (one buffer
+// of the final size, the header written after), not marshalled and then
+// copied behind a header: with 64 KiB results that copy was one of the
+// entry's needless copies (docs/benchmarks.md, issue 15).
 func MarshalEntry(cmd *pb.Command) ([]byte, error) {
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(cmd)
+	size := proto.Size(cmd)
+	out := make([]byte, FrameHeaderBytes, FrameHeaderBytes+size)
+	out, err := proto.MarshalOptions{Deterministic: true, UseCachedSize: true}.MarshalAppend(out, cmd)
 	if err != nil {
 		return nil, err
 	}
-	return FrameEntry(b), nil
+	out[0] = FrameVersion
+	binary.BigEndian.PutUint32(out[1:FrameHeaderBytes], crc32.Checksum(out[FrameHeaderBytes:], castagnoli))
+	return out, nil
 }
 
 // UnframeEntry checks data's frame and returns the payload; the reason

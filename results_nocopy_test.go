@@ -1,6 +1,8 @@
 package distributed
 
 import (
+	"bytes"
+	"crypto/rand"
 	"errors"
 	"testing"
 )
@@ -55,4 +57,54 @@ func TestResultAggregator_StoreResultOwned(t *testing.T) {
 	_, err := a.StoreResultOwned(2, testReceipt("t1"), []byte("other"))
 	requireError(t, err, &Error{Kind: KindConflictingResult, TaskID: "t1"})
 	requireUnchanged(t, before, observeResults(t, a, "t1", "t2"))
+}
+
+// TestResultAggregator_ExportStateParts checks that the parts join to
+// exactly ExportState's bytes (empty, small and large results), that a
+// large result is the stored slice itself, and that the parts do not change
+// when the aggregator purges and stores afterwards.
+func TestResultAggregator_ExportStateParts(t *testing.T) {
+	l := smallResultLimits
+	l.MaxResults, l.MaxResultBytes, l.MaxTotalBytes = 8, 8<<10, 64<<10
+	a := newTestAggregator(t, l)
+	join := func(parts [][]byte) []byte { return bytes.Join(parts, nil) }
+	parts, err := a.ExportStateParts()
+	if want, _ := a.ExportState(); err != nil || !bytes.Equal(join(parts), want) {
+		t.Fatalf("empty: parts join to %x, want %x (err %v)", join(parts), want, err)
+	}
+	big := make([]byte, 4<<10)
+	if _, err := rand.Read(big); err != nil {
+		t.Fatal(err)
+	}
+	mustStore(t, a, testReceipt("a-small"), []byte("abc"))
+	mustStore(t, a, testReceipt("b-big"), big)
+	mustStore(t, a, testReceipt("c-empty"), nil)
+	mustStore(t, a, testReceipt("d-exact"), big[:exportPartMinBytes])
+	parts, err = a.ExportStateParts()
+	want, _ := a.ExportState()
+	if err != nil || !bytes.Equal(join(parts), want) {
+		t.Fatalf("parts join to %d bytes, want ExportState's %d (err %v)", len(join(parts)), len(want), err)
+	}
+	aliased := 0
+	for _, p := range parts {
+		for _, id := range []string{"b-big", "d-exact"} {
+			if d := a.results[id].data; len(p) == len(d) && &p[0] == &d[0] {
+				aliased++
+			}
+		}
+	}
+	if aliased != 2 {
+		t.Fatalf("%d results of at least %d bytes are parts of their own, want 2", aliased, exportPartMinBytes)
+	}
+	if _, err := a.PurgeResults(a.Revision(), []string{"b-big"}); err != nil {
+		t.Fatal(err)
+	}
+	mustStore(t, a, testReceipt("b-big"), bytes.Repeat([]byte{7}, 2<<10))
+	if !bytes.Equal(join(parts), want) {
+		t.Fatal("captured parts changed after a purge and a store")
+	}
+	var nilAgg *ResultAggregator
+	if _, err := nilAgg.ExportStateParts(); err == nil {
+		t.Fatal("ExportStateParts on a nil aggregator = nil error")
+	}
 }

@@ -19,8 +19,11 @@ import (
 // the message, and the marshalled copy), so a snapshot doubled the memory
 // of the state it wrote. A capture is the encoding as consecutive parts:
 // small, already marshalled pieces (the FSM's own records, under its lock)
-// and, for each tenant, the core's pool and result state bytes exactly as
-// the core's ExportState returned them, never copied again. Persist writes
+// and, for each tenant, the core's pool state bytes exactly as the core's
+// ExportState returned them, and its result state as the core's
+// ExportStateParts returns it — every result of 1 KiB or more is the
+// stored slice itself (results are never modified in place) — never
+// copied again. Persist writes
 // the parts in order; ExportState joins them. Protobuf-go writes a
 // message's fields in field-number order, so a message split into fields
 // below a bytes field, the field, and fields above it encodes to the same
@@ -39,7 +42,8 @@ var deterministic = proto.MarshalOptions{Deterministic: true}
 
 // stateParts is one captured FSM state: its encoding is the parts joined.
 // Invariant: no part is modified after the capture (the core's ExportState
-// returns fresh slices; the rest is marshalled at capture).
+// returns fresh slices, ExportStateParts fresh ones and stored results,
+// which are immutable; the rest is marshalled at capture).
 type stateParts struct {
 	parts [][]byte
 	size  int
@@ -108,7 +112,7 @@ func (t *Tenant) capture(s *stateParts) error {
 	if err != nil {
 		return err
 	}
-	rs, err := t.results.ExportState()
+	rs, err := t.results.ExportStateParts() // results of 1 KiB and more: the stored slices, not copies
 	if err != nil {
 		return err
 	}
@@ -127,31 +131,44 @@ func (t *Tenant) capture(s *stateParts) error {
 	if err != nil {
 		return err
 	}
-	n := len(head) + bytesFieldSize(fieldTenantPoolState, ps) + bytesFieldSize(fieldTenantResultState, rs) + len(tail)
+	n := len(head) + bytesFieldSize(fieldTenantPoolState, ps) + bytesFieldSize(fieldTenantResultState, rs...) + len(tail)
 	s.add(protowire.AppendVarint(protowire.AppendTag(nil, fieldFSMTenants, protowire.BytesType), uint64(n)))
 	s.add(head)
 	addBytesField(s, fieldTenantPoolState, ps)
-	addBytesField(s, fieldTenantResultState, rs)
+	addBytesField(s, fieldTenantResultState, rs...)
 	s.add(tail)
 	return nil
 }
 
-// bytesFieldSize is the encoded size of a proto3 bytes field (0 when
-// empty: proto3 leaves it out).
-func bytesFieldSize(num protowire.Number, b []byte) int {
-	if len(b) == 0 {
+// bytesFieldSize is the encoded size of a proto3 bytes field whose value
+// is the parts joined (0 when empty: proto3 leaves it out).
+func bytesFieldSize(num protowire.Number, parts ...[]byte) int {
+	n := partsLen(parts)
+	if n == 0 {
 		return 0
 	}
-	return protowire.SizeTag(num) + protowire.SizeBytes(len(b))
+	return protowire.SizeTag(num) + protowire.SizeBytes(n)
 }
 
-// addBytesField adds a bytes field: its tag and length, then b itself.
-func addBytesField(s *stateParts, num protowire.Number, b []byte) {
-	if len(b) == 0 {
+// addBytesField adds a bytes field: its tag and length, then the parts of
+// its value themselves.
+func addBytesField(s *stateParts, num protowire.Number, parts ...[]byte) {
+	n := partsLen(parts)
+	if n == 0 {
 		return
 	}
-	s.add(protowire.AppendVarint(protowire.AppendTag(nil, num, protowire.BytesType), uint64(len(b))))
-	s.add(b)
+	s.add(protowire.AppendVarint(protowire.AppendTag(nil, num, protowire.BytesType), uint64(n)))
+	for _, p := range parts {
+		s.add(p)
+	}
+}
+
+func partsLen(parts [][]byte) int {
+	n := 0
+	for _, p := range parts {
+		n += len(p)
+	}
+	return n
 }
 
 // streamedSnapshot is a captured state that Persist writes part by part.

@@ -111,15 +111,17 @@ func UnframeEntry(data []byte) (payload []byte, reason string) {
 }
 
 // DecodeEntry checks the frame of the command entry at index and decodes
-// it; any failure is an *EntryError.
+// it; any failure is an *EntryError. The command's results alias data
+// (frame_results.go): data must not be modified while the command or a
+// result stored from it is in use.
 func DecodeEntry(index uint64, data []byte) (*pb.Command, error) {
 	payload, reason := UnframeEntry(data)
 	if reason != "" {
 		return nil, &EntryError{Index: index, Reason: reason}
 	}
-	var cmd pb.Command
-	if err := proto.Unmarshal(payload, &cmd); err != nil {
+	cmd, err := decodeCommand(payload) // results alias data (frame_results.go)
+	if err != nil {
 		return nil, &EntryError{Index: index, Reason: "checksum matches but the command does not decode: " + err.Error()}
 	}
-	return &cmd, nil
+	return cmd, nil
 }

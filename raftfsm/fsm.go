@@ -220,8 +220,9 @@ func (f *FSM) Apply(l *raft.Log) any {
 func (f *FSM) ApplyCommand(cmd *pb.Command) any { return f.applyCommand(cmd, false) }
 
 // applyCommand applies cmd; decoded says that Apply decoded it from a log
-// entry just now, so that its bytes fields are fresh slices nothing else
-// holds, which the result store may keep without a copy.
+// entry just now, so that its results are slices of the entry, which
+// nothing writes (frame_results.go) and the result store may keep without
+// a copy.
 func (f *FSM) applyCommand(cmd *pb.Command, decoded bool) any {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -447,8 +448,9 @@ func (f *FSM) applyComplete(c tenantCall) Response {
 	}
 	store := t.results.StoreResult
 	if f.decoded {
-		// NB: Apply's own decode copied the result out of the entry;
-		// the store keeps that copy instead of making another.
+		// NB: Apply decoded the result aliasing the entry's data, which
+		// nothing writes after it is proposed (frame_results.go); the
+		// store keeps it instead of a copy.
 		store = t.results.StoreResultOwned
 	}
 	st, err := store(t.results.Revision(), tr.Value.Receipt, result)

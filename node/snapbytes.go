@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/raft"
 )
@@ -56,9 +57,14 @@ func (t *snapTrigger) captured() int64 {
 	return t.applied.Swap(0)
 }
 
-// failed gives back the bytes of a snapshot that was not written (and
-// asks again if they reach the threshold).
-func (t *snapTrigger) failed(n int64) { t.add(n) }
+// failed gives back the bytes of a snapshot that was not written; the
+// next applied entry asks again (snapshotLoop waits snapshotRetryDelay
+// after a failure, so a failing disk is not asked in a loop).
+func (t *snapTrigger) failed(n int64) {
+	if t != nil {
+		t.applied.Add(n)
+	}
+}
 
 // restored starts the count again: the state is a snapshot's.
 func (t *snapTrigger) restored() {
@@ -79,11 +85,22 @@ func (n *Node) snapshotLoop(ctx context.Context) {
 		case <-t.kick:
 		}
 		err := n.raft.Snapshot().Error()
-		if err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) && !errors.Is(err, raft.ErrRaftShutdown) {
-			n.log.Warn("raft snapshot by log bytes failed", "error", err)
+		if err == nil || errors.Is(err, raft.ErrNothingNewToSnapshot) || errors.Is(err, raft.ErrRaftShutdown) {
+			continue
+		}
+		n.log.Warn("raft snapshot by log bytes failed", "error", err, "retry_in", snapshotRetryDelay)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(snapshotRetryDelay):
 		}
 	}
 }
+
+// snapshotRetryDelay is how long snapshotLoop waits after a failed
+// snapshot before it takes the next request: every attempt captures the
+// whole state.
+const snapshotRetryDelay = 10 * time.Second
 
 // snapshotChan returns a channel closed after the next snapshot is
 // written (tests wait on it).

@@ -325,10 +325,10 @@ func (c *coordinator) rebuildIndexes() *Error {
 			}
 		} else {
 			c.active++
-			// NB: one lookup, not Has then insert (a tenth of a restore).
-			if _, dup := c.byAge.ReplaceOrInsert(t); dup {
+			if c.byAge.Has(t) {
 				return invalidState("duplicate age index entry")
 			}
+			c.byAge.ReplaceOrInsert(t)
 		}
 		if t.status == TaskQueued {
 			if _, dup := c.queue.ReplaceOrInsert(t); dup {

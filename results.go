@@ -59,7 +59,7 @@ type ResultAggregator struct {
 // which is why restored and cloned states may share entries.
 type storedResult struct {
 	receipt CompletionReceipt
-	data    []byte // never nil; never aliased outside the aggregator
+	data    []byte // never nil; never modified (ExportStateParts and StoreResultOwned share it)
 }
 
 // NewResultAggregator returns an empty aggregator with DefaultResultLimits.

@@ -36,8 +36,7 @@ type benchFlags struct {
 	resultBytes int
 	leaseTTL    int
 	cpuProfile  string
-	memProfile  string // allocation profile written at the end (bench_memprofile.go)
-	cluster     int    // members of the loopback cluster compared with one node (0: off)
+	cluster     int // members of the loopback cluster compared with one node (0: off)
 }
 
 // runBench drives N producers and M workers against a node over loopback
@@ -59,9 +58,6 @@ func runBench(args []string) int {
 			return exitUsage
 		}
 		defer stop()
-	}
-	if f.memProfile != "" {
-		defer writeMemProfile(f.memProfile)
 	}
 	if !f.valid() {
 		fmt.Fprintln(os.Stderr, "termivar-coord bench: flag out of range")
@@ -111,7 +107,6 @@ func newBenchFlagSet(f *benchFlags) *flag.FlagSet {
 	fs.IntVar(&f.resultBytes, "result-bytes", 32, "bytes of each result")
 	fs.IntVar(&f.leaseTTL, "lease-ttl-secs", 30, "lease TTL of each Acquire (leases granted by a reply lost in a leader change come back after it)")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
-	fs.StringVar(&f.memProfile, "memprofile", "", "write an allocation profile of the run (go tool pprof -sample_index=alloc_space) to this file")
 	fs.IntVar(&f.cluster, "cluster", 0, "also run against a loopback cluster of this many members in this process and report the ratio to one node and the leader-kill recovery (0: off)")
 	return fs
 }

@@ -219,8 +219,6 @@ type Node struct {
 	wake          notify.Notifier
 	changed       notify.Notifier // every applied entry (ChangeChan); one key, ""
 	progress      notify.Notifier // the FSM's ProgressFunc: tasks may have become terminal
-	snapshots     notify.Notifier // every snapshot written (snapbytes.go); one key, ""
-	snapTrig      *snapTrigger    // snapshots by log bytes; nil: off
 	clu           clusterState
 	ident         *identity
 	lock          *dirLock
@@ -232,6 +230,11 @@ type Node struct {
 	prop      *proposer // set in start, once raft runs
 	tracer    trace.Tracer
 	closeOnce sync.Once
+
+	// Snapshots by log bytes (snapbytes.go): snapshots is woken after
+	// every snapshot written (one key, ""); snapTrig is nil when off.
+	snapshots notify.Notifier
+	snapTrig  *snapTrigger
 }
 
 // Open starts a node on cfg.DataDir — bootstrapping a one-voter cluster,
@@ -438,8 +441,7 @@ func (n *Node) openRaft() (bool, error) {
 			return false, fmt.Errorf("node: bootstrap: %w", err)
 		}
 	}
-	r, err := raft.NewRaft(rc, observedFSM{FSM: n.fsm, m: cfg.Metrics, log: n.log, changed: &n.changed,
-		snapshots: &n.snapshots, trig: n.snapTrig, opened: snaps}, logs, w, snaps, trans)
+	r, err := raft.NewRaft(rc, n.observedFSM(snaps), logs, w, snaps, trans)
 	if uerr := n.fsm.UnsupportedState(); err != nil && uerr != nil {
 		return false, dataDirErr(filepath.Join(cfg.DataDir, raftDir, "snapshots"), uerr.Error(), remedyUpgrade)
 	}

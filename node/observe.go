@@ -32,6 +32,13 @@ type observedFSM struct {
 	opened *indexedSnapshots
 }
 
+// observedFSM returns the FSM raft runs on this node, restoring from
+// snaps.
+func (n *Node) observedFSM(snaps *indexedSnapshots) observedFSM {
+	return observedFSM{FSM: n.fsm, m: n.cfg.Metrics, log: n.log, changed: &n.changed,
+		snapshots: &n.snapshots, trig: n.snapTrig, opened: snaps}
+}
+
 // Apply applies the entry, then wakes the waiters of Node.ChangeChan.
 func (f observedFSM) Apply(l *raft.Log) any {
 	r := f.FSM.Apply(l)

@@ -33,7 +33,6 @@ type serveFlags struct {
 	tick                               time.Duration
 	leaseTTL, taskTTL                  uint64
 	auditStderr, forceNewCluster       bool
-	snapshotBytes                      int64
 	limits                             distributed.Limits
 	resultLimits                       distributed.ResultLimits
 	cluster                            clusterFlags
@@ -43,6 +42,8 @@ type serveFlags struct {
 	// emulateVersion is node.Config.EmulateVersion: set only by the
 	// mixed-version tests (upgrade_test.go), never by a flag.
 	emulateVersion uint32
+	// snapshotBytes is node.Config.SnapshotBytes (--snapshot-bytes).
+	snapshotBytes int64
 }
 
 func newServeFlagSet(f *serveFlags) *flag.FlagSet {
@@ -59,7 +60,6 @@ func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.Uint64Var(&f.leaseTTL, "lease-ttl", 60, "default lease TTL in seconds")
 	fs.Uint64Var(&f.taskTTL, "task-ttl", 0, "expire non-terminal tasks older than this many seconds (0: the tenant's max-task-ttl)")
 	fs.BoolVar(&f.auditStderr, "audit-stderr", false, "also write audit lines to stderr")
-	fs.Int64Var(&f.snapshotBytes, "snapshot-bytes", node.DefaultSnapshotBytes, "also take a raft snapshot once this many bytes of log were applied since the last one (besides every 8192 entries; negative: by entry count only)")
 	fs.BoolVar(&f.forceNewCluster, "force-new-cluster", false, "start a new, empty cluster in a data dir whose raft state is gone but whose identity, secret or keys remain (otherwise refused)")
 	addClusterFlags(fs, &f.cluster)
 	addLimitFlags(fs, &f.limits, &f.resultLimits, "per-tenant default: ")
@@ -69,6 +69,7 @@ func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.Uint64Var(&f.scheduling.BackoffBaseSecs, "backoff-base", d.BackoffBaseSecs, "per-tenant default: first retry delay in seconds, doubling per retry with jitter (0: retry at once)")
 	fs.Uint64Var(&f.scheduling.BackoffCapSecs, "backoff-cap", d.BackoffCapSecs, "per-tenant default: longest retry delay in seconds")
 	fs.BoolVar(&f.scheduling.FairScans, "fair-scans", d.FairScans, "per-tenant default: serve scans of one priority round-robin")
+	fs.Int64Var(&f.snapshotBytes, "snapshot-bytes", node.DefaultSnapshotBytes, "also take a raft snapshot once this many bytes of log were applied since the last one (besides every 8192 entries; negative: by entry count only)")
 	return fs
 }
 

@@ -38,8 +38,15 @@ func TestResultAggregator_ResultSize(t *testing.T) {
 // invariants hold), and that its checks are StoreResult's: a conflicting
 // second result is refused and changes nothing.
 func TestResultAggregator_StoreResultOwned(t *testing.T) {
-	a := newTestAggregator(t, smallResultLimits)
-	data := []byte("abc")
+	l := smallResultLimits
+	l.MaxResultBytes, l.MaxTotalBytes = 1024, 4096
+	a := newTestAggregator(t, l)
+	data := make([]byte, 100) // NB: above any size stored inline with its entry
+	if _, err := rand.Read(data); err != nil {
+		t.Fatal(err)
+	}
+	want := bytes.Clone(data)
+	want[0] ^= 0xff
 	if _, err := a.StoreResultOwned(0, testReceipt("t1"), data); err != nil {
 		t.Fatalf("StoreResultOwned = %v", err)
 	}
@@ -49,9 +56,9 @@ func TestResultAggregator_StoreResultOwned(t *testing.T) {
 	if err := a.CheckInvariants(); err != nil {
 		t.Fatal(err)
 	}
-	data[0] = 'X' // kept, not copied: the caller handed it over
-	if b, ok, err := a.GetResult("t1"); err != nil || !ok || string(b) != "Xbc" {
-		t.Fatalf("GetResult(t1) = %q, %v, %v; want the handed-over slice", b, ok, err)
+	data[0] ^= 0xff // kept, not copied: the caller handed it over
+	if b, ok, err := a.GetResult("t1"); err != nil || !ok || !bytes.Equal(b, want) {
+		t.Fatalf("GetResult(t1) = %v, %v; want the handed-over slice", ok, err)
 	}
 	before := observeResults(t, a, "t1", "t2")
 	_, err := a.StoreResultOwned(2, testReceipt("t1"), []byte("other"))

@@ -8,7 +8,7 @@
 // (snapshots by entry count only: the fill's ≈ 260 entries never reach
 // 8 192, so Open replays the whole log — the case), "bytes" (the
 // default 64 MiB byte trigger) and "snapshot" (an explicit snapshot right
-// before Close: restore alone). It runs only with
+// before Close, whose allocations are reported: restore alone). It runs only with
 // TERMIVAR_RESTART_BENCH=1 (a fill takes tens of seconds and ≈ 2 GB);
 // TERMIVAR_RESTART_TASKS changes the task count, and
 // TERMIVAR_RESTART_PROFILE=DIR writes a CPU profile of each Open there.
@@ -48,10 +48,9 @@ func BenchmarkNode_Restart(b *testing.B) {
 			mut := func(c *Config) { c.SnapshotBytes = snapBytes }
 			n := openNode(b, dir, mut)
 			fillTasks(b, n, tasks)
+			var snapAlloc, heap uint64
 			if mode == "snapshot" {
-				if err := n.Snapshot(); err != nil {
-					b.Fatal(err)
-				}
+				snapAlloc, heap = snapshotAlloc(b, n)
 			}
 			stats := n.RaftStats()
 			if err := n.Close(); err != nil {
@@ -76,10 +75,28 @@ func BenchmarkNode_Restart(b *testing.B) {
 				b.StartTimer()
 			}
 			b.ReportMetric(float64(opened.Milliseconds()), "restart-ms")
+			if mode == "snapshot" {
+				b.ReportMetric(float64(snapAlloc), "snapshot-alloc-B")
+				b.ReportMetric(float64(heap), "heap-B")
+			}
 			b.Logf("%s: %d tasks, last log index %s, last snapshot index %s, restart %v", mode, tasks,
 				stats["last_log_index"], stats["last_snapshot_index"], opened)
 		})
 	}
+}
+
+// snapshotAlloc takes a snapshot and reports what it allocated
+// (TotalAlloc) beside the heap in use before it (HeapInuse after a GC):
+// snapshot-alloc-B / heap-B is what a snapshot adds to the node's memory.
+func snapshotAlloc(b *testing.B, n *Node) (alloc, heap uint64) {
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	if err := n.Snapshot(); err != nil {
+		b.Fatal(err)
+	}
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc, before.HeapInuse
 }
 
 // startProfile starts a CPU profile of one Open when asked; the returned

@@ -347,6 +347,10 @@ func (c *coordinator) rebuildIndexes() *Error {
 			w.current++
 		}
 	}
+	for _, w := range c.workers {
+		c.byID.ReplaceOrInsert(w)
+	}
+	c.rerank() // ranks are derived: evenly spaced in ID order (I9)
 	for _, id := range c.sortedWorkerIDs() {
 		if w := c.workers[id]; w.status != WorkerOffline {
 			c.alive = treapInsert(c.alive, w)

@@ -44,6 +44,9 @@ func (c *coordinator) audit() *Error {
 			linked++
 		}
 	}
+	if err := c.auditRanks(); err != nil {
+		return err
+	}
 	if err := c.auditTreap(linked); err != nil {
 		return err
 	}

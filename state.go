@@ -85,6 +85,7 @@ type workerRec struct {
 	leases map[uint64]*taskRec // lease ID → task, for worker-loss recovery
 
 	prio        uint64
+	rank        uint64 // tie-break in ID order (ranks.go, I9)
 	left, right *workerRec
 	parent      *workerRec // nil for the root and for unlinked workers
 	best        *workerRec
@@ -127,7 +128,8 @@ type coordinator struct {
 	terminal int                     // terminal tasks
 
 	workers map[string]*workerRec
-	alive   *workerRec // treap of non-offline workers (I9)
+	byID    *btree.BTreeG[*workerRec] // every worker in ID order, for ranks (I9)
+	alive   *workerRec                // treap of non-offline workers (I9)
 
 	// sched is the scheduling index (fairness.go), nil until a scheduling
 	// feature is used (I11).
@@ -176,6 +178,7 @@ func newCoordinator(l Limits) *coordinator {
 		byAge:    btree.NewG(btreeDegree, ageLess),
 		byFinish: btree.NewG(btreeDegree, finishLess),
 		workers:  make(map[string]*workerRec),
+		byID:     newWorkerIndex(),
 	}
 }
 

@@ -1,6 +1,7 @@
 package distributed
 
 import (
+	"cmp"
 	"slices"
 	"sort"
 )
@@ -95,6 +96,7 @@ func (p *WorkerPool) RegisterWorker(expectedRevision, nowSecs uint64, spec Worke
 	}
 	w.applySpec(spec, tags)
 	c.workers[w.id] = w
+	c.addRanked(w)
 	c.alive = treapInsert(c.alive, w)
 	return Transition[WorkerNode]{Revision: c.commit(nowSecs), Value: w.view()}, nil
 }
@@ -235,15 +237,7 @@ func (p *WorkerPool) PruneDeadWorkers(expectedRevision, nowSecs uint64) (Transit
 	if t := c.limits.HeartbeatTimeoutSecs; nowSecs >= t {
 		dead = treapDead(c.alive, nowSecs-t)
 	}
-	slices.SortFunc(dead, func(a, b *workerRec) int {
-		switch {
-		case a.id < b.id:
-			return -1
-		case a.id > b.id:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(dead, func(a, b *workerRec) int { return cmp.Compare(a.rank, b.rank) }) // ID order (I9)
 	return c.loseWorkers(nowSecs, dead)
 }
 

@@ -213,8 +213,8 @@ func (p *WorkerPool) FailTaskWithReason(expectedRevision, nowSecs uint64, lease 
 // the command releases the lease. The caller has passed every check.
 func (c *coordinator) endAttempt(t *taskRec, now uint64, outcome AttemptOutcome, reason string) {
 	a := AttemptRecord{
-		attempt:        t.lease.attempt,
-		taskGeneration: t.lease.taskGeneration,
+		attempt:        t.attempt,
+		taskGeneration: t.generation,
 		workerID:       t.lease.workerID,
 		leaseID:        t.lease.leaseID,
 		acquiredAt:     t.lease.acquiredAt,

@@ -20,7 +20,7 @@ import "unicode/utf8"
 // itself.
 
 func (t *taskRec) hasExtensions() bool {
-	return t.timeout != 0 || t.reruns != 0 || len(t.history) != 0
+	return t.timeout != 0 || t.reruns != 0 || len(t.history) != 0 || t.lastAttemptImplicit
 }
 
 // encodeTaskExtensions writes the section for the tasks of ids (in that
@@ -48,9 +48,16 @@ func (c *coordinator) encodeTaskExtensions(e *encoder, ids []string) {
 			e.uvarint(t.rerunBase)
 			e.uvarint(t.lifeBase)
 		}
-		e.uvarint(uint64(len(t.history)))
+		n := len(t.history)
+		if t.lastAttemptImplicit {
+			n++
+		}
+		e.uvarint(uint64(n))
 		for _, a := range t.history {
 			encodeAttempt(e, a)
+		}
+		if t.lastAttemptImplicit {
+			encodeAttempt(e, t.completingAttempt())
 		}
 	}
 }
@@ -142,15 +149,19 @@ func (c *coordinator) auditAttempts(t *taskRec) *Error {
 	if t.timeout > MaxTaskTTLSecs {
 		return auditError("I2: attempt timeout exceeds its ceiling")
 	}
-	if len(t.history) > MaxAttemptHistory {
+	if t.lastAttemptImplicit && (t.status != TaskCompleted || !t.hasProof || t.proofIsFence) {
+		return auditError("I12: an implicit attempt record on a task that did not complete")
+	}
+	history := t.attempts()
+	if len(history) > MaxAttemptHistory {
 		return auditError("I12: attempt history exceeds its bound")
 	}
-	for i, a := range t.history {
+	for i, a := range history {
 		if err := c.auditAttempt(t, a); err != nil {
 			return err
 		}
 		if i > 0 {
-			p := t.history[i-1]
+			p := history[i-1]
 			if a.attempt <= p.attempt || a.leaseID <= p.leaseID || a.taskGeneration < p.taskGeneration || a.acquiredAt < p.endedAt {
 				return auditError("I12: attempt history is not in attempt order")
 			}

@@ -84,7 +84,7 @@ func (t *taskRec) encode(e *encoder) {
 	e.str(t.id)
 	e.str(t.scanID)
 	e.str(t.target)
-	e.bytes(t.phases)
+	e.str(t.phases)
 	e.uvarint(uint64(t.priority))
 	e.uvarint(uint64(t.status))
 	e.uvarint(t.createdAt)
@@ -100,23 +100,25 @@ func (t *taskRec) encode(e *encoder) {
 	e.uvarint(t.ordinal)
 	e.boolean(t.hasLease)
 	if t.hasLease {
-		t.lease.encode(e)
+		t.currentLease().encode(e)
 	}
 	e.boolean(t.hasProof)
 	if t.hasProof {
-		t.proof.encode(e)
+		t.proofValue().encode(e)
 	}
 	if t.status == TaskCompleted {
-		t.receipt.encode(e)
+		t.receiptValue().encode(e)
 	}
 }
 
-func decodeTask(d *decoder, version uint8) *taskRec {
+// decodeTask decodes one task record; false when its lease, proof or
+// receipt is not what the record implies (compactDecoded).
+func decodeTask(d *decoder, version uint8) (*taskRec, bool) {
 	t := &taskRec{
 		id:           d.str(MaxIdentifierBytes),
 		scanID:       d.str(MaxIdentifierBytes),
 		target:       d.str(MaxTargetRefBytes),
-		phases:       d.bytes(MaxTaskPhases),
+		phases:       d.str(MaxTaskPhases),
 		priority:     TaskPriority(d.u8()),
 		status:       TaskStatus(d.u8()),
 		createdAt:    d.uvarint(),
@@ -133,19 +135,19 @@ func decodeTask(d *decoder, version uint8) *taskRec {
 	t.generation = d.uvarint()
 	t.version = d.uvarint()
 	t.ordinal = d.uvarint()
-	if len(t.phases) == 0 {
-		t.phases = nil
-	}
+	var lease TaskLease
+	var proof TaskOwnership
+	var receipt CompletionReceipt
 	if t.hasLease = d.boolean(); t.hasLease {
-		t.lease = decodeLease(d)
+		lease = decodeLease(d)
 	}
 	if t.hasProof = d.boolean(); t.hasProof {
-		t.proof = decodeOwnership(d)
+		proof = decodeOwnership(d)
 	}
 	if t.status == TaskCompleted {
-		t.receipt = decodeReceipt(d)
+		receipt = decodeReceipt(d)
 	}
-	return t
+	return t, d.failed || t.compactDecoded(lease, proof, receipt)
 }
 
 func (w *workerRec) encode(e *encoder) {
@@ -234,13 +236,17 @@ func RestoreWorkerPool(data []byte) (*WorkerPool, error) {
 	n := d.count(uint64(l.MaxTaskRecords), 20)
 	prev := ""
 	for i := 0; i < n && !d.failed; i++ {
-		t := decodeTask(d, version)
+		t, proofsOK := decodeTask(d, version)
 		if sched {
 			t.decodeSched(d)
 		}
 		if d.failed {
 			break
 		}
+		if !proofsOK {
+			return nil, invalidState("a task's lease, proof or receipt differs from its record (I3, I10)")
+		}
+		t.scanID, t.phases = c.intern(t.scanID), c.intern(t.phases)
 		if (i > 0 && t.id <= prev) || !ValidIdentifier(t.id) {
 			return nil, invalidState("task records are not in strict task-ID order")
 		}
@@ -273,6 +279,9 @@ func RestoreWorkerPool(data []byte) (*WorkerPool, error) {
 		}
 	}
 	c.deriveLifeBases()
+	for _, t := range c.tasks {
+		t.adoptImplicitAttempt()
+	}
 	if !d.done() {
 		return nil, invalidState("pool state is truncated or has trailing bytes")
 	}

@@ -66,7 +66,7 @@ type taskTally struct {
 // its index memberships (I2, I3), its lease (I3, I4, I7, I8) and its
 // retained proof (I10).
 func (c *coordinator) auditTask(t *taskRec, tally *taskTally) *Error {
-	if validateTaskSpec(TaskSpec{TaskID: t.id, ScanID: t.scanID, TargetRef: t.target, Phases: t.phases, Priority: t.priority}) != nil {
+	if validateTaskSpec(TaskSpec{TaskID: t.id, ScanID: t.scanID, TargetRef: t.target, Phases: []uint8(t.phases), Priority: t.priority}) != nil {
 		return auditError("I2: a task record holds an invalid spec")
 	}
 	if !t.status.Valid() || t.version == 0 {
@@ -163,9 +163,9 @@ func (c *coordinator) auditTaskIndexes(t *taskRec, tally *taskTally) *Error {
 // index (I3) and is held by a live worker of its generation (I4).
 func (c *coordinator) auditLease(t *taskRec, tally *taskTally) *Error {
 	tally.leased++
-	ls := t.lease
-	if ls.taskID != t.id || ls.taskGeneration != t.generation || ls.attempt != t.attempt {
-		return auditError("I3: lease does not match its task")
+	ls := t.lease // names the task's ID, generation and attempt by construction (compact.go)
+	if t.hasProof {
+		return auditError("I3: a task holds a lease and a terminal proof")
 	}
 	if ls.leaseID == 0 || ls.leaseID > c.lastLeaseID || tally.seenLease[ls.leaseID] {
 		return auditError("I7: lease ID is zero, unissued or duplicated")
@@ -187,16 +187,15 @@ func (c *coordinator) auditLease(t *taskRec, tally *taskTally) *Error {
 
 // auditTaskProof checks the proof a terminal task retains (I10).
 func (c *coordinator) auditTaskProof(t *taskRec) *Error {
-	proofLease, proofIsLease := t.proof.Lease()
-	leaseProofOK := proofIsLease && proofLease.taskID == t.id && proofLease.taskGeneration == t.generation &&
-		proofLease.attempt == t.attempt && proofLease.leaseID != 0 && proofLease.leaseID <= c.lastLeaseID &&
+	// The proof lease names the task's ID, generation and attempt, a fence
+	// the version before the cancellation, and a receipt is the proof lease
+	// (compact.go): those hold by construction; the rest is checked here.
+	proofLease := t.lease
+	leaseProofOK := t.hasProof && !t.proofIsFence && proofLease.leaseID != 0 && proofLease.leaseID <= c.lastLeaseID &&
 		ValidIdentifier(proofLease.workerID) && c.workers[proofLease.workerID] != nil
 	switch t.status {
 	case TaskCompleted:
-		r := t.receipt
-		if !t.hasProof || !leaseProofOK || r.taskID != t.id || r.recordVersion != t.version ||
-			r.taskGeneration != t.generation || r.attempt != proofLease.attempt || r.leaseID != proofLease.leaseID ||
-			r.workerID != proofLease.workerID || r.workerGeneration != proofLease.workerGeneration {
+		if !t.hasProof || !leaseProofOK {
 			return auditError("I10: completed task lacks its retained lease and matching receipt")
 		}
 	case TaskFailed:
@@ -204,13 +203,12 @@ func (c *coordinator) auditTaskProof(t *taskRec) *Error {
 			return auditError("I10: failed task lacks its exhausting lease or has retries left")
 		}
 	case TaskCancelled:
-		fence, isFence := t.proof.Fence()
-		fenceOK := isFence && fence.taskID == t.id && fence.taskGeneration == t.generation && fence.recordVersion+1 == t.version
+		fenceOK := t.proofIsFence && t.lease == leaseRec{}
 		if !t.hasProof || !(fenceOK || leaseProofOK) {
 			return auditError("I10: cancelled task lacks the ownership that cancelled it")
 		}
 	default:
-		if t.hasProof || !t.receipt.IsZero() {
+		if t.hasProof || t.proofIsFence || t.lastAttemptImplicit || (!t.hasLease && t.lease != leaseRec{}) {
 			return auditError("I10: non-terminal or expired task retains a terminal proof")
 		}
 	}

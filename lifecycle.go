@@ -49,12 +49,9 @@ func (c *coordinator) grant(t *taskRec, w *workerRec, now, ttl uint64) (Transiti
 
 	c.lastLeaseID++
 	t.attempt++
-	t.lease = TaskLease{
-		taskID:           t.id,
+	t.lease = leaseRec{
 		workerID:         w.id,
 		workerGeneration: w.generation,
-		taskGeneration:   t.generation,
-		attempt:          t.attempt,
 		leaseID:          c.lastLeaseID,
 		acquiredAt:       now,
 		expiresAt:        now + ttl,
@@ -69,7 +66,7 @@ func (c *coordinator) grant(t *taskRec, w *workerRec, now, ttl uint64) (Transiti
 	if c.sched != nil {
 		c.sched.take(t, t.lease.leaseID, c.logicalTime) // fairness.go
 	}
-	return Transition[TaskLease]{Revision: c.commit(now), Value: t.lease}, nil
+	return Transition[TaskLease]{Revision: c.commit(now), Value: t.currentLease()}, nil
 }
 
 // AssignNextAvailable leases the highest queued task to the best eligible
@@ -231,8 +228,8 @@ func (p *WorkerPool) CompleteTask(expectedRevision, nowSecs uint64, lease TaskLe
 	if err != nil {
 		return Transition[CompletionOutcome]{}, err
 	}
-	if t.status == TaskCompleted && t.proof == OwnershipFromLease(lease) {
-		return Transition[CompletionOutcome]{Revision: c.revision, Value: CompletionOutcome{Kind: AlreadyCompleted, Receipt: t.receipt}}, nil
+	if t.status == TaskCompleted && t.retainsProof(OwnershipFromLease(lease)) {
+		return Transition[CompletionOutcome]{Revision: c.revision, Value: CompletionOutcome{Kind: AlreadyCompleted, Receipt: t.receiptValue()}}, nil
 	}
 	if err := c.checkLease(t, lease, nowSecs); err != nil {
 		return Transition[CompletionOutcome]{}, err
@@ -249,23 +246,14 @@ func (p *WorkerPool) CompleteTask(expectedRevision, nowSecs uint64, lease TaskLe
 	case w != nil && !canBump(w.completed):
 		return Transition[CompletionOutcome]{}, exhausted("completed_tasks")
 	}
-	c.endAttempt(t, nowSecs, AttemptCompleted, "")
 	c.terminate(t, TaskCompleted, nowSecs)
 	if w != nil {
 		w.completed++
 	}
 	t.completedAt, t.hasCompleted = nowSecs, true
-	t.proof, t.hasProof = OwnershipFromLease(lease), true
-	t.receipt = CompletionReceipt{
-		taskID:           t.id,
-		taskGeneration:   t.generation,
-		attempt:          lease.attempt,
-		leaseID:          lease.leaseID,
-		workerID:         lease.workerID,
-		workerGeneration: lease.workerGeneration,
-		recordVersion:    t.version,
-	}
-	return Transition[CompletionOutcome]{Revision: c.commit(nowSecs), Value: CompletionOutcome{Kind: Completed, Receipt: t.receipt}}, nil
+	t.setProof(OwnershipFromLease(lease)) // the receipt derives from it (I10)
+	t.endCompletedAttempt()               // the attempt's record, too (I12)
+	return Transition[CompletionOutcome]{Revision: c.commit(nowSecs), Value: CompletionOutcome{Kind: Completed, Receipt: t.receiptValue()}}, nil
 }
 
 // FailTask fails the running attempt: the task is requeued under a new
@@ -291,7 +279,7 @@ func (c *coordinator) failTask(expectedRevision, nowSecs uint64, lease TaskLease
 	if err != nil {
 		return Transition[FailureOutcome]{}, err
 	}
-	if t.status == TaskFailed && t.proof == OwnershipFromLease(lease) {
+	if t.status == TaskFailed && t.retainsProof(OwnershipFromLease(lease)) {
 		return Transition[FailureOutcome]{Revision: c.revision, Value: FailureOutcome{Kind: RetryExhausted, TaskGeneration: t.generation, RetryCount: t.retryCount}}, nil
 	}
 	if err := c.checkLease(t, lease, nowSecs); err != nil {
@@ -353,7 +341,7 @@ func (p *WorkerPool) RenewLease(expectedRevision, nowSecs uint64, lease TaskLeas
 	t.version++
 	w.leases[t.lease.leaseID] = t
 	c.byExpiry.ReplaceOrInsert(t)
-	return Transition[TaskLease]{Revision: c.commit(nowSecs), Value: t.lease}, nil
+	return Transition[TaskLease]{Revision: c.commit(nowSecs), Value: t.currentLease()}, nil
 }
 
 // RecoverExpiredLeases applies the retry rule to every leased or running task

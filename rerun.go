@@ -181,7 +181,7 @@ func (c *coordinator) rerun(t *taskRec, now uint64) {
 	t.reruns++
 	t.createdAt = now
 	t.startedAt, t.hasStarted = 0, false
-	t.proof, t.hasProof = TaskOwnership{}, false
+	t.clearProof()
 	t.version++
 	c.byAge.ReplaceOrInsert(t)
 	if c.sched != nil {

@@ -13,18 +13,37 @@ import (
 
 // taskRec is the retained record of one task. Invariants are numbered as in
 // ARCHITECTURE.md.
+//
+// The record is kept compact (issue 15; docs/benchmarks.md, memory): the
+// scan ID and the phases are interned (intern.go), and the proofs are not
+// stored whole — a lease's task ID, generation and attempt are the
+// record's own (I3, I10), the fence a cancelled queued task retains is
+// its generation and previous record version (I10), and the receipt of a
+// completed task is its proof lease plus its generation and version (I10);
+// leaseValue, proofValue and receiptValue rebuild them.
 type taskRec struct {
 	id       string
-	scanID   string
+	scanID   string // interned
 	target   string
-	phases   []uint8
+	phases   string // interned; "" for none
 	priority TaskPriority
 	status   TaskStatus
+	// hasLease iff status is leased or running (I3); then lease is the
+	// current lease.
+	hasLease bool
+	// hasProof: the task retains its terminal proof (I10): the fence when
+	// proofIsFence, else the lease held in lease.
+	hasProof     bool
+	proofIsFence bool
+	// lastAttemptImplicit: the completing attempt of a completed task is
+	// not in history but derived from the retained proof (attemptsOf, I12).
+	lastAttemptImplicit bool
+	tagMask             uint8 // scheduling (schedule.go; zero: none)
 
 	createdAt    uint64
 	startedAt    uint64
-	hasStarted   bool
 	completedAt  uint64
+	hasStarted   bool
 	hasCompleted bool
 	// finishedAt is when the task became terminal; 0 while it is not (I8).
 	finishedAt uint64
@@ -43,23 +62,15 @@ type taskRec struct {
 	version  uint64 // Invariant (I6): +1 on every change of the record.
 	ordinal  uint64 // enqueue ordinal of the current queue entry
 
-	// lease is the current lease; hasLease iff status is leased or running (I3).
-	lease    TaskLease
-	hasLease bool
+	// lease is the current lease while hasLease, the retained proof lease
+	// of a terminal task while hasProof && !proofIsFence, else zero.
+	lease leaseRec
 
 	// Scheduling fields (schedule.go; zero: none). notBefore is also the
 	// not-before time a backed-off retry got; it never changes while the
 	// task is in the scheduling index's delayed tree (I11).
 	notBefore               uint64
-	tagMask                 uint8
 	backoffBase, backoffCap uint64
-
-	// proof is the retained terminal proof: the completing or exhausting lease,
-	// or the ownership that cancelled the task. receipt is set for completed
-	// tasks only. Expired tasks retain no proof.
-	proof    TaskOwnership
-	hasProof bool
-	receipt  CompletionReceipt
 
 	// Beyond contract Part A (attempts.go, rerun.go): the attempt timeout,
 	// the last attempts (I12), and the re-runs. rerunBase is the generation
@@ -134,6 +145,9 @@ type coordinator struct {
 	// sched is the scheduling index (fairness.go), nil until a scheduling
 	// feature is used (I11).
 	sched *scheduler
+
+	// interned shares the scan IDs and phases of task records (compact.go).
+	interned map[string]string
 }
 
 func queueLess(a, b *taskRec) bool {
@@ -179,6 +193,7 @@ func newCoordinator(l Limits) *coordinator {
 		byFinish: btree.NewG(btreeDegree, finishLess),
 		workers:  make(map[string]*workerRec),
 		byID:     newWorkerIndex(),
+		interned: make(map[string]string),
 	}
 }
 
@@ -434,7 +449,7 @@ func (t *taskRec) view() ScanTask {
 		taskID:         t.id,
 		scanID:         t.scanID,
 		targetRef:      t.target,
-		phases:         cloneBytes(t.phases),
+		phases:         t.phases,
 		status:         t.status,
 		priority:       t.priority,
 		createdAt:      t.createdAt,
@@ -447,11 +462,11 @@ func (t *taskRec) view() ScanTask {
 		attempt:        t.attempt,
 		taskGeneration: t.generation,
 		recordVersion:  t.version,
-		lease:          t.lease,
+		lease:          t.currentLease(),
 		hasLease:       t.hasLease,
 		scheduling:     t.scheduling(),
 		timeout:        t.timeout,
-		history:        cloneHistory(t.history),
+		history:        t.attempts(),
 		reruns:         t.reruns,
 	}
 }

@@ -146,9 +146,9 @@ func (c *coordinator) admit(spec TaskSpec, now uint64) *taskRec {
 	mask, _ := tagMask(spec.Scheduling.RequiredTags, "")
 	t := &taskRec{
 		id:        spec.TaskID,
-		scanID:    spec.ScanID,
+		scanID:    c.intern(spec.ScanID),
 		target:    spec.TargetRef,
-		phases:    normalizePhases(spec.Phases),
+		phases:    c.internPhases(spec.Phases),
 		priority:  spec.Priority,
 		status:    TaskQueued,
 		createdAt: now,
@@ -211,7 +211,7 @@ func (q *TaskQueue) CancelTask(expectedRevision, nowSecs uint64, own TaskOwnersh
 	if t == nil {
 		return zero, &Error{Kind: KindTaskNotFound, TaskID: own.TaskID()}
 	}
-	if t.status == TaskCancelled && t.hasProof && t.proof == own {
+	if t.status == TaskCancelled && t.retainsProof(own) {
 		return Transition[CancellationOutcome]{Revision: c.revision, Value: CancellationOutcome{Kind: AlreadyCancelled}}, nil
 	}
 	if lease, isLease := own.Lease(); isLease {
@@ -231,7 +231,7 @@ func (q *TaskQueue) CancelTask(expectedRevision, nowSecs uint64, own TaskOwnersh
 		c.endAttempt(t, nowSecs, AttemptCancelled, "")
 	}
 	c.terminate(t, TaskCancelled, nowSecs)
-	t.proof, t.hasProof = own, true
+	t.setProof(own)
 	return Transition[CancellationOutcome]{Revision: c.commit(nowSecs), Value: CancellationOutcome{Kind: Cancelled}}, nil
 }
 
@@ -277,13 +277,13 @@ func (q *TaskQueue) CancelTaskByID(expectedRevision, nowSecs uint64, taskID stri
 	}
 	own := OwnershipFromFence(t.fence())
 	if t.hasLease {
-		own = OwnershipFromLease(t.lease)
+		own = OwnershipFromLease(t.currentLease())
 	}
 	if t.hasLease {
 		c.endAttempt(t, nowSecs, AttemptCancelled, "")
 	}
 	c.terminate(t, TaskCancelled, nowSecs)
-	t.proof, t.hasProof = own, true
+	t.setProof(own)
 	return Transition[CancellationOutcome]{Revision: c.commit(nowSecs), Value: CancellationOutcome{Kind: Cancelled}}, nil
 }
 
@@ -389,7 +389,7 @@ func validateLease(l TaskLease) *Error {
 // checkLease is the ownership rule shared by every lease-using command: the
 // lease must equal the task's current lease and be unexpired at now.
 func (c *coordinator) checkLease(t *taskRec, l TaskLease, now uint64) *Error {
-	if !t.hasLease || t.lease != l {
+	if !t.holds(l) {
 		return &Error{Kind: KindStaleOwnership, TaskID: t.id}
 	}
 	if now >= l.expiresAt {
@@ -410,7 +410,7 @@ func (c *coordinator) releaseLease(t *taskRec) {
 	if c.sched != nil {
 		c.sched.released(t.scanID)
 	}
-	t.lease, t.hasLease = TaskLease{}, false
+	t.lease, t.hasLease = leaseRec{}, false
 }
 
 // refreshWorker updates the treap after a change to w that kept its key and
@@ -478,7 +478,7 @@ func (c *coordinator) planRetries(ts []*taskRec) *Error {
 // passed: requeue under a new generation, or fail when retries are exhausted.
 // A requeued task gets its backoff's not-before time (schedule.go).
 func (c *coordinator) retry(t *taskRec, now uint64) FailureOutcome {
-	lease := t.lease
+	lease := t.currentLease()
 	if t.retryCount < c.limits.MaxRetries {
 		c.releaseLease(t)
 		t.generation++
@@ -491,7 +491,7 @@ func (c *coordinator) retry(t *taskRec, now uint64) FailureOutcome {
 		return FailureOutcome{Kind: Requeued, TaskGeneration: t.generation, RetryCount: t.retryCount}
 	}
 	c.terminate(t, TaskFailed, now)
-	t.proof, t.hasProof = OwnershipFromLease(lease), true
+	t.setProof(OwnershipFromLease(lease))
 	return FailureOutcome{Kind: RetryExhausted, TaskGeneration: t.generation, RetryCount: t.retryCount}
 }
 
@@ -505,13 +505,4 @@ func (c *coordinator) recoverTasks(ts []*taskRec, sum *RecoverySummary, now uint
 			sum.TasksFailed++
 		}
 	}
-}
-
-// normalizePhases copies phases; no phases is always stored as nil so that a
-// restored record equals the original.
-func normalizePhases(p []uint8) []uint8 {
-	if len(p) == 0 {
-		return nil
-	}
-	return cloneBytes(p)
 }

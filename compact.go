@@ -17,6 +17,24 @@ import "strings"
 // Restore refuses input whose proofs differ from what the record implies,
 // exactly the states the I3/I10 audit refused before.
 
+// completedAtValue is a completed task's completion time: its finish time
+// (I8); 0 for any other task.
+func (t *taskRec) completedAtValue() uint64 {
+	if t.status != TaskCompleted {
+		return 0
+	}
+	return t.finishedAt
+}
+
+// rerunBaseValue is the generation the last re-run started: the current
+// run's base, generation − retryCount (I5); 0 when never re-run.
+func (t *taskRec) rerunBaseValue() uint64 {
+	if t.reruns == 0 {
+		return 0
+	}
+	return t.generation - uint64(t.retryCount)
+}
+
 // leaseRec is the part of a TaskLease the task record does not hold.
 type leaseRec struct {
 	workerID         string
@@ -122,28 +140,49 @@ func (t *taskRec) completingAttempt() AttemptRecord {
 		acquiredAt:     t.lease.acquiredAt,
 		startedAt:      t.startedAt,
 		hasStarted:     t.hasStarted,
-		endedAt:        t.completedAt,
+		endedAt:        t.finishedAt,
 		outcome:        AttemptCompleted,
+	}
+}
+
+// stored returns the stored history records (nil for none).
+func (t *taskRec) stored() []AttemptRecord {
+	if t.history == nil {
+		return nil
+	}
+	return *t.history
+}
+
+// setStored replaces the stored history records; none is nil.
+func (t *taskRec) setStored(h []AttemptRecord) {
+	switch {
+	case len(h) == 0:
+		t.history = nil
+	case t.history == nil:
+		t.history = &h
+	default:
+		*t.history = h
 	}
 }
 
 // attempts returns a copy of the task's attempt history, oldest first
 // (I12), the implicit last record included.
 func (t *taskRec) attempts() []AttemptRecord {
+	h := t.stored()
 	if !t.lastAttemptImplicit {
-		return cloneHistory(t.history)
+		return cloneHistory(h)
 	}
-	out := make([]AttemptRecord, 0, len(t.history)+1)
-	return append(append(out, t.history...), t.completingAttempt())
+	out := make([]AttemptRecord, 0, len(h)+1)
+	return append(append(out, h...), t.completingAttempt())
 }
 
 // endCompletedAttempt records the end of a completing attempt: the record
 // stays implicit (attempts derives it), and the oldest stored record goes
 // when the history would exceed MaxAttemptHistory with it (I12).
 func (t *taskRec) endCompletedAttempt() {
-	if len(t.history) == MaxAttemptHistory {
-		copy(t.history, t.history[1:])
-		t.history = t.history[:MaxAttemptHistory-1]
+	if h := t.stored(); len(h) == MaxAttemptHistory {
+		copy(h, h[1:])
+		t.setStored(h[:MaxAttemptHistory-1])
 	}
 	t.lastAttemptImplicit = true
 }
@@ -179,14 +218,12 @@ func (t *taskRec) compactDecoded(lease TaskLease, proof TaskOwnership, receipt C
 // record implicit when it is exactly the derived one, so a restored record
 // is as compact as the original; the history it reports is unchanged.
 func (t *taskRec) adoptImplicitAttempt() {
-	n := len(t.history)
-	if t.status != TaskCompleted || t.lastAttemptImplicit || n == 0 || t.history[n-1] != t.completingAttempt() {
+	h := t.stored()
+	n := len(h)
+	if t.status != TaskCompleted || t.lastAttemptImplicit || n == 0 || h[n-1] != t.completingAttempt() {
 		return
 	}
-	t.history = t.history[:n-1]
-	if len(t.history) == 0 {
-		t.history = nil
-	}
+	t.setStored(h[:n-1])
 	t.lastAttemptImplicit = true
 }
 

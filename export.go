@@ -90,8 +90,8 @@ func (t *taskRec) encode(e *encoder) {
 	e.uvarint(t.createdAt)
 	e.boolean(t.hasStarted)
 	e.uvarint(t.startedAt)
-	e.boolean(t.hasCompleted)
-	e.uvarint(t.completedAt)
+	e.boolean(t.status == TaskCompleted)
+	e.uvarint(t.completedAtValue())
 	e.uvarint(t.finishedAt)
 	e.uvarint(uint64(t.retryCount))
 	e.uvarint(uint64(t.attempt))
@@ -115,20 +115,21 @@ func (t *taskRec) encode(e *encoder) {
 // receipt is not what the record implies (compactDecoded).
 func decodeTask(d *decoder, version uint8) (*taskRec, bool) {
 	t := &taskRec{
-		id:           d.str(MaxIdentifierBytes),
-		scanID:       d.str(MaxIdentifierBytes),
-		target:       d.str(MaxTargetRefBytes),
-		phases:       d.str(MaxTaskPhases),
-		priority:     TaskPriority(d.u8()),
-		status:       TaskStatus(d.u8()),
-		createdAt:    d.uvarint(),
-		hasStarted:   d.boolean(),
-		startedAt:    d.uvarint(),
-		hasCompleted: d.boolean(),
-		completedAt:  d.uvarint(),
+		id:         d.str(MaxIdentifierBytes),
+		scanID:     d.str(MaxIdentifierBytes),
+		target:     d.str(MaxTargetRefBytes),
+		phases:     d.str(MaxTaskPhases),
+		priority:   TaskPriority(d.u8()),
+		status:     TaskStatus(d.u8()),
+		createdAt:  d.uvarint(),
+		hasStarted: d.boolean(),
+		startedAt:  d.uvarint(),
 	}
+	hasCompleted, completedAt := d.boolean(), d.uvarint()
 	if version != poolVersionV1 {
 		t.finishedAt = d.uvarint()
+	} else if hasCompleted {
+		t.finishedAt = completedAt // version 1: finished at its completion
 	}
 	t.retryCount = d.u32()
 	t.attempt = d.u32()
@@ -147,7 +148,10 @@ func decodeTask(d *decoder, version uint8) (*taskRec, bool) {
 	if t.status == TaskCompleted {
 		receipt = decodeReceipt(d)
 	}
-	return t, d.failed || t.compactDecoded(lease, proof, receipt)
+	// The completion time is the finish time (I8), completed iff the status
+	// says so (I3).
+	completionOK := hasCompleted == (t.status == TaskCompleted) && completedAt == t.completedAtValue()
+	return t, d.failed || (completionOK && t.compactDecoded(lease, proof, receipt))
 }
 
 func (w *workerRec) encode(e *encoder) {
@@ -307,8 +311,8 @@ func RestoreWorkerPool(data []byte) (*WorkerPool, error) {
 func (c *coordinator) upgradeV1FinishTimes() {
 	for _, t := range c.tasks {
 		switch {
-		case t.hasCompleted:
-			t.finishedAt = t.completedAt
+		case t.status == TaskCompleted:
+			// set from the completion time by decodeTask
 		case t.status.Terminal():
 			t.finishedAt = c.logicalTime
 		}

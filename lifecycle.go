@@ -250,7 +250,6 @@ func (p *WorkerPool) CompleteTask(expectedRevision, nowSecs uint64, lease TaskLe
 	if w != nil {
 		w.completed++
 	}
-	t.completedAt, t.hasCompleted = nowSecs, true
 	t.setProof(OwnershipFromLease(lease)) // the receipt derives from it (I10)
 	t.endCompletedAttempt()               // the attempt's record, too (I12)
 	return Transition[CompletionOutcome]{Revision: c.commit(nowSecs), Value: CompletionOutcome{Kind: Completed, Receipt: t.receiptValue()}}, nil

@@ -176,7 +176,7 @@ func (c *coordinator) purgedProof(t *taskRec, id string, gen uint64) *Error {
 // life's base, or after a re-run the generation the last re-run started.
 func (t *taskRec) runBase() uint64 {
 	if t.reruns > 0 {
-		return t.rerunBase
+		return t.rerunBaseValue()
 	}
 	return t.lifeBase
 }

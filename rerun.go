@@ -174,8 +174,7 @@ func (c *coordinator) rerun(t *taskRec, now uint64) {
 	c.terminal--
 	c.active++
 	t.status = TaskQueued
-	t.generation++
-	t.rerunBase = t.generation
+	t.generation++ // the re-run's base: generation − retryCount (rerunBaseValue)
 	t.retryCount = 0
 	t.notBefore = 0
 	t.reruns++

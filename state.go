@@ -14,13 +14,17 @@ import (
 // taskRec is the retained record of one task. Invariants are numbered as in
 // ARCHITECTURE.md.
 //
-// The record is kept compact (issue 15; docs/benchmarks.md, memory): the
-// scan ID and the phases are interned (intern.go), and the proofs are not
-// stored whole — a lease's task ID, generation and attempt are the
-// record's own (I3, I10), the fence a cancelled queued task retains is
-// its generation and previous record version (I10), and the receipt of a
-// completed task is its proof lease plus its generation and version (I10);
-// leaseValue, proofValue and receiptValue rebuild them.
+// The record is kept compact (issue 15; docs/benchmarks.md, memory; 224
+// bytes): the scan ID and the phases are interned, and what the record
+// implies is not stored again (compact.go) — a lease's task ID,
+// generation and attempt are the record's own (I3, I10), the fence a
+// cancelled queued task retains is its generation and previous record
+// version (I10), a completed task's receipt is its proof lease plus its
+// generation and version (I10), its completion time is its finish time
+// (I8), the last re-run's base generation is generation − retryCount (I5).
+// currentLease, proofValue, receiptValue, completedAtValue and
+// rerunBaseValue rebuild them. Second counts bounded by MaxTaskTTLSecs
+// (the attempt timeout, the backoff base and cap) are uint32.
 type taskRec struct {
 	id       string
 	scanID   string // interned
@@ -36,23 +40,29 @@ type taskRec struct {
 	hasProof     bool
 	proofIsFence bool
 	// lastAttemptImplicit: the completing attempt of a completed task is
-	// not in history but derived from the retained proof (attemptsOf, I12).
+	// not in history but derived from the retained proof (I12).
 	lastAttemptImplicit bool
 	tagMask             uint8 // scheduling (schedule.go; zero: none)
+	hasStarted          bool
 
-	createdAt    uint64
-	startedAt    uint64
-	completedAt  uint64
-	hasStarted   bool
-	hasCompleted bool
+	createdAt uint64
+	startedAt uint64
 	// finishedAt is when the task became terminal; 0 while it is not (I8).
+	// A completed task's completion time (completedAtValue).
 	finishedAt uint64
 
 	retryCount uint32
 	attempt    uint32 // Invariant (I5): only increases.
+	// Beyond contract Part A (attempts.go, rerun.go): the re-runs and the
+	// attempt timeout (≤ MaxTaskTTLSecs).
+	reruns  uint32
+	timeout uint32
+	// Scheduling (schedule.go; zero: none), each ≤ MaxBackoffSecs.
+	backoffBase, backoffCap uint32
+
 	// generation is the base of the current run plus retryCount: the
 	// life's base (lifeBase) or, after a re-run, the generation the last
-	// re-run started (rerunBase).
+	// re-run started (rerunBaseValue).
 	// Invariant (I5): only increases; = runBase() + retryCount.
 	generation uint64
 	// lifeBase is the generation this life of the task ID started at: the
@@ -66,19 +76,14 @@ type taskRec struct {
 	// of a terminal task while hasProof && !proofIsFence, else zero.
 	lease leaseRec
 
-	// Scheduling fields (schedule.go; zero: none). notBefore is also the
-	// not-before time a backed-off retry got; it never changes while the
-	// task is in the scheduling index's delayed tree (I11).
-	notBefore               uint64
-	backoffBase, backoffCap uint64
+	// notBefore (schedule.go; zero: none) is also the not-before time a
+	// backed-off retry got; it never changes while the task is in the
+	// scheduling index's delayed tree (I11).
+	notBefore uint64
 
-	// Beyond contract Part A (attempts.go, rerun.go): the attempt timeout,
-	// the last attempts (I12), and the re-runs. rerunBase is the generation
-	// the last re-run started (0: never re-run; I5).
-	timeout   uint64
-	history   []AttemptRecord
-	reruns    uint32
-	rerunBase uint64
+	// history holds the last ended attempts (I12), but for the implicit
+	// one of a completed task; nil while there are none (most tasks).
+	history *[]AttemptRecord
 }
 
 // workerRec is the retained record of one worker plus its treap links.
@@ -455,8 +460,8 @@ func (t *taskRec) view() ScanTask {
 		createdAt:      t.createdAt,
 		startedAt:      t.startedAt,
 		hasStarted:     t.hasStarted,
-		completedAt:    t.completedAt,
-		hasCompleted:   t.hasCompleted,
+		completedAt:    t.completedAtValue(),
+		hasCompleted:   t.status == TaskCompleted,
 		finishedAt:     t.finishedAt,
 		retryCount:     t.retryCount,
 		attempt:        t.attempt,
@@ -465,7 +470,7 @@ func (t *taskRec) view() ScanTask {
 		lease:          t.currentLease(),
 		hasLease:       t.hasLease,
 		scheduling:     t.scheduling(),
-		timeout:        t.timeout,
+		timeout:        uint64(t.timeout),
 		history:        t.attempts(),
 		reruns:         t.reruns,
 	}

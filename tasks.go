@@ -156,9 +156,9 @@ func (c *coordinator) admit(spec TaskSpec, now uint64) *taskRec {
 
 		notBefore:   spec.Scheduling.NotBeforeSecs,
 		tagMask:     mask,
-		backoffBase: spec.Scheduling.BackoffBaseSecs,
-		backoffCap:  spec.Scheduling.BackoffCapSecs,
-		timeout:     spec.AttemptTimeoutSecs,
+		backoffBase: uint32(spec.Scheduling.BackoffBaseSecs), // ≤ MaxBackoffSecs (validated)
+		backoffCap:  uint32(spec.Scheduling.BackoffCapSecs),
+		timeout:     uint32(spec.AttemptTimeoutSecs), // ≤ MaxTaskTTLSecs (validated)
 		// A new life starts at the floor (I11): 0 unless tasks were purged.
 		generation: c.generationFloor,
 		lifeBase:   c.generationFloor,

@@ -62,6 +62,25 @@ type storedResult struct {
 	data    []byte // never nil; never aliased outside the aggregator
 }
 
+// smallResultBytes is the largest result stored in the same allocation as
+// its entry: 96 + 32 bytes is one 128-byte object where a separate copy
+// would be two of 96 and up to 32 (the same memory, one allocation less).
+const smallResultBytes = 32
+
+// newStoredResult returns an entry holding receipt and a copy of result.
+// An empty result is an empty, non-nil slice (no allocation for it).
+func newStoredResult(receipt CompletionReceipt, result []byte) *storedResult {
+	if n := len(result); n > 0 && n <= smallResultBytes {
+		e := &struct {
+			storedResult
+			buf [smallResultBytes]byte
+		}{storedResult: storedResult{receipt: receipt}}
+		e.data = append(e.buf[:0:n], result...)
+		return &e.storedResult
+	}
+	return &storedResult{receipt: receipt, data: append(make([]byte, 0, len(result)), result...)}
+}
+
 // NewResultAggregator returns an empty aggregator with DefaultResultLimits.
 func NewResultAggregator() *ResultAggregator {
 	return newResultAggregator(DefaultResultLimits())
@@ -147,7 +166,7 @@ func (a *ResultAggregator) StoreResult(expectedRevision uint64, receipt Completi
 		return none, err
 	}
 
-	a.results[receipt.taskID] = &storedResult{receipt: receipt, data: append(make([]byte, 0, size), result...)}
+	a.results[receipt.taskID] = newStoredResult(receipt, result)
 	a.totalBytes += size
 	a.revision++
 	return Transition[StoreResultOutcome]{Revision: a.revision, Value: StoreResultOutcome{Kind: Stored}}, nil

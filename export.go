@@ -251,6 +251,8 @@ func RestoreWorkerPool(data []byte) (*WorkerPool, error) {
 			return nil, invalidState("a task's lease, proof or receipt differs from its record (I3, I10)")
 		}
 		t.scanID, t.phases = c.intern(t.scanID), c.intern(t.phases)
+		c.lastSeq++
+		t.seq = c.lastSeq
 		if (i > 0 && t.id <= prev) || !ValidIdentifier(t.id) {
 			return nil, invalidState("task records are not in strict task-ID order")
 		}

@@ -71,6 +71,13 @@ type taskRec struct {
 	lifeBase uint64
 	version  uint64 // Invariant (I6): +1 on every change of the record.
 	ordinal  uint64 // enqueue ordinal of the current queue entry
+	// seq is unique per record (the coordinator's count of records made):
+	// the tie-break of the age and finish indexes, an integer where the
+	// task ID was compared. Derived state: not exported; Restore numbers
+	// the records in task-ID order. Which of two tasks created (or
+	// finished) in the same second comes first in those indexes changes
+	// no command's outcome: their walks collect every task up to a time.
+	seq uint64
 
 	// lease is the current lease while hasLease, the retained proof lease
 	// of a terminal task while hasProof && !proofIsFence, else zero.
@@ -129,6 +136,7 @@ type coordinator struct {
 	logicalTime uint64
 	lastLeaseID uint64 // Invariant (I7): every issued lease ID is ≤ lastLeaseID.
 	lastOrdinal uint64
+	lastSeq     uint64 // the last taskRec.seq given
 	// generationFloor is the generation a newly admitted task starts at:
 	// above every generation of every purged task, so that no proof of a
 	// purged life matches a later life of the same task ID.
@@ -138,8 +146,8 @@ type coordinator struct {
 	tasks    map[string]*taskRec
 	queue    *btree.BTreeG[*taskRec] // queued tasks in lease order (I2)
 	byExpiry *btree.BTreeG[*taskRec] // leased/running tasks by (ExpiresAt, LeaseID)
-	byAge    *btree.BTreeG[*taskRec] // non-terminal tasks by (CreatedAt, TaskID)
-	byFinish *btree.BTreeG[*taskRec] // terminal tasks by (finishedAt, TaskID), for purge
+	byAge    *btree.BTreeG[*taskRec] // non-terminal tasks by (CreatedAt, seq)
+	byFinish *btree.BTreeG[*taskRec] // terminal tasks by (finishedAt, seq), for purge
 	active   int                     // non-terminal tasks
 	terminal int                     // terminal tasks
 
@@ -176,14 +184,14 @@ func finishLess(a, b *taskRec) bool {
 	if a.finishedAt != b.finishedAt {
 		return a.finishedAt < b.finishedAt
 	}
-	return a.id < b.id
+	return a.seq < b.seq
 }
 
 func ageLess(a, b *taskRec) bool {
 	if a.createdAt != b.createdAt {
 		return a.createdAt < b.createdAt
 	}
-	return a.id < b.id
+	return a.seq < b.seq
 }
 
 const btreeDegree = 32

@@ -163,6 +163,8 @@ func (c *coordinator) admit(spec TaskSpec, now uint64) *taskRec {
 		generation: c.generationFloor,
 		lifeBase:   c.generationFloor,
 	}
+	c.lastSeq++
+	t.seq = c.lastSeq
 	c.tasks[t.id] = t
 	c.active++
 	if c.sched != nil {

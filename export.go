@@ -251,8 +251,6 @@ func RestoreWorkerPool(data []byte) (*WorkerPool, error) {
 			return nil, invalidState("a task's lease, proof or receipt differs from its record (I3, I10)")
 		}
 		t.scanID, t.phases = c.intern(t.scanID), c.intern(t.phases)
-		c.lastSeq++
-		t.seq = c.lastSeq
 		if (i > 0 && t.id <= prev) || !ValidIdentifier(t.id) {
 			return nil, invalidState("task records are not in strict task-ID order")
 		}
@@ -329,21 +327,15 @@ func (c *coordinator) rebuildIndexes() *Error {
 			return invalidState("worker status is invalid")
 		}
 	}
+	var live, ended []*taskRec
 	for _, t := range c.tasks {
 		if !t.status.Valid() || !t.priority.Valid() {
 			return invalidState("task status or priority is invalid")
 		}
 		if t.status.Terminal() {
-			c.terminal++
-			if _, dup := c.byFinish.ReplaceOrInsert(t); dup {
-				return invalidState("duplicate finish index entry")
-			}
+			ended = append(ended, t)
 		} else {
-			c.active++
-			if c.byAge.Has(t) {
-				return invalidState("duplicate age index entry")
-			}
-			c.byAge.ReplaceOrInsert(t)
+			live = append(live, t)
 		}
 		if t.status == TaskQueued {
 			if _, dup := c.queue.ReplaceOrInsert(t); dup {
@@ -362,6 +354,8 @@ func (c *coordinator) rebuildIndexes() *Error {
 			w.current++
 		}
 	}
+	c.active, c.terminal = len(live), len(ended)
+	c.ages, c.finished = rebuildList(live, createdAtOf), rebuildList(ended, finishedAtOf)
 	for _, w := range c.workers {
 		c.byID.ReplaceOrInsert(w)
 	}

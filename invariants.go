@@ -125,16 +125,11 @@ func (c *coordinator) auditGeneration(t *taskRec) *Error {
 // non-terminal tasks, the queue exactly the queued ones (I2, I3), and that
 // the status agrees with the lease and the start and completion times.
 func (c *coordinator) auditTaskIndexes(t *taskRec, tally *taskTally) *Error {
+	// List membership is checked whole in auditCounts (auditList).
 	if t.status.Terminal() {
 		tally.terminal++
-		if c.byAge.Has(t) || !c.byFinish.Has(t) {
-			return auditError("I3: terminal task in the age index or missing from the finish index")
-		}
 	} else {
 		tally.active++
-		if !c.byAge.Has(t) || c.byFinish.Has(t) {
-			return auditError("I3: non-terminal task missing from the age index or in the finish index")
-		}
 	}
 	inQueue := c.queue.Has(t)
 	if (t.status == TaskQueued) != inQueue {
@@ -220,9 +215,11 @@ func (c *coordinator) auditCounts(tally *taskTally) *Error {
 	if tally.active != c.active || tally.terminal != c.terminal {
 		return auditError("I1: active/terminal counters differ from the records")
 	}
-	if tally.queued != c.queue.Len() || tally.leased != c.byExpiry.Len() || tally.active != c.byAge.Len() ||
-		tally.terminal != c.byFinish.Len() {
+	if tally.queued != c.queue.Len() || tally.leased != c.byExpiry.Len() {
 		return auditError("I2: an index holds records it should not")
+	}
+	if !c.auditList(&c.ages, false, tally.active, createdAtOf) || !c.auditList(&c.finished, true, tally.terminal, finishedAtOf) {
+		return auditError("I3: the age or finish list differs from the non-terminal or terminal tasks, or is out of time order")
 	}
 	if len(c.tasks) > l.MaxTaskRecords || tally.active > l.MaxActiveTasks || tally.queued > l.MaxQueuedTasks ||
 		tally.terminal+tally.active > l.MaxTerminalTasks {

@@ -18,6 +18,8 @@ func TestCheckInvariants_DetectsCorruption(t *testing.T) {
 		"implicit attempt":      func(c *coordinator) { c.tasks["failed"].lastAttemptImplicit = true },
 		"fence with a lease":    func(c *coordinator) { c.tasks["done"].proofIsFence = true },
 		"queued without queue":  func(c *coordinator) { c.queue.Delete(c.tasks["queued"]) },
+		"not in the age list":   func(c *coordinator) { c.ages.remove(c.tasks["queued"]) },
+		"not in finish list":    func(c *coordinator) { c.finished.remove(c.tasks["done"]) },
 		"status without lease":  func(c *coordinator) { c.tasks["queued"].status = TaskRunning },
 		"retry vs generation":   func(c *coordinator) { c.tasks["queued"].generation++ },
 		"record version zero":   func(c *coordinator) { c.tasks["queued"].version = 0 },
@@ -50,5 +52,21 @@ func TestCheckInvariants_DetectsCorruption(t *testing.T) {
 				t.Fatal("the facade's audit disagrees")
 			}
 		})
+	}
+}
+
+// The age list must stay in creation-time order (I3): a task moved behind
+// a younger one is caught although every count still matches.
+func TestCheckInvariants_AgeListOrder(t *testing.T) {
+	h := newHarness(t, DefaultLimits())
+	h.enqueue("a", PriorityNormal)
+	h.now++
+	h.enqueue("b", PriorityNormal)
+	c := h.p.c
+	a := c.tasks["a"]
+	c.ages.remove(a)
+	c.ages.push(a)
+	if err := h.p.CheckInvariants(); !errors.Is(err, ErrStateInvariant) {
+		t.Fatalf("CheckInvariants with the age list out of order = %v, want StateInvariant", err)
 	}
 }

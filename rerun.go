@@ -169,7 +169,7 @@ func (c *coordinator) planReruns(ts []*taskRec) *Error {
 // expired before its time), and its backoff starts again from the first
 // retry (RetryCount 0); its required tags and backoff overrides stay.
 func (c *coordinator) rerun(t *taskRec, now uint64) {
-	c.byFinish.Delete(t)
+	c.finished.remove(t)
 	t.finishedAt = 0
 	c.terminal--
 	c.active++
@@ -182,7 +182,7 @@ func (c *coordinator) rerun(t *taskRec, now uint64) {
 	t.startedAt, t.hasStarted = 0, false
 	t.clearProof()
 	t.version++
-	c.byAge.ReplaceOrInsert(t)
+	c.ages.push(t) // now is the newest creation time (I8)
 	if c.sched != nil {
 		c.sched.scan(t.scanID).active++ // fairness.go (I13)
 	}

@@ -369,7 +369,7 @@ func (p *WorkerPool) ScanState(scanID string) (ScanState, error) {
 	}
 	st := ScanState{ScanID: scanID}
 	if c.sched == nil {
-		c.byAge.Ascend(func(t *taskRec) bool {
+		c.ages.walk(func(t *taskRec) bool {
 			if t.scanID == scanID {
 				st.Active++
 				if t.hasLease {

@@ -71,13 +71,9 @@ type taskRec struct {
 	lifeBase uint64
 	version  uint64 // Invariant (I6): +1 on every change of the record.
 	ordinal  uint64 // enqueue ordinal of the current queue entry
-	// seq is unique per record (the coordinator's count of records made):
-	// the tie-break of the age and finish indexes, an integer where the
-	// task ID was compared. Derived state: not exported; Restore numbers
-	// the records in task-ID order. Which of two tasks created (or
-	// finished) in the same second comes first in those indexes changes
-	// no command's outcome: their walks collect every task up to a time.
-	seq uint64
+	// prev and next link the task into the age list while it is not
+	// terminal, into the finish list while it is (tasklist.go, I3).
+	prev, next *taskRec
 
 	// lease is the current lease while hasLease, the retained proof lease
 	// of a terminal task while hasProof && !proofIsFence, else zero.
@@ -136,7 +132,6 @@ type coordinator struct {
 	logicalTime uint64
 	lastLeaseID uint64 // Invariant (I7): every issued lease ID is ≤ lastLeaseID.
 	lastOrdinal uint64
-	lastSeq     uint64 // the last taskRec.seq given
 	// generationFloor is the generation a newly admitted task starts at:
 	// above every generation of every purged task, so that no proof of a
 	// purged life matches a later life of the same task ID.
@@ -146,8 +141,8 @@ type coordinator struct {
 	tasks    map[string]*taskRec
 	queue    *btree.BTreeG[*taskRec] // queued tasks in lease order (I2)
 	byExpiry *btree.BTreeG[*taskRec] // leased/running tasks by (ExpiresAt, LeaseID)
-	byAge    *btree.BTreeG[*taskRec] // non-terminal tasks by (CreatedAt, seq)
-	byFinish *btree.BTreeG[*taskRec] // terminal tasks by (finishedAt, seq), for purge
+	ages     taskList                // non-terminal tasks by CreatedAt (tasklist.go)
+	finished taskList                // terminal tasks by finish time, for purge
 	active   int                     // non-terminal tasks
 	terminal int                     // terminal tasks
 
@@ -180,20 +175,6 @@ func expiryLess(a, b *taskRec) bool {
 	return a.lease.leaseID < b.lease.leaseID
 }
 
-func finishLess(a, b *taskRec) bool {
-	if a.finishedAt != b.finishedAt {
-		return a.finishedAt < b.finishedAt
-	}
-	return a.seq < b.seq
-}
-
-func ageLess(a, b *taskRec) bool {
-	if a.createdAt != b.createdAt {
-		return a.createdAt < b.createdAt
-	}
-	return a.seq < b.seq
-}
-
 const btreeDegree = 32
 
 func newCoordinator(l Limits) *coordinator {
@@ -202,8 +183,6 @@ func newCoordinator(l Limits) *coordinator {
 		tasks:    make(map[string]*taskRec),
 		queue:    btree.NewG(btreeDegree, queueLess),
 		byExpiry: btree.NewG(btreeDegree, expiryLess),
-		byAge:    btree.NewG(btreeDegree, ageLess),
-		byFinish: btree.NewG(btreeDegree, finishLess),
 		workers:  make(map[string]*workerRec),
 		byID:     newWorkerIndex(),
 		interned: make(map[string]string),
@@ -433,7 +412,7 @@ func (p *WorkerPool) RecoveryDue(now, maxAgeSecs uint64) (expiredLeases, deadWor
 	if t, ok := c.byExpiry.Min(); ok {
 		expiredLeases = t.lease.expiresAt <= now
 	}
-	if t, ok := c.byAge.Min(); ok && maxAgeSecs > 0 {
+	if t := c.ages.head; t != nil && maxAgeSecs > 0 {
 		oldTasks = now >= t.createdAt && now-t.createdAt >= maxAgeSecs
 	}
 	if w := treapFirst(c.alive); w != nil {

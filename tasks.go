@@ -163,14 +163,12 @@ func (c *coordinator) admit(spec TaskSpec, now uint64) *taskRec {
 		generation: c.generationFloor,
 		lifeBase:   c.generationFloor,
 	}
-	c.lastSeq++
-	t.seq = c.lastSeq
 	c.tasks[t.id] = t
 	c.active++
 	if c.sched != nil {
 		c.sched.scan(t.scanID).active++
 	}
-	c.byAge.ReplaceOrInsert(t)
+	c.ages.push(t) // now is the newest creation time (I8)
 	c.pushQueue(t)
 	return t
 }
@@ -312,7 +310,7 @@ func (c *coordinator) terminate(t *taskRec, status TaskStatus, now uint64) {
 	case t.hasLease:
 		c.releaseLease(t)
 	}
-	c.byAge.Delete(t)
+	c.ages.remove(t)
 	c.active--
 	c.terminal++
 	if c.sched != nil {
@@ -323,7 +321,7 @@ func (c *coordinator) terminate(t *taskRec, status TaskStatus, now uint64) {
 	t.status = status
 	t.version++
 	t.finishedAt = now
-	c.byFinish.ReplaceOrInsert(t)
+	c.finished.push(t) // now is the newest finish time (I8)
 }
 
 // ExpireOldTasks expires every non-terminal task with now − CreatedAt ≥
@@ -347,7 +345,7 @@ func (q *TaskQueue) ExpireOldTasks(expectedRevision, nowSecs, maxAgeSecs uint64)
 	var old []*taskRec
 	if nowSecs >= maxAgeSecs {
 		cutoff := nowSecs - maxAgeSecs
-		c.byAge.Ascend(func(t *taskRec) bool {
+		c.ages.walk(func(t *taskRec) bool {
 			if t.createdAt > cutoff {
 				return false
 			}

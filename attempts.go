@@ -215,7 +215,7 @@ func (c *coordinator) endAttempt(t *taskRec, now uint64, outcome AttemptOutcome,
 	a := AttemptRecord{
 		attempt:        t.attempt,
 		taskGeneration: t.generation,
-		workerID:       t.lease.workerID,
+		workerID:       t.lease.worker.id,
 		leaseID:        t.lease.leaseID,
 		acquiredAt:     t.lease.acquiredAt,
 		startedAt:      t.startedAt,

@@ -35,24 +35,34 @@ func (t *taskRec) rerunBaseValue() uint64 {
 	return t.generation - uint64(t.retryCount)
 }
 
-// leaseRec is the part of a TaskLease the task record does not hold.
+// leaseRec is the part of a TaskLease the task record does not hold. The
+// worker is its record (workers are never removed), so releasing a lease
+// needs no lookup by ID; a restored lease points to a stub until
+// rebuildIndexes resolves it.
 type leaseRec struct {
-	workerID         string
+	worker           *workerRec
 	workerGeneration uint64
 	leaseID          uint64
 	acquiredAt       uint64
 	expiresAt        uint64
 }
 
-func compactLease(l TaskLease) leaseRec {
-	return leaseRec{workerID: l.workerID, workerGeneration: l.workerGeneration, leaseID: l.leaseID, acquiredAt: l.acquiredAt, expiresAt: l.expiresAt}
+// is reports whether r holds the worker and lease fields of l.
+func (r leaseRec) is(l TaskLease) bool {
+	return r.worker != nil && r.worker.id == l.workerID && r.workerGeneration == l.workerGeneration &&
+		r.leaseID == l.leaseID && r.acquiredAt == l.acquiredAt && r.expiresAt == l.expiresAt
+}
+
+// stubLease is a decoded lease whose worker is not linked yet.
+func stubLease(l TaskLease) leaseRec {
+	return leaseRec{worker: &workerRec{id: l.workerID}, workerGeneration: l.workerGeneration, leaseID: l.leaseID, acquiredAt: l.acquiredAt, expiresAt: l.expiresAt}
 }
 
 // leaseOf rebuilds the whole lease from r and the record.
 func (t *taskRec) leaseOf(r leaseRec) TaskLease {
 	return TaskLease{
 		taskID:           t.id,
-		workerID:         r.workerID,
+		workerID:         r.worker.id,
 		workerGeneration: r.workerGeneration,
 		taskGeneration:   t.generation,
 		attempt:          t.attempt,
@@ -78,7 +88,7 @@ func (t *taskRec) namesRecord(l TaskLease) bool {
 
 // holds reports whether l is exactly the current lease.
 func (t *taskRec) holds(l TaskLease) bool {
-	return t.hasLease && t.namesRecord(l) && compactLease(l) == t.lease
+	return t.hasLease && t.namesRecord(l) && t.lease.is(l)
 }
 
 // proofValue returns the retained terminal proof (zero when none).
@@ -97,15 +107,20 @@ func (t *taskRec) retainsProof(own TaskOwnership) bool {
 	return t.hasProof && t.proofValue() == own
 }
 
-// setProof retains own, which names this record, as the terminal proof.
-// Call it after terminate (a fence is the version before it).
-func (t *taskRec) setProof(own TaskOwnership) {
-	t.hasProof = true
-	if l, isLease := own.Lease(); isLease {
-		t.lease, t.proofIsFence = compactLease(l), false
+// setProof retains own, which names this record, as the terminal proof;
+// held is the lease the task held before terminate (own's, when own is a
+// lease). Call it after terminate (a fence is the version before it).
+func (t *taskRec) setProof(own TaskOwnership, held leaseRec) {
+	if _, isLease := own.Lease(); isLease {
+		t.retainLease(held)
 		return
 	}
-	t.lease, t.proofIsFence = leaseRec{}, true
+	t.hasProof, t.proofIsFence, t.lease = true, true, leaseRec{}
+}
+
+// retainLease retains held, the lease t held until terminate, as its proof.
+func (t *taskRec) retainLease(held leaseRec) {
+	t.hasProof, t.proofIsFence, t.lease = true, false, held
 }
 
 // clearProof drops the retained terminal proof.
@@ -123,7 +138,7 @@ func (t *taskRec) receiptValue() CompletionReceipt {
 		taskGeneration:   t.generation,
 		attempt:          t.attempt,
 		leaseID:          t.lease.leaseID,
-		workerID:         t.lease.workerID,
+		workerID:         t.lease.worker.id,
 		workerGeneration: t.lease.workerGeneration,
 		recordVersion:    t.version,
 	}
@@ -135,7 +150,7 @@ func (t *taskRec) completingAttempt() AttemptRecord {
 	return AttemptRecord{
 		attempt:        t.attempt,
 		taskGeneration: t.generation,
-		workerID:       t.lease.workerID,
+		workerID:       t.lease.worker.id,
 		leaseID:        t.lease.leaseID,
 		acquiredAt:     t.lease.acquiredAt,
 		startedAt:      t.startedAt,
@@ -200,13 +215,16 @@ func (t *taskRec) compactDecoded(lease TaskLease, proof TaskOwnership, receipt C
 		if !t.namesRecord(lease) {
 			return false
 		}
-		t.lease = compactLease(lease)
+		t.lease = stubLease(lease)
 	}
 	if t.hasProof {
-		if l, isLease := proof.Lease(); isLease && !t.namesRecord(l) {
-			return false
+		t.setProof(proof, leaseRec{})
+		if l, isLease := proof.Lease(); isLease {
+			if !t.namesRecord(l) {
+				return false
+			}
+			t.lease = stubLease(l)
 		}
-		t.setProof(proof)
 		if t.version == 0 || t.proofValue() != proof {
 			return false
 		}

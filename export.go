@@ -181,7 +181,6 @@ func decodeWorker(d *decoder) *workerRec {
 		cpu:           d.u16(),
 		mem:           d.u16(),
 		net:           d.u16(),
-		leases:        make(map[uint64]*taskRec),
 	}
 	n := d.count(MaxWorkerTags, 1)
 	for i := 0; i < n; i++ {
@@ -319,6 +318,33 @@ func (c *coordinator) upgradeV1FinishTimes() {
 	}
 }
 
+// linkLease points a restored record's lease (current or retained as the
+// proof) at its worker record, and a current one into the expiry index
+// and the worker's lease set (I4). Duplicate lease IDs are left for the
+// audit (I7).
+func (c *coordinator) linkLease(t *taskRec) *Error {
+	if !t.hasLease && (!t.hasProof || t.proofIsFence) {
+		return nil
+	}
+	w := c.workers[t.lease.worker.id] // the decoder's stub
+	if w == nil {
+		return invalidState("a lease names an unknown worker")
+	}
+	t.lease.worker = w
+	if !t.hasLease {
+		return nil
+	}
+	if w.current == MaxWorkerCapacity {
+		return invalidState("a worker holds more leases than any capacity")
+	}
+	if _, dup := c.byExpiry.ReplaceOrInsert(t); dup {
+		return invalidState("duplicate lease expiry entry")
+	}
+	w.addLease(t)
+	w.current++
+	return nil
+}
+
 // rebuildIndexes derives the queue, indexes, counters, worker lease sets and
 // the treap from decoded records, rejecting what cannot be linked.
 func (c *coordinator) rebuildIndexes() *Error {
@@ -342,16 +368,8 @@ func (c *coordinator) rebuildIndexes() *Error {
 				return invalidState("duplicate queue entry")
 			}
 		}
-		if t.hasLease {
-			w := c.workers[t.lease.workerID]
-			if w == nil || w.leases[t.lease.leaseID] != nil || w.current == MaxWorkerCapacity {
-				return invalidState("lease names an unknown worker or a duplicate lease ID")
-			}
-			if _, dup := c.byExpiry.ReplaceOrInsert(t); dup {
-				return invalidState("duplicate lease expiry entry")
-			}
-			w.leases[t.lease.leaseID] = t
-			w.current++
+		if err := c.linkLease(t); err != nil {
+			return err
 		}
 	}
 	c.active, c.terminal = len(live), len(ended)

@@ -170,8 +170,9 @@ func (c *coordinator) auditLease(t *taskRec, tally *taskTally) *Error {
 	if !c.byExpiry.Has(t) {
 		return auditError("I3: lease missing from the expiry index")
 	}
-	w := c.workers[ls.workerID]
-	if w == nil || w.status == WorkerOffline || w.generation != ls.workerGeneration || w.leases[ls.leaseID] != t {
+	w := ls.worker
+	if w == nil || c.workers[w.id] != w || w.status == WorkerOffline || w.generation != ls.workerGeneration ||
+		int(t.leaseSlot) >= len(w.leases) || w.leases[t.leaseSlot] != t {
 		return auditError("I4: lease is not held by a live worker of its generation")
 	}
 	tally.leasesByWorker[w.id]++
@@ -185,7 +186,7 @@ func (c *coordinator) auditTaskProof(t *taskRec) *Error {
 	// (compact.go): those hold by construction; the rest is checked here.
 	proofLease := t.lease
 	leaseProofOK := t.hasProof && !t.proofIsFence && proofLease.leaseID != 0 && proofLease.leaseID <= c.lastLeaseID &&
-		ValidIdentifier(proofLease.workerID) && c.workers[proofLease.workerID] != nil
+		proofLease.worker != nil && c.workers[proofLease.worker.id] == proofLease.worker
 	switch t.status {
 	case TaskCompleted:
 		if !t.hasProof || !leaseProofOK {

@@ -50,7 +50,7 @@ func (c *coordinator) grant(t *taskRec, w *workerRec, now, ttl uint64) (Transiti
 	c.lastLeaseID++
 	t.attempt++
 	t.lease = leaseRec{
-		workerID:         w.id,
+		worker:           w,
 		workerGeneration: w.generation,
 		leaseID:          c.lastLeaseID,
 		acquiredAt:       now,
@@ -60,7 +60,7 @@ func (c *coordinator) grant(t *taskRec, w *workerRec, now, ttl uint64) (Transiti
 	t.status = TaskLeased
 	t.version++
 	c.byExpiry.ReplaceOrInsert(t)
-	w.leases[t.lease.leaseID] = t
+	w.addLease(t)
 	w.current++
 	c.refreshWorker(w)
 	if c.sched != nil {
@@ -237,21 +237,20 @@ func (p *WorkerPool) CompleteTask(expectedRevision, nowSecs uint64, lease TaskLe
 	if t.status != TaskRunning {
 		return Transition[CompletionOutcome]{}, &Error{Kind: KindInvalidTransition, TaskID: t.id, Status: t.status, Operation: "complete"}
 	}
-	w := c.workers[lease.workerID]
+	w := t.lease.worker // the lease's holder (checkLease, I4)
 	switch {
 	case c.revision == math.MaxUint64:
 		return Transition[CompletionOutcome]{}, exhausted("revision")
 	case !canBump(t.version):
 		return Transition[CompletionOutcome]{}, exhausted("record_version")
-	case w != nil && !canBump(w.completed):
+	case !canBump(w.completed):
 		return Transition[CompletionOutcome]{}, exhausted("completed_tasks")
 	}
+	held := t.lease
 	c.terminate(t, TaskCompleted, nowSecs)
-	if w != nil {
-		w.completed++
-	}
-	t.setProof(OwnershipFromLease(lease)) // the receipt derives from it (I10)
-	t.endCompletedAttempt()               // the attempt's record, too (I12)
+	w.completed++
+	t.retainLease(held)     // the receipt derives from it (I10)
+	t.endCompletedAttempt() // the attempt's record, too (I12)
 	return Transition[CompletionOutcome]{Revision: c.commit(nowSecs), Value: CompletionOutcome{Kind: Completed, Receipt: t.receiptValue()}}, nil
 }
 
@@ -332,13 +331,10 @@ func (p *WorkerPool) RenewLease(expectedRevision, nowSecs uint64, lease TaskLeas
 		return Transition[TaskLease]{}, exhausted("lease_expiry")
 	}
 	c.byExpiry.Delete(t)
-	w := c.workers[lease.workerID]
-	delete(w.leases, lease.leaseID)
 	c.lastLeaseID++
-	t.lease.leaseID = c.lastLeaseID
+	t.lease.leaseID = c.lastLeaseID // the worker's lease slot stays (workers.go)
 	t.lease.expiresAt = nowSecs + leaseTTL
 	t.version++
-	w.leases[t.lease.leaseID] = t
 	c.byExpiry.ReplaceOrInsert(t)
 	return Transition[TaskLease]{Revision: c.commit(nowSecs), Value: t.currentLease()}, nil
 }
@@ -368,7 +364,7 @@ func (p *WorkerPool) RecoverExpiredLeases(expectedRevision, nowSecs uint64) (Tra
 	}
 	affected := make(map[string]struct{}, len(ts))
 	for _, t := range ts {
-		affected[t.lease.workerID] = struct{}{}
+		affected[t.lease.worker.id] = struct{}{}
 	}
 	sum := RecoverySummary{WorkersAffected: len(affected)}
 	for _, t := range ts {

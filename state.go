@@ -53,6 +53,9 @@ type taskRec struct {
 
 	retryCount uint32
 	attempt    uint32 // Invariant (I5): only increases.
+	// leaseSlot is the task's index in its lease's worker's leases while
+	// hasLease (I4).
+	leaseSlot uint32
 	// Beyond contract Part A (attempts.go, rerun.go): the re-runs and the
 	// attempt timeout (≤ MaxTaskTTLSecs).
 	reruns  uint32
@@ -101,7 +104,10 @@ type workerRec struct {
 	cpu, mem, net uint16
 	tags          []WorkerTag
 
-	leases map[uint64]*taskRec // lease ID → task, for worker-loss recovery
+	// leases are the tasks whose lease w holds, in no particular order
+	// (workerLeases sorts them), for worker-loss recovery; a task knows its
+	// slot (taskRec.leaseSlot), so adding and dropping are O(1).
+	leases []*taskRec
 
 	prio        uint64
 	rank        uint64 // tie-break in ID order (ranks.go, I9)

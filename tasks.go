@@ -227,11 +227,12 @@ func (q *TaskQueue) CancelTask(expectedRevision, nowSecs uint64, own TaskOwnersh
 	if !canBump(t.version) {
 		return zero, exhausted("record_version")
 	}
+	held := t.lease
 	if t.hasLease {
 		c.endAttempt(t, nowSecs, AttemptCancelled, "")
 	}
 	c.terminate(t, TaskCancelled, nowSecs)
-	t.setProof(own)
+	t.setProof(own, held)
 	return Transition[CancellationOutcome]{Revision: c.commit(nowSecs), Value: CancellationOutcome{Kind: Cancelled}}, nil
 }
 
@@ -279,11 +280,12 @@ func (q *TaskQueue) CancelTaskByID(expectedRevision, nowSecs uint64, taskID stri
 	if t.hasLease {
 		own = OwnershipFromLease(t.currentLease())
 	}
+	held := t.lease
 	if t.hasLease {
 		c.endAttempt(t, nowSecs, AttemptCancelled, "")
 	}
 	c.terminate(t, TaskCancelled, nowSecs)
-	t.setProof(own)
+	t.setProof(own, held)
 	return Transition[CancellationOutcome]{Revision: c.commit(nowSecs), Value: CancellationOutcome{Kind: Cancelled}}, nil
 }
 
@@ -402,11 +404,10 @@ func (c *coordinator) checkLease(t *taskRec, l TaskLease, now uint64) *Error {
 // set and CurrentTasks. It does not change t's status or version.
 func (c *coordinator) releaseLease(t *taskRec) {
 	c.byExpiry.Delete(t)
-	if w := c.workers[t.lease.workerID]; w != nil {
-		delete(w.leases, t.lease.leaseID)
-		w.current--
-		c.refreshWorker(w)
-	}
+	w := t.lease.worker // I4: a live worker holds every lease
+	w.dropLease(t)
+	w.current--
+	c.refreshWorker(w)
 	if c.sched != nil {
 		c.sched.released(t.scanID)
 	}
@@ -478,7 +479,7 @@ func (c *coordinator) planRetries(ts []*taskRec) *Error {
 // passed: requeue under a new generation, or fail when retries are exhausted.
 // A requeued task gets its backoff's not-before time (schedule.go).
 func (c *coordinator) retry(t *taskRec, now uint64) FailureOutcome {
-	lease := t.currentLease()
+	held := t.lease
 	if t.retryCount < c.limits.MaxRetries {
 		c.releaseLease(t)
 		t.generation++
@@ -491,7 +492,7 @@ func (c *coordinator) retry(t *taskRec, now uint64) FailureOutcome {
 		return FailureOutcome{Kind: Requeued, TaskGeneration: t.generation, RetryCount: t.retryCount}
 	}
 	c.terminate(t, TaskFailed, now)
-	t.setProof(OwnershipFromLease(lease))
+	t.retainLease(held)
 	return FailureOutcome{Kind: RetryExhausted, TaskGeneration: t.generation, RetryCount: t.retryCount}
 }
 

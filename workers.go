@@ -91,7 +91,6 @@ func (p *WorkerPool) RegisterWorker(expectedRevision, nowSecs uint64, spec Worke
 		generation:    1,
 		status:        WorkerHealthy,
 		lastHeartbeat: nowSecs,
-		leases:        make(map[uint64]*taskRec),
 		prio:          treapPriority(spec.WorkerID),
 	}
 	w.applySpec(spec, tags)
@@ -156,13 +155,27 @@ func (p *WorkerPool) UpdateWorker(expectedRevision, nowSecs uint64, workerID str
 	return Transition[WorkerNode]{Revision: c.commit(nowSecs), Value: w.view()}, nil
 }
 
+// addLease records that w holds t's lease.
+func (w *workerRec) addLease(t *taskRec) {
+	t.leaseSlot = uint32(len(w.leases))
+	w.leases = append(w.leases, t)
+}
+
+// dropLease forgets t's lease: the last task takes t's slot.
+func (w *workerRec) dropLease(t *taskRec) {
+	last := len(w.leases) - 1
+	moved := w.leases[last]
+	w.leases[t.leaseSlot] = moved
+	moved.leaseSlot = t.leaseSlot
+	w.leases[last] = nil
+	w.leases = w.leases[:last]
+}
+
 // workerLeases returns the tasks w holds, in lease-ID order.
 func workerLeases(ws ...*workerRec) []*taskRec {
 	var ts []*taskRec
 	for _, w := range ws {
-		for _, t := range w.leases {
-			ts = append(ts, t)
-		}
+		ts = append(ts, w.leases...)
 	}
 	sort.Slice(ts, func(i, j int) bool { return ts[i].lease.leaseID < ts[j].lease.leaseID })
 	return ts

@@ -251,19 +251,25 @@ func (t *taskRec) adoptImplicitAttempt() {
 const maxInterned = 4096
 
 // intern returns the shared copy of s (scan IDs and phases repeat across
-// a scan's tasks). It never changes what a command returns.
-func (c *coordinator) intern(s string) string {
-	if s == "" {
+// a scan's tasks). *last is the value this kind of string got last time:
+// a batch's tasks share their scan, so most calls need no lookup. It never
+// changes what a command returns.
+func (c *coordinator) intern(s string, last *string) string {
+	switch {
+	case s == "":
 		return ""
+	case s == *last:
+		return *last
 	}
-	if v, ok := c.interned[s]; ok {
-		return v
+	v, ok := c.interned[s]
+	if !ok {
+		if len(c.interned) >= maxInterned {
+			clear(c.interned)
+		}
+		v = strings.Clone(s)
+		c.interned[v] = v
 	}
-	if len(c.interned) >= maxInterned {
-		clear(c.interned)
-	}
-	v := strings.Clone(s)
-	c.interned[v] = v
+	*last = v
 	return v
 }
 
@@ -272,8 +278,12 @@ func (c *coordinator) internPhases(p []uint8) string {
 	if len(p) == 0 {
 		return ""
 	}
+	if string(p) == c.lastPhases {
+		return c.lastPhases
+	}
 	if v, ok := c.interned[string(p)]; ok {
+		c.lastPhases = v
 		return v
 	}
-	return c.intern(string(p))
+	return c.intern(string(p), &c.lastPhases)
 }

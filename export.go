@@ -249,7 +249,7 @@ func RestoreWorkerPool(data []byte) (*WorkerPool, error) {
 		if !proofsOK {
 			return nil, invalidState("a task's lease, proof or receipt differs from its record (I3, I10)")
 		}
-		t.scanID, t.phases = c.intern(t.scanID), c.intern(t.phases)
+		t.scanID, t.phases = c.intern(t.scanID, &c.lastScan), c.intern(t.phases, &c.lastPhases)
 		if (i > 0 && t.id <= prev) || !ValidIdentifier(t.id) {
 			return nil, invalidState("task records are not in strict task-ID order")
 		}

@@ -160,8 +160,10 @@ type coordinator struct {
 	// feature is used (I11).
 	sched *scheduler
 
-	// interned shares the scan IDs and phases of task records (compact.go).
-	interned map[string]string
+	// interned shares the scan IDs and phases of task records (compact.go);
+	// lastScan and lastPhases are the values it returned last for each.
+	interned             map[string]string
+	lastScan, lastPhases string
 }
 
 func queueLess(a, b *taskRec) bool {

@@ -146,7 +146,7 @@ func (c *coordinator) admit(spec TaskSpec, now uint64) *taskRec {
 	mask, _ := tagMask(spec.Scheduling.RequiredTags, "")
 	t := &taskRec{
 		id:        spec.TaskID,
-		scanID:    c.intern(spec.ScanID),
+		scanID:    c.intern(spec.ScanID, &c.lastScan),
 		target:    spec.TargetRef,
 		phases:    c.internPhases(spec.Phases),
 		priority:  spec.Priority,

@@ -131,7 +131,7 @@ func decodeTask(d *decoder, version uint8) (*taskRec, bool) {
 	} else if hasCompleted {
 		t.finishedAt = completedAt // version 1: finished at its completion
 	}
-	t.retryCount = d.u32()
+	t.retryCount = uint16(min(d.u32(), MaxRetries+1)) // above MaxRetries stays above: the audit refuses it
 	t.attempt = d.u32()
 	t.generation = d.uvarint()
 	t.version = d.uvarint()

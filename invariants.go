@@ -75,7 +75,7 @@ func (c *coordinator) auditTask(t *taskRec, tally *taskTally) *Error {
 	if err := c.auditGeneration(t); err != nil {
 		return err
 	}
-	if t.attempt < t.retryCount {
+	if t.attempt < uint32(t.retryCount) {
 		return auditError("I5: attempt is below the retry count")
 	}
 	if t.createdAt > c.logicalTime {
@@ -108,7 +108,7 @@ func (c *coordinator) auditTask(t *taskRec, tally *taskTally) *Error {
 // least); the life's base is at most the generation floor.
 func (c *coordinator) auditGeneration(t *taskRec) *Error {
 	rb := t.rerunBaseValue()
-	if t.retryCount > c.limits.MaxRetries || (t.reruns == 0) != (rb == 0) ||
+	if uint32(t.retryCount) > c.limits.MaxRetries || (t.reruns == 0) != (rb == 0) ||
 		(t.reruns > 0 && (rb <= t.lifeBase || uint64(t.reruns) > rb-t.lifeBase)) {
 		return auditError("I5: retry or re-run counters are inconsistent")
 	}
@@ -193,7 +193,7 @@ func (c *coordinator) auditTaskProof(t *taskRec) *Error {
 			return auditError("I10: completed task lacks its retained lease and matching receipt")
 		}
 	case TaskFailed:
-		if !t.hasProof || !leaseProofOK || t.retryCount != c.limits.MaxRetries {
+		if !t.hasProof || !leaseProofOK || uint32(t.retryCount) != c.limits.MaxRetries {
 			return auditError("I10: failed task lacks its exhausting lease or has retries left")
 		}
 	case TaskCancelled:

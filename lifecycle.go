@@ -278,7 +278,7 @@ func (c *coordinator) failTask(expectedRevision, nowSecs uint64, lease TaskLease
 		return Transition[FailureOutcome]{}, err
 	}
 	if t.status == TaskFailed && t.retainsProof(OwnershipFromLease(lease)) {
-		return Transition[FailureOutcome]{Revision: c.revision, Value: FailureOutcome{Kind: RetryExhausted, TaskGeneration: t.generation, RetryCount: t.retryCount}}, nil
+		return Transition[FailureOutcome]{Revision: c.revision, Value: FailureOutcome{Kind: RetryExhausted, TaskGeneration: t.generation, RetryCount: uint32(t.retryCount)}}, nil
 	}
 	if err := c.checkLease(t, lease, nowSecs); err != nil {
 		return Transition[FailureOutcome]{}, err

@@ -62,23 +62,36 @@ type storedResult struct {
 	data    []byte // never nil; never aliased outside the aggregator
 }
 
-// smallResultBytes is the largest result stored in the same allocation as
-// its entry: 96 + 32 bytes is one 128-byte object where a separate copy
-// would be two of 96 and up to 32 (the same memory, one allocation less).
-const smallResultBytes = 32
+// Results of up to 32 bytes are stored in the same allocation as their
+// entry: 96 + 16 bytes is one 112-byte object, 96 + 32 one of 128, where a
+// separate copy would be two objects of the same total size — one
+// allocation less, no memory more.
+const (
+	tinyResultBytes  = 16
+	smallResultBytes = 32
+)
 
 // newStoredResult returns an entry holding receipt and a copy of result.
 // An empty result is an empty, non-nil slice (no allocation for it).
 func newStoredResult(receipt CompletionReceipt, result []byte) *storedResult {
-	if n := len(result); n > 0 && n <= smallResultBytes {
+	n := len(result)
+	switch {
+	case n == 0 || n > smallResultBytes:
+		return &storedResult{receipt: receipt, data: append(make([]byte, 0, n), result...)}
+	case n <= tinyResultBytes:
 		e := &struct {
 			storedResult
-			buf [smallResultBytes]byte
+			buf [tinyResultBytes]byte
 		}{storedResult: storedResult{receipt: receipt}}
 		e.data = append(e.buf[:0:n], result...)
 		return &e.storedResult
 	}
-	return &storedResult{receipt: receipt, data: append(make([]byte, 0, len(result)), result...)}
+	e := &struct {
+		storedResult
+		buf [smallResultBytes]byte
+	}{storedResult: storedResult{receipt: receipt}}
+	e.data = append(e.buf[:0:n], result...)
+	return &e.storedResult
 }
 
 // NewResultAggregator returns an empty aggregator with DefaultResultLimits.

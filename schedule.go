@@ -218,7 +218,7 @@ func (c *coordinator) retryNotBefore(t *taskRec, now uint64) uint64 {
 	if base == 0 && c.sched != nil {
 		base, limit = c.sched.opts.BackoffBaseSecs, c.sched.opts.BackoffCapSecs
 	}
-	d := backoffSecs(base, limit, t.retryCount, t.id, t.attempt)
+	d := backoffSecs(base, limit, uint32(t.retryCount), t.id, t.attempt)
 	if d == 0 {
 		return t.notBefore
 	}

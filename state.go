@@ -51,11 +51,13 @@ type taskRec struct {
 	// A completed task's completion time (completedAtValue).
 	finishedAt uint64
 
-	retryCount uint32
-	attempt    uint32 // Invariant (I5): only increases.
+	// retryCount ≤ MaxRetries (32) and leaseSlot < MaxWorkerCapacity
+	// (4096) fit 16 bits, which keeps the record at 224 bytes.
+	retryCount uint16
 	// leaseSlot is the task's index in its lease's worker's leases while
 	// hasLease (I4).
-	leaseSlot uint32
+	leaseSlot uint16
+	attempt   uint32 // Invariant (I5): only increases.
 	// Beyond contract Part A (attempts.go, rerun.go): the re-runs and the
 	// attempt timeout (≤ MaxTaskTTLSecs).
 	reruns  uint32
@@ -458,7 +460,7 @@ func (t *taskRec) view() ScanTask {
 		completedAt:    t.completedAtValue(),
 		hasCompleted:   t.status == TaskCompleted,
 		finishedAt:     t.finishedAt,
-		retryCount:     t.retryCount,
+		retryCount:     uint32(t.retryCount),
 		attempt:        t.attempt,
 		taskGeneration: t.generation,
 		recordVersion:  t.version,

@@ -451,7 +451,7 @@ func (c *coordinator) touchWorker(w *workerRec, change func()) {
 func (c *coordinator) planRetries(ts []*taskRec) *Error {
 	requeues := 0
 	for _, t := range ts {
-		if t.retryCount < c.limits.MaxRetries {
+		if uint32(t.retryCount) < c.limits.MaxRetries {
 			requeues++
 		}
 	}
@@ -465,7 +465,7 @@ func (c *coordinator) planRetries(ts []*taskRec) *Error {
 		if !canBump(t.version) {
 			return exhausted("record_version")
 		}
-		if t.retryCount < c.limits.MaxRetries && !canBump(t.generation) {
+		if uint32(t.retryCount) < c.limits.MaxRetries && !canBump(t.generation) {
 			return exhausted("task_generation")
 		}
 	}
@@ -480,7 +480,7 @@ func (c *coordinator) planRetries(ts []*taskRec) *Error {
 // A requeued task gets its backoff's not-before time (schedule.go).
 func (c *coordinator) retry(t *taskRec, now uint64) FailureOutcome {
 	held := t.lease
-	if t.retryCount < c.limits.MaxRetries {
+	if uint32(t.retryCount) < c.limits.MaxRetries {
 		c.releaseLease(t)
 		t.generation++
 		t.retryCount++
@@ -489,11 +489,11 @@ func (c *coordinator) retry(t *taskRec, now uint64) FailureOutcome {
 		t.version++
 		t.notBefore = c.retryNotBefore(t, now)
 		c.pushQueue(t)
-		return FailureOutcome{Kind: Requeued, TaskGeneration: t.generation, RetryCount: t.retryCount}
+		return FailureOutcome{Kind: Requeued, TaskGeneration: t.generation, RetryCount: uint32(t.retryCount)}
 	}
 	c.terminate(t, TaskFailed, now)
 	t.retainLease(held)
-	return FailureOutcome{Kind: RetryExhausted, TaskGeneration: t.generation, RetryCount: t.retryCount}
+	return FailureOutcome{Kind: RetryExhausted, TaskGeneration: t.generation, RetryCount: uint32(t.retryCount)}
 }
 
 // recoverTasks applies the retry rule to ts in lease-ID order (ts is sorted by

@@ -157,7 +157,7 @@ func (p *WorkerPool) UpdateWorker(expectedRevision, nowSecs uint64, workerID str
 
 // addLease records that w holds t's lease.
 func (w *workerRec) addLease(t *taskRec) {
-	t.leaseSlot = uint32(len(w.leases))
+	t.leaseSlot = uint16(len(w.leases)) // < MaxWorkerCapacity (I4)
 	w.leases = append(w.leases, t)
 }
 

@@ -21,7 +21,7 @@ import (
 )
 
 // Budgets in heap bytes per task at the tenant level. Measured
-// (go1.26.8, amd64): 384 B per queued task, 566 B per completed task with
+// (go1.26.8, amd64): 368 B per queued task, 550 B per completed task with
 // an empty result; before issue 15's compact records 747 B and 1 044 B
 // (docs/benchmarks.md). Issue 15's targets are 500 B per queued and 600 B
 // per completed task of the node's resident memory; the margin here

@@ -74,7 +74,8 @@ func newBenchEnv(b *testing.B, s benchState) *benchEnv {
 }
 
 func (e *benchEnv) enqueue() string {
-	t := benchTasks(&e.seq, 1)[0]
+	e.seq++
+	t := benchTask{id: "task-" + strconv.Itoa(e.seq), prio: TaskPriority(e.seq % 4)}
 	e.enqueueTask(t)
 	return t.id
 }

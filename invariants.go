@@ -282,7 +282,7 @@ func (c *coordinator) auditTreap(linked int) *Error {
 		if w.eligibleIgnoringTime() {
 			wantScore = w.availableSlots()
 		}
-		if w.score != wantScore || w.best != w.subtreeBest() {
+		if w.score != wantScore || w.best != w.subtreeBest() || w.bestScore != bestScoreOf(w.best) || w.bestRank != bestRankOf(w.best) {
 			return false
 		}
 		prev = w

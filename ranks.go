@@ -67,6 +67,12 @@ func (c *coordinator) rerank() {
 		w.rank = r
 		return true
 	})
+	// The treap's cached copies of its bests' ranks follow (the bests
+	// themselves stay: the order is the same).
+	treapWalk(c.alive, func(w *workerRec) bool {
+		w.bestRank = bestRankOf(w.best)
+		return true
+	})
 }
 
 // auditRanks checks I9's rank part: byID holds exactly the worker

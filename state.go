@@ -117,6 +117,11 @@ type workerRec struct {
 	parent      *workerRec // nil for the root and for unlinked workers
 	best        *workerRec
 	score       uint32 // cached availableSlots() when eligible ignoring time, else 0
+	// bestScore and bestRank copy best's score and rank (0 and 0 when best
+	// is nil), so that a pull compares its children's bests without
+	// reading those workers' records (I9).
+	bestScore uint32
+	bestRank  uint64
 }
 
 func (w *workerRec) effectiveCapacity() uint32 {

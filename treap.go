@@ -78,11 +78,48 @@ func (w *workerRec) rescore() {
 	}
 }
 
-// pull recomputes w's subtree best from its own score and its children.
-func (w *workerRec) pull() { w.best = w.subtreeBest() }
+// pull recomputes w's subtree best from its own score and its children's
+// cached bests (their score and rank copies: no reads of other records).
+func (w *workerRec) pull() {
+	best, score, rank := (*workerRec)(nil), uint32(0), uint64(0)
+	if w.score > 0 {
+		best, score, rank = w, w.score, w.rank
+	}
+	for _, c := range [2]*workerRec{w.left, w.right} {
+		if c != nil && c.best != nil && (best == nil || c.bestScore > score || (c.bestScore == score && c.bestRank < rank)) {
+			best, score, rank = c.best, c.bestScore, c.bestRank
+		}
+	}
+	w.best, w.bestScore, w.bestRank = best, score, rank
+}
+
+// setBest records b (nil for none) as w's subtree best.
+func (w *workerRec) setBest(b *workerRec) {
+	w.best, w.bestScore, w.bestRank = b, 0, 0
+	if b != nil {
+		w.bestScore, w.bestRank = b.score, b.rank
+	}
+}
+
+// bestScoreOf and bestRankOf are the cached copies a subtree best implies
+// (0 for none).
+func bestScoreOf(b *workerRec) uint32 {
+	if b == nil {
+		return 0
+	}
+	return b.score
+}
+
+func bestRankOf(b *workerRec) uint64 {
+	if b == nil {
+		return 0
+	}
+	return b.rank
+}
 
 // subtreeBest computes the best eligible worker among w (by its cached score)
-// and its children's recorded bests.
+// and its children's recorded bests, from the workers themselves (the
+// audit's reference for pull).
 func (w *workerRec) subtreeBest() *workerRec {
 	var best *workerRec
 	if w.score > 0 {
@@ -199,7 +236,7 @@ func treapAppend(root, w *workerRec) *workerRec {
 		if betterWorker(a.best, w) != w {
 			break // w does not beat a's best, nor any ancestor's (a total order)
 		}
-		a.best = w
+		a.setBest(w)
 	}
 	return root
 }
@@ -210,7 +247,8 @@ func treapAppend(root, w *workerRec) *workerRec {
 func treapRemove(root, w *workerRec) *workerRec {
 	m := treapMerge(w.left, w.right)
 	p := w.parent
-	w.left, w.right, w.parent, w.best = nil, nil, nil, nil
+	w.left, w.right, w.parent = nil, nil, nil
+	w.setBest(nil)
 	switch {
 	case p == nil:
 		return asRoot(m)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sort"
+	"strconv"
 	"testing"
 )
 
@@ -124,10 +125,13 @@ func TestTreap_MatchesBruteForce(t *testing.T) {
 
 // Goal: worker ranks stay in ID order (I9) and tie-breaks stay "smallest
 // ID" whatever the registration order, including the re-rank that runs
-// when two neighbours' ranks leave no room. Method: register IDs each
-// just above the previous and below a fixed upper neighbour ("a" < "aa" <
-// "aaa" < … < "b"), so every registration halves the same gap and forces
-// re-ranks; audit after each and check the chosen worker by brute force.
+// when two neighbours' ranks leave no room. Method: register IDs in
+// increasing order ("a" < "aa" < "aaa" < … < "b": each takes a step above
+// the previous) and then in decreasing order just above "a" ("a999",
+// "a998", …: each halves the gap left above "a", so about every 32nd
+// registration re-ranks every worker); audit after each (the audit also
+// checks the treap's cached copies of the ranks) and check the chosen
+// worker by brute force.
 func TestWorkerRanks_IDOrderThroughReranks(t *testing.T) {
 	l := DefaultLimits()
 	l.MaxWorkers = 300
@@ -135,12 +139,20 @@ func TestWorkerRanks_IDOrderThroughReranks(t *testing.T) {
 	h.register("b", 1)
 	h.register("a", 1)
 	id := "a"
-	for i := 0; i < 150; i++ {
+	for i := 0; i < 50; i++ {
 		id += "a"
 		h.register(id, 1)
+	}
+	for i := 0; i < 100; i++ {
+		h.register("a"+strconv.Itoa(999-i), 1)
 		if err := h.p.CheckInvariants(); err != nil {
-			t.Fatalf("after registering %d IDs: %v", i+3, err)
+			t.Fatalf("after registering %d IDs: %v", i+53, err)
 		}
+	}
+	// Without a re-rank "a999" would sit 2^31 above "a" (half the step "aa"
+	// took); a re-rank spreads the ~150 workers over the whole space.
+	if r := h.p.c.workers["a"].rank; h.p.c.workers["a999"].rank-r <= 1<<32 {
+		t.Fatalf("no re-rank spread the ranks again: a=%d a999=%d", r, h.p.c.workers["a999"].rank)
 	}
 	ranks := h.p.c.byID.Len()
 	var prev *workerRec

@@ -288,6 +288,9 @@ func (n *Node) waitReady(ctx context.Context) error {
 				n.log.Warn("cluster initialisation failed; retrying", "error", err)
 			}
 		}
+		if err := n.replacedDataDir(); err != nil {
+			return err
+		}
 		if n.ready() {
 			return nil
 		}
@@ -450,6 +453,9 @@ func (n *Node) memberLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		if !n.checkPeers() {
+			return
+		}
 		if n.raft.State() != raft.Leader {
 			if n.cfg.RegisterSelf != nil && n.cfg.APIURL != "" && time.Now().After(nextRegister) {
 				nextRegister = time.Now().Add(2 * time.Second)
@@ -471,6 +477,21 @@ func (n *Node) memberLoop(ctx context.Context) {
 		}
 		n.raiseClusterVersion(ctx)
 	}
+}
+
+// checkPeers closes raft connections of peers the node table now refuses
+// (tlsStreamLayer.reverify) and fails the node when its own data dir
+// turns out replaced (replacedDataDir); false once it failed.
+func (n *Node) checkPeers() bool {
+	if n.stream != nil {
+		n.stream.reverify()
+	}
+	if err := n.replacedDataDir(); err != nil {
+		n.log.Error("this node's data dir was replaced; it stops serving", "error", err)
+		n.hl.setFatal(err)
+		return false
+	}
+	return true
 }
 
 // registered reports whether the node table records this node's API URL,
@@ -607,6 +628,9 @@ func (n *Node) AddVoter(ctx context.Context, id, raftAddr, apiURL string, incarn
 			return err
 		}
 	}
+	if err := n.checkIncarnationChange(id, member, incarnation); err != nil {
+		return err
+	}
 	if apiURL != "" {
 		u, ok := n.fsm.NodeAPIURL(id)
 		inc, _ := n.fsm.NodeIncarnation(id)
@@ -620,6 +644,22 @@ func (n *Node) AddVoter(ctx context.Context, id, raftAddr, apiURL string, incarn
 		return nil
 	}
 	return mapRaftErr(n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, 30*time.Second).Error())
+}
+
+// checkIncarnationChange refuses (ErrJoinerUnverified) to record a new
+// incarnation for a member whose recorded one differs: its data dir was
+// replaced, and only removing it (which forgets the record) and joining
+// it again may bring it back; otherwise a wiped member's registration
+// would make the others accept it.
+func (n *Node) checkIncarnationChange(id string, member bool, incarnation []byte) error {
+	if !member || len(incarnation) == 0 {
+		return nil
+	}
+	rec, _ := n.fsm.NodeIncarnation(id)
+	if err := replacedErr(id, rec, incarnation); err != nil {
+		return JoinerUnverified(err.Error())
+	}
+	return nil
 }
 
 // verifyJoiner dials addr through the authenticated stream layer and

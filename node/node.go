@@ -207,15 +207,19 @@ type Node struct {
 	verifyPeer    func(peerNodeID string, peerIncarnation []byte) error
 	onRaftRefused func(reason string)
 	lastRefusal   atomic.Pointer[string]
-	firstRefusal  atomic.Int64 // unix nanoseconds of the first refusal
-	codec         *token.Codec
-	wake          notify.Notifier
-	changed       notify.Notifier // every applied entry (ChangeChan); one key, ""
-	progress      notify.Notifier // the FSM's ProgressFunc: tasks may have become terminal
-	clu           clusterState
-	ident         *identity
-	lock          *dirLock
-	hl            *health // fatal errors and log store failures (health.go)
+	// bootstrappedPeers: this start bootstrapped a new data dir from
+	// --peers (not a joiner, no raft state before); replacedDataDir
+	// checks such a node against the node table.
+	bootstrappedPeers bool
+	firstRefusal      atomic.Int64 // unix nanoseconds of the first refusal
+	codec             *token.Codec
+	wake              notify.Notifier
+	changed           notify.Notifier // every applied entry (ChangeChan); one key, ""
+	progress          notify.Notifier // the FSM's ProgressFunc: tasks may have become terminal
+	clu               clusterState
+	ident             *identity
+	lock              *dirLock
+	hl                *health // fatal errors and log store failures (health.go)
 
 	// life is the node's lifetime (lifetime.go): created in Open, ended
 	// first thing in Close; every background loop and call derives from it.
@@ -313,6 +317,7 @@ func (n *Node) start(ctx context.Context, existing, wroteSecret bool) error {
 	if existing {
 		n.warnPeersDiffer()
 	}
+	n.bootstrappedPeers = !existing && cfg.Join == nil && len(cfg.Peers) > 1
 	if cfg.Join != nil && !existing {
 		if err := n.join(ctx); err != nil {
 			if wroteSecret && errors.Is(err, ErrJoinerUnverified) {

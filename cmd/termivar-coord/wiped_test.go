@@ -28,9 +28,17 @@ func TestCluster_WipedMemberRefused(t *testing.T) {
 	admin := c.client(c.urls(0), c.adminKey)
 	n3 := c.nodes[2]
 	inc := n3.rn.n.Incarnation()
-	waitCond(t, "n3's incarnation in the node table", func() bool {
-		got, _ := c.leader().rn.n.FSM().NodeIncarnation("n3")
-		return bytes.Equal(got, inc)
+	// NB: every member, not only the leader: a member that has not applied
+	// the record yet (a new leader, if n3 led) would accept the wiped
+	// member's connections; the node's own guards against that
+	// (reverify, replacedDataDir) are tested in node/.
+	waitCond(t, "n3's incarnation in every member's node table", func() bool {
+		for _, m := range c.nodes {
+			if got, _ := m.rn.n.FSM().NodeIncarnation("n3"); !bytes.Equal(got, inc) {
+				return false
+			}
+		}
+		return true
 	})
 	before := memberSet(t, ctx, admin)
 	peers := c.peersFlag(t, ctx, admin)

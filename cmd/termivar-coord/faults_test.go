@@ -74,7 +74,14 @@ type procCluster struct {
 
 func startProcCluster(t *testing.T) *procCluster {
 	t.Helper()
-	pc := &procCluster{t: t, bin: buildBinary(t), base: t.TempDir()}
+	return startProcClusterOf(t, buildBinary(t))
+}
+
+// startProcClusterOf is startProcCluster on the binary bin; later
+// (re)starts use pc.bin.
+func startProcClusterOf(t *testing.T, bin string) *procCluster {
+	t.Helper()
+	pc := &procCluster{t: t, bin: bin, base: t.TempDir()}
 	pc.secretFile = filepath.Join(pc.base, "cluster.secret")
 	secret := bytes.Repeat([]byte{0}, 32)
 	for i := range secret {

@@ -208,13 +208,12 @@ func (n *Node) newTransport(hl hclog.Logger) (*raft.NetworkTransport, error) {
 		return nil, err
 	}
 	n.stream = s
-	// NB: MaxRPCsInFlight 1 turns hashicorp/raft's pipelined replication
-	// off. With it on (v1.8.0), a leader shut down while a pipeline's
-	// in-flight queue is full blocks forever in pipelineSend (the decoder
-	// that would drain it has stopped), so raft.Shutdown never returns and
-	// `serve` hangs on SIGTERM — seen in TestServe_ClearedSuffixRestarts.
+	// NB: raft gets this transport as a pipelinedTransport (pipeline.go):
+	// NetworkTransport's own pipeline deadlocks once raft stops reading
+	// it, which hung raft.Shutdown and `serve` on SIGTERM
+	// (TestServe_ClearedSuffixRestarts) while pipelining was off here.
 	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream: s, MaxPool: 3, Timeout: 10 * time.Second, Logger: hl, MaxRPCsInFlight: 1,
+		Stream: s, MaxPool: 3, Timeout: 10 * time.Second, Logger: hl, MaxRPCsInFlight: maxRPCsInFlight,
 	}), nil
 }
 

@@ -425,11 +425,11 @@ func (n *Node) openRaft() (bool, error) {
 		return false, err
 	}
 	if conf, ok := n.bootstrapConfiguration(trans.LocalAddr()); ok && !existing {
-		if err := raft.BootstrapCluster(rc, logs, w, snaps, trans, conf); err != nil {
+		if err := raft.BootstrapCluster(rc, logs, w, snaps, pipelinedTransport{trans}, conf); err != nil {
 			return false, fmt.Errorf("node: bootstrap: %w", err)
 		}
 	}
-	r, err := raft.NewRaft(rc, observedFSM{FSM: n.fsm, m: cfg.Metrics, log: n.log, changed: &n.changed}, logs, w, snaps, trans)
+	r, err := raft.NewRaft(rc, observedFSM{FSM: n.fsm, m: cfg.Metrics, log: n.log, changed: &n.changed}, logs, w, snaps, pipelinedTransport{trans})
 	if uerr := n.fsm.UnsupportedState(); err != nil && uerr != nil {
 		return false, dataDirErr(filepath.Join(cfg.DataDir, raftDir, "snapshots"), uerr.Error(), remedyUpgrade)
 	}

@@ -440,8 +440,9 @@ func (n *Node) FirstAdminKey() string {
 // NB: its own SetNodeInfo is not cancelled by Close (WithoutCancel, still
 // bounded by applyTimeout): Close then waits for the entry to commit, as
 // before, instead of shutting raft down while the entry replicates, where
-// hashicorp/raft v1.8's pipeline replication can deadlock Shutdown (seen
-// in TestNode_HandOverLeadership under -race).
+// hashicorp/raft v1.8's pipeline replication deadlocked Shutdown (seen in
+// TestNode_HandOverLeadership under -race) before safePipeline
+// (pipeline.go).
 func (n *Node) memberLoop(ctx context.Context) {
 	t := time.NewTicker(memberLoopInterval)
 	defer t.Stop()

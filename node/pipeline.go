@@ -70,12 +70,16 @@ func (p *safePipeline) forward() {
 		case <-p.done:
 			return
 		}
+		// NB: decided before the hand-over: f.Error() caches its result
+		// unsynchronised (hashicorp/raft deferError), so only one
+		// goroutine may call it first.
+		ends := pipelineEnds(f)
 		select {
 		case p.out <- f:
 		case <-p.done:
 			return
 		}
-		if pipelineEnds(f) {
+		if ends {
 			// NB: raft's reader has returned (or is about to, on this
 			// very answer); unblock the sender.
 			_ = p.inner.Close()

@@ -481,12 +481,21 @@ func (n *Node) memberLoop(ctx context.Context) {
 
 // checkPeers closes raft connections of peers the node table now refuses
 // (tlsStreamLayer.reverify) and fails the node when its own data dir
-// turns out replaced (replacedDataDir); false once it failed.
+// turns out replaced: its applied node table says so (replacedDataDir),
+// or, for a node that bootstrapped from --peers, members have refused it
+// for longer than refusalGrace — as waitReady gives up before it is
+// ready. (Only a replaced data dir is refused: verifyRaftPeer is the one
+// verifier; a joiner may be refused for a moment by a member that has not
+// applied its removal yet, so it is not failed.) False once it failed.
 func (n *Node) checkPeers() bool {
 	if n.stream != nil {
 		n.stream.reverify()
 	}
-	if err := n.replacedDataDir(); err != nil {
+	err := n.replacedDataDir()
+	if r, long := n.refusal(); err == nil && long && n.bootstrappedPeers.Load() {
+		err = dataDirError("the cluster refuses this node: %s", r)
+	}
+	if err != nil {
 		n.log.Error("this node's data dir was replaced; it stops serving", "error", err)
 		n.hl.setFatal(err)
 		return false

@@ -326,7 +326,7 @@ func replacedErr(id string, rec, incarnation []byte) error {
 // joiner, or a member restarting on its own raft state, may replay an
 // older incarnation of its ID (removed, then re-joined) on the way.
 func (n *Node) replacedDataDir() error {
-	if !n.bootstrappedPeers {
+	if !n.bootstrappedPeers.Load() {
 		return nil
 	}
 	rec, _ := n.fsm.NodeIncarnation(n.cfg.NodeID)

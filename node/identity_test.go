@@ -329,3 +329,32 @@ func TestNode_IncarnationChangeOfMemberRefused(t *testing.T) {
 		t.Fatalf("replacedDataDir of a single node = %v", err)
 	}
 }
+
+// TestNode_RefusedBootstrappedNodeFails: a running node that bootstrapped
+// from --peers and that members keep refusing past refusalGrace (its data
+// dir was replaced, and it got in through a member whose node table
+// lagged) fails like a damaged data dir and stops serving; a node that did
+// not bootstrap from --peers (a joiner, a restart) is only refused, as a
+// joiner may be for a moment.
+func TestNode_RefusedBootstrappedNodeFails(t *testing.T) {
+	n := openNode(t, t.TempDir(), nil)
+	defer n.Close()
+	reason := "node n1's data dir was replaced"
+	n.lastRefusal.Store(&reason)
+	n.firstRefusal.Store(time.Now().Add(-2 * refusalGrace).UnixNano())
+	if !n.checkPeers() || n.Err() != nil {
+		t.Fatalf("a node not bootstrapped from --peers failed on a refusal: %v", n.Err())
+	}
+	n.bootstrappedPeers.Store(true)
+	if n.checkPeers() {
+		t.Fatal("checkPeers kept a refused --peers node serving")
+	}
+	select {
+	case <-n.Failed():
+	default:
+		t.Fatal("Failed is not closed")
+	}
+	if err := n.Err(); !errors.Is(err, ErrDataDir) || !strings.Contains(err.Error(), reason) {
+		t.Fatalf("Err = %v, want ErrDataDir naming the refusal", err)
+	}
+}

@@ -210,7 +210,7 @@ type Node struct {
 	// bootstrappedPeers: this start bootstrapped a new data dir from
 	// --peers (not a joiner, no raft state before); replacedDataDir
 	// checks such a node against the node table.
-	bootstrappedPeers bool
+	bootstrappedPeers atomic.Bool
 	firstRefusal      atomic.Int64 // unix nanoseconds of the first refusal
 	codec             *token.Codec
 	wake              notify.Notifier
@@ -317,7 +317,7 @@ func (n *Node) start(ctx context.Context, existing, wroteSecret bool) error {
 	if existing {
 		n.warnPeersDiffer()
 	}
-	n.bootstrappedPeers = !existing && cfg.Join == nil && len(cfg.Peers) > 1
+	n.bootstrappedPeers.Store(!existing && cfg.Join == nil && len(cfg.Peers) > 1)
 	if cfg.Join != nil && !existing {
 		if err := n.join(ctx); err != nil {
 			if wroteSecret && errors.Is(err, ErrJoinerUnverified) {

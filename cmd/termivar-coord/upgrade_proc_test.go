@@ -9,12 +9,16 @@
 // enqueue or completion is lost, and every member ends with the same state
 // hash at one applied index. Method: procCluster and faultLoad
 // (faults_test.go), every wait on an observed event (Status, the load's
-// acknowledgements) with a deadline.
+// acknowledgements) with a deadline. Then the previous release, started
+// on an upgraded member's data dir, exits 2 saying to upgrade rather than
+// apply what it does not understand, and the current binary serves that
+// data dir again with the same state hash as the others.
 package main
 
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -67,6 +71,36 @@ func TestUpgrade_RollingPrevBinary(t *testing.T) {
 	index := pc.equalStateHashes()
 	t.Logf("%d tasks, %d acknowledged operations, none lost; state hashes equal at applied index %d; %v from the first start",
 		tasks, l.acked.Load(), index, time.Since(start).Round(time.Millisecond))
+
+	// Downgrade: the previous release on an upgraded data dir meets the
+	// raise to version 3 (or a state of it) and exits 2 saying to upgrade,
+	// instead of applying what it does not understand; the current binary
+	// then serves the same data dir again.
+	m := pc.members[len(pc.members)-1]
+	pc.term(m)
+	pc.bin = prev
+	before, err := os.ReadFile(m.logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.spawn(m)
+	waitFor(t, "the previous release to exit on an upgraded data dir", 60*time.Second, func() bool { return isExited(m) })
+	after, err := os.ReadFile(m.logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, log := m.cmd.ProcessState.ExitCode(), string(after[len(before):]); code != exitRejected || !strings.Contains(log, "upgrade") || !strings.Contains(log, "cluster version 3") {
+		t.Fatalf("previous release on an upgraded data dir: exit %d (want %d), log:\n%s", code, exitRejected, log)
+	}
+	for line := range strings.Lines(string(after[len(before):])) {
+		if strings.Contains(line, "cluster version 3") && strings.Contains(line, "upgrade") {
+			t.Logf("previous release on %s's upgraded data dir: %s", m.id, strings.TrimSpace(line))
+			break
+		}
+	}
+	pc.bin = cur
+	pc.restart(m)
+	pc.equalStateHashesAfter("marker-after-downgrade")
 }
 
 // waitVersions waits until every member reports cluster version cluster

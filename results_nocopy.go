@@ -29,12 +29,13 @@ func (a *ResultAggregator) ResultSize(taskID string) (int, bool, error) {
 }
 
 // StoreResultOwned is StoreResult for a result the caller hands over: on
-// Stored the aggregator keeps result itself, not a copy, so the caller
-// must never modify it afterwards (the FSM passes the result it just
-// decoded from a log entry, a fresh slice nothing else holds; copying it
-// again was one of a 64 KiB result's needless copies). Checks, errors and
-// outcomes are exactly StoreResult's. Stored results are never modified
-// in place, so a result kept this way stays as stored.
+// Stored the aggregator keeps result itself, not a copy (results of up to
+// 32 bytes are still copied into their entry's allocation), so the caller
+// must never modify it afterwards (the FSM passes the result as a slice of
+// its log entry, which nothing writes; copying it again was one of a
+// 64 KiB result's needless copies). Checks, errors and outcomes are
+// exactly StoreResult's. Stored results are never modified in place, so a
+// result kept this way stays as stored.
 func (a *ResultAggregator) StoreResultOwned(expectedRevision uint64, receipt CompletionReceipt, result []byte) (Transition[StoreResultOutcome], error) {
 	return a.storeResult(expectedRevision, receipt, result, true)
 }

@@ -8,10 +8,13 @@
 package node
 
 import (
+	"bytes"
 	"crypto/rand"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/raft"
 
 	"github.com/termivar/distributed/raftfsm"
 )
@@ -127,5 +130,37 @@ func TestNode_RestartFromSnapshotReportsAppliedIndex(t *testing.T) {
 	mustPropose(t, n2, enqueue(raftfsm.SystemTenant, "b"))
 	if got := n2.Reads().AppliedIndex(); got <= snapIndex {
 		t.Fatalf("applied index after a command = %d, want above %d", got, snapIndex)
+	}
+}
+
+// TestNode_InstalledSnapshotSetsAppliedIndex restores a snapshot into a
+// running node through raft (raft.Restore: the runFSM restore path a
+// follower's InstallSnapshot takes, not the one at start): the applied
+// index is the installed snapshot's, past every command applied before,
+// with no command after it.
+func TestNode_InstalledSnapshotSetsAppliedIndex(t *testing.T) {
+	t.Parallel()
+	n := openNode(t, t.TempDir(), func(c *Config) { c.SnapshotBytes = -1 })
+	defer n.Close()
+	mustPropose(t, n, enqueue(raftfsm.SystemTenant, "a"))
+	state, err := n.FSM().ExportState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustPropose(t, n, enqueue(raftfsm.SystemTenant, "b"))
+	before := n.Reads().AppliedIndex()
+	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: 1, Term: 1, Size: int64(len(state))}
+	if err := n.raft.Restore(meta, bytes.NewReader(state), 10*time.Second); err != nil {
+		t.Fatalf("raft.Restore: %v", err)
+	}
+	snapIndex := lastSnapshotIndex(t, n)
+	if snapIndex <= before {
+		t.Fatalf("installed snapshot at index %d, want past the applied %d", snapIndex, before)
+	}
+	if got := n.Reads().AppliedIndex(); got != snapIndex {
+		t.Fatalf("applied index after installing a snapshot = %d, want the snapshot's %d (was %d)", got, snapIndex, before)
+	}
+	if tv, _ := n.FSM().Tenant(raftfsm.SystemTenant); func() bool { _, ok, _ := tv.GetTask("b"); return ok }() {
+		t.Fatal("the installed snapshot's state must not hold task b")
 	}
 }

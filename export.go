@@ -49,6 +49,7 @@ func (c *coordinator) exportTasks(ids []string) []byte {
 		version = poolVersionSched // schedule_export.go
 	}
 	e := newEncoder(poolMagic, version)
+	e.buf = append(make([]byte, 0, c.exportSizeHint(ids)), e.buf...) // export_size.go
 	l := c.limits
 	for _, v := range [...]uint64{
 		uint64(l.MaxTaskRecords), uint64(l.MaxActiveTasks), uint64(l.MaxQueuedTasks),

@@ -59,7 +59,7 @@ type ResultAggregator struct {
 // which is why restored and cloned states may share entries.
 type storedResult struct {
 	receipt CompletionReceipt
-	data    []byte // never nil; never aliased outside the aggregator
+	data    []byte // never nil; never modified (ExportStateParts and StoreResultOwned share it)
 }
 
 // Results of up to 32 bytes are stored in the same allocation as their
@@ -147,6 +147,12 @@ func errNilResultAggregator() *Error {
 // On success a copy of result is stored, the revision increments once and
 // the outcome is Stored. The caller may reuse result afterwards.
 func (a *ResultAggregator) StoreResult(expectedRevision uint64, receipt CompletionReceipt, result []byte) (Transition[StoreResultOutcome], error) {
+	return a.storeResult(expectedRevision, receipt, result, false)
+}
+
+// storeResult is StoreResult; with owned it keeps result itself instead of
+// a copy (StoreResultOwned, results_nocopy.go).
+func (a *ResultAggregator) storeResult(expectedRevision uint64, receipt CompletionReceipt, result []byte, owned bool) (Transition[StoreResultOutcome], error) {
 	var none Transition[StoreResultOutcome]
 	if a == nil {
 		return none, errNilResultAggregator()
@@ -179,7 +185,13 @@ func (a *ResultAggregator) StoreResult(expectedRevision uint64, receipt Completi
 		return none, err
 	}
 
-	a.results[receipt.taskID] = newStoredResult(receipt, result)
+	if owned && size > smallResultBytes {
+		// NB: StoreResultOwned keeps the caller's slice; small results are
+		// still copied into their entry's allocation (newStoredResult).
+		a.results[receipt.taskID] = &storedResult{receipt: receipt, data: result[:size:size]}
+	} else {
+		a.results[receipt.taskID] = newStoredResult(receipt, result)
+	}
 	a.totalBytes += size
 	a.revision++
 	return Transition[StoreResultOutcome]{Revision: a.revision, Value: StoreResultOutcome{Kind: Stored}}, nil

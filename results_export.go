@@ -59,6 +59,18 @@ func (a *ResultAggregator) exportLocked() []byte {
 
 	e := newEncoder(resultAggregatorMagic, resultAggregatorVersion)
 	e.buf = slices.Grow(e.buf, size)
+	a.encodeHeaderLocked(e, len(ids))
+	for _, id := range ids {
+		r := a.results[id]
+		r.receipt.encode(e)
+		e.bytes(r.data)
+	}
+	return e.finish()
+}
+
+// encodeHeaderLocked encodes the limits, the revision and the result
+// count n. The caller holds a.mu.
+func (a *ResultAggregator) encodeHeaderLocked(e *encoder, n int) {
 	l := a.limits
 	e.uvarint(uint64(l.MaxResults))
 	e.uvarint(uint64(l.MaxResultBytes))
@@ -66,13 +78,7 @@ func (a *ResultAggregator) exportLocked() []byte {
 	e.uvarint(uint64(l.MaxAggregateItems))
 	e.uvarint(uint64(l.MaxAggregateBytes))
 	e.uvarint(a.revision)
-	e.uvarint(uint64(len(ids)))
-	for _, id := range ids {
-		r := a.results[id]
-		r.receipt.encode(e)
-		e.bytes(r.data)
-	}
-	return e.finish()
+	e.uvarint(uint64(n))
 }
 
 func invalidResultState(reason string) *Error {

@@ -102,6 +102,12 @@ type Config struct {
 	// SnapshotThreshold is the number of log entries between snapshots
 	// (default 8192).
 	SnapshotThreshold uint64
+	// SnapshotBytes also takes a snapshot once this many bytes of log
+	// entries were applied since the last one (default
+	// DefaultSnapshotBytes, 64 MiB; negative: by entry count only). Few
+	// large entries otherwise grow the log without a snapshot and a
+	// restart replays all of it (snapbytes.go).
+	SnapshotBytes int64
 
 	// Cluster settings (cluster.go). With neither Peers nor Join the node
 	// bootstraps a one-voter cluster.
@@ -173,6 +179,7 @@ func (c *Config) setDefaults() {
 		c.NowFunc = time.Now
 	}
 	c.SnapshotThreshold = cmp.Or(c.SnapshotThreshold, 8192)
+	c.SnapshotBytes = cmp.Or(c.SnapshotBytes, DefaultSnapshotBytes)
 	if c.RaftTimeout <= 0 {
 		c.RaftTimeout = 300 * time.Millisecond
 		if len(c.Peers) > 1 || c.Join != nil {
@@ -227,6 +234,11 @@ type Node struct {
 	prop      *proposer // set in start, once raft runs
 	tracer    trace.Tracer
 	closeOnce sync.Once
+
+	// Snapshots by log bytes (snapbytes.go): snapshots is woken after
+	// every snapshot written (one key, ""); snapTrig is nil when off.
+	snapshots notify.Notifier
+	snapTrig  *snapTrigger
 }
 
 // Open starts a node on cfg.DataDir — bootstrapping a one-voter cluster,
@@ -288,6 +300,7 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 		}
 	}
 	n.fsm = raftfsm.New(n.fsmOptions())
+	n.snapTrig = newSnapTrigger(cfg.SnapshotBytes)
 	existing, err := n.openRaft()
 	if err != nil {
 		n.life.Stop()
@@ -314,6 +327,9 @@ func (n *Node) start(ctx context.Context, existing, wroteSecret bool) error {
 	n.life.Go(n.prop.respond)
 	n.life.Go(n.storeWatchLoop)
 	n.life.Go(n.leaderLoop)
+	if n.snapTrig != nil {
+		n.life.Go(n.snapshotLoop)
+	}
 	if existing {
 		n.warnPeersDiffer()
 	}
@@ -379,10 +395,11 @@ func (n *Node) openRaft() (bool, error) {
 		return false, fmt.Errorf("node: open raft-wal: %w", err)
 	}
 	n.wal = w
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(cfg.DataDir, raftDir), 2, hl)
+	fileSnaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(cfg.DataDir, raftDir), 2, hl)
 	if err != nil {
 		return false, fmt.Errorf("node: open snapshot store: %w", err)
 	}
+	snaps := &indexedSnapshots{SnapshotStore: fileSnaps}
 	trans, err := n.newTransport(hl)
 	if err != nil {
 		return false, fmt.Errorf("node: raft transport: %w", err)
@@ -429,7 +446,7 @@ func (n *Node) openRaft() (bool, error) {
 			return false, fmt.Errorf("node: bootstrap: %w", err)
 		}
 	}
-	r, err := raft.NewRaft(rc, observedFSM{FSM: n.fsm, m: cfg.Metrics, log: n.log, changed: &n.changed}, logs, w, snaps, pipelinedTransport{trans})
+	r, err := raft.NewRaft(rc, n.observedFSM(snaps), logs, w, snaps, pipelinedTransport{trans})
 	if uerr := n.fsm.UnsupportedState(); err != nil && uerr != nil {
 		return false, dataDirErr(filepath.Join(cfg.DataDir, raftDir, "snapshots"), uerr.Error(), remedyUpgrade)
 	}

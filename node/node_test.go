@@ -21,7 +21,7 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func openNode(t *testing.T, dir string, mut func(*Config)) *Node {
+func openNode(t testing.TB, dir string, mut func(*Config)) *Node {
 	t.Helper()
 	n, err := openNodeErr(dir, mut)
 	if err != nil {
@@ -42,7 +42,7 @@ func openNodeErr(dir string, mut func(*Config)) (*Node, error) {
 	return Open(ctx, cfg)
 }
 
-func mustPropose(t *testing.T, n *Node, cmd *pb.Command) raftfsm.Response {
+func mustPropose(t testing.TB, n *Node, cmd *pb.Command) raftfsm.Response {
 	t.Helper()
 	r, err := n.Propose(context.Background(), cmd)
 	if err != nil {

@@ -23,20 +23,47 @@ type observedFSM struct {
 	m   *metrics.Node
 	log *slog.Logger
 	// changed is woken after every applied entry and restored snapshot
-	// (Node.ChangeChan).
-	changed *notify.Notifier
+	// (Node.ChangeChan); snapshots after every snapshot written.
+	changed, snapshots *notify.Notifier
+	// trig counts applied log bytes for snapshots by size (snapbytes.go).
+	trig *snapTrigger
+	// opened is the snapshot store whose last opened snapshot Restore
+	// installs: its index becomes the FSM's applied index.
+	opened *indexedSnapshots
+}
+
+// observedFSM returns the FSM raft runs on this node, restoring from
+// snaps.
+func (n *Node) observedFSM(snaps *indexedSnapshots) observedFSM {
+	return observedFSM{FSM: n.fsm, m: n.cfg.Metrics, log: n.log, changed: &n.changed,
+		snapshots: &n.snapshots, trig: n.snapTrig, opened: snaps}
 }
 
 // Apply applies the entry, then wakes the waiters of Node.ChangeChan.
 func (f observedFSM) Apply(l *raft.Log) any {
 	r := f.FSM.Apply(l)
+	f.trig.add(int64(len(l.Data)))
 	f.changed.Notify("")
 	return r
 }
 
-// Restore installs a snapshot, then wakes the waiters of Node.ChangeChan.
+// Restore installs a snapshot, records the snapshot's raft index as the
+// FSM's applied index (raft does not tell the FSM; Admin.Status reports it
+// before any entry is applied), then wakes the waiters of
+// Node.ChangeChan.
 func (f observedFSM) Restore(rc io.ReadCloser) error {
-	err := f.FSM.Restore(rc)
+	var err error
+	if f.opened != nil {
+		err = f.FSM.RestoreSized(rc, f.opened.lastSize())
+	} else {
+		err = f.FSM.Restore(rc)
+	}
+	if err == nil {
+		f.trig.restored()
+		if f.opened != nil {
+			f.FSM.SetRestoredIndex(f.opened.lastIndex())
+		}
+	}
 	f.changed.Notify("")
 	return err
 }
@@ -47,13 +74,16 @@ func (f observedFSM) Snapshot() (raft.FSMSnapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &observedSnapshot{FSMSnapshot: s, m: f.m, log: f.log}, nil
+	return &observedSnapshot{FSMSnapshot: s, m: f.m, log: f.log, snapshots: f.snapshots, trig: f.trig, covered: f.trig.captured()}, nil
 }
 
 type observedSnapshot struct {
 	raft.FSMSnapshot
-	m   *metrics.Node
-	log *slog.Logger
+	m         *metrics.Node
+	log       *slog.Logger
+	snapshots *notify.Notifier
+	trig      *snapTrigger
+	covered   int64 // log bytes applied since the previous snapshot
 }
 
 // Persist writes the snapshot through a byte counter and records its
@@ -64,11 +94,15 @@ func (s *observedSnapshot) Persist(sink raft.SnapshotSink) error {
 	err := s.FSMSnapshot.Persist(cs)
 	d := time.Since(start)
 	if err != nil {
+		s.trig.failed(s.covered)
 		s.log.Warn("raft snapshot failed", "snapshot_id", sink.ID(), "error", err)
 		return err
 	}
 	s.m.ObserveSnapshot(cs.n, d)
-	s.log.Info("raft snapshot written", "snapshot_id", sink.ID(), "bytes", cs.n, "duration", d)
+	s.log.Info("raft snapshot written", "snapshot_id", sink.ID(), "bytes", cs.n, "duration", d, "log_bytes", s.covered)
+	if s.snapshots != nil {
+		s.snapshots.Notify("")
+	}
 	return nil
 }
 

@@ -77,13 +77,21 @@ func FrameEntry(payload []byte) []byte {
 }
 
 // MarshalEntry encodes cmd deterministically and frames it: the bytes a
-// proposer hands to raft.
+// proposer hands to raft, exactly FrameEntry of the deterministic
+// encoding. The command is marshalled straight into the frame (one buffer
+// of the final size, the header written after), not marshalled and then
+// copied behind a header: with 64 KiB results that copy was one of the
+// entry's needless copies (docs/benchmarks.md, issue 15).
 func MarshalEntry(cmd *pb.Command) ([]byte, error) {
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(cmd)
+	size := proto.Size(cmd)
+	out := make([]byte, FrameHeaderBytes, FrameHeaderBytes+size)
+	out, err := proto.MarshalOptions{Deterministic: true, UseCachedSize: true}.MarshalAppend(out, cmd)
 	if err != nil {
 		return nil, err
 	}
-	return FrameEntry(b), nil
+	out[0] = FrameVersion
+	binary.BigEndian.PutUint32(out[1:FrameHeaderBytes], crc32.Checksum(out[FrameHeaderBytes:], castagnoli))
+	return out, nil
 }
 
 // UnframeEntry checks data's frame and returns the payload; the reason
@@ -103,15 +111,17 @@ func UnframeEntry(data []byte) (payload []byte, reason string) {
 }
 
 // DecodeEntry checks the frame of the command entry at index and decodes
-// it; any failure is an *EntryError.
+// it; any failure is an *EntryError. The command's results alias data
+// (frame_results.go): data must not be modified while the command or a
+// result stored from it is in use.
 func DecodeEntry(index uint64, data []byte) (*pb.Command, error) {
 	payload, reason := UnframeEntry(data)
 	if reason != "" {
 		return nil, &EntryError{Index: index, Reason: reason}
 	}
-	var cmd pb.Command
-	if err := proto.Unmarshal(payload, &cmd); err != nil {
+	cmd, err := decodeCommand(payload) // results alias data (frame_results.go)
+	if err != nil {
 		return nil, &EntryError{Index: index, Reason: "checksum matches but the command does not decode: " + err.Error()}
 	}
-	return &cmd, nil
+	return cmd, nil
 }

@@ -8,6 +8,7 @@ package raftfsm
 
 import (
 	"bytes"
+	"crypto/rand"
 	"errors"
 	"strings"
 	"testing"
@@ -89,5 +90,33 @@ func TestFSM_CorruptEntryIsFatal(t *testing.T) {
 	}
 	if _, err := b.f.Snapshot(); err == nil {
 		t.Fatal("Snapshot succeeded on a fatal FSM")
+	}
+}
+
+// TestMarshalEntry_EqualsFramedEncoding pins that MarshalEntry, which
+// marshals into the frame, writes exactly FrameEntry of the deterministic
+// encoding (the frame the startup verification and Apply check), for a
+// single command and a batch carrying a 64 KiB result.
+func TestMarshalEntry_EqualsFramedEncoding(t *testing.T) {
+	result := make([]byte, 64<<10)
+	if _, err := rand.Read(result); err != nil {
+		t.Fatal(err)
+	}
+	one := enqueueCmd("kprod", "a", "b")
+	one.Version = CommandVersion
+	complete := &pb.Command{Version: CommandVersion, Tenant: "acme", Op: &pb.Command_CompleteTask{CompleteTask: &pb.CompleteTask{Lease: []byte("lease"), Result: result}}}
+	batch := &pb.Command{Version: CommandVersion, NowSecs: 9, Op: &pb.Command_Batch{Batch: &pb.Batch{Commands: []*pb.Command{one, complete}}}}
+	for _, cmd := range []*pb.Command{one, complete, batch} {
+		payload, err := proto.MarshalOptions{Deterministic: true}.Marshal(cmd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := MarshalEntry(cmd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := FrameEntry(payload); !bytes.Equal(got, want) || cap(got) != len(got) {
+			t.Fatalf("MarshalEntry(%T) = %d bytes (cap %d), want FrameEntry's %d", cmd.GetOp(), len(got), cap(got), len(want))
+		}
 	}
 }

@@ -170,6 +170,9 @@ type FSM struct {
 	// indexKnown is false after a snapshot restore until the next Apply
 	// (Restore is not told the snapshot's index). Guarded by applyMu.
 	indexKnown bool
+	// decoded is true while Apply applies a command it decoded itself
+	// (applyCommand); guarded by mu.
+	decoded bool
 }
 
 var _ raft.FSM = (*FSM)(nil)
@@ -208,15 +211,22 @@ func (f *FSM) Apply(l *raft.Log) any {
 		return Response{Err: f.setFatal(&EntryError{Index: l.Index, Reason: reason, Unsupported: true})}
 	}
 	defer f.markApplied(l.Index)
-	return f.ApplyCommand(cmd)
+	return f.applyCommand(cmd, true)
 }
 
 // ApplyCommand applies an already decoded command; Apply calls it. It is
 // exported for tests and tools that drive the FSM without raft, and must
 // only be called from one goroutine at a time, like Apply.
-func (f *FSM) ApplyCommand(cmd *pb.Command) any {
+func (f *FSM) ApplyCommand(cmd *pb.Command) any { return f.applyCommand(cmd, false) }
+
+// applyCommand applies cmd; decoded says that Apply decoded it from a log
+// entry just now, so that its results are slices of the entry, which
+// nothing writes (frame_results.go) and the result store may keep without
+// a copy.
+func (f *FSM) applyCommand(cmd *pb.Command, decoded bool) any {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.decoded = decoded
 	// NB: time advances only with a command that succeeds, so a rejected
 	// command leaves the whole FSM state byte-for-byte unchanged.
 	now := max(cmd.GetNowSecs(), f.lastTime)
@@ -436,7 +446,14 @@ func (f *FSM) applyComplete(c tenantCall) Response {
 	if err != nil {
 		return Response{Err: err}
 	}
-	st, err := t.results.StoreResult(t.results.Revision(), tr.Value.Receipt, result)
+	store := t.results.StoreResult
+	if f.decoded {
+		// NB: Apply decoded the result aliasing the entry's data, which
+		// nothing writes after it is proposed (frame_results.go); the
+		// store keeps it instead of a copy.
+		store = t.results.StoreResultOwned
+	}
+	st, err := store(t.results.Revision(), tr.Value.Receipt, result)
 	if tr.Value.Kind == distributed.Completed {
 		stored := 0
 		if err == nil {

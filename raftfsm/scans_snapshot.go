@@ -61,11 +61,13 @@ func restoreOrds(ords []uint64, next uint64, n int) ([]uint64, uint64, bool) {
 // restoreScanMeta rebuilds a restored scan's metadata: the recorded
 // creation, finish time, completion order and ordinals, checked against
 // the pool (every listed completion is a completed task of the scan,
-// once; purged tasks are listed nowhere), then the derived fields.
+// once; purged tasks are listed nowhere), then the derived fields. tasks
+// are the scan's tasks, in the order of its task IDs (restoreTenant looked
+// each up once).
 // Completed tasks the order does not list (a state written before it was
 // recorded) are appended in (CompletedAt, enqueue position) order with the
 // next completion ordinals, so every member restores the same order.
-func restoreScanMeta(pool *distributed.WorkerPool, results *distributed.ResultAggregator, sc *pb.ScanIndex) (*scanMeta, bool) {
+func restoreScanMeta(pool *distributed.WorkerPool, results *distributed.ResultAggregator, sc *pb.ScanIndex, tasks []distributed.ScanTask) (*scanMeta, bool) {
 	m := &scanMeta{createdAt: sc.GetCreatedAt(), declared: sc.GetDeclaredTotal()}
 	var ok bool
 	if m.ords, m.nextOrd, ok = restoreOrds(sc.GetTaskOrdinals(), sc.GetNextOrdinal(), len(sc.GetTaskIds())); !ok {
@@ -80,21 +82,21 @@ func restoreScanMeta(pool *distributed.WorkerPool, results *distributed.ResultAg
 	}
 	m.completed = slices.Clone(sc.GetCompletedIds())
 	var missing []distributed.ScanTask
-	for _, id := range sc.GetTaskIds() {
-		task, _, _ := pool.GetTask(id)
-		if r, ok, _ := results.GetResult(id); ok {
-			m.resultBytes += uint64(len(r))
+	for _, task := range tasks {
+		// NB: ResultSize, not GetResult: a copy of every result only to
+		// count its bytes was a tenth of a restore's allocations.
+		if n, ok, _ := results.ResultSize(task.TaskID()); ok {
+			m.resultBytes += uint64(n)
 		}
-		if task.Status() == distributed.TaskCompleted && !listed[id] {
+		if task.Status() == distributed.TaskCompleted && !listed[task.TaskID()] {
 			missing = append(missing, task)
 		}
 	}
-	ids := sc.GetTaskIds()
-	for m.firstOpen < len(ids) && terminalIn(pool, ids[m.firstOpen]) {
+	for m.firstOpen < len(tasks) && tasks[m.firstOpen].Status().Terminal() {
 		m.firstOpen++
 	}
 	m.appendMissing(missing)
-	m.finished = m.firstOpen == len(ids) && m.admitted()
+	m.finished = m.firstOpen == len(tasks) && m.admitted()
 	if !m.finished && sc.GetFinishedAt() != 0 {
 		return nil, false
 	}

@@ -1,15 +1,16 @@
 package raftfsm
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"maps"
+	"runtime"
 	"slices"
+	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
-	"google.golang.org/protobuf/proto"
 
 	distributed "github.com/termivar/distributed"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
@@ -22,8 +23,10 @@ const StateVersion = 1
 // MaxSnapshotBytes bounds a snapshot read by Restore.
 const MaxSnapshotBytes = 8 << 30
 
-// Snapshot captures the whole state as bytes (raft calls it on the FSM
-// goroutine, so the capture is a consistent point; Persist then only writes).
+// Snapshot captures the whole state (raft calls it on the FSM goroutine,
+// so the capture is a consistent point; Persist then only writes). The
+// capture holds the encoding once, as parts that Persist streams to the
+// sink (snapshot_stream.go), not a second, marshalled copy.
 //
 // A fatal FSM (fatal.go) refuses: its state stops before the corrupt entry,
 // and a snapshot would claim it covers indexes it never applied.
@@ -31,58 +34,43 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	if err := f.Fatal(); err != nil {
 		return nil, err
 	}
-	b, err := f.ExportState()
+	s, err := f.captureState()
 	if err != nil {
 		return nil, err
 	}
-	return &snapshot{data: b}, nil
+	return &streamedSnapshot{state: s}, nil
 }
 
 // ExportState encodes the FSM deterministically: tenants and keys sorted by
 // name, each tenant's core state from ExportState. Equal states give equal
-// bytes.
+// bytes, the bytes a snapshot of the state persists.
 func (f *FSM) ExportState() ([]byte, error) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	st := &pb.FSMState{Version: StateVersion, EpochId: f.epoch, LastTime: f.lastTime, Nodes: f.exportNodes(),
-		ClusterVersion: f.clusterVersion.Load(), LastBackup: f.lastBackup}
-	st.Keys, st.RevokedKeys = f.exportKeys()
-	for _, name := range sortedKeys(f.tenants) {
-		t := f.tenants[name]
-		ps, err := t.pool.ExportState()
-		if err != nil {
-			return nil, err
-		}
-		rs, err := t.results.ExportState()
-		if err != nil {
-			return nil, err
-		}
-		ts := &pb.TenantState{Name: name, Limits: wire.LimitsToProto(t.limits), ResultLimits: wire.ResultLimitsToProto(t.resultLimits), PoolState: ps, ResultState: rs, ResultRetentionSecs: t.retentionSecs}
-		for _, w := range sortedKeys(t.owners) {
-			ts.WorkerOwners = append(ts.WorkerOwners, &pb.WorkerOwner{WorkerId: w, KeyId: t.owners[w]})
-		}
-		ts.Schedules = exportSchedules(t)
-		for _, s := range sortedKeys(t.scans) {
-			ts.Scans = append(ts.Scans, t.exportScan(s))
-		}
-		st.Tenants = append(st.Tenants, ts)
+	s, err := f.captureState()
+	if err != nil {
+		return nil, err
 	}
-	return proto.MarshalOptions{Deterministic: true}.Marshal(st)
+	return s.join(), nil
 }
 
 func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
 
 // Restore replaces the state with a snapshot written by Persist. Corrupt
 // input fails without changing anything.
-func (f *FSM) Restore(rc io.ReadCloser) error {
+func (f *FSM) Restore(rc io.ReadCloser) error { return f.RestoreSized(rc, 0) }
+
+// RestoreSized is Restore told the snapshot's size (0: unknown; the node's
+// snapshot store knows it): the snapshot is read into one buffer of that
+// size instead of one grown by doubling, which allocated and copied the
+// snapshot about four times over.
+func (f *FSM) RestoreSized(rc io.ReadCloser, size int64) error {
 	defer rc.Close()
-	var buf bytes.Buffer
-	if _, err := io.Copy(&buf, io.LimitReader(rc, MaxSnapshotBytes)); err != nil {
+	b, err := readSnapshot(io.LimitReader(rc, MaxSnapshotBytes), size)
+	if err != nil {
 		return err
 	}
 	f.applyMu.Lock()
 	defer f.applyMu.Unlock()
-	if err := f.RestoreState(buf.Bytes()); err != nil {
+	if err := f.RestoreState(b); err != nil {
 		if errors.Is(err, ErrUnsupportedVersion) {
 			// NB: raft reports only "failed to load any existing
 			// snapshots"; the node asks for the reason (UnsupportedState).
@@ -92,6 +80,25 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	f.indexKnown = false
 	return nil
+}
+
+// readSnapshot reads r to its end into a buffer of size bytes (plus one,
+// to see the end without growing), doubling it only if r is longer.
+func readSnapshot(r io.Reader, size int64) ([]byte, error) {
+	b := make([]byte, 0, min(max(size, 0), MaxSnapshotBytes)+512)
+	for {
+		if len(b) == cap(b) {
+			b = append(make([]byte, 0, 2*cap(b)), b...) // NB: doubling, not append's 1.25×
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
 }
 
 // UnsupportedState returns the error of the last snapshot Restore refused
@@ -108,11 +115,12 @@ func (f *FSM) UnsupportedState() error {
 var ErrInvalidState = errors.New("raftfsm: invalid snapshot state")
 
 // RestoreState replaces the state with bytes from ExportState, validating
-// everything first. A state of a cluster version above the FSM's
+// everything first. The core states are decoded from b in place (the core
+// copies what it keeps); b is not retained. A state of a cluster version above the FSM's
 // MaxVersion is refused with ErrUnsupportedVersion (upgrade the binary).
 func (f *FSM) RestoreState(b []byte) error {
 	var st pb.FSMState
-	if err := proto.Unmarshal(b, &st); err != nil || st.GetVersion() != StateVersion {
+	if err := unmarshalState(b, &st); err != nil || st.GetVersion() != StateVersion {
 		return ErrInvalidState
 	}
 	cv := max(st.GetClusterVersion(), MinClusterVersion)
@@ -129,16 +137,9 @@ func (f *FSM) RestoreState(b []byte) error {
 	if !ok {
 		return ErrInvalidState
 	}
-	tenants := map[string]*Tenant{}
-	for _, ts := range st.GetTenants() {
-		if _, dup := tenants[ts.GetName()]; dup || !distributed.ValidIdentifier(ts.GetName()) {
-			return ErrInvalidState
-		}
-		t, ok := restoreTenant(ts)
-		if !ok {
-			return ErrInvalidState
-		}
-		tenants[t.name] = t
+	tenants, ok := restoreTenants(st.GetTenants())
+	if !ok {
+		return ErrInvalidState
 	}
 	keys, revoked, ok := restoreKeys(&st, tenants)
 	if !ok {
@@ -155,6 +156,40 @@ func (f *FSM) RestoreState(b []byte) error {
 	f.clusterVersion.Store(cv)
 	f.lastBackup = st.GetLastBackup()
 	return nil
+}
+
+// restoreTenants validates and restores every tenant: names first (valid,
+// no duplicates), then the tenants themselves in parallel, one goroutine
+// per CPU — each tenant's core state restores on its own, and a state of
+// many full tenants (1 M tasks are 64 tenants at their queue ceiling)
+// otherwise restores on one core while a restart waits. All or nothing: a
+// single invalid tenant fails the whole state.
+func restoreTenants(states []*pb.TenantState) (map[string]*Tenant, bool) {
+	tenants := make(map[string]*Tenant, len(states))
+	for _, ts := range states {
+		if _, dup := tenants[ts.GetName()]; dup || !distributed.ValidIdentifier(ts.GetName()) {
+			return nil, false
+		}
+		tenants[ts.GetName()] = nil
+	}
+	out := make([]*Tenant, len(states))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(states)) {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < len(states); i = int(next.Add(1) - 1) {
+				out[i], _ = restoreTenant(states[i]) // nil when invalid
+			}
+		})
+	}
+	wg.Wait()
+	for _, t := range out {
+		if t == nil {
+			return nil, false
+		}
+		tenants[t.name] = t
+	}
+	return tenants, true
 }
 
 // restoreTenant validates one tenant: limits, the core's pool and result
@@ -197,12 +232,16 @@ func restoreTenant(ts *pb.TenantState) (*Tenant, bool) {
 		if _, dup := t.scans[sc.GetScanId()]; dup || !distributed.ValidIdentifier(sc.GetScanId()) {
 			return nil, false
 		}
-		for _, id := range sc.GetTaskIds() {
-			if task, _, err := pool.GetTask(id); err != nil || task.ScanID() != sc.GetScanId() {
+		// NB: each task is looked up once; restoreScanMeta reads these.
+		tasks := make([]distributed.ScanTask, len(sc.GetTaskIds()))
+		for i, id := range sc.GetTaskIds() {
+			task, _, err := pool.GetTask(id)
+			if err != nil || task.ScanID() != sc.GetScanId() {
 				return nil, false
 			}
+			tasks[i] = task
 		}
-		m, ok := restoreScanMeta(pool, res, sc)
+		m, ok := restoreScanMeta(pool, res, sc, tasks)
 		if !ok {
 			return nil, false
 		}
@@ -211,19 +250,3 @@ func restoreTenant(ts *pb.TenantState) (*Tenant, bool) {
 	}
 	return t, true
 }
-
-type snapshot struct {
-	data []byte
-}
-
-// Persist writes the captured bytes to the sink.
-func (s *snapshot) Persist(sink raft.SnapshotSink) error {
-	if _, err := sink.Write(s.data); err != nil {
-		_ = sink.Cancel()
-		return err
-	}
-	return sink.Close()
-}
-
-// Release drops the captured bytes.
-func (s *snapshot) Release() { s.data = nil }

@@ -35,3 +35,17 @@ func (f *FSM) markApplied(index uint64) {
 	f.appliedIndex.Store(index)
 	f.indexKnown = true
 }
+
+// SetRestoredIndex records index, the raft index of the snapshot Restore
+// just installed, as the applied index (AppliedIndex, Admin.Status); raft
+// does not pass it to Restore, so the node reads it from its snapshot
+// store (node/snapbytes.go). IndexKnown stays false until the next Apply:
+// a snapshot's index can be a no-op or configuration entry past the last
+// command, which a replica that applied the log does not count, so Sum is
+// still not tied to Index for comparisons. Call it from the goroutine that
+// called Restore, before the next Apply.
+func (f *FSM) SetRestoredIndex(index uint64) {
+	f.applyMu.Lock()
+	defer f.applyMu.Unlock()
+	f.appliedIndex.Store(index)
+}

@@ -43,6 +43,8 @@ type serveFlags struct {
 	// emulateVersion is node.Config.EmulateVersion: set only by the
 	// mixed-version tests (upgrade_test.go), never by a flag.
 	emulateVersion uint32
+	// snapshotBytes is node.Config.SnapshotBytes (--snapshot-bytes).
+	snapshotBytes int64
 }
 
 func newServeFlagSet(f *serveFlags) *flag.FlagSet {
@@ -70,6 +72,7 @@ func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.Uint64Var(&f.scheduling.BackoffBaseSecs, "backoff-base", d.BackoffBaseSecs, "per-tenant default: first retry delay in seconds, doubling per retry with jitter (0: retry at once)")
 	fs.Uint64Var(&f.scheduling.BackoffCapSecs, "backoff-cap", d.BackoffCapSecs, "per-tenant default: longest retry delay in seconds")
 	fs.BoolVar(&f.scheduling.FairScans, "fair-scans", d.FairScans, "per-tenant default: serve scans of one priority round-robin")
+	fs.Int64Var(&f.snapshotBytes, "snapshot-bytes", node.DefaultSnapshotBytes, "also take a raft snapshot once this many bytes of log were applied since the last one (besides every 8192 entries; negative: by entry count only)")
 	return fs
 }
 
@@ -379,7 +382,7 @@ func nodeConfig(f serveFlags, logger *slog.Logger, apiURL string) node.Config {
 		DataDir: f.dataDir, NodeID: f.nodeID, RaftAddr: f.raftAddr, Logger: logger, RaftLogOutput: os.Stderr,
 		TickInterval: tick, TaskTTLSecs: f.taskTTL, DefaultLimits: f.limits, DefaultResultLimits: f.resultLimits,
 		APIURL: apiURL, ForceNewCluster: f.forceNewCluster, DefaultScheduling: &f.scheduling,
-		EmulateVersion: f.emulateVersion,
+		EmulateVersion: f.emulateVersion, SnapshotBytes: f.snapshotBytes,
 	}
 }
 

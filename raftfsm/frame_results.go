@@ -1,0 +1,181 @@
+package raftfsm
+
+import (
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/termivar/distributed/gen/termivar/v1"
+)
+
+// Decoding results without copying them (issue 15). protobuf-go copies
+// every bytes field it decodes, so a 64 KiB result was copied out of its
+// log entry and then kept. decodeCommand cuts the result values out of the
+// payload first — of the command's CompleteTask and of each CompleteTask
+// directly in its Batch — unmarshals the rest and points each decoded
+// result into the payload. The payload is the entry's Data, which nothing
+// writes after it is proposed: the proposer's fresh frame on the leader,
+// a fresh slice from the transport on a follower, and raft-wal's GetLog
+// copies every entry it reads (so a stored result keeps its entry alive,
+// no more). Only the shapes a proposer writes take this path: each
+// command with at most one op and each CompleteTask with at most one
+// result, every one as a length-delimited field; anything else — repeated
+// or switched oneof fields, odd wire types, a payload that does not decode
+// — is decoded by proto.Unmarshal as before, so both paths accept exactly
+// the same payloads and give equal commands
+// (TestDecodeCommand_AgreesWithProto).
+
+// Command field numbers (proto/termivar/v1/command.proto).
+const (
+	fieldCommandBatch    = 10
+	fieldCommandComplete = 24
+	fieldBatchCommands   = 1
+	fieldCompleteResult  = 2
+	maxResultCutDepth    = 1 // the command and the commands of its Batch
+)
+
+// commandOps is the set of Command's op oneof field numbers.
+var commandOps = func() map[protowire.Number]bool {
+	out := map[protowire.Number]bool{}
+	fields := (&pb.Command{}).ProtoReflect().Descriptor().Oneofs().ByName("op").Fields()
+	for i := range fields.Len() {
+		out[fields.Get(i).Number()] = true
+	}
+	return out
+}()
+
+// cutCommand is one command's payload with its results cut out.
+type cutCommand struct {
+	rest      []byte
+	result    []byte // the CompleteTask's result, aliasing the payload
+	hasResult bool
+	batch     []cutResult // per Batch element, in order
+}
+
+type cutResult struct {
+	result    []byte
+	hasResult bool
+}
+
+// decodeCommand is proto.Unmarshal(payload) with results aliasing payload.
+func decodeCommand(payload []byte) (*pb.Command, error) {
+	var cmd pb.Command
+	c, ok := cutResults(payload, 0)
+	if !ok || proto.Unmarshal(c.rest, &cmd) != nil {
+		cmd.Reset()
+		return &cmd, proto.Unmarshal(payload, &cmd) // NB: its own error
+	}
+	if c.hasResult {
+		cmd.GetCompleteTask().Result = c.result
+	}
+	elems := cmd.GetBatch().GetCommands()
+	for i, r := range c.batch {
+		if r.hasResult && i < len(elems) {
+			elems[i].GetCompleteTask().Result = r.result
+		}
+	}
+	return &cmd, nil
+}
+
+// cutResults walks one Command; false asks for the plain decode.
+func cutResults(b []byte, depth int) (cutCommand, bool) {
+	c := cutCommand{rest: make([]byte, 0, min(len(b), 1024))}
+	opSeen := false
+	for len(b) > 0 {
+		num, typ, v, n := nextField(b)
+		if n < 0 {
+			return c, false
+		}
+		if commandOps[num] {
+			if opSeen || typ != protowire.BytesType {
+				return c, false
+			}
+			opSeen = true
+		}
+		var ok bool
+		switch {
+		case num == fieldCommandComplete && commandOps[num]:
+			var inner []byte
+			inner, c.result, c.hasResult, ok = cutComplete(v)
+			c.rest = protowire.AppendBytes(protowire.AppendTag(c.rest, num, typ), inner)
+		case num == fieldCommandBatch && depth < maxResultCutDepth:
+			var inner []byte
+			inner, c.batch, ok = cutBatch(v, depth+1)
+			c.rest = protowire.AppendBytes(protowire.AppendTag(c.rest, num, typ), inner)
+		default:
+			ok = true
+			c.rest = append(c.rest, b[:n]...)
+		}
+		if !ok {
+			return c, false
+		}
+		b = b[n:]
+	}
+	return c, true
+}
+
+// cutComplete cuts the result out of a CompleteTask.
+func cutComplete(b []byte) (rest, result []byte, has, ok bool) {
+	rest = make([]byte, 0, 128)
+	for len(b) > 0 {
+		num, typ, v, n := nextField(b)
+		if n < 0 {
+			return nil, nil, false, false
+		}
+		if num == fieldCompleteResult {
+			if has || typ != protowire.BytesType {
+				return nil, nil, false, false
+			}
+			result, has = v, true
+		} else {
+			rest = append(rest, b[:n]...)
+		}
+		b = b[n:]
+	}
+	return rest, result, has, true
+}
+
+// cutBatch cuts the results out of a Batch's commands.
+func cutBatch(b []byte, depth int) (rest []byte, elems []cutResult, ok bool) {
+	rest = make([]byte, 0, min(len(b), 64<<10))
+	for len(b) > 0 {
+		num, typ, v, n := nextField(b)
+		if n < 0 {
+			return nil, nil, false
+		}
+		if num != fieldBatchCommands {
+			rest = append(rest, b[:n]...)
+			b = b[n:]
+			continue
+		}
+		if typ != protowire.BytesType {
+			return nil, nil, false
+		}
+		c, ok := cutResults(v, depth)
+		if !ok {
+			return nil, nil, false
+		}
+		rest = protowire.AppendBytes(protowire.AppendTag(rest, num, typ), c.rest)
+		elems = append(elems, cutResult{result: c.result, hasResult: c.hasResult})
+		b = b[n:]
+	}
+	return rest, elems, true
+}
+
+// nextField reads one field: its number, type, value (for a
+// length-delimited field, its contents) and encoded length (negative when
+// malformed).
+func nextField(b []byte) (protowire.Number, protowire.Type, []byte, int) {
+	num, typ, n := protowire.ConsumeTag(b)
+	if n < 0 {
+		return 0, 0, nil, n
+	}
+	m := protowire.ConsumeFieldValue(num, typ, b[n:])
+	if m < 0 {
+		return 0, 0, nil, m
+	}
+	var v []byte
+	if typ == protowire.BytesType {
+		v, _ = protowire.ConsumeBytes(b[n:])
+	}
+	return num, typ, v, n + m
+}

@@ -1,0 +1,132 @@
+// Tests for decoding and storing results without a copy (issue 15). Goal:
+// Apply decodes a result as a slice of its entry and the store keeps it;
+// a command given to ApplyCommand (whose caller may reuse its bytes) is
+// still copied; and the aliasing decode accepts exactly what
+// proto.Unmarshal accepts and gives an equal command, so the log's
+// integrity checks are as strong as before. Method: apply completions
+// both ways; compare both decoders on valid entries, on every truncation
+// and byte flip of one, and on crafted shapes that take the plain path.
+package raftfsm
+
+import (
+	"bytes"
+	"crypto/rand"
+	"testing"
+	"unsafe"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/termivar/distributed/gen/termivar/v1"
+)
+
+func randomBytes(t *testing.T, n int) []byte {
+	t.Helper()
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// within reports whether s lies inside buf's memory.
+func within(s, buf []byte) bool {
+	if len(s) == 0 || len(buf) == 0 {
+		return false
+	}
+	p, lo := uintptr(unsafe.Pointer(&s[0])), uintptr(unsafe.Pointer(&buf[0]))
+	return p >= lo && p+uintptr(len(s)) <= lo+uintptr(len(buf))
+}
+
+func TestFSM_ApplyStoresResultsWithoutCopies(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.must(t, registerCmd("kw1", "w1"))
+	b.must(t, enqueueCmd("kprod", "t1", "t2"))
+	acq := valueOf[[]Acquired](t, b.must(t, acquireCmd("kw1", "w1", 2)))
+	want := randomBytes(t, 64<<10)
+
+	// Through Apply: the decoded result is a slice of the entry.
+	cmd := completeCmd("kw1", acq[0].Lease, bytes.Clone(want))
+	cmd.Version, cmd.NowSecs, cmd.Tenant = CommandVersion, b.now, "acme"
+	data, err := MarshalEntry(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec, err := DecodeEntry(100, data)
+	if err != nil || !within(dec.GetCompleteTask().GetResult(), data) {
+		t.Fatalf("DecodeEntry: err %v; the result must alias the entry", err)
+	}
+	if r, ok := b.f.Apply(&raft.Log{Index: 100, Type: raft.LogCommand, Data: data}).(Response); !ok || r.Err != nil {
+		t.Fatalf("Apply(complete) = %v", r.Err)
+	}
+
+	// Through ApplyCommand: the command's result is overwritten afterwards.
+	direct := bytes.Clone(want)
+	b.must(t, completeCmd("kw1", acq[1].Lease, direct))
+	clear(direct)
+
+	tv, _ := b.f.Tenant("acme")
+	for _, id := range []string{acq[0].Lease.TaskID(), acq[1].Lease.TaskID()} {
+		got, ok, err := tv.GetResult(id)
+		if err != nil || !ok || !bytes.Equal(got, want) {
+			t.Fatalf("stored result of %s differs (ok %v, err %v)", id, ok, err)
+		}
+	}
+}
+
+func TestDecodeCommand_AgreesWithProto(t *testing.T) {
+	t.Parallel()
+	complete := func(result []byte) *pb.Command {
+		return &pb.Command{Version: CommandVersion, Tenant: "acme", Op: &pb.Command_CompleteTask{CompleteTask: &pb.CompleteTask{Lease: []byte("lease"), Result: result}}}
+	}
+	batch := &pb.Command{Version: CommandVersion, NowSecs: 9, Op: &pb.Command_Batch{Batch: &pb.Batch{Commands: []*pb.Command{
+		complete(randomBytes(t, 300)), enqueueCmd("kprod", "a"), complete(nil), complete([]byte{}), complete(randomBytes(t, 2)),
+	}}}}
+	check := func(what string, in []byte) {
+		t.Helper()
+		var want pb.Command
+		werr := proto.Unmarshal(in, &want)
+		got, gerr := decodeCommand(in)
+		if (werr == nil) != (gerr == nil) || (werr != nil && werr.Error() != gerr.Error()) {
+			t.Fatalf("%s: proto.Unmarshal = %v, decodeCommand = %v", what, werr, gerr)
+		}
+		if werr == nil && !proto.Equal(&want, got) {
+			t.Fatalf("%s: the decoded commands differ", what)
+		}
+	}
+	for _, cmd := range []*pb.Command{complete(randomBytes(t, 1000)), batch, enqueueCmd("kprod", "x")} {
+		enc, err := proto.MarshalOptions{Deterministic: true}.Marshal(cmd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check("whole", enc)
+		for i := range enc {
+			check("truncated", enc[:i])
+			flipped := bytes.Clone(enc)
+			flipped[i] ^= 0x5a
+			check("flipped", flipped)
+		}
+	}
+	// Shapes a proposer never writes take proto.Unmarshal's path.
+	tag := func(b []byte, num protowire.Number, v []byte) []byte {
+		return protowire.AppendBytes(protowire.AppendTag(b, num, protowire.BytesType), v)
+	}
+	twoResults := tag(tag(nil, fieldCompleteResult, []byte("first")), fieldCompleteResult, []byte("second"))
+	switched := tag(tag(tag(nil, fieldCommandComplete, tag(nil, fieldCompleteResult, []byte("r"))), 14, nil), fieldCommandComplete, nil)
+	nested, _ := proto.Marshal(&pb.Command{Op: &pb.Command_Batch{Batch: &pb.Batch{Commands: []*pb.Command{batch}}}})
+	varintResult := protowire.AppendVarint(protowire.AppendTag(nil, fieldCompleteResult, protowire.VarintType), 3)
+	for what, in := range map[string][]byte{
+		"a CompleteTask with two results":      tag(nil, fieldCommandComplete, twoResults),
+		"a CompleteTask twice (merged)":        tag(tag(nil, fieldCommandComplete, tag(nil, fieldCompleteResult, []byte("r"))), fieldCommandComplete, tag(nil, 1, []byte("lease"))),
+		"an op switched away and back":         switched,
+		"a batch in a batch":                   nested,
+		"a result of another wire type":        tag(nil, fieldCommandComplete, varintResult),
+		"a batch twice":                        tag(tag(nil, fieldCommandBatch, tag(nil, fieldBatchCommands, nil)), fieldCommandBatch, nil),
+		"a batch element of another wire type": tag(nil, fieldCommandBatch, protowire.AppendVarint(protowire.AppendTag(nil, fieldBatchCommands, protowire.VarintType), 1)),
+		"an op of another wire type":           protowire.AppendVarint(protowire.AppendTag(nil, fieldCommandComplete, protowire.VarintType), 1),
+	} {
+		check(what, in)
+	}
+}

@@ -1,6 +1,8 @@
 package raftfsm
 
 import (
+	"bytes"
+
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
@@ -16,7 +18,7 @@ import (
 // writes after it is proposed: the proposer's fresh frame on the leader,
 // a fresh slice from the transport on a follower, and raft-wal's GetLog
 // copies every entry it reads (so a stored result keeps its entry alive,
-// no more). Only the shapes a proposer writes take this path: each
+// no more; ownResult copies results that are a small part of their entry). Only the shapes a proposer writes take this path: each
 // command with at most one op and each CompleteTask with at most one
 // result, every one as a length-delimited field; anything else — repeated
 // or switched oneof fields, odd wire types, a payload that does not decode
@@ -64,16 +66,34 @@ func decodeCommand(payload []byte) (*pb.Command, error) {
 		cmd.Reset()
 		return &cmd, proto.Unmarshal(payload, &cmd) // NB: its own error
 	}
+	own := ownResult(c, len(payload))
 	if c.hasResult {
-		cmd.GetCompleteTask().Result = c.result
+		cmd.GetCompleteTask().Result = own(c.result)
 	}
 	elems := cmd.GetBatch().GetCommands()
 	for i, r := range c.batch {
 		if r.hasResult && i < len(elems) {
-			elems[i].GetCompleteTask().Result = r.result
+			elems[i].GetCompleteTask().Result = own(r.result)
 		}
 	}
 	return &cmd, nil
+}
+
+// ownResult returns how the cut results are kept: as slices of the payload
+// when they are at least half of it, copied otherwise. A stored result that
+// aliases the entry keeps the whole entry alive, so a small result in an
+// entry of enqueues (the proposer coalesces both into one Batch) would
+// retain kilobytes of specs for as long as the result is kept; with the
+// rule, the entry's retained bytes are at most twice its results'.
+func ownResult(c cutCommand, payload int) func([]byte) []byte {
+	total := len(c.result)
+	for _, r := range c.batch {
+		total += len(r.result)
+	}
+	if 2*total >= payload {
+		return func(b []byte) []byte { return b }
+	}
+	return bytes.Clone
 }
 
 // cutResults walks one Command; false asks for the plain decode.

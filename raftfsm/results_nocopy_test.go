@@ -11,6 +11,7 @@ package raftfsm
 import (
 	"bytes"
 	"crypto/rand"
+	"fmt"
 	"testing"
 	"unsafe"
 
@@ -128,5 +129,33 @@ func TestDecodeCommand_AgreesWithProto(t *testing.T) {
 		"an op of another wire type":           protowire.AppendVarint(protowire.AppendTag(nil, fieldCommandComplete, protowire.VarintType), 1),
 	} {
 		check(what, in)
+	}
+}
+
+// A result that is a small part of its entry is copied, not aliased: kept
+// as a slice, it would keep the entry's other commands alive with it.
+func TestDecodeCommand_CopiesResultsThatAreASmallPartOfTheEntry(t *testing.T) {
+	t.Parallel()
+	result := randomBytes(t, 100)
+	var ids []string
+	for i := range 200 {
+		ids = append(ids, fmt.Sprintf("task-%03d", i))
+	}
+	complete := &pb.Command{Principal: "kw1", Op: &pb.Command_CompleteTask{CompleteTask: &pb.CompleteTask{Lease: []byte("lease"), Result: result}}}
+	small := &pb.Command{Version: CommandVersion, Tenant: "acme", Op: &pb.Command_Batch{Batch: &pb.Batch{Commands: []*pb.Command{
+		enqueueCmd("kprod", ids...), complete,
+	}}}}
+	data, err := MarshalEntry(small)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec, err := DecodeEntry(100, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := dec.GetBatch().GetCommands()[1].GetCompleteTask().GetResult()
+	if !bytes.Equal(got, result) || within(got, data) {
+		t.Fatalf("the 100-byte result in a %d-byte entry: equal %v, aliases the entry %v; want an equal copy",
+			len(data), bytes.Equal(got, result), within(got, data))
 	}
 }

@@ -61,7 +61,10 @@ func TestBench_Suite(t *testing.T) {
 	defer func() { benchSuiteModes = saved }()
 	for i := range benchSuiteModes {
 		set := saved[i].set
-		benchSuiteModes[i].set = func(f *benchFlags) { set(f); f.tasks, f.resident, f.idleConns = 200, min(f.resident, 400), min(f.idleConns, 4) }
+		benchSuiteModes[i].set = func(f *benchFlags) {
+			set(f)
+			f.tasks, f.resident, f.idleConns = 200, min(f.resident, 400), min(f.idleConns, 4)
+		}
 	}
 	if code := runBenchSuite(context.Background(), f, url, key, &out); code != exitOK {
 		t.Fatalf("bench --suite = %d:\n%s", code, out.String())

@@ -29,7 +29,7 @@ var benchModeFlags = [...]struct {
 	strVar      func(*benchFlags) *string
 }{
 	{name: "rate", usage: "open loop: producers enqueue at this many tasks/s in total (0: as fast as they can)", intVar: func(f *benchFlags) *int { return &f.rate }},
-	{name: "resident", usage: "task records filled before the measured run: half completed, half queued but not due for an hour", intVar: func(f *benchFlags) *int { return &f.resident }},
+	{name: "resident", usage: "task records filled before the measured run: half (at most 8192) queued but not due for an hour, the rest completed", intVar: func(f *benchFlags) *int { return &f.resident }},
 	{name: "idle-conns", usage: "after the run, hold this many worker connections in a long-polling Acquire and report the memory per connection (embedded only)", intVar: func(f *benchFlags) *int { return &f.idleConns }},
 	{name: "memprofile", usage: "write an allocation profile of the run to this file", strVar: func(f *benchFlags) *string { return &f.memProfile }},
 	{name: "mutexprofile", usage: "write a mutex contention profile of the run to this file", strVar: func(f *benchFlags) *string { return &f.mutexProfile }},
@@ -62,6 +62,9 @@ const (
 	maxBenchWorkers = 1024
 	// residentDelaySecs keeps the resident queued tasks out of the run.
 	residentDelaySecs = 3600
+	// maxResidentQueued leaves half the run tenant's queue (16 384) to
+	// the measured run.
+	maxResidentQueued = 8192
 )
 
 // startProfiles turns on the mutex and block profiles the flags ask for;
@@ -116,12 +119,12 @@ func (r *benchRun) pace(ctx context.Context, lo int) bool {
 	}
 }
 
-// fillResident creates --resident task records before the run: the first
-// half enqueued, leased and completed (retained terminal records), the
-// rest enqueued not due for an hour (queued records no worker leases
-// during the run).
+// fillResident creates --resident task records before the run: half of
+// them, at most maxResidentQueued, enqueued not due for an hour (queued
+// records no worker leases during the run), the rest first, enqueued,
+// leased and completed (retained terminal records).
 func (r *benchRun) fillResident(ctx context.Context) error {
-	done := r.f.resident / 2
+	done := r.f.resident - min(r.f.resident/2, maxResidentQueued)
 	if err := r.enqueueResident(ctx, 0, done, 0); err != nil {
 		return err
 	}

@@ -90,7 +90,12 @@ func (n *Node) Propose(ctx context.Context, cmd *pb.Command) (_ raftfsm.Response
 	if tr == nil {
 		tr = noop.NewTracerProvider().Tracer("")
 	}
-	ctx, span := tr.Start(ctx, "raft.propose", trace.WithAttributes(attribute.String("termivar.op", opName(cmd))))
+	ctx, span := tr.Start(ctx, "raft.propose")
+	if span.IsRecording() {
+		// NB: only a recording span is named: opName is reflection, and
+		// the attribute allocates, on every proposal (issue 15).
+		span.SetAttributes(attribute.String("termivar.op", opName(cmd)))
+	}
 	defer func() { endSpan(span, err) }()
 	p, err := n.prop.submit(ctx, cmd)
 	if err != nil {

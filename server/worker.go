@@ -106,8 +106,7 @@ func (h workerHandler) Acquire(ctx context.Context, req *connect.Request[pb.Acqu
 // has a leasable task, and waits in the node's Acquirers queue, which
 // wakes about one waiter per new task; its side of the queue's contract
 // (internal/notify.Queue) is here: a wake-up it does not use is passed on,
-// work it cannot take wakes the waiters a broadcast would have woken, and
-// work it leaves behind wakes one more waiter.
+// and work it cannot take wakes the waiters a broadcast would have woken.
 func (h workerHandler) acquireOrWait(ctx context.Context, p principal, m *pb.AcquireRequest, deadline <-chan time.Time) (*pb.AcquireResponse, uint64, error) {
 	q := h.s.node.Acquirers()
 	tv, _ := h.s.node.Reads().Tenant(p.Tenant)
@@ -120,9 +119,6 @@ func (h workerHandler) acquireOrWait(ctx context.Context, p principal, m *pb.Acq
 		switch {
 		case err == nil:
 			w.Cancel()
-			if tv.HasLeasable() {
-				q.Notify(p.Tenant, 1)
-			}
 			out, err := h.acquired(p, r)
 			return out, r.Revision, err
 		case !errors.Is(err, distributed.ErrNoQueuedTask):

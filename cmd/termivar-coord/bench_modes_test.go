@@ -15,7 +15,7 @@ import (
 
 func TestBench_Modes(t *testing.T) {
 	var f benchFlags
-	args := []string{"--tasks", "300", "--batch", "1", "--acquire", "1", "--producers", "4", "--workers", "4", "--rate", "2000", "--resident", "600", "--idle-conns", "8"}
+	args := []string{"--tasks", "300", "--batch", "1", "--acquire", "1", "--producers", "4", "--workers", "4", "--rate", "2000", "--resident", "600", "--idle-conns", "64"}
 	if err := newBenchFlagSet(&f).Parse(args); err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +29,7 @@ func TestBench_Modes(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := res.String()
-	for _, want := range []string{"rate=2000", "resident_records=600", "idle_conns=8 bytes_per_idle_conn="} {
+	for _, want := range []string{"rate=2000", "resident_records=600", "idle_conns=64 bytes_per_idle_conn="} {
 		if !strings.Contains(s, want) {
 			t.Errorf("no %q in:\n%s", want, s)
 		}
@@ -40,6 +40,7 @@ func TestBench_Modes(t *testing.T) {
 	if e := res.entriesPerTask(); e <= 0 || e > 3.5 {
 		t.Errorf("raft_log_entries_per_task = %.3f, want in (0, 3.5]", e)
 	}
+	// 64 connections hold megabytes, far above the GC noise of a settled heap.
 	if res.idleConnBytes <= 0 {
 		t.Errorf("bytes_per_idle_conn = %d, want > 0", res.idleConnBytes)
 	}
@@ -76,6 +77,9 @@ func TestBench_Suite(t *testing.T) {
 	}
 	if r, _ := strconv.ParseFloat(rows[0][3], 64); r != 1 {
 		t.Errorf("the default's ratio to itself = %s, want 1.00", rows[0][3])
+	}
+	if !regexp.MustCompile(`(?m)^rpc_floor: 20000 GetTask calls from 32 callers: [0-9]+ calls/s, CPU/call \S+; bound for 3 calls/task: [0-9]+ tasks/s`).MatchString(s) {
+		t.Errorf("no rpc_floor line:\n%s", s)
 	}
 	t.Logf("\n%s", s)
 }

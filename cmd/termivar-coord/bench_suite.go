@@ -5,8 +5,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
+
+	pb "github.com/termivar/distributed/gen/termivar/v1"
 )
 
 // benchSuiteModes are the runs of `bench --suite` (make bench-node), in
@@ -49,6 +53,12 @@ func runBenchSuite(ctx context.Context, base benchFlags, url, key string, w io.W
 		results = append(results, res)
 	}
 	writeSuiteTable(w, results)
+	fl, err := measureRPCFloor(ctx, base, url, key)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "termivar-coord bench --suite: rpc floor: %v\n", err)
+		return exitFor("bench", err)
+	}
+	writeFloor(w, fl, results[0])
 	return exitOK
 }
 
@@ -60,9 +70,9 @@ func writeSuiteTable(w io.Writer, results []benchResult) {
 	}
 	b := results[0]
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "mode\ttasks/s\tx default\tCPU/task\tx default\tentries/task\te2e p50\te2e p99\t")
+	fmt.Fprintln(tw, "mode\ttasks/s\tx default\tCPU/task\tx default\tentries/task\te2e p50\te2e p99\t\t")
 	for _, r := range results {
-		fmt.Fprintf(tw, "%s\t%.0f\t%.2f\t%s\t%.2f\t%.3f\t%s\t%s\t%s\n", r.mode, r.tasksPerSec(), r.tasksPerSec()/b.tasksPerSec(),
+		fmt.Fprintf(tw, "%s\t%.0f\t%.2f\t%s\t%.2f\t%.3f\t%s\t%s\t  %s\t\n", r.mode, r.tasksPerSec(), r.tasksPerSec()/b.tasksPerSec(),
 			r.cpuPerTask().Round(100*time.Nanosecond), float64(r.cpuPerTask())/float64(max(b.cpuPerTask(), 1)), r.entriesPerTask(),
 			r.e2eP50.Round(10*time.Microsecond), r.e2eP99.Round(10*time.Microsecond), suiteExtra(r))
 	}
@@ -78,4 +88,66 @@ func suiteExtra(r benchResult) string {
 		return fmt.Sprintf("%.0f MB/s of results", float64(r.resultBytes)*r.tasksPerSec()/1e6)
 	}
 	return ""
+}
+
+// rpcFloor is what one authenticated API call costs without the log: the
+// floor under every per-call mode.
+type rpcFloor struct {
+	calls   int
+	elapsed time.Duration
+	cpu     time.Duration
+}
+
+// floorCalls and floorCallers size measureRPCFloor.
+const (
+	floorCalls   = 20000
+	floorCallers = 32
+)
+
+// measureRPCFloor runs floorCalls Producer.GetTask calls of one existing
+// task from floorCallers goroutines (a read: no proposal, no log entry)
+// and returns their rate and this process's CPU per call, client and
+// server included when embedded.
+func measureRPCFloor(ctx context.Context, base benchFlags, url, key string) (rpcFloor, error) {
+	f := base
+	f.producers, f.workers, f.idleConns = floorCallers, 1, 0
+	r := &benchRun{f: f}
+	defer r.close()
+	if err := r.connect(ctx, url, key); err != nil {
+		return rpcFloor{}, err
+	}
+	req := &pb.EnqueueRequest{Tasks: []*pb.NewTask{{TaskId: "floor", ScanId: "floor", TargetRef: "floor"}}}
+	if err := benchEnqueue(ctx, r.prod, req, &r.errs); err != nil {
+		return rpcFloor{}, err
+	}
+	var next atomic.Int64
+	var firstErr atomic.Pointer[error]
+	start, cpu0 := time.Now(), processCPU()
+	var wg sync.WaitGroup
+	for range floorCallers {
+		wg.Go(func() {
+			for next.Add(1) <= floorCalls {
+				if _, err := r.prod.GetTask(ctx, &pb.GetTaskRequest{TaskId: "floor"}); err != nil {
+					firstErr.CompareAndSwap(nil, &err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if p := firstErr.Load(); p != nil {
+		return rpcFloor{}, *p
+	}
+	return rpcFloor{calls: floorCalls, elapsed: time.Since(start), cpu: processCPU() - cpu0}, nil
+}
+
+// writeFloor prints the floor and what it bounds: with three calls per
+// task (Enqueue, Acquire, Complete), single calls cannot beat a third of
+// the floor's call rate, nor cost less CPU than three floor calls.
+func writeFloor(w io.Writer, fl rpcFloor, batched benchResult) {
+	perSec := float64(fl.calls) / fl.elapsed.Seconds()
+	cpu := fl.cpu / time.Duration(fl.calls)
+	fmt.Fprintf(w, "rpc_floor: %d GetTask calls from %d callers: %.0f calls/s, CPU/call %s; bound for 3 calls/task: %.0f tasks/s (%.2fx default), CPU/task >= %s (%.1fx default)\n",
+		fl.calls, floorCallers, perSec, cpu.Round(100*time.Nanosecond), perSec/3, perSec/3/batched.tasksPerSec(),
+		(3 * cpu).Round(100*time.Nanosecond), float64(3*cpu)/float64(max(batched.cpuPerTask(), 1)))
 }

@@ -16,8 +16,11 @@ const All = -1
 //   - a woken waiter that leaves without acting on its wake-up passes it
 //     on (Leave);
 //   - a woken waiter that finds work it cannot take (tags, capacity) wakes
-//     every waiter that the broadcast would have woken (WakeBefore);
-//   - an Acquire that leaves work behind wakes one more (Notify 1).
+//     every waiter that the broadcast would have woken (WakeBefore).
+//
+// Every new task has a woken waiter of its own when there are enough
+// waiters; a waiter that registers later looks at the queue before it
+// waits.
 //
 // Notify runs on the FSM's apply goroutine and never blocks. The zero
 // value is ready to use; its methods are safe for concurrent use.

@@ -106,7 +106,9 @@ func (h workerHandler) Acquire(ctx context.Context, req *connect.Request[pb.Acqu
 // has a leasable task, and waits in the node's Acquirers queue, which
 // wakes about one waiter per new task; its side of the queue's contract
 // (internal/notify.Queue) is here: a wake-up it does not use is passed on,
-// and work it cannot take wakes the waiters a broadcast would have woken.
+// work it cannot take wakes the waiters a broadcast would have woken, and
+// taking less than it asked for while work is left wakes waiters for the
+// difference.
 func (h workerHandler) acquireOrWait(ctx context.Context, p principal, m *pb.AcquireRequest, deadline <-chan time.Time) (*pb.AcquireResponse, uint64, error) {
 	q := h.s.node.Acquirers()
 	tv, _ := h.s.node.Reads().Tenant(p.Tenant)
@@ -114,12 +116,16 @@ func (h workerHandler) acquireOrWait(ctx context.Context, p principal, m *pb.Acq
 	for {
 		// NB: register before looking, so an enqueue between the look and
 		// the wait still wakes us.
-		w := q.Wait(p.Tenant)
+		want := cmp.Or(int(m.GetMaxTasks()), 1) // the FSM's default, too
+		w := q.Wait(p.Tenant, want)
 		r, err := h.tryAcquire(ctx, p, m, tv)
 		switch {
 		case err == nil:
 			w.Cancel()
 			out, err := h.acquired(p, r)
+			if n := len(out.GetTasks()); n < want && tv.HasLeasable() {
+				q.Notify(p.Tenant, want-n) // took less than its share of a wake-up (capacity, limits)
+			}
 			return out, r.Revision, err
 		case !errors.Is(err, distributed.ErrNoQueuedTask):
 			w.Leave()

@@ -188,6 +188,7 @@ type benchResult struct {
 	mode                   string        // the --suite mode's name
 	idleConns              int           // --idle-conns measured after the run (0: none)
 	idleConnBytes          int64         // heap + stacks per idle long-polling connection
+	calls                  [4]int64      // Enqueue, Acquire (of which empty), CompleteMany calls
 }
 
 func (r benchResult) String() string {
@@ -197,12 +198,14 @@ func (r benchResult) String() string {
 		"enqueue_to_complete_p50=%s enqueue_to_complete_p99=%s\n"+
 		"raft_log_entries=%d raft_log_entries_per_task=%.3f\n"+
 		"process_cpu_per_task=%s\n"+
+		"api_calls_per_task=%.3f enqueue_calls=%d acquire_calls=%d empty_acquires=%d complete_many_calls=%d\n"+
 		"failed_calls_retried=%d client_retries=%d%s",
 		r.tasks, r.producers, r.workers, r.batch, r.acquire, r.elapsed.Round(time.Millisecond),
 		r.tasksPerSec(),
 		r.leaseP50.Round(time.Microsecond), r.leaseP99.Round(time.Microsecond),
 		r.e2eP50.Round(time.Microsecond), r.e2eP99.Round(time.Microsecond),
-		r.entries(), r.entriesPerTask(), r.cpuPerTask(), r.errors, r.retries, r.modeLines())
+		r.entries(), r.entriesPerTask(), r.cpuPerTask(), r.callsPerTask(), r.calls[0], r.calls[1], r.calls[2], r.calls[3],
+		r.errors, r.retries, r.modeLines())
 }
 
 // modeLines are the result lines of the modes that were on.
@@ -221,6 +224,20 @@ func (r benchResult) modeLines() string {
 }
 
 func (r benchResult) tasksPerSec() float64 { return float64(r.tasks) / r.elapsed.Seconds() }
+
+// callsPerTask is the load's API calls (Enqueue, Acquire, CompleteMany)
+// per completed task.
+func (r benchResult) callsPerTask() float64 {
+	return float64(r.calls[0]+r.calls[1]+r.calls[3]) / float64(max(r.tasks, 1))
+}
+
+// benchCalls counts a run's API calls (each counted once, however many
+// tries the client made).
+type benchCalls struct{ enqueue, acquire, emptyAcquire, complete atomic.Int64 }
+
+func (c *benchCalls) snapshot() [4]int64 {
+	return [4]int64{c.enqueue.Load(), c.acquire.Load(), c.emptyAcquire.Load(), c.complete.Load()}
+}
 
 // entries is the number of raft log entries the run appended.
 func (r benchResult) entries() uint64 { return r.applied - r.appliedBefore }
@@ -289,6 +306,7 @@ type benchRun struct {
 	enqueuedAt    []atomic.Int64 // task index → enqueue time (Unix ns); 0 until enqueued
 	result        []byte         // every task's result
 	start         time.Time      // the measured run's start (--rate paces from it)
+	calls         benchCalls     // the measured run's API calls
 	idle          []*client.Client
 
 	cancel   context.CancelFunc // ends the run: all tasks completed, or a failure
@@ -330,6 +348,7 @@ func bench(ctx context.Context, f benchFlags, url, adminKey string) (benchResult
 	wg.Wait()
 	res.elapsed, res.cpu = time.Since(start), processCPU()-cpu0
 	res.errors, res.retries = r.errs.Load(), r.retries.Load()
+	res.calls = r.calls.snapshot()
 	r.closeLoad()
 	if r.firstErr != nil && r.completed.Load() < int64(f.tasks) {
 		return res, r.firstErr
@@ -474,6 +493,7 @@ func (r *benchRun) produce(ctx context.Context) {
 			}
 			return
 		}
+		r.calls.enqueue.Add(1)
 		now := time.Now().UnixNano()
 		for i := lo; i < hi; i++ {
 			r.enqueuedAt[i].Store(now)
@@ -506,7 +526,9 @@ func (r *benchRun) work(ctx context.Context, id string, w *client.Client) {
 		}
 		streak = 0
 		tasks := acq.GetTasks()
+		r.calls.acquire.Add(1)
 		if len(tasks) == 0 {
+			r.calls.emptyAcquire.Add(1)
 			continue
 		}
 		var ok bool
@@ -528,6 +550,7 @@ func (r *benchRun) complete(ctx context.Context, w *client.Client, tasks []*pb.L
 	for j, t := range tasks {
 		items[j] = &pb.CompleteRequest{LeaseToken: t.GetLeaseToken(), Result: r.result}
 	}
+	r.calls.complete.Add(1)
 	cm, err := benchCompleteMany(ctx, w, items, &r.errs)
 	if err != nil {
 		if ctx.Err() == nil {

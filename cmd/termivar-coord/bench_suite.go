@@ -70,10 +70,10 @@ func writeSuiteTable(w io.Writer, results []benchResult) {
 	}
 	b := results[0]
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "mode\ttasks/s\tx default\tCPU/task\tx default\tentries/task\te2e p50\te2e p99\t\t")
+	fmt.Fprintln(tw, "mode\ttasks/s\tx default\tCPU/task\tx default\tentries/task\tcalls/task\te2e p50\te2e p99\t\t")
 	for _, r := range results {
-		fmt.Fprintf(tw, "%s\t%.0f\t%.2f\t%s\t%.2f\t%.3f\t%s\t%s\t  %s\t\n", r.mode, r.tasksPerSec(), r.tasksPerSec()/b.tasksPerSec(),
-			r.cpuPerTask().Round(100*time.Nanosecond), float64(r.cpuPerTask())/float64(max(b.cpuPerTask(), 1)), r.entriesPerTask(),
+		fmt.Fprintf(tw, "%s\t%.0f\t%.2f\t%s\t%.2f\t%.3f\t%.3f\t%s\t%s\t  %s\t\n", r.mode, r.tasksPerSec(), r.tasksPerSec()/b.tasksPerSec(),
+			r.cpuPerTask().Round(100*time.Nanosecond), float64(r.cpuPerTask())/float64(max(b.cpuPerTask(), 1)), r.entriesPerTask(), r.callsPerTask(),
 			r.e2eP50.Round(10*time.Microsecond), r.e2eP99.Round(10*time.Microsecond), suiteExtra(r))
 	}
 	tw.Flush()

@@ -9,18 +9,19 @@ import (
 const All = -1
 
 // Queue is a per-tenant queue of Acquire long-polls (server/worker.go):
-// Notify(tenant, n) wakes the n longest-waiting waiters instead of all of
-// them, so k new tasks wake about k Acquires and the rest stay asleep (no
-// wake-up herd, issue 15). It never loses a wake-up the broadcast would
-// have delivered, given its callers' part:
+// Notify(tenant, n) wakes the longest-waiting waiters until their wants
+// (the tasks each asks for) cover n, instead of all of them, so k new
+// tasks wake about k / want Acquires and the rest stay asleep (no wake-up
+// herd, issue 15). It never loses a wake-up the broadcast would have
+// delivered, given its callers' part:
 //   - a woken waiter that leaves without acting on its wake-up passes it
 //     on (Leave);
 //   - a woken waiter that finds work it cannot take (tags, capacity) wakes
-//     every waiter that the broadcast would have woken (WakeBefore).
+//     every waiter that the broadcast would have woken (WakeBefore);
+//   - a waiter that takes less than its want and leaves work behind wakes
+//     waiters for the difference (Notify).
 //
-// Every new task has a woken waiter of its own when there are enough
-// waiters; a waiter that registers later looks at the queue before it
-// waits.
+// A waiter that registers later looks at the queue before it waits.
 //
 // Notify runs on the FSM's apply goroutine and never blocks. The zero
 // value is ready to use; its methods are safe for concurrent use.
@@ -38,13 +39,15 @@ type Waiter struct {
 	tenant string
 	c      chan struct{}
 	seq    uint64        // registration number: waiters registered earlier have lower ones
+	want   int           // tasks it asks for (≥ 1): how much of a Notify it covers
 	elem   *list.Element // nil once woken or gone
 	gen    uint64        // the wake-up's bound (see WakeBefore); 0 until woken
 	gone   bool
 }
 
-// Wait registers a waiter at the back of tenant's queue.
-func (q *Queue) Wait(tenant string) *Waiter {
+// Wait registers a waiter for up to want tasks (less than 1 counts as 1)
+// at the back of tenant's queue.
+func (q *Queue) Wait(tenant string, want int) *Waiter {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.ws == nil {
@@ -56,7 +59,7 @@ func (q *Queue) Wait(tenant string) *Waiter {
 		q.ws[tenant] = l
 	}
 	q.seq++
-	w := &Waiter{q: q, tenant: tenant, c: make(chan struct{}), seq: q.seq}
+	w := &Waiter{q: q, tenant: tenant, c: make(chan struct{}), seq: q.seq, want: max(want, 1)}
 	w.elem = l.PushBack(w)
 	return w
 }
@@ -72,7 +75,8 @@ func (w *Waiter) Gen() uint64 {
 	return w.gen
 }
 
-// Notify wakes the n longest-waiting waiters of tenant (All: every one).
+// Notify wakes the longest-waiting waiters of tenant until their wants
+// cover n tasks (All: every waiter; 0: none).
 func (q *Queue) Notify(tenant string, n int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -82,8 +86,11 @@ func (q *Queue) Notify(tenant string, n int) {
 	}
 	gen := q.seq + 1
 	for e := l.Front(); e != nil && n != 0; e = l.Front() {
+		want := e.Value.(*Waiter).want
 		q.wake(l, e, gen)
-		n--
+		if n > 0 { // NB: All stays negative: every waiter
+			n = max(n-want, 0)
+		}
 	}
 	q.dropEmpty(tenant, l)
 }
@@ -111,7 +118,7 @@ func (w *Waiter) Leave() {
 	w.leaveLocked()
 	w.q.mu.Unlock()
 	if pass {
-		w.q.Notify(w.tenant, 1)
+		w.q.Notify(w.tenant, w.want)
 	}
 }
 

@@ -26,7 +26,7 @@ func wokenOf(ws []*Waiter) []bool {
 func waiters(q *Queue, tenant string, n int) []*Waiter {
 	ws := make([]*Waiter, n)
 	for i := range ws {
-		ws[i] = q.Wait(tenant)
+		ws[i] = q.Wait(tenant, 1)
 	}
 	return ws
 }
@@ -77,7 +77,7 @@ func TestQueue_NotifyZeroWakesNone(t *testing.T) {
 
 func TestQueue_TenantsAreIndependent(t *testing.T) {
 	var q Queue
-	a, b := q.Wait("a"), q.Wait("b")
+	a, b := q.Wait("a", 1), q.Wait("b", 1)
 	q.Notify("a", All)
 	if !woken(a) || woken(b) {
 		t.Fatalf("a woken %v, b woken %v; want true, false", woken(a), woken(b))
@@ -136,12 +136,32 @@ func TestQueue_WakeBeforeWakesWhatABroadcastWould(t *testing.T) {
 
 func TestWaiter_GenZeroUntilWoken(t *testing.T) {
 	var q Queue
-	w := q.Wait("t")
+	w := q.Wait("t", 0) // counts as 1
 	if w.Gen() != 0 {
 		t.Fatalf("Gen = %d before any wake-up", w.Gen())
 	}
 	q.Notify("t", 1)
 	if w.Gen() == 0 {
 		t.Fatal("Gen = 0 after the wake-up")
+	}
+}
+
+func TestQueue_NotifyCoversWants(t *testing.T) {
+	var q Queue
+	ws := []*Waiter{q.Wait("t", 128), q.Wait("t", 128), q.Wait("t", 1), q.Wait("t", 4)}
+	q.Notify("t", 200) // 128 + 128 cover 200
+	checkWoken(t, ws, true, true, false, false)
+	q.Notify("t", 1)
+	checkWoken(t, ws, true, true, true, false)
+	ws[3].Leave() // still queued: nothing passed on
+	v := q.Wait("t", 2)
+	w := q.Wait("t", 2)
+	q.Notify("t", 2)
+	if !woken(v) || woken(w) {
+		t.Fatalf("want 2 woke %v %v, want only the first", woken(v), woken(w))
+	}
+	v.Leave() // passes its want (2) on: wakes w
+	if !woken(w) {
+		t.Fatal("Leave did not pass the wake-up on")
 	}
 }

@@ -112,11 +112,12 @@ func (h workerHandler) Acquire(ctx context.Context, req *connect.Request[pb.Acqu
 func (h workerHandler) acquireOrWait(ctx context.Context, p principal, m *pb.AcquireRequest, deadline <-chan time.Time) (*pb.AcquireResponse, uint64, error) {
 	q := h.s.node.Acquirers()
 	tv, _ := h.s.node.Reads().Tenant(p.Tenant)
-	var woke uint64 // the bound of the wake-up that ended the last wait (0: none yet)
+	want := cmp.Or(int(m.GetMaxTasks()), 1) // the FSM's default, too
+	var woke uint64                         // the bound of the wake-up that ended the last wait (0: none yet)
+	refused := 0                            // refusals since the last wait while tasks were leasable
 	for {
 		// NB: register before looking, so an enqueue between the look and
 		// the wait still wakes us.
-		want := cmp.Or(int(m.GetMaxTasks()), 1) // the FSM's default, too
 		w := q.Wait(p.Tenant, want)
 		r, err := h.tryAcquire(ctx, p, m, tv)
 		switch {
@@ -130,15 +131,24 @@ func (h workerHandler) acquireOrWait(ctx context.Context, p principal, m *pb.Acq
 		case !errors.Is(err, distributed.ErrNoQueuedTask):
 			w.Leave()
 			return nil, r.Revision, err
-		case woke != 0 && tv.HasLeasable():
-			q.WakeBefore(p.Tenant, woke) // woken for tasks this worker cannot lease (tags, capacity)
+		case tv.HasLeasable():
+			// Refused while tasks are leasable: the first time, look again
+			// at once (another Acquire won the race for the tasks it saw);
+			// the second, they are not for this worker (tags, capacity).
+			if refused++; refused == 1 {
+				w.Cancel()
+				continue
+			}
+			if woke != 0 {
+				q.WakeBefore(p.Tenant, woke) // the waiters a broadcast would have woken
+			}
 		}
 		if !h.wait(ctx, w, deadline) {
 			w.Leave()
 			rev := cmp.Or(r.Revision, tv.Counters().Revision)
 			return &pb.AcquireResponse{Revision: rev}, rev, nil
 		}
-		woke = w.Gen()
+		woke, refused = w.Gen(), 0
 	}
 }
 

@@ -39,7 +39,7 @@ type benchFlags struct {
 	cluster     int // members of the loopback cluster compared with one node (0: off)
 
 	// The modes of bench_modes.go (benchModeFlags).
-	rate, resident, idleConns              int
+	waitSecs, rate, resident, idleConns    int
 	memProfile, mutexProfile, blockProfile string
 	suite                                  bool
 }
@@ -307,6 +307,9 @@ type benchRun struct {
 	result        []byte         // every task's result
 	start         time.Time      // the measured run's start (--rate paces from it)
 	calls         benchCalls     // the measured run's API calls
+	doneOnce      sync.Once
+	doneAt        time.Time     // when the last task's completion was acknowledged
+	doneCPU       time.Duration // the process's CPU time then
 	idle          []*client.Client
 
 	cancel   context.CancelFunc // ends the run: all tasks completed, or a failure
@@ -346,7 +349,10 @@ func bench(ctx context.Context, f benchFlags, url, adminKey string) (benchResult
 	}
 	wg.Go(func() { r.watchProgress(runCtx, benchStallAfter) })
 	wg.Wait()
-	res.elapsed, res.cpu = time.Since(start), processCPU()-cpu0
+	if r.doneAt.IsZero() { // the run failed: measure up to now
+		r.doneAt, r.doneCPU = time.Now(), processCPU()
+	}
+	res.elapsed, res.cpu = r.doneAt.Sub(start), r.doneCPU-cpu0
 	res.errors, res.retries = r.errs.Load(), r.retries.Load()
 	res.calls = r.calls.snapshot()
 	r.closeLoad()
@@ -469,6 +475,16 @@ func (r *benchRun) watchProgress(ctx context.Context, stallAfter time.Duration) 
 	}
 }
 
+// finish ends the run once every task is completed, recording the time
+// and CPU then: the teardown of the workers' pending long-polls that the
+// cancellation starts is not part of the measured run.
+func (r *benchRun) finish() {
+	r.doneOnce.Do(func() {
+		r.doneAt, r.doneCPU = time.Now(), processCPU()
+		r.cancel()
+	})
+}
+
 func (r *benchRun) fail(err error) {
 	r.errOnce.Do(func() { r.firstErr = err; r.cancel() })
 }
@@ -513,7 +529,7 @@ func (r *benchRun) work(ctx context.Context, id string, w *client.Client) {
 	}()
 	streak := 0
 	for r.completed.Load() < int64(r.f.tasks) {
-		acq, err := w.Acquire(ctx, &pb.AcquireRequest{WorkerId: id, MaxTasks: uint32(r.f.acquireMax), Start: true, WaitSecs: 1, LeaseTtlSecs: uint64(r.f.leaseTTL)})
+		acq, err := w.Acquire(ctx, &pb.AcquireRequest{WorkerId: id, MaxTasks: uint32(r.f.acquireMax), Start: true, WaitSecs: uint32(r.f.waitSecs), LeaseTtlSecs: uint64(r.f.leaseTTL)})
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -536,7 +552,7 @@ func (r *benchRun) work(ctx context.Context, id string, w *client.Client) {
 			return
 		}
 		if r.completed.Add(int64(len(tasks))) >= int64(r.f.tasks) {
-			r.cancel()
+			r.finish()
 		}
 	}
 }

@@ -25,9 +25,11 @@ import (
 // table, registered by registerBenchModes.
 var benchModeFlags = [...]struct {
 	name, usage string
+	def         int // an int flag's default
 	intVar      func(*benchFlags) *int
 	strVar      func(*benchFlags) *string
 }{
+	{name: "wait-secs", usage: "each worker Acquire's long-poll wait (the agent's default is 20; idle workers cost one empty Acquire per wait)", intVar: func(f *benchFlags) *int { return &f.waitSecs }, def: 20},
 	{name: "rate", usage: "open loop: producers enqueue at this many tasks/s in total (0: as fast as they can)", intVar: func(f *benchFlags) *int { return &f.rate }},
 	{name: "resident", usage: "task records filled before the measured run: half (at most 8192) queued but not due for an hour, the rest completed", intVar: func(f *benchFlags) *int { return &f.resident }},
 	{name: "idle-conns", usage: "after the run, hold this many worker connections in a long-polling Acquire and report the memory per connection (embedded only)", intVar: func(f *benchFlags) *int { return &f.idleConns }},
@@ -40,7 +42,7 @@ var benchModeFlags = [...]struct {
 func registerBenchModes(fs *flag.FlagSet, f *benchFlags) {
 	for _, m := range benchModeFlags {
 		if m.intVar != nil {
-			fs.IntVar(m.intVar(f), m.name, 0, m.usage)
+			fs.IntVar(m.intVar(f), m.name, m.def, m.usage)
 		} else {
 			fs.StringVar(m.strVar(f), m.name, "", m.usage)
 		}
@@ -50,7 +52,7 @@ func registerBenchModes(fs *flag.FlagSet, f *benchFlags) {
 
 // validModes reports whether the mode flags are within their bounds.
 func (f benchFlags) validModes() bool {
-	return f.rate >= 0 && f.resident >= 0 && f.resident+f.tasks <= maxBenchRecords && f.idleConns >= 0 &&
+	return f.waitSecs >= 1 && f.waitSecs <= 60 && f.rate >= 0 && f.resident >= 0 && f.resident+f.tasks <= maxBenchRecords && f.idleConns >= 0 &&
 		f.workers+f.idleConns <= maxBenchWorkers && (f.idleConns == 0 || f.embedded)
 }
 

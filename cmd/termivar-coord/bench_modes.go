@@ -127,10 +127,25 @@ func (r *benchRun) pace(ctx context.Context, lo int) bool {
 // leased and completed (retained terminal records).
 func (r *benchRun) fillResident(ctx context.Context) error {
 	done := r.f.resident - min(r.f.resident/2, maxResidentQueued)
-	if err := r.enqueueResident(ctx, 0, done, 0); err != nil {
-		return err
+	for lo := 0; lo < done; lo += residentChunk {
+		hi := min(lo+residentChunk, done)
+		if err := r.enqueueResident(ctx, lo, hi, 0); err != nil {
+			return err
+		}
+		if err := r.completeResident(ctx, hi-lo); err != nil {
+			return err
+		}
 	}
-	for left := done; left > 0; {
+	return r.enqueueResident(ctx, done, r.f.resident, residentDelaySecs)
+}
+
+// residentChunk is how many resident tasks are enqueued before they are
+// completed: well inside the run tenant's queue (16 384).
+const residentChunk = 4096
+
+// completeResident leases and completes n queued tasks as worker w0.
+func (r *benchRun) completeResident(ctx context.Context, n int) error {
+	for n > 0 {
 		acq, err := r.workers[0].Acquire(ctx, &pb.AcquireRequest{WorkerId: "w0", MaxTasks: 256, Start: true, WaitSecs: 1, LeaseTtlSecs: 600})
 		if err != nil {
 			return err
@@ -144,9 +159,9 @@ func (r *benchRun) fillResident(ctx context.Context) error {
 				return err
 			}
 		}
-		left -= len(items)
+		n -= len(items)
 	}
-	return r.enqueueResident(ctx, done, r.f.resident, residentDelaySecs)
+	return nil
 }
 
 // enqueueResident enqueues resident tasks lo..hi-1 in batches of 500.

@@ -110,3 +110,36 @@ func TestServer_AcquireWakeReachesTaggedWorker(t *testing.T) {
 		t.Fatalf("plain's Acquire = %v, want t2", r)
 	}
 }
+
+// TestServer_AcquireEmptyQueueProposesNothing: an Acquire that finds no
+// leasable task, at once or after its long-poll, appends no log entry;
+// one that leases does.
+func TestServer_AcquireEmptyQueueProposesNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	w := b.clients(b.createKey(t, "", "worker"))
+	p := b.clients(b.createKey(t, "", "producer"))
+	if _, err := w.worker.RegisterWorker(ctx, req(&pb.RegisterWorkerRequest{WorkerId: "w1", Capacity: 4})); err != nil {
+		t.Fatal(err)
+	}
+	before := b.node.Reads().AppliedIndex()
+	for _, wait := range []uint32{0, 1} {
+		r, err := w.worker.Acquire(ctx, req(&pb.AcquireRequest{WorkerId: "w1", WaitSecs: wait}))
+		if err != nil || len(r.Msg.GetTasks()) != 0 {
+			t.Fatalf("Acquire(wait %d) on an empty queue = %v, %v", wait, r, err)
+		}
+	}
+	if after := b.node.Reads().AppliedIndex(); after != before {
+		t.Fatalf("empty Acquires moved the applied index %d → %d", before, after)
+	}
+	if _, err := p.producer.Enqueue(ctx, req(enqueueReq("s", "t1"))); err != nil {
+		t.Fatal(err)
+	}
+	enqueued := b.node.Reads().AppliedIndex()
+	if r, err := w.worker.Acquire(ctx, req(&pb.AcquireRequest{WorkerId: "w1"})); err != nil || len(r.Msg.GetTasks()) != 1 {
+		t.Fatalf("Acquire with a queued task = %v, %v", r, err)
+	}
+	if got := b.node.Reads().AppliedIndex(); got != enqueued+1 {
+		t.Fatalf("a lease appended %d entries, want 1", got-enqueued)
+	}
+}

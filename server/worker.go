@@ -124,9 +124,7 @@ func (h workerHandler) acquireOrWait(ctx context.Context, p principal, m *pb.Acq
 		case err == nil:
 			w.Cancel()
 			out, err := h.acquired(p, r)
-			if n := len(out.GetTasks()); n < want && tv.HasLeasable() {
-				q.Notify(p.Tenant, want-n) // took less than its share of a wake-up (capacity, limits)
-			}
+			h.passRemainder(p.Tenant, want, len(out.GetTasks()), tv)
 			return out, r.Revision, err
 		case !errors.Is(err, distributed.ErrNoQueuedTask):
 			w.Leave()
@@ -149,6 +147,15 @@ func (h workerHandler) acquireOrWait(ctx context.Context, p principal, m *pb.Acq
 			return &pb.AcquireResponse{Revision: rev}, rev, nil
 		}
 		woke, refused = w.Gen(), 0
+	}
+}
+
+// passRemainder wakes waiters for the tasks an Acquire that asked for
+// want leased fewer of (got; capacity, limits) while tasks are still
+// leasable: its wake-up covered want of them.
+func (h workerHandler) passRemainder(tenant string, want, got int, tv raftfsm.TenantView) {
+	if got < want && tv.HasLeasable() {
+		h.s.node.Acquirers().Notify(tenant, want-got)
 	}
 }
 

@@ -213,9 +213,9 @@ func (p *WorkerPool) FailTaskWithReason(expectedRevision, nowSecs uint64, lease 
 // the command releases the lease. The caller has passed every check.
 func (c *coordinator) endAttempt(t *taskRec, now uint64, outcome AttemptOutcome, reason string) {
 	a := AttemptRecord{
-		attempt:        t.lease.attempt,
-		taskGeneration: t.lease.taskGeneration,
-		workerID:       t.lease.workerID,
+		attempt:        t.attempt,
+		taskGeneration: t.generation,
+		workerID:       t.lease.worker.id,
 		leaseID:        t.lease.leaseID,
 		acquiredAt:     t.lease.acquiredAt,
 		startedAt:      t.startedAt,
@@ -224,11 +224,12 @@ func (c *coordinator) endAttempt(t *taskRec, now uint64, outcome AttemptOutcome,
 		outcome:        outcome,
 		reason:         reason,
 	}
-	if len(t.history) == MaxAttemptHistory {
-		copy(t.history, t.history[1:])
-		t.history = t.history[:MaxAttemptHistory-1]
+	h := t.stored()
+	if len(h) == MaxAttemptHistory {
+		copy(h, h[1:])
+		h = h[:MaxAttemptHistory-1]
 	}
-	t.history = append(t.history, a)
+	t.setStored(append(h, a))
 }
 
 // endAttempts records the end of every task's current attempt.
@@ -253,10 +254,10 @@ func (t *taskRec) deadline() (uint64, bool) {
 	if t.timeout == 0 {
 		return 0, false
 	}
-	if t.lease.acquiredAt > ^uint64(0)-t.timeout {
+	if t.lease.acquiredAt > ^uint64(0)-uint64(t.timeout) {
 		return ^uint64(0), true
 	}
-	return t.lease.acquiredAt + t.timeout, true
+	return t.lease.acquiredAt + uint64(t.timeout), true
 }
 
 // checkDeadline refuses a renewal at or after the attempt's deadline.

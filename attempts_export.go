@@ -20,7 +20,7 @@ import "unicode/utf8"
 // itself.
 
 func (t *taskRec) hasExtensions() bool {
-	return t.timeout != 0 || t.reruns != 0 || len(t.history) != 0
+	return t.timeout != 0 || t.reruns != 0 || t.history != nil || t.lastAttemptImplicit
 }
 
 // encodeTaskExtensions writes the section for the tasks of ids (in that
@@ -42,15 +42,22 @@ func (c *coordinator) encodeTaskExtensions(e *encoder, ids []string) {
 			continue
 		}
 		e.str(t.id)
-		e.uvarint(t.timeout)
+		e.uvarint(uint64(t.timeout))
 		e.uvarint(uint64(t.reruns))
 		if t.reruns > 0 {
-			e.uvarint(t.rerunBase)
+			e.uvarint(t.rerunBaseValue())
 			e.uvarint(t.lifeBase)
 		}
-		e.uvarint(uint64(len(t.history)))
-		for _, a := range t.history {
+		n := len(t.stored())
+		if t.lastAttemptImplicit {
+			n++
+		}
+		e.uvarint(uint64(n))
+		for _, a := range t.stored() {
 			encodeAttempt(e, a)
+		}
+		if t.lastAttemptImplicit {
+			encodeAttempt(e, t.completingAttempt())
 		}
 	}
 }
@@ -104,16 +111,22 @@ func (c *coordinator) decodeTaskExtensions(d *decoder) *Error {
 			return invalidState("task extensions name an unknown task or are out of order")
 		}
 		prev = id
-		t.timeout = d.bounded(MaxTaskTTLSecs)
+		t.timeout = uint32(d.bounded(MaxTaskTTLSecs))
 		t.reruns = d.u32()
 		if t.reruns > 0 {
-			t.rerunBase = d.uvarint()
+			// The re-run base is derived (generation − retryCount, I5):
+			// a stored one that differs breaks I5.
+			if rerunBase := d.uvarint(); !d.failed && (rerunBase == 0 || rerunBase != t.rerunBaseValue()) {
+				return invalidState("a re-run base differs from generation − retry count (I5)")
+			}
 			t.lifeBase = d.uvarint()
 		}
 		h := d.count(MaxAttemptHistory, 11)
+		var recs []AttemptRecord
 		for j := 0; j < h && !d.failed; j++ {
-			t.history = append(t.history, decodeAttempt(d))
+			recs = append(recs, decodeAttempt(d))
 		}
+		t.setStored(recs)
 		if !d.failed && !t.hasExtensions() {
 			return invalidState("task extension entry is empty")
 		}
@@ -142,15 +155,22 @@ func (c *coordinator) auditAttempts(t *taskRec) *Error {
 	if t.timeout > MaxTaskTTLSecs {
 		return auditError("I2: attempt timeout exceeds its ceiling")
 	}
-	if len(t.history) > MaxAttemptHistory {
+	if t.lastAttemptImplicit && (t.status != TaskCompleted || !t.hasProof || t.proofIsFence) {
+		return auditError("I12: an implicit attempt record on a task that did not complete")
+	}
+	if n := len(t.stored()); t.status == TaskCompleted && !t.lastAttemptImplicit && n > 0 && t.stored()[n-1].attempt == t.attempt {
+		return auditError("I12: a completed task's completing attempt is recorded as ended otherwise")
+	}
+	history := t.attempts()
+	if len(history) > MaxAttemptHistory {
 		return auditError("I12: attempt history exceeds its bound")
 	}
-	for i, a := range t.history {
+	for i, a := range history {
 		if err := c.auditAttempt(t, a); err != nil {
 			return err
 		}
 		if i > 0 {
-			p := t.history[i-1]
+			p := history[i-1]
 			if a.attempt <= p.attempt || a.leaseID <= p.leaseID || a.taskGeneration < p.taskGeneration || a.acquiredAt < p.endedAt {
 				return auditError("I12: attempt history is not in attempt order")
 			}

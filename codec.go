@@ -131,8 +131,6 @@ func (d *decoder) rawBytes(limit uint64) []byte {
 	return b
 }
 
-func (d *decoder) bytes(limit uint64) []byte { return cloneBytes(d.rawBytes(limit)) }
-
 func (d *decoder) str(limit uint64) string { return string(d.rawBytes(limit)) }
 
 // count reads a collection length that must be at most limit and that the

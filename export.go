@@ -84,14 +84,14 @@ func (t *taskRec) encode(e *encoder) {
 	e.str(t.id)
 	e.str(t.scanID)
 	e.str(t.target)
-	e.bytes(t.phases)
+	e.str(t.phases)
 	e.uvarint(uint64(t.priority))
 	e.uvarint(uint64(t.status))
 	e.uvarint(t.createdAt)
 	e.boolean(t.hasStarted)
 	e.uvarint(t.startedAt)
-	e.boolean(t.hasCompleted)
-	e.uvarint(t.completedAt)
+	e.boolean(t.status == TaskCompleted)
+	e.uvarint(t.completedAtValue())
 	e.uvarint(t.finishedAt)
 	e.uvarint(uint64(t.retryCount))
 	e.uvarint(uint64(t.attempt))
@@ -100,52 +100,58 @@ func (t *taskRec) encode(e *encoder) {
 	e.uvarint(t.ordinal)
 	e.boolean(t.hasLease)
 	if t.hasLease {
-		t.lease.encode(e)
+		t.currentLease().encode(e)
 	}
 	e.boolean(t.hasProof)
 	if t.hasProof {
-		t.proof.encode(e)
+		t.proofValue().encode(e)
 	}
 	if t.status == TaskCompleted {
-		t.receipt.encode(e)
+		t.receiptValue().encode(e)
 	}
 }
 
-func decodeTask(d *decoder, version uint8) *taskRec {
+// decodeTask decodes one task record; false when its lease, proof or
+// receipt is not what the record implies (compactDecoded).
+func decodeTask(d *decoder, version uint8) (*taskRec, bool) {
 	t := &taskRec{
-		id:           d.str(MaxIdentifierBytes),
-		scanID:       d.str(MaxIdentifierBytes),
-		target:       d.str(MaxTargetRefBytes),
-		phases:       d.bytes(MaxTaskPhases),
-		priority:     TaskPriority(d.u8()),
-		status:       TaskStatus(d.u8()),
-		createdAt:    d.uvarint(),
-		hasStarted:   d.boolean(),
-		startedAt:    d.uvarint(),
-		hasCompleted: d.boolean(),
-		completedAt:  d.uvarint(),
+		id:         d.str(MaxIdentifierBytes),
+		scanID:     d.str(MaxIdentifierBytes),
+		target:     d.str(MaxTargetRefBytes),
+		phases:     d.str(MaxTaskPhases),
+		priority:   TaskPriority(d.u8()),
+		status:     TaskStatus(d.u8()),
+		createdAt:  d.uvarint(),
+		hasStarted: d.boolean(),
+		startedAt:  d.uvarint(),
 	}
+	hasCompleted, completedAt := d.boolean(), d.uvarint()
 	if version != poolVersionV1 {
 		t.finishedAt = d.uvarint()
+	} else if hasCompleted {
+		t.finishedAt = completedAt // version 1: finished at its completion
 	}
-	t.retryCount = d.u32()
+	t.retryCount = uint16(min(d.u32(), MaxRetries+1)) // above MaxRetries stays above: the audit refuses it
 	t.attempt = d.u32()
 	t.generation = d.uvarint()
 	t.version = d.uvarint()
 	t.ordinal = d.uvarint()
-	if len(t.phases) == 0 {
-		t.phases = nil
-	}
+	var lease TaskLease
+	var proof TaskOwnership
+	var receipt CompletionReceipt
 	if t.hasLease = d.boolean(); t.hasLease {
-		t.lease = decodeLease(d)
+		lease = decodeLease(d)
 	}
 	if t.hasProof = d.boolean(); t.hasProof {
-		t.proof = decodeOwnership(d)
+		proof = decodeOwnership(d)
 	}
 	if t.status == TaskCompleted {
-		t.receipt = decodeReceipt(d)
+		receipt = decodeReceipt(d)
 	}
-	return t
+	// The completion time is the finish time (I8), completed iff the status
+	// says so (I3).
+	completionOK := hasCompleted == (t.status == TaskCompleted) && completedAt == t.completedAtValue()
+	return t, d.failed || (completionOK && t.compactDecoded(lease, proof, receipt))
 }
 
 func (w *workerRec) encode(e *encoder) {
@@ -175,7 +181,6 @@ func decodeWorker(d *decoder) *workerRec {
 		cpu:           d.u16(),
 		mem:           d.u16(),
 		net:           d.u16(),
-		leases:        make(map[uint64]*taskRec),
 	}
 	n := d.count(MaxWorkerTags, 1)
 	for i := 0; i < n; i++ {
@@ -234,13 +239,17 @@ func RestoreWorkerPool(data []byte) (*WorkerPool, error) {
 	n := d.count(uint64(l.MaxTaskRecords), 20)
 	prev := ""
 	for i := 0; i < n && !d.failed; i++ {
-		t := decodeTask(d, version)
+		t, proofsOK := decodeTask(d, version)
 		if sched {
 			t.decodeSched(d)
 		}
 		if d.failed {
 			break
 		}
+		if !proofsOK {
+			return nil, invalidState("a task's lease, proof or receipt differs from its record (I3, I10)")
+		}
+		t.scanID, t.phases = c.intern(t.scanID, &c.lastScan), c.intern(t.phases, &c.lastPhases)
 		if (i > 0 && t.id <= prev) || !ValidIdentifier(t.id) {
 			return nil, invalidState("task records are not in strict task-ID order")
 		}
@@ -273,6 +282,9 @@ func RestoreWorkerPool(data []byte) (*WorkerPool, error) {
 		}
 	}
 	c.deriveLifeBases()
+	for _, t := range c.tasks {
+		t.adoptImplicitAttempt()
+	}
 	if !d.done() {
 		return nil, invalidState("pool state is truncated or has trailing bytes")
 	}
@@ -298,12 +310,39 @@ func RestoreWorkerPool(data []byte) (*WorkerPool, error) {
 func (c *coordinator) upgradeV1FinishTimes() {
 	for _, t := range c.tasks {
 		switch {
-		case t.hasCompleted:
-			t.finishedAt = t.completedAt
+		case t.status == TaskCompleted:
+			// set from the completion time by decodeTask
 		case t.status.Terminal():
 			t.finishedAt = c.logicalTime
 		}
 	}
+}
+
+// linkLease points a restored record's lease (current or retained as the
+// proof) at its worker record, and a current one into the expiry index
+// and the worker's lease set (I4). Duplicate lease IDs are left for the
+// audit (I7).
+func (c *coordinator) linkLease(t *taskRec) *Error {
+	if !t.hasLease && (!t.hasProof || t.proofIsFence) {
+		return nil
+	}
+	w := c.workers[t.lease.worker.id] // the decoder's stub
+	if w == nil {
+		return invalidState("a lease names an unknown worker")
+	}
+	t.lease.worker = w
+	if !t.hasLease {
+		return nil
+	}
+	if w.current == MaxWorkerCapacity {
+		return invalidState("a worker holds more leases than any capacity")
+	}
+	if _, dup := c.byExpiry.ReplaceOrInsert(t); dup {
+		return invalidState("duplicate lease expiry entry")
+	}
+	w.addLease(t)
+	w.current++
+	return nil
 }
 
 // rebuildIndexes derives the queue, indexes, counters, worker lease sets and
@@ -314,39 +353,31 @@ func (c *coordinator) rebuildIndexes() *Error {
 			return invalidState("worker status is invalid")
 		}
 	}
+	var live, ended []*taskRec
 	for _, t := range c.tasks {
 		if !t.status.Valid() || !t.priority.Valid() {
 			return invalidState("task status or priority is invalid")
 		}
 		if t.status.Terminal() {
-			c.terminal++
-			if _, dup := c.byFinish.ReplaceOrInsert(t); dup {
-				return invalidState("duplicate finish index entry")
-			}
+			ended = append(ended, t)
 		} else {
-			c.active++
-			if c.byAge.Has(t) {
-				return invalidState("duplicate age index entry")
-			}
-			c.byAge.ReplaceOrInsert(t)
+			live = append(live, t)
 		}
 		if t.status == TaskQueued {
 			if _, dup := c.queue.ReplaceOrInsert(t); dup {
 				return invalidState("duplicate queue entry")
 			}
 		}
-		if t.hasLease {
-			w := c.workers[t.lease.workerID]
-			if w == nil || w.leases[t.lease.leaseID] != nil || w.current == MaxWorkerCapacity {
-				return invalidState("lease names an unknown worker or a duplicate lease ID")
-			}
-			if _, dup := c.byExpiry.ReplaceOrInsert(t); dup {
-				return invalidState("duplicate lease expiry entry")
-			}
-			w.leases[t.lease.leaseID] = t
-			w.current++
+		if err := c.linkLease(t); err != nil {
+			return err
 		}
 	}
+	c.active, c.terminal = len(live), len(ended)
+	c.ages, c.finished = rebuildList(live, createdAtOf), rebuildList(ended, finishedAtOf)
+	for _, w := range c.workers {
+		c.byID.ReplaceOrInsert(w)
+	}
+	c.rerank() // ranks are derived: evenly spaced in ID order (I9)
 	for _, id := range c.sortedWorkerIDs() {
 		if w := c.workers[id]; w.status != WorkerOffline {
 			c.alive = treapInsert(c.alive, w)

@@ -107,7 +107,7 @@ func (c *coordinator) ensureSched() *scheduler {
 		delayed: btree.NewG(btreeDegree, delayedLess),
 	}
 	c.sched = s
-	c.byAge.Ascend(func(t *taskRec) bool {
+	c.ages.walk(func(t *taskRec) bool {
 		sc := s.scan(t.scanID)
 		sc.active++
 		if t.hasLease {

@@ -44,6 +44,9 @@ func (c *coordinator) audit() *Error {
 			linked++
 		}
 	}
+	if err := c.auditRanks(); err != nil {
+		return err
+	}
 	if err := c.auditTreap(linked); err != nil {
 		return err
 	}
@@ -63,7 +66,7 @@ type taskTally struct {
 // its index memberships (I2, I3), its lease (I3, I4, I7, I8) and its
 // retained proof (I10).
 func (c *coordinator) auditTask(t *taskRec, tally *taskTally) *Error {
-	if validateTaskSpec(TaskSpec{TaskID: t.id, ScanID: t.scanID, TargetRef: t.target, Phases: t.phases, Priority: t.priority}) != nil {
+	if validateTaskSpec(TaskSpec{TaskID: t.id, ScanID: t.scanID, TargetRef: t.target, Phases: []uint8(t.phases), Priority: t.priority}) != nil {
 		return auditError("I2: a task record holds an invalid spec")
 	}
 	if !t.status.Valid() || t.version == 0 {
@@ -72,7 +75,7 @@ func (c *coordinator) auditTask(t *taskRec, tally *taskTally) *Error {
 	if err := c.auditGeneration(t); err != nil {
 		return err
 	}
-	if t.attempt < t.retryCount {
+	if t.attempt < uint32(t.retryCount) {
 		return auditError("I5: attempt is below the retry count")
 	}
 	if t.createdAt > c.logicalTime {
@@ -81,7 +84,7 @@ func (c *coordinator) auditTask(t *taskRec, tally *taskTally) *Error {
 	if !t.status.Terminal() && t.finishedAt != 0 {
 		return auditError("I8: finish time on a task that is not terminal")
 	}
-	if t.status.Terminal() && (t.finishedAt < t.createdAt || t.finishedAt > c.logicalTime || (t.hasCompleted && t.finishedAt != t.completedAt)) {
+	if t.status.Terminal() && (t.finishedAt < t.createdAt || t.finishedAt > c.logicalTime) {
 		return auditError("I8: finish time is before creation, after logical time, or not the completion time")
 	}
 	if err := c.auditTaskIndexes(t, tally); err != nil {
@@ -104,8 +107,9 @@ func (c *coordinator) auditTask(t *taskRec, tally *taskTally) *Error {
 // a re-run starts above the life's base (each re-run adds one generation at
 // least); the life's base is at most the generation floor.
 func (c *coordinator) auditGeneration(t *taskRec) *Error {
-	if t.retryCount > c.limits.MaxRetries || (t.reruns == 0) != (t.rerunBase == 0) ||
-		(t.reruns > 0 && (t.rerunBase <= t.lifeBase || uint64(t.reruns) > t.rerunBase-t.lifeBase)) {
+	rb := t.rerunBaseValue()
+	if uint32(t.retryCount) > c.limits.MaxRetries || (t.reruns == 0) != (rb == 0) ||
+		(t.reruns > 0 && (rb <= t.lifeBase || uint64(t.reruns) > rb-t.lifeBase)) {
 		return auditError("I5: retry or re-run counters are inconsistent")
 	}
 	if b := t.runBase(); t.generation < b || t.generation-b != uint64(t.retryCount) {
@@ -121,16 +125,11 @@ func (c *coordinator) auditGeneration(t *taskRec) *Error {
 // non-terminal tasks, the queue exactly the queued ones (I2, I3), and that
 // the status agrees with the lease and the start and completion times.
 func (c *coordinator) auditTaskIndexes(t *taskRec, tally *taskTally) *Error {
+	// List membership is checked whole in auditCounts (auditList).
 	if t.status.Terminal() {
 		tally.terminal++
-		if c.byAge.Has(t) || !c.byFinish.Has(t) {
-			return auditError("I3: terminal task in the age index or missing from the finish index")
-		}
 	} else {
 		tally.active++
-		if !c.byAge.Has(t) || c.byFinish.Has(t) {
-			return auditError("I3: non-terminal task missing from the age index or in the finish index")
-		}
 	}
 	inQueue := c.queue.Has(t)
 	if (t.status == TaskQueued) != inQueue {
@@ -149,9 +148,6 @@ func (c *coordinator) auditTaskIndexes(t *taskRec, tally *taskTally) *Error {
 	if !t.status.Terminal() && t.hasStarted != (t.status == TaskRunning) {
 		return auditError("I3: started time on a task that is not running")
 	}
-	if t.hasCompleted != (t.status == TaskCompleted) {
-		return auditError("I3: completion time without completed status")
-	}
 	return nil
 }
 
@@ -160,9 +156,9 @@ func (c *coordinator) auditTaskIndexes(t *taskRec, tally *taskTally) *Error {
 // index (I3) and is held by a live worker of its generation (I4).
 func (c *coordinator) auditLease(t *taskRec, tally *taskTally) *Error {
 	tally.leased++
-	ls := t.lease
-	if ls.taskID != t.id || ls.taskGeneration != t.generation || ls.attempt != t.attempt {
-		return auditError("I3: lease does not match its task")
+	ls := t.lease // names the task's ID, generation and attempt by construction (compact.go)
+	if t.hasProof {
+		return auditError("I3: a task holds a lease and a terminal proof")
 	}
 	if ls.leaseID == 0 || ls.leaseID > c.lastLeaseID || tally.seenLease[ls.leaseID] {
 		return auditError("I7: lease ID is zero, unissued or duplicated")
@@ -174,8 +170,9 @@ func (c *coordinator) auditLease(t *taskRec, tally *taskTally) *Error {
 	if !c.byExpiry.Has(t) {
 		return auditError("I3: lease missing from the expiry index")
 	}
-	w := c.workers[ls.workerID]
-	if w == nil || w.status == WorkerOffline || w.generation != ls.workerGeneration || w.leases[ls.leaseID] != t {
+	w := ls.worker
+	if w == nil || c.workers[w.id] != w || w.status == WorkerOffline || w.generation != ls.workerGeneration ||
+		int(t.leaseSlot) >= len(w.leases) || w.leases[t.leaseSlot] != t {
 		return auditError("I4: lease is not held by a live worker of its generation")
 	}
 	tally.leasesByWorker[w.id]++
@@ -184,30 +181,28 @@ func (c *coordinator) auditLease(t *taskRec, tally *taskTally) *Error {
 
 // auditTaskProof checks the proof a terminal task retains (I10).
 func (c *coordinator) auditTaskProof(t *taskRec) *Error {
-	proofLease, proofIsLease := t.proof.Lease()
-	leaseProofOK := proofIsLease && proofLease.taskID == t.id && proofLease.taskGeneration == t.generation &&
-		proofLease.attempt == t.attempt && proofLease.leaseID != 0 && proofLease.leaseID <= c.lastLeaseID &&
-		ValidIdentifier(proofLease.workerID) && c.workers[proofLease.workerID] != nil
+	// The proof lease names the task's ID, generation and attempt, a fence
+	// the version before the cancellation, and a receipt is the proof lease
+	// (compact.go): those hold by construction; the rest is checked here.
+	proofLease := t.lease
+	leaseProofOK := t.hasProof && !t.proofIsFence && proofLease.leaseID != 0 && proofLease.leaseID <= c.lastLeaseID &&
+		proofLease.worker != nil && c.workers[proofLease.worker.id] == proofLease.worker
 	switch t.status {
 	case TaskCompleted:
-		r := t.receipt
-		if !t.hasProof || !leaseProofOK || r.taskID != t.id || r.recordVersion != t.version ||
-			r.taskGeneration != t.generation || r.attempt != proofLease.attempt || r.leaseID != proofLease.leaseID ||
-			r.workerID != proofLease.workerID || r.workerGeneration != proofLease.workerGeneration {
+		if !t.hasProof || !leaseProofOK {
 			return auditError("I10: completed task lacks its retained lease and matching receipt")
 		}
 	case TaskFailed:
-		if !t.hasProof || !leaseProofOK || t.retryCount != c.limits.MaxRetries {
+		if !t.hasProof || !leaseProofOK || uint32(t.retryCount) != c.limits.MaxRetries {
 			return auditError("I10: failed task lacks its exhausting lease or has retries left")
 		}
 	case TaskCancelled:
-		fence, isFence := t.proof.Fence()
-		fenceOK := isFence && fence.taskID == t.id && fence.taskGeneration == t.generation && fence.recordVersion+1 == t.version
+		fenceOK := t.proofIsFence && t.lease == leaseRec{}
 		if !t.hasProof || !(fenceOK || leaseProofOK) {
 			return auditError("I10: cancelled task lacks the ownership that cancelled it")
 		}
 	default:
-		if t.hasProof || !t.receipt.IsZero() {
+		if t.hasProof || t.proofIsFence || t.lastAttemptImplicit || (!t.hasLease && t.lease != leaseRec{}) {
 			return auditError("I10: non-terminal or expired task retains a terminal proof")
 		}
 	}
@@ -221,9 +216,11 @@ func (c *coordinator) auditCounts(tally *taskTally) *Error {
 	if tally.active != c.active || tally.terminal != c.terminal {
 		return auditError("I1: active/terminal counters differ from the records")
 	}
-	if tally.queued != c.queue.Len() || tally.leased != c.byExpiry.Len() || tally.active != c.byAge.Len() ||
-		tally.terminal != c.byFinish.Len() {
+	if tally.queued != c.queue.Len() || tally.leased != c.byExpiry.Len() {
 		return auditError("I2: an index holds records it should not")
+	}
+	if !c.auditList(&c.ages, false, tally.active, createdAtOf) || !c.auditList(&c.finished, true, tally.terminal, finishedAtOf) {
+		return auditError("I3: the age or finish list differs from the non-terminal or terminal tasks, or is out of time order")
 	}
 	if len(c.tasks) > l.MaxTaskRecords || tally.active > l.MaxActiveTasks || tally.queued > l.MaxQueuedTasks ||
 		tally.terminal+tally.active > l.MaxTerminalTasks {
@@ -285,7 +282,7 @@ func (c *coordinator) auditTreap(linked int) *Error {
 		if w.eligibleIgnoringTime() {
 			wantScore = w.availableSlots()
 		}
-		if w.score != wantScore || w.best != w.subtreeBest() {
+		if w.score != wantScore || w.best != w.subtreeBest() || w.bestScore != bestScoreOf(w.best) || w.bestRank != bestRankOf(w.best) {
 			return false
 		}
 		prev = w

@@ -14,12 +14,16 @@ func TestCheckInvariants_DetectsCorruption(t *testing.T) {
 		"terminal counter":      func(c *coordinator) { c.terminal-- },
 		"worker current tasks":  func(c *coordinator) { c.workers["a"].current++ },
 		"lease worker gen":      func(c *coordinator) { c.tasks["leased"].lease.workerGeneration++ },
-		"lease attempt":         func(c *coordinator) { c.tasks["running"].lease.attempt++ },
+		"lease and proof":       func(c *coordinator) { c.tasks["running"].hasProof = true },
+		"implicit attempt":      func(c *coordinator) { c.tasks["failed"].lastAttemptImplicit = true },
+		"fence with a lease":    func(c *coordinator) { c.tasks["done"].proofIsFence = true },
 		"queued without queue":  func(c *coordinator) { c.queue.Delete(c.tasks["queued"]) },
+		"not in the age list":   func(c *coordinator) { c.ages.remove(c.tasks["queued"]) },
+		"not in finish list":    func(c *coordinator) { c.finished.remove(c.tasks["done"]) },
 		"status without lease":  func(c *coordinator) { c.tasks["queued"].status = TaskRunning },
 		"retry vs generation":   func(c *coordinator) { c.tasks["queued"].generation++ },
 		"record version zero":   func(c *coordinator) { c.tasks["queued"].version = 0 },
-		"receipt mismatch":      func(c *coordinator) { c.tasks["done"].receipt.leaseID++ },
+		"receipt mismatch":      func(c *coordinator) { c.tasks["done"].lease.leaseID = c.lastLeaseID + 1 },
 		"cancel proof":          func(c *coordinator) { c.tasks["cancel"].hasProof = false },
 		"expired with proof":    func(c *coordinator) { c.tasks["old-queued"].hasProof = true },
 		"queued with proof":     func(c *coordinator) { c.tasks["young"].hasProof = true },
@@ -48,5 +52,21 @@ func TestCheckInvariants_DetectsCorruption(t *testing.T) {
 				t.Fatal("the facade's audit disagrees")
 			}
 		})
+	}
+}
+
+// The age list must stay in creation-time order (I3): a task moved behind
+// a younger one is caught although every count still matches.
+func TestCheckInvariants_AgeListOrder(t *testing.T) {
+	h := newHarness(t, DefaultLimits())
+	h.enqueue("a", PriorityNormal)
+	h.now++
+	h.enqueue("b", PriorityNormal)
+	c := h.p.c
+	a := c.tasks["a"]
+	c.ages.remove(a)
+	c.ages.push(a)
+	if err := h.p.CheckInvariants(); !errors.Is(err, ErrStateInvariant) {
+		t.Fatalf("CheckInvariants with the age list out of order = %v, want StateInvariant", err)
 	}
 }

@@ -49,12 +49,9 @@ func (c *coordinator) grant(t *taskRec, w *workerRec, now, ttl uint64) (Transiti
 
 	c.lastLeaseID++
 	t.attempt++
-	t.lease = TaskLease{
-		taskID:           t.id,
-		workerID:         w.id,
+	t.lease = leaseRec{
+		worker:           w,
 		workerGeneration: w.generation,
-		taskGeneration:   t.generation,
-		attempt:          t.attempt,
 		leaseID:          c.lastLeaseID,
 		acquiredAt:       now,
 		expiresAt:        now + ttl,
@@ -63,13 +60,13 @@ func (c *coordinator) grant(t *taskRec, w *workerRec, now, ttl uint64) (Transiti
 	t.status = TaskLeased
 	t.version++
 	c.byExpiry.ReplaceOrInsert(t)
-	w.leases[t.lease.leaseID] = t
+	w.addLease(t)
 	w.current++
 	c.refreshWorker(w)
 	if c.sched != nil {
 		c.sched.take(t, t.lease.leaseID, c.logicalTime) // fairness.go
 	}
-	return Transition[TaskLease]{Revision: c.commit(now), Value: t.lease}, nil
+	return Transition[TaskLease]{Revision: c.commit(now), Value: t.currentLease()}, nil
 }
 
 // AssignNextAvailable leases the highest queued task to the best eligible
@@ -231,8 +228,8 @@ func (p *WorkerPool) CompleteTask(expectedRevision, nowSecs uint64, lease TaskLe
 	if err != nil {
 		return Transition[CompletionOutcome]{}, err
 	}
-	if t.status == TaskCompleted && t.proof == OwnershipFromLease(lease) {
-		return Transition[CompletionOutcome]{Revision: c.revision, Value: CompletionOutcome{Kind: AlreadyCompleted, Receipt: t.receipt}}, nil
+	if t.status == TaskCompleted && t.retainsProof(OwnershipFromLease(lease)) {
+		return Transition[CompletionOutcome]{Revision: c.revision, Value: CompletionOutcome{Kind: AlreadyCompleted, Receipt: t.receiptValue()}}, nil
 	}
 	if err := c.checkLease(t, lease, nowSecs); err != nil {
 		return Transition[CompletionOutcome]{}, err
@@ -240,32 +237,21 @@ func (p *WorkerPool) CompleteTask(expectedRevision, nowSecs uint64, lease TaskLe
 	if t.status != TaskRunning {
 		return Transition[CompletionOutcome]{}, &Error{Kind: KindInvalidTransition, TaskID: t.id, Status: t.status, Operation: "complete"}
 	}
-	w := c.workers[lease.workerID]
+	w := t.lease.worker // the lease's holder (checkLease, I4)
 	switch {
 	case c.revision == math.MaxUint64:
 		return Transition[CompletionOutcome]{}, exhausted("revision")
 	case !canBump(t.version):
 		return Transition[CompletionOutcome]{}, exhausted("record_version")
-	case w != nil && !canBump(w.completed):
+	case !canBump(w.completed):
 		return Transition[CompletionOutcome]{}, exhausted("completed_tasks")
 	}
-	c.endAttempt(t, nowSecs, AttemptCompleted, "")
+	held := t.lease
 	c.terminate(t, TaskCompleted, nowSecs)
-	if w != nil {
-		w.completed++
-	}
-	t.completedAt, t.hasCompleted = nowSecs, true
-	t.proof, t.hasProof = OwnershipFromLease(lease), true
-	t.receipt = CompletionReceipt{
-		taskID:           t.id,
-		taskGeneration:   t.generation,
-		attempt:          lease.attempt,
-		leaseID:          lease.leaseID,
-		workerID:         lease.workerID,
-		workerGeneration: lease.workerGeneration,
-		recordVersion:    t.version,
-	}
-	return Transition[CompletionOutcome]{Revision: c.commit(nowSecs), Value: CompletionOutcome{Kind: Completed, Receipt: t.receipt}}, nil
+	w.completed++
+	t.retainLease(held)     // the receipt derives from it (I10)
+	t.endCompletedAttempt() // the attempt's record, too (I12)
+	return Transition[CompletionOutcome]{Revision: c.commit(nowSecs), Value: CompletionOutcome{Kind: Completed, Receipt: t.receiptValue()}}, nil
 }
 
 // FailTask fails the running attempt: the task is requeued under a new
@@ -291,8 +277,8 @@ func (c *coordinator) failTask(expectedRevision, nowSecs uint64, lease TaskLease
 	if err != nil {
 		return Transition[FailureOutcome]{}, err
 	}
-	if t.status == TaskFailed && t.proof == OwnershipFromLease(lease) {
-		return Transition[FailureOutcome]{Revision: c.revision, Value: FailureOutcome{Kind: RetryExhausted, TaskGeneration: t.generation, RetryCount: t.retryCount}}, nil
+	if t.status == TaskFailed && t.retainsProof(OwnershipFromLease(lease)) {
+		return Transition[FailureOutcome]{Revision: c.revision, Value: FailureOutcome{Kind: RetryExhausted, TaskGeneration: t.generation, RetryCount: uint32(t.retryCount)}}, nil
 	}
 	if err := c.checkLease(t, lease, nowSecs); err != nil {
 		return Transition[FailureOutcome]{}, err
@@ -345,15 +331,12 @@ func (p *WorkerPool) RenewLease(expectedRevision, nowSecs uint64, lease TaskLeas
 		return Transition[TaskLease]{}, exhausted("lease_expiry")
 	}
 	c.byExpiry.Delete(t)
-	w := c.workers[lease.workerID]
-	delete(w.leases, lease.leaseID)
 	c.lastLeaseID++
-	t.lease.leaseID = c.lastLeaseID
+	t.lease.leaseID = c.lastLeaseID // the worker's lease slot stays (workers.go)
 	t.lease.expiresAt = nowSecs + leaseTTL
 	t.version++
-	w.leases[t.lease.leaseID] = t
 	c.byExpiry.ReplaceOrInsert(t)
-	return Transition[TaskLease]{Revision: c.commit(nowSecs), Value: t.lease}, nil
+	return Transition[TaskLease]{Revision: c.commit(nowSecs), Value: t.currentLease()}, nil
 }
 
 // RecoverExpiredLeases applies the retry rule to every leased or running task
@@ -381,7 +364,7 @@ func (p *WorkerPool) RecoverExpiredLeases(expectedRevision, nowSecs uint64) (Tra
 	}
 	affected := make(map[string]struct{}, len(ts))
 	for _, t := range ts {
-		affected[t.lease.workerID] = struct{}{}
+		affected[t.lease.worker.id] = struct{}{}
 	}
 	sum := RecoverySummary{WorkersAffected: len(affected)}
 	for _, t := range ts {

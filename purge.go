@@ -122,7 +122,7 @@ func (c *coordinator) purgeSelection(f PurgeFilter) ([]*taskRec, *Error) {
 		return ts, nil
 	}
 	var ts []*taskRec
-	c.byFinish.Ascend(func(t *taskRec) bool {
+	c.finished.walk(func(t *taskRec) bool {
 		if f.FinishedBefore != 0 && t.finishedAt >= f.FinishedBefore {
 			return false
 		}
@@ -139,7 +139,7 @@ func (c *coordinator) purgeSelection(f PurgeFilter) ([]*taskRec, *Error) {
 func (c *coordinator) purge(ts []*taskRec) []string {
 	ids := make([]string, len(ts))
 	for i, t := range ts {
-		c.byFinish.Delete(t)
+		c.finished.remove(t)
 		delete(c.tasks, t.id)
 		c.terminal--
 		c.generationFloor = max(c.generationFloor, t.generation+1)
@@ -157,8 +157,8 @@ func (p *WorkerPool) PurgeDue(before uint64) bool {
 	c := p.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	t, ok := c.byFinish.Min()
-	return ok && t.finishedAt < before
+	t := c.finished.head
+	return t != nil && t.finishedAt < before
 }
 
 // purgedProof is the Part F rule for a proof of task id at generation gen:
@@ -176,7 +176,7 @@ func (c *coordinator) purgedProof(t *taskRec, id string, gen uint64) *Error {
 // life's base, or after a re-run the generation the last re-run started.
 func (t *taskRec) runBase() uint64 {
 	if t.reruns > 0 {
-		return t.rerunBase
+		return t.rerunBaseValue()
 	}
 	return t.lifeBase
 }

@@ -140,7 +140,7 @@ type ScanTask struct {
 	taskID         string
 	scanID         string
 	targetRef      string
-	phases         []uint8
+	phases         string // shared with the record (immutable)
 	status         TaskStatus
 	priority       TaskPriority
 	createdAt      uint64
@@ -171,7 +171,12 @@ func (t ScanTask) ScanID() string { return t.scanID }
 func (t ScanTask) TargetRef() string { return t.targetRef }
 
 // Phases returns a copy of the task's phases.
-func (t ScanTask) Phases() []uint8 { return cloneBytes(t.phases) }
+func (t ScanTask) Phases() []uint8 {
+	if t.phases == "" {
+		return nil
+	}
+	return []uint8(t.phases)
+}
 
 // Status returns the task's status.
 func (t ScanTask) Status() TaskStatus { return t.status }
@@ -392,11 +397,4 @@ type StoreResultOutcome struct {
 type AggregatedResult struct {
 	TaskID string
 	Result []byte
-}
-
-func cloneBytes(b []byte) []byte {
-	if b == nil {
-		return nil
-	}
-	return append([]byte(nil), b...)
 }

@@ -169,21 +169,20 @@ func (c *coordinator) planReruns(ts []*taskRec) *Error {
 // expired before its time), and its backoff starts again from the first
 // retry (RetryCount 0); its required tags and backoff overrides stay.
 func (c *coordinator) rerun(t *taskRec, now uint64) {
-	c.byFinish.Delete(t)
+	c.finished.remove(t)
 	t.finishedAt = 0
 	c.terminal--
 	c.active++
 	t.status = TaskQueued
-	t.generation++
-	t.rerunBase = t.generation
+	t.generation++ // the re-run's base: generation − retryCount (rerunBaseValue)
 	t.retryCount = 0
 	t.notBefore = 0
 	t.reruns++
 	t.createdAt = now
 	t.startedAt, t.hasStarted = 0, false
-	t.proof, t.hasProof = TaskOwnership{}, false
+	t.clearProof()
 	t.version++
-	c.byAge.ReplaceOrInsert(t)
+	c.ages.push(t) // now is the newest creation time (I8)
 	if c.sched != nil {
 		c.sched.scan(t.scanID).active++ // fairness.go (I13)
 	}

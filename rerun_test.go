@@ -284,7 +284,7 @@ func mustTask(t *testing.T, p *WorkerPool, id string) ScanTask {
 func TestExport_LegacyStateWithoutExtensions(t *testing.T) {
 	h := busyPool(t)
 	for _, task := range h.p.c.tasks {
-		task.history = nil
+		task.history, task.lastAttemptImplicit = nil, false
 	}
 	legacy := h.export()
 	q, err := RestoreWorkerPool(legacy)

@@ -62,6 +62,38 @@ type storedResult struct {
 	data    []byte // never nil; never aliased outside the aggregator
 }
 
+// Results of up to 32 bytes are stored in the same allocation as their
+// entry: 96 + 16 bytes is one 112-byte object, 96 + 32 one of 128, where a
+// separate copy would be two objects of the same total size — one
+// allocation less, no memory more.
+const (
+	tinyResultBytes  = 16
+	smallResultBytes = 32
+)
+
+// newStoredResult returns an entry holding receipt and a copy of result.
+// An empty result is an empty, non-nil slice (no allocation for it).
+func newStoredResult(receipt CompletionReceipt, result []byte) *storedResult {
+	n := len(result)
+	switch {
+	case n == 0 || n > smallResultBytes:
+		return &storedResult{receipt: receipt, data: append(make([]byte, 0, n), result...)}
+	case n <= tinyResultBytes:
+		e := &struct {
+			storedResult
+			buf [tinyResultBytes]byte
+		}{storedResult: storedResult{receipt: receipt}}
+		e.data = append(e.buf[:0:n], result...)
+		return &e.storedResult
+	}
+	e := &struct {
+		storedResult
+		buf [smallResultBytes]byte
+	}{storedResult: storedResult{receipt: receipt}}
+	e.data = append(e.buf[:0:n], result...)
+	return &e.storedResult
+}
+
 // NewResultAggregator returns an empty aggregator with DefaultResultLimits.
 func NewResultAggregator() *ResultAggregator {
 	return newResultAggregator(DefaultResultLimits())
@@ -147,7 +179,7 @@ func (a *ResultAggregator) StoreResult(expectedRevision uint64, receipt Completi
 		return none, err
 	}
 
-	a.results[receipt.taskID] = &storedResult{receipt: receipt, data: append(make([]byte, 0, size), result...)}
+	a.results[receipt.taskID] = newStoredResult(receipt, result)
 	a.totalBytes += size
 	a.revision++
 	return Transition[StoreResultOutcome]{Revision: a.revision, Value: StoreResultOutcome{Kind: Stored}}, nil

@@ -1036,3 +1036,39 @@ func TestResultAggregator_CheckStoreAgreesWithStore(t *testing.T) {
 		})
 	}
 }
+
+// Results of up to 32 bytes share their entry's allocation
+// (newStoredResult); at and around each size boundary the stored bytes
+// must equal the input, survive the caller reusing its slice, replay as
+// AlreadyStored, and round-trip through export.
+func TestResultAggregator_StoreSizesAroundInline(t *testing.T) {
+	a := newTestAggregator(t, DefaultResultLimits())
+	want := map[string][]byte{}
+	for _, n := range []int{0, 1, tinyResultBytes - 1, tinyResultBytes, tinyResultBytes + 1, smallResultBytes, smallResultBytes + 1, 64} {
+		id := "size-" + strconv.Itoa(n)
+		in := bytes.Repeat([]byte{byte('a' + n%26)}, n)
+		want[id] = bytes.Clone(in)
+		mustStore(t, a, testReceipt(id), in)
+		for i := range in {
+			in[i] = '!'
+		}
+		got, ok, err := a.GetResult(id)
+		if err != nil || !ok || !bytes.Equal(got, want[id]) || got == nil {
+			t.Fatalf("GetResult(%s) = %q, %v, %v; want %q", id, got, ok, err, want[id])
+		}
+		tr, err := a.StoreResult(a.Revision(), testReceipt(id), want[id])
+		if err != nil || tr.Value.Kind != AlreadyStored {
+			t.Fatalf("replay of %s = %+v, %v; want AlreadyStored", id, tr, err)
+		}
+	}
+	state, _ := a.ExportState()
+	b, err := RestoreResultAggregator(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, w := range want {
+		if got, _, _ := b.GetResult(id); !bytes.Equal(got, w) {
+			t.Fatalf("restored GetResult(%s) = %q, want %q", id, got, w)
+		}
+	}
+}

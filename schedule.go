@@ -167,7 +167,7 @@ func (w *workerRec) mask() uint8 {
 // scheduling returns t's scheduling fields as a TaskScheduling.
 func (t *taskRec) scheduling() TaskScheduling {
 	return TaskScheduling{NotBeforeSecs: t.notBefore, RequiredTags: maskTags(t.tagMask),
-		BackoffBaseSecs: t.backoffBase, BackoffCapSecs: t.backoffCap}
+		BackoffBaseSecs: uint64(t.backoffBase), BackoffCapSecs: uint64(t.backoffCap)}
 }
 
 // hasScheduling reports whether t carries any scheduling field.
@@ -214,11 +214,11 @@ func BackoffSecs(base, limit uint64, retry uint32, taskID string, attempt uint32
 // the retry rule (its retry count already incremented), or 0 without
 // backoff. It saturates instead of overflowing.
 func (c *coordinator) retryNotBefore(t *taskRec, now uint64) uint64 {
-	base, limit := t.backoffBase, t.backoffCap
+	base, limit := uint64(t.backoffBase), uint64(t.backoffCap)
 	if base == 0 && c.sched != nil {
 		base, limit = c.sched.opts.BackoffBaseSecs, c.sched.opts.BackoffCapSecs
 	}
-	d := backoffSecs(base, limit, t.retryCount, t.id, t.attempt)
+	d := backoffSecs(base, limit, uint32(t.retryCount), t.id, t.attempt)
 	if d == 0 {
 		return t.notBefore
 	}
@@ -369,7 +369,7 @@ func (p *WorkerPool) ScanState(scanID string) (ScanState, error) {
 	}
 	st := ScanState{ScanID: scanID}
 	if c.sched == nil {
-		c.byAge.Ascend(func(t *taskRec) bool {
+		c.ages.walk(func(t *taskRec) bool {
 			if t.scanID == scanID {
 				st.Active++
 				if t.hasLease {

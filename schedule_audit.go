@@ -31,7 +31,7 @@ func (c *coordinator) auditSched() *Error {
 // and counts it for its scan.
 func (c *coordinator) auditSchedTask(t *taskRec, counts map[string]*ScanState, ready *int) *Error {
 	s := c.sched
-	if t.tagMask >= 1<<(TagExternal+1) || validateBackoff(t.backoffBase, t.backoffCap, taskError) != nil {
+	if t.tagMask >= 1<<(TagExternal+1) || validateBackoff(uint64(t.backoffBase), uint64(t.backoffCap), taskError) != nil {
 		return auditError("I13: a task holds invalid scheduling fields")
 	}
 	if t.status.Terminal() {

@@ -59,16 +59,20 @@ func decodeSchedulingOptions(d *decoder) SchedulingOptions {
 func (t *taskRec) encodeSched(e *encoder) {
 	e.uvarint(t.notBefore)
 	e.uvarint(uint64(t.tagMask))
-	e.uvarint(t.backoffBase)
-	e.uvarint(t.backoffCap)
+	e.uvarint(uint64(t.backoffBase))
+	e.uvarint(uint64(t.backoffCap))
 }
 
 func (t *taskRec) decodeSched(d *decoder) {
 	t.notBefore = d.uvarint()
 	t.tagMask = d.u8()
-	t.backoffBase = d.uvarint()
-	t.backoffCap = d.uvarint()
+	t.backoffBase = backoffField(d.uvarint())
+	t.backoffCap = backoffField(d.uvarint())
 }
+
+// backoffField narrows a decoded backoff to the record's uint32; a value
+// above MaxBackoffSecs stays above it, so the audit still refuses it.
+func backoffField(v uint64) uint32 { return uint32(min(v, MaxBackoffSecs+1)) }
 
 func (s *scheduler) encodeScans(e *encoder) {
 	scans := s.exportedScans()

@@ -13,27 +13,61 @@ import (
 
 // taskRec is the retained record of one task. Invariants are numbered as in
 // ARCHITECTURE.md.
+//
+// The record is kept compact (issue 15; docs/benchmarks.md, memory; 224
+// bytes): the scan ID and the phases are interned, and what the record
+// implies is not stored again (compact.go) — a lease's task ID,
+// generation and attempt are the record's own (I3, I10), the fence a
+// cancelled queued task retains is its generation and previous record
+// version (I10), a completed task's receipt is its proof lease plus its
+// generation and version (I10), its completion time is its finish time
+// (I8), the last re-run's base generation is generation − retryCount (I5).
+// currentLease, proofValue, receiptValue, completedAtValue and
+// rerunBaseValue rebuild them. Second counts bounded by MaxTaskTTLSecs
+// (the attempt timeout, the backoff base and cap) are uint32.
 type taskRec struct {
 	id       string
-	scanID   string
+	scanID   string // interned
 	target   string
-	phases   []uint8
+	phases   string // interned; "" for none
 	priority TaskPriority
 	status   TaskStatus
+	// hasLease iff status is leased or running (I3); then lease is the
+	// current lease.
+	hasLease bool
+	// hasProof: the task retains its terminal proof (I10): the fence when
+	// proofIsFence, else the lease held in lease.
+	hasProof     bool
+	proofIsFence bool
+	// lastAttemptImplicit: the completing attempt of a completed task is
+	// not in history but derived from the retained proof (I12).
+	lastAttemptImplicit bool
+	tagMask             uint8 // scheduling (schedule.go; zero: none)
+	hasStarted          bool
 
-	createdAt    uint64
-	startedAt    uint64
-	hasStarted   bool
-	completedAt  uint64
-	hasCompleted bool
+	createdAt uint64
+	startedAt uint64
 	// finishedAt is when the task became terminal; 0 while it is not (I8).
+	// A completed task's completion time (completedAtValue).
 	finishedAt uint64
 
-	retryCount uint32
-	attempt    uint32 // Invariant (I5): only increases.
+	// retryCount ≤ MaxRetries (32) and leaseSlot < MaxWorkerCapacity
+	// (4096) fit 16 bits, which keeps the record at 224 bytes.
+	retryCount uint16
+	// leaseSlot is the task's index in its lease's worker's leases while
+	// hasLease (I4).
+	leaseSlot uint16
+	attempt   uint32 // Invariant (I5): only increases.
+	// Beyond contract Part A (attempts.go, rerun.go): the re-runs and the
+	// attempt timeout (≤ MaxTaskTTLSecs).
+	reruns  uint32
+	timeout uint32
+	// Scheduling (schedule.go; zero: none), each ≤ MaxBackoffSecs.
+	backoffBase, backoffCap uint32
+
 	// generation is the base of the current run plus retryCount: the
 	// life's base (lifeBase) or, after a re-run, the generation the last
-	// re-run started (rerunBase).
+	// re-run started (rerunBaseValue).
 	// Invariant (I5): only increases; = runBase() + retryCount.
 	generation uint64
 	// lifeBase is the generation this life of the task ID started at: the
@@ -42,32 +76,22 @@ type taskRec struct {
 	lifeBase uint64
 	version  uint64 // Invariant (I6): +1 on every change of the record.
 	ordinal  uint64 // enqueue ordinal of the current queue entry
+	// prev and next link the task into the age list while it is not
+	// terminal, into the finish list while it is (tasklist.go, I3).
+	prev, next *taskRec
 
-	// lease is the current lease; hasLease iff status is leased or running (I3).
-	lease    TaskLease
-	hasLease bool
+	// lease is the current lease while hasLease, the retained proof lease
+	// of a terminal task while hasProof && !proofIsFence, else zero.
+	lease leaseRec
 
-	// Scheduling fields (schedule.go; zero: none). notBefore is also the
-	// not-before time a backed-off retry got; it never changes while the
-	// task is in the scheduling index's delayed tree (I11).
-	notBefore               uint64
-	tagMask                 uint8
-	backoffBase, backoffCap uint64
+	// notBefore (schedule.go; zero: none) is also the not-before time a
+	// backed-off retry got; it never changes while the task is in the
+	// scheduling index's delayed tree (I11).
+	notBefore uint64
 
-	// proof is the retained terminal proof: the completing or exhausting lease,
-	// or the ownership that cancelled the task. receipt is set for completed
-	// tasks only. Expired tasks retain no proof.
-	proof    TaskOwnership
-	hasProof bool
-	receipt  CompletionReceipt
-
-	// Beyond contract Part A (attempts.go, rerun.go): the attempt timeout,
-	// the last attempts (I12), and the re-runs. rerunBase is the generation
-	// the last re-run started (0: never re-run; I5).
-	timeout   uint64
-	history   []AttemptRecord
-	reruns    uint32
-	rerunBase uint64
+	// history holds the last ended attempts (I12), but for the implicit
+	// one of a completed task; nil while there are none (most tasks).
+	history *[]AttemptRecord
 }
 
 // workerRec is the retained record of one worker plus its treap links.
@@ -82,13 +106,22 @@ type workerRec struct {
 	cpu, mem, net uint16
 	tags          []WorkerTag
 
-	leases map[uint64]*taskRec // lease ID → task, for worker-loss recovery
+	// leases are the tasks whose lease w holds, in no particular order
+	// (workerLeases sorts them), for worker-loss recovery; a task knows its
+	// slot (taskRec.leaseSlot), so adding and dropping are O(1).
+	leases []*taskRec
 
 	prio        uint64
+	rank        uint64 // tie-break in ID order (ranks.go, I9)
 	left, right *workerRec
 	parent      *workerRec // nil for the root and for unlinked workers
 	best        *workerRec
 	score       uint32 // cached availableSlots() when eligible ignoring time, else 0
+	// bestScore and bestRank copy best's score and rank (0 and 0 when best
+	// is nil), so that a pull compares its children's bests without
+	// reading those workers' records (I9).
+	bestScore uint32
+	bestRank  uint64
 }
 
 func (w *workerRec) effectiveCapacity() uint32 {
@@ -121,17 +154,23 @@ type coordinator struct {
 	tasks    map[string]*taskRec
 	queue    *btree.BTreeG[*taskRec] // queued tasks in lease order (I2)
 	byExpiry *btree.BTreeG[*taskRec] // leased/running tasks by (ExpiresAt, LeaseID)
-	byAge    *btree.BTreeG[*taskRec] // non-terminal tasks by (CreatedAt, TaskID)
-	byFinish *btree.BTreeG[*taskRec] // terminal tasks by (finishedAt, TaskID), for purge
+	ages     taskList                // non-terminal tasks by CreatedAt (tasklist.go)
+	finished taskList                // terminal tasks by finish time, for purge
 	active   int                     // non-terminal tasks
 	terminal int                     // terminal tasks
 
 	workers map[string]*workerRec
-	alive   *workerRec // treap of non-offline workers (I9)
+	byID    *btree.BTreeG[*workerRec] // every worker in ID order, for ranks (I9)
+	alive   *workerRec                // treap of non-offline workers (I9)
 
 	// sched is the scheduling index (fairness.go), nil until a scheduling
 	// feature is used (I11).
 	sched *scheduler
+
+	// interned shares the scan IDs and phases of task records (compact.go);
+	// lastScan and lastPhases are the values it returned last for each.
+	interned             map[string]string
+	lastScan, lastPhases string
 }
 
 func queueLess(a, b *taskRec) bool {
@@ -151,20 +190,6 @@ func expiryLess(a, b *taskRec) bool {
 	return a.lease.leaseID < b.lease.leaseID
 }
 
-func finishLess(a, b *taskRec) bool {
-	if a.finishedAt != b.finishedAt {
-		return a.finishedAt < b.finishedAt
-	}
-	return a.id < b.id
-}
-
-func ageLess(a, b *taskRec) bool {
-	if a.createdAt != b.createdAt {
-		return a.createdAt < b.createdAt
-	}
-	return a.id < b.id
-}
-
 const btreeDegree = 32
 
 func newCoordinator(l Limits) *coordinator {
@@ -173,9 +198,9 @@ func newCoordinator(l Limits) *coordinator {
 		tasks:    make(map[string]*taskRec),
 		queue:    btree.NewG(btreeDegree, queueLess),
 		byExpiry: btree.NewG(btreeDegree, expiryLess),
-		byAge:    btree.NewG(btreeDegree, ageLess),
-		byFinish: btree.NewG(btreeDegree, finishLess),
 		workers:  make(map[string]*workerRec),
+		byID:     newWorkerIndex(),
+		interned: make(map[string]string),
 	}
 }
 
@@ -402,7 +427,7 @@ func (p *WorkerPool) RecoveryDue(now, maxAgeSecs uint64) (expiredLeases, deadWor
 	if t, ok := c.byExpiry.Min(); ok {
 		expiredLeases = t.lease.expiresAt <= now
 	}
-	if t, ok := c.byAge.Min(); ok && maxAgeSecs > 0 {
+	if t := c.ages.head; t != nil && maxAgeSecs > 0 {
 		oldTasks = now >= t.createdAt && now-t.createdAt >= maxAgeSecs
 	}
 	if w := treapFirst(c.alive); w != nil {
@@ -431,24 +456,24 @@ func (t *taskRec) view() ScanTask {
 		taskID:         t.id,
 		scanID:         t.scanID,
 		targetRef:      t.target,
-		phases:         cloneBytes(t.phases),
+		phases:         t.phases,
 		status:         t.status,
 		priority:       t.priority,
 		createdAt:      t.createdAt,
 		startedAt:      t.startedAt,
 		hasStarted:     t.hasStarted,
-		completedAt:    t.completedAt,
-		hasCompleted:   t.hasCompleted,
+		completedAt:    t.completedAtValue(),
+		hasCompleted:   t.status == TaskCompleted,
 		finishedAt:     t.finishedAt,
-		retryCount:     t.retryCount,
+		retryCount:     uint32(t.retryCount),
 		attempt:        t.attempt,
 		taskGeneration: t.generation,
 		recordVersion:  t.version,
-		lease:          t.lease,
+		lease:          t.currentLease(),
 		hasLease:       t.hasLease,
 		scheduling:     t.scheduling(),
-		timeout:        t.timeout,
-		history:        cloneHistory(t.history),
+		timeout:        uint64(t.timeout),
+		history:        t.attempts(),
 		reruns:         t.reruns,
 	}
 }

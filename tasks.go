@@ -146,9 +146,9 @@ func (c *coordinator) admit(spec TaskSpec, now uint64) *taskRec {
 	mask, _ := tagMask(spec.Scheduling.RequiredTags, "")
 	t := &taskRec{
 		id:        spec.TaskID,
-		scanID:    spec.ScanID,
+		scanID:    c.intern(spec.ScanID, &c.lastScan),
 		target:    spec.TargetRef,
-		phases:    normalizePhases(spec.Phases),
+		phases:    c.internPhases(spec.Phases),
 		priority:  spec.Priority,
 		status:    TaskQueued,
 		createdAt: now,
@@ -156,9 +156,9 @@ func (c *coordinator) admit(spec TaskSpec, now uint64) *taskRec {
 
 		notBefore:   spec.Scheduling.NotBeforeSecs,
 		tagMask:     mask,
-		backoffBase: spec.Scheduling.BackoffBaseSecs,
-		backoffCap:  spec.Scheduling.BackoffCapSecs,
-		timeout:     spec.AttemptTimeoutSecs,
+		backoffBase: uint32(spec.Scheduling.BackoffBaseSecs), // ≤ MaxBackoffSecs (validated)
+		backoffCap:  uint32(spec.Scheduling.BackoffCapSecs),
+		timeout:     uint32(spec.AttemptTimeoutSecs), // ≤ MaxTaskTTLSecs (validated)
 		// A new life starts at the floor (I11): 0 unless tasks were purged.
 		generation: c.generationFloor,
 		lifeBase:   c.generationFloor,
@@ -168,7 +168,7 @@ func (c *coordinator) admit(spec TaskSpec, now uint64) *taskRec {
 	if c.sched != nil {
 		c.sched.scan(t.scanID).active++
 	}
-	c.byAge.ReplaceOrInsert(t)
+	c.ages.push(t) // now is the newest creation time (I8)
 	c.pushQueue(t)
 	return t
 }
@@ -211,7 +211,7 @@ func (q *TaskQueue) CancelTask(expectedRevision, nowSecs uint64, own TaskOwnersh
 	if t == nil {
 		return zero, &Error{Kind: KindTaskNotFound, TaskID: own.TaskID()}
 	}
-	if t.status == TaskCancelled && t.hasProof && t.proof == own {
+	if t.status == TaskCancelled && t.retainsProof(own) {
 		return Transition[CancellationOutcome]{Revision: c.revision, Value: CancellationOutcome{Kind: AlreadyCancelled}}, nil
 	}
 	if lease, isLease := own.Lease(); isLease {
@@ -227,11 +227,12 @@ func (q *TaskQueue) CancelTask(expectedRevision, nowSecs uint64, own TaskOwnersh
 	if !canBump(t.version) {
 		return zero, exhausted("record_version")
 	}
+	held := t.lease
 	if t.hasLease {
 		c.endAttempt(t, nowSecs, AttemptCancelled, "")
 	}
 	c.terminate(t, TaskCancelled, nowSecs)
-	t.proof, t.hasProof = own, true
+	t.setProof(own, held)
 	return Transition[CancellationOutcome]{Revision: c.commit(nowSecs), Value: CancellationOutcome{Kind: Cancelled}}, nil
 }
 
@@ -277,13 +278,14 @@ func (q *TaskQueue) CancelTaskByID(expectedRevision, nowSecs uint64, taskID stri
 	}
 	own := OwnershipFromFence(t.fence())
 	if t.hasLease {
-		own = OwnershipFromLease(t.lease)
+		own = OwnershipFromLease(t.currentLease())
 	}
+	held := t.lease
 	if t.hasLease {
 		c.endAttempt(t, nowSecs, AttemptCancelled, "")
 	}
 	c.terminate(t, TaskCancelled, nowSecs)
-	t.proof, t.hasProof = own, true
+	t.setProof(own, held)
 	return Transition[CancellationOutcome]{Revision: c.commit(nowSecs), Value: CancellationOutcome{Kind: Cancelled}}, nil
 }
 
@@ -310,7 +312,7 @@ func (c *coordinator) terminate(t *taskRec, status TaskStatus, now uint64) {
 	case t.hasLease:
 		c.releaseLease(t)
 	}
-	c.byAge.Delete(t)
+	c.ages.remove(t)
 	c.active--
 	c.terminal++
 	if c.sched != nil {
@@ -321,7 +323,7 @@ func (c *coordinator) terminate(t *taskRec, status TaskStatus, now uint64) {
 	t.status = status
 	t.version++
 	t.finishedAt = now
-	c.byFinish.ReplaceOrInsert(t)
+	c.finished.push(t) // now is the newest finish time (I8)
 }
 
 // ExpireOldTasks expires every non-terminal task with now − CreatedAt ≥
@@ -345,7 +347,7 @@ func (q *TaskQueue) ExpireOldTasks(expectedRevision, nowSecs, maxAgeSecs uint64)
 	var old []*taskRec
 	if nowSecs >= maxAgeSecs {
 		cutoff := nowSecs - maxAgeSecs
-		c.byAge.Ascend(func(t *taskRec) bool {
+		c.ages.walk(func(t *taskRec) bool {
 			if t.createdAt > cutoff {
 				return false
 			}
@@ -389,7 +391,7 @@ func validateLease(l TaskLease) *Error {
 // checkLease is the ownership rule shared by every lease-using command: the
 // lease must equal the task's current lease and be unexpired at now.
 func (c *coordinator) checkLease(t *taskRec, l TaskLease, now uint64) *Error {
-	if !t.hasLease || t.lease != l {
+	if !t.holds(l) {
 		return &Error{Kind: KindStaleOwnership, TaskID: t.id}
 	}
 	if now >= l.expiresAt {
@@ -402,15 +404,14 @@ func (c *coordinator) checkLease(t *taskRec, l TaskLease, now uint64) *Error {
 // set and CurrentTasks. It does not change t's status or version.
 func (c *coordinator) releaseLease(t *taskRec) {
 	c.byExpiry.Delete(t)
-	if w := c.workers[t.lease.workerID]; w != nil {
-		delete(w.leases, t.lease.leaseID)
-		w.current--
-		c.refreshWorker(w)
-	}
+	w := t.lease.worker // I4: a live worker holds every lease
+	w.dropLease(t)
+	w.current--
+	c.refreshWorker(w)
 	if c.sched != nil {
 		c.sched.released(t.scanID)
 	}
-	t.lease, t.hasLease = TaskLease{}, false
+	t.lease, t.hasLease = leaseRec{}, false
 }
 
 // refreshWorker updates the treap after a change to w that kept its key and
@@ -450,7 +451,7 @@ func (c *coordinator) touchWorker(w *workerRec, change func()) {
 func (c *coordinator) planRetries(ts []*taskRec) *Error {
 	requeues := 0
 	for _, t := range ts {
-		if t.retryCount < c.limits.MaxRetries {
+		if uint32(t.retryCount) < c.limits.MaxRetries {
 			requeues++
 		}
 	}
@@ -464,7 +465,7 @@ func (c *coordinator) planRetries(ts []*taskRec) *Error {
 		if !canBump(t.version) {
 			return exhausted("record_version")
 		}
-		if t.retryCount < c.limits.MaxRetries && !canBump(t.generation) {
+		if uint32(t.retryCount) < c.limits.MaxRetries && !canBump(t.generation) {
 			return exhausted("task_generation")
 		}
 	}
@@ -478,8 +479,8 @@ func (c *coordinator) planRetries(ts []*taskRec) *Error {
 // passed: requeue under a new generation, or fail when retries are exhausted.
 // A requeued task gets its backoff's not-before time (schedule.go).
 func (c *coordinator) retry(t *taskRec, now uint64) FailureOutcome {
-	lease := t.lease
-	if t.retryCount < c.limits.MaxRetries {
+	held := t.lease
+	if uint32(t.retryCount) < c.limits.MaxRetries {
 		c.releaseLease(t)
 		t.generation++
 		t.retryCount++
@@ -488,11 +489,11 @@ func (c *coordinator) retry(t *taskRec, now uint64) FailureOutcome {
 		t.version++
 		t.notBefore = c.retryNotBefore(t, now)
 		c.pushQueue(t)
-		return FailureOutcome{Kind: Requeued, TaskGeneration: t.generation, RetryCount: t.retryCount}
+		return FailureOutcome{Kind: Requeued, TaskGeneration: t.generation, RetryCount: uint32(t.retryCount)}
 	}
 	c.terminate(t, TaskFailed, now)
-	t.proof, t.hasProof = OwnershipFromLease(lease), true
-	return FailureOutcome{Kind: RetryExhausted, TaskGeneration: t.generation, RetryCount: t.retryCount}
+	t.retainLease(held)
+	return FailureOutcome{Kind: RetryExhausted, TaskGeneration: t.generation, RetryCount: uint32(t.retryCount)}
 }
 
 // recoverTasks applies the retry rule to ts in lease-ID order (ts is sorted by
@@ -505,13 +506,4 @@ func (c *coordinator) recoverTasks(ts []*taskRec, sum *RecoverySummary, now uint
 			sum.TasksFailed++
 		}
 	}
-}
-
-// normalizePhases copies phases; no phases is always stored as nil so that a
-// restored record equals the original.
-func normalizePhases(p []uint8) []uint8 {
-	if len(p) == 0 {
-		return nil
-	}
-	return cloneBytes(p)
 }

@@ -15,6 +15,10 @@ package distributed
 // fields (lastHeartbeat, id) and its eligibility inputs are never changed
 // while it is linked. Callers unlink, change, then relink (see
 // coordinator.touchWorker).
+//
+// Ties on the ID are broken by the worker's rank instead of comparing the
+// ID strings: an integer given at registration (ranks.go) whose order is
+// the ID order (I9), so every comparison here is on integers.
 
 func treapPriority(id string) uint64 {
 	// FNV-1a followed by the splitmix64 finalizer.
@@ -35,7 +39,7 @@ func workerKeyLess(a, b *workerRec) bool {
 	if a.lastHeartbeat != b.lastHeartbeat {
 		return a.lastHeartbeat < b.lastHeartbeat
 	}
-	return a.id < b.id
+	return a.rank < b.rank // the ID order (I9)
 }
 
 // eligibleIgnoringTime reports the parts of eligibility that do not depend on
@@ -45,7 +49,8 @@ func (w *workerRec) eligibleIgnoringTime() bool {
 }
 
 // betterWorker returns the preferred of a and b, both linked and pulled:
-// most available slots (cached in score), then the smallest worker ID.
+// most available slots (cached in score), then the smallest worker ID
+// (compared by rank, I9).
 // Either may be nil.
 func betterWorker(a, b *workerRec) *workerRec {
 	switch {
@@ -58,7 +63,7 @@ func betterWorker(a, b *workerRec) *workerRec {
 			return a
 		}
 		return b
-	case a.id < b.id:
+	case a.rank < b.rank:
 		return a
 	}
 	return b
@@ -73,11 +78,48 @@ func (w *workerRec) rescore() {
 	}
 }
 
-// pull recomputes w's subtree best from its own score and its children.
-func (w *workerRec) pull() { w.best = w.subtreeBest() }
+// pull recomputes w's subtree best from its own score and its children's
+// cached bests (their score and rank copies: no reads of other records).
+func (w *workerRec) pull() {
+	best, score, rank := (*workerRec)(nil), uint32(0), uint64(0)
+	if w.score > 0 {
+		best, score, rank = w, w.score, w.rank
+	}
+	for _, c := range [2]*workerRec{w.left, w.right} {
+		if c != nil && c.best != nil && (best == nil || c.bestScore > score || (c.bestScore == score && c.bestRank < rank)) {
+			best, score, rank = c.best, c.bestScore, c.bestRank
+		}
+	}
+	w.best, w.bestScore, w.bestRank = best, score, rank
+}
+
+// setBest records b (nil for none) as w's subtree best.
+func (w *workerRec) setBest(b *workerRec) {
+	w.best, w.bestScore, w.bestRank = b, 0, 0
+	if b != nil {
+		w.bestScore, w.bestRank = b.score, b.rank
+	}
+}
+
+// bestScoreOf and bestRankOf are the cached copies a subtree best implies
+// (0 for none).
+func bestScoreOf(b *workerRec) uint32 {
+	if b == nil {
+		return 0
+	}
+	return b.score
+}
+
+func bestRankOf(b *workerRec) uint64 {
+	if b == nil {
+		return 0
+	}
+	return b.rank
+}
 
 // subtreeBest computes the best eligible worker among w (by its cached score)
-// and its children's recorded bests.
+// and its children's recorded bests, from the workers themselves (the
+// audit's reference for pull).
 func (w *workerRec) subtreeBest() *workerRec {
 	var best *workerRec
 	if w.score > 0 {
@@ -154,8 +196,49 @@ func treapInsert(root, w *workerRec) *workerRec {
 	w.left, w.right, w.parent = nil, nil, nil
 	w.rescore()
 	w.pull()
+	if last := treapLast(root); last != nil && workerKeyLess(last, w) {
+		return treapAppend(root, w)
+	}
 	l, r := treapSplit(root, w)
 	return asRoot(treapMerge(treapMerge(l, w), r))
+}
+
+// treapLast returns the linked worker with the newest key, or nil.
+func treapLast(root *workerRec) *workerRec {
+	for root != nil && root.right != nil {
+		root = root.right
+	}
+	return root
+}
+
+// treapAppend links w, whose key is above every linked key (a heartbeat
+// with a new second: the common case), without split and merge: w takes
+// the place on the right spine where its priority belongs, the spine below
+// becomes its left subtree, and only the bests w beats change on the way
+// up. The shape is the one split and merge would give (same priority
+// rule as treapMerge).
+func treapAppend(root, w *workerRec) *workerRec {
+	var parent *workerRec
+	n := root
+	for n != nil && n.prio >= w.prio {
+		parent, n = n, n.right
+	}
+	w.setLeft(n)
+	w.pull()
+	if parent == nil {
+		return asRoot(w)
+	}
+	parent.setRight(w)
+	if w.score == 0 {
+		return root // the ancestors' subtrees gained no eligible worker
+	}
+	for a := parent; a != nil; a = a.parent {
+		if betterWorker(a.best, w) != w {
+			break // w does not beat a's best, nor any ancestor's (a total order)
+		}
+		a.setBest(w)
+	}
+	return root
 }
 
 // treapRemove unlinks w (which must be linked) and returns the new root:
@@ -164,7 +247,8 @@ func treapInsert(root, w *workerRec) *workerRec {
 func treapRemove(root, w *workerRec) *workerRec {
 	m := treapMerge(w.left, w.right)
 	p := w.parent
-	w.left, w.right, w.parent, w.best = nil, nil, nil, nil
+	w.left, w.right, w.parent = nil, nil, nil
+	w.setBest(nil)
 	switch {
 	case p == nil:
 		return asRoot(m)

@@ -5,9 +5,11 @@ package distributed
 // changes, leases, deregistrations and reactivations (seeded, reproducible).
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sort"
+	"strconv"
 	"testing"
 )
 
@@ -118,5 +120,75 @@ func TestTreap_MatchesBruteForce(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Goal: worker ranks stay in ID order (I9) and tie-breaks stay "smallest
+// ID" whatever the registration order, including the re-rank that runs
+// when two neighbours' ranks leave no room. Method: register IDs in
+// increasing order ("a" < "aa" < "aaa" < … < "b": each takes a step above
+// the previous) and then in decreasing order just above "a" ("a999",
+// "a998", …: each halves the gap left above "a", so about every 32nd
+// registration re-ranks every worker); audit after each (the audit also
+// checks the treap's cached copies of the ranks) and check the chosen
+// worker by brute force.
+func TestWorkerRanks_IDOrderThroughReranks(t *testing.T) {
+	l := DefaultLimits()
+	l.MaxWorkers = 300
+	h := newHarness(t, l)
+	h.register("b", 1)
+	h.register("a", 1)
+	id := "a"
+	for i := 0; i < 50; i++ {
+		id += "a"
+		h.register(id, 1)
+	}
+	for i := 0; i < 100; i++ {
+		h.register("a"+strconv.Itoa(999-i), 1)
+		if err := h.p.CheckInvariants(); err != nil {
+			t.Fatalf("after registering %d IDs: %v", i+53, err)
+		}
+	}
+	// Without a re-rank "a999" would sit 2^31 above "a" (half the step "aa"
+	// took); a re-rank spreads the ~150 workers over the whole space.
+	if r := h.p.c.workers["a"].rank; h.p.c.workers["a999"].rank-r <= 1<<32 {
+		t.Fatalf("no re-rank spread the ranks again: a=%d a999=%d", r, h.p.c.workers["a999"].rank)
+	}
+	ranks := h.p.c.byID.Len()
+	var prev *workerRec
+	h.p.c.byID.Ascend(func(w *workerRec) bool {
+		if prev != nil && (prev.rank >= w.rank || prev.id >= w.id) {
+			t.Fatalf("rank order differs from ID order at %q (%d) after %q (%d)", w.id, w.rank, prev.id, prev.rank)
+		}
+		prev = w
+		return true
+	})
+	if ranks != 152 {
+		t.Fatalf("ID index holds %d workers, want 152", ranks)
+	}
+	// Every worker has one free slot: the tie-break must pick "a".
+	if w, ok, _ := h.p.GetAvailableWorker(h.now); !ok || w.WorkerID() != "a" || bruteBest(h.p, h.now) != "a" {
+		t.Fatalf("GetAvailableWorker = %q, %v; want \"a\"", w.WorkerID(), ok)
+	}
+	// A restored pool gets its ranks anew and chooses the same worker.
+	r, err := RestoreWorkerPool(h.export())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w, _, _ := r.GetAvailableWorker(h.now); w.WorkerID() != "a" {
+		t.Fatalf("restored GetAvailableWorker = %q, want \"a\"", w.WorkerID())
+	}
+}
+
+// Goal: the audit catches ranks out of ID order (I9). Method: swap two
+// workers' ranks.
+func TestWorkerRanks_AuditCatchesDisorder(t *testing.T) {
+	h := newHarness(t, DefaultLimits())
+	h.register("w1", 1)
+	h.register("w2", 1)
+	a, b := h.p.c.workers["w1"], h.p.c.workers["w2"]
+	a.rank, b.rank = b.rank, a.rank
+	if err := h.p.CheckInvariants(); !errors.Is(err, ErrStateInvariant) {
+		t.Fatalf("CheckInvariants with swapped ranks = %v, want StateInvariant", err)
 	}
 }

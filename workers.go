@@ -1,6 +1,7 @@
 package distributed
 
 import (
+	"cmp"
 	"slices"
 	"sort"
 )
@@ -90,11 +91,11 @@ func (p *WorkerPool) RegisterWorker(expectedRevision, nowSecs uint64, spec Worke
 		generation:    1,
 		status:        WorkerHealthy,
 		lastHeartbeat: nowSecs,
-		leases:        make(map[uint64]*taskRec),
 		prio:          treapPriority(spec.WorkerID),
 	}
 	w.applySpec(spec, tags)
 	c.workers[w.id] = w
+	c.addRanked(w)
 	c.alive = treapInsert(c.alive, w)
 	return Transition[WorkerNode]{Revision: c.commit(nowSecs), Value: w.view()}, nil
 }
@@ -154,13 +155,27 @@ func (p *WorkerPool) UpdateWorker(expectedRevision, nowSecs uint64, workerID str
 	return Transition[WorkerNode]{Revision: c.commit(nowSecs), Value: w.view()}, nil
 }
 
+// addLease records that w holds t's lease.
+func (w *workerRec) addLease(t *taskRec) {
+	t.leaseSlot = uint16(len(w.leases)) // < MaxWorkerCapacity (I4)
+	w.leases = append(w.leases, t)
+}
+
+// dropLease forgets t's lease: the last task takes t's slot.
+func (w *workerRec) dropLease(t *taskRec) {
+	last := len(w.leases) - 1
+	moved := w.leases[last]
+	w.leases[t.leaseSlot] = moved
+	moved.leaseSlot = t.leaseSlot
+	w.leases[last] = nil
+	w.leases = w.leases[:last]
+}
+
 // workerLeases returns the tasks w holds, in lease-ID order.
 func workerLeases(ws ...*workerRec) []*taskRec {
 	var ts []*taskRec
 	for _, w := range ws {
-		for _, t := range w.leases {
-			ts = append(ts, t)
-		}
+		ts = append(ts, w.leases...)
 	}
 	sort.Slice(ts, func(i, j int) bool { return ts[i].lease.leaseID < ts[j].lease.leaseID })
 	return ts
@@ -235,15 +250,7 @@ func (p *WorkerPool) PruneDeadWorkers(expectedRevision, nowSecs uint64) (Transit
 	if t := c.limits.HeartbeatTimeoutSecs; nowSecs >= t {
 		dead = treapDead(c.alive, nowSecs-t)
 	}
-	slices.SortFunc(dead, func(a, b *workerRec) int {
-		switch {
-		case a.id < b.id:
-			return -1
-		case a.id > b.id:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(dead, func(a, b *workerRec) int { return cmp.Compare(a.rank, b.rank) }) // ID order (I9)
 	return c.loseWorkers(nowSecs, dead)
 }
 

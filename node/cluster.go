@@ -208,13 +208,12 @@ func (n *Node) newTransport(hl hclog.Logger) (*raft.NetworkTransport, error) {
 		return nil, err
 	}
 	n.stream = s
-	// NB: MaxRPCsInFlight 1 turns hashicorp/raft's pipelined replication
-	// off. With it on (v1.8.0), a leader shut down while a pipeline's
-	// in-flight queue is full blocks forever in pipelineSend (the decoder
-	// that would drain it has stopped), so raft.Shutdown never returns and
-	// `serve` hangs on SIGTERM — seen in TestServe_ClearedSuffixRestarts.
+	// NB: raft gets this transport as a pipelinedTransport (pipeline.go):
+	// NetworkTransport's own pipeline deadlocks once raft stops reading
+	// it, which hung raft.Shutdown and `serve` on SIGTERM
+	// (TestServe_ClearedSuffixRestarts) while pipelining was off here.
 	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream: s, MaxPool: 3, Timeout: 10 * time.Second, Logger: hl, MaxRPCsInFlight: 1,
+		Stream: s, MaxPool: 3, Timeout: 10 * time.Second, Logger: hl, MaxRPCsInFlight: maxRPCsInFlight,
 	}), nil
 }
 
@@ -287,6 +286,9 @@ func (n *Node) waitReady(ctx context.Context) error {
 			if err := n.leaderInit(ctx); err != nil && !errors.Is(err, ErrNotLeader) && ctx.Err() == nil {
 				n.log.Warn("cluster initialisation failed; retrying", "error", err)
 			}
+		}
+		if err := n.replacedDataDir(); err != nil {
+			return err
 		}
 		if n.ready() {
 			return nil
@@ -438,8 +440,9 @@ func (n *Node) FirstAdminKey() string {
 // NB: its own SetNodeInfo is not cancelled by Close (WithoutCancel, still
 // bounded by applyTimeout): Close then waits for the entry to commit, as
 // before, instead of shutting raft down while the entry replicates, where
-// hashicorp/raft v1.8's pipeline replication can deadlock Shutdown (seen
-// in TestNode_HandOverLeadership under -race).
+// hashicorp/raft v1.8's pipeline replication deadlocked Shutdown (seen in
+// TestNode_HandOverLeadership under -race) before safePipeline
+// (pipeline.go).
 func (n *Node) memberLoop(ctx context.Context) {
 	t := time.NewTicker(memberLoopInterval)
 	defer t.Stop()
@@ -449,6 +452,9 @@ func (n *Node) memberLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if !n.checkPeers() {
+			return
 		}
 		if n.raft.State() != raft.Leader {
 			if n.cfg.RegisterSelf != nil && n.cfg.APIURL != "" && time.Now().After(nextRegister) {
@@ -471,6 +477,30 @@ func (n *Node) memberLoop(ctx context.Context) {
 		}
 		n.raiseClusterVersion(ctx)
 	}
+}
+
+// checkPeers closes raft connections of peers the node table now refuses
+// (tlsStreamLayer.reverify) and fails the node when its own data dir
+// turns out replaced: its applied node table says so (replacedDataDir),
+// or, for a node that bootstrapped from --peers, members have refused it
+// for longer than refusalGrace — as waitReady gives up before it is
+// ready. (Only a replaced data dir is refused: verifyRaftPeer is the one
+// verifier; a joiner may be refused for a moment by a member that has not
+// applied its removal yet, so it is not failed.) False once it failed.
+func (n *Node) checkPeers() bool {
+	if n.stream != nil {
+		n.stream.reverify()
+	}
+	err := n.replacedDataDir()
+	if r, long := n.refusal(); err == nil && long && n.bootstrappedPeers.Load() {
+		err = dataDirError("the cluster refuses this node: %s", r)
+	}
+	if err != nil {
+		n.log.Error("this node's data dir was replaced; it stops serving", "error", err)
+		n.hl.setFatal(err)
+		return false
+	}
+	return true
 }
 
 // registered reports whether the node table records this node's API URL,
@@ -607,6 +637,9 @@ func (n *Node) AddVoter(ctx context.Context, id, raftAddr, apiURL string, incarn
 			return err
 		}
 	}
+	if err := n.checkIncarnationChange(id, member, incarnation); err != nil {
+		return err
+	}
 	if apiURL != "" {
 		u, ok := n.fsm.NodeAPIURL(id)
 		inc, _ := n.fsm.NodeIncarnation(id)
@@ -620,6 +653,22 @@ func (n *Node) AddVoter(ctx context.Context, id, raftAddr, apiURL string, incarn
 		return nil
 	}
 	return mapRaftErr(n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, 30*time.Second).Error())
+}
+
+// checkIncarnationChange refuses (ErrJoinerUnverified) to record a new
+// incarnation for a member whose recorded one differs: its data dir was
+// replaced, and only removing it (which forgets the record) and joining
+// it again may bring it back; otherwise a wiped member's registration
+// would make the others accept it.
+func (n *Node) checkIncarnationChange(id string, member bool, incarnation []byte) error {
+	if !member || len(incarnation) == 0 {
+		return nil
+	}
+	rec, _ := n.fsm.NodeIncarnation(id)
+	if err := replacedErr(id, rec, incarnation); err != nil {
+		return JoinerUnverified(err.Error())
+	}
+	return nil
 }
 
 // verifyJoiner dials addr through the authenticated stream layer and

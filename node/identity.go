@@ -301,12 +301,39 @@ func (n *Node) Incarnation() []byte { return n.ident.incarnation() }
 // verifyRaftPeer refuses raft connections from a member whose data dir
 // was replaced: the cluster recorded another incarnation for its node ID.
 func (n *Node) verifyRaftPeer(peerID string, incarnation []byte) error {
-	rec, ok := n.fsm.NodeIncarnation(peerID)
-	if !ok || len(rec) == 0 || bytes.Equal(rec, incarnation) {
+	rec, _ := n.fsm.NodeIncarnation(peerID)
+	return replacedErr(peerID, rec, incarnation)
+}
+
+// replacedErr says why node id presenting incarnation is refused when the
+// node table records rec for it; nil when rec is empty (not recorded yet,
+// or forgotten by a removal) or equal.
+func replacedErr(id string, rec, incarnation []byte) error {
+	if len(rec) == 0 || bytes.Equal(rec, incarnation) {
 		return nil
 	}
 	return fmt.Errorf("node %s's data dir was replaced (the cluster knows incarnation %x…, it presents %x…): "+
-		"remove it (termivar-coord cluster remove %s) and re-join it with --join", peerID, rec[:4], prefix4(incarnation), peerID)
+		"remove it (termivar-coord cluster remove %s) and re-join it with --join", id, prefix4(rec), prefix4(incarnation), id)
+}
+
+// replacedDataDir returns a *DataDirError when this start bootstrapped a
+// new data dir from --peers while the applied node table records another
+// incarnation for this node ID: the node's data dir was wiped and it
+// came back under its old identity, which the members refuse
+// (verifyRaftPeer) — but one whose table lagged may have replicated to it
+// before refusing. Such a node must not serve: waitReady gives up with it
+// and the member loop fails the node. NB: only for such a start: a
+// joiner, or a member restarting on its own raft state, may replay an
+// older incarnation of its ID (removed, then re-joined) on the way.
+func (n *Node) replacedDataDir() error {
+	if !n.bootstrappedPeers.Load() {
+		return nil
+	}
+	rec, _ := n.fsm.NodeIncarnation(n.cfg.NodeID)
+	if err := replacedErr(n.cfg.NodeID, rec, n.Incarnation()); err != nil {
+		return dataDirError("the cluster refuses this node: %v", err)
+	}
+	return nil
 }
 
 // raftRefused records that a member refused this node's raft connection

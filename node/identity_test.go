@@ -285,3 +285,76 @@ func TestNode_VerifyRaftPeerRefusesReplacedDataDir(t *testing.T) {
 		t.Fatalf("replaced data dir: verifyRaftPeer = %v", err)
 	}
 }
+
+// TestNode_IncarnationChangeOfMemberRefused: the leader never records a
+// new incarnation for a member whose recorded one differs (a wiped member
+// registering itself would make every member accept it); a member not
+// recorded yet, the same incarnation, no incarnation, or a node that is
+// not a member (removed: its record was forgotten) are let through. And
+// a node that bootstrapped from --peers finds itself replaced when the
+// node table records another incarnation for its ID.
+func TestNode_IncarnationChangeOfMemberRefused(t *testing.T) {
+	n := openNode(t, t.TempDir(), nil)
+	defer n.Close()
+	incA, incB := make([]byte, 16), make([]byte, 16)
+	rand.Read(incA)
+	rand.Read(incB)
+	if err := n.setNodeInfo(context.Background(), "n9", "http://127.0.0.1:1", incA, 0); err != nil {
+		t.Fatal(err)
+	}
+	err := n.checkIncarnationChange("n9", true, incB)
+	if !errors.Is(err, ErrJoinerUnverified) || !strings.Contains(err.Error(), "cluster remove n9") {
+		t.Fatalf("changed incarnation of a member: %v", err)
+	}
+	for _, c := range []struct {
+		id     string
+		member bool
+		inc    []byte
+	}{{"n9", true, incA}, {"n9", true, nil}, {"n9", false, incB}, {"n8", true, incB}} {
+		if err := n.checkIncarnationChange(c.id, c.member, c.inc); err != nil {
+			t.Errorf("checkIncarnationChange(%s, member %v, %x) = %v, want nil", c.id, c.member, c.inc, err)
+		}
+	}
+	if err := replacedErr("n9", incA, incA); err != nil {
+		t.Fatalf("replacedErr of the recorded incarnation = %v", err)
+	}
+	if err := replacedErr("n9", nil, incB); err != nil {
+		t.Fatalf("replacedErr with no record = %v", err)
+	}
+	if err := replacedErr("n9", incA, incB); err == nil || !strings.Contains(err.Error(), "data dir was replaced") {
+		t.Fatalf("replacedErr of another incarnation = %v", err)
+	}
+	// A single node did not bootstrap from --peers: never "replaced".
+	if err := n.replacedDataDir(); err != nil {
+		t.Fatalf("replacedDataDir of a single node = %v", err)
+	}
+}
+
+// TestNode_RefusedBootstrappedNodeFails: a running node that bootstrapped
+// from --peers and that members keep refusing past refusalGrace (its data
+// dir was replaced, and it got in through a member whose node table
+// lagged) fails like a damaged data dir and stops serving; a node that did
+// not bootstrap from --peers (a joiner, a restart) is only refused, as a
+// joiner may be for a moment.
+func TestNode_RefusedBootstrappedNodeFails(t *testing.T) {
+	n := openNode(t, t.TempDir(), nil)
+	defer n.Close()
+	reason := "node n1's data dir was replaced"
+	n.lastRefusal.Store(&reason)
+	n.firstRefusal.Store(time.Now().Add(-2 * refusalGrace).UnixNano())
+	if !n.checkPeers() || n.Err() != nil {
+		t.Fatalf("a node not bootstrapped from --peers failed on a refusal: %v", n.Err())
+	}
+	n.bootstrappedPeers.Store(true)
+	if n.checkPeers() {
+		t.Fatal("checkPeers kept a refused --peers node serving")
+	}
+	select {
+	case <-n.Failed():
+	default:
+		t.Fatal("Failed is not closed")
+	}
+	if err := n.Err(); !errors.Is(err, ErrDataDir) || !strings.Contains(err.Error(), reason) {
+		t.Fatalf("Err = %v, want ErrDataDir naming the refusal", err)
+	}
+}

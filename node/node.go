@@ -207,15 +207,19 @@ type Node struct {
 	verifyPeer    func(peerNodeID string, peerIncarnation []byte) error
 	onRaftRefused func(reason string)
 	lastRefusal   atomic.Pointer[string]
-	firstRefusal  atomic.Int64 // unix nanoseconds of the first refusal
-	codec         *token.Codec
-	wake          notify.Queue    // Acquire long-polls (Acquirers)
-	changed       notify.Notifier // every applied entry (ChangeChan); one key, ""
-	progress      notify.Notifier // the FSM's ProgressFunc: tasks may have become terminal
-	clu           clusterState
-	ident         *identity
-	lock          *dirLock
-	hl            *health // fatal errors and log store failures (health.go)
+	// bootstrappedPeers: this start bootstrapped a new data dir from
+	// --peers (not a joiner, no raft state before); replacedDataDir
+	// checks such a node against the node table.
+	bootstrappedPeers atomic.Bool
+	firstRefusal      atomic.Int64 // unix nanoseconds of the first refusal
+	codec             *token.Codec
+	wake              notify.Queue    // Acquire long-polls (Acquirers)
+	changed           notify.Notifier // every applied entry (ChangeChan); one key, ""
+	progress          notify.Notifier // the FSM's ProgressFunc: tasks may have become terminal
+	clu               clusterState
+	ident             *identity
+	lock              *dirLock
+	hl                *health // fatal errors and log store failures (health.go)
 
 	// life is the node's lifetime (lifetime.go): created in Open, ended
 	// first thing in Close; every background loop and call derives from it.
@@ -313,6 +317,7 @@ func (n *Node) start(ctx context.Context, existing, wroteSecret bool) error {
 	if existing {
 		n.warnPeersDiffer()
 	}
+	n.bootstrappedPeers.Store(!existing && cfg.Join == nil && len(cfg.Peers) > 1)
 	if cfg.Join != nil && !existing {
 		if err := n.join(ctx); err != nil {
 			if wroteSecret && errors.Is(err, ErrJoinerUnverified) {
@@ -420,11 +425,11 @@ func (n *Node) openRaft() (bool, error) {
 		return false, err
 	}
 	if conf, ok := n.bootstrapConfiguration(trans.LocalAddr()); ok && !existing {
-		if err := raft.BootstrapCluster(rc, logs, w, snaps, trans, conf); err != nil {
+		if err := raft.BootstrapCluster(rc, logs, w, snaps, pipelinedTransport{trans}, conf); err != nil {
 			return false, fmt.Errorf("node: bootstrap: %w", err)
 		}
 	}
-	r, err := raft.NewRaft(rc, observedFSM{FSM: n.fsm, m: cfg.Metrics, log: n.log, changed: &n.changed}, logs, w, snaps, trans)
+	r, err := raft.NewRaft(rc, observedFSM{FSM: n.fsm, m: cfg.Metrics, log: n.log, changed: &n.changed}, logs, w, snaps, pipelinedTransport{trans})
 	if uerr := n.fsm.UnsupportedState(); err != nil && uerr != nil {
 		return false, dataDirErr(filepath.Join(cfg.DataDir, raftDir, "snapshots"), uerr.Error(), remedyUpgrade)
 	}

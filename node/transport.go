@@ -100,7 +100,8 @@ type tlsStreamLayer struct {
 	rejected atomic.Uint64
 
 	mu      sync.Mutex
-	conns   map[net.Conn]struct{} // raw TCP conns, open until closed
+	conns   map[net.Conn]struct{}  // raw TCP conns, open until closed
+	peers   map[*authConn]struct{} // authenticated conns, open until closed (nil after Close)
 	closed  bool
 	lastLog time.Time
 	dropped int // rejections not logged since lastLog
@@ -128,6 +129,7 @@ func newStreamLayer(ln net.Listener, cfg streamConfig) (*tlsStreamLayer, error) 
 		done:    make(chan struct{}),
 		pending: make(chan struct{}, cfg.MaxPending),
 		conns:   map[net.Conn]struct{}{},
+		peers:   map[*authConn]struct{}{},
 	}
 	s.server = &tls.Config{
 		MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{leaf},
@@ -330,7 +332,13 @@ func (s *tlsStreamLayer) handshakeIdentity(raw net.Conn, inbound bool, timeout t
 	if err := raw.SetDeadline(time.Time{}); err != nil {
 		return id, nil, err
 	}
-	return id, &authConn{Conn: tc, raw: raw, s: s}, nil
+	c := &authConn{Conn: tc, raw: raw, s: s, id: id}
+	s.mu.Lock()
+	if s.peers != nil {
+		s.peers[c] = struct{}{}
+	}
+	s.mu.Unlock()
+	return id, c, nil
 }
 
 // errNoCredential marks a TLS or hello failure: the peer does not hold the
@@ -392,12 +400,47 @@ type authConn struct {
 	*tls.Conn
 	raw  net.Conn
 	s    *tlsStreamLayer
+	id   peerIdentity // as verified at the handshake
 	once sync.Once
 }
 
 func (c *authConn) Close() error {
-	c.once.Do(func() { c.s.untrack(c.raw) })
+	c.once.Do(func() {
+		c.s.untrack(c.raw)
+		c.s.mu.Lock()
+		delete(c.s.peers, c)
+		c.s.mu.Unlock()
+	})
 	return c.Conn.Close()
+}
+
+// reverify runs VerifyPeerFunc again over every open authenticated
+// connection and closes those it now refuses, counting each as a
+// rejection; it returns how many it closed. A member verifies a peer
+// against its applied node table, which may lag the log (a new leader
+// that has not applied the entries of the last term yet): a peer it
+// accepted then — a member whose data dir was replaced — must not keep
+// its connection once the record is applied (the cluster's raft ports
+// never serve a replaced data dir; wiped_test.go).
+func (s *tlsStreamLayer) reverify() int {
+	if s.cfg.VerifyPeerFunc == nil {
+		return 0
+	}
+	s.mu.Lock()
+	conns := make([]*authConn, 0, len(s.peers))
+	for c := range s.peers {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	closed := 0
+	for _, c := range conns {
+		if err := s.cfg.VerifyPeerFunc(c.id.NodeID, c.id.Incarnation); err != nil {
+			s.reject(c.raw.RemoteAddr(), fmt.Errorf("refused after the handshake: %w", err))
+			c.Close()
+			closed++
+		}
+	}
+	return closed
 }
 
 // Accept returns the next authenticated inbound connection.
@@ -451,7 +494,7 @@ func (s *tlsStreamLayer) Close() error {
 	}
 	s.closed = true
 	conns := s.conns
-	s.conns = nil
+	s.conns, s.peers = nil, nil
 	close(s.done)
 	s.mu.Unlock()
 	err := s.ln.Close()

@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -519,5 +520,69 @@ func TestStreamLayer_SilentServerIsATimeoutNotACredentialFailure(t *testing.T) {
 	}
 	for c := range held {
 		c.Close()
+	}
+}
+
+// TestStreamLayer_ReverifyClosesNowRefusedConns: a peer accepted while
+// the verifier knew nothing against it (a member whose node table lagged)
+// loses its connections, both directions, once the verifier refuses it;
+// a peer still accepted keeps its own.
+func TestStreamLayer_ReverifyClosesNowRefusedConns(t *testing.T) {
+	t.Parallel()
+	var refuseB atomic.Bool
+	a := newTestLayer(t, streamConfig{Secret: secretA, NodeID: "a", VerifyPeerFunc: func(id string, _ []byte) error {
+		if id == "b" && refuseB.Load() {
+			return errors.New("node b's data dir was replaced")
+		}
+		return nil
+	}})
+	b := newTestLayer(t, streamConfig{Secret: secretA, NodeID: "b"})
+	c := newTestLayer(t, streamConfig{Secret: secretA, NodeID: "c"})
+	var fromB, fromC net.Conn
+	for _, p := range []struct {
+		l   *tlsStreamLayer
+		out *net.Conn
+	}{{b, &fromB}, {c, &fromC}} {
+		accepted := acceptOne(a)
+		_, conn, err := p.l.dial(a.Addr().String(), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		if sc := <-accepted; sc == nil {
+			t.Fatal("Accept failed")
+		}
+		*p.out = conn
+	}
+	// a dials b too: an outbound conn it verified.
+	accepted := acceptOne(b)
+	_, toB, err := a.dial(b.Addr().String(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer toB.Close()
+	bSide := <-accepted
+	if bSide == nil {
+		t.Fatal("Accept failed at b")
+	}
+	if n := a.reverify(); n != 0 {
+		t.Fatalf("reverify closed %d conns while every peer is accepted", n)
+	}
+	rejected := a.Rejected()
+	refuseB.Store(true)
+	if n := a.reverify(); n != 2 {
+		t.Fatalf("reverify closed %d conns, want b's two", n)
+	}
+	waitClosedByPeer(t, fromB)
+	waitClosedByPeer(t, bSide)
+	if got := a.Rejected(); got != rejected+2 {
+		t.Fatalf("rejected = %d, want %d", got, rejected+2)
+	}
+	// c's conn is still open: a write through it reaches a.
+	if _, err := fromC.Write([]byte{1}); err != nil {
+		t.Fatalf("c's conn after reverify: %v", err)
+	}
+	if n := a.reverify(); n != 0 {
+		t.Fatalf("a second reverify closed %d more", n)
 	}
 }

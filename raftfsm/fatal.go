@@ -23,7 +23,12 @@ func (f *FSM) setFatal(err error) error {
 		panic("raftfsm: setFatal needs an *EntryError")
 	}
 	if f.fatal.CompareAndSwap(nil, ee) {
-		f.log.Error("corrupt committed log entry; applying stops", "index", ee.Index, "reason", ee.Reason)
+		msg := "corrupt committed log entry; applying stops"
+		if ee.Unsupported {
+			// NB: an intact entry of a newer release: not damage.
+			msg = "committed log entry needs a newer binary; applying stops"
+		}
+		f.log.Error(msg, "index", ee.Index, "reason", ee.Reason)
 		if f.opts.FatalFunc != nil {
 			f.opts.FatalFunc(ee)
 		}

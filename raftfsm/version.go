@@ -22,9 +22,6 @@ import (
 // differently (I-version-1: no replica applies an entry another replica
 // would apply differently).
 
-// SupportedVersion is the highest cluster version this binary understands.
-const SupportedVersion = 3
-
 // MinClusterVersion is the version of a new cluster and of a state from
 // before versions (every operation up to SetClusterVersion).
 const MinClusterVersion = 1

@@ -47,9 +47,19 @@ func runBenchCluster(f benchFlags, w io.Writer) int {
 	fmt.Fprintf(w, "cluster_to_single_ratio=%.2f\n", ratio)
 	if single.res.cpu > 0 {
 		fmt.Fprintf(w, "single_to_cluster_cpu_per_task_ratio=%.2f\n", float64(single.res.cpuPerTask())/float64(multi.res.cpuPerTask()))
+		// NB: cores the process used on average in each half: near the
+		// cores it could get, the half was CPU-bound, and the throughput
+		// ratio then follows the CPU-per-task ratio; well below, it was
+		// bound by latency (docs/benchmarks.md, issue 16).
+		fmt.Fprintf(w, "cores_used single=%.2f cluster=%.2f\n", single.res.coresUsed(), multi.res.coresUsed())
 	}
 	fmt.Fprintf(w, "leader_kill_recovery=%s (killed %s, next leader %s)\n", multi.recovery.Round(time.Millisecond), multi.leader, multi.next)
 	return exitOK
+}
+
+// coresUsed is the process's CPU time over the run's wall time.
+func (r benchResult) coresUsed() float64 {
+	return r.cpu.Seconds() / max(r.elapsed.Seconds(), 1e-9)
 }
 
 // clusterBench is one run of benchOnCluster.

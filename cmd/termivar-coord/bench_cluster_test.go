@@ -33,6 +33,15 @@ func TestBench_Cluster(t *testing.T) {
 	if !strings.Contains(s, "single_to_cluster_cpu_per_task_ratio=") {
 		t.Fatalf("no CPU ratio:\n%s", s)
 	}
+	cores := regexp.MustCompile(`(?m)^cores_used single=([0-9.]+) cluster=([0-9.]+)$`).FindStringSubmatch(s)
+	if cores == nil {
+		t.Fatalf("no cores_used line:\n%s", s)
+	}
+	for _, c := range cores[1:] {
+		if v, err := strconv.ParseFloat(c, 64); err != nil || v <= 0 {
+			t.Fatalf("cores_used %q", c)
+		}
+	}
 	ratio := regexp.MustCompile(`(?m)^cluster_to_single_ratio=([0-9.]+)$`).FindStringSubmatch(s)
 	if ratio == nil {
 		t.Fatalf("no ratio:\n%s", s)

@@ -266,6 +266,23 @@ func TestBrowser_Dashboard(t *testing.T) {
 	if st := taskStatus(t, ctx, admin, "hold-1"); st != "cancelled" {
 		t.Fatalf("hold-1 after the page's cancel is %s", st)
 	}
+	// Pause scan "hold" (hold-2 still runs, so the scan has work left) and
+	// resume it: the page shows each new state without a reload.
+	pause := chromedp.CSS(`[data-scan="hold"] button[data-action="pause:hold"]`)
+	step("pause hold", chromedp.WaitVisible(pause), chromedp.Click(pause),
+		chromedp.Poll[chromedp.Void](`document.getElementById('message').textContent.includes("Paused scan hold")`),
+		chromedp.Poll[chromedp.Void](`document.querySelector('[data-scan="hold"] button[data-action="pause:hold"]')?.textContent === "Resume"`),
+		chromedp.Poll[chromedp.Void](`document.querySelector('[data-scan="hold"] .state')?.textContent.includes("(paused)")`))
+	if !scanPaused(t, ctx, admin, "hold") {
+		t.Fatal("scan hold is not paused after the page's Pause")
+	}
+	step("resume hold", chromedp.Click(pause),
+		chromedp.Poll[chromedp.Void](`document.getElementById('message').textContent.includes("Resumed scan hold")`),
+		chromedp.Poll[chromedp.Void](`document.querySelector('[data-scan="hold"] button[data-action="pause:hold"]')?.textContent === "Pause"`),
+		chromedp.Poll[chromedp.Void](`!document.querySelector('[data-scan="hold"] .state')?.textContent.includes("(paused)")`))
+	if scanPaused(t, ctx, admin, "hold") {
+		t.Fatal("scan hold is still paused after the page's Resume")
+	}
 	screenshots(t, step, tab, "producer")
 
 	// Sign out; a worker key sees the dashboard read-only, and the page's
@@ -423,4 +440,20 @@ func taskStatus(t *testing.T, ctx context.Context, c *client.Client, id string) 
 		t.Fatal(err)
 	}
 	return r.GetTask().GetStatus()
+}
+
+// scanPaused reports whether scan id is paused, read through the API.
+func scanPaused(t *testing.T, ctx context.Context, c *client.Client, id string) bool {
+	t.Helper()
+	r, err := c.ListScans(ctx, &pb.ListScansRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range r.GetScans() {
+		if s.GetScanId() == id {
+			return s.GetPaused()
+		}
+	}
+	t.Fatalf("scan %s not listed", id)
+	return false
 }

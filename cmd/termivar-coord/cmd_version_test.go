@@ -1,7 +1,8 @@
 // Goal: `version`, `completion` and the build line of `status` tell the
 // truth about this binary. Method: version's text and JSON are compared
 // with runtime.Version; the bash script is sourced into a real bash and
-// asked to complete partial words; the zsh and fish scripts must offer
+// asked to complete partial words, and so are the zsh and fish scripts in
+// real zsh and fish (CI installs them); the scripts must also offer
 // every command of the tables and every serve flag; `status --json`
 // against an in-process node reports that node's Go version.
 package main
@@ -9,6 +10,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"os"
 	"os/exec"
 	"runtime"
 	"strconv"
@@ -141,4 +143,91 @@ func TestStatus_ShowsNodeBuild(t *testing.T) {
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return lines[len(lines)-1]
+}
+
+// shellPath returns the named shell, or skips (fails under
+// TERMIVAR_REQUIRE_SHELLS=1, as in CI, which installs zsh and fish) when
+// it is not installed.
+func shellPath(t *testing.T, name string) string {
+	t.Helper()
+	path, err := exec.LookPath(name)
+	switch {
+	case err == nil:
+		return path
+	case os.Getenv("TERMIVAR_REQUIRE_SHELLS") == "1":
+		t.Fatalf("%s is not installed, and TERMIVAR_REQUIRE_SHELLS=1 forbids skipping", name)
+	}
+	t.Skipf("%s is not installed (apt-get install %s)", name, name)
+	return ""
+}
+
+// zshComplete sources the zsh script into a real zsh and runs its
+// completion function for line (the last word partial). compadd is
+// replaced by a function that prints the offered words matching the
+// prefix, as zsh's completion system would show them; _files prints
+// FILES.
+func zshComplete(t *testing.T, zsh, script string, line ...string) []string {
+	t.Helper()
+	prog := "compdef() { :; }\n" + script + "\n" +
+		`compadd() { [[ $1 == -- ]] && shift; for w in "$@"; do [[ $w == ${PREFIX}* ]] && print -r -- $w; done; return 0; }` + "\n" +
+		"_files() { print FILES; }\nwords=(" + strings.Join(line, " ") + ")\nCURRENT=" + itoa(len(line)) +
+		"\nPREFIX=" + line[len(line)-1] + "\n_termivar-coord\n"
+	out, err := exec.Command(zsh, "-f", "-c", prog).CombinedOutput()
+	if err != nil {
+		t.Fatalf("zsh: %v\n%s", err, out)
+	}
+	return strings.Fields(string(out))
+}
+
+// fishComplete loads the fish script into a real fish and asks fish's own
+// completion engine (complete -C) for line.
+func fishComplete(t *testing.T, fish, script string, line string) []string {
+	t.Helper()
+	cmd := exec.Command(fish, "--no-config", "-c", "source; complete -C "+strconv.Quote(line))
+	cmd.Stdin = strings.NewReader(script)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("fish: %v\n%s", err, out)
+	}
+	var words []string
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if w, _, _ := strings.Cut(l, "\t"); w != "" {
+			words = append(words, w)
+		}
+	}
+	return words
+}
+
+// The zsh and fish scripts run in the real shells and offer the same
+// completions as the bash script.
+func TestCompletion_ZshAndFishInRealShells(t *testing.T) {
+	t.Parallel()
+	zsh, fish := shellPath(t, "zsh"), shellPath(t, "fish")
+	scripts := map[string]string{}
+	for _, shell := range []string{"zsh", "fish"} {
+		var out, errOut bytes.Buffer
+		if code := completionTo(&out, &errOut, []string{shell}); code != exitOK {
+			t.Fatalf("completion %s = exit %d: %s", shell, code, errOut.String())
+		}
+		scripts[shell] = out.String()
+	}
+	for _, c := range []struct {
+		line []string
+		want string
+	}{
+		{[]string{"termivar-coord", "se"}, "serve"},
+		{[]string{"termivar-coord", "comp"}, "completion"},
+		{[]string{"termivar-coord", "serve", "--metrics-"}, "--metrics-addr --metrics-scans"},
+		{[]string{"termivar-coord", "serve", "--log-f"}, "--log-format"},
+		{[]string{"termivar-coord", "keys", "r"}, "revoke rotate"},
+		{[]string{"termivar-coord", "completion", "f"}, "fish"},
+		{[]string{"termivar-coord", "status", "--js"}, "--json"},
+	} {
+		if got := strings.Join(zshComplete(t, zsh, scripts["zsh"], c.line...), " "); got != c.want {
+			t.Errorf("zsh: complete %v = %q, want %q", c.line, got, c.want)
+		}
+		if got := strings.Join(fishComplete(t, fish, scripts["fish"], strings.Join(c.line, " ")), " "); got != c.want {
+			t.Errorf("fish: complete %v = %q, want %q", c.line, got, c.want)
+		}
+	}
 }

@@ -74,7 +74,14 @@ type procCluster struct {
 
 func startProcCluster(t *testing.T) *procCluster {
 	t.Helper()
-	pc := &procCluster{t: t, bin: buildBinary(t), base: t.TempDir()}
+	return startProcClusterOf(t, buildBinary(t))
+}
+
+// startProcClusterOf is startProcCluster on the binary bin; later
+// (re)starts use pc.bin.
+func startProcClusterOf(t *testing.T, bin string) *procCluster {
+	t.Helper()
+	pc := &procCluster{t: t, bin: bin, base: t.TempDir()}
 	pc.secretFile = filepath.Join(pc.base, "cluster.secret")
 	secret := bytes.Repeat([]byte{0}, 32)
 	for i := range secret {
@@ -619,10 +626,17 @@ func (l *faultLoad) finish(via *member) int {
 // every member reports a state hash at the same applied index, and
 // requires the hashes to be equal. It returns that index.
 func (pc *procCluster) equalStateHashes() uint64 {
+	pc.t.Helper()
+	return pc.equalStateHashesAfter("marker")
+}
+
+// equalStateHashesAfter is equalStateHashes with the one more entry an
+// enqueue of task marker (a new ID each call).
+func (pc *procCluster) equalStateHashesAfter(marker string) uint64 {
 	t := pc.t
 	t.Helper()
 	admin := pc.newClient(pc.urlsFrom(0), pc.adminKey, 50)
-	if _, err := admin.Enqueue(context.Background(), &pb.EnqueueRequest{Tasks: []*pb.NewTask{{TaskId: "marker", ScanId: "marker", TargetRef: "t"}}}); err != nil {
+	if _, err := admin.Enqueue(context.Background(), &pb.EnqueueRequest{Tasks: []*pb.NewTask{{TaskId: marker, ScanId: "marker", TargetRef: "t"}}}); err != nil {
 		t.Fatalf("marker enqueue: %v", err)
 	}
 	var index uint64

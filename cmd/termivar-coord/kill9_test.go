@@ -32,8 +32,14 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func buildBinary(t testing.TB) string {
 	t.Helper()
+	return buildBinaryTags(t, "")
+}
+
+// buildBinaryTags builds termivar-coord with the build tags (comma-separated; "" none).
+func buildBinaryTags(t testing.TB, tags string) string {
+	t.Helper()
 	bin := filepath.Join(t.TempDir(), "termivar-coord")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	out, err := exec.Command("go", "build", "-tags", tags, "-o", bin, ".").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}

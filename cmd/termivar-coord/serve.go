@@ -33,6 +33,7 @@ type serveFlags struct {
 	tick                               time.Duration
 	leaseTTL, taskTTL                  uint64
 	auditStderr, forceNewCluster       bool
+	auditRotation                      audit.Rotation
 	limits                             distributed.Limits
 	resultLimits                       distributed.ResultLimits
 	cluster                            clusterFlags
@@ -58,6 +59,8 @@ func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.Uint64Var(&f.leaseTTL, "lease-ttl", 60, "default lease TTL in seconds")
 	fs.Uint64Var(&f.taskTTL, "task-ttl", 0, "expire non-terminal tasks older than this many seconds (0: the tenant's max-task-ttl)")
 	fs.BoolVar(&f.auditStderr, "audit-stderr", false, "also write audit lines to stderr")
+	fs.Int64Var(&f.auditRotation.MaxBytes, "audit-max-bytes", audit.DefaultMaxBytes, "rotate audit.log once it would grow past this many bytes (0: never rotate)")
+	fs.IntVar(&f.auditRotation.Keep, "audit-keep", audit.DefaultKeep, fmt.Sprintf("rotated audit logs kept (audit.log.1..N, 1..%d)", audit.MaxKeep))
 	fs.BoolVar(&f.forceNewCluster, "force-new-cluster", false, "start a new, empty cluster in a data dir whose raft state is gone but whose identity, secret or keys remain (otherwise refused)")
 	addClusterFlags(fs, &f.cluster)
 	addLimitFlags(fs, &f.limits, &f.resultLimits, "per-tenant default: ")
@@ -166,6 +169,10 @@ func runServe(args []string) int {
 	}
 	if err := f.scheduling.Validate(); err != nil {
 		fmt.Fprintln(os.Stderr, "termivar-coord serve: scheduling:", err)
+		return exitUsage
+	}
+	if err := f.auditRotation.Validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "termivar-coord serve: --audit-max-bytes/--audit-keep:", err)
 		return exitUsage
 	}
 	if (f.tlsCert == "") != (f.tlsKey == "") || (f.clientCA != "" && f.tlsCert == "") {
@@ -393,13 +400,14 @@ func ensureAdminKey(ctx context.Context, n *node.Node, f serveFlags, logger *slo
 	return nil
 }
 
-// openAudit opens the data dir's audit log, also copied to stderr with
+// openAudit opens the data dir's audit log, rotated by
+// --audit-max-bytes/--audit-keep, also copied to stderr with
 // --audit-stderr.
 func openAudit(f serveFlags) (*audit.Logger, error) {
 	path := filepath.Join(f.dataDir, audit.FileName)
 	if f.auditStderr {
-		return audit.Open(path, os.Stderr)
+		return audit.OpenRotating(path, os.Stderr, f.auditRotation)
 	}
 	// NB: a nil io.Writer, not a nil *os.File in a non-nil interface.
-	return audit.Open(path, nil)
+	return audit.OpenRotating(path, nil, f.auditRotation)
 }

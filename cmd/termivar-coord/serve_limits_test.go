@@ -6,11 +6,13 @@ import (
 	"bytes"
 	"log/slog"
 	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	distributed "github.com/termivar/distributed"
+	"github.com/termivar/distributed/internal/audit"
 	"github.com/termivar/distributed/server"
 )
 
@@ -94,5 +96,34 @@ func TestServeFlags_ServiceTenantDefaults(t *testing.T) {
 	}
 	if d := distributed.DefaultLimits(); d.MaxTaskRecords != 4096 || d.MaxQueuedTasks != 1024 {
 		t.Fatalf("the core's DefaultLimits changed: %+v", d)
+	}
+}
+
+// TestServeFlags_AuditRotation: --audit-max-bytes and --audit-keep parse
+// into the audit log's rotation (documented defaults 64 MiB and 4), and
+// an out-of-range value is a usage error before anything is opened.
+func TestServeFlags_AuditRotation(t *testing.T) {
+	t.Parallel()
+	var f serveFlags
+	if err := newServeFlagSet(&f).Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	if want := (audit.Rotation{MaxBytes: 64 << 20, Keep: 4}); f.auditRotation != want {
+		t.Fatalf("defaults = %+v, want %+v", f.auditRotation, want)
+	}
+	if err := newServeFlagSet(&f).Parse([]string{"--audit-max-bytes", "4096", "--audit-keep", "7"}); err != nil {
+		t.Fatal(err)
+	}
+	if want := (audit.Rotation{MaxBytes: 4096, Keep: 7}); f.auditRotation != want {
+		t.Fatalf("parsed = %+v, want %+v", f.auditRotation, want)
+	}
+	dir := t.TempDir()
+	for _, args := range [][]string{{"--audit-max-bytes", "-1"}, {"--audit-keep", "0"}, {"--audit-keep", "101"}} {
+		if code := runServe(append([]string{"--data-dir", dir}, args...)); code != exitUsage {
+			t.Errorf("serve %v exit = %d, want %d", args, code, exitUsage)
+		}
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Fatalf("a refused serve wrote %d entries into its data dir", len(entries))
 	}
 }

@@ -126,7 +126,10 @@ func TestUpgrade_RollingMixedVersion(t *testing.T) {
 	// NB: not parallel. Its restarts and load starve the 2-core machine;
 	// run beside it, TestCluster_WipedMemberRefused saw its wiped member
 	// start serving in 2 runs of 8 (never alone, nor beside the other
-	// cluster tests).
+	// cluster tests): a new leader that had not applied the wiped member's
+	// record yet accepted it. The node now re-checks open raft
+	// connections and a bootstrapped member's own record (node/cluster.go
+	// checkPeers), and that test waits until every member has the record.
 	c := startClusterWith(t, 3, func(_ int, f *serveFlags) { f.emulateVersion = 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()

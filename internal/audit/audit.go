@@ -14,7 +14,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -63,15 +62,18 @@ func (lw *lockedWriter) Write(p []byte) (int, error) {
 	return lw.w.Write(p)
 }
 
-// Open appends to path (created with mode 0600). When tee is non-nil every
-// line is also written there (e.g. os.Stderr).
+// Open appends to path (created with mode 0600), never rotating. When tee
+// is non-nil every line is also written there (e.g. os.Stderr).
 func Open(path string, tee io.Writer) (*Logger, error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	return OpenRotating(path, tee, Rotation{})
+}
+
+// OpenRotating is Open with the file rotated by size (Rotation); rot is
+// validated first (errors.Is ErrRotation). Each line is written whole to
+// one file.
+func OpenRotating(path string, tee io.Writer, rot Rotation) (*Logger, error) {
+	f, err := openRotating(path, rot)
 	if err != nil {
-		return nil, err
-	}
-	if err := f.Chmod(0o600); err != nil {
-		f.Close()
 		return nil, err
 	}
 	var w io.Writer = f

@@ -1,0 +1,96 @@
+package distributed
+
+import (
+	"cmp"
+	"slices"
+)
+
+// The age and finish indexes (I3): every non-terminal task is in the age
+// list, ordered by CreatedAt, and every terminal task in the finish list,
+// ordered by its finish time. A task is added with the current logical
+// second, which no record's time exceeds (I8), so adding is appending and
+// each list stays in time order without comparisons; removal unlinks.
+// Both are O(1) where a B-tree insert or delete was O(log n) — a
+// lifecycle adds and removes three entries. The order of tasks with equal
+// times is their order of addition; no command's outcome depends on it
+// (ExpireOldTasks, purge and the scheduling index collect every task up to
+// a time), and Restore orders ties by task ID.
+//
+// A task is in at most one list, so the two share its prev/next links.
+
+// taskList is an intrusive doubly linked list of task records.
+type taskList struct {
+	head, tail *taskRec
+	n          int
+}
+
+// push appends t, which is in no list.
+func (l *taskList) push(t *taskRec) {
+	t.prev, t.next = l.tail, nil
+	if l.tail == nil {
+		l.head = t
+	} else {
+		l.tail.next = t
+	}
+	l.tail = t
+	l.n++
+}
+
+// remove unlinks t, which is in l.
+func (l *taskList) remove(t *taskRec) {
+	if t.prev == nil {
+		l.head = t.next
+	} else {
+		t.prev.next = t.next
+	}
+	if t.next == nil {
+		l.tail = t.prev
+	} else {
+		t.next.prev = t.prev
+	}
+	t.prev, t.next = nil, nil
+	l.n--
+}
+
+// walk visits the records in order until visit returns false.
+func (l *taskList) walk(visit func(*taskRec) bool) {
+	for t := l.head; t != nil; t = t.next {
+		if !visit(t) {
+			return
+		}
+	}
+}
+
+// rebuildList links ts ordered by time (ties by task ID) into a new list.
+func rebuildList(ts []*taskRec, time func(*taskRec) uint64) taskList {
+	slices.SortFunc(ts, func(a, b *taskRec) int {
+		if c := cmp.Compare(time(a), time(b)); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.id, b.id)
+	})
+	var l taskList
+	for _, t := range ts {
+		l.push(t)
+	}
+	return l
+}
+
+func createdAtOf(t *taskRec) uint64  { return t.createdAt }
+func finishedAtOf(t *taskRec) uint64 { return t.finishedAt }
+
+// auditList checks one list (I3): exactly n records, linked both ways,
+// each a record of c in the list's state (terminal or not), in time order.
+func (c *coordinator) auditList(l *taskList, terminal bool, n int, time func(*taskRec) uint64) bool {
+	count := 0
+	var prev *taskRec
+	for t := l.head; t != nil; t = t.next {
+		count++
+		if count > n || t.prev != prev || c.tasks[t.id] != t || t.status.Terminal() != terminal ||
+			(prev != nil && time(prev) > time(t)) {
+			return false
+		}
+		prev = t
+	}
+	return count == n && l.n == n && l.tail == prev
+}

@@ -42,6 +42,7 @@ type benchFlags struct {
 	waitSecs, rate, resident, idleConns    int
 	memProfile, mutexProfile, blockProfile string
 	suite                                  bool
+	dropAfter                              bool // delete the run's scans once measured (--suite: every mode starts from the same heap)
 }
 
 // runBench drives N producers and M workers against a node over loopback
@@ -307,6 +308,7 @@ type benchRun struct {
 	result        []byte         // every task's result
 	start         time.Time      // the measured run's start (--rate paces from it)
 	calls         benchCalls     // the measured run's API calls
+	owner         *client.Client // the producer, kept after closeLoad for dropScans
 	doneOnce      sync.Once
 	doneAt        time.Time     // when the last task's completion was acknowledged
 	doneCPU       time.Duration // the process's CPU time then
@@ -369,6 +371,9 @@ func bench(ctx context.Context, f benchFlags, url, adminKey string) (benchResult
 			return res, err
 		}
 	}
+	if f.dropAfter {
+		return res, r.dropScans(ctx)
+	}
 	return res, nil
 }
 
@@ -402,6 +407,7 @@ func (r *benchRun) connect(ctx context.Context, url, adminKey string) error {
 	if r.prod, err = mkClient("producer"); err != nil {
 		return err
 	}
+	r.owner = r.prod
 	for i := range r.f.workers {
 		w, err := mkClient("worker")
 		if err != nil {

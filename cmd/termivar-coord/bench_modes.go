@@ -248,3 +248,19 @@ func (r *benchRun) registerIdle(ctx context.Context, mk func(string) (*client.Cl
 	}
 	return nil
 }
+
+// dropScans deletes the run's scans ("bench", and "resident" when filled),
+// forcing out the resident tasks still queued, so that the node's heap is
+// back to what it was before the run.
+func (r *benchRun) dropScans(ctx context.Context) error {
+	scans := []string{"bench"}
+	if r.f.resident > 0 {
+		scans = append(scans, "resident")
+	}
+	for _, scan := range scans {
+		if _, err := r.owner.DeleteScan(ctx, &pb.DeleteScanRequest{ScanId: scan, Force: true}); err != nil {
+			return fmt.Errorf("delete scan %s after the run: %w", scan, err)
+		}
+	}
+	return nil
+}

@@ -19,6 +19,7 @@ func TestBench_Modes(t *testing.T) {
 	if err := newBenchFlagSet(&f).Parse(args); err != nil {
 		t.Fatal(err)
 	}
+	f.dropAfter = true // as --suite does: the scans, resident ones too, are deleted after the run
 	stop, url, key, err := startBenchNode(t.TempDir())
 	if err != nil {
 		t.Fatal(err)

@@ -19,7 +19,9 @@ import (
 // then the batched default, the other modes, and the batched default
 // again; every ratio is taken against the mean of the two defaults, so
 // all ratios come from one sitting and a drift of the shared machine's
-// load during the suite shows as the difference between the two. Sizes
+// load during the suite shows as the difference between the two. Each
+// run's scans are deleted once it is measured, so every mode starts from
+// the same heap (the collector's pace follows the live heap). Sizes
 // keep the whole suite to a few minutes on the project's 2-core VM.
 var benchSuiteModes = [...]struct {
 	name string
@@ -50,7 +52,7 @@ func runBenchSuite(ctx context.Context, flags benchFlags, url, key string, w io.
 	results := make([]benchResult, 0, len(benchSuiteModes))
 	for _, m := range benchSuiteModes {
 		f := flags
-		f.suite, f.rate, f.resident, f.idleConns = false, 0, 0, 0
+		f.suite, f.rate, f.resident, f.idleConns, f.dropAfter = false, 0, 0, 0, true
 		if m.set(&f); f.idleConns > 0 && !f.embedded {
 			continue // the memory of a separate server is not this process's
 		}

@@ -6,7 +6,7 @@ BENCHTIME ?= 1s
 COUNT ?= 1
 SOAK_TARGETS ?= 1000000
 
-.PHONY: help test test/race bench bench-memory fuzz fuzz-short mutants sim soak lint verify tidy proto
+.PHONY: help test test/race bench bench-node bench-memory fuzz fuzz-short mutants sim soak lint verify tidy proto
 
 help: ## list targets
 	@grep -E '^[a-zA-Z/_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "%-12s %s\n", $$1, $$2}'
@@ -29,6 +29,11 @@ fuzz: ## run every fuzz target for FUZZTIME each
 
 sim: ## run a long deterministic simulation (SIM_COMMANDS commands)
 	$(GO) test ./distributedtest/sim -run TestSimLong -sim.commands $(SIM_COMMANDS) -timeout 0 -v
+
+BENCH_NODE_FLAGS ?=
+bench-node: ## every bench mode (single calls, fixed rate, 1024 workers, 64 KiB results, resident records, idle long-polls) in one sitting, with ratios to the batched default (minutes; BENCH_NODE_FLAGS e.g. --embedded=false --server URL --key K)
+	$(GO) build -o bin/termivar-coord-bench ./cmd/termivar-coord
+	./bin/termivar-coord-bench bench --suite $(BENCH_NODE_FLAGS)
 
 bench-memory: ## measure RSS per task record and per result byte with the real binary (minutes)
 	TERMIVAR_MEMORY_BENCH=1 $(GO) test -run '^$$' -bench BenchmarkServe_Memory -benchtime 1x -timeout 30m ./cmd/termivar-coord

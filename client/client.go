@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -78,14 +79,39 @@ type Config struct {
 // Client is a connection to one node. Its methods are safe for concurrent
 // use.
 type Client struct {
-	cfg      Config
-	hc       *http.Client
-	log      *slog.Logger
+	cfg    Config
+	hc     *http.Client
+	log    *slog.Logger
+	router *router
+
+	// The service clients, each built on first use: a Connect client per
+	// method of a service costs tens of kilobytes, and most programs (a
+	// worker, a producer) use one service (issue 15: 1 024 workers).
+	svcOnce  [4]sync.Once
 	worker   termivarv1connect.WorkerClient
 	producer termivarv1connect.ProducerClient
 	admin    termivarv1connect.AdminClient
 	cluster  termivarv1connect.ClusterClient
-	router   *router
+}
+
+func (c *Client) workerSvc() termivarv1connect.WorkerClient {
+	c.svcOnce[0].Do(func() { c.worker = termivarv1connect.NewWorkerClient(c.hc, c.cfg.ServerURL) })
+	return c.worker
+}
+
+func (c *Client) producerSvc() termivarv1connect.ProducerClient {
+	c.svcOnce[1].Do(func() { c.producer = termivarv1connect.NewProducerClient(c.hc, c.cfg.ServerURL) })
+	return c.producer
+}
+
+func (c *Client) adminSvc() termivarv1connect.AdminClient {
+	c.svcOnce[2].Do(func() { c.admin = termivarv1connect.NewAdminClient(c.hc, c.cfg.ServerURL) })
+	return c.admin
+}
+
+func (c *Client) clusterSvc() termivarv1connect.ClusterClient {
+	c.svcOnce[3].Do(func() { c.cluster = termivarv1connect.NewClusterClient(c.hc, c.cfg.ServerURL) })
+	return c.cluster
 }
 
 // NewTransport returns the keep-alive HTTP/1.1 transport New uses by
@@ -138,16 +164,7 @@ func New(cfg Config) (*Client, error) {
 	rt := cmp.Or(base.Transport, http.DefaultTransport)
 	hc := *base
 	hc.Transport = &bearer{key: cfg.Key, next: rt, router: rtr}
-	return &Client{
-		cfg:      cfg,
-		router:   rtr,
-		hc:       &hc,
-		log:      log,
-		worker:   termivarv1connect.NewWorkerClient(&hc, cfg.ServerURL),
-		producer: termivarv1connect.NewProducerClient(&hc, cfg.ServerURL),
-		admin:    termivarv1connect.NewAdminClient(&hc, cfg.ServerURL),
-		cluster:  termivarv1connect.NewClusterClient(&hc, cfg.ServerURL),
-	}, nil
+	return &Client{cfg: cfg, router: rtr, hc: &hc, log: log}, nil
 }
 
 // Close closes the client's idle connections. The client stays usable.
@@ -383,12 +400,12 @@ func LoadKey(path string) (string, error) {
 // RegisterWorker registers a new worker or, with ReactivateGeneration set,
 // reactivates an offline one.
 func (c *Client) RegisterWorker(ctx context.Context, req *pb.RegisterWorkerRequest) (*pb.RegisterWorkerResponse, error) {
-	return call(ctx, c, "Worker.RegisterWorker", req, c.worker.RegisterWorker)
+	return call(ctx, c, "Worker.RegisterWorker", req, c.workerSvc().RegisterWorker)
 }
 
 // Heartbeat reports the worker's status and utilization.
 func (c *Client) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.HeartbeatResponse, error) {
-	return call(ctx, c, "Worker.Heartbeat", req, c.worker.Heartbeat)
+	return call(ctx, c, "Worker.Heartbeat", req, c.workerSvc().Heartbeat)
 }
 
 // Acquire leases up to req.MaxTasks tasks, long-polling up to req.WaitSecs.
@@ -400,39 +417,39 @@ func (c *Client) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.H
 // is re-issued on the next node.
 func (c *Client) Acquire(ctx context.Context, req *pb.AcquireRequest) (*pb.AcquireResponse, error) {
 	wait := time.Duration(req.GetWaitSecs()) * time.Second
-	return invoke(ctx, c, "Worker.Acquire", wait, req, c.worker.Acquire)
+	return invoke(ctx, c, "Worker.Acquire", wait, req, c.workerSvc().Acquire)
 }
 
 // Start marks a leased task running.
 func (c *Client) Start(ctx context.Context, req *pb.StartRequest) (*pb.StartResponse, error) {
-	return call(ctx, c, "Worker.Start", req, c.worker.Start)
+	return call(ctx, c, "Worker.Start", req, c.workerSvc().Start)
 }
 
 // RenewLease extends a lease; the response carries the new lease token.
 func (c *Client) RenewLease(ctx context.Context, req *pb.RenewLeaseRequest) (*pb.RenewLeaseResponse, error) {
-	return call(ctx, c, "Worker.RenewLease", req, c.worker.RenewLease)
+	return call(ctx, c, "Worker.RenewLease", req, c.workerSvc().RenewLease)
 }
 
 // Complete completes a task and stores its result. A retry after a lost
 // reply answers AlreadyCompleted.
 func (c *Client) Complete(ctx context.Context, req *pb.CompleteRequest) (*pb.CompleteResponse, error) {
-	return call(ctx, c, "Worker.Complete", req, c.worker.Complete)
+	return call(ctx, c, "Worker.Complete", req, c.workerSvc().Complete)
 }
 
 // CompleteMany completes several tasks; each item succeeds or fails alone.
 func (c *Client) CompleteMany(ctx context.Context, req *pb.CompleteManyRequest) (*pb.CompleteManyResponse, error) {
-	return call(ctx, c, "Worker.CompleteMany", req, c.worker.CompleteMany)
+	return call(ctx, c, "Worker.CompleteMany", req, c.workerSvc().CompleteMany)
 }
 
 // Fail fails the current attempt of a task (the server retries it or fails
 // it for good by the retry rule).
 func (c *Client) Fail(ctx context.Context, req *pb.FailRequest) (*pb.FailResponse, error) {
-	return call(ctx, c, "Worker.Fail", req, c.worker.Fail)
+	return call(ctx, c, "Worker.Fail", req, c.workerSvc().Fail)
 }
 
 // Deregister takes the worker offline and recovers its leases.
 func (c *Client) Deregister(ctx context.Context, req *pb.DeregisterRequest) (*pb.DeregisterResponse, error) {
-	return call(ctx, c, "Worker.Deregister", req, c.worker.Deregister)
+	return call(ctx, c, "Worker.Deregister", req, c.workerSvc().Deregister)
 }
 
 // Producer service.
@@ -442,7 +459,7 @@ func (c *Client) Deregister(ctx context.Context, req *pb.DeregisterRequest) (*pb
 // NB: a retried Enqueue whose first reply was lost fails with
 // task_already_exists; EnqueueTargets handles that case.
 func (c *Client) Enqueue(ctx context.Context, req *pb.EnqueueRequest) (*pb.EnqueueResponse, error) {
-	return call(ctx, c, "Producer.Enqueue", req, c.producer.Enqueue)
+	return call(ctx, c, "Producer.Enqueue", req, c.producerSvc().Enqueue)
 }
 
 // Cancel cancels a task: by its fence token (queued) or lease token
@@ -453,22 +470,22 @@ func (c *Client) Enqueue(ctx context.Context, req *pb.EnqueueRequest) (*pb.Enque
 // terminal task fails with invalid_transition
 // (errors.Is(err, distributed.ErrInvalidTransition)).
 func (c *Client) Cancel(ctx context.Context, req *pb.CancelRequest) (*pb.CancelResponse, error) {
-	return call(ctx, c, "Producer.Cancel", req, c.producer.Cancel)
+	return call(ctx, c, "Producer.Cancel", req, c.producerSvc().Cancel)
 }
 
 // GetTask returns one task.
 func (c *Client) GetTask(ctx context.Context, req *pb.GetTaskRequest) (*pb.GetTaskResponse, error) {
-	return call(ctx, c, "Producer.GetTask", req, c.producer.GetTask)
+	return call(ctx, c, "Producer.GetTask", req, c.producerSvc().GetTask)
 }
 
 // ListTasks returns one page of tasks.
 func (c *Client) ListTasks(ctx context.Context, req *pb.ListTasksRequest) (*pb.ListTasksResponse, error) {
-	return call(ctx, c, "Producer.ListTasks", req, c.producer.ListTasks)
+	return call(ctx, c, "Producer.ListTasks", req, c.producerSvc().ListTasks)
 }
 
 // ScanProgress returns a scan's counts per status.
 func (c *Client) ScanProgress(ctx context.Context, req *pb.ScanProgressRequest) (*pb.ScanProgressResponse, error) {
-	return call(ctx, c, "Producer.ScanProgress", req, c.producer.ScanProgress)
+	return call(ctx, c, "Producer.ScanProgress", req, c.producerSvc().ScanProgress)
 }
 
 // DeleteScan purges every task of a scan and their results (contract Part
@@ -479,40 +496,40 @@ func (c *Client) ScanProgress(ctx context.Context, req *pb.ScanProgressRequest) 
 // after a lost reply) fails with scan_not_found. Lease tokens of the
 // purged tasks fail with task_purged from then on.
 func (c *Client) DeleteScan(ctx context.Context, req *pb.DeleteScanRequest) (*pb.DeleteScanResponse, error) {
-	return call(ctx, c, "Producer.DeleteScan", req, c.producer.DeleteScan)
+	return call(ctx, c, "Producer.DeleteScan", req, c.producerSvc().DeleteScan)
 }
 
 // PurgeTasks purges the named terminal tasks and their results; an unknown
 // (task_not_found) or non-terminal (invalid_transition) one refuses the
 // whole request and nothing is purged.
 func (c *Client) PurgeTasks(ctx context.Context, req *pb.PurgeTasksRequest) (*pb.PurgeTasksResponse, error) {
-	return call(ctx, c, "Producer.PurgeTasks", req, c.producer.PurgeTasks)
+	return call(ctx, c, "Producer.PurgeTasks", req, c.producerSvc().PurgeTasks)
 }
 
 // Admin service.
 
 // Status returns the node's and the caller's tenant's status.
 func (c *Client) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusResponse, error) {
-	return call(ctx, c, "Admin.Status", req, c.admin.Status)
+	return call(ctx, c, "Admin.Status", req, c.adminSvc().Status)
 }
 
 // ListWorkers returns every worker of the caller's tenant.
 func (c *Client) ListWorkers(ctx context.Context, req *pb.ListWorkersRequest) (*pb.ListWorkersResponse, error) {
-	return call(ctx, c, "Admin.ListWorkers", req, c.admin.ListWorkers)
+	return call(ctx, c, "Admin.ListWorkers", req, c.adminSvc().ListWorkers)
 }
 
 // CreateTenant creates a tenant (system tenant admin keys only).
 func (c *Client) CreateTenant(ctx context.Context, req *pb.CreateTenantRequest) (*pb.CreateTenantResponse, error) {
-	return call(ctx, c, "Admin.CreateTenant", req, c.admin.CreateTenant)
+	return call(ctx, c, "Admin.CreateTenant", req, c.adminSvc().CreateTenant)
 }
 
 // UpdateTenant changes a tenant's result retention (its own tenant's for a
 // tenant admin key; any tenant's for a system admin key).
 func (c *Client) UpdateTenant(ctx context.Context, req *pb.UpdateTenantRequest) (*pb.UpdateTenantResponse, error) {
-	return call(ctx, c, "Admin.UpdateTenant", req, c.admin.UpdateTenant)
+	return call(ctx, c, "Admin.UpdateTenant", req, c.adminSvc().UpdateTenant)
 }
 
 // CreateKey creates an API key; the response shows the key once.
 func (c *Client) CreateKey(ctx context.Context, req *pb.CreateKeyRequest) (*pb.CreateKeyResponse, error) {
-	return call(ctx, c, "Admin.CreateKey", req, c.admin.CreateKey)
+	return call(ctx, c, "Admin.CreateKey", req, c.adminSvc().CreateKey)
 }

@@ -176,15 +176,15 @@ func (r *router) rewrite(req *http.Request, t *url.URL) {
 // Join asks the cluster to add a node as a voter; the response carries the
 // cluster secret.
 func (c *Client) Join(ctx context.Context, req *pb.JoinRequest) (*pb.JoinResponse, error) {
-	return call(ctx, c, "Cluster.Join", req, c.cluster.Join)
+	return call(ctx, c, "Cluster.Join", req, c.clusterSvc().Join)
 }
 
 // Members lists the raft configuration as the node asked sees it.
 func (c *Client) Members(ctx context.Context, req *pb.MembersRequest) (*pb.MembersResponse, error) {
-	return call(ctx, c, "Cluster.Members", req, c.cluster.Members)
+	return call(ctx, c, "Cluster.Members", req, c.clusterSvc().Members)
 }
 
 // RemoveMember removes a node from the raft configuration.
 func (c *Client) RemoveMember(ctx context.Context, req *pb.RemoveMemberRequest) (*pb.RemoveMemberResponse, error) {
-	return call(ctx, c, "Cluster.RemoveMember", req, c.cluster.RemoveMember)
+	return call(ctx, c, "Cluster.RemoveMember", req, c.clusterSvc().RemoveMember)
 }

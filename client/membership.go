@@ -15,7 +15,7 @@ import (
 // Naming the current leader is a no-op that returns it, so a retry after a
 // lost reply is harmless; without nodeID a retry may move leadership again.
 func (c *Client) TransferLeadership(ctx context.Context, nodeID string) (string, error) {
-	res, err := call(ctx, c, "Cluster.TransferLeadership", &pb.TransferLeadershipRequest{NodeId: nodeID}, c.cluster.TransferLeadership)
+	res, err := call(ctx, c, "Cluster.TransferLeadership", &pb.TransferLeadershipRequest{NodeId: nodeID}, c.clusterSvc().TransferLeadership)
 	if err != nil {
 		return "", err
 	}

@@ -103,7 +103,7 @@ func (c *Client) Results(ctx context.Context, scanID string, fn func(taskID stri
 func (c *Client) resultsOnce(ctx context.Context, scanID string, fn func(Result) error) (int, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := c.producer.AggregateResults(ctx, connect.NewRequest(&pb.AggregateResultsRequest{ScanId: scanID}))
+	stream, err := c.producerSvc().AggregateResults(ctx, connect.NewRequest(&pb.AggregateResultsRequest{ScanId: scanID}))
 	if err != nil {
 		return 0, err
 	}

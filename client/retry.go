@@ -15,5 +15,5 @@ import (
 // expired or cancelled, a task of another scan), task_not_found (an unknown
 // scan or task), queued or active task capacity.
 func (c *Client) Retry(ctx context.Context, req *pb.RetryRequest) (*pb.RetryResponse, error) {
-	return call(ctx, c, "Producer.Retry", req, c.producer.Retry)
+	return call(ctx, c, "Producer.Retry", req, c.producerSvc().Retry)
 }

@@ -13,7 +13,7 @@ import (
 
 // ListScans returns one page of the tenant's scans, sorted by scan ID.
 func (c *Client) ListScans(ctx context.Context, req *pb.ListScansRequest) (*pb.ListScansResponse, error) {
-	return call(ctx, c, "Producer.ListScans", req, c.producer.ListScans)
+	return call(ctx, c, "Producer.ListScans", req, c.producerSvc().ListScans)
 }
 
 // EachScan calls fn for every scan of the tenant, page by page (pageSize 0
@@ -43,7 +43,7 @@ func (c *Client) EachScan(ctx context.Context, pageSize uint32, fn func(*pb.Scan
 // the next node with the same cursor.
 func (c *Client) FollowResults(ctx context.Context, req *pb.FollowResultsRequest) (*pb.FollowResultsResponse, error) {
 	wait := time.Duration(req.GetWaitSecs()) * time.Second
-	return invoke(ctx, c, "Producer.FollowResults", wait, req, c.producer.FollowResults)
+	return invoke(ctx, c, "Producer.FollowResults", wait, req, c.producerSvc().FollowResults)
 }
 
 // Result is one result of a scan.

@@ -38,7 +38,7 @@ func (s Schedule) apply(t *pb.NewTask) {
 
 // UpdateScan pauses, resumes or limits a scan (unset fields stay).
 func (c *Client) UpdateScan(ctx context.Context, req *pb.UpdateScanRequest) (*pb.UpdateScanResponse, error) {
-	return call(ctx, c, "Producer.UpdateScan", req, c.producer.UpdateScan)
+	return call(ctx, c, "Producer.UpdateScan", req, c.producerSvc().UpdateScan)
 }
 
 // PauseScan stops new leases of the scan's tasks; running tasks finish.
@@ -56,21 +56,21 @@ func (c *Client) ResumeScan(ctx context.Context, scanID string) (*pb.UpdateScanR
 // SetSchedulingOptions replaces the caller's tenant's scheduling options
 // (admin keys).
 func (c *Client) SetSchedulingOptions(ctx context.Context, req *pb.SetSchedulingOptionsRequest) (*pb.SetSchedulingOptionsResponse, error) {
-	return call(ctx, c, "Admin.SetSchedulingOptions", req, c.admin.SetSchedulingOptions)
+	return call(ctx, c, "Admin.SetSchedulingOptions", req, c.adminSvc().SetSchedulingOptions)
 }
 
 // CreateSchedule creates a recurring scan: the leader enqueues the targets
 // as scan "<scan_prefix>-<tick>" at every tick, once per tick.
 func (c *Client) CreateSchedule(ctx context.Context, req *pb.CreateScheduleRequest) (*pb.CreateScheduleResponse, error) {
-	return call(ctx, c, "Producer.CreateSchedule", req, c.producer.CreateSchedule)
+	return call(ctx, c, "Producer.CreateSchedule", req, c.producerSvc().CreateSchedule)
 }
 
 // ListSchedules returns the tenant's schedules.
 func (c *Client) ListSchedules(ctx context.Context, req *pb.ListSchedulesRequest) (*pb.ListSchedulesResponse, error) {
-	return call(ctx, c, "Producer.ListSchedules", req, c.producer.ListSchedules)
+	return call(ctx, c, "Producer.ListSchedules", req, c.producerSvc().ListSchedules)
 }
 
 // DeleteSchedule removes a schedule; the scans it enqueued stay.
 func (c *Client) DeleteSchedule(ctx context.Context, req *pb.DeleteScheduleRequest) (*pb.DeleteScheduleResponse, error) {
-	return call(ctx, c, "Producer.DeleteSchedule", req, c.producer.DeleteSchedule)
+	return call(ctx, c, "Producer.DeleteSchedule", req, c.producerSvc().DeleteSchedule)
 }

@@ -168,6 +168,6 @@ func (s *watchedLogStore) IsMonotonic() bool {
 
 // fsmOptions are the FSM options of a node.
 func (n *Node) fsmOptions() raftfsm.Options {
-	return raftfsm.Options{Logger: n.cfg.Logger, NotifyFunc: n.wake.Notify, ProgressFunc: n.progress.Notify, FatalFunc: n.onFSMFatal,
+	return raftfsm.Options{Logger: n.cfg.Logger, WakeFunc: n.wake.Notify, ProgressFunc: n.progress.Notify, FatalFunc: n.onFSMFatal,
 		MaxVersion: n.cfg.MaxVersion()}
 }

@@ -220,7 +220,7 @@ type Node struct {
 	bootstrappedPeers atomic.Bool
 	firstRefusal      atomic.Int64 // unix nanoseconds of the first refusal
 	codec             *token.Codec
-	wake              notify.Notifier
+	wake              notify.Queue    // Acquire long-polls (Acquirers)
 	changed           notify.Notifier // every applied entry (ChangeChan); one key, ""
 	progress          notify.Notifier // the FSM's ProgressFunc: tasks may have become terminal
 	clu               clusterState
@@ -521,9 +521,9 @@ func (n *Node) RaftAddr() string { return string(n.trans.LocalAddr()) }
 // waits on it (server/dashboard.go).
 func (n *Node) ChangeChan() <-chan struct{} { return n.changed.Wait("") }
 
-// WaitChan returns a channel that is closed the next time a command may
-// have made queued tasks available in tenant (Acquire long-polls on it).
-func (n *Node) WaitChan(tenant string) <-chan struct{} { return n.wake.Wait(tenant) }
+// Acquirers is the queue of Acquire long-polls, woken about as many at a
+// time as a command may have made tasks leasable (raftfsm.Options.WakeFunc).
+func (n *Node) Acquirers() *notify.Queue { return &n.wake }
 
 // ProgressChan returns a channel that is closed the next time a command
 // may have made tasks of the tenant terminal (result followers wait on it).

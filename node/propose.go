@@ -44,14 +44,25 @@ type proposer struct {
 
 	proposals chan *proposal
 	inflight  chan *inflightBatch // at most two entries in flight
-	m         *metrics.Node       // apply latency and batch size; nil: none
+	// slots holds one token per entry handed to raft and not yet answered
+	// by respond. Invariant: at most cap(slots) such entries.
+	slots chan struct{}
+	m     *metrics.Node // apply latency and batch size; nil: none
 }
+
+// maxEntriesInFlight bounds the entries handed to raft and not yet
+// answered. NB: run takes a slot before it forms an entry, so proposals
+// that arrive while both are in flight (being written, synced, applied)
+// wait and share the next entry instead of each making one (issue 15:
+// at low rates one entry per command cost more CPU than the commands).
+const maxEntriesInFlight = 2
 
 func newProposer(r raftApplier, lastTime func() uint64, now func() time.Time, maxBatch int, closed <-chan struct{}) *proposer {
 	return &proposer{
 		raft: r, lastTime: lastTime, now: now, maxBatch: maxBatch, closed: closed,
 		proposals: make(chan *proposal, 4*maxBatch),
-		inflight:  make(chan *inflightBatch, 2),
+		inflight:  make(chan *inflightBatch, maxEntriesInFlight),
+		slots:     make(chan struct{}, maxEntriesInFlight),
 	}
 }
 
@@ -90,7 +101,12 @@ func (n *Node) Propose(ctx context.Context, cmd *pb.Command) (_ raftfsm.Response
 	if tr == nil {
 		tr = noop.NewTracerProvider().Tracer("")
 	}
-	ctx, span := tr.Start(ctx, "raft.propose", trace.WithAttributes(attribute.String("termivar.op", opName(cmd))))
+	ctx, span := tr.Start(ctx, "raft.propose")
+	if span.IsRecording() {
+		// NB: only a recording span is named: opName is reflection, and
+		// the attribute allocates, on every proposal (issue 15).
+		span.SetAttributes(attribute.String("termivar.op", opName(cmd)))
+	}
 	defer func() { endSpan(span, err) }()
 	p, err := n.prop.submit(ctx, cmd)
 	if err != nil {
@@ -164,6 +180,13 @@ func (pr *proposer) run(ctx context.Context) {
 		case p := <-pr.proposals:
 			batch = append(batch[:0], p)
 		}
+		select {
+		case pr.slots <- struct{}{}:
+		case <-ctx.Done():
+			batch[0].done <- proposalResult{err: ErrClosed}
+			pr.failPending()
+			return
+		}
 		batch = pr.drain(batch)
 		now := max(lastStamp, pr.lastTime(), uint64(max(pr.now().Unix(), 0)))
 		lastStamp = now
@@ -231,6 +254,7 @@ func (pr *proposer) failPending() {
 func (pr *proposer) respond(context.Context) {
 	for ib := range pr.inflight {
 		finish(ib)
+		<-pr.slots
 		if ib.err == nil {
 			pr.m.ObserveApply(len(ib.props), time.Since(ib.start))
 		}

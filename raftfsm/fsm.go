@@ -13,6 +13,7 @@ import (
 
 	distributed "github.com/termivar/distributed"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/internal/notify"
 	"github.com/termivar/distributed/internal/wire"
 )
 
@@ -50,6 +51,13 @@ type Options struct {
 	// command that may have made queued tasks available in a tenant
 	// (enqueue, failure, recovery). It must not block.
 	NotifyFunc func(tenant string)
+	// WakeFunc, when set, is called instead of NotifyFunc with how many
+	// tasks the command may have made leasable: the tasks an enqueue
+	// added, 1 for a completion or failure (a freed slot, a requeued
+	// task), notify.All when it cannot say (wakeCount). Acquire long-polls
+	// wake about that many waiters (internal/notify.Queue). It must not
+	// block.
+	WakeFunc func(tenant string, tasks int)
 	// ProgressFunc, when set, is called from the apply goroutine after a
 	// command that may have made tasks of a tenant terminal (completion,
 	// failure, cancellation, expiry, recovery): result followers wait on
@@ -304,10 +312,27 @@ func resp[T any](tr distributed.Transition[T], err error) Response {
 	return Response{Revision: tr.Revision, Value: tr.Value}
 }
 
-func (f *FSM) notify(tenant string) {
-	if f.opts.NotifyFunc != nil {
+func (f *FSM) notify(tenant string, cmd *pb.Command) {
+	switch {
+	case f.opts.WakeFunc != nil:
+		f.opts.WakeFunc(tenant, wakeCount(cmd))
+	case f.opts.NotifyFunc != nil:
 		f.opts.NotifyFunc(tenant)
 	}
+}
+
+// wakeCount is how many tasks a successful notifying command may have
+// made leasable (Options.WakeFunc): the enqueued tasks, one for a
+// completion or failure, every waiter (notify.All) for the rest
+// (recoveries, cancellations, scan and time changes).
+func wakeCount(cmd *pb.Command) int {
+	switch op := cmd.GetOp().(type) {
+	case *pb.Command_Enqueue:
+		return len(op.Enqueue.GetTasks())
+	case *pb.Command_CompleteTask, *pb.Command_FailTask:
+		return 1
+	}
+	return notify.All
 }
 
 // principalKey returns the key record of principal if it may act in tenant.

@@ -5,6 +5,7 @@ import (
 
 	distributed "github.com/termivar/distributed"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/internal/notify"
 	"github.com/termivar/distributed/internal/token"
 	"github.com/termivar/distributed/node"
 	"github.com/termivar/distributed/raftfsm"
@@ -29,9 +30,10 @@ type Backend interface {
 	// Codec seals and opens the tenant-bound tokens (leases, fences,
 	// receipts, ownerships).
 	Codec() *token.Codec
-	// WaitChan returns a channel closed the next time queued tasks may
-	// have become available in tenant (Acquire long-polls on it).
-	WaitChan(tenant string) <-chan struct{}
+	// Acquirers is the queue Acquire long-polls wait in; the FSM wakes
+	// about as many of a tenant's waiters as a command may have made tasks
+	// leasable (raftfsm.Options.WakeFunc).
+	Acquirers() *notify.Queue
 	// ProgressChan returns a channel closed the next time tasks of tenant
 	// may have become terminal (FollowResults long-polls on it).
 	ProgressChan(tenant string) <-chan struct{}

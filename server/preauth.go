@@ -69,6 +69,9 @@ func principalFrom(ctx context.Context) (principal, error) {
 // isUnauthenticated reports whether err is an authentication (not an
 // authorisation) failure.
 func isUnauthenticated(err error) bool {
+	if err == nil {
+		return false // NB: before ae, which escapes: no allocation per accepted call
+	}
 	var ae *apiError
 	return errors.As(err, &ae) && ae.kind == KindUnauthenticated
 }

@@ -10,6 +10,7 @@ import (
 
 	distributed "github.com/termivar/distributed"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/internal/notify"
 	"github.com/termivar/distributed/raftfsm"
 )
 
@@ -94,45 +95,89 @@ func (h workerHandler) Acquire(ctx context.Context, req *connect.Request[pb.Acqu
 		if m.GetMaxTasks() > raftfsm.MaxAcquireTasks {
 			return nil, 0, errInvalid("max_tasks is above 256")
 		}
-		ttl := cmp.Or(m.GetLeaseTtlSecs(), h.s.cfg.DefaultLeaseTTLSecs)
-		tv, _ := h.s.node.Reads().Tenant(p.Tenant)
 		deadline := time.NewTimer(time.Duration(m.GetWaitSecs()) * time.Second)
 		defer deadline.Stop()
-		for {
-			// NB: take the wake channel before looking, so an enqueue between
-			// the look and the wait still wakes us.
-			wake := h.s.node.WaitChan(p.Tenant)
-			var r raftfsm.Response
-			err := error(distributed.ErrNoQueuedTask)
-			if tv.HasLeasable() { // not only queued: due, and its scan not paused or full
-				r, err = h.s.propose(ctx, p, nil, &pb.Command{Op: &pb.Command_AcquireTasks{AcquireTasks: &pb.AcquireTasks{
-					WorkerId: m.GetWorkerId(), LeaseTtlSecs: ttl, MaxTasks: m.GetMaxTasks(), Start: m.GetStart()}}})
-			}
-			if err == nil {
-				out, err := h.acquired(p, r)
-				return out, r.Revision, err
-			}
-			if !errors.Is(err, distributed.ErrNoQueuedTask) {
-				return nil, r.Revision, err
-			}
-			if h.wait(ctx, wake, deadline.C) {
-				continue
-			}
-			if r.Revision == 0 {
-				r.Revision = tv.Counters().Revision
-			}
-			return &pb.AcquireResponse{Revision: r.Revision}, r.Revision, nil
-		}
+		return h.acquireOrWait(ctx, p, m, deadline.C)
 	})
 }
 
-// wait blocks an Acquire until work may be there (true) or its wait ends:
+// acquireOrWait leases queued tasks to the caller, long-polling until the
+// deadline while there are none. It proposes only when the applied state
+// has a leasable task, and waits in the node's Acquirers queue, which
+// wakes about one waiter per new task; its side of the queue's contract
+// (internal/notify.Queue) is here: a wake-up it does not use is passed on,
+// work it cannot take wakes the waiters a broadcast would have woken, and
+// taking less than it asked for while work is left wakes waiters for the
+// difference.
+func (h workerHandler) acquireOrWait(ctx context.Context, p principal, m *pb.AcquireRequest, deadline <-chan time.Time) (*pb.AcquireResponse, uint64, error) {
+	q := h.s.node.Acquirers()
+	tv, _ := h.s.node.Reads().Tenant(p.Tenant)
+	want := cmp.Or(int(m.GetMaxTasks()), 1) // the FSM's default, too
+	var woke uint64                         // the bound of the wake-up that ended the last wait (0: none yet)
+	refused := 0                            // refusals since the last wait while tasks were leasable
+	for {
+		// NB: register before looking, so an enqueue between the look and
+		// the wait still wakes us.
+		w := q.Wait(p.Tenant, want)
+		r, err := h.tryAcquire(ctx, p, m, tv)
+		switch {
+		case err == nil:
+			w.Cancel()
+			out, err := h.acquired(p, r)
+			h.passRemainder(p.Tenant, want, len(out.GetTasks()), tv)
+			return out, r.Revision, err
+		case !errors.Is(err, distributed.ErrNoQueuedTask):
+			w.Leave()
+			return nil, r.Revision, err
+		case tv.HasLeasable():
+			// Refused while tasks are leasable: the first time, look again
+			// at once (another Acquire won the race for the tasks it saw);
+			// the second, they are not for this worker (tags, capacity).
+			if refused++; refused == 1 {
+				w.Cancel()
+				continue
+			}
+			if woke != 0 {
+				q.WakeBefore(p.Tenant, woke) // the waiters a broadcast would have woken
+			}
+		}
+		if !h.wait(ctx, w, deadline) {
+			w.Leave()
+			rev := cmp.Or(r.Revision, tv.Counters().Revision)
+			return &pb.AcquireResponse{Revision: rev}, rev, nil
+		}
+		woke, refused = w.Gen(), 0
+	}
+}
+
+// passRemainder wakes waiters for the tasks an Acquire that asked for
+// want leased fewer of (got; capacity, limits) while tasks are still
+// leasable: its wake-up covered want of them.
+func (h workerHandler) passRemainder(tenant string, want, got int, tv raftfsm.TenantView) {
+	if got < want && tv.HasLeasable() {
+		h.s.node.Acquirers().Notify(tenant, want-got)
+	}
+}
+
+// tryAcquire proposes one AcquireTasks when the tenant has a leasable
+// task (not only queued: due, and its scan not paused or full); without
+// one it answers ErrNoQueuedTask without proposing.
+func (h workerHandler) tryAcquire(ctx context.Context, p principal, m *pb.AcquireRequest, tv raftfsm.TenantView) (raftfsm.Response, error) {
+	if !tv.HasLeasable() {
+		return raftfsm.Response{}, distributed.ErrNoQueuedTask
+	}
+	ttl := cmp.Or(m.GetLeaseTtlSecs(), h.s.cfg.DefaultLeaseTTLSecs)
+	return h.s.propose(ctx, p, nil, &pb.Command{Op: &pb.Command_AcquireTasks{AcquireTasks: &pb.AcquireTasks{
+		WorkerId: m.GetWorkerId(), LeaseTtlSecs: ttl, MaxTasks: m.GetMaxTasks(), Start: m.GetStart()}}})
+}
+
+// wait blocks an Acquire until it is woken (true) or its wait ends:
 // deadline, caller gone or server shutting down (false).
-func (h workerHandler) wait(ctx context.Context, wake <-chan struct{}, deadline <-chan time.Time) bool {
+func (h workerHandler) wait(ctx context.Context, w *notify.Waiter, deadline <-chan time.Time) bool {
 	h.s.longPolls.Add(1)
 	defer h.s.longPolls.Add(-1)
 	select {
-	case <-wake:
+	case <-w.C():
 		return true
 	case <-deadline:
 	case <-ctx.Done():

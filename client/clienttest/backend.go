@@ -31,7 +31,8 @@ type backend struct {
 	limits distributed.Limits
 	rl     distributed.ResultLimits
 
-	wake, progress notify.Notifier // the FSM's NotifyFunc and ProgressFunc
+	wake     notify.Queue    // the FSM's WakeFunc: Acquire long-polls
+	progress notify.Notifier // the FSM's ProgressFunc
 
 	mu       sync.Mutex // held across stamp and apply (one proposal at a time)
 	index    uint64     // the last entry's index
@@ -52,7 +53,7 @@ func newBackend(lim distributed.Limits, rl distributed.ResultLimits) (*backend, 
 	if _, err := rand.Read(epoch); err != nil {
 		return nil, err
 	}
-	b.fsm = raftfsm.New(raftfsm.Options{NotifyFunc: b.wake.Notify, ProgressFunc: b.progress.Notify})
+	b.fsm = raftfsm.New(raftfsm.Options{WakeFunc: b.wake.Notify, ProgressFunc: b.progress.Notify})
 	boot := []*pb.Command{
 		{Op: &pb.Command_InitCluster{InitCluster: &pb.InitCluster{EpochId: epoch}}},
 		{Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{Name: raftfsm.SystemTenant,
@@ -160,9 +161,8 @@ func (b *backend) tick() {
 	}
 }
 
-// WaitChan returns the channel the FSM's next NotifyFunc call for tenant
-// closes (queued tasks may be available).
-func (b *backend) WaitChan(tenant string) <-chan struct{} { return b.wake.Wait(tenant) }
+// Acquirers is the queue of Acquire long-polls the FSM's WakeFunc wakes.
+func (b *backend) Acquirers() *notify.Queue { return &b.wake }
 
 // ProgressChan returns the channel the FSM's next ProgressFunc call for
 // tenant closes (tasks may have become terminal).

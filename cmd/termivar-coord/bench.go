@@ -37,6 +37,12 @@ type benchFlags struct {
 	leaseTTL    int
 	cpuProfile  string
 	cluster     int // members of the loopback cluster compared with one node (0: off)
+
+	// The modes of bench_modes.go (benchModeFlags).
+	waitSecs, rate, resident, idleConns    int
+	memProfile, mutexProfile, blockProfile string
+	suite                                  bool
+	dropAfter                              bool // delete the run's scans once measured (--suite: every mode starts from the same heap)
 }
 
 // runBench drives N producers and M workers against a node over loopback
@@ -59,10 +65,16 @@ func runBench(args []string) int {
 		}
 		defer stop()
 	}
-	if !f.valid() {
+	if !f.valid() || !f.validModes() {
 		fmt.Fprintln(os.Stderr, "termivar-coord bench: flag out of range")
 		return exitUsage
 	}
+	stopProfiles := f.startProfiles()
+	defer func() {
+		if err := stopProfiles(); err != nil {
+			fmt.Fprintln(os.Stderr, "termivar-coord bench:", err)
+		}
+	}()
 	if f.cluster > 0 {
 		if !f.embedded {
 			fmt.Fprintln(os.Stderr, "termivar-coord bench: --cluster starts its own nodes; it does not take --embedded=false")
@@ -86,6 +98,9 @@ func runBench(args []string) int {
 			return exitUsage
 		}
 	}
+	if f.suite {
+		return runBenchSuite(context.Background(), f, url, key, os.Stdout)
+	}
 	res, err := bench(context.Background(), f, url, key)
 	if err != nil {
 		return exitFor("bench", err)
@@ -108,6 +123,7 @@ func newBenchFlagSet(f *benchFlags) *flag.FlagSet {
 	fs.IntVar(&f.leaseTTL, "lease-ttl-secs", 30, "lease TTL of each Acquire (leases granted by a reply lost in a leader change come back after it)")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
 	fs.IntVar(&f.cluster, "cluster", 0, "also run against a loopback cluster of this many members in this process and report the ratio to one node and the leader-kill recovery (0: off)")
+	registerBenchModes(fs, f)
 	return fs
 }
 
@@ -168,6 +184,12 @@ type benchResult struct {
 	appliedBefore, applied uint64
 	errors, retries        int64
 	cpu                    time.Duration // this process's CPU time during the run (0: not reported)
+	rate, resident         int           // --rate (0: closed loop) and --resident
+	resultBytes            int           // --result-bytes
+	mode                   string        // the --suite mode's name
+	idleConns              int           // --idle-conns measured after the run (0: none)
+	idleConnBytes          int64         // heap + stacks per idle long-polling connection
+	calls                  [4]int64      // Enqueue, Acquire (of which empty), CompleteMany calls
 }
 
 func (r benchResult) String() string {
@@ -175,15 +197,53 @@ func (r benchResult) String() string {
 		"completed_tasks_per_sec=%.0f\n"+
 		"acquire_to_complete_p50=%s acquire_to_complete_p99=%s\n"+
 		"enqueue_to_complete_p50=%s enqueue_to_complete_p99=%s\n"+
-		"raft_log_entries=%d\n"+
+		"raft_log_entries=%d raft_log_entries_per_task=%.3f\n"+
 		"process_cpu_per_task=%s\n"+
-		"failed_calls_retried=%d client_retries=%d",
+		"api_calls_per_task=%.3f enqueue_calls=%d acquire_calls=%d empty_acquires=%d complete_many_calls=%d\n"+
+		"failed_calls_retried=%d client_retries=%d%s",
 		r.tasks, r.producers, r.workers, r.batch, r.acquire, r.elapsed.Round(time.Millisecond),
-		float64(r.tasks)/r.elapsed.Seconds(),
+		r.tasksPerSec(),
 		r.leaseP50.Round(time.Microsecond), r.leaseP99.Round(time.Microsecond),
 		r.e2eP50.Round(time.Microsecond), r.e2eP99.Round(time.Microsecond),
-		r.applied-r.appliedBefore, r.cpuPerTask(), r.errors, r.retries)
+		r.entries(), r.entriesPerTask(), r.cpuPerTask(), r.callsPerTask(), r.calls[0], r.calls[1], r.calls[2], r.calls[3],
+		r.errors, r.retries, r.modeLines())
 }
+
+// modeLines are the result lines of the modes that were on.
+func (r benchResult) modeLines() string {
+	s := ""
+	if r.rate > 0 {
+		s += fmt.Sprintf("\nrate=%d", r.rate)
+	}
+	if r.resident > 0 {
+		s += fmt.Sprintf("\nresident_records=%d", r.resident)
+	}
+	if r.idleConns > 0 {
+		s += fmt.Sprintf("\nidle_conns=%d bytes_per_idle_conn=%d", r.idleConns, r.idleConnBytes)
+	}
+	return s
+}
+
+func (r benchResult) tasksPerSec() float64 { return float64(r.tasks) / r.elapsed.Seconds() }
+
+// callsPerTask is the load's API calls (Enqueue, Acquire, CompleteMany)
+// per completed task.
+func (r benchResult) callsPerTask() float64 {
+	return float64(r.calls[0]+r.calls[1]+r.calls[3]) / float64(max(r.tasks, 1))
+}
+
+// benchCalls counts a run's API calls (each counted once, however many
+// tries the client made).
+type benchCalls struct{ enqueue, acquire, emptyAcquire, complete atomic.Int64 }
+
+func (c *benchCalls) snapshot() [4]int64 {
+	return [4]int64{c.enqueue.Load(), c.acquire.Load(), c.emptyAcquire.Load(), c.complete.Load()}
+}
+
+// entries is the number of raft log entries the run appended.
+func (r benchResult) entries() uint64 { return r.applied - r.appliedBefore }
+
+func (r benchResult) entriesPerTask() float64 { return float64(r.entries()) / float64(max(r.tasks, 1)) }
 
 // cpuPerTask is the process's CPU time per completed task (clients and
 // every node in this process included).
@@ -246,6 +306,13 @@ type benchRun struct {
 	completed     atomic.Int64
 	enqueuedAt    []atomic.Int64 // task index → enqueue time (Unix ns); 0 until enqueued
 	result        []byte         // every task's result
+	start         time.Time      // the measured run's start (--rate paces from it)
+	calls         benchCalls     // the measured run's API calls
+	owner         *client.Client // the producer, kept after closeLoad for dropScans
+	doneOnce      sync.Once
+	doneAt        time.Time     // when the last task's completion was acknowledged
+	doneCPU       time.Duration // the process's CPU time then
+	idle          []*client.Client
 
 	cancel   context.CancelFunc // ends the run: all tasks completed, or a failure
 	errOnce  sync.Once
@@ -261,15 +328,20 @@ func bench(ctx context.Context, f benchFlags, url, adminKey string) (benchResult
 	if err := r.connect(ctx, url, adminKey); err != nil {
 		return benchResult{}, err
 	}
+	if err := r.fillResident(ctx); err != nil {
+		return benchResult{}, err
+	}
 	st, err := r.prod.Status(ctx, &pb.StatusRequest{})
 	if err != nil {
 		return benchResult{}, err
 	}
-	res := benchResult{tasks: f.tasks, producers: f.producers, workers: f.workers, batch: f.batch, acquire: f.acquireMax, appliedBefore: st.GetAppliedIndex()}
+	res := benchResult{tasks: f.tasks, producers: f.producers, workers: f.workers, batch: f.batch, acquire: f.acquireMax, appliedBefore: st.GetAppliedIndex(),
+		rate: f.rate, resident: f.resident, idleConns: f.idleConns, resultBytes: f.resultBytes}
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	r.cancel = cancel
 	start, cpu0 := time.Now(), processCPU()
+	r.start = start
 	var wg sync.WaitGroup
 	for range f.producers {
 		wg.Go(func() { r.produce(runCtx) })
@@ -279,8 +351,12 @@ func bench(ctx context.Context, f benchFlags, url, adminKey string) (benchResult
 	}
 	wg.Go(func() { r.watchProgress(runCtx, benchStallAfter) })
 	wg.Wait()
-	res.elapsed, res.cpu = time.Since(start), processCPU()-cpu0
+	if r.doneAt.IsZero() { // the run failed: measure up to now
+		r.doneAt, r.doneCPU = time.Now(), processCPU()
+	}
+	res.elapsed, res.cpu = r.doneAt.Sub(start), r.doneCPU-cpu0
 	res.errors, res.retries = r.errs.Load(), r.retries.Load()
+	res.calls = r.calls.snapshot()
 	r.closeLoad()
 	if r.firstErr != nil && r.completed.Load() < int64(f.tasks) {
 		return res, r.firstErr
@@ -290,6 +366,14 @@ func bench(ctx context.Context, f benchFlags, url, adminKey string) (benchResult
 	}
 	res.leaseP50, res.leaseP99 = percentile(r.leaseLat, 0.50), percentile(r.leaseLat, 0.99)
 	res.e2eP50, res.e2eP99 = percentile(r.e2eLat, 0.50), percentile(r.e2eLat, 0.99)
+	if f.idleConns > 0 {
+		if res.idleConnBytes, err = r.idleConnBytes(ctx, f.idleConns); err != nil {
+			return res, err
+		}
+	}
+	if f.dropAfter {
+		return res, r.dropScans(ctx)
+	}
 	return res, nil
 }
 
@@ -297,7 +381,7 @@ func bench(ctx context.Context, f benchFlags, url, adminKey string) (benchResult
 // bounded by --tasks only), its producer client and one registered worker
 // client per --workers, each with its own key.
 func (r *benchRun) connect(ctx context.Context, url, adminKey string) error {
-	hc, err := r.f.client.httpClient(r.f.producers + r.f.workers + 4)
+	hc, err := r.f.client.httpClient(r.f.producers + r.f.workers + r.f.idleConns + 4)
 	if err != nil {
 		return err
 	}
@@ -323,6 +407,7 @@ func (r *benchRun) connect(ctx context.Context, url, adminKey string) error {
 	if r.prod, err = mkClient("producer"); err != nil {
 		return err
 	}
+	r.owner = r.prod
 	for i := range r.f.workers {
 		w, err := mkClient("worker")
 		if err != nil {
@@ -333,7 +418,7 @@ func (r *benchRun) connect(ctx context.Context, url, adminKey string) error {
 			return err
 		}
 	}
-	return nil
+	return r.registerIdle(ctx, mkClient)
 }
 
 // benchTenant is the CreateTenant request of a run's tenant.
@@ -360,6 +445,10 @@ func (r *benchRun) closeLoad() {
 // close closes every client of the run (once).
 func (r *benchRun) close() {
 	r.closeLoad()
+	for _, w := range r.idle {
+		w.Close()
+	}
+	r.idle = nil
 	if r.admin != nil {
 		r.admin.Close()
 		r.admin = nil
@@ -392,6 +481,16 @@ func (r *benchRun) watchProgress(ctx context.Context, stallAfter time.Duration) 
 	}
 }
 
+// finish ends the run once every task is completed, recording the time
+// and CPU then: the teardown of the workers' pending long-polls that the
+// cancellation starts is not part of the measured run.
+func (r *benchRun) finish() {
+	r.doneOnce.Do(func() {
+		r.doneAt, r.doneCPU = time.Now(), processCPU()
+		r.cancel()
+	})
+}
+
 func (r *benchRun) fail(err error) {
 	r.errOnce.Do(func() { r.firstErr = err; r.cancel() })
 }
@@ -402,7 +501,7 @@ func (r *benchRun) produce(ctx context.Context) {
 	batch := r.f.batch
 	for {
 		lo := int(r.next.Add(int64(batch))) - batch
-		if lo >= r.f.tasks {
+		if lo >= r.f.tasks || !r.pace(ctx, lo) {
 			return
 		}
 		hi := min(lo+batch, r.f.tasks)
@@ -416,6 +515,7 @@ func (r *benchRun) produce(ctx context.Context) {
 			}
 			return
 		}
+		r.calls.enqueue.Add(1)
 		now := time.Now().UnixNano()
 		for i := lo; i < hi; i++ {
 			r.enqueuedAt[i].Store(now)
@@ -435,7 +535,7 @@ func (r *benchRun) work(ctx context.Context, id string, w *client.Client) {
 	}()
 	streak := 0
 	for r.completed.Load() < int64(r.f.tasks) {
-		acq, err := w.Acquire(ctx, &pb.AcquireRequest{WorkerId: id, MaxTasks: uint32(r.f.acquireMax), Start: true, WaitSecs: 1, LeaseTtlSecs: uint64(r.f.leaseTTL)})
+		acq, err := w.Acquire(ctx, &pb.AcquireRequest{WorkerId: id, MaxTasks: uint32(r.f.acquireMax), Start: true, WaitSecs: uint32(r.f.waitSecs), LeaseTtlSecs: uint64(r.f.leaseTTL)})
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -448,7 +548,9 @@ func (r *benchRun) work(ctx context.Context, id string, w *client.Client) {
 		}
 		streak = 0
 		tasks := acq.GetTasks()
+		r.calls.acquire.Add(1)
 		if len(tasks) == 0 {
+			r.calls.emptyAcquire.Add(1)
 			continue
 		}
 		var ok bool
@@ -456,7 +558,7 @@ func (r *benchRun) work(ctx context.Context, id string, w *client.Client) {
 			return
 		}
 		if r.completed.Add(int64(len(tasks))) >= int64(r.f.tasks) {
-			r.cancel()
+			r.finish()
 		}
 	}
 }
@@ -470,6 +572,7 @@ func (r *benchRun) complete(ctx context.Context, w *client.Client, tasks []*pb.L
 	for j, t := range tasks {
 		items[j] = &pb.CompleteRequest{LeaseToken: t.GetLeaseToken(), Result: r.result}
 	}
+	r.calls.complete.Add(1)
 	cm, err := benchCompleteMany(ctx, w, items, &r.errs)
 	if err != nil {
 		if ctx.Err() == nil {

@@ -14,8 +14,10 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 )
 
 // FileName is the audit log's name inside the data directory.
@@ -41,8 +43,23 @@ const OutcomeOK = "ok"
 type Logger struct {
 	mu       sync.Mutex
 	closer   io.Closer
-	log      *slog.Logger
+	log      *slog.Logger // the failure lines (failures.go)
+	out      *lockedWriter
 	failures *FailureAggregator // attached by Failures; flushed by Close
+	now      func() time.Time
+}
+
+// lockedWriter serialises the Logger's writes: Record's lines and the
+// slog handler's failure lines, one Write call each.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (lw *lockedWriter) Write(p []byte) (int, error) {
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	return lw.w.Write(p)
 }
 
 // Open appends to path (created with mode 0600), never rotating. When tee
@@ -70,8 +87,8 @@ func OpenRotating(path string, tee io.Writer, rot Rotation) (*Logger, error) {
 
 // New writes entries to w. A nil w discards them.
 func New(w io.Writer) *Logger {
-	w = cmp.Or(w, io.Discard)
-	h := slog.NewJSONHandler(w, &slog.HandlerOptions{
+	lw := &lockedWriter{w: cmp.Or(w, io.Discard)}
+	h := slog.NewJSONHandler(lw, &slog.HandlerOptions{
 		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
 			// NB: the constant message and level carry nothing; drop them so
 			// a line is exactly the documented fields.
@@ -81,25 +98,95 @@ func New(w io.Writer) *Logger {
 			return a
 		},
 	})
-	return &Logger{log: slog.New(h)}
+	return &Logger{log: slog.New(h), out: lw, now: time.Now}
 }
 
-// Record appends one entry.
-func (l *Logger) Record(ctx context.Context, e Entry) {
+// Record appends one entry. NB: it formats the line itself (appendEntry)
+// rather than through slog, byte for byte what slog's JSON handler wrote
+// (TestAppendEntry_MatchesSlog): on the per-call path of every mutating
+// request, slog's record, attributes and handler lock cost allocations
+// and a lock held while formatting (docs/benchmarks.md, issue 15).
+func (l *Logger) Record(_ context.Context, e Entry) {
 	if l == nil {
 		return
 	}
-	attrs := []slog.Attr{
-		slog.String("key_id", e.KeyID),
-		slog.String("tenant", e.Tenant),
-		slog.String("method", e.Method),
-		slog.String("outcome", e.Outcome),
-		slog.Uint64("revision", e.Revision),
+	bp := linePool.Get().(*[]byte)
+	*bp = appendEntry((*bp)[:0], l.now(), e)
+	_, _ = l.out.Write(*bp)
+	if cap(*bp) <= maxPooledLine {
+		linePool.Put(bp)
 	}
+}
+
+// maxPooledLine bounds the line buffers kept for reuse.
+const maxPooledLine = 1 << 10
+
+var linePool = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }}
+
+// appendEntry appends e's JSON line, stamped t, to buf: the fields and
+// their order as slog's JSON handler writes them (time, key_id, tenant,
+// method, outcome, revision, then subject_key_id when set).
+func appendEntry(buf []byte, t time.Time, e Entry) []byte {
+	buf = append(buf, `{"time":"`...)
+	buf = t.AppendFormat(buf, time.RFC3339Nano)
+	buf = appendField(buf, `","key_id":`, e.KeyID)
+	buf = appendField(buf, `,"tenant":`, e.Tenant)
+	buf = appendField(buf, `,"method":`, e.Method)
+	buf = appendField(buf, `,"outcome":`, e.Outcome)
+	buf = append(buf, `,"revision":`...)
+	buf = strconv.AppendUint(buf, e.Revision, 10)
 	if e.Subject != "" {
-		attrs = append(attrs, slog.String("subject_key_id", e.Subject))
+		buf = appendField(buf, `,"subject_key_id":`, e.Subject)
 	}
-	l.log.LogAttrs(ctx, slog.LevelInfo, "audit", attrs...)
+	return append(buf, "}\n"...)
+}
+
+// appendField appends key (with its separators) and s as a JSON string.
+func appendField(buf []byte, key, s string) []byte {
+	buf = append(buf, key...)
+	buf = append(buf, '"')
+	buf = appendJSONString(buf, s)
+	return append(buf, '"')
+}
+
+// appendJSONString escapes s as slog's JSON handler does: quote,
+// backslash and control bytes escaped, invalid UTF-8 as U+FFFD, U+2028
+// and U+2029 escaped, everything else verbatim.
+func appendJSONString(buf []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	for i := 0; i < len(s); {
+		b := s[i]
+		if b < utf8.RuneSelf {
+			switch {
+			case b >= 0x20 && b != '"' && b != '\\':
+				buf = append(buf, b)
+			case b == '"' || b == '\\':
+				buf = append(buf, '\\', b)
+			case b == '\n':
+				buf = append(buf, '\\', 'n')
+			case b == '\r':
+				buf = append(buf, '\\', 'r')
+			case b == '\t':
+				buf = append(buf, '\\', 't')
+			default:
+				buf = append(buf, '\\', 'u', '0', '0', hex[b>>4], hex[b&0xF])
+			}
+			i++
+			continue
+		}
+		c, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case c == utf8.RuneError && size == 1:
+			buf = append(buf, `\ufffd`...)
+		case c == '\u2028' || c == '\u2029':
+			buf = append(buf, `\u202`...)
+			buf = append(buf, hex[c&0xF])
+		default:
+			buf = append(buf, s[i:i+size]...)
+		}
+		i += size
+	}
+	return buf
 }
 
 // Failures returns the logger's failed-authentication aggregator, creating

@@ -6,6 +6,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
@@ -161,4 +163,43 @@ func TestLogger_CloseFlushesFailures(t *testing.T) {
 	}
 	var nl *Logger
 	nl.Failures(FailureConfig{}).Add(time.Now(), "x", false) // nil-safe
+}
+
+// TestAppendEntry_MatchesSlog: Record's own formatting writes, byte for
+// byte, the line slog's JSON handler (which wrote the log before issue
+// 15) writes for the same entry and time, escapes included.
+func TestAppendEntry_MatchesSlog(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 12, 1, 13, 4, 5, 123456789, time.FixedZone("X", 3600))
+	for _, e := range []Entry{
+		{KeyID: "k1", Tenant: "default", Method: "Producer.Enqueue", Outcome: OutcomeOK, Revision: 3},
+		{KeyID: "", Tenant: "", Method: "Worker.Complete", Outcome: "stale_ownership"},
+		{KeyID: "k\"\\2", Tenant: "t\n\r\t\x01\x7f<>&", Method: "Admin.RevokeKey", Outcome: "ok", Revision: 1<<64 - 1, Subject: "k9"},
+		{KeyID: "\xff\xfe", Tenant: "ünï\u2028\u2029", Method: "m", Outcome: "o", Subject: "\x00"},
+	} {
+		var want bytes.Buffer
+		l := New(&want)
+		r := slog.NewRecord(at, slog.LevelInfo, "audit", 0)
+		r.AddAttrs(slog.String("key_id", e.KeyID), slog.String("tenant", e.Tenant), slog.String("method", e.Method),
+			slog.String("outcome", e.Outcome), slog.Uint64("revision", e.Revision))
+		if e.Subject != "" {
+			r.AddAttrs(slog.String("subject_key_id", e.Subject))
+		}
+		if err := l.log.Handler().Handle(context.Background(), r); err != nil {
+			t.Fatal(err)
+		}
+		if got := appendEntry(nil, at, e); !bytes.Equal(got, want.Bytes()) {
+			t.Errorf("appendEntry(%+v)\n got %s\nwant %s", e, got, want.Bytes())
+		}
+	}
+}
+
+// TestLogger_RecordAllocs: a Record allocates nothing once its line
+// buffer is pooled (it is on the path of every mutating request).
+func TestLogger_RecordAllocs(t *testing.T) {
+	l := New(io.Discard)
+	e := Entry{KeyID: "k1", Tenant: "default", Method: "Producer.Enqueue", Outcome: OutcomeOK, Revision: 3}
+	if n := testing.AllocsPerRun(100, func() { l.Record(context.Background(), e) }); n > 0 {
+		t.Fatalf("Record allocates %.0f times, want 0", n)
+	}
 }

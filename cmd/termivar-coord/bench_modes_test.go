@@ -1,0 +1,97 @@
+// `bench` modes (issue 15): a short fixed-rate, single-call run with
+// resident records and idle long-polls prints every mode's figures;
+// --suite prints the table of ratios; out-of-range mode flags are usage
+// errors.
+package main
+
+import (
+	"bytes"
+	"context"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func TestBench_Modes(t *testing.T) {
+	var f benchFlags
+	args := []string{"--tasks", "300", "--batch", "1", "--acquire", "1", "--producers", "4", "--workers", "4", "--rate", "2000", "--resident", "600", "--idle-conns", "64"}
+	if err := newBenchFlagSet(&f).Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	f.dropAfter = true // as --suite does: the scans, resident ones too, are deleted after the run
+	stop, url, key, err := startBenchNode(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	res, err := bench(context.Background(), f, url, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := res.String()
+	for _, want := range []string{"rate=2000", "resident_records=600", "idle_conns=64 bytes_per_idle_conn="} {
+		if !strings.Contains(s, want) {
+			t.Errorf("no %q in:\n%s", want, s)
+		}
+	}
+	// One Enqueue, one Acquire and one CompleteMany per task: at least
+	// one log entry per three commands' worth of tasks, and never more
+	// than the commands themselves (plus the ticker's few).
+	if e := res.entriesPerTask(); e <= 0 || e > 3.5 {
+		t.Errorf("raft_log_entries_per_task = %.3f, want in (0, 3.5]", e)
+	}
+	// 64 connections hold megabytes, far above the GC noise of a settled heap.
+	if res.idleConnBytes <= 0 {
+		t.Errorf("bytes_per_idle_conn = %d, want > 0", res.idleConnBytes)
+	}
+	t.Logf("\n%s", s)
+}
+
+func TestBench_Suite(t *testing.T) {
+	stop, url, key, err := startBenchNode(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	var f benchFlags
+	if err := newBenchFlagSet(&f).Parse([]string{"--suite"}); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	saved := benchSuiteModes
+	defer func() { benchSuiteModes = saved }()
+	for i := range benchSuiteModes {
+		set := saved[i].set
+		benchSuiteModes[i].set = func(f *benchFlags) {
+			set(f)
+			f.tasks, f.resident, f.idleConns = 200, min(f.resident, 400), min(f.idleConns, 4)
+		}
+	}
+	if code := runBenchSuite(context.Background(), f, url, key, &out); code != exitOK {
+		t.Fatalf("bench --suite = %d:\n%s", code, out.String())
+	}
+	s := out.String()
+	rows := regexp.MustCompile(`(?m)^\s*(.+?)\s+(\d+)\s+([0-9.]+)\s+\S+\s+([0-9.]+)\s+([0-9.]+)\s`).FindAllStringSubmatch(s, -1)
+	if len(rows) != len(benchSuiteModes)-1 { // the warm-up is not reported
+		t.Fatalf("want %d table rows, got %d:\n%s", len(benchSuiteModes)-1, len(rows), s)
+	}
+	first, _ := strconv.ParseFloat(rows[0][3], 64)
+	last, _ := strconv.ParseFloat(rows[len(rows)-1][3], 64)
+	if m := (first + last) / 2; m < 0.99 || m > 1.01 {
+		t.Errorf("the two defaults' ratios %s and %s average %.3f, want 1 (they are the base)", rows[0][3], rows[len(rows)-1][3], m)
+	}
+	if !regexp.MustCompile(`(?m)^rpc_floor: 20000 GetTask calls from 32 callers: [0-9]+ calls/s, CPU/call \S+; bound for 3 calls/task: [0-9]+ tasks/s`).MatchString(s) {
+		t.Errorf("no rpc_floor line:\n%s", s)
+	}
+	t.Logf("\n%s", s)
+}
+
+func TestBench_ModeFlags(t *testing.T) {
+	for _, args := range [][]string{{"--rate", "-1"}, {"--resident", "65000", "--tasks", "1000"}, {"--idle-conns", "1010", "--workers", "16"},
+		{"--idle-conns", "4", "--embedded=false", "--server", "http://127.0.0.1:1"}} {
+		if code := runBench(args); code != exitUsage {
+			t.Errorf("bench %v = %d, want %d", args, code, exitUsage)
+		}
+	}
+}

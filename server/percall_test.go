@@ -255,6 +255,12 @@ const (
 )
 
 func TestServer_PerCallAllocBudget(t *testing.T) {
+	if raceEnabled {
+		// NB: under the race detector sync.Pool drops items at random and
+		// the counts are neither deterministic nor ours (517 instead of 198
+		// measured once); .ci/run runs this test again without -race.
+		t.Skip("allocation counts are only meaningful without -race; .ci/run runs this test without it")
+	}
 	pc := newPerCall(t)
 	result := make([]byte, 32)
 	i := 0

@@ -209,10 +209,10 @@ func (p *WorkerPool) FailTaskWithReason(expectedRevision, nowSecs uint64, lease 
 	return p.c.failTask(expectedRevision, nowSecs, lease, reason)
 }
 
-// endAttempt records the end of t's current attempt in its history, before
-// the command releases the lease. The caller has passed every check.
-func (c *coordinator) endAttempt(t *taskRec, now uint64, outcome AttemptOutcome, reason string) {
-	a := AttemptRecord{
+// currentAttempt is t's current attempt (its lease's), ended at endedAt
+// with outcome and reason.
+func (t *taskRec) currentAttempt(endedAt uint64, outcome AttemptOutcome, reason string) AttemptRecord {
+	return AttemptRecord{
 		attempt:        t.attempt,
 		taskGeneration: t.generation,
 		workerID:       t.lease.worker.id,
@@ -220,10 +220,16 @@ func (c *coordinator) endAttempt(t *taskRec, now uint64, outcome AttemptOutcome,
 		acquiredAt:     t.lease.acquiredAt,
 		startedAt:      t.startedAt,
 		hasStarted:     t.hasStarted,
-		endedAt:        now,
+		endedAt:        endedAt,
 		outcome:        outcome,
 		reason:         reason,
 	}
+}
+
+// endAttempt records the end of t's current attempt in its history, before
+// the command releases the lease. The caller has passed every check.
+func (c *coordinator) endAttempt(t *taskRec, now uint64, outcome AttemptOutcome, reason string) {
+	a := t.currentAttempt(now, outcome, reason)
 	h := t.stored()
 	if len(h) == MaxAttemptHistory {
 		copy(h, h[1:])

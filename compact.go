@@ -147,17 +147,7 @@ func (t *taskRec) receiptValue() CompletionReceipt {
 // completingAttempt is the history record of a completed task's last
 // attempt, derived from its proof lease (lastAttemptImplicit).
 func (t *taskRec) completingAttempt() AttemptRecord {
-	return AttemptRecord{
-		attempt:        t.attempt,
-		taskGeneration: t.generation,
-		workerID:       t.lease.worker.id,
-		leaseID:        t.lease.leaseID,
-		acquiredAt:     t.lease.acquiredAt,
-		startedAt:      t.startedAt,
-		hasStarted:     t.hasStarted,
-		endedAt:        t.finishedAt,
-		outcome:        AttemptCompleted,
-	}
+	return t.currentAttempt(t.finishedAt, AttemptCompleted, "")
 }
 
 // stored returns the stored history records (nil for none).

@@ -59,6 +59,21 @@ func bashComplete(t *testing.T, script string, line ...string) []string {
 
 func itoa(n int) string { return strconv.Itoa(n) }
 
+// completionCases are partial command lines (the last word partial) and
+// the words every shell's script must offer for them.
+var completionCases = []struct {
+	line []string
+	want string
+}{
+	{[]string{"termivar-coord", "se"}, "serve"},
+	{[]string{"termivar-coord", "comp"}, "completion"},
+	{[]string{"termivar-coord", "serve", "--metrics-"}, "--metrics-addr --metrics-scans"},
+	{[]string{"termivar-coord", "serve", "--log-f"}, "--log-format"},
+	{[]string{"termivar-coord", "keys", "r"}, "revoke rotate"},
+	{[]string{"termivar-coord", "completion", "f"}, "fish"},
+	{[]string{"termivar-coord", "status", "--js"}, "--json"},
+}
+
 func TestCompletion_Bash(t *testing.T) {
 	t.Parallel()
 	var out, errOut bytes.Buffer
@@ -66,18 +81,7 @@ func TestCompletion_Bash(t *testing.T) {
 		t.Fatalf("completion bash = exit %d: %s", code, errOut.String())
 	}
 	script := out.String()
-	for _, c := range []struct {
-		line []string
-		want string
-	}{
-		{[]string{"termivar-coord", "se"}, "serve"},
-		{[]string{"termivar-coord", "comp"}, "completion"},
-		{[]string{"termivar-coord", "serve", "--metrics-"}, "--metrics-addr --metrics-scans"},
-		{[]string{"termivar-coord", "serve", "--log-f"}, "--log-format"},
-		{[]string{"termivar-coord", "keys", "r"}, "revoke rotate"},
-		{[]string{"termivar-coord", "completion", "f"}, "fish"},
-		{[]string{"termivar-coord", "status", "--js"}, "--json"},
-	} {
+	for _, c := range completionCases {
 		if got := strings.Join(bashComplete(t, script, c.line...), " "); got != c.want {
 			t.Errorf("complete %v = %q, want %q", c.line, got, c.want)
 		}
@@ -211,18 +215,7 @@ func TestCompletion_ZshAndFishInRealShells(t *testing.T) {
 		}
 		scripts[shell] = out.String()
 	}
-	for _, c := range []struct {
-		line []string
-		want string
-	}{
-		{[]string{"termivar-coord", "se"}, "serve"},
-		{[]string{"termivar-coord", "comp"}, "completion"},
-		{[]string{"termivar-coord", "serve", "--metrics-"}, "--metrics-addr --metrics-scans"},
-		{[]string{"termivar-coord", "serve", "--log-f"}, "--log-format"},
-		{[]string{"termivar-coord", "keys", "r"}, "revoke rotate"},
-		{[]string{"termivar-coord", "completion", "f"}, "fish"},
-		{[]string{"termivar-coord", "status", "--js"}, "--json"},
-	} {
+	for _, c := range completionCases {
 		if got := strings.Join(zshComplete(t, zsh, scripts["zsh"], c.line...), " "); got != c.want {
 			t.Errorf("zsh: complete %v = %q, want %q", c.line, got, c.want)
 		}

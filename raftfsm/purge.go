@@ -79,6 +79,7 @@ func (f *FSM) applyPurge(c tenantCall) Response {
 		}
 		t.advanceScan(p.GetScanId(), c.now) // the scan record follows the cancels
 	}
+	touched := t.purgeScans(filter) // NB: before the purge, while the tasks exist
 	tr, err := t.pool.PurgeTasks(rev, c.now, filter)
 	if err != nil {
 		return Response{Err: err}
@@ -91,7 +92,7 @@ func (f *FSM) applyPurge(c tenantCall) Response {
 		// record limit); reported loudly, the task records are gone.
 		f.log.Error("result purge failed after task purge", "kind", KindOf(err))
 	}
-	t.forgetPurged(ids, sizes)
+	t.forgetPurged(ids, sizes, touched)
 	if len(ids) > 0 && f.opts.ProgressFunc != nil {
 		f.opts.ProgressFunc(t.name) // followers re-read: the scan may be gone
 	}
@@ -115,6 +116,27 @@ func (f *FSM) cancelLive(t *Tenant, ids []string, rev, now uint64) (uint64, int,
 		n++
 	}
 	return rev, n, nil
+}
+
+// purgeScans returns the scans a purge through filter can touch: the
+// filter's scan, or the scans of the tasks it names; nil when it can touch
+// any scan (a purge by finish time alone).
+func (t *Tenant) purgeScans(filter distributed.PurgeFilter) []string {
+	if filter.ScanID != "" {
+		return []string{filter.ScanID}
+	}
+	if len(filter.TaskIDs) == 0 {
+		return nil
+	}
+	seen := map[string]bool{}
+	out := []string{}
+	for _, id := range filter.TaskIDs {
+		if task, ok, err := t.pool.GetTask(id); err == nil && ok && !seen[task.ScanID()] {
+			seen[task.ScanID()] = true
+			out = append(out, task.ScanID())
+		}
+	}
+	return out
 }
 
 // resultSizes returns the sizes of the stored results of ids (for the

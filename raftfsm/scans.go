@@ -294,8 +294,10 @@ func EntryIDs(entries []ScanEntry) []string {
 // bytes lose their sizes (resultSize, read before the results were
 // purged) and firstOpen moves back by the purged positions before it.
 // Ordinals are not renumbered. The index then lists exactly tasks of the
-// pool.
-func (t *Tenant) forgetPurged(ids []string, resultSize map[string]int) {
+// pool. Only the scans in touched are walked first (nil: every scan), so a
+// purge of one scan's tasks costs that scan's size, not the tenant's; if
+// they did not hold every purged ID, every scan is walked.
+func (t *Tenant) forgetPurged(ids []string, resultSize map[string]int, touched []string) {
 	if len(ids) == 0 {
 		return
 	}
@@ -303,25 +305,39 @@ func (t *Tenant) forgetPurged(ids []string, resultSize map[string]int) {
 	for _, id := range ids {
 		gone[id] = true
 	}
-	for scan, list := range t.scans {
-		if !slices.ContainsFunc(list, func(id string) bool { return gone[id] }) {
-			continue
-		}
-		m := t.meta[scan]
-		for _, id := range list {
-			if gone[id] {
-				m.resultBytes -= uint64(resultSize[id])
-			}
-		}
-		kept, ords, firstOpen := dropIDs(list, m.ords, gone, m.firstOpen)
-		if len(kept) == 0 {
-			delete(t.scans, scan)
-			delete(t.meta, scan)
-			continue
-		}
-		t.scans[scan], m.ords, m.firstOpen = kept, ords, firstOpen
-		m.completed, m.compOrds, _ = dropIDs(m.completed, m.compOrds, gone, 0)
+	removed := 0
+	for _, scan := range touched {
+		removed += t.forgetInScan(scan, gone, resultSize)
 	}
+	if removed < len(ids) {
+		for scan := range t.scans {
+			t.forgetInScan(scan, gone, resultSize)
+		}
+	}
+}
+
+// forgetInScan removes the gone IDs from one scan's index and record and
+// returns how many it held.
+func (t *Tenant) forgetInScan(scan string, gone map[string]bool, resultSize map[string]int) int {
+	list, ok := t.scans[scan]
+	if !ok || !slices.ContainsFunc(list, func(id string) bool { return gone[id] }) {
+		return 0
+	}
+	m := t.meta[scan]
+	for _, id := range list {
+		if gone[id] {
+			m.resultBytes -= uint64(resultSize[id])
+		}
+	}
+	kept, ords, firstOpen := dropIDs(list, m.ords, gone, m.firstOpen)
+	if len(kept) == 0 {
+		delete(t.scans, scan)
+		delete(t.meta, scan)
+		return len(list)
+	}
+	t.scans[scan], m.ords, m.firstOpen = kept, ords, firstOpen
+	m.completed, m.compOrds, _ = dropIDs(m.completed, m.compOrds, gone, 0)
+	return len(list) - len(kept)
 }
 
 // dropIDs removes the gone IDs from ids and their ordinals, in place, and

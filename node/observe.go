@@ -115,12 +115,7 @@ var _ io.Writer = (*countingSink)(nil) // NB: raft's sink is an io.WriteCloser
 // counts it, until ctx (the node's lifetime) ends.
 func (n *Node) leaderLoop(ctx context.Context) {
 	ch := make(chan raft.Observation, 16)
-	obs := raft.NewObserver(ch, false, func(o *raft.Observation) bool {
-		_, ok := o.Data.(raft.LeaderObservation)
-		return ok
-	})
-	n.raft.RegisterObserver(obs)
-	defer n.raft.DeregisterObserver(obs)
+	defer n.observeLeader(ch)()
 	for {
 		select {
 		case <-ctx.Done():
@@ -136,6 +131,17 @@ func (n *Node) leaderLoop(ctx context.Context) {
 				"self", string(lo.LeaderID) == n.cfg.NodeID, "term", n.raft.CurrentTerm())
 		}
 	}
+}
+
+// observeLeader registers ch for raft's leader observations (a full ch
+// drops them, blocking nothing); it returns the deregistration.
+func (n *Node) observeLeader(ch chan raft.Observation) (deregister func()) {
+	obs := raft.NewObserver(ch, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.LeaderObservation)
+		return ok
+	})
+	n.raft.RegisterObserver(obs)
+	return func() { n.raft.DeregisterObserver(obs) }
 }
 
 // RaftStats returns hashicorp/raft's statistics (state, term, indexes,

@@ -65,12 +65,7 @@ func (n *Node) TransferLeadership(ctx context.Context, targetID string) (string,
 	// NB: the observer is registered before the transfer starts, so the
 	// leader change it waits for cannot slip by unseen.
 	changed := make(chan raft.Observation, 1)
-	obs := raft.NewObserver(changed, false, func(o *raft.Observation) bool {
-		_, ok := o.Data.(raft.LeaderObservation)
-		return ok
-	})
-	n.raft.RegisterObserver(obs)
-	defer n.raft.DeregisterObserver(obs)
+	defer n.observeLeader(changed)()
 	var fut raft.Future
 	if targetID == "" {
 		fut = n.raft.LeadershipTransfer()

@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"github.com/termivar/distributed/internal/notify"
 	"io"
 	"log/slog"
 	"time"
@@ -12,6 +11,7 @@ import (
 	distributed "github.com/termivar/distributed"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 	"github.com/termivar/distributed/internal/metrics"
+	"github.com/termivar/distributed/internal/notify"
 	"github.com/termivar/distributed/raftfsm"
 )
 
@@ -28,7 +28,8 @@ type observedFSM struct {
 	// trig counts applied log bytes for snapshots by size (snapbytes.go).
 	trig *snapTrigger
 	// opened is the snapshot store whose last opened snapshot Restore
-	// installs: its index becomes the FSM's applied index.
+	// installs: its size sizes the read, its index becomes the FSM's
+	// applied index. Invariant: non-nil, like changed and snapshots.
 	opened *indexedSnapshots
 }
 
@@ -52,17 +53,10 @@ func (f observedFSM) Apply(l *raft.Log) any {
 // before any entry is applied), then wakes the waiters of
 // Node.ChangeChan.
 func (f observedFSM) Restore(rc io.ReadCloser) error {
-	var err error
-	if f.opened != nil {
-		err = f.FSM.RestoreSized(rc, f.opened.lastSize())
-	} else {
-		err = f.FSM.Restore(rc)
-	}
+	err := f.FSM.RestoreSized(rc, f.opened.lastSize())
 	if err == nil {
 		f.trig.restored()
-		if f.opened != nil {
-			f.FSM.SetRestoredIndex(f.opened.lastIndex())
-		}
+		f.FSM.SetRestoredIndex(f.opened.lastIndex())
 	}
 	f.changed.Notify("")
 	return err
@@ -100,9 +94,7 @@ func (s *observedSnapshot) Persist(sink raft.SnapshotSink) error {
 	}
 	s.m.ObserveSnapshot(cs.n, d)
 	s.log.Info("raft snapshot written", "snapshot_id", sink.ID(), "bytes", cs.n, "duration", d, "log_bytes", s.covered)
-	if s.snapshots != nil {
-		s.snapshots.Notify("")
-	}
+	s.snapshots.Notify("")
 	return nil
 }
 
@@ -123,12 +115,7 @@ var _ io.Writer = (*countingSink)(nil) // NB: raft's sink is an io.WriteCloser
 // counts it, until ctx (the node's lifetime) ends.
 func (n *Node) leaderLoop(ctx context.Context) {
 	ch := make(chan raft.Observation, 16)
-	obs := raft.NewObserver(ch, false, func(o *raft.Observation) bool {
-		_, ok := o.Data.(raft.LeaderObservation)
-		return ok
-	})
-	n.raft.RegisterObserver(obs)
-	defer n.raft.DeregisterObserver(obs)
+	defer n.observeLeader(ch)()
 	for {
 		select {
 		case <-ctx.Done():
@@ -144,6 +131,17 @@ func (n *Node) leaderLoop(ctx context.Context) {
 				"self", string(lo.LeaderID) == n.cfg.NodeID, "term", n.raft.CurrentTerm())
 		}
 	}
+}
+
+// observeLeader registers ch for raft's leader observations (a full ch
+// drops them, blocking nothing); it returns the deregistration.
+func (n *Node) observeLeader(ch chan raft.Observation) (deregister func()) {
+	obs := raft.NewObserver(ch, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.LeaderObservation)
+		return ok
+	})
+	n.raft.RegisterObserver(obs)
+	return func() { n.raft.DeregisterObserver(obs) }
 }
 
 // RaftStats returns hashicorp/raft's statistics (state, term, indexes,

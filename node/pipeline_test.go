@@ -84,13 +84,16 @@ func TestPipelineEnds(t *testing.T) {
 		name string
 		req  *raft.AppendEntriesRequest
 		resp *raft.AppendEntriesResponse
+		err  error
 		want bool
 	}{
-		{"appended", &raft.AppendEntriesRequest{Term: 2}, ok, false},
-		{"refused", &raft.AppendEntriesRequest{Term: 2}, &raft.AppendEntriesResponse{Term: 2}, true},
-		{"newer term", &raft.AppendEntriesRequest{Term: 1}, ok, true},
+		{"appended", &raft.AppendEntriesRequest{Term: 2}, ok, nil, false},
+		{"refused", &raft.AppendEntriesRequest{Term: 2}, &raft.AppendEntriesResponse{Term: 2}, nil, true},
+		{"newer term", &raft.AppendEntriesRequest{Term: 1}, ok, nil, true},
+		{"failed RPC", &raft.AppendEntriesRequest{Term: 2}, ok, raft.ErrPipelineShutdown, true},
+		{"no response", &raft.AppendEntriesRequest{Term: 2}, nil, nil, true},
 	} {
-		if got := pipelineEnds(fakeAppendFuture{req: c.req, resp: c.resp}); got != c.want {
+		if got := pipelineEnds(fakeAppendFuture{req: c.req, resp: c.resp, err: c.err}); got != c.want {
 			t.Errorf("pipelineEnds(%s) = %v, want %v", c.name, got, c.want)
 		}
 	}
@@ -99,9 +102,10 @@ func TestPipelineEnds(t *testing.T) {
 type fakeAppendFuture struct {
 	req  *raft.AppendEntriesRequest
 	resp *raft.AppendEntriesResponse
+	err  error
 }
 
-func (f fakeAppendFuture) Error() error                          { return nil }
+func (f fakeAppendFuture) Error() error                          { return f.err }
 func (f fakeAppendFuture) Start() time.Time                      { return time.Time{} }
 func (f fakeAppendFuture) Request() *raft.AppendEntriesRequest   { return f.req }
 func (f fakeAppendFuture) Response() *raft.AppendEntriesResponse { return f.resp }

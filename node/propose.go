@@ -9,7 +9,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 	"github.com/termivar/distributed/internal/metrics"
@@ -97,11 +96,7 @@ func (n *Node) Propose(ctx context.Context, cmd *pb.Command) (_ raftfsm.Response
 	if err := n.gate(cmd); err != nil {
 		return raftfsm.Response{Err: err}, nil // version.go: never reaches the log
 	}
-	tr := n.tracer
-	if tr == nil {
-		tr = noop.NewTracerProvider().Tracer("")
-	}
-	ctx, span := tr.Start(ctx, "raft.propose")
+	ctx, span := n.tracer.Start(ctx, "raft.propose") // NB: set in start with prop; noop by default
 	if span.IsRecording() {
 		// NB: only a recording span is named: opName is reflection, and
 		// the attribute allocates, on every proposal (issue 15).

@@ -76,6 +76,31 @@ func lastSnapshotIndex(t *testing.T, n *Node) uint64 {
 	return i
 }
 
+// commandLogBytes sums the data of the node's command entries: the bytes
+// its FSM applied (a quiet node: every entry is applied).
+func commandLogBytes(t *testing.T, n *Node) int64 {
+	t.Helper()
+	first, err := n.wal.FirstIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, err := n.wal.LastIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum int64
+	for i := max(first, 1); i <= last; i++ {
+		var l raft.Log
+		if err := n.wal.GetLog(i, &l); err != nil {
+			t.Fatal(err)
+		}
+		if l.Type == raft.LogCommand {
+			sum += int64(len(l.Data))
+		}
+	}
+	return sum
+}
+
 func TestNode_SnapshotByLogBytes(t *testing.T) {
 	t.Parallel()
 	const threshold, padBytes = 64 << 10, 12 << 10 // 5 entries stay below, 6 reach it
@@ -94,6 +119,11 @@ func TestNode_SnapshotByLogBytes(t *testing.T) {
 	}
 	if i := lastSnapshotIndex(t, n); i != 0 {
 		t.Fatalf("snapshot at index %d after %d of %d bytes, want none yet", i, 4*padBytes, threshold)
+	}
+	// NB: exact, so a snapshot taken too early fails here even while it
+	// is still being written (capturing it restarts the count).
+	if got, want := n.snapTrig.applied.Load(), commandLogBytes(t, n); got != want || want >= threshold {
+		t.Fatalf("trigger counts %d bytes, the log holds %d of commands (threshold %d)", got, want, threshold)
 	}
 	for range 2 {
 		if _, err := n.Propose(t.Context(), padCommand(pad)); err != nil {

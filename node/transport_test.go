@@ -538,21 +538,22 @@ func TestStreamLayer_ReverifyClosesNowRefusedConns(t *testing.T) {
 	}})
 	b := newTestLayer(t, streamConfig{Secret: secretA, NodeID: "b"})
 	c := newTestLayer(t, streamConfig{Secret: secretA, NodeID: "c"})
-	var fromB, fromC net.Conn
+	var fromB, fromC, atC net.Conn // atC: a's side of fromC
 	for _, p := range []struct {
-		l   *tlsStreamLayer
-		out *net.Conn
-	}{{b, &fromB}, {c, &fromC}} {
+		l       *tlsStreamLayer
+		out, in *net.Conn
+	}{{b, &fromB, new(net.Conn)}, {c, &fromC, &atC}} {
 		accepted := acceptOne(a)
 		_, conn, err := p.l.dial(a.Addr().String(), 5*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { conn.Close() })
-		if sc := <-accepted; sc == nil {
+		sc := <-accepted
+		if sc == nil {
 			t.Fatal("Accept failed")
 		}
-		*p.out = conn
+		*p.out, *p.in = conn, sc
 	}
 	// a dials b too: an outbound conn it verified.
 	accepted := acceptOne(b)
@@ -578,9 +579,17 @@ func TestStreamLayer_ReverifyClosesNowRefusedConns(t *testing.T) {
 	if got := a.Rejected(); got != rejected+2 {
 		t.Fatalf("rejected = %d, want %d", got, rejected+2)
 	}
-	// c's conn is still open: a write through it reaches a.
-	if _, err := fromC.Write([]byte{1}); err != nil {
+	// c's conn is still open: a byte written through it reaches a. NB: a
+	// write alone succeeds on a conn the peer closed; the read proves it.
+	if _, err := fromC.Write([]byte{7}); err != nil {
 		t.Fatalf("c's conn after reverify: %v", err)
+	}
+	if err := atC.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 1)
+	if _, err := io.ReadFull(atC, got); err != nil || got[0] != 7 {
+		t.Fatalf("c's byte did not reach a after reverify: %v %v", got, err)
 	}
 	if n := a.reverify(); n != 0 {
 		t.Fatalf("a second reverify closed %d more", n)

@@ -73,8 +73,11 @@ func (n *Node) commonVersion() (v uint32, ok bool) {
 // once every member supports a version above the cluster's. NB: not
 // cancelled by Close, like setNodeInfo (memberLoop).
 func (n *Node) raiseClusterVersion(ctx context.Context) {
-	target, ok := n.commonVersion()
 	from := n.fsm.ClusterVersion()
+	if from >= n.cfg.MaxVersion() {
+		return // NB: the steady state of every round; the FSM refuses a raise above this (recorded) member
+	}
+	target, ok := n.commonVersion()
 	if !ok || target <= from {
 		return
 	}

@@ -462,8 +462,6 @@ func (t *taskRec) view() ScanTask {
 		createdAt:      t.createdAt,
 		startedAt:      t.startedAt,
 		hasStarted:     t.hasStarted,
-		completedAt:    t.completedAtValue(),
-		hasCompleted:   t.status == TaskCompleted,
 		finishedAt:     t.finishedAt,
 		retryCount:     uint32(t.retryCount),
 		attempt:        t.attempt,

@@ -185,11 +185,19 @@ func (t *taskRec) attempts() []AttemptRecord {
 // stays implicit (attempts derives it), and the oldest stored record goes
 // when the history would exceed MaxAttemptHistory with it (I12).
 func (t *taskRec) endCompletedAttempt() {
-	if h := t.stored(); len(h) == MaxAttemptHistory {
-		copy(h, h[1:])
-		t.setStored(h[:MaxAttemptHistory-1])
-	}
+	t.setStored(t.roomForAttempt())
 	t.lastAttemptImplicit = true
+}
+
+// roomForAttempt returns the stored history records with the oldest
+// dropped when there are MaxAttemptHistory of them, so one more fits (I12).
+func (t *taskRec) roomForAttempt() []AttemptRecord {
+	h := t.stored()
+	if len(h) == MaxAttemptHistory {
+		copy(h, h[1:])
+		h = h[:MaxAttemptHistory-1]
+	}
+	return h
 }
 
 // compactDecoded stores the decoded lease, proof and receipt of a restored

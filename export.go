@@ -64,9 +64,10 @@ func (c *coordinator) exportTasks(ids []string) []byte {
 	}
 	e.uvarint(uint64(len(ids)))
 	for _, id := range ids {
-		c.tasks[id].encode(e)
+		t := c.tasks[id]
+		t.encode(e)
 		if sched {
-			c.tasks[id].encodeSched(e)
+			t.encodeSched(e)
 		}
 	}
 	wids := c.sortedWorkerIDs()

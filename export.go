@@ -380,10 +380,12 @@ func (c *coordinator) rebuildIndexes() *Error {
 		c.byID.ReplaceOrInsert(w)
 	}
 	c.rerank() // ranks are derived: evenly spaced in ID order (I9)
-	for _, id := range c.sortedWorkerIDs() {
-		if w := c.workers[id]; w.status != WorkerOffline {
+	// The live workers enter the treap in ID order, byID's order.
+	c.byID.Ascend(func(w *workerRec) bool {
+		if w.status != WorkerOffline {
 			c.alive = treapInsert(c.alive, w)
 		}
-	}
+		return true
+	})
 	return nil
 }

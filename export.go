@@ -70,11 +70,11 @@ func (c *coordinator) exportTasks(ids []string) []byte {
 			t.encodeSched(e)
 		}
 	}
-	wids := c.sortedWorkerIDs()
-	e.uvarint(uint64(len(wids)))
-	for _, id := range wids {
-		c.workers[id].encode(e)
-	}
+	e.uvarint(uint64(c.byID.Len()))
+	c.byID.Ascend(func(w *workerRec) bool { // every worker, in ID order (I9)
+		w.encode(e)
+		return true
+	})
 	if sched {
 		c.sched.encodeScans(e)
 	}

@@ -378,10 +378,10 @@ func exportV1(c *coordinator) []byte {
 			t.receiptValue().encode(e)
 		}
 	}
-	wids := c.sortedWorkerIDs()
-	e.uvarint(uint64(len(wids)))
-	for _, id := range wids {
-		c.workers[id].encode(e)
+	ws := c.sortedWorkers()
+	e.uvarint(uint64(len(ws)))
+	for _, w := range ws {
+		w.encode(e)
 	}
 	return e.finish()
 }

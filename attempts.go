@@ -229,13 +229,7 @@ func (t *taskRec) currentAttempt(endedAt uint64, outcome AttemptOutcome, reason 
 // endAttempt records the end of t's current attempt in its history, before
 // the command releases the lease. The caller has passed every check.
 func (c *coordinator) endAttempt(t *taskRec, now uint64, outcome AttemptOutcome, reason string) {
-	a := t.currentAttempt(now, outcome, reason)
-	h := t.stored()
-	if len(h) == MaxAttemptHistory {
-		copy(h, h[1:])
-		h = h[:MaxAttemptHistory-1]
-	}
-	t.setStored(append(h, a))
+	t.setStored(append(t.roomForAttempt(), t.currentAttempt(now, outcome, reason)))
 }
 
 // endAttempts records the end of every task's current attempt.

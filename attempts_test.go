@@ -212,6 +212,17 @@ func TestAttemptHistory_BoundedOldestDropped(t *testing.T) {
 	if h.task("t").Attempts()[0].Attempt() == 0 {
 		t.Fatal("Attempts aliases the record")
 	}
+	// A completing attempt on a full history drops the oldest record too.
+	l := h.assign("t", "w", 60)
+	h.start(l)
+	h.complete(l)
+	as = h.task("t").Attempts()
+	if len(as) != MaxAttemptHistory || as[0].Attempt() != attempts-MaxAttemptHistory+2 {
+		t.Fatalf("after completion: %d records from attempt %d, want %d from %d", len(as), as[0].Attempt(), MaxAttemptHistory, attempts-MaxAttemptHistory+2)
+	}
+	if last := as[len(as)-1]; last.Attempt() != attempts+1 || last.Outcome() != AttemptCompleted {
+		t.Fatalf("last record = %v, want the completed attempt %d", last, attempts+1)
+	}
 }
 
 func TestEnqueue_AttemptTimeoutValidation(t *testing.T) {

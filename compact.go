@@ -185,11 +185,19 @@ func (t *taskRec) attempts() []AttemptRecord {
 // stays implicit (attempts derives it), and the oldest stored record goes
 // when the history would exceed MaxAttemptHistory with it (I12).
 func (t *taskRec) endCompletedAttempt() {
-	if h := t.stored(); len(h) == MaxAttemptHistory {
-		copy(h, h[1:])
-		t.setStored(h[:MaxAttemptHistory-1])
-	}
+	t.setStored(t.roomForAttempt())
 	t.lastAttemptImplicit = true
+}
+
+// roomForAttempt returns the stored history records with the oldest
+// dropped when there are MaxAttemptHistory of them, so one more fits (I12).
+func (t *taskRec) roomForAttempt() []AttemptRecord {
+	h := t.stored()
+	if len(h) == MaxAttemptHistory {
+		copy(h, h[1:])
+		h = h[:MaxAttemptHistory-1]
+	}
+	return h
 }
 
 // compactDecoded stores the decoded lease, proof and receipt of a restored
@@ -253,17 +261,25 @@ func (c *coordinator) intern(s string, last *string) string {
 	}
 	v, ok := c.interned[s]
 	if !ok {
-		if len(c.interned) >= maxInterned {
-			clear(c.interned)
-		}
-		v = strings.Clone(s)
-		c.interned[v] = v
+		v = c.internNew(s)
 	}
 	*last = v
 	return v
 }
 
-// internPhases returns the shared string form of phases ("" for none).
+// internNew adds a copy of s, which the table does not hold, and returns it.
+func (c *coordinator) internNew(s string) string {
+	if len(c.interned) >= maxInterned {
+		clear(c.interned)
+	}
+	v := strings.Clone(s)
+	c.interned[v] = v
+	return v
+}
+
+// internPhases returns the shared string form of phases ("" for none). It
+// is intern for a byte slice: the comparison and the lookup convert p
+// without allocating; only a phases string not held yet is allocated.
 func (c *coordinator) internPhases(p []uint8) string {
 	if len(p) == 0 {
 		return ""
@@ -271,9 +287,10 @@ func (c *coordinator) internPhases(p []uint8) string {
 	if string(p) == c.lastPhases {
 		return c.lastPhases
 	}
-	if v, ok := c.interned[string(p)]; ok {
-		c.lastPhases = v
-		return v
+	v, ok := c.interned[string(p)]
+	if !ok {
+		v = c.internNew(string(p))
 	}
-	return c.intern(string(p), &c.lastPhases)
+	c.lastPhases = v
+	return v
 }

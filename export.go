@@ -64,16 +64,17 @@ func (c *coordinator) exportTasks(ids []string) []byte {
 	}
 	e.uvarint(uint64(len(ids)))
 	for _, id := range ids {
-		c.tasks[id].encode(e)
+		t := c.tasks[id]
+		t.encode(e)
 		if sched {
-			c.tasks[id].encodeSched(e)
+			t.encodeSched(e)
 		}
 	}
-	wids := c.sortedWorkerIDs()
-	e.uvarint(uint64(len(wids)))
-	for _, id := range wids {
-		c.workers[id].encode(e)
-	}
+	e.uvarint(uint64(c.byID.Len()))
+	c.byID.Ascend(func(w *workerRec) bool { // every worker, in ID order (I9)
+		w.encode(e)
+		return true
+	})
 	if sched {
 		c.sched.encodeScans(e)
 	}
@@ -379,10 +380,12 @@ func (c *coordinator) rebuildIndexes() *Error {
 		c.byID.ReplaceOrInsert(w)
 	}
 	c.rerank() // ranks are derived: evenly spaced in ID order (I9)
-	for _, id := range c.sortedWorkerIDs() {
-		if w := c.workers[id]; w.status != WorkerOffline {
+	// The live workers enter the treap in ID order, byID's order.
+	c.byID.Ascend(func(w *workerRec) bool {
+		if w.status != WorkerOffline {
 			c.alive = treapInsert(c.alive, w)
 		}
-	}
+		return true
+	})
 	return nil
 }

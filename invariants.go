@@ -17,18 +17,26 @@ func (c *coordinator) checkInvariants() error {
 	return nil
 }
 
-// audit checks the invariants I1–I12 of ARCHITECTURE.md, one group at a
-// time. The caller holds the lock (or owns c exclusively, as Restore does).
+// audit checks the invariants I1–I13 of ARCHITECTURE.md, one group at a
+// time, in one pass over the tasks (the scheduling checks of I13 included).
+// The caller holds the lock (or owns c exclusively, as Restore does).
 func (c *coordinator) audit() *Error {
 	if err := c.limits.Validate(); err != nil {
 		return auditError("I1: limits are invalid")
 	}
+	if err := c.auditSchedOpts(); err != nil {
+		return err
+	}
 	tally := taskTally{leasesByWorker: map[string]int{}, seenLease: map[uint64]bool{}}
+	sched := schedTally{counts: map[string]*ScanState{}}
 	for id, t := range c.tasks {
 		if id != t.id {
 			return auditError("I2: task map key differs from its record")
 		}
 		if err := c.auditTask(t, &tally); err != nil {
+			return err
+		}
+		if err := c.auditSchedTask(t, &sched); err != nil {
 			return err
 		}
 	}
@@ -50,7 +58,7 @@ func (c *coordinator) audit() *Error {
 	if err := c.auditTreap(linked); err != nil {
 		return err
 	}
-	return c.auditSched()
+	return c.auditSched(&sched)
 }
 
 func auditError(reason string) *Error { return invariantError(reason) }

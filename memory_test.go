@@ -47,12 +47,13 @@ func memSpec(prefix string, i int) TaskSpec {
 	}
 }
 
-// memFillQueued enqueues n tasks in batches of 500 (as the service does).
-func memFillQueued(tb testing.TB, p *WorkerPool, prefix string, n int, now uint64) {
+// memFillQueued enqueues the tasks from to from+n−1 in batches of 500 (as
+// the service does).
+func memFillQueued(tb testing.TB, p *WorkerPool, prefix string, from, n int, now uint64) {
 	tb.Helper()
-	for i := 0; i < n; i += 500 {
+	for i := from; i < from+n; i += 500 {
 		specs := make([]TaskSpec, 0, 500)
-		for j := i; j < min(i+500, n); j++ {
+		for j := i; j < min(i+500, from+n); j++ {
 			specs = append(specs, memSpec(prefix, j))
 		}
 		if _, err := p.EnqueueBatch(p.c.revision, now, specs); err != nil {
@@ -71,7 +72,7 @@ func memFillCompleted(tb testing.TB, p *WorkerPool, r *ResultAggregator, n int) 
 	}
 	for done := 0; done < n; {
 		k := min(4096, n-done)
-		memFillQueuedFrom(tb, p, done, k)
+		memFillQueued(tb, p, "done", done, k, 1)
 		for range k {
 			l, err := p.AssignNext(p.c.revision, 1, "worker-1", 60)
 			if err != nil {
@@ -89,17 +90,6 @@ func memFillCompleted(tb testing.TB, p *WorkerPool, r *ResultAggregator, n int) 
 			}
 		}
 		done += k
-	}
-}
-
-func memFillQueuedFrom(tb testing.TB, p *WorkerPool, from, n int) {
-	tb.Helper()
-	specs := make([]TaskSpec, 0, n)
-	for j := from; j < from+n; j++ {
-		specs = append(specs, memSpec("done", j))
-	}
-	if _, err := p.EnqueueBatch(p.c.revision, 1, specs); err != nil {
-		tb.Fatal(err)
 	}
 }
 
@@ -134,7 +124,7 @@ const (
 
 func TestMemory_PerRecordBudget(t *testing.T) {
 	queued := memPerRecord(t, memQueuedTasks, func(p *WorkerPool, _ *ResultAggregator) {
-		memFillQueued(t, p, "queued", memQueuedTasks, 1)
+		memFillQueued(t, p, "queued", 0, memQueuedTasks, 1)
 	})
 	completed := memPerRecord(t, memCompletedTasks, func(p *WorkerPool, r *ResultAggregator) {
 		memFillCompleted(t, p, r, memCompletedTasks)

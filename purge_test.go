@@ -378,10 +378,10 @@ func exportV1(c *coordinator) []byte {
 			t.receiptValue().encode(e)
 		}
 	}
-	wids := c.sortedWorkerIDs()
-	e.uvarint(uint64(len(wids)))
-	for _, id := range wids {
-		c.workers[id].encode(e)
+	ws := c.sortedWorkers()
+	e.uvarint(uint64(len(ws)))
+	for _, w := range ws {
+		w.encode(e)
 	}
 	return e.finish()
 }
@@ -406,7 +406,11 @@ func TestRestoreWorkerPool_Version1(t *testing.T) {
 	}
 	// Completed tasks keep their completion time; other terminal tasks
 	// finished at the state's logical time at the latest.
-	for id, want := range map[string]uint64{"c": h.task("c").completedAt, "f": h.now, "x": h.now, "e": h.now} {
+	completedAt, completed := h.task("c").CompletedAt()
+	if !completed {
+		t.Fatal("task c is not completed")
+	}
+	for id, want := range map[string]uint64{"c": completedAt, "f": h.now, "x": h.now, "e": h.now} {
 		task, _, _ := p.GetTask(id)
 		if got, ok := task.FinishedAt(); !ok || got != want {
 			t.Fatalf("FinishedAt(%s) = %d, %v; want %d", id, got, ok, want)

@@ -70,7 +70,7 @@ func (c *coordinator) rerank() {
 	// The treap's cached copies of its bests' ranks follow (the bests
 	// themselves stay: the order is the same).
 	treapWalk(c.alive, func(w *workerRec) bool {
-		w.bestRank = bestRankOf(w.best)
+		w.setBest(w.best)
 		return true
 	})
 }

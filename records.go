@@ -146,9 +146,7 @@ type ScanTask struct {
 	createdAt      uint64
 	startedAt      uint64
 	hasStarted     bool
-	completedAt    uint64
-	hasCompleted   bool
-	finishedAt     uint64
+	finishedAt     uint64 // the completion time too, when completed
 	retryCount     uint32
 	attempt        uint32
 	taskGeneration uint64
@@ -191,7 +189,12 @@ func (t ScanTask) CreatedAt() uint64 { return t.createdAt }
 func (t ScanTask) StartedAt() (uint64, bool) { return t.startedAt, t.hasStarted }
 
 // CompletedAt returns when the task completed.
-func (t ScanTask) CompletedAt() (uint64, bool) { return t.completedAt, t.hasCompleted }
+func (t ScanTask) CompletedAt() (uint64, bool) {
+	if t.status != TaskCompleted {
+		return 0, false
+	}
+	return t.finishedAt, true // I8
+}
 
 // FinishedAt returns when the task became terminal (completed, failed,
 // cancelled or expired); false while it is not terminal (beyond contract

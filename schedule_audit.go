@@ -1,36 +1,45 @@
 package distributed
 
-// auditSched checks I13 (ARCHITECTURE.md): the scheduling index agrees
-// with the task records, the scan records hold exactly the scans that need
-// one with the right counts, and heads holds exactly the selectable lanes
-// at their keys. Without an index no record carries a scheduling field.
-func (c *coordinator) auditSched() *Error {
-	s := c.sched
-	if s == nil {
-		for _, t := range c.tasks {
-			if t.hasScheduling() {
-				return auditError("I13: a task has scheduling fields but the pool has no scheduling index")
-			}
-		}
-		return nil
-	}
-	if s.opts.validate() != nil {
+// The I13 audit (ARCHITECTURE.md): the scheduling index agrees with the
+// task records, the scan records hold exactly the scans that need one with
+// the right counts, and heads holds exactly the selectable lanes at their
+// keys. Without an index no record carries a scheduling field. The
+// per-task part runs in audit's one pass over the tasks (auditSchedTask);
+// auditSched then checks the scans against what it counted.
+
+// schedTally accumulates what the per-task scheduling checks count.
+type schedTally struct {
+	counts map[string]*ScanState
+	ready  int
+}
+
+// auditSchedOpts checks the scheduling options before the task pass.
+func (c *coordinator) auditSchedOpts() *Error {
+	if c.sched != nil && c.sched.opts.validate() != nil {
 		return auditError("I13: scheduling options are invalid")
 	}
-	counts := map[string]*ScanState{}
-	ready := 0
-	for _, t := range c.tasks {
-		if err := c.auditSchedTask(t, counts, &ready); err != nil {
-			return err
-		}
+	return nil
+}
+
+// auditSched checks the scan records, lanes and heads against the tally
+// of the task pass.
+func (c *coordinator) auditSched(tally *schedTally) *Error {
+	if c.sched == nil {
+		return nil
 	}
-	return c.auditScans(counts, ready)
+	return c.auditScans(tally.counts, tally.ready)
 }
 
 // auditSchedTask checks one task's scheduling fields and index membership
 // and counts it for its scan.
-func (c *coordinator) auditSchedTask(t *taskRec, counts map[string]*ScanState, ready *int) *Error {
+func (c *coordinator) auditSchedTask(t *taskRec, tally *schedTally) *Error {
 	s := c.sched
+	if s == nil {
+		if t.hasScheduling() {
+			return auditError("I13: a task has scheduling fields but the pool has no scheduling index")
+		}
+		return nil
+	}
 	if t.tagMask >= 1<<(TagExternal+1) || validateBackoff(uint64(t.backoffBase), uint64(t.backoffCap), taskError) != nil {
 		return auditError("I13: a task holds invalid scheduling fields")
 	}
@@ -40,10 +49,10 @@ func (c *coordinator) auditSchedTask(t *taskRec, counts map[string]*ScanState, r
 		}
 		return nil
 	}
-	n := counts[t.scanID]
+	n := tally.counts[t.scanID]
 	if n == nil {
 		n = &ScanState{}
-		counts[t.scanID] = n
+		tally.counts[t.scanID] = n
 	}
 	n.Active++
 	if t.hasLease {
@@ -62,7 +71,7 @@ func (c *coordinator) auditSchedTask(t *taskRec, counts map[string]*ScanState, r
 	if inDelayed {
 		return nil
 	}
-	*ready++
+	tally.ready++
 	if sc := s.scans[t.scanID]; sc == nil || !sc.laneHas(t) {
 		return auditError("I13: a due queued task is not in its lane")
 	}

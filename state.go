@@ -363,13 +363,15 @@ func (c *coordinator) sortedTaskIDs() []string {
 	return ids
 }
 
-func (c *coordinator) sortedWorkerIDs() []string {
-	ids := make([]string, 0, len(c.workers))
-	for id := range c.workers {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	return ids
+// sortedWorkers returns every worker record in ID order: byID's order
+// (I9), so nothing is sorted again.
+func (c *coordinator) sortedWorkers() []*workerRec {
+	ws := make([]*workerRec, 0, c.byID.Len())
+	c.byID.Ascend(func(w *workerRec) bool {
+		ws = append(ws, w)
+		return true
+	})
+	return ws
 }
 
 // GetWorker returns a copy of the worker. The error is ErrInvalidWorker, only
@@ -391,10 +393,10 @@ func (p *WorkerPool) GetWorker(workerID string) (WorkerNode, bool, error) {
 func (p *WorkerPool) Workers() []WorkerNode {
 	p.c.mu.Lock()
 	defer p.c.mu.Unlock()
-	ids := p.c.sortedWorkerIDs()
-	out := make([]WorkerNode, len(ids))
-	for i, id := range ids {
-		out[i] = p.c.workers[id].view()
+	ws := p.c.sortedWorkers()
+	out := make([]WorkerNode, len(ws))
+	for i, w := range ws {
+		out[i] = w.view()
 	}
 	return out
 }
@@ -462,8 +464,6 @@ func (t *taskRec) view() ScanTask {
 		createdAt:      t.createdAt,
 		startedAt:      t.startedAt,
 		hasStarted:     t.hasStarted,
-		completedAt:    t.completedAtValue(),
-		hasCompleted:   t.status == TaskCompleted,
 		finishedAt:     t.finishedAt,
 		retryCount:     uint32(t.retryCount),
 		attempt:        t.attempt,

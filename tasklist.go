@@ -18,10 +18,11 @@ import (
 //
 // A task is in at most one list, so the two share its prev/next links.
 
-// taskList is an intrusive doubly linked list of task records.
+// taskList is an intrusive doubly linked list of task records. Its length
+// is not kept: the counters active and terminal are the lengths of the age
+// and finish lists (I1, I3).
 type taskList struct {
 	head, tail *taskRec
-	n          int
 }
 
 // push appends t, which is in no list.
@@ -33,7 +34,6 @@ func (l *taskList) push(t *taskRec) {
 		l.tail.next = t
 	}
 	l.tail = t
-	l.n++
 }
 
 // remove unlinks t, which is in l.
@@ -49,7 +49,6 @@ func (l *taskList) remove(t *taskRec) {
 		t.next.prev = t.prev
 	}
 	t.prev, t.next = nil, nil
-	l.n--
 }
 
 // walk visits the records in order until visit returns false.
@@ -92,5 +91,5 @@ func (c *coordinator) auditList(l *taskList, terminal bool, n int, time func(*ta
 		}
 		prev = t
 	}
-	return count == n && l.n == n && l.tail == prev
+	return count == n && l.tail == prev
 }

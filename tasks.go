@@ -227,12 +227,7 @@ func (q *TaskQueue) CancelTask(expectedRevision, nowSecs uint64, own TaskOwnersh
 	if !canBump(t.version) {
 		return zero, exhausted("record_version")
 	}
-	held := t.lease
-	if t.hasLease {
-		c.endAttempt(t, nowSecs, AttemptCancelled, "")
-	}
-	c.terminate(t, TaskCancelled, nowSecs)
-	t.setProof(own, held)
+	c.cancel(t, own, nowSecs)
 	return Transition[CancellationOutcome]{Revision: c.commit(nowSecs), Value: CancellationOutcome{Kind: Cancelled}}, nil
 }
 
@@ -280,18 +275,25 @@ func (q *TaskQueue) CancelTaskByID(expectedRevision, nowSecs uint64, taskID stri
 	if t.hasLease {
 		own = OwnershipFromLease(t.currentLease())
 	}
-	held := t.lease
-	if t.hasLease {
-		c.endAttempt(t, nowSecs, AttemptCancelled, "")
-	}
-	c.terminate(t, TaskCancelled, nowSecs)
-	t.setProof(own, held)
+	c.cancel(t, own, nowSecs)
 	return Transition[CancellationOutcome]{Revision: c.commit(nowSecs), Value: CancellationOutcome{Kind: Cancelled}}, nil
 }
 
 // CancelTaskByID cancels a task by ID; see TaskQueue.CancelTaskByID.
 func (p *WorkerPool) CancelTaskByID(expectedRevision, nowSecs uint64, taskID string) (Transition[CancellationOutcome], error) {
 	return p.TaskQueue().CancelTaskByID(expectedRevision, nowSecs, taskID)
+}
+
+// cancel ends t's attempt if it holds a lease, terminates it as cancelled
+// at now and retains own, which names t, as its proof (I10). The caller
+// has passed every check.
+func (c *coordinator) cancel(t *taskRec, own TaskOwnership, now uint64) {
+	held := t.lease
+	if t.hasLease {
+		c.endAttempt(t, now, AttemptCancelled, "")
+	}
+	c.terminate(t, TaskCancelled, now)
+	t.setProof(own, held)
 }
 
 func (t *taskRec) fence() QueuedTaskFence {

@@ -95,10 +95,7 @@ func (w *workerRec) pull() {
 
 // setBest records b (nil for none) as w's subtree best.
 func (w *workerRec) setBest(b *workerRec) {
-	w.best, w.bestScore, w.bestRank = b, 0, 0
-	if b != nil {
-		w.bestScore, w.bestRank = b.score, b.rank
-	}
+	w.best, w.bestScore, w.bestRank = b, bestScoreOf(b), bestRankOf(b)
 }
 
 // bestScoreOf and bestRankOf are the cached copies a subtree best implies

@@ -221,8 +221,7 @@ func (k *checker) compareRecords(h *Harness, unchanged bool) error {
 			if err := k.newLife(got); err != nil {
 				return err
 			}
-		}
-		if seen {
+		} else {
 			prev := k.prevTasks[j]
 			j++
 			if unchanged && !eqTask(prev, got) {

@@ -140,12 +140,13 @@ func (t *Tenant) purgeScans(filter distributed.PurgeFilter) []string {
 }
 
 // resultSizes returns the sizes of the stored results of ids (for the
-// scan records' result bytes, read before the results are purged).
+// scan records' result bytes, read before the results are purged). NB:
+// ResultSize, not GetResult, which copies each result only to measure it.
 func (t *Tenant) resultSizes(ids []string) map[string]int {
 	out := make(map[string]int, len(ids))
 	for _, id := range ids {
-		if r, ok, _ := t.results.GetResult(id); ok {
-			out[id] = len(r)
+		if n, ok, _ := t.results.ResultSize(id); ok {
+			out[id] = n
 		}
 	}
 	return out

@@ -180,16 +180,6 @@ func oneTask(id func(c tenantCall) string) func(c tenantCall) (string, bool) {
 // any scan terminal (recoveries, worker loss).
 func anyTask(tenantCall) (string, bool) { return "", false }
 
-func cmpUint(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
 // leaseTask is a tenantOp.terminates for commands that act on the task of
 // their lease.
 var leaseTask = oneTask(func(c tenantCall) string { return c.lease.TaskID() })

@@ -157,12 +157,15 @@ func (t *Tenant) advanceAllScans(now uint64) {
 }
 
 // noteTerminations advances the scan tracking after a tenant command that
-// may have made tasks terminal (tenantOp.terminates), then calls
-// ProgressFunc.
-func (f *FSM) noteTerminations(c tenantCall, op tenantOp) {
+// may have made tasks terminal (tenantOp.terminates; v is its value), then
+// calls ProgressFunc. A command of any task whose value says it ended none
+// walks no scan.
+func (f *FSM) noteTerminations(c tenantCall, op tenantOp, v any) {
 	taskID, one := op.terminates(c)
 	if !one {
-		c.t.advanceAllScans(c.now)
+		if !endedNone(v) {
+			c.t.advanceAllScans(c.now)
+		}
 	} else if task, ok, err := c.t.pool.GetTask(taskID); err == nil && ok {
 		c.t.advanceScan(task.ScanID(), c.now)
 	}
@@ -179,6 +182,19 @@ func oneTask(id func(c tenantCall) string) func(c tenantCall) (string, bool) {
 // anyTask is a tenantOp.terminates for commands that may make tasks of
 // any scan terminal (recoveries, worker loss).
 func anyTask(tenantCall) (string, bool) { return "", false }
+
+// endedNone reports whether an anyTask command's value says it made no
+// task terminal: a recovery that failed no task (it only requeued, the
+// retry rule), an ExpireOldTasks that expired none.
+func endedNone(v any) bool {
+	switch v := v.(type) {
+	case distributed.RecoverySummary:
+		return v.TasksFailed == 0
+	case int:
+		return v == 0
+	}
+	return false
+}
 
 // leaseTask is a tenantOp.terminates for commands that act on the task of
 // their lease.

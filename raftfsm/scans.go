@@ -120,11 +120,8 @@ func (t *Tenant) noteCompleted(scanID, taskID string, resultBytes int) {
 }
 
 // terminalAt reports whether the task with this ID is terminal.
-func (t *Tenant) terminalAt(id string) bool { return terminalIn(t.pool, id) }
-
-// terminalIn reports whether the pool's task with this ID is terminal.
-func terminalIn(pool *distributed.WorkerPool, id string) bool {
-	task, ok, err := pool.GetTask(id)
+func (t *Tenant) terminalAt(id string) bool {
+	task, ok, err := t.pool.GetTask(id)
 	return err == nil && ok && task.Status().Terminal()
 }
 

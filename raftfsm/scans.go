@@ -65,19 +65,33 @@ func (m *scanMeta) pending() uint64 {
 	return m.declared - m.nextOrd
 }
 
-// noteEnqueued records new tasks of their scans: a new scan is created at
-// now, and a finished scan that gets a task is running again. declared,
-// when non-zero, is the declared total of the batch's one scan.
+// noteEnqueued records new tasks in their scans' task IDs and ordinals
+// (kept parallel here, their one writer besides restore): a new scan is
+// created at now, and a finished scan that gets a task is running again.
+// Each run of specs of one scan (a whole batch, usually) looks the scan up
+// once. declared, when non-zero, is the declared total of the batch's one
+// scan.
 func (t *Tenant) noteEnqueued(specs []distributed.TaskSpec, now, declared uint64) {
-	for _, s := range specs {
-		m, ok := t.meta[s.ScanID]
+	for rest := specs; len(rest) > 0; {
+		scan := rest[0].ScanID
+		n := len(rest)
+		if i := slices.IndexFunc(rest, func(s distributed.TaskSpec) bool { return s.ScanID != scan }); i >= 0 {
+			n = i
+		}
+		m, ok := t.meta[scan]
 		if !ok {
 			m = &scanMeta{createdAt: now}
-			t.meta[s.ScanID] = m
+			t.meta[scan] = m
 		}
 		m.finished, m.finishedAt = false, 0
-		m.ords = append(m.ords, m.nextOrd)
-		m.nextOrd++
+		ids := t.scans[scan]
+		for _, s := range rest[:n] {
+			ids = append(ids, s.TaskID)
+			m.ords = append(m.ords, m.nextOrd)
+			m.nextOrd++
+		}
+		t.scans[scan] = ids
+		rest = rest[n:]
 	}
 	if declared != 0 {
 		t.meta[specs[0].ScanID].declared = declared

@@ -287,3 +287,29 @@ func TestFSM_ScanRecordPurge(t *testing.T) {
 		t.Fatalf("a scan emptied by a purge still has a record: %v", tv.ScanIDs())
 	}
 }
+
+// TestFSM_ScanRecordMixedEnqueue: one enqueue whose tasks alternate
+// between scans records each task in its own scan, in enqueue order, with
+// that scan's next ordinals.
+func TestFSM_ScanRecordMixedEnqueue(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.must(t, enqueueScanCmd("a", "a1"))
+	mixed := enqueueScanCmd("a", "a2", "a3")
+	b2 := enqueueScanCmd("b", "b1", "b2").GetEnqueue().GetTasks()
+	e := mixed.GetEnqueue()
+	e.Tasks = []*pb.TaskSpec{e.Tasks[0], b2[0], e.Tasks[1], b2[1]}
+	b.must(t, mixed)
+	tv, _ := b.f.Tenant("acme")
+	for scan, want := range map[string][]ScanEntry{
+		"a": {{"a1", 0}, {"a2", 1}, {"a3", 2}},
+		"b": {{"b1", 0}, {"b2", 1}},
+	} {
+		if got := tv.ScanTaskWindow(scan, 0, 10); !slices.Equal(got, want) {
+			t.Fatalf("ScanTaskWindow(%s) = %v, want %v", scan, got, want)
+		}
+		if st := b.scan(t, scan); st.Tasks != len(want) || st.NextOrdinal != uint64(len(want)) {
+			t.Fatalf("Scan(%s) = %+v, want %d tasks", scan, st, len(want))
+		}
+	}
+}

@@ -2,6 +2,7 @@ package raftfsm
 
 import (
 	"bytes"
+	"slices"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -96,11 +97,52 @@ func ownResult(c cutCommand, payload int) func([]byte) []byte {
 	return bytes.Clone
 }
 
+// splice is src with some fields replaced, copied lazily: a command with
+// no result to cut (most of them) is unmarshalled from its payload as it
+// is, without a copy of it (or two, for a Batch).
+type splice struct {
+	src, out []byte
+	cut      bool
+}
+
+// begin starts the copy at the field at offset pos of src, the first one
+// cut; the fields before it are kept.
+func (s *splice) begin(pos int) {
+	if !s.cut {
+		s.out = append(make([]byte, 0, len(s.src)), s.src[:pos]...)
+		s.cut = true
+	}
+}
+
+// keep keeps one field of src as it is.
+func (s *splice) keep(field []byte) {
+	if s.cut {
+		s.out = append(s.out, field...)
+	}
+}
+
+// replace puts the length-delimited field num with value v in place of the
+// field at offset pos of src.
+func (s *splice) replace(pos int, num protowire.Number, v []byte) {
+	s.begin(pos)
+	s.out = protowire.AppendBytes(protowire.AppendTag(s.out, num, protowire.BytesType), v)
+}
+
+// bytes is src with the cuts made.
+func (s *splice) bytes() []byte {
+	if s.cut {
+		return s.out
+	}
+	return s.src
+}
+
 // cutResults walks one Command; false asks for the plain decode.
 func cutResults(b []byte, depth int) (cutCommand, bool) {
-	c := cutCommand{rest: make([]byte, 0, min(len(b), 1024))}
+	var c cutCommand
+	s := splice{src: b}
 	opSeen := false
 	for len(b) > 0 {
+		pos := len(s.src) - len(b)
 		num, typ, v, n := nextField(b)
 		if n < 0 {
 			return c, false
@@ -111,32 +153,35 @@ func cutResults(b []byte, depth int) (cutCommand, bool) {
 			}
 			opSeen = true
 		}
-		var ok bool
+		var inner []byte
+		ok, cut := true, false
 		switch {
 		case num == fieldCommandComplete && commandOps[num]:
-			var inner []byte
 			inner, c.result, c.hasResult, ok = cutComplete(v)
-			c.rest = protowire.AppendBytes(protowire.AppendTag(c.rest, num, typ), inner)
+			cut = c.hasResult
 		case num == fieldCommandBatch && depth < maxResultCutDepth:
-			var inner []byte
 			inner, c.batch, ok = cutBatch(v, depth+1)
-			c.rest = protowire.AppendBytes(protowire.AppendTag(c.rest, num, typ), inner)
-		default:
-			ok = true
-			c.rest = append(c.rest, b[:n]...)
+			cut = slices.ContainsFunc(c.batch, func(r cutResult) bool { return r.hasResult })
 		}
 		if !ok {
 			return c, false
 		}
+		if cut {
+			s.replace(pos, num, inner)
+		} else {
+			s.keep(b[:n])
+		}
 		b = b[n:]
 	}
+	c.rest = s.bytes()
 	return c, true
 }
 
 // cutComplete cuts the result out of a CompleteTask.
 func cutComplete(b []byte) (rest, result []byte, has, ok bool) {
-	rest = make([]byte, 0, 128)
+	s := splice{src: b}
 	for len(b) > 0 {
+		pos := len(s.src) - len(b)
 		num, typ, v, n := nextField(b)
 		if n < 0 {
 			return nil, nil, false, false
@@ -146,24 +191,26 @@ func cutComplete(b []byte) (rest, result []byte, has, ok bool) {
 				return nil, nil, false, false
 			}
 			result, has = v, true
+			s.begin(pos) // the result field is left out
 		} else {
-			rest = append(rest, b[:n]...)
+			s.keep(b[:n])
 		}
 		b = b[n:]
 	}
-	return rest, result, has, true
+	return s.bytes(), result, has, true
 }
 
 // cutBatch cuts the results out of a Batch's commands.
 func cutBatch(b []byte, depth int) (rest []byte, elems []cutResult, ok bool) {
-	rest = make([]byte, 0, min(len(b), 64<<10))
+	s := splice{src: b}
 	for len(b) > 0 {
+		pos := len(s.src) - len(b)
 		num, typ, v, n := nextField(b)
 		if n < 0 {
 			return nil, nil, false
 		}
 		if num != fieldBatchCommands {
-			rest = append(rest, b[:n]...)
+			s.keep(b[:n])
 			b = b[n:]
 			continue
 		}
@@ -174,11 +221,15 @@ func cutBatch(b []byte, depth int) (rest []byte, elems []cutResult, ok bool) {
 		if !ok {
 			return nil, nil, false
 		}
-		rest = protowire.AppendBytes(protowire.AppendTag(rest, num, typ), c.rest)
+		if c.hasResult {
+			s.replace(pos, num, c.rest)
+		} else {
+			s.keep(b[:n])
+		}
 		elems = append(elems, cutResult{result: c.result, hasResult: c.hasResult})
 		b = b[n:]
 	}
-	return rest, elems, true
+	return s.bytes(), elems, true
 }
 
 // nextField reads one field: its number, type, value (for a

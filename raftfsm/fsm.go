@@ -399,9 +399,6 @@ func (f *FSM) applyEnqueue(c tenantCall) Response {
 	if err != nil {
 		return Response{Err: err}
 	}
-	for _, s := range specs {
-		t.scans[s.ScanID] = append(t.scans[s.ScanID], s.TaskID)
-	}
 	t.noteEnqueued(specs, c.now, e.GetDeclaredTotal())
 	return Response{Revision: tr.Revision, Value: tr.Value}
 }

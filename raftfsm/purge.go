@@ -79,7 +79,7 @@ func (f *FSM) applyPurge(c tenantCall) Response {
 		}
 		t.advanceScan(p.GetScanId(), c.now) // the scan record follows the cancels
 	}
-	touched := t.purgeScans(filter) // NB: before the purge, while the tasks exist
+	touched := t.purgeScans(p.GetScanId(), filter) // NB: before the purge, while the tasks exist
 	tr, err := t.pool.PurgeTasks(rev, c.now, filter)
 	if err != nil {
 		return Response{Err: err}
@@ -118,12 +118,14 @@ func (f *FSM) cancelLive(t *Tenant, ids []string, rev, now uint64) (uint64, int,
 	return rev, n, nil
 }
 
-// purgeScans returns the scans a purge through filter can touch: the
-// filter's scan, or the scans of the tasks it names; nil when it can touch
-// any scan (a purge by finish time alone).
-func (t *Tenant) purgeScans(filter distributed.PurgeFilter) []string {
-	if filter.ScanID != "" {
-		return []string{filter.ScanID}
+// purgeScans returns the scans a purge of scan (the command's scan_id)
+// through filter can touch: the scan — of the filter, or of whole_scan,
+// whose filter names its task IDs, none looked up — or the scans of the
+// tasks the filter names; nil when it can touch any scan (a purge by
+// finish time alone).
+func (t *Tenant) purgeScans(scan string, filter distributed.PurgeFilter) []string {
+	if scan != "" {
+		return []string{scan}
 	}
 	if len(filter.TaskIDs) == 0 {
 		return nil
@@ -140,12 +142,13 @@ func (t *Tenant) purgeScans(filter distributed.PurgeFilter) []string {
 }
 
 // resultSizes returns the sizes of the stored results of ids (for the
-// scan records' result bytes, read before the results are purged).
+// scan records' result bytes, read before the results are purged). NB:
+// ResultSize, not GetResult, which copies each result only to measure it.
 func (t *Tenant) resultSizes(ids []string) map[string]int {
 	out := make(map[string]int, len(ids))
 	for _, id := range ids {
-		if r, ok, _ := t.results.GetResult(id); ok {
-			out[id] = len(r)
+		if n, ok, _ := t.results.ResultSize(id); ok {
+			out[id] = n
 		}
 	}
 	return out

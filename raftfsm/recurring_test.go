@@ -8,9 +8,10 @@ package raftfsm
 
 import (
 	"bytes"
-	"errors"
+	"slices"
 	"testing"
 
+	"github.com/termivar/distributed/client"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 )
 
@@ -36,8 +37,10 @@ func TestFSM_RecurringSchedule(t *testing.T) {
 		t.Fatalf("RecoveryCommands at creation = %v, want tick 1", ops)
 	}
 	v := b.must(t, ops[0]).Value.(FireValue)
-	if !v.Fired || v.ScanID != "nightly-1" || len(acme.ScanTaskIDs("nightly-1")) != 2 {
-		t.Fatalf("fire tick 1 = %+v, scan tasks %v", v, acme.ScanTaskIDs("nightly-1"))
+	// The tick's task IDs are the ones a producer derives (scheduleTaskID).
+	wantIDs := []string{client.DeriveTaskID("nightly-1", "a.example"), client.DeriveTaskID("nightly-1", "b.example")}
+	if !v.Fired || v.ScanID != "nightly-1" || !slices.Equal(acme.ScanTaskIDs("nightly-1"), wantIDs) {
+		t.Fatalf("fire tick 1 = %+v, scan tasks %v, want %v", v, acme.ScanTaskIDs("nightly-1"), wantIDs)
 	}
 	// A second leader proposing the same tick: answered, nothing changes.
 	before, _ := b.f.ExportState()
@@ -81,9 +84,7 @@ func TestFSM_RecurringSchedule(t *testing.T) {
 			t.Fatalf("%v accepted", bad)
 		}
 	}
-	if r := b.apply(fireCmd("nightly", 5)); !errors.Is(r.Err, ErrPermissionDenied) && r.Err == nil {
-		t.Fatal("tick 5 fired before it was due")
-	}
+	b.mustReject(t, fireCmd("nightly", 5), ErrInvalidCommand) // tick 5 is not due yet
 	b.must(t, &pb.Command{Principal: "kprod", Op: &pb.Command_DeleteSchedule{DeleteSchedule: &pb.DeleteSchedule{Name: "nightly"}}})
 	if ops := acme.RecoveryCommands(b.now+1000, 0); len(ops) != 0 {
 		t.Fatalf("a deleted schedule still fires: %v", ops)

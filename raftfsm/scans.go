@@ -65,19 +65,33 @@ func (m *scanMeta) pending() uint64 {
 	return m.declared - m.nextOrd
 }
 
-// noteEnqueued records new tasks of their scans: a new scan is created at
-// now, and a finished scan that gets a task is running again. declared,
-// when non-zero, is the declared total of the batch's one scan.
+// noteEnqueued records new tasks in their scans' task IDs and ordinals
+// (kept parallel here, their one writer besides restore): a new scan is
+// created at now, and a finished scan that gets a task is running again.
+// Each run of specs of one scan (a whole batch, usually) looks the scan up
+// once. declared, when non-zero, is the declared total of the batch's one
+// scan.
 func (t *Tenant) noteEnqueued(specs []distributed.TaskSpec, now, declared uint64) {
-	for _, s := range specs {
-		m, ok := t.meta[s.ScanID]
+	for rest := specs; len(rest) > 0; {
+		scan := rest[0].ScanID
+		n := len(rest)
+		if i := slices.IndexFunc(rest, func(s distributed.TaskSpec) bool { return s.ScanID != scan }); i >= 0 {
+			n = i
+		}
+		m, ok := t.meta[scan]
 		if !ok {
 			m = &scanMeta{createdAt: now}
-			t.meta[s.ScanID] = m
+			t.meta[scan] = m
 		}
 		m.finished, m.finishedAt = false, 0
-		m.ords = append(m.ords, m.nextOrd)
-		m.nextOrd++
+		ids := t.scans[scan]
+		for _, s := range rest[:n] {
+			ids = append(ids, s.TaskID)
+			m.ords = append(m.ords, m.nextOrd)
+			m.nextOrd++
+		}
+		t.scans[scan] = ids
+		rest = rest[n:]
 	}
 	if declared != 0 {
 		t.meta[specs[0].ScanID].declared = declared
@@ -120,11 +134,8 @@ func (t *Tenant) noteCompleted(scanID, taskID string, resultBytes int) {
 }
 
 // terminalAt reports whether the task with this ID is terminal.
-func (t *Tenant) terminalAt(id string) bool { return terminalIn(t.pool, id) }
-
-// terminalIn reports whether the pool's task with this ID is terminal.
-func terminalIn(pool *distributed.WorkerPool, id string) bool {
-	task, ok, err := pool.GetTask(id)
+func (t *Tenant) terminalAt(id string) bool {
+	task, ok, err := t.pool.GetTask(id)
 	return err == nil && ok && task.Status().Terminal()
 }
 
@@ -157,12 +168,15 @@ func (t *Tenant) advanceAllScans(now uint64) {
 }
 
 // noteTerminations advances the scan tracking after a tenant command that
-// may have made tasks terminal (tenantOp.terminates), then calls
-// ProgressFunc.
-func (f *FSM) noteTerminations(c tenantCall, op tenantOp) {
+// may have made tasks terminal (tenantOp.terminates; v is its value), then
+// calls ProgressFunc. A command of any task whose value says it ended none
+// walks no scan.
+func (f *FSM) noteTerminations(c tenantCall, op tenantOp, v any) {
 	taskID, one := op.terminates(c)
 	if !one {
-		c.t.advanceAllScans(c.now)
+		if !endedNone(v) {
+			c.t.advanceAllScans(c.now)
+		}
 	} else if task, ok, err := c.t.pool.GetTask(taskID); err == nil && ok {
 		c.t.advanceScan(task.ScanID(), c.now)
 	}
@@ -180,14 +194,17 @@ func oneTask(id func(c tenantCall) string) func(c tenantCall) (string, bool) {
 // any scan terminal (recoveries, worker loss).
 func anyTask(tenantCall) (string, bool) { return "", false }
 
-func cmpUint(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
+// endedNone reports whether an anyTask command's value says it made no
+// task terminal: a recovery that failed no task (it only requeued, the
+// retry rule), an ExpireOldTasks that expired none.
+func endedNone(v any) bool {
+	switch v := v.(type) {
+	case distributed.RecoverySummary:
+		return v.TasksFailed == 0
+	case int:
+		return v == 0
 	}
-	return 0
+	return false
 }
 
 // leaseTask is a tenantOp.terminates for commands that act on the task of

@@ -1,6 +1,7 @@
 package raftfsm
 
 import (
+	"cmp"
 	"slices"
 
 	distributed "github.com/termivar/distributed"
@@ -124,7 +125,7 @@ func (m *scanMeta) appendMissing(missing []distributed.ScanTask) {
 	slices.SortStableFunc(missing, func(a, b distributed.ScanTask) int {
 		x, _ := a.CompletedAt()
 		y, _ := b.CompletedAt()
-		return cmpUint(x, y)
+		return cmp.Compare(x, y)
 	})
 	for _, task := range missing {
 		m.completed = append(m.completed, task.TaskID())

@@ -150,6 +150,26 @@ func checkScanRoundTrip(t *testing.T, f *FSM, scan string) {
 	}
 }
 
+// mustRefuseScanEdits checks that f's state with each edit of its scan
+// records is refused with ErrInvalidState by an FSM holding f's state,
+// which the refusal leaves unchanged.
+func mustRefuseScanEdits(t *testing.T, f *FSM, bad map[string]func(sc []*pb.ScanIndex)) {
+	t.Helper()
+	good, _ := f.ExportState()
+	for name, edit := range bad {
+		g := New(Options{})
+		if err := g.RestoreState(good); err != nil {
+			t.Fatal(err)
+		}
+		if err := g.RestoreState(editScans(t, f, edit)); !errors.Is(err, ErrInvalidState) {
+			t.Errorf("%s: RestoreState = %v, want ErrInvalidState", name, err)
+		}
+		if again, _ := g.ExportState(); string(again) != string(good) {
+			t.Errorf("%s: a refused restore changed the state", name)
+		}
+	}
+}
+
 // editScans exports f, lets edit change the acme tenant's scan indexes and
 // returns the bytes.
 func editScans(t *testing.T, f *FSM, edit func(sc []*pb.ScanIndex)) []byte {
@@ -191,19 +211,7 @@ func TestFSM_ScanRecordRestore(t *testing.T) {
 		"completion listed twice":                    func(sc []*pb.ScanIndex) { sc[0].CompletedIds = append(sc[0].CompletedIds, "t1") },
 		"completion of another scan's task":          func(sc []*pb.ScanIndex) { sc[0].CompletedIds = []string{"t1", "t2", "t3", "x1"} },
 	}
-	good, _ := b.f.ExportState()
-	for name, edit := range bad {
-		g := New(Options{})
-		if err := g.RestoreState(good); err != nil {
-			t.Fatal(err)
-		}
-		if err := g.RestoreState(editScans(t, b.f, edit)); !errors.Is(err, ErrInvalidState) {
-			t.Errorf("%s: RestoreState = %v, want ErrInvalidState", name, err)
-		}
-		if again, _ := g.ExportState(); string(again) != string(good) {
-			t.Errorf("%s: a refused restore changed the state", name)
-		}
-	}
+	mustRefuseScanEdits(t, b.f, bad)
 	// The scan is finished at 130; a record claiming a finish time for a
 	// scan with an open task is refused.
 	b.must(t, b.at(140, enqueueScanCmd("s2", "u1")))
@@ -268,22 +276,36 @@ func TestFSM_ScanRecordPurge(t *testing.T) {
 		},
 		"completion ordinals count": func(sc []*pb.ScanIndex) { sc[0].CompletedOrdinals = []uint64{0, 2} },
 	}
-	good, _ := b.f.ExportState()
-	for name, edit := range bad {
-		g := New(Options{})
-		if err := g.RestoreState(good); err != nil {
-			t.Fatal(err)
-		}
-		if err := g.RestoreState(editScans(t, b.f, edit)); !errors.Is(err, ErrInvalidState) {
-			t.Errorf("%s: RestoreState = %v, want ErrInvalidState", name, err)
-		}
-		if again, _ := g.ExportState(); string(again) != string(good) {
-			t.Errorf("%s: a refused restore changed the state", name)
-		}
-	}
+	mustRefuseScanEdits(t, b.f, bad)
 	b.must(t, b.at(140, cancelByIDCmd("kprod", "t4")))
 	b.must(t, b.at(150, &pb.Command{Principal: "kprod", Op: &pb.Command_PurgeTasks{PurgeTasks: &pb.PurgeTasks{ScanId: "s1", FinishedBefore: 200}}}))
 	if _, ok := tv.Scan("s1"); ok || len(tv.ScanIDs()) != 0 {
 		t.Fatalf("a scan emptied by a purge still has a record: %v", tv.ScanIDs())
+	}
+}
+
+// TestFSM_ScanRecordMixedEnqueue: one enqueue whose tasks alternate
+// between scans records each task in its own scan, in enqueue order, with
+// that scan's next ordinals.
+func TestFSM_ScanRecordMixedEnqueue(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.must(t, enqueueScanCmd("a", "a1"))
+	mixed := enqueueScanCmd("a", "a2", "a3")
+	b2 := enqueueScanCmd("b", "b1", "b2").GetEnqueue().GetTasks()
+	e := mixed.GetEnqueue()
+	e.Tasks = []*pb.TaskSpec{e.Tasks[0], b2[0], e.Tasks[1], b2[1]}
+	b.must(t, mixed)
+	tv, _ := b.f.Tenant("acme")
+	for scan, want := range map[string][]ScanEntry{
+		"a": {{"a1", 0}, {"a2", 1}, {"a3", 2}},
+		"b": {{"b1", 0}, {"b2", 1}},
+	} {
+		if got := tv.ScanTaskWindow(scan, 0, 10); !slices.Equal(got, want) {
+			t.Fatalf("ScanTaskWindow(%s) = %v, want %v", scan, got, want)
+		}
+		if st := b.scan(t, scan); st.Tasks != len(want) || st.NextOrdinal != uint64(len(want)) {
+			t.Fatalf("Scan(%s) = %+v, want %d tasks", scan, st, len(want))
+		}
 	}
 }

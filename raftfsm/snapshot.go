@@ -127,7 +127,7 @@ func (f *FSM) RestoreState(b []byte) error {
 	if cv > f.maxVersion {
 		return fmt.Errorf("%w: the state is of cluster version %d; this binary supports up to %d: upgrade it", ErrUnsupportedVersion, cv, f.maxVersion)
 	}
-	if lb := st.GetLastBackup(); lb != nil && (len(lb.GetBackupId()) != backupIDBytes || !validNodeInfo(lb.GetNodeId(), "")) {
+	if lb := st.GetLastBackup(); lb != nil && (len(lb.GetBackupId()) != BackupIDBytes || !validNodeInfo(lb.GetNodeId(), "")) {
 		return ErrInvalidState
 	}
 	if st.EpochId != nil && len(st.GetEpochId()) != EpochBytes {

@@ -206,16 +206,11 @@ func unmarshalState(b []byte, st *pb.FSMState) error {
 	rest := make([]byte, 0, 4096)
 	var cores []coreStates
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
+		num, typ, v, n := nextField(b) // frame_results.go
 		if n < 0 {
 			return protowire.ParseError(n)
 		}
-		m := protowire.ConsumeFieldValue(num, typ, b[n:])
-		if m < 0 {
-			return protowire.ParseError(m)
-		}
 		if num == fieldFSMTenants && typ == protowire.BytesType {
-			v, _ := protowire.ConsumeBytes(b[n:])
 			inner, cs, err := cutCoreStates(v)
 			if err != nil {
 				return err
@@ -223,9 +218,9 @@ func unmarshalState(b []byte, st *pb.FSMState) error {
 			rest = protowire.AppendBytes(protowire.AppendTag(rest, num, typ), inner)
 			cores = append(cores, cs)
 		} else {
-			rest = append(rest, b[:n+m]...)
+			rest = append(rest, b[:n]...)
 		}
-		b = b[n+m:]
+		b = b[n:]
 	}
 	if err := proto.Unmarshal(rest, st); err != nil {
 		return err
@@ -251,25 +246,19 @@ func cutCoreStates(b []byte) ([]byte, coreStates, error) {
 	var cs coreStates
 	inner := make([]byte, 0, 1024)
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
+		num, typ, v, n := nextField(b)
 		if n < 0 {
 			return nil, cs, protowire.ParseError(n)
 		}
-		m := protowire.ConsumeFieldValue(num, typ, b[n:])
-		if m < 0 {
-			return nil, cs, protowire.ParseError(m)
-		}
 		switch {
 		case typ == protowire.BytesType && num == fieldTenantPoolState:
-			cs.pool, _ = protowire.ConsumeBytes(b[n:])
-			cs.hasPool = true
+			cs.pool, cs.hasPool = v, true
 		case typ == protowire.BytesType && num == fieldTenantResultState:
-			cs.results, _ = protowire.ConsumeBytes(b[n:])
-			cs.hasResults = true
+			cs.results, cs.hasResults = v, true
 		default:
-			inner = append(inner, b[:n+m]...)
+			inner = append(inner, b[:n]...)
 		}
-		b = b[n+m:]
+		b = b[n:]
 	}
 	return inner, cs, nil
 }

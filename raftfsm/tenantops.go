@@ -181,7 +181,7 @@ func (f *FSM) applyTenant(t *Tenant, cmd *pb.Command, rev, now uint64) Response 
 		f.notify(t.name, cmd)
 	}
 	if op.terminates != nil && r.Err == nil {
-		f.noteTerminations(c, op)
+		f.noteTerminations(c, op, r.Value)
 	}
 	return r
 }

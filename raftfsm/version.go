@@ -237,15 +237,12 @@ func (f *FSM) upgradeSystemScheduling(m *pb.SetClusterVersion, now uint64) error
 
 // applyRecordBackup records a backup (cluster version 2).
 func (f *FSM) applyRecordBackup(m *pb.RecordBackup, now uint64) Response {
-	if len(m.GetBackupId()) != backupIDBytes || !validNodeInfo(m.GetNodeId(), "") {
+	if len(m.GetBackupId()) != BackupIDBytes || !validNodeInfo(m.GetNodeId(), "") {
 		return Response{Err: fsmErr(KindInvalidCommand, "backup record is invalid")}
 	}
 	f.lastBackup = &pb.BackupRecord{BackupId: m.GetBackupId(), NodeId: m.GetNodeId(), LogicalSecs: now}
 	return Response{}
 }
 
-// backupIDBytes is the length of a RecordBackup ID.
-const backupIDBytes = 16
-
 // BackupIDBytes is the length of a RecordBackup ID.
-const BackupIDBytes = backupIDBytes
+const BackupIDBytes = 16

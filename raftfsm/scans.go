@@ -1,6 +1,7 @@
 package raftfsm
 
 import (
+	"maps"
 	"slices"
 
 	distributed "github.com/termivar/distributed"
@@ -311,9 +312,9 @@ func EntryIDs(entries []ScanEntry) []string {
 // bytes lose their sizes (resultSize, read before the results were
 // purged) and firstOpen moves back by the purged positions before it.
 // Ordinals are not renumbered. The index then lists exactly tasks of the
-// pool. Only the scans in touched are walked first (nil: every scan), so a
-// purge of one scan's tasks costs that scan's size, not the tenant's; if
-// they did not hold every purged ID, every scan is walked.
+// pool. Only the scans in touched are walked (nil: every scan), so a purge
+// of one scan's tasks costs that scan's size, not the tenant's; touched
+// must hold the scan of every purged ID (purgeScans).
 func (t *Tenant) forgetPurged(ids []string, resultSize map[string]int, touched []string) {
 	if len(ids) == 0 {
 		return
@@ -322,23 +323,19 @@ func (t *Tenant) forgetPurged(ids []string, resultSize map[string]int, touched [
 	for _, id := range ids {
 		gone[id] = true
 	}
-	removed := 0
-	for _, scan := range touched {
-		removed += t.forgetInScan(scan, gone, resultSize)
+	if touched == nil {
+		touched = slices.Collect(maps.Keys(t.scans))
 	}
-	if removed < len(ids) {
-		for scan := range t.scans {
-			t.forgetInScan(scan, gone, resultSize)
-		}
+	for _, scan := range touched {
+		t.forgetInScan(scan, gone, resultSize)
 	}
 }
 
-// forgetInScan removes the gone IDs from one scan's index and record and
-// returns how many it held.
-func (t *Tenant) forgetInScan(scan string, gone map[string]bool, resultSize map[string]int) int {
+// forgetInScan removes the gone IDs from one scan's index and record.
+func (t *Tenant) forgetInScan(scan string, gone map[string]bool, resultSize map[string]int) {
 	list, ok := t.scans[scan]
 	if !ok || !slices.ContainsFunc(list, func(id string) bool { return gone[id] }) {
-		return 0
+		return
 	}
 	m := t.meta[scan]
 	for _, id := range list {
@@ -350,11 +347,10 @@ func (t *Tenant) forgetInScan(scan string, gone map[string]bool, resultSize map[
 	if len(kept) == 0 {
 		delete(t.scans, scan)
 		delete(t.meta, scan)
-		return len(list)
+		return
 	}
 	t.scans[scan], m.ords, m.firstOpen = kept, ords, firstOpen
 	m.completed, m.compOrds, _ = dropIDs(m.completed, m.compOrds, gone, 0)
-	return len(list) - len(kept)
 }
 
 // dropIDs removes the gone IDs from ids and their ordinals, in place, and

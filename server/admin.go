@@ -86,14 +86,19 @@ func (h adminHandler) CreateTenant(ctx context.Context, req *connect.Request[pb.
 }
 
 // tenantScheduling is a new tenant's scheduling options: the request's, or
-// the node's defaults once the cluster runs scheduling's version
-// (raftfsm.OpVersion); before, a tenant gets none.
+// the node's defaults once the cluster runs the version a CreateTenant
+// with scheduling needs (raftfsm.CheckClusterVersion); before, a tenant
+// gets none.
 func (h adminHandler) tenantScheduling(m *pb.CreateTenantRequest) *pb.SchedulingOptions {
-	sched := m.GetScheduling()
-	if d := h.s.node.DefaultScheduling(); sched == nil && d != (distributed.SchedulingOptions{}) && h.s.node.Reads().ClusterVersion() >= 3 {
-		sched = raftfsm.SchedulingToProto(d)
+	d := h.s.node.DefaultScheduling()
+	if m.GetScheduling() != nil || d == (distributed.SchedulingOptions{}) {
+		return m.GetScheduling()
 	}
-	return sched
+	ct := &pb.CreateTenant{Scheduling: raftfsm.SchedulingToProto(d)}
+	if raftfsm.CheckClusterVersion(&pb.Command{Op: &pb.Command_CreateTenant{CreateTenant: ct}}, h.s.node.Reads().ClusterVersion()) != nil {
+		return nil
+	}
+	return ct.Scheduling
 }
 
 func (h adminHandler) CreateKey(ctx context.Context, req *connect.Request[pb.CreateKeyRequest]) (*connect.Response[pb.CreateKeyResponse], error) {

@@ -39,7 +39,7 @@ func (s *Server) overview(p principal) *pb.OverviewResponse {
 	b := overviewBuilder{tv: tv}
 	b.init(now)
 	for _, t := range tv.Tasks() {
-		b.add(tv, t)
+		b.add(t)
 	}
 	b.finish(out)
 	s.addWorkers(out, tv, now)
@@ -70,7 +70,7 @@ func (b *overviewBuilder) init(now uint64) {
 	}
 }
 
-func (b *overviewBuilder) add(tv raftfsm.TenantView, t distributed.ScanTask) {
+func (b *overviewBuilder) add(t distributed.ScanTask) {
 	countStatus(b.totals, t.Status())
 	sc, ok := b.scans[t.ScanID()]
 	if !ok {
@@ -90,7 +90,7 @@ func (b *overviewBuilder) add(tv raftfsm.TenantView, t distributed.ScanTask) {
 		if at, ok := t.CompletedAt(); ok && at+throughputWindowSecs > b.now {
 			sc.CompletedLastMinute++
 		}
-		if tv.HasResult(t.TaskID()) {
+		if b.tv.HasResult(t.TaskID()) {
 			sc.Results++
 		}
 	}

@@ -1,8 +1,8 @@
 // The per-call path (issue 15): one task per Enqueue, one Acquire and one
 // Complete per task, through the server's whole HTTP handler (pre-auth
 // gate, Connect, authentication, audit, metrics) called in-process with
-// an in-memory backend (memBackend: the FSM, no raft, no disk), so what
-// is measured is the server's own cost per call. Benchmarks report it
+// an in-memory backend (internal/membackend: the FSM, no raft, no disk),
+// so what is measured is the server's own cost per call. Benchmarks report it
 // with allocations; TestServer_PerCallAllocBudget fails when a call
 // allocates past its budget (allocation counts are deterministic, so the
 // test is not timing-based).
@@ -11,15 +11,11 @@ package server
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
-	"sync"
 	"testing"
-	"time"
 
-	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
 	distributed "github.com/termivar/distributed"
@@ -27,94 +23,25 @@ import (
 	"github.com/termivar/distributed/gen/termivar/v1/termivarv1connect"
 	"github.com/termivar/distributed/internal/apikey"
 	"github.com/termivar/distributed/internal/audit"
-	"github.com/termivar/distributed/internal/notify"
-	"github.com/termivar/distributed/internal/token"
-	"github.com/termivar/distributed/internal/wire"
+	"github.com/termivar/distributed/internal/membackend"
 	"github.com/termivar/distributed/raftfsm"
 )
 
-// memBackend is a Backend over one in-memory FSM: every proposal is
-// framed and applied as the next log entry at once (client/clienttest's
-// backend, which the server's tests cannot import).
-type memBackend struct {
-	fsm      *raftfsm.FSM
-	codec    *token.Codec
-	secret   []byte
-	wake     notify.Queue
-	progress notify.Notifier
-	mu       sync.Mutex
-	index    uint64
-}
-
-var _ Backend = (*memBackend)(nil)
-
-func newMemBackend(tb testing.TB) *memBackend {
+// newMemBackend returns internal/membackend's Backend (client/clienttest's
+// too): the FSM, no raft, no disk; the system tenant at the maximum
+// limits.
+func newMemBackend(tb testing.TB) *membackend.Backend {
 	tb.Helper()
-	b := &memBackend{secret: make([]byte, 32)}
-	epoch := make([]byte, raftfsm.EpochBytes)
-	rand.Read(b.secret)
-	rand.Read(epoch)
-	b.fsm = raftfsm.New(raftfsm.Options{WakeFunc: b.wake.Notify, ProgressFunc: b.progress.Notify})
-	lim, rl := distributed.MaximumLimits(), distributed.MaximumResultLimits()
-	for _, cmd := range []*pb.Command{
-		{Op: &pb.Command_InitCluster{InitCluster: &pb.InitCluster{EpochId: epoch}}},
-		{Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{Name: raftfsm.SystemTenant,
-			Limits: wire.LimitsToProto(lim), ResultLimits: wire.ResultLimitsToProto(rl)}}},
-		{Op: &pb.Command_SetClusterVersion{SetClusterVersion: &pb.SetClusterVersion{Version: raftfsm.SupportedVersion}}},
-	} {
-		if err := raftfsm.ProposalErr(b.Propose(context.Background(), cmd)); err != nil {
-			tb.Fatal(err)
-		}
-	}
-	var err error
-	if b.codec, err = token.NewCodec(b.secret, epoch); err != nil {
+	b, err := membackend.New("mem", distributed.MaximumLimits(), distributed.MaximumResultLimits())
+	if err != nil {
 		tb.Fatal(err)
 	}
 	return b
 }
 
-func (b *memBackend) Propose(ctx context.Context, cmd *pb.Command) (raftfsm.Response, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	cmd.Version = raftfsm.CommandVersion
-	cmd.NowSecs = max(b.fsm.LastTime(), uint64(time.Now().Unix()))
-	data, err := raftfsm.MarshalEntry(cmd)
-	if err != nil {
-		return raftfsm.Response{}, err
-	}
-	b.index++
-	r, _ := b.fsm.Apply(&raft.Log{Index: b.index, Term: 1, Type: raft.LogCommand, Data: data}).(raftfsm.Response)
-	return r, nil
-}
+var _ Backend = (*membackend.Backend)(nil)
 
-func (b *memBackend) ProposeAll(ctx context.Context, cmds []*pb.Command) ([]raftfsm.Response, error) {
-	out := make([]raftfsm.Response, len(cmds))
-	for i, c := range cmds {
-		out[i], _ = b.Propose(ctx, c)
-	}
-	return out, nil
-}
-
-func (b *memBackend) Reads() raftfsm.Reader                 { return b.fsm.Reader() }
-func (b *memBackend) Codec() *token.Codec                   { return b.codec }
-func (b *memBackend) Acquirers() *notify.Queue              { return &b.wake }
-func (b *memBackend) ProgressChan(t string) <-chan struct{} { return b.progress.Wait(t) }
-func (b *memBackend) DefaultLimits() (distributed.Limits, distributed.ResultLimits) {
-	return distributed.DefaultLimits(), distributed.DefaultResultLimits()
-}
-func (b *memBackend) DefaultScheduling() distributed.SchedulingOptions {
-	return distributed.SchedulingOptions{}
-}
-func (b *memBackend) NodeID() string                         { return "mem" }
-func (b *memBackend) Secret() []byte                         { return b.secret }
-func (b *memBackend) IsLeader() bool                         { return true }
-func (b *memBackend) LeaderAPIURL() string                   { return "" }
-func (b *memBackend) Leader() (addr, id string)              { return "", "mem" }
-func (b *memBackend) RaftState() string                      { return "Leader" }
-func (b *memBackend) LinearizableRead(context.Context) error { return nil }
-func (b *memBackend) CommitHealth() error                    { return nil }
-
-// perCall is the server's handler over a memBackend with a producer and a
+// perCall is the server's handler over a membackend.Backend with a producer and a
 // registered worker key, and the audit log discarding its lines (the
 // formatting is still paid).
 type perCall struct {

@@ -107,18 +107,7 @@ func (s *Server) preauth(next http.Handler) http.Handler {
 // definite authentication failure itself and returns false.
 func (s *Server) decide(w http.ResponseWriter, r *http.Request, now time.Time) (authResult, bool) {
 	src := s.source(r, now)
-	if wait := s.throttle.retryAfter(src, now); wait > 0 {
-		s.failures.Add(now, src, true)
-		if r.ProtoMajor == 2 && src == sourceOf(r.RemoteAddr) {
-			// NB: over HTTP/2 a throttled client's connection is shut down
-			// (GOAWAY), so each further attempt costs it a new connection
-			// instead of a stream that has already pushed a receive
-			// window of body at us. Not when a follower forwarded the
-			// request: its connection carries other clients.
-			w.Header().Set("Connection", "close")
-		}
-		s.cfg.Metrics.AuthRejected("throttled")
-		s.refuse(w, r, &apiError{KindAuthThrottled, "too many failed authentications from this address; retry later"}, wait)
+	if s.refuseThrottled(w, r, src, now) {
 		return authResult{}, false
 	}
 	service, method := splitProcedure(r.URL.Path)
@@ -134,6 +123,28 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, now time.Time) (
 	}
 	s.failed(w, r, res, now)
 	return authResult{}, false
+}
+
+// refuseThrottled answers (and audits) a request from a source that is
+// out of authentication attempts and returns true; false when src may
+// still try.
+func (s *Server) refuseThrottled(w http.ResponseWriter, r *http.Request, src string, now time.Time) bool {
+	wait := s.throttle.retryAfter(src, now)
+	if wait <= 0 {
+		return false
+	}
+	s.failures.Add(now, src, true)
+	if r.ProtoMajor == 2 && src == sourceOf(r.RemoteAddr) {
+		// NB: over HTTP/2 a throttled client's connection is shut down
+		// (GOAWAY), so each further attempt costs it a new connection
+		// instead of a stream that has already pushed a receive window of
+		// body at us. Not when a follower forwarded the request: its
+		// connection carries other clients.
+		w.Header().Set("Connection", "close")
+	}
+	s.cfg.Metrics.AuthRejected("throttled")
+	s.refuse(w, r, &apiError{KindAuthThrottled, "too many failed authentications from this address; retry later"}, wait)
+	return true
 }
 
 // failed charges a failed authentication to its source and answers it.

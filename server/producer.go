@@ -125,14 +125,7 @@ func splitExisting(tv raftfsm.TenantView, tasks []*pb.NewTask) (keep []*pb.NewTa
 func (h producerHandler) enqueue(ctx context.Context, p principal, m *pb.EnqueueRequest, tasks []*pb.NewTask, declared uint64) (*pb.EnqueueResponse, uint64, error) {
 	e := &pb.EnqueueTasks{Tasks: make([]*pb.TaskSpec, len(tasks)), DeclaredTotal: declared}
 	for i, t := range tasks {
-		prio := uint32(distributed.PriorityNormal)
-		if t.GetPriority() != "" {
-			pr, ok := distributed.ParseTaskPriority(t.GetPriority())
-			prio = uint32(pr)
-			if !ok {
-				prio = invalidEnum
-			}
-		}
+		prio := parseEnum(t.GetPriority(), distributed.PriorityNormal, distributed.ParseTaskPriority)
 		e.Tasks[i] = &pb.TaskSpec{TaskId: t.GetTaskId(), ScanId: t.GetScanId(), TargetRef: []byte(t.GetTargetRef()), Phases: t.GetPhases(), Priority: prio}
 		e.Tasks[i].AttemptTimeoutSecs = cmp.Or(t.GetAttemptTimeoutSecs(), m.GetAttemptTimeoutSecs())
 		if err := logSchedulingFields(i, t, e.Tasks[i]); err != nil { // checked by request position in Enqueue

@@ -19,13 +19,9 @@ func (h producerHandler) CreateSchedule(ctx context.Context, req *connect.Reques
 		if name == "" {
 			name = m.GetScanPrefix()
 		}
-		prio := uint32(distributed.PriorityNormal)
-		if m.GetPriority() != "" {
-			pr, ok := distributed.ParseTaskPriority(m.GetPriority())
-			if !ok {
-				return nil, 0, errInvalid("priority must be low, normal, high or critical")
-			}
-			prio = uint32(pr)
+		prio := parseEnum(m.GetPriority(), distributed.PriorityNormal, distributed.ParseTaskPriority)
+		if prio == invalidEnum {
+			return nil, 0, errInvalid("priority must be low, normal, high or critical")
 		}
 		if len(m.GetTargets()) > raftfsm.MaxEnqueueTasks {
 			return nil, 0, errInvalid("a schedule has at most 4096 targets")

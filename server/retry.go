@@ -7,7 +7,6 @@ import (
 
 	distributed "github.com/termivar/distributed"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
-	"github.com/termivar/distributed/raftfsm"
 )
 
 // Retry re-runs a scan's failed, expired or cancelled tasks (or the named
@@ -19,15 +18,11 @@ func (h producerHandler) Retry(ctx context.Context, req *connect.Request[pb.Retr
 		if err != nil {
 			return nil, 0, err
 		}
-		r, err := h.s.propose(ctx, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_RerunTasks{RerunTasks: cmd}})
+		v, rev, err := proposeAs[distributed.RerunOutcome](ctx, h.s, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_RerunTasks{RerunTasks: cmd}}, "RerunTasks")
 		if err != nil {
-			return nil, r.Revision, err
+			return nil, rev, err
 		}
-		v, err := raftfsm.ValueAs[distributed.RerunOutcome](r, "RerunTasks")
-		if err != nil {
-			return nil, r.Revision, err
-		}
-		return &pb.RetryResponse{Requeued: v.Requeued, Unchanged: uint32(v.Unchanged), Revision: r.Revision}, r.Revision, nil
+		return &pb.RetryResponse{Requeued: v.Requeued, Unchanged: uint32(v.Unchanged), Revision: rev}, rev, nil
 	})
 }
 

@@ -119,16 +119,12 @@ func (h producerHandler) UpdateScan(ctx context.Context, req *connect.Request[pb
 			return nil, 0, err
 		}
 		op := &pb.UpdateScan{ScanId: m.GetScanId(), MaxInFlight: m.MaxInFlight, Paused: m.Paused}
-		r, err := h.s.propose(ctx, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_UpdateScan{UpdateScan: op}})
+		st, rev, err := proposeAs[distributed.ScanState](ctx, h.s, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_UpdateScan{UpdateScan: op}}, "UpdateScan")
 		if err != nil {
-			return nil, r.Revision, err
-		}
-		st, err := raftfsm.ValueAs[distributed.ScanState](r, "UpdateScan")
-		if err != nil {
-			return nil, r.Revision, err
+			return nil, rev, err
 		}
 		return &pb.UpdateScanResponse{MaxInFlight: st.Settings.MaxInFlight, Paused: st.Settings.Paused,
-			InFlight: st.InFlight, Active: uint32(st.Active), Revision: r.Revision}, r.Revision, nil
+			InFlight: st.InFlight, Active: uint32(st.Active), Revision: rev}, rev, nil
 	})
 }
 

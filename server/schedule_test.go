@@ -161,3 +161,28 @@ func TestServer_SchedulingWithSkipExisting(t *testing.T) {
 	}
 	b.assertUnchanged(t, before, "a skip_existing batch with a bad tag")
 }
+
+// TestServer_CreateTenantSchedulingFollowsClusterVersion: a tenant created
+// without scheduling options gets the node's defaults only once the
+// cluster runs the version a CreateTenant with scheduling needs; below it
+// (a rolling upgrade) it gets none and the creation still succeeds.
+func TestServer_CreateTenantSchedulingFollowsClusterVersion(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		emulate uint32
+		want    distributed.SchedulingOptions
+	}{{2, distributed.SchedulingOptions{}}, {0, node.DefaultServiceScheduling()}} {
+		b := setup(t, func(cfg *node.Config) {
+			cfg.DefaultScheduling = nil // the node's default (node.DefaultServiceScheduling)
+			cfg.EmulateVersion = c.emulate
+		})
+		b.createTenant(t, "acme", nil, nil)
+		tv, ok := b.node.Reads().Tenant("acme")
+		if !ok {
+			t.Fatalf("emulated version %d: tenant acme not created", c.emulate)
+		}
+		if got := tv.SchedulingOptions(); got != c.want {
+			t.Errorf("emulated version %d (cluster at %d): acme's options %+v, want %+v", c.emulate, b.node.Reads().ClusterVersion(), got, c.want)
+		}
+	}
+}

@@ -168,12 +168,8 @@ func (s *Server) Handler() http.Handler {
 	s.mountTooling(mux)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if err := s.node.CommitHealth(); err != nil {
-			http.Error(w, "cannot commit: "+err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		if !s.readyToServe() {
-			http.Error(w, "no leader", http.StatusServiceUnavailable)
+		if err := s.Ready(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ok\n"))

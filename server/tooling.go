@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"slices"
 	"sync"
@@ -38,7 +39,7 @@ var apiServices = []string{termivarv1connect.WorkerName, termivarv1connect.Produ
 // gRPC health check.
 func (s *Server) Ready() error {
 	if err := s.node.CommitHealth(); err != nil {
-		return err
+		return fmt.Errorf("cannot commit: %w", err)
 	}
 	if !s.readyToServe() {
 		return errNoLeader
@@ -80,9 +81,7 @@ func (s *Server) keyGate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		now := s.now()
 		src := s.source(r, now)
-		if wait := s.throttle.retryAfter(src, now); wait > 0 {
-			s.cfg.Metrics.AuthRejected("throttled")
-			s.refuse(w, r, &apiError{KindAuthThrottled, "too many failed authentications from this address; retry later"}, wait)
+		if s.refuseThrottled(w, r, src, now) {
 			return
 		}
 		if _, err := s.identify(r.Header); err != nil {

@@ -18,6 +18,7 @@ import (
 
 	distributed "github.com/termivar/distributed"
 	"github.com/termivar/distributed/internal/apikey"
+	"github.com/termivar/distributed/internal/membackend"
 	"github.com/termivar/distributed/raftfsm"
 	"github.com/termivar/distributed/server"
 )
@@ -43,12 +44,14 @@ type Server struct {
 	// in: it may call every Worker, Producer and Admin method.
 	Key string
 
-	be   *backend
+	be   *membackend.Backend // the in-memory node (internal/membackend)
 	api  *server.Server
 	http *httptest.Server
 	stop chan struct{}
 	wg   sync.WaitGroup
 }
+
+var _ server.Backend = (*membackend.Backend)(nil)
 
 // New starts a node on a loopback port. Close it when done.
 func New(opts Options) (*Server, error) {
@@ -58,7 +61,7 @@ func New(opts Options) (*Server, error) {
 		rl.MaxResultBytes = opts.MaxResultBytes
 	}
 	opts.TickInterval = cmp.Or(opts.TickInterval, 100*time.Millisecond)
-	be, err := newBackend(opts.Limits, rl)
+	be, err := membackend.New("clienttest", opts.Limits, rl)
 	if err != nil {
 		return nil, err
 	}
@@ -87,12 +90,12 @@ func (s *Server) Close() {
 // background recovery at once, to expire leases or heartbeats without
 // waiting.
 func (s *Server) Advance(d time.Duration) {
-	s.be.advance(d)
-	s.be.tick()
+	s.be.Advance(d)
+	s.be.Tick()
 }
 
 // Renewals returns how many RenewLease commands succeeded.
-func (s *Server) Renewals() int { return s.be.renewalCount() }
+func (s *Server) Renewals() int { return s.be.Renewals() }
 
 func (s *Server) tickLoop(every time.Duration) {
 	t := time.NewTicker(every)
@@ -102,7 +105,7 @@ func (s *Server) tickLoop(every time.Duration) {
 		case <-s.stop:
 			return
 		case <-t.C:
-			s.be.tick()
+			s.be.Tick()
 		}
 	}
 }

@@ -2,7 +2,6 @@ package metrics
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"connectrpc.com/connect"
@@ -66,10 +65,7 @@ func (i apiInterceptor) observe(procedure string, start time.Time, err error) {
 	}
 	code := "ok"
 	if err != nil {
-		code = connect.CodeOf(err).String()
-		if _, ok := errors.AsType[*connect.Error](err); !ok {
-			code = connect.CodeUnknown.String()
-		}
+		code = connect.CodeOf(err).String() // unknown for an error that is no *connect.Error
 	}
 	i.m.requests.WithLabelValues(procedure, code).Inc()
 	i.m.latency.WithLabelValues(procedure).Observe(time.Since(start).Seconds())

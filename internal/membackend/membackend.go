@@ -1,4 +1,12 @@
-package clienttest
+// Package membackend is the in-memory server.Backend of client/clienttest
+// and of the server's own per-call tests: one FSM, always the leader, with
+// an in-process proposer in place of raft. Each proposal is stamped with
+// the clock, framed as a log entry (raftfsm.MarshalEntry) and applied at
+// once by FSM.Apply, one at a time like raft's apply goroutine, so the FSM
+// sees exactly what it sees under a node. Test-only: nothing is durable.
+// It does not import server (whose tests use it); its users assert that
+// *Backend implements server.Backend.
+package membackend
 
 import (
 	"context"
@@ -15,19 +23,14 @@ import (
 	"github.com/termivar/distributed/internal/token"
 	"github.com/termivar/distributed/internal/wire"
 	"github.com/termivar/distributed/raftfsm"
-	"github.com/termivar/distributed/server"
 )
 
-// backend is the in-memory server.Backend: one FSM, always the leader,
-// with an in-process proposer in place of raft. Each proposal is stamped
-// with the clock, framed as a log entry (raftfsm.MarshalEntry) and applied
-// at once by FSM.Apply, one at a time like raft's apply goroutine, so the
-// FSM sees exactly what it sees under a node. Test-only: nothing is
-// durable.
-type backend struct {
+// Backend is the in-memory backend. Safe for concurrent use.
+type Backend struct {
 	fsm    *raftfsm.FSM
 	codec  *token.Codec
 	secret []byte
+	id     string
 	limits distributed.Limits
 	rl     distributed.ResultLimits
 
@@ -36,16 +39,15 @@ type backend struct {
 
 	mu       sync.Mutex // held across stamp and apply (one proposal at a time)
 	index    uint64     // the last entry's index
-	offset   uint64     // seconds added to the clock by advance
+	offset   uint64     // seconds added to the clock by Advance
 	renewals int        // RenewLease commands that succeeded
 }
 
-var _ server.Backend = (*backend)(nil)
-
-// newBackend returns a backend whose FSM holds an initialised cluster and
-// the system tenant with these limits, as a node's bootstrap leaves it.
-func newBackend(lim distributed.Limits, rl distributed.ResultLimits) (*backend, error) {
-	b := &backend{limits: lim, rl: rl, secret: make([]byte, 32)}
+// New returns a backend named id whose FSM holds an initialised cluster
+// and the system tenant with these limits, as a node's bootstrap leaves
+// it.
+func New(id string, lim distributed.Limits, rl distributed.ResultLimits) (*Backend, error) {
+	b := &Backend{id: id, limits: lim, rl: rl, secret: make([]byte, 32)}
 	epoch := make([]byte, raftfsm.EpochBytes)
 	if _, err := rand.Read(b.secret); err != nil {
 		return nil, err
@@ -63,7 +65,7 @@ func newBackend(lim distributed.Limits, rl distributed.ResultLimits) (*backend, 
 	}
 	for _, cmd := range boot {
 		if err := raftfsm.ProposalErr(b.Propose(context.Background(), cmd)); err != nil {
-			return nil, fmt.Errorf("clienttest: bootstrap: %w", err)
+			return nil, fmt.Errorf("membackend: bootstrap: %w", err)
 		}
 	}
 	codec, err := token.NewCodec(b.secret, epoch)
@@ -75,7 +77,7 @@ func newBackend(lim distributed.Limits, rl distributed.ResultLimits) (*backend, 
 }
 
 // Propose stamps cmd and applies it through the FSM's log-entry path.
-func (b *backend) Propose(ctx context.Context, cmd *pb.Command) (raftfsm.Response, error) {
+func (b *Backend) Propose(ctx context.Context, cmd *pb.Command) (raftfsm.Response, error) {
 	if err := ctx.Err(); err != nil {
 		return raftfsm.Response{}, err
 	}
@@ -85,7 +87,7 @@ func (b *backend) Propose(ctx context.Context, cmd *pb.Command) (raftfsm.Respons
 }
 
 // ProposeAll applies cmds in order, one entry each.
-func (b *backend) ProposeAll(ctx context.Context, cmds []*pb.Command) ([]raftfsm.Response, error) {
+func (b *Backend) ProposeAll(ctx context.Context, cmds []*pb.Command) ([]raftfsm.Response, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -104,7 +106,7 @@ func (b *backend) ProposeAll(ctx context.Context, cmds []*pb.Command) ([]raftfsm
 
 // applyLocked stamps cmd with the clock (never behind the FSM's time),
 // frames it and applies it as the next log entry; callers hold mu.
-func (b *backend) applyLocked(cmd *pb.Command) (raftfsm.Response, error) {
+func (b *Backend) applyLocked(cmd *pb.Command) (raftfsm.Response, error) {
 	cmd.Version = raftfsm.CommandVersion
 	cmd.NowSecs = b.nowLocked()
 	data, err := raftfsm.MarshalEntry(cmd)
@@ -115,7 +117,7 @@ func (b *backend) applyLocked(cmd *pb.Command) (raftfsm.Response, error) {
 	out := b.fsm.Apply(&raft.Log{Index: b.index, Term: 1, Type: raft.LogCommand, Data: data})
 	r, ok := out.(raftfsm.Response)
 	if !ok {
-		return raftfsm.Response{}, fmt.Errorf("clienttest: apply answered a %T", out)
+		return raftfsm.Response{}, fmt.Errorf("membackend: apply answered a %T", out)
 	}
 	if r.Err == nil && cmd.GetRenewLease() != nil {
 		b.renewals++
@@ -125,26 +127,27 @@ func (b *backend) applyLocked(cmd *pb.Command) (raftfsm.Response, error) {
 
 // nowLocked is the proposal time in Unix seconds plus the advanced offset;
 // callers hold mu.
-func (b *backend) nowLocked() uint64 {
+func (b *Backend) nowLocked() uint64 {
 	return max(b.fsm.LastTime(), uint64(max(time.Now().Unix(), 0))+b.offset)
 }
 
-// advance moves the clock forward by d, in whole seconds.
-func (b *backend) advance(d time.Duration) {
+// Advance moves the clock forward by d, in whole seconds.
+func (b *Backend) Advance(d time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.offset += uint64(d / time.Second)
 }
 
-func (b *backend) renewalCount() int {
+// Renewals counts the RenewLease commands that succeeded.
+func (b *Backend) Renewals() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.renewals
 }
 
-// tick runs one round of background recovery, as the leader's ticker does
+// Tick runs one round of background recovery, as the leader's ticker does
 // (node.Node.Tick): only the commands that would do something.
-func (b *backend) tick() {
+func (b *Backend) Tick() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	now := b.nowLocked()
@@ -162,25 +165,25 @@ func (b *backend) tick() {
 }
 
 // Acquirers is the queue of Acquire long-polls the FSM's WakeFunc wakes.
-func (b *backend) Acquirers() *notify.Queue { return &b.wake }
+func (b *Backend) Acquirers() *notify.Queue { return &b.wake }
 
 // ProgressChan returns the channel the FSM's next ProgressFunc call for
 // tenant closes (tasks may have become terminal).
-func (b *backend) ProgressChan(tenant string) <-chan struct{} { return b.progress.Wait(tenant) }
+func (b *Backend) ProgressChan(tenant string) <-chan struct{} { return b.progress.Wait(tenant) }
 
-func (b *backend) Reads() raftfsm.Reader { return b.fsm.Reader() }
-func (b *backend) Codec() *token.Codec   { return b.codec }
-func (b *backend) DefaultLimits() (distributed.Limits, distributed.ResultLimits) {
+func (b *Backend) Reads() raftfsm.Reader { return b.fsm.Reader() }
+func (b *Backend) Codec() *token.Codec   { return b.codec }
+func (b *Backend) DefaultLimits() (distributed.Limits, distributed.ResultLimits) {
 	return b.limits, b.rl
 }
-func (b *backend) DefaultScheduling() distributed.SchedulingOptions {
+func (b *Backend) DefaultScheduling() distributed.SchedulingOptions {
 	return distributed.SchedulingOptions{}
 }
-func (b *backend) NodeID() string                         { return "clienttest" }
-func (b *backend) Secret() []byte                         { return append([]byte(nil), b.secret...) }
-func (b *backend) IsLeader() bool                         { return true }
-func (b *backend) LeaderAPIURL() string                   { return "" }
-func (b *backend) Leader() (addr, id string)              { return "", b.NodeID() }
-func (b *backend) RaftState() string                      { return "Leader" }
-func (b *backend) LinearizableRead(context.Context) error { return nil }
-func (b *backend) CommitHealth() error                    { return nil }
+func (b *Backend) NodeID() string                         { return b.id }
+func (b *Backend) Secret() []byte                         { return append([]byte(nil), b.secret...) }
+func (b *Backend) IsLeader() bool                         { return true }
+func (b *Backend) LeaderAPIURL() string                   { return "" }
+func (b *Backend) Leader() (addr, id string)              { return "", b.id }
+func (b *Backend) RaftState() string                      { return "Leader" }
+func (b *Backend) LinearizableRead(context.Context) error { return nil }
+func (b *Backend) CommitHealth() error                    { return nil }

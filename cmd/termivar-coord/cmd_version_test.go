@@ -10,7 +10,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"os"
 	"os/exec"
 	"runtime"
 	"strconv"
@@ -155,14 +154,11 @@ func lastLine(s string) string {
 func shellPath(t *testing.T, name string) string {
 	t.Helper()
 	path, err := exec.LookPath(name)
-	switch {
-	case err == nil:
-		return path
-	case os.Getenv("TERMIVAR_REQUIRE_SHELLS") == "1":
-		t.Fatalf("%s is not installed, and TERMIVAR_REQUIRE_SHELLS=1 forbids skipping", name)
+	missing := ""
+	if err != nil {
+		missing = name + " is not installed (apt-get install " + name + ")"
 	}
-	t.Skipf("%s is not installed (apt-get install %s)", name, name)
-	return ""
+	return requireOrSkip(t, "TERMIVAR_REQUIRE_SHELLS", path, missing)
 }
 
 // zshComplete sources the zsh script into a real zsh and runs its

@@ -14,7 +14,6 @@ import (
 	"crypto/tls"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -291,15 +290,22 @@ func checkRaftSeries(t *testing.T, fams map[string]*dto.MetricFamily) {
 func TestMetrics_ListenerEndpoints(t *testing.T) {
 	t.Parallel()
 	o := startObsNode(t)
-	for path, want := range map[string]int{"/healthz": 200, "/readyz": 200, "/debug/pprof/": 404, "/metrics": 200} {
-		res, err := http.Get(o.metricsURL + path)
+	wantStatus(t, map[string]int{o.metricsURL + "/healthz": 200, o.metricsURL + "/readyz": 200, o.metricsURL + "/debug/pprof/": 404,
+		o.metricsURL + "/metrics": 200})
+}
+
+// wantStatus GETs every URL and checks its status code.
+func wantStatus(t *testing.T, want map[string]int) {
+	t.Helper()
+	for url, code := range want {
+		res, err := http.Get(url)
 		if err != nil {
 			t.Fatal(err)
 		}
 		_, _ = io.Copy(io.Discard, res.Body)
 		res.Body.Close()
-		if res.StatusCode != want {
-			t.Errorf("GET %s = %d, want %d", path, res.StatusCode, want)
+		if res.StatusCode != code {
+			t.Errorf("GET %s = %d, want %d", url, res.StatusCode, code)
 		}
 	}
 }
@@ -321,7 +327,6 @@ func TestMetrics_DefaultAddressBusy(t *testing.T) {
 		ms.close(context.Background())
 		t.Fatal("explicit busy --metrics-addr: no error")
 	}
-	var _ net.Listener = o.ms.ln
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
@@ -331,18 +336,8 @@ func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 func TestMetrics_PprofFlag(t *testing.T) {
 	t.Parallel()
 	o := startObsNode(t, func(f *serveFlags) { f.obs.pprof = true })
-	for url, want := range map[string]int{o.metricsURL + "/debug/pprof/": 200, o.metricsURL + "/debug/pprof/cmdline": 200,
-		o.tn.url + "/debug/pprof/": 404} {
-		res, err := http.Get(url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _ = io.Copy(io.Discard, res.Body)
-		res.Body.Close()
-		if res.StatusCode != want {
-			t.Errorf("GET %s = %d, want %d", url, res.StatusCode, want)
-		}
-	}
+	wantStatus(t, map[string]int{o.metricsURL + "/debug/pprof/": 200, o.metricsURL + "/debug/pprof/cmdline": 200,
+		o.tn.url + "/debug/pprof/": 404})
 }
 
 // TestMetrics_ScanSeriesBounded checks --metrics-scans: with 2, a tenant
@@ -394,15 +389,5 @@ func TestMetrics_ProbesWithoutClientCertUnderMutualTLS(t *testing.T) {
 		res.Body.Close()
 		t.Fatalf("API /readyz without a client certificate = %s, want a refused handshake", res.Status)
 	}
-	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
-		res, err := http.Get(o.metricsURL + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _ = io.Copy(io.Discard, res.Body)
-		res.Body.Close()
-		if res.StatusCode != http.StatusOK {
-			t.Errorf("metrics listener %s = %s, want 200", path, res.Status)
-		}
-	}
+	wantStatus(t, map[string]int{o.metricsURL + "/healthz": 200, o.metricsURL + "/readyz": 200, o.metricsURL + "/metrics": 200})
 }

@@ -166,11 +166,7 @@ func TestBrowser_Dashboard(t *testing.T) {
 	o := startObsNode(t, func(f *serveFlags) { f.limits.MaxRetries = 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	admin, err := client.New(client.Config{ServerURL: o.tn.url, Key: o.adminKey})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
+	admin := o.client(t)
 	producerKey := createKey(t, ctx, admin, "producer")
 	workerKey := createKey(t, ctx, admin, "worker")
 	const scanSize = 30

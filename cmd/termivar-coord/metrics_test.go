@@ -70,6 +70,18 @@ func startObsNode(t *testing.T, mut ...func(*serveFlags)) *obsNode {
 	return o
 }
 
+// client is a client of o's API with its admin key, closed when the test
+// ends.
+func (o *obsNode) client(t *testing.T) *client.Client {
+	t.Helper()
+	c, err := client.New(client.Config{ServerURL: o.tn.url, Key: o.adminKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
 func readAdminKey(t *testing.T, dataDir string) string {
 	t.Helper()
 	k, err := client.LoadKey(filepath.Join(dataDir, "admin.key"))
@@ -194,11 +206,7 @@ func TestMetrics_KnownWorkload(t *testing.T) {
 	o := startObsNode(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl, err := client.New(client.Config{ServerURL: o.tn.url, Key: o.adminKey})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := o.client(t)
 	runKnownWorkload(t, ctx, cl)
 	unknown, err := apikey.Generate(nil) // well-formed, never registered
 	if err != nil {
@@ -348,11 +356,7 @@ func TestMetrics_ScanSeriesBounded(t *testing.T) {
 	o := startObsNode(t, func(f *serveFlags) { f.obs.metricsScans = 2 })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl, err := client.New(client.Config{ServerURL: o.tn.url, Key: o.adminKey})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := o.client(t)
 	tasks := []*pb.NewTask{{TaskId: "1", ScanId: "s1", TargetRef: "x"}, {TaskId: "2", ScanId: "s2", TargetRef: "x"},
 		{TaskId: "3", ScanId: "s3", TargetRef: "x"}}
 	if _, err := cl.Enqueue(ctx, &pb.EnqueueRequest{Tasks: tasks}); err != nil {

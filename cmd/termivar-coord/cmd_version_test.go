@@ -69,6 +69,9 @@ var completionCases = []struct {
 	{[]string{"termivar-coord", "serve", "--metrics-"}, "--metrics-addr --metrics-scans"},
 	{[]string{"termivar-coord", "serve", "--log-f"}, "--log-format"},
 	{[]string{"termivar-coord", "keys", "r"}, "revoke rotate"},
+	{[]string{"termivar-coord", "tenants", "u"}, "update"},
+	{[]string{"termivar-coord", "scans", "d"}, "delete"},
+	{[]string{"termivar-coord", "schedules", "d"}, "delete"},
 	{[]string{"termivar-coord", "completion", "f"}, "fish"},
 	{[]string{"termivar-coord", "status", "--js"}, "--json"},
 }

@@ -18,6 +18,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"net"
@@ -81,15 +82,7 @@ func startProcCluster(t *testing.T) *procCluster {
 // (re)starts use pc.bin.
 func startProcClusterOf(t *testing.T, bin string) *procCluster {
 	t.Helper()
-	pc := &procCluster{t: t, bin: bin, base: t.TempDir()}
-	pc.secretFile = filepath.Join(pc.base, "cluster.secret")
-	secret := bytes.Repeat([]byte{0}, 32)
-	for i := range secret {
-		secret[i] = byte(i*7 + 13)
-	}
-	if err := os.WriteFile(pc.secretFile, secret, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	pc := newProcCluster(t, bin)
 	var peers []string
 	for i := range 3 {
 		m := &member{id: fmt.Sprintf("n%d", i+1), api: freePort(t), raft: freePort(t)}
@@ -99,8 +92,32 @@ func startProcClusterOf(t *testing.T, bin string) *procCluster {
 		pc.members = append(pc.members, m)
 		peers = append(peers, fmt.Sprintf("%s=127.0.0.1:%d", m.id, m.raft))
 	}
+	pc.startAll(peers)
+	return pc
+}
+
+// newProcCluster is an empty cluster of processes of bin in a temporary
+// base directory, with a random cluster secret file.
+func newProcCluster(t *testing.T, bin string) *procCluster {
+	t.Helper()
+	pc := &procCluster{t: t, bin: bin, base: t.TempDir()}
+	pc.secretFile = filepath.Join(pc.base, "cluster.secret")
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(pc.secretFile, secret, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return pc
+}
+
+// startAll starts every member with peers (id=raft address), waits until
+// each serves and loads the admin key.
+func (pc *procCluster) startAll(peers []string) {
+	pc.t.Helper()
 	pc.peers = strings.Join(peers, ",")
-	t.Cleanup(pc.stopAll)
+	pc.t.Cleanup(pc.stopAll)
 	// NB: a member becomes ready only once a quorum is up: start all first.
 	for _, m := range pc.members {
 		pc.spawn(m)
@@ -110,10 +127,9 @@ func startProcClusterOf(t *testing.T, bin string) *procCluster {
 	}
 	key, err := client.LoadKey(filepath.Join(pc.members[0].dir, node.AdminKeyFile))
 	if err != nil {
-		t.Fatal(err)
+		pc.t.Fatal(err)
 	}
 	pc.adminKey = key
-	return pc
 }
 
 // spawn starts m's process without waiting for it to serve.

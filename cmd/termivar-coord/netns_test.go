@@ -18,11 +18,9 @@ package main
 
 import (
 	"context"
-	crand "crypto/rand"
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -32,7 +30,6 @@ import (
 
 	"github.com/termivar/distributed/client"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
-	"github.com/termivar/distributed/node"
 )
 
 // Members listen on these ports of their own namespace's address.
@@ -94,15 +91,7 @@ func startNetnsRun(t *testing.T, size int) *netnsRun {
 // with --peers on the lab's addresses.
 func startNetnsCluster(t *testing.T, lab *netLab) *procCluster {
 	t.Helper()
-	pc := &procCluster{t: t, bin: buildBinary(t), base: t.TempDir()}
-	pc.secretFile = filepath.Join(pc.base, "cluster.secret")
-	secret := make([]byte, 32)
-	if _, err := crand.Read(secret); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(pc.secretFile, secret, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	pc := newProcCluster(t, buildBinary(t))
 	var peers []string
 	for i, ns := range lab.ns {
 		m := &member{id: fmt.Sprintf("n%d", i+1), host: lab.addr(i), netns: ns, api: netnsAPIPort, raft: netnsRaftPort}
@@ -112,19 +101,7 @@ func startNetnsCluster(t *testing.T, lab *netLab) *procCluster {
 		pc.members = append(pc.members, m)
 		peers = append(peers, fmt.Sprintf("%s=%s:%d", m.id, m.host, m.raft))
 	}
-	pc.peers = strings.Join(peers, ",")
-	t.Cleanup(pc.stopAll)
-	for _, m := range pc.members {
-		pc.spawn(m)
-	}
-	for _, m := range pc.members {
-		pc.waitReady(m)
-	}
-	key, err := client.LoadKey(filepath.Join(pc.members[0].dir, node.AdminKeyFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pc.adminKey = key
+	pc.startAll(peers)
 	return pc
 }
 

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -57,19 +56,15 @@ func runBench(args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
-	if f.cpuProfile != "" {
-		stop, err := startCPUProfile(f.cpuProfile)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "termivar-coord bench:", err)
-			return exitUsage
-		}
-		defer stop()
-	}
 	if !f.valid() || !f.validModes() {
 		fmt.Fprintln(os.Stderr, "termivar-coord bench: flag out of range")
 		return exitUsage
 	}
-	stopProfiles := f.startProfiles()
+	stopProfiles, err := f.startProfiles()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "termivar-coord bench:", err)
+		return exitUsage
+	}
 	defer func() {
 		if err := stopProfiles(); err != nil {
 			fmt.Fprintln(os.Stderr, "termivar-coord bench:", err)
@@ -92,7 +87,6 @@ func runBench(args []string) int {
 		defer stop()
 		url, key = u, k
 	} else if key == "" {
-		var err error
 		if key, err = f.client.apiKey(); err != nil {
 			fmt.Fprintln(os.Stderr, "termivar-coord bench:", err)
 			return exitUsage
@@ -132,22 +126,6 @@ func (f benchFlags) valid() bool {
 	return f.tasks >= 1 && f.tasks <= distributed.MaxTaskRecords && f.producers >= 1 && f.workers >= 1 &&
 		f.batch >= 1 && f.batch <= raftfsm.MaxEnqueueTasks && f.acquireMax >= 1 && f.acquireMax <= raftfsm.MaxAcquireTasks && f.leaseTTL >= 1 &&
 		f.cluster >= 0 && f.cluster <= maxBenchCluster
-}
-
-// startCPUProfile starts a CPU profile written to path; stop ends it.
-func startCPUProfile(path string) (stop func(), err error) {
-	pf, err := os.Create(path)
-	if err != nil {
-		return nil, err
-	}
-	if err := pprof.StartCPUProfile(pf); err != nil {
-		pf.Close()
-		return nil, err
-	}
-	return func() {
-		pprof.StopCPUProfile()
-		pf.Close()
-	}, nil
 }
 
 // startBenchNode starts an embedded node (with its audit log, as serve

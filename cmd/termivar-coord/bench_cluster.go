@@ -43,8 +43,7 @@ func runBenchCluster(f benchFlags, w io.Writer) int {
 		return exitFor("bench", err)
 	}
 	fmt.Fprintf(w, "== %d-member cluster (leader %s)\n%s\n", f.cluster, multi.leader, multi.res)
-	ratio := (float64(multi.res.tasks) / multi.res.elapsed.Seconds()) / (float64(single.res.tasks) / single.res.elapsed.Seconds())
-	fmt.Fprintf(w, "cluster_to_single_ratio=%.2f\n", ratio)
+	fmt.Fprintf(w, "cluster_to_single_ratio=%.2f\n", multi.res.tasksPerSec()/single.res.tasksPerSec())
 	if single.res.cpu > 0 {
 		fmt.Fprintf(w, "single_to_cluster_cpu_per_task_ratio=%.2f\n", float64(single.res.cpuPerTask())/float64(multi.res.cpuPerTask()))
 		// NB: cores the process used on average in each half: near the

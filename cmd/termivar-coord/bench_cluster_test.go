@@ -25,7 +25,11 @@ func TestBench_Cluster(t *testing.T) {
 	if n := len(regexp.MustCompile(`(?m)^tasks=400 `).FindAllString(s, -1)); n != 2 {
 		t.Fatalf("want two runs of 400 tasks, got %d:\n%s", n, s)
 	}
-	for _, m := range regexp.MustCompile(`(?m)^process_cpu_per_task=(\S+)$`).FindAllStringSubmatch(s, -1) {
+	cpu := regexp.MustCompile(`(?m)^process_cpu_per_task=(\S+)$`).FindAllStringSubmatch(s, -1)
+	if len(cpu) != 2 {
+		t.Fatalf("want a process_cpu_per_task line per run, got %d:\n%s", len(cpu), s)
+	}
+	for _, m := range cpu {
 		if d, err := time.ParseDuration(m[1]); err != nil || d <= 0 {
 			t.Fatalf("process_cpu_per_task %q", m[1])
 		}

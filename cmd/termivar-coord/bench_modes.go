@@ -69,9 +69,20 @@ const (
 	maxResidentQueued = 8192
 )
 
-// startProfiles turns on the mutex and block profiles the flags ask for;
-// stop writes every asked-for profile of the run.
-func (f benchFlags) startProfiles() (stop func() error) {
+// startProfiles starts the CPU profile and turns on the mutex and block
+// profiles the flags ask for; stop ends the CPU profile and writes every
+// other asked-for profile of the run.
+func (f benchFlags) startProfiles() (stop func() error, err error) {
+	var cpu *os.File
+	if f.cpuProfile != "" {
+		if cpu, err = os.Create(f.cpuProfile); err != nil {
+			return nil, err
+		}
+		if err := pprof.StartCPUProfile(cpu); err != nil {
+			cpu.Close()
+			return nil, err
+		}
+	}
 	if f.mutexProfile != "" {
 		runtime.SetMutexProfileFraction(5)
 	}
@@ -79,6 +90,10 @@ func (f benchFlags) startProfiles() (stop func() error) {
 		runtime.SetBlockProfileRate(int(10 * time.Microsecond))
 	}
 	return func() error {
+		if cpu != nil {
+			pprof.StopCPUProfile()
+			cpu.Close()
+		}
 		for _, p := range []struct{ path, name string }{{f.memProfile, "allocs"}, {f.mutexProfile, "mutex"}, {f.blockProfile, "block"}} {
 			if p.path == "" {
 				continue
@@ -88,7 +103,7 @@ func (f benchFlags) startProfiles() (stop func() error) {
 			}
 		}
 		return nil
-	}
+	}, nil
 }
 
 func writeProfile(path, name string) error {

@@ -43,28 +43,7 @@ import (
 func browserPath(t *testing.T) string {
 	t.Helper()
 	path, missing := findBrowser(os.Stat, exec.LookPath)
-	return requireOrSkip(t, path, missing)
-}
-
-// skipper is the part of testing.TB requireOrSkip uses.
-type skipper interface {
-	Helper()
-	Fatal(args ...any)
-	Skip(args ...any)
-}
-
-// requireOrSkip returns path, or skips when missing says why there is no
-// browser, or fails then under TERMIVAR_REQUIRE_BROWSER=1.
-func requireOrSkip(t skipper, path, missing string) string {
-	t.Helper()
-	switch {
-	case missing == "":
-		return path
-	case os.Getenv("TERMIVAR_REQUIRE_BROWSER") == "1":
-		t.Fatal(missing + ", and TERMIVAR_REQUIRE_BROWSER=1 forbids skipping")
-	}
-	t.Skip(missing)
-	return ""
+	return requireOrSkip(t, "TERMIVAR_REQUIRE_BROWSER", path, missing)
 }
 
 // fakeT records what requireOrSkip asked for; Fatal and Skip stop the
@@ -104,14 +83,14 @@ func TestBrowser_RequiredNeverSkips(t *testing.T) {
 		ft := &fakeT{}
 		func() {
 			defer func() { _ = recover() }()
-			requireOrSkip(ft, path, missing)
+			requireOrSkip(ft, "TERMIVAR_REQUIRE_BROWSER", path, missing)
 		}()
 		if ft.failed != (require == "1") || ft.skipped != (require == "") {
 			t.Fatalf("TERMIVAR_REQUIRE_BROWSER=%q and no browser: failed %v, skipped %v", require, ft.failed, ft.skipped)
 		}
 	}
 	ft := &fakeT{}
-	if got := requireOrSkip(ft, "/usr/bin/chromium", ""); got != "/usr/bin/chromium" || ft.failed || ft.skipped {
+	if got := requireOrSkip(ft, "TERMIVAR_REQUIRE_BROWSER", "/usr/bin/chromium", ""); got != "/usr/bin/chromium" || ft.failed || ft.skipped {
 		t.Fatalf("requireOrSkip with a browser = %q, %+v", got, ft)
 	}
 }
@@ -187,11 +166,7 @@ func TestBrowser_Dashboard(t *testing.T) {
 	o := startObsNode(t, func(f *serveFlags) { f.limits.MaxRetries = 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	admin, err := client.New(client.Config{ServerURL: o.tn.url, Key: o.adminKey})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
+	admin := o.client(t)
 	producerKey := createKey(t, ctx, admin, "producer")
 	workerKey := createKey(t, ctx, admin, "worker")
 	const scanSize = 30

@@ -16,7 +16,7 @@ import (
 func TestCLI_WorkersShowEffectiveCapacity(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	c := b.client(t)
+	c := b.cliClient(t, "")
 	for _, r := range []*pb.RegisterWorkerRequest{{WorkerId: "plain", Capacity: 4}, {WorkerId: "adaptive", Capacity: 4, CpuBasisPoints: 7500, MemoryBasisPoints: 1000}} {
 		if _, err := c.RegisterWorker(context.Background(), r); err != nil {
 			t.Fatal(err)

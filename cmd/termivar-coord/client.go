@@ -103,14 +103,6 @@ func (b bearerInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFun
 	return next
 }
 
-// newHTTPClient returns a keep-alive HTTP/1.1 client with many idle
-// connections per host (one per concurrent caller).
-func newHTTPClient(insecure bool, conns int) *http.Client {
-	tr := client.NewTransport(nil, conns)
-	tr.TLSClientConfig = &tls.Config{InsecureSkipVerify: insecure} //nolint:gosec // opt-in flag
-	return &http.Client{Transport: tr}
-}
-
 // Environment variables of the client TLS options.
 //
 // NB: not TERMIVAR_KEY_FILE: next to TERMIVAR_KEY (the API key) that name

@@ -237,6 +237,30 @@ func waitWithin(tb testing.TB, what string, d time.Duration, cond func() bool) {
 	}
 }
 
+// skipper is the part of testing.TB requireOrSkip uses.
+type skipper interface {
+	Helper()
+	Fatal(args ...any)
+	Skip(args ...any)
+}
+
+// requireOrSkip returns path, or, when missing says why a test's outside
+// tool is absent, skips the test, or fails it when the environment
+// variable require is "1" (.ci/run sets it for the browser, the shells and
+// the network namespaces): the one gate of this package's tests that need
+// something outside Go.
+func requireOrSkip(t skipper, require, path, missing string) string {
+	t.Helper()
+	switch {
+	case missing == "":
+		return path
+	case os.Getenv(require) == "1":
+		t.Fatal(missing + ", and " + require + "=1 forbids skipping")
+	}
+	t.Skip(missing)
+	return ""
+}
+
 func (c *tcluster) createKey(cl *client.Client, role string) string {
 	c.t.Helper()
 	r, err := cl.CreateKey(context.Background(), &pb.CreateKeyRequest{Role: role})

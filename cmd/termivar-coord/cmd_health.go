@@ -52,10 +52,7 @@ func runHealthTo(args []string, stdout, stderr io.Writer) int {
 	var h healthFlags
 	fs := newHealthFlagSet(&h, stderr)
 	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return exitOK
-		}
-		return exitUsage
+		return flagExit(err)
 	}
 	if fs.NArg() > 0 || h.timeout <= 0 {
 		fmt.Fprintln(stderr, healthUsage)

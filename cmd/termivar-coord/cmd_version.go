@@ -81,7 +81,9 @@ type completion struct {
 // subcommands are the fixed first arguments of commands that take one.
 var subcommands = map[string][]string{
 	"keys":       {"create", "list", "revoke", "rotate"},
-	"tenants":    {"create"},
+	"tenants":    {"create", "update"},
+	"scans":      {"delete"},
+	"schedules":  {"create", "list", "delete"},
 	"cluster":    {"members", "add", "remove", "transfer-leadership"},
 	"completion": completionShells,
 }

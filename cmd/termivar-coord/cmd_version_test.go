@@ -10,7 +10,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"os"
 	"os/exec"
 	"runtime"
 	"strconv"
@@ -70,6 +69,9 @@ var completionCases = []struct {
 	{[]string{"termivar-coord", "serve", "--metrics-"}, "--metrics-addr --metrics-scans"},
 	{[]string{"termivar-coord", "serve", "--log-f"}, "--log-format"},
 	{[]string{"termivar-coord", "keys", "r"}, "revoke rotate"},
+	{[]string{"termivar-coord", "tenants", "u"}, "update"},
+	{[]string{"termivar-coord", "scans", "d"}, "delete"},
+	{[]string{"termivar-coord", "schedules", "d"}, "delete"},
 	{[]string{"termivar-coord", "completion", "f"}, "fish"},
 	{[]string{"termivar-coord", "status", "--js"}, "--json"},
 }
@@ -155,14 +157,11 @@ func lastLine(s string) string {
 func shellPath(t *testing.T, name string) string {
 	t.Helper()
 	path, err := exec.LookPath(name)
-	switch {
-	case err == nil:
-		return path
-	case os.Getenv("TERMIVAR_REQUIRE_SHELLS") == "1":
-		t.Fatalf("%s is not installed, and TERMIVAR_REQUIRE_SHELLS=1 forbids skipping", name)
+	missing := ""
+	if err != nil {
+		missing = name + " is not installed (apt-get install " + name + ")"
 	}
-	t.Skipf("%s is not installed (apt-get install %s)", name, name)
-	return ""
+	return requireOrSkip(t, "TERMIVAR_REQUIRE_SHELLS", path, missing)
 }
 
 // zshComplete sources the zsh script into a real zsh and runs its

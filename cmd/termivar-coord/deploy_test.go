@@ -171,11 +171,7 @@ func TestDeploy_RulesAndDashboardUseLiveMetrics(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl, err := client.New(client.Config{ServerURL: o.tn.url, Key: o.adminKey})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := o.client(t)
 	runKnownWorkload(t, ctx, cl)
 	var more []*pb.NewTask
 	for _, id := range []string{"h", "i", "j", "k", "l", "m"} {

@@ -36,16 +36,6 @@ func setupLimits(t *testing.T, records, active, queued, terminal int) *testBundl
 	return &testBundle{srv: srv}
 }
 
-func (b *testBundle) client(t *testing.T) *client.Client {
-	t.Helper()
-	c, err := client.New(client.Config{ServerURL: b.srv.URL, Key: b.srv.Key})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return c
-}
-
 // scanTargets returns the scan's stored tasks as task ID → target, failing
 // on a task listed twice.
 func scanTargets(t *testing.T, c *client.Client, scan string) map[string]string {
@@ -105,20 +95,20 @@ func TestCLI_EnqueueDuplicates(t *testing.T) {
 	if code != exitOK || out != want {
 		t.Fatalf("enqueue: exit %d, out %q, err %q; want 0, %q", code, out, stderr, want)
 	}
-	mustStore(t, b.client(t), "s", []string{"a.example", "b.example", "c.example"})
+	mustStore(t, b.cliClient(t, ""), "s", []string{"a.example", "b.example", "c.example"})
 	// One repeated line: one task, exit 0, said so.
 	code, out, _ = b.run(t, "x.example\nx.example\n", "--json", "enqueue", "--scan", "one", "-")
 	var j enqueueJSON
 	if code != exitOK || json.Unmarshal([]byte(out), &j) != nil || j.Enqueued != 1 || j.Duplicates != 1 || !j.Complete || len(j.DuplicateLines) != 1 || j.DuplicateLines[0] != 2 {
 		t.Fatalf("enqueue x x: exit %d, out %q", code, out)
 	}
-	mustStore(t, b.client(t), "one", []string{"x.example"})
+	mustStore(t, b.cliClient(t, ""), "one", []string{"x.example"})
 	// The re-run stores nothing new and exits 0.
 	code, out, _ = b.run(t, "", "enqueue", "--scan", "s", "--quiet", "--file", file)
 	if code != exitOK || !strings.HasPrefix(out, "enqueued 0 tasks to scan s (3 already present; 2 duplicate lines") {
 		t.Fatalf("re-run: exit %d, out %q", code, out)
 	}
-	mustStore(t, b.client(t), "s", []string{"a.example", "b.example", "c.example"})
+	mustStore(t, b.cliClient(t, ""), "s", []string{"a.example", "b.example", "c.example"})
 }
 
 func TestCLI_EnqueueCollisions(t *testing.T) {
@@ -140,7 +130,7 @@ func TestCLI_EnqueueCollisions(t *testing.T) {
 	if out != "enqueued 1 tasks to scan s\n" {
 		t.Errorf("stdout = %q", out)
 	}
-	c := b.client(t)
+	c := b.cliClient(t, "")
 	if got := scanTargets(t, c, "s"); len(got) != 1 || got["y0"] != "q0.example" {
 		t.Fatalf("scan s stores %v", got)
 	}
@@ -179,7 +169,7 @@ func TestCLI_EnqueueLimits(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			b := setupLimits(t, tt.records, tt.active, tt.queued, tt.terminal)
-			c := b.client(t)
+			c := b.cliClient(t, "")
 			finish(t, c, tt.done)
 			in := numbered("t", tt.n)
 			code, out, stderr := b.run(t, "", append([]string{"enqueue", "--scan", "s", "--no-wait", "--quiet"}, in...)...)
@@ -245,7 +235,7 @@ func finish(t *testing.T, c *client.Client, n int) {
 func TestCLI_EnqueueInterruptedThenResumed(t *testing.T) {
 	t.Parallel()
 	b := setupLimits(t, 512, 8, 8, 512)
-	c := b.client(t)
+	c := b.cliClient(t, "")
 	in := numbered("t", 100)
 	file := writeTargets(t, in...)
 	cmd, _ := lookupCommand("enqueue")
@@ -305,7 +295,7 @@ func TestCLI_EnqueueBadInputChangesNothing(t *testing.T) {
 	if code, _, stderr = b.run(t, "", "enqueue", "--scan", "s", "--task-id", "a", "x.example", "y.example"); code != exitUsage || !strings.Contains(stderr, "got 1 --task-id for 2 targets") {
 		t.Fatalf("--task-id count: exit %d, err %q", code, stderr)
 	}
-	if got := scanTargets(t, b.client(t), "s"); len(got) != 0 {
+	if got := scanTargets(t, b.cliClient(t, ""), "s"); len(got) != 0 {
 		t.Fatalf("refused input stored %v", got)
 	}
 	// A stream is sent as it is read: the lines before a bad one are stored.
@@ -313,7 +303,7 @@ func TestCLI_EnqueueBadInputChangesNothing(t *testing.T) {
 	if code != exitRejected || !strings.Contains(stderr, "target 2 contains a NUL byte") || !strings.Contains(stderr, "1 targets are stored (2 read)") {
 		t.Fatalf("NUL in a stream: exit %d, err %q", code, stderr)
 	}
-	mustStore(t, b.client(t), "st", []string{"a.example"})
+	mustStore(t, b.cliClient(t, ""), "st", []string{"a.example"})
 }
 
 // TestCLI_EnqueueFlowControlStream: 50 000 targets on stdin (a stream, read
@@ -326,7 +316,7 @@ func TestCLI_EnqueueBadInputChangesNothing(t *testing.T) {
 func TestCLI_EnqueueFlowControlStream(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	admin := b.client(t)
+	admin := b.cliClient(t, "")
 	ctx := context.Background()
 	// NB: race builds audit the whole core state after every command
 	// (invariants.go), so there the scan is smaller, and so is the queue.

@@ -18,6 +18,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"net"
@@ -81,15 +82,7 @@ func startProcCluster(t *testing.T) *procCluster {
 // (re)starts use pc.bin.
 func startProcClusterOf(t *testing.T, bin string) *procCluster {
 	t.Helper()
-	pc := &procCluster{t: t, bin: bin, base: t.TempDir()}
-	pc.secretFile = filepath.Join(pc.base, "cluster.secret")
-	secret := bytes.Repeat([]byte{0}, 32)
-	for i := range secret {
-		secret[i] = byte(i*7 + 13)
-	}
-	if err := os.WriteFile(pc.secretFile, secret, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	pc := newProcCluster(t, bin)
 	var peers []string
 	for i := range 3 {
 		m := &member{id: fmt.Sprintf("n%d", i+1), api: freePort(t), raft: freePort(t)}
@@ -99,8 +92,32 @@ func startProcClusterOf(t *testing.T, bin string) *procCluster {
 		pc.members = append(pc.members, m)
 		peers = append(peers, fmt.Sprintf("%s=127.0.0.1:%d", m.id, m.raft))
 	}
+	pc.startAll(peers)
+	return pc
+}
+
+// newProcCluster is an empty cluster of processes of bin in a temporary
+// base directory, with a random cluster secret file.
+func newProcCluster(t *testing.T, bin string) *procCluster {
+	t.Helper()
+	pc := &procCluster{t: t, bin: bin, base: t.TempDir()}
+	pc.secretFile = filepath.Join(pc.base, "cluster.secret")
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(pc.secretFile, secret, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return pc
+}
+
+// startAll starts every member with peers (id=raft address), waits until
+// each serves and loads the admin key.
+func (pc *procCluster) startAll(peers []string) {
+	pc.t.Helper()
 	pc.peers = strings.Join(peers, ",")
-	t.Cleanup(pc.stopAll)
+	pc.t.Cleanup(pc.stopAll)
 	// NB: a member becomes ready only once a quorum is up: start all first.
 	for _, m := range pc.members {
 		pc.spawn(m)
@@ -110,10 +127,9 @@ func startProcClusterOf(t *testing.T, bin string) *procCluster {
 	}
 	key, err := client.LoadKey(filepath.Join(pc.members[0].dir, node.AdminKeyFile))
 	if err != nil {
-		t.Fatal(err)
+		pc.t.Fatal(err)
 	}
 	pc.adminKey = key
-	return pc
 }
 
 // spawn starts m's process without waiting for it to serve.
@@ -277,23 +293,11 @@ func (pc *procCluster) status(m *member, hash bool) (*pb.StatusResponse, error) 
 	return cl.Status(ctx, &pb.StatusRequest{StateHash: hash})
 }
 
-// waitFor polls cond until it holds, failing after d.
-func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // leader waits for a running, unpaused member that reports itself leader.
 func (pc *procCluster) leader() *member {
 	pc.t.Helper()
 	var l *member
-	waitFor(pc.t, "a leader", 30*time.Second, func() bool {
+	waitWithin(pc.t, "a leader", 30*time.Second, func() bool {
 		for _, m := range pc.members {
 			if m.paused || isExited(m) {
 				continue
@@ -321,7 +325,7 @@ func isExited(m *member) bool {
 func (pc *procCluster) newLeaderBesides(old *member) *member {
 	pc.t.Helper()
 	var l *member
-	waitFor(pc.t, "a leader other than "+old.id, 30*time.Second, func() bool {
+	waitWithin(pc.t, "a leader other than "+old.id, 30*time.Second, func() bool {
 		l = pc.leader()
 		return l != old
 	})
@@ -343,7 +347,7 @@ func (pc *procCluster) pauseLeader(l *faultLoad) (*member, bool) {
 	// NB: the new leader has to write entries at the indexes of the old
 	// leader's uncommitted tail for it to conflict; load does that.
 	acked := l.acked.Load()
-	waitFor(pc.t, "progress under the new leader", 30*time.Second, func() bool { return l.acked.Load() >= acked+20 })
+	waitWithin(pc.t, "progress under the new leader", 30*time.Second, func() bool { return l.acked.Load() >= acked+20 })
 	pc.signal(old, syscall.SIGCONT)
 	old.paused = false
 	st, err := pc.status(nl, false)
@@ -351,7 +355,7 @@ func (pc *procCluster) pauseLeader(l *faultLoad) (*member, bool) {
 		pc.t.Fatalf("Status of the new leader %s: %v", nl.id, err)
 	}
 	target := st.GetAppliedIndex()
-	waitFor(pc.t, old.id+" to follow and catch up", 30*time.Second, func() bool {
+	waitWithin(pc.t, old.id+" to follow and catch up", 30*time.Second, func() bool {
 		s, err := pc.status(old, false)
 		return err == nil && s.GetRaftState() == "Follower" && s.GetAppliedIndex() >= target
 	})
@@ -550,7 +554,7 @@ func (l *faultLoad) complete(fc *failoverClient, lt *pb.LeasedTask) {
 func (l *faultLoad) waitProgress(what string, n int64) {
 	l.pc.t.Helper()
 	from := l.acked.Load()
-	waitFor(l.pc.t, what, 60*time.Second, func() bool { return l.acked.Load() >= from+n })
+	waitWithin(l.pc.t, what, 60*time.Second, func() bool { return l.acked.Load() >= from+n })
 }
 
 // finish stops the producers, lets the workers complete every task that
@@ -569,7 +573,7 @@ func (l *faultLoad) finish(via *member) int {
 	l.producers.Wait()
 	reader := l.pc.newClient(via.url, l.pc.adminKey, 50)
 	ctx := context.Background()
-	waitFor(t, "every task completed", 90*time.Second, func() bool {
+	waitWithin(t, "every task completed", 90*time.Second, func() bool {
 		done, total := 0, 0
 		err := reader.EachTask(ctx, &pb.ListTasksRequest{}, func(ti *pb.TaskInfo) error {
 			total++
@@ -640,7 +644,7 @@ func (pc *procCluster) equalStateHashesAfter(marker string) uint64 {
 		t.Fatalf("marker enqueue: %v", err)
 	}
 	var index uint64
-	waitFor(t, "every member's state hash at one applied index", 30*time.Second, func() bool {
+	waitWithin(t, "every member's state hash at one applied index", 30*time.Second, func() bool {
 		var hashes []*pb.StatusResponse
 		for _, m := range pc.members {
 			st, err := pc.status(m, true)

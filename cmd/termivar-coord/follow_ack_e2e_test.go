@@ -42,6 +42,9 @@ func readResultLines(t *testing.T, path string) []resultJSON {
 		}
 		out = append(out, r)
 	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
 	return out
 }
 

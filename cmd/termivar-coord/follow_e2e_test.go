@@ -9,7 +9,6 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -116,20 +115,10 @@ func TestE2E_ResultsFollowToFile(t *testing.T) {
 			want = append(want, tg)
 		}
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
 	var got []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		var r resultJSON
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			t.Fatalf("line %q: %v", sc.Text(), err)
-		}
+	for _, r := range readResultLines(t, path) {
 		if r.Result != "r:"+r.TargetRef+"\n" && r.Result != "r:"+r.TargetRef {
-			t.Fatalf("line %q: result does not match its target", sc.Text())
+			t.Fatalf("line %+v: result does not match its target", r)
 		}
 		got = append(got, r.TargetRef)
 	}

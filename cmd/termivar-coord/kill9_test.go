@@ -25,6 +25,7 @@ import (
 	"connectrpc.com/connect"
 	"go.uber.org/goleak"
 
+	"github.com/termivar/distributed/client"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 )
 
@@ -127,7 +128,8 @@ func TestServe_Kill9(t *testing.T) {
 	bin := buildBinary(t)
 	dir := t.TempDir()
 	api, raftPort := freePort(t), freePort(t)
-	hc := newHTTPClient(false, 16)
+	// A keep-alive client with an idle connection per concurrent caller.
+	hc := &http.Client{Transport: client.NewTransport(nil, 16)}
 	defer hc.CloseIdleConnections()
 	led := &ledger{enqueued: map[string]string{}, results: map[string]string{}}
 	var prodKey, workKey, adminKey string

@@ -14,7 +14,6 @@ import (
 	"crypto/tls"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -69,6 +68,18 @@ func startObsNode(t *testing.T, mut ...func(*serveFlags)) *obsNode {
 	o.metricsURL = "http://" + ms.ln.Addr().String()
 	o.adminKey = readAdminKey(t, f.dataDir)
 	return o
+}
+
+// client is a client of o's API with its admin key, closed when the test
+// ends.
+func (o *obsNode) client(t *testing.T) *client.Client {
+	t.Helper()
+	c, err := client.New(client.Config{ServerURL: o.tn.url, Key: o.adminKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
 }
 
 func readAdminKey(t *testing.T, dataDir string) string {
@@ -195,11 +206,7 @@ func TestMetrics_KnownWorkload(t *testing.T) {
 	o := startObsNode(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl, err := client.New(client.Config{ServerURL: o.tn.url, Key: o.adminKey})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := o.client(t)
 	runKnownWorkload(t, ctx, cl)
 	unknown, err := apikey.Generate(nil) // well-formed, never registered
 	if err != nil {
@@ -291,15 +298,22 @@ func checkRaftSeries(t *testing.T, fams map[string]*dto.MetricFamily) {
 func TestMetrics_ListenerEndpoints(t *testing.T) {
 	t.Parallel()
 	o := startObsNode(t)
-	for path, want := range map[string]int{"/healthz": 200, "/readyz": 200, "/debug/pprof/": 404, "/metrics": 200} {
-		res, err := http.Get(o.metricsURL + path)
+	wantStatus(t, map[string]int{o.metricsURL + "/healthz": 200, o.metricsURL + "/readyz": 200, o.metricsURL + "/debug/pprof/": 404,
+		o.metricsURL + "/metrics": 200})
+}
+
+// wantStatus GETs every URL and checks its status code.
+func wantStatus(t *testing.T, want map[string]int) {
+	t.Helper()
+	for url, code := range want {
+		res, err := http.Get(url)
 		if err != nil {
 			t.Fatal(err)
 		}
 		_, _ = io.Copy(io.Discard, res.Body)
 		res.Body.Close()
-		if res.StatusCode != want {
-			t.Errorf("GET %s = %d, want %d", path, res.StatusCode, want)
+		if res.StatusCode != code {
+			t.Errorf("GET %s = %d, want %d", url, res.StatusCode, code)
 		}
 	}
 }
@@ -321,7 +335,6 @@ func TestMetrics_DefaultAddressBusy(t *testing.T) {
 		ms.close(context.Background())
 		t.Fatal("explicit busy --metrics-addr: no error")
 	}
-	var _ net.Listener = o.ms.ln
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
@@ -331,18 +344,8 @@ func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 func TestMetrics_PprofFlag(t *testing.T) {
 	t.Parallel()
 	o := startObsNode(t, func(f *serveFlags) { f.obs.pprof = true })
-	for url, want := range map[string]int{o.metricsURL + "/debug/pprof/": 200, o.metricsURL + "/debug/pprof/cmdline": 200,
-		o.tn.url + "/debug/pprof/": 404} {
-		res, err := http.Get(url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _ = io.Copy(io.Discard, res.Body)
-		res.Body.Close()
-		if res.StatusCode != want {
-			t.Errorf("GET %s = %d, want %d", url, res.StatusCode, want)
-		}
-	}
+	wantStatus(t, map[string]int{o.metricsURL + "/debug/pprof/": 200, o.metricsURL + "/debug/pprof/cmdline": 200,
+		o.tn.url + "/debug/pprof/": 404})
 }
 
 // TestMetrics_ScanSeriesBounded checks --metrics-scans: with 2, a tenant
@@ -353,11 +356,7 @@ func TestMetrics_ScanSeriesBounded(t *testing.T) {
 	o := startObsNode(t, func(f *serveFlags) { f.obs.metricsScans = 2 })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl, err := client.New(client.Config{ServerURL: o.tn.url, Key: o.adminKey})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := o.client(t)
 	tasks := []*pb.NewTask{{TaskId: "1", ScanId: "s1", TargetRef: "x"}, {TaskId: "2", ScanId: "s2", TargetRef: "x"},
 		{TaskId: "3", ScanId: "s3", TargetRef: "x"}}
 	if _, err := cl.Enqueue(ctx, &pb.EnqueueRequest{Tasks: tasks}); err != nil {
@@ -394,15 +393,5 @@ func TestMetrics_ProbesWithoutClientCertUnderMutualTLS(t *testing.T) {
 		res.Body.Close()
 		t.Fatalf("API /readyz without a client certificate = %s, want a refused handshake", res.Status)
 	}
-	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
-		res, err := http.Get(o.metricsURL + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _ = io.Copy(io.Discard, res.Body)
-		res.Body.Close()
-		if res.StatusCode != http.StatusOK {
-			t.Errorf("metrics listener %s = %s, want 200", path, res.Status)
-		}
-	}
+	wantStatus(t, map[string]int{o.metricsURL + "/healthz": 200, o.metricsURL + "/readyz": 200, o.metricsURL + "/metrics": 200})
 }

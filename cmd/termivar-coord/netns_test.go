@@ -18,11 +18,9 @@ package main
 
 import (
 	"context"
-	crand "crypto/rand"
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -32,7 +30,6 @@ import (
 
 	"github.com/termivar/distributed/client"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
-	"github.com/termivar/distributed/node"
 )
 
 // Members listen on these ports of their own namespace's address.
@@ -94,15 +91,7 @@ func startNetnsRun(t *testing.T, size int) *netnsRun {
 // with --peers on the lab's addresses.
 func startNetnsCluster(t *testing.T, lab *netLab) *procCluster {
 	t.Helper()
-	pc := &procCluster{t: t, bin: buildBinary(t), base: t.TempDir()}
-	pc.secretFile = filepath.Join(pc.base, "cluster.secret")
-	secret := make([]byte, 32)
-	if _, err := crand.Read(secret); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(pc.secretFile, secret, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	pc := newProcCluster(t, buildBinary(t))
 	var peers []string
 	for i, ns := range lab.ns {
 		m := &member{id: fmt.Sprintf("n%d", i+1), host: lab.addr(i), netns: ns, api: netnsAPIPort, raft: netnsRaftPort}
@@ -112,19 +101,7 @@ func startNetnsCluster(t *testing.T, lab *netLab) *procCluster {
 		pc.members = append(pc.members, m)
 		peers = append(peers, fmt.Sprintf("%s=%s:%d", m.id, m.host, m.raft))
 	}
-	pc.peers = strings.Join(peers, ",")
-	t.Cleanup(pc.stopAll)
-	for _, m := range pc.members {
-		pc.spawn(m)
-	}
-	for _, m := range pc.members {
-		pc.waitReady(m)
-	}
-	key, err := client.LoadKey(filepath.Join(pc.members[0].dir, node.AdminKeyFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pc.adminKey = key
+	pc.startAll(peers)
 	return pc
 }
 
@@ -132,7 +109,7 @@ func startNetnsCluster(t *testing.T, lab *netLab) *procCluster {
 func (r *netnsRun) waitOps(what string, n int64) {
 	r.t.Helper()
 	from := r.load.ops.Load()
-	waitFor(r.t, what, 60*time.Second, func() bool { return r.load.ops.Load() >= from+n })
+	waitWithin(r.t, what, 60*time.Second, func() bool { return r.load.ops.Load() >= from+n })
 }
 
 // leaderAmong waits until one member of set leads and every other member
@@ -140,7 +117,7 @@ func (r *netnsRun) waitOps(what string, n int64) {
 func (r *netnsRun) leaderAmong(what string, set []int) int {
 	r.t.Helper()
 	lead := -1
-	waitFor(r.t, what, 30*time.Second, func() bool {
+	waitWithin(r.t, what, 30*time.Second, func() bool {
 		lead = r.agreedLeader(set)
 		return lead >= 0
 	})
@@ -218,11 +195,11 @@ func (r *netnsRun) healAndRecover(label string) time.Duration {
 	r.t.Helper()
 	healed := time.Now()
 	r.lab.healAll()
-	waitFor(r.t, "a write after healing", 60*time.Second, func() bool {
+	waitWithin(r.t, "a write after healing", 60*time.Second, func() bool {
 		return r.mark(r.pc.urlsFrom(0), 2*time.Second) == nil
 	})
 	var lead int
-	waitFor(r.t, "every member following one leader after healing", 60*time.Second, func() bool {
+	waitWithin(r.t, "every member following one leader after healing", 60*time.Second, func() bool {
 		lead = r.agreedLeader(r.all())
 		return lead >= 0
 	})
@@ -231,7 +208,7 @@ func (r *netnsRun) healAndRecover(label string) time.Duration {
 		r.t.Fatalf("Status of the leader: %v", err)
 	}
 	target := st.GetAppliedIndex()
-	waitFor(r.t, "every member applying the write made after healing", 60*time.Second, func() bool {
+	waitWithin(r.t, "every member applying the write made after healing", 60*time.Second, func() bool {
 		for _, m := range r.pc.members {
 			if s, err := r.pc.status(m, false); err != nil || s.GetAppliedIndex() < target {
 				return false
@@ -353,7 +330,7 @@ func TestNetns_IsolatedLeader(t *testing.T) {
 	r.checkCut()
 	nl := r.leaderAmong("a new leader among the majority", r.others(old))
 	failover := time.Since(cut)
-	waitFor(t, "the isolated leader to step down", 30*time.Second, func() bool {
+	waitWithin(t, "the isolated leader to step down", 30*time.Second, func() bool {
 		st, err := r.pc.status(r.pc.members[old], false)
 		return err == nil && st.GetRaftState() != "Leader"
 	})
@@ -425,7 +402,7 @@ func (s *staleLease) takeOver(r *netnsRun, old int) {
 		r.t.Fatalf("RegisterWorker new: %v", err)
 	}
 	var lt *pb.LeasedTask
-	waitFor(r.t, "the expired lease recovered and acquired by another worker", 30*time.Second, func() bool {
+	waitWithin(r.t, "the expired lease recovered and acquired by another worker", 30*time.Second, func() bool {
 		ar, err := cl.Acquire(r.ctx, &pb.AcquireRequest{WorkerId: "new", WaitSecs: 1, MaxTasks: 1, Start: true, LeaseTtlSecs: 600})
 		if err == nil && len(ar.GetTasks()) == 1 {
 			lt = ar.GetTasks()[0]
@@ -475,7 +452,7 @@ func TestNetns_SymmetricSplit(t *testing.T) {
 		r.lab.isolate(i)
 	}
 	r.checkCut()
-	waitFor(t, "every leader to step down", 30*time.Second, func() bool {
+	waitWithin(t, "every leader to step down", 30*time.Second, func() bool {
 		for _, m := range r.pc.members {
 			if st, err := r.pc.status(m, false); err != nil || st.GetRaftState() == "Leader" {
 				return false
@@ -515,7 +492,7 @@ func (r *netnsRun) waitUnknown(what string, n int) {
 		return c
 	}
 	from := count()
-	waitFor(r.t, what, 60*time.Second, func() bool { return count() >= from+n })
+	waitWithin(r.t, what, 60*time.Second, func() bool { return count() >= from+n })
 }
 
 // TestNetns_BridgePartition cuts the leader from one follower while the
@@ -533,7 +510,7 @@ func TestNetns_BridgePartition(t *testing.T) {
 	r.checkCut()
 	r.waitOps("operations across the bridge partition", 200)
 	for _, i := range []int{lead, bridge} {
-		waitFor(t, fmt.Sprintf("a write through n%d during the bridge partition", i+1), 60*time.Second, func() bool {
+		waitWithin(t, fmt.Sprintf("a write through n%d during the bridge partition", i+1), 60*time.Second, func() bool {
 			return r.mark(r.pc.members[i].url, 3*time.Second) == nil
 		})
 	}
@@ -599,7 +576,7 @@ func TestNetns_SplitTwoThree(t *testing.T) {
 	r.checkCut()
 	nl := r.leaderAmong("a new leader on the three-member side", majority)
 	failover := time.Since(cut)
-	waitFor(t, "the old leader to step down", 30*time.Second, func() bool {
+	waitWithin(t, "the old leader to step down", 30*time.Second, func() bool {
 		st, err := r.pc.status(r.pc.members[old], false)
 		return err == nil && st.GetRaftState() != "Leader"
 	})

@@ -375,6 +375,8 @@ func TestHealth_ExitCodes(t *testing.T) {
 		{"unreachable", []string{"--url", closed.URL}, false, exitUnreachable, "unreachable"},
 		{"stray argument", []string{"--url", ts.URL, "extra"}, false, exitUsage, "usage"},
 		{"bad timeout", []string{"--timeout", "0s"}, false, exitUsage, "usage"},
+		{"unknown flag", []string{"--nope"}, false, exitUsage, "usage"},
+		{"help", []string{"-h"}, false, exitOK, "usage"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ready.Store(tc.ready)

@@ -289,7 +289,8 @@ func TestServe_PausedLeaderFailover(t *testing.T) {
 	verifyPauseLedger(t, newClient(adminKey), led)
 }
 
-// waitFor polls cond until it holds (true) or d passes (false).
+// pollUntil polls cond until it holds (true) or d passes (false): the
+// pause test stops its load before it fails, so it cannot use waitWithin.
 func pollUntil(d time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(d)
 	for !cond() {

@@ -105,13 +105,13 @@ func TestCLI_ScansDelete(t *testing.T) {
 	}
 }
 
-// TestCLI_SmallTenantRunsForever: a tenant limited to 16 task records runs
-// ten times that many tasks in scans of 8, deleting each scan when it is
-// done; without the deletes it stops at its limit.
-func TestCLI_SmallTenantRunsForever(t *testing.T) {
-	t.Parallel()
-	url, key := inProcessNode(t, node.Config{})
-	if code := runTenants([]string{"create", "--server", url, "--key", key, "--name", "small", "--result-retention", "7d",
+// smallTenant creates tenant name (16 task records, 8 active, 8 queued)
+// with the given --result-retention through `tenants create`, and returns
+// a client with an admin key of it, whose worker w1 (capacity 8) is
+// registered, and that key.
+func smallTenant(t *testing.T, url, key, name, retention string) (*client.Client, string) {
+	t.Helper()
+	if code := runTenants([]string{"create", "--server", url, "--key", key, "--name", name, "--result-retention", retention,
 		"--max-task-records", "16", "--max-terminal-tasks", "16", "--max-active-tasks", "8", "--max-queued-tasks", "8"}); code != exitOK {
 		t.Fatalf("tenants create: exit %d", code)
 	}
@@ -121,7 +121,7 @@ func TestCLI_SmallTenantRunsForever(t *testing.T) {
 	}
 	defer admin.Close()
 	ctx := context.Background()
-	kr, err := admin.CreateKey(ctx, &pb.CreateKeyRequest{Tenant: "small", Role: "admin"})
+	kr, err := admin.CreateKey(ctx, &pb.CreateKeyRequest{Tenant: name, Role: "admin"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,14 +129,25 @@ func TestCLI_SmallTenantRunsForever(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(c.Close)
 	if _, err := c.RegisterWorker(ctx, &pb.RegisterWorkerRequest{WorkerId: "w1", Capacity: 8}); err != nil {
 		t.Fatal(err)
 	}
+	return c, kr.GetKey()
+}
+
+// TestCLI_SmallTenantRunsForever: a tenant limited to 16 task records runs
+// ten times that many tasks in scans of 8, deleting each scan when it is
+// done; without the deletes it stops at its limit.
+func TestCLI_SmallTenantRunsForever(t *testing.T) {
+	t.Parallel()
+	url, key := inProcessNode(t, node.Config{})
+	c, tenantKey := smallTenant(t, url, key, "small", "7d")
+	ctx := context.Background()
 	for i := range 20 {
 		scan := fmt.Sprintf("s%d", i)
 		runScan(t, c, scan, 8, 0)
-		if code, out, errOut := runCLI(t, url, kr.GetKey(), "scans", "delete", scan); code != exitOK {
+		if code, out, errOut := runCLI(t, url, tenantKey, "scans", "delete", scan); code != exitOK {
 			t.Fatalf("scan %d: delete exit %d, out %q, err %q", i, code, out, errOut)
 		}
 	}
@@ -145,12 +156,12 @@ func TestCLI_SmallTenantRunsForever(t *testing.T) {
 	}
 	runScan(t, c, "keep1", 8, 0)
 	runScan(t, c, "keep2", 8, 0)
-	_, err = c.Enqueue(ctx, &pb.EnqueueRequest{Tasks: []*pb.NewTask{{TaskId: "over", ScanId: "keep3", TargetRef: "t"}}})
+	_, err := c.Enqueue(ctx, &pb.EnqueueRequest{Tasks: []*pb.NewTask{{TaskId: "over", ScanId: "keep3", TargetRef: "t"}}})
 	if err == nil {
 		t.Fatal("a tenant at its record limit admitted another task")
 	}
 	// The retention given at creation is the tenant's, and update changes it.
-	code, out, _ := runCLI(t, url, kr.GetKey(), "status", "--json")
+	code, out, _ := runCLI(t, url, tenantKey, "status", "--json")
 	var st struct {
 		Retention uint64 `json:"result_retention_secs"`
 	}
@@ -180,28 +191,7 @@ func TestCLI_SmallTenantRunsForever(t *testing.T) {
 func TestCLI_RetentionPurgesThroughTheTicker(t *testing.T) {
 	t.Parallel()
 	url, key := inProcessNode(t, node.Config{TickInterval: 50 * time.Millisecond})
-	if code := runTenants([]string{"create", "--server", url, "--key", key, "--name", "ret", "--result-retention", "1s",
-		"--max-task-records", "16", "--max-terminal-tasks", "16", "--max-active-tasks", "8", "--max-queued-tasks", "8"}); code != exitOK {
-		t.Fatalf("tenants create: exit %d", code)
-	}
-	admin, err := client.New(client.Config{ServerURL: url, Key: key})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	ctx := context.Background()
-	kr, err := admin.CreateKey(ctx, &pb.CreateKeyRequest{Tenant: "ret", Role: "admin"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(client.Config{ServerURL: url, Key: kr.GetKey()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if _, err := c.RegisterWorker(ctx, &pb.RegisterWorkerRequest{WorkerId: "w1", Capacity: 8}); err != nil {
-		t.Fatal(err)
-	}
+	c, _ := smallTenant(t, url, key, "ret", "1s")
 	for i := range 8 {
 		// Each scan needs room: the ticker must have purged the last ones.
 		waitCond(t, "room for 8 more tasks", func() bool { n, _ := records(t, c); return n <= 8 })

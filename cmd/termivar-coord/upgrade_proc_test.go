@@ -52,7 +52,7 @@ func TestUpgrade_RollingPrevBinary(t *testing.T) {
 	for i, m := range pc.members {
 		pc.term(m)
 		pc.restart(m)
-		waitFor(t, m.id+" to report version "+fmt.Sprint(raftfsm.SupportedVersion), 30*time.Second, func() bool {
+		waitWithin(t, m.id+" to report version "+fmt.Sprint(raftfsm.SupportedVersion), 30*time.Second, func() bool {
 			st, err := pc.status(m, false)
 			return err == nil && st.GetNodeMaxVersion() == raftfsm.SupportedVersion
 		})
@@ -84,7 +84,7 @@ func TestUpgrade_RollingPrevBinary(t *testing.T) {
 		t.Fatal(err)
 	}
 	pc.spawn(m)
-	waitFor(t, "the previous release to exit on an upgraded data dir", 60*time.Second, func() bool { return isExited(m) })
+	waitWithin(t, "the previous release to exit on an upgraded data dir", 60*time.Second, func() bool { return isExited(m) })
 	after, err := os.ReadFile(m.logPath)
 	if err != nil {
 		t.Fatal(err)
@@ -107,7 +107,7 @@ func TestUpgrade_RollingPrevBinary(t *testing.T) {
 // and its binary's version node (Admin.Status, answered by the member).
 func (pc *procCluster) waitVersions(what string, cluster, node uint32) {
 	pc.t.Helper()
-	waitFor(pc.t, what, 30*time.Second, func() bool {
+	waitWithin(pc.t, what, 30*time.Second, func() bool {
 		for _, m := range pc.members {
 			st, err := pc.status(m, false)
 			if err != nil || st.GetClusterVersion() != cluster || st.GetNodeMaxVersion() != node && node != 0 {

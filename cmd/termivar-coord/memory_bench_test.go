@@ -63,7 +63,9 @@ func startMemNode(tb testing.TB, bin string, extra ...string) *memNode {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	cl, err := client.New(client.Config{ServerURL: c.url, Key: key})
+	// A measurement of bytes, not latency: the default 1 s per try failed
+	// a heartbeat at load average 15 while a snapshot was written.
+	cl, err := client.New(client.Config{ServerURL: c.url, Key: key, AttemptTimeout: 30 * time.Second})
 	if err != nil {
 		tb.Fatal(err)
 	}

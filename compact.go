@@ -277,20 +277,22 @@ func (c *coordinator) internNew(s string) string {
 	return v
 }
 
-// internPhases returns the shared string form of phases ("" for none). It
-// is intern for a byte slice: the comparison and the lookup convert p
-// without allocating; only a phases string not held yet is allocated.
-func (c *coordinator) internPhases(p []uint8) string {
-	if len(p) == 0 {
+// internPhases returns the shared string form of phases ("" for none).
+func (c *coordinator) internPhases(p []uint8) string { return c.internBytes(p, &c.lastPhases) }
+
+// internBytes is intern for a byte slice: the comparison and the lookup
+// convert b without allocating; only a string not held yet is allocated.
+func (c *coordinator) internBytes(b []byte, last *string) string {
+	if len(b) == 0 {
 		return ""
 	}
-	if string(p) == c.lastPhases {
-		return c.lastPhases
+	if string(b) == *last {
+		return *last
 	}
-	v, ok := c.interned[string(p)]
+	v, ok := c.interned[string(b)]
 	if !ok {
-		v = c.internNew(string(p))
+		v = c.internNew(string(b))
 	}
-	c.lastPhases = v
+	*last = v
 	return v
 }

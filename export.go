@@ -2,6 +2,7 @@ package distributed
 
 import (
 	"slices"
+	"strings"
 
 	"github.com/google/btree"
 )
@@ -129,7 +130,11 @@ func (c *coordinator) decodeTask(d *decoder, version uint8) (*taskRec, bool) {
 	scanID := d.rawBytes(MaxIdentifierBytes)
 	target := d.rawBytes(MaxTargetRefBytes)
 	phases := d.rawBytes(MaxTaskPhases)
-	idTarget := string(id) + string(target)
+	var b strings.Builder // one allocation, no copy for the string
+	b.Grow(len(id) + len(target))
+	b.Write(id)
+	b.Write(target)
+	idTarget := b.String()
 	t := &taskRec{
 		id:         idTarget[:len(id)],
 		scanID:     c.internBytes(scanID, &c.lastScan),

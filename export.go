@@ -321,7 +321,7 @@ func RestoreWorkerPool(data []byte) (*WorkerPool, error) {
 			return nil, err
 		}
 	}
-	if err := c.auditRestored(); err != nil {
+	if err := c.auditRestored(order); err != nil {
 		return nil, invalidState("restored pool breaks an invariant: " + err.Reason)
 	}
 	return &WorkerPool{c: c}, nil

@@ -20,7 +20,7 @@ func (c *coordinator) checkInvariants() error {
 // audit checks the invariants I1–I13 of ARCHITECTURE.md, one group at a
 // time, in one pass over the tasks (the scheduling checks of I13 included).
 // The caller holds the lock (or owns c exclusively, as Restore does).
-func (c *coordinator) audit() *Error { return c.auditWith(false) }
+func (c *coordinator) audit() *Error { return c.auditWith(nil, false) }
 
 // auditRestored is the audit Restore runs. rebuildIndexes has just built
 // the queue, the expiry index and the age and finish lists from the
@@ -29,12 +29,18 @@ func (c *coordinator) audit() *Error { return c.auditWith(false) }
 // duplicate), every record into the list of its state, in time order. So
 // the checks of each record's membership in those four (I2, I3) hold by
 // construction there; they are skipped (indexesDerived) instead of
-// searching each index again for every record. Every other check runs as
-// in audit — on the records, their leases and proofs, the counters and
-// the index sizes, the workers, ranks and treap — and so refuses every
-// input audit refuses. In invariants builds the full audit runs as well.
-func (c *coordinator) auditRestored() *Error {
-	if err := c.auditWith(true); err != nil {
+// searching each index again for every record; and the records are
+// visited in order (task-ID order, the order they were decoded and
+// allocated in), whose IDs key the task map by construction, instead of
+// in the map's order. Every other check runs as in audit — on the
+// records, their leases and proofs, the counters and the index sizes, the
+// workers, ranks and treap — and so refuses every input audit refuses. In
+// invariants builds the full audit runs as well.
+func (c *coordinator) auditRestored(order []*taskRec) *Error {
+	if len(order) != len(c.tasks) {
+		return auditError("I2: the task map differs from the restored records")
+	}
+	if err := c.auditWith(order, true); err != nil {
 		return err
 	}
 	if invariantsEnabled {
@@ -44,8 +50,9 @@ func (c *coordinator) auditRestored() *Error {
 }
 
 // auditWith is audit; indexesDerived skips the membership checks that hold
-// by construction after rebuildIndexes (auditRestored).
-func (c *coordinator) auditWith(indexesDerived bool) *Error {
+// by construction after rebuildIndexes and visits the records of order
+// (auditRestored).
+func (c *coordinator) auditWith(order []*taskRec, indexesDerived bool) *Error {
 	if err := c.limits.Validate(); err != nil {
 		return auditError("I1: limits are invalid")
 	}
@@ -54,16 +61,8 @@ func (c *coordinator) auditWith(indexesDerived bool) *Error {
 	}
 	tally := taskTally{leasesByWorker: map[string]int{}, seenLease: map[uint64]bool{}, indexesDerived: indexesDerived}
 	sched := schedTally{counts: map[string]*ScanState{}}
-	for id, t := range c.tasks {
-		if id != t.id {
-			return auditError("I2: task map key differs from its record")
-		}
-		if err := c.auditTask(t, &tally); err != nil {
-			return err
-		}
-		if err := c.auditSchedTask(t, &sched); err != nil {
-			return err
-		}
+	if err := c.auditTasks(order, &tally, &sched); err != nil {
+		return err
 	}
 	if err := c.auditCounts(&tally); err != nil {
 		return err
@@ -87,6 +86,37 @@ func (c *coordinator) auditWith(indexesDerived bool) *Error {
 }
 
 func auditError(reason string) *Error { return invariantError(reason) }
+
+// auditTasks runs the per-task checks on every record: on those of order
+// when the indexes were derived from them (auditRestored), else on those
+// of the task map, each against its key.
+func (c *coordinator) auditTasks(order []*taskRec, tally *taskTally, sched *schedTally) *Error {
+	if tally.indexesDerived {
+		for _, t := range order {
+			if err := c.auditTaskAll(t, tally, sched); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for id, t := range c.tasks {
+		if id != t.id {
+			return auditError("I2: task map key differs from its record")
+		}
+		if err := c.auditTaskAll(t, tally, sched); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// auditTaskAll runs every per-task check on t (auditTask, auditSchedTask).
+func (c *coordinator) auditTaskAll(t *taskRec, tally *taskTally, sched *schedTally) *Error {
+	if err := c.auditTask(t, tally); err != nil {
+		return err
+	}
+	return c.auditSchedTask(t, sched)
+}
 
 // taskTally accumulates what the per-task checks count.
 type taskTally struct {

@@ -75,6 +75,11 @@ func newDecoder(data []byte, magic string, version uint8) (*decoder, bool) {
 func (d *decoder) fail() { d.failed = true; d.buf = nil }
 
 func (d *decoder) uvarint() uint64 {
+	if len(d.buf) > 0 && d.buf[0] < 0x80 { // one byte: most fields (a failed decoder's buf is nil)
+		v := uint64(d.buf[0])
+		d.buf = d.buf[1:]
+		return v
+	}
 	if d.failed {
 		return 0
 	}

@@ -157,6 +157,7 @@ func (c *coordinator) decodeTask(d *decoder, version uint8) (*taskRec, bool) {
 	t.generation = d.uvarint()
 	t.version = d.uvarint()
 	t.ordinal = d.uvarint()
+	d.ids.task = t.id // a proof names it (compactDecoded)
 	var lease TaskLease
 	var proof TaskOwnership
 	var receipt CompletionReceipt
@@ -172,7 +173,7 @@ func (c *coordinator) decodeTask(d *decoder, version uint8) (*taskRec, bool) {
 	// The completion time is the finish time (I8), completed iff the status
 	// says so (I3).
 	completionOK := hasCompleted == (t.status == TaskCompleted) && completedAt == t.completedAtValue()
-	return t, d.failed || (completionOK && t.compactDecoded(lease, proof, receipt))
+	return t, d.failed || (completionOK && t.compactDecoded(lease, proof, receipt, d.ids))
 }
 
 func (w *workerRec) encode(e *encoder) {
@@ -230,6 +231,7 @@ func RestoreWorkerPool(data []byte) (*WorkerPool, error) {
 	if !ok {
 		return nil, invalidState("pool state frame is invalid")
 	}
+	d.ids = &idTable{}
 	var l Limits
 	l.MaxTaskRecords = int(d.bounded(MaxTaskRecords))
 	l.MaxActiveTasks = int(d.bounded(MaxActiveTasks))
@@ -376,7 +378,9 @@ func (c *coordinator) rebuildIndexes(order []*taskRec) *Error {
 			return invalidState("worker status is invalid")
 		}
 	}
-	var live, ended, queued, leased []*taskRec
+	n := len(order)
+	live, ended, queued := make([]*taskRec, 0, n), make([]*taskRec, 0, n), make([]*taskRec, 0, n)
+	var leased []*taskRec
 	for _, t := range order {
 		if !t.status.Valid() || !t.priority.Valid() {
 			return invalidState("task status or priority is invalid")

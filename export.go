@@ -20,8 +20,10 @@ import (
 //	         re-runs (with the re-run and life bases) and attempt history
 //
 // Derived data (queue, indexes, counters, CurrentTasks, the worker lease sets,
-// the treap) is not encoded; Restore rebuilds it and then runs the full
-// invariant audit, so any inconsistency in the input is ErrInvalidState.
+// the treap) is not encoded; Restore rebuilds it and then runs the
+// invariant audit (auditRestored: every check but the index memberships
+// that hold by construction), so any inconsistency in the input is
+// ErrInvalidState.
 //
 // Version 1 (before purge, docs/adr/0002-purge.md) has no generationFloor
 // and no per-task finish time; Restore still reads it: the floor is 0, a

@@ -72,6 +72,17 @@ func scanTaskOf(t distributed.ScanTask) scanTask {
 	return scanTask{id: t.TaskID(), status: t.Status(), completedAt: at}
 }
 
+// scanTaskIDs returns the IDs of tasks: the pool's own strings, so a
+// restored scan's ID list shares them instead of holding copies decoded
+// from the snapshot.
+func scanTaskIDs(tasks []scanTask) []string {
+	ids := make([]string, len(tasks))
+	for i, t := range tasks {
+		ids[i] = t.id
+	}
+	return ids
+}
+
 // restoreScanMeta rebuilds a restored scan's metadata: the recorded
 // creation, finish time, completion order and ordinals, checked against
 // the pool (every listed completion is a completed task of the scan,
@@ -90,11 +101,10 @@ func restoreScanMeta(pool *distributed.WorkerPool, results *distributed.ResultAg
 	if m.compOrds, m.nextComp, ok = restoreOrds(sc.GetCompletedOrdinals(), sc.GetNextCompletion(), len(sc.GetCompletedIds())); !ok {
 		return nil, false
 	}
-	listed, ok := checkCompletedIDs(pool, sc)
-	if !ok {
+	var listed map[string]bool
+	if m.completed, listed, ok = checkCompletedIDs(pool, sc); !ok {
 		return nil, false
 	}
-	m.completed = slices.Clone(sc.GetCompletedIds())
 	var missing []scanTask
 	for _, task := range tasks {
 		// NB: ResultSize, not GetResult: a copy of every result only to
@@ -119,17 +129,20 @@ func restoreScanMeta(pool *distributed.WorkerPool, results *distributed.ResultAg
 }
 
 // checkCompletedIDs checks that every listed completion is a completed task
-// of the scan, once, and returns them as a set.
-func checkCompletedIDs(pool *distributed.WorkerPool, sc *pb.ScanIndex) (map[string]bool, bool) {
+// of the scan, once, and returns their IDs (the pool's strings) and
+// their set.
+func checkCompletedIDs(pool *distributed.WorkerPool, sc *pb.ScanIndex) ([]string, map[string]bool, bool) {
+	ids := make([]string, 0, len(sc.GetCompletedIds()))
 	listed := make(map[string]bool, len(sc.GetCompletedIds()))
 	for _, id := range sc.GetCompletedIds() {
 		task, ok, err := pool.GetTask(id)
 		if err != nil || !ok || listed[id] || task.ScanID() != sc.GetScanId() || task.Status() != distributed.TaskCompleted {
-			return nil, false
+			return nil, nil, false
 		}
 		listed[id] = true
+		ids = append(ids, task.TaskID())
 	}
-	return listed, true
+	return ids, listed, true
 }
 
 // appendMissing appends completed tasks the recorded order lacks, by

@@ -245,7 +245,7 @@ func restoreTenant(ts *pb.TenantState) (*Tenant, bool) {
 		if !ok {
 			return nil, false
 		}
-		t.scans[sc.GetScanId()] = slices.Clone(sc.GetTaskIds())
+		t.scans[sc.GetScanId()] = scanTaskIDs(tasks)
 		t.meta[sc.GetScanId()] = m
 	}
 	return t, true

@@ -372,7 +372,7 @@ func (c *coordinator) linkLease(t *taskRec) *Error {
 // the treap from decoded records (order: every record, in task-ID order),
 // rejecting what cannot be linked. The queue and the expiry index are
 // filled in their own order, the lists linked in time order
-// (sortedIndex, rebuildList): the inputs are sorted once, not searched
+// (fillIndex, rebuildList): the inputs are sorted once, not searched
 // per record.
 func (c *coordinator) rebuildIndexes(order []*taskRec) *Error {
 	for _, w := range c.workers {

@@ -95,10 +95,32 @@ func (h workerHandler) Acquire(ctx context.Context, req *connect.Request[pb.Acqu
 		if m.GetMaxTasks() > raftfsm.MaxAcquireTasks {
 			return nil, 0, errInvalid("max_tasks is above 256")
 		}
+		if len(m.GetComplete()) > MaxCompleteMany {
+			return nil, 0, errInvalid("acquire completes at most 1024 items")
+		}
+		completed, crev, err := h.completeFirst(ctx, p, m.GetComplete())
+		if err != nil {
+			return nil, crev, err
+		}
 		deadline := time.NewTimer(time.Duration(m.GetWaitSecs()) * time.Second)
 		defer deadline.Stop()
-		return h.acquireOrWait(ctx, p, m, deadline.C)
+		out, rev, err := h.acquireOrWait(ctx, p, m, deadline.C)
+		if err != nil {
+			return nil, max(rev, crev), err
+		}
+		out.Completed = completed
+		return out, max(rev, crev), nil
 	})
+}
+
+// completeFirst applies an Acquire's complete items before it leases
+// (completeItems), so the completions free the worker's capacity and are
+// durable when the response reports them; none: nothing is proposed.
+func (h workerHandler) completeFirst(ctx context.Context, p principal, items []*pb.CompleteRequest) ([]*pb.CompleteItemResult, uint64, error) {
+	if len(items) == 0 {
+		return nil, 0, nil
+	}
+	return h.completeItems(ctx, p, items)
 }
 
 // acquireOrWait leases queued tasks to the caller, long-polling until the
@@ -276,42 +298,55 @@ func (h workerHandler) CompleteMany(ctx context.Context, req *connect.Request[pb
 		if len(items) == 0 || len(items) > MaxCompleteMany {
 			return nil, 0, errInvalid("complete_many needs 1 to 1024 items")
 		}
-		out := &pb.CompleteManyResponse{Results: make([]*pb.CompleteItemResult, len(items))}
-		cmds := make([]*pb.Command, 0, len(items))
-		idx := make([]int, 0, len(items))
-		for i, it := range items {
-			lb, err := h.s.leaseBytes(p, it.GetLeaseToken())
-			if err != nil {
-				_, d := classify(err)
-				out.Results[i] = &pb.CompleteItemResult{Error: d}
-				continue
-			}
-			cmds = append(cmds, &pb.Command{Tenant: p.Tenant, Principal: p.KeyID, ExpectedRevision: it.ExpectedRevision,
-				Op: &pb.Command_CompleteTask{CompleteTask: &pb.CompleteTask{Lease: lb, Result: it.GetResult()}}})
-			idx = append(idx, i)
+		res, rev, err := h.completeItems(ctx, p, items)
+		if err != nil {
+			return nil, rev, err
 		}
-		var rev uint64
-		if len(cmds) > 0 {
-			rs, err := h.s.node.ProposeAll(ctx, cmds)
-			if err != nil {
-				return nil, 0, err
-			}
-			for j, r := range rs {
-				rev = max(rev, r.Revision)
-				if r.Err != nil {
-					_, d := classify(r.Err)
-					out.Results[idx[j]] = &pb.CompleteItemResult{Error: d}
-					continue
-				}
-				cr, err := h.s.completeResponse(p, r)
-				if err != nil {
-					return nil, rev, err
-				}
-				out.Results[idx[j]] = &pb.CompleteItemResult{Response: cr}
-			}
-		}
-		return out, rev, nil
+		return &pb.CompleteManyResponse{Results: res}, rev, nil
 	})
+}
+
+// completeItems completes each item alone (CompleteMany, and Acquire's
+// complete items), proposed together, and answers them by position once
+// applied: an item's failure (an invalid token, a fenced lease) is its own
+// result; only an infrastructure error fails the whole call.
+func (h workerHandler) completeItems(ctx context.Context, p principal, items []*pb.CompleteRequest) ([]*pb.CompleteItemResult, uint64, error) {
+	out := make([]*pb.CompleteItemResult, len(items))
+	cmds := make([]*pb.Command, 0, len(items))
+	idx := make([]int, 0, len(items))
+	for i, it := range items {
+		lb, err := h.s.leaseBytes(p, it.GetLeaseToken())
+		if err != nil {
+			_, d := classify(err)
+			out[i] = &pb.CompleteItemResult{Error: d}
+			continue
+		}
+		cmds = append(cmds, &pb.Command{Tenant: p.Tenant, Principal: p.KeyID, ExpectedRevision: it.ExpectedRevision,
+			Op: &pb.Command_CompleteTask{CompleteTask: &pb.CompleteTask{Lease: lb, Result: it.GetResult()}}})
+		idx = append(idx, i)
+	}
+	if len(cmds) == 0 {
+		return out, 0, nil
+	}
+	rs, err := h.s.node.ProposeAll(ctx, cmds)
+	if err != nil {
+		return nil, 0, err
+	}
+	var rev uint64
+	for j, r := range rs {
+		rev = max(rev, r.Revision)
+		if r.Err != nil {
+			_, d := classify(r.Err)
+			out[idx[j]] = &pb.CompleteItemResult{Error: d}
+			continue
+		}
+		cr, err := h.s.completeResponse(p, r)
+		if err != nil {
+			return nil, rev, err
+		}
+		out[idx[j]] = &pb.CompleteItemResult{Response: cr}
+	}
+	return out, rev, nil
 }
 
 func (h workerHandler) Fail(ctx context.Context, req *connect.Request[pb.FailRequest]) (*connect.Response[pb.FailResponse], error) {

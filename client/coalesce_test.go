@@ -93,6 +93,17 @@ func newKeyClient(t *testing.T, srv *clienttest.Server, tenant string, g *gateTr
 	return c
 }
 
+// newServer starts a clienttest server closed at the test's end.
+func newServer(t *testing.T) *clienttest.Server {
+	t.Helper()
+	srv, err := clienttest.New(clienttest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	return srv
+}
+
 func oneTask(id string) *pb.EnqueueRequest {
 	return &pb.EnqueueRequest{Tasks: []*pb.NewTask{{TaskId: id, ScanId: "s", TargetRef: "target-" + id}}}
 }
@@ -133,11 +144,7 @@ func heldRun(t *testing.T, c *client.Client, g *gateTransport, first *pb.Enqueue
 
 func TestClient_EnqueueCoalescedIndependent(t *testing.T) {
 	t.Parallel()
-	srv, err := clienttest.New(clienttest.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
+	srv := newServer(t)
 	g := newGate(true)
 	c := newKeyClient(t, srv, "a", g, 1)
 	ref := newKeyClient(t, srv, "a", newGate(false), -1) // answers as single calls
@@ -199,11 +206,7 @@ func sameCode(a, b error) bool {
 // collide with the other), and each tenant stores its own.
 func TestClient_EnqueueCoalescingPerKey(t *testing.T) {
 	t.Parallel()
-	srv, err := clienttest.New(clienttest.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
+	srv := newServer(t)
 	ga, gb := newGate(true), newGate(true)
 	a, b := newKeyClient(t, srv, "ta", ga, 1), newKeyClient(t, srv, "tb", gb, 1)
 	reqs := []*pb.EnqueueRequest{oneTask("x1"), oneTask("x2"), oneTask("x3")}
@@ -234,11 +237,7 @@ func TestClient_EnqueueCoalescingPerKey(t *testing.T) {
 // single calls from then on, each caller still answered.
 func TestClient_EnqueueSingleCalls(t *testing.T) {
 	t.Parallel()
-	srv, err := clienttest.New(clienttest.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
+	srv := newServer(t)
 	off := newGate(true)
 	c := newKeyClient(t, srv, "", off, -1)
 	var done atomic.Int32

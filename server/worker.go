@@ -98,29 +98,75 @@ func (h workerHandler) Acquire(ctx context.Context, req *connect.Request[pb.Acqu
 		if len(m.GetComplete()) > MaxCompleteMany {
 			return nil, 0, errInvalid("acquire completes at most 1024 items")
 		}
-		completed, crev, err := h.completeFirst(ctx, p, m.GetComplete())
-		if err != nil {
-			return nil, crev, err
+		if len(m.GetComplete()) > 0 {
+			return h.completeThenAcquire(ctx, p, m)
 		}
-		deadline := time.NewTimer(time.Duration(m.GetWaitSecs()) * time.Second)
-		defer deadline.Stop()
-		out, rev, err := h.acquireOrWait(ctx, p, m, deadline.C)
-		if err != nil {
-			return nil, max(rev, crev), err
-		}
-		out.Completed = completed
-		return out, max(rev, crev), nil
+		return h.acquireWithin(ctx, p, m)
 	})
 }
 
-// completeFirst applies an Acquire's complete items before it leases
-// (completeItems), so the completions free the worker's capacity and are
-// durable when the response reports them; none: nothing is proposed.
-func (h workerHandler) completeFirst(ctx context.Context, p principal, items []*pb.CompleteRequest) ([]*pb.CompleteItemResult, uint64, error) {
-	if len(items) == 0 {
-		return nil, 0, nil
+// acquireWithin is acquireOrWait bounded by the request's wait.
+func (h workerHandler) acquireWithin(ctx context.Context, p principal, m *pb.AcquireRequest) (*pb.AcquireResponse, uint64, error) {
+	deadline := time.NewTimer(time.Duration(m.GetWaitSecs()) * time.Second)
+	defer deadline.Stop()
+	return h.acquireOrWait(ctx, p, m, deadline.C)
+}
+
+// completeThenAcquire applies an Acquire's complete items before it
+// leases, so the completions free the worker's capacity and are durable
+// when the response reports them. When the tenant has a leasable task the
+// AcquireTasks command is proposed with them (after them in the log: one
+// entry when the proposer has room); when it has none, or that command
+// finds none, the Acquire long-polls as without items.
+func (h workerHandler) completeThenAcquire(ctx context.Context, p principal, m *pb.AcquireRequest) (*pb.AcquireResponse, uint64, error) {
+	completed, cmds, idx := h.completeCommands(p, m.GetComplete())
+	tv, _ := h.s.node.Reads().Tenant(p.Tenant)
+	leasable := tv.HasLeasable()
+	if leasable {
+		cmds = append(cmds, h.acquireCommand(p, m))
 	}
-	return h.completeItems(ctx, p, items)
+	var crev uint64
+	if len(cmds) > 0 {
+		rs, err := h.s.node.ProposeAll(ctx, cmds)
+		if err != nil {
+			return nil, 0, err
+		}
+		nc := len(idx)
+		if crev, err = h.completeResults(p, completed, rs[:nc], idx); err != nil {
+			return nil, crev, err
+		}
+		if leasable {
+			if out, rev, done, err := h.acquiredWith(p, m, rs[nc], tv); done {
+				return withCompleted(out, completed), max(rev, crev), err
+			}
+		}
+	}
+	out, rev, err := h.acquireWithin(ctx, p, m)
+	return withCompleted(out, completed), max(rev, crev), err
+}
+
+// acquiredWith answers an Acquire from the response r of its AcquireTasks
+// (as acquireOrWait does); done is false when the command found no task,
+// and the Acquire long-polls.
+func (h workerHandler) acquiredWith(p principal, m *pb.AcquireRequest, r raftfsm.Response, tv raftfsm.TenantView) (*pb.AcquireResponse, uint64, bool, error) {
+	if errors.Is(r.Err, distributed.ErrNoQueuedTask) {
+		return nil, 0, false, nil
+	}
+	if r.Err != nil {
+		return nil, r.Revision, true, r.Err
+	}
+	out, err := h.acquired(p, r)
+	h.passRemainder(p.Tenant, cmp.Or(int(m.GetMaxTasks()), 1), len(out.GetTasks()), tv)
+	return out, r.Revision, true, err
+}
+
+// withCompleted is out with its completed items (nil out: the call
+// failed).
+func withCompleted(out *pb.AcquireResponse, completed []*pb.CompleteItemResult) *pb.AcquireResponse {
+	if out != nil {
+		out.Completed = completed
+	}
+	return out
 }
 
 // acquireOrWait leases queued tasks to the caller, long-polling until the
@@ -188,9 +234,14 @@ func (h workerHandler) tryAcquire(ctx context.Context, p principal, m *pb.Acquir
 	if !tv.HasLeasable() {
 		return raftfsm.Response{}, distributed.ErrNoQueuedTask
 	}
+	return h.s.propose(ctx, p, nil, h.acquireCommand(p, m))
+}
+
+// acquireCommand is the AcquireTasks command of m (for p's tenant).
+func (h workerHandler) acquireCommand(p principal, m *pb.AcquireRequest) *pb.Command {
 	ttl := cmp.Or(m.GetLeaseTtlSecs(), h.s.cfg.DefaultLeaseTTLSecs)
-	return h.s.propose(ctx, p, nil, &pb.Command{Op: &pb.Command_AcquireTasks{AcquireTasks: &pb.AcquireTasks{
-		WorkerId: m.GetWorkerId(), LeaseTtlSecs: ttl, MaxTasks: m.GetMaxTasks(), Start: m.GetStart()}}})
+	return &pb.Command{Tenant: p.Tenant, Principal: p.KeyID, Op: &pb.Command_AcquireTasks{AcquireTasks: &pb.AcquireTasks{
+		WorkerId: m.GetWorkerId(), LeaseTtlSecs: ttl, MaxTasks: m.GetMaxTasks(), Start: m.GetStart()}}}
 }
 
 // wait blocks an Acquire until it is woken (true) or its wait ends:
@@ -311,9 +362,24 @@ func (h workerHandler) CompleteMany(ctx context.Context, req *connect.Request[pb
 // applied: an item's failure (an invalid token, a fenced lease) is its own
 // result; only an infrastructure error fails the whole call.
 func (h workerHandler) completeItems(ctx context.Context, p principal, items []*pb.CompleteRequest) ([]*pb.CompleteItemResult, uint64, error) {
-	out := make([]*pb.CompleteItemResult, len(items))
-	cmds := make([]*pb.Command, 0, len(items))
-	idx := make([]int, 0, len(items))
+	out, cmds, idx := h.completeCommands(p, items)
+	if len(cmds) == 0 {
+		return out, 0, nil
+	}
+	rs, err := h.s.node.ProposeAll(ctx, cmds)
+	if err != nil {
+		return nil, 0, err
+	}
+	rev, err := h.completeResults(p, out, rs, idx)
+	return out, rev, err
+}
+
+// completeCommands are the CompleteTask commands of items; out holds the
+// results of the items refused before proposing, idx each command's item.
+func (h workerHandler) completeCommands(p principal, items []*pb.CompleteRequest) (out []*pb.CompleteItemResult, cmds []*pb.Command, idx []int) {
+	out = make([]*pb.CompleteItemResult, len(items))
+	cmds = make([]*pb.Command, 0, len(items)+1) // NB: room for Acquire's own command
+	idx = make([]int, 0, len(items))
 	for i, it := range items {
 		lb, err := h.s.leaseBytes(p, it.GetLeaseToken())
 		if err != nil {
@@ -325,13 +391,12 @@ func (h workerHandler) completeItems(ctx context.Context, p principal, items []*
 			Op: &pb.Command_CompleteTask{CompleteTask: &pb.CompleteTask{Lease: lb, Result: it.GetResult()}}})
 		idx = append(idx, i)
 	}
-	if len(cmds) == 0 {
-		return out, 0, nil
-	}
-	rs, err := h.s.node.ProposeAll(ctx, cmds)
-	if err != nil {
-		return nil, 0, err
-	}
+	return out, cmds, idx
+}
+
+// completeResults fills out from the responses rs of the commands at idx
+// and returns the highest revision.
+func (h workerHandler) completeResults(p principal, out []*pb.CompleteItemResult, rs []raftfsm.Response, idx []int) (uint64, error) {
 	var rev uint64
 	for j, r := range rs {
 		rev = max(rev, r.Revision)
@@ -342,11 +407,11 @@ func (h workerHandler) completeItems(ctx context.Context, p principal, items []*
 		}
 		cr, err := h.s.completeResponse(p, r)
 		if err != nil {
-			return nil, rev, err
+			return rev, err
 		}
 		out[idx[j]] = &pb.CompleteItemResult{Response: cr}
 	}
-	return out, rev, nil
+	return rev, nil
 }
 
 func (h workerHandler) Fail(ctx context.Context, req *connect.Request[pb.FailRequest]) (*connect.Response[pb.FailResponse], error) {

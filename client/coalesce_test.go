@@ -69,7 +69,7 @@ func (g *gateTransport) count(rpc string) int {
 
 // newKeyClient returns a client of a new key of tenant (role producer)
 // over g, with inFlight Enqueue calls at most.
-func newKeyClient(t *testing.T, srv *clienttest.Server, tenant string, g *gateTransport, inFlight int) *client.Client {
+func newKeyClient(t testing.TB, srv *clienttest.Server, tenant string, g *gateTransport, inFlight int) *client.Client {
 	t.Helper()
 	admin, err := client.New(client.Config{ServerURL: srv.URL, Key: srv.Key})
 	if err != nil {
@@ -94,7 +94,7 @@ func newKeyClient(t *testing.T, srv *clienttest.Server, tenant string, g *gateTr
 }
 
 // newServer starts a clienttest server closed at the test's end.
-func newServer(t *testing.T) *clienttest.Server {
+func newServer(t testing.TB) *clienttest.Server {
 	t.Helper()
 	srv, err := clienttest.New(clienttest.Options{})
 	if err != nil {

@@ -512,10 +512,6 @@ func (a *Agent) signalFenced() {
 	}
 }
 
-// maxCarried bounds the completions one Acquire carries (the server takes
-// 1 024; a worker has at most 256 slots).
-const maxCarried = 256
-
 // acquireNext makes the loop's next Acquire: for the free slots, or,
 // when every slot is busy, once tasks end, completing those that handed
 // over their completions (handoff.go). called is false when it made none

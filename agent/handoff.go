@@ -49,34 +49,30 @@ func (a *Agent) completeCarried(ctx context.Context, req *pb.CompleteRequest) (e
 }
 
 // waitSlot waits, every slot being busy, until a task ends or hands over
-// its completion, and returns the completions handed over (at most
-// maxCarried; the rest stay for the next call). When soft ends it hands
-// every completion back (errNotCarried).
+// its completion, and returns the completions handed over. When soft ends
+// it hands every completion back (errNotCarried). NB: at most one per
+// running task, so fewer than an Acquire's 1 024 items (a worker has at
+// most 256 slots).
 func (a *Agent) waitSlot(soft context.Context) []*handoff {
 	select {
 	case <-soft.Done():
-		for _, h := range a.takeCarried(len(a.carried) + maxCarried) {
+		for _, h := range a.takeCarried() {
 			h.done <- errNotCarried
 		}
 		return nil
 	case <-a.slotFree:
 	case <-a.carryCh:
 	}
-	return a.takeCarried(maxCarried)
+	return a.takeCarried()
 }
 
-// takeCarried ends the slot wait and takes up to n handed-over
-// completions.
-func (a *Agent) takeCarried(n int) []*handoff {
+// takeCarried ends the slot wait and takes the handed-over completions.
+func (a *Agent) takeCarried() []*handoff {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.slotWaiting = false
-	k := min(n, len(a.carried))
-	hs := a.carried[:k:k]
-	a.carried = a.carried[k:]
-	if len(a.carried) == 0 {
-		a.carried = nil
-	}
+	hs := a.carried
+	a.carried = nil
 	return hs
 }
 

@@ -67,6 +67,12 @@ type coalescer struct {
 
 // enqueue queues one caller's request and waits for its own outcome.
 func (q *coalescer) enqueue(ctx context.Context, req *pb.EnqueueRequest, size int) (*pb.EnqueueResponse, error) {
+	if ctx.Done() != nil {
+		// NB: a caller whose context ends returns before the call it
+		// joined is sent, and may then reuse its request: the call gets a
+		// copy (at most maxCoalescableBytes).
+		req = proto.CloneOf(req)
+	}
 	ec := &enqueueCall{ctx: ctx, req: req, size: size, done: make(chan struct{})}
 	q.mu.Lock()
 	q.pending = append(q.pending, ec)

@@ -43,6 +43,8 @@ func TestProducer_EnqueueManyIndependent(t *testing.T) {
 		{},                            // no tasks
 		skip,                          // held is existing, k1 stored
 		enqueueReq("s", "g3"),
+		enqueueReq("s", "d1"), // applied in order: the first d1 is stored,
+		enqueueReq("s", "d1"), // the second fails as a second Enqueue would
 	}
 	before := auditCounts(t, b.auditLog)[methodEnqueueMany]
 	res, err := p.producer.EnqueueMany(ctx, req(&pb.EnqueueManyRequest{Requests: reqs}))
@@ -53,7 +55,7 @@ func TestProducer_EnqueueManyIndependent(t *testing.T) {
 	if len(out) != len(reqs) {
 		t.Fatalf("%d results for %d requests", len(out), len(reqs))
 	}
-	for _, i := range []int{0, 5, 6} {
+	for _, i := range []int{0, 5, 6, 7} {
 		if out[i].GetError() != nil || out[i].GetResponse() == nil {
 			t.Fatalf("request %d: %v, want a response", i, out[i])
 		}
@@ -66,7 +68,7 @@ func TestProducer_EnqueueManyIndependent(t *testing.T) {
 	if d := out[3].GetError(); d.GetKind() != "revision_conflict" || d.GetExpected() != 1 {
 		t.Fatalf("stale request = %v", out[3])
 	}
-	for _, i := range []int{1, 2, 4} {
+	for _, i := range []int{1, 2, 4, 8} {
 		_, alone := p.producer.Enqueue(ctx, req(reqs[i]))
 		code, kind := errKind(alone)
 		got := out[i]
@@ -75,7 +77,7 @@ func TestProducer_EnqueueManyIndependent(t *testing.T) {
 			t.Fatalf("request %d = %v; alone: %v (code %v, kind %q)", i, got, alone, code, kind)
 		}
 	}
-	for id, want := range map[string]bool{"g1": true, "g2": true, "g3": true, "k1": true, "c1": false, "r1": false} {
+	for id, want := range map[string]bool{"g1": true, "g2": true, "g3": true, "k1": true, "d1": true, "c1": false, "r1": false} {
 		_, err := p.producer.GetTask(ctx, req(&pb.GetTaskRequest{TaskId: id}))
 		if got := err == nil; got != want {
 			t.Errorf("GetTask(%s) = %v, want stored %v", id, err, want)

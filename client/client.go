@@ -90,6 +90,7 @@ type Client struct {
 	hc     *http.Client
 	log    *slog.Logger
 	router *router
+	auth   string     // the Authorization header: "Bearer " + the key
 	enq    *coalescer // nil: Config.EnqueueCallsInFlight < 0
 
 	// The service clients, each built on first use: a Connect client per
@@ -171,8 +172,9 @@ func New(cfg Config) (*Client, error) {
 	}
 	rt := cmp.Or(base.Transport, http.DefaultTransport)
 	hc := *base
-	hc.Transport = &bearer{key: cfg.Key, next: rt, router: rtr}
-	c := &Client{cfg: cfg, router: rtr, hc: &hc, log: log}
+	auth := "Bearer " + cfg.Key
+	hc.Transport = &bearer{auth: auth, next: rt, router: rtr}
+	c := &Client{cfg: cfg, router: rtr, hc: &hc, log: log, auth: auth}
 	if cfg.EnqueueCallsInFlight >= 0 {
 		c.enq = &coalescer{c: c, max: cmp.Or(cfg.EnqueueCallsInFlight, DefaultEnqueueCallsInFlight)}
 	}
@@ -185,21 +187,32 @@ func (c *Client) Close() { c.hc.CloseIdleConnections() }
 // ServerURL returns the (first) base URL the client talks to.
 func (c *Client) ServerURL() string { return c.cfg.ServerURL }
 
-// bearer adds the API key to every request.
+// bearer adds the API key to every request and sends it to the router's
+// target.
 type bearer struct {
-	key    string
+	auth   string // "Bearer " + the key
 	next   http.RoundTripper
 	router *router
 }
 
+// RoundTrip sends r as it is when invoke already set the key and the
+// target is the first URL (issue 15: the per-call path; a copy of the
+// request and its header cost more than the rest of ours); otherwise it
+// sends a copy with the key and the target.
 func (b *bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r2 := r.Clone(r.Context())
-	r2.Header.Set("Authorization", "Bearer "+b.key)
+	var t *url.URL
 	if b.router != nil {
-		t, ok := r.Context().Value(targetKey{}).(*url.URL)
-		if !ok {
+		var ok bool
+		if t, ok = r.Context().Value(targetKey{}).(*url.URL); !ok {
 			t = b.router.target() // streams: no per-try target
 		}
+	}
+	if r.Header.Get("Authorization") == b.auth && (t == nil || t == b.router.urls[0]) {
+		return b.next.RoundTrip(r)
+	}
+	r2 := r.Clone(r.Context())
+	r2.Header.Set("Authorization", b.auth)
+	if t != nil {
 		b.router.rewrite(r2, t)
 	}
 	return b.next.RoundTrip(r2)
@@ -283,7 +296,9 @@ func invoke[Req, Resp any](ctx context.Context, c *Client, op string, wait time.
 	for attempt := 1; ; attempt++ {
 		target := c.router.target()
 		actx, cancel := c.attemptContext(ctx, target, safe, wait)
-		resp, err := rpc(actx, connect.NewRequest(req))
+		creq := connect.NewRequest(req)
+		creq.Header().Set("Authorization", c.auth)
+		resp, err := rpc(actx, creq)
 		timedOut := attemptExpired(ctx, actx, err)
 		cancel()
 		if err == nil || !timedOut && connect.CodeOf(err) != connect.CodeUnavailable {

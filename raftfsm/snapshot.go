@@ -155,6 +155,7 @@ func (f *FSM) RestoreState(b []byte) error {
 	f.nodes = nodes
 	f.clusterVersion.Store(cv)
 	f.lastBackup = st.GetLastBackup()
+	f.publishAll() // published.go P1
 	return nil
 }
 

@@ -423,9 +423,19 @@ func TestCluster_LeaderFailover(t *testing.T) {
 		cl := c.client(c.urls(w), workKey)
 		workers.Go(func() {
 			id := fmt.Sprintf("w%d", w)
-			if _, err := cl.RegisterWorker(wctx, &pb.RegisterWorkerRequest{WorkerId: id, Capacity: 16}); err != nil && codeOf(err) != connect.CodeAlreadyExists {
-				t.Errorf("RegisterWorker %s: %v", id, err)
-				return
+			// The leader may be killed while a registration is forwarded to
+			// it: the answer is then unavailable with an unknown outcome
+			// (RegisterWorker is not replayed by the client), and a second
+			// try finds the worker registered or registers it.
+			for {
+				_, err := cl.RegisterWorker(wctx, &pb.RegisterWorkerRequest{WorkerId: id, Capacity: 16})
+				if err == nil || codeOf(err) == connect.CodeAlreadyExists {
+					break
+				}
+				if codeOf(err) != connect.CodeUnavailable || wctx.Err() != nil {
+					t.Errorf("RegisterWorker %s: %v", id, err)
+					return
+				}
 			}
 			for wctx.Err() == nil {
 				ar, err := cl.Acquire(wctx, &pb.AcquireRequest{WorkerId: id, WaitSecs: 1, MaxTasks: 8, Start: true, LeaseTtlSecs: 3})

@@ -293,6 +293,8 @@ type benchRun struct {
 	idle          []*client.Client
 
 	cancel   context.CancelFunc // ends the run: all tasks completed, or a failure
+	stopCPU  func()             // ends the measured run's CPU profile (nil: none)
+	cpuOnce  sync.Once
 	errOnce  sync.Once
 	firstErr error
 
@@ -318,6 +320,10 @@ func bench(ctx context.Context, f benchFlags, url, adminKey string) (benchResult
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	r.cancel = cancel
+	if err := r.startRunProfile(); err != nil {
+		return benchResult{}, err
+	}
+	defer r.stopRunProfile()
 	start, cpu0 := time.Now(), processCPU()
 	r.start = start
 	var wg sync.WaitGroup
@@ -465,7 +471,29 @@ func (r *benchRun) watchProgress(ctx context.Context, stallAfter time.Duration) 
 func (r *benchRun) finish() {
 	r.doneOnce.Do(func() {
 		r.doneAt, r.doneCPU = time.Now(), processCPU()
+		r.stopRunProfile()
 		r.cancel()
+	})
+}
+
+// startRunProfile starts the CPU profile of a single run's measured part
+// (--cpuprofile without --suite; startProfiles covers a suite).
+func (r *benchRun) startRunProfile() error {
+	if r.f.cpuProfile == "" || r.f.suite {
+		return nil
+	}
+	stop, err := startCPUProfile(r.f.cpuProfile)
+	r.stopCPU = stop
+	return err
+}
+
+// stopRunProfile ends the run's CPU profile (once; at finish, or when a
+// failed run returns).
+func (r *benchRun) stopRunProfile() {
+	r.cpuOnce.Do(func() {
+		if r.stopCPU != nil {
+			r.stopCPU()
+		}
 	})
 }
 

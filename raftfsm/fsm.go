@@ -409,7 +409,7 @@ func (f *FSM) applyAcquire(c tenantCall) Response {
 		tr, err := p.AssignNext(rev, now, a.GetWorkerId(), a.GetLeaseTtlSecs())
 		if err != nil {
 			if i == 0 {
-				return Response{Err: err}
+				return refusal(c.t, err)
 			}
 			break
 		}

@@ -1,6 +1,9 @@
 package raftfsm
 
 import (
+	"errors"
+
+	distributed "github.com/termivar/distributed"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 	"github.com/termivar/distributed/internal/notify"
 )
@@ -75,4 +78,29 @@ func (w tenantWake) count() int {
 		return notify.All
 	}
 	return w.added + w.freed
+}
+
+// AcquireRefused is the Value of an AcquireTasks refused with
+// ErrNoQueuedTask (Response.Err): Leasable reports whether a task was
+// leasable when it was refused — leasable, but not to this worker (tags)
+// — rather than taken by others first. An Acquire long-poll refused with
+// Leasable wakes the waiters a broadcast would have (server/worker.go
+// acquireOrWait); one refused without it lost a race and looks again.
+type AcquireRefused struct{ Leasable bool }
+
+// refusal is the Response of an AcquireTasks whose first assignment
+// failed with err.
+func refusal(t *Tenant, err error) Response {
+	if !errors.Is(err, distributed.ErrNoQueuedTask) {
+		return Response{Err: err}
+	}
+	_, ok := t.pool.PeekNext()
+	return Response{Err: err, Value: AcquireRefused{Leasable: ok}}
+}
+
+// RefusedLeasable reports whether r is an AcquireTasks refused while a
+// task was leasable to another worker (AcquireRefused).
+func RefusedLeasable(r Response) bool {
+	a, ok := r.Value.(AcquireRefused)
+	return ok && a.Leasable
 }

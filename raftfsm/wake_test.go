@@ -6,9 +6,11 @@
 package raftfsm
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 
+	distributed "github.com/termivar/distributed"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 	"github.com/termivar/distributed/internal/notify"
 )
@@ -91,5 +93,31 @@ func TestFSM_WakeNeedsLeasable(t *testing.T) {
 	b.must(t, advance)
 	if want := fmt.Sprint([]string{"acme:1", fmt.Sprintf("acme:%d", notify.All)}); fmt.Sprint(calls) != want {
 		t.Fatalf("WakeFunc calls = %v, want %s", calls, want)
+	}
+}
+
+// TestFSM_AcquireRefused: an AcquireTasks refused on an empty queue says
+// no task was leasable (the Acquire lost a race: it looks again); one
+// refused a task that needs a tag the worker lacks says one was (it is
+// not for this worker: the server wakes the waiters a broadcast would
+// have). Other refusals carry no AcquireRefused.
+func TestFSM_AcquireRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.must(t, registerCmd("kw1", "w1"))
+	check := func(name string, r Response, leasable bool) {
+		t.Helper()
+		if !errors.Is(r.Err, distributed.ErrNoQueuedTask) || r.Value != (AcquireRefused{Leasable: leasable}) || RefusedLeasable(r) != leasable {
+			t.Fatalf("%s: AcquireTasks = %+v, want ErrNoQueuedTask with AcquireRefused{Leasable: %v}", name, r, leasable)
+		}
+	}
+	check("empty queue", b.apply(acquireCmd("kw1", "w1", 4)), false)
+	e := enqueueCmd("kprod", "gpu1")
+	e.GetEnqueue().Tasks[0].RequiredTags = []uint32{uint32(distributed.TagGPU)}
+	b.must(t, e)
+	check("a task w1's tags do not cover", b.apply(acquireCmd("kw1", "w1", 4)), true)
+	r := b.apply(acquireCmd("kw1", "nobody", 1))
+	if r.Err == nil || errors.Is(r.Err, distributed.ErrNoQueuedTask) || r.Value != nil || RefusedLeasable(r) {
+		t.Fatalf("AcquireTasks of an unknown worker = %+v, want another error and no value", r)
 	}
 }

@@ -42,6 +42,7 @@ type benchFlags struct {
 	memProfile, mutexProfile, blockProfile string
 	suite                                  bool
 	dropAfter                              bool // delete the run's scans once measured (--suite: every mode starts from the same heap)
+	h2c                                    bool // HTTP/2 without TLS (h2cClient)
 }
 
 // runBench drives N producers and M workers against a node over loopback
@@ -118,6 +119,7 @@ func newBenchFlagSet(f *benchFlags) *flag.FlagSet {
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
 	fs.IntVar(&f.cluster, "cluster", 0, "also run against a loopback cluster of this many members in this process and report the ratio to one node and the leader-kill recovery (0: off)")
 	registerBenchModes(fs, f)
+	fs.BoolVar(&f.h2c, "h2c", false, "speak HTTP/2 without TLS (http:// only): the calls of all workers share a few connections")
 	return fs
 }
 
@@ -368,6 +370,11 @@ func (r *benchRun) connect(ctx context.Context, url, adminKey string) error {
 	hc, err := r.f.client.httpClient(r.f.producers + r.f.workers + r.f.idleConns + 4)
 	if err != nil {
 		return err
+	}
+	if r.f.h2c {
+		if hc, err = h2cClient(url); err != nil {
+			return err
+		}
 	}
 	log := slog.New(retryCounter{&r.retries})
 	newC := func(key string) (*client.Client, error) {

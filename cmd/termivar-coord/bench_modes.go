@@ -9,12 +9,15 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"runtime"
 	"runtime/pprof"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/termivar/distributed/client"
@@ -288,4 +291,21 @@ func (r *benchRun) dropScans(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// h2cClient is the bench's HTTP client with --h2c: HTTP/2 without TLS by
+// prior knowledge (server.NewHTTPServer accepts it), so the workers'
+// calls share a few connections (the server admits 250 streams on one)
+// instead of holding one each: docs/benchmarks.md compares the CPU and
+// the memory per idle long-poll of the two. http:// URLs only.
+func h2cClient(url string) (*http.Client, error) {
+	for u := range strings.SplitSeq(url, ",") {
+		if !strings.HasPrefix(strings.TrimSpace(u), "http://") {
+			return nil, errors.New("--h2c needs http:// server URLs (over TLS, HTTP/2 is negotiated)")
+		}
+	}
+	t := client.NewTransport(nil, 64)
+	t.Protocols = new(http.Protocols)
+	t.Protocols.SetUnencryptedHTTP2(true)
+	return &http.Client{Transport: t}, nil
 }

@@ -95,3 +95,28 @@ func TestBench_ModeFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestBench_H2C: --h2c runs the load over HTTP/2 without TLS (its
+// transport speaks nothing else, so a completed run proves it; every
+// task completes, the idle long-polls measured), and refuses https URLs.
+func TestBench_H2C(t *testing.T) {
+	var f benchFlags
+	if err := newBenchFlagSet(&f).Parse([]string{"--tasks", "200", "--workers", "8", "--idle-conns", "16", "--h2c"}); err != nil {
+		t.Fatal(err)
+	}
+	stop, url, key, err := startBenchNode(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	res, err := bench(context.Background(), f, url, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.tasks != 200 || res.idleConnBytes <= 0 {
+		t.Fatalf("h2c run: %d tasks, %d bytes per idle conn", res.tasks, res.idleConnBytes)
+	}
+	if _, err := h2cClient("http://127.0.0.1:1,https://127.0.0.1:2"); err == nil {
+		t.Fatal("h2cClient accepted an https URL")
+	}
+}

@@ -170,6 +170,7 @@ type benchResult struct {
 	idleConns              int           // --idle-conns measured after the run (0: none)
 	idleConnBytes          int64         // heap + stacks per idle long-polling connection
 	calls                  [4]int64      // Enqueue, Acquire (of which empty), CompleteMany calls
+	workerStartCPU         time.Duration // CPU until every worker waited in its first Acquire (not in cpu)
 }
 
 func (r benchResult) String() string {
@@ -180,13 +181,14 @@ func (r benchResult) String() string {
 		"raft_log_entries=%d raft_log_entries_per_task=%.3f\n"+
 		"process_cpu_per_task=%s\n"+
 		"api_calls_per_task=%.3f enqueue_calls=%d acquire_calls=%d empty_acquires=%d complete_many_calls=%d\n"+
-		"failed_calls_retried=%d client_retries=%d%s",
+		"failed_calls_retried=%d client_retries=%d\n"+
+		"workers_start_cpu_per_worker=%s%s",
 		r.tasks, r.producers, r.workers, r.batch, r.acquire, r.elapsed.Round(time.Millisecond),
 		r.tasksPerSec(),
 		r.leaseP50.Round(time.Microsecond), r.leaseP99.Round(time.Microsecond),
 		r.e2eP50.Round(time.Microsecond), r.e2eP99.Round(time.Microsecond),
 		r.entries(), r.entriesPerTask(), r.cpuPerTask(), r.callsPerTask(), r.calls[0], r.calls[1], r.calls[2], r.calls[3],
-		r.errors, r.retries, r.modeLines())
+		r.errors, r.retries, r.workerStartCPU/time.Duration(max(r.workers, 1)), r.modeLines())
 }
 
 // modeLines are the result lines of the modes that were on.
@@ -322,18 +324,21 @@ func bench(ctx context.Context, f benchFlags, url, adminKey string) (benchResult
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	r.cancel = cancel
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	if res.workerStartCPU, err = r.startWorkers(runCtx, &wg); err != nil {
+		cancel()
+		return res, err
+	}
 	if err := r.startRunProfile(); err != nil {
-		return benchResult{}, err
+		cancel()
+		return res, err
 	}
 	defer r.stopRunProfile()
 	start, cpu0 := time.Now(), processCPU()
 	r.start = start
-	var wg sync.WaitGroup
 	for range f.producers {
 		wg.Go(func() { r.produce(runCtx) })
-	}
-	for i, w := range r.workers {
-		wg.Go(func() { r.work(runCtx, "w"+strconv.Itoa(i), w) })
 	}
 	wg.Go(func() { r.watchProgress(runCtx, benchStallAfter) })
 	wg.Wait()
@@ -551,6 +556,24 @@ func (r *benchRun) produce(ctx context.Context) {
 			r.enqueuedAt[i].Store(now)
 		}
 	}
+}
+
+// startWorkers starts the workers (in wg) and waits until each waits in
+// its first Acquire, so that the measured run starts from a fleet's
+// steady state between bursts: every worker connected and long-polling
+// (an idle worker makes one Acquire per --wait-secs; with 1 024 workers
+// the first ones cost 0.1–0.2 s of CPU, which a short run counted as if
+// every worker polled once per run, docs/benchmarks.md). cpu is what
+// the start cost, reported apart as workers_start_cpu_per_worker.
+func (r *benchRun) startWorkers(ctx context.Context, wg *sync.WaitGroup) (cpu time.Duration, err error) {
+	cpu0 := processCPU()
+	for i, w := range r.workers {
+		wg.Go(func() { r.work(ctx, "w"+strconv.Itoa(i), w) })
+	}
+	if err := r.waitLongPolls(ctx, int64(len(r.workers)), nil); err != nil {
+		return 0, fmt.Errorf("workers' first Acquire: %w", err)
+	}
+	return processCPU() - cpu0, nil
 }
 
 // work acquires (and starts) up to --acquire tasks at a time as worker id

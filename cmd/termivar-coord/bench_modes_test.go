@@ -88,7 +88,7 @@ func TestBench_ModeFlags(t *testing.T) {
 // transport speaks nothing else, so a completed run proves it; every
 // task completes, the idle long-polls measured), and refuses https URLs.
 func TestBench_H2C(t *testing.T) {
-	res := runBenchArgs(t, []string{"--tasks", "200", "--workers", "8", "--idle-conns", "16", "--h2c"}, false)
+	res := runBenchArgs(t, []string{"--tasks", "200", "--workers", "8", "--idle-conns", "64", "--h2c"}, false)
 	if res.tasks != 200 || res.idleConnBytes <= 0 {
 		t.Fatalf("h2c run: %d tasks, %d bytes per idle conn", res.tasks, res.idleConnBytes)
 	}

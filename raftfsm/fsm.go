@@ -185,6 +185,13 @@ type FSM struct {
 	// summed per tenant, delivered once it is applied (wake.go); guarded
 	// by mu.
 	wakes []tenantWake
+
+	// pubKeys and pubTenants are keys and tenants as the API's hot reads
+	// see them, without mu; lastTimePub is lastTime for them (published.go,
+	// P1, P2). Their next generations are written under mu.
+	pubKeys     cowTable[KeyRecord]
+	pubTenants  cowTable[*Tenant]
+	lastTimePub atomic.Uint64
 }
 
 var _ raft.FSM = (*FSM)(nil)
@@ -199,6 +206,7 @@ func New(opts Options) *FSM {
 	f := &FSM{opts: opts, log: l, keys: map[string]KeyRecord{}, revoked: map[string]KeyRecord{}, tenants: map[string]*Tenant{}, nodes: map[string]nodeRecord{},
 		maxVersion: mv}
 	f.clusterVersion.Store(MinClusterVersion)
+	f.publishAll()
 	return f
 }
 
@@ -238,7 +246,8 @@ func (f *FSM) ApplyCommand(cmd *pb.Command) any { return f.applyCommand(cmd, fal
 func (f *FSM) applyCommand(cmd *pb.Command, decoded bool) any {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	defer f.deliverWakes()
+	defer f.deliverWakes() // after the publish: a woken Acquire reads what it published
+	defer f.publish()      // under mu, before Apply marks the entry applied (P2)
 	f.decoded = decoded
 	// NB: time advances only with a command that succeeds, so a rejected
 	// command leaves the whole FSM state byte-for-byte unchanged.
@@ -527,7 +536,7 @@ func (f *FSM) applyCreateTenant(c *pb.CreateTenant) Response {
 		return Response{Err: err}
 	}
 	t.retentionSecs = c.GetResultRetentionSecs()
-	f.tenants[t.name] = t
+	f.putTenant(t)
 	return Response{}
 }
 

@@ -13,7 +13,6 @@ import (
 
 	distributed "github.com/termivar/distributed"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
-	"github.com/termivar/distributed/internal/notify"
 	"github.com/termivar/distributed/internal/wire"
 )
 
@@ -51,12 +50,13 @@ type Options struct {
 	// command that may have made queued tasks available in a tenant
 	// (enqueue, failure, recovery). It must not block.
 	NotifyFunc func(tenant string)
-	// WakeFunc, when set, is called instead of NotifyFunc with how many
-	// tasks the command may have made leasable: the tasks an enqueue
-	// added, 1 for a completion or failure (a freed slot, a requeued
-	// task), notify.All when it cannot say (wakeCount). Acquire long-polls
-	// wake about that many waiters (internal/notify.Queue). It must not
-	// block.
+	// WakeFunc, when set, is called instead of NotifyFunc, once per
+	// tenant after each applied entry (a batch's commands summed) that
+	// leaves a task leasable, with how many tasks its commands may have
+	// made leasable: the tasks an enqueue added, 1 for each completion or
+	// failure (a freed slot, a requeued task), notify.All when a command
+	// cannot say (wake.go). Acquire long-polls wake about that many
+	// waiters (internal/notify.Queue). It must not block.
 	WakeFunc func(tenant string, tasks int)
 	// ProgressFunc, when set, is called from the apply goroutine after a
 	// command that may have made tasks of a tenant terminal (completion,
@@ -181,6 +181,10 @@ type FSM struct {
 	// decoded is true while Apply applies a command it decoded itself
 	// (applyCommand); guarded by mu.
 	decoded bool
+	// wakes are the wake-ups of the command being applied, a batch's
+	// summed per tenant, delivered once it is applied (wake.go); guarded
+	// by mu.
+	wakes []tenantWake
 
 	// pubKeys and pubTenants are keys and tenants as the API's hot reads
 	// see them, without mu; lastTimePub is lastTime for them (published.go,
@@ -242,7 +246,8 @@ func (f *FSM) ApplyCommand(cmd *pb.Command) any { return f.applyCommand(cmd, fal
 func (f *FSM) applyCommand(cmd *pb.Command, decoded bool) any {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	defer f.publish() // under mu, before Apply marks the entry applied (P2)
+	defer f.deliverWakes() // after the publish: a woken Acquire reads what it published
+	defer f.publish()      // under mu, before Apply marks the entry applied (P2)
 	f.decoded = decoded
 	// NB: time advances only with a command that succeeds, so a rejected
 	// command leaves the whole FSM state byte-for-byte unchanged.
@@ -319,29 +324,6 @@ func resp[T any](tr distributed.Transition[T], err error) Response {
 		return Response{Err: err}
 	}
 	return Response{Revision: tr.Revision, Value: tr.Value}
-}
-
-func (f *FSM) notify(tenant string, cmd *pb.Command) {
-	switch {
-	case f.opts.WakeFunc != nil:
-		f.opts.WakeFunc(tenant, wakeCount(cmd))
-	case f.opts.NotifyFunc != nil:
-		f.opts.NotifyFunc(tenant)
-	}
-}
-
-// wakeCount is how many tasks a successful notifying command may have
-// made leasable (Options.WakeFunc): the enqueued tasks, one for a
-// completion or failure, every waiter (notify.All) for the rest
-// (recoveries, cancellations, scan and time changes).
-func wakeCount(cmd *pb.Command) int {
-	switch op := cmd.GetOp().(type) {
-	case *pb.Command_Enqueue:
-		return len(op.Enqueue.GetTasks())
-	case *pb.Command_CompleteTask, *pb.Command_FailTask:
-		return 1
-	}
-	return notify.All
 }
 
 // principalKey returns the key record of principal if it may act in tenant.
@@ -436,7 +418,7 @@ func (f *FSM) applyAcquire(c tenantCall) Response {
 		tr, err := p.AssignNext(rev, now, a.GetWorkerId(), a.GetLeaseTtlSecs())
 		if err != nil {
 			if i == 0 {
-				return Response{Err: err}
+				return refusal(c.t, err)
 			}
 			break
 		}

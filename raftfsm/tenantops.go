@@ -178,7 +178,7 @@ func (f *FSM) applyTenant(t *Tenant, cmd *pb.Command, rev, now uint64) Response 
 	}
 	r := op.apply(f, c)
 	if op.notify && r.Err == nil {
-		f.notify(t.name, cmd)
+		f.notify(t, cmd)
 	}
 	if op.terminates != nil && r.Err == nil {
 		f.noteTerminations(c, op, r.Value)

@@ -143,3 +143,71 @@ func TestServer_AcquireEmptyQueueProposesNothing(t *testing.T) {
 		t.Fatalf("a lease appended %d entries, want 1", got-enqueued)
 	}
 }
+
+// TestServer_CompletionWakesOnlyWhenLeasable: a completion that frees the
+// room a queued task needs (its scan's max_in_flight) wakes one waiting
+// Acquire, which leases it; a completion that leaves no leasable task
+// wakes none (with 1 024 idle workers each completion woke one for
+// nothing).
+func TestServer_CompletionWakesOnlyWhenLeasable(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	w := b.clients(b.createKey(t, "", "worker"))
+	p := b.clients(b.createKey(t, "", "producer"))
+	for _, id := range []string{"busy", "idle"} {
+		if _, err := w.worker.RegisterWorker(ctx, req(&pb.RegisterWorkerRequest{WorkerId: id, Capacity: 4})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	enqueue := func(id string) {
+		t.Helper()
+		if _, err := p.producer.Enqueue(ctx, req(enqueueReq("s", id))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	complete := func(token []byte) { // starts the leased task, then completes it
+		t.Helper()
+		if _, err := w.worker.Start(ctx, req(&pb.StartRequest{LeaseToken: token})); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.worker.Complete(ctx, req(&pb.CompleteRequest{LeaseToken: token})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	leased := func(r *pb.AcquireResponse, want string) []byte {
+		t.Helper()
+		if len(r.GetTasks()) != 1 || r.GetTasks()[0].GetTaskId() != want {
+			t.Fatalf("Acquire = %v, want %s", r, want)
+		}
+		return r.GetTasks()[0].GetLeaseToken()
+	}
+	enqueue("t1")
+	r1, err := w.worker.Acquire(ctx, req(&pb.AcquireRequest{WorkerId: "busy", MaxTasks: 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t1 := leased(r1.Msg, "t1")
+	one := uint32(1)
+	if _, err := p.producer.UpdateScan(ctx, req(&pb.UpdateScanRequest{ScanId: "s", MaxInFlight: &one})); err != nil {
+		t.Fatal(err)
+	}
+	enqueue("t2") // not leasable while t1 holds the scan's one slot
+	q := b.node.Acquirers()
+	waitIdle := pollAll(w, []string{"idle"})
+	waitUntil(t, "idle to wait", func() bool { return b.api.LongPollsWaiting() == 1 && q.Waiting(raftfsm.SystemTenant) == 1 })
+	before := q.Woken()
+	complete(t1)
+	t2 := leased(waitIdle()["idle"], "t2")
+	if n := q.Woken() - before; n != 1 {
+		t.Fatalf("a completion that made a task leasable woke %d Acquires, want 1", n)
+	}
+	waitBusy := pollAll(w, []string{"busy"})
+	waitUntil(t, "busy to wait", func() bool { return b.api.LongPollsWaiting() == 1 && q.Waiting(raftfsm.SystemTenant) == 1 })
+	before = q.Woken()
+	complete(t2)
+	if n, waiting := q.Woken()-before, q.Waiting(raftfsm.SystemTenant); n != 0 || waiting != 1 {
+		t.Fatalf("a completion with no leasable task woke %d Acquires (%d still waiting), want 0 (1)", n, waiting)
+	}
+	enqueue("t3")
+	leased(waitBusy()["busy"], "t3")
+}

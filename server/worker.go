@@ -182,7 +182,7 @@ func (h workerHandler) acquireOrWait(ctx context.Context, p principal, m *pb.Acq
 	tv, _ := h.s.node.Reads().Tenant(p.Tenant)
 	want := cmp.Or(int(m.GetMaxTasks()), 1) // the FSM's default, too
 	var woke uint64                         // the bound of the wake-up that ended the last wait (0: none yet)
-	refused := 0                            // refusals since the last wait while tasks were leasable
+	refused := 0                            // refusals since the last wait that saw a leasable task
 	for {
 		// NB: register before looking, so an enqueue between the look and
 		// the wait still wakes us.
@@ -198,9 +198,17 @@ func (h workerHandler) acquireOrWait(ctx context.Context, p principal, m *pb.Acq
 			w.Leave()
 			return nil, r.Revision, err
 		case tv.HasLeasable():
-			// Refused while tasks are leasable: the first time, look again
-			// at once (another Acquire won the race for the tasks it saw);
-			// the second, they are not for this worker (tags, capacity).
+			// Refused while tasks are leasable. When no task was leasable
+			// at the refusal itself (raftfsm.AcquireRefused), other
+			// Acquires took them first and these came since: look again.
+			// One refused with a leasable task: the first time, look
+			// again at once; the second, they are not for this worker
+			// (tags). NB: counting races as refusals woke every waiter
+			// several times a second with 1 024 workers (issue 15).
+			if !raftfsm.RefusedLeasable(r) {
+				w.Cancel()
+				continue
+			}
 			if refused++; refused == 1 {
 				w.Cancel()
 				continue

@@ -44,6 +44,7 @@ type benchFlags struct {
 	memProfile, mutexProfile, blockProfile string
 	suite                                  bool
 	dropAfter                              bool // delete the run's scans once measured (--suite: every mode starts from the same heap)
+	h2c                                    bool // HTTP/2 without TLS (h2cClient)
 	// singleCalls turns off the fewer-calls paths: every Enqueue its own
 	// call (no coalescing) and completions in CompleteMany calls of their
 	// own, not in the next Acquire (as before issue 15's per-call work).
@@ -125,6 +126,7 @@ func newBenchFlagSet(f *benchFlags) *flag.FlagSet {
 	fs.IntVar(&f.cluster, "cluster", 0, "also run against a loopback cluster of this many members in this process and report the ratio to one node and the leader-kill recovery (0: off)")
 	fs.BoolVar(&f.singleCalls, "single-calls", false, "every Enqueue its own call and every batch of completions its own CompleteMany (off: concurrent Enqueues share calls and a worker's completions ride on its next Acquire)")
 	registerBenchModes(fs, f)
+	fs.BoolVar(&f.h2c, "h2c", false, "speak HTTP/2 without TLS (http:// only): the calls of all workers share a few connections")
 	return fs
 }
 
@@ -175,6 +177,7 @@ type benchResult struct {
 	idleConns              int           // --idle-conns measured after the run (0: none)
 	idleConnBytes          int64         // heap + stacks per idle long-polling connection
 	calls                  [4]int64      // Enqueue (and EnqueueMany), Acquire (of which empty), CompleteMany calls
+	workerStartCPU         time.Duration // CPU until every worker waited in its first Acquire (not in cpu)
 }
 
 func (r benchResult) String() string {
@@ -185,13 +188,14 @@ func (r benchResult) String() string {
 		"raft_log_entries=%d raft_log_entries_per_task=%.3f\n"+
 		"process_cpu_per_task=%s\n"+
 		"api_calls_per_task=%.3f enqueue_calls=%d acquire_calls=%d empty_acquires=%d complete_many_calls=%d\n"+
-		"failed_calls_retried=%d client_retries=%d%s",
+		"failed_calls_retried=%d client_retries=%d\n"+
+		"workers_start_cpu_per_worker=%s%s",
 		r.tasks, r.producers, r.workers, r.batch, r.acquire, r.elapsed.Round(time.Millisecond),
 		r.tasksPerSec(),
 		r.leaseP50.Round(time.Microsecond), r.leaseP99.Round(time.Microsecond),
 		r.e2eP50.Round(time.Microsecond), r.e2eP99.Round(time.Microsecond),
 		r.entries(), r.entriesPerTask(), r.cpuPerTask(), r.callsPerTask(), r.calls[0], r.calls[1], r.calls[2], r.calls[3],
-		r.errors, r.retries, r.modeLines())
+		r.errors, r.retries, r.workerStartCPU/time.Duration(max(r.workers, 1)), r.modeLines())
 }
 
 // modeLines are the result lines of the modes that were on.
@@ -322,6 +326,8 @@ type benchRun struct {
 	idle          []*client.Client
 
 	cancel   context.CancelFunc // ends the run: all tasks completed, or a failure
+	stopCPU  func()             // ends the measured run's CPU profile (nil: none)
+	cpuOnce  sync.Once
 	errOnce  sync.Once
 	firstErr error
 
@@ -347,15 +353,22 @@ func bench(ctx context.Context, f benchFlags, url, adminKey string) (benchResult
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	r.cancel = cancel
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	if res.workerStartCPU, err = r.startWorkers(runCtx, &wg); err != nil {
+		cancel()
+		return res, err
+	}
+	if err := r.startRunProfile(); err != nil {
+		cancel()
+		return res, err
+	}
+	defer r.stopRunProfile()
 	r.calls.enqueue.Store(0) // the calls of the run only (not --resident's)
 	start, cpu0 := time.Now(), processCPU()
 	r.start = start
-	var wg sync.WaitGroup
 	for range f.producers {
 		wg.Go(func() { r.produce(runCtx) })
-	}
-	for i, w := range r.workers {
-		wg.Go(func() { r.work(runCtx, "w"+strconv.Itoa(i), w) })
 	}
 	wg.Go(func() { r.watchProgress(runCtx, benchStallAfter) })
 	wg.Wait()
@@ -393,6 +406,11 @@ func (r *benchRun) connect(ctx context.Context, url, adminKey string) error {
 	if err != nil {
 		return err
 	}
+	if r.f.h2c {
+		if hc, err = h2cClient(url); err != nil {
+			return err
+		}
+	}
 	counted := *hc
 	counted.Transport = benchCallCounter{next: cmp.Or[http.RoundTripper](hc.Transport, http.DefaultTransport), n: &r.calls.enqueue}
 	hc = &counted
@@ -423,17 +441,34 @@ func (r *benchRun) connect(ctx context.Context, url, adminKey string) error {
 		return err
 	}
 	r.owner = r.prod
-	for i := range r.f.workers {
+	for range r.f.workers {
 		w, err := mkClient("worker")
 		if err != nil {
 			return err
 		}
 		r.workers = append(r.workers, w)
-		if _, err := w.RegisterWorker(ctx, &pb.RegisterWorkerRequest{WorkerId: "w" + strconv.Itoa(i), Capacity: distributed.MaxWorkerCapacity}); err != nil {
-			return err
-		}
+	}
+	if err := r.registerWorkers(ctx); err != nil {
+		return err
 	}
 	return r.registerIdle(ctx, mkClient)
+}
+
+// registerWorkers registers every worker at once, as a fleet of workers
+// starting up does: the connections their calls open stay in the shared
+// transport's idle pool, so the measured run does not time the dialling
+// and accepting of one connection per worker (--workers 1024: ≈ 0.1 s
+// of CPU, docs/benchmarks.md), which long-running workers pay once.
+func (r *benchRun) registerWorkers(ctx context.Context) error {
+	errs := make([]error, len(r.workers))
+	var wg sync.WaitGroup
+	for i, w := range r.workers {
+		wg.Go(func() {
+			_, errs[i] = w.RegisterWorker(ctx, &pb.RegisterWorkerRequest{WorkerId: "w" + strconv.Itoa(i), Capacity: distributed.MaxWorkerCapacity})
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // benchTenant is the CreateTenant request of a run's tenant.
@@ -502,7 +537,29 @@ func (r *benchRun) watchProgress(ctx context.Context, stallAfter time.Duration) 
 func (r *benchRun) finish() {
 	r.doneOnce.Do(func() {
 		r.doneAt, r.doneCPU = time.Now(), processCPU()
+		r.stopRunProfile()
 		r.cancel()
+	})
+}
+
+// startRunProfile starts the CPU profile of a single run's measured part
+// (--cpuprofile without --suite; startProfiles covers a suite).
+func (r *benchRun) startRunProfile() error {
+	if r.f.cpuProfile == "" || r.f.suite {
+		return nil
+	}
+	stop, err := startCPUProfile(r.f.cpuProfile)
+	r.stopCPU = stop
+	return err
+}
+
+// stopRunProfile ends the run's CPU profile (once; at finish, or when a
+// failed run returns).
+func (r *benchRun) stopRunProfile() {
+	r.cpuOnce.Do(func() {
+		if r.stopCPU != nil {
+			r.stopCPU()
+		}
 	})
 }
 
@@ -535,6 +592,24 @@ func (r *benchRun) produce(ctx context.Context) {
 			r.enqueuedAt[i].Store(now)
 		}
 	}
+}
+
+// startWorkers starts the workers (in wg) and waits until each waits in
+// its first Acquire, so that the measured run starts from a fleet's
+// steady state between bursts: every worker connected and long-polling
+// (an idle worker makes one Acquire per --wait-secs; with 1 024 workers
+// the first ones cost 0.1–0.2 s of CPU, which a short run counted as if
+// every worker polled once per run, docs/benchmarks.md). cpu is what
+// the start cost, reported apart as workers_start_cpu_per_worker.
+func (r *benchRun) startWorkers(ctx context.Context, wg *sync.WaitGroup) (cpu time.Duration, err error) {
+	cpu0 := processCPU()
+	for i, w := range r.workers {
+		wg.Go(func() { r.work(ctx, "w"+strconv.Itoa(i), w) })
+	}
+	if err := r.waitLongPolls(ctx, int64(len(r.workers)), nil); err != nil {
+		return 0, fmt.Errorf("workers' first Acquire: %w", err)
+	}
+	return processCPU() - cpu0, nil
 }
 
 // work acquires (and starts) up to --acquire tasks at a time as worker id

@@ -9,12 +9,15 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"runtime"
 	"runtime/pprof"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/termivar/distributed/client"
@@ -73,13 +76,9 @@ const (
 // profiles the flags ask for; stop ends the CPU profile and writes every
 // other asked-for profile of the run.
 func (f benchFlags) startProfiles() (stop func() error, err error) {
-	var cpu *os.File
-	if f.cpuProfile != "" {
-		if cpu, err = os.Create(f.cpuProfile); err != nil {
-			return nil, err
-		}
-		if err := pprof.StartCPUProfile(cpu); err != nil {
-			cpu.Close()
+	var stopCPU func()
+	if f.cpuProfile != "" && f.suite {
+		if stopCPU, err = startCPUProfile(f.cpuProfile); err != nil {
 			return nil, err
 		}
 	}
@@ -90,9 +89,8 @@ func (f benchFlags) startProfiles() (stop func() error, err error) {
 		runtime.SetBlockProfileRate(int(10 * time.Microsecond))
 	}
 	return func() error {
-		if cpu != nil {
-			pprof.StopCPUProfile()
-			cpu.Close()
+		if stopCPU != nil {
+			stopCPU()
 		}
 		for _, p := range []struct{ path, name string }{{f.memProfile, "allocs"}, {f.mutexProfile, "mutex"}, {f.blockProfile, "block"}} {
 			if p.path == "" {
@@ -104,6 +102,21 @@ func (f benchFlags) startProfiles() (stop func() error, err error) {
 		}
 		return nil
 	}, nil
+}
+
+// startCPUProfile writes a CPU profile to path until stop. A single run
+// (not --suite) profiles its measured part only (benchRun.startRun), so
+// that the setup of 1 024 workers' keys and registrations is not in it.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 func writeProfile(path, name string) error {
@@ -278,4 +291,21 @@ func (r *benchRun) dropScans(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// h2cClient is the bench's HTTP client with --h2c: HTTP/2 without TLS by
+// prior knowledge (server.NewHTTPServer accepts it), so the workers'
+// calls share a few connections (the server admits 250 streams on one)
+// instead of holding one each: docs/benchmarks.md compares the CPU and
+// the memory per idle long-poll of the two. http:// URLs only.
+func h2cClient(url string) (*http.Client, error) {
+	for u := range strings.SplitSeq(url, ",") {
+		if !strings.HasPrefix(strings.TrimSpace(u), "http://") {
+			return nil, errors.New("--h2c needs http:// server URLs (over TLS, HTTP/2 is negotiated)")
+		}
+	}
+	t := client.NewTransport(nil, 64)
+	t.Protocols = new(http.Protocols)
+	t.Protocols.SetUnencryptedHTTP2(true)
+	return &http.Client{Transport: t}, nil
 }

@@ -14,21 +14,9 @@ import (
 )
 
 func TestBench_Modes(t *testing.T) {
-	var f benchFlags
 	args := []string{"--tasks", "300", "--batch", "1", "--acquire", "1", "--producers", "4", "--workers", "4", "--rate", "2000", "--resident", "600", "--idle-conns", "64"}
-	if err := newBenchFlagSet(&f).Parse(args); err != nil {
-		t.Fatal(err)
-	}
-	f.dropAfter = true // as --suite does: the scans, resident ones too, are deleted after the run
-	stop, url, key, err := startBenchNode(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	res, err := bench(context.Background(), f, url, key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// dropAfter as --suite does: the scans, resident ones too, are deleted after the run
+	res := runBenchArgs(t, args, true)
 	s := res.String()
 	for _, want := range []string{"rate=2000", "resident_records=600", "idle_conns=64 bytes_per_idle_conn="} {
 		if !strings.Contains(s, want) {
@@ -94,6 +82,39 @@ func TestBench_ModeFlags(t *testing.T) {
 			t.Errorf("bench %v = %d, want %d", args, code, exitUsage)
 		}
 	}
+}
+
+// TestBench_H2C: --h2c runs the load over HTTP/2 without TLS (its
+// transport speaks nothing else, so a completed run proves it; every
+// task completes, the idle long-polls measured), and refuses https URLs.
+func TestBench_H2C(t *testing.T) {
+	res := runBenchArgs(t, []string{"--tasks", "200", "--workers", "8", "--idle-conns", "64", "--h2c"}, false)
+	if res.tasks != 200 || res.idleConnBytes <= 0 {
+		t.Fatalf("h2c run: %d tasks, %d bytes per idle conn", res.tasks, res.idleConnBytes)
+	}
+	if _, err := h2cClient("http://127.0.0.1:1,https://127.0.0.1:2"); err == nil {
+		t.Fatal("h2cClient accepted an https URL")
+	}
+}
+
+// runBenchArgs runs one bench with args against a fresh embedded node.
+func runBenchArgs(t *testing.T, args []string, dropAfter bool) benchResult {
+	t.Helper()
+	var f benchFlags
+	if err := newBenchFlagSet(&f).Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	f.dropAfter = dropAfter
+	stop, url, key, err := startBenchNode(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	res, err := bench(context.Background(), f, url, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
 }
 
 // TestBench_SingleCalls: one task per call, the bench's workers complete

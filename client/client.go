@@ -74,6 +74,10 @@ type Config struct {
 	MinBackoff, MaxBackoff time.Duration
 	// Logger receives retry diagnostics; nil discards them.
 	Logger *slog.Logger
+	// CompleteManyCallBytes bounds the message of one CompleteMany call: a
+	// larger request is sent as several calls (complete.go). Default
+	// DefaultCompleteManyCallBytes; negative: never split.
+	CompleteManyCallBytes int
 }
 
 // Client is a connection to one node. Its methods are safe for concurrent
@@ -150,6 +154,7 @@ func New(cfg Config) (*Client, error) {
 	}
 	cfg.MaxAttempts = cmp.Or(max(cfg.MaxAttempts, 0), 4)
 	cfg.AttemptTimeout = cmp.Or(cfg.AttemptTimeout, DefaultAttemptTimeout)
+	cfg.CompleteManyCallBytes = cmp.Or(cfg.CompleteManyCallBytes, DefaultCompleteManyCallBytes)
 	cfg.MinBackoff = cmp.Or(max(cfg.MinBackoff, 0), 100*time.Millisecond)
 	if cfg.MaxBackoff < cfg.MinBackoff {
 		cfg.MaxBackoff = max(2*time.Second, cfg.MinBackoff)
@@ -434,11 +439,6 @@ func (c *Client) RenewLease(ctx context.Context, req *pb.RenewLeaseRequest) (*pb
 // reply answers AlreadyCompleted.
 func (c *Client) Complete(ctx context.Context, req *pb.CompleteRequest) (*pb.CompleteResponse, error) {
 	return call(ctx, c, "Worker.Complete", req, c.workerSvc().Complete)
-}
-
-// CompleteMany completes several tasks; each item succeeds or fails alone.
-func (c *Client) CompleteMany(ctx context.Context, req *pb.CompleteManyRequest) (*pb.CompleteManyResponse, error) {
-	return call(ctx, c, "Worker.CompleteMany", req, c.workerSvc().CompleteMany)
 }
 
 // Fail fails the current attempt of a task (the server retries it or fails

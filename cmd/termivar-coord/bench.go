@@ -39,6 +39,7 @@ type benchFlags struct {
 
 	// The modes of bench_modes.go (benchModeFlags).
 	waitSecs, rate, resident, idleConns    int
+	completeCallBytes                      int // --complete-call-bytes: client.Config.CompleteManyCallBytes
 	memProfile, mutexProfile, blockProfile string
 	suite                                  bool
 	dropAfter                              bool // delete the run's scans once measured (--suite: every mode starts from the same heap)
@@ -366,7 +367,7 @@ func (r *benchRun) connect(ctx context.Context, url, adminKey string) error {
 	log := slog.New(retryCounter{&r.retries})
 	newC := func(key string) (*client.Client, error) {
 		return client.New(client.Config{ServerURL: url, Key: key, HTTPClient: hc, MaxAttempts: benchMaxAttempts,
-			MinBackoff: 50 * time.Millisecond, MaxBackoff: time.Second, Logger: log})
+			MinBackoff: 50 * time.Millisecond, MaxBackoff: time.Second, Logger: log, CompleteManyCallBytes: r.f.completeCallBytes})
 	}
 	if r.admin, err = newC(adminKey); err != nil {
 		return err
@@ -550,8 +551,9 @@ func (r *benchRun) complete(ctx context.Context, w *client.Client, tasks []*pb.L
 	for j, t := range tasks {
 		items[j] = &pb.CompleteRequest{LeaseToken: t.GetLeaseToken(), Result: r.result}
 	}
-	r.calls.complete.Add(1)
-	cm, err := benchCompleteMany(ctx, w, items, &r.errs)
+	req := &pb.CompleteManyRequest{Items: items}
+	r.calls.complete.Add(int64(w.CompleteManyCalls(req)))
+	cm, err := benchCompleteMany(ctx, w, req, &r.errs)
 	if err != nil {
 		if ctx.Err() == nil {
 			r.fail(err)
@@ -595,10 +597,10 @@ func benchEnqueue(ctx context.Context, prod *client.Client, req *pb.EnqueueReque
 
 // benchCompleteMany completes a batch of leases, riding through leader
 // changes (a replay of an applied completion answers already_completed).
-func benchCompleteMany(ctx context.Context, w *client.Client, items []*pb.CompleteRequest, errs *atomic.Int64) (*pb.CompleteManyResponse, error) {
+func benchCompleteMany(ctx context.Context, w *client.Client, req *pb.CompleteManyRequest, errs *atomic.Int64) (*pb.CompleteManyResponse, error) {
 	streak := 0
 	for {
-		cm, err := w.CompleteMany(ctx, &pb.CompleteManyRequest{Items: items})
+		cm, err := w.CompleteMany(ctx, req)
 		if err == nil || ctx.Err() != nil || !benchRetry(err, &streak, errs) {
 			return cm, err
 		}

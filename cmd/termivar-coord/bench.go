@@ -40,6 +40,7 @@ type benchFlags struct {
 	// The modes of bench_modes.go (benchModeFlags).
 	waitSecs, rate, resident, idleConns    int
 	completeCallBytes                      int // --complete-call-bytes: client.Config.CompleteManyCallBytes
+	snapshotBytes                          int // --snapshot-bytes: the embedded node's node.Config.SnapshotBytes
 	memProfile, mutexProfile, blockProfile string
 	suite                                  bool
 	dropAfter                              bool // delete the run's scans once measured (--suite: every mode starts from the same heap)
@@ -80,7 +81,7 @@ func runBench(args []string) int {
 	}
 	url, key := f.client.server, f.client.key
 	if f.embedded {
-		stop, u, k, err := startBenchNode(f.dataDir)
+		stop, u, k, err := startBenchNode(f.dataDir, int64(f.snapshotBytes))
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "termivar-coord bench:", err)
 			return exitRejected
@@ -130,8 +131,9 @@ func (f benchFlags) valid() bool {
 }
 
 // startBenchNode starts an embedded node (with its audit log, as serve
-// has) on dir, or on a temporary dir that stop removes.
-func startBenchNode(dir string) (stop func(), url, key string, err error) {
+// has) on dir, or on a temporary dir that stop removes; snapshotBytes is
+// its node.Config.SnapshotBytes (0: the default).
+func startBenchNode(dir string, snapshotBytes int64) (stop func(), url, key string, err error) {
 	tmp := ""
 	if dir == "" {
 		if tmp, err = os.MkdirTemp("", "termivar-bench-"); err != nil {
@@ -141,7 +143,7 @@ func startBenchNode(dir string) (stop func(), url, key string, err error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	e, err := startEmbedded(ctx, node.Config{DataDir: dir, RaftAddr: "127.0.0.1:0"}, nil, true)
+	e, err := startEmbedded(ctx, node.Config{DataDir: dir, RaftAddr: "127.0.0.1:0", SnapshotBytes: snapshotBytes}, nil, true)
 	if err != nil {
 		return nil, "", "", err
 	}

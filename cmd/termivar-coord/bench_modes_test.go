@@ -20,7 +20,7 @@ func TestBench_Modes(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.dropAfter = true // as --suite does: the scans, resident ones too, are deleted after the run
-	stop, url, key, err := startBenchNode(t.TempDir())
+	stop, url, key, err := startBenchNode(t.TempDir(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +49,7 @@ func TestBench_Modes(t *testing.T) {
 }
 
 func TestBench_Suite(t *testing.T) {
-	stop, url, key, err := startBenchNode(t.TempDir())
+	stop, url, key, err := startBenchNode(t.TempDir(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}

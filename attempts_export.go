@@ -134,14 +134,12 @@ func (c *coordinator) decodeTaskExtensions(d *decoder) *Error {
 	return nil
 }
 
-// deriveLifeBases gives every task that was never re-run its life's base,
-// generation − retry count (I5); a retry count above the generation is left
-// for the audit to reject.
-func (c *coordinator) deriveLifeBases() {
-	for _, t := range c.tasks {
-		if t.reruns == 0 && uint64(t.retryCount) <= t.generation {
-			t.lifeBase = t.generation - uint64(t.retryCount)
-		}
+// deriveLifeBase gives a restored task that was never re-run its life's
+// base, generation − retry count (I5); a retry count above the generation
+// is left for the audit to reject.
+func (t *taskRec) deriveLifeBase() {
+	if t.reruns == 0 && uint64(t.retryCount) <= t.generation {
+		t.lifeBase = t.generation - uint64(t.retryCount)
 	}
 }
 

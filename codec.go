@@ -53,6 +53,56 @@ func (e *encoder) finish() []byte {
 type decoder struct {
 	buf    []byte
 	failed bool
+	// ids, when set (RestoreWorkerPool), shares the identifiers that the
+	// proofs of a pool state repeat (idTable); nil reads each afresh.
+	ids *idTable
+}
+
+// idTable shares identifiers while a pool state is decoded: a proof names
+// its record's own task ID (task), and a worker's ID repeats in the leases
+// and receipts of its tasks, as does the stub a lease holds until
+// rebuildIndexes links it (compact.go). Sharing never changes a value.
+type idTable struct {
+	task    string
+	workers map[string]string
+	stubs   map[string]*workerRec
+}
+
+// stub returns the shared unlinked worker record named id.
+func (t *idTable) stub(id string) *workerRec {
+	w := t.stubs[id]
+	if w == nil {
+		if t.stubs == nil {
+			t.stubs = map[string]*workerRec{}
+		}
+		w = &workerRec{id: id}
+		t.stubs[id] = w
+	}
+	return w
+}
+
+// id reads an identifier (at most MaxIdentifierBytes), shared through
+// d.ids when set. The table holds at most MaxWorkers strings.
+func (d *decoder) id() string {
+	b := d.rawBytes(MaxIdentifierBytes)
+	t := d.ids
+	switch {
+	case t == nil:
+		return string(b)
+	case string(b) == t.task:
+		return t.task
+	}
+	if s, ok := t.workers[string(b)]; ok {
+		return s
+	}
+	s := string(b)
+	if t.workers == nil {
+		t.workers = map[string]string{}
+	}
+	if len(t.workers) < MaxWorkers {
+		t.workers[s] = s
+	}
+	return s
 }
 
 // newDecoder checks framing (magic, version, checksum) and returns a decoder
@@ -75,6 +125,11 @@ func newDecoder(data []byte, magic string, version uint8) (*decoder, bool) {
 func (d *decoder) fail() { d.failed = true; d.buf = nil }
 
 func (d *decoder) uvarint() uint64 {
+	if len(d.buf) > 0 && d.buf[0] < 0x80 { // one byte: most fields (a failed decoder's buf is nil)
+		v := uint64(d.buf[0])
+		d.buf = d.buf[1:]
+		return v
+	}
 	if d.failed {
 		return 0
 	}

@@ -53,9 +53,10 @@ func (r leaseRec) is(l TaskLease) bool {
 		r.leaseID == l.leaseID && r.acquiredAt == l.acquiredAt && r.expiresAt == l.expiresAt
 }
 
-// stubLease is a decoded lease whose worker is not linked yet.
-func stubLease(l TaskLease) leaseRec {
-	return leaseRec{worker: &workerRec{id: l.workerID}, workerGeneration: l.workerGeneration, leaseID: l.leaseID, acquiredAt: l.acquiredAt, expiresAt: l.expiresAt}
+// stubLease is a decoded lease whose worker is not linked yet: a stub
+// from ids holding only the worker's ID.
+func stubLease(l TaskLease, ids *idTable) leaseRec {
+	return leaseRec{worker: ids.stub(l.workerID), workerGeneration: l.workerGeneration, leaseID: l.leaseID, acquiredAt: l.acquiredAt, expiresAt: l.expiresAt}
 }
 
 // leaseOf rebuilds the whole lease from r and the record.
@@ -205,7 +206,7 @@ func (t *taskRec) roomForAttempt() []AttemptRecord {
 // record implies (a lease or proof naming another task, generation or
 // attempt, a fence not of the previous version, a receipt that differs,
 // a lease and a proof at once): states the audit refuses (I3, I10).
-func (t *taskRec) compactDecoded(lease TaskLease, proof TaskOwnership, receipt CompletionReceipt) bool {
+func (t *taskRec) compactDecoded(lease TaskLease, proof TaskOwnership, receipt CompletionReceipt, ids *idTable) bool {
 	if t.hasLease && t.hasProof {
 		return false
 	}
@@ -213,7 +214,7 @@ func (t *taskRec) compactDecoded(lease TaskLease, proof TaskOwnership, receipt C
 		if !t.namesRecord(lease) {
 			return false
 		}
-		t.lease = stubLease(lease)
+		t.lease = stubLease(lease, ids)
 	}
 	if t.hasProof {
 		t.setProof(proof, leaseRec{})
@@ -221,7 +222,7 @@ func (t *taskRec) compactDecoded(lease TaskLease, proof TaskOwnership, receipt C
 			if !t.namesRecord(l) {
 				return false
 			}
-			t.lease = stubLease(l)
+			t.lease = stubLease(l, ids)
 		}
 		if t.version == 0 || t.proofValue() != proof {
 			return false
@@ -277,20 +278,22 @@ func (c *coordinator) internNew(s string) string {
 	return v
 }
 
-// internPhases returns the shared string form of phases ("" for none). It
-// is intern for a byte slice: the comparison and the lookup convert p
-// without allocating; only a phases string not held yet is allocated.
-func (c *coordinator) internPhases(p []uint8) string {
-	if len(p) == 0 {
+// internPhases returns the shared string form of phases ("" for none).
+func (c *coordinator) internPhases(p []uint8) string { return c.internBytes(p, &c.lastPhases) }
+
+// internBytes is intern for a byte slice: the comparison and the lookup
+// convert b without allocating; only a string not held yet is allocated.
+func (c *coordinator) internBytes(b []byte, last *string) string {
+	if len(b) == 0 {
 		return ""
 	}
-	if string(p) == c.lastPhases {
-		return c.lastPhases
+	if string(b) == *last {
+		return *last
 	}
-	v, ok := c.interned[string(p)]
+	v, ok := c.interned[string(b)]
 	if !ok {
-		v = c.internNew(string(p))
+		v = c.internNew(string(b))
 	}
-	c.lastPhases = v
+	*last = v
 	return v
 }

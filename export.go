@@ -1,5 +1,12 @@
 package distributed
 
+import (
+	"slices"
+	"strings"
+
+	"github.com/google/btree"
+)
+
 // State export (contract A.13). Layout, version 2, inside the codec frame
 // ("TVWP" | 2 | body | CRC-32C):
 //
@@ -13,8 +20,10 @@ package distributed
 //	         re-runs (with the re-run and life bases) and attempt history
 //
 // Derived data (queue, indexes, counters, CurrentTasks, the worker lease sets,
-// the treap) is not encoded; Restore rebuilds it and then runs the full
-// invariant audit, so any inconsistency in the input is ErrInvalidState.
+// the treap) is not encoded; Restore rebuilds it and then runs the
+// invariant audit (auditRestored: every check but the index memberships
+// that hold by construction), so any inconsistency in the input is
+// ErrInvalidState.
 //
 // Version 1 (before purge, docs/adr/0002-purge.md) has no generationFloor
 // and no per-task finish time; Restore still reads it: the floor is 0, a
@@ -114,13 +123,25 @@ func (t *taskRec) encode(e *encoder) {
 }
 
 // decodeTask decodes one task record; false when its lease, proof or
-// receipt is not what the record implies (compactDecoded).
-func decodeTask(d *decoder, version uint8) (*taskRec, bool) {
+// receipt is not what the record implies (compactDecoded). The scan ID
+// and the phases are interned straight from the input (compact.go), and
+// the task ID and the target share one allocation: they live as long as
+// the record.
+func (c *coordinator) decodeTask(d *decoder, version uint8) (*taskRec, bool) {
+	id := d.rawBytes(MaxIdentifierBytes)
+	scanID := d.rawBytes(MaxIdentifierBytes)
+	target := d.rawBytes(MaxTargetRefBytes)
+	phases := d.rawBytes(MaxTaskPhases)
+	var b strings.Builder // one allocation, no copy for the string
+	b.Grow(len(id) + len(target))
+	b.Write(id)
+	b.Write(target)
+	idTarget := b.String()
 	t := &taskRec{
-		id:         d.str(MaxIdentifierBytes),
-		scanID:     d.str(MaxIdentifierBytes),
-		target:     d.str(MaxTargetRefBytes),
-		phases:     d.str(MaxTaskPhases),
+		id:         idTarget[:len(id)],
+		scanID:     c.internBytes(scanID, &c.lastScan),
+		target:     idTarget[len(id):],
+		phases:     c.internBytes(phases, &c.lastPhases),
 		priority:   TaskPriority(d.u8()),
 		status:     TaskStatus(d.u8()),
 		createdAt:  d.uvarint(),
@@ -138,6 +159,7 @@ func decodeTask(d *decoder, version uint8) (*taskRec, bool) {
 	t.generation = d.uvarint()
 	t.version = d.uvarint()
 	t.ordinal = d.uvarint()
+	d.ids.task = t.id // a proof names it (compactDecoded)
 	var lease TaskLease
 	var proof TaskOwnership
 	var receipt CompletionReceipt
@@ -153,7 +175,7 @@ func decodeTask(d *decoder, version uint8) (*taskRec, bool) {
 	// The completion time is the finish time (I8), completed iff the status
 	// says so (I3).
 	completionOK := hasCompleted == (t.status == TaskCompleted) && completedAt == t.completedAtValue()
-	return t, d.failed || (completionOK && t.compactDecoded(lease, proof, receipt))
+	return t, d.failed || (completionOK && t.compactDecoded(lease, proof, receipt, d.ids))
 }
 
 func (w *workerRec) encode(e *encoder) {
@@ -211,6 +233,7 @@ func RestoreWorkerPool(data []byte) (*WorkerPool, error) {
 	if !ok {
 		return nil, invalidState("pool state frame is invalid")
 	}
+	d.ids = &idTable{}
 	var l Limits
 	l.MaxTaskRecords = int(d.bounded(MaxTaskRecords))
 	l.MaxActiveTasks = int(d.bounded(MaxActiveTasks))
@@ -239,9 +262,10 @@ func RestoreWorkerPool(data []byte) (*WorkerPool, error) {
 
 	// A task takes at least 20 bytes encoded; a worker at least 11.
 	n := d.count(uint64(l.MaxTaskRecords), 20)
-	prev := ""
+	c.tasks = make(map[string]*taskRec, n)
+	order := make([]*taskRec, 0, n) // the records in task-ID order
 	for i := 0; i < n && !d.failed; i++ {
-		t, proofsOK := decodeTask(d, version)
+		t, proofsOK := c.decodeTask(d, version)
 		if sched {
 			t.decodeSched(d)
 		}
@@ -251,15 +275,15 @@ func RestoreWorkerPool(data []byte) (*WorkerPool, error) {
 		if !proofsOK {
 			return nil, invalidState("a task's lease, proof or receipt differs from its record (I3, I10)")
 		}
-		t.scanID, t.phases = c.intern(t.scanID, &c.lastScan), c.intern(t.phases, &c.lastPhases)
-		if (i > 0 && t.id <= prev) || !ValidIdentifier(t.id) {
+		if (i > 0 && t.id <= order[i-1].id) || !ValidIdentifier(t.id) {
 			return nil, invalidState("task records are not in strict task-ID order")
 		}
-		prev = t.id
+		order = append(order, t)
 		c.tasks[t.id] = t
 	}
 	nw := d.count(uint64(l.MaxWorkers), 11)
-	prev = ""
+	c.workers = make(map[string]*workerRec, nw)
+	prev := ""
 	for i := 0; i < nw && !d.failed; i++ {
 		w := decodeWorker(d)
 		if d.failed {
@@ -283,17 +307,17 @@ func RestoreWorkerPool(data []byte) (*WorkerPool, error) {
 			return nil, err
 		}
 	}
-	c.deriveLifeBases()
-	for _, t := range c.tasks {
+	for _, t := range order {
+		t.deriveLifeBase()
 		t.adoptImplicitAttempt()
 	}
 	if !d.done() {
 		return nil, invalidState("pool state is truncated or has trailing bytes")
 	}
 	if version == poolVersionV1 {
-		c.upgradeV1FinishTimes()
+		c.upgradeV1FinishTimes(order)
 	}
-	if err := c.rebuildIndexes(); err != nil {
+	if err := c.rebuildIndexes(order); err != nil {
 		return nil, err
 	}
 	if sched {
@@ -301,7 +325,7 @@ func RestoreWorkerPool(data []byte) (*WorkerPool, error) {
 			return nil, err
 		}
 	}
-	if err := c.audit(); err != nil {
+	if err := c.auditRestored(order); err != nil {
 		return nil, invalidState("restored pool breaks an invariant: " + err.Reason)
 	}
 	return &WorkerPool{c: c}, nil
@@ -309,8 +333,8 @@ func RestoreWorkerPool(data []byte) (*WorkerPool, error) {
 
 // upgradeV1FinishTimes gives the terminal tasks of a version 1 state their
 // finish time: the completion time, else the state's logical time.
-func (c *coordinator) upgradeV1FinishTimes() {
-	for _, t := range c.tasks {
+func (c *coordinator) upgradeV1FinishTimes(order []*taskRec) {
+	for _, t := range order {
 		switch {
 		case t.status == TaskCompleted:
 			// set from the completion time by decodeTask
@@ -321,9 +345,9 @@ func (c *coordinator) upgradeV1FinishTimes() {
 }
 
 // linkLease points a restored record's lease (current or retained as the
-// proof) at its worker record, and a current one into the expiry index
-// and the worker's lease set (I4). Duplicate lease IDs are left for the
-// audit (I7).
+// proof) at its worker record, and a current one into the worker's lease
+// set (I4); rebuildIndexes fills the expiry index.
+// Duplicate lease IDs are left for the audit (I7).
 func (c *coordinator) linkLease(t *taskRec) *Error {
 	if !t.hasLease && (!t.hasProof || t.proofIsFence) {
 		return nil
@@ -339,24 +363,27 @@ func (c *coordinator) linkLease(t *taskRec) *Error {
 	if w.current == MaxWorkerCapacity {
 		return invalidState("a worker holds more leases than any capacity")
 	}
-	if _, dup := c.byExpiry.ReplaceOrInsert(t); dup {
-		return invalidState("duplicate lease expiry entry")
-	}
 	w.addLease(t)
 	w.current++
 	return nil
 }
 
 // rebuildIndexes derives the queue, indexes, counters, worker lease sets and
-// the treap from decoded records, rejecting what cannot be linked.
-func (c *coordinator) rebuildIndexes() *Error {
+// the treap from decoded records (order: every record, in task-ID order),
+// rejecting what cannot be linked. The queue and the expiry index are
+// filled in their own order, the lists linked in time order
+// (fillIndex, rebuildList): the inputs are sorted once, not searched
+// per record.
+func (c *coordinator) rebuildIndexes(order []*taskRec) *Error {
 	for _, w := range c.workers {
 		if !w.status.Valid() {
 			return invalidState("worker status is invalid")
 		}
 	}
-	var live, ended []*taskRec
-	for _, t := range c.tasks {
+	n := len(order)
+	live, ended, queued := make([]*taskRec, 0, n), make([]*taskRec, 0, n), make([]*taskRec, 0, n)
+	var leased []*taskRec
+	for _, t := range order {
 		if !t.status.Valid() || !t.priority.Valid() {
 			return invalidState("task status or priority is invalid")
 		}
@@ -366,13 +393,20 @@ func (c *coordinator) rebuildIndexes() *Error {
 			live = append(live, t)
 		}
 		if t.status == TaskQueued {
-			if _, dup := c.queue.ReplaceOrInsert(t); dup {
-				return invalidState("duplicate queue entry")
-			}
+			queued = append(queued, t)
 		}
 		if err := c.linkLease(t); err != nil {
 			return err
 		}
+		if t.hasLease {
+			leased = append(leased, t)
+		}
+	}
+	if !fillIndex(c.queue, queued, queueLess) {
+		return invalidState("duplicate queue entry")
+	}
+	if !fillIndex(c.byExpiry, leased, expiryLess) {
+		return invalidState("duplicate lease expiry entry")
 	}
 	c.active, c.terminal = len(live), len(ended)
 	c.ages, c.finished = rebuildList(live, createdAtOf), rebuildList(ended, finishedAtOf)
@@ -388,4 +422,32 @@ func (c *coordinator) rebuildIndexes() *Error {
 		return true
 	})
 	return nil
+}
+
+// fillIndex inserts ts into the empty index tr in tr's order (sorting them
+// first unless they already are), so that each insert descends the
+// rightmost path the previous one left in cache; false on a duplicate.
+func fillIndex(tr *btree.BTreeG[*taskRec], ts []*taskRec, less func(a, b *taskRec) bool) bool {
+	if !slices.IsSortedFunc(ts, lessCmp(less)) {
+		slices.SortFunc(ts, lessCmp(less))
+	}
+	for _, t := range ts {
+		if _, dup := tr.ReplaceOrInsert(t); dup {
+			return false
+		}
+	}
+	return true
+}
+
+// lessCmp turns a less function into a three-way comparison.
+func lessCmp(less func(a, b *taskRec) bool) func(a, b *taskRec) int {
+	return func(a, b *taskRec) int {
+		switch {
+		case less(a, b):
+			return -1
+		case less(b, a):
+			return 1
+		}
+		return 0
+	}
 }

@@ -20,25 +20,49 @@ func (c *coordinator) checkInvariants() error {
 // audit checks the invariants I1–I13 of ARCHITECTURE.md, one group at a
 // time, in one pass over the tasks (the scheduling checks of I13 included).
 // The caller holds the lock (or owns c exclusively, as Restore does).
-func (c *coordinator) audit() *Error {
+func (c *coordinator) audit() *Error { return c.auditWith(nil, false) }
+
+// auditRestored is the audit Restore runs. rebuildIndexes has just built
+// the queue, the expiry index and the age and finish lists from the
+// records themselves: every queued record into the queue and every record
+// holding a lease into the expiry index, each once (it refuses a
+// duplicate), every record into the list of its state, in time order. So
+// the checks of each record's membership in those four (I2, I3) hold by
+// construction there; they are skipped (indexesDerived) instead of
+// searching each index again for every record; and the records are
+// visited in order (task-ID order, the order they were decoded and
+// allocated in), whose IDs key the task map by construction, instead of
+// in the map's order. Every other check runs as in audit — on the
+// records, their leases and proofs, the counters and the index sizes, the
+// workers, ranks and treap — and so refuses every input audit refuses. In
+// invariants builds the full audit runs as well.
+func (c *coordinator) auditRestored(order []*taskRec) *Error {
+	if len(order) != len(c.tasks) {
+		return auditError("I2: the task map differs from the restored records")
+	}
+	if err := c.auditWith(order, true); err != nil {
+		return err
+	}
+	if invariantsEnabled {
+		return c.audit()
+	}
+	return nil
+}
+
+// auditWith is audit; indexesDerived skips the membership checks that hold
+// by construction after rebuildIndexes and visits the records of order
+// (auditRestored).
+func (c *coordinator) auditWith(order []*taskRec, indexesDerived bool) *Error {
 	if err := c.limits.Validate(); err != nil {
 		return auditError("I1: limits are invalid")
 	}
 	if err := c.auditSchedOpts(); err != nil {
 		return err
 	}
-	tally := taskTally{leasesByWorker: map[string]int{}, seenLease: map[uint64]bool{}}
+	tally := taskTally{leasesByWorker: map[string]int{}, seenLease: map[uint64]bool{}, indexesDerived: indexesDerived}
 	sched := schedTally{counts: map[string]*ScanState{}}
-	for id, t := range c.tasks {
-		if id != t.id {
-			return auditError("I2: task map key differs from its record")
-		}
-		if err := c.auditTask(t, &tally); err != nil {
-			return err
-		}
-		if err := c.auditSchedTask(t, &sched); err != nil {
-			return err
-		}
+	if err := c.auditTasks(order, &tally, &sched); err != nil {
+		return err
 	}
 	if err := c.auditCounts(&tally); err != nil {
 		return err
@@ -63,11 +87,45 @@ func (c *coordinator) audit() *Error {
 
 func auditError(reason string) *Error { return invariantError(reason) }
 
+// auditTasks runs the per-task checks on every record: on those of order
+// when the indexes were derived from them (auditRestored), else on those
+// of the task map, each against its key.
+func (c *coordinator) auditTasks(order []*taskRec, tally *taskTally, sched *schedTally) *Error {
+	if tally.indexesDerived {
+		for _, t := range order {
+			if err := c.auditTaskAll(t, tally, sched); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for id, t := range c.tasks {
+		if id != t.id {
+			return auditError("I2: task map key differs from its record")
+		}
+		if err := c.auditTaskAll(t, tally, sched); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// auditTaskAll runs every per-task check on t (auditTask, auditSchedTask).
+func (c *coordinator) auditTaskAll(t *taskRec, tally *taskTally, sched *schedTally) *Error {
+	if err := c.auditTask(t, tally); err != nil {
+		return err
+	}
+	return c.auditSchedTask(t, sched)
+}
+
 // taskTally accumulates what the per-task checks count.
 type taskTally struct {
 	active, terminal, queued, leased int
 	leasesByWorker                   map[string]int
 	seenLease                        map[uint64]bool
+	// indexesDerived: the queue, expiry index and lists were just built
+	// from the records (auditRestored); membership is not searched.
+	indexesDerived bool
 }
 
 // auditTask checks one task record: its spec and counters (I2, I5, I8),
@@ -139,7 +197,10 @@ func (c *coordinator) auditTaskIndexes(t *taskRec, tally *taskTally) *Error {
 	} else {
 		tally.active++
 	}
-	inQueue := c.queue.Has(t)
+	inQueue := t.status == TaskQueued // by construction when derived
+	if !tally.indexesDerived {
+		inQueue = c.queue.Has(t)
+	}
 	if (t.status == TaskQueued) != inQueue {
 		return auditError("I2: queue membership differs from queued status")
 	}
@@ -175,7 +236,7 @@ func (c *coordinator) auditLease(t *taskRec, tally *taskTally) *Error {
 	if ls.acquiredAt > c.logicalTime || ls.expiresAt <= ls.acquiredAt {
 		return auditError("I8: lease times are inconsistent")
 	}
-	if !c.byExpiry.Has(t) {
+	if !tally.indexesDerived && !c.byExpiry.Has(t) {
 		return auditError("I3: lease missing from the expiry index")
 	}
 	w := ls.worker
@@ -227,7 +288,7 @@ func (c *coordinator) auditCounts(tally *taskTally) *Error {
 	if tally.queued != c.queue.Len() || tally.leased != c.byExpiry.Len() {
 		return auditError("I2: an index holds records it should not")
 	}
-	if !c.auditList(&c.ages, false, tally.active, createdAtOf) || !c.auditList(&c.finished, true, tally.terminal, finishedAtOf) {
+	if !tally.indexesDerived && (!c.auditList(&c.ages, false, tally.active, createdAtOf) || !c.auditList(&c.finished, true, tally.terminal, finishedAtOf)) {
 		return auditError("I3: the age or finish list differs from the non-terminal or terminal tasks, or is out of time order")
 	}
 	if len(c.tasks) > l.MaxTaskRecords || tally.active > l.MaxActiveTasks || tally.queued > l.MaxQueuedTasks ||

@@ -27,8 +27,8 @@ func (l TaskLease) encode(e *encoder) {
 
 func decodeLease(d *decoder) TaskLease {
 	return TaskLease{
-		taskID:           d.str(MaxIdentifierBytes),
-		workerID:         d.str(MaxIdentifierBytes),
+		taskID:           d.id(),
+		workerID:         d.id(),
 		workerGeneration: d.uvarint(),
 		taskGeneration:   d.uvarint(),
 		attempt:          d.u32(),
@@ -46,7 +46,7 @@ func (f QueuedTaskFence) encode(e *encoder) {
 
 func decodeFence(d *decoder) QueuedTaskFence {
 	return QueuedTaskFence{
-		taskID:         d.str(MaxIdentifierBytes),
+		taskID:         d.id(),
 		taskGeneration: d.uvarint(),
 		recordVersion:  d.uvarint(),
 	}
@@ -64,11 +64,11 @@ func (r CompletionReceipt) encode(e *encoder) {
 
 func decodeReceipt(d *decoder) CompletionReceipt {
 	return CompletionReceipt{
-		taskID:           d.str(MaxIdentifierBytes),
+		taskID:           d.id(),
 		taskGeneration:   d.uvarint(),
 		attempt:          d.u32(),
 		leaseID:          d.uvarint(),
-		workerID:         d.str(MaxIdentifierBytes),
+		workerID:         d.id(),
 		workerGeneration: d.uvarint(),
 		recordVersion:    d.uvarint(),
 	}

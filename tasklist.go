@@ -60,19 +60,38 @@ func (l *taskList) walk(visit func(*taskRec) bool) {
 	}
 }
 
-// rebuildList links ts ordered by time (ties by task ID) into a new list.
+// rebuildList links ts, which are in task-ID order, ordered by time (ties
+// by task ID) into a new list. Records restored in ID order are often in
+// time order already; then no sort runs.
 func rebuildList(ts []*taskRec, time func(*taskRec) uint64) taskList {
-	slices.SortFunc(ts, func(a, b *taskRec) int {
-		if c := cmp.Compare(time(a), time(b)); c != 0 {
+	var l taskList
+	if slices.IsSortedFunc(ts, func(a, b *taskRec) int { return cmp.Compare(time(a), time(b)) }) {
+		for _, t := range ts {
+			l.push(t)
+		}
+		return l
+	}
+	// Sorted by (time, position in ID order): integers, no record reads.
+	keys := make([]timedPos, len(ts))
+	for i, t := range ts {
+		keys[i] = timedPos{time(t), i}
+	}
+	slices.SortFunc(keys, func(a, b timedPos) int {
+		if c := cmp.Compare(a.time, b.time); c != 0 {
 			return c
 		}
-		return cmp.Compare(a.id, b.id)
+		return cmp.Compare(a.pos, b.pos)
 	})
-	var l taskList
-	for _, t := range ts {
-		l.push(t)
+	for _, k := range keys {
+		l.push(ts[k.pos])
 	}
 	return l
+}
+
+// timedPos is a record's time and its position in task-ID order.
+type timedPos struct {
+	time uint64
+	pos  int
 }
 
 func createdAtOf(t *taskRec) uint64  { return t.createdAt }

@@ -129,6 +129,12 @@ type Agent struct {
 
 	slotFree chan struct{} // a task ended
 	fenced   chan struct{} // the worker incarnation ended: re-register
+	// Completions for the next Acquire (handoff.go): while slotWaiting
+	// (under mu) the acquire loop waits for a slot and takes carried,
+	// also under mu, when carryCh signals.
+	slotWaiting bool
+	carried     []*handoff
+	carryCh     chan struct{}
 }
 
 // New checks cfg and returns an Agent.
@@ -162,6 +168,7 @@ func New(cfg Config) (*Agent, error) {
 		running:  make(map[string]*running),
 		slotFree: make(chan struct{}, 1),
 		fenced:   make(chan struct{}, 1),
+		carryCh:  make(chan struct{}, 1),
 	}
 	if cfg.AdaptiveCapacity {
 		a.cpu.sample() // prime the delta
@@ -505,26 +512,40 @@ func (a *Agent) signalFenced() {
 	}
 }
 
+// acquireNext makes the loop's next Acquire: for the free slots, or,
+// when every slot is busy, once tasks end, completing those that handed
+// over their completions (handoff.go). called is false when it made none
+// (a task ended without handing over, or soft ended).
+func (a *Agent) acquireNext(soft context.Context, waitSecs uint32) (resp *pb.AcquireResponse, called bool, err error) {
+	a.mu.Lock()
+	free := a.slots - len(a.running)
+	a.slotWaiting = free <= 0
+	a.mu.Unlock()
+	req := &pb.AcquireRequest{
+		WorkerId: a.cfg.WorkerID, LeaseTtlSecs: uint64(a.cfg.LeaseTTL / time.Second),
+		WaitSecs: waitSecs, MaxTasks: uint32(max(free, 0)), Start: true,
+	}
+	if free > 0 {
+		resp, err = a.c.Acquire(soft, req)
+		return resp, true, err
+	}
+	hs := a.waitSlot(soft)
+	if len(hs) == 0 {
+		return nil, false, nil
+	}
+	resp, err = a.carry(soft, hs, req, free)
+	return resp, true, err
+}
+
 // acquireLoop leases tasks while there are free slots until soft ends.
 func (a *Agent) acquireLoop(soft, hard context.Context, tasks *sync.WaitGroup) {
 	waitSecs := uint32(a.cfg.PollWait / time.Second)
 	failures := 0
 	for soft.Err() == nil {
-		a.mu.Lock()
-		free := a.slots - len(a.running)
-		a.mu.Unlock()
-		if free <= 0 {
-			select {
-			case <-soft.Done():
-				return
-			case <-a.slotFree:
-			}
+		resp, called, err := a.acquireNext(soft, waitSecs)
+		if !called {
 			continue
 		}
-		resp, err := a.c.Acquire(soft, &pb.AcquireRequest{
-			WorkerId: a.cfg.WorkerID, LeaseTtlSecs: uint64(a.cfg.LeaseTTL / time.Second),
-			WaitSecs: waitSecs, MaxTasks: uint32(free), Start: true,
-		})
 		if errors.Is(err, distributed.ErrWorkerAtCapacity) {
 			// The server's view of our load changed since the last
 			// heartbeat: wait for a task to end or the next heartbeat.

@@ -18,7 +18,10 @@
 //     before half the TTL has passed;
 //  4. on exit 0 completes the task with CMD's stdout as the result (bounded
 //     by Config.MaxResultBytes; larger output fails the attempt), otherwise
-//     fails the attempt;
+//     fails the attempt; when every slot is busy the completion rides on
+//     the Acquire that fills the slot again (AcquireRequest.Complete), so a
+//     saturated worker makes one call per task, else it is a Complete of
+//     its own;
 //  5. if a renewal says the lease is stale or gone, or a heartbeat says this
 //     worker incarnation is gone, kills CMD's process group at once and
 //     reports nothing for it (the server has already given the task to the

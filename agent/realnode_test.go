@@ -82,6 +82,9 @@ func TestAgent_RealNode_DeregisteredFromOutside(t *testing.T) {
 	if ti := task(t, c, ids[0]); ti.GetAttempt() != 2 {
 		t.Errorf("attempt = %d, want 2", ti.GetAttempt())
 	}
+	// NB: the node applies the completion before the agent reads the
+	// answer that acknowledges it (and counts it).
+	waitFor(t, "the agent's count", func() bool { return a.Stats().Completed >= 1 })
 	if s := a.Stats(); s.Abandoned != 1 || s.Registrations != 2 || s.Completed != 1 {
 		t.Errorf("Stats = %+v, want 1 abandoned, 2 registrations, 1 completed", s)
 	}

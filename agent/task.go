@@ -215,10 +215,14 @@ func (a *Agent) report(ctx context.Context, r *running, out outcome, deadline ti
 		a.fail(ctx, r, deadline, log, failureReason(outputTooLarge(a.maxResult.Load()), out.stderr))
 		return
 	}
-	err := retryUntil(ctx, deadline, func() error {
-		_, err := a.c.Complete(ctx, &pb.CompleteRequest{LeaseToken: r.token, Result: out.result})
-		return err
-	})
+	creq := &pb.CompleteRequest{LeaseToken: r.token, Result: out.result}
+	err, carried := a.completeCarried(ctx, creq)
+	if !carried {
+		err = retryUntil(ctx, deadline, func() error {
+			_, err := a.c.Complete(ctx, creq)
+			return err
+		})
+	}
 	switch {
 	case err == nil:
 		a.completed.Add(1)

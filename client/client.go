@@ -78,6 +78,13 @@ type Config struct {
 	// larger request is sent as several calls (complete.go). Default
 	// DefaultCompleteManyCallBytes; negative: never split.
 	CompleteManyCallBytes int
+	// EnqueueCallsInFlight bounds the Enqueue calls the client has on the
+	// wire at once (default DefaultEnqueueCallsInFlight; negative: every
+	// Enqueue is a call of its own). Callers that call Enqueue while that
+	// many are in flight share the next call, one Producer.EnqueueMany
+	// whose requests the server admits one by one (coalesce.go): each
+	// caller gets the outcome its own call would have had.
+	EnqueueCallsInFlight int
 }
 
 // Client is a connection to one node. Its methods are safe for concurrent
@@ -87,6 +94,8 @@ type Client struct {
 	hc     *http.Client
 	log    *slog.Logger
 	router *router
+	auth   string     // the Authorization header: "Bearer " + the key
+	enq    *coalescer // nil: Config.EnqueueCallsInFlight < 0
 
 	// The service clients, each built on first use: a Connect client per
 	// method of a service costs tens of kilobytes, and most programs (a
@@ -168,8 +177,13 @@ func New(cfg Config) (*Client, error) {
 	}
 	rt := cmp.Or(base.Transport, http.DefaultTransport)
 	hc := *base
-	hc.Transport = &bearer{key: cfg.Key, next: rt, router: rtr}
-	return &Client{cfg: cfg, router: rtr, hc: &hc, log: log}, nil
+	auth := "Bearer " + cfg.Key
+	hc.Transport = &bearer{auth: auth, next: rt, router: rtr}
+	c := &Client{cfg: cfg, router: rtr, hc: &hc, log: log, auth: auth}
+	if cfg.EnqueueCallsInFlight >= 0 {
+		c.enq = &coalescer{c: c, max: cmp.Or(cfg.EnqueueCallsInFlight, DefaultEnqueueCallsInFlight)}
+	}
+	return c, nil
 }
 
 // Close closes the client's idle connections. The client stays usable.
@@ -178,21 +192,32 @@ func (c *Client) Close() { c.hc.CloseIdleConnections() }
 // ServerURL returns the (first) base URL the client talks to.
 func (c *Client) ServerURL() string { return c.cfg.ServerURL }
 
-// bearer adds the API key to every request.
+// bearer adds the API key to every request and sends it to the router's
+// target.
 type bearer struct {
-	key    string
+	auth   string // "Bearer " + the key
 	next   http.RoundTripper
 	router *router
 }
 
+// RoundTrip sends r as it is when invoke already set the key and the
+// target is the first URL (issue 15: the per-call path; a copy of the
+// request and its header cost more than the rest of ours); otherwise it
+// sends a copy with the key and the target.
 func (b *bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r2 := r.Clone(r.Context())
-	r2.Header.Set("Authorization", "Bearer "+b.key)
+	var t *url.URL
 	if b.router != nil {
-		t, ok := r.Context().Value(targetKey{}).(*url.URL)
-		if !ok {
+		var ok bool
+		if t, ok = r.Context().Value(targetKey{}).(*url.URL); !ok {
 			t = b.router.target() // streams: no per-try target
 		}
+	}
+	if r.Header.Get("Authorization") == b.auth && (t == nil || t == b.router.urls[0]) {
+		return b.next.RoundTrip(r)
+	}
+	r2 := r.Clone(r.Context())
+	r2.Header.Set("Authorization", b.auth)
+	if t != nil {
 		b.router.rewrite(r2, t)
 	}
 	return b.next.RoundTrip(r2)
@@ -221,6 +246,7 @@ var replaySafe = map[string]bool{
 	"Worker.Fail":            true,
 	"Worker.Deregister":      true,
 	"Producer.Enqueue":       true,
+	"Producer.EnqueueMany":   true,
 	"Producer.Cancel":        true,
 	"Producer.GetTask":       true,
 	"Producer.ListTasks":     true,
@@ -275,7 +301,9 @@ func invoke[Req, Resp any](ctx context.Context, c *Client, op string, wait time.
 	for attempt := 1; ; attempt++ {
 		target := c.router.target()
 		actx, cancel := c.attemptContext(ctx, target, safe, wait)
-		resp, err := rpc(actx, connect.NewRequest(req))
+		creq := connect.NewRequest(req)
+		creq.Header().Set("Authorization", c.auth)
+		resp, err := rpc(actx, creq)
 		timedOut := attemptExpired(ctx, actx, err)
 		cancel()
 		if err == nil || !timedOut && connect.CodeOf(err) != connect.CodeUnavailable {
@@ -414,6 +442,11 @@ func (c *Client) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.H
 }
 
 // Acquire leases up to req.MaxTasks tasks, long-polling up to req.WaitSecs.
+// With req.Complete it first completes those leases, each alone as
+// CompleteMany does: the response's Completed answers them by position
+// (ItemError gives an item's error), durable once answered. A worker that
+// completes one task at a time thus needs one call per task instead of
+// two.
 //
 // NB: a retried Acquire whose first reply was lost leaves those leases to
 // expire; the server recovers them by the retry rule.
@@ -456,10 +489,28 @@ func (c *Client) Deregister(ctx context.Context, req *pb.DeregisterRequest) (*pb
 
 // Enqueue admits every task of the batch or none.
 //
+// Concurrent callers share calls (Config.EnqueueCallsInFlight): a request
+// of at most 64 KiB that arrives while the client has that many Enqueue
+// calls in flight waits for the next one and goes with the others that
+// arrived meanwhile. Each request stays all-or-nothing and independent:
+// its outcome, error included, is the one its own call would have had.
+// A caller whose context ends returns at once; its request may still be
+// admitted with the call it joined, as a single call's may.
+//
 // NB: a retried Enqueue whose first reply was lost fails with
 // task_already_exists; EnqueueTargets handles that case.
 func (c *Client) Enqueue(ctx context.Context, req *pb.EnqueueRequest) (*pb.EnqueueResponse, error) {
-	return call(ctx, c, "Producer.Enqueue", req, c.producerSvc().Enqueue)
+	if c.enq != nil {
+		if n, ok := coalescable(req); ok && !c.enq.single.Load() {
+			return c.enq.enqueue(ctx, req, n)
+		}
+	}
+	return c.enqueueOne(ctx, req)
+}
+
+// enqueueOne is one Producer.Enqueue call.
+func (c *Client) enqueueOne(ctx context.Context, req *pb.EnqueueRequest) (*pb.EnqueueResponse, error) {
+	return call(ctx, c, opEnqueue, req, c.producerSvc().Enqueue)
 }
 
 // Cancel cancels a task: by its fence token (queued) or lease token

@@ -55,11 +55,14 @@
 //	                                 (worker_unavailable or a generation
 //	                                 conflict)
 //	Worker.Acquire           yes     leases a lost reply granted expire and
-//	                                 the tasks are leased again (retry rule)
+//	                                 the tasks are leased again (retry rule);
+//	                                 its complete items as CompleteMany
 //	Producer.Enqueue         yes     task IDs are required: a replay fails
 //	                                 with task_already_exists, or, with
 //	                                 skip_existing (EnqueueTargets), finds
 //	                                 its tasks present
+//	Producer.EnqueueMany     yes     each request as its Enqueue (the
+//	                                 client's coalesced Enqueue calls)
 //	Producer.Cancel          yes     AlreadyCancelled
 //	Producer.Retry           yes     tasks already queued are left as they
 //	                                 are (only a task that became terminal
@@ -79,6 +82,17 @@
 // Results (a stream) has no attempt deadline (a paused node holds it until
 // the caller's context ends) and is retried on Unavailable only until its
 // first result arrived.
+//
+// # Fewer calls per task
+//
+// Concurrent Enqueue callers of one Client share calls: while
+// Config.EnqueueCallsInFlight calls are in flight, the callers that arrive
+// wait and go together in the next one, a Producer.EnqueueMany whose
+// requests the server admits one by one, each all-or-nothing and answered
+// with exactly what its own Enqueue would have returned. A caller alone is
+// sent at once. A worker that completes one task at a time hands the
+// completion to its next Acquire (AcquireRequest.Complete) instead of a
+// call of its own.
 //
 // Every method is safe for concurrent use. Errors that the server returns
 // match the core's sentinels: errors.Is(err, distributed.ErrLeaseExpired);

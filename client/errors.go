@@ -104,8 +104,8 @@ func newError(op string, code connect.Code, det *pb.ErrorDetail, err error) *Err
 	return &Error{Op: op, Code: code, Kind: det.GetKind(), Reason: det.GetReason(), core: core, err: err}
 }
 
-// ItemError returns the error of one CompleteMany item, nil when the item
-// succeeded: an *Error for Worker.CompleteMany with the item's kind and
+// ItemError returns the error of one CompleteMany item (or of one item of
+// AcquireResponse.Completed), nil when the item succeeded: an *Error for Worker.CompleteMany with the item's kind and
 // reason that, like a call's error, unwraps to the core's
 // *distributed.Error for a core kind. Its Code is connect.CodeUnknown: the
 // response carries a Connect code only for the whole call.

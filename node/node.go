@@ -416,8 +416,8 @@ func (n *Node) openRaft() (bool, error) {
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.NodeID)
 	rc.Logger = hl
-	// NB: a single voter elects itself after one heartbeat timeout; keep the
-	// timeouts short so a restart is back to serving within a second.
+	// NB: a single voter elects itself at once (campaignIfSoleVoter);
+	// short timeouts still bound a failed election's retry.
 	rc.HeartbeatTimeout = cfg.RaftTimeout
 	rc.ElectionTimeout = cfg.RaftTimeout
 	rc.LeaderLeaseTimeout = cfg.RaftTimeout / 2
@@ -462,6 +462,7 @@ func (n *Node) openRaft() (bool, error) {
 		return false, fmt.Errorf("node: start raft: %w", err)
 	}
 	n.raft = r
+	campaignIfSoleVoter(r, rc.LocalID)
 	return existing, nil
 }
 

@@ -42,6 +42,7 @@ func (b *testBundle) mustReject(t *testing.T, cmd *pb.Command, want error) {
 	if !bytes.Equal(before, after) {
 		t.Fatalf("rejected %T changed the state", cmd.GetOp())
 	}
+	mustPublished(t, b.f)
 }
 
 // TestFSM_CancelByID cancels queued, leased and running tasks by ID with

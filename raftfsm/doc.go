@@ -22,4 +22,7 @@
 // Concurrency: raft calls Apply, Snapshot and Restore from one goroutine.
 // Readers (the API) call the read methods from any goroutine; an RWMutex
 // guards the FSM's own maps, and the core instances have their own locks.
+// The reads every API call makes (its key, its tenant, the logical time)
+// do not take the RWMutex, which Apply holds for a whole entry: they read
+// copies published at the end of each applied entry (published.go).
 package raftfsm

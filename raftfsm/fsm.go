@@ -181,6 +181,13 @@ type FSM struct {
 	// decoded is true while Apply applies a command it decoded itself
 	// (applyCommand); guarded by mu.
 	decoded bool
+
+	// pubKeys and pubTenants are keys and tenants as the API's hot reads
+	// see them, without mu; lastTimePub is lastTime for them (published.go,
+	// P1, P2). Their next generations are written under mu.
+	pubKeys     cowTable[KeyRecord]
+	pubTenants  cowTable[*Tenant]
+	lastTimePub atomic.Uint64
 }
 
 var _ raft.FSM = (*FSM)(nil)
@@ -195,6 +202,7 @@ func New(opts Options) *FSM {
 	f := &FSM{opts: opts, log: l, keys: map[string]KeyRecord{}, revoked: map[string]KeyRecord{}, tenants: map[string]*Tenant{}, nodes: map[string]nodeRecord{},
 		maxVersion: mv}
 	f.clusterVersion.Store(MinClusterVersion)
+	f.publishAll()
 	return f
 }
 
@@ -234,6 +242,7 @@ func (f *FSM) ApplyCommand(cmd *pb.Command) any { return f.applyCommand(cmd, fal
 func (f *FSM) applyCommand(cmd *pb.Command, decoded bool) any {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	defer f.publish() // under mu, before Apply marks the entry applied (P2)
 	f.decoded = decoded
 	// NB: time advances only with a command that succeeds, so a rejected
 	// command leaves the whole FSM state byte-for-byte unchanged.
@@ -545,7 +554,7 @@ func (f *FSM) applyCreateTenant(c *pb.CreateTenant) Response {
 		return Response{Err: err}
 	}
 	t.retentionSecs = c.GetResultRetentionSecs()
-	f.tenants[t.name] = t
+	f.putTenant(t)
 	return Response{}
 }
 

@@ -67,6 +67,7 @@ func (b *testBundle) must(t testing.TB, cmd *pb.Command) Response {
 	if r.Err != nil {
 		t.Fatalf("apply %T: %v", cmd.GetOp(), r.Err)
 	}
+	mustPublished(t, b.f)
 	return r
 }
 

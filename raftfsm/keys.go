@@ -72,7 +72,7 @@ func (f *FSM) applyCreateKey(c *pb.CreateKey, now uint64) Response {
 	if err := f.checkNewKeyID(c.GetKeyId()); err != nil {
 		return Response{Err: err}
 	}
-	f.keys[c.GetKeyId()] = KeyRecord{ID: c.GetKeyId(), Hash: slices.Clone(c.GetSecretHash()), Tenant: c.GetKeyTenant(), Role: c.GetRole(), CreatedSecs: now}
+	f.putKey(KeyRecord{ID: c.GetKeyId(), Hash: slices.Clone(c.GetSecretHash()), Tenant: c.GetKeyTenant(), Role: c.GetRole(), CreatedSecs: now})
 	return Response{}
 }
 
@@ -148,7 +148,7 @@ func (f *FSM) applyRotateKey(principal string, c *pb.RotateKey, now uint64) Resp
 	if err := f.checkNewKeyID(c.GetNewKeyId()); err != nil {
 		return Response{Err: err}
 	}
-	f.keys[c.GetNewKeyId()] = KeyRecord{ID: c.GetNewKeyId(), Hash: slices.Clone(c.GetNewSecretHash()), Tenant: k.Tenant, Role: k.Role, CreatedSecs: now}
+	f.putKey(KeyRecord{ID: c.GetNewKeyId(), Hash: slices.Clone(c.GetNewSecretHash()), Tenant: k.Tenant, Role: k.Role, CreatedSecs: now})
 	f.retire(k, now)
 	f.rebind(k, c.GetNewKeyId())
 	return Response{}
@@ -156,7 +156,7 @@ func (f *FSM) applyRotateKey(principal string, c *pb.RotateKey, now uint64) Resp
 
 // retire moves k from the live to the revoked table (K1, K2).
 func (f *FSM) retire(k KeyRecord, now uint64) {
-	delete(f.keys, k.ID)
+	f.dropKey(k.ID)
 	k.Hash, k.RevokedSecs = nil, now
 	f.revoked[k.ID] = k
 }

@@ -236,4 +236,9 @@ func TestFSM_KeyTableBound(t *testing.T) {
 	b.mustReject(t, rotateCmd("kadmin", "kprod", "kprod2", bytes.Repeat([]byte{1}, 32)), ErrKeyLimit)
 	b.must(t, revokeCmd("kadmin", "kprod"))
 	b.mustReject(t, createKeyCmd("", "one-more", "acme", RoleProducer), ErrKeyLimit)
+	b.f.mu.RLock()
+	defer b.f.mu.RUnlock()
+	if err := b.f.fullPublished(); err != nil {
+		t.Fatal(err) // published.go P1 over the full table
+	}
 }

@@ -17,34 +17,22 @@ func (f *FSM) Epoch() []byte {
 	return slices.Clone(f.epoch)
 }
 
-// LastTime returns the logical time of the last applied command.
-func (f *FSM) LastTime() uint64 {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return f.lastTime
-}
+// LastTime returns the logical time of the last applied entry's commands
+// (published.go: it does not wait for an Apply in progress).
+func (f *FSM) LastTime() uint64 { return f.lastTimePub.Load() }
 
-// Key returns the key record with this ID.
+// Key returns the live key record with this ID as of the last applied
+// entry, without waiting for an Apply in progress (published.go P2: a
+// revoked key is gone from the moment its revocation is applied).
 func (f *FSM) Key(id string) (KeyRecord, bool) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	k, ok := f.keys[id]
-	return k, ok
+	return f.pubKeys.get(id)
 }
 
-// KeyCount returns how many keys exist.
-func (f *FSM) KeyCount() int {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return len(f.keys)
-}
+// KeyCount returns how many live keys exist.
+func (f *FSM) KeyCount() int { return f.pubKeys.len() }
 
 // TenantNames returns every tenant name, sorted.
-func (f *FSM) TenantNames() []string {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return sortedKeys(f.tenants)
-}
+func (f *FSM) TenantNames() []string { return f.pubTenants.sortedKeys() }
 
 // Reader is a read-only handle on an FSM: every read the API serves and
 // none of the writes (those go through the log: Apply). node.Node hands it
@@ -89,11 +77,10 @@ type TenantView struct {
 	t *Tenant
 }
 
-// Tenant returns a read handle on the named tenant.
+// Tenant returns a read handle on the named tenant, as of the last
+// applied entry, without waiting for an Apply in progress (published.go).
 func (f *FSM) Tenant(name string) (TenantView, bool) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	t, ok := f.tenants[name]
+	t, ok := f.pubTenants.get(name)
 	return TenantView{f: f, t: t}, ok
 }
 

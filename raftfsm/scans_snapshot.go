@@ -59,6 +59,30 @@ func restoreOrds(ords []uint64, next uint64, n int) ([]uint64, uint64, bool) {
 	return slices.Clone(ords), next, true
 }
 
+// scanTask is what restoreScanMeta reads of a scan's task: a tenth of a
+// ScanTask's bytes, for every task of a restored state.
+type scanTask struct {
+	id          string
+	status      distributed.TaskStatus
+	completedAt uint64 // 0 unless completed
+}
+
+func scanTaskOf(t distributed.ScanTask) scanTask {
+	at, _ := t.CompletedAt()
+	return scanTask{id: t.TaskID(), status: t.Status(), completedAt: at}
+}
+
+// scanTaskIDs returns the IDs of tasks: the pool's own strings, so a
+// restored scan's ID list shares them instead of holding copies decoded
+// from the snapshot.
+func scanTaskIDs(tasks []scanTask) []string {
+	ids := make([]string, len(tasks))
+	for i, t := range tasks {
+		ids[i] = t.id
+	}
+	return ids
+}
+
 // restoreScanMeta rebuilds a restored scan's metadata: the recorded
 // creation, finish time, completion order and ordinals, checked against
 // the pool (every listed completion is a completed task of the scan,
@@ -68,7 +92,7 @@ func restoreOrds(ords []uint64, next uint64, n int) ([]uint64, uint64, bool) {
 // Completed tasks the order does not list (a state written before it was
 // recorded) are appended in (CompletedAt, enqueue position) order with the
 // next completion ordinals, so every member restores the same order.
-func restoreScanMeta(pool *distributed.WorkerPool, results *distributed.ResultAggregator, sc *pb.ScanIndex, tasks []distributed.ScanTask) (*scanMeta, bool) {
+func restoreScanMeta(pool *distributed.WorkerPool, results *distributed.ResultAggregator, sc *pb.ScanIndex, tasks []scanTask) (*scanMeta, bool) {
 	m := &scanMeta{createdAt: sc.GetCreatedAt(), declared: sc.GetDeclaredTotal()}
 	var ok bool
 	if m.ords, m.nextOrd, ok = restoreOrds(sc.GetTaskOrdinals(), sc.GetNextOrdinal(), len(sc.GetTaskIds())); !ok {
@@ -77,23 +101,22 @@ func restoreScanMeta(pool *distributed.WorkerPool, results *distributed.ResultAg
 	if m.compOrds, m.nextComp, ok = restoreOrds(sc.GetCompletedOrdinals(), sc.GetNextCompletion(), len(sc.GetCompletedIds())); !ok {
 		return nil, false
 	}
-	listed, ok := checkCompletedIDs(pool, sc)
-	if !ok {
+	var listed map[string]bool
+	if m.completed, listed, ok = checkCompletedIDs(pool, sc); !ok {
 		return nil, false
 	}
-	m.completed = slices.Clone(sc.GetCompletedIds())
-	var missing []distributed.ScanTask
+	var missing []scanTask
 	for _, task := range tasks {
 		// NB: ResultSize, not GetResult: a copy of every result only to
 		// count its bytes was a tenth of a restore's allocations.
-		if n, ok, _ := results.ResultSize(task.TaskID()); ok {
+		if n, ok, _ := results.ResultSize(task.id); ok {
 			m.resultBytes += uint64(n)
 		}
-		if task.Status() == distributed.TaskCompleted && !listed[task.TaskID()] {
+		if task.status == distributed.TaskCompleted && !listed[task.id] {
 			missing = append(missing, task)
 		}
 	}
-	for m.firstOpen < len(tasks) && tasks[m.firstOpen].Status().Terminal() {
+	for m.firstOpen < len(tasks) && tasks[m.firstOpen].status.Terminal() {
 		m.firstOpen++
 	}
 	m.appendMissing(missing)
@@ -106,29 +129,28 @@ func restoreScanMeta(pool *distributed.WorkerPool, results *distributed.ResultAg
 }
 
 // checkCompletedIDs checks that every listed completion is a completed task
-// of the scan, once, and returns them as a set.
-func checkCompletedIDs(pool *distributed.WorkerPool, sc *pb.ScanIndex) (map[string]bool, bool) {
+// of the scan, once, and returns their IDs (the pool's strings) and
+// their set.
+func checkCompletedIDs(pool *distributed.WorkerPool, sc *pb.ScanIndex) ([]string, map[string]bool, bool) {
+	ids := make([]string, 0, len(sc.GetCompletedIds()))
 	listed := make(map[string]bool, len(sc.GetCompletedIds()))
 	for _, id := range sc.GetCompletedIds() {
 		task, ok, err := pool.GetTask(id)
 		if err != nil || !ok || listed[id] || task.ScanID() != sc.GetScanId() || task.Status() != distributed.TaskCompleted {
-			return nil, false
+			return nil, nil, false
 		}
 		listed[id] = true
+		ids = append(ids, task.TaskID())
 	}
-	return listed, true
+	return ids, listed, true
 }
 
 // appendMissing appends completed tasks the recorded order lacks, by
 // completion time (stable: enqueue position breaks ties).
-func (m *scanMeta) appendMissing(missing []distributed.ScanTask) {
-	slices.SortStableFunc(missing, func(a, b distributed.ScanTask) int {
-		x, _ := a.CompletedAt()
-		y, _ := b.CompletedAt()
-		return cmp.Compare(x, y)
-	})
+func (m *scanMeta) appendMissing(missing []scanTask) {
+	slices.SortStableFunc(missing, func(a, b scanTask) int { return cmp.Compare(a.completedAt, b.completedAt) })
 	for _, task := range missing {
-		m.completed = append(m.completed, task.TaskID())
+		m.completed = append(m.completed, task.id)
 		m.compOrds = append(m.compOrds, m.nextComp)
 		m.nextComp++
 	}

@@ -155,6 +155,7 @@ func (f *FSM) RestoreState(b []byte) error {
 	f.nodes = nodes
 	f.clusterVersion.Store(cv)
 	f.lastBackup = st.GetLastBackup()
+	f.publishAll() // published.go P1
 	return nil
 }
 
@@ -233,19 +234,19 @@ func restoreTenant(ts *pb.TenantState) (*Tenant, bool) {
 			return nil, false
 		}
 		// NB: each task is looked up once; restoreScanMeta reads these.
-		tasks := make([]distributed.ScanTask, len(sc.GetTaskIds()))
+		tasks := make([]scanTask, len(sc.GetTaskIds()))
 		for i, id := range sc.GetTaskIds() {
 			task, _, err := pool.GetTask(id)
 			if err != nil || task.ScanID() != sc.GetScanId() {
 				return nil, false
 			}
-			tasks[i] = task
+			tasks[i] = scanTaskOf(task)
 		}
 		m, ok := restoreScanMeta(pool, res, sc, tasks)
 		if !ok {
 			return nil, false
 		}
-		t.scans[sc.GetScanId()] = slices.Clone(sc.GetTaskIds())
+		t.scans[sc.GetScanId()] = scanTaskIDs(tasks)
 		t.meta[sc.GetScanId()] = m
 	}
 	return t, true

@@ -27,7 +27,7 @@ var rpcMutates = map[string]bool{
 	"Worker.RegisterWorker": true, "Worker.Heartbeat": true, "Worker.Acquire": true, "Worker.Start": true,
 	"Worker.RenewLease": true, "Worker.Complete": true, "Worker.CompleteMany": true, "Worker.Fail": true,
 	"Worker.Deregister": true,
-	"Producer.Enqueue":  true, "Producer.Cancel": true, "Producer.GetTask": false, "Producer.ListTasks": false,
+	"Producer.Enqueue":  true, "Producer.EnqueueMany": true, "Producer.Cancel": true, "Producer.GetTask": false, "Producer.ListTasks": false,
 	"Producer.ScanProgress": false, "Producer.AggregateResults": false, "Producer.Retry": true,
 	"Producer.ListScans": false, "Producer.FollowResults": false, "Producer.DeleteScan": true, "Producer.PurgeTasks": true,
 	"Producer.CancelScan": true, "Dashboard.Overview": false,

@@ -24,21 +24,31 @@ const (
 )
 
 func (h producerHandler) Enqueue(ctx context.Context, req *connect.Request[pb.EnqueueRequest]) (*connect.Response[pb.EnqueueResponse], error) {
-	return call(ctx, h.s, req, true, func(ctx context.Context, p principal, m *pb.EnqueueRequest) (*pb.EnqueueResponse, uint64, error) {
-		if len(m.GetTasks()) == 0 || len(m.GetTasks()) > raftfsm.MaxEnqueueTasks {
-			return nil, 0, errInvalid("enqueue needs 1 to 4096 tasks")
-		}
-		if err := checkRunnableTargets(m.GetTasks()); err != nil {
-			return nil, 0, err
-		}
-		if err := checkSchedulingFields(m.GetTasks()); err != nil { // schedule.go
-			return nil, 0, err
-		}
-		if !m.GetSkipExisting() {
-			return h.enqueue(ctx, p, m, m.GetTasks(), m.GetDeclaredTotal())
-		}
-		return h.enqueueSkipping(ctx, p, m)
-	})
+	return call(ctx, h.s, req, true, h.enqueueOne)
+}
+
+// enqueueOne is one Enqueue request, checked and proposed: Enqueue's
+// handler and each request of an EnqueueMany (enqueue_many.go).
+func (h producerHandler) enqueueOne(ctx context.Context, p principal, m *pb.EnqueueRequest) (*pb.EnqueueResponse, uint64, error) {
+	if err := checkEnqueue(m); err != nil {
+		return nil, 0, err
+	}
+	if !m.GetSkipExisting() {
+		return h.enqueue(ctx, p, m, m.GetTasks(), m.GetDeclaredTotal())
+	}
+	return h.enqueueSkipping(ctx, p, m)
+}
+
+// checkEnqueue checks what the API refuses before proposing: the batch
+// size, targets the agent cannot run and the scheduling fields.
+func checkEnqueue(m *pb.EnqueueRequest) error {
+	if len(m.GetTasks()) == 0 || len(m.GetTasks()) > raftfsm.MaxEnqueueTasks {
+		return errInvalid("enqueue needs 1 to 4096 tasks")
+	}
+	if err := checkRunnableTargets(m.GetTasks()); err != nil {
+		return err
+	}
+	return checkSchedulingFields(m.GetTasks()) // schedule.go
 }
 
 // maxSkipRounds bounds how often enqueueSkipping re-reads the tenant after
@@ -123,22 +133,38 @@ func splitExisting(tv raftfsm.TenantView, tasks []*pb.NewTask) (keep []*pb.NewTa
 // enqueue proposes tasks as one all-or-nothing batch, declaring the
 // scan's total (0: none).
 func (h producerHandler) enqueue(ctx context.Context, p principal, m *pb.EnqueueRequest, tasks []*pb.NewTask, declared uint64) (*pb.EnqueueResponse, uint64, error) {
+	cmd, err := enqueueCommand(m, tasks, declared)
+	if err != nil {
+		return nil, 0, err
+	}
+	r, err := h.s.propose(ctx, p, m.ExpectedRevision, cmd)
+	if err != nil {
+		return nil, r.Revision, err
+	}
+	out, err := h.enqueued(p, r)
+	return out, r.Revision, err
+}
+
+// enqueueCommand is the EnqueueTasks command of tasks (of request m),
+// declaring the scan's total (0: none).
+func enqueueCommand(m *pb.EnqueueRequest, tasks []*pb.NewTask, declared uint64) (*pb.Command, error) {
 	e := &pb.EnqueueTasks{Tasks: make([]*pb.TaskSpec, len(tasks)), DeclaredTotal: declared}
 	for i, t := range tasks {
 		prio := parseEnum(t.GetPriority(), distributed.PriorityNormal, distributed.ParseTaskPriority)
 		e.Tasks[i] = &pb.TaskSpec{TaskId: t.GetTaskId(), ScanId: t.GetScanId(), TargetRef: []byte(t.GetTargetRef()), Phases: t.GetPhases(), Priority: prio}
 		e.Tasks[i].AttemptTimeoutSecs = cmp.Or(t.GetAttemptTimeoutSecs(), m.GetAttemptTimeoutSecs())
 		if err := logSchedulingFields(i, t, e.Tasks[i]); err != nil { // checked by request position in Enqueue
-			return nil, 0, err
+			return nil, err
 		}
 	}
-	r, err := h.s.propose(ctx, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_Enqueue{Enqueue: e}})
-	if err != nil {
-		return nil, r.Revision, err
-	}
+	return &pb.Command{Op: &pb.Command_Enqueue{Enqueue: e}}, nil
+}
+
+// enqueued is the EnqueueResponse of an applied EnqueueTasks.
+func (h producerHandler) enqueued(p principal, r raftfsm.Response) (*pb.EnqueueResponse, error) {
 	added, err := raftfsm.ValueAs[[]distributed.ScanTask](r, "EnqueueTasks")
 	if err != nil {
-		return nil, r.Revision, err
+		return nil, err
 	}
 	out := &pb.EnqueueResponse{Revision: r.Revision, Tasks: make([]*pb.EnqueuedTask, len(added))}
 	for i, t := range added {
@@ -150,7 +176,7 @@ func (h producerHandler) enqueue(ctx context.Context, p principal, m *pb.Enqueue
 		}
 		out.Tasks[i] = et
 	}
-	return out, r.Revision, nil
+	return out, nil
 }
 
 // checkRunnableTargets refuses targets the shipped worker agent cannot

@@ -95,10 +95,78 @@ func (h workerHandler) Acquire(ctx context.Context, req *connect.Request[pb.Acqu
 		if m.GetMaxTasks() > raftfsm.MaxAcquireTasks {
 			return nil, 0, errInvalid("max_tasks is above 256")
 		}
-		deadline := time.NewTimer(time.Duration(m.GetWaitSecs()) * time.Second)
-		defer deadline.Stop()
-		return h.acquireOrWait(ctx, p, m, deadline.C)
+		if len(m.GetComplete()) > MaxCompleteMany {
+			return nil, 0, errInvalid("acquire completes at most 1024 items")
+		}
+		if len(m.GetComplete()) > 0 {
+			return h.completeThenAcquire(ctx, p, m)
+		}
+		return h.acquireWithin(ctx, p, m)
 	})
+}
+
+// acquireWithin is acquireOrWait bounded by the request's wait.
+func (h workerHandler) acquireWithin(ctx context.Context, p principal, m *pb.AcquireRequest) (*pb.AcquireResponse, uint64, error) {
+	deadline := time.NewTimer(time.Duration(m.GetWaitSecs()) * time.Second)
+	defer deadline.Stop()
+	return h.acquireOrWait(ctx, p, m, deadline.C)
+}
+
+// completeThenAcquire applies an Acquire's complete items before it
+// leases, so the completions free the worker's capacity and are durable
+// when the response reports them. When the tenant has a leasable task the
+// AcquireTasks command is proposed with them (after them in the log: one
+// entry when the proposer has room); when it has none, or that command
+// finds none, the Acquire long-polls as without items.
+func (h workerHandler) completeThenAcquire(ctx context.Context, p principal, m *pb.AcquireRequest) (*pb.AcquireResponse, uint64, error) {
+	completed, cmds, idx := h.completeCommands(p, m.GetComplete())
+	tv, _ := h.s.node.Reads().Tenant(p.Tenant)
+	leasable := tv.HasLeasable()
+	if leasable {
+		cmds = append(cmds, h.acquireCommand(p, m))
+	}
+	var crev uint64
+	if len(cmds) > 0 {
+		rs, err := h.s.node.ProposeAll(ctx, cmds)
+		if err != nil {
+			return nil, 0, err
+		}
+		nc := len(idx)
+		if crev, err = h.completeResults(p, completed, rs[:nc], idx); err != nil {
+			return nil, crev, err
+		}
+		if leasable {
+			if out, rev, done, err := h.acquiredWith(p, m, rs[nc], tv); done {
+				return withCompleted(out, completed), max(rev, crev), err
+			}
+		}
+	}
+	out, rev, err := h.acquireWithin(ctx, p, m)
+	return withCompleted(out, completed), max(rev, crev), err
+}
+
+// acquiredWith answers an Acquire from the response r of its AcquireTasks
+// (as acquireOrWait does); done is false when the command found no task,
+// and the Acquire long-polls.
+func (h workerHandler) acquiredWith(p principal, m *pb.AcquireRequest, r raftfsm.Response, tv raftfsm.TenantView) (*pb.AcquireResponse, uint64, bool, error) {
+	if errors.Is(r.Err, distributed.ErrNoQueuedTask) {
+		return nil, 0, false, nil
+	}
+	if r.Err != nil {
+		return nil, r.Revision, true, r.Err
+	}
+	out, err := h.acquired(p, r)
+	h.passRemainder(p.Tenant, cmp.Or(int(m.GetMaxTasks()), 1), len(out.GetTasks()), tv)
+	return out, r.Revision, true, err
+}
+
+// withCompleted is out with its completed items (nil out: the call
+// failed).
+func withCompleted(out *pb.AcquireResponse, completed []*pb.CompleteItemResult) *pb.AcquireResponse {
+	if out != nil {
+		out.Completed = completed
+	}
+	return out
 }
 
 // acquireOrWait leases queued tasks to the caller, long-polling until the
@@ -166,9 +234,14 @@ func (h workerHandler) tryAcquire(ctx context.Context, p principal, m *pb.Acquir
 	if !tv.HasLeasable() {
 		return raftfsm.Response{}, distributed.ErrNoQueuedTask
 	}
+	return h.s.propose(ctx, p, nil, h.acquireCommand(p, m))
+}
+
+// acquireCommand is the AcquireTasks command of m (for p's tenant).
+func (h workerHandler) acquireCommand(p principal, m *pb.AcquireRequest) *pb.Command {
 	ttl := cmp.Or(m.GetLeaseTtlSecs(), h.s.cfg.DefaultLeaseTTLSecs)
-	return h.s.propose(ctx, p, nil, &pb.Command{Op: &pb.Command_AcquireTasks{AcquireTasks: &pb.AcquireTasks{
-		WorkerId: m.GetWorkerId(), LeaseTtlSecs: ttl, MaxTasks: m.GetMaxTasks(), Start: m.GetStart()}}})
+	return &pb.Command{Tenant: p.Tenant, Principal: p.KeyID, Op: &pb.Command_AcquireTasks{AcquireTasks: &pb.AcquireTasks{
+		WorkerId: m.GetWorkerId(), LeaseTtlSecs: ttl, MaxTasks: m.GetMaxTasks(), Start: m.GetStart()}}}
 }
 
 // wait blocks an Acquire until it is woken (true) or its wait ends:
@@ -276,42 +349,69 @@ func (h workerHandler) CompleteMany(ctx context.Context, req *connect.Request[pb
 		if len(items) == 0 || len(items) > MaxCompleteMany {
 			return nil, 0, errInvalid("complete_many needs 1 to 1024 items")
 		}
-		out := &pb.CompleteManyResponse{Results: make([]*pb.CompleteItemResult, len(items))}
-		cmds := make([]*pb.Command, 0, len(items))
-		idx := make([]int, 0, len(items))
-		for i, it := range items {
-			lb, err := h.s.leaseBytes(p, it.GetLeaseToken())
-			if err != nil {
-				_, d := classify(err)
-				out.Results[i] = &pb.CompleteItemResult{Error: d}
-				continue
-			}
-			cmds = append(cmds, &pb.Command{Tenant: p.Tenant, Principal: p.KeyID, ExpectedRevision: it.ExpectedRevision,
-				Op: &pb.Command_CompleteTask{CompleteTask: &pb.CompleteTask{Lease: lb, Result: it.GetResult()}}})
-			idx = append(idx, i)
+		res, rev, err := h.completeItems(ctx, p, items)
+		if err != nil {
+			return nil, rev, err
 		}
-		var rev uint64
-		if len(cmds) > 0 {
-			rs, err := h.s.node.ProposeAll(ctx, cmds)
-			if err != nil {
-				return nil, 0, err
-			}
-			for j, r := range rs {
-				rev = max(rev, r.Revision)
-				if r.Err != nil {
-					_, d := classify(r.Err)
-					out.Results[idx[j]] = &pb.CompleteItemResult{Error: d}
-					continue
-				}
-				cr, err := h.s.completeResponse(p, r)
-				if err != nil {
-					return nil, rev, err
-				}
-				out.Results[idx[j]] = &pb.CompleteItemResult{Response: cr}
-			}
-		}
-		return out, rev, nil
+		return &pb.CompleteManyResponse{Results: res}, rev, nil
 	})
+}
+
+// completeItems completes each item alone (CompleteMany, and Acquire's
+// complete items), proposed together, and answers them by position once
+// applied: an item's failure (an invalid token, a fenced lease) is its own
+// result; only an infrastructure error fails the whole call.
+func (h workerHandler) completeItems(ctx context.Context, p principal, items []*pb.CompleteRequest) ([]*pb.CompleteItemResult, uint64, error) {
+	out, cmds, idx := h.completeCommands(p, items)
+	if len(cmds) == 0 {
+		return out, 0, nil
+	}
+	rs, err := h.s.node.ProposeAll(ctx, cmds)
+	if err != nil {
+		return nil, 0, err
+	}
+	rev, err := h.completeResults(p, out, rs, idx)
+	return out, rev, err
+}
+
+// completeCommands are the CompleteTask commands of items; out holds the
+// results of the items refused before proposing, idx each command's item.
+func (h workerHandler) completeCommands(p principal, items []*pb.CompleteRequest) (out []*pb.CompleteItemResult, cmds []*pb.Command, idx []int) {
+	out = make([]*pb.CompleteItemResult, len(items))
+	cmds = make([]*pb.Command, 0, len(items)+1) // NB: room for Acquire's own command
+	idx = make([]int, 0, len(items))
+	for i, it := range items {
+		lb, err := h.s.leaseBytes(p, it.GetLeaseToken())
+		if err != nil {
+			_, d := classify(err)
+			out[i] = &pb.CompleteItemResult{Error: d}
+			continue
+		}
+		cmds = append(cmds, &pb.Command{Tenant: p.Tenant, Principal: p.KeyID, ExpectedRevision: it.ExpectedRevision,
+			Op: &pb.Command_CompleteTask{CompleteTask: &pb.CompleteTask{Lease: lb, Result: it.GetResult()}}})
+		idx = append(idx, i)
+	}
+	return out, cmds, idx
+}
+
+// completeResults fills out from the responses rs of the commands at idx
+// and returns the highest revision.
+func (h workerHandler) completeResults(p principal, out []*pb.CompleteItemResult, rs []raftfsm.Response, idx []int) (uint64, error) {
+	var rev uint64
+	for j, r := range rs {
+		rev = max(rev, r.Revision)
+		if r.Err != nil {
+			_, d := classify(r.Err)
+			out[idx[j]] = &pb.CompleteItemResult{Error: d}
+			continue
+		}
+		cr, err := h.s.completeResponse(p, r)
+		if err != nil {
+			return rev, err
+		}
+		out[idx[j]] = &pb.CompleteItemResult{Response: cr}
+	}
+	return rev, nil
 }
 
 func (h workerHandler) Fail(ctx context.Context, req *connect.Request[pb.FailRequest]) (*connect.Response[pb.FailResponse], error) {

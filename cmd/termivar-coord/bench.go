@@ -1,11 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"slices"
 	"strconv"
@@ -44,6 +46,10 @@ type benchFlags struct {
 	memProfile, mutexProfile, blockProfile string
 	suite                                  bool
 	dropAfter                              bool // delete the run's scans once measured (--suite: every mode starts from the same heap)
+	// singleCalls turns off the fewer-calls paths: every Enqueue its own
+	// call (no coalescing) and completions in CompleteMany calls of their
+	// own, not in the next Acquire (as before issue 15's per-call work).
+	singleCalls bool
 }
 
 // runBench drives N producers and M workers against a node over loopback
@@ -119,6 +125,7 @@ func newBenchFlagSet(f *benchFlags) *flag.FlagSet {
 	fs.IntVar(&f.leaseTTL, "lease-ttl-secs", 30, "lease TTL of each Acquire (leases granted by a reply lost in a leader change come back after it)")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
 	fs.IntVar(&f.cluster, "cluster", 0, "also run against a loopback cluster of this many members in this process and report the ratio to one node and the leader-kill recovery (0: off)")
+	fs.BoolVar(&f.singleCalls, "single-calls", false, "every Enqueue its own call and every batch of completions its own CompleteMany (off: concurrent Enqueues share calls and a worker's completions ride on its next Acquire)")
 	registerBenchModes(fs, f)
 	return fs
 }
@@ -170,7 +177,7 @@ type benchResult struct {
 	mode                   string        // the --suite mode's name
 	idleConns              int           // --idle-conns measured after the run (0: none)
 	idleConnBytes          int64         // heap + stacks per idle long-polling connection
-	calls                  [4]int64      // Enqueue, Acquire (of which empty), CompleteMany calls
+	calls                  [4]int64      // Enqueue (and EnqueueMany), Acquire (of which empty), CompleteMany calls
 }
 
 func (r benchResult) String() string {
@@ -213,12 +220,34 @@ func (r benchResult) callsPerTask() float64 {
 	return float64(r.calls[0]+r.calls[1]+r.calls[3]) / float64(max(r.tasks, 1))
 }
 
-// benchCalls counts a run's API calls (each counted once, however many
-// tries the client made).
+// benchCalls counts a run's API calls: Acquire and CompleteMany once
+// however many tries the client made, Enqueue per request on the wire
+// (benchCallCounter: a coalesced call carries several callers).
 type benchCalls struct{ enqueue, acquire, emptyAcquire, complete atomic.Int64 }
 
 func (c *benchCalls) snapshot() [4]int64 {
 	return [4]int64{c.enqueue.Load(), c.acquire.Load(), c.emptyAcquire.Load(), c.complete.Load()}
+}
+
+// benchCallCounter counts the Enqueue and EnqueueMany requests that go
+// through it in n.
+type benchCallCounter struct {
+	next http.RoundTripper
+	n    *atomic.Int64
+}
+
+func (c benchCallCounter) RoundTrip(r *http.Request) (*http.Response, error) {
+	if p := r.URL.Path; strings.HasSuffix(p, "/Enqueue") || strings.HasSuffix(p, "/EnqueueMany") {
+		c.n.Add(1)
+	}
+	return c.next.RoundTrip(r)
+}
+
+// CloseIdleConnections forwards to the wrapped transport.
+func (c benchCallCounter) CloseIdleConnections() {
+	if t, ok := c.next.(interface{ CloseIdleConnections() }); ok {
+		t.CloseIdleConnections()
+	}
 }
 
 // entries is the number of raft log entries the run appended.
@@ -321,6 +350,7 @@ func bench(ctx context.Context, f benchFlags, url, adminKey string) (benchResult
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	r.cancel = cancel
+	r.calls.enqueue.Store(0) // the calls of the run only (not --resident's)
 	start, cpu0 := time.Now(), processCPU()
 	r.start = start
 	var wg sync.WaitGroup
@@ -366,10 +396,17 @@ func (r *benchRun) connect(ctx context.Context, url, adminKey string) error {
 	if err != nil {
 		return err
 	}
+	counted := *hc
+	counted.Transport = benchCallCounter{next: cmp.Or[http.RoundTripper](hc.Transport, http.DefaultTransport), n: &r.calls.enqueue}
+	hc = &counted
 	log := slog.New(retryCounter{&r.retries})
+	inFlight := 0
+	if r.f.singleCalls {
+		inFlight = -1
+	}
 	newC := func(key string) (*client.Client, error) {
 		return client.New(client.Config{ServerURL: url, Key: key, HTTPClient: hc, MaxAttempts: benchMaxAttempts,
-			MinBackoff: 50 * time.Millisecond, MaxBackoff: time.Second, Logger: log, CompleteManyCallBytes: r.f.completeCallBytes})
+			MinBackoff: 50 * time.Millisecond, MaxBackoff: time.Second, Logger: log, EnqueueCallsInFlight: inFlight, CompleteManyCallBytes: r.f.completeCallBytes})
 	}
 	if r.admin, err = newC(adminKey); err != nil {
 		return err
@@ -496,7 +533,6 @@ func (r *benchRun) produce(ctx context.Context) {
 			}
 			return
 		}
-		r.calls.enqueue.Add(1)
 		now := time.Now().UnixNano()
 		for i := lo; i < hi; i++ {
 			r.enqueuedAt[i].Store(now)
@@ -505,77 +541,119 @@ func (r *benchRun) produce(ctx context.Context) {
 }
 
 // work acquires (and starts) up to --acquire tasks at a time as worker id
-// and completes them in one CompleteMany, until every task is completed or
-// the run ends; it then adds its latencies to the run's.
+// and completes them, until every task is completed or the run ends; it
+// then adds its latencies to the run's. The completions ride on the next
+// Acquire, which then does not long-poll (the run is timed to its last
+// acknowledged completion); with --single-calls they go in one
+// CompleteMany of their own.
 func (r *benchRun) work(ctx context.Context, id string, w *client.Client) {
-	var ll, el []time.Duration
+	var lat benchLatencies
 	defer func() {
 		r.mu.Lock()
-		r.leaseLat, r.e2eLat = append(r.leaseLat, ll...), append(r.e2eLat, el...)
+		r.leaseLat, r.e2eLat = append(r.leaseLat, lat.lease...), append(r.e2eLat, lat.e2e...)
 		r.mu.Unlock()
 	}()
 	streak := 0
+	var held []*pb.LeasedTask // leased and done, to complete with the next Acquire
+	var leased time.Time
 	for r.completed.Load() < int64(r.f.tasks) {
-		acq, err := w.Acquire(ctx, &pb.AcquireRequest{WorkerId: id, MaxTasks: uint32(r.f.acquireMax), Start: true, WaitSecs: uint32(r.f.waitSecs), LeaseTtlSecs: uint64(r.f.leaseTTL)})
+		acq, err := w.Acquire(ctx, r.acquireRequest(id, held))
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
 			if benchRetry(err, &streak, &r.errs) {
-				continue
+				continue // NB: held again: a replayed completion answers already_completed
 			}
 			r.fail(err)
 			return
 		}
 		streak = 0
+		if len(held) > 0 && !r.completedAll(held, acq.GetCompleted(), leased, &lat) {
+			return
+		}
+		held = nil
 		tasks := acq.GetTasks()
 		r.calls.acquire.Add(1)
 		if len(tasks) == 0 {
 			r.calls.emptyAcquire.Add(1)
 			continue
 		}
-		var ok bool
-		if ll, el, ok = r.complete(ctx, w, tasks, ll, el); !ok {
-			return
+		if !r.f.singleCalls {
+			held, leased = tasks, time.Now()
+			continue
 		}
-		if r.completed.Add(int64(len(tasks))) >= int64(r.f.tasks) {
-			r.finish()
+		if !r.complete(ctx, w, tasks, &lat) {
+			return
 		}
 	}
 }
 
-// complete completes the acquired tasks in one CompleteMany and appends
-// each one's acquire-to-complete and enqueue-to-complete latency to ll and
-// el. ok is false when the run must stop (the failure is recorded).
-func (r *benchRun) complete(ctx context.Context, w *client.Client, tasks []*pb.LeasedTask, ll, el []time.Duration) (_, _ []time.Duration, ok bool) {
-	leased := time.Now()
+// acquireRequest is worker id's next Acquire, completing held.
+func (r *benchRun) acquireRequest(id string, held []*pb.LeasedTask) *pb.AcquireRequest {
+	req := &pb.AcquireRequest{WorkerId: id, MaxTasks: uint32(r.f.acquireMax), Start: true, WaitSecs: uint32(r.f.waitSecs), LeaseTtlSecs: uint64(r.f.leaseTTL)}
+	if len(held) > 0 {
+		req.Complete, req.WaitSecs = r.completeItems(held), 0
+	}
+	return req
+}
+
+// completeItems are the completions of tasks, each with the run's result.
+func (r *benchRun) completeItems(tasks []*pb.LeasedTask) []*pb.CompleteRequest {
 	items := make([]*pb.CompleteRequest, len(tasks))
 	for j, t := range tasks {
 		items[j] = &pb.CompleteRequest{LeaseToken: t.GetLeaseToken(), Result: r.result}
 	}
-	req := &pb.CompleteManyRequest{Items: items}
+	return items
+}
+
+// benchLatencies are one worker's acquire-to-complete and
+// enqueue-to-complete latencies.
+type benchLatencies struct{ lease, e2e []time.Duration }
+
+// complete completes the acquired tasks in one CompleteMany (which the
+// client may send as several calls, all counted). ok is false when the run
+// must stop (the failure is recorded).
+func (r *benchRun) complete(ctx context.Context, w *client.Client, tasks []*pb.LeasedTask, lat *benchLatencies) (ok bool) {
+	leased := time.Now()
+	req := &pb.CompleteManyRequest{Items: r.completeItems(tasks)}
 	r.calls.complete.Add(int64(w.CompleteManyCalls(req)))
 	cm, err := benchCompleteMany(ctx, w, req, &r.errs)
 	if err != nil {
 		if ctx.Err() == nil {
 			r.fail(err)
 		}
-		return ll, el, false
+		return false
 	}
+	return r.completedAll(tasks, cm.GetResults(), leased, lat)
+}
+
+// completedAll checks the completions of tasks (leased at leased), counts
+// them and appends each one's acquire-to-complete and enqueue-to-complete
+// latency to lat; it ends the run once every task is completed. false:
+// one failed, and the run with it.
+func (r *benchRun) completedAll(tasks []*pb.LeasedTask, results []*pb.CompleteItemResult, leased time.Time, lat *benchLatencies) bool {
 	done := time.Now()
-	for j, res := range cm.GetResults() {
+	if len(results) != len(tasks) {
+		r.fail(fmt.Errorf("%d completion results for %d tasks", len(results), len(tasks)))
+		return false
+	}
+	for j, res := range results {
 		if res.GetError() != nil {
 			r.fail(errors.New("complete failed: " + res.GetError().GetKind()))
-			return ll, el, false
+			return false
 		}
-		ll = append(ll, done.Sub(leased))
+		lat.lease = append(lat.lease, done.Sub(leased))
 		if idx, err := strconv.Atoi(strings.TrimPrefix(tasks[j].GetTaskId(), "b-")); err == nil && idx < r.f.tasks {
 			if at := r.enqueuedAt[idx].Load(); at != 0 {
-				el = append(el, done.Sub(time.Unix(0, at)))
+				lat.e2e = append(lat.e2e, done.Sub(time.Unix(0, at)))
 			}
 		}
 	}
-	return ll, el, true
+	if r.completed.Add(int64(len(tasks))) >= int64(r.f.tasks) {
+		r.finish()
+	}
+	return true
 }
 
 // benchEnqueue admits one batch, riding through leader changes. The batch's

@@ -35,9 +35,9 @@ func TestBench_Modes(t *testing.T) {
 			t.Errorf("no %q in:\n%s", want, s)
 		}
 	}
-	// One Enqueue, one Acquire and one CompleteMany per task: at least
-	// one log entry per three commands' worth of tasks, and never more
-	// than the commands themselves (plus the ticker's few).
+	// At most one Enqueue and one Acquire (carrying the completion) per
+	// task: at least one log entry per three commands' worth of tasks, and
+	// never more than the commands themselves (plus the ticker's few).
 	if e := res.entriesPerTask(); e <= 0 || e > 3.5 {
 		t.Errorf("raft_log_entries_per_task = %.3f, want in (0, 3.5]", e)
 	}
@@ -92,6 +92,33 @@ func TestBench_ModeFlags(t *testing.T) {
 		{"--idle-conns", "4", "--embedded=false", "--server", "http://127.0.0.1:1"}} {
 		if code := runBench(args); code != exitUsage {
 			t.Errorf("bench %v = %d, want %d", args, code, exitUsage)
+		}
+	}
+}
+
+// TestBench_SingleCalls: one task per call, the bench's workers complete
+// with their next Acquire (no CompleteMany) and its producers' Enqueues
+// share calls (never more calls than tasks); with --single-calls every
+// Enqueue is its own call and completions go in CompleteMany calls.
+func TestBench_SingleCalls(t *testing.T) {
+	stop, url, key, err := startBenchNode(t.TempDir(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	for _, single := range []bool{false, true} {
+		var f benchFlags
+		if err := newBenchFlagSet(&f).Parse([]string{"--tasks", "400", "--batch", "1", "--acquire", "1", "--producers", "8", "--workers", "4"}); err != nil {
+			t.Fatal(err)
+		}
+		f.singleCalls, f.dropAfter = single, true
+		res, err := bench(context.Background(), f, url, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		enq, completeMany := res.calls[0], res.calls[3]
+		if single && (enq != 400 || completeMany == 0) || !single && (enq > 400 || completeMany != 0) {
+			t.Errorf("single calls %v: %d Enqueue calls, %d CompleteMany calls for 400 tasks", single, enq, completeMany)
 		}
 	}
 }

@@ -638,12 +638,19 @@ func (x *HeartbeatResponse) GetRevision() uint64 {
 }
 
 type AcquireRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	WorkerId      string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
-	LeaseTtlSecs  uint64                 `protobuf:"varint,2,opt,name=lease_ttl_secs,json=leaseTtlSecs,proto3" json:"lease_ttl_secs,omitempty"` // 0 means the server's default
-	WaitSecs      uint32                 `protobuf:"varint,3,opt,name=wait_secs,json=waitSecs,proto3" json:"wait_secs,omitempty"`               // long-poll bound, at most 60
-	MaxTasks      uint32                 `protobuf:"varint,4,opt,name=max_tasks,json=maxTasks,proto3" json:"max_tasks,omitempty"`               // 0 means 1; at most 256
-	Start         bool                   `protobuf:"varint,5,opt,name=start,proto3" json:"start,omitempty"`                                     // start each leased task in the same command
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId     string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	LeaseTtlSecs uint64                 `protobuf:"varint,2,opt,name=lease_ttl_secs,json=leaseTtlSecs,proto3" json:"lease_ttl_secs,omitempty"` // 0 means the server's default
+	WaitSecs     uint32                 `protobuf:"varint,3,opt,name=wait_secs,json=waitSecs,proto3" json:"wait_secs,omitempty"`               // long-poll bound, at most 60
+	MaxTasks     uint32                 `protobuf:"varint,4,opt,name=max_tasks,json=maxTasks,proto3" json:"max_tasks,omitempty"`               // 0 means 1; at most 256
+	Start        bool                   `protobuf:"varint,5,opt,name=start,proto3" json:"start,omitempty"`                                     // start each leased task in the same command
+	// complete (at most 1024 items) completes leases of this worker first,
+	// each alone exactly as CompleteMany does; AcquireResponse.completed
+	// answers them by position, durable once the response is sent. Then the
+	// acquire (long-polling only while nothing is leasable). A call that
+	// fails as a whole may have applied some of them: a replay answers
+	// already_completed.
+	Complete      []*CompleteRequest `protobuf:"bytes,6,rep,name=complete,proto3" json:"complete,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -711,6 +718,13 @@ func (x *AcquireRequest) GetStart() bool {
 		return x.Start
 	}
 	return false
+}
+
+func (x *AcquireRequest) GetComplete() []*CompleteRequest {
+	if x != nil {
+		return x.Complete
+	}
+	return nil
 }
 
 type LeasedTask struct {
@@ -840,9 +854,11 @@ func (x *LeasedTask) GetAttemptTimeoutSecs() uint64 {
 }
 
 type AcquireResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Tasks         []*LeasedTask          `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
-	Revision      uint64                 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Tasks    []*LeasedTask          `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	Revision uint64                 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	// completed answers AcquireRequest.complete, item by item.
+	Completed     []*CompleteItemResult `protobuf:"bytes,3,rep,name=completed,proto3" json:"completed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -889,6 +905,13 @@ func (x *AcquireResponse) GetRevision() uint64 {
 		return x.Revision
 	}
 	return 0
+}
+
+func (x *AcquireResponse) GetCompleted() []*CompleteItemResult {
+	if x != nil {
+		return x.Completed
+	}
+	return nil
 }
 
 type StartRequest struct {
@@ -1928,6 +1951,167 @@ func (x *EnqueueRequest) GetDeclaredTotal() uint64 {
 	return 0
 }
 
+// EnqueueManyRequest holds independent Enqueue requests (at most 256) of
+// one caller's key.
+type EnqueueManyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Requests      []*EnqueueRequest      `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EnqueueManyRequest) Reset() {
+	*x = EnqueueManyRequest{}
+	mi := &file_termivar_v1_api_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnqueueManyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnqueueManyRequest) ProtoMessage() {}
+
+func (x *EnqueueManyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnqueueManyRequest.ProtoReflect.Descriptor instead.
+func (*EnqueueManyRequest) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *EnqueueManyRequest) GetRequests() []*EnqueueRequest {
+	if x != nil {
+		return x.Requests
+	}
+	return nil
+}
+
+// EnqueueItemResult is the outcome of one request of an EnqueueMany: its
+// response, or the error its own Enqueue call would have returned (the
+// detail, the Connect code and the message).
+type EnqueueItemResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Response      *EnqueueResponse       `protobuf:"bytes,1,opt,name=response,proto3" json:"response,omitempty"`
+	Error         *ErrorDetail           `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	Code          uint32                 `protobuf:"varint,3,opt,name=code,proto3" json:"code,omitempty"`
+	Message       string                 `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EnqueueItemResult) Reset() {
+	*x = EnqueueItemResult{}
+	mi := &file_termivar_v1_api_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnqueueItemResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnqueueItemResult) ProtoMessage() {}
+
+func (x *EnqueueItemResult) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnqueueItemResult.ProtoReflect.Descriptor instead.
+func (*EnqueueItemResult) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *EnqueueItemResult) GetResponse() *EnqueueResponse {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
+func (x *EnqueueItemResult) GetError() *ErrorDetail {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *EnqueueItemResult) GetCode() uint32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *EnqueueItemResult) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+type EnqueueManyResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Results       []*EnqueueItemResult   `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EnqueueManyResponse) Reset() {
+	*x = EnqueueManyResponse{}
+	mi := &file_termivar_v1_api_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnqueueManyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnqueueManyResponse) ProtoMessage() {}
+
+func (x *EnqueueManyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnqueueManyResponse.ProtoReflect.Descriptor instead.
+func (*EnqueueManyResponse) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *EnqueueManyResponse) GetResults() []*EnqueueItemResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
 // EnqueueCollision is a task of an EnqueueRequest (skip_existing) whose ID
 // the tenant already holds for another scan or another target.
 type EnqueueCollision struct {
@@ -1943,7 +2127,7 @@ type EnqueueCollision struct {
 
 func (x *EnqueueCollision) Reset() {
 	*x = EnqueueCollision{}
-	mi := &file_termivar_v1_api_proto_msgTypes[25]
+	mi := &file_termivar_v1_api_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1955,7 +2139,7 @@ func (x *EnqueueCollision) String() string {
 func (*EnqueueCollision) ProtoMessage() {}
 
 func (x *EnqueueCollision) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[25]
+	mi := &file_termivar_v1_api_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1968,7 +2152,7 @@ func (x *EnqueueCollision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueCollision.ProtoReflect.Descriptor instead.
 func (*EnqueueCollision) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{25}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *EnqueueCollision) GetIndex() uint32 {
@@ -2002,7 +2186,7 @@ type EnqueuedTask struct {
 
 func (x *EnqueuedTask) Reset() {
 	*x = EnqueuedTask{}
-	mi := &file_termivar_v1_api_proto_msgTypes[26]
+	mi := &file_termivar_v1_api_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2014,7 +2198,7 @@ func (x *EnqueuedTask) String() string {
 func (*EnqueuedTask) ProtoMessage() {}
 
 func (x *EnqueuedTask) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[26]
+	mi := &file_termivar_v1_api_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2027,7 +2211,7 @@ func (x *EnqueuedTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueuedTask.ProtoReflect.Descriptor instead.
 func (*EnqueuedTask) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{26}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *EnqueuedTask) GetTaskId() string {
@@ -2060,7 +2244,7 @@ type EnqueueResponse struct {
 
 func (x *EnqueueResponse) Reset() {
 	*x = EnqueueResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[27]
+	mi := &file_termivar_v1_api_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2072,7 +2256,7 @@ func (x *EnqueueResponse) String() string {
 func (*EnqueueResponse) ProtoMessage() {}
 
 func (x *EnqueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[27]
+	mi := &file_termivar_v1_api_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2085,7 +2269,7 @@ func (x *EnqueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueResponse.ProtoReflect.Descriptor instead.
 func (*EnqueueResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{27}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *EnqueueResponse) GetTasks() []*EnqueuedTask {
@@ -2134,7 +2318,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[28]
+	mi := &file_termivar_v1_api_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2146,7 +2330,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[28]
+	mi := &file_termivar_v1_api_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2159,7 +2343,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{28}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CancelRequest) GetOwnershipToken() []byte {
@@ -2196,7 +2380,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[29]
+	mi := &file_termivar_v1_api_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2208,7 +2392,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[29]
+	mi := &file_termivar_v1_api_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2221,7 +2405,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{29}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CancelResponse) GetAlreadyCancelled() bool {
@@ -2285,7 +2469,7 @@ type TaskInfo struct {
 
 func (x *TaskInfo) Reset() {
 	*x = TaskInfo{}
-	mi := &file_termivar_v1_api_proto_msgTypes[30]
+	mi := &file_termivar_v1_api_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2297,7 +2481,7 @@ func (x *TaskInfo) String() string {
 func (*TaskInfo) ProtoMessage() {}
 
 func (x *TaskInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[30]
+	mi := &file_termivar_v1_api_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2310,7 +2494,7 @@ func (x *TaskInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskInfo.ProtoReflect.Descriptor instead.
 func (*TaskInfo) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{30}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *TaskInfo) GetTaskId() string {
@@ -2508,7 +2692,7 @@ type AttemptInfo struct {
 
 func (x *AttemptInfo) Reset() {
 	*x = AttemptInfo{}
-	mi := &file_termivar_v1_api_proto_msgTypes[31]
+	mi := &file_termivar_v1_api_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2520,7 +2704,7 @@ func (x *AttemptInfo) String() string {
 func (*AttemptInfo) ProtoMessage() {}
 
 func (x *AttemptInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[31]
+	mi := &file_termivar_v1_api_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2533,7 +2717,7 @@ func (x *AttemptInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttemptInfo.ProtoReflect.Descriptor instead.
 func (*AttemptInfo) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{31}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *AttemptInfo) GetAttempt() uint32 {
@@ -2608,7 +2792,7 @@ type GetTaskRequest struct {
 
 func (x *GetTaskRequest) Reset() {
 	*x = GetTaskRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[32]
+	mi := &file_termivar_v1_api_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2620,7 +2804,7 @@ func (x *GetTaskRequest) String() string {
 func (*GetTaskRequest) ProtoMessage() {}
 
 func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[32]
+	mi := &file_termivar_v1_api_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2633,7 +2817,7 @@ func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{32}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GetTaskRequest) GetTaskId() string {
@@ -2652,7 +2836,7 @@ type GetTaskResponse struct {
 
 func (x *GetTaskResponse) Reset() {
 	*x = GetTaskResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[33]
+	mi := &file_termivar_v1_api_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2664,7 +2848,7 @@ func (x *GetTaskResponse) String() string {
 func (*GetTaskResponse) ProtoMessage() {}
 
 func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[33]
+	mi := &file_termivar_v1_api_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2677,7 +2861,7 @@ func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskResponse.ProtoReflect.Descriptor instead.
 func (*GetTaskResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{33}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GetTaskResponse) GetTask() *TaskInfo {
@@ -2699,7 +2883,7 @@ type ListTasksRequest struct {
 
 func (x *ListTasksRequest) Reset() {
 	*x = ListTasksRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[34]
+	mi := &file_termivar_v1_api_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2711,7 +2895,7 @@ func (x *ListTasksRequest) String() string {
 func (*ListTasksRequest) ProtoMessage() {}
 
 func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[34]
+	mi := &file_termivar_v1_api_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2724,7 +2908,7 @@ func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksRequest.ProtoReflect.Descriptor instead.
 func (*ListTasksRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{34}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListTasksRequest) GetScanId() string {
@@ -2765,7 +2949,7 @@ type ListTasksResponse struct {
 
 func (x *ListTasksResponse) Reset() {
 	*x = ListTasksResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[35]
+	mi := &file_termivar_v1_api_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2777,7 +2961,7 @@ func (x *ListTasksResponse) String() string {
 func (*ListTasksResponse) ProtoMessage() {}
 
 func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[35]
+	mi := &file_termivar_v1_api_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2790,7 +2974,7 @@ func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksResponse.ProtoReflect.Descriptor instead.
 func (*ListTasksResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{35}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListTasksResponse) GetTasks() []*TaskInfo {
@@ -2816,7 +3000,7 @@ type ScanProgressRequest struct {
 
 func (x *ScanProgressRequest) Reset() {
 	*x = ScanProgressRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[36]
+	mi := &file_termivar_v1_api_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2828,7 +3012,7 @@ func (x *ScanProgressRequest) String() string {
 func (*ScanProgressRequest) ProtoMessage() {}
 
 func (x *ScanProgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[36]
+	mi := &file_termivar_v1_api_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2841,7 +3025,7 @@ func (x *ScanProgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanProgressRequest.ProtoReflect.Descriptor instead.
 func (*ScanProgressRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{36}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ScanProgressRequest) GetScanId() string {
@@ -2906,7 +3090,7 @@ type ScanProgressResponse struct {
 
 func (x *ScanProgressResponse) Reset() {
 	*x = ScanProgressResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[37]
+	mi := &file_termivar_v1_api_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2918,7 +3102,7 @@ func (x *ScanProgressResponse) String() string {
 func (*ScanProgressResponse) ProtoMessage() {}
 
 func (x *ScanProgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[37]
+	mi := &file_termivar_v1_api_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2931,7 +3115,7 @@ func (x *ScanProgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanProgressResponse.ProtoReflect.Descriptor instead.
 func (*ScanProgressResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{37}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ScanProgressResponse) GetTotal() uint32 {
@@ -3123,7 +3307,7 @@ type RetryRequest struct {
 
 func (x *RetryRequest) Reset() {
 	*x = RetryRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[38]
+	mi := &file_termivar_v1_api_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3135,7 +3319,7 @@ func (x *RetryRequest) String() string {
 func (*RetryRequest) ProtoMessage() {}
 
 func (x *RetryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[38]
+	mi := &file_termivar_v1_api_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3148,7 +3332,7 @@ func (x *RetryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryRequest.ProtoReflect.Descriptor instead.
 func (*RetryRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{38}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RetryRequest) GetScanId() string {
@@ -3193,7 +3377,7 @@ type RetryResponse struct {
 
 func (x *RetryResponse) Reset() {
 	*x = RetryResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[39]
+	mi := &file_termivar_v1_api_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3205,7 +3389,7 @@ func (x *RetryResponse) String() string {
 func (*RetryResponse) ProtoMessage() {}
 
 func (x *RetryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[39]
+	mi := &file_termivar_v1_api_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3218,7 +3402,7 @@ func (x *RetryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryResponse.ProtoReflect.Descriptor instead.
 func (*RetryResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{39}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RetryResponse) GetRequeued() []string {
@@ -3251,7 +3435,7 @@ type AggregateResultsRequest struct {
 
 func (x *AggregateResultsRequest) Reset() {
 	*x = AggregateResultsRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[40]
+	mi := &file_termivar_v1_api_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3263,7 +3447,7 @@ func (x *AggregateResultsRequest) String() string {
 func (*AggregateResultsRequest) ProtoMessage() {}
 
 func (x *AggregateResultsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[40]
+	mi := &file_termivar_v1_api_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3276,7 +3460,7 @@ func (x *AggregateResultsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AggregateResultsRequest.ProtoReflect.Descriptor instead.
 func (*AggregateResultsRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{40}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *AggregateResultsRequest) GetScanId() string {
@@ -3297,7 +3481,7 @@ type AggregateResultsResponse struct {
 
 func (x *AggregateResultsResponse) Reset() {
 	*x = AggregateResultsResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[41]
+	mi := &file_termivar_v1_api_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3309,7 +3493,7 @@ func (x *AggregateResultsResponse) String() string {
 func (*AggregateResultsResponse) ProtoMessage() {}
 
 func (x *AggregateResultsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[41]
+	mi := &file_termivar_v1_api_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3322,7 +3506,7 @@ func (x *AggregateResultsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AggregateResultsResponse.ProtoReflect.Descriptor instead.
 func (*AggregateResultsResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{41}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *AggregateResultsResponse) GetTaskId() string {
@@ -3356,7 +3540,7 @@ type ListScansRequest struct {
 
 func (x *ListScansRequest) Reset() {
 	*x = ListScansRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[42]
+	mi := &file_termivar_v1_api_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3368,7 +3552,7 @@ func (x *ListScansRequest) String() string {
 func (*ListScansRequest) ProtoMessage() {}
 
 func (x *ListScansRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[42]
+	mi := &file_termivar_v1_api_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3381,7 +3565,7 @@ func (x *ListScansRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListScansRequest.ProtoReflect.Descriptor instead.
 func (*ListScansRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{42}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListScansRequest) GetPageSize() uint32 {
@@ -3439,7 +3623,7 @@ type ScanInfo struct {
 
 func (x *ScanInfo) Reset() {
 	*x = ScanInfo{}
-	mi := &file_termivar_v1_api_proto_msgTypes[43]
+	mi := &file_termivar_v1_api_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3451,7 +3635,7 @@ func (x *ScanInfo) String() string {
 func (*ScanInfo) ProtoMessage() {}
 
 func (x *ScanInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[43]
+	mi := &file_termivar_v1_api_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3464,7 +3648,7 @@ func (x *ScanInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanInfo.ProtoReflect.Descriptor instead.
 func (*ScanInfo) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{43}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ScanInfo) GetScanId() string {
@@ -3617,7 +3801,7 @@ type ListScansResponse struct {
 
 func (x *ListScansResponse) Reset() {
 	*x = ListScansResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[44]
+	mi := &file_termivar_v1_api_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3629,7 +3813,7 @@ func (x *ListScansResponse) String() string {
 func (*ListScansResponse) ProtoMessage() {}
 
 func (x *ListScansResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[44]
+	mi := &file_termivar_v1_api_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3642,7 +3826,7 @@ func (x *ListScansResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListScansResponse.ProtoReflect.Descriptor instead.
 func (*ListScansResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{44}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListScansResponse) GetScans() []*ScanInfo {
@@ -3684,7 +3868,7 @@ type FollowResultsRequest struct {
 
 func (x *FollowResultsRequest) Reset() {
 	*x = FollowResultsRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[45]
+	mi := &file_termivar_v1_api_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3696,7 +3880,7 @@ func (x *FollowResultsRequest) String() string {
 func (*FollowResultsRequest) ProtoMessage() {}
 
 func (x *FollowResultsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[45]
+	mi := &file_termivar_v1_api_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3709,7 +3893,7 @@ func (x *FollowResultsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FollowResultsRequest.ProtoReflect.Descriptor instead.
 func (*FollowResultsRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{45}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *FollowResultsRequest) GetScanId() string {
@@ -3767,7 +3951,7 @@ type FollowedResult struct {
 
 func (x *FollowedResult) Reset() {
 	*x = FollowedResult{}
-	mi := &file_termivar_v1_api_proto_msgTypes[46]
+	mi := &file_termivar_v1_api_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3779,7 +3963,7 @@ func (x *FollowedResult) String() string {
 func (*FollowedResult) ProtoMessage() {}
 
 func (x *FollowedResult) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[46]
+	mi := &file_termivar_v1_api_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3792,7 +3976,7 @@ func (x *FollowedResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FollowedResult.ProtoReflect.Descriptor instead.
 func (*FollowedResult) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{46}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *FollowedResult) GetTaskId() string {
@@ -3838,7 +4022,7 @@ type FollowResultsResponse struct {
 
 func (x *FollowResultsResponse) Reset() {
 	*x = FollowResultsResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[47]
+	mi := &file_termivar_v1_api_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3850,7 +4034,7 @@ func (x *FollowResultsResponse) String() string {
 func (*FollowResultsResponse) ProtoMessage() {}
 
 func (x *FollowResultsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[47]
+	mi := &file_termivar_v1_api_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3863,7 +4047,7 @@ func (x *FollowResultsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FollowResultsResponse.ProtoReflect.Descriptor instead.
 func (*FollowResultsResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{47}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *FollowResultsResponse) GetResults() []*FollowedResult {
@@ -3905,7 +4089,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[48]
+	mi := &file_termivar_v1_api_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3917,7 +4101,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[48]
+	mi := &file_termivar_v1_api_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3930,7 +4114,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{48}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *StatusRequest) GetStateHash() bool {
@@ -3985,7 +4169,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[49]
+	mi := &file_termivar_v1_api_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3997,7 +4181,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[49]
+	mi := &file_termivar_v1_api_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4010,7 +4194,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{49}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *StatusResponse) GetTenant() string {
@@ -4193,7 +4377,7 @@ type BuildInfo struct {
 
 func (x *BuildInfo) Reset() {
 	*x = BuildInfo{}
-	mi := &file_termivar_v1_api_proto_msgTypes[50]
+	mi := &file_termivar_v1_api_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4205,7 +4389,7 @@ func (x *BuildInfo) String() string {
 func (*BuildInfo) ProtoMessage() {}
 
 func (x *BuildInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[50]
+	mi := &file_termivar_v1_api_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4218,7 +4402,7 @@ func (x *BuildInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BuildInfo.ProtoReflect.Descriptor instead.
 func (*BuildInfo) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{50}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *BuildInfo) GetModuleVersion() string {
@@ -4264,7 +4448,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[51]
+	mi := &file_termivar_v1_api_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4276,7 +4460,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[51]
+	mi := &file_termivar_v1_api_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4289,7 +4473,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{51}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{54}
 }
 
 type ListWorkersResponse struct {
@@ -4301,7 +4485,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[52]
+	mi := &file_termivar_v1_api_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4313,7 +4497,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[52]
+	mi := &file_termivar_v1_api_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4326,7 +4510,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{52}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*WorkerInfo {
@@ -4353,7 +4537,7 @@ type CreateTenantRequest struct {
 
 func (x *CreateTenantRequest) Reset() {
 	*x = CreateTenantRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[53]
+	mi := &file_termivar_v1_api_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4365,7 +4549,7 @@ func (x *CreateTenantRequest) String() string {
 func (*CreateTenantRequest) ProtoMessage() {}
 
 func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[53]
+	mi := &file_termivar_v1_api_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4378,7 +4562,7 @@ func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantRequest.ProtoReflect.Descriptor instead.
 func (*CreateTenantRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{53}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *CreateTenantRequest) GetName() string {
@@ -4428,7 +4612,7 @@ type UpdateScanRequest struct {
 
 func (x *UpdateScanRequest) Reset() {
 	*x = UpdateScanRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[54]
+	mi := &file_termivar_v1_api_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4440,7 +4624,7 @@ func (x *UpdateScanRequest) String() string {
 func (*UpdateScanRequest) ProtoMessage() {}
 
 func (x *UpdateScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[54]
+	mi := &file_termivar_v1_api_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4453,7 +4637,7 @@ func (x *UpdateScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateScanRequest.ProtoReflect.Descriptor instead.
 func (*UpdateScanRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{54}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *UpdateScanRequest) GetScanId() string {
@@ -4497,7 +4681,7 @@ type UpdateScanResponse struct {
 
 func (x *UpdateScanResponse) Reset() {
 	*x = UpdateScanResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[55]
+	mi := &file_termivar_v1_api_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4509,7 +4693,7 @@ func (x *UpdateScanResponse) String() string {
 func (*UpdateScanResponse) ProtoMessage() {}
 
 func (x *UpdateScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[55]
+	mi := &file_termivar_v1_api_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4522,7 +4706,7 @@ func (x *UpdateScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateScanResponse.ProtoReflect.Descriptor instead.
 func (*UpdateScanResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{55}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *UpdateScanResponse) GetMaxInFlight() uint32 {
@@ -4570,7 +4754,7 @@ type SetSchedulingOptionsRequest struct {
 
 func (x *SetSchedulingOptionsRequest) Reset() {
 	*x = SetSchedulingOptionsRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[56]
+	mi := &file_termivar_v1_api_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4582,7 +4766,7 @@ func (x *SetSchedulingOptionsRequest) String() string {
 func (*SetSchedulingOptionsRequest) ProtoMessage() {}
 
 func (x *SetSchedulingOptionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[56]
+	mi := &file_termivar_v1_api_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4595,7 +4779,7 @@ func (x *SetSchedulingOptionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSchedulingOptionsRequest.ProtoReflect.Descriptor instead.
 func (*SetSchedulingOptionsRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{56}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *SetSchedulingOptionsRequest) GetOptions() *SchedulingOptions {
@@ -4621,7 +4805,7 @@ type SetSchedulingOptionsResponse struct {
 
 func (x *SetSchedulingOptionsResponse) Reset() {
 	*x = SetSchedulingOptionsResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[57]
+	mi := &file_termivar_v1_api_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4633,7 +4817,7 @@ func (x *SetSchedulingOptionsResponse) String() string {
 func (*SetSchedulingOptionsResponse) ProtoMessage() {}
 
 func (x *SetSchedulingOptionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[57]
+	mi := &file_termivar_v1_api_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4646,7 +4830,7 @@ func (x *SetSchedulingOptionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSchedulingOptionsResponse.ProtoReflect.Descriptor instead.
 func (*SetSchedulingOptionsResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{57}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *SetSchedulingOptionsResponse) GetRevision() uint64 {
@@ -4666,7 +4850,7 @@ type UpdateTenantRequest struct {
 
 func (x *UpdateTenantRequest) Reset() {
 	*x = UpdateTenantRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[58]
+	mi := &file_termivar_v1_api_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4678,7 +4862,7 @@ func (x *UpdateTenantRequest) String() string {
 func (*UpdateTenantRequest) ProtoMessage() {}
 
 func (x *UpdateTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[58]
+	mi := &file_termivar_v1_api_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4691,7 +4875,7 @@ func (x *UpdateTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTenantRequest.ProtoReflect.Descriptor instead.
 func (*UpdateTenantRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{58}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *UpdateTenantRequest) GetName() string {
@@ -4716,7 +4900,7 @@ type UpdateTenantResponse struct {
 
 func (x *UpdateTenantResponse) Reset() {
 	*x = UpdateTenantResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[59]
+	mi := &file_termivar_v1_api_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4728,7 +4912,7 @@ func (x *UpdateTenantResponse) String() string {
 func (*UpdateTenantResponse) ProtoMessage() {}
 
 func (x *UpdateTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[59]
+	mi := &file_termivar_v1_api_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4741,7 +4925,7 @@ func (x *UpdateTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTenantResponse.ProtoReflect.Descriptor instead.
 func (*UpdateTenantResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{59}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{62}
 }
 
 type DeleteScanRequest struct {
@@ -4755,7 +4939,7 @@ type DeleteScanRequest struct {
 
 func (x *DeleteScanRequest) Reset() {
 	*x = DeleteScanRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[60]
+	mi := &file_termivar_v1_api_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4767,7 +4951,7 @@ func (x *DeleteScanRequest) String() string {
 func (*DeleteScanRequest) ProtoMessage() {}
 
 func (x *DeleteScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[60]
+	mi := &file_termivar_v1_api_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4780,7 +4964,7 @@ func (x *DeleteScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteScanRequest.ProtoReflect.Descriptor instead.
 func (*DeleteScanRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{60}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *DeleteScanRequest) GetScanId() string {
@@ -4810,7 +4994,7 @@ type DeleteScanResponse struct {
 
 func (x *DeleteScanResponse) Reset() {
 	*x = DeleteScanResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[61]
+	mi := &file_termivar_v1_api_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4822,7 +5006,7 @@ func (x *DeleteScanResponse) String() string {
 func (*DeleteScanResponse) ProtoMessage() {}
 
 func (x *DeleteScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[61]
+	mi := &file_termivar_v1_api_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4835,7 +5019,7 @@ func (x *DeleteScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteScanResponse.ProtoReflect.Descriptor instead.
 func (*DeleteScanResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{61}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *DeleteScanResponse) GetPurged() uint32 {
@@ -4868,7 +5052,7 @@ type PurgeTasksRequest struct {
 
 func (x *PurgeTasksRequest) Reset() {
 	*x = PurgeTasksRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[62]
+	mi := &file_termivar_v1_api_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4880,7 +5064,7 @@ func (x *PurgeTasksRequest) String() string {
 func (*PurgeTasksRequest) ProtoMessage() {}
 
 func (x *PurgeTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[62]
+	mi := &file_termivar_v1_api_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4893,7 +5077,7 @@ func (x *PurgeTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeTasksRequest.ProtoReflect.Descriptor instead.
 func (*PurgeTasksRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{62}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *PurgeTasksRequest) GetTaskIds() []string {
@@ -4913,7 +5097,7 @@ type PurgeTasksResponse struct {
 
 func (x *PurgeTasksResponse) Reset() {
 	*x = PurgeTasksResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[63]
+	mi := &file_termivar_v1_api_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4925,7 +5109,7 @@ func (x *PurgeTasksResponse) String() string {
 func (*PurgeTasksResponse) ProtoMessage() {}
 
 func (x *PurgeTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[63]
+	mi := &file_termivar_v1_api_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4938,7 +5122,7 @@ func (x *PurgeTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeTasksResponse.ProtoReflect.Descriptor instead.
 func (*PurgeTasksResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{63}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *PurgeTasksResponse) GetPurged() uint32 {
@@ -4964,7 +5148,7 @@ type CreateTenantResponse struct {
 
 func (x *CreateTenantResponse) Reset() {
 	*x = CreateTenantResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[64]
+	mi := &file_termivar_v1_api_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4976,7 +5160,7 @@ func (x *CreateTenantResponse) String() string {
 func (*CreateTenantResponse) ProtoMessage() {}
 
 func (x *CreateTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[64]
+	mi := &file_termivar_v1_api_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4989,7 +5173,7 @@ func (x *CreateTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantResponse.ProtoReflect.Descriptor instead.
 func (*CreateTenantResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{64}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *CreateTenantResponse) GetRevision() uint64 {
@@ -5009,7 +5193,7 @@ type CreateKeyRequest struct {
 
 func (x *CreateKeyRequest) Reset() {
 	*x = CreateKeyRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[65]
+	mi := &file_termivar_v1_api_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5021,7 +5205,7 @@ func (x *CreateKeyRequest) String() string {
 func (*CreateKeyRequest) ProtoMessage() {}
 
 func (x *CreateKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[65]
+	mi := &file_termivar_v1_api_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5034,7 +5218,7 @@ func (x *CreateKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyRequest.ProtoReflect.Descriptor instead.
 func (*CreateKeyRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{65}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *CreateKeyRequest) GetTenant() string {
@@ -5062,7 +5246,7 @@ type CreateKeyResponse struct {
 
 func (x *CreateKeyResponse) Reset() {
 	*x = CreateKeyResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[66]
+	mi := &file_termivar_v1_api_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5074,7 +5258,7 @@ func (x *CreateKeyResponse) String() string {
 func (*CreateKeyResponse) ProtoMessage() {}
 
 func (x *CreateKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[66]
+	mi := &file_termivar_v1_api_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5087,7 +5271,7 @@ func (x *CreateKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyResponse.ProtoReflect.Descriptor instead.
 func (*CreateKeyResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{66}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *CreateKeyResponse) GetKeyId() string {
@@ -5117,7 +5301,7 @@ type ListKeysRequest struct {
 
 func (x *ListKeysRequest) Reset() {
 	*x = ListKeysRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[67]
+	mi := &file_termivar_v1_api_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5129,7 +5313,7 @@ func (x *ListKeysRequest) String() string {
 func (*ListKeysRequest) ProtoMessage() {}
 
 func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[67]
+	mi := &file_termivar_v1_api_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5142,7 +5326,7 @@ func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListKeysRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{67}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ListKeysRequest) GetTenant() string {
@@ -5172,7 +5356,7 @@ type KeyInfo struct {
 
 func (x *KeyInfo) Reset() {
 	*x = KeyInfo{}
-	mi := &file_termivar_v1_api_proto_msgTypes[68]
+	mi := &file_termivar_v1_api_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5184,7 +5368,7 @@ func (x *KeyInfo) String() string {
 func (*KeyInfo) ProtoMessage() {}
 
 func (x *KeyInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[68]
+	mi := &file_termivar_v1_api_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5197,7 +5381,7 @@ func (x *KeyInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyInfo.ProtoReflect.Descriptor instead.
 func (*KeyInfo) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{68}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *KeyInfo) GetKeyId() string {
@@ -5244,7 +5428,7 @@ type ListKeysResponse struct {
 
 func (x *ListKeysResponse) Reset() {
 	*x = ListKeysResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[69]
+	mi := &file_termivar_v1_api_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5256,7 +5440,7 @@ func (x *ListKeysResponse) String() string {
 func (*ListKeysResponse) ProtoMessage() {}
 
 func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[69]
+	mi := &file_termivar_v1_api_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5269,7 +5453,7 @@ func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListKeysResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{69}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ListKeysResponse) GetKeys() []*KeyInfo {
@@ -5288,7 +5472,7 @@ type RevokeKeyRequest struct {
 
 func (x *RevokeKeyRequest) Reset() {
 	*x = RevokeKeyRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[70]
+	mi := &file_termivar_v1_api_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5300,7 +5484,7 @@ func (x *RevokeKeyRequest) String() string {
 func (*RevokeKeyRequest) ProtoMessage() {}
 
 func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[70]
+	mi := &file_termivar_v1_api_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5313,7 +5497,7 @@ func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeKeyRequest.ProtoReflect.Descriptor instead.
 func (*RevokeKeyRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{70}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *RevokeKeyRequest) GetKeyId() string {
@@ -5331,7 +5515,7 @@ type RevokeKeyResponse struct {
 
 func (x *RevokeKeyResponse) Reset() {
 	*x = RevokeKeyResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[71]
+	mi := &file_termivar_v1_api_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5343,7 +5527,7 @@ func (x *RevokeKeyResponse) String() string {
 func (*RevokeKeyResponse) ProtoMessage() {}
 
 func (x *RevokeKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[71]
+	mi := &file_termivar_v1_api_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5356,7 +5540,7 @@ func (x *RevokeKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeKeyResponse.ProtoReflect.Descriptor instead.
 func (*RevokeKeyResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{71}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{74}
 }
 
 type RotateKeyRequest struct {
@@ -5368,7 +5552,7 @@ type RotateKeyRequest struct {
 
 func (x *RotateKeyRequest) Reset() {
 	*x = RotateKeyRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[72]
+	mi := &file_termivar_v1_api_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5380,7 +5564,7 @@ func (x *RotateKeyRequest) String() string {
 func (*RotateKeyRequest) ProtoMessage() {}
 
 func (x *RotateKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[72]
+	mi := &file_termivar_v1_api_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5393,7 +5577,7 @@ func (x *RotateKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateKeyRequest.ProtoReflect.Descriptor instead.
 func (*RotateKeyRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{72}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *RotateKeyRequest) GetKeyId() string {
@@ -5415,7 +5599,7 @@ type RotateKeyResponse struct {
 
 func (x *RotateKeyResponse) Reset() {
 	*x = RotateKeyResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[73]
+	mi := &file_termivar_v1_api_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5427,7 +5611,7 @@ func (x *RotateKeyResponse) String() string {
 func (*RotateKeyResponse) ProtoMessage() {}
 
 func (x *RotateKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[73]
+	mi := &file_termivar_v1_api_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5440,7 +5624,7 @@ func (x *RotateKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateKeyResponse.ProtoReflect.Descriptor instead.
 func (*RotateKeyResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{73}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *RotateKeyResponse) GetKeyId() string {
@@ -5473,7 +5657,7 @@ type CancelScanRequest struct {
 
 func (x *CancelScanRequest) Reset() {
 	*x = CancelScanRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[74]
+	mi := &file_termivar_v1_api_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5485,7 +5669,7 @@ func (x *CancelScanRequest) String() string {
 func (*CancelScanRequest) ProtoMessage() {}
 
 func (x *CancelScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[74]
+	mi := &file_termivar_v1_api_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5498,7 +5682,7 @@ func (x *CancelScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelScanRequest.ProtoReflect.Descriptor instead.
 func (*CancelScanRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{74}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *CancelScanRequest) GetScanId() string {
@@ -5522,7 +5706,7 @@ type CancelScanResponse struct {
 
 func (x *CancelScanResponse) Reset() {
 	*x = CancelScanResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[75]
+	mi := &file_termivar_v1_api_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5534,7 +5718,7 @@ func (x *CancelScanResponse) String() string {
 func (*CancelScanResponse) ProtoMessage() {}
 
 func (x *CancelScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[75]
+	mi := &file_termivar_v1_api_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5547,7 +5731,7 @@ func (x *CancelScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelScanResponse.ProtoReflect.Descriptor instead.
 func (*CancelScanResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{75}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *CancelScanResponse) GetCancelled() uint32 {
@@ -5584,7 +5768,7 @@ type CreateScheduleRequest struct {
 
 func (x *CreateScheduleRequest) Reset() {
 	*x = CreateScheduleRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[76]
+	mi := &file_termivar_v1_api_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5596,7 +5780,7 @@ func (x *CreateScheduleRequest) String() string {
 func (*CreateScheduleRequest) ProtoMessage() {}
 
 func (x *CreateScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[76]
+	mi := &file_termivar_v1_api_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5609,7 +5793,7 @@ func (x *CreateScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateScheduleRequest.ProtoReflect.Descriptor instead.
 func (*CreateScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{76}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *CreateScheduleRequest) GetName() string {
@@ -5656,7 +5840,7 @@ type CreateScheduleResponse struct {
 
 func (x *CreateScheduleResponse) Reset() {
 	*x = CreateScheduleResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[77]
+	mi := &file_termivar_v1_api_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5668,7 +5852,7 @@ func (x *CreateScheduleResponse) String() string {
 func (*CreateScheduleResponse) ProtoMessage() {}
 
 func (x *CreateScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[77]
+	mi := &file_termivar_v1_api_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5681,7 +5865,7 @@ func (x *CreateScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateScheduleResponse.ProtoReflect.Descriptor instead.
 func (*CreateScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{77}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *CreateScheduleResponse) GetRevision() uint64 {
@@ -5709,7 +5893,7 @@ type ScheduleInfo struct {
 
 func (x *ScheduleInfo) Reset() {
 	*x = ScheduleInfo{}
-	mi := &file_termivar_v1_api_proto_msgTypes[78]
+	mi := &file_termivar_v1_api_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5721,7 +5905,7 @@ func (x *ScheduleInfo) String() string {
 func (*ScheduleInfo) ProtoMessage() {}
 
 func (x *ScheduleInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[78]
+	mi := &file_termivar_v1_api_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5734,7 +5918,7 @@ func (x *ScheduleInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleInfo.ProtoReflect.Descriptor instead.
 func (*ScheduleInfo) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{78}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *ScheduleInfo) GetName() string {
@@ -5815,7 +5999,7 @@ type ListSchedulesRequest struct {
 
 func (x *ListSchedulesRequest) Reset() {
 	*x = ListSchedulesRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[79]
+	mi := &file_termivar_v1_api_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5827,7 +6011,7 @@ func (x *ListSchedulesRequest) String() string {
 func (*ListSchedulesRequest) ProtoMessage() {}
 
 func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[79]
+	mi := &file_termivar_v1_api_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5840,7 +6024,7 @@ func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesRequest.ProtoReflect.Descriptor instead.
 func (*ListSchedulesRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{79}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{82}
 }
 
 type ListSchedulesResponse struct {
@@ -5852,7 +6036,7 @@ type ListSchedulesResponse struct {
 
 func (x *ListSchedulesResponse) Reset() {
 	*x = ListSchedulesResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[80]
+	mi := &file_termivar_v1_api_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5864,7 +6048,7 @@ func (x *ListSchedulesResponse) String() string {
 func (*ListSchedulesResponse) ProtoMessage() {}
 
 func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[80]
+	mi := &file_termivar_v1_api_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5877,7 +6061,7 @@ func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesResponse.ProtoReflect.Descriptor instead.
 func (*ListSchedulesResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{80}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *ListSchedulesResponse) GetSchedules() []*ScheduleInfo {
@@ -5896,7 +6080,7 @@ type DeleteScheduleRequest struct {
 
 func (x *DeleteScheduleRequest) Reset() {
 	*x = DeleteScheduleRequest{}
-	mi := &file_termivar_v1_api_proto_msgTypes[81]
+	mi := &file_termivar_v1_api_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5908,7 +6092,7 @@ func (x *DeleteScheduleRequest) String() string {
 func (*DeleteScheduleRequest) ProtoMessage() {}
 
 func (x *DeleteScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[81]
+	mi := &file_termivar_v1_api_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5921,7 +6105,7 @@ func (x *DeleteScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteScheduleRequest.ProtoReflect.Descriptor instead.
 func (*DeleteScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{81}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *DeleteScheduleRequest) GetName() string {
@@ -5940,7 +6124,7 @@ type DeleteScheduleResponse struct {
 
 func (x *DeleteScheduleResponse) Reset() {
 	*x = DeleteScheduleResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[82]
+	mi := &file_termivar_v1_api_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5952,7 +6136,7 @@ func (x *DeleteScheduleResponse) String() string {
 func (*DeleteScheduleResponse) ProtoMessage() {}
 
 func (x *DeleteScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[82]
+	mi := &file_termivar_v1_api_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5965,7 +6149,7 @@ func (x *DeleteScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteScheduleResponse.ProtoReflect.Descriptor instead.
 func (*DeleteScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{82}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *DeleteScheduleResponse) GetRevision() uint64 {
@@ -6042,13 +6226,14 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x12_expected_revision\"`\n" +
 	"\x11HeartbeatResponse\x12/\n" +
 	"\x06worker\x18\x01 \x01(\v2\x17.termivar.v1.WorkerInfoR\x06worker\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x04R\brevision\"\xa3\x01\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\"\xdd\x01\n" +
 	"\x0eAcquireRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12$\n" +
 	"\x0elease_ttl_secs\x18\x02 \x01(\x04R\fleaseTtlSecs\x12\x1b\n" +
 	"\twait_secs\x18\x03 \x01(\rR\bwaitSecs\x12\x1b\n" +
 	"\tmax_tasks\x18\x04 \x01(\rR\bmaxTasks\x12\x14\n" +
-	"\x05start\x18\x05 \x01(\bR\x05start\"\xd2\x02\n" +
+	"\x05start\x18\x05 \x01(\bR\x05start\x128\n" +
+	"\bcomplete\x18\x06 \x03(\v2\x1c.termivar.v1.CompleteRequestR\bcomplete\"\xd2\x02\n" +
 	"\n" +
 	"LeasedTask\x12\x1f\n" +
 	"\vlease_token\x18\x01 \x01(\fR\n" +
@@ -6065,10 +6250,11 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"expires_at\x18\t \x01(\x04R\texpiresAt\x12\x18\n" +
 	"\astarted\x18\n" +
 	" \x01(\bR\astarted\x120\n" +
-	"\x14attempt_timeout_secs\x18\v \x01(\x04R\x12attemptTimeoutSecs\"\\\n" +
+	"\x14attempt_timeout_secs\x18\v \x01(\x04R\x12attemptTimeoutSecs\"\x9b\x01\n" +
 	"\x0fAcquireResponse\x12-\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x17.termivar.v1.LeasedTaskR\x05tasks\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x04R\brevision\"w\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\x12=\n" +
+	"\tcompleted\x18\x03 \x03(\v2\x1f.termivar.v1.CompleteItemResultR\tcompleted\"w\n" +
 	"\fStartRequest\x12\x1f\n" +
 	"\vlease_token\x18\x01 \x01(\fR\n" +
 	"leaseToken\x120\n" +
@@ -6157,7 +6343,16 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x14attempt_timeout_secs\x18\x03 \x01(\x04R\x12attemptTimeoutSecs\x12#\n" +
 	"\rskip_existing\x18\x04 \x01(\bR\fskipExisting\x12%\n" +
 	"\x0edeclared_total\x18\x05 \x01(\x04R\rdeclaredTotalB\x14\n" +
-	"\x12_expected_revision\"Z\n" +
+	"\x12_expected_revision\"M\n" +
+	"\x12EnqueueManyRequest\x127\n" +
+	"\brequests\x18\x01 \x03(\v2\x1b.termivar.v1.EnqueueRequestR\brequests\"\xab\x01\n" +
+	"\x11EnqueueItemResult\x128\n" +
+	"\bresponse\x18\x01 \x01(\v2\x1c.termivar.v1.EnqueueResponseR\bresponse\x12.\n" +
+	"\x05error\x18\x02 \x01(\v2\x18.termivar.v1.ErrorDetailR\x05error\x12\x12\n" +
+	"\x04code\x18\x03 \x01(\rR\x04code\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"O\n" +
+	"\x13EnqueueManyResponse\x128\n" +
+	"\aresults\x18\x01 \x03(\v2\x1e.termivar.v1.EnqueueItemResultR\aresults\"Z\n" +
 	"\x10EnqueueCollision\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x17\n" +
@@ -6513,10 +6708,11 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\fCompleteMany\x12 .termivar.v1.CompleteManyRequest\x1a!.termivar.v1.CompleteManyResponse\x12;\n" +
 	"\x04Fail\x12\x18.termivar.v1.FailRequest\x1a\x19.termivar.v1.FailResponse\x12M\n" +
 	"\n" +
-	"Deregister\x12\x1e.termivar.v1.DeregisterRequest\x1a\x1f.termivar.v1.DeregisterResponse2\x8b\n" +
+	"Deregister\x12\x1e.termivar.v1.DeregisterRequest\x1a\x1f.termivar.v1.DeregisterResponse2\xdd\n" +
 	"\n" +
 	"\bProducer\x12D\n" +
-	"\aEnqueue\x12\x1b.termivar.v1.EnqueueRequest\x1a\x1c.termivar.v1.EnqueueResponse\x12A\n" +
+	"\aEnqueue\x12\x1b.termivar.v1.EnqueueRequest\x1a\x1c.termivar.v1.EnqueueResponse\x12P\n" +
+	"\vEnqueueMany\x12\x1f.termivar.v1.EnqueueManyRequest\x1a .termivar.v1.EnqueueManyResponse\x12A\n" +
 	"\x06Cancel\x12\x1a.termivar.v1.CancelRequest\x1a\x1b.termivar.v1.CancelResponse\x12D\n" +
 	"\aGetTask\x12\x1b.termivar.v1.GetTaskRequest\x1a\x1c.termivar.v1.GetTaskResponse\x12J\n" +
 	"\tListTasks\x12\x1d.termivar.v1.ListTasksRequest\x1a\x1e.termivar.v1.ListTasksResponse\x12S\n" +
@@ -6559,7 +6755,7 @@ func file_termivar_v1_api_proto_rawDescGZIP() []byte {
 	return file_termivar_v1_api_proto_rawDescData
 }
 
-var file_termivar_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 83)
+var file_termivar_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 86)
 var file_termivar_v1_api_proto_goTypes = []any{
 	(*ErrorDetail)(nil),                  // 0: termivar.v1.ErrorDetail
 	(*WorkerInfo)(nil),                   // 1: termivar.v1.WorkerInfo
@@ -6586,170 +6782,181 @@ var file_termivar_v1_api_proto_goTypes = []any{
 	(*DeregisterResponse)(nil),           // 22: termivar.v1.DeregisterResponse
 	(*NewTask)(nil),                      // 23: termivar.v1.NewTask
 	(*EnqueueRequest)(nil),               // 24: termivar.v1.EnqueueRequest
-	(*EnqueueCollision)(nil),             // 25: termivar.v1.EnqueueCollision
-	(*EnqueuedTask)(nil),                 // 26: termivar.v1.EnqueuedTask
-	(*EnqueueResponse)(nil),              // 27: termivar.v1.EnqueueResponse
-	(*CancelRequest)(nil),                // 28: termivar.v1.CancelRequest
-	(*CancelResponse)(nil),               // 29: termivar.v1.CancelResponse
-	(*TaskInfo)(nil),                     // 30: termivar.v1.TaskInfo
-	(*AttemptInfo)(nil),                  // 31: termivar.v1.AttemptInfo
-	(*GetTaskRequest)(nil),               // 32: termivar.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),              // 33: termivar.v1.GetTaskResponse
-	(*ListTasksRequest)(nil),             // 34: termivar.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),            // 35: termivar.v1.ListTasksResponse
-	(*ScanProgressRequest)(nil),          // 36: termivar.v1.ScanProgressRequest
-	(*ScanProgressResponse)(nil),         // 37: termivar.v1.ScanProgressResponse
-	(*RetryRequest)(nil),                 // 38: termivar.v1.RetryRequest
-	(*RetryResponse)(nil),                // 39: termivar.v1.RetryResponse
-	(*AggregateResultsRequest)(nil),      // 40: termivar.v1.AggregateResultsRequest
-	(*AggregateResultsResponse)(nil),     // 41: termivar.v1.AggregateResultsResponse
-	(*ListScansRequest)(nil),             // 42: termivar.v1.ListScansRequest
-	(*ScanInfo)(nil),                     // 43: termivar.v1.ScanInfo
-	(*ListScansResponse)(nil),            // 44: termivar.v1.ListScansResponse
-	(*FollowResultsRequest)(nil),         // 45: termivar.v1.FollowResultsRequest
-	(*FollowedResult)(nil),               // 46: termivar.v1.FollowedResult
-	(*FollowResultsResponse)(nil),        // 47: termivar.v1.FollowResultsResponse
-	(*StatusRequest)(nil),                // 48: termivar.v1.StatusRequest
-	(*StatusResponse)(nil),               // 49: termivar.v1.StatusResponse
-	(*BuildInfo)(nil),                    // 50: termivar.v1.BuildInfo
-	(*ListWorkersRequest)(nil),           // 51: termivar.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),          // 52: termivar.v1.ListWorkersResponse
-	(*CreateTenantRequest)(nil),          // 53: termivar.v1.CreateTenantRequest
-	(*UpdateScanRequest)(nil),            // 54: termivar.v1.UpdateScanRequest
-	(*UpdateScanResponse)(nil),           // 55: termivar.v1.UpdateScanResponse
-	(*SetSchedulingOptionsRequest)(nil),  // 56: termivar.v1.SetSchedulingOptionsRequest
-	(*SetSchedulingOptionsResponse)(nil), // 57: termivar.v1.SetSchedulingOptionsResponse
-	(*UpdateTenantRequest)(nil),          // 58: termivar.v1.UpdateTenantRequest
-	(*UpdateTenantResponse)(nil),         // 59: termivar.v1.UpdateTenantResponse
-	(*DeleteScanRequest)(nil),            // 60: termivar.v1.DeleteScanRequest
-	(*DeleteScanResponse)(nil),           // 61: termivar.v1.DeleteScanResponse
-	(*PurgeTasksRequest)(nil),            // 62: termivar.v1.PurgeTasksRequest
-	(*PurgeTasksResponse)(nil),           // 63: termivar.v1.PurgeTasksResponse
-	(*CreateTenantResponse)(nil),         // 64: termivar.v1.CreateTenantResponse
-	(*CreateKeyRequest)(nil),             // 65: termivar.v1.CreateKeyRequest
-	(*CreateKeyResponse)(nil),            // 66: termivar.v1.CreateKeyResponse
-	(*ListKeysRequest)(nil),              // 67: termivar.v1.ListKeysRequest
-	(*KeyInfo)(nil),                      // 68: termivar.v1.KeyInfo
-	(*ListKeysResponse)(nil),             // 69: termivar.v1.ListKeysResponse
-	(*RevokeKeyRequest)(nil),             // 70: termivar.v1.RevokeKeyRequest
-	(*RevokeKeyResponse)(nil),            // 71: termivar.v1.RevokeKeyResponse
-	(*RotateKeyRequest)(nil),             // 72: termivar.v1.RotateKeyRequest
-	(*RotateKeyResponse)(nil),            // 73: termivar.v1.RotateKeyResponse
-	(*CancelScanRequest)(nil),            // 74: termivar.v1.CancelScanRequest
-	(*CancelScanResponse)(nil),           // 75: termivar.v1.CancelScanResponse
-	(*CreateScheduleRequest)(nil),        // 76: termivar.v1.CreateScheduleRequest
-	(*CreateScheduleResponse)(nil),       // 77: termivar.v1.CreateScheduleResponse
-	(*ScheduleInfo)(nil),                 // 78: termivar.v1.ScheduleInfo
-	(*ListSchedulesRequest)(nil),         // 79: termivar.v1.ListSchedulesRequest
-	(*ListSchedulesResponse)(nil),        // 80: termivar.v1.ListSchedulesResponse
-	(*DeleteScheduleRequest)(nil),        // 81: termivar.v1.DeleteScheduleRequest
-	(*DeleteScheduleResponse)(nil),       // 82: termivar.v1.DeleteScheduleResponse
-	(*ClusterMember)(nil),                // 83: termivar.v1.ClusterMember
-	(*BackupRecord)(nil),                 // 84: termivar.v1.BackupRecord
-	(*CoreLimits)(nil),                   // 85: termivar.v1.CoreLimits
-	(*ResultLimits)(nil),                 // 86: termivar.v1.ResultLimits
-	(*SchedulingOptions)(nil),            // 87: termivar.v1.SchedulingOptions
+	(*EnqueueManyRequest)(nil),           // 25: termivar.v1.EnqueueManyRequest
+	(*EnqueueItemResult)(nil),            // 26: termivar.v1.EnqueueItemResult
+	(*EnqueueManyResponse)(nil),          // 27: termivar.v1.EnqueueManyResponse
+	(*EnqueueCollision)(nil),             // 28: termivar.v1.EnqueueCollision
+	(*EnqueuedTask)(nil),                 // 29: termivar.v1.EnqueuedTask
+	(*EnqueueResponse)(nil),              // 30: termivar.v1.EnqueueResponse
+	(*CancelRequest)(nil),                // 31: termivar.v1.CancelRequest
+	(*CancelResponse)(nil),               // 32: termivar.v1.CancelResponse
+	(*TaskInfo)(nil),                     // 33: termivar.v1.TaskInfo
+	(*AttemptInfo)(nil),                  // 34: termivar.v1.AttemptInfo
+	(*GetTaskRequest)(nil),               // 35: termivar.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),              // 36: termivar.v1.GetTaskResponse
+	(*ListTasksRequest)(nil),             // 37: termivar.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),            // 38: termivar.v1.ListTasksResponse
+	(*ScanProgressRequest)(nil),          // 39: termivar.v1.ScanProgressRequest
+	(*ScanProgressResponse)(nil),         // 40: termivar.v1.ScanProgressResponse
+	(*RetryRequest)(nil),                 // 41: termivar.v1.RetryRequest
+	(*RetryResponse)(nil),                // 42: termivar.v1.RetryResponse
+	(*AggregateResultsRequest)(nil),      // 43: termivar.v1.AggregateResultsRequest
+	(*AggregateResultsResponse)(nil),     // 44: termivar.v1.AggregateResultsResponse
+	(*ListScansRequest)(nil),             // 45: termivar.v1.ListScansRequest
+	(*ScanInfo)(nil),                     // 46: termivar.v1.ScanInfo
+	(*ListScansResponse)(nil),            // 47: termivar.v1.ListScansResponse
+	(*FollowResultsRequest)(nil),         // 48: termivar.v1.FollowResultsRequest
+	(*FollowedResult)(nil),               // 49: termivar.v1.FollowedResult
+	(*FollowResultsResponse)(nil),        // 50: termivar.v1.FollowResultsResponse
+	(*StatusRequest)(nil),                // 51: termivar.v1.StatusRequest
+	(*StatusResponse)(nil),               // 52: termivar.v1.StatusResponse
+	(*BuildInfo)(nil),                    // 53: termivar.v1.BuildInfo
+	(*ListWorkersRequest)(nil),           // 54: termivar.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),          // 55: termivar.v1.ListWorkersResponse
+	(*CreateTenantRequest)(nil),          // 56: termivar.v1.CreateTenantRequest
+	(*UpdateScanRequest)(nil),            // 57: termivar.v1.UpdateScanRequest
+	(*UpdateScanResponse)(nil),           // 58: termivar.v1.UpdateScanResponse
+	(*SetSchedulingOptionsRequest)(nil),  // 59: termivar.v1.SetSchedulingOptionsRequest
+	(*SetSchedulingOptionsResponse)(nil), // 60: termivar.v1.SetSchedulingOptionsResponse
+	(*UpdateTenantRequest)(nil),          // 61: termivar.v1.UpdateTenantRequest
+	(*UpdateTenantResponse)(nil),         // 62: termivar.v1.UpdateTenantResponse
+	(*DeleteScanRequest)(nil),            // 63: termivar.v1.DeleteScanRequest
+	(*DeleteScanResponse)(nil),           // 64: termivar.v1.DeleteScanResponse
+	(*PurgeTasksRequest)(nil),            // 65: termivar.v1.PurgeTasksRequest
+	(*PurgeTasksResponse)(nil),           // 66: termivar.v1.PurgeTasksResponse
+	(*CreateTenantResponse)(nil),         // 67: termivar.v1.CreateTenantResponse
+	(*CreateKeyRequest)(nil),             // 68: termivar.v1.CreateKeyRequest
+	(*CreateKeyResponse)(nil),            // 69: termivar.v1.CreateKeyResponse
+	(*ListKeysRequest)(nil),              // 70: termivar.v1.ListKeysRequest
+	(*KeyInfo)(nil),                      // 71: termivar.v1.KeyInfo
+	(*ListKeysResponse)(nil),             // 72: termivar.v1.ListKeysResponse
+	(*RevokeKeyRequest)(nil),             // 73: termivar.v1.RevokeKeyRequest
+	(*RevokeKeyResponse)(nil),            // 74: termivar.v1.RevokeKeyResponse
+	(*RotateKeyRequest)(nil),             // 75: termivar.v1.RotateKeyRequest
+	(*RotateKeyResponse)(nil),            // 76: termivar.v1.RotateKeyResponse
+	(*CancelScanRequest)(nil),            // 77: termivar.v1.CancelScanRequest
+	(*CancelScanResponse)(nil),           // 78: termivar.v1.CancelScanResponse
+	(*CreateScheduleRequest)(nil),        // 79: termivar.v1.CreateScheduleRequest
+	(*CreateScheduleResponse)(nil),       // 80: termivar.v1.CreateScheduleResponse
+	(*ScheduleInfo)(nil),                 // 81: termivar.v1.ScheduleInfo
+	(*ListSchedulesRequest)(nil),         // 82: termivar.v1.ListSchedulesRequest
+	(*ListSchedulesResponse)(nil),        // 83: termivar.v1.ListSchedulesResponse
+	(*DeleteScheduleRequest)(nil),        // 84: termivar.v1.DeleteScheduleRequest
+	(*DeleteScheduleResponse)(nil),       // 85: termivar.v1.DeleteScheduleResponse
+	(*ClusterMember)(nil),                // 86: termivar.v1.ClusterMember
+	(*BackupRecord)(nil),                 // 87: termivar.v1.BackupRecord
+	(*CoreLimits)(nil),                   // 88: termivar.v1.CoreLimits
+	(*ResultLimits)(nil),                 // 89: termivar.v1.ResultLimits
+	(*SchedulingOptions)(nil),            // 90: termivar.v1.SchedulingOptions
 }
 var file_termivar_v1_api_proto_depIdxs = []int32{
 	1,  // 0: termivar.v1.RegisterWorkerResponse.worker:type_name -> termivar.v1.WorkerInfo
 	1,  // 1: termivar.v1.HeartbeatResponse.worker:type_name -> termivar.v1.WorkerInfo
-	7,  // 2: termivar.v1.AcquireResponse.tasks:type_name -> termivar.v1.LeasedTask
-	13, // 3: termivar.v1.CompleteManyRequest.items:type_name -> termivar.v1.CompleteRequest
-	14, // 4: termivar.v1.CompleteItemResult.response:type_name -> termivar.v1.CompleteResponse
-	0,  // 5: termivar.v1.CompleteItemResult.error:type_name -> termivar.v1.ErrorDetail
-	16, // 6: termivar.v1.CompleteManyResponse.results:type_name -> termivar.v1.CompleteItemResult
-	20, // 7: termivar.v1.DeregisterResponse.summary:type_name -> termivar.v1.RecoverySummary
-	23, // 8: termivar.v1.EnqueueRequest.tasks:type_name -> termivar.v1.NewTask
-	26, // 9: termivar.v1.EnqueueResponse.tasks:type_name -> termivar.v1.EnqueuedTask
-	25, // 10: termivar.v1.EnqueueResponse.collisions:type_name -> termivar.v1.EnqueueCollision
-	31, // 11: termivar.v1.TaskInfo.attempts:type_name -> termivar.v1.AttemptInfo
-	30, // 12: termivar.v1.GetTaskResponse.task:type_name -> termivar.v1.TaskInfo
-	30, // 13: termivar.v1.ListTasksResponse.tasks:type_name -> termivar.v1.TaskInfo
-	43, // 14: termivar.v1.ListScansResponse.scans:type_name -> termivar.v1.ScanInfo
-	46, // 15: termivar.v1.FollowResultsResponse.results:type_name -> termivar.v1.FollowedResult
-	83, // 16: termivar.v1.StatusResponse.members:type_name -> termivar.v1.ClusterMember
-	84, // 17: termivar.v1.StatusResponse.last_backup:type_name -> termivar.v1.BackupRecord
-	50, // 18: termivar.v1.StatusResponse.build:type_name -> termivar.v1.BuildInfo
-	1,  // 19: termivar.v1.ListWorkersResponse.workers:type_name -> termivar.v1.WorkerInfo
-	85, // 20: termivar.v1.CreateTenantRequest.limits:type_name -> termivar.v1.CoreLimits
-	86, // 21: termivar.v1.CreateTenantRequest.result_limits:type_name -> termivar.v1.ResultLimits
-	87, // 22: termivar.v1.CreateTenantRequest.scheduling:type_name -> termivar.v1.SchedulingOptions
-	87, // 23: termivar.v1.SetSchedulingOptionsRequest.options:type_name -> termivar.v1.SchedulingOptions
-	68, // 24: termivar.v1.ListKeysResponse.keys:type_name -> termivar.v1.KeyInfo
-	78, // 25: termivar.v1.ListSchedulesResponse.schedules:type_name -> termivar.v1.ScheduleInfo
-	2,  // 26: termivar.v1.Worker.RegisterWorker:input_type -> termivar.v1.RegisterWorkerRequest
-	4,  // 27: termivar.v1.Worker.Heartbeat:input_type -> termivar.v1.HeartbeatRequest
-	6,  // 28: termivar.v1.Worker.Acquire:input_type -> termivar.v1.AcquireRequest
-	9,  // 29: termivar.v1.Worker.Start:input_type -> termivar.v1.StartRequest
-	11, // 30: termivar.v1.Worker.RenewLease:input_type -> termivar.v1.RenewLeaseRequest
-	13, // 31: termivar.v1.Worker.Complete:input_type -> termivar.v1.CompleteRequest
-	15, // 32: termivar.v1.Worker.CompleteMany:input_type -> termivar.v1.CompleteManyRequest
-	18, // 33: termivar.v1.Worker.Fail:input_type -> termivar.v1.FailRequest
-	21, // 34: termivar.v1.Worker.Deregister:input_type -> termivar.v1.DeregisterRequest
-	24, // 35: termivar.v1.Producer.Enqueue:input_type -> termivar.v1.EnqueueRequest
-	28, // 36: termivar.v1.Producer.Cancel:input_type -> termivar.v1.CancelRequest
-	32, // 37: termivar.v1.Producer.GetTask:input_type -> termivar.v1.GetTaskRequest
-	34, // 38: termivar.v1.Producer.ListTasks:input_type -> termivar.v1.ListTasksRequest
-	36, // 39: termivar.v1.Producer.ScanProgress:input_type -> termivar.v1.ScanProgressRequest
-	54, // 40: termivar.v1.Producer.UpdateScan:input_type -> termivar.v1.UpdateScanRequest
-	76, // 41: termivar.v1.Producer.CreateSchedule:input_type -> termivar.v1.CreateScheduleRequest
-	79, // 42: termivar.v1.Producer.ListSchedules:input_type -> termivar.v1.ListSchedulesRequest
-	81, // 43: termivar.v1.Producer.DeleteSchedule:input_type -> termivar.v1.DeleteScheduleRequest
-	38, // 44: termivar.v1.Producer.Retry:input_type -> termivar.v1.RetryRequest
-	40, // 45: termivar.v1.Producer.AggregateResults:input_type -> termivar.v1.AggregateResultsRequest
-	42, // 46: termivar.v1.Producer.ListScans:input_type -> termivar.v1.ListScansRequest
-	45, // 47: termivar.v1.Producer.FollowResults:input_type -> termivar.v1.FollowResultsRequest
-	60, // 48: termivar.v1.Producer.DeleteScan:input_type -> termivar.v1.DeleteScanRequest
-	62, // 49: termivar.v1.Producer.PurgeTasks:input_type -> termivar.v1.PurgeTasksRequest
-	74, // 50: termivar.v1.Producer.CancelScan:input_type -> termivar.v1.CancelScanRequest
-	48, // 51: termivar.v1.Admin.Status:input_type -> termivar.v1.StatusRequest
-	51, // 52: termivar.v1.Admin.ListWorkers:input_type -> termivar.v1.ListWorkersRequest
-	53, // 53: termivar.v1.Admin.CreateTenant:input_type -> termivar.v1.CreateTenantRequest
-	58, // 54: termivar.v1.Admin.UpdateTenant:input_type -> termivar.v1.UpdateTenantRequest
-	65, // 55: termivar.v1.Admin.CreateKey:input_type -> termivar.v1.CreateKeyRequest
-	67, // 56: termivar.v1.Admin.ListKeys:input_type -> termivar.v1.ListKeysRequest
-	70, // 57: termivar.v1.Admin.RevokeKey:input_type -> termivar.v1.RevokeKeyRequest
-	72, // 58: termivar.v1.Admin.RotateKey:input_type -> termivar.v1.RotateKeyRequest
-	56, // 59: termivar.v1.Admin.SetSchedulingOptions:input_type -> termivar.v1.SetSchedulingOptionsRequest
-	3,  // 60: termivar.v1.Worker.RegisterWorker:output_type -> termivar.v1.RegisterWorkerResponse
-	5,  // 61: termivar.v1.Worker.Heartbeat:output_type -> termivar.v1.HeartbeatResponse
-	8,  // 62: termivar.v1.Worker.Acquire:output_type -> termivar.v1.AcquireResponse
-	10, // 63: termivar.v1.Worker.Start:output_type -> termivar.v1.StartResponse
-	12, // 64: termivar.v1.Worker.RenewLease:output_type -> termivar.v1.RenewLeaseResponse
-	14, // 65: termivar.v1.Worker.Complete:output_type -> termivar.v1.CompleteResponse
-	17, // 66: termivar.v1.Worker.CompleteMany:output_type -> termivar.v1.CompleteManyResponse
-	19, // 67: termivar.v1.Worker.Fail:output_type -> termivar.v1.FailResponse
-	22, // 68: termivar.v1.Worker.Deregister:output_type -> termivar.v1.DeregisterResponse
-	27, // 69: termivar.v1.Producer.Enqueue:output_type -> termivar.v1.EnqueueResponse
-	29, // 70: termivar.v1.Producer.Cancel:output_type -> termivar.v1.CancelResponse
-	33, // 71: termivar.v1.Producer.GetTask:output_type -> termivar.v1.GetTaskResponse
-	35, // 72: termivar.v1.Producer.ListTasks:output_type -> termivar.v1.ListTasksResponse
-	37, // 73: termivar.v1.Producer.ScanProgress:output_type -> termivar.v1.ScanProgressResponse
-	55, // 74: termivar.v1.Producer.UpdateScan:output_type -> termivar.v1.UpdateScanResponse
-	77, // 75: termivar.v1.Producer.CreateSchedule:output_type -> termivar.v1.CreateScheduleResponse
-	80, // 76: termivar.v1.Producer.ListSchedules:output_type -> termivar.v1.ListSchedulesResponse
-	82, // 77: termivar.v1.Producer.DeleteSchedule:output_type -> termivar.v1.DeleteScheduleResponse
-	39, // 78: termivar.v1.Producer.Retry:output_type -> termivar.v1.RetryResponse
-	41, // 79: termivar.v1.Producer.AggregateResults:output_type -> termivar.v1.AggregateResultsResponse
-	44, // 80: termivar.v1.Producer.ListScans:output_type -> termivar.v1.ListScansResponse
-	47, // 81: termivar.v1.Producer.FollowResults:output_type -> termivar.v1.FollowResultsResponse
-	61, // 82: termivar.v1.Producer.DeleteScan:output_type -> termivar.v1.DeleteScanResponse
-	63, // 83: termivar.v1.Producer.PurgeTasks:output_type -> termivar.v1.PurgeTasksResponse
-	75, // 84: termivar.v1.Producer.CancelScan:output_type -> termivar.v1.CancelScanResponse
-	49, // 85: termivar.v1.Admin.Status:output_type -> termivar.v1.StatusResponse
-	52, // 86: termivar.v1.Admin.ListWorkers:output_type -> termivar.v1.ListWorkersResponse
-	64, // 87: termivar.v1.Admin.CreateTenant:output_type -> termivar.v1.CreateTenantResponse
-	59, // 88: termivar.v1.Admin.UpdateTenant:output_type -> termivar.v1.UpdateTenantResponse
-	66, // 89: termivar.v1.Admin.CreateKey:output_type -> termivar.v1.CreateKeyResponse
-	69, // 90: termivar.v1.Admin.ListKeys:output_type -> termivar.v1.ListKeysResponse
-	71, // 91: termivar.v1.Admin.RevokeKey:output_type -> termivar.v1.RevokeKeyResponse
-	73, // 92: termivar.v1.Admin.RotateKey:output_type -> termivar.v1.RotateKeyResponse
-	57, // 93: termivar.v1.Admin.SetSchedulingOptions:output_type -> termivar.v1.SetSchedulingOptionsResponse
-	60, // [60:94] is the sub-list for method output_type
-	26, // [26:60] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	13, // 2: termivar.v1.AcquireRequest.complete:type_name -> termivar.v1.CompleteRequest
+	7,  // 3: termivar.v1.AcquireResponse.tasks:type_name -> termivar.v1.LeasedTask
+	16, // 4: termivar.v1.AcquireResponse.completed:type_name -> termivar.v1.CompleteItemResult
+	13, // 5: termivar.v1.CompleteManyRequest.items:type_name -> termivar.v1.CompleteRequest
+	14, // 6: termivar.v1.CompleteItemResult.response:type_name -> termivar.v1.CompleteResponse
+	0,  // 7: termivar.v1.CompleteItemResult.error:type_name -> termivar.v1.ErrorDetail
+	16, // 8: termivar.v1.CompleteManyResponse.results:type_name -> termivar.v1.CompleteItemResult
+	20, // 9: termivar.v1.DeregisterResponse.summary:type_name -> termivar.v1.RecoverySummary
+	23, // 10: termivar.v1.EnqueueRequest.tasks:type_name -> termivar.v1.NewTask
+	24, // 11: termivar.v1.EnqueueManyRequest.requests:type_name -> termivar.v1.EnqueueRequest
+	30, // 12: termivar.v1.EnqueueItemResult.response:type_name -> termivar.v1.EnqueueResponse
+	0,  // 13: termivar.v1.EnqueueItemResult.error:type_name -> termivar.v1.ErrorDetail
+	26, // 14: termivar.v1.EnqueueManyResponse.results:type_name -> termivar.v1.EnqueueItemResult
+	29, // 15: termivar.v1.EnqueueResponse.tasks:type_name -> termivar.v1.EnqueuedTask
+	28, // 16: termivar.v1.EnqueueResponse.collisions:type_name -> termivar.v1.EnqueueCollision
+	34, // 17: termivar.v1.TaskInfo.attempts:type_name -> termivar.v1.AttemptInfo
+	33, // 18: termivar.v1.GetTaskResponse.task:type_name -> termivar.v1.TaskInfo
+	33, // 19: termivar.v1.ListTasksResponse.tasks:type_name -> termivar.v1.TaskInfo
+	46, // 20: termivar.v1.ListScansResponse.scans:type_name -> termivar.v1.ScanInfo
+	49, // 21: termivar.v1.FollowResultsResponse.results:type_name -> termivar.v1.FollowedResult
+	86, // 22: termivar.v1.StatusResponse.members:type_name -> termivar.v1.ClusterMember
+	87, // 23: termivar.v1.StatusResponse.last_backup:type_name -> termivar.v1.BackupRecord
+	53, // 24: termivar.v1.StatusResponse.build:type_name -> termivar.v1.BuildInfo
+	1,  // 25: termivar.v1.ListWorkersResponse.workers:type_name -> termivar.v1.WorkerInfo
+	88, // 26: termivar.v1.CreateTenantRequest.limits:type_name -> termivar.v1.CoreLimits
+	89, // 27: termivar.v1.CreateTenantRequest.result_limits:type_name -> termivar.v1.ResultLimits
+	90, // 28: termivar.v1.CreateTenantRequest.scheduling:type_name -> termivar.v1.SchedulingOptions
+	90, // 29: termivar.v1.SetSchedulingOptionsRequest.options:type_name -> termivar.v1.SchedulingOptions
+	71, // 30: termivar.v1.ListKeysResponse.keys:type_name -> termivar.v1.KeyInfo
+	81, // 31: termivar.v1.ListSchedulesResponse.schedules:type_name -> termivar.v1.ScheduleInfo
+	2,  // 32: termivar.v1.Worker.RegisterWorker:input_type -> termivar.v1.RegisterWorkerRequest
+	4,  // 33: termivar.v1.Worker.Heartbeat:input_type -> termivar.v1.HeartbeatRequest
+	6,  // 34: termivar.v1.Worker.Acquire:input_type -> termivar.v1.AcquireRequest
+	9,  // 35: termivar.v1.Worker.Start:input_type -> termivar.v1.StartRequest
+	11, // 36: termivar.v1.Worker.RenewLease:input_type -> termivar.v1.RenewLeaseRequest
+	13, // 37: termivar.v1.Worker.Complete:input_type -> termivar.v1.CompleteRequest
+	15, // 38: termivar.v1.Worker.CompleteMany:input_type -> termivar.v1.CompleteManyRequest
+	18, // 39: termivar.v1.Worker.Fail:input_type -> termivar.v1.FailRequest
+	21, // 40: termivar.v1.Worker.Deregister:input_type -> termivar.v1.DeregisterRequest
+	24, // 41: termivar.v1.Producer.Enqueue:input_type -> termivar.v1.EnqueueRequest
+	25, // 42: termivar.v1.Producer.EnqueueMany:input_type -> termivar.v1.EnqueueManyRequest
+	31, // 43: termivar.v1.Producer.Cancel:input_type -> termivar.v1.CancelRequest
+	35, // 44: termivar.v1.Producer.GetTask:input_type -> termivar.v1.GetTaskRequest
+	37, // 45: termivar.v1.Producer.ListTasks:input_type -> termivar.v1.ListTasksRequest
+	39, // 46: termivar.v1.Producer.ScanProgress:input_type -> termivar.v1.ScanProgressRequest
+	57, // 47: termivar.v1.Producer.UpdateScan:input_type -> termivar.v1.UpdateScanRequest
+	79, // 48: termivar.v1.Producer.CreateSchedule:input_type -> termivar.v1.CreateScheduleRequest
+	82, // 49: termivar.v1.Producer.ListSchedules:input_type -> termivar.v1.ListSchedulesRequest
+	84, // 50: termivar.v1.Producer.DeleteSchedule:input_type -> termivar.v1.DeleteScheduleRequest
+	41, // 51: termivar.v1.Producer.Retry:input_type -> termivar.v1.RetryRequest
+	43, // 52: termivar.v1.Producer.AggregateResults:input_type -> termivar.v1.AggregateResultsRequest
+	45, // 53: termivar.v1.Producer.ListScans:input_type -> termivar.v1.ListScansRequest
+	48, // 54: termivar.v1.Producer.FollowResults:input_type -> termivar.v1.FollowResultsRequest
+	63, // 55: termivar.v1.Producer.DeleteScan:input_type -> termivar.v1.DeleteScanRequest
+	65, // 56: termivar.v1.Producer.PurgeTasks:input_type -> termivar.v1.PurgeTasksRequest
+	77, // 57: termivar.v1.Producer.CancelScan:input_type -> termivar.v1.CancelScanRequest
+	51, // 58: termivar.v1.Admin.Status:input_type -> termivar.v1.StatusRequest
+	54, // 59: termivar.v1.Admin.ListWorkers:input_type -> termivar.v1.ListWorkersRequest
+	56, // 60: termivar.v1.Admin.CreateTenant:input_type -> termivar.v1.CreateTenantRequest
+	61, // 61: termivar.v1.Admin.UpdateTenant:input_type -> termivar.v1.UpdateTenantRequest
+	68, // 62: termivar.v1.Admin.CreateKey:input_type -> termivar.v1.CreateKeyRequest
+	70, // 63: termivar.v1.Admin.ListKeys:input_type -> termivar.v1.ListKeysRequest
+	73, // 64: termivar.v1.Admin.RevokeKey:input_type -> termivar.v1.RevokeKeyRequest
+	75, // 65: termivar.v1.Admin.RotateKey:input_type -> termivar.v1.RotateKeyRequest
+	59, // 66: termivar.v1.Admin.SetSchedulingOptions:input_type -> termivar.v1.SetSchedulingOptionsRequest
+	3,  // 67: termivar.v1.Worker.RegisterWorker:output_type -> termivar.v1.RegisterWorkerResponse
+	5,  // 68: termivar.v1.Worker.Heartbeat:output_type -> termivar.v1.HeartbeatResponse
+	8,  // 69: termivar.v1.Worker.Acquire:output_type -> termivar.v1.AcquireResponse
+	10, // 70: termivar.v1.Worker.Start:output_type -> termivar.v1.StartResponse
+	12, // 71: termivar.v1.Worker.RenewLease:output_type -> termivar.v1.RenewLeaseResponse
+	14, // 72: termivar.v1.Worker.Complete:output_type -> termivar.v1.CompleteResponse
+	17, // 73: termivar.v1.Worker.CompleteMany:output_type -> termivar.v1.CompleteManyResponse
+	19, // 74: termivar.v1.Worker.Fail:output_type -> termivar.v1.FailResponse
+	22, // 75: termivar.v1.Worker.Deregister:output_type -> termivar.v1.DeregisterResponse
+	30, // 76: termivar.v1.Producer.Enqueue:output_type -> termivar.v1.EnqueueResponse
+	27, // 77: termivar.v1.Producer.EnqueueMany:output_type -> termivar.v1.EnqueueManyResponse
+	32, // 78: termivar.v1.Producer.Cancel:output_type -> termivar.v1.CancelResponse
+	36, // 79: termivar.v1.Producer.GetTask:output_type -> termivar.v1.GetTaskResponse
+	38, // 80: termivar.v1.Producer.ListTasks:output_type -> termivar.v1.ListTasksResponse
+	40, // 81: termivar.v1.Producer.ScanProgress:output_type -> termivar.v1.ScanProgressResponse
+	58, // 82: termivar.v1.Producer.UpdateScan:output_type -> termivar.v1.UpdateScanResponse
+	80, // 83: termivar.v1.Producer.CreateSchedule:output_type -> termivar.v1.CreateScheduleResponse
+	83, // 84: termivar.v1.Producer.ListSchedules:output_type -> termivar.v1.ListSchedulesResponse
+	85, // 85: termivar.v1.Producer.DeleteSchedule:output_type -> termivar.v1.DeleteScheduleResponse
+	42, // 86: termivar.v1.Producer.Retry:output_type -> termivar.v1.RetryResponse
+	44, // 87: termivar.v1.Producer.AggregateResults:output_type -> termivar.v1.AggregateResultsResponse
+	47, // 88: termivar.v1.Producer.ListScans:output_type -> termivar.v1.ListScansResponse
+	50, // 89: termivar.v1.Producer.FollowResults:output_type -> termivar.v1.FollowResultsResponse
+	64, // 90: termivar.v1.Producer.DeleteScan:output_type -> termivar.v1.DeleteScanResponse
+	66, // 91: termivar.v1.Producer.PurgeTasks:output_type -> termivar.v1.PurgeTasksResponse
+	78, // 92: termivar.v1.Producer.CancelScan:output_type -> termivar.v1.CancelScanResponse
+	52, // 93: termivar.v1.Admin.Status:output_type -> termivar.v1.StatusResponse
+	55, // 94: termivar.v1.Admin.ListWorkers:output_type -> termivar.v1.ListWorkersResponse
+	67, // 95: termivar.v1.Admin.CreateTenant:output_type -> termivar.v1.CreateTenantResponse
+	62, // 96: termivar.v1.Admin.UpdateTenant:output_type -> termivar.v1.UpdateTenantResponse
+	69, // 97: termivar.v1.Admin.CreateKey:output_type -> termivar.v1.CreateKeyResponse
+	72, // 98: termivar.v1.Admin.ListKeys:output_type -> termivar.v1.ListKeysResponse
+	74, // 99: termivar.v1.Admin.RevokeKey:output_type -> termivar.v1.RevokeKeyResponse
+	76, // 100: termivar.v1.Admin.RotateKey:output_type -> termivar.v1.RotateKeyResponse
+	60, // 101: termivar.v1.Admin.SetSchedulingOptions:output_type -> termivar.v1.SetSchedulingOptionsResponse
+	67, // [67:102] is the sub-list for method output_type
+	32, // [32:67] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_termivar_v1_api_proto_init() }
@@ -6767,20 +6974,20 @@ func file_termivar_v1_api_proto_init() {
 	file_termivar_v1_api_proto_msgTypes[18].OneofWrappers = []any{}
 	file_termivar_v1_api_proto_msgTypes[21].OneofWrappers = []any{}
 	file_termivar_v1_api_proto_msgTypes[24].OneofWrappers = []any{}
-	file_termivar_v1_api_proto_msgTypes[28].OneofWrappers = []any{}
-	file_termivar_v1_api_proto_msgTypes[30].OneofWrappers = []any{}
 	file_termivar_v1_api_proto_msgTypes[31].OneofWrappers = []any{}
-	file_termivar_v1_api_proto_msgTypes[38].OneofWrappers = []any{}
-	file_termivar_v1_api_proto_msgTypes[43].OneofWrappers = []any{}
-	file_termivar_v1_api_proto_msgTypes[54].OneofWrappers = []any{}
-	file_termivar_v1_api_proto_msgTypes[56].OneofWrappers = []any{}
+	file_termivar_v1_api_proto_msgTypes[33].OneofWrappers = []any{}
+	file_termivar_v1_api_proto_msgTypes[34].OneofWrappers = []any{}
+	file_termivar_v1_api_proto_msgTypes[41].OneofWrappers = []any{}
+	file_termivar_v1_api_proto_msgTypes[46].OneofWrappers = []any{}
+	file_termivar_v1_api_proto_msgTypes[57].OneofWrappers = []any{}
+	file_termivar_v1_api_proto_msgTypes[59].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_termivar_v1_api_proto_rawDesc), len(file_termivar_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   83,
+			NumMessages:   86,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

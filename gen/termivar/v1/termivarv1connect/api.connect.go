@@ -65,6 +65,8 @@ const (
 	WorkerDeregisterProcedure = "/termivar.v1.Worker/Deregister"
 	// ProducerEnqueueProcedure is the fully-qualified name of the Producer's Enqueue RPC.
 	ProducerEnqueueProcedure = "/termivar.v1.Producer/Enqueue"
+	// ProducerEnqueueManyProcedure is the fully-qualified name of the Producer's EnqueueMany RPC.
+	ProducerEnqueueManyProcedure = "/termivar.v1.Producer/EnqueueMany"
 	// ProducerCancelProcedure is the fully-qualified name of the Producer's Cancel RPC.
 	ProducerCancelProcedure = "/termivar.v1.Producer/Cancel"
 	// ProducerGetTaskProcedure is the fully-qualified name of the Producer's GetTask RPC.
@@ -407,6 +409,12 @@ func (UnimplementedWorkerHandler) Deregister(context.Context, *connect.Request[v
 type ProducerClient interface {
 	// Enqueue admits every task of the batch or none.
 	Enqueue(context.Context, *connect.Request[v1.EnqueueRequest]) (*connect.Response[v1.EnqueueResponse], error)
+	// EnqueueMany carries several independent EnqueueRequests in one call
+	// (a client coalescing its callers' concurrent Enqueues): each request
+	// is admitted or refused on its own, all-or-nothing, with the outcome
+	// its own Enqueue would have had, and answered at its position. One
+	// audit line per request.
+	EnqueueMany(context.Context, *connect.Request[v1.EnqueueManyRequest]) (*connect.Response[v1.EnqueueManyResponse], error)
 	Cancel(context.Context, *connect.Request[v1.CancelRequest]) (*connect.Response[v1.CancelResponse], error)
 	GetTask(context.Context, *connect.Request[v1.GetTaskRequest]) (*connect.Response[v1.GetTaskResponse], error)
 	ListTasks(context.Context, *connect.Request[v1.ListTasksRequest]) (*connect.Response[v1.ListTasksResponse], error)
@@ -464,6 +472,12 @@ func NewProducerClient(httpClient connect.HTTPClient, baseURL string, opts ...co
 			httpClient,
 			baseURL+ProducerEnqueueProcedure,
 			connect.WithSchema(producerMethods.ByName("Enqueue")),
+			connect.WithClientOptions(opts...),
+		),
+		enqueueMany: connect.NewClient[v1.EnqueueManyRequest, v1.EnqueueManyResponse](
+			httpClient,
+			baseURL+ProducerEnqueueManyProcedure,
+			connect.WithSchema(producerMethods.ByName("EnqueueMany")),
 			connect.WithClientOptions(opts...),
 		),
 		cancel: connect.NewClient[v1.CancelRequest, v1.CancelResponse](
@@ -562,6 +576,7 @@ func NewProducerClient(httpClient connect.HTTPClient, baseURL string, opts ...co
 // producerClient implements ProducerClient.
 type producerClient struct {
 	enqueue          *connect.Client[v1.EnqueueRequest, v1.EnqueueResponse]
+	enqueueMany      *connect.Client[v1.EnqueueManyRequest, v1.EnqueueManyResponse]
 	cancel           *connect.Client[v1.CancelRequest, v1.CancelResponse]
 	getTask          *connect.Client[v1.GetTaskRequest, v1.GetTaskResponse]
 	listTasks        *connect.Client[v1.ListTasksRequest, v1.ListTasksResponse]
@@ -582,6 +597,11 @@ type producerClient struct {
 // Enqueue calls termivar.v1.Producer.Enqueue.
 func (c *producerClient) Enqueue(ctx context.Context, req *connect.Request[v1.EnqueueRequest]) (*connect.Response[v1.EnqueueResponse], error) {
 	return c.enqueue.CallUnary(ctx, req)
+}
+
+// EnqueueMany calls termivar.v1.Producer.EnqueueMany.
+func (c *producerClient) EnqueueMany(ctx context.Context, req *connect.Request[v1.EnqueueManyRequest]) (*connect.Response[v1.EnqueueManyResponse], error) {
+	return c.enqueueMany.CallUnary(ctx, req)
 }
 
 // Cancel calls termivar.v1.Producer.Cancel.
@@ -663,6 +683,12 @@ func (c *producerClient) CancelScan(ctx context.Context, req *connect.Request[v1
 type ProducerHandler interface {
 	// Enqueue admits every task of the batch or none.
 	Enqueue(context.Context, *connect.Request[v1.EnqueueRequest]) (*connect.Response[v1.EnqueueResponse], error)
+	// EnqueueMany carries several independent EnqueueRequests in one call
+	// (a client coalescing its callers' concurrent Enqueues): each request
+	// is admitted or refused on its own, all-or-nothing, with the outcome
+	// its own Enqueue would have had, and answered at its position. One
+	// audit line per request.
+	EnqueueMany(context.Context, *connect.Request[v1.EnqueueManyRequest]) (*connect.Response[v1.EnqueueManyResponse], error)
 	Cancel(context.Context, *connect.Request[v1.CancelRequest]) (*connect.Response[v1.CancelResponse], error)
 	GetTask(context.Context, *connect.Request[v1.GetTaskRequest]) (*connect.Response[v1.GetTaskResponse], error)
 	ListTasks(context.Context, *connect.Request[v1.ListTasksRequest]) (*connect.Response[v1.ListTasksResponse], error)
@@ -716,6 +742,12 @@ func NewProducerHandler(svc ProducerHandler, opts ...connect.HandlerOption) (str
 		ProducerEnqueueProcedure,
 		svc.Enqueue,
 		connect.WithSchema(producerMethods.ByName("Enqueue")),
+		connect.WithHandlerOptions(opts...),
+	)
+	producerEnqueueManyHandler := connect.NewUnaryHandler(
+		ProducerEnqueueManyProcedure,
+		svc.EnqueueMany,
+		connect.WithSchema(producerMethods.ByName("EnqueueMany")),
 		connect.WithHandlerOptions(opts...),
 	)
 	producerCancelHandler := connect.NewUnaryHandler(
@@ -812,6 +844,8 @@ func NewProducerHandler(svc ProducerHandler, opts ...connect.HandlerOption) (str
 		switch r.URL.Path {
 		case ProducerEnqueueProcedure:
 			producerEnqueueHandler.ServeHTTP(w, r)
+		case ProducerEnqueueManyProcedure:
+			producerEnqueueManyHandler.ServeHTTP(w, r)
 		case ProducerCancelProcedure:
 			producerCancelHandler.ServeHTTP(w, r)
 		case ProducerGetTaskProcedure:
@@ -853,6 +887,10 @@ type UnimplementedProducerHandler struct{}
 
 func (UnimplementedProducerHandler) Enqueue(context.Context, *connect.Request[v1.EnqueueRequest]) (*connect.Response[v1.EnqueueResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Producer.Enqueue is not implemented"))
+}
+
+func (UnimplementedProducerHandler) EnqueueMany(context.Context, *connect.Request[v1.EnqueueManyRequest]) (*connect.Response[v1.EnqueueManyResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Producer.EnqueueMany is not implemented"))
 }
 
 func (UnimplementedProducerHandler) Cancel(context.Context, *connect.Request[v1.CancelRequest]) (*connect.Response[v1.CancelResponse], error) {

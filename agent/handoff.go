@@ -1,0 +1,105 @@
+package agent
+
+import (
+	"context"
+	"errors"
+
+	"github.com/termivar/distributed/client"
+	pb "github.com/termivar/distributed/gen/termivar/v1"
+)
+
+// handoff is a finished task's completion handed to the acquire loop, to
+// ride on its next Acquire (AcquireRequest.Complete): a worker whose every
+// slot is busy then makes one call per task instead of a Complete and an
+// Acquire. done receives the item's outcome; errNotCarried when the
+// Acquire as a whole failed, and the task completes on its own call.
+type handoff struct {
+	req  *pb.CompleteRequest
+	done chan error // buffered: the loop never waits for the task
+}
+
+// errNotCarried says the Acquire that carried a completion failed as a
+// whole: the completion may or may not be applied, and a Complete of its
+// own (AlreadyCompleted when it was) settles it.
+var errNotCarried = errors.New("agent: completion not carried")
+
+// completeCarried hands req to the acquire loop when it is waiting for a
+// free slot and returns the completion's outcome; ok is false when the
+// loop is not waiting (it is long-polling or gone), or the Acquire that
+// carried it failed as a whole.
+func (a *Agent) completeCarried(ctx context.Context, req *pb.CompleteRequest) (err error, ok bool) {
+	h := &handoff{req: req, done: make(chan error, 1)}
+	a.mu.Lock()
+	if !a.slotWaiting {
+		a.mu.Unlock()
+		return nil, false
+	}
+	a.carried = append(a.carried, h)
+	a.mu.Unlock()
+	select {
+	case a.carryCh <- struct{}{}:
+	default: // a signal is pending already
+	}
+	select {
+	case err = <-h.done:
+		return err, !errors.Is(err, errNotCarried)
+	case <-ctx.Done():
+		return ctx.Err(), true
+	}
+}
+
+// waitSlot waits, every slot being busy, until a task ends or hands over
+// its completion, and returns the completions handed over. When soft ends
+// it hands every completion back (errNotCarried). NB: at most one per
+// running task, so fewer than an Acquire's 1 024 items (a worker has at
+// most 256 slots).
+func (a *Agent) waitSlot(soft context.Context) []*handoff {
+	select {
+	case <-soft.Done():
+		for _, h := range a.takeCarried() {
+			h.done <- errNotCarried
+		}
+		return nil
+	case <-a.slotFree:
+	case <-a.carryCh:
+	}
+	return a.takeCarried()
+}
+
+// takeCarried ends the slot wait and takes the handed-over completions.
+func (a *Agent) takeCarried() []*handoff {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.slotWaiting = false
+	hs := a.carried
+	a.carried = nil
+	return hs
+}
+
+// carry makes the Acquire that completes hs first (not long-polling: the
+// completions' outcomes wait for its answer) and leases as many tasks as
+// there are slots then (free, less than 1 while every slot is busy, plus
+// the slots of hs), and hands each completion its outcome. Without a slot
+// even then (the capacity shrank), nothing is carried.
+func (a *Agent) carry(soft context.Context, hs []*handoff, req *pb.AcquireRequest, free int) (*pb.AcquireResponse, error) {
+	if free+len(hs) <= 0 {
+		for _, h := range hs {
+			h.done <- errNotCarried
+		}
+		return &pb.AcquireResponse{}, nil
+	}
+	req.WaitSecs, req.MaxTasks = 0, uint32(free+len(hs))
+	for _, h := range hs {
+		req.Complete = append(req.Complete, h.req)
+	}
+	resp, err := a.c.Acquire(soft, req)
+	for i, h := range hs {
+		switch {
+		case err != nil || i >= len(resp.GetCompleted()):
+			h.done <- errNotCarried
+		default:
+			h.done <- client.ItemError(resp.GetCompleted()[i])
+		}
+	}
+	return resp, err
+}

@@ -453,9 +453,33 @@ func (c *Client) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.H
 //
 // A try that gets no answer within req.WaitSecs plus Config.AttemptTimeout
 // is re-issued on the next node.
+//
+// Completions larger than Config.CompleteManyCallBytes are cut as
+// CompleteMany cuts a request (complete.go): every part but the last is
+// sent as a CompleteMany call first, in order, and the last rides with the
+// Acquire; Completed answers every item in order, as one call does. If a
+// call fails, Acquire returns its error; the earlier parts' items were
+// completed (a replay answers them already_completed).
 func (c *Client) Acquire(ctx context.Context, req *pb.AcquireRequest) (*pb.AcquireResponse, error) {
 	wait := time.Duration(req.GetWaitSecs()) * time.Second
-	return invoke(ctx, c, "Worker.Acquire", wait, req, c.workerSvc().Acquire)
+	parts := splitCompleteMany(&pb.CompleteManyRequest{Items: req.GetComplete()}, c.cfg.CompleteManyCallBytes)
+	if len(parts) == 1 {
+		return invoke(ctx, c, "Worker.Acquire", wait, req, c.workerSvc().Acquire)
+	}
+	done, err := c.completeParts(ctx, parts[:len(parts)-1], len(req.GetComplete()))
+	if err != nil {
+		return nil, err
+	}
+	last := acquireCompleting(req, parts[len(parts)-1].GetItems())
+	res, err := invoke(ctx, c, "Worker.Acquire", wait, last, c.workerSvc().Acquire)
+	if err != nil {
+		return nil, err
+	}
+	if got, want := len(res.GetCompleted()), len(last.GetComplete()); got != want {
+		return nil, fmt.Errorf("client: Worker.Acquire answered %d completions for %d", got, want)
+	}
+	res.Completed = append(done, res.GetCompleted()...)
+	return res, nil
 }
 
 // Start marks a leased task running.

@@ -45,7 +45,17 @@ func (c *Client) CompleteMany(ctx context.Context, req *pb.CompleteManyRequest) 
 	if len(parts) == 1 {
 		return call(ctx, c, "Worker.CompleteMany", req, c.workerSvc().CompleteMany)
 	}
-	out := &pb.CompleteManyResponse{Results: make([]*pb.CompleteItemResult, 0, len(req.GetItems()))}
+	results, err := c.completeParts(ctx, parts, len(req.GetItems()))
+	if err != nil {
+		return nil, err
+	}
+	return &pb.CompleteManyResponse{Results: results}, nil
+}
+
+// completeParts sends each part as a CompleteMany call, in order, and
+// returns their results joined; the first failed call ends it.
+func (c *Client) completeParts(ctx context.Context, parts []*pb.CompleteManyRequest, items int) ([]*pb.CompleteItemResult, error) {
+	out := make([]*pb.CompleteItemResult, 0, items)
 	for _, part := range parts {
 		res, err := call(ctx, c, "Worker.CompleteMany", part, c.workerSvc().CompleteMany)
 		if err != nil {
@@ -54,9 +64,18 @@ func (c *Client) CompleteMany(ctx context.Context, req *pb.CompleteManyRequest) 
 		if got, want := len(res.GetResults()), len(part.GetItems()); got != want {
 			return nil, fmt.Errorf("client: Worker.CompleteMany answered %d results for %d items", got, want)
 		}
-		out.Results = append(out.Results, res.GetResults()...)
+		out = append(out, res.GetResults()...)
 	}
 	return out, nil
+}
+
+// acquireCompleting is req with complete in place of its completions.
+// NB: field by field, not proto.Clone, which would copy every result;
+// TestAcquireCompleting_CopiesEveryField fails when AcquireRequest gains
+// a field this does not copy.
+func acquireCompleting(req *pb.AcquireRequest, complete []*pb.CompleteRequest) *pb.AcquireRequest {
+	return &pb.AcquireRequest{WorkerId: req.GetWorkerId(), LeaseTtlSecs: req.GetLeaseTtlSecs(), WaitSecs: req.GetWaitSecs(),
+		MaxTasks: req.GetMaxTasks(), Start: req.GetStart(), Complete: complete}
 }
 
 // CompleteManyCalls returns how many calls CompleteMany makes for req when

@@ -64,3 +64,26 @@ func TestSplitCompleteMany(t *testing.T) {
 		})
 	}
 }
+
+// acquireCompleting copies every field of AcquireRequest but complete: a
+// request with every field set comes back equal with complete replaced,
+// and the test fails when AcquireRequest gains a field (set it below and
+// copy it in acquireCompleting).
+func TestAcquireCompleting_CopiesEveryField(t *testing.T) {
+	t.Parallel()
+	req := &pb.AcquireRequest{WorkerId: "w1", LeaseTtlSecs: 30, WaitSecs: 5, MaxTasks: 7, Start: true,
+		Complete: completeManyOf(10, 20).GetItems()}
+	fields := req.ProtoReflect().Descriptor().Fields()
+	for i := range fields.Len() {
+		if f := fields.Get(i); !req.ProtoReflect().Has(f) {
+			t.Errorf("AcquireRequest.%s is not set in this test (and perhaps not copied by acquireCompleting)", f.Name())
+		}
+	}
+	part := req.GetComplete()[1:]
+	got := acquireCompleting(req, part)
+	want := proto.CloneOf(req)
+	want.Complete = part
+	if !proto.Equal(got, want) {
+		t.Fatalf("acquireCompleting(req, part) = %v, want %v", got, want)
+	}
+}

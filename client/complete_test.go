@@ -29,14 +29,18 @@ import (
 // completeCalls counts CompleteMany calls and fails the failAt-th (0:
 // none) without sending it.
 type completeCalls struct {
-	next   http.RoundTripper
-	n      atomic.Int32
-	failAt int32
+	next     http.RoundTripper
+	n        atomic.Int32
+	acquires atomic.Int32 // Acquire calls
+	failAt   int32
 }
 
 var errInjected = errors.New("injected transport failure")
 
 func (c *completeCalls) RoundTrip(r *http.Request) (*http.Response, error) {
+	if strings.HasSuffix(r.URL.Path, "/Acquire") {
+		c.acquires.Add(1)
+	}
 	if strings.HasSuffix(r.URL.Path, "/CompleteMany") && c.n.Add(1) == c.failAt {
 		if r.Body != nil {
 			_ = r.Body.Close()
@@ -256,4 +260,31 @@ func TestMaxCompleteManyItems_IsTheServers(t *testing.T) {
 	if client.MaxCompleteManyItems != server.MaxCompleteMany {
 		t.Fatalf("client.MaxCompleteManyItems = %d, server.MaxCompleteMany = %d", client.MaxCompleteManyItems, server.MaxCompleteMany)
 	}
+}
+
+// Completions carried by an Acquire above the call bound go ahead in
+// CompleteMany calls, the last part with the Acquire: every item is
+// answered in order and stored once.
+func TestClient_AcquireSplitsLargeCompletions(t *testing.T) {
+	t.Parallel()
+	const n = 40
+	results := randomResults(t, n, 64<<10)
+	cn := newCompleteNode(t, n, 0, 0)
+	before := cn.calls.acquires.Load()
+	res, err := cn.c.Acquire(context.Background(), &pb.AcquireRequest{WorkerId: "w1", MaxTasks: 1, Complete: cn.request(results, 7).GetItems()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if many, acq := cn.calls.n.Load(), cn.calls.acquires.Load()-before; many != 2 || acq != 1 {
+		t.Fatalf("calls: %d CompleteMany and %d Acquire; want 2 and 1", many, acq)
+	}
+	if len(res.GetCompleted()) != n || len(res.GetTasks()) != 0 {
+		t.Fatalf("Acquire answered %d completions and %d tasks; want %d and 0", len(res.GetCompleted()), len(res.GetTasks()), n)
+	}
+	for i, r := range res.GetCompleted() {
+		if (i == 7) != (r.GetError() != nil) || i != 7 && r.GetResponse().GetAlreadyCompleted() {
+			t.Fatalf("completion %d: %v; want failed only for the forged token", i, r)
+		}
+	}
+	checkStored(t, cn.stored(t), results, []int{7})
 }

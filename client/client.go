@@ -74,6 +74,10 @@ type Config struct {
 	MinBackoff, MaxBackoff time.Duration
 	// Logger receives retry diagnostics; nil discards them.
 	Logger *slog.Logger
+	// CompleteManyCallBytes bounds the message of one CompleteMany call: a
+	// larger request is sent as several calls (complete.go). Default
+	// DefaultCompleteManyCallBytes; negative: never split.
+	CompleteManyCallBytes int
 	// EnqueueCallsInFlight bounds the Enqueue calls the client has on the
 	// wire at once (default DefaultEnqueueCallsInFlight; negative: every
 	// Enqueue is a call of its own). Callers that call Enqueue while that
@@ -170,6 +174,7 @@ func New(cfg Config) (*Client, error) {
 	}
 	cfg.MaxAttempts = cmp.Or(max(cfg.MaxAttempts, 0), 4)
 	cfg.AttemptTimeout = cmp.Or(cfg.AttemptTimeout, DefaultAttemptTimeout)
+	cfg.CompleteManyCallBytes = cmp.Or(cfg.CompleteManyCallBytes, DefaultCompleteManyCallBytes)
 	cfg.MinBackoff = cmp.Or(max(cfg.MinBackoff, 0), 100*time.Millisecond)
 	if cfg.MaxBackoff < cfg.MinBackoff {
 		cfg.MaxBackoff = max(2*time.Second, cfg.MinBackoff)
@@ -459,9 +464,33 @@ func (c *Client) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.H
 //
 // A try that gets no answer within req.WaitSecs plus Config.AttemptTimeout
 // is re-issued on the next node.
+//
+// Completions larger than Config.CompleteManyCallBytes are cut as
+// CompleteMany cuts a request (complete.go): every part but the last is
+// sent as a CompleteMany call first, in order, and the last rides with the
+// Acquire; Completed answers every item in order, as one call does. If a
+// call fails, Acquire returns its error; the earlier parts' items were
+// completed (a replay answers them already_completed).
 func (c *Client) Acquire(ctx context.Context, req *pb.AcquireRequest) (*pb.AcquireResponse, error) {
 	wait := time.Duration(req.GetWaitSecs()) * time.Second
-	return invoke(ctx, c, "Worker.Acquire", wait, req, c.workerSvc().Acquire)
+	parts := splitCompleteMany(&pb.CompleteManyRequest{Items: req.GetComplete()}, c.cfg.CompleteManyCallBytes)
+	if len(parts) == 1 {
+		return invoke(ctx, c, "Worker.Acquire", wait, req, c.workerSvc().Acquire)
+	}
+	done, err := c.completeParts(ctx, parts[:len(parts)-1], len(req.GetComplete()))
+	if err != nil {
+		return nil, err
+	}
+	last := acquireCompleting(req, parts[len(parts)-1].GetItems())
+	res, err := invoke(ctx, c, "Worker.Acquire", wait, last, c.workerSvc().Acquire)
+	if err != nil {
+		return nil, err
+	}
+	if got, want := len(res.GetCompleted()), len(last.GetComplete()); got != want {
+		return nil, fmt.Errorf("client: Worker.Acquire answered %d completions for %d", got, want)
+	}
+	res.Completed = append(done, res.GetCompleted()...)
+	return res, nil
 }
 
 // Start marks a leased task running.
@@ -478,11 +507,6 @@ func (c *Client) RenewLease(ctx context.Context, req *pb.RenewLeaseRequest) (*pb
 // reply answers AlreadyCompleted.
 func (c *Client) Complete(ctx context.Context, req *pb.CompleteRequest) (*pb.CompleteResponse, error) {
 	return call(ctx, c, "Worker.Complete", req, c.workerSvc().Complete)
-}
-
-// CompleteMany completes several tasks; each item succeeds or fails alone.
-func (c *Client) CompleteMany(ctx context.Context, req *pb.CompleteManyRequest) (*pb.CompleteManyResponse, error) {
-	return call(ctx, c, "Worker.CompleteMany", req, c.workerSvc().CompleteMany)
 }
 
 // Fail fails the current attempt of a task (the server retries it or fails

@@ -83,6 +83,11 @@ type Config struct {
 	// MaxBatchCommands bounds the commands coalesced into one log entry
 	// (default 1024, at most raftfsm.MaxBatchCommands).
 	MaxBatchCommands int
+	// MaxEntryBytes bounds the encoded commands coalesced into one log
+	// entry: an entry takes no further proposal once its commands reach it
+	// (default DefaultMaxEntryBytes; a single larger command is an entry
+	// alone).
+	MaxEntryBytes int
 	// TickInterval is the cadence of the leader's recovery ticker (default
 	// 1 s; negative disables it).
 	TickInterval time.Duration
@@ -167,6 +172,9 @@ func (c *Config) setDefaults() {
 	c.TracerProvider = cmp.Or(c.TracerProvider, trace.TracerProvider(noop.NewTracerProvider()))
 	if c.MaxBatchCommands <= 0 || c.MaxBatchCommands > raftfsm.MaxBatchCommands {
 		c.MaxBatchCommands = 1024
+	}
+	if c.MaxEntryBytes <= 0 {
+		c.MaxEntryBytes = DefaultMaxEntryBytes
 	}
 	c.TickInterval = cmp.Or(c.TickInterval, time.Second)
 	c.DefaultLimits = cmp.Or(c.DefaultLimits, distributed.DefaultLimits())
@@ -320,7 +328,7 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 // leader's background loops.
 func (n *Node) start(ctx context.Context, existing, wroteSecret bool) error {
 	cfg := n.cfg
-	n.prop = newProposer(n.raft, n.fsm.LastTime, cfg.NowFunc, cfg.MaxBatchCommands, n.life.Done())
+	n.prop = newProposer(n.raft, n.fsm.LastTime, cfg.NowFunc, entryBounds{commands: cfg.MaxBatchCommands, bytes: cfg.MaxEntryBytes}, n.life.Done())
 	n.prop.m = cfg.Metrics
 	n.tracer = cfg.TracerProvider.Tracer(tracing.InstrumentationName)
 	n.life.Go(n.prop.run)

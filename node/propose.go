@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/protobuf/proto"
 
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 	"github.com/termivar/distributed/internal/metrics"
@@ -32,13 +33,15 @@ type raftApplier interface {
 var _ raftApplier = (*raft.Raft)(nil)
 
 // proposer coalesces concurrent proposals into log entries: run takes
-// every waiting proposal, up to maxBatch, into one entry, and respond
-// hands each proposer its own result in proposal order.
+// every waiting proposal, up to maxBatch commands and maxBytes of them,
+// into one entry, and respond hands each proposer its own result in
+// proposal order.
 type proposer struct {
 	raft     raftApplier
 	lastTime func() uint64    // the FSM's last applied time
 	now      func() time.Time // the wall clock that stamps entries
 	maxBatch int              // Invariant: an entry holds 1..maxBatch commands
+	maxBytes int              // an entry takes no proposal once its commands reach it
 	closed   <-chan struct{}  // the node's lifetime: closed by Close
 
 	proposals chan *proposal
@@ -56,9 +59,25 @@ type proposer struct {
 // at low rates one entry per command cost more CPU than the commands).
 const maxEntriesInFlight = 2
 
-func newProposer(r raftApplier, lastTime func() uint64, now func() time.Time, maxBatch int, closed <-chan struct{}) *proposer {
+// DefaultMaxEntryBytes is Config.MaxEntryBytes' default. NB: entries
+// of large results coalesced up to MaxBatchCommands reached 16 MiB and
+// more (16 workers' CompleteMany calls at once); raft-wal v0.4.1 copies
+// each entry into a codec buffer and a segment buffer that grows to the
+// largest append, and two entries are in flight. With entries of about
+// 2 MiB a 64 KiB-result run peaked at 460–470 MB of RSS instead of
+// 517–572 MB (issue 15; docs/benchmarks.md, "64 KiB results"). Small
+// commands still coalesce up to MaxBatchCommands: 1 024 completions with
+// 32-byte results are ≈ 200 KB.
+const DefaultMaxEntryBytes = 2 << 20
+
+// entryBounds bound one log entry: commands (1..raftfsm.MaxBatchCommands)
+// and bytes of encoded commands (> 0).
+type entryBounds struct{ commands, bytes int }
+
+func newProposer(r raftApplier, lastTime func() uint64, now func() time.Time, bounds entryBounds, closed <-chan struct{}) *proposer {
+	maxBatch := bounds.commands
 	return &proposer{
-		raft: r, lastTime: lastTime, now: now, maxBatch: maxBatch, closed: closed,
+		raft: r, lastTime: lastTime, now: now, maxBatch: maxBatch, maxBytes: bounds.bytes, closed: closed,
 		proposals: make(chan *proposal, 4*maxBatch),
 		inflight:  make(chan *inflightBatch, maxEntriesInFlight),
 		slots:     make(chan struct{}, maxEntriesInFlight),
@@ -66,8 +85,9 @@ func newProposer(r raftApplier, lastTime func() uint64, now func() time.Time, ma
 }
 
 type proposal struct {
-	cmd  *pb.Command
-	done chan proposalResult
+	cmd   *pb.Command
+	bytes int // proto.Size(cmd) when submitted
+	done  chan proposalResult
 }
 
 type proposalResult struct {
@@ -131,7 +151,7 @@ func endSpan(span trace.Span, err error) {
 // lifetime has ended.
 func (pr *proposer) submit(ctx context.Context, cmd *pb.Command) (*proposal, error) {
 	cmd.Version = raftfsm.CommandVersion
-	p := &proposal{cmd: cmd, done: make(chan proposalResult, 1)}
+	p := &proposal{cmd: cmd, bytes: proto.Size(cmd), done: make(chan proposalResult, 1)}
 	select {
 	case <-pr.closed:
 		// NB: checked first, so that a proposal made after Close never
@@ -205,12 +225,16 @@ func (pr *proposer) run(ctx context.Context) {
 	}
 }
 
-// drain adds the proposals already waiting to batch, up to maxBatch.
+// drain adds the proposals already waiting to batch, up to maxBatch, and
+// stops once their bytes reach maxBytes (so an entry is at most maxBytes
+// plus its last proposal).
 func (pr *proposer) drain(batch []*proposal) []*proposal {
-	for len(batch) < pr.maxBatch {
+	n := batch[0].bytes
+	for len(batch) < pr.maxBatch && n < pr.maxBytes {
 		select {
 		case p := <-pr.proposals:
 			batch = append(batch, p)
+			n += p.bytes
 		default:
 			return batch
 		}

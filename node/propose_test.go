@@ -93,6 +93,13 @@ type proposerBundle struct {
 // system tenant at the hard ceilings; the loops start with start.
 func setupProposer(t *testing.T, maxBatch int, failErr error) *proposerBundle {
 	t.Helper()
+	return setupProposerBytes(t, maxBatch, DefaultMaxEntryBytes, failErr)
+}
+
+// setupProposerBytes is setupProposer with entries bounded to maxBytes of
+// commands.
+func setupProposerBytes(t *testing.T, maxBatch, maxBytes int, failErr error) *proposerBundle {
+	t.Helper()
 	f := raftfsm.New(raftfsm.Options{})
 	for _, cmd := range []*pb.Command{
 		{Op: &pb.Command_InitCluster{InitCluster: &pb.InitCluster{EpochId: make([]byte, raftfsm.EpochBytes)}}},
@@ -107,7 +114,7 @@ func setupProposer(t *testing.T, maxBatch int, failErr error) *proposerBundle {
 	stub := &stubRaft{fsm: f, failErr: failErr}
 	ctx, cancel := context.WithCancel(context.Background())
 	clock := func() time.Time { return time.Unix(1_000, 0) }
-	pr := newProposer(stub, f.LastTime, clock, maxBatch, ctx.Done())
+	pr := newProposer(stub, f.LastTime, clock, entryBounds{commands: maxBatch, bytes: maxBytes}, ctx.Done())
 	b := &proposerBundle{stub: stub, pr: pr, fsm: f}
 	var wg sync.WaitGroup
 	t.Cleanup(func() {
@@ -202,6 +209,36 @@ func TestProposer_BatchBoundIsExact(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// An entry takes no further proposal once its commands reach the byte
+// bound: ten 64 KiB completions under a 256 KiB bound are entries of 4, 4
+// and 2 (each entry the bound plus at most one proposal); small commands
+// still coalesce up to the command bound (TestProposer_Coalesces).
+func TestProposer_EntryBytesBound(t *testing.T) {
+	t.Parallel()
+	b := setupProposerBytes(t, 64, 256<<10, nil)
+	result := make([]byte, 64<<10)
+	props := make([]*proposal, 10)
+	for i := range props {
+		// NB: the lease is not valid: each command fails in the FSM, which
+		// does not matter here; what is measured is the entries.
+		cmd := &pb.Command{Tenant: raftfsm.SystemTenant, Op: &pb.Command_CompleteTask{CompleteTask: &pb.CompleteTask{Lease: []byte{byte(i)}, Result: result}}}
+		p, err := b.pr.submit(context.Background(), cmd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		props[i] = p
+	}
+	b.start()
+	for i, r := range results(t, props) {
+		if r.err != nil {
+			t.Fatalf("proposal %d: %v", i, r.err)
+		}
+	}
+	if got := b.stub.entrySizes(); !slices.Equal(got, []int{4, 4, 2}) {
+		t.Fatalf("entries = %v, want 4, 4 and 2 commands", got)
 	}
 }
 

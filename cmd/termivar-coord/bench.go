@@ -41,6 +41,8 @@ type benchFlags struct {
 
 	// The modes of bench_modes.go (benchModeFlags).
 	waitSecs, rate, resident, idleConns    int
+	completeCallBytes                      int // --complete-call-bytes: client.Config.CompleteManyCallBytes
+	snapshotBytes                          int // --snapshot-bytes: the embedded node's node.Config.SnapshotBytes
 	memProfile, mutexProfile, blockProfile string
 	suite                                  bool
 	dropAfter                              bool // delete the run's scans once measured (--suite: every mode starts from the same heap)
@@ -86,7 +88,7 @@ func runBench(args []string) int {
 	}
 	url, key := f.client.server, f.client.key
 	if f.embedded {
-		stop, u, k, err := startBenchNode(f.dataDir)
+		stop, u, k, err := startBenchNode(f.dataDir, int64(f.snapshotBytes))
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "termivar-coord bench:", err)
 			return exitRejected
@@ -138,8 +140,9 @@ func (f benchFlags) valid() bool {
 }
 
 // startBenchNode starts an embedded node (with its audit log, as serve
-// has) on dir, or on a temporary dir that stop removes.
-func startBenchNode(dir string) (stop func(), url, key string, err error) {
+// has) on dir, or on a temporary dir that stop removes; snapshotBytes is
+// its node.Config.SnapshotBytes (0: the default).
+func startBenchNode(dir string, snapshotBytes int64) (stop func(), url, key string, err error) {
 	tmp := ""
 	if dir == "" {
 		if tmp, err = os.MkdirTemp("", "termivar-bench-"); err != nil {
@@ -149,7 +152,7 @@ func startBenchNode(dir string) (stop func(), url, key string, err error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	e, err := startEmbedded(ctx, node.Config{DataDir: dir, RaftAddr: "127.0.0.1:0"}, nil, true)
+	e, err := startEmbedded(ctx, node.Config{DataDir: dir, RaftAddr: "127.0.0.1:0", SnapshotBytes: snapshotBytes}, nil, true)
 	if err != nil {
 		return nil, "", "", err
 	}
@@ -421,7 +424,7 @@ func (r *benchRun) connect(ctx context.Context, url, adminKey string) error {
 	}
 	newC := func(key string) (*client.Client, error) {
 		return client.New(client.Config{ServerURL: url, Key: key, HTTPClient: hc, MaxAttempts: benchMaxAttempts,
-			MinBackoff: 50 * time.Millisecond, MaxBackoff: time.Second, Logger: log, EnqueueCallsInFlight: inFlight})
+			MinBackoff: 50 * time.Millisecond, MaxBackoff: time.Second, Logger: log, EnqueueCallsInFlight: inFlight, CompleteManyCallBytes: r.f.completeCallBytes})
 	}
 	if r.admin, err = newC(adminKey); err != nil {
 		return err
@@ -629,7 +632,8 @@ func (r *benchRun) work(ctx context.Context, id string, w *client.Client) {
 	var held []*pb.LeasedTask // leased and done, to complete with the next Acquire
 	var leased time.Time
 	for r.completed.Load() < int64(r.f.tasks) {
-		acq, err := w.Acquire(ctx, r.acquireRequest(id, held))
+		areq := r.acquireRequest(id, held)
+		acq, err := w.Acquire(ctx, areq)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -641,6 +645,11 @@ func (r *benchRun) work(ctx context.Context, id string, w *client.Client) {
 			return
 		}
 		streak = 0
+		if len(held) > 0 {
+			// NB: completions above the client's call bound went ahead
+			// in CompleteMany calls of their own.
+			r.calls.complete.Add(int64(w.CompleteManyCalls(&pb.CompleteManyRequest{Items: areq.GetComplete()}) - 1))
+		}
 		if len(held) > 0 && !r.completedAll(held, acq.GetCompleted(), leased, &lat) {
 			return
 		}
@@ -683,12 +692,14 @@ func (r *benchRun) completeItems(tasks []*pb.LeasedTask) []*pb.CompleteRequest {
 // enqueue-to-complete latencies.
 type benchLatencies struct{ lease, e2e []time.Duration }
 
-// complete completes the acquired tasks in one CompleteMany. ok is false
-// when the run must stop (the failure is recorded).
+// complete completes the acquired tasks in one CompleteMany (which the
+// client may send as several calls, all counted). ok is false when the run
+// must stop (the failure is recorded).
 func (r *benchRun) complete(ctx context.Context, w *client.Client, tasks []*pb.LeasedTask, lat *benchLatencies) (ok bool) {
 	leased := time.Now()
-	r.calls.complete.Add(1)
-	cm, err := benchCompleteMany(ctx, w, r.completeItems(tasks), &r.errs)
+	req := &pb.CompleteManyRequest{Items: r.completeItems(tasks)}
+	r.calls.complete.Add(int64(w.CompleteManyCalls(req)))
+	cm, err := benchCompleteMany(ctx, w, req, &r.errs)
 	if err != nil {
 		if ctx.Err() == nil {
 			r.fail(err)
@@ -747,10 +758,10 @@ func benchEnqueue(ctx context.Context, prod *client.Client, req *pb.EnqueueReque
 
 // benchCompleteMany completes a batch of leases, riding through leader
 // changes (a replay of an applied completion answers already_completed).
-func benchCompleteMany(ctx context.Context, w *client.Client, items []*pb.CompleteRequest, errs *atomic.Int64) (*pb.CompleteManyResponse, error) {
+func benchCompleteMany(ctx context.Context, w *client.Client, req *pb.CompleteManyRequest, errs *atomic.Int64) (*pb.CompleteManyResponse, error) {
 	streak := 0
 	for {
-		cm, err := w.CompleteMany(ctx, &pb.CompleteManyRequest{Items: items})
+		cm, err := w.CompleteMany(ctx, req)
 		if err == nil || ctx.Err() != nil || !benchRetry(err, &streak, errs) {
 			return cm, err
 		}

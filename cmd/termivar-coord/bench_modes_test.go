@@ -37,7 +37,7 @@ func TestBench_Modes(t *testing.T) {
 }
 
 func TestBench_Suite(t *testing.T) {
-	stop, url, key, err := startBenchNode(t.TempDir())
+	stop, url, key, err := startBenchNode(t.TempDir(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func runBenchArgs(t *testing.T, args []string, dropAfter bool) benchResult {
 		t.Fatal(err)
 	}
 	f.dropAfter = dropAfter
-	stop, url, key, err := startBenchNode(t.TempDir())
+	stop, url, key, err := startBenchNode(t.TempDir(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func runBenchArgs(t *testing.T, args []string, dropAfter bool) benchResult {
 // share calls (never more calls than tasks); with --single-calls every
 // Enqueue is its own call and completions go in CompleteMany calls.
 func TestBench_SingleCalls(t *testing.T) {
-	stop, url, key, err := startBenchNode(t.TempDir())
+	stop, url, key, err := startBenchNode(t.TempDir(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}

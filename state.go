@@ -79,6 +79,9 @@ type taskRec struct {
 	// prev and next link the task into the age list while it is not
 	// terminal, into the finish list while it is (tasklist.go, I3).
 	prev, next *taskRec
+	// eprev and enext link a leased or running task into its expiry
+	// second's list (expiry.go, I3); nil otherwise.
+	eprev, enext *taskRec
 
 	// lease is the current lease while hasLease, the retained proof lease
 	// of a terminal task while hasProof && !proofIsFence, else zero.
@@ -153,7 +156,7 @@ type coordinator struct {
 
 	tasks    map[string]*taskRec
 	queue    *btree.BTreeG[*taskRec] // queued tasks in lease order (I2)
-	byExpiry *btree.BTreeG[*taskRec] // leased/running tasks by (ExpiresAt, LeaseID)
+	byExpiry *expiryIndex            // leased/running tasks by ExpiresAt (expiry.go)
 	ages     taskList                // non-terminal tasks by CreatedAt (tasklist.go)
 	finished taskList                // terminal tasks by finish time, for purge
 	active   int                     // non-terminal tasks
@@ -183,13 +186,6 @@ func queueLess(a, b *taskRec) bool {
 	return a.id < b.id
 }
 
-func expiryLess(a, b *taskRec) bool {
-	if a.lease.expiresAt != b.lease.expiresAt {
-		return a.lease.expiresAt < b.lease.expiresAt
-	}
-	return a.lease.leaseID < b.lease.leaseID
-}
-
 const btreeDegree = 32
 
 func newCoordinator(l Limits) *coordinator {
@@ -197,7 +193,7 @@ func newCoordinator(l Limits) *coordinator {
 		limits:   l,
 		tasks:    make(map[string]*taskRec),
 		queue:    btree.NewG(btreeDegree, queueLess),
-		byExpiry: btree.NewG(btreeDegree, expiryLess),
+		byExpiry: newExpiryIndex(),
 		workers:  make(map[string]*workerRec),
 		byID:     newWorkerIndex(),
 		interned: make(map[string]string),

@@ -98,7 +98,26 @@ type taskRec struct {
 }
 
 // workerRec is the retained record of one worker plus its treap links.
+//
+// The treap's fields come first and fill one 64-byte cache line, and the
+// record is padded to 192 bytes, a size class whose objects are 64-byte
+// aligned: a pull (treap.go) then reads one line of the node and one of
+// each child, where the fields straddled two lines in most records
+// (docs/benchmarks.md, issue 15). TestWorkerRec_TreapFieldsInOneLine pins
+// the layout.
 type workerRec struct {
+	left, right *workerRec
+	parent      *workerRec // nil for the root and for unlinked workers
+	best        *workerRec
+	prio        uint64
+	rank        uint64 // tie-break in ID order (ranks.go, I9)
+	// bestScore and bestRank copy best's score and rank (0 and 0 when best
+	// is nil), so that a pull compares its children's bests without
+	// reading those workers' records (I9).
+	bestRank  uint64
+	bestScore uint32
+	score     uint32 // cached availableSlots() when eligible ignoring time, else 0
+
 	id            string
 	generation    uint64
 	status        WorkerStatus
@@ -114,17 +133,7 @@ type workerRec struct {
 	// slot (taskRec.leaseSlot), so adding and dropping are O(1).
 	leases []*taskRec
 
-	prio        uint64
-	rank        uint64 // tie-break in ID order (ranks.go, I9)
-	left, right *workerRec
-	parent      *workerRec // nil for the root and for unlinked workers
-	best        *workerRec
-	score       uint32 // cached availableSlots() when eligible ignoring time, else 0
-	// bestScore and bestRank copy best's score and rank (0 and 0 when best
-	// is nil), so that a pull compares its children's bests without
-	// reading those workers' records (I9).
-	bestScore uint32
-	bestRank  uint64
+	_ [16]byte // to 192 bytes (see above)
 }
 
 func (w *workerRec) effectiveCapacity() uint32 {

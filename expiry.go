@@ -5,7 +5,7 @@ import "github.com/google/btree"
 // The expiry index (I3): every leased or running task, bucketed by its
 // lease's ExpiresAt second. A lease's expiry is a whole second, so the
 // tasks of one second form an intrusive doubly linked list (through
-// taskRec.enext and eprev) and only the seconds are ordered, in a B-tree
+// taskRec.xnext and xprev) and only the seconds are ordered, in a B-tree
 // with one entry per second that has leases. Granting, renewing and ending
 // a lease link or unlink in O(1) plus one map lookup, where an ordered
 // index of every lease was O(log n) with key comparisons at each level —
@@ -45,17 +45,22 @@ func newExpiryIndex() *expiryIndex {
 // Len returns the number of linked tasks.
 func (x *expiryIndex) Len() int { return x.n }
 
-// Has reports whether t is linked: it has a predecessor or heads the
-// bucket of its lease's second.
+// Has reports whether the leased or running task t is linked: it has a
+// predecessor or heads the bucket of its lease's second. (The links of a
+// task without a lease belong to the queue.)
 func (x *expiryIndex) Has(t *taskRec) bool {
-	if t.eprev != nil {
+	if !t.hasLease {
+		return false
+	}
+	if t.xprev != nil {
 		return true
 	}
 	b := x.buckets[t.lease.expiresAt]
 	return b != nil && b.head == t
 }
 
-// ReplaceOrInsert links t under its lease's ExpiresAt unless it is linked
+// ReplaceOrInsert links the leased or running task t under its lease's
+// ExpiresAt unless it is linked
 // already, and then reports true (a duplicate) and changes nothing. The
 // name and results are those of the ordered index it replaces, so that
 // Restore's bulk build reads the same.
@@ -64,9 +69,9 @@ func (x *expiryIndex) ReplaceOrInsert(t *taskRec) (*taskRec, bool) {
 		return t, true
 	}
 	b := x.bucket(t.lease.expiresAt)
-	t.eprev, t.enext = nil, b.head
+	t.xprev, t.xnext = nil, b.head
 	if b.head != nil {
-		b.head.eprev = t
+		b.head.xprev = t
 	}
 	b.head = t
 	x.n++
@@ -112,19 +117,19 @@ func (x *expiryIndex) drop(b *expiryBucket) {
 // Delete unlinks t, which must be linked with its lease's ExpiresAt
 // unchanged since it was linked.
 func (x *expiryIndex) Delete(t *taskRec) {
-	if t.eprev != nil {
-		t.eprev.enext = t.enext
+	if t.xprev != nil {
+		t.xprev.xnext = t.xnext
 	} else {
 		b := x.buckets[t.lease.expiresAt]
-		b.head = t.enext
+		b.head = t.xnext
 		if b.head == nil && b != x.last {
 			x.drop(b)
 		}
 	}
-	if t.enext != nil {
-		t.enext.eprev = t.eprev
+	if t.xnext != nil {
+		t.xnext.xprev = t.xprev
 	}
-	t.eprev, t.enext = nil, nil
+	t.xprev, t.xnext = nil, nil
 	x.n--
 }
 
@@ -142,7 +147,7 @@ func (x *expiryIndex) Min() (*taskRec, bool) {
 // until visit returns false.
 func (x *expiryIndex) Ascend(visit func(*taskRec) bool) {
 	x.order.Ascend(func(b *expiryBucket) bool {
-		for t := b.head; t != nil; t = t.enext {
+		for t := b.head; t != nil; t = t.xnext {
 			if !visit(t) {
 				return false
 			}
@@ -165,9 +170,9 @@ func (x *expiryIndex) audit() bool {
 	x.order.Ascend(func(b *expiryBucket) bool {
 		ok = x.buckets[b.second] == b && (b.head != nil || b == x.last)
 		var prev *taskRec
-		for t := b.head; ok && t != nil; t = t.enext {
+		for t := b.head; ok && t != nil; t = t.xnext {
 			count++
-			ok = count <= x.n && t.hasLease && t.lease.expiresAt == b.second && t.eprev == prev
+			ok = count <= x.n && t.hasLease && t.lease.expiresAt == b.second && t.xprev == prev
 			prev = t
 		}
 		return ok

@@ -41,11 +41,7 @@ func (c *coordinator) grant(t *taskRec, w *workerRec, now, ttl uint64) (Transiti
 	case now > math.MaxUint64-ttl:
 		return Transition[TaskLease]{}, exhausted("lease_expiry")
 	}
-	if head, _ := c.queue.Min(); head == t {
-		c.queue.DeleteMin() // the common case: no key comparisons
-	} else {
-		c.queue.Delete(t)
-	}
+	c.queue.Delete(t)
 
 	c.lastLeaseID++
 	t.attempt++

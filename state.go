@@ -79,9 +79,10 @@ type taskRec struct {
 	// prev and next link the task into the age list while it is not
 	// terminal, into the finish list while it is (tasklist.go, I3).
 	prev, next *taskRec
-	// eprev and enext link a leased or running task into its expiry
-	// second's list (expiry.go, I3); nil otherwise.
-	eprev, enext *taskRec
+	// xprev and xnext link a queued task into its priority's queue list
+	// (queue.go, I2), a leased or running task into its expiry second's
+	// list (expiry.go, I3); nil otherwise. No task is in both.
+	xprev, xnext *taskRec
 
 	// lease is the current lease while hasLease, the retained proof lease
 	// of a terminal task while hasProof && !proofIsFence, else zero.
@@ -164,12 +165,12 @@ type coordinator struct {
 	generationFloor uint64
 
 	tasks    map[string]*taskRec
-	queue    *btree.BTreeG[*taskRec] // queued tasks in lease order (I2)
-	byExpiry *expiryIndex            // leased/running tasks by ExpiresAt (expiry.go)
-	ages     taskList                // non-terminal tasks by CreatedAt (tasklist.go)
-	finished taskList                // terminal tasks by finish time, for purge
-	active   int                     // non-terminal tasks
-	terminal int                     // terminal tasks
+	queue    *queueIndex  // queued tasks in lease order (queue.go, I2)
+	byExpiry *expiryIndex // leased/running tasks by ExpiresAt (expiry.go)
+	ages     taskList     // non-terminal tasks by CreatedAt (tasklist.go)
+	finished taskList     // terminal tasks by finish time, for purge
+	active   int          // non-terminal tasks
+	terminal int          // terminal tasks
 
 	workers map[string]*workerRec
 	byID    *btree.BTreeG[*workerRec] // every worker in ID order, for ranks (I9)
@@ -201,7 +202,7 @@ func newCoordinator(l Limits) *coordinator {
 	return &coordinator{
 		limits:   l,
 		tasks:    make(map[string]*taskRec),
-		queue:    btree.NewG(btreeDegree, queueLess),
+		queue:    newQueueIndex(),
 		byExpiry: newExpiryIndex(),
 		workers:  make(map[string]*workerRec),
 		byID:     newWorkerIndex(),

@@ -1,10 +1,12 @@
 package distributed
 
-// Goal: the expiry index (expiry.go) answers RecoveryDue and
-// RecoverExpiredLeases exactly like a scan of every lease, across random
-// grants, renewals, completions, cancellations and recoveries at many
-// seconds (seeded, reproducible), including the empty bucket it keeps, and
-// its audit refuses an index that lost a lease.
+// Goal: the task indexes that replaced B-trees keep their orders exactly.
+// The expiry index (expiry.go) answers RecoveryDue and RecoverExpiredLeases
+// like a scan of every lease, across random grants, renewals, completions,
+// cancellations and recoveries at many seconds (seeded, reproducible),
+// including the empty bucket it keeps; the queue (queue.go) restores into
+// lease order from Restore's task-ID-ordered build; the audit refuses an
+// index that lost a lease or a list out of order.
 
 import (
 	"errors"
@@ -151,5 +153,57 @@ func TestExpiryIndex_AuditCatchesLostLease(t *testing.T) {
 		if err := h.p.CheckInvariants(); !errors.Is(err, ErrStateInvariant) {
 			t.Fatalf("%s: CheckInvariants = %v, want StateInvariant", name, err)
 		}
+	}
+}
+
+// The queue (queue.go) after Restore: the bulk build inserts in task-ID
+// order, which here is not lease order (IDs against enqueue order, mixed
+// priorities, requeued retries), and the restored queue must list and
+// lease in exactly the original order.
+func TestQueueIndex_RestoreKeepsLeaseOrder(t *testing.T) {
+	h := newHarness(t, DefaultLimits())
+	h.register("w", 64)
+	for i := 40; i > 0; i-- {
+		h.enqueue(fmt.Sprintf("t%02d", i), TaskPriority(i%4))
+	}
+	for _, id := range []string{"t40", "t12", "t33"} { // retried: requeued at the back of their priority
+		l := h.running(id+"-r", "w", 60)
+		h.ok("fail", func(rev, now uint64) error { _, err := h.p.FailTask(rev, now, l); return err })
+	}
+	want := queuedIDs(h.p)
+	restored, err := RestoreWorkerPool(h.export())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := queuedIDs(restored); !slices.Equal(got, want) {
+		t.Fatalf("restored queue %v, want %v", got, want)
+	}
+	for i, id := range want {
+		tr, err := restored.AssignNext(restored.Snapshot().Revision, h.now, "w", 60)
+		if err != nil || tr.Value.TaskID() != id {
+			t.Fatalf("lease %d after restore: %v %v, want %s", i, tr.Value.TaskID(), err, id)
+		}
+		if err := restored.CheckInvariants(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func queuedIDs(p *WorkerPool) []string {
+	var ids []string
+	for _, t := range p.TaskQueue().QueuedTasks() {
+		ids = append(ids, t.TaskID())
+	}
+	return ids
+}
+
+func TestQueueIndex_AuditCatchesDisorder(t *testing.T) {
+	h := newHarness(t, DefaultLimits())
+	h.enqueue("a", PriorityNormal)
+	h.enqueue("b", PriorityNormal)
+	a, b := h.p.c.tasks["a"], h.p.c.tasks["b"]
+	a.ordinal, b.ordinal = b.ordinal, a.ordinal // the list order is now against the ordinals
+	if err := h.p.CheckInvariants(); !errors.Is(err, ErrStateInvariant) {
+		t.Fatalf("CheckInvariants with a list out of order = %v, want StateInvariant", err)
 	}
 }

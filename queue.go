@@ -48,6 +48,13 @@ func (q *queueIndex) ReplaceOrInsert(t *taskRec) (*taskRec, bool) {
 	if l.tail != nil && !queueLess(l.tail, t) {
 		q.unsorted = true
 	}
+	l.push(t)
+	q.n++
+	return nil, false
+}
+
+// push appends t, which is in no list, to l.
+func (l *queueLane) push(t *taskRec) {
 	t.xprev, t.xnext = l.tail, nil
 	if l.tail == nil {
 		l.head = t
@@ -55,8 +62,6 @@ func (q *queueIndex) ReplaceOrInsert(t *taskRec) (*taskRec, bool) {
 		l.tail.xnext = t
 	}
 	l.tail = t
-	q.n++
-	return nil, false
 }
 
 // Delete unlinks t, which must be linked.
@@ -118,13 +123,7 @@ func (q *queueIndex) settle() {
 		})
 		*l = queueLane{}
 		for _, t := range ts {
-			t.xprev, t.xnext = l.tail, nil
-			if l.tail == nil {
-				l.head = t
-			} else {
-				l.tail.xnext = t
-			}
-			l.tail = t
+			l.push(t)
 		}
 	}
 	q.unsorted = false

@@ -286,8 +286,12 @@ func treapRemove(root, w *workerRec) *workerRec {
 func treapRefresh(w *workerRec) {
 	oldScore := w.score
 	w.rescore()
-	if w.score == oldScore {
+	switch {
+	case w.score == oldScore:
 		return // nothing any subtree best depends on has changed
+	case w.score < oldScore:
+		refreshWorse(w)
+		return
 	}
 	for n := w; n != nil; n = n.parent {
 		before := n.best
@@ -297,6 +301,35 @@ func treapRefresh(w *workerRec) {
 		if n.best == before && before != w && n != w {
 			break
 		}
+	}
+}
+
+// refreshWorse is treapRefresh for a worker whose score fell (an
+// assignment): only the subtrees whose best was w can change — w's own and
+// the run of ancestors above it whose best is w — so the walk stops at the
+// first ancestor with another best. On the way up, the subtree just
+// recomputed is carried in registers and only the ancestor and its other
+// child are read: this is the hot path of AssignNextAvailable at many
+// workers (docs/benchmarks.md, issue 15). The result is pull's: the best
+// of one total order (score, then rank) whatever the order of comparison.
+func refreshWorse(w *workerRec) {
+	if w.best != w {
+		return // w was not even its own subtree's best: no best changes
+	}
+	w.pull()
+	best, score, rank := w.best, w.bestScore, w.bestRank
+	for child, n := w, w.parent; n != nil && n.best == w; child, n = n, n.parent {
+		if n.score > score || (n.score == score && score > 0 && n.rank < rank) {
+			best, score, rank = n, n.score, n.rank
+		}
+		sib := n.left
+		if sib == child {
+			sib = n.right
+		}
+		if sib != nil && (sib.bestScore > score || (sib.bestScore == score && score > 0 && sib.bestRank < rank)) {
+			best, score, rank = sib.best, sib.bestScore, sib.bestRank
+		}
+		n.best, n.bestScore, n.bestRank = best, score, rank
 	}
 }
 

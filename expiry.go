@@ -68,6 +68,13 @@ func (x *expiryIndex) ReplaceOrInsert(t *taskRec) (*taskRec, bool) {
 	if x.Has(t) {
 		return t, true
 	}
+	x.insert(t)
+	return nil, false
+}
+
+// insert links the leased or running task t, which is not linked, under its
+// lease's ExpiresAt (the commands' path: no duplicate check).
+func (x *expiryIndex) insert(t *taskRec) {
 	b := x.bucket(t.lease.expiresAt)
 	t.xprev, t.xnext = nil, b.head
 	if b.head != nil {
@@ -75,7 +82,6 @@ func (x *expiryIndex) ReplaceOrInsert(t *taskRec) (*taskRec, bool) {
 	}
 	b.head = t
 	x.n++
-	return nil, false
 }
 
 // bucket returns the bucket of second, creating it when there is none, and
@@ -120,7 +126,10 @@ func (x *expiryIndex) Delete(t *taskRec) {
 	if t.xprev != nil {
 		t.xprev.xnext = t.xnext
 	} else {
-		b := x.buckets[t.lease.expiresAt]
+		b := x.last // the latest insert's bucket needs no lookup
+		if b == nil || b.second != t.lease.expiresAt {
+			b = x.buckets[t.lease.expiresAt]
+		}
 		b.head = t.xnext
 		if b.head == nil && b != x.last {
 			x.drop(b)

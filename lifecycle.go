@@ -55,7 +55,7 @@ func (c *coordinator) grant(t *taskRec, w *workerRec, now, ttl uint64) (Transiti
 	t.hasLease = true
 	t.status = TaskLeased
 	t.version++
-	c.byExpiry.ReplaceOrInsert(t)
+	c.byExpiry.insert(t)
 	w.addLease(t)
 	w.current++
 	c.refreshWorker(w)
@@ -331,7 +331,7 @@ func (p *WorkerPool) RenewLease(expectedRevision, nowSecs uint64, lease TaskLeas
 	t.lease.leaseID = c.lastLeaseID // the worker's lease slot stays (workers.go)
 	t.lease.expiresAt = nowSecs + leaseTTL
 	t.version++
-	c.byExpiry.ReplaceOrInsert(t)
+	c.byExpiry.insert(t)
 	return Transition[TaskLease]{Revision: c.commit(nowSecs), Value: t.currentLease()}, nil
 }
 

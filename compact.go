@@ -159,13 +159,18 @@ func (t *taskRec) stored() []AttemptRecord {
 	return *t.history
 }
 
-// setStored replaces the stored history records; none is nil.
+// setStored replaces the stored history records; none is nil. The slice
+// header is boxed only when it is first needed: taking h's address would
+// move h to the heap on every call, including a completion's with no
+// history (an allocation per lifecycle, docs/benchmarks.md, issue 15).
 func (t *taskRec) setStored(h []AttemptRecord) {
 	switch {
 	case len(h) == 0:
 		t.history = nil
 	case t.history == nil:
-		t.history = &h
+		box := new([]AttemptRecord)
+		*box = h
+		t.history = box
 	default:
 		*t.history = h
 	}

@@ -214,6 +214,9 @@ func (c *coordinator) auditTaskIndexes(t *taskRec, tally *taskTally) *Error {
 	if wantLease != t.hasLease {
 		return auditError("I3: lease presence differs from leased/running status")
 	}
+	if !t.hasLease && t.status != TaskQueued && (t.xprev != nil || t.xnext != nil) {
+		return auditError("I3: a task neither queued nor leased is linked into the queue or expiry index")
+	}
 	if !t.status.Terminal() && t.hasStarted != (t.status == TaskRunning) {
 		return auditError("I3: started time on a task that is not running")
 	}
@@ -285,7 +288,7 @@ func (c *coordinator) auditCounts(tally *taskTally) *Error {
 	if tally.active != c.active || tally.terminal != c.terminal {
 		return auditError("I1: active/terminal counters differ from the records")
 	}
-	if tally.queued != c.queue.Len() || tally.leased != c.byExpiry.Len() {
+	if tally.queued != c.queue.Len() || tally.leased != c.byExpiry.Len() || !c.queue.audit() || !c.byExpiry.audit() {
 		return auditError("I2: an index holds records it should not")
 	}
 	if !tally.indexesDerived && (!c.auditList(&c.ages, false, tally.active, createdAtOf) || !c.auditList(&c.finished, true, tally.terminal, finishedAtOf)) {

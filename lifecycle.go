@@ -41,11 +41,7 @@ func (c *coordinator) grant(t *taskRec, w *workerRec, now, ttl uint64) (Transiti
 	case now > math.MaxUint64-ttl:
 		return Transition[TaskLease]{}, exhausted("lease_expiry")
 	}
-	if head, _ := c.queue.Min(); head == t {
-		c.queue.DeleteMin() // the common case: no key comparisons
-	} else {
-		c.queue.Delete(t)
-	}
+	c.queue.Delete(t)
 
 	c.lastLeaseID++
 	t.attempt++
@@ -59,7 +55,7 @@ func (c *coordinator) grant(t *taskRec, w *workerRec, now, ttl uint64) (Transiti
 	t.hasLease = true
 	t.status = TaskLeased
 	t.version++
-	c.byExpiry.ReplaceOrInsert(t)
+	c.byExpiry.insert(t)
 	w.addLease(t)
 	w.current++
 	c.refreshWorker(w)
@@ -335,7 +331,7 @@ func (p *WorkerPool) RenewLease(expectedRevision, nowSecs uint64, lease TaskLeas
 	t.lease.leaseID = c.lastLeaseID // the worker's lease slot stays (workers.go)
 	t.lease.expiresAt = nowSecs + leaseTTL
 	t.version++
-	c.byExpiry.ReplaceOrInsert(t)
+	c.byExpiry.insert(t)
 	return Transition[TaskLease]{Revision: c.commit(nowSecs), Value: t.currentLease()}, nil
 }
 

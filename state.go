@@ -79,6 +79,10 @@ type taskRec struct {
 	// prev and next link the task into the age list while it is not
 	// terminal, into the finish list while it is (tasklist.go, I3).
 	prev, next *taskRec
+	// xprev and xnext link a queued task into its priority's queue list
+	// (queue.go, I2), a leased or running task into its expiry second's
+	// list (expiry.go, I3); nil otherwise. No task is in both.
+	xprev, xnext *taskRec
 
 	// lease is the current lease while hasLease, the retained proof lease
 	// of a terminal task while hasProof && !proofIsFence, else zero.
@@ -95,7 +99,26 @@ type taskRec struct {
 }
 
 // workerRec is the retained record of one worker plus its treap links.
+//
+// The treap's fields come first and fill one 64-byte cache line, and the
+// record is padded to 192 bytes, a size class whose objects are 64-byte
+// aligned: a pull (treap.go) then reads one line of the node and one of
+// each child, where the fields straddled two lines in most records
+// (docs/benchmarks.md, issue 15). TestWorkerRec_TreapFieldsInOneLine pins
+// the layout.
 type workerRec struct {
+	left, right *workerRec
+	parent      *workerRec // nil for the root and for unlinked workers
+	best        *workerRec
+	prio        uint64
+	rank        uint64 // tie-break in ID order (ranks.go, I9)
+	// bestScore and bestRank copy best's score and rank (0 and 0 when best
+	// is nil), so that a pull compares its children's bests without
+	// reading those workers' records (I9).
+	bestRank  uint64
+	bestScore uint32
+	score     uint32 // cached availableSlots() when eligible ignoring time, else 0
+
 	id            string
 	generation    uint64
 	status        WorkerStatus
@@ -111,17 +134,7 @@ type workerRec struct {
 	// slot (taskRec.leaseSlot), so adding and dropping are O(1).
 	leases []*taskRec
 
-	prio        uint64
-	rank        uint64 // tie-break in ID order (ranks.go, I9)
-	left, right *workerRec
-	parent      *workerRec // nil for the root and for unlinked workers
-	best        *workerRec
-	score       uint32 // cached availableSlots() when eligible ignoring time, else 0
-	// bestScore and bestRank copy best's score and rank (0 and 0 when best
-	// is nil), so that a pull compares its children's bests without
-	// reading those workers' records (I9).
-	bestScore uint32
-	bestRank  uint64
+	_ [16]byte // to 192 bytes (see above)
 }
 
 func (w *workerRec) effectiveCapacity() uint32 {
@@ -152,12 +165,12 @@ type coordinator struct {
 	generationFloor uint64
 
 	tasks    map[string]*taskRec
-	queue    *btree.BTreeG[*taskRec] // queued tasks in lease order (I2)
-	byExpiry *btree.BTreeG[*taskRec] // leased/running tasks by (ExpiresAt, LeaseID)
-	ages     taskList                // non-terminal tasks by CreatedAt (tasklist.go)
-	finished taskList                // terminal tasks by finish time, for purge
-	active   int                     // non-terminal tasks
-	terminal int                     // terminal tasks
+	queue    *queueIndex  // queued tasks in lease order (queue.go, I2)
+	byExpiry *expiryIndex // leased/running tasks by ExpiresAt (expiry.go)
+	ages     taskList     // non-terminal tasks by CreatedAt (tasklist.go)
+	finished taskList     // terminal tasks by finish time, for purge
+	active   int          // non-terminal tasks
+	terminal int          // terminal tasks
 
 	workers map[string]*workerRec
 	byID    *btree.BTreeG[*workerRec] // every worker in ID order, for ranks (I9)
@@ -183,21 +196,14 @@ func queueLess(a, b *taskRec) bool {
 	return a.id < b.id
 }
 
-func expiryLess(a, b *taskRec) bool {
-	if a.lease.expiresAt != b.lease.expiresAt {
-		return a.lease.expiresAt < b.lease.expiresAt
-	}
-	return a.lease.leaseID < b.lease.leaseID
-}
-
 const btreeDegree = 32
 
 func newCoordinator(l Limits) *coordinator {
 	return &coordinator{
 		limits:   l,
 		tasks:    make(map[string]*taskRec),
-		queue:    btree.NewG(btreeDegree, queueLess),
-		byExpiry: btree.NewG(btreeDegree, expiryLess),
+		queue:    newQueueIndex(),
+		byExpiry: newExpiryIndex(),
 		workers:  make(map[string]*workerRec),
 		byID:     newWorkerIndex(),
 		interned: make(map[string]string),

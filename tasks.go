@@ -443,7 +443,13 @@ func (c *coordinator) touchWorker(w *workerRec, change func()) {
 		return
 	}
 	c.alive = treapRemove(c.alive, w) // by parent links: the changed key is not used
-	if w.status != WorkerOffline {
+	switch {
+	case w.status == WorkerOffline:
+	case w.lastHeartbeat > c.logicalTime:
+		// A heartbeat in a new second: above every linked key, since no
+		// heartbeat is later than the logical time (I8).
+		c.alive = treapInsertNewest(c.alive, w)
+	default:
 		c.alive = treapInsert(c.alive, w)
 	}
 }

@@ -80,15 +80,22 @@ func (w *workerRec) rescore() {
 
 // pull recomputes w's subtree best from its own score and its children's
 // cached bests (their score and rank copies: no reads of other records).
+//
+// A subtree has a best iff its bestScore is above 0 (only eligible workers,
+// score ≥ 1, are bests), so "no best yet" is score 0 and needs no test of
+// its own: a child's best wins when its score is higher, or equal, above 0
+// and of a lower rank. The two children are unrolled: this is the inner
+// step of every refresh (docs/benchmarks.md, issue 15).
 func (w *workerRec) pull() {
 	best, score, rank := (*workerRec)(nil), uint32(0), uint64(0)
 	if w.score > 0 {
 		best, score, rank = w, w.score, w.rank
 	}
-	for _, c := range [2]*workerRec{w.left, w.right} {
-		if c != nil && c.best != nil && (best == nil || c.bestScore > score || (c.bestScore == score && c.bestRank < rank)) {
-			best, score, rank = c.best, c.bestScore, c.bestRank
-		}
+	if c := w.left; c != nil && (c.bestScore > score || (c.bestScore == score && score > 0 && c.bestRank < rank)) {
+		best, score, rank = c.best, c.bestScore, c.bestRank
+	}
+	if c := w.right; c != nil && (c.bestScore > score || (c.bestScore == score && score > 0 && c.bestRank < rank)) {
+		best, score, rank = c.best, c.bestScore, c.bestRank
 	}
 	w.best, w.bestScore, w.bestRank = best, score, rank
 }
@@ -190,14 +197,23 @@ func treapMerge(l, r *workerRec) *workerRec {
 }
 
 func treapInsert(root, w *workerRec) *workerRec {
+	if last := treapLast(root); last != nil && workerKeyLess(last, w) {
+		return treapInsertNewest(root, w)
+	}
 	w.left, w.right, w.parent = nil, nil, nil
 	w.rescore()
 	w.pull()
-	if last := treapLast(root); last != nil && workerKeyLess(last, w) {
-		return treapAppend(root, w)
-	}
 	l, r := treapSplit(root, w)
 	return asRoot(treapMerge(treapMerge(l, w), r))
+}
+
+// treapInsertNewest links w, whose key the caller knows to be above every
+// linked key, without looking for the newest linked worker first.
+func treapInsertNewest(root, w *workerRec) *workerRec {
+	w.left, w.right, w.parent = nil, nil, nil
+	w.rescore()
+	w.pull()
+	return treapAppend(root, w)
 }
 
 // treapLast returns the linked worker with the newest key, or nil.
@@ -270,8 +286,12 @@ func treapRemove(root, w *workerRec) *workerRec {
 func treapRefresh(w *workerRec) {
 	oldScore := w.score
 	w.rescore()
-	if w.score == oldScore {
+	switch {
+	case w.score == oldScore:
 		return // nothing any subtree best depends on has changed
+	case w.score < oldScore:
+		refreshWorse(w)
+		return
 	}
 	for n := w; n != nil; n = n.parent {
 		before := n.best
@@ -281,6 +301,35 @@ func treapRefresh(w *workerRec) {
 		if n.best == before && before != w && n != w {
 			break
 		}
+	}
+}
+
+// refreshWorse is treapRefresh for a worker whose score fell (an
+// assignment): only the subtrees whose best was w can change — w's own and
+// the run of ancestors above it whose best is w — so the walk stops at the
+// first ancestor with another best. On the way up, the subtree just
+// recomputed is carried in registers and only the ancestor and its other
+// child are read: this is the hot path of AssignNextAvailable at many
+// workers (docs/benchmarks.md, issue 15). The result is pull's: the best
+// of one total order (score, then rank) whatever the order of comparison.
+func refreshWorse(w *workerRec) {
+	if w.best != w {
+		return // w was not even its own subtree's best: no best changes
+	}
+	w.pull()
+	best, score, rank := w.best, w.bestScore, w.bestRank
+	for child, n := w, w.parent; n != nil && n.best == w; child, n = n, n.parent {
+		if n.score > score || (n.score == score && score > 0 && n.rank < rank) {
+			best, score, rank = n, n.score, n.rank
+		}
+		sib := n.left
+		if sib == child {
+			sib = n.right
+		}
+		if sib != nil && (sib.bestScore > score || (sib.bestScore == score && score > 0 && sib.bestRank < rank)) {
+			best, score, rank = sib.best, sib.bestScore, sib.bestRank
+		}
+		n.best, n.bestScore, n.bestRank = best, score, rank
 	}
 }
 

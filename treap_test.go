@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"testing"
+	"unsafe"
 )
 
 func bruteBest(p *WorkerPool, now uint64) string {
@@ -190,5 +191,32 @@ func TestWorkerRanks_AuditCatchesDisorder(t *testing.T) {
 	a.rank, b.rank = b.rank, a.rank
 	if err := h.p.CheckInvariants(); !errors.Is(err, ErrStateInvariant) {
 		t.Fatalf("CheckInvariants with swapped ranks = %v, want StateInvariant", err)
+	}
+}
+
+// The treap's fields fill the first cache line of a worker record, and the
+// record's size is a size class whose objects start on a 64-byte boundary,
+// so a pull reads one line per node (state.go).
+func TestWorkerRec_TreapFieldsInOneLine(t *testing.T) {
+	var w workerRec
+	if size := unsafe.Sizeof(w); size != 192 {
+		t.Fatalf("sizeof(workerRec) = %d, want 192 (a 64-byte aligned size class)", size)
+	}
+	end := unsafe.Offsetof(w.score) + unsafe.Sizeof(w.score)
+	for name, off := range map[string]uintptr{"left": unsafe.Offsetof(w.left), "right": unsafe.Offsetof(w.right),
+		"parent": unsafe.Offsetof(w.parent), "best": unsafe.Offsetof(w.best), "prio": unsafe.Offsetof(w.prio),
+		"rank": unsafe.Offsetof(w.rank), "bestRank": unsafe.Offsetof(w.bestRank), "bestScore": unsafe.Offsetof(w.bestScore)} {
+		if off >= 64 || end > 64 {
+			t.Fatalf("treap field %s at offset %d (score ends at %d), want all within the first 64 bytes", name, off, end)
+		}
+	}
+	h := newHarness(t, DefaultLimits())
+	for i := range 100 {
+		h.register(fmt.Sprint("w", i), 1)
+	}
+	for id, w := range h.p.c.workers {
+		if p := uintptr(unsafe.Pointer(w)); p%64 != 0 {
+			t.Fatalf("worker %s's record at %#x is not 64-byte aligned", id, p)
+		}
 	}
 }

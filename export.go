@@ -3,8 +3,6 @@ package distributed
 import (
 	"slices"
 	"strings"
-
-	"github.com/google/btree"
 )
 
 // State export (contract A.13). Layout, version 2, inside the codec frame
@@ -372,8 +370,8 @@ func (c *coordinator) linkLease(t *taskRec) *Error {
 // the treap from decoded records (order: every record, in task-ID order),
 // rejecting what cannot be linked. The queue and the expiry index are
 // filled in their own order, the lists linked in time order
-// (fillIndex, rebuildList): the inputs are sorted once, not searched
-// per record.
+// (fillIndex, rebuildList): the inputs are sorted once at most, not
+// searched per record.
 func (c *coordinator) rebuildIndexes(order []*taskRec) *Error {
 	for _, w := range c.workers {
 		if !w.status.Valid() {
@@ -402,10 +400,16 @@ func (c *coordinator) rebuildIndexes(order []*taskRec) *Error {
 			leased = append(leased, t)
 		}
 	}
-	if !fillIndex(c.queue, queued, queueLess) {
+	// Sorted first, the queue's lists are appended in lease order and need
+	// no settling on first read (queue.go); the expiry index buckets by
+	// second and needs no order.
+	if !slices.IsSortedFunc(queued, lessCmp(queueLess)) {
+		slices.SortFunc(queued, lessCmp(queueLess))
+	}
+	if !fillIndex(c.queue, queued) {
 		return invalidState("duplicate queue entry")
 	}
-	if !fillIndex(c.byExpiry, leased, expiryLess) {
+	if !fillIndex(c.byExpiry, leased) {
 		return invalidState("duplicate lease expiry entry")
 	}
 	c.active, c.terminal = len(live), len(ended)
@@ -424,15 +428,16 @@ func (c *coordinator) rebuildIndexes(order []*taskRec) *Error {
 	return nil
 }
 
-// fillIndex inserts ts into the empty index tr in tr's order (sorting them
-// first unless they already are), so that each insert descends the
-// rightmost path the previous one left in cache; false on a duplicate.
-func fillIndex(tr *btree.BTreeG[*taskRec], ts []*taskRec, less func(a, b *taskRec) bool) bool {
-	if !slices.IsSortedFunc(ts, lessCmp(less)) {
-		slices.SortFunc(ts, lessCmp(less))
-	}
+// taskIndex is an index Restore fills: the queue and the expiry index.
+type taskIndex interface {
+	ReplaceOrInsert(t *taskRec) (*taskRec, bool)
+}
+
+// fillIndex inserts ts into the empty index ix in their order; false on a
+// duplicate.
+func fillIndex(ix taskIndex, ts []*taskRec) bool {
 	for _, t := range ts {
-		if _, dup := tr.ReplaceOrInsert(t); dup {
+		if _, dup := ix.ReplaceOrInsert(t); dup {
 			return false
 		}
 	}

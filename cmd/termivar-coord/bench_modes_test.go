@@ -7,10 +7,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
+	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 func TestBench_Modes(t *testing.T) {
@@ -142,4 +146,53 @@ func TestBench_SingleCalls(t *testing.T) {
 			t.Errorf("single calls %v: %d Enqueue calls, %d CompleteMany calls for 400 tasks", single, enq, completeMany)
 		}
 	}
+}
+
+// TestBench_ResidentReplyLost: the reply of the first resident Acquire is
+// lost after the node leased its tasks (the try runs past its attempt
+// deadline, as under -race at load, and is re-issued); those leases come
+// back after --lease-ttl-secs and the run completes, instead of polling
+// until they expire (600 s before).
+func TestBench_ResidentReplyLost(t *testing.T) {
+	var f benchFlags
+	if err := newBenchFlagSet(&f).Parse([]string{"--tasks", "20", "--workers", "1", "--resident", "600", "--lease-ttl-secs", "2"}); err != nil {
+		t.Fatal(err)
+	}
+	lost := &loseFirstAcquireReply{}
+	f.wrapTransport = func(next http.RoundTripper) http.RoundTripper { lost.next = next; return lost }
+	stop, url, key, err := startBenchNode(t.TempDir(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := bench(ctx, f, url, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !lost.done.Load() || res.tasks != 20 {
+		t.Fatalf("reply lost %v, %d tasks", lost.done.Load(), res.tasks)
+	}
+}
+
+// loseFirstAcquireReply lets the first Acquire reach the node and its
+// reply come back, then drops the reply and answers when the try's
+// deadline has passed.
+type loseFirstAcquireReply struct {
+	next http.RoundTripper
+	done atomic.Bool
+}
+
+func (l *loseFirstAcquireReply) RoundTrip(r *http.Request) (*http.Response, error) {
+	if !strings.HasSuffix(r.URL.Path, "/Acquire") || !l.done.CompareAndSwap(false, true) {
+		return l.next.RoundTrip(r)
+	}
+	resp, err := l.next.RoundTrip(r)
+	if err == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	<-r.Context().Done()
+	return nil, r.Context().Err()
 }

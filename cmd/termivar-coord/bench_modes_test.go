@@ -17,8 +17,17 @@ import (
 	"time"
 )
 
+// testLeaseTTL is the tests' --lease-ttl-secs: under -race at load a
+// wait-0 Acquire (one carrying completions) can outlast its 1 s attempt
+// deadline; the client re-issues it and the tasks the first try leased
+// come back only when their leases expire (enqueue_to_complete_p99 was
+// 31 s with the default 30 s, a 50 s run instead of 8 s). 10 s stays
+// well above the runs' acquire_to_complete_p99 (≤ 3 s there).
+const testLeaseTTL = "10"
+
 func TestBench_Modes(t *testing.T) {
-	args := []string{"--tasks", "300", "--batch", "1", "--acquire", "1", "--producers", "4", "--workers", "4", "--rate", "2000", "--resident", "600", "--idle-conns", "64"}
+	args := []string{"--tasks", "300", "--batch", "1", "--acquire", "1", "--producers", "4", "--workers", "4", "--rate", "2000", "--resident", "600", "--idle-conns", "64",
+		"--lease-ttl-secs", testLeaseTTL}
 	// dropAfter as --suite does: the scans, resident ones too, are deleted after the run
 	res := runBenchArgs(t, args, true)
 	s := res.String()
@@ -58,6 +67,7 @@ func TestBench_Suite(t *testing.T) {
 		benchSuiteModes[i].set = func(f *benchFlags) {
 			set(f)
 			f.tasks, f.resident, f.idleConns = 200, min(f.resident, 400), min(f.idleConns, 4)
+			f.leaseTTL, _ = strconv.Atoi(testLeaseTTL)
 		}
 	}
 	if code := runBenchSuite(context.Background(), f, url, key, &out); code != exitOK {
@@ -133,7 +143,7 @@ func TestBench_SingleCalls(t *testing.T) {
 	defer stop()
 	for _, single := range []bool{false, true} {
 		var f benchFlags
-		if err := newBenchFlagSet(&f).Parse([]string{"--tasks", "400", "--batch", "1", "--acquire", "1", "--producers", "8", "--workers", "4"}); err != nil {
+		if err := newBenchFlagSet(&f).Parse([]string{"--tasks", "400", "--batch", "1", "--acquire", "1", "--producers", "8", "--workers", "4", "--lease-ttl-secs", testLeaseTTL}); err != nil {
 			t.Fatal(err)
 		}
 		f.singleCalls, f.dropAfter = single, true

@@ -66,8 +66,10 @@ type Config struct {
 	// table in doc.go): when it passes without an answer — a paused node
 	// accepts connections and never answers — the client moves to the next
 	// URL and tries again there. Acquire's tries get their long-poll wait
-	// on top. Calls that are not safe to replay are bounded by their
-	// context only. Default DefaultAttemptTimeout; negative disables.
+	// on top. A node's deadline_exceeded answer at the try's deadline (the
+	// node's deadline is the try's) counts as that deadline passing. Calls
+	// that are not safe to replay are bounded by their context only.
+	// Default DefaultAttemptTimeout; negative disables.
 	AttemptTimeout time.Duration
 	// MinBackoff and MaxBackoff bound the jittered exponential backoff
 	// between tries (defaults 100 ms and 2 s).

@@ -66,8 +66,10 @@ type Config struct {
 	// table in doc.go): when it passes without an answer — a paused node
 	// accepts connections and never answers — the client moves to the next
 	// URL and tries again there. Acquire's tries get their long-poll wait
-	// on top. Calls that are not safe to replay are bounded by their
-	// context only. Default DefaultAttemptTimeout; negative disables.
+	// on top. A node's deadline_exceeded answer at the try's deadline (the
+	// node's deadline is the try's) counts as that deadline passing. Calls
+	// that are not safe to replay are bounded by their context only.
+	// Default DefaultAttemptTimeout; negative disables.
 	AttemptTimeout time.Duration
 	// MinBackoff and MaxBackoff bound the jittered exponential backoff
 	// between tries (defaults 100 ms and 2 s).
@@ -378,13 +380,35 @@ func lostConnection(host string, err error) error {
 const attemptBytesPerSecond = 1 << 20
 
 // attemptExpired reports whether a try failed because its own deadline
-// passed (not the caller's context, not an answer from a server).
+// passed (not the caller's context, not an answer from a server), or the
+// node answered deadline_exceeded at that deadline: the node's deadline
+// is the try's (connect sends it in whole milliseconds, rounded down), so
+// its answer can come before the try's own timer has fired — a timer
+// late under load failed a whole bench run with deadline_exceeded
+// (TestAttemptExpired_NodeDeadlineBeforeOwnTimer).
 func attemptExpired(ctx, actx context.Context, err error) bool {
-	if err == nil || ctx.Err() != nil || !errors.Is(actx.Err(), context.DeadlineExceeded) {
+	if err == nil || ctx.Err() != nil {
 		return false
 	}
 	code := connect.CodeOf(err)
-	return code == connect.CodeDeadlineExceeded || code == connect.CodeUnavailable || code == connect.CodeCanceled
+	if errors.Is(actx.Err(), context.DeadlineExceeded) {
+		return code == connect.CodeDeadlineExceeded || code == connect.CodeUnavailable || code == connect.CodeCanceled
+	}
+	return code == connect.CodeDeadlineExceeded && ownDeadlinePassed(ctx, actx)
+}
+
+// ownDeadlinePassed reports whether the try's deadline — its own, not
+// the caller's — is at most a millisecond away (the node's may be that
+// much earlier).
+func ownDeadlinePassed(ctx, actx context.Context) bool {
+	d, ok := actx.Deadline()
+	if !ok {
+		return false
+	}
+	if cd, ok := ctx.Deadline(); ok && !cd.After(d) {
+		return false // the caller's deadline: the call ends
+	}
+	return time.Until(d) < time.Millisecond
 }
 
 // attemptContext is the context of one try: it carries the try's target

@@ -10,3 +10,6 @@ func PendingEnqueues(c *Client) int {
 	defer c.enq.mu.Unlock()
 	return len(c.enq.pending)
 }
+
+// AttemptExpired is attemptExpired (tests only).
+var AttemptExpired = attemptExpired

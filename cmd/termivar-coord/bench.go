@@ -51,6 +51,9 @@ type benchFlags struct {
 	// call (no coalescing) and completions in CompleteMany calls of their
 	// own, not in the next Acquire (as before issue 15's per-call work).
 	singleCalls bool
+	// wrapTransport, when set, wraps the run's HTTP transport (tests: a
+	// reply lost on the wire).
+	wrapTransport func(http.RoundTripper) http.RoundTripper
 }
 
 // runBench drives N producers and M workers against a node over loopback
@@ -416,6 +419,9 @@ func (r *benchRun) connect(ctx context.Context, url, adminKey string) error {
 	}
 	counted := *hc
 	counted.Transport = benchCallCounter{next: cmp.Or[http.RoundTripper](hc.Transport, http.DefaultTransport), n: &r.calls.enqueue}
+	if r.f.wrapTransport != nil {
+		counted.Transport = r.f.wrapTransport(counted.Transport)
+	}
 	hc = &counted
 	log := slog.New(retryCounter{&r.retries})
 	inFlight := 0

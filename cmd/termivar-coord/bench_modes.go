@@ -180,9 +180,13 @@ func (r *benchRun) fillResident(ctx context.Context) error {
 const residentChunk = 4096
 
 // completeResident leases and completes n queued tasks as worker w0.
+// NB: its leases last --lease-ttl-secs, as the run's: the leases of a try
+// whose reply was lost (re-issued by the client) come back after it, and
+// the loop ends; with 600 s, a try cut off by its attempt deadline under
+// -race at load left the loop polling until a 600 s test timeout.
 func (r *benchRun) completeResident(ctx context.Context, n int) error {
 	for n > 0 {
-		acq, err := r.workers[0].Acquire(ctx, &pb.AcquireRequest{WorkerId: "w0", MaxTasks: 256, Start: true, WaitSecs: 1, LeaseTtlSecs: 600})
+		acq, err := r.workers[0].Acquire(ctx, &pb.AcquireRequest{WorkerId: "w0", MaxTasks: 256, Start: true, WaitSecs: 1, LeaseTtlSecs: uint64(r.f.leaseTTL)})
 		if err != nil {
 			return err
 		}

@@ -7,14 +7,27 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
+	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
+// testLeaseTTL is the tests' --lease-ttl-secs: under -race at load a
+// wait-0 Acquire (one carrying completions) can outlast its 1 s attempt
+// deadline; the client re-issues it and the tasks the first try leased
+// come back only when their leases expire (enqueue_to_complete_p99 was
+// 31 s with the default 30 s, a 50 s run instead of 8 s). 10 s stays
+// well above the runs' acquire_to_complete_p99 (≤ 3 s there).
+const testLeaseTTL = "10"
+
 func TestBench_Modes(t *testing.T) {
-	args := []string{"--tasks", "300", "--batch", "1", "--acquire", "1", "--producers", "4", "--workers", "4", "--rate", "2000", "--resident", "600", "--idle-conns", "64"}
+	args := []string{"--tasks", "300", "--batch", "1", "--acquire", "1", "--producers", "4", "--workers", "4", "--rate", "2000", "--resident", "600", "--idle-conns", "64",
+		"--lease-ttl-secs", testLeaseTTL}
 	// dropAfter as --suite does: the scans, resident ones too, are deleted after the run
 	res := runBenchArgs(t, args, true)
 	s := res.String()
@@ -54,6 +67,7 @@ func TestBench_Suite(t *testing.T) {
 		benchSuiteModes[i].set = func(f *benchFlags) {
 			set(f)
 			f.tasks, f.resident, f.idleConns = 200, min(f.resident, 400), min(f.idleConns, 4)
+			f.leaseTTL, _ = strconv.Atoi(testLeaseTTL)
 		}
 	}
 	if code := runBenchSuite(context.Background(), f, url, key, &out); code != exitOK {
@@ -129,7 +143,7 @@ func TestBench_SingleCalls(t *testing.T) {
 	defer stop()
 	for _, single := range []bool{false, true} {
 		var f benchFlags
-		if err := newBenchFlagSet(&f).Parse([]string{"--tasks", "400", "--batch", "1", "--acquire", "1", "--producers", "8", "--workers", "4"}); err != nil {
+		if err := newBenchFlagSet(&f).Parse([]string{"--tasks", "400", "--batch", "1", "--acquire", "1", "--producers", "8", "--workers", "4", "--lease-ttl-secs", testLeaseTTL}); err != nil {
 			t.Fatal(err)
 		}
 		f.singleCalls, f.dropAfter = single, true
@@ -142,4 +156,53 @@ func TestBench_SingleCalls(t *testing.T) {
 			t.Errorf("single calls %v: %d Enqueue calls, %d CompleteMany calls for 400 tasks", single, enq, completeMany)
 		}
 	}
+}
+
+// TestBench_ResidentReplyLost: the reply of the first resident Acquire is
+// lost after the node leased its tasks (the try runs past its attempt
+// deadline, as under -race at load, and is re-issued); those leases come
+// back after --lease-ttl-secs and the run completes, instead of polling
+// until they expire (600 s before).
+func TestBench_ResidentReplyLost(t *testing.T) {
+	var f benchFlags
+	if err := newBenchFlagSet(&f).Parse([]string{"--tasks", "20", "--workers", "1", "--resident", "600", "--lease-ttl-secs", "2"}); err != nil {
+		t.Fatal(err)
+	}
+	lost := &loseFirstAcquireReply{}
+	f.wrapTransport = func(next http.RoundTripper) http.RoundTripper { lost.next = next; return lost }
+	stop, url, key, err := startBenchNode(t.TempDir(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := bench(ctx, f, url, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !lost.done.Load() || res.tasks != 20 {
+		t.Fatalf("reply lost %v, %d tasks", lost.done.Load(), res.tasks)
+	}
+}
+
+// loseFirstAcquireReply lets the first Acquire reach the node and its
+// reply come back, then drops the reply and answers when the try's
+// deadline has passed.
+type loseFirstAcquireReply struct {
+	next http.RoundTripper
+	done atomic.Bool
+}
+
+func (l *loseFirstAcquireReply) RoundTrip(r *http.Request) (*http.Response, error) {
+	if !strings.HasSuffix(r.URL.Path, "/Acquire") || !l.done.CompareAndSwap(false, true) {
+		return l.next.RoundTrip(r)
+	}
+	resp, err := l.next.RoundTrip(r)
+	if err == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	<-r.Context().Done()
+	return nil, r.Context().Err()
 }

@@ -4,18 +4,14 @@ package agent
 // with the Acquire that fills its slot again (one call per task): no
 // Complete call, every task completed with its result; and a completion
 // handed over when the loop is not waiting for a slot goes in a Complete
-// of its own; against a server that predates AcquireRequest.complete (it
-// ignores the field), every completion falls back to a Complete of its
-// own and none is lost. Method: the clienttest server behind a transport that counts
+// of its own. Method: the clienttest server behind a transport that counts
 // calls per RPC; a one-slot agent whose handler finishes a task only when
 // the test releases it, which it does once the acquire loop waits for a
 // slot with nothing else to wake it (read under the agent's mutex, polled
 // with a deadline).
 
 import (
-	"bytes"
 	"context"
-	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -25,49 +21,18 @@ import (
 	"github.com/termivar/distributed/client"
 	"github.com/termivar/distributed/client/clienttest"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
-	"google.golang.org/protobuf/proto"
 )
 
 type rpcCounter struct {
 	mu    sync.Mutex
 	calls map[string]int
-	// olderServer drops AcquireRequest.complete from every Acquire on the
-	// wire, as a server that predates the field ignores it (an unknown
-	// field): its answer then has no Completed.
-	olderServer bool
 }
 
 func (c *rpcCounter) RoundTrip(r *http.Request) (*http.Response, error) {
-	rpc := r.URL.Path[strings.LastIndex(r.URL.Path, "/")+1:]
 	c.mu.Lock()
-	c.calls[rpc]++
+	c.calls[r.URL.Path[strings.LastIndex(r.URL.Path, "/")+1:]]++
 	c.mu.Unlock()
-	if c.olderServer && rpc == "Acquire" {
-		if err := dropCarried(r); err != nil {
-			return nil, err
-		}
-	}
 	return http.DefaultTransport.RoundTrip(r)
-}
-
-// dropCarried rewrites the Acquire request r (a Connect unary call: the
-// body is the bare protobuf message) without its completions.
-func dropCarried(r *http.Request) error {
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		return err
-	}
-	r.Body.Close()
-	var req pb.AcquireRequest
-	if err := proto.Unmarshal(body, &req); err != nil {
-		return err
-	}
-	req.Complete = nil
-	if body, err = proto.Marshal(&req); err != nil {
-		return err
-	}
-	r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
-	return nil
 }
 
 func (c *rpcCounter) count(rpc string) int {
@@ -98,44 +63,17 @@ func (a *Agent) onlyCarryCanWake() bool {
 
 func TestAgent_CompletionsRideOnAcquire(t *testing.T) {
 	t.Parallel()
-	a, _, rc := runOneSlotAgent(t, false)
-	if n := rc.count("Complete") + rc.count("CompleteMany"); n != 0 {
-		t.Fatalf("%d completion calls, want 0: every completion rides on an Acquire", n)
-	}
-	// Not waiting for a slot: the completion goes in a call of its own.
-	if err, ok := a.completeCarried(context.Background(), &pb.CompleteRequest{}); ok || err != nil {
-		t.Fatalf("handed over while no loop waits: %v, %v", err, ok)
-	}
-}
-
-// TestAgent_CarriedCompletionsAgainstOlderServer: a server without
-// AcquireRequest.complete ignores the carried completions and answers no
-// Completed; each task then completes with a Complete of its own, with
-// its result, and none is lost or left leased.
-func TestAgent_CarriedCompletionsAgainstOlderServer(t *testing.T) {
-	t.Parallel()
-	_, _, rc := runOneSlotAgent(t, true)
-	if n := rc.count("Complete"); n != 4 {
-		t.Fatalf("%d Complete calls, want 4: each carried completion the server ignored falls back to its own call", n)
-	}
-}
-
-// runOneSlotAgent runs a one-slot agent over four tasks, releasing each
-// task's handler once the acquire loop waits for a slot, and checks that
-// every task ends completed with its result.
-func runOneSlotAgent(t *testing.T, olderServer bool) (*Agent, *client.Client, *rpcCounter) {
-	t.Helper()
 	srv, err := clienttest.New(clienttest.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(srv.Close)
-	rc := &rpcCounter{calls: map[string]int{}, olderServer: olderServer}
+	defer srv.Close()
+	rc := &rpcCounter{calls: map[string]int{}}
 	c, err := client.New(client.Config{ServerURL: srv.URL, Key: srv.Key, HTTPClient: &http.Client{Transport: rc}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(c.Close)
+	defer c.Close()
 	ids := []string{"t0", "t1", "t2", "t3"}
 	for _, id := range ids {
 		if _, err := c.Enqueue(context.Background(), &pb.EnqueueRequest{Tasks: []*pb.NewTask{{TaskId: id, ScanId: "s", TargetRef: "x"}}}); err != nil {
@@ -166,11 +104,18 @@ func runOneSlotAgent(t *testing.T, olderServer bool) (*Agent, *client.Client, *r
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+	if n := rc.count("Complete") + rc.count("CompleteMany"); n != 0 {
+		t.Fatalf("%d completion calls, want 0: every completion rides on an Acquire", n)
+	}
 	for _, id := range ids {
 		r, err := c.GetTask(context.Background(), &pb.GetTaskRequest{TaskId: id})
 		if err != nil || r.GetTask().GetStatus() != "completed" || !r.GetTask().GetHasResult() {
 			t.Fatalf("%s: %v, %v", id, r.GetTask(), err)
 		}
 	}
-	return a, c, rc
+
+	// Not waiting for a slot: the completion goes in a call of its own.
+	if err, ok := a.completeCarried(context.Background(), &pb.CompleteRequest{}); ok || err != nil {
+		t.Fatalf("handed over while no loop waits: %v, %v", err, ok)
+	}
 }

@@ -334,7 +334,8 @@ func (n *Node) start(ctx context.Context, existing, wroteSecret bool) error {
 	n.life.Go(n.prop.run)
 	n.life.Go(n.prop.respond)
 	n.life.Go(n.storeWatchLoop)
-	n.life.Go(n.leaderLoop)
+	n.startLeaderLoop()
+	campaignIfSoleVoter(n.raft, raft.ServerID(cfg.NodeID))
 	if n.snapTrig != nil {
 		n.life.Go(n.snapshotLoop)
 	}
@@ -462,7 +463,6 @@ func (n *Node) openRaft() (bool, error) {
 		return false, fmt.Errorf("node: start raft: %w", err)
 	}
 	n.raft = r
-	campaignIfSoleVoter(r, rc.LocalID)
 	return existing, nil
 }
 

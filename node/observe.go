@@ -111,11 +111,9 @@ func (c *countingSink) Write(p []byte) (int, error) {
 
 var _ io.Writer = (*countingSink)(nil) // NB: raft's sink is an io.WriteCloser
 
-// leaderLoop logs one line per leader change this node observes and
-// counts it, until ctx (the node's lifetime) ends.
-func (n *Node) leaderLoop(ctx context.Context) {
-	ch := make(chan raft.Observation, 16)
-	defer n.observeLeader(ch)()
+// leaderLoop logs one line per leader change observed on ch (registered
+// by startLeaderLoop) and counts it, until ctx (the node's lifetime) ends.
+func (n *Node) leaderLoop(ctx context.Context, ch chan raft.Observation) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -131,6 +129,19 @@ func (n *Node) leaderLoop(ctx context.Context) {
 				"self", string(lo.LeaderID) == n.cfg.NodeID, "term", n.raft.CurrentTerm())
 		}
 	}
+}
+
+// startLeaderLoop registers the leader observer before it returns and
+// runs leaderLoop: a sole voter elects itself as soon as it is told to
+// (campaignIfSoleVoter, called after this), and an observer registered
+// inside the loop's goroutine missed that first election's line.
+func (n *Node) startLeaderLoop() {
+	ch := make(chan raft.Observation, 16)
+	deregister := n.observeLeader(ch)
+	n.life.Go(func(ctx context.Context) {
+		defer deregister()
+		n.leaderLoop(ctx, ch)
+	})
 }
 
 // observeLeader registers ch for raft's leader observations (a full ch

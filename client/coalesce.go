@@ -63,6 +63,9 @@ type coalescer struct {
 	// single is set when the server does not know EnqueueMany (an older
 	// node): every Enqueue is then a call of its own.
 	single atomic.Bool
+	// joined, when set (tests, before the first Enqueue), receives one
+	// value for each caller that joins pending.
+	joined chan<- struct{}
 }
 
 // enqueue queues one caller's request and waits for its own outcome.
@@ -76,6 +79,9 @@ func (q *coalescer) enqueue(ctx context.Context, req *pb.EnqueueRequest, size in
 	ec := &enqueueCall{ctx: ctx, req: req, size: size, done: make(chan struct{})}
 	q.mu.Lock()
 	q.pending = append(q.pending, ec)
+	if q.joined != nil {
+		q.joined <- struct{}{}
+	}
 	var batch []*enqueueCall
 	if q.inFlight < q.max {
 		q.inFlight++

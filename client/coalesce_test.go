@@ -6,8 +6,8 @@
 // stored); clients of different keys never share a call; coalescing can
 // be turned off, and a server without EnqueueMany gets single calls.
 // Method: the clienttest server behind a transport that counts calls per
-// RPC and can hold the first one until the others have queued (observed
-// through PendingEnqueues, polled with a deadline); every outcome is
+// RPC and can hold the first one until the others have queued (each
+// caller's joining signalled by the coalescer, NotifyEnqueueJoins); every outcome is
 // checked with GetTask and against a non-coalescing client's answer.
 package client_test
 
@@ -37,11 +37,12 @@ type gateTransport struct {
 	hold     bool
 	arrived  chan struct{} // closed when the held request arrived
 	release  chan struct{}
-	notFound string // an RPC answered 404, as a server that lacks it
+	notFound string      // an RPC answered 404, as a server that lacks it
+	seen     chan string // each request's RPC name as it arrives
 }
 
 func newGate(hold bool) *gateTransport {
-	return &gateTransport{next: http.DefaultTransport, calls: map[string]int{}, hold: hold, arrived: make(chan struct{}), release: make(chan struct{})}
+	return &gateTransport{next: http.DefaultTransport, calls: map[string]int{}, hold: hold, arrived: make(chan struct{}), release: make(chan struct{}), seen: make(chan string, 64)}
 }
 
 func (g *gateTransport) RoundTrip(r *http.Request) (*http.Response, error) {
@@ -51,6 +52,10 @@ func (g *gateTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	held := g.hold
 	g.hold = false
 	g.mu.Unlock()
+	select {
+	case g.seen <- rpc:
+	default: // nobody counts arrivals beyond the buffer
+	}
 	if held {
 		close(g.arrived)
 		<-g.release
@@ -108,15 +113,16 @@ func oneTask(id string) *pb.EnqueueRequest {
 	return &pb.EnqueueRequest{Tasks: []*pb.NewTask{{TaskId: id, ScanId: "s", TargetRef: "target-" + id}}}
 }
 
-// waitPending polls until n callers of c wait for a slot.
-func waitPending(t *testing.T, c *client.Client, n int) {
+// waitEvents waits for n values on ch, failing the test after 10 s.
+func waitEvents[T any](t *testing.T, what string, ch <-chan T, n int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for client.PendingEnqueues(c) != n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d callers pending, want %d", client.PendingEnqueues(c), n)
+	timeout := time.After(10 * time.Second)
+	for i := range n {
+		select {
+		case <-ch:
+		case <-timeout:
+			t.Fatalf("%s: %d of %d seen", what, i, n)
 		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -133,10 +139,12 @@ func heldRun(t *testing.T, c *client.Client, g *gateTransport, first *pb.Enqueue
 		}
 	})
 	<-g.arrived
+	joined := make(chan struct{}, len(reqs))
+	client.NotifyEnqueueJoins(c, joined)
 	for i, r := range reqs {
 		wg.Go(func() { _, errs[i] = c.Enqueue(context.Background(), r) })
 	}
-	waitPending(t, c, len(reqs))
+	waitEvents(t, "callers waiting for a slot", joined, len(reqs))
 	close(g.release)
 	wg.Wait()
 	return errs
@@ -251,11 +259,9 @@ func TestClient_EnqueueSingleCalls(t *testing.T) {
 			}
 		})
 	}
-	// Not coalescing: the four are on the wire while the first is held.
-	deadline := time.Now().Add(10 * time.Second)
-	for off.count("Enqueue") != 5 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	// Not coalescing: the four are on the wire while the first is held
+	// (the first arrival was seen too).
+	waitEvents(t, "all five single Enqueues on the wire", off.seen, 5)
 	close(off.release)
 	wg.Wait()
 	if off.count("Enqueue") != 5 || off.count("EnqueueMany") != 0 || done.Load() != 5 {

@@ -1,15 +1,9 @@
 package client
 
-// PendingEnqueues returns how many Enqueue callers of c wait for a call
-// slot (tests only).
-func PendingEnqueues(c *Client) int {
-	if c.enq == nil {
-		return 0
-	}
-	c.enq.mu.Lock()
-	defer c.enq.mu.Unlock()
-	return len(c.enq.pending)
-}
-
 // AttemptExpired is attemptExpired (tests only).
 var AttemptExpired = attemptExpired
+
+// NotifyEnqueueJoins makes c's coalescer send on ch each time a caller
+// joins its pending callers (ch must have room for every caller). Call it
+// before c's first Enqueue.
+func NotifyEnqueueJoins(c *Client, ch chan<- struct{}) { c.enq.joined = ch }

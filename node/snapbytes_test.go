@@ -10,60 +10,121 @@ package node
 import (
 	"bytes"
 	"crypto/rand"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/raft"
 
+	pb "github.com/termivar/distributed/gen/termivar/v1"
 	"github.com/termivar/distributed/raftfsm"
 )
 
 func TestSnapTrigger_KicksAtThreshold(t *testing.T) {
 	t.Parallel()
-	if newSnapTrigger(0) != nil || newSnapTrigger(-1) != nil {
+	if newSnapTrigger(0, 1) != nil || newSnapTrigger(-1, 1) != nil {
 		t.Fatal("a threshold <= 0 must turn the trigger off")
 	}
 	var off *snapTrigger
-	off.add(1 << 30) // a nil trigger ignores everything
+	off.add(1<<30, 0) // a nil trigger ignores everything
 	off.failed(off.captured())
-	off.restored()
+	off.written(1 << 40)
+	off.restored(1 << 40)
 
-	tr := newSnapTrigger(100)
-	kicked := func() bool {
-		select {
-		case <-tr.kick:
-			return true
-		default:
-			return false
-		}
-	}
-	tr.add(99)
-	if kicked() {
+	tr := newSnapTrigger(100, 1)
+	tr.add(99, 0)
+	if kicked(tr) {
 		t.Fatal("kicked below the threshold")
 	}
-	tr.add(1)
-	if !kicked() {
+	tr.add(1, 0)
+	if !kicked(tr) {
 		t.Fatal("not kicked at the threshold")
 	}
-	if got := tr.captured(); got != 100 {
-		t.Fatalf("captured() = %d, want 100", got)
+	if got := tr.captured(); got != (snapCount{applied: 100, commands: 100}) {
+		t.Fatalf("captured() = %+v, want 100 bytes, all commands", got)
 	}
-	tr.add(50)
-	if kicked() {
+	tr.add(50, 0)
+	if kicked(tr) {
 		t.Fatal("kicked below the threshold after a snapshot")
 	}
-	tr.failed(60) // a snapshot that was not written gives its bytes back
-	if kicked() {
+	tr.failed(snapCount{applied: 60, commands: 60}) // a snapshot that was not written gives its bytes back
+	if kicked(tr) {
 		t.Fatal("a failed snapshot must not ask again by itself")
 	}
-	tr.add(1) // the next applied entry does
-	if !kicked() {
+	tr.add(1, 0) // the next applied entry does
+	if !kicked(tr) {
 		t.Fatal("not kicked by the entry after a failed snapshot gave its bytes back")
 	}
-	tr.restored()
-	if tr.applied.Load() != 0 {
-		t.Fatal("restored() must start the count again")
+	tr.restored(0)
+	if tr.applied.Load() != 0 || tr.commands.Load() != 0 {
+		t.Fatal("restored() must start the counts again")
+	}
+}
+
+func kicked(tr *snapTrigger) bool {
+	select {
+	case <-tr.kick:
+		return true
+	default:
+		return false
+	}
+}
+
+// TestSnapTrigger_ResultsWaitForTheSnapshotsSize: log bytes that are
+// results ask for a snapshot at max(threshold, growth × the last
+// snapshot's size), the rest at the threshold whatever the size.
+func TestSnapTrigger_ResultsWaitForTheSnapshotsSize(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name               string
+		growth, lastSize   int64
+		resultsUntilKicked int64 // result bytes (in entries of 10) that kick
+	}{
+		{"no snapshot yet", 2, 0, 100},
+		{"a snapshot below the threshold", 2, 40, 100},
+		{"growth 1", 1, 1000, 1000},
+		{"growth 2", 2, 1000, 2000},
+		{"growth 0: the threshold alone", 0, 1000, 100},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := newSnapTrigger(100, tc.growth)
+			tr.written(tc.lastSize)
+			for sum := int64(10); sum < tc.resultsUntilKicked; sum += 10 {
+				tr.add(10, 10)
+				if kicked(tr) {
+					t.Fatalf("kicked after %d result bytes, want at %d", sum, tc.resultsUntilKicked)
+				}
+			}
+			tr.add(10, 10)
+			if !kicked(tr) {
+				t.Fatalf("not kicked after %d result bytes", tc.resultsUntilKicked)
+			}
+			// Bytes that are not results still kick at the threshold:
+			// 99 of them (with results that keep the sum 101 below the
+			// limit) do not, one more does, below the limit.
+			tr.captured()
+			results := max(0, tc.resultsUntilKicked-200)
+			tr.add(99+results, results)
+			if kicked(tr) {
+				t.Fatal("kicked below both bounds")
+			}
+			tr.add(1, 0)
+			if !kicked(tr) {
+				t.Fatal("not kicked by the threshold's worth of non-result bytes")
+			}
+		})
+	}
+	tr := newSnapTrigger(100, 3)
+	tr.restored(500) // a restored snapshot's size counts as a written one's
+	if got := tr.limit(); got != 1500 {
+		t.Fatalf("limit() after restoring 500 bytes = %d, want 1500", got)
+	}
+	if got := newSnapTrigger(100, 1000).growth; got != MaxSnapshotGrowth {
+		t.Fatalf("growth 1000 taken as %d, want MaxSnapshotGrowth", got)
+	}
+	if got := newSnapTrigger(100, -1).limit(); got != 100 {
+		t.Fatalf("negative growth: limit() = %d, want the threshold", got)
 	}
 }
 
@@ -193,4 +254,87 @@ func TestNode_InstalledSnapshotSetsAppliedIndex(t *testing.T) {
 	if tv, _ := n.FSM().Tenant(raftfsm.SystemTenant); func() bool { _, ok, _ := tv.GetTask("b"); return ok }() {
 		t.Fatal("the installed snapshot's state must not hold task b")
 	}
+}
+
+// TestNode_SnapshotByLogBytesGrowsWithTheSnapshot: once a snapshot is
+// larger than Config.SnapshotBytes, a log of results takes the next one at
+// SnapshotGrowth × its size, not at SnapshotBytes; the applied counts tell
+// results from the rest of each entry exactly.
+func TestNode_SnapshotByLogBytesGrowsWithTheSnapshot(t *testing.T) {
+	t.Parallel()
+	const threshold, growth = 64 << 10, 3
+	n := openNode(t, t.TempDir(), func(c *Config) { c.SnapshotBytes, c.SnapshotGrowth = threshold, growth })
+	defer n.Close()
+	// A state above the threshold: six enqueues of 12 tasks with 1 KiB
+	// targets ask for the first snapshot (by bytes that are not results).
+	snapped := n.snapshotChan()
+	for i := range 6 {
+		mustPropose(t, n, enqueueTargets(t, i, 12, 1024))
+	}
+	waitSnapshot(t, snapped, "after 6 enqueues")
+	first := lastSnapshotIndex(t, n)
+	size := n.snapTrig.lastSize.Load()
+	if size <= threshold || n.snapTrig.limit() != growth*size {
+		t.Fatalf("first snapshot of %d bytes, limit %d: want above %d and %d× it", size, n.snapTrig.limit(), threshold, growth)
+	}
+	// Completions whose results make most of each entry: far past the
+	// threshold, no snapshot until the log reaches growth × size.
+	result := make([]byte, 12<<10)
+	if _, err := rand.Read(result); err != nil {
+		t.Fatal(err)
+	}
+	snapped = n.snapshotChan()
+	var entries int
+	for n.snapTrig.applied.Load()+int64(len(result))+512 < n.snapTrig.limit() {
+		if _, err := n.Propose(t.Context(), resultCommand(result)); err != nil {
+			t.Fatal(err)
+		}
+		entries++
+		applied, cmds := n.snapTrig.applied.Load(), n.snapTrig.commands.Load()
+		if applied-cmds != int64(entries*len(result)) || cmds >= threshold {
+			t.Fatalf("after %d results of %d bytes the trigger counts %d bytes, %d of them not results", entries, len(result), applied, cmds)
+		}
+		if i := lastSnapshotIndex(t, n); i != first {
+			t.Fatalf("snapshot at index %d after %d of %d log bytes", i, applied, n.snapTrig.limit())
+		}
+	}
+	if applied := n.snapTrig.applied.Load(); applied < 2*threshold {
+		t.Fatalf("only %d log bytes below the limit; the test needs the threshold far behind", applied)
+	}
+	for range 2 {
+		if _, err := n.Propose(t.Context(), resultCommand(result)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitSnapshot(t, snapped, "at growth × the last snapshot's size")
+}
+
+func waitSnapshot(t *testing.T, snapped <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-snapped:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("no snapshot %s", what)
+	}
+}
+
+// enqueueTargets enqueues count tasks with random targets of size bytes
+// into the system tenant (batch i names them apart).
+func enqueueTargets(t *testing.T, i, count, size int) *pb.Command {
+	t.Helper()
+	e := &pb.EnqueueTasks{}
+	for j := range count {
+		target := make([]byte, size)
+		if _, err := rand.Read(target); err != nil {
+			t.Fatal(err)
+		}
+		e.Tasks = append(e.Tasks, &pb.TaskSpec{TaskId: fmt.Sprintf("t%d-%d", i, j), ScanId: "s", TargetRef: target, Priority: 1})
+	}
+	return &pb.Command{Tenant: raftfsm.SystemTenant, Op: &pb.Command_Enqueue{Enqueue: e}}
+}
+
+// resultCommand is a completion with a result for a tenant that does not
+// exist: refused when applied, but an entry that is mostly result bytes.
+func resultCommand(result []byte) *pb.Command {
+	return &pb.Command{Tenant: "no-such-tenant", Op: &pb.Command_CompleteTask{CompleteTask: &pb.CompleteTask{Lease: []byte("no-lease"), Result: result}}}
 }

@@ -73,14 +73,22 @@ func (t *snapTrigger) add(n, results int64) {
 	if t == nil {
 		return
 	}
-	all, cmds := t.applied.Add(n), t.commands.Add(n-results)
-	if cmds < t.threshold && all < t.limit() {
+	t.applied.Add(n)
+	t.commands.Add(n - results)
+	if !t.due() {
 		return
 	}
 	select {
 	case t.kick <- struct{}{}:
 	default:
 	}
+}
+
+// due reports whether either count has reached its bound. snapshotLoop
+// asks again before it takes a snapshot: a kick may be stale, sent while
+// the previous snapshot was written and the limit still the one before it.
+func (t *snapTrigger) due() bool {
+	return t.commands.Load() >= t.threshold || t.applied.Load() >= t.limit()
 }
 
 // captured is called when a snapshot captures the state (FSM goroutine):
@@ -130,6 +138,9 @@ func (n *Node) snapshotLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.kick:
+		}
+		if !t.due() {
+			continue // NB: the next add that makes it due kicks again
 		}
 		err := n.raft.Snapshot().Error()
 		if err == nil || errors.Is(err, raft.ErrNothingNewToSnapshot) || errors.Is(err, raft.ErrRaftShutdown) {

@@ -115,7 +115,23 @@ func TestSnapTrigger_ResultsWaitForTheSnapshotsSize(t *testing.T) {
 			}
 		})
 	}
-	tr := newSnapTrigger(100, 3)
+	// A kick sent while a snapshot was written is stale once its size is
+	// known: due() (which snapshotLoop asks first) says no until the
+	// log reaches the new limit.
+	tr := newSnapTrigger(100, 1)
+	tr.add(150, 150)
+	if !kicked(tr) || !tr.due() {
+		t.Fatal("not due at the threshold with no snapshot yet")
+	}
+	tr.written(400)
+	if tr.due() {
+		t.Fatal("due at 150 bytes of results after a 400-byte snapshot")
+	}
+	tr.add(250, 250)
+	if !kicked(tr) || !tr.due() {
+		t.Fatal("not due at the size of the last snapshot")
+	}
+	tr = newSnapTrigger(100, 3)
 	tr.restored(500) // a restored snapshot's size counts as a written one's
 	if got := tr.limit(); got != 1500 {
 		t.Fatalf("limit() after restoring 500 bytes = %d, want 1500", got)

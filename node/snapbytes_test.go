@@ -144,7 +144,7 @@ func TestSnapTrigger_ResultsWaitForTheSnapshotsSize(t *testing.T) {
 	}
 }
 
-func lastSnapshotIndex(t *testing.T, n *Node) uint64 {
+func lastSnapshotIndex(t testing.TB, n *Node) uint64 {
 	t.Helper()
 	i, err := strconv.ParseUint(n.RaftStats()["last_snapshot_index"], 10, 64)
 	if err != nil {

@@ -41,12 +41,18 @@ func within(s, buf []byte) bool {
 	return p >= lo && p+uintptr(len(s)) <= lo+uintptr(len(buf))
 }
 
-func TestFSM_ApplyStoresResultsWithoutCopies(t *testing.T) {
-	t.Parallel()
+// twoRunning is a test FSM whose worker w1 (key kw1) runs tasks t1 and
+// t2 of tenant acme.
+func twoRunning(t *testing.T) (*testBundle, []Acquired) {
 	b := setup(t)
 	b.must(t, registerCmd("kw1", "w1"))
 	b.must(t, enqueueCmd("kprod", "t1", "t2"))
-	acq := valueOf[[]Acquired](t, b.must(t, acquireCmd("kw1", "w1", 2)))
+	return b, valueOf[[]Acquired](t, b.must(t, acquireCmd("kw1", "w1", 2)))
+}
+
+func TestFSM_ApplyStoresResultsWithoutCopies(t *testing.T) {
+	t.Parallel()
+	b, acq := twoRunning(t)
 	want := randomBytes(t, 64<<10)
 
 	// Through Apply: the decoded result is a slice of the entry.
@@ -199,10 +205,7 @@ func TestDecodeCommand_AllocatesLittleBesidesTheCommand(t *testing.T) {
 // for entries without results.
 func TestFSM_AppliedResultBytesCountsTheLogsResults(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	b.must(t, registerCmd("kw1", "w1"))
-	b.must(t, enqueueCmd("kprod", "t1", "t2"))
-	acq := valueOf[[]Acquired](t, b.must(t, acquireCmd("kw1", "w1", 2)))
+	b, acq := twoRunning(t)
 	index := uint64(100)
 	apply := func(cmd *pb.Command) {
 		t.Helper()

@@ -54,7 +54,7 @@ func fillResults(b *testing.B, n *Node, mode string) int {
 		b.Fatal(err)
 	}
 	snap := lastSnapshotIndex(b, n)
-	waitFor(b, "the snapshot's size", func() bool { return n.snapTrig.lastSize.Load() > 0 })
+	waitFor(b, "the snapshot's results", func() bool { return n.snapTrig.lastResults.Load() > 0 })
 	// NB: stop one 8 MiB acquire's worth of completions before the limit.
 	full := func() bool { return n.snapTrig.applied.Load()+9<<20 >= n.snapTrig.limit() }
 	for !full() {
@@ -63,7 +63,7 @@ func fillResults(b *testing.B, n *Node, mode string) int {
 	if got := lastSnapshotIndex(b, n); got != snap {
 		b.Fatalf("a snapshot at %d after the explicit one at %d: the fill passed the trigger", got, snap)
 	}
-	b.Logf("%s: snapshot %d B, log after it %d B (%d B of results), limit %d B", mode, n.snapTrig.lastSize.Load(),
+	b.Logf("%s: snapshot of %d B of results, log after it %d B (%d B of results), limit %d B", mode, n.snapTrig.lastResults.Load(),
 		n.snapTrig.applied.Load(), n.snapTrig.applied.Load()-n.snapTrig.commands.Load(), n.snapTrig.limit())
 	return tenants
 }

@@ -15,11 +15,12 @@ import (
 const DefaultSnapshotBytes = 64 << 20
 
 // DefaultSnapshotGrowth is Config.SnapshotGrowth's default: a log of
-// results may grow to once the last snapshot's size before the next.
+// results may grow to once the results the last snapshot holds before the
+// next snapshot.
 const DefaultSnapshotGrowth = 1
 
-// MaxSnapshotGrowth bounds Config.SnapshotGrowth (the log a restart may
-// replay is up to that many snapshots' worth of results).
+// MaxSnapshotGrowth bounds Config.SnapshotGrowth (a restart may replay up
+// to that many times its snapshot's results of result log).
 const MaxSnapshotGrowth = 16
 
 // snapTrigger takes a snapshot by log bytes as well as by entry count.
@@ -32,25 +33,28 @@ const MaxSnapshotGrowth = 16
 // threshold snapshots), once
 //
 //   - the log bytes that are not results reach threshold: what a restart
-//     replays of commands stays bounded, as before; or
-//   - all log bytes reach max(threshold, growth × the last snapshot's
-//     size): a store of results is rewritten into a snapshot once per
-//     growth × its size of log, not once per threshold, so the snapshot
-//     bytes written per log byte stay bounded by (1 + growth) / growth
-//     however large the store grows, like etcd's "snapshot when the log
-//     since the last one exceeds k × its size". Replaying results is a
-//     copy and a checksum per byte, so a restart's replay is bounded by
-//     growth × the restored snapshot in result bytes.
+//     replays of commands stays bounded as before, whatever the state; or
+//   - all log bytes reach max(threshold, growth × the result bytes the
+//     last snapshot holds): a snapshot rewrites every stored result, so a
+//     store of results is rewritten once per growth × its size of log, not
+//     once per threshold, and the result bytes snapshots write per byte of
+//     result log stay bounded by about (1 + growth) / growth however large
+//     the store grows — etcd's "snapshot when the log since the last one
+//     exceeds k × its size", with the results as the size. A restart
+//     replays at most growth × its snapshot's results of result log on
+//     top of restoring them (docs/benchmarks.md measures a replayed result
+//     byte at about the cost of a restored one), and a node without
+//     results keeps the threshold alone.
 //
 // Capturing a snapshot (captured) starts both counts again; writing one
-// (written) or restoring one (restored) records its size.
+// (written) or restoring one (restored) records the result bytes it holds.
 type snapTrigger struct {
-	threshold int64         // Invariant: > 0; a nil *snapTrigger is off
-	growth    int64         // Invariant: 0 (the threshold alone) to MaxSnapshotGrowth
-	applied   atomic.Int64  // log bytes applied since the last capture
-	commands  atomic.Int64  // of applied, the bytes that are not results
-	lastSize  atomic.Int64  // bytes of the snapshot written or restored last
-	kick      chan struct{} // capacity 1: one pending request is enough
+	threshold   int64         // Invariant: > 0; a nil *snapTrigger is off
+	growth      int64         // Invariant: 0 (the threshold alone) to MaxSnapshotGrowth
+	applied     atomic.Int64  // log bytes applied since the last capture
+	commands    atomic.Int64  // of applied, the bytes that are not results
+	lastResults atomic.Int64  // result bytes of the snapshot written or restored last
+	kick        chan struct{} // capacity 1: one pending request is enough
 }
 
 // snapCount is what a captured snapshot covers of the log.
@@ -64,7 +68,7 @@ func newSnapTrigger(threshold, growth int64) *snapTrigger {
 }
 
 // limit is the log bytes, results included, that ask for a snapshot.
-func (t *snapTrigger) limit() int64 { return max(t.threshold, t.growth*t.lastSize.Load()) }
+func (t *snapTrigger) limit() int64 { return max(t.threshold, t.growth*t.lastResults.Load()) }
 
 // add counts an applied entry of n bytes, results of them result bytes,
 // and kicks the loop once either count reaches its bound. It never blocks
@@ -111,20 +115,20 @@ func (t *snapTrigger) failed(c snapCount) {
 	}
 }
 
-// written records the size of a snapshot just written.
-func (t *snapTrigger) written(size int64) {
+// written records the result bytes of a snapshot just written.
+func (t *snapTrigger) written(results int64) {
 	if t != nil {
-		t.lastSize.Store(size)
+		t.lastResults.Store(results)
 	}
 }
 
-// restored starts the counts again: the state is a snapshot's, of size
-// bytes.
-func (t *snapTrigger) restored(size int64) {
+// restored starts the counts again: the state is a snapshot's, holding
+// results result bytes.
+func (t *snapTrigger) restored(results int64) {
 	if t != nil {
 		t.applied.Store(0)
 		t.commands.Store(0)
-		t.lastSize.Store(size)
+		t.lastResults.Store(results)
 	}
 }
 

@@ -17,7 +17,9 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	distributed "github.com/termivar/distributed"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/internal/wire"
 	"github.com/termivar/distributed/raftfsm"
 )
 
@@ -71,25 +73,26 @@ func kicked(tr *snapTrigger) bool {
 	}
 }
 
-// TestSnapTrigger_ResultsWaitForTheSnapshotsSize: log bytes that are
-// results ask for a snapshot at max(threshold, growth × the last
-// snapshot's size), the rest at the threshold whatever the size.
-func TestSnapTrigger_ResultsWaitForTheSnapshotsSize(t *testing.T) {
+// TestSnapTrigger_ResultsWaitForTheSnapshotsResults: log bytes that are
+// results ask for a snapshot at max(threshold, growth × the result bytes
+// of the last snapshot), the rest at the threshold whatever they are.
+func TestSnapTrigger_ResultsWaitForTheSnapshotsResults(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name               string
-		growth, lastSize   int64
-		resultsUntilKicked int64 // result bytes (in entries of 10) that kick
+		name                string
+		growth, lastResults int64
+		resultsUntilKicked  int64 // result bytes (in entries of 10) that kick
 	}{
 		{"no snapshot yet", 2, 0, 100},
-		{"a snapshot below the threshold", 2, 40, 100},
+		{"a snapshot without results", 2, 0, 100},
+		{"a snapshot's results below the threshold", 2, 40, 100},
 		{"growth 1", 1, 1000, 1000},
 		{"growth 2", 2, 1000, 2000},
 		{"growth 0: the threshold alone", 0, 1000, 100},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tr := newSnapTrigger(100, tc.growth)
-			tr.written(tc.lastSize)
+			tr.written(tc.lastResults)
 			for sum := int64(10); sum < tc.resultsUntilKicked; sum += 10 {
 				tr.add(10, 10)
 				if kicked(tr) {
@@ -115,8 +118,8 @@ func TestSnapTrigger_ResultsWaitForTheSnapshotsSize(t *testing.T) {
 			}
 		})
 	}
-	// A kick sent while a snapshot was written is stale once its size is
-	// known: due() (which snapshotLoop asks first) says no until the
+	// A kick sent while a snapshot was written is stale once its results
+	// are known: due() (which snapshotLoop asks first) says no until the
 	// log reaches the new limit.
 	tr := newSnapTrigger(100, 1)
 	tr.add(150, 150)
@@ -125,16 +128,16 @@ func TestSnapTrigger_ResultsWaitForTheSnapshotsSize(t *testing.T) {
 	}
 	tr.written(400)
 	if tr.due() {
-		t.Fatal("due at 150 bytes of results after a 400-byte snapshot")
+		t.Fatal("due at 150 bytes of results after a snapshot of 400 bytes of results")
 	}
 	tr.add(250, 250)
 	if !kicked(tr) || !tr.due() {
-		t.Fatal("not due at the size of the last snapshot")
+		t.Fatal("not due at the results of the last snapshot")
 	}
 	tr = newSnapTrigger(100, 3)
-	tr.restored(500) // a restored snapshot's size counts as a written one's
+	tr.restored(500) // a restored snapshot's results count as a written one's
 	if got := tr.limit(); got != 1500 {
-		t.Fatalf("limit() after restoring 500 bytes = %d, want 1500", got)
+		t.Fatalf("limit() after restoring 500 bytes of results = %d, want 1500", got)
 	}
 	if got := newSnapTrigger(100, 1000).growth; got != MaxSnapshotGrowth {
 		t.Fatalf("growth 1000 taken as %d, want MaxSnapshotGrowth", got)
@@ -272,33 +275,37 @@ func TestNode_InstalledSnapshotSetsAppliedIndex(t *testing.T) {
 	}
 }
 
-// TestNode_SnapshotByLogBytesGrowsWithTheSnapshot: once a snapshot is
-// larger than Config.SnapshotBytes, a log of results takes the next one at
-// SnapshotGrowth × its size, not at SnapshotBytes; the applied counts tell
-// results from the rest of each entry exactly.
+// TestNode_SnapshotByLogBytesGrowsWithTheSnapshot: once a snapshot holds
+// more result bytes than Config.SnapshotBytes, a log of results takes the
+// next one at SnapshotGrowth × them, not at SnapshotBytes; the applied
+// counts tell results from the rest of each entry exactly; and a restart
+// restores the allowance.
 func TestNode_SnapshotByLogBytesGrowsWithTheSnapshot(t *testing.T) {
 	t.Parallel()
-	const threshold, growth = 64 << 10, 3
-	n := openNode(t, t.TempDir(), func(c *Config) { c.SnapshotBytes, c.SnapshotGrowth = threshold, growth })
-	defer n.Close()
-	// A state above the threshold: six enqueues of 12 tasks with 1 KiB
-	// targets ask for the first snapshot (by bytes that are not results).
-	snapped := n.snapshotChan()
-	for i := range 6 {
-		mustPropose(t, n, enqueueTargets(t, i, 12, 1024))
-	}
-	waitSnapshot(t, snapped, "after 6 enqueues")
-	first := lastSnapshotIndex(t, n)
-	size := n.snapTrig.lastSize.Load()
-	if size <= threshold || n.snapTrig.limit() != growth*size {
-		t.Fatalf("first snapshot of %d bytes, limit %d: want above %d and %d× it", size, n.snapTrig.limit(), threshold, growth)
-	}
-	// Completions whose results make most of each entry: far past the
-	// threshold, no snapshot until the log reaches growth × size.
-	result := make([]byte, 12<<10)
+	const threshold, growth, resultBytes = 64 << 10, 3, 12 << 10
+	dir := t.TempDir()
+	mut := func(c *Config) { c.SnapshotBytes, c.SnapshotGrowth = threshold, growth }
+	n := openNode(t, dir, mut)
+	defer func() { n.Close() }()
+	result := make([]byte, resultBytes)
 	if _, err := rand.Read(result); err != nil {
 		t.Fatal(err)
 	}
+	// Six stored results of 12 KiB: their log reaches the threshold (no
+	// results in a snapshot yet) and the snapshot holds all six.
+	snapped := n.snapshotChan()
+	leases := runningTasks(t, n, 6)
+	for _, lease := range leases {
+		mustPropose(t, n, &pb.Command{Tenant: "big", Op: &pb.Command_CompleteTask{CompleteTask: &pb.CompleteTask{Lease: lease, Result: result}}})
+	}
+	waitSnapshot(t, snapped, "after 6 results")
+	first := lastSnapshotIndex(t, n)
+	if got := n.snapTrig.lastResults.Load(); got != 6*resultBytes || n.snapTrig.limit() != growth*got {
+		t.Fatalf("first snapshot holds %d result bytes, limit %d: want %d and %d× it", got, n.snapTrig.limit(), 6*resultBytes, growth)
+	}
+	// Completions refused by the FSM (their entries are mostly result
+	// bytes, and the store does not grow): far past the threshold, no
+	// snapshot until the log reaches growth × the snapshot's results.
 	snapped = n.snapshotChan()
 	var entries int
 	for n.snapTrig.applied.Load()+int64(len(result))+512 < n.snapTrig.limit() {
@@ -322,7 +329,42 @@ func TestNode_SnapshotByLogBytesGrowsWithTheSnapshot(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitSnapshot(t, snapped, "at growth × the last snapshot's size")
+	waitSnapshot(t, snapped, "at growth × the last snapshot's results")
+	n.Close()
+	n = openNode(t, dir, mut)
+	if got := n.snapTrig.lastResults.Load(); got != 6*resultBytes {
+		t.Fatalf("after a restart the trigger counts %d result bytes in the snapshot, want %d", got, 6*resultBytes)
+	}
+}
+
+// runningTasks creates tenant "big" (results up to 64 KiB), enqueues count
+// tasks and starts them; it returns their leases.
+func runningTasks(t *testing.T, n *Node, count int) [][]byte {
+	t.Helper()
+	rl := distributed.DefaultResultLimits()
+	rl.MaxResultBytes, rl.MaxTotalBytes = 64<<10, 64<<20
+	mustPropose(t, n, &pb.Command{Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{Name: "big",
+		Limits: wire.LimitsToProto(distributed.DefaultLimits()), ResultLimits: wire.ResultLimitsToProto(rl)}}})
+	mustPropose(t, n, &pb.Command{Tenant: "big", Op: &pb.Command_RegisterWorker{RegisterWorker: &pb.RegisterWorker{Spec: &pb.WorkerSpec{WorkerId: "w", Capacity: uint32(count)}}}})
+	e := &pb.EnqueueTasks{}
+	for i := range count {
+		e.Tasks = append(e.Tasks, &pb.TaskSpec{TaskId: fmt.Sprintf("t%d", i), ScanId: "s", TargetRef: []byte("x"), Priority: 1})
+	}
+	mustPropose(t, n, &pb.Command{Tenant: "big", Op: &pb.Command_Enqueue{Enqueue: e}})
+	r := mustPropose(t, n, &pb.Command{Tenant: "big", Op: &pb.Command_AcquireTasks{AcquireTasks: &pb.AcquireTasks{
+		WorkerId: "w", LeaseTtlSecs: 600, MaxTasks: uint32(count), Start: true}}})
+	var out [][]byte
+	for _, a := range r.Value.([]raftfsm.Acquired) {
+		lb, err := a.Lease.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, lb)
+	}
+	if len(out) != count {
+		t.Fatalf("acquired %d tasks, want %d", len(out), count)
+	}
+	return out
 }
 
 func waitSnapshot(t *testing.T, snapped <-chan struct{}, what string) {
@@ -332,21 +374,6 @@ func waitSnapshot(t *testing.T, snapped <-chan struct{}, what string) {
 	case <-time.After(20 * time.Second):
 		t.Fatalf("no snapshot %s", what)
 	}
-}
-
-// enqueueTargets enqueues count tasks with random targets of size bytes
-// into the system tenant (batch i names them apart).
-func enqueueTargets(t *testing.T, i, count, size int) *pb.Command {
-	t.Helper()
-	e := &pb.EnqueueTasks{}
-	for j := range count {
-		target := make([]byte, size)
-		if _, err := rand.Read(target); err != nil {
-			t.Fatal(err)
-		}
-		e.Tasks = append(e.Tasks, &pb.TaskSpec{TaskId: fmt.Sprintf("t%d-%d", i, j), ScanId: "s", TargetRef: target, Priority: 1})
-	}
-	return &pb.Command{Tenant: raftfsm.SystemTenant, Op: &pb.Command_Enqueue{Enqueue: e}}
 }
 
 // resultCommand is a completion with a result for a tenant that does not

@@ -88,6 +88,21 @@ func decodeCommand(payload []byte) (*pb.Command, error) {
 // entry.
 func (f *FSM) AppliedResultBytes() int64 { return f.appliedResultBytes.Load() }
 
+// StoredResultBytes is the sum of the result bytes every tenant's result
+// store holds. The node's snapshot trigger reads it right after a snapshot
+// captures the state and after a restore (from the FSM goroutine, so it is
+// the captured or restored state's): it lets a log of results grow in
+// proportion to the results a snapshot rewrites (node/snapbytes.go).
+func (f *FSM) StoredResultBytes() int64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	var n int64
+	for _, t := range f.tenants {
+		n += int64(t.results.TotalBytes())
+	}
+	return n
+}
+
 // resultBytes sums the results a command carries: its CompleteTask's and
 // those of the CompleteTasks directly in its Batch (the shapes a proposer
 // writes, frame_results.go).

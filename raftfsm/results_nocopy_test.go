@@ -202,7 +202,7 @@ func TestDecodeCommand_AllocatesLittleBesidesTheCommand(t *testing.T) {
 // trigger (node/snapbytes.go) tells result bytes from the rest of the log
 // by AppliedResultBytes, so it must grow by exactly the results of each
 // entry Apply decodes, whether or not the command succeeds, and not at all
-// for entries without results.
+// for entries without results; StoredResultBytes is what the stores keep.
 func TestFSM_AppliedResultBytesCountsTheLogsResults(t *testing.T) {
 	t.Parallel()
 	b, acq := twoRunning(t)
@@ -238,5 +238,9 @@ func TestFSM_AppliedResultBytesCountsTheLogsResults(t *testing.T) {
 	b.f.ApplyCommand(completeCmd("kw1", acq[1].Lease, randomBytes(t, 10)))
 	if got := b.f.AppliedResultBytes(); got != 8700 {
 		t.Fatalf("AppliedResultBytes = %d, want 8700 (ApplyCommand decodes nothing and is not counted)", got)
+	}
+	// Of them, the two fresh completions' results are stored.
+	if got := b.f.StoredResultBytes(); got != 8000 {
+		t.Fatalf("StoredResultBytes = %d, want 8000", got)
 	}
 }

@@ -114,12 +114,14 @@ type Config struct {
 	// restart replays all of it (snapbytes.go).
 	SnapshotBytes int64
 	// SnapshotGrowth lets a log of results grow to this many times the
-	// last snapshot's size (when that is above SnapshotBytes) before the
-	// next snapshot: the result store is then rewritten into snapshots a
-	// bounded number of times per byte of log, not once per SnapshotBytes
-	// (default DefaultSnapshotGrowth, 1; at most MaxSnapshotGrowth;
-	// negative: SnapshotBytes alone). Log bytes that are not results still
-	// take a snapshot every SnapshotBytes (snapbytes.go).
+	// result bytes the last snapshot holds (when that is above
+	// SnapshotBytes) before the next snapshot: the result store is then
+	// rewritten into snapshots a bounded number of times per byte of log,
+	// not once per SnapshotBytes, and a restart replays up to this many
+	// times its snapshot's results (default DefaultSnapshotGrowth, 1; a
+	// larger value is taken as MaxSnapshotGrowth; negative: SnapshotBytes
+	// alone). Log bytes that are not results still take a snapshot every
+	// SnapshotBytes (snapbytes.go).
 	SnapshotGrowth int
 
 	// Cluster settings (cluster.go). With neither Peers nor Join the node

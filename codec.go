@@ -105,11 +105,11 @@ func (d *decoder) id() string {
 	return s
 }
 
-// newDecoder checks framing (magic, version, checksum) and returns a decoder
-// over the body.
 // checksumBytes is the length of the CRC-32C that ends every encoding.
 const checksumBytes = 4
 
+// newDecoder checks framing (magic, version, checksum) and returns a decoder
+// over the body.
 func newDecoder(data []byte, magic string, version uint8) (*decoder, bool) {
 	head := len(magic) + 1
 	if len(data) < head+checksumBytes {

@@ -75,7 +75,7 @@ func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.Uint64Var(&f.scheduling.BackoffCapSecs, "backoff-cap", d.BackoffCapSecs, "per-tenant default: longest retry delay in seconds")
 	fs.BoolVar(&f.scheduling.FairScans, "fair-scans", d.FairScans, "per-tenant default: serve scans of one priority round-robin")
 	fs.Int64Var(&f.snapshotBytes, "snapshot-bytes", node.DefaultSnapshotBytes, "also take a raft snapshot once this many bytes of log were applied since the last one (besides every 8192 entries; negative: by entry count only)")
-	fs.IntVar(&f.snapshotGrowth, "snapshot-growth", node.DefaultSnapshotGrowth, "once a snapshot is larger than --snapshot-bytes, let a log of results grow to this many times its size before the next (1 to 16; negative: --snapshot-bytes alone; log bytes that are not results still take one every --snapshot-bytes)")
+	fs.IntVar(&f.snapshotGrowth, "snapshot-growth", node.DefaultSnapshotGrowth, "once the last snapshot holds more result bytes than --snapshot-bytes, let a log of results grow to this many times them before the next snapshot (1 to 16; negative: --snapshot-bytes alone; log bytes that are not results still take one every --snapshot-bytes)")
 	return fs
 }
 

@@ -105,17 +105,20 @@ func (d *decoder) id() string {
 	return s
 }
 
+// checksumBytes is the length of the CRC-32C that ends every encoding.
+const checksumBytes = 4
+
 // newDecoder checks framing (magic, version, checksum) and returns a decoder
 // over the body.
 func newDecoder(data []byte, magic string, version uint8) (*decoder, bool) {
 	head := len(magic) + 1
-	if len(data) < head+4 {
+	if len(data) < head+checksumBytes {
 		return nil, false
 	}
 	if string(data[:len(magic)]) != magic || data[len(magic)] != version {
 		return nil, false
 	}
-	body, sum := data[:len(data)-4], binary.BigEndian.Uint32(data[len(data)-4:])
+	body, sum := data[:len(data)-checksumBytes], binary.BigEndian.Uint32(data[len(data)-checksumBytes:])
 	if crc32.Checksum(body, castagnoli) != sum {
 		return nil, false
 	}

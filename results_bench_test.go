@@ -10,6 +10,7 @@ package distributed
 // window of fresh task IDs is used up.
 
 import (
+	"crypto/rand"
 	"maps"
 	"strconv"
 	"testing"
@@ -149,7 +150,11 @@ func BenchmarkResultAggregator_ExportState1024(b *testing.B) {
 }
 
 func BenchmarkRestoreResultAggregator1024(b *testing.B) {
-	a := benchAggregator(b, benchTaskIDs(1024), 1024)
+	benchRestore(b, benchAggregator(b, benchTaskIDs(1024), 1024))
+}
+
+// benchRestore measures RestoreResultAggregator of a's export.
+func benchRestore(b *testing.B, a *ResultAggregator) {
 	data, _ := a.ExportState()
 	b.ReportAllocs()
 	b.SetBytes(int64(len(data)))
@@ -158,4 +163,21 @@ func BenchmarkRestoreResultAggregator1024(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkRestoreResultAggregator64K restores 1 024 results of 64 KiB
+// (64 MiB): what a node's restart pays per stored result byte (issue 15).
+func BenchmarkRestoreResultAggregator64K(b *testing.B) {
+	a := newTestAggregator(b, MaximumResultLimits())
+	ids := benchTaskIDs(1024)
+	payload := make([]byte, 64<<10)
+	if _, err := rand.Read(payload); err != nil {
+		b.Fatal(err)
+	}
+	for i, id := range ids {
+		if _, err := a.StoreResult(uint64(i), testReceipt(id), payload); err != nil {
+			b.Fatal(err)
+		}
+	}
+	benchRestore(b, a)
 }

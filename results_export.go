@@ -1,7 +1,6 @@
 package distributed
 
 import (
-	"bytes"
 	"math"
 	"slices"
 )
@@ -136,7 +135,9 @@ func RestoreResultAggregator(data []byte) (*ResultAggregator, error) {
 		if total > l.MaxTotalBytes {
 			return nil, invalidResultState("total result bytes exceed max_total_bytes")
 		}
-		entries[i] = storedResult{receipt: receipt, data: append(make([]byte, 0, len(raw)), raw...)}
+		// NB: appended to an empty slice, not into make(0, len): the
+		// runtime then skips zeroing memory that the copy overwrites.
+		entries[i] = storedResult{receipt: receipt, data: append(make([]byte, 0), raw...)}
 		results[receipt.taskID] = &entries[i]
 		prev = receipt.taskID
 	}
@@ -147,7 +148,11 @@ func RestoreResultAggregator(data []byte) (*ResultAggregator, error) {
 	a := &ResultAggregator{limits: l, revision: revision, totalBytes: total, results: results}
 	// NB: the decoder accepts non-minimal varints; re-encoding rejects them,
 	// so one state has exactly one accepted encoding.
-	if !bytes.Equal(a.exportLocked(), data) {
+	// NB: the body alone: newDecoder checked that data's trailing
+	// checksum is that of data's body, so an equal body has an equal
+	// checksum, and computing it again would be a second pass over every
+	// result.
+	if !equalParts(a.exportPartsLocked(false), data[:len(data)-checksumBytes]) {
 		return nil, invalidResultState("encoding is not canonical")
 	}
 	return a, nil

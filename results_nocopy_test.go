@@ -70,18 +70,24 @@ func TestResultAggregator_StoreResultOwned(t *testing.T) {
 // exactly ExportState's bytes (empty, small and large results), that a
 // large result is the stored slice itself, and that the parts do not change
 // when the aggregator purges and stores afterwards.
-func TestResultAggregator_ExportStateParts(t *testing.T) {
+// largeResultAggregator is an empty aggregator that takes results of
+// up to 8 KiB, and a random 4 KiB result.
+func largeResultAggregator(t *testing.T) (*ResultAggregator, []byte) {
 	l := smallResultLimits
 	l.MaxResults, l.MaxResultBytes, l.MaxTotalBytes = 8, 8<<10, 64<<10
-	a := newTestAggregator(t, l)
+	big := make([]byte, 4<<10)
+	if _, err := rand.Read(big); err != nil {
+		t.Fatal(err)
+	}
+	return newTestAggregator(t, l), big
+}
+
+func TestResultAggregator_ExportStateParts(t *testing.T) {
+	a, big := largeResultAggregator(t)
 	join := func(parts [][]byte) []byte { return bytes.Join(parts, nil) }
 	parts, err := a.ExportStateParts()
 	if want, _ := a.ExportState(); err != nil || !bytes.Equal(join(parts), want) {
 		t.Fatalf("empty: parts join to %x, want %x (err %v)", join(parts), want, err)
-	}
-	big := make([]byte, 4<<10)
-	if _, err := rand.Read(big); err != nil {
-		t.Fatal(err)
 	}
 	mustStore(t, a, testReceipt("a-small"), []byte("abc"))
 	mustStore(t, a, testReceipt("b-big"), big)
@@ -113,5 +119,67 @@ func TestResultAggregator_ExportStateParts(t *testing.T) {
 	var nilAgg *ResultAggregator
 	if _, err := nilAgg.ExportStateParts(); err == nil {
 		t.Fatal("ExportStateParts on a nil aggregator = nil error")
+	}
+}
+
+// TestEqualParts: RestoreResultAggregator's canonical check compares its
+// re-export's parts with its input; equality must hold exactly when the
+// parts' concatenation is the input.
+func TestEqualParts(t *testing.T) {
+	big := make([]byte, 2<<10)
+	if _, err := rand.Read(big); err != nil {
+		t.Fatal(err)
+	}
+	data := append(append([]byte("head"), big...), "tail"...)
+	flipped := bytes.Clone(big)
+	flipped[len(flipped)/2] ^= 1
+	for _, c := range []struct {
+		name  string
+		parts [][]byte
+		want  bool
+	}{
+		{"exact", [][]byte{[]byte("head"), big, []byte("tail")}, true},
+		{"split elsewhere", [][]byte{[]byte("he"), []byte("ad"), big, nil, []byte("tail")}, true},
+		{"a byte of a large part differs", [][]byte{[]byte("head"), flipped, []byte("tail")}, false},
+		{"shorter", [][]byte{[]byte("head"), big, []byte("tai")}, false},
+		{"longer", [][]byte{[]byte("head"), big, []byte("tails")}, false},
+		{"a part missing", [][]byte{[]byte("head"), []byte("tail")}, false},
+		{"none", nil, false},
+	} {
+		if got := equalParts(c.parts, data); got != c.want {
+			t.Errorf("equalParts(%s) = %v, want %v", c.name, got, c.want)
+		}
+	}
+	if !equalParts(nil, nil) || equalParts([][]byte{{0}}, nil) {
+		t.Error("equalParts of empty inputs")
+	}
+}
+
+// TestRestoreResultAggregator_LargeResultsOwnTheirBytes: a restored
+// aggregator keeps copies of its results (not slices of the input, which
+// the caller may reuse) and re-exports its input exactly.
+func TestRestoreResultAggregator_LargeResultsOwnTheirBytes(t *testing.T) {
+	a, big := largeResultAggregator(t)
+	mustStore(t, a, testReceipt("a-small"), []byte("abc"))
+	mustStore(t, a, testReceipt("b-big"), big)
+	mustStore(t, a, testReceipt("c-empty"), nil)
+	data := exportOf(t, a)
+	r, err := RestoreResultAggregator(bytes.Clone(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	input := bytes.Clone(data)
+	r2, err := RestoreResultAggregator(input)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clear(input)
+	for _, got := range []*ResultAggregator{r, r2} {
+		if !bytes.Equal(exportOf(t, got), data) {
+			t.Fatal("a restored aggregator re-exports other bytes")
+		}
+	}
+	if got, ok, err := r2.GetResult("c-empty"); err != nil || !ok || got == nil || len(got) != 0 {
+		t.Fatalf("restored empty result = %v, %v, %v; want an empty, non-nil result", got, ok, err)
 	}
 }

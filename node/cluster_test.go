@@ -74,7 +74,7 @@ func openClusterWith(t *testing.T, size int, mut func(i int, c *Config)) []*Node
 	return nodes
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for !cond() {

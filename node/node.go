@@ -113,6 +113,16 @@ type Config struct {
 	// large entries otherwise grow the log without a snapshot and a
 	// restart replays all of it (snapbytes.go).
 	SnapshotBytes int64
+	// SnapshotGrowth lets a log of results grow to this many times the
+	// result bytes the last snapshot holds (when that is above
+	// SnapshotBytes) before the next snapshot: the result store is then
+	// rewritten into snapshots a bounded number of times per byte of log,
+	// not once per SnapshotBytes, and a restart replays up to this many
+	// times its snapshot's results (default DefaultSnapshotGrowth, 1; a
+	// larger value is taken as MaxSnapshotGrowth; negative: SnapshotBytes
+	// alone). Log bytes that are not results still take a snapshot every
+	// SnapshotBytes (snapbytes.go).
+	SnapshotGrowth int
 
 	// Cluster settings (cluster.go). With neither Peers nor Join the node
 	// bootstraps a one-voter cluster.
@@ -188,6 +198,7 @@ func (c *Config) setDefaults() {
 	}
 	c.SnapshotThreshold = cmp.Or(c.SnapshotThreshold, 8192)
 	c.SnapshotBytes = cmp.Or(c.SnapshotBytes, DefaultSnapshotBytes)
+	c.SnapshotGrowth = cmp.Or(c.SnapshotGrowth, DefaultSnapshotGrowth)
 	if c.RaftTimeout <= 0 {
 		c.RaftTimeout = 300 * time.Millisecond
 		if len(c.Peers) > 1 || c.Join != nil {
@@ -308,7 +319,7 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 		}
 	}
 	n.fsm = raftfsm.New(n.fsmOptions())
-	n.snapTrig = newSnapTrigger(cfg.SnapshotBytes)
+	n.snapTrig = newSnapTrigger(cfg.SnapshotBytes, int64(cfg.SnapshotGrowth))
 	existing, err := n.openRaft()
 	if err != nil {
 		n.life.Stop()

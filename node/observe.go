@@ -42,8 +42,9 @@ func (n *Node) observedFSM(snaps *indexedSnapshots) observedFSM {
 
 // Apply applies the entry, then wakes the waiters of Node.ChangeChan.
 func (f observedFSM) Apply(l *raft.Log) any {
+	results := f.FSM.AppliedResultBytes()
 	r := f.FSM.Apply(l)
-	f.trig.add(int64(len(l.Data)))
+	f.trig.add(int64(len(l.Data)), f.FSM.AppliedResultBytes()-results)
 	f.changed.Notify("")
 	return r
 }
@@ -55,7 +56,7 @@ func (f observedFSM) Apply(l *raft.Log) any {
 func (f observedFSM) Restore(rc io.ReadCloser) error {
 	err := f.FSM.RestoreSized(rc, f.opened.lastSize())
 	if err == nil {
-		f.trig.restored()
+		f.trig.restored(f.FSM.StoredResultBytes())
 		f.FSM.SetRestoredIndex(f.opened.lastIndex())
 	}
 	f.changed.Notify("")
@@ -68,7 +69,10 @@ func (f observedFSM) Snapshot() (raft.FSMSnapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &observedSnapshot{FSMSnapshot: s, m: f.m, log: f.log, snapshots: f.snapshots, trig: f.trig, covered: f.trig.captured()}, nil
+	// NB: raft calls Snapshot on the FSM goroutine, so no Apply ran since
+	// the capture: the stored results are the snapshot's.
+	return &observedSnapshot{FSMSnapshot: s, m: f.m, log: f.log, snapshots: f.snapshots, trig: f.trig,
+		covered: f.trig.captured(), results: f.FSM.StoredResultBytes()}, nil
 }
 
 type observedSnapshot struct {
@@ -77,7 +81,8 @@ type observedSnapshot struct {
 	log       *slog.Logger
 	snapshots *notify.Notifier
 	trig      *snapTrigger
-	covered   int64 // log bytes applied since the previous snapshot
+	covered   snapCount // log bytes applied since the previous snapshot
+	results   int64     // result bytes the snapshot holds
 }
 
 // Persist writes the snapshot through a byte counter and records its
@@ -92,8 +97,10 @@ func (s *observedSnapshot) Persist(sink raft.SnapshotSink) error {
 		s.log.Warn("raft snapshot failed", "snapshot_id", sink.ID(), "error", err)
 		return err
 	}
+	s.trig.written(s.results)
 	s.m.ObserveSnapshot(cs.n, d)
-	s.log.Info("raft snapshot written", "snapshot_id", sink.ID(), "bytes", cs.n, "duration", d, "log_bytes", s.covered)
+	s.log.Info("raft snapshot written", "snapshot_id", sink.ID(), "bytes", cs.n, "duration", d,
+		"result_bytes", s.results, "log_bytes", s.covered.applied, "log_result_bytes", s.covered.applied-s.covered.commands)
 	s.snapshots.Notify("")
 	return nil
 }

@@ -26,6 +26,7 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -43,7 +44,7 @@ func BenchmarkNode_Restart(b *testing.B) {
 	if v, err := strconv.Atoi(os.Getenv("TERMIVAR_RESTART_TASKS")); err == nil && v > 0 {
 		tasks = v
 	}
-	for _, mode := range []string{"log", "bytes", "snapshot"} {
+	for _, mode := range []string{"log", "bytes", "snapshot", "results", "results-snapshot"} {
 		b.Run(mode, func(b *testing.B) {
 			snapBytes := int64(-1)
 			if mode != "log" {
@@ -64,7 +65,7 @@ func BenchmarkNode_Restart(b *testing.B) {
 				times = append(times, time.Since(start))
 				stop()
 				b.StopTimer()
-				if got := n2.FSM().TenantNames(); len(got) < tasks/16384 {
+				if got := n2.FSM().TenantNames(); len(got) < wantTenants(mode, tasks) {
 					b.Fatalf("%d tenants after restart", len(got))
 				}
 				if err := n2.Close(); err != nil {
@@ -81,6 +82,15 @@ func BenchmarkNode_Restart(b *testing.B) {
 			b.Logf("%s: %d tasks, restart (each Open) %v", mode, tasks, times)
 		})
 	}
+}
+
+// wantTenants is the fewest tenants a node filled for mode holds (the
+// results modes make at least 3: 2 before their snapshot, 1 after).
+func wantTenants(mode string, tasks int) int {
+	if strings.HasPrefix(mode, "results") {
+		return 3
+	}
+	return tasks / 16384
 }
 
 // restartDir returns the data dir of one mode: a fresh temporary one, or
@@ -107,8 +117,12 @@ func restartDir(b *testing.B, mode string) (dir string, filled bool) {
 // it allocated, snapshotAlloc) and closes it, then marks dir filled.
 func fillDir(b *testing.B, dir, mode string, tasks int, mut func(*Config)) (snapAlloc, heap uint64) {
 	n := openNode(b, dir, mut)
-	fillTasks(b, n, tasks)
-	if mode == "snapshot" {
+	if strings.HasPrefix(mode, "results") {
+		fillResults(b, n, mode)
+	} else {
+		fillTasks(b, n, tasks)
+	}
+	if mode == "snapshot" || mode == "results-snapshot" {
 		snapAlloc, heap = snapshotAlloc(b, n)
 	}
 	stats := n.RaftStats()

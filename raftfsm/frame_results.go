@@ -80,6 +80,40 @@ func decodeCommand(payload []byte) (*pb.Command, error) {
 	return &cmd, nil
 }
 
+// AppliedResultBytes is the sum of the result bytes of the commands Apply
+// decoded since the FSM was made (a restore does not reset it): the part of
+// the applied log that is results to store, which the node's snapshot
+// trigger counts apart from the rest (node/snapbytes.go). Safe to call from
+// any goroutine; after Apply returns on the FSM goroutine it includes that
+// entry.
+func (f *FSM) AppliedResultBytes() int64 { return f.appliedResultBytes.Load() }
+
+// StoredResultBytes is the sum of the result bytes every tenant's result
+// store holds. The node's snapshot trigger reads it right after a snapshot
+// captures the state and after a restore (from the FSM goroutine, so it is
+// the captured or restored state's): it lets a log of results grow in
+// proportion to the results a snapshot rewrites (node/snapbytes.go).
+func (f *FSM) StoredResultBytes() int64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	var n int64
+	for _, t := range f.tenants {
+		n += int64(t.results.TotalBytes())
+	}
+	return n
+}
+
+// resultBytes sums the results a command carries: its CompleteTask's and
+// those of the CompleteTasks directly in its Batch (the shapes a proposer
+// writes, frame_results.go).
+func resultBytes(cmd *pb.Command) int64 {
+	n := int64(len(cmd.GetCompleteTask().GetResult()))
+	for _, c := range cmd.GetBatch().GetCommands() {
+		n += int64(len(c.GetCompleteTask().GetResult()))
+	}
+	return n
+}
+
 // ownResult returns how the cut results are kept: as slices of the payload
 // when they are at least half of it, copied otherwise. A stored result that
 // aliases the entry keeps the whole entry alive, so a small result in an

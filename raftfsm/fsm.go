@@ -169,6 +169,9 @@ type FSM struct {
 	unsupportedState atomic.Pointer[error]
 
 	appliedIndex atomic.Uint64
+	// appliedResultBytes sums the result bytes of every command Apply
+	// decoded (AppliedResultBytes). Invariant: it only increases.
+	appliedResultBytes atomic.Int64
 	// fatal is set once, by the first corrupt committed entry; from then on
 	// Apply applies nothing and Snapshot fails (fatal.go).
 	fatal atomic.Pointer[EntryError]
@@ -230,6 +233,7 @@ func (f *FSM) Apply(l *raft.Log) any {
 		// I-version-1: stop rather than apply what others apply otherwise.
 		return Response{Err: f.setFatal(&EntryError{Index: l.Index, Reason: reason, Unsupported: true})}
 	}
+	f.appliedResultBytes.Add(resultBytes(cmd))
 	defer f.markApplied(l.Index)
 	return f.applyCommand(cmd, true)
 }

@@ -41,12 +41,18 @@ func within(s, buf []byte) bool {
 	return p >= lo && p+uintptr(len(s)) <= lo+uintptr(len(buf))
 }
 
-func TestFSM_ApplyStoresResultsWithoutCopies(t *testing.T) {
-	t.Parallel()
+// twoRunning is a test FSM whose worker w1 (key kw1) runs tasks t1 and
+// t2 of tenant acme.
+func twoRunning(t *testing.T) (*testBundle, []Acquired) {
 	b := setup(t)
 	b.must(t, registerCmd("kw1", "w1"))
 	b.must(t, enqueueCmd("kprod", "t1", "t2"))
-	acq := valueOf[[]Acquired](t, b.must(t, acquireCmd("kw1", "w1", 2)))
+	return b, valueOf[[]Acquired](t, b.must(t, acquireCmd("kw1", "w1", 2)))
+}
+
+func TestFSM_ApplyStoresResultsWithoutCopies(t *testing.T) {
+	t.Parallel()
+	b, acq := twoRunning(t)
 	want := randomBytes(t, 64<<10)
 
 	// Through Apply: the decoded result is a slice of the entry.
@@ -189,5 +195,52 @@ func TestDecodeCommand_AllocatesLittleBesidesTheCommand(t *testing.T) {
 	perDecode := (after.TotalAlloc - before.TotalAlloc) / runs
 	if limit := uint64(len(data) / 16); perDecode > limit {
 		t.Fatalf("decoding a %d-byte entry of %d completions allocated %d bytes; want at most %d (1/16 of the entry)", len(data), n, perDecode, limit)
+	}
+}
+
+// TestFSM_AppliedResultBytesCountsTheLogsResults: the node's snapshot
+// trigger (node/snapbytes.go) tells result bytes from the rest of the log
+// by AppliedResultBytes, so it must grow by exactly the results of each
+// entry Apply decodes, whether or not the command succeeds, and not at all
+// for entries without results; StoredResultBytes is what the stores keep.
+func TestFSM_AppliedResultBytesCountsTheLogsResults(t *testing.T) {
+	t.Parallel()
+	b, acq := twoRunning(t)
+	index := uint64(100)
+	apply := func(cmd *pb.Command) {
+		t.Helper()
+		cmd.Version, cmd.NowSecs, cmd.Tenant = CommandVersion, b.now, "acme"
+		data, err := MarshalEntry(cmd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		index++
+		b.f.Apply(&raft.Log{Index: index, Type: raft.LogCommand, Data: data})
+	}
+	step := func(what string, cmd *pb.Command, want int64) {
+		t.Helper()
+		before := b.f.AppliedResultBytes()
+		apply(cmd)
+		if got := b.f.AppliedResultBytes() - before; got != want {
+			t.Fatalf("%s: AppliedResultBytes grew by %d, want %d", what, got, want)
+		}
+	}
+	step("an enqueue", enqueueCmd("kprod", "t3"), 0)
+	step("a completion", completeCmd("kw1", acq[0].Lease, randomBytes(t, 5000)), 5000)
+	step("a completion the pool refuses", completeCmd("kw1", acq[0].Lease, randomBytes(t, 700)), 700)
+	batch := &pb.Command{Op: &pb.Command_Batch{Batch: &pb.Batch{Commands: []*pb.Command{
+		completeCmd("kw1", acq[1].Lease, randomBytes(t, 3000)), enqueueCmd("kprod", "t4"), completeCmd("kw1", acq[1].Lease, nil),
+	}}}}
+	for _, c := range batch.GetBatch().GetCommands() {
+		c.Version, c.NowSecs, c.Tenant = CommandVersion, b.now, "acme"
+	}
+	step("a batch", batch, 3000)
+	b.f.ApplyCommand(completeCmd("kw1", acq[1].Lease, randomBytes(t, 10)))
+	if got := b.f.AppliedResultBytes(); got != 8700 {
+		t.Fatalf("AppliedResultBytes = %d, want 8700 (ApplyCommand decodes nothing and is not counted)", got)
+	}
+	// Of them, the two fresh completions' results are stored.
+	if got := b.f.StoredResultBytes(); got != 8000 {
+		t.Fatalf("StoredResultBytes = %d, want 8000", got)
 	}
 }

@@ -43,6 +43,7 @@ type benchFlags struct {
 	waitSecs, rate, resident, idleConns    int
 	completeCallBytes                      int // --complete-call-bytes: client.Config.CompleteManyCallBytes
 	snapshotBytes                          int // --snapshot-bytes: the embedded node's node.Config.SnapshotBytes
+	snapshotGrowth                         int // --snapshot-growth: the embedded node's node.Config.SnapshotGrowth
 	memProfile, mutexProfile, blockProfile string
 	suite                                  bool
 	dropAfter                              bool // delete the run's scans once measured (--suite: every mode starts from the same heap)
@@ -91,7 +92,7 @@ func runBench(args []string) int {
 	}
 	url, key := f.client.server, f.client.key
 	if f.embedded {
-		stop, u, k, err := startBenchNode(f.dataDir, int64(f.snapshotBytes))
+		stop, u, k, err := startBenchNode(f.dataDir, benchSnapshots{bytes: int64(f.snapshotBytes), growth: f.snapshotGrowth})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "termivar-coord bench:", err)
 			return exitRejected
@@ -142,10 +143,17 @@ func (f benchFlags) valid() bool {
 		f.cluster >= 0 && f.cluster <= maxBenchCluster
 }
 
+// benchSnapshots are the embedded node's snapshot triggers: its
+// node.Config.SnapshotBytes and SnapshotGrowth (0: the defaults).
+type benchSnapshots struct {
+	bytes  int64
+	growth int
+}
+
 // startBenchNode starts an embedded node (with its audit log, as serve
-// has) on dir, or on a temporary dir that stop removes; snapshotBytes is
-// its node.Config.SnapshotBytes (0: the default).
-func startBenchNode(dir string, snapshotBytes int64) (stop func(), url, key string, err error) {
+// has) on dir, or on a temporary dir that stop removes, with the snapshot
+// triggers snap.
+func startBenchNode(dir string, snap benchSnapshots) (stop func(), url, key string, err error) {
 	tmp := ""
 	if dir == "" {
 		if tmp, err = os.MkdirTemp("", "termivar-bench-"); err != nil {
@@ -155,7 +163,7 @@ func startBenchNode(dir string, snapshotBytes int64) (stop func(), url, key stri
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	e, err := startEmbedded(ctx, node.Config{DataDir: dir, RaftAddr: "127.0.0.1:0", SnapshotBytes: snapshotBytes}, nil, true)
+	e, err := startEmbedded(ctx, node.Config{DataDir: dir, RaftAddr: "127.0.0.1:0", SnapshotBytes: snap.bytes, SnapshotGrowth: snap.growth}, nil, true)
 	if err != nil {
 		return nil, "", "", err
 	}

@@ -38,6 +38,7 @@ var benchModeFlags = [...]struct {
 	{name: "idle-conns", usage: "after the run, hold this many worker connections in a long-polling Acquire and report the memory per connection (embedded only)", intVar: func(f *benchFlags) *int { return &f.idleConns }},
 	{name: "complete-call-bytes", usage: "bound of one CompleteMany call's message: a larger one is sent as several calls (0: the client's default, 1 MiB less a page; negative: never split)", intVar: func(f *benchFlags) *int { return &f.completeCallBytes }},
 	{name: "snapshot-bytes", usage: "the embedded node's --snapshot-bytes (0: serve's default; negative: by entry count only)", intVar: func(f *benchFlags) *int { return &f.snapshotBytes }},
+	{name: "snapshot-growth", usage: "the embedded node's --snapshot-growth (0: serve's default; negative: --snapshot-bytes alone)", intVar: func(f *benchFlags) *int { return &f.snapshotGrowth }},
 	{name: "memprofile", usage: "write an allocation profile of the run to this file", strVar: func(f *benchFlags) *string { return &f.memProfile }},
 	{name: "mutexprofile", usage: "write a mutex contention profile of the run to this file", strVar: func(f *benchFlags) *string { return &f.mutexProfile }},
 	{name: "blockprofile", usage: "write a blocking profile of the run to this file", strVar: func(f *benchFlags) *string { return &f.blockProfile }},

@@ -50,7 +50,7 @@ func TestBench_Modes(t *testing.T) {
 }
 
 func TestBench_Suite(t *testing.T) {
-	stop, url, key, err := startBenchNode(t.TempDir(), 0)
+	stop, url, key, err := startBenchNode(t.TempDir(), benchSnapshots{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func runBenchArgs(t *testing.T, args []string, dropAfter bool) benchResult {
 		t.Fatal(err)
 	}
 	f.dropAfter = dropAfter
-	stop, url, key, err := startBenchNode(t.TempDir(), 0)
+	stop, url, key, err := startBenchNode(t.TempDir(), benchSnapshots{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,7 @@ func runBenchArgs(t *testing.T, args []string, dropAfter bool) benchResult {
 // share calls (never more calls than tasks); with --single-calls every
 // Enqueue is its own call and completions go in CompleteMany calls.
 func TestBench_SingleCalls(t *testing.T) {
-	stop, url, key, err := startBenchNode(t.TempDir(), 0)
+	stop, url, key, err := startBenchNode(t.TempDir(), benchSnapshots{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +171,7 @@ func TestBench_ResidentReplyLost(t *testing.T) {
 	}
 	lost := &loseFirstAcquireReply{}
 	f.wrapTransport = func(next http.RoundTripper) http.RoundTripper { lost.next = next; return lost }
-	stop, url, key, err := startBenchNode(t.TempDir(), 0)
+	stop, url, key, err := startBenchNode(t.TempDir(), benchSnapshots{})
 	if err != nil {
 		t.Fatal(err)
 	}

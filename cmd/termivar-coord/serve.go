@@ -45,6 +45,8 @@ type serveFlags struct {
 	emulateVersion uint32
 	// snapshotBytes is node.Config.SnapshotBytes (--snapshot-bytes).
 	snapshotBytes int64
+	// snapshotGrowth is node.Config.SnapshotGrowth (--snapshot-growth).
+	snapshotGrowth int
 }
 
 func newServeFlagSet(f *serveFlags) *flag.FlagSet {
@@ -73,6 +75,7 @@ func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.Uint64Var(&f.scheduling.BackoffCapSecs, "backoff-cap", d.BackoffCapSecs, "per-tenant default: longest retry delay in seconds")
 	fs.BoolVar(&f.scheduling.FairScans, "fair-scans", d.FairScans, "per-tenant default: serve scans of one priority round-robin")
 	fs.Int64Var(&f.snapshotBytes, "snapshot-bytes", node.DefaultSnapshotBytes, "also take a raft snapshot once this many bytes of log were applied since the last one (besides every 8192 entries; negative: by entry count only)")
+	fs.IntVar(&f.snapshotGrowth, "snapshot-growth", node.DefaultSnapshotGrowth, "once the last snapshot holds more result bytes than --snapshot-bytes, let a log of results grow to this many times them before the next snapshot (1 to 16; negative: --snapshot-bytes alone; log bytes that are not results still take one every --snapshot-bytes)")
 	return fs
 }
 
@@ -176,6 +179,10 @@ func runServe(args []string) int {
 	}
 	if err := f.auditRotation.Validate(); err != nil {
 		fmt.Fprintln(os.Stderr, "termivar-coord serve: --audit-max-bytes/--audit-keep:", err)
+		return exitUsage
+	}
+	if f.snapshotGrowth == 0 || f.snapshotGrowth > node.MaxSnapshotGrowth {
+		fmt.Fprintf(os.Stderr, "termivar-coord serve: --snapshot-growth must be 1 to %d, or negative for --snapshot-bytes alone\n", node.MaxSnapshotGrowth)
 		return exitUsage
 	}
 	if (f.tlsCert == "") != (f.tlsKey == "") || (f.clientCA != "" && f.tlsCert == "") {
@@ -383,6 +390,7 @@ func nodeConfig(f serveFlags, logger *slog.Logger, apiURL string) node.Config {
 		TickInterval: tick, TaskTTLSecs: f.taskTTL, DefaultLimits: f.limits, DefaultResultLimits: f.resultLimits,
 		APIURL: apiURL, ForceNewCluster: f.forceNewCluster, DefaultScheduling: &f.scheduling,
 		EmulateVersion: f.emulateVersion, SnapshotBytes: f.snapshotBytes,
+		SnapshotGrowth: f.snapshotGrowth,
 	}
 }
 

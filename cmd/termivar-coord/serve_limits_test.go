@@ -13,6 +13,7 @@ import (
 
 	distributed "github.com/termivar/distributed"
 	"github.com/termivar/distributed/internal/audit"
+	"github.com/termivar/distributed/node"
 	"github.com/termivar/distributed/server"
 )
 
@@ -101,7 +102,8 @@ func TestServeFlags_ServiceTenantDefaults(t *testing.T) {
 
 // TestServeFlags_AuditRotation: --audit-max-bytes and --audit-keep parse
 // into the audit log's rotation (documented defaults 64 MiB and 4), and
-// an out-of-range value is a usage error before anything is opened.
+// an out-of-range value of them or of --snapshot-growth is a usage error
+// before anything is opened.
 func TestServeFlags_AuditRotation(t *testing.T) {
 	t.Parallel()
 	var f serveFlags
@@ -118,12 +120,31 @@ func TestServeFlags_AuditRotation(t *testing.T) {
 		t.Fatalf("parsed = %+v, want %+v", f.auditRotation, want)
 	}
 	dir := t.TempDir()
-	for _, args := range [][]string{{"--audit-max-bytes", "-1"}, {"--audit-keep", "0"}, {"--audit-keep", "101"}} {
+	for _, args := range [][]string{{"--audit-max-bytes", "-1"}, {"--audit-keep", "0"}, {"--audit-keep", "101"},
+		{"--snapshot-growth", "0"}, {"--snapshot-growth", "17"}} {
 		if code := runServe(append([]string{"--data-dir", dir}, args...)); code != exitUsage {
 			t.Errorf("serve %v exit = %d, want %d", args, code, exitUsage)
 		}
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
 		t.Fatalf("a refused serve wrote %d entries into its data dir", len(entries))
+	}
+}
+
+// TestServeFlags_SnapshotGrowth: --snapshot-growth (default 1) reaches the
+// node's Config.SnapshotGrowth as given, negative (off) included.
+func TestServeFlags_SnapshotGrowth(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want int
+	}{{nil, node.DefaultSnapshotGrowth}, {[]string{"--snapshot-growth", "16"}, 16}, {[]string{"--snapshot-growth", "-1"}, -1}} {
+		var f serveFlags
+		if err := newServeFlagSet(&f).Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		if got := nodeConfig(f, slog.New(slog.DiscardHandler), "").SnapshotGrowth; got != tc.want {
+			t.Errorf("serve %v: SnapshotGrowth = %d, want %d", tc.args, got, tc.want)
+		}
 	}
 }

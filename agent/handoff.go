@@ -11,8 +11,9 @@ import (
 // handoff is a finished task's completion handed to the acquire loop, to
 // ride on its next Acquire (AcquireRequest.Complete): a worker whose every
 // slot is busy then makes one call per task instead of a Complete and an
-// Acquire. done receives the item's outcome; errNotCarried when the
-// Acquire as a whole failed, and the task completes on its own call.
+// Acquire. done receives the item's outcome, exactly once (settle);
+// errNotCarried when the Acquire as a whole failed or did not answer for
+// it, and the task completes on its own call.
 type handoff struct {
 	taskID string
 	req    *pb.CompleteRequest

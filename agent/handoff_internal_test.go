@@ -134,11 +134,7 @@ func (l *eventLog) hook(ev loopEvent) {
 		}
 		l.mu.Unlock()
 	case ev.kind == evCarried && l.holdLoop:
-		select {
-		case <-l.ended[ev.taskID]:
-		case <-time.After(10 * time.Second):
-			l.t.Errorf("%s did not end within 10 s of its carried completion's answer", ev.taskID)
-		}
+		l.waitEnded(ev.taskID)
 	}
 	l.mu.Lock()
 	l.evs = append(l.evs, ev)
@@ -146,6 +142,17 @@ func (l *eventLog) hook(ev loopEvent) {
 	select {
 	case l.more <- struct{}{}:
 	default: // a wake-up is pending already
+	}
+}
+
+// waitEnded holds the loop until task id ended, up to 10 s.
+func (l *eventLog) waitEnded(id string) {
+	timeout := time.NewTimer(10 * time.Second)
+	defer timeout.Stop()
+	select {
+	case <-l.ended[id]:
+	case <-timeout.C:
+		l.t.Errorf("%s did not end within 10 s of its carried completion's answer", id)
 	}
 }
 

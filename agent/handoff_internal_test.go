@@ -22,6 +22,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"slices"
@@ -375,4 +376,104 @@ func TestAgent_CarriedCompletionsAgainstOlderServer(t *testing.T) {
 			t.Fatalf("%d CompleteMany calls, want 0", n)
 		}
 	})
+}
+
+// TestAgent_SlotWaitOutlastsStaleSignals: the slot wait, every slot
+// busy, is not ended by a slot signal that finds no slot free (a task
+// that ended before the wait began): a completion handed over after it
+// still rides. A slot that comes free ends it without a hand-over, and
+// soft's end hands every completion back. The wait runs alone (no
+// server); the loop's hook events say when it re-began to wait.
+func TestAgent_SlotWaitOutlastsStaleSignals(t *testing.T) {
+	t.Parallel()
+	a := &Agent{slots: 1, running: map[string]*running{"t1": {}}, slotFree: make(chan struct{}, 1), carryCh: make(chan struct{}, 1)}
+	evs := make(chan loopEvent, 64)
+	a.hook = func(ev loopEvent) { evs <- ev }
+	type ended struct {
+		hs         []*handoff
+		free, held int
+	}
+	wait := func(ctx context.Context) <-chan ended {
+		a.mu.Lock()
+		a.slotWaiting = true // as acquireNext does
+		a.mu.Unlock()
+		out := make(chan ended, 1)
+		go func() {
+			hs, free, held := a.waitSlot(ctx)
+			out <- ended{hs, free, held}
+		}()
+		return out
+	}
+	nextEvent := func(what string, kind loopEventKind) loopEvent {
+		t.Helper()
+		select {
+		case ev := <-evs:
+			if ev.kind != kind {
+				t.Fatalf("%s: event %+v", what, ev)
+			}
+			return ev
+		case <-time.After(10 * time.Second):
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		panic("unreachable")
+	}
+
+	a.signalSlot() // stale: no slot is free
+	out := wait(context.Background())
+	nextEvent("the wait", evSlotWait)
+	select {
+	case e := <-out:
+		t.Fatalf("the stale signal ended the wait: %+v", e)
+	case ev := <-evs:
+		if ev.kind != evSlotWait || !ev.waiting || !slices.Equal(ev.running, []string{"t1"}) {
+			t.Fatalf("after the stale signal: %+v", ev)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("timed out waiting for the wait to begin again after the stale signal")
+	}
+	carried := make(chan error, 1)
+	go func() {
+		err, ok := a.completeCarried(context.Background(), "t1", &pb.CompleteRequest{})
+		if !ok {
+			err = errNotCarried
+		}
+		carried <- err
+	}()
+	e := <-out
+	if len(e.hs) != 1 || e.hs[0].taskID != "t1" || e.free != 0 || e.held != 1 {
+		t.Fatalf("the wait ended with %d hand-overs, %d free, %d held; want t1's, 0, 1", len(e.hs), e.free, e.held)
+	}
+	a.settle(e.hs[0], nil)
+	if err := <-carried; err != nil {
+		t.Fatalf("t1's completion: %v, want carried", err)
+	}
+	nextEvent("t1's answer", evCarried)
+
+	// A slot comes free: the wait ends with nothing handed over.
+	out = wait(context.Background())
+	nextEvent("the second wait", evSlotWait)
+	a.mu.Lock()
+	delete(a.running, "t1")
+	a.mu.Unlock()
+	a.signalSlot()
+	if e := <-out; len(e.hs) != 0 || e.free != 1 || e.held != 0 || a.slotWaiting {
+		t.Fatalf("a slot free: %+v, waiting %v", e, a.slotWaiting)
+	}
+
+	// soft ends: a completion handed over is handed back.
+	a.running["t2"] = &running{}
+	ctx, cancel := context.WithCancel(context.Background())
+	out = wait(ctx)
+	nextEvent("the third wait", evSlotWait)
+	a.mu.Lock()
+	h := &handoff{taskID: "t2", done: make(chan error, 1)}
+	a.carried = append(a.carried, h) // as completeCarried does, without its signal
+	a.mu.Unlock()
+	cancel()
+	if e := <-out; len(e.hs) != 0 {
+		t.Fatalf("soft ended: %+v", e)
+	}
+	if err := <-h.done; !errors.Is(err, errNotCarried) {
+		t.Fatalf("handed back %v, want errNotCarried", err)
+	}
 }

@@ -135,6 +135,10 @@ type Agent struct {
 	slotWaiting bool
 	carried     []*handoff
 	carryCh     chan struct{}
+
+	// hook, when set (tests, before Run), is told of the loop's slot
+	// waits, tasks' ends and carried completions' outcomes (events.go).
+	hook func(loopEvent)
 }
 
 // New checks cfg and returns an Agent.
@@ -513,12 +517,13 @@ func (a *Agent) signalFenced() {
 }
 
 // acquireNext makes the loop's next Acquire: for the free slots, or,
-// when every slot is busy, once tasks end, completing those that handed
-// over their completions (handoff.go). called is false when it made none
-// (a task ended without handing over, or soft ended).
+// when every slot is busy, once a slot is free or tasks hand over their
+// completions, completing those (handoff.go). called is false when it made
+// none (a slot came free without a hand-over, or soft ended) or the server
+// refused it at capacity.
 func (a *Agent) acquireNext(soft context.Context, waitSecs uint32) (resp *pb.AcquireResponse, called bool, err error) {
 	a.mu.Lock()
-	free := a.slots - len(a.running)
+	free, held := a.slots-len(a.running), len(a.running)
 	a.slotWaiting = free <= 0
 	a.mu.Unlock()
 	req := &pb.AcquireRequest{
@@ -527,14 +532,31 @@ func (a *Agent) acquireNext(soft context.Context, waitSecs uint32) (resp *pb.Acq
 	}
 	if free > 0 {
 		resp, err = a.c.Acquire(soft, req)
-		return resp, true, err
+	} else {
+		var hs []*handoff
+		if hs, free, held = a.waitSlot(soft); len(hs) == 0 {
+			return nil, false, nil
+		}
+		resp, err = a.carry(soft, hs, req, free)
 	}
-	hs := a.waitSlot(soft)
-	if len(hs) == 0 {
+	if errors.Is(err, distributed.ErrWorkerAtCapacity) {
+		a.atCapacity(held)
 		return nil, false, nil
 	}
-	resp, err = a.carry(soft, hs, req, free)
 	return resp, true, err
+}
+
+// atCapacity lowers the slots after the server refused an Acquire at
+// capacity: its view of our load changed since the last heartbeat (or it
+// predates AcquireRequest.complete and still counted the carried tasks).
+// It counted at most held, the tasks running when the Acquire was made;
+// NB: not the tasks running now — those that ended during the call (a
+// carried completion's fallback Complete) would drop the slots below the
+// server's capacity, to 0 with every task gone, until the next heartbeat.
+func (a *Agent) atCapacity(held int) {
+	a.mu.Lock()
+	a.slots = min(a.slots, held)
+	a.mu.Unlock()
 }
 
 // acquireLoop leases tasks while there are free slots until soft ends.
@@ -544,14 +566,6 @@ func (a *Agent) acquireLoop(soft, hard context.Context, tasks *sync.WaitGroup) {
 	for soft.Err() == nil {
 		resp, called, err := a.acquireNext(soft, waitSecs)
 		if !called {
-			continue
-		}
-		if errors.Is(err, distributed.ErrWorkerAtCapacity) {
-			// The server's view of our load changed since the last
-			// heartbeat: wait for a task to end or the next heartbeat.
-			a.mu.Lock()
-			a.slots = min(a.slots, len(a.running))
-			a.mu.Unlock()
 			continue
 		}
 		if err != nil && !errors.Is(err, distributed.ErrNoQueuedTask) {

@@ -99,18 +99,32 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// processDead reports whether pid is gone or a zombie (killed, not yet
-// reaped by init).
+// processDead reports whether pid is gone, a zombie (killed, not yet
+// reaped by init) or exiting. NB: a killed process shows state R while it
+// exits, flagged PF_EXITING from before it closes its files to when it
+// becomes a zombie; a loaded machine can keep it there for milliseconds
+// after the agent, seeing the command's pipes closed, counted the
+// outcome (TestAgent_TimeoutKillsProcessGroup failed 1 run in 90 under
+// -race on 2 busy cores).
 func processDead(pid int) bool {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return syscall.Kill(pid, 0) != nil
 	}
-	// The state follows the parenthesised command name.
+	// The state, then ppid, pgrp, session, tty_nr, tpgid and flags follow
+	// the parenthesised command name.
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
-	return i >= 0 && i+2 < len(s) && s[i+2] == 'Z'
+	f := strings.Fields(s[i+1:])
+	if i < 0 || len(f) < 7 {
+		return false
+	}
+	flags, err := strconv.ParseUint(f[6], 10, 64)
+	return f[0] == "Z" || f[0] == "X" || (err == nil && flags&pfExiting != 0)
 }
+
+// pfExiting is the kernel's PF_EXITING task flag.
+const pfExiting = 0x4
 
 func progress(t *testing.T, c *client.Client, scan string) *pb.ScanProgressResponse {
 	t.Helper()

@@ -69,6 +69,7 @@ func (a *Agent) finish(r *running) {
 	delete(a.running, r.task.TaskID)
 	a.mu.Unlock()
 	a.signalSlot()
+	a.note(loopEvent{kind: evFinished, taskID: r.task.TaskID})
 }
 
 // outcome is what running a task produced.
@@ -216,7 +217,7 @@ func (a *Agent) report(ctx context.Context, r *running, out outcome, deadline ti
 		return
 	}
 	creq := &pb.CompleteRequest{LeaseToken: r.token, Result: out.result}
-	err, carried := a.completeCarried(ctx, creq)
+	err, carried := a.completeCarried(ctx, r.task.TaskID, creq)
 	if !carried {
 		err = retryUntil(ctx, deadline, func() error {
 			_, err := a.c.Complete(ctx, creq)

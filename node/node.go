@@ -395,7 +395,7 @@ func (n *Node) openRaft() (bool, error) {
 	// NB: the newest snapshot restores while the log is checked
 	// (prefetch.go); raft starts after both.
 	pre := prefetchSnapshot(snaps, fsm)
-	defer pre.restored(snaps)
+	defer pre.wait()
 	if err := scanWALSegments(filepath.Join(cfg.DataDir, raftDir, "wal")); err != nil {
 		return false, err
 	}

@@ -51,11 +51,14 @@ func restoreSnapshotID(snaps raft.SnapshotStore, fsm raft.FSM, id string) bool {
 	return fsm.Restore(rc) == nil
 }
 
+// wait waits for the restore; Open waits on every path, so the restore
+// never outlives Open.
+func (p *snapshotPrefetch) wait() { <-p.done }
+
 // restored waits for the restore and reports whether the FSM holds the
-// snapshot raft would restore now: the newest in snaps. Open calls it on
-// every path, so the restore never outlives Open.
+// snapshot raft would restore now: the newest in snaps.
 func (p *snapshotPrefetch) restored(snaps raft.SnapshotStore) bool {
-	<-p.done
+	p.wait()
 	if p.id == "" {
 		return false
 	}

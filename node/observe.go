@@ -41,11 +41,32 @@ func (n *Node) observedFSM(snaps *indexedSnapshots) observedFSM {
 }
 
 // Apply applies the entry, then wakes the waiters of Node.ChangeChan.
-func (f observedFSM) Apply(l *raft.Log) any {
-	r := f.FSM.Apply(l)
+func (f observedFSM) Apply(l *raft.Log) any { return f.applied(l, f.FSM.Apply(l)) }
+
+// applied counts the applied entry l for snapshots by size and wakes the
+// waiters of Node.ChangeChan; it returns r, l's response.
+func (f observedFSM) applied(l *raft.Log, r any) any {
 	f.trig.add(int64(len(l.Data)))
 	f.changed.Notify("")
 	return r
+}
+
+var _ raft.BatchingFSM = observedFSM{}
+
+// ApplyBatch is raft.BatchingFSM's: the command entries of logs are
+// applied in order exactly as Apply applies each, while the next one
+// decodes (raftfsm.DecodeAhead; a replay after a restart is hundreds of
+// large entries). Other entries (configuration) get a nil response, as
+// raft gives them without a batching FSM.
+func (f observedFSM) ApplyBatch(logs []*raft.Log) []any {
+	out := make([]any, len(logs))
+	ahead := raftfsm.DecodeAhead(logs)
+	for i, l := range logs {
+		if l.Type == raft.LogCommand {
+			out[i] = f.applied(l, f.FSM.ApplyDecoded(l, <-ahead))
+		}
+	}
+	return out
 }
 
 // Restore installs a snapshot, records the snapshot's raft index as the

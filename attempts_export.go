@@ -92,7 +92,7 @@ func decodeAttempt(d *decoder) AttemptRecord {
 
 // decodeTaskExtensions reads the optional section after the workers.
 func (c *coordinator) decodeTaskExtensions(d *decoder) *Error {
-	if d.failed || len(d.buf) == 0 {
+	if d.failed || d.remaining() == 0 {
 		return nil
 	}
 	// An entry takes at least 5 bytes; a record at least 11.

@@ -51,7 +51,12 @@ func (e *encoder) finish() []byte {
 // decoder reads a frame written by encoder. The first failure sticks: later
 // reads return zero values and ok() reports false.
 type decoder struct {
+	// buf is the whole body and off the read position: reads advance an
+	// integer, not the slice (a slice store is a pointer write, which takes
+	// a write barrier while the collector marks — millions of them in a
+	// large restore).
 	buf    []byte
+	off    int
 	failed bool
 	// ids, when set (RestoreWorkerPool), shares the identifiers that the
 	// proofs of a pool state repeat (idTable); nil reads each afresh.
@@ -125,26 +130,30 @@ func newDecoder(data []byte, magic string, version uint8) (*decoder, bool) {
 	return &decoder{buf: body[head:]}, true
 }
 
-func (d *decoder) fail() { d.failed = true; d.buf = nil }
+func (d *decoder) fail() { d.failed = true; d.off = len(d.buf) }
+
+// remaining is how many bytes are left to read (0 once failed).
+func (d *decoder) remaining() int { return len(d.buf) - d.off }
 
 func (d *decoder) uvarint() uint64 {
-	if len(d.buf) > 0 && d.buf[0] < 0x80 { // one byte: most fields (a failed decoder's buf is nil)
-		v := uint64(d.buf[0])
-		d.buf = d.buf[1:]
+	if d.off < len(d.buf) && d.buf[d.off] < 0x80 { // one byte: most fields (a failed decoder has none left)
+		v := uint64(d.buf[d.off])
+		d.off++
 		return v
 	}
 	if d.failed {
 		return 0
 	}
-	v, n := binary.Uvarint(d.buf)
+	rest := d.buf[d.off:]
+	v, n := binary.Uvarint(rest)
 	// Only the minimal encoding is accepted (a multi-byte varint never ends
 	// in a zero byte), so every accepted input has exactly one encoding and
 	// re-encodes to itself.
-	if n <= 0 || (n > 1 && d.buf[n-1] == 0) {
+	if n <= 0 || (n > 1 && rest[n-1] == 0) {
 		d.fail()
 		return 0
 	}
-	d.buf = d.buf[n:]
+	d.off += n
 	return v
 }
 
@@ -180,12 +189,13 @@ func (d *decoder) rawBytes(limit uint64) []byte {
 	if d.failed {
 		return nil
 	}
-	if uint64(len(d.buf)) < n {
+	if uint64(d.remaining()) < n {
 		d.fail()
 		return nil
 	}
-	b := d.buf[:n:n]
-	d.buf = d.buf[n:]
+	end := d.off + int(n)
+	b := d.buf[d.off:end:end]
+	d.off = end
 	return b
 }
 
@@ -198,7 +208,7 @@ func (d *decoder) count(limit uint64, minBytes int) int {
 	if d.failed {
 		return 0
 	}
-	if minBytes > 0 && n > uint64(len(d.buf)/minBytes) {
+	if minBytes > 0 && n > uint64(d.remaining()/minBytes) {
 		d.fail()
 		return 0
 	}
@@ -206,4 +216,4 @@ func (d *decoder) count(limit uint64, minBytes int) int {
 }
 
 // done reports whether every read succeeded and the body is fully consumed.
-func (d *decoder) done() bool { return !d.failed && len(d.buf) == 0 }
+func (d *decoder) done() bool { return !d.failed && d.remaining() == 0 }

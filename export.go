@@ -1,9 +1,6 @@
 package distributed
 
-import (
-	"slices"
-	"strings"
-)
+import "slices"
 
 // State export (contract A.13). Layout, version 2, inside the codec frame
 // ("TVWP" | 2 | body | CRC-32C):
@@ -125,27 +122,21 @@ func (t *taskRec) encode(e *encoder) {
 // and the phases are interned straight from the input (compact.go), and
 // the task ID and the target share one allocation: they live as long as
 // the record.
-func (c *coordinator) decodeTask(d *decoder, version uint8) (*taskRec, bool) {
+func (c *coordinator) decodeTask(d *decoder, version uint8, slab *restoreSlab) (*taskRec, bool) {
 	id := d.rawBytes(MaxIdentifierBytes)
 	scanID := d.rawBytes(MaxIdentifierBytes)
 	target := d.rawBytes(MaxTargetRefBytes)
 	phases := d.rawBytes(MaxTaskPhases)
-	var b strings.Builder // one allocation, no copy for the string
-	b.Grow(len(id) + len(target))
-	b.Write(id)
-	b.Write(target)
-	idTarget := b.String()
-	t := &taskRec{
-		id:         idTarget[:len(id)],
-		scanID:     c.internBytes(scanID, &c.lastScan),
-		target:     idTarget[len(id):],
-		phases:     c.internBytes(phases, &c.lastPhases),
-		priority:   TaskPriority(d.u8()),
-		status:     TaskStatus(d.u8()),
-		createdAt:  d.uvarint(),
-		hasStarted: d.boolean(),
-		startedAt:  d.uvarint(),
-	}
+	idTarget := slab.idTarget(id, target)
+	t := slab.record()
+	t.id, t.target = idTarget[:len(id)], idTarget[len(id):]
+	t.scanID = c.internBytes(scanID, &c.lastScan)
+	t.phases = c.internBytes(phases, &c.lastPhases)
+	t.priority = TaskPriority(d.u8())
+	t.status = TaskStatus(d.u8())
+	t.createdAt = d.uvarint()
+	t.hasStarted = d.boolean()
+	t.startedAt = d.uvarint()
 	hasCompleted, completedAt := d.boolean(), d.uvarint()
 	if version != poolVersionV1 {
 		t.finishedAt = d.uvarint()
@@ -262,8 +253,9 @@ func RestoreWorkerPool(data []byte) (*WorkerPool, error) {
 	n := d.count(uint64(l.MaxTaskRecords), 20)
 	c.tasks = make(map[string]*taskRec, n)
 	order := make([]*taskRec, 0, n) // the records in task-ID order
+	slab := newRestoreSlab(n)
 	for i := 0; i < n && !d.failed; i++ {
-		t, proofsOK := c.decodeTask(d, version)
+		t, proofsOK := c.decodeTask(d, version, slab)
 		if sched {
 			t.decodeSched(d)
 		}

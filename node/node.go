@@ -397,6 +397,16 @@ func (n *Node) openRaft() (bool, error) {
 	// lock); the node owns the meta store and closes it after the WAL.
 	// NB: scanWALSegments checks every byte of the segments before raft-wal
 	// opens (and silently trims) them (walscan.go).
+	fileSnaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(cfg.DataDir, raftDir), 2, hl)
+	if err != nil {
+		return false, fmt.Errorf("node: open snapshot store: %w", err)
+	}
+	snaps := &indexedSnapshots{SnapshotStore: fileSnaps}
+	fsm := n.observedFSM(snaps)
+	// NB: the newest snapshot restores while the log is checked
+	// (prefetch.go); raft starts after both.
+	pre := prefetchSnapshot(snaps, fsm)
+	defer pre.wait()
 	if err := scanWALSegments(filepath.Join(cfg.DataDir, raftDir, "wal")); err != nil {
 		return false, err
 	}
@@ -415,11 +425,6 @@ func (n *Node) openRaft() (bool, error) {
 		return false, fmt.Errorf("node: open raft-wal: %w", err)
 	}
 	n.wal = w
-	fileSnaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(cfg.DataDir, raftDir), 2, hl)
-	if err != nil {
-		return false, fmt.Errorf("node: open snapshot store: %w", err)
-	}
-	snaps := &indexedSnapshots{SnapshotStore: fileSnaps}
 	trans, err := n.newTransport(hl)
 	if err != nil {
 		return false, fmt.Errorf("node: raft transport: %w", err)
@@ -466,7 +471,8 @@ func (n *Node) openRaft() (bool, error) {
 			return false, fmt.Errorf("node: bootstrap: %w", err)
 		}
 	}
-	r, err := raft.NewRaft(rc, n.observedFSM(snaps), logs, w, snaps, pipelinedTransport{trans})
+	rc.NoSnapshotRestoreOnStart = pre.restored(snaps)
+	r, err := raft.NewRaft(rc, fsm, logs, w, snaps, pipelinedTransport{trans})
 	if uerr := n.fsm.UnsupportedState(); err != nil && uerr != nil {
 		return false, dataDirErr(filepath.Join(cfg.DataDir, raftDir, "snapshots"), uerr.Error(), remedyUpgrade)
 	}

@@ -42,11 +42,35 @@ func (n *Node) observedFSM(snaps *indexedSnapshots) observedFSM {
 
 // Apply applies the entry, then wakes the waiters of Node.ChangeChan.
 func (f observedFSM) Apply(l *raft.Log) any {
-	results := f.FSM.AppliedResultBytes()
-	r := f.FSM.Apply(l)
-	f.trig.add(int64(len(l.Data)), f.FSM.AppliedResultBytes()-results)
+	return f.applied(l, f.FSM.AppliedResultBytes(), f.FSM.Apply(l))
+}
+
+// applied counts the applied entry l (and the result bytes it added to
+// the store since resultsBefore) for snapshots by size and wakes the
+// waiters of Node.ChangeChan; it returns r, l's response.
+func (f observedFSM) applied(l *raft.Log, resultsBefore int64, r any) any {
+	f.trig.add(int64(len(l.Data)), f.FSM.AppliedResultBytes()-resultsBefore)
 	f.changed.Notify("")
 	return r
+}
+
+var _ raft.BatchingFSM = observedFSM{}
+
+// ApplyBatch is raft.BatchingFSM's: the command entries of logs are
+// applied in order exactly as Apply applies each, while the next one
+// decodes (raftfsm.DecodeAhead; a replay after a restart is hundreds of
+// large entries). Other entries (configuration) get a nil response, as
+// raft gives them without a batching FSM.
+func (f observedFSM) ApplyBatch(logs []*raft.Log) []any {
+	out := make([]any, len(logs))
+	ahead := raftfsm.DecodeAhead(logs)
+	for i, l := range logs {
+		if l.Type == raft.LogCommand {
+			results := f.FSM.AppliedResultBytes()
+			out[i] = f.applied(l, results, f.FSM.ApplyDecoded(l, <-ahead))
+		}
+	}
+	return out
 }
 
 // Restore installs a snapshot, records the snapshot's raft index as the

@@ -220,12 +220,23 @@ func New(opts Options) *FSM {
 // *EntryError naming the index, calls FatalFunc and applies nothing from
 // then on (every later Apply answers the fatal error).
 func (f *FSM) Apply(l *raft.Log) any {
+	if f.Fatal() != nil {
+		return f.ApplyDecoded(l, Decoded{}) // answers the fatal error, decodes nothing
+	}
+	cmd, err := DecodeEntry(l.Index, l.Data)
+	return f.ApplyDecoded(l, Decoded{Cmd: cmd, Err: err})
+}
+
+// ApplyDecoded is Apply of the entry l that DecodeEntry (or DecodeAhead)
+// already decoded into d: the same checks in the same order, the same
+// responses, the same fatal error on an entry that does not decode.
+func (f *FSM) ApplyDecoded(l *raft.Log, d Decoded) any {
 	f.applyMu.Lock()
 	defer f.applyMu.Unlock()
 	if err := f.Fatal(); err != nil {
 		return Response{Err: err}
 	}
-	cmd, err := DecodeEntry(l.Index, l.Data)
+	cmd, err := d.Cmd, d.Err
 	if err != nil {
 		return Response{Err: f.setFatal(err)}
 	}

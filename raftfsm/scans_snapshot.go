@@ -59,28 +59,31 @@ func restoreOrds(ords []uint64, next uint64, n int) ([]uint64, uint64, bool) {
 	return slices.Clone(ords), next, true
 }
 
-// scanTask is what restoreScanMeta reads of a scan's task: a tenth of a
-// ScanTask's bytes, for every task of a restored state.
-type scanTask struct {
-	id          string
-	status      distributed.TaskStatus
-	completedAt uint64 // 0 unless completed
-}
-
-func scanTaskOf(t distributed.ScanTask) scanTask {
-	at, _ := t.CompletedAt()
-	return scanTask{id: t.TaskID(), status: t.Status(), completedAt: at}
-}
-
 // scanTaskIDs returns the IDs of tasks: the pool's own strings, so a
 // restored scan's ID list shares them instead of holding copies decoded
 // from the snapshot.
-func scanTaskIDs(tasks []scanTask) []string {
+func scanTaskIDs(tasks []distributed.TaskBrief) []string {
 	ids := make([]string, len(tasks))
 	for i, t := range tasks {
-		ids[i] = t.id
+		ids[i] = t.TaskID()
 	}
 	return ids
+}
+
+// scanBriefs reads back the tasks a restored scan lists, in its order, in
+// one call (TaskBriefs: no per-task copy of the record): false unless
+// every one is a task of the pool in that scan. buf is reused.
+func scanBriefs(pool *distributed.WorkerPool, sc *pb.ScanIndex, buf []distributed.TaskBrief) ([]distributed.TaskBrief, bool) {
+	tasks, err := pool.TaskBriefs(sc.GetTaskIds(), buf[:0])
+	if err != nil {
+		return buf, false
+	}
+	for _, b := range tasks {
+		if !b.Exists() || b.ScanID() != sc.GetScanId() {
+			return tasks, false
+		}
+	}
+	return tasks, true
 }
 
 // restoreScanMeta rebuilds a restored scan's metadata: the recorded
@@ -88,11 +91,11 @@ func scanTaskIDs(tasks []scanTask) []string {
 // the pool (every listed completion is a completed task of the scan,
 // once; purged tasks are listed nowhere), then the derived fields. tasks
 // are the scan's tasks, in the order of its task IDs (restoreTenant looked
-// each up once).
+// them up in one call, scanBriefs).
 // Completed tasks the order does not list (a state written before it was
 // recorded) are appended in (CompletedAt, enqueue position) order with the
 // next completion ordinals, so every member restores the same order.
-func restoreScanMeta(pool *distributed.WorkerPool, results *distributed.ResultAggregator, sc *pb.ScanIndex, tasks []scanTask) (*scanMeta, bool) {
+func restoreScanMeta(pool *distributed.WorkerPool, results *distributed.ResultAggregator, sc *pb.ScanIndex, tasks []distributed.TaskBrief) (*scanMeta, bool) {
 	m := &scanMeta{createdAt: sc.GetCreatedAt(), declared: sc.GetDeclaredTotal()}
 	var ok bool
 	if m.ords, m.nextOrd, ok = restoreOrds(sc.GetTaskOrdinals(), sc.GetNextOrdinal(), len(sc.GetTaskIds())); !ok {
@@ -105,18 +108,18 @@ func restoreScanMeta(pool *distributed.WorkerPool, results *distributed.ResultAg
 	if m.completed, listed, ok = checkCompletedIDs(pool, sc); !ok {
 		return nil, false
 	}
-	var missing []scanTask
+	var missing []distributed.TaskBrief
 	for _, task := range tasks {
 		// NB: ResultSize, not GetResult: a copy of every result only to
 		// count its bytes was a tenth of a restore's allocations.
-		if n, ok, _ := results.ResultSize(task.id); ok {
+		if n, ok, _ := results.ResultSize(task.TaskID()); ok {
 			m.resultBytes += uint64(n)
 		}
-		if task.status == distributed.TaskCompleted && !listed[task.id] {
+		if task.Status() == distributed.TaskCompleted && !listed[task.TaskID()] {
 			missing = append(missing, task)
 		}
 	}
-	for m.firstOpen < len(tasks) && tasks[m.firstOpen].status.Terminal() {
+	for m.firstOpen < len(tasks) && tasks[m.firstOpen].Status().Terminal() {
 		m.firstOpen++
 	}
 	m.appendMissing(missing)
@@ -132,25 +135,34 @@ func restoreScanMeta(pool *distributed.WorkerPool, results *distributed.ResultAg
 // of the scan, once, and returns their IDs (the pool's strings) and
 // their set.
 func checkCompletedIDs(pool *distributed.WorkerPool, sc *pb.ScanIndex) ([]string, map[string]bool, bool) {
-	ids := make([]string, 0, len(sc.GetCompletedIds()))
-	listed := make(map[string]bool, len(sc.GetCompletedIds()))
-	for _, id := range sc.GetCompletedIds() {
-		task, ok, err := pool.GetTask(id)
-		if err != nil || !ok || listed[id] || task.ScanID() != sc.GetScanId() || task.Status() != distributed.TaskCompleted {
+	tasks, err := pool.TaskBriefs(sc.GetCompletedIds(), nil)
+	if err != nil {
+		return nil, nil, false
+	}
+	ids := make([]string, 0, len(tasks))
+	listed := make(map[string]bool, len(tasks))
+	for _, task := range tasks {
+		if !task.Exists() || listed[task.TaskID()] || task.ScanID() != sc.GetScanId() || task.Status() != distributed.TaskCompleted {
 			return nil, nil, false
 		}
-		listed[id] = true
+		listed[task.TaskID()] = true
 		ids = append(ids, task.TaskID())
 	}
 	return ids, listed, true
 }
 
+// completedAt is a brief's completion time, 0 unless completed.
+func completedAt(b distributed.TaskBrief) uint64 {
+	at, _ := b.CompletedAt()
+	return at
+}
+
 // appendMissing appends completed tasks the recorded order lacks, by
 // completion time (stable: enqueue position breaks ties).
-func (m *scanMeta) appendMissing(missing []scanTask) {
-	slices.SortStableFunc(missing, func(a, b scanTask) int { return cmp.Compare(a.completedAt, b.completedAt) })
+func (m *scanMeta) appendMissing(missing []distributed.TaskBrief) {
+	slices.SortStableFunc(missing, func(a, b distributed.TaskBrief) int { return cmp.Compare(completedAt(a), completedAt(b)) })
 	for _, task := range missing {
-		m.completed = append(m.completed, task.id)
+		m.completed = append(m.completed, task.TaskID())
 		m.compOrds = append(m.compOrds, m.nextComp)
 		m.nextComp++
 	}

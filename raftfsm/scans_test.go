@@ -210,6 +210,9 @@ func TestFSM_ScanRecordRestore(t *testing.T) {
 		"completion of a task that is not completed": func(sc []*pb.ScanIndex) { sc[0].CompletedIds = append(sc[0].CompletedIds, "nope") },
 		"completion listed twice":                    func(sc []*pb.ScanIndex) { sc[0].CompletedIds = append(sc[0].CompletedIds, "t1") },
 		"completion of another scan's task":          func(sc []*pb.ScanIndex) { sc[0].CompletedIds = []string{"t1", "t2", "t3", "x1"} },
+		"a task of another scan":                     func(sc []*pb.ScanIndex) { sc[0].TaskIds = append(sc[0].TaskIds, "x1") },
+		"a task ID that is not an identifier":        func(sc []*pb.ScanIndex) { sc[0].TaskIds = append(sc[0].TaskIds, "bad id") },
+		"a completion ID that is not an identifier":  func(sc []*pb.ScanIndex) { sc[0].CompletedIds = append(sc[0].CompletedIds, "bad id") },
 	}
 	mustRefuseScanEdits(t, b.f, bad)
 	// The scan is finished at 130; a record claiming a finish time for a

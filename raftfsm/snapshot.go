@@ -229,24 +229,22 @@ func restoreTenant(ts *pb.TenantState) (*Tenant, bool) {
 		}
 		t.owners[o.GetWorkerId()] = o.GetKeyId()
 	}
+	var briefs []distributed.TaskBrief
 	for _, sc := range ts.GetScans() {
 		if _, dup := t.scans[sc.GetScanId()]; dup || !distributed.ValidIdentifier(sc.GetScanId()) {
 			return nil, false
 		}
-		// NB: each task is looked up once; restoreScanMeta reads these.
-		tasks := make([]scanTask, len(sc.GetTaskIds()))
-		for i, id := range sc.GetTaskIds() {
-			task, _, err := pool.GetTask(id)
-			if err != nil || task.ScanID() != sc.GetScanId() {
-				return nil, false
-			}
-			tasks[i] = scanTaskOf(task)
+		// NB: each task is read once, in one call per scan; restoreScanMeta
+		// reads these.
+		var ok bool
+		if briefs, ok = scanBriefs(pool, sc, briefs); !ok {
+			return nil, false
 		}
-		m, ok := restoreScanMeta(pool, res, sc, tasks)
+		m, ok := restoreScanMeta(pool, res, sc, briefs)
 		if !ok {
 			return nil, false
 		}
-		t.scans[sc.GetScanId()] = scanTaskIDs(tasks)
+		t.scans[sc.GetScanId()] = scanTaskIDs(briefs)
 		t.meta[sc.GetScanId()] = m
 	}
 	return t, true

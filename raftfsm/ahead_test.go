@@ -1,0 +1,65 @@
+package raftfsm
+
+// Goal: DecodeAhead gives, for every command entry of a batch and in
+// order, exactly DecodeEntry's result — damaged entries included — and
+// skips the other entry types. Method: real framed entries, one of them
+// with a flipped payload byte, mixed with configuration and no-op
+// entries; batches of every length from 0 to all of them.
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+
+	"github.com/hashicorp/raft"
+
+	pb "github.com/termivar/distributed/gen/termivar/v1"
+)
+
+func aheadLogs(t *testing.T) []*raft.Log {
+	t.Helper()
+	var logs []*raft.Log
+	for i, id := range []string{"a", "b", "c", "d"} {
+		data, err := MarshalEntry(&pb.Command{Tenant: "acme", Op: &pb.Command_Enqueue{Enqueue: &pb.EnqueueTasks{
+			Tasks: []*pb.TaskSpec{{TaskId: id, ScanId: "s", TargetRef: []byte("x"), Priority: 1}}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 2 {
+			data[len(data)-1] ^= 0x40 // the CRC-32C no longer matches
+		}
+		logs = append(logs, &raft.Log{Index: uint64(len(logs) + 1), Type: raft.LogCommand, Data: data})
+		if i == 1 {
+			logs = append(logs, &raft.Log{Index: uint64(len(logs) + 1), Type: raft.LogConfiguration, Data: []byte("not a command")})
+		}
+	}
+	return append(logs, &raft.Log{Index: uint64(len(logs) + 1), Type: raft.LogNoop})
+}
+
+func TestDecodeAhead_AgreesWithDecodeEntry(t *testing.T) {
+	all := aheadLogs(t)
+	for n := range len(all) + 1 {
+		logs := all[:n]
+		ch := DecodeAhead(logs)
+		for _, l := range logs {
+			if l.Type != raft.LogCommand {
+				continue
+			}
+			got, ok := <-ch
+			if !ok {
+				t.Fatalf("%d entries: the channel closed before entry %d", n, l.Index)
+			}
+			cmd, err := DecodeEntry(l.Index, l.Data)
+			var ee *EntryError
+			if (err == nil) != (got.Err == nil) || (err != nil && (!errors.As(got.Err, &ee) || ee.Index != l.Index || got.Err.Error() != err.Error())) {
+				t.Fatalf("%d entries: entry %d error = %v, DecodeEntry says %v", n, l.Index, got.Err, err)
+			}
+			if !reflect.DeepEqual(got.Cmd, cmd) {
+				t.Fatalf("%d entries: entry %d command differs from DecodeEntry's", n, l.Index)
+			}
+		}
+		if extra, ok := <-ch; ok {
+			t.Fatalf("%d entries: an extra result %+v after the last command entry", n, extra)
+		}
+	}
+}

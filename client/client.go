@@ -87,6 +87,15 @@ type Config struct {
 	// whose requests the server admits one by one (coalesce.go): each
 	// caller gets the outcome its own call would have had.
 	EnqueueCallsInFlight int
+	// WorkerSession sends Acquire and CompleteMany as messages of one
+	// Worker.Session stream (HTTP/2) instead of one HTTP request each
+	// (session.go; docs/node.md, "Worker sessions"), with the same
+	// retries and outcomes. Without HTTPClient the stream has a transport
+	// of its own that speaks HTTP/2 (h2c to http:// URLs); a given
+	// HTTPClient must speak HTTP/2 for it. Against a server without
+	// sessions (or over HTTP/1.1) the client falls back to unary calls.
+	// Default off.
+	WorkerSession bool
 }
 
 // Client is a connection to one node. Its methods are safe for concurrent
@@ -98,6 +107,7 @@ type Client struct {
 	router *router
 	auth   string     // the Authorization header: "Bearer " + the key
 	enq    *coalescer // nil: Config.EnqueueCallsInFlight < 0
+	sess   *sessions  // nil: Config.WorkerSession off
 
 	// The service clients, each built on first use: a Connect client per
 	// method of a service costs tens of kilobytes, and most programs (a
@@ -196,11 +206,18 @@ func New(cfg Config) (*Client, error) {
 	if cfg.EnqueueCallsInFlight >= 0 {
 		c.enq = &coalescer{c: c, max: cmp.Or(cfg.EnqueueCallsInFlight, DefaultEnqueueCallsInFlight)}
 	}
+	c.sess = newSessions(c, cfg.HTTPClient)
 	return c, nil
 }
 
-// Close closes the client's idle connections. The client stays usable.
-func (c *Client) Close() { c.hc.CloseIdleConnections() }
+// Close closes the client's worker session and idle connections. The
+// client stays usable.
+func (c *Client) Close() {
+	if c.sess != nil {
+		c.sess.close()
+	}
+	c.hc.CloseIdleConnections()
+}
 
 // ServerURL returns the (first) base URL the client talks to.
 func (c *Client) ServerURL() string { return c.cfg.ServerURL }
@@ -499,14 +516,14 @@ func (c *Client) Acquire(ctx context.Context, req *pb.AcquireRequest) (*pb.Acqui
 	wait := time.Duration(req.GetWaitSecs()) * time.Second
 	parts := splitCompleteMany(&pb.CompleteManyRequest{Items: req.GetComplete()}, c.cfg.CompleteManyCallBytes)
 	if len(parts) == 1 {
-		return invoke(ctx, c, "Worker.Acquire", wait, req, c.workerSvc().Acquire)
+		return invoke(ctx, c, "Worker.Acquire", wait, req, c.acquireRPC())
 	}
 	done, err := c.completeParts(ctx, parts[:len(parts)-1], len(req.GetComplete()))
 	if err != nil {
 		return nil, err
 	}
 	last := acquireCompleting(req, parts[len(parts)-1].GetItems())
-	res, err := invoke(ctx, c, "Worker.Acquire", wait, last, c.workerSvc().Acquire)
+	res, err := invoke(ctx, c, "Worker.Acquire", wait, last, c.acquireRPC())
 	if err != nil {
 		return nil, err
 	}

@@ -87,7 +87,7 @@ type Config struct {
 	// whose requests the server admits one by one (coalesce.go): each
 	// caller gets the outcome its own call would have had.
 	EnqueueCallsInFlight int
-	// WorkerSession sends Acquire and CompleteMany as messages of one
+	// WorkerSession sends Acquire, CompleteMany and Complete as messages of one
 	// Worker.Session stream (HTTP/2) instead of one HTTP request each
 	// (session.go; docs/node.md, "Worker sessions"), with the same
 	// retries and outcomes. Without HTTPClient the stream has a transport
@@ -513,17 +513,31 @@ func (c *Client) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.H
 // call fails, Acquire returns its error; the earlier parts' items were
 // completed (a replay answers them already_completed).
 func (c *Client) Acquire(ctx context.Context, req *pb.AcquireRequest) (*pb.AcquireResponse, error) {
+	return c.AcquireNotify(ctx, req, nil)
+}
+
+// AcquireNotify is Acquire; completed, when not nil, is called with the
+// answers to req.Complete as soon as a worker session reports them
+// durable — before the leases of an Acquire that long-polls, so a worker
+// can carry its completions on a waiting Acquire instead of a call of
+// their own (docs/node.md, "Worker sessions"). It may be called from
+// another goroutine, before AcquireNotify returns, and again on a retry
+// (the replay answers already_completed). The response carries the
+// answers in every case; without a session, when the Acquire does not
+// wait, or when its completions are split over several calls
+// (Config.CompleteManyCallBytes), completed is not called.
+func (c *Client) AcquireNotify(ctx context.Context, req *pb.AcquireRequest, completed func([]*pb.CompleteItemResult)) (*pb.AcquireResponse, error) {
 	wait := time.Duration(req.GetWaitSecs()) * time.Second
 	parts := splitCompleteMany(&pb.CompleteManyRequest{Items: req.GetComplete()}, c.cfg.CompleteManyCallBytes)
 	if len(parts) == 1 {
-		return invoke(ctx, c, "Worker.Acquire", wait, req, c.acquireRPC())
+		return invoke(ctx, c, "Worker.Acquire", wait, req, c.acquireRPC(completed))
 	}
 	done, err := c.completeParts(ctx, parts[:len(parts)-1], len(req.GetComplete()))
 	if err != nil {
 		return nil, err
 	}
 	last := acquireCompleting(req, parts[len(parts)-1].GetItems())
-	res, err := invoke(ctx, c, "Worker.Acquire", wait, last, c.acquireRPC())
+	res, err := invoke(ctx, c, "Worker.Acquire", wait, last, c.acquireRPC(nil))
 	if err != nil {
 		return nil, err
 	}
@@ -547,7 +561,7 @@ func (c *Client) RenewLease(ctx context.Context, req *pb.RenewLeaseRequest) (*pb
 // Complete completes a task and stores its result. A retry after a lost
 // reply answers AlreadyCompleted.
 func (c *Client) Complete(ctx context.Context, req *pb.CompleteRequest) (*pb.CompleteResponse, error) {
-	return call(ctx, c, "Worker.Complete", req, c.workerSvc().Complete)
+	return call(ctx, c, "Worker.Complete", req, c.completeRPC())
 }
 
 // Fail fails the current attempt of a task (the server retries it or fails

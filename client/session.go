@@ -16,7 +16,7 @@ import (
 )
 
 // Worker sessions (Config.WorkerSession; docs/node.md, "Worker
-// sessions"). Acquire and CompleteMany go as messages of one
+// sessions"). Acquire, CompleteMany and Complete go as messages of one
 // Worker.Session stream per Client instead of one HTTP request each. Each
 // try of such a call is one message: invoke's retries, attempt
 // deadlines, backoff and error classification apply to it unchanged.
@@ -154,6 +154,7 @@ type sessionAnswer struct {
 type pendingMsg struct {
 	ch        chan sessionAnswer // buffered 1
 	completed []*pb.CompleteItemResult
+	notify    func([]*pb.CompleteItemResult) // AcquireNotify's; nil: none
 }
 
 // workerSession is one open Worker.Session stream.
@@ -212,20 +213,25 @@ func (ws *workerSession) read() {
 
 func (ws *workerSession) deliver(r *pb.SessionResponse) {
 	ws.mu.Lock()
-	defer ws.mu.Unlock()
 	p, ok := ws.pending[r.GetId()]
-	if !ok {
-		return // its caller gave up (its try's deadline): as a lost reply
+	switch {
+	case !ok:
+		// its caller gave up (its try's deadline): as a lost reply
+	case r.GetCompleted() != nil:
+		p.completed = r.GetCompleted().GetResults() // an acquire's carried completions, before its leases
+		if p.notify != nil {
+			ws.mu.Unlock()
+			p.notify(p.completed) // NB: unlocked: it may take its time
+			return
+		}
+	default:
+		delete(ws.pending, r.GetId())
+		if a := r.GetAcquire(); a != nil && p.completed != nil {
+			a.Completed = p.completed
+		}
+		p.ch <- sessionAnswer{r: r}
 	}
-	if c := r.GetCompleted(); c != nil {
-		p.completed = c.GetResults() // an acquire's carried completions, before its leases
-		return
-	}
-	delete(ws.pending, r.GetId())
-	if a := r.GetAcquire(); a != nil && p.completed != nil {
-		a.Completed = p.completed
-	}
-	p.ch <- sessionAnswer{r: r}
+	ws.mu.Unlock()
 }
 
 func (ws *workerSession) end(err error) {
@@ -254,8 +260,8 @@ func streamEnd(target *url.URL, err error) error {
 }
 
 // do sends m and waits for its final answer or ctx's end.
-func (ws *workerSession) do(ctx context.Context, m *pb.SessionRequest) (*pb.SessionResponse, error) {
-	p := &pendingMsg{ch: make(chan sessionAnswer, 1)}
+func (ws *workerSession) do(ctx context.Context, m *pb.SessionRequest, notify func([]*pb.CompleteItemResult)) (*pb.SessionResponse, error) {
+	p := &pendingMsg{ch: make(chan sessionAnswer, 1), notify: notify}
 	ws.mu.Lock()
 	if ws.err != nil {
 		ws.mu.Unlock()
@@ -292,7 +298,8 @@ func (ws *workerSession) forget(id uint64) {
 // viaSession returns a try of a call that goes as a session message when
 // sessions are on, and as unary otherwise (C3): wrap makes the message,
 // unwrap takes the answer's response.
-func viaSession[Req, Resp any](c *Client, unary sessionRPC[Req, Resp], wrap func(*Req) *pb.SessionRequest, unwrap func(*pb.SessionResponse) *Resp) sessionRPC[Req, Resp] {
+func viaSession[Req, Resp any](c *Client, unary sessionRPC[Req, Resp], wrap func(*Req) *pb.SessionRequest, unwrap func(*pb.SessionResponse) *Resp,
+	notify func([]*pb.CompleteItemResult)) sessionRPC[Req, Resp] {
 	if c.sess == nil {
 		return unary
 	}
@@ -304,7 +311,7 @@ func viaSession[Req, Resp any](c *Client, unary sessionRPC[Req, Resp], wrap func
 		}
 		m := wrap(req.Msg)
 		m.Id = c.sess.id()
-		r, err := ws.do(ctx, m)
+		r, err := ws.do(ctx, m, notify)
 		if errors.Is(err, errNoSession) {
 			c.sess.turnOff()
 			return unary(ctx, req)
@@ -337,12 +344,14 @@ func sessionErr(e *pb.SessionError) error {
 	return ce
 }
 
-func (c *Client) acquireRPC() sessionRPC[pb.AcquireRequest, pb.AcquireResponse] {
+// acquireRPC is a try of Acquire; notify (nil: none) gets the carried
+// completions when a session answers them before the leases.
+func (c *Client) acquireRPC(notify func([]*pb.CompleteItemResult)) sessionRPC[pb.AcquireRequest, pb.AcquireResponse] {
 	return viaSession(c, c.workerSvc().Acquire,
 		func(m *pb.AcquireRequest) *pb.SessionRequest {
 			return &pb.SessionRequest{Op: &pb.SessionRequest_Acquire{Acquire: m}}
 		},
-		func(r *pb.SessionResponse) *pb.AcquireResponse { return r.GetAcquire() })
+		func(r *pb.SessionResponse) *pb.AcquireResponse { return r.GetAcquire() }, notify)
 }
 
 func (c *Client) completeManyRPC() sessionRPC[pb.CompleteManyRequest, pb.CompleteManyResponse] {
@@ -350,5 +359,13 @@ func (c *Client) completeManyRPC() sessionRPC[pb.CompleteManyRequest, pb.Complet
 		func(m *pb.CompleteManyRequest) *pb.SessionRequest {
 			return &pb.SessionRequest{Op: &pb.SessionRequest_CompleteMany{CompleteMany: m}}
 		},
-		func(r *pb.SessionResponse) *pb.CompleteManyResponse { return r.GetCompleteMany() })
+		func(r *pb.SessionResponse) *pb.CompleteManyResponse { return r.GetCompleteMany() }, nil)
+}
+
+func (c *Client) completeRPC() sessionRPC[pb.CompleteRequest, pb.CompleteResponse] {
+	return viaSession(c, c.workerSvc().Complete,
+		func(m *pb.CompleteRequest) *pb.SessionRequest {
+			return &pb.SessionRequest{Op: &pb.SessionRequest_Complete{Complete: m}}
+		},
+		func(r *pb.SessionResponse) *pb.CompleteResponse { return r.GetComplete() }, nil)
 }

@@ -98,8 +98,24 @@ func TestSession_CallsGoAsMessages(t *testing.T) {
 	if r.err != nil || len(r.r.GetTasks()) != 1 || r.r.GetTasks()[0].GetTaskId() != "b" || len(r.r.GetCompleted()) != 1 || len(r.r.GetCompleted()[0].GetResponse().GetReceiptToken()) == 0 {
 		t.Fatalf("carrying acquire: %v, %v", r.r, r.err)
 	}
-	if g.count("Acquire") != 0 || g.count("CompleteMany") != 0 || g.count("Session") != 1 {
-		t.Fatalf("calls: Acquire %d, CompleteMany %d, Session %d; want 0, 0, 1", g.count("Acquire"), g.count("CompleteMany"), g.count("Session"))
+	// Complete: the same answer, and the same error, as the unary call.
+	if res, err := c.Complete(ctx, &pb.CompleteRequest{LeaseToken: lease, Result: []byte("ok")}); err != nil || !res.GetAlreadyCompleted() {
+		t.Fatalf("complete replay: %v, %v", res, err)
+	}
+	unary, err := client.New(client.Config{ServerURL: srv.URL, Key: srv.Key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unary.Close()
+	forged := &pb.CompleteRequest{LeaseToken: []byte("forged"), Result: []byte("ok")}
+	_, errS := c.Complete(ctx, forged)
+	_, errU := unary.Complete(ctx, forged)
+	var es, eu *client.Error
+	if !errors.As(errS, &es) || !errors.As(errU, &eu) || es.Code != eu.Code || es.Kind != eu.Kind || es.Reason != eu.Reason || es.Error() != eu.Error() {
+		t.Fatalf("forged complete: session %v, unary %v", errS, errU)
+	}
+	if g.count("Acquire") != 0 || g.count("CompleteMany") != 0 || g.count("Complete") != 0 || g.count("Session") != 1 {
+		t.Fatalf("calls: Acquire %d, CompleteMany %d, Complete %d, Session %d; want 0, 0, 0, 1", g.count("Acquire"), g.count("CompleteMany"), g.count("Complete"), g.count("Session"))
 	}
 }
 

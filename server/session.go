@@ -28,7 +28,7 @@ import (
 //     Unauthenticated; its tenant gone: the stream ends as authenticate
 //     would have refused it).
 //   - S2: each message runs through callMsg with the handler's own work
-//     (workerHandler.acquire, completeMany): the same checks, limits,
+//     (workerHandler.acquire, completeMany, complete): the same checks, limits,
 //     audit line, error kinds and codes as the unary call; its metrics
 //     are recorded under the unary procedure's name.
 //   - S3: at most Limits.MaxSessionMessages messages await their final
@@ -48,6 +48,7 @@ const (
 	sessionProcedure      = termivarv1connect.WorkerSessionProcedure
 	sessionAcquire        = termivarv1connect.WorkerAcquireProcedure
 	sessionCompleteMany   = termivarv1connect.WorkerCompleteManyProcedure
+	sessionComplete       = termivarv1connect.WorkerCompleteProcedure
 	errSessionMessageBusy = "too many messages of this session await their answer"
 )
 
@@ -239,6 +240,12 @@ func (ss *session) serve(ctx context.Context, m *pb.SessionRequest) {
 		s.cfg.Metrics.Observe(sessionCompleteMany, start, err)
 		ss.answer(id, err, func() *pb.SessionResponse {
 			return &pb.SessionResponse{Id: id, Result: &pb.SessionResponse_CompleteMany{CompleteMany: res}}
+		})
+	case *pb.SessionRequest_Complete:
+		res, err := callMsg(ctx, s, sessionComplete, op.Complete, true, ss.h.complete)
+		s.cfg.Metrics.Observe(sessionComplete, start, err)
+		ss.answer(id, err, func() *pb.SessionResponse {
+			return &pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Complete{Complete: res}}
 		})
 	default:
 		ss.fail(id, toConnect(errInvalid("session message carries no operation")))

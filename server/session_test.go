@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"testing"
@@ -125,16 +126,20 @@ func TestSession_BadInputAsUnary(t *testing.T) {
 		acquireMsg(2, &pb.AcquireRequest{WorkerId: "w1", MaxTasks: 257}),
 		acquireMsg(3, &pb.AcquireRequest{WorkerId: "nobody"}),
 		completeMsg(4, &pb.CompleteManyRequest{}),
+		{Id: 6, Op: &pb.SessionRequest_Complete{Complete: &pb.CompleteRequest{LeaseToken: []byte("forged"), Result: []byte("r")}}},
 	}
 	st := openSession(t, b, key)
 	for _, m := range bad {
 		sendMsg(t, st, m)
 		got := mustRecv(t, st)
 		var want error
-		if a := m.GetAcquire(); a != nil {
-			_, want = c.worker.Acquire(context.Background(), connect.NewRequest(a))
-		} else {
+		switch {
+		case m.GetAcquire() != nil:
+			_, want = c.worker.Acquire(context.Background(), connect.NewRequest(m.GetAcquire()))
+		case m.GetCompleteMany() != nil:
 			_, want = c.worker.CompleteMany(context.Background(), connect.NewRequest(m.GetCompleteMany()))
+		default:
+			_, want = c.worker.Complete(context.Background(), connect.NewRequest(m.GetComplete()))
 		}
 		if got.GetId() != m.GetId() {
 			t.Fatalf("answer %d to message %d", got.GetId(), m.GetId())
@@ -156,6 +161,9 @@ func TestSession_BadInputAsUnary(t *testing.T) {
 	}
 	if n := got["Worker.CompleteMany"] - audits["Worker.CompleteMany"]; n != 2 {
 		t.Fatalf("Worker.CompleteMany audit lines: %d, want 2", n)
+	}
+	if n := got["Worker.Complete"] - audits["Worker.Complete"]; n != 2 {
+		t.Fatalf("Worker.Complete audit lines: %d, want 2", n)
 	}
 }
 
@@ -184,6 +192,10 @@ func TestSession_LeaseAndComplete(t *testing.T) {
 	got, err := c.worker.Complete(context.Background(), connect.NewRequest(&pb.CompleteRequest{LeaseToken: tasks[0].GetLeaseToken(), Result: []byte("ok")}))
 	if err != nil || !got.Msg.GetAlreadyCompleted() {
 		t.Fatalf("unary replay of the carried completion: %v, %v", got, err)
+	}
+	sendMsg(t, st, &pb.SessionRequest{Id: 4, Op: &pb.SessionRequest_Complete{Complete: &pb.CompleteRequest{LeaseToken: tasks[0].GetLeaseToken(), Result: []byte("ok")}}})
+	if r := mustRecv(t, st); r.GetId() != 4 || !r.GetComplete().GetAlreadyCompleted() || !bytes.Equal(r.GetComplete().GetReceiptToken(), got.Msg.GetReceiptToken()) {
+		t.Fatalf("session replay of the carried completion: %v, unary %v", r, got.Msg)
 	}
 	// Out of order: message 3 is answered while message 2 still waits.
 	sendMsg(t, st, completeMsg(3, &pb.CompleteManyRequest{Items: []*pb.CompleteRequest{{LeaseToken: tasks[0].GetLeaseToken(), Result: []byte("ok")}}}))

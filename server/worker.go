@@ -348,18 +348,21 @@ func (s *Server) completeResponse(p principal, r raftfsm.Response) (*pb.Complete
 }
 
 func (h workerHandler) Complete(ctx context.Context, req *connect.Request[pb.CompleteRequest]) (*connect.Response[pb.CompleteResponse], error) {
-	return call(ctx, h.s, req, true, func(ctx context.Context, p principal, m *pb.CompleteRequest) (*pb.CompleteResponse, uint64, error) {
-		lb, err := h.s.leaseBytes(p, m.GetLeaseToken())
-		if err != nil {
-			return nil, 0, err
-		}
-		r, err := h.s.propose(ctx, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_CompleteTask{CompleteTask: &pb.CompleteTask{Lease: lb, Result: m.GetResult()}}})
-		if err != nil {
-			return nil, r.Revision, err
-		}
-		out, err := h.s.completeResponse(p, r)
-		return out, r.Revision, err
-	})
+	return call(ctx, h.s, req, true, h.complete)
+}
+
+// complete is Complete's work.
+func (h workerHandler) complete(ctx context.Context, p principal, m *pb.CompleteRequest) (*pb.CompleteResponse, uint64, error) {
+	lb, err := h.s.leaseBytes(p, m.GetLeaseToken())
+	if err != nil {
+		return nil, 0, err
+	}
+	r, err := h.s.propose(ctx, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_CompleteTask{CompleteTask: &pb.CompleteTask{Lease: lb, Result: m.GetResult()}}})
+	if err != nil {
+		return nil, r.Revision, err
+	}
+	out, err := h.s.completeResponse(p, r)
+	return out, r.Revision, err
 }
 
 func (h workerHandler) CompleteMany(ctx context.Context, req *connect.Request[pb.CompleteManyRequest]) (*connect.Response[pb.CompleteManyResponse], error) {

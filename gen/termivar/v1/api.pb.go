@@ -6169,6 +6169,7 @@ type SessionRequest struct {
 	//
 	//	*SessionRequest_Acquire
 	//	*SessionRequest_CompleteMany
+	//	*SessionRequest_Complete
 	Op            isSessionRequest_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -6236,6 +6237,15 @@ func (x *SessionRequest) GetCompleteMany() *CompleteManyRequest {
 	return nil
 }
 
+func (x *SessionRequest) GetComplete() *CompleteRequest {
+	if x != nil {
+		if x, ok := x.Op.(*SessionRequest_Complete); ok {
+			return x.Complete
+		}
+	}
+	return nil
+}
+
 type isSessionRequest_Op interface {
 	isSessionRequest_Op()
 }
@@ -6251,9 +6261,15 @@ type SessionRequest_CompleteMany struct {
 	CompleteMany *CompleteManyRequest `protobuf:"bytes,3,opt,name=complete_many,json=completeMany,proto3,oneof"`
 }
 
+type SessionRequest_Complete struct {
+	Complete *CompleteRequest `protobuf:"bytes,4,opt,name=complete,proto3,oneof"` // answered as Worker.Complete
+}
+
 func (*SessionRequest_Acquire) isSessionRequest_Op() {}
 
 func (*SessionRequest_CompleteMany) isSessionRequest_Op() {}
+
+func (*SessionRequest_Complete) isSessionRequest_Op() {}
 
 // SessionError is a message's failure as a whole: what the unary call
 // would have failed with.
@@ -6337,6 +6353,7 @@ type SessionResponse struct {
 	//	*SessionResponse_CompleteMany
 	//	*SessionResponse_Error
 	//	*SessionResponse_Completed
+	//	*SessionResponse_Complete
 	Result        isSessionResponse_Result `protobuf_oneof:"result"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -6422,6 +6439,15 @@ func (x *SessionResponse) GetCompleted() *CompleteManyResponse {
 	return nil
 }
 
+func (x *SessionResponse) GetComplete() *CompleteResponse {
+	if x != nil {
+		if x, ok := x.Result.(*SessionResponse_Complete); ok {
+			return x.Complete
+		}
+	}
+	return nil
+}
+
 type isSessionResponse_Result interface {
 	isSessionResponse_Result()
 }
@@ -6444,6 +6470,10 @@ type SessionResponse_Completed struct {
 	Completed *CompleteManyResponse `protobuf:"bytes,5,opt,name=completed,proto3,oneof"`
 }
 
+type SessionResponse_Complete struct {
+	Complete *CompleteResponse `protobuf:"bytes,6,opt,name=complete,proto3,oneof"` // final
+}
+
 func (*SessionResponse_Acquire) isSessionResponse_Result() {}
 
 func (*SessionResponse_CompleteMany) isSessionResponse_Result() {}
@@ -6451,6 +6481,8 @@ func (*SessionResponse_CompleteMany) isSessionResponse_Result() {}
 func (*SessionResponse_Error) isSessionResponse_Result() {}
 
 func (*SessionResponse_Completed) isSessionResponse_Result() {}
+
+func (*SessionResponse_Complete) isSessionResponse_Result() {}
 
 var File_termivar_v1_api_proto protoreflect.FileDescriptor
 
@@ -6989,11 +7021,12 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x15DeleteScheduleRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"4\n" +
 	"\x16DeleteScheduleResponse\x12\x1a\n" +
-	"\brevision\x18\x01 \x01(\x04R\brevision\"\xa8\x01\n" +
+	"\brevision\x18\x01 \x01(\x04R\brevision\"\xe4\x01\n" +
 	"\x0eSessionRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x127\n" +
 	"\aacquire\x18\x02 \x01(\v2\x1b.termivar.v1.AcquireRequestH\x00R\aacquire\x12G\n" +
-	"\rcomplete_many\x18\x03 \x01(\v2 .termivar.v1.CompleteManyRequestH\x00R\fcompleteManyB\x04\n" +
+	"\rcomplete_many\x18\x03 \x01(\v2 .termivar.v1.CompleteManyRequestH\x00R\fcompleteMany\x12:\n" +
+	"\bcomplete\x18\x04 \x01(\v2\x1c.termivar.v1.CompleteRequestH\x00R\bcompleteB\x04\n" +
 	"\x02op\"\xe0\x01\n" +
 	"\fSessionError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
@@ -7002,13 +7035,14 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x04meta\x18\x04 \x03(\v2#.termivar.v1.SessionError.MetaEntryR\x04meta\x1a7\n" +
 	"\tMetaEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa5\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe2\x02\n" +
 	"\x0fSessionResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x128\n" +
 	"\aacquire\x18\x02 \x01(\v2\x1c.termivar.v1.AcquireResponseH\x00R\aacquire\x12H\n" +
 	"\rcomplete_many\x18\x03 \x01(\v2!.termivar.v1.CompleteManyResponseH\x00R\fcompleteMany\x121\n" +
 	"\x05error\x18\x04 \x01(\v2\x19.termivar.v1.SessionErrorH\x00R\x05error\x12A\n" +
-	"\tcompleted\x18\x05 \x01(\v2!.termivar.v1.CompleteManyResponseH\x00R\tcompletedB\b\n" +
+	"\tcompleted\x18\x05 \x01(\v2!.termivar.v1.CompleteManyResponseH\x00R\tcompleted\x12;\n" +
+	"\bcomplete\x18\x06 \x01(\v2\x1d.termivar.v1.CompleteResponseH\x00R\bcompleteB\b\n" +
 	"\x06result2\xf8\x05\n" +
 	"\x06Worker\x12Y\n" +
 	"\x0eRegisterWorker\x12\".termivar.v1.RegisterWorkerRequest\x1a#.termivar.v1.RegisterWorkerResponse\x12J\n" +
@@ -7202,89 +7236,91 @@ var file_termivar_v1_api_proto_depIdxs = []int32{
 	81, // 31: termivar.v1.ListSchedulesResponse.schedules:type_name -> termivar.v1.ScheduleInfo
 	6,  // 32: termivar.v1.SessionRequest.acquire:type_name -> termivar.v1.AcquireRequest
 	15, // 33: termivar.v1.SessionRequest.complete_many:type_name -> termivar.v1.CompleteManyRequest
-	0,  // 34: termivar.v1.SessionError.detail:type_name -> termivar.v1.ErrorDetail
-	89, // 35: termivar.v1.SessionError.meta:type_name -> termivar.v1.SessionError.MetaEntry
-	8,  // 36: termivar.v1.SessionResponse.acquire:type_name -> termivar.v1.AcquireResponse
-	17, // 37: termivar.v1.SessionResponse.complete_many:type_name -> termivar.v1.CompleteManyResponse
-	87, // 38: termivar.v1.SessionResponse.error:type_name -> termivar.v1.SessionError
-	17, // 39: termivar.v1.SessionResponse.completed:type_name -> termivar.v1.CompleteManyResponse
-	2,  // 40: termivar.v1.Worker.RegisterWorker:input_type -> termivar.v1.RegisterWorkerRequest
-	4,  // 41: termivar.v1.Worker.Heartbeat:input_type -> termivar.v1.HeartbeatRequest
-	6,  // 42: termivar.v1.Worker.Acquire:input_type -> termivar.v1.AcquireRequest
-	9,  // 43: termivar.v1.Worker.Start:input_type -> termivar.v1.StartRequest
-	11, // 44: termivar.v1.Worker.RenewLease:input_type -> termivar.v1.RenewLeaseRequest
-	13, // 45: termivar.v1.Worker.Complete:input_type -> termivar.v1.CompleteRequest
-	15, // 46: termivar.v1.Worker.CompleteMany:input_type -> termivar.v1.CompleteManyRequest
-	18, // 47: termivar.v1.Worker.Fail:input_type -> termivar.v1.FailRequest
-	21, // 48: termivar.v1.Worker.Deregister:input_type -> termivar.v1.DeregisterRequest
-	86, // 49: termivar.v1.Worker.Session:input_type -> termivar.v1.SessionRequest
-	24, // 50: termivar.v1.Producer.Enqueue:input_type -> termivar.v1.EnqueueRequest
-	25, // 51: termivar.v1.Producer.EnqueueMany:input_type -> termivar.v1.EnqueueManyRequest
-	31, // 52: termivar.v1.Producer.Cancel:input_type -> termivar.v1.CancelRequest
-	35, // 53: termivar.v1.Producer.GetTask:input_type -> termivar.v1.GetTaskRequest
-	37, // 54: termivar.v1.Producer.ListTasks:input_type -> termivar.v1.ListTasksRequest
-	39, // 55: termivar.v1.Producer.ScanProgress:input_type -> termivar.v1.ScanProgressRequest
-	57, // 56: termivar.v1.Producer.UpdateScan:input_type -> termivar.v1.UpdateScanRequest
-	79, // 57: termivar.v1.Producer.CreateSchedule:input_type -> termivar.v1.CreateScheduleRequest
-	82, // 58: termivar.v1.Producer.ListSchedules:input_type -> termivar.v1.ListSchedulesRequest
-	84, // 59: termivar.v1.Producer.DeleteSchedule:input_type -> termivar.v1.DeleteScheduleRequest
-	41, // 60: termivar.v1.Producer.Retry:input_type -> termivar.v1.RetryRequest
-	43, // 61: termivar.v1.Producer.AggregateResults:input_type -> termivar.v1.AggregateResultsRequest
-	45, // 62: termivar.v1.Producer.ListScans:input_type -> termivar.v1.ListScansRequest
-	48, // 63: termivar.v1.Producer.FollowResults:input_type -> termivar.v1.FollowResultsRequest
-	63, // 64: termivar.v1.Producer.DeleteScan:input_type -> termivar.v1.DeleteScanRequest
-	65, // 65: termivar.v1.Producer.PurgeTasks:input_type -> termivar.v1.PurgeTasksRequest
-	77, // 66: termivar.v1.Producer.CancelScan:input_type -> termivar.v1.CancelScanRequest
-	51, // 67: termivar.v1.Admin.Status:input_type -> termivar.v1.StatusRequest
-	54, // 68: termivar.v1.Admin.ListWorkers:input_type -> termivar.v1.ListWorkersRequest
-	56, // 69: termivar.v1.Admin.CreateTenant:input_type -> termivar.v1.CreateTenantRequest
-	61, // 70: termivar.v1.Admin.UpdateTenant:input_type -> termivar.v1.UpdateTenantRequest
-	68, // 71: termivar.v1.Admin.CreateKey:input_type -> termivar.v1.CreateKeyRequest
-	70, // 72: termivar.v1.Admin.ListKeys:input_type -> termivar.v1.ListKeysRequest
-	73, // 73: termivar.v1.Admin.RevokeKey:input_type -> termivar.v1.RevokeKeyRequest
-	75, // 74: termivar.v1.Admin.RotateKey:input_type -> termivar.v1.RotateKeyRequest
-	59, // 75: termivar.v1.Admin.SetSchedulingOptions:input_type -> termivar.v1.SetSchedulingOptionsRequest
-	3,  // 76: termivar.v1.Worker.RegisterWorker:output_type -> termivar.v1.RegisterWorkerResponse
-	5,  // 77: termivar.v1.Worker.Heartbeat:output_type -> termivar.v1.HeartbeatResponse
-	8,  // 78: termivar.v1.Worker.Acquire:output_type -> termivar.v1.AcquireResponse
-	10, // 79: termivar.v1.Worker.Start:output_type -> termivar.v1.StartResponse
-	12, // 80: termivar.v1.Worker.RenewLease:output_type -> termivar.v1.RenewLeaseResponse
-	14, // 81: termivar.v1.Worker.Complete:output_type -> termivar.v1.CompleteResponse
-	17, // 82: termivar.v1.Worker.CompleteMany:output_type -> termivar.v1.CompleteManyResponse
-	19, // 83: termivar.v1.Worker.Fail:output_type -> termivar.v1.FailResponse
-	22, // 84: termivar.v1.Worker.Deregister:output_type -> termivar.v1.DeregisterResponse
-	88, // 85: termivar.v1.Worker.Session:output_type -> termivar.v1.SessionResponse
-	30, // 86: termivar.v1.Producer.Enqueue:output_type -> termivar.v1.EnqueueResponse
-	27, // 87: termivar.v1.Producer.EnqueueMany:output_type -> termivar.v1.EnqueueManyResponse
-	32, // 88: termivar.v1.Producer.Cancel:output_type -> termivar.v1.CancelResponse
-	36, // 89: termivar.v1.Producer.GetTask:output_type -> termivar.v1.GetTaskResponse
-	38, // 90: termivar.v1.Producer.ListTasks:output_type -> termivar.v1.ListTasksResponse
-	40, // 91: termivar.v1.Producer.ScanProgress:output_type -> termivar.v1.ScanProgressResponse
-	58, // 92: termivar.v1.Producer.UpdateScan:output_type -> termivar.v1.UpdateScanResponse
-	80, // 93: termivar.v1.Producer.CreateSchedule:output_type -> termivar.v1.CreateScheduleResponse
-	83, // 94: termivar.v1.Producer.ListSchedules:output_type -> termivar.v1.ListSchedulesResponse
-	85, // 95: termivar.v1.Producer.DeleteSchedule:output_type -> termivar.v1.DeleteScheduleResponse
-	42, // 96: termivar.v1.Producer.Retry:output_type -> termivar.v1.RetryResponse
-	44, // 97: termivar.v1.Producer.AggregateResults:output_type -> termivar.v1.AggregateResultsResponse
-	47, // 98: termivar.v1.Producer.ListScans:output_type -> termivar.v1.ListScansResponse
-	50, // 99: termivar.v1.Producer.FollowResults:output_type -> termivar.v1.FollowResultsResponse
-	64, // 100: termivar.v1.Producer.DeleteScan:output_type -> termivar.v1.DeleteScanResponse
-	66, // 101: termivar.v1.Producer.PurgeTasks:output_type -> termivar.v1.PurgeTasksResponse
-	78, // 102: termivar.v1.Producer.CancelScan:output_type -> termivar.v1.CancelScanResponse
-	52, // 103: termivar.v1.Admin.Status:output_type -> termivar.v1.StatusResponse
-	55, // 104: termivar.v1.Admin.ListWorkers:output_type -> termivar.v1.ListWorkersResponse
-	67, // 105: termivar.v1.Admin.CreateTenant:output_type -> termivar.v1.CreateTenantResponse
-	62, // 106: termivar.v1.Admin.UpdateTenant:output_type -> termivar.v1.UpdateTenantResponse
-	69, // 107: termivar.v1.Admin.CreateKey:output_type -> termivar.v1.CreateKeyResponse
-	72, // 108: termivar.v1.Admin.ListKeys:output_type -> termivar.v1.ListKeysResponse
-	74, // 109: termivar.v1.Admin.RevokeKey:output_type -> termivar.v1.RevokeKeyResponse
-	76, // 110: termivar.v1.Admin.RotateKey:output_type -> termivar.v1.RotateKeyResponse
-	60, // 111: termivar.v1.Admin.SetSchedulingOptions:output_type -> termivar.v1.SetSchedulingOptionsResponse
-	76, // [76:112] is the sub-list for method output_type
-	40, // [40:76] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	13, // 34: termivar.v1.SessionRequest.complete:type_name -> termivar.v1.CompleteRequest
+	0,  // 35: termivar.v1.SessionError.detail:type_name -> termivar.v1.ErrorDetail
+	89, // 36: termivar.v1.SessionError.meta:type_name -> termivar.v1.SessionError.MetaEntry
+	8,  // 37: termivar.v1.SessionResponse.acquire:type_name -> termivar.v1.AcquireResponse
+	17, // 38: termivar.v1.SessionResponse.complete_many:type_name -> termivar.v1.CompleteManyResponse
+	87, // 39: termivar.v1.SessionResponse.error:type_name -> termivar.v1.SessionError
+	17, // 40: termivar.v1.SessionResponse.completed:type_name -> termivar.v1.CompleteManyResponse
+	14, // 41: termivar.v1.SessionResponse.complete:type_name -> termivar.v1.CompleteResponse
+	2,  // 42: termivar.v1.Worker.RegisterWorker:input_type -> termivar.v1.RegisterWorkerRequest
+	4,  // 43: termivar.v1.Worker.Heartbeat:input_type -> termivar.v1.HeartbeatRequest
+	6,  // 44: termivar.v1.Worker.Acquire:input_type -> termivar.v1.AcquireRequest
+	9,  // 45: termivar.v1.Worker.Start:input_type -> termivar.v1.StartRequest
+	11, // 46: termivar.v1.Worker.RenewLease:input_type -> termivar.v1.RenewLeaseRequest
+	13, // 47: termivar.v1.Worker.Complete:input_type -> termivar.v1.CompleteRequest
+	15, // 48: termivar.v1.Worker.CompleteMany:input_type -> termivar.v1.CompleteManyRequest
+	18, // 49: termivar.v1.Worker.Fail:input_type -> termivar.v1.FailRequest
+	21, // 50: termivar.v1.Worker.Deregister:input_type -> termivar.v1.DeregisterRequest
+	86, // 51: termivar.v1.Worker.Session:input_type -> termivar.v1.SessionRequest
+	24, // 52: termivar.v1.Producer.Enqueue:input_type -> termivar.v1.EnqueueRequest
+	25, // 53: termivar.v1.Producer.EnqueueMany:input_type -> termivar.v1.EnqueueManyRequest
+	31, // 54: termivar.v1.Producer.Cancel:input_type -> termivar.v1.CancelRequest
+	35, // 55: termivar.v1.Producer.GetTask:input_type -> termivar.v1.GetTaskRequest
+	37, // 56: termivar.v1.Producer.ListTasks:input_type -> termivar.v1.ListTasksRequest
+	39, // 57: termivar.v1.Producer.ScanProgress:input_type -> termivar.v1.ScanProgressRequest
+	57, // 58: termivar.v1.Producer.UpdateScan:input_type -> termivar.v1.UpdateScanRequest
+	79, // 59: termivar.v1.Producer.CreateSchedule:input_type -> termivar.v1.CreateScheduleRequest
+	82, // 60: termivar.v1.Producer.ListSchedules:input_type -> termivar.v1.ListSchedulesRequest
+	84, // 61: termivar.v1.Producer.DeleteSchedule:input_type -> termivar.v1.DeleteScheduleRequest
+	41, // 62: termivar.v1.Producer.Retry:input_type -> termivar.v1.RetryRequest
+	43, // 63: termivar.v1.Producer.AggregateResults:input_type -> termivar.v1.AggregateResultsRequest
+	45, // 64: termivar.v1.Producer.ListScans:input_type -> termivar.v1.ListScansRequest
+	48, // 65: termivar.v1.Producer.FollowResults:input_type -> termivar.v1.FollowResultsRequest
+	63, // 66: termivar.v1.Producer.DeleteScan:input_type -> termivar.v1.DeleteScanRequest
+	65, // 67: termivar.v1.Producer.PurgeTasks:input_type -> termivar.v1.PurgeTasksRequest
+	77, // 68: termivar.v1.Producer.CancelScan:input_type -> termivar.v1.CancelScanRequest
+	51, // 69: termivar.v1.Admin.Status:input_type -> termivar.v1.StatusRequest
+	54, // 70: termivar.v1.Admin.ListWorkers:input_type -> termivar.v1.ListWorkersRequest
+	56, // 71: termivar.v1.Admin.CreateTenant:input_type -> termivar.v1.CreateTenantRequest
+	61, // 72: termivar.v1.Admin.UpdateTenant:input_type -> termivar.v1.UpdateTenantRequest
+	68, // 73: termivar.v1.Admin.CreateKey:input_type -> termivar.v1.CreateKeyRequest
+	70, // 74: termivar.v1.Admin.ListKeys:input_type -> termivar.v1.ListKeysRequest
+	73, // 75: termivar.v1.Admin.RevokeKey:input_type -> termivar.v1.RevokeKeyRequest
+	75, // 76: termivar.v1.Admin.RotateKey:input_type -> termivar.v1.RotateKeyRequest
+	59, // 77: termivar.v1.Admin.SetSchedulingOptions:input_type -> termivar.v1.SetSchedulingOptionsRequest
+	3,  // 78: termivar.v1.Worker.RegisterWorker:output_type -> termivar.v1.RegisterWorkerResponse
+	5,  // 79: termivar.v1.Worker.Heartbeat:output_type -> termivar.v1.HeartbeatResponse
+	8,  // 80: termivar.v1.Worker.Acquire:output_type -> termivar.v1.AcquireResponse
+	10, // 81: termivar.v1.Worker.Start:output_type -> termivar.v1.StartResponse
+	12, // 82: termivar.v1.Worker.RenewLease:output_type -> termivar.v1.RenewLeaseResponse
+	14, // 83: termivar.v1.Worker.Complete:output_type -> termivar.v1.CompleteResponse
+	17, // 84: termivar.v1.Worker.CompleteMany:output_type -> termivar.v1.CompleteManyResponse
+	19, // 85: termivar.v1.Worker.Fail:output_type -> termivar.v1.FailResponse
+	22, // 86: termivar.v1.Worker.Deregister:output_type -> termivar.v1.DeregisterResponse
+	88, // 87: termivar.v1.Worker.Session:output_type -> termivar.v1.SessionResponse
+	30, // 88: termivar.v1.Producer.Enqueue:output_type -> termivar.v1.EnqueueResponse
+	27, // 89: termivar.v1.Producer.EnqueueMany:output_type -> termivar.v1.EnqueueManyResponse
+	32, // 90: termivar.v1.Producer.Cancel:output_type -> termivar.v1.CancelResponse
+	36, // 91: termivar.v1.Producer.GetTask:output_type -> termivar.v1.GetTaskResponse
+	38, // 92: termivar.v1.Producer.ListTasks:output_type -> termivar.v1.ListTasksResponse
+	40, // 93: termivar.v1.Producer.ScanProgress:output_type -> termivar.v1.ScanProgressResponse
+	58, // 94: termivar.v1.Producer.UpdateScan:output_type -> termivar.v1.UpdateScanResponse
+	80, // 95: termivar.v1.Producer.CreateSchedule:output_type -> termivar.v1.CreateScheduleResponse
+	83, // 96: termivar.v1.Producer.ListSchedules:output_type -> termivar.v1.ListSchedulesResponse
+	85, // 97: termivar.v1.Producer.DeleteSchedule:output_type -> termivar.v1.DeleteScheduleResponse
+	42, // 98: termivar.v1.Producer.Retry:output_type -> termivar.v1.RetryResponse
+	44, // 99: termivar.v1.Producer.AggregateResults:output_type -> termivar.v1.AggregateResultsResponse
+	47, // 100: termivar.v1.Producer.ListScans:output_type -> termivar.v1.ListScansResponse
+	50, // 101: termivar.v1.Producer.FollowResults:output_type -> termivar.v1.FollowResultsResponse
+	64, // 102: termivar.v1.Producer.DeleteScan:output_type -> termivar.v1.DeleteScanResponse
+	66, // 103: termivar.v1.Producer.PurgeTasks:output_type -> termivar.v1.PurgeTasksResponse
+	78, // 104: termivar.v1.Producer.CancelScan:output_type -> termivar.v1.CancelScanResponse
+	52, // 105: termivar.v1.Admin.Status:output_type -> termivar.v1.StatusResponse
+	55, // 106: termivar.v1.Admin.ListWorkers:output_type -> termivar.v1.ListWorkersResponse
+	67, // 107: termivar.v1.Admin.CreateTenant:output_type -> termivar.v1.CreateTenantResponse
+	62, // 108: termivar.v1.Admin.UpdateTenant:output_type -> termivar.v1.UpdateTenantResponse
+	69, // 109: termivar.v1.Admin.CreateKey:output_type -> termivar.v1.CreateKeyResponse
+	72, // 110: termivar.v1.Admin.ListKeys:output_type -> termivar.v1.ListKeysResponse
+	74, // 111: termivar.v1.Admin.RevokeKey:output_type -> termivar.v1.RevokeKeyResponse
+	76, // 112: termivar.v1.Admin.RotateKey:output_type -> termivar.v1.RotateKeyResponse
+	60, // 113: termivar.v1.Admin.SetSchedulingOptions:output_type -> termivar.v1.SetSchedulingOptionsResponse
+	78, // [78:114] is the sub-list for method output_type
+	42, // [42:78] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_termivar_v1_api_proto_init() }
@@ -7312,12 +7348,14 @@ func file_termivar_v1_api_proto_init() {
 	file_termivar_v1_api_proto_msgTypes[86].OneofWrappers = []any{
 		(*SessionRequest_Acquire)(nil),
 		(*SessionRequest_CompleteMany)(nil),
+		(*SessionRequest_Complete)(nil),
 	}
 	file_termivar_v1_api_proto_msgTypes[88].OneofWrappers = []any{
 		(*SessionResponse_Acquire)(nil),
 		(*SessionResponse_CompleteMany)(nil),
 		(*SessionResponse_Error)(nil),
 		(*SessionResponse_Completed)(nil),
+		(*SessionResponse_Complete)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

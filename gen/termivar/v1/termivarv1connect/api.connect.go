@@ -139,7 +139,7 @@ type WorkerClient interface {
 	// Session is a persistent worker stream over HTTP/2 (docs/node.md,
 	// "Worker sessions"): authenticated once when it opens, the key checked
 	// again before each message. Each SessionRequest is one Acquire or
-	// CompleteMany under exactly that RPC's rules, answered by its id;
+	// CompleteMany or Complete under exactly that RPC's rules, answered by its id;
 	// answers may come out of order.
 	Session(context.Context) *connect.BidiStreamForClient[v1.SessionRequest, v1.SessionResponse]
 }
@@ -300,7 +300,7 @@ type WorkerHandler interface {
 	// Session is a persistent worker stream over HTTP/2 (docs/node.md,
 	// "Worker sessions"): authenticated once when it opens, the key checked
 	// again before each message. Each SessionRequest is one Acquire or
-	// CompleteMany under exactly that RPC's rules, answered by its id;
+	// CompleteMany or Complete under exactly that RPC's rules, answered by its id;
 	// answers may come out of order.
 	Session(context.Context, *connect.BidiStream[v1.SessionRequest, v1.SessionResponse]) error
 }

@@ -34,6 +34,15 @@ import (
 //     message that found out is sent as its unary call.
 //   - C4: a session is bound to the node it was opened on; a try whose
 //     target is another node closes it and opens one there.
+//   - C5: a message the server refused with session_limit (the session
+//     has --max-session-messages awaiting their answer: a Client shared
+//     by that many concurrent callers) was not run; it is sent as its
+//     unary call.
+
+// kindSessionLimit is server.KindSessionLimit: a message refused, not
+// run, because its session has the server's bound of messages awaiting
+// their answer.
+const kindSessionLimit = "session_limit"
 
 // sessionRPC is a try of one call of the unary signature.
 type sessionRPC[Req, Resp any] func(context.Context, *connect.Request[Req]) (*connect.Response[Resp], error)
@@ -320,6 +329,9 @@ func viaSession[Req, Resp any](c *Client, unary sessionRPC[Req, Resp], wrap func
 			return nil, err
 		}
 		if e := r.GetError(); e != nil {
+			if e.GetDetail().GetKind() == kindSessionLimit {
+				return unary(ctx, req) // C5: not run; the session is full
+			}
 			return nil, sessionErr(e)
 		}
 		out := unwrap(r)

@@ -241,3 +241,45 @@ func TestSession_RevokedKey(t *testing.T) {
 		t.Fatalf("sessions opened: %d, want 1 (no retry)", g.count("Session"))
 	}
 }
+
+// TestSession_FullSessionGoesUnary: a call the server refuses with
+// session_limit (the client's session already has the server's bound of
+// messages awaiting their answer) was not run and goes as its unary call.
+func TestSession_FullSessionGoesUnary(t *testing.T) {
+	srv, err := clienttest.New(clienttest.Options{MaxSessionMessages: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	g := h2cGate()
+	c := sessionClient(t, srv, g, 0)
+	ctx := context.Background()
+	for _, id := range []string{"w1", "w2"} {
+		if _, err := c.RegisterWorker(ctx, &pb.RegisterWorkerRequest{WorkerId: id, Capacity: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errs := make(chan error, 2)
+	acquire := func(id string) {
+		r, err := c.Acquire(ctx, &pb.AcquireRequest{WorkerId: id, WaitSecs: 10})
+		if err == nil && len(r.GetTasks()) != 1 {
+			err = fmt.Errorf("%s leased %d tasks", id, len(r.GetTasks()))
+		}
+		errs <- err
+	}
+	go acquire("w1")
+	waitTrue(t, "the first acquire long-polls", func() bool { return srv.LongPollsWaiting() == 1 })
+	go acquire("w2")
+	waitTrue(t, "the second acquire long-polls", func() bool { return srv.LongPollsWaiting() == 2 })
+	if _, err := c.Enqueue(ctx, &pb.EnqueueRequest{Tasks: []*pb.NewTask{{TaskId: "a", ScanId: "s", TargetRef: "t"}, {TaskId: "b", ScanId: "s", TargetRef: "t"}}}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if g.count("Session") != 1 || g.count("Acquire") != 1 {
+		t.Fatalf("Session %d, unary Acquire %d; want 1, 1", g.count("Session"), g.count("Acquire"))
+	}
+}

@@ -33,6 +33,9 @@ type Options struct {
 	// TickInterval is the cadence of background recovery: expired leases,
 	// dead workers, old tasks (default 100 ms).
 	TickInterval time.Duration
+	// MaxSessionMessages is server.Limits.MaxSessionMessages (0: its
+	// default).
+	MaxSessionMessages int
 }
 
 // Server is a running in-process node. Its methods are safe for concurrent
@@ -69,7 +72,7 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	api := server.New(server.Config{Backend: be})
+	api := server.New(server.Config{Backend: be, Limits: server.Limits{MaxSessionMessages: opts.MaxSessionMessages}})
 	hs := httptest.NewUnstartedServer(api.Handler())
 	// NB: HTTP/1.1 and h2c, as serve speaks them (worker sessions need
 	// HTTP/2).

@@ -198,10 +198,10 @@ func (ws *workerSession) broken() bool {
 // close ends the stream and waits for its reader; unanswered messages
 // fail (C1).
 func (ws *workerSession) close() {
+	ws.cancel() // NB: first: it unblocks a Send that waits for flow control
 	ws.sendMu.Lock()
 	_ = ws.st.CloseRequest()
 	ws.sendMu.Unlock()
-	ws.cancel()
 	<-ws.done
 }
 
@@ -279,12 +279,13 @@ func (ws *workerSession) do(ctx context.Context, m *pb.SessionRequest, notify fu
 	ws.pending[m.GetId()] = p
 	ws.mu.Unlock()
 	ws.sendMu.Lock()
-	err := ws.st.Send(m)
+	// NB: a failed Send means the stream has ended (connect's io.EOF):
+	// the reader's Receive reports why and fails p with it. Cancelling
+	// here would race it and hide the cause (an Unimplemented answer
+	// seen as a broken stream: TestSession_FallbackWithoutSession under
+	// -race).
+	_ = ws.st.Send(m)
 	ws.sendMu.Unlock()
-	if err != nil {
-		// NB: the reader sees the same end and fails p with its cause.
-		ws.cancel()
-	}
 	select {
 	case a := <-p.ch:
 		return a.r, a.err

@@ -39,7 +39,9 @@ import (
 //   - S5: the stream is not forwarded: a follower refuses its open with
 //     not_leader (forward.go), and a session whose node is no longer the
 //     leader, or is shutting down, ends Unavailable after its messages in
-//     flight are answered.
+//     flight are answered; one whose work the end cut off (its context
+//     cancelled) is answered Unavailable with an unknown outcome
+//     (unknownIfEnded), as a unary call whose connection broke.
 
 // KindSessionLimit: a worker session limit (S3) was reached.
 const KindSessionLimit = "session_limit"
@@ -232,19 +234,19 @@ func (ss *session) serve(ctx context.Context, m *pb.SessionRequest) {
 		}
 		res, err := callMsg(ctx, s, sessionAcquire, op.Acquire, true, ss.h.acquire(early))
 		s.cfg.Metrics.Observe(sessionAcquire, start, err)
-		ss.answer(id, err, func() *pb.SessionResponse {
+		ss.answer(ctx, id, err, func() *pb.SessionResponse {
 			return &pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Acquire{Acquire: res}}
 		})
 	case *pb.SessionRequest_CompleteMany:
 		res, err := callMsg(ctx, s, sessionCompleteMany, op.CompleteMany, true, ss.h.completeMany)
 		s.cfg.Metrics.Observe(sessionCompleteMany, start, err)
-		ss.answer(id, err, func() *pb.SessionResponse {
+		ss.answer(ctx, id, err, func() *pb.SessionResponse {
 			return &pb.SessionResponse{Id: id, Result: &pb.SessionResponse_CompleteMany{CompleteMany: res}}
 		})
 	case *pb.SessionRequest_Complete:
 		res, err := callMsg(ctx, s, sessionComplete, op.Complete, true, ss.h.complete)
 		s.cfg.Metrics.Observe(sessionComplete, start, err)
-		ss.answer(id, err, func() *pb.SessionResponse {
+		ss.answer(ctx, id, err, func() *pb.SessionResponse {
 			return &pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Complete{Complete: res}}
 		})
 	default:
@@ -253,12 +255,28 @@ func (ss *session) serve(ctx context.Context, m *pb.SessionRequest) {
 }
 
 // answer sends ok() or, when err is set, err as the message's answer.
-func (ss *session) answer(id uint64, err error, ok func() *pb.SessionResponse) {
+func (ss *session) answer(ctx context.Context, id uint64, err error, ok func() *pb.SessionResponse) {
 	if err != nil {
-		ss.fail(id, err)
+		ss.fail(id, unknownIfEnded(ctx, err))
 		return
 	}
 	ss.send(ok())
+}
+
+// unknownIfEnded is err, or, when the session ended under the message
+// (its context cancelled: S5, S1), Unavailable with an unknown outcome: a
+// proposal cut off may still be applied, so the client must treat the
+// message as a unary call whose connection broke (client/session.go C1).
+func unknownIfEnded(ctx context.Context, err error) error {
+	if ctx.Err() == nil {
+		return err
+	}
+	ce := connect.NewError(connect.CodeUnavailable, errors.New("the worker session ended before the message's outcome was known"))
+	if d, derr := connect.NewErrorDetail(&pb.ErrorDetail{Kind: KindUnavailable, Reason: "session ended"}); derr == nil {
+		ce.AddDetail(d)
+	}
+	ce.Meta().Set(OutcomeHeader, OutcomeUnknown)
+	return ce
 }
 
 // fail answers message id with err (a *connect.Error from toConnect).

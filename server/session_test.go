@@ -281,3 +281,22 @@ func TestSession_ShutdownEndsStream(t *testing.T) {
 		t.Fatalf("stream end: %v", err)
 	}
 }
+
+// TestSession_UnknownIfEnded: a message's error after its session ended
+// under it (context cancelled) is Unavailable with an unknown outcome (a
+// proposal cut off may still apply); otherwise the error is unchanged.
+func TestSession_UnknownIfEnded(t *testing.T) {
+	orig := toConnect(&apiError{KindCanceled, "context canceled"})
+	if got := unknownIfEnded(context.Background(), orig); got != orig {
+		t.Fatalf("live session: %v, want the error unchanged", got)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	ce, ok := errors.AsType[*connect.Error](unknownIfEnded(ctx, orig))
+	if !ok || ce.Code() != connect.CodeUnavailable || ce.Meta().Get(OutcomeHeader) != OutcomeUnknown {
+		t.Fatalf("ended session: %v, want Unavailable with an unknown outcome", ce)
+	}
+	if d, ok := wireerr.DetailOf(ce); !ok || d.GetKind() != KindUnavailable {
+		t.Fatalf("ended session: detail %v", d)
+	}
+}

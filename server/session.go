@@ -109,6 +109,8 @@ type session struct {
 func (h workerHandler) Session(ctx context.Context, st *connect.BidiStream[pb.SessionRequest, pb.SessionResponse]) error {
 	p, err := principalFrom(ctx)
 	if err != nil {
+		// NB: audited as a mutating call's refusal is (call).
+		h.s.audit.Record(ctx, audit.Entry{KeyID: p.KeyID, Tenant: p.Tenant, Method: "Worker.Session", Outcome: kindOf(err)})
 		return h.s.withLeaderHint(toConnect(err))
 	}
 	if !h.s.node.IsLeader() {

@@ -241,6 +241,22 @@ func TestSession_RevokedKeyEndsStream(t *testing.T) {
 	}
 }
 
+// TestSession_WrongRoleRefused: a producer key may not open a worker
+// session: PermissionDenied, audited once.
+func TestSession_WrongRoleRefused(t *testing.T) {
+	b := setup(t, nil)
+	key := b.createKey(t, "", "producer")
+	before := auditCounts(t, b.auditLog)["Worker.Session"]
+	st := openSession(t, b, key)
+	_ = st.Send(acquireMsg(1, &pb.AcquireRequest{WorkerId: "w1"}))
+	if _, err := recvMsg(t, st); connect.CodeOf(err) != connect.CodePermissionDenied {
+		t.Fatalf("producer key: %v, want PermissionDenied", err)
+	}
+	if n := auditCounts(t, b.auditLog)["Worker.Session"] - before; n != 1 {
+		t.Fatalf("Worker.Session audit lines: %d, want 1", n)
+	}
+}
+
 // TestSession_Limits: a message beyond MaxSessionMessages in flight is
 // answered session_limit; a session beyond MaxSessionsPerKey is refused.
 func TestSession_Limits(t *testing.T) {

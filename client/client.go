@@ -87,6 +87,15 @@ type Config struct {
 	// whose requests the server admits one by one (coalesce.go): each
 	// caller gets the outcome its own call would have had.
 	EnqueueCallsInFlight int
+	// WorkerSession sends Acquire, CompleteMany and Complete as messages of one
+	// Worker.Session stream (HTTP/2) instead of one HTTP request each
+	// (session.go; docs/node.md, "Worker sessions"), with the same
+	// retries and outcomes. Without HTTPClient the stream has a transport
+	// of its own that speaks HTTP/2 (h2c to http:// URLs); a given
+	// HTTPClient must speak HTTP/2 for it. Against a server without
+	// sessions (or over HTTP/1.1) the client falls back to unary calls.
+	// Default off.
+	WorkerSession bool
 }
 
 // Client is a connection to one node. Its methods are safe for concurrent
@@ -98,6 +107,7 @@ type Client struct {
 	router *router
 	auth   string     // the Authorization header: "Bearer " + the key
 	enq    *coalescer // nil: Config.EnqueueCallsInFlight < 0
+	sess   *sessions  // nil: Config.WorkerSession off
 
 	// The service clients, each built on first use: a Connect client per
 	// method of a service costs tens of kilobytes, and most programs (a
@@ -196,11 +206,18 @@ func New(cfg Config) (*Client, error) {
 	if cfg.EnqueueCallsInFlight >= 0 {
 		c.enq = &coalescer{c: c, max: cmp.Or(cfg.EnqueueCallsInFlight, DefaultEnqueueCallsInFlight)}
 	}
+	c.sess = newSessions(c, cfg.HTTPClient)
 	return c, nil
 }
 
-// Close closes the client's idle connections. The client stays usable.
-func (c *Client) Close() { c.hc.CloseIdleConnections() }
+// Close closes the client's worker session and idle connections. The
+// client stays usable.
+func (c *Client) Close() {
+	if c.sess != nil {
+		c.sess.close()
+	}
+	c.hc.CloseIdleConnections()
+}
 
 // ServerURL returns the (first) base URL the client talks to.
 func (c *Client) ServerURL() string { return c.cfg.ServerURL }
@@ -496,17 +513,31 @@ func (c *Client) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.H
 // call fails, Acquire returns its error; the earlier parts' items were
 // completed (a replay answers them already_completed).
 func (c *Client) Acquire(ctx context.Context, req *pb.AcquireRequest) (*pb.AcquireResponse, error) {
+	return c.AcquireNotify(ctx, req, nil)
+}
+
+// AcquireNotify is Acquire; completed, when not nil, is called with the
+// answers to req.Complete as soon as a worker session reports them
+// durable — before the leases of an Acquire that long-polls, so a worker
+// can carry its completions on a waiting Acquire instead of a call of
+// their own (docs/node.md, "Worker sessions"). It may be called from
+// another goroutine, before AcquireNotify returns, and again on a retry
+// (the replay answers already_completed). The response carries the
+// answers in every case; without a session, when the Acquire does not
+// wait, or when its completions are split over several calls
+// (Config.CompleteManyCallBytes), completed is not called.
+func (c *Client) AcquireNotify(ctx context.Context, req *pb.AcquireRequest, completed func([]*pb.CompleteItemResult)) (*pb.AcquireResponse, error) {
 	wait := time.Duration(req.GetWaitSecs()) * time.Second
 	parts := splitCompleteMany(&pb.CompleteManyRequest{Items: req.GetComplete()}, c.cfg.CompleteManyCallBytes)
 	if len(parts) == 1 {
-		return invoke(ctx, c, "Worker.Acquire", wait, req, c.workerSvc().Acquire)
+		return invoke(ctx, c, "Worker.Acquire", wait, req, c.acquireRPC(completed))
 	}
 	done, err := c.completeParts(ctx, parts[:len(parts)-1], len(req.GetComplete()))
 	if err != nil {
 		return nil, err
 	}
 	last := acquireCompleting(req, parts[len(parts)-1].GetItems())
-	res, err := invoke(ctx, c, "Worker.Acquire", wait, last, c.workerSvc().Acquire)
+	res, err := invoke(ctx, c, "Worker.Acquire", wait, last, c.acquireRPC(nil))
 	if err != nil {
 		return nil, err
 	}
@@ -530,7 +561,7 @@ func (c *Client) RenewLease(ctx context.Context, req *pb.RenewLeaseRequest) (*pb
 // Complete completes a task and stores its result. A retry after a lost
 // reply answers AlreadyCompleted.
 func (c *Client) Complete(ctx context.Context, req *pb.CompleteRequest) (*pb.CompleteResponse, error) {
-	return call(ctx, c, "Worker.Complete", req, c.workerSvc().Complete)
+	return call(ctx, c, "Worker.Complete", req, c.completeRPC())
 }
 
 // Fail fails the current attempt of a task (the server retries it or fails

@@ -43,7 +43,7 @@ const MaxCompleteManyItems = 1024
 func (c *Client) CompleteMany(ctx context.Context, req *pb.CompleteManyRequest) (*pb.CompleteManyResponse, error) {
 	parts := splitCompleteMany(req, c.cfg.CompleteManyCallBytes)
 	if len(parts) == 1 {
-		return call(ctx, c, "Worker.CompleteMany", req, c.workerSvc().CompleteMany)
+		return call(ctx, c, "Worker.CompleteMany", req, c.completeManyRPC())
 	}
 	results, err := c.completeParts(ctx, parts, len(req.GetItems()))
 	if err != nil {
@@ -57,7 +57,7 @@ func (c *Client) CompleteMany(ctx context.Context, req *pb.CompleteManyRequest) 
 func (c *Client) completeParts(ctx context.Context, parts []*pb.CompleteManyRequest, items int) ([]*pb.CompleteItemResult, error) {
 	out := make([]*pb.CompleteItemResult, 0, items)
 	for _, part := range parts {
-		res, err := call(ctx, c, "Worker.CompleteMany", part, c.workerSvc().CompleteMany)
+		res, err := call(ctx, c, "Worker.CompleteMany", part, c.completeManyRPC())
 		if err != nil {
 			return nil, err
 		}

@@ -94,6 +94,19 @@
 // completion to its next Acquire (AcquireRequest.Complete) instead of a
 // call of its own.
 //
+// # Worker sessions
+//
+// With Config.WorkerSession, Acquire, CompleteMany and Complete go as
+// messages of one Worker.Session stream (HTTP/2) per node instead of one
+// HTTP request each (session.go). Each try is one message under the rules
+// above: a message whose stream broke before its answer is Unavailable
+// with an unknown outcome, as a unary call whose connection broke, and is
+// retried on a new stream (all three are marked "replay"). A server
+// without sessions, or a connection that speaks only HTTP/1.1, turns
+// sessions off for the Client and the calls go unary. AcquireNotify lets
+// a worker carry completions on an Acquire that long-polls: the session
+// answers the completions at once, the leases when tasks arrive.
+//
 // Every method is safe for concurrent use. Errors that the server returns
 // match the core's sentinels: errors.Is(err, distributed.ErrLeaseExpired);
 // errors.As(err, &de) with a *distributed.Error de gives the same error,

@@ -98,6 +98,7 @@ var kindCodes = map[string]connect.Code{
 	KindDeadlineExceeded: connect.CodeDeadlineExceeded,
 	KindInternal:         connect.CodeInternal,
 	KindBusy:             connect.CodeUnavailable,
+	KindSessionLimit:     connect.CodeResourceExhausted,
 	KindAuthThrottled:    connect.CodeResourceExhausted,
 	KindJoinUnverified:   connect.CodeFailedPrecondition,
 	KindNotAMember:       connect.CodeFailedPrecondition,

@@ -280,6 +280,11 @@ func (f *forwarder) handler(next http.Handler) http.Handler {
 		case f.s.cfg.NoForwarding:
 			f.writeErr(w, r, leader, "not the leader")
 			return
+		case r.URL.Path == sessionProcedure:
+			// NB: a stream is not forwarded; the client reconnects to the
+			// leader (session.go S5).
+			f.writeErr(w, r, leader, "not the leader (worker sessions are not forwarded)")
+			return
 		case r.Header.Get(ForwardedHeader) != "":
 			// NB: never forward twice (stale leader views could loop).
 			f.writeErr(w, r, leader, "not the leader (request was already forwarded)")

@@ -43,6 +43,12 @@ type Limits struct {
 	// AuthAuditWindow is the failed-authentication audit interval: one line
 	// per source per window.
 	AuthAuditWindow time.Duration
+	// MaxSessionsPerKey bounds the open worker sessions (Worker.Session)
+	// of one API key; one more is refused with session_limit.
+	MaxSessionsPerKey int
+	// MaxSessionMessages bounds the messages of one worker session awaiting
+	// their final answer; one more is answered session_limit.
+	MaxSessionMessages int
 }
 
 // DefaultLimits returns the documented defaults.
@@ -58,6 +64,8 @@ func DefaultLimits() Limits {
 		AuthFailureRefill:  time.Second,
 		AuthSources:        4096,
 		AuthAuditWindow:    time.Minute,
+		MaxSessionsPerKey:  256,
+		MaxSessionMessages: 64,
 	}
 }
 
@@ -74,6 +82,8 @@ func (l Limits) withDefaults() Limits {
 	l.AuthFailureRefill = cmp.Or(l.AuthFailureRefill, d.AuthFailureRefill)
 	l.AuthSources = cmp.Or(l.AuthSources, d.AuthSources)
 	l.AuthAuditWindow = cmp.Or(l.AuthAuditWindow, d.AuthAuditWindow)
+	l.MaxSessionsPerKey = cmp.Or(l.MaxSessionsPerKey, d.MaxSessionsPerKey)
+	l.MaxSessionMessages = cmp.Or(l.MaxSessionMessages, d.MaxSessionMessages)
 	return l
 }
 
@@ -93,6 +103,7 @@ func (l Limits) Validate() error {
 		{"body-timeout", int64(l.BodyTimeout)}, {"idle-timeout", int64(l.IdleTimeout)},
 		{"auth-failure-burst", int64(l.AuthFailureBurst)}, {"auth-failure-refill", int64(l.AuthFailureRefill)},
 		{"auth-sources", int64(l.AuthSources)}, {"auth-audit-window", int64(l.AuthAuditWindow)},
+		{"max-sessions-per-key", int64(l.MaxSessionsPerKey)}, {"max-session-messages", int64(l.MaxSessionMessages)},
 	} {
 		if f.v < 0 {
 			return fmt.Errorf("%s must not be negative: %w", f.name, ErrInvalidLimits)

@@ -528,7 +528,7 @@ func TestLimits_Validate(t *testing.T) {
 	if err := DefaultLimits().Validate(); err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
-	for _, l := range []Limits{{MaxConns: -1}, {BodyTimeout: -time.Second}, {AuthSources: -1}, {AuthAuditWindow: -1}} {
+	for _, l := range []Limits{{MaxConns: -1}, {BodyTimeout: -time.Second}, {AuthSources: -1}, {AuthAuditWindow: -1}, {MaxSessionsPerKey: -1}, {MaxSessionMessages: -1}} {
 		if err := l.Validate(); !errors.Is(err, ErrInvalidLimits) {
 			t.Errorf("Validate(%+v) = %v, want ErrInvalidLimits", l, err)
 		}

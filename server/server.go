@@ -99,6 +99,7 @@ type Server struct {
 	// followsWaiting counts the FollowResults calls waiting for a result.
 	followsWaiting atomic.Int64
 	closeOnce      sync.Once
+	sessions       sessionKeys // open worker sessions per key (session.go)
 	limitLog       limitLog
 	build          *pb.BuildInfo // this binary's, for Status
 }
@@ -159,7 +160,9 @@ func (s *Server) Handler() http.Handler {
 	// gzip of small messages costs more CPU than it saves.
 	compress := connect.WithCompressMinBytes(256 << 10)
 	ics := s.interceptors()
-	mux.Handle(termivarv1connect.NewWorkerHandler(workerHandler{s}, readMax(MaxWorkerRequestBytes), compress, ics))
+	wpath, wh := termivarv1connect.NewWorkerHandler(workerHandler{s}, readMax(MaxWorkerRequestBytes), compress, ics)
+	mux.Handle(wpath, wh)
+	mux.Handle(sessionProcedure, sessionHTTP(wh))
 	mux.Handle(termivarv1connect.NewProducerHandler(producerHandler{s}, readMax(MaxProducerRequestBytes), compress, ics))
 	mux.Handle(termivarv1connect.NewAdminHandler(adminHandler{s}, readMax(MaxAdminRequestBytes), compress, ics))
 	mux.Handle(termivarv1connect.NewClusterHandler(clusterHandler{s}, readMax(MaxAdminRequestBytes), ics))
@@ -261,24 +264,35 @@ func (s *Server) identify(h http.Header) (principal, error) {
 // calls and converts errors.
 func call[Req, Res any](ctx context.Context, s *Server, req *connect.Request[Req], mutating bool,
 	fn func(ctx context.Context, p principal, msg *Req) (*Res, uint64, error)) (*connect.Response[Res], error) {
-	service, method := splitProcedure(req.Spec().Procedure)
+	res, err := callMsg(ctx, s, req.Spec().Procedure, req.Msg, mutating, fn)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(res), nil
+}
+
+// callMsg is call for one message of procedure: a unary request's, or one
+// of a worker session (session.go), which obeys the same rules.
+func callMsg[Req, Res any](ctx context.Context, s *Server, procedure string, msg *Req, mutating bool,
+	fn func(ctx context.Context, p principal, msg *Req) (*Res, uint64, error)) (*Res, error) {
+	service, method := splitProcedure(procedure)
 	p, err := principalFrom(ctx)
 	var res *Res
 	var rev uint64
 	if err == nil && !mutating {
-		err = s.readBarrier(ctx, req.Spec().Procedure)
+		err = s.readBarrier(ctx, procedure)
 	}
 	if err == nil {
-		res, rev, err = fn(ctx, p, req.Msg)
+		res, rev, err = fn(ctx, p, msg)
 	}
 	if mutating {
-		s.audit.Record(ctx, audit.Entry{KeyID: p.KeyID, Tenant: p.Tenant, Method: service + "." + method, Outcome: kindOf(err), Revision: rev, Subject: auditSubject(req.Msg)})
+		s.audit.Record(ctx, audit.Entry{KeyID: p.KeyID, Tenant: p.Tenant, Method: service + "." + method, Outcome: kindOf(err), Revision: rev, Subject: auditSubject(msg)})
 	}
 	if err != nil {
 		s.noteLimit(p.Tenant, err)
 		return nil, s.withLeaderHint(toConnect(err))
 	}
-	return connect.NewResponse(res), nil
+	return res, nil
 }
 
 // propose sends one tenant command for p and returns its response; domain

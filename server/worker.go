@@ -88,7 +88,14 @@ func (h workerHandler) Heartbeat(ctx context.Context, req *connect.Request[pb.He
 }
 
 func (h workerHandler) Acquire(ctx context.Context, req *connect.Request[pb.AcquireRequest]) (*connect.Response[pb.AcquireResponse], error) {
-	return call(ctx, h.s, req, true, func(ctx context.Context, p principal, m *pb.AcquireRequest) (*pb.AcquireResponse, uint64, error) {
+	return call(ctx, h.s, req, true, h.acquire(nil))
+}
+
+// acquire is Acquire's work. early, when not nil, answers the carried
+// completions of an Acquire that is about to long-poll at once (a worker
+// session's interim answer); the final answer then has none.
+func (h workerHandler) acquire(early func([]*pb.CompleteItemResult)) func(ctx context.Context, p principal, m *pb.AcquireRequest) (*pb.AcquireResponse, uint64, error) {
+	return func(ctx context.Context, p principal, m *pb.AcquireRequest) (*pb.AcquireResponse, uint64, error) {
 		if m.GetWaitSecs() > MaxWaitSecs {
 			return nil, 0, errInvalid("wait_secs is above 60")
 		}
@@ -99,10 +106,10 @@ func (h workerHandler) Acquire(ctx context.Context, req *connect.Request[pb.Acqu
 			return nil, 0, errInvalid("acquire completes at most 1024 items")
 		}
 		if len(m.GetComplete()) > 0 {
-			return h.completeThenAcquire(ctx, p, m)
+			return h.completeThenAcquire(ctx, p, m, early)
 		}
 		return h.acquireWithin(ctx, p, m)
-	})
+	}
 }
 
 // acquireWithin is acquireOrWait bounded by the request's wait.
@@ -118,7 +125,7 @@ func (h workerHandler) acquireWithin(ctx context.Context, p principal, m *pb.Acq
 // AcquireTasks command is proposed with them (after them in the log: one
 // entry when the proposer has room); when it has none, or that command
 // finds none, the Acquire long-polls as without items.
-func (h workerHandler) completeThenAcquire(ctx context.Context, p principal, m *pb.AcquireRequest) (*pb.AcquireResponse, uint64, error) {
+func (h workerHandler) completeThenAcquire(ctx context.Context, p principal, m *pb.AcquireRequest, early func([]*pb.CompleteItemResult)) (*pb.AcquireResponse, uint64, error) {
 	completed, cmds, idx := h.completeCommands(p, m.GetComplete())
 	tv, _ := h.s.node.Reads().Tenant(p.Tenant)
 	leasable := tv.HasLeasable()
@@ -140,6 +147,10 @@ func (h workerHandler) completeThenAcquire(ctx context.Context, p principal, m *
 				return withCompleted(out, completed), max(rev, crev), err
 			}
 		}
+	}
+	if early != nil && m.GetWaitSecs() > 0 {
+		early(completed)
+		completed = nil
 	}
 	out, rev, err := h.acquireWithin(ctx, p, m)
 	return withCompleted(out, completed), max(rev, crev), err
@@ -337,32 +348,38 @@ func (s *Server) completeResponse(p principal, r raftfsm.Response) (*pb.Complete
 }
 
 func (h workerHandler) Complete(ctx context.Context, req *connect.Request[pb.CompleteRequest]) (*connect.Response[pb.CompleteResponse], error) {
-	return call(ctx, h.s, req, true, func(ctx context.Context, p principal, m *pb.CompleteRequest) (*pb.CompleteResponse, uint64, error) {
-		lb, err := h.s.leaseBytes(p, m.GetLeaseToken())
-		if err != nil {
-			return nil, 0, err
-		}
-		r, err := h.s.propose(ctx, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_CompleteTask{CompleteTask: &pb.CompleteTask{Lease: lb, Result: m.GetResult()}}})
-		if err != nil {
-			return nil, r.Revision, err
-		}
-		out, err := h.s.completeResponse(p, r)
-		return out, r.Revision, err
-	})
+	return call(ctx, h.s, req, true, h.complete)
+}
+
+// complete is Complete's work.
+func (h workerHandler) complete(ctx context.Context, p principal, m *pb.CompleteRequest) (*pb.CompleteResponse, uint64, error) {
+	lb, err := h.s.leaseBytes(p, m.GetLeaseToken())
+	if err != nil {
+		return nil, 0, err
+	}
+	r, err := h.s.propose(ctx, p, m.ExpectedRevision, &pb.Command{Op: &pb.Command_CompleteTask{CompleteTask: &pb.CompleteTask{Lease: lb, Result: m.GetResult()}}})
+	if err != nil {
+		return nil, r.Revision, err
+	}
+	out, err := h.s.completeResponse(p, r)
+	return out, r.Revision, err
 }
 
 func (h workerHandler) CompleteMany(ctx context.Context, req *connect.Request[pb.CompleteManyRequest]) (*connect.Response[pb.CompleteManyResponse], error) {
-	return call(ctx, h.s, req, true, func(ctx context.Context, p principal, m *pb.CompleteManyRequest) (*pb.CompleteManyResponse, uint64, error) {
-		items := m.GetItems()
-		if len(items) == 0 || len(items) > MaxCompleteMany {
-			return nil, 0, errInvalid("complete_many needs 1 to 1024 items")
-		}
-		res, rev, err := h.completeItems(ctx, p, items)
-		if err != nil {
-			return nil, rev, err
-		}
-		return &pb.CompleteManyResponse{Results: res}, rev, nil
-	})
+	return call(ctx, h.s, req, true, h.completeMany)
+}
+
+// completeMany is CompleteMany's work.
+func (h workerHandler) completeMany(ctx context.Context, p principal, m *pb.CompleteManyRequest) (*pb.CompleteManyResponse, uint64, error) {
+	items := m.GetItems()
+	if len(items) == 0 || len(items) > MaxCompleteMany {
+		return nil, 0, errInvalid("complete_many needs 1 to 1024 items")
+	}
+	res, rev, err := h.completeItems(ctx, p, items)
+	if err != nil {
+		return nil, rev, err
+	}
+	return &pb.CompleteManyResponse{Results: res}, rev, nil
 }
 
 // completeItems completes each item alone (CompleteMany, and Acquire's

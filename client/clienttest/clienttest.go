@@ -33,6 +33,9 @@ type Options struct {
 	// TickInterval is the cadence of background recovery: expired leases,
 	// dead workers, old tasks (default 100 ms).
 	TickInterval time.Duration
+	// MaxSessionMessages is server.Limits.MaxSessionMessages (0: its
+	// default).
+	MaxSessionMessages int
 }
 
 // Server is a running in-process node. Its methods are safe for concurrent
@@ -69,8 +72,13 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	api := server.New(server.Config{Backend: be})
-	s := &Server{Key: key.Key, be: be, api: api, http: httptest.NewServer(api.Handler()), stop: make(chan struct{})}
+	api := server.New(server.Config{Backend: be, Limits: server.Limits{MaxSessionMessages: opts.MaxSessionMessages}})
+	hs := httptest.NewUnstartedServer(api.Handler())
+	// NB: HTTP/1.1 and h2c, as serve speaks them (worker sessions need
+	// HTTP/2).
+	hs.Config.Protocols = server.NewHTTPServer("", nil).Protocols
+	hs.Start()
+	s := &Server{Key: key.Key, be: be, api: api, http: hs, stop: make(chan struct{})}
 	s.URL = s.http.URL
 	s.wg.Go(func() { s.tickLoop(opts.TickInterval) })
 	return s, nil
@@ -93,6 +101,10 @@ func (s *Server) Advance(d time.Duration) {
 	s.be.Advance(d)
 	s.be.Tick()
 }
+
+// LongPollsWaiting returns how many Acquire calls (or worker session
+// acquires) wait for work now.
+func (s *Server) LongPollsWaiting() int64 { return s.api.LongPollsWaiting() }
 
 // Renewals returns how many RenewLease commands succeeded.
 func (s *Server) Renewals() int { return s.be.Renewals() }

@@ -52,6 +52,10 @@ type benchFlags struct {
 	// call (no coalescing) and completions in CompleteMany calls of their
 	// own, not in the next Acquire (as before issue 15's per-call work).
 	singleCalls bool
+	// workerSession: the workers' clients send Acquire and CompleteMany
+	// as messages of a worker session (client.Config.WorkerSession, over
+	// h2c), and a worker's Acquire that carries completions long-polls.
+	workerSession bool
 	// wrapTransport, when set, wraps the run's HTTP transport (tests: a
 	// reply lost on the wire).
 	wrapTransport func(http.RoundTripper) http.RoundTripper
@@ -132,6 +136,7 @@ func newBenchFlagSet(f *benchFlags) *flag.FlagSet {
 	fs.IntVar(&f.cluster, "cluster", 0, "also run against a loopback cluster of this many members in this process and report the ratio to one node and the leader-kill recovery (0: off)")
 	fs.BoolVar(&f.singleCalls, "single-calls", false, "every Enqueue its own call and every batch of completions its own CompleteMany (off: concurrent Enqueues share calls and a worker's completions ride on its next Acquire)")
 	registerBenchModes(fs, f)
+	fs.BoolVar(&f.workerSession, "worker-session", false, "workers send Acquire and CompleteMany as messages of one Worker.Session stream each (HTTP/2 without TLS, http:// only); an Acquire carrying completions then long-polls, its completions answered at once")
 	fs.BoolVar(&f.h2c, "h2c", false, "speak HTTP/2 without TLS (http:// only): the calls of all workers share a few connections")
 	return fs
 }
@@ -436,8 +441,16 @@ func (r *benchRun) connect(ctx context.Context, url, adminKey string) error {
 	if r.f.singleCalls {
 		inFlight = -1
 	}
+	whc, err := r.workerHTTPClient(url, hc)
+	if err != nil {
+		return err
+	}
 	newC := func(key string) (*client.Client, error) {
 		return client.New(client.Config{ServerURL: url, Key: key, HTTPClient: hc, MaxAttempts: benchMaxAttempts,
+			MinBackoff: 50 * time.Millisecond, MaxBackoff: time.Second, Logger: log, EnqueueCallsInFlight: inFlight, CompleteManyCallBytes: r.f.completeCallBytes})
+	}
+	newWorkerC := func(key string) (*client.Client, error) {
+		return client.New(client.Config{ServerURL: url, Key: key, HTTPClient: whc, MaxAttempts: benchMaxAttempts, WorkerSession: r.f.workerSession,
 			MinBackoff: 50 * time.Millisecond, MaxBackoff: time.Second, Logger: log, EnqueueCallsInFlight: inFlight, CompleteManyCallBytes: r.f.completeCallBytes})
 	}
 	if r.admin, err = newC(adminKey); err != nil {
@@ -451,6 +464,9 @@ func (r *benchRun) connect(ctx context.Context, url, adminKey string) error {
 		k, err := r.admin.CreateKey(ctx, &pb.CreateKeyRequest{Tenant: tenant, Role: role})
 		if err != nil {
 			return nil, err
+		}
+		if role == "worker" {
+			return newWorkerC(k.GetKey())
 		}
 		return newC(k.GetKey())
 	}
@@ -469,6 +485,25 @@ func (r *benchRun) connect(ctx context.Context, url, adminKey string) error {
 		return err
 	}
 	return r.registerIdle(ctx, mkClient)
+}
+
+// workerHTTPClient is the workers' HTTP client: hc, or with
+// --worker-session one that speaks h2c (the session's stream needs
+// HTTP/2), its Enqueue calls counted as hc's are.
+func (r *benchRun) workerHTTPClient(url string, hc *http.Client) (*http.Client, error) {
+	if !r.f.workerSession || r.f.h2c {
+		return hc, nil
+	}
+	h, err := h2cClient(url)
+	if err != nil {
+		return nil, err
+	}
+	counted := *h
+	counted.Transport = benchCallCounter{next: cmp.Or[http.RoundTripper](h.Transport, http.DefaultTransport), n: &r.calls.enqueue}
+	if r.f.wrapTransport != nil {
+		counted.Transport = r.f.wrapTransport(counted.Transport)
+	}
+	return &counted, nil
 }
 
 // registerWorkers registers every worker at once, as a fleet of workers
@@ -647,7 +682,14 @@ func (r *benchRun) work(ctx context.Context, id string, w *client.Client) {
 	var leased time.Time
 	for r.completed.Load() < int64(r.f.tasks) {
 		areq := r.acquireRequest(id, held)
-		acq, err := w.Acquire(ctx, areq)
+		ack := r.earlyAck(held, leased, &lat)
+		acq, err := w.AcquireNotify(ctx, areq, ack.notify)
+		if ack.done.Load() && !ack.ok {
+			return
+		}
+		if ack.done.Load() {
+			held = nil // NB: counted once; a retry must not complete them again
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -659,7 +701,7 @@ func (r *benchRun) work(ctx context.Context, id string, w *client.Client) {
 			return
 		}
 		streak = 0
-		if len(held) > 0 {
+		if len(areq.GetComplete()) > 0 {
 			// NB: completions above the client's call bound went ahead
 			// in CompleteMany calls of their own.
 			r.calls.complete.Add(int64(w.CompleteManyCalls(&pb.CompleteManyRequest{Items: areq.GetComplete()}) - 1))
@@ -684,13 +726,42 @@ func (r *benchRun) work(ctx context.Context, id string, w *client.Client) {
 	}
 }
 
-// acquireRequest is worker id's next Acquire, completing held.
+// acquireRequest is worker id's next Acquire, completing held. It does
+// not long-poll (the completions would be answered only with the next
+// task), except over a worker session, which answers them at once.
 func (r *benchRun) acquireRequest(id string, held []*pb.LeasedTask) *pb.AcquireRequest {
 	req := &pb.AcquireRequest{WorkerId: id, MaxTasks: uint32(r.f.acquireMax), Start: true, WaitSecs: uint32(r.f.waitSecs), LeaseTtlSecs: uint64(r.f.leaseTTL)}
 	if len(held) > 0 {
-		req.Complete, req.WaitSecs = r.completeItems(held), 0
+		req.Complete = r.completeItems(held)
+		if !r.f.workerSession {
+			req.WaitSecs = 0
+		}
 	}
 	return req
+}
+
+// benchAck counts the completions a worker session answers before its
+// Acquire's leases (client.AcquireNotify), once.
+type benchAck struct {
+	notify func([]*pb.CompleteItemResult) // nil: nothing held
+	done   atomic.Bool                    // notify counted them
+	ok     bool                           // completedAll's answer (set before done)
+}
+
+// earlyAck returns the ack of held's completions, leased at leased.
+func (r *benchRun) earlyAck(held []*pb.LeasedTask, leased time.Time, lat *benchLatencies) *benchAck {
+	a := &benchAck{}
+	if len(held) == 0 {
+		return a
+	}
+	a.notify = func(done []*pb.CompleteItemResult) {
+		if a.done.Load() {
+			return // a retry's replay: already counted
+		}
+		a.ok = r.completedAll(held, done, leased, lat)
+		a.done.Store(true)
+	}
+	return a
 }
 
 // completeItems are the completions of tasks, each with the run's result.

@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -157,6 +158,50 @@ func TestBench_SingleCalls(t *testing.T) {
 			t.Errorf("single calls %v: %d Enqueue calls, %d CompleteMany calls for 400 tasks", single, enq, completeMany)
 		}
 	}
+}
+
+// TestBench_WorkerSession: with --worker-session the workers' Acquires
+// (completions carried, long-polling) go as messages of one session
+// each, never as Acquire or CompleteMany calls, and every task completes.
+func TestBench_WorkerSession(t *testing.T) {
+	var f benchFlags
+	if err := newBenchFlagSet(&f).Parse([]string{"--tasks", "400", "--batch", "1", "--acquire", "1", "--producers", "8", "--workers", "4", "--lease-ttl-secs", testLeaseTTL, "--worker-session"}); err != nil {
+		t.Fatal(err)
+	}
+	paths := &pathCounter{n: map[string]int{}}
+	f.wrapTransport = func(next http.RoundTripper) http.RoundTripper { paths.next = next; return paths }
+	stop, url, key, err := startBenchNode(t.TempDir(), benchSnapshots{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	res, err := bench(context.Background(), f, url, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.tasks != 400 || res.calls[3] != 0 || paths.count("Acquire") != 0 || paths.count("CompleteMany") != 0 || paths.count("Session") != 4 {
+		t.Fatalf("%d tasks; calls: CompleteMany %d, unary Acquire %d, unary CompleteMany %d, sessions %d", res.tasks, res.calls[3], paths.count("Acquire"), paths.count("CompleteMany"), paths.count("Session"))
+	}
+}
+
+// pathCounter counts requests by RPC name.
+type pathCounter struct {
+	next http.RoundTripper
+	mu   sync.Mutex
+	n    map[string]int
+}
+
+func (p *pathCounter) RoundTrip(r *http.Request) (*http.Response, error) {
+	p.mu.Lock()
+	p.n[r.URL.Path[strings.LastIndex(r.URL.Path, "/")+1:]]++
+	p.mu.Unlock()
+	return p.next.RoundTrip(r)
+}
+
+func (p *pathCounter) count(rpc string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.n[rpc]
 }
 
 // TestBench_ResidentReplyLost: the reply of the first resident Acquire is

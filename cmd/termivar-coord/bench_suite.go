@@ -31,9 +31,13 @@ var benchSuiteModes = [...]struct {
 	{suiteDefault, func(f *benchFlags) { f.tasks = 30000 }},
 	{"1 task/call, 16 producers, 16 workers, acquire 1", func(f *benchFlags) { f.tasks, f.batch, f.acquireMax, f.producers = 6000, 1, 1, 16 }},
 	{"1 task/call as single calls (--single-calls)", func(f *benchFlags) { f.tasks, f.batch, f.acquireMax, f.producers, f.singleCalls = 6000, 1, 1, 16, true }},
+	{"1 task/call with worker sessions (--worker-session)", func(f *benchFlags) {
+		f.tasks, f.batch, f.acquireMax, f.producers, f.workerSession = 6000, 1, 1, 16, true
+	}},
 	{"1 task/Enqueue, 16 producers, acquire 128", func(f *benchFlags) { f.tasks, f.batch, f.producers = 6000, 1, 16 }},
 	{"rate 2000/s, 1 task/Enqueue, 16 producers", func(f *benchFlags) { f.tasks, f.batch, f.producers, f.rate = 6000, 1, 16, 2000 }},
 	{"rate 2000/s, batches of 20", func(f *benchFlags) { f.tasks, f.batch, f.rate = 6000, 20, 2000 }},
+	{"rate 2000/s, batches of 20, worker sessions", func(f *benchFlags) { f.tasks, f.batch, f.rate, f.workerSession = 6000, 20, 2000, true }},
 	{"256 workers", func(f *benchFlags) { f.tasks, f.workers = 30000, 256 }},
 	{"1024 workers", func(f *benchFlags) { f.tasks, f.workers = 30000, 1024 }},
 	{"64 KiB results", func(f *benchFlags) { f.tasks, f.resultBytes = 3000, 64<<10 }},

@@ -23,6 +23,8 @@ func addServerLimitFlags(fs *flag.FlagSet, l *server.Limits) {
 	fs.DurationVar(&l.AuthFailureRefill, "auth-failure-refill", d.AuthFailureRefill, "a throttled source may try once more per this interval")
 	fs.IntVar(&l.AuthSources, "auth-sources", d.AuthSources, "sources tracked by the failure throttle and the failure audit")
 	fs.DurationVar(&l.AuthAuditWindow, "auth-audit-window", d.AuthAuditWindow, "failed authentications are audited as one line per source per window")
+	fs.IntVar(&l.MaxSessionsPerKey, "max-sessions-per-key", d.MaxSessionsPerKey, "open worker sessions (Worker.Session streams) of one API key; more are refused")
+	fs.IntVar(&l.MaxSessionMessages, "max-session-messages", d.MaxSessionMessages, "messages of one worker session awaiting their answer; more are refused")
 }
 
 // warnPlaintext logs a warning when the API listens beyond loopback

@@ -56,13 +56,13 @@ func TestServeFlags_Limits(t *testing.T) {
 	f = serveFlags{}
 	err := newServeFlagSet(&f).Parse([]string{"--max-conns", "100", "--max-conns-per-source", "10", "--max-preauth-requests", "5",
 		"--header-timeout", "2s", "--body-timeout", "3s", "--idle-timeout", "4s", "--auth-failure-burst", "6",
-		"--auth-failure-refill", "7s", "--auth-sources", "8", "--auth-audit-window", "9s"})
+		"--auth-failure-refill", "7s", "--auth-sources", "8", "--auth-audit-window", "9s", "--max-sessions-per-key", "11", "--max-session-messages", "12"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := server.Limits{MaxConns: 100, MaxConnsPerSource: 10, MaxPreAuthRequests: 5, HeaderTimeout: 2 * time.Second,
 		BodyTimeout: 3 * time.Second, IdleTimeout: 4 * time.Second, AuthFailureBurst: 6, AuthFailureRefill: 7 * time.Second,
-		AuthSources: 8, AuthAuditWindow: 9 * time.Second}
+		AuthSources: 8, AuthAuditWindow: 9 * time.Second, MaxSessionsPerKey: 11, MaxSessionMessages: 12}
 	if f.serverLimits != want {
 		t.Fatalf("parsed = %+v, want %+v", f.serverLimits, want)
 	}

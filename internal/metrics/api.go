@@ -60,15 +60,22 @@ func (m *API) Interceptor() connect.Interceptor { return apiInterceptor{m} }
 type apiInterceptor struct{ m *API }
 
 func (i apiInterceptor) observe(procedure string, start time.Time, err error) {
-	if i.m == nil {
+	i.m.Observe(procedure, start, err)
+}
+
+// Observe counts and times one request of procedure that started at start
+// and ended with err: what the interceptor records for a call, and what a
+// worker session records for each of its messages (server/session.go).
+func (m *API) Observe(procedure string, start time.Time, err error) {
+	if m == nil {
 		return
 	}
 	code := "ok"
 	if err != nil {
 		code = connect.CodeOf(err).String() // unknown for an error that is no *connect.Error
 	}
-	i.m.requests.WithLabelValues(procedure, code).Inc()
-	i.m.latency.WithLabelValues(procedure).Observe(time.Since(start).Seconds())
+	m.requests.WithLabelValues(procedure, code).Inc()
+	m.latency.WithLabelValues(procedure).Observe(time.Since(start).Seconds())
 }
 
 func (i apiInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {

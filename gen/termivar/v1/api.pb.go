@@ -6159,6 +6159,331 @@ func (x *DeleteScheduleResponse) GetRevision() uint64 {
 	return 0
 }
 
+// SessionRequest is one message of Worker.Session.
+type SessionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id names the message's answers; the client chooses it, unique among
+	// the messages of the stream that are not yet answered.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Types that are valid to be assigned to Op:
+	//
+	//	*SessionRequest_Acquire
+	//	*SessionRequest_CompleteMany
+	//	*SessionRequest_Complete
+	Op            isSessionRequest_Op `protobuf_oneof:"op"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionRequest) Reset() {
+	*x = SessionRequest{}
+	mi := &file_termivar_v1_api_proto_msgTypes[86]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionRequest) ProtoMessage() {}
+
+func (x *SessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[86]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionRequest.ProtoReflect.Descriptor instead.
+func (*SessionRequest) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{86}
+}
+
+func (x *SessionRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *SessionRequest) GetOp() isSessionRequest_Op {
+	if x != nil {
+		return x.Op
+	}
+	return nil
+}
+
+func (x *SessionRequest) GetAcquire() *AcquireRequest {
+	if x != nil {
+		if x, ok := x.Op.(*SessionRequest_Acquire); ok {
+			return x.Acquire
+		}
+	}
+	return nil
+}
+
+func (x *SessionRequest) GetCompleteMany() *CompleteManyRequest {
+	if x != nil {
+		if x, ok := x.Op.(*SessionRequest_CompleteMany); ok {
+			return x.CompleteMany
+		}
+	}
+	return nil
+}
+
+func (x *SessionRequest) GetComplete() *CompleteRequest {
+	if x != nil {
+		if x, ok := x.Op.(*SessionRequest_Complete); ok {
+			return x.Complete
+		}
+	}
+	return nil
+}
+
+type isSessionRequest_Op interface {
+	isSessionRequest_Op()
+}
+
+type SessionRequest_Acquire struct {
+	// acquire is answered as Worker.Acquire. Carried completions of an
+	// acquire that may wait (wait_secs > 0) are answered at once in their
+	// own SessionResponse.completed, durable, before the leases.
+	Acquire *AcquireRequest `protobuf:"bytes,2,opt,name=acquire,proto3,oneof"`
+}
+
+type SessionRequest_CompleteMany struct {
+	CompleteMany *CompleteManyRequest `protobuf:"bytes,3,opt,name=complete_many,json=completeMany,proto3,oneof"`
+}
+
+type SessionRequest_Complete struct {
+	Complete *CompleteRequest `protobuf:"bytes,4,opt,name=complete,proto3,oneof"` // answered as Worker.Complete
+}
+
+func (*SessionRequest_Acquire) isSessionRequest_Op() {}
+
+func (*SessionRequest_CompleteMany) isSessionRequest_Op() {}
+
+func (*SessionRequest_Complete) isSessionRequest_Op() {}
+
+// SessionError is a message's failure as a whole: what the unary call
+// would have failed with.
+type SessionError struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Code    uint32                 `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"` // the Connect code
+	Message string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	Detail  *ErrorDetail           `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
+	// meta holds the error's metadata the unary call would carry as
+	// headers (the leader hint, the outcome, Retry-After).
+	Meta          map[string]string `protobuf:"bytes,4,rep,name=meta,proto3" json:"meta,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionError) Reset() {
+	*x = SessionError{}
+	mi := &file_termivar_v1_api_proto_msgTypes[87]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionError) ProtoMessage() {}
+
+func (x *SessionError) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[87]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionError.ProtoReflect.Descriptor instead.
+func (*SessionError) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{87}
+}
+
+func (x *SessionError) GetCode() uint32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *SessionError) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *SessionError) GetDetail() *ErrorDetail {
+	if x != nil {
+		return x.Detail
+	}
+	return nil
+}
+
+func (x *SessionError) GetMeta() map[string]string {
+	if x != nil {
+		return x.Meta
+	}
+	return nil
+}
+
+// SessionResponse answers one SessionRequest (by id).
+type SessionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Types that are valid to be assigned to Result:
+	//
+	//	*SessionResponse_Acquire
+	//	*SessionResponse_CompleteMany
+	//	*SessionResponse_Error
+	//	*SessionResponse_Completed
+	//	*SessionResponse_Complete
+	Result        isSessionResponse_Result `protobuf_oneof:"result"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionResponse) Reset() {
+	*x = SessionResponse{}
+	mi := &file_termivar_v1_api_proto_msgTypes[88]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionResponse) ProtoMessage() {}
+
+func (x *SessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[88]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionResponse.ProtoReflect.Descriptor instead.
+func (*SessionResponse) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{88}
+}
+
+func (x *SessionResponse) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *SessionResponse) GetResult() isSessionResponse_Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *SessionResponse) GetAcquire() *AcquireResponse {
+	if x != nil {
+		if x, ok := x.Result.(*SessionResponse_Acquire); ok {
+			return x.Acquire
+		}
+	}
+	return nil
+}
+
+func (x *SessionResponse) GetCompleteMany() *CompleteManyResponse {
+	if x != nil {
+		if x, ok := x.Result.(*SessionResponse_CompleteMany); ok {
+			return x.CompleteMany
+		}
+	}
+	return nil
+}
+
+func (x *SessionResponse) GetError() *SessionError {
+	if x != nil {
+		if x, ok := x.Result.(*SessionResponse_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+func (x *SessionResponse) GetCompleted() *CompleteManyResponse {
+	if x != nil {
+		if x, ok := x.Result.(*SessionResponse_Completed); ok {
+			return x.Completed
+		}
+	}
+	return nil
+}
+
+func (x *SessionResponse) GetComplete() *CompleteResponse {
+	if x != nil {
+		if x, ok := x.Result.(*SessionResponse_Complete); ok {
+			return x.Complete
+		}
+	}
+	return nil
+}
+
+type isSessionResponse_Result interface {
+	isSessionResponse_Result()
+}
+
+type SessionResponse_Acquire struct {
+	Acquire *AcquireResponse `protobuf:"bytes,2,opt,name=acquire,proto3,oneof"` // final
+}
+
+type SessionResponse_CompleteMany struct {
+	CompleteMany *CompleteManyResponse `protobuf:"bytes,3,opt,name=complete_many,json=completeMany,proto3,oneof"` // final
+}
+
+type SessionResponse_Error struct {
+	Error *SessionError `protobuf:"bytes,4,opt,name=error,proto3,oneof"` // final
+}
+
+type SessionResponse_Completed struct {
+	// completed answers an acquire's carried completions before its
+	// final answer (which then has no completed items).
+	Completed *CompleteManyResponse `protobuf:"bytes,5,opt,name=completed,proto3,oneof"`
+}
+
+type SessionResponse_Complete struct {
+	Complete *CompleteResponse `protobuf:"bytes,6,opt,name=complete,proto3,oneof"` // final
+}
+
+func (*SessionResponse_Acquire) isSessionResponse_Result() {}
+
+func (*SessionResponse_CompleteMany) isSessionResponse_Result() {}
+
+func (*SessionResponse_Error) isSessionResponse_Result() {}
+
+func (*SessionResponse_Completed) isSessionResponse_Result() {}
+
+func (*SessionResponse_Complete) isSessionResponse_Result() {}
+
 var File_termivar_v1_api_proto protoreflect.FileDescriptor
 
 const file_termivar_v1_api_proto_rawDesc = "" +
@@ -6696,7 +7021,29 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x15DeleteScheduleRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"4\n" +
 	"\x16DeleteScheduleResponse\x12\x1a\n" +
-	"\brevision\x18\x01 \x01(\x04R\brevision2\xae\x05\n" +
+	"\brevision\x18\x01 \x01(\x04R\brevision\"\xe4\x01\n" +
+	"\x0eSessionRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x127\n" +
+	"\aacquire\x18\x02 \x01(\v2\x1b.termivar.v1.AcquireRequestH\x00R\aacquire\x12G\n" +
+	"\rcomplete_many\x18\x03 \x01(\v2 .termivar.v1.CompleteManyRequestH\x00R\fcompleteMany\x12:\n" +
+	"\bcomplete\x18\x04 \x01(\v2\x1c.termivar.v1.CompleteRequestH\x00R\bcompleteB\x04\n" +
+	"\x02op\"\xe0\x01\n" +
+	"\fSessionError\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x120\n" +
+	"\x06detail\x18\x03 \x01(\v2\x18.termivar.v1.ErrorDetailR\x06detail\x127\n" +
+	"\x04meta\x18\x04 \x03(\v2#.termivar.v1.SessionError.MetaEntryR\x04meta\x1a7\n" +
+	"\tMetaEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe2\x02\n" +
+	"\x0fSessionResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x128\n" +
+	"\aacquire\x18\x02 \x01(\v2\x1c.termivar.v1.AcquireResponseH\x00R\aacquire\x12H\n" +
+	"\rcomplete_many\x18\x03 \x01(\v2!.termivar.v1.CompleteManyResponseH\x00R\fcompleteMany\x121\n" +
+	"\x05error\x18\x04 \x01(\v2\x19.termivar.v1.SessionErrorH\x00R\x05error\x12A\n" +
+	"\tcompleted\x18\x05 \x01(\v2!.termivar.v1.CompleteManyResponseH\x00R\tcompleted\x12;\n" +
+	"\bcomplete\x18\x06 \x01(\v2\x1d.termivar.v1.CompleteResponseH\x00R\bcompleteB\b\n" +
+	"\x06result2\xf8\x05\n" +
 	"\x06Worker\x12Y\n" +
 	"\x0eRegisterWorker\x12\".termivar.v1.RegisterWorkerRequest\x1a#.termivar.v1.RegisterWorkerResponse\x12J\n" +
 	"\tHeartbeat\x12\x1d.termivar.v1.HeartbeatRequest\x1a\x1e.termivar.v1.HeartbeatResponse\x12D\n" +
@@ -6708,7 +7055,8 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\fCompleteMany\x12 .termivar.v1.CompleteManyRequest\x1a!.termivar.v1.CompleteManyResponse\x12;\n" +
 	"\x04Fail\x12\x18.termivar.v1.FailRequest\x1a\x19.termivar.v1.FailResponse\x12M\n" +
 	"\n" +
-	"Deregister\x12\x1e.termivar.v1.DeregisterRequest\x1a\x1f.termivar.v1.DeregisterResponse2\xdd\n" +
+	"Deregister\x12\x1e.termivar.v1.DeregisterRequest\x1a\x1f.termivar.v1.DeregisterResponse\x12H\n" +
+	"\aSession\x12\x1b.termivar.v1.SessionRequest\x1a\x1c.termivar.v1.SessionResponse(\x010\x012\xdd\n" +
 	"\n" +
 	"\bProducer\x12D\n" +
 	"\aEnqueue\x12\x1b.termivar.v1.EnqueueRequest\x1a\x1c.termivar.v1.EnqueueResponse\x12P\n" +
@@ -6755,7 +7103,7 @@ func file_termivar_v1_api_proto_rawDescGZIP() []byte {
 	return file_termivar_v1_api_proto_rawDescData
 }
 
-var file_termivar_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 86)
+var file_termivar_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 90)
 var file_termivar_v1_api_proto_goTypes = []any{
 	(*ErrorDetail)(nil),                  // 0: termivar.v1.ErrorDetail
 	(*WorkerInfo)(nil),                   // 1: termivar.v1.WorkerInfo
@@ -6843,11 +7191,15 @@ var file_termivar_v1_api_proto_goTypes = []any{
 	(*ListSchedulesResponse)(nil),        // 83: termivar.v1.ListSchedulesResponse
 	(*DeleteScheduleRequest)(nil),        // 84: termivar.v1.DeleteScheduleRequest
 	(*DeleteScheduleResponse)(nil),       // 85: termivar.v1.DeleteScheduleResponse
-	(*ClusterMember)(nil),                // 86: termivar.v1.ClusterMember
-	(*BackupRecord)(nil),                 // 87: termivar.v1.BackupRecord
-	(*CoreLimits)(nil),                   // 88: termivar.v1.CoreLimits
-	(*ResultLimits)(nil),                 // 89: termivar.v1.ResultLimits
-	(*SchedulingOptions)(nil),            // 90: termivar.v1.SchedulingOptions
+	(*SessionRequest)(nil),               // 86: termivar.v1.SessionRequest
+	(*SessionError)(nil),                 // 87: termivar.v1.SessionError
+	(*SessionResponse)(nil),              // 88: termivar.v1.SessionResponse
+	nil,                                  // 89: termivar.v1.SessionError.MetaEntry
+	(*ClusterMember)(nil),                // 90: termivar.v1.ClusterMember
+	(*BackupRecord)(nil),                 // 91: termivar.v1.BackupRecord
+	(*CoreLimits)(nil),                   // 92: termivar.v1.CoreLimits
+	(*ResultLimits)(nil),                 // 93: termivar.v1.ResultLimits
+	(*SchedulingOptions)(nil),            // 94: termivar.v1.SchedulingOptions
 }
 var file_termivar_v1_api_proto_depIdxs = []int32{
 	1,  // 0: termivar.v1.RegisterWorkerResponse.worker:type_name -> termivar.v1.WorkerInfo
@@ -6872,91 +7224,103 @@ var file_termivar_v1_api_proto_depIdxs = []int32{
 	33, // 19: termivar.v1.ListTasksResponse.tasks:type_name -> termivar.v1.TaskInfo
 	46, // 20: termivar.v1.ListScansResponse.scans:type_name -> termivar.v1.ScanInfo
 	49, // 21: termivar.v1.FollowResultsResponse.results:type_name -> termivar.v1.FollowedResult
-	86, // 22: termivar.v1.StatusResponse.members:type_name -> termivar.v1.ClusterMember
-	87, // 23: termivar.v1.StatusResponse.last_backup:type_name -> termivar.v1.BackupRecord
+	90, // 22: termivar.v1.StatusResponse.members:type_name -> termivar.v1.ClusterMember
+	91, // 23: termivar.v1.StatusResponse.last_backup:type_name -> termivar.v1.BackupRecord
 	53, // 24: termivar.v1.StatusResponse.build:type_name -> termivar.v1.BuildInfo
 	1,  // 25: termivar.v1.ListWorkersResponse.workers:type_name -> termivar.v1.WorkerInfo
-	88, // 26: termivar.v1.CreateTenantRequest.limits:type_name -> termivar.v1.CoreLimits
-	89, // 27: termivar.v1.CreateTenantRequest.result_limits:type_name -> termivar.v1.ResultLimits
-	90, // 28: termivar.v1.CreateTenantRequest.scheduling:type_name -> termivar.v1.SchedulingOptions
-	90, // 29: termivar.v1.SetSchedulingOptionsRequest.options:type_name -> termivar.v1.SchedulingOptions
+	92, // 26: termivar.v1.CreateTenantRequest.limits:type_name -> termivar.v1.CoreLimits
+	93, // 27: termivar.v1.CreateTenantRequest.result_limits:type_name -> termivar.v1.ResultLimits
+	94, // 28: termivar.v1.CreateTenantRequest.scheduling:type_name -> termivar.v1.SchedulingOptions
+	94, // 29: termivar.v1.SetSchedulingOptionsRequest.options:type_name -> termivar.v1.SchedulingOptions
 	71, // 30: termivar.v1.ListKeysResponse.keys:type_name -> termivar.v1.KeyInfo
 	81, // 31: termivar.v1.ListSchedulesResponse.schedules:type_name -> termivar.v1.ScheduleInfo
-	2,  // 32: termivar.v1.Worker.RegisterWorker:input_type -> termivar.v1.RegisterWorkerRequest
-	4,  // 33: termivar.v1.Worker.Heartbeat:input_type -> termivar.v1.HeartbeatRequest
-	6,  // 34: termivar.v1.Worker.Acquire:input_type -> termivar.v1.AcquireRequest
-	9,  // 35: termivar.v1.Worker.Start:input_type -> termivar.v1.StartRequest
-	11, // 36: termivar.v1.Worker.RenewLease:input_type -> termivar.v1.RenewLeaseRequest
-	13, // 37: termivar.v1.Worker.Complete:input_type -> termivar.v1.CompleteRequest
-	15, // 38: termivar.v1.Worker.CompleteMany:input_type -> termivar.v1.CompleteManyRequest
-	18, // 39: termivar.v1.Worker.Fail:input_type -> termivar.v1.FailRequest
-	21, // 40: termivar.v1.Worker.Deregister:input_type -> termivar.v1.DeregisterRequest
-	24, // 41: termivar.v1.Producer.Enqueue:input_type -> termivar.v1.EnqueueRequest
-	25, // 42: termivar.v1.Producer.EnqueueMany:input_type -> termivar.v1.EnqueueManyRequest
-	31, // 43: termivar.v1.Producer.Cancel:input_type -> termivar.v1.CancelRequest
-	35, // 44: termivar.v1.Producer.GetTask:input_type -> termivar.v1.GetTaskRequest
-	37, // 45: termivar.v1.Producer.ListTasks:input_type -> termivar.v1.ListTasksRequest
-	39, // 46: termivar.v1.Producer.ScanProgress:input_type -> termivar.v1.ScanProgressRequest
-	57, // 47: termivar.v1.Producer.UpdateScan:input_type -> termivar.v1.UpdateScanRequest
-	79, // 48: termivar.v1.Producer.CreateSchedule:input_type -> termivar.v1.CreateScheduleRequest
-	82, // 49: termivar.v1.Producer.ListSchedules:input_type -> termivar.v1.ListSchedulesRequest
-	84, // 50: termivar.v1.Producer.DeleteSchedule:input_type -> termivar.v1.DeleteScheduleRequest
-	41, // 51: termivar.v1.Producer.Retry:input_type -> termivar.v1.RetryRequest
-	43, // 52: termivar.v1.Producer.AggregateResults:input_type -> termivar.v1.AggregateResultsRequest
-	45, // 53: termivar.v1.Producer.ListScans:input_type -> termivar.v1.ListScansRequest
-	48, // 54: termivar.v1.Producer.FollowResults:input_type -> termivar.v1.FollowResultsRequest
-	63, // 55: termivar.v1.Producer.DeleteScan:input_type -> termivar.v1.DeleteScanRequest
-	65, // 56: termivar.v1.Producer.PurgeTasks:input_type -> termivar.v1.PurgeTasksRequest
-	77, // 57: termivar.v1.Producer.CancelScan:input_type -> termivar.v1.CancelScanRequest
-	51, // 58: termivar.v1.Admin.Status:input_type -> termivar.v1.StatusRequest
-	54, // 59: termivar.v1.Admin.ListWorkers:input_type -> termivar.v1.ListWorkersRequest
-	56, // 60: termivar.v1.Admin.CreateTenant:input_type -> termivar.v1.CreateTenantRequest
-	61, // 61: termivar.v1.Admin.UpdateTenant:input_type -> termivar.v1.UpdateTenantRequest
-	68, // 62: termivar.v1.Admin.CreateKey:input_type -> termivar.v1.CreateKeyRequest
-	70, // 63: termivar.v1.Admin.ListKeys:input_type -> termivar.v1.ListKeysRequest
-	73, // 64: termivar.v1.Admin.RevokeKey:input_type -> termivar.v1.RevokeKeyRequest
-	75, // 65: termivar.v1.Admin.RotateKey:input_type -> termivar.v1.RotateKeyRequest
-	59, // 66: termivar.v1.Admin.SetSchedulingOptions:input_type -> termivar.v1.SetSchedulingOptionsRequest
-	3,  // 67: termivar.v1.Worker.RegisterWorker:output_type -> termivar.v1.RegisterWorkerResponse
-	5,  // 68: termivar.v1.Worker.Heartbeat:output_type -> termivar.v1.HeartbeatResponse
-	8,  // 69: termivar.v1.Worker.Acquire:output_type -> termivar.v1.AcquireResponse
-	10, // 70: termivar.v1.Worker.Start:output_type -> termivar.v1.StartResponse
-	12, // 71: termivar.v1.Worker.RenewLease:output_type -> termivar.v1.RenewLeaseResponse
-	14, // 72: termivar.v1.Worker.Complete:output_type -> termivar.v1.CompleteResponse
-	17, // 73: termivar.v1.Worker.CompleteMany:output_type -> termivar.v1.CompleteManyResponse
-	19, // 74: termivar.v1.Worker.Fail:output_type -> termivar.v1.FailResponse
-	22, // 75: termivar.v1.Worker.Deregister:output_type -> termivar.v1.DeregisterResponse
-	30, // 76: termivar.v1.Producer.Enqueue:output_type -> termivar.v1.EnqueueResponse
-	27, // 77: termivar.v1.Producer.EnqueueMany:output_type -> termivar.v1.EnqueueManyResponse
-	32, // 78: termivar.v1.Producer.Cancel:output_type -> termivar.v1.CancelResponse
-	36, // 79: termivar.v1.Producer.GetTask:output_type -> termivar.v1.GetTaskResponse
-	38, // 80: termivar.v1.Producer.ListTasks:output_type -> termivar.v1.ListTasksResponse
-	40, // 81: termivar.v1.Producer.ScanProgress:output_type -> termivar.v1.ScanProgressResponse
-	58, // 82: termivar.v1.Producer.UpdateScan:output_type -> termivar.v1.UpdateScanResponse
-	80, // 83: termivar.v1.Producer.CreateSchedule:output_type -> termivar.v1.CreateScheduleResponse
-	83, // 84: termivar.v1.Producer.ListSchedules:output_type -> termivar.v1.ListSchedulesResponse
-	85, // 85: termivar.v1.Producer.DeleteSchedule:output_type -> termivar.v1.DeleteScheduleResponse
-	42, // 86: termivar.v1.Producer.Retry:output_type -> termivar.v1.RetryResponse
-	44, // 87: termivar.v1.Producer.AggregateResults:output_type -> termivar.v1.AggregateResultsResponse
-	47, // 88: termivar.v1.Producer.ListScans:output_type -> termivar.v1.ListScansResponse
-	50, // 89: termivar.v1.Producer.FollowResults:output_type -> termivar.v1.FollowResultsResponse
-	64, // 90: termivar.v1.Producer.DeleteScan:output_type -> termivar.v1.DeleteScanResponse
-	66, // 91: termivar.v1.Producer.PurgeTasks:output_type -> termivar.v1.PurgeTasksResponse
-	78, // 92: termivar.v1.Producer.CancelScan:output_type -> termivar.v1.CancelScanResponse
-	52, // 93: termivar.v1.Admin.Status:output_type -> termivar.v1.StatusResponse
-	55, // 94: termivar.v1.Admin.ListWorkers:output_type -> termivar.v1.ListWorkersResponse
-	67, // 95: termivar.v1.Admin.CreateTenant:output_type -> termivar.v1.CreateTenantResponse
-	62, // 96: termivar.v1.Admin.UpdateTenant:output_type -> termivar.v1.UpdateTenantResponse
-	69, // 97: termivar.v1.Admin.CreateKey:output_type -> termivar.v1.CreateKeyResponse
-	72, // 98: termivar.v1.Admin.ListKeys:output_type -> termivar.v1.ListKeysResponse
-	74, // 99: termivar.v1.Admin.RevokeKey:output_type -> termivar.v1.RevokeKeyResponse
-	76, // 100: termivar.v1.Admin.RotateKey:output_type -> termivar.v1.RotateKeyResponse
-	60, // 101: termivar.v1.Admin.SetSchedulingOptions:output_type -> termivar.v1.SetSchedulingOptionsResponse
-	67, // [67:102] is the sub-list for method output_type
-	32, // [32:67] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	6,  // 32: termivar.v1.SessionRequest.acquire:type_name -> termivar.v1.AcquireRequest
+	15, // 33: termivar.v1.SessionRequest.complete_many:type_name -> termivar.v1.CompleteManyRequest
+	13, // 34: termivar.v1.SessionRequest.complete:type_name -> termivar.v1.CompleteRequest
+	0,  // 35: termivar.v1.SessionError.detail:type_name -> termivar.v1.ErrorDetail
+	89, // 36: termivar.v1.SessionError.meta:type_name -> termivar.v1.SessionError.MetaEntry
+	8,  // 37: termivar.v1.SessionResponse.acquire:type_name -> termivar.v1.AcquireResponse
+	17, // 38: termivar.v1.SessionResponse.complete_many:type_name -> termivar.v1.CompleteManyResponse
+	87, // 39: termivar.v1.SessionResponse.error:type_name -> termivar.v1.SessionError
+	17, // 40: termivar.v1.SessionResponse.completed:type_name -> termivar.v1.CompleteManyResponse
+	14, // 41: termivar.v1.SessionResponse.complete:type_name -> termivar.v1.CompleteResponse
+	2,  // 42: termivar.v1.Worker.RegisterWorker:input_type -> termivar.v1.RegisterWorkerRequest
+	4,  // 43: termivar.v1.Worker.Heartbeat:input_type -> termivar.v1.HeartbeatRequest
+	6,  // 44: termivar.v1.Worker.Acquire:input_type -> termivar.v1.AcquireRequest
+	9,  // 45: termivar.v1.Worker.Start:input_type -> termivar.v1.StartRequest
+	11, // 46: termivar.v1.Worker.RenewLease:input_type -> termivar.v1.RenewLeaseRequest
+	13, // 47: termivar.v1.Worker.Complete:input_type -> termivar.v1.CompleteRequest
+	15, // 48: termivar.v1.Worker.CompleteMany:input_type -> termivar.v1.CompleteManyRequest
+	18, // 49: termivar.v1.Worker.Fail:input_type -> termivar.v1.FailRequest
+	21, // 50: termivar.v1.Worker.Deregister:input_type -> termivar.v1.DeregisterRequest
+	86, // 51: termivar.v1.Worker.Session:input_type -> termivar.v1.SessionRequest
+	24, // 52: termivar.v1.Producer.Enqueue:input_type -> termivar.v1.EnqueueRequest
+	25, // 53: termivar.v1.Producer.EnqueueMany:input_type -> termivar.v1.EnqueueManyRequest
+	31, // 54: termivar.v1.Producer.Cancel:input_type -> termivar.v1.CancelRequest
+	35, // 55: termivar.v1.Producer.GetTask:input_type -> termivar.v1.GetTaskRequest
+	37, // 56: termivar.v1.Producer.ListTasks:input_type -> termivar.v1.ListTasksRequest
+	39, // 57: termivar.v1.Producer.ScanProgress:input_type -> termivar.v1.ScanProgressRequest
+	57, // 58: termivar.v1.Producer.UpdateScan:input_type -> termivar.v1.UpdateScanRequest
+	79, // 59: termivar.v1.Producer.CreateSchedule:input_type -> termivar.v1.CreateScheduleRequest
+	82, // 60: termivar.v1.Producer.ListSchedules:input_type -> termivar.v1.ListSchedulesRequest
+	84, // 61: termivar.v1.Producer.DeleteSchedule:input_type -> termivar.v1.DeleteScheduleRequest
+	41, // 62: termivar.v1.Producer.Retry:input_type -> termivar.v1.RetryRequest
+	43, // 63: termivar.v1.Producer.AggregateResults:input_type -> termivar.v1.AggregateResultsRequest
+	45, // 64: termivar.v1.Producer.ListScans:input_type -> termivar.v1.ListScansRequest
+	48, // 65: termivar.v1.Producer.FollowResults:input_type -> termivar.v1.FollowResultsRequest
+	63, // 66: termivar.v1.Producer.DeleteScan:input_type -> termivar.v1.DeleteScanRequest
+	65, // 67: termivar.v1.Producer.PurgeTasks:input_type -> termivar.v1.PurgeTasksRequest
+	77, // 68: termivar.v1.Producer.CancelScan:input_type -> termivar.v1.CancelScanRequest
+	51, // 69: termivar.v1.Admin.Status:input_type -> termivar.v1.StatusRequest
+	54, // 70: termivar.v1.Admin.ListWorkers:input_type -> termivar.v1.ListWorkersRequest
+	56, // 71: termivar.v1.Admin.CreateTenant:input_type -> termivar.v1.CreateTenantRequest
+	61, // 72: termivar.v1.Admin.UpdateTenant:input_type -> termivar.v1.UpdateTenantRequest
+	68, // 73: termivar.v1.Admin.CreateKey:input_type -> termivar.v1.CreateKeyRequest
+	70, // 74: termivar.v1.Admin.ListKeys:input_type -> termivar.v1.ListKeysRequest
+	73, // 75: termivar.v1.Admin.RevokeKey:input_type -> termivar.v1.RevokeKeyRequest
+	75, // 76: termivar.v1.Admin.RotateKey:input_type -> termivar.v1.RotateKeyRequest
+	59, // 77: termivar.v1.Admin.SetSchedulingOptions:input_type -> termivar.v1.SetSchedulingOptionsRequest
+	3,  // 78: termivar.v1.Worker.RegisterWorker:output_type -> termivar.v1.RegisterWorkerResponse
+	5,  // 79: termivar.v1.Worker.Heartbeat:output_type -> termivar.v1.HeartbeatResponse
+	8,  // 80: termivar.v1.Worker.Acquire:output_type -> termivar.v1.AcquireResponse
+	10, // 81: termivar.v1.Worker.Start:output_type -> termivar.v1.StartResponse
+	12, // 82: termivar.v1.Worker.RenewLease:output_type -> termivar.v1.RenewLeaseResponse
+	14, // 83: termivar.v1.Worker.Complete:output_type -> termivar.v1.CompleteResponse
+	17, // 84: termivar.v1.Worker.CompleteMany:output_type -> termivar.v1.CompleteManyResponse
+	19, // 85: termivar.v1.Worker.Fail:output_type -> termivar.v1.FailResponse
+	22, // 86: termivar.v1.Worker.Deregister:output_type -> termivar.v1.DeregisterResponse
+	88, // 87: termivar.v1.Worker.Session:output_type -> termivar.v1.SessionResponse
+	30, // 88: termivar.v1.Producer.Enqueue:output_type -> termivar.v1.EnqueueResponse
+	27, // 89: termivar.v1.Producer.EnqueueMany:output_type -> termivar.v1.EnqueueManyResponse
+	32, // 90: termivar.v1.Producer.Cancel:output_type -> termivar.v1.CancelResponse
+	36, // 91: termivar.v1.Producer.GetTask:output_type -> termivar.v1.GetTaskResponse
+	38, // 92: termivar.v1.Producer.ListTasks:output_type -> termivar.v1.ListTasksResponse
+	40, // 93: termivar.v1.Producer.ScanProgress:output_type -> termivar.v1.ScanProgressResponse
+	58, // 94: termivar.v1.Producer.UpdateScan:output_type -> termivar.v1.UpdateScanResponse
+	80, // 95: termivar.v1.Producer.CreateSchedule:output_type -> termivar.v1.CreateScheduleResponse
+	83, // 96: termivar.v1.Producer.ListSchedules:output_type -> termivar.v1.ListSchedulesResponse
+	85, // 97: termivar.v1.Producer.DeleteSchedule:output_type -> termivar.v1.DeleteScheduleResponse
+	42, // 98: termivar.v1.Producer.Retry:output_type -> termivar.v1.RetryResponse
+	44, // 99: termivar.v1.Producer.AggregateResults:output_type -> termivar.v1.AggregateResultsResponse
+	47, // 100: termivar.v1.Producer.ListScans:output_type -> termivar.v1.ListScansResponse
+	50, // 101: termivar.v1.Producer.FollowResults:output_type -> termivar.v1.FollowResultsResponse
+	64, // 102: termivar.v1.Producer.DeleteScan:output_type -> termivar.v1.DeleteScanResponse
+	66, // 103: termivar.v1.Producer.PurgeTasks:output_type -> termivar.v1.PurgeTasksResponse
+	78, // 104: termivar.v1.Producer.CancelScan:output_type -> termivar.v1.CancelScanResponse
+	52, // 105: termivar.v1.Admin.Status:output_type -> termivar.v1.StatusResponse
+	55, // 106: termivar.v1.Admin.ListWorkers:output_type -> termivar.v1.ListWorkersResponse
+	67, // 107: termivar.v1.Admin.CreateTenant:output_type -> termivar.v1.CreateTenantResponse
+	62, // 108: termivar.v1.Admin.UpdateTenant:output_type -> termivar.v1.UpdateTenantResponse
+	69, // 109: termivar.v1.Admin.CreateKey:output_type -> termivar.v1.CreateKeyResponse
+	72, // 110: termivar.v1.Admin.ListKeys:output_type -> termivar.v1.ListKeysResponse
+	74, // 111: termivar.v1.Admin.RevokeKey:output_type -> termivar.v1.RevokeKeyResponse
+	76, // 112: termivar.v1.Admin.RotateKey:output_type -> termivar.v1.RotateKeyResponse
+	60, // 113: termivar.v1.Admin.SetSchedulingOptions:output_type -> termivar.v1.SetSchedulingOptionsResponse
+	78, // [78:114] is the sub-list for method output_type
+	42, // [42:78] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_termivar_v1_api_proto_init() }
@@ -6981,13 +7345,25 @@ func file_termivar_v1_api_proto_init() {
 	file_termivar_v1_api_proto_msgTypes[46].OneofWrappers = []any{}
 	file_termivar_v1_api_proto_msgTypes[57].OneofWrappers = []any{}
 	file_termivar_v1_api_proto_msgTypes[59].OneofWrappers = []any{}
+	file_termivar_v1_api_proto_msgTypes[86].OneofWrappers = []any{
+		(*SessionRequest_Acquire)(nil),
+		(*SessionRequest_CompleteMany)(nil),
+		(*SessionRequest_Complete)(nil),
+	}
+	file_termivar_v1_api_proto_msgTypes[88].OneofWrappers = []any{
+		(*SessionResponse_Acquire)(nil),
+		(*SessionResponse_CompleteMany)(nil),
+		(*SessionResponse_Error)(nil),
+		(*SessionResponse_Completed)(nil),
+		(*SessionResponse_Complete)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_termivar_v1_api_proto_rawDesc), len(file_termivar_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   86,
+			NumMessages:   90,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -63,6 +63,8 @@ const (
 	WorkerFailProcedure = "/termivar.v1.Worker/Fail"
 	// WorkerDeregisterProcedure is the fully-qualified name of the Worker's Deregister RPC.
 	WorkerDeregisterProcedure = "/termivar.v1.Worker/Deregister"
+	// WorkerSessionProcedure is the fully-qualified name of the Worker's Session RPC.
+	WorkerSessionProcedure = "/termivar.v1.Worker/Session"
 	// ProducerEnqueueProcedure is the fully-qualified name of the Producer's Enqueue RPC.
 	ProducerEnqueueProcedure = "/termivar.v1.Producer/Enqueue"
 	// ProducerEnqueueManyProcedure is the fully-qualified name of the Producer's EnqueueMany RPC.
@@ -134,6 +136,12 @@ type WorkerClient interface {
 	CompleteMany(context.Context, *connect.Request[v1.CompleteManyRequest]) (*connect.Response[v1.CompleteManyResponse], error)
 	Fail(context.Context, *connect.Request[v1.FailRequest]) (*connect.Response[v1.FailResponse], error)
 	Deregister(context.Context, *connect.Request[v1.DeregisterRequest]) (*connect.Response[v1.DeregisterResponse], error)
+	// Session is a persistent worker stream over HTTP/2 (docs/node.md,
+	// "Worker sessions"): authenticated once when it opens, the key checked
+	// again before each message. Each SessionRequest is one Acquire or
+	// CompleteMany or Complete under exactly that RPC's rules, answered by its id;
+	// answers may come out of order.
+	Session(context.Context) *connect.BidiStreamForClient[v1.SessionRequest, v1.SessionResponse]
 }
 
 // NewWorkerClient constructs a client for the termivar.v1.Worker service. By default, it uses the
@@ -201,6 +209,12 @@ func NewWorkerClient(httpClient connect.HTTPClient, baseURL string, opts ...conn
 			connect.WithSchema(workerMethods.ByName("Deregister")),
 			connect.WithClientOptions(opts...),
 		),
+		session: connect.NewClient[v1.SessionRequest, v1.SessionResponse](
+			httpClient,
+			baseURL+WorkerSessionProcedure,
+			connect.WithSchema(workerMethods.ByName("Session")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -215,6 +229,7 @@ type workerClient struct {
 	completeMany   *connect.Client[v1.CompleteManyRequest, v1.CompleteManyResponse]
 	fail           *connect.Client[v1.FailRequest, v1.FailResponse]
 	deregister     *connect.Client[v1.DeregisterRequest, v1.DeregisterResponse]
+	session        *connect.Client[v1.SessionRequest, v1.SessionResponse]
 }
 
 // RegisterWorker calls termivar.v1.Worker.RegisterWorker.
@@ -262,6 +277,11 @@ func (c *workerClient) Deregister(ctx context.Context, req *connect.Request[v1.D
 	return c.deregister.CallUnary(ctx, req)
 }
 
+// Session calls termivar.v1.Worker.Session.
+func (c *workerClient) Session(ctx context.Context) *connect.BidiStreamForClient[v1.SessionRequest, v1.SessionResponse] {
+	return c.session.CallBidiStream(ctx)
+}
+
 // WorkerHandler is an implementation of the termivar.v1.Worker service.
 type WorkerHandler interface {
 	RegisterWorker(context.Context, *connect.Request[v1.RegisterWorkerRequest]) (*connect.Response[v1.RegisterWorkerResponse], error)
@@ -277,6 +297,12 @@ type WorkerHandler interface {
 	CompleteMany(context.Context, *connect.Request[v1.CompleteManyRequest]) (*connect.Response[v1.CompleteManyResponse], error)
 	Fail(context.Context, *connect.Request[v1.FailRequest]) (*connect.Response[v1.FailResponse], error)
 	Deregister(context.Context, *connect.Request[v1.DeregisterRequest]) (*connect.Response[v1.DeregisterResponse], error)
+	// Session is a persistent worker stream over HTTP/2 (docs/node.md,
+	// "Worker sessions"): authenticated once when it opens, the key checked
+	// again before each message. Each SessionRequest is one Acquire or
+	// CompleteMany or Complete under exactly that RPC's rules, answered by its id;
+	// answers may come out of order.
+	Session(context.Context, *connect.BidiStream[v1.SessionRequest, v1.SessionResponse]) error
 }
 
 // NewWorkerHandler builds an HTTP handler from the service implementation. It returns the path on
@@ -340,6 +366,12 @@ func NewWorkerHandler(svc WorkerHandler, opts ...connect.HandlerOption) (string,
 		connect.WithSchema(workerMethods.ByName("Deregister")),
 		connect.WithHandlerOptions(opts...),
 	)
+	workerSessionHandler := connect.NewBidiStreamHandler(
+		WorkerSessionProcedure,
+		svc.Session,
+		connect.WithSchema(workerMethods.ByName("Session")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/termivar.v1.Worker/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case WorkerRegisterWorkerProcedure:
@@ -360,6 +392,8 @@ func NewWorkerHandler(svc WorkerHandler, opts ...connect.HandlerOption) (string,
 			workerFailHandler.ServeHTTP(w, r)
 		case WorkerDeregisterProcedure:
 			workerDeregisterHandler.ServeHTTP(w, r)
+		case WorkerSessionProcedure:
+			workerSessionHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -403,6 +437,10 @@ func (UnimplementedWorkerHandler) Fail(context.Context, *connect.Request[v1.Fail
 
 func (UnimplementedWorkerHandler) Deregister(context.Context, *connect.Request[v1.DeregisterRequest]) (*connect.Response[v1.DeregisterResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Worker.Deregister is not implemented"))
+}
+
+func (UnimplementedWorkerHandler) Session(context.Context, *connect.BidiStream[v1.SessionRequest, v1.SessionResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Worker.Session is not implemented"))
 }
 
 // ProducerClient is a client for the termivar.v1.Producer service.

@@ -1,0 +1,318 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/gen/termivar/v1/termivarv1connect"
+	"github.com/termivar/distributed/internal/audit"
+	"github.com/termivar/distributed/internal/wireerr"
+)
+
+// Worker sessions (docs/node.md, "Worker sessions"): Worker.Session is a
+// bidi stream over HTTP/2 that carries a worker's Acquire and CompleteMany
+// calls as messages, so each costs one message exchange instead of one
+// HTTP request (docs/benchmarks.md, "A worker session stream").
+//
+//   - S1: the stream is authenticated once when it opens, by preauth like
+//     every call; before each message its key is looked up again in the
+//     published key table (revoked or rotated: the stream ends
+//     Unauthenticated; its tenant gone: the stream ends as authenticate
+//     would have refused it).
+//   - S2: each message runs through callMsg with the handler's own work
+//     (workerHandler.acquire, completeMany, complete): the same checks, limits,
+//     audit line, error kinds and codes as the unary call; its metrics
+//     are recorded under the unary procedure's name.
+//   - S3: at most Limits.MaxSessionMessages messages await their final
+//     answer; one more is answered session_limit and changes nothing. At
+//     most Limits.MaxSessionsPerKey sessions of one key are open.
+//   - S4: answers are sent by id, in the order they are ready; every
+//     goroutine a message started has ended when the handler returns.
+//   - S5: the stream is not forwarded: a follower refuses its open with
+//     not_leader (forward.go), and a session whose node is no longer the
+//     leader, or is shutting down, ends Unavailable after its messages in
+//     flight are answered; one whose work the end cut off (its context
+//     cancelled) is answered Unavailable with an unknown outcome
+//     (unknownIfEnded), as a unary call whose connection broke.
+
+// KindSessionLimit: a worker session limit (S3) was reached.
+const KindSessionLimit = "session_limit"
+
+const (
+	sessionProcedure      = termivarv1connect.WorkerSessionProcedure
+	sessionAcquire        = termivarv1connect.WorkerAcquireProcedure
+	sessionCompleteMany   = termivarv1connect.WorkerCompleteManyProcedure
+	sessionComplete       = termivarv1connect.WorkerCompleteProcedure
+	errSessionMessageBusy = "too many messages of this session await their answer"
+)
+
+// sessionKeys counts the open sessions of each key (S3).
+type sessionKeys struct {
+	mu   sync.Mutex
+	open map[string]int
+}
+
+// acquire takes a session slot of key; false when it has max open.
+func (k *sessionKeys) acquire(key string, max int) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.open == nil {
+		k.open = map[string]int{}
+	}
+	if k.open[key] >= max {
+		return false
+	}
+	k.open[key]++
+	return true
+}
+
+func (k *sessionKeys) release(key string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.open[key]--; k.open[key] <= 0 {
+		delete(k.open, key)
+	}
+}
+
+type sessionCtxKey struct{}
+
+// sessionHTTP gives a session handler its stream's ResponseController
+// (through the context), so that shutdown and leadership loss can end a
+// Receive that waits for the client (S5).
+func sessionHTTP(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), sessionCtxKey{}, rc)))
+	})
+}
+
+// session is one open Worker.Session stream.
+type session struct {
+	h      workerHandler
+	st     *connect.BidiStream[pb.SessionRequest, pb.SessionResponse]
+	p      principal
+	hash   []byte        // the key's hash at the open (S1: a rotation ends the stream)
+	slots  chan struct{} // one per message awaiting its final answer (S3)
+	sendMu sync.Mutex
+	wg     sync.WaitGroup
+}
+
+// Session serves one worker session stream.
+func (h workerHandler) Session(ctx context.Context, st *connect.BidiStream[pb.SessionRequest, pb.SessionResponse]) error {
+	p, err := principalFrom(ctx)
+	if err != nil {
+		// NB: audited as a mutating call's refusal is (call).
+		h.s.audit.Record(ctx, audit.Entry{KeyID: p.KeyID, Tenant: p.Tenant, Method: "Worker.Session", Outcome: kindOf(err)})
+		return h.s.withLeaderHint(toConnect(err))
+	}
+	if !h.s.node.IsLeader() {
+		return notLeaderError(h.s.node.LeaderAPIURL(), "not the leader (worker sessions are not forwarded)")
+	}
+	rec, ok := h.s.node.Reads().Key(p.KeyID)
+	if !ok {
+		return toConnect(errUnauthenticated("unknown API key"))
+	}
+	if !h.s.sessions.acquire(p.KeyID, h.s.limits.MaxSessionsPerKey) {
+		return toConnect(&apiError{KindSessionLimit, "too many open sessions of this key"})
+	}
+	defer h.s.sessions.release(p.KeyID)
+	ss := &session{h: h, st: st, p: p, hash: rec.Hash, slots: make(chan struct{}, h.s.limits.MaxSessionMessages)}
+	return ss.run(ctx)
+}
+
+// run receives messages until the client closes its side (nil, once
+// every message is answered) or the stream must end (its error).
+func (ss *session) run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := ss.watch(ctx)
+	var end error
+	defer func() {
+		stop()
+		if end != nil {
+			cancel() // NB: waiting messages answer at once (S5)
+		}
+		ss.wg.Wait()
+		cancel()
+	}()
+	for {
+		m, err := ss.st.Receive()
+		if err != nil {
+			end = ss.endCause(err)
+			return end
+		}
+		if end = ss.admit(); end != nil {
+			return end
+		}
+		ss.dispatch(ctx, m)
+	}
+}
+
+// watch ends a waiting Receive when the server shuts down (S5); the
+// returned func stops watching.
+func (ss *session) watch(ctx context.Context) func() {
+	rc, _ := ctx.Value(sessionCtxKey{}).(*http.ResponseController)
+	done := make(chan struct{})
+	ss.wg.Go(func() {
+		select {
+		case <-ss.h.s.stopping:
+			if rc != nil {
+				_ = rc.SetReadDeadline(time.Now())
+			}
+		case <-done:
+		case <-ctx.Done():
+		}
+	})
+	return func() { close(done) }
+}
+
+// endCause is the stream's end for a failed Receive: nil when the client
+// closed its side, Unavailable when the server is shutting down.
+func (ss *session) endCause(err error) error {
+	select {
+	case <-ss.h.s.stopping:
+		return toConnect(&apiError{KindUnavailable, "server shutting down"})
+	default:
+	}
+	if errors.Is(err, io.EOF) {
+		return nil
+	}
+	return err
+}
+
+// admit checks the stream's key and the node before a message (S1, S5).
+func (ss *session) admit() error {
+	s := ss.h.s
+	rec, ok := s.node.Reads().Key(ss.p.KeyID)
+	var err error
+	switch {
+	case !ok || !bytes.Equal(rec.Hash, ss.hash):
+		err = errUnauthenticated("API key revoked or rotated")
+	case !s.node.IsLeader():
+		return notLeaderError(s.node.LeaderAPIURL(), "not the leader")
+	}
+	if err == nil {
+		if _, ok := s.node.Reads().Tenant(ss.p.Tenant); !ok {
+			err = &apiError{KindUnknownTenant, "tenant does not exist"}
+		}
+	}
+	if err != nil {
+		s.cfg.Metrics.AuthRejected("unauthenticated")
+		s.audit.Record(context.Background(), audit.Entry{KeyID: ss.p.KeyID, Tenant: ss.p.Tenant, Method: "Worker.Session", Outcome: kindOf(err)})
+		return toConnect(err)
+	}
+	return nil
+}
+
+// dispatch serves m in a goroutine of its own, or answers session_limit
+// when MaxSessionMessages await their answer (S3).
+func (ss *session) dispatch(ctx context.Context, m *pb.SessionRequest) {
+	select {
+	case ss.slots <- struct{}{}:
+	default:
+		ss.fail(m.GetId(), toConnect(&apiError{KindSessionLimit, errSessionMessageBusy}))
+		return
+	}
+	ss.wg.Go(func() {
+		defer func() { <-ss.slots }()
+		ss.serve(ctx, m)
+	})
+}
+
+// serve answers one message as its unary call would (S2).
+func (ss *session) serve(ctx context.Context, m *pb.SessionRequest) {
+	s, id, start := ss.h.s, m.GetId(), time.Now()
+	switch op := m.GetOp().(type) {
+	case *pb.SessionRequest_Acquire:
+		early := func(done []*pb.CompleteItemResult) {
+			ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Completed{Completed: &pb.CompleteManyResponse{Results: done}}})
+		}
+		res, err := callMsg(ctx, s, sessionAcquire, op.Acquire, true, ss.h.acquire(early))
+		s.cfg.Metrics.Observe(sessionAcquire, start, err)
+		ss.answer(ctx, id, err, func() *pb.SessionResponse {
+			return &pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Acquire{Acquire: res}}
+		})
+	case *pb.SessionRequest_CompleteMany:
+		res, err := callMsg(ctx, s, sessionCompleteMany, op.CompleteMany, true, ss.h.completeMany)
+		s.cfg.Metrics.Observe(sessionCompleteMany, start, err)
+		ss.answer(ctx, id, err, func() *pb.SessionResponse {
+			return &pb.SessionResponse{Id: id, Result: &pb.SessionResponse_CompleteMany{CompleteMany: res}}
+		})
+	case *pb.SessionRequest_Complete:
+		res, err := callMsg(ctx, s, sessionComplete, op.Complete, true, ss.h.complete)
+		s.cfg.Metrics.Observe(sessionComplete, start, err)
+		ss.answer(ctx, id, err, func() *pb.SessionResponse {
+			return &pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Complete{Complete: res}}
+		})
+	default:
+		ss.fail(id, toConnect(errInvalid("session message carries no operation")))
+	}
+}
+
+// answer sends ok() or, when err is set, err as the message's answer.
+func (ss *session) answer(ctx context.Context, id uint64, err error, ok func() *pb.SessionResponse) {
+	if err != nil {
+		ss.fail(id, unknownIfEnded(ctx, err))
+		return
+	}
+	ss.send(ok())
+}
+
+// unknownIfEnded is err, or, when the session ended under the message
+// (its context cancelled: S5, S1), Unavailable with an unknown outcome: a
+// proposal cut off may still be applied, so the client must treat the
+// message as a unary call whose connection broke (client/session.go C1).
+func unknownIfEnded(ctx context.Context, err error) error {
+	if ctx.Err() == nil {
+		return err
+	}
+	ce := connect.NewError(connect.CodeUnavailable, errors.New("the worker session ended before the message's outcome was known"))
+	if d, derr := connect.NewErrorDetail(&pb.ErrorDetail{Kind: KindUnavailable, Reason: "session ended"}); derr == nil {
+		ce.AddDetail(d)
+	}
+	ce.Meta().Set(OutcomeHeader, OutcomeUnknown)
+	return ce
+}
+
+// fail answers message id with err (a *connect.Error from toConnect).
+func (ss *session) fail(id uint64, err error) {
+	ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Error{Error: sessionError(err)}})
+}
+
+// sessionError is err as a SessionError: its code, message, detail and
+// metadata, so the client rebuilds the unary call's error.
+func sessionError(err error) *pb.SessionError {
+	ce, ok := errors.AsType[*connect.Error](err)
+	if !ok {
+		ce, _ = errors.AsType[*connect.Error](toConnect(err))
+	}
+	out := &pb.SessionError{Code: uint32(ce.Code()), Message: ce.Message()}
+	if d, ok := wireerr.DetailOf(ce); ok {
+		out.Detail = d
+	}
+	for k, v := range ce.Meta() {
+		if len(v) > 0 {
+			if out.Meta == nil {
+				out.Meta = map[string]string{}
+			}
+			out.Meta[k] = v[0]
+		}
+	}
+	return out
+}
+
+// send writes one answer; answers of concurrent messages are serialised
+// (S4). A failed send means the stream is gone: the client treats every
+// unanswered message as of unknown outcome.
+func (ss *session) send(r *pb.SessionResponse) {
+	ss.sendMu.Lock()
+	defer ss.sendMu.Unlock()
+	_ = ss.st.Send(r)
+}

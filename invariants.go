@@ -338,7 +338,7 @@ func (c *coordinator) auditWorker(id string, w *workerRec, leases int) *Error {
 
 // auditTreap checks the live-worker index (I9): exactly the linked
 // workers, in key order, heap-ordered by priority, with parent links,
-// cached scores and subtree bests.
+// cached selection keys and subtree bests with their keys' copies.
 func (c *coordinator) auditTreap(linked int) *Error {
 	count := 0
 	var prev *workerRec
@@ -350,11 +350,7 @@ func (c *coordinator) auditTreap(linked int) *Error {
 		if (w.left != nil && (w.left.prio > w.prio || w.left.parent != w)) || (w.right != nil && (w.right.prio > w.prio || w.right.parent != w)) {
 			return false
 		}
-		wantScore := uint32(0)
-		if w.eligibleIgnoringTime() {
-			wantScore = w.availableSlots()
-		}
-		if w.score != wantScore || w.best != w.subtreeBest() || w.bestScore != bestScoreOf(w.best) || w.bestRank != bestRankOf(w.best) {
+		if w.key != w.wantKey() || w.best != w.subtreeBest() || w.bestKey != bestKeyOf(w.best) {
 			return false
 		}
 		prev = w

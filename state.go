@@ -112,12 +112,13 @@ type workerRec struct {
 	best        *workerRec
 	prio        uint64
 	rank        uint64 // tie-break in ID order (ranks.go, I9)
-	// bestScore and bestRank copy best's score and rank (0 and 0 when best
-	// is nil), so that a pull compares its children's bests without
-	// reading those workers' records (I9).
-	bestRank  uint64
-	bestScore uint32
-	score     uint32 // cached availableSlots() when eligible ignoring time, else 0
+	// key is w's selection key (treap.go, selectionKey): its cached
+	// availableSlots() when eligible ignoring time and its rank packed into
+	// one integer, 0 when not eligible. bestKey copies best's key (0 when
+	// best is nil), so that a pull compares its children's bests with one
+	// integer comparison each, without reading those workers' records (I9).
+	key     uint64
+	bestKey uint64
 
 	id            string
 	generation    uint64

@@ -129,7 +129,7 @@ func TestTreap_MatchesBruteForce(t *testing.T) {
 // when two neighbours' ranks leave no room. Method: register IDs in
 // increasing order ("a" < "aa" < "aaa" < … < "b": each takes a step above
 // the previous) and then in decreasing order just above "a" ("a999",
-// "a998", …: each halves the gap left above "a", so about every 32nd
+// "a998", …: each halves the gap left above "a", so about every 24th
 // registration re-ranks every worker); audit after each (the audit also
 // checks the treap's cached copies of the ranks) and check the chosen
 // worker by brute force.
@@ -150,9 +150,9 @@ func TestWorkerRanks_IDOrderThroughReranks(t *testing.T) {
 			t.Fatalf("after registering %d IDs: %v", i+53, err)
 		}
 	}
-	// Without a re-rank "a999" would sit 2^31 above "a" (half the step "aa"
+	// Without a re-rank "a999" would sit 2^23 above "a" (half the step "aa"
 	// took); a re-rank spreads the ~150 workers over the whole space.
-	if r := h.p.c.workers["a"].rank; h.p.c.workers["a999"].rank-r <= 1<<32 {
+	if r := h.p.c.workers["a"].rank; h.p.c.workers["a999"].rank-r <= rankStep {
 		t.Fatalf("no re-rank spread the ranks again: a=%d a999=%d", r, h.p.c.workers["a999"].rank)
 	}
 	ranks := h.p.c.byID.Len()
@@ -202,12 +202,12 @@ func TestWorkerRec_TreapFieldsInOneLine(t *testing.T) {
 	if size := unsafe.Sizeof(w); size != 192 {
 		t.Fatalf("sizeof(workerRec) = %d, want 192 (a 64-byte aligned size class)", size)
 	}
-	end := unsafe.Offsetof(w.score) + unsafe.Sizeof(w.score)
+	end := unsafe.Offsetof(w.bestKey) + unsafe.Sizeof(w.bestKey)
 	for name, off := range map[string]uintptr{"left": unsafe.Offsetof(w.left), "right": unsafe.Offsetof(w.right),
 		"parent": unsafe.Offsetof(w.parent), "best": unsafe.Offsetof(w.best), "prio": unsafe.Offsetof(w.prio),
-		"rank": unsafe.Offsetof(w.rank), "bestRank": unsafe.Offsetof(w.bestRank), "bestScore": unsafe.Offsetof(w.bestScore)} {
+		"rank": unsafe.Offsetof(w.rank), "key": unsafe.Offsetof(w.key), "bestKey": unsafe.Offsetof(w.bestKey)} {
 		if off >= 64 || end > 64 {
-			t.Fatalf("treap field %s at offset %d (score ends at %d), want all within the first 64 bytes", name, off, end)
+			t.Fatalf("treap field %s at offset %d (bestKey ends at %d), want all within the first 64 bytes", name, off, end)
 		}
 	}
 	h := newHarness(t, DefaultLimits())

@@ -313,13 +313,8 @@ func (c *coordinator) auditWorker(id string, w *workerRec, leases int) *Error {
 	if w.generation == 0 || !w.status.Valid() || w.capacity == 0 || w.capacity > MaxWorkerCapacity {
 		return auditError("I4: worker record is invalid")
 	}
-	if validateUtilization(w.cpu, w.mem, w.net) != nil || len(w.tags) > MaxWorkerTags {
+	if validateUtilization(w.cpu, w.mem, w.net) != nil || w.tagBits>>(TagExternal+1) != 0 {
 		return auditError("I4: worker utilization or tags are invalid")
-	}
-	for i, tag := range w.tags {
-		if !tag.Valid() || (i > 0 && w.tags[i-1] >= tag) {
-			return auditError("I4: worker tags are not sorted, distinct and valid")
-		}
 	}
 	if w.lastHeartbeat > c.logicalTime {
 		return auditError("I8: heartbeat after logical time")

@@ -36,7 +36,7 @@ func TestCheckInvariants_DetectsCorruption(t *testing.T) {
 		"stale best key copy":   func(c *coordinator) { c.alive.bestKey-- },
 		"stale subtree best":    func(c *coordinator) { c.alive.best = nil },
 		"bad utilization":       func(c *coordinator) { c.workers["b"].cpu = 10001 },
-		"unsorted tags":         func(c *coordinator) { c.workers["b"].tags = []WorkerTag{TagGPU, TagLinux} },
+		"invalid tag bit":       func(c *coordinator) { c.workers["b"].tagBits = 1 << (TagExternal + 1) },
 		"invalid target":        func(c *coordinator) { c.tasks["queued"].target = "" },
 	}
 	for name, corrupt := range corruptions {

@@ -128,14 +128,19 @@ type workerRec struct {
 	completed     uint64
 	lastHeartbeat uint64
 	cpu, mem, net uint16
-	tags          []WorkerTag
+	// tagBits holds the declared tags, bit t for WorkerTag t: a set, so
+	// sorted and distinct by construction. One byte where a slice header
+	// took 24, so that every field a heartbeat reads or returns (id to
+	// tagBits) shares the record's second cache line (docs/benchmarks.md,
+	// issue 15; pinned by TestWorkerRec_TreapFieldsInOneLine).
+	tagBits uint8
 
 	// leases are the tasks whose lease w holds, in no particular order
 	// (workerLeases sorts them), for worker-loss recovery; a task knows its
 	// slot (taskRec.leaseSlot), so adding and dropping are O(1).
 	leases []*taskRec
 
-	_ [16]byte // to 192 bytes (see above)
+	_ [40]byte // to 192 bytes (see above)
 }
 
 func (w *workerRec) effectiveCapacity() uint32 {
@@ -497,7 +502,7 @@ func (w *workerRec) view() WorkerNode {
 		cpuBasisPoints:     w.cpu,
 		memoryBasisPoints:  w.mem,
 		networkBasisPoints: w.net,
-		tags:               append([]WorkerTag(nil), w.tags...),
+		tags:               w.tagList(),
 	}
 }
 

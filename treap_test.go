@@ -210,6 +210,19 @@ func TestWorkerRec_TreapFieldsInOneLine(t *testing.T) {
 			t.Fatalf("treap field %s at offset %d (bestKey ends at %d), want all within the first 64 bytes", name, off, end)
 		}
 	}
+	// Every field a heartbeat reads or returns (UpdateWorker and the
+	// WorkerNode view) is in the second line, so a heartbeat touches two
+	// lines of the record (the third holds the lease slice).
+	for name, r := range map[string][2]uintptr{"id": {unsafe.Offsetof(w.id), unsafe.Sizeof(w.id)},
+		"generation": {unsafe.Offsetof(w.generation), 8}, "status": {unsafe.Offsetof(w.status), unsafe.Sizeof(w.status)},
+		"capacity": {unsafe.Offsetof(w.capacity), 4}, "current": {unsafe.Offsetof(w.current), 4},
+		"completed": {unsafe.Offsetof(w.completed), 8}, "lastHeartbeat": {unsafe.Offsetof(w.lastHeartbeat), 8},
+		"cpu": {unsafe.Offsetof(w.cpu), 2}, "mem": {unsafe.Offsetof(w.mem), 2}, "net": {unsafe.Offsetof(w.net), 2},
+		"tagBits": {unsafe.Offsetof(w.tagBits), 1}} {
+		if r[0] < 64 || r[0]+r[1] > 128 {
+			t.Fatalf("heartbeat field %s at offsets %d–%d, want all within the second 64 bytes", name, r[0], r[0]+r[1])
+		}
+	}
 	h := newHarness(t, DefaultLimits())
 	for i := range 100 {
 		h.register(fmt.Sprint("w", i), 1)

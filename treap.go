@@ -261,11 +261,12 @@ func treapAppend(root, w *workerRec) *workerRec {
 	if w.key == 0 {
 		return root // the ancestors' subtrees gained no eligible worker
 	}
-	for a := parent; a != nil; a = a.parent {
-		if betterWorker(a.best, w) != w {
-			break // w does not beat a's best, nor any ancestor's (a total order)
-		}
-		a.setBest(w)
+	// w beats a's best iff its key is higher (keys of eligible workers
+	// differ, I9); the copy bestKey answers without reading the best's
+	// record. Where w does not beat a's best it beats no ancestor's either
+	// (each ancestor's best is at least a's).
+	for a := parent; a != nil && a.bestKey < w.key; a = a.parent {
+		a.best, a.bestKey = w, w.key
 	}
 	return root
 }

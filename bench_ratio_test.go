@@ -8,9 +8,12 @@ package distributed
 // stopped), inside one benchmark, so that both see the same machine load
 // however it drifts. Separate benchmarks run seconds apart and, on a
 // shared machine, their ratios swing by 2× or more from run to run.
-// Each sub-benchmark reports both sides' ns/op and their ratio.
+// Each sub-benchmark reports both sides' wall ns/op and their ratio, and
+// the same from the thread's CPU clock (cpu-ns/op: time the thread waited
+// for a core is not counted; the goroutine is locked to its thread).
 
 import (
+	"runtime"
 	"testing"
 	"time"
 )
@@ -33,35 +36,48 @@ func BenchmarkSizeRatio(b *testing.B) {
 	}
 	for _, p := range pairs {
 		b.Run(p.name, func(b *testing.B) {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
 			num, den := p.num(b), p.den(b)
 			b.ReportAllocs()
 			b.StopTimer()
 			b.ResetTimer()
-			var numT, denT time.Duration
+			var numT, denT batchTime
 			for done := 0; done < b.N; {
 				n := min(benchBatch, b.N-done)
-				numT += timedBatch(b, num, n)
-				denT += timedBatch(b, den, n)
+				numT.add(timedBatch(b, num, n))
+				denT.add(timedBatch(b, den, n))
 				done += n
 			}
-			b.ReportMetric(float64(numT.Nanoseconds())/float64(b.N), p.numN+"-ns/op")
-			b.ReportMetric(float64(denT.Nanoseconds())/float64(b.N), p.denN+"-ns/op")
-			b.ReportMetric(float64(numT)/float64(denT), p.numN+"/"+p.denN)
+			for _, m := range []struct {
+				unit     string
+				num, den time.Duration
+			}{{"ns/op", numT.wall, denT.wall}, {"cpu-ns/op", numT.cpu, denT.cpu}} {
+				b.ReportMetric(float64(m.num.Nanoseconds())/float64(b.N), p.numN+"-"+m.unit)
+				b.ReportMetric(float64(m.den.Nanoseconds())/float64(b.N), p.denN+"-"+m.unit)
+			}
+			b.ReportMetric(float64(numT.wall)/float64(denT.wall), p.numN+"/"+p.denN)
+			b.ReportMetric(float64(numT.cpu)/float64(denT.cpu), p.numN+"/"+p.denN+"-cpu")
 		})
 	}
 }
 
+// batchTime is the wall and thread CPU time of calls.
+type batchTime struct{ wall, cpu time.Duration }
+
+func (t *batchTime) add(u batchTime) { t.wall, t.cpu = t.wall+u.wall, t.cpu+u.cpu }
+
 // timedBatch prepares n calls of o, then makes them with the benchmark's
 // timer running (so its allocation count covers both sides) and returns
-// their wall time.
-func timedBatch(b *testing.B, o sizedOp, n int) time.Duration {
+// their wall and thread CPU time.
+func timedBatch(b *testing.B, o sizedOp, n int) batchTime {
 	o.prepare(n)
 	b.StartTimer()
-	start := time.Now()
+	start, startCPU := time.Now(), threadCPU()
 	for range n {
 		o.op()
 	}
-	d := time.Since(start)
+	t := batchTime{time.Since(start), threadCPU() - startCPU}
 	b.StopTimer()
-	return d
+	return t
 }

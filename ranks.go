@@ -19,7 +19,7 @@ import "github.com/google/btree"
 
 // rankStep is the most a new rank moves away from its lower neighbour:
 // registrations in increasing ID order, the common case (worker-1,
-// worker-2, …), use up a gap 2^32 at a time instead of halving it, and
+// worker-2, …), use up a gap 2^24 at a time instead of halving it, and
 // the rest of the gap stays for IDs registered in between later.
 const rankStep = 1 << 24
 

@@ -1,7 +1,6 @@
 package distributed
 
 import (
-	"math/bits"
 	"slices"
 	"strings"
 )
@@ -187,7 +186,7 @@ func (w *workerRec) encode(e *encoder) {
 	e.uvarint(uint64(w.cpu))
 	e.uvarint(uint64(w.mem))
 	e.uvarint(uint64(w.net))
-	e.uvarint(uint64(bits.OnesCount8(w.tagBits)))
+	e.uvarint(uint64(w.tagCount()))
 	for t := TagLinux; t <= TagExternal; t++ {
 		if w.tagBits&(1<<t) != 0 {
 			e.uvarint(uint64(t))

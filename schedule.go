@@ -161,13 +161,16 @@ func maskTags(m uint8) []WorkerTag {
 // workerMask is the tag bit set a worker declared.
 func (w *workerRec) mask() uint8 { return w.tagBits }
 
+// tagCount is the number of w's tags.
+func (w *workerRec) tagCount() int { return bits.OnesCount8(w.tagBits) }
+
 // tagList returns w's tags in increasing order (nil for none): the
 // WorkerNode's and the export's form.
 func (w *workerRec) tagList() []WorkerTag {
 	if w.tagBits == 0 {
 		return nil
 	}
-	tags := make([]WorkerTag, 0, bits.OnesCount8(w.tagBits))
+	tags := make([]WorkerTag, 0, w.tagCount())
 	for t := TagLinux; t <= TagExternal; t++ {
 		if w.tagBits&(1<<t) != 0 {
 			tags = append(tags, t)

@@ -14,7 +14,7 @@ import (
 // taskRec is the retained record of one task. Invariants are numbered as in
 // ARCHITECTURE.md.
 //
-// The record is kept compact (issue 15; docs/benchmarks.md, memory; 224
+// The record is kept compact (issue 15; docs/benchmarks.md, memory; 240
 // bytes): the scan ID and the phases are interned, and what the record
 // implies is not stored again (compact.go) — a lease's task ID,
 // generation and attempt are the record's own (I3, I10), the fence a
@@ -48,7 +48,7 @@ type taskRec struct {
 	hasStarted          bool
 
 	// retryCount ≤ MaxRetries (32) and leaseSlot < MaxWorkerCapacity
-	// (4096) fit 16 bits, which keeps the record at 224 bytes.
+	// (4096) fit 16 bits, which keeps the record at 240 bytes.
 	retryCount uint16
 	// leaseSlot is the task's index in its lease's worker's leases while
 	// hasLease (I4).

@@ -233,3 +233,23 @@ func TestWorkerRec_TreapFieldsInOneLine(t *testing.T) {
 		}
 	}
 }
+
+// The task record stays 240 bytes, and the fields an assignment reads or
+// writes (grant, the lease value it returns) are its first 104 bytes
+// (state.go), so an assignment at maximum state touches fewer lines of the
+// oldest queued record.
+func TestTaskRec_AssignmentFieldsFirst(t *testing.T) {
+	var r taskRec
+	if size := unsafe.Sizeof(r); size != 240 {
+		t.Fatalf("sizeof(taskRec) = %d, want 240", size)
+	}
+	end := unsafe.Offsetof(r.lease) + unsafe.Sizeof(r.lease)
+	for name, off := range map[string]uintptr{"id": unsafe.Offsetof(r.id), "status": unsafe.Offsetof(r.status),
+		"hasLease": unsafe.Offsetof(r.hasLease), "leaseSlot": unsafe.Offsetof(r.leaseSlot), "attempt": unsafe.Offsetof(r.attempt),
+		"generation": unsafe.Offsetof(r.generation), "version": unsafe.Offsetof(r.version),
+		"xprev": unsafe.Offsetof(r.xprev), "xnext": unsafe.Offsetof(r.xnext)} {
+		if off >= end || end > 104 {
+			t.Fatalf("assignment field %s at offset %d (lease ends at %d), want all within the first 104 bytes", name, off, end)
+		}
+	}
+}

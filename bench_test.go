@@ -131,24 +131,44 @@ func batched[T any](b *testing.B, prepare func(n int) []T, op func(T)) {
 	}
 }
 
+// sizedOp is one benchmarked operation at one state: prepare(n) makes the
+// inputs of the next n calls (run with the clock stopped), op makes the
+// next call. BenchmarkSizeRatio alternates two of them batch by batch.
+type sizedOp struct {
+	prepare func(n int)
+	op      func()
+}
+
+// run times o the way every benchmark here does: batches of benchBatch
+// calls, each prepared with the timer stopped.
+func (o sizedOp) run(b *testing.B) {
+	batched(b, func(n int) []struct{} { o.prepare(n); return make([]struct{}, n) }, func(struct{}) { o.op() })
+}
+
+// lifecycleOp is the five commands of one task's life at state s.
+func lifecycleOp(b *testing.B, s benchState) sizedOp {
+	e := newBenchEnv(b, s)
+	w := e.workers[0]
+	result := []byte("ok")
+	var tasks []benchTask
+	return sizedOp{func(n int) {
+		e.roomFor(s, n)
+		w = e.workers[0]
+		tasks = benchTasks(&e.seq, n)
+	}, func() {
+		t := tasks[0]
+		tasks = tasks[1:]
+		e.enqueueTask(t)
+		l := must(e.p.AssignNext(e.rev(), e.now, w, 60))
+		must(e.p.StartTask(e.rev(), e.now, l))
+		done := must(e.p.CompleteTask(e.rev(), e.now, l))
+		must(e.r.StoreResult(e.r.Revision(), done.Receipt, result))
+	}}
+}
+
 func BenchmarkLifecycle(b *testing.B) {
 	for _, s := range poolBenchStates {
-		b.Run(s.name, func(b *testing.B) {
-			e := newBenchEnv(b, s)
-			w := e.workers[0]
-			result := []byte("ok")
-			batched(b, func(n int) []benchTask {
-				e.roomFor(s, n)
-				w = e.workers[0]
-				return benchTasks(&e.seq, n)
-			}, func(t benchTask) {
-				e.enqueueTask(t)
-				l := must(e.p.AssignNext(e.rev(), e.now, w, 60))
-				must(e.p.StartTask(e.rev(), e.now, l))
-				done := must(e.p.CompleteTask(e.rev(), e.now, l))
-				must(e.r.StoreResult(e.r.Revision(), done.Receipt, result))
-			})
-		})
+		b.Run(s.name, func(b *testing.B) { lifecycleOp(b, s).run(b) })
 	}
 }
 
@@ -158,6 +178,13 @@ func BenchmarkLifecycle(b *testing.B) {
 // same number of records as the core's max state (half queued), so both
 // structures work at the same size.
 func BenchmarkBaselineMutexBTree(b *testing.B) {
+	for _, s := range poolBenchStates {
+		b.Run(s.name, func(b *testing.B) { baselineOp(s).run(b) })
+	}
+}
+
+// baselineOp is BenchmarkBaselineMutexBTree's five steps at state s.
+func baselineOp(s benchState) sizedOp {
 	type item struct {
 		prio    uint8
 		ordinal uint64
@@ -169,58 +196,89 @@ func BenchmarkBaselineMutexBTree(b *testing.B) {
 		lease  uint64
 		target string
 	}
-	for _, s := range poolBenchStates {
-		b.Run(s.name, func(b *testing.B) {
-			var mu sync.Mutex
-			queue := btree.NewG(32, func(a, b item) bool {
-				if a.prio != b.prio {
-					return a.prio > b.prio
-				}
-				return a.ordinal < b.ordinal
-			})
-			tasks := map[string]*rec{}
-			results := map[string][]byte{}
-			var ordinal, leaseID uint64
-			seq := 0
-			enqueue := func(t benchTask) {
-				mu.Lock()
-				ordinal++
-				tasks[t.id] = &rec{target: "10.0.0.1"}
-				queue.ReplaceOrInsert(item{prio: uint8(t.prio), ordinal: ordinal, id: t.id})
-				mu.Unlock()
-			}
-			for i := 0; i < s.base; i++ {
-				enqueue(benchTasks(&seq, 1)[0])
-				if i%2 == 0 {
-					it, _ := queue.DeleteMin()
-					tasks[it.id].status = TaskRunning
-				}
-			}
-			result := []byte("ok")
-			batched(b, func(n int) []benchTask { return benchTasks(&seq, n) }, func(t benchTask) {
-				enqueue(t)
-				mu.Lock()
-				it, _ := queue.DeleteMin()
-				r := tasks[it.id]
-				leaseID++
-				r.status, r.worker, r.lease = TaskLeased, "worker-0", leaseID
-				mu.Unlock()
-				mu.Lock()
-				if r := tasks[it.id]; r.lease == leaseID {
-					r.status = TaskRunning
-				}
-				mu.Unlock()
-				mu.Lock()
-				if r := tasks[it.id]; r.lease == leaseID {
-					r.status = TaskCompleted
-				}
-				mu.Unlock()
-				mu.Lock()
-				results[it.id] = append([]byte(nil), result...)
-				mu.Unlock()
-			})
-		})
+	var mu sync.Mutex
+	queue := btree.NewG(32, func(a, b item) bool {
+		if a.prio != b.prio {
+			return a.prio > b.prio
+		}
+		return a.ordinal < b.ordinal
+	})
+	tasks := map[string]*rec{}
+	results := map[string][]byte{}
+	var ordinal, leaseID uint64
+	seq := 0
+	enqueue := func(t benchTask) {
+		mu.Lock()
+		ordinal++
+		tasks[t.id] = &rec{target: "10.0.0.1"}
+		queue.ReplaceOrInsert(item{prio: uint8(t.prio), ordinal: ordinal, id: t.id})
+		mu.Unlock()
 	}
+	for i := 0; i < s.base; i++ {
+		enqueue(benchTasks(&seq, 1)[0])
+		if i%2 == 0 {
+			it, _ := queue.DeleteMin()
+			tasks[it.id].status = TaskRunning
+		}
+	}
+	result := []byte("ok")
+	var batch []benchTask
+	return sizedOp{func(n int) { batch = benchTasks(&seq, n) }, func() {
+		t := batch[0]
+		batch = batch[1:]
+		enqueue(t)
+		mu.Lock()
+		it, _ := queue.DeleteMin()
+		r := tasks[it.id]
+		leaseID++
+		r.status, r.worker, r.lease = TaskLeased, "worker-0", leaseID
+		mu.Unlock()
+		mu.Lock()
+		if r := tasks[it.id]; r.lease == leaseID {
+			r.status = TaskRunning
+		}
+		mu.Unlock()
+		mu.Lock()
+		if r := tasks[it.id]; r.lease == leaseID {
+			r.status = TaskCompleted
+		}
+		mu.Unlock()
+		mu.Lock()
+		results[it.id] = append([]byte(nil), result...)
+		mu.Unlock()
+	}}
+}
+
+// assignNextAvailableOp is AssignNextAvailable at state s: each batch
+// cancels the previous batch's leases and enqueues one task per call.
+func assignNextAvailableOp(b *testing.B, s benchState) sizedOp {
+	e := newBenchEnv(b, s)
+	var leases []TaskLease
+	return sizedOp{func(n int) {
+		for _, l := range leases {
+			must(e.p.CancelTask(e.rev(), e.now, OwnershipFromLease(l)))
+		}
+		leases = leases[:0]
+		e.roomFor(s, n)
+		for i := 0; i < n; i++ {
+			e.enqueue()
+		}
+	}, func() { leases = append(leases, must(e.p.AssignNextAvailable(e.rev(), e.now, 60))) }}
+}
+
+// updateWorkerOp heartbeats the workers of state s in turn; with
+// newSecond every heartbeat carries a later second, so the worker moves to
+// the newest end of the heartbeat-ordered index (unlink + relink).
+func updateWorkerOp(b *testing.B, s benchState, newSecond bool) sizedOp {
+	e := newBenchEnv(b, s)
+	i := 0
+	return sizedOp{func(int) {}, func() {
+		i++
+		if newSecond {
+			e.now++
+		}
+		must(e.p.UpdateWorker(e.rev(), e.now, e.workers[i%len(e.workers)], 1, WorkerObservation{CPUBasisPoints: uint16(i % 5000)}))
+	}}
 }
 
 func BenchmarkCommand(b *testing.B) {
@@ -239,21 +297,7 @@ func BenchmarkCommand(b *testing.B) {
 				return make([]int, n)
 			}, func(int) { last = append(last, e.enqueue()) })
 		})
-		b.Run("AssignNextAvailable/"+s.name, func(b *testing.B) {
-			e := newBenchEnv(b, s)
-			var leases []TaskLease
-			batched(b, func(n int) []int {
-				for _, l := range leases {
-					must(e.p.CancelTask(e.rev(), e.now, OwnershipFromLease(l)))
-				}
-				leases = leases[:0]
-				e.roomFor(s, n)
-				for i := 0; i < n; i++ {
-					e.enqueue()
-				}
-				return make([]int, n)
-			}, func(int) { leases = append(leases, must(e.p.AssignNextAvailable(e.rev(), e.now, 60))) })
-		})
+		b.Run("AssignNextAvailable/"+s.name, func(b *testing.B) { assignNextAvailableOp(b, s).run(b) })
 		leased := func(e *benchEnv, n int, start bool) []TaskLease {
 			e.roomFor(s, n)
 			out := make([]TaskLease, n)
@@ -326,27 +370,8 @@ func BenchmarkCommand(b *testing.B) {
 				return out
 			}, func(o TaskOwnership) { must(e.p.CancelTask(e.rev(), e.now, o)) })
 		})
-		b.Run("UpdateWorker/"+s.name, func(b *testing.B) {
-			e := newBenchEnv(b, s)
-			i := 0
-			b.ReportAllocs()
-			for b.Loop() {
-				i++
-				must(e.p.UpdateWorker(e.rev(), e.now, e.workers[i%len(e.workers)], 1, WorkerObservation{CPUBasisPoints: uint16(i % 5000)}))
-			}
-		})
-		b.Run("UpdateWorkerNewSecond/"+s.name, func(b *testing.B) {
-			// Every heartbeat carries a later second, so the worker moves to
-			// the newest end of the heartbeat-ordered index (unlink + relink).
-			e := newBenchEnv(b, s)
-			i := 0
-			b.ReportAllocs()
-			for b.Loop() {
-				i++
-				e.now++
-				must(e.p.UpdateWorker(e.rev(), e.now, e.workers[i%len(e.workers)], 1, WorkerObservation{CPUBasisPoints: uint16(i % 5000)}))
-			}
-		})
+		b.Run("UpdateWorker/"+s.name, func(b *testing.B) { updateWorkerOp(b, s, false).run(b) })
+		b.Run("UpdateWorkerNewSecond/"+s.name, func(b *testing.B) { updateWorkerOp(b, s, true).run(b) })
 		b.Run("RegisterWorker/"+s.name, func(b *testing.B) {
 			small := s
 			if small.workers > benchBatch {

@@ -177,9 +177,11 @@ func (w *workerRec) encode(e *encoder) {
 	e.uvarint(uint64(w.cpu))
 	e.uvarint(uint64(w.mem))
 	e.uvarint(uint64(w.net))
-	e.uvarint(uint64(len(w.tags)))
-	for _, tag := range w.tags {
-		e.uvarint(uint64(tag))
+	e.uvarint(uint64(w.tagCount()))
+	for t := TagLinux; t <= TagExternal; t++ {
+		if w.tagBits&(1<<t) != 0 {
+			e.uvarint(uint64(t))
+		}
 	}
 }
 
@@ -195,9 +197,17 @@ func decodeWorker(d *decoder) *workerRec {
 		mem:           d.u16(),
 		net:           d.u16(),
 	}
+	// The tags must be valid and strictly increasing (the export's form):
+	// a set cannot hold others, and a state that would not re-export to
+	// its own bytes is refused.
 	n := d.count(MaxWorkerTags, 1)
 	for i := 0; i < n; i++ {
-		w.tags = append(w.tags, WorkerTag(d.u8()))
+		t := WorkerTag(d.u8())
+		if !t.Valid() || w.tagBits>>t != 0 {
+			d.fail()
+			return w
+		}
+		w.tagBits |= 1 << t
 	}
 	w.prio = treapPriority(w.id)
 	return w

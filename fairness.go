@@ -385,7 +385,7 @@ func (l *lane) headTask() *taskRec {
 func (c *coordinator) bestTagged(now uint64, mask uint8) *workerRec {
 	var best *workerRec
 	treapWalk(c.alive, func(w *workerRec) bool {
-		if w.score > 0 && !c.dead(w, now) && mask&^w.mask() == 0 {
+		if w.key > 0 && !c.dead(w, now) && mask&^w.mask() == 0 {
 			best = betterWorker(best, w)
 		}
 		return true

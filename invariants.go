@@ -313,13 +313,8 @@ func (c *coordinator) auditWorker(id string, w *workerRec, leases int) *Error {
 	if w.generation == 0 || !w.status.Valid() || w.capacity == 0 || w.capacity > MaxWorkerCapacity {
 		return auditError("I4: worker record is invalid")
 	}
-	if validateUtilization(w.cpu, w.mem, w.net) != nil || len(w.tags) > MaxWorkerTags {
+	if validateUtilization(w.cpu, w.mem, w.net) != nil || w.tagBits>>(TagExternal+1) != 0 {
 		return auditError("I4: worker utilization or tags are invalid")
-	}
-	for i, tag := range w.tags {
-		if !tag.Valid() || (i > 0 && w.tags[i-1] >= tag) {
-			return auditError("I4: worker tags are not sorted, distinct and valid")
-		}
 	}
 	if w.lastHeartbeat > c.logicalTime {
 		return auditError("I8: heartbeat after logical time")
@@ -338,7 +333,7 @@ func (c *coordinator) auditWorker(id string, w *workerRec, leases int) *Error {
 
 // auditTreap checks the live-worker index (I9): exactly the linked
 // workers, in key order, heap-ordered by priority, with parent links,
-// cached scores and subtree bests.
+// cached selection keys and subtree bests with their keys' copies.
 func (c *coordinator) auditTreap(linked int) *Error {
 	count := 0
 	var prev *workerRec
@@ -350,11 +345,7 @@ func (c *coordinator) auditTreap(linked int) *Error {
 		if (w.left != nil && (w.left.prio > w.prio || w.left.parent != w)) || (w.right != nil && (w.right.prio > w.prio || w.right.parent != w)) {
 			return false
 		}
-		wantScore := uint32(0)
-		if w.eligibleIgnoringTime() {
-			wantScore = w.availableSlots()
-		}
-		if w.score != wantScore || w.best != w.subtreeBest() || w.bestScore != bestScoreOf(w.best) || w.bestRank != bestRankOf(w.best) {
+		if w.key != w.wantKey() || w.best != w.subtreeBest() || w.bestKey != bestKeyOf(w.best) {
 			return false
 		}
 		prev = w

@@ -31,9 +31,12 @@ func TestCheckInvariants_DetectsCorruption(t *testing.T) {
 		"lease id beyond issue": func(c *coordinator) { c.lastLeaseID = 0 },
 		"future heartbeat":      func(c *coordinator) { c.workers["b"].lastHeartbeat = c.logicalTime + 1 },
 		"offline worker linked": func(c *coordinator) { c.workers["gone"].status = WorkerHealthy },
-		"stale treap score":     func(c *coordinator) { c.workers["b"].score++ },
+		"stale treap score":     func(c *coordinator) { c.workers["b"].key += 1 << rankBits },
+		"stale treap key rank":  func(c *coordinator) { c.workers["b"].key++ },
+		"stale best key copy":   func(c *coordinator) { c.alive.bestKey-- },
+		"stale subtree best":    func(c *coordinator) { c.alive.best = nil },
 		"bad utilization":       func(c *coordinator) { c.workers["b"].cpu = 10001 },
-		"unsorted tags":         func(c *coordinator) { c.workers["b"].tags = []WorkerTag{TagGPU, TagLinux} },
+		"invalid tag bit":       func(c *coordinator) { c.workers["b"].tagBits = 1 << (TagExternal + 1) },
 		"invalid target":        func(c *coordinator) { c.tasks["queued"].target = "" },
 	}
 	for name, corrupt := range corruptions {

@@ -15,7 +15,11 @@ func (c *coordinator) validateTTL(leaseTTL uint64) *Error {
 // checkAssignable is check 4 for a named worker: found, healthy and alive at
 // now, with a free slot.
 func (c *coordinator) checkAssignable(id string, now uint64) (*workerRec, *Error) {
-	w := c.workers[id]
+	return c.checkWorkerAssignable(c.workers[id], id, now)
+}
+
+// checkWorkerAssignable is checkAssignable for w, the record of id or nil.
+func (c *coordinator) checkWorkerAssignable(w *workerRec, id string, now uint64) (*workerRec, *Error) {
 	switch {
 	case w == nil:
 		return nil, &Error{Kind: KindWorkerNotFound, WorkerID: id}
@@ -92,21 +96,24 @@ func (p *WorkerPool) AssignNextAvailable(expectedRevision, nowSecs, leaseTTL uin
 // ErrWorkerUnavailable, ErrWorkerAtCapacity, ErrCounterExhausted.
 func (p *WorkerPool) AssignNext(expectedRevision, nowSecs uint64, workerID string, leaseTTL uint64) (Transition[TaskLease], error) {
 	c := p.c
-	if !ValidIdentifier(workerID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	// The ID's check runs only when it names no record: every stored
+	// worker ID is valid (see leaseTask).
+	w := c.workers[workerID]
+	if w == nil && !ValidIdentifier(workerID) {
 		return Transition[TaskLease]{}, invalidWorkerID()
 	}
 	if err := c.validateTTL(leaseTTL); err != nil {
 		return Transition[TaskLease]{}, err
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	if err := c.begin(expectedRevision, nowSecs); err != nil {
 		return Transition[TaskLease]{}, err
 	}
 	if !c.anyQueued() {
 		return Transition[TaskLease]{}, &Error{Kind: KindNoQueuedTask}
 	}
-	w, err := c.checkAssignable(workerID, nowSecs)
+	w, err := c.checkWorkerAssignable(w, workerID, nowSecs)
 	if err != nil {
 		return Transition[TaskLease]{}, err
 	}
@@ -155,14 +162,27 @@ func (p *WorkerPool) AssignTask(expectedRevision, nowSecs uint64, taskID, worker
 	return c.grant(t, w, nowSecs, leaseTTL)
 }
 
-// leaseTask runs checks 2–3 and the task lookup shared by Start, Complete,
-// Fail and Renew: a lease of a purged life is ErrTaskPurged (Part F), of no
-// task ErrTaskNotFound. The caller holds the lock and has validated the lease.
+// leaseTask runs checks 1–3 and the task lookup shared by Start, Complete,
+// Fail and Renew: a lease with an invalid ID is ErrInvalidTask or
+// ErrInvalidWorker, one of a purged life ErrTaskPurged (Part F), of no task
+// ErrTaskNotFound. The caller holds the lock.
+//
+// Check 1 is validateLease's, but a lease whose task ID names a record and
+// whose worker ID is that record's lease holder's carries two IDs equal to
+// stored ones, and every stored ID is valid (Enqueue and RegisterWorker
+// admit only valid IDs, Restore refuses others): the byte-by-byte check
+// runs only for the other leases. The errors come in the same order as
+// with the check before the lookup (docs/benchmarks.md, issue 15).
 func (c *coordinator) leaseTask(rev, now uint64, l TaskLease) (*taskRec, *Error) {
+	t := c.tasks[l.taskID]
+	if t == nil || !t.hasLease || t.lease.worker.id != l.workerID {
+		if err := validateLease(l); err != nil {
+			return nil, err
+		}
+	}
 	if err := c.begin(rev, now); err != nil {
 		return nil, err
 	}
-	t := c.tasks[l.taskID]
 	if err := c.purgedProof(t, l.taskID, l.taskGeneration); err != nil {
 		return nil, err
 	}
@@ -179,9 +199,6 @@ func (c *coordinator) leaseTask(rev, now uint64, l TaskLease) (*taskRec, *Error)
 // ErrLeaseExpired, ErrCounterExhausted.
 func (p *WorkerPool) StartTask(expectedRevision, nowSecs uint64, lease TaskLease) (Transition[StartOutcome], error) {
 	c := p.c
-	if err := validateLease(lease); err != nil {
-		return Transition[StartOutcome]{}, err
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	t, err := c.leaseTask(expectedRevision, nowSecs, lease)
@@ -215,9 +232,6 @@ func (p *WorkerPool) StartTask(expectedRevision, nowSecs uint64, lease TaskLease
 // (leased, not started), ErrCounterExhausted.
 func (p *WorkerPool) CompleteTask(expectedRevision, nowSecs uint64, lease TaskLease) (Transition[CompletionOutcome], error) {
 	c := p.c
-	if err := validateLease(lease); err != nil {
-		return Transition[CompletionOutcome]{}, err
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	t, err := c.leaseTask(expectedRevision, nowSecs, lease)
@@ -264,9 +278,6 @@ func (p *WorkerPool) FailTask(expectedRevision, nowSecs uint64, lease TaskLease)
 // failTask is FailTask retaining reason (validated by the caller) in the
 // attempt's history record.
 func (c *coordinator) failTask(expectedRevision, nowSecs uint64, lease TaskLease, reason string) (Transition[FailureOutcome], error) {
-	if err := validateLease(lease); err != nil {
-		return Transition[FailureOutcome]{}, err
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	t, err := c.leaseTask(expectedRevision, nowSecs, lease)
@@ -298,7 +309,7 @@ func (c *coordinator) failTask(expectedRevision, nowSecs uint64, lease TaskLease
 // ErrStaleOwnership, ErrLeaseExpired, ErrCounterExhausted.
 func (p *WorkerPool) RenewLease(expectedRevision, nowSecs uint64, lease TaskLease, leaseTTL uint64) (Transition[TaskLease], error) {
 	c := p.c
-	if err := validateLease(lease); err != nil {
+	if err := validateLease(lease); err != nil { // before the TTL's check
 		return Transition[TaskLease]{}, err
 	}
 	if err := c.validateTTL(leaseTTL); err != nil {

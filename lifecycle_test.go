@@ -471,3 +471,59 @@ func TestWorkerPool_RecoveryDue(t *testing.T) {
 	})
 	check(1060, 0, false, true, false)
 }
+
+// Goal: the lease commands and AssignNext check identifiers first (check 1)
+// although the byte-by-byte check is skipped for IDs equal to stored ones
+// (leaseTask, AssignNext): an invalid ID is reported before a stale
+// revision or a regressed time, an unknown valid one after them, and a
+// lease naming a stored task with an invalid worker ID is still refused.
+// Each failure changes nothing (failAt compares the exported state).
+func TestLeaseCommands_IdentifierCheckFirst(t *testing.T) {
+	h := newHarness(t, DefaultLimits())
+	h.register("w1", 4)
+	h.now++
+	l := h.running("t1", "w1", 60)
+	badWorker, badTask, unknown := l, l, l
+	badWorker.workerID = "w 1"
+	badTask.taskID = "t/1"
+	unknown.taskID = "t2"
+	stale, past := h.rev()-1, h.now-1
+	cmds := map[string]func(TaskLease) func(rev, now uint64) error{
+		"start": func(x TaskLease) func(rev, now uint64) error {
+			return func(rev, now uint64) error { _, err := h.p.StartTask(rev, now, x); return err }
+		},
+		"complete": func(x TaskLease) func(rev, now uint64) error {
+			return func(rev, now uint64) error { _, err := h.p.CompleteTask(rev, now, x); return err }
+		},
+		"fail": func(x TaskLease) func(rev, now uint64) error {
+			return func(rev, now uint64) error { _, err := h.p.FailTask(rev, now, x); return err }
+		},
+		"renew": func(x TaskLease) func(rev, now uint64) error {
+			return func(rev, now uint64) error { _, err := h.p.RenewLease(rev, now, x, 60); return err }
+		},
+	}
+	for name, cmd := range cmds {
+		t.Run(name, func(t *testing.T) {
+			h.t = t
+			h.failAt(stale, h.now, KindInvalidWorker, cmd(badWorker))
+			h.failAt(h.rev(), past, KindInvalidWorker, cmd(badWorker))
+			h.failAt(stale, h.now, KindInvalidTask, cmd(badTask))
+			h.failAt(stale, h.now, KindRevisionConflict, cmd(unknown))
+			h.failAt(h.rev(), h.now, KindTaskNotFound, cmd(unknown))
+			h.failAt(stale, h.now, KindRevisionConflict, cmd(l))
+			h.failAt(h.rev(), past, KindLogicalTimeRegression, cmd(l))
+		})
+	}
+	h.t = t
+	assignNext := func(id string, ttl uint64) func(rev, now uint64) error {
+		return func(rev, now uint64) error { _, err := h.p.AssignNext(rev, now, id, ttl); return err }
+	}
+	h.failAt(stale, h.now, KindInvalidWorker, assignNext("w 1", 60))
+	h.failAt(stale, h.now, KindInvalidWorker, assignNext("w 1", 0))
+	h.failAt(stale, h.now, KindLeaseTTLOutOfRange, assignNext("w1", 0))
+	h.failAt(stale, h.now, KindLeaseTTLOutOfRange, assignNext("w2", 0))
+	h.failAt(stale, h.now, KindRevisionConflict, assignNext("w2", 60))
+	h.failAt(h.rev(), h.now, KindNoQueuedTask, assignNext("w2", 60))
+	h.enqueue("t3", PriorityNormal)
+	h.failAt(h.rev(), h.now, KindWorkerNotFound, assignNext("w2", 60))
+}

@@ -1,29 +1,27 @@
 package distributed
 
-import (
-	"math"
-
-	"github.com/google/btree"
-)
+import "github.com/google/btree"
 
 // Worker ranks: the live-worker treap breaks ties on the worker ID
 // (contract A.9: most available slots, then the smallest ID; treap keys
 // (LastHeartbeat, ID)). Comparing ID strings at every level of the treap
 // made assignment and heartbeats cost more with more workers, so each
-// worker carries a rank instead: a uint64 given when it is registered,
-// between the ranks of its neighbours in ID order, and compared in place of
-// the ID.
+// worker carries a rank instead: an integer below rankLimit (2^48, so that
+// it packs with the score into one selection key, treap.go) given when it
+// is registered, between the ranks of its neighbours in ID order, and
+// compared in place of the ID.
 //
 // Invariant (I9): byID holds every worker record in ID order, and the
-// ranks are strictly increasing along it, so rank order is ID order.
+// ranks are strictly increasing along it and in [1, rankLimit), so rank
+// order is ID order.
 // Ranks are derived state: they are not exported, Restore gives them anew,
 // and they never decide anything the ID order would decide differently.
 
 // rankStep is the most a new rank moves away from its lower neighbour:
 // registrations in increasing ID order, the common case (worker-1,
-// worker-2, …), use up a gap 2^32 at a time instead of halving it, and
+// worker-2, …), use up a gap 2^24 at a time instead of halving it, and
 // the rest of the gap stays for IDs registered in between later.
-const rankStep = 1 << 32
+const rankStep = 1 << 24
 
 // rankBetween returns a rank strictly between lo and hi (hi − lo ≥ 2):
 // before the first ID, half of hi (so the gap above stays wide);
@@ -43,11 +41,12 @@ func newWorkerIndex() *btree.BTreeG[*workerRec] { return btree.NewG(btreeDegree,
 // addRanked inserts w (not yet indexed) into byID and gives it a rank
 // between its neighbours'. When the neighbours leave no room, every worker
 // is re-ranked evenly in ID order (O(workers), rare: each re-rank leaves a
-// gap of at least 2^52 between neighbours at MaxWorkers, room for 2^20
-// registrations in increasing ID order or 20 halvings). Re-ranking keeps
-// the order, so the treap stays valid without relinking.
+// gap of at least 2^36 between neighbours at MaxWorkers, room for 2^12
+// registrations in increasing ID order or 24 halvings after the first
+// step). Re-ranking keeps the order, so the treap stays valid without
+// relinking.
 func (c *coordinator) addRanked(w *workerRec) {
-	lo, hi := uint64(0), uint64(math.MaxUint64)
+	lo, hi := uint64(0), uint64(rankLimit)
 	c.byID.DescendLessOrEqual(w, func(p *workerRec) bool { lo = p.rank; return false })
 	c.byID.AscendGreaterOrEqual(w, func(s *workerRec) bool { hi = s.rank; return false })
 	c.byID.ReplaceOrInsert(w)
@@ -58,16 +57,18 @@ func (c *coordinator) addRanked(w *workerRec) {
 	w.rank = rankBetween(lo, hi)
 }
 
-// rerank gives every worker an evenly spaced rank in ID order.
+// rerank gives every worker an evenly spaced rank in ID order, and with
+// it a new selection key.
 func (c *coordinator) rerank() {
-	step := math.MaxUint64 / uint64(c.byID.Len()+1)
+	step := (rankLimit - 1) / uint64(c.byID.Len()+1)
 	r := uint64(0)
 	c.byID.Ascend(func(w *workerRec) bool {
 		r += step
 		w.rank = r
+		w.rescore()
 		return true
 	})
-	// The treap's cached copies of its bests' ranks follow (the bests
+	// The treap's cached copies of its bests' keys follow (the bests
 	// themselves stay: the order is the same).
 	treapWalk(c.alive, func(w *workerRec) bool {
 		w.setBest(w.best)
@@ -84,7 +85,7 @@ func (c *coordinator) auditRanks() *Error {
 	ok := true
 	var prev *workerRec
 	c.byID.Ascend(func(w *workerRec) bool {
-		ok = c.workers[w.id] == w && w.rank != 0 && (prev == nil || (prev.id < w.id && prev.rank < w.rank))
+		ok = c.workers[w.id] == w && w.rank != 0 && w.rank < rankLimit && (prev == nil || (prev.id < w.id && prev.rank < w.rank))
 		prev = w
 		return ok
 	})

@@ -11,6 +11,7 @@ package distributed
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"hash/crc32"
 	"testing"
 )
@@ -71,5 +72,44 @@ func TestRestoreWorkerPool_AcceptsOnlyWhatTheFullAuditAccepts(t *testing.T) {
 			t.Fatalf("%s: %d changes accepted, %d refused: the test checks nothing", name, accepted, refused)
 		}
 		t.Logf("%s: %d changes accepted (each passes the full audit), %d refused", name, accepted, refused)
+	}
+}
+
+// Goal: a worker's tags are a set in the record (tagBits), so Restore
+// must refuse what the export never writes — tags out of order, repeated
+// or unknown — rather than fold them into a set that re-exports to other
+// bytes. Method: export a worker with tags Linux and GPU, change the two
+// tag bytes behind a valid frame, restore.
+func TestRestoreWorkerPool_RefusesTagsNotSortedDistinctValid(t *testing.T) {
+	h := newHarness(t, DefaultLimits())
+	h.ok("register", func(rev, now uint64) error {
+		_, err := h.p.RegisterWorker(rev, now, WorkerSpec{WorkerID: "tagged", Capacity: 3, Tags: []WorkerTag{TagGPU, TagLinux, TagGPU}})
+		return err
+	})
+	if got := h.worker("tagged").Tags(); len(got) != 2 || got[0] != TagLinux || got[1] != TagGPU {
+		t.Fatalf("Tags() = %v, want [Linux GPU]", got)
+	}
+	state := h.export()
+	body := state[:len(state)-4]
+	// cpu, mem and net are 0, then the tag count and the tags.
+	pattern := []byte{0, 0, 0, 2, byte(TagLinux), byte(TagGPU)}
+	if bytes.Count(body, pattern) != 1 {
+		t.Fatalf("the worker's tag bytes are not found once in the export")
+	}
+	at := bytes.Index(body, pattern) + 4
+	if _, err := RestoreWorkerPool(state); err != nil {
+		t.Fatalf("unchanged state: %v", err)
+	}
+	for name, tags := range map[string][2]byte{
+		"out of order": {byte(TagGPU), byte(TagLinux)},
+		"repeated":     {byte(TagGPU), byte(TagGPU)},
+		"unknown":      {byte(TagLinux), byte(TagExternal + 1)},
+	} {
+		data := bytes.Clone(body)
+		data[at], data[at+1] = tags[0], tags[1]
+		data = binary.BigEndian.AppendUint32(data, crc32.Checksum(data, castagnoli))
+		if _, err := RestoreWorkerPool(data); !errors.Is(err, ErrInvalidState) {
+			t.Errorf("%s tags: RestoreWorkerPool = %v, want ErrInvalidState", name, err)
+		}
 	}
 }

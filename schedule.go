@@ -1,6 +1,9 @@
 package distributed
 
-import "math"
+import (
+	"math"
+	"math/bits"
+)
 
 // Scheduling (contract Part F, "Scheduling fields"): not-before times,
 // backoff on retry, required tags, per-scan in-flight limits, pause and
@@ -156,12 +159,24 @@ func maskTags(m uint8) []WorkerTag {
 }
 
 // workerMask is the tag bit set a worker declared.
-func (w *workerRec) mask() uint8 {
-	var m uint8
-	for _, t := range w.tags {
-		m |= 1 << t
+func (w *workerRec) mask() uint8 { return w.tagBits }
+
+// tagCount is the number of w's tags.
+func (w *workerRec) tagCount() int { return bits.OnesCount8(w.tagBits) }
+
+// tagList returns w's tags in increasing order (nil for none): the
+// WorkerNode's and the export's form.
+func (w *workerRec) tagList() []WorkerTag {
+	if w.tagBits == 0 {
+		return nil
 	}
-	return m
+	tags := make([]WorkerTag, 0, w.tagCount())
+	for t := TagLinux; t <= TagExternal; t++ {
+		if w.tagBits&(1<<t) != 0 {
+			tags = append(tags, t)
+		}
+	}
+	return tags
 }
 
 // scheduling returns t's scheduling fields as a TaskScheduling.

@@ -14,7 +14,7 @@ import (
 // taskRec is the retained record of one task. Invariants are numbered as in
 // ARCHITECTURE.md.
 //
-// The record is kept compact (issue 15; docs/benchmarks.md, memory; 224
+// The record is kept compact (issue 15; docs/benchmarks.md, memory; 240
 // bytes): the scan ID and the phases are interned, and what the record
 // implies is not stored again (compact.go) — a lease's task ID,
 // generation and attempt are the record's own (I3, I10), the fence a
@@ -26,10 +26,12 @@ import (
 // rerunBaseValue rebuild them. Second counts bounded by MaxTaskTTLSecs
 // (the attempt timeout, the backoff base and cap) are uint32.
 type taskRec struct {
+	// The fields an assignment reads or writes (and the lease value it
+	// returns) come first, then the list links, then the rest: at maximum
+	// state an assignment reaches a queued record untouched since it was
+	// enqueued, and grouped these span two or three cache lines of the
+	// 240-byte record instead of all of it (docs/benchmarks.md, issue 15).
 	id       string
-	scanID   string // interned
-	target   string
-	phases   string // interned; "" for none
 	priority TaskPriority
 	status   TaskStatus
 	// hasLease iff status is leased or running (I3); then lease is the
@@ -45,40 +47,19 @@ type taskRec struct {
 	tagMask             uint8 // scheduling (schedule.go; zero: none)
 	hasStarted          bool
 
-	createdAt uint64
-	startedAt uint64
-	// finishedAt is when the task became terminal; 0 while it is not (I8).
-	// A completed task's completion time (completedAtValue).
-	finishedAt uint64
-
 	// retryCount ≤ MaxRetries (32) and leaseSlot < MaxWorkerCapacity
-	// (4096) fit 16 bits, which keeps the record at 224 bytes.
+	// (4096) fit 16 bits, which keeps the record at 240 bytes.
 	retryCount uint16
 	// leaseSlot is the task's index in its lease's worker's leases while
 	// hasLease (I4).
 	leaseSlot uint16
 	attempt   uint32 // Invariant (I5): only increases.
-	// Beyond contract Part A (attempts.go, rerun.go): the re-runs and the
-	// attempt timeout (≤ MaxTaskTTLSecs).
-	reruns  uint32
-	timeout uint32
-	// Scheduling (schedule.go; zero: none), each ≤ MaxBackoffSecs.
-	backoffBase, backoffCap uint32
-
 	// generation is the base of the current run plus retryCount: the
 	// life's base (lifeBase) or, after a re-run, the generation the last
 	// re-run started (rerunBaseValue).
 	// Invariant (I5): only increases; = runBase() + retryCount.
 	generation uint64
-	// lifeBase is the generation this life of the task ID started at: the
-	// coordinator's generationFloor at admission (I11: ≤ generationFloor).
-	// Proofs of lower generations are of purged lives (purge.go).
-	lifeBase uint64
-	version  uint64 // Invariant (I6): +1 on every change of the record.
-	ordinal  uint64 // enqueue ordinal of the current queue entry
-	// prev and next link the task into the age list while it is not
-	// terminal, into the finish list while it is (tasklist.go, I3).
-	prev, next *taskRec
+	version    uint64 // Invariant (I6): +1 on every change of the record.
 	// xprev and xnext link a queued task into its priority's queue list
 	// (queue.go, I2), a leased or running task into its expiry second's
 	// list (expiry.go, I3); nil otherwise. No task is in both.
@@ -88,6 +69,30 @@ type taskRec struct {
 	// of a terminal task while hasProof && !proofIsFence, else zero.
 	lease leaseRec
 
+	// prev and next link the task into the age list while it is not
+	// terminal, into the finish list while it is (tasklist.go, I3).
+	prev, next *taskRec
+	scanID     string // interned
+	target     string
+	phases     string // interned; "" for none
+	createdAt  uint64
+	startedAt  uint64
+	// finishedAt is when the task became terminal; 0 while it is not (I8).
+	// A completed task's completion time (completedAtValue).
+	finishedAt uint64
+
+	// Beyond contract Part A (attempts.go, rerun.go): the re-runs and the
+	// attempt timeout (≤ MaxTaskTTLSecs).
+	reruns  uint32
+	timeout uint32
+	// Scheduling (schedule.go; zero: none), each ≤ MaxBackoffSecs.
+	backoffBase, backoffCap uint32
+
+	// lifeBase is the generation this life of the task ID started at: the
+	// coordinator's generationFloor at admission (I11: ≤ generationFloor).
+	// Proofs of lower generations are of purged lives (purge.go).
+	lifeBase uint64
+	ordinal  uint64 // enqueue ordinal of the current queue entry
 	// notBefore (schedule.go; zero: none) is also the not-before time a
 	// backed-off retry got; it never changes while the task is in the
 	// scheduling index's delayed tree (I11).
@@ -112,12 +117,13 @@ type workerRec struct {
 	best        *workerRec
 	prio        uint64
 	rank        uint64 // tie-break in ID order (ranks.go, I9)
-	// bestScore and bestRank copy best's score and rank (0 and 0 when best
-	// is nil), so that a pull compares its children's bests without
-	// reading those workers' records (I9).
-	bestRank  uint64
-	bestScore uint32
-	score     uint32 // cached availableSlots() when eligible ignoring time, else 0
+	// key is w's selection key (treap.go, selectionKey): its cached
+	// availableSlots() when eligible ignoring time and its rank packed into
+	// one integer, 0 when not eligible. bestKey copies best's key (0 when
+	// best is nil), so that a pull compares its children's bests with one
+	// integer comparison each, without reading those workers' records (I9).
+	key     uint64
+	bestKey uint64
 
 	id            string
 	generation    uint64
@@ -127,14 +133,19 @@ type workerRec struct {
 	completed     uint64
 	lastHeartbeat uint64
 	cpu, mem, net uint16
-	tags          []WorkerTag
+	// tagBits holds the declared tags, bit t for WorkerTag t: a set, so
+	// sorted and distinct by construction. One byte where a slice header
+	// took 24, so that every field a heartbeat reads or returns (id to
+	// tagBits) shares the record's second cache line (docs/benchmarks.md,
+	// issue 15; pinned by TestWorkerRec_TreapFieldsInOneLine).
+	tagBits uint8
 
 	// leases are the tasks whose lease w holds, in no particular order
 	// (workerLeases sorts them), for worker-loss recovery; a task knows its
 	// slot (taskRec.leaseSlot), so adding and dropping are O(1).
 	leases []*taskRec
 
-	_ [16]byte // to 192 bytes (see above)
+	_ [40]byte // to 192 bytes (see above)
 }
 
 func (w *workerRec) effectiveCapacity() uint32 {
@@ -496,7 +507,7 @@ func (w *workerRec) view() WorkerNode {
 		cpuBasisPoints:     w.cpu,
 		memoryBasisPoints:  w.mem,
 		networkBasisPoints: w.net,
-		tags:               append([]WorkerTag(nil), w.tags...),
+		tags:               w.tagList(),
 	}
 }
 

@@ -545,3 +545,29 @@ func TestTaskQueue_CancelTaskByID(t *testing.T) {
 	}
 	h.fail(KindStaleOwnership, func(rev, now uint64) error { _, err := h.p.CompleteTask(rev, now, rl); return err })
 }
+
+// Goal: ValidIdentifier accepts exactly the bytes the rule names (ASCII
+// letters, digits, '.', '_', ':', '-'), at every position — the lease
+// commands skip it only for IDs equal to stored ones (leaseTask), so what
+// it admits is what every stored ID is. Method: for lengths 1–17, put each
+// of the 256 byte values at each position of an otherwise valid
+// identifier and compare with the rule written out byte by byte.
+func TestValidIdentifier_EveryByteEveryPosition(t *testing.T) {
+	allowed := func(c byte) bool {
+		return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("._:-", c) >= 0
+	}
+	for n := 1; n <= 17; n++ {
+		for pos := 0; pos < n; pos++ {
+			for c := 0; c < 256; c++ {
+				b := []byte(strings.Repeat("a", n))
+				b[pos] = byte(c)
+				if got, want := ValidIdentifier(string(b)), allowed(byte(c)); got != want {
+					t.Fatalf("ValidIdentifier(%q) = %v, want %v", b, got, want)
+				}
+			}
+		}
+	}
+	if ValidIdentifier(strings.Repeat("a", MaxIdentifierBytes+1)) || !ValidIdentifier(strings.Repeat("a", MaxIdentifierBytes)) {
+		t.Fatal("the length bound moved")
+	}
+}

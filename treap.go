@@ -18,7 +18,33 @@ package distributed
 //
 // Ties on the ID are broken by the worker's rank instead of comparing the
 // ID strings: an integer given at registration (ranks.go) whose order is
-// the ID order (I9), so every comparison here is on integers.
+// the ID order (I9), so every comparison here is on integers. The
+// preference (most available slots, then the smallest ID: contract A.9) is
+// one integer per worker, its selection key, so that choosing between two
+// workers or two subtree bests is one comparison.
+
+// rankBits is the width of a rank (ranks are in [1, rankLimit)); the
+// selection key keeps the bits above it for the score.
+const (
+	rankBits  = 48
+	rankLimit = 1 << rankBits
+)
+
+// The score (available slots, at most MaxWorkerCapacity) must fit in the
+// 16 bits above the rank: this constant does not compile otherwise.
+const _ = uint16(MaxWorkerCapacity)
+
+// selectionKey packs a worker's score (available slots when eligible
+// ignoring time, else 0) and its rank so that a higher key is the
+// preferred worker: more slots, then the lower rank (the smaller ID, I9).
+// Not eligible is 0, below every eligible key, which is at least
+// 1<<rankBits.
+func selectionKey(score uint32, rank uint64) uint64 {
+	if score == 0 {
+		return 0
+	}
+	return uint64(score)<<rankBits | (rankLimit - 1 - rank)
+}
 
 func treapPriority(id string) uint64 {
 	// FNV-1a followed by the splitmix64 finalizer.
@@ -48,85 +74,75 @@ func (w *workerRec) eligibleIgnoringTime() bool {
 	return w.status == WorkerHealthy && w.availableSlots() > 0
 }
 
-// betterWorker returns the preferred of a and b, both linked and pulled:
-// most available slots (cached in score), then the smallest worker ID
-// (compared by rank, I9).
-// Either may be nil.
+// betterWorker returns the preferred of a and b, both eligible and
+// rescored: most available slots, then the smallest worker ID (one
+// comparison of their selection keys, I9). Either may be nil.
 func betterWorker(a, b *workerRec) *workerRec {
 	switch {
 	case a == nil:
 		return b
 	case b == nil:
 		return a
-	case a.score != b.score:
-		if a.score > b.score {
-			return a
-		}
-		return b
-	case a.rank < b.rank:
+	case a.key > b.key:
 		return a
 	}
 	return b
 }
 
-// rescore recomputes w's cached score: its available slots, or 0 when it is
-// not eligible ignoring time. Call it whenever w itself changed.
-func (w *workerRec) rescore() {
-	w.score = 0
-	if w.eligibleIgnoringTime() {
-		w.score = w.availableSlots()
+// wantKey is w's selection key computed from the record: its available
+// slots, or 0 when it is not eligible ignoring time, and its rank.
+func (w *workerRec) wantKey() uint64 {
+	if !w.eligibleIgnoringTime() {
+		return 0
 	}
+	return selectionKey(w.availableSlots(), w.rank)
 }
 
-// pull recomputes w's subtree best from its own score and its children's
-// cached bests (their score and rank copies: no reads of other records).
+// rescore recomputes w's cached selection key. Call it whenever w itself
+// or its rank changed.
+func (w *workerRec) rescore() { w.key = w.wantKey() }
+
+// pull recomputes w's subtree best from its own key and its children's
+// cached bests (their bestKey copies: no reads of other records).
 //
-// A subtree has a best iff its bestScore is above 0 (only eligible workers,
-// score ≥ 1, are bests), so "no best yet" is score 0 and needs no test of
-// its own: a child's best wins when its score is higher, or equal, above 0
-// and of a lower rank. The two children are unrolled: this is the inner
-// step of every refresh (docs/benchmarks.md, issue 15).
+// A subtree has a best iff its bestKey is above 0 (only eligible workers,
+// key ≥ 1<<rankBits, are bests), so "no best yet" is key 0 and needs no
+// test of its own: a child's best wins when its key is higher. The two
+// children are unrolled: this is the inner step of every refresh
+// (docs/benchmarks.md, issue 15).
 func (w *workerRec) pull() {
-	best, score, rank := (*workerRec)(nil), uint32(0), uint64(0)
-	if w.score > 0 {
-		best, score, rank = w, w.score, w.rank
+	best, key := (*workerRec)(nil), uint64(0)
+	if w.key > 0 {
+		best, key = w, w.key
 	}
-	if c := w.left; c != nil && (c.bestScore > score || (c.bestScore == score && score > 0 && c.bestRank < rank)) {
-		best, score, rank = c.best, c.bestScore, c.bestRank
+	if c := w.left; c != nil && c.bestKey > key {
+		best, key = c.best, c.bestKey
 	}
-	if c := w.right; c != nil && (c.bestScore > score || (c.bestScore == score && score > 0 && c.bestRank < rank)) {
-		best, score, rank = c.best, c.bestScore, c.bestRank
+	if c := w.right; c != nil && c.bestKey > key {
+		best, key = c.best, c.bestKey
 	}
-	w.best, w.bestScore, w.bestRank = best, score, rank
+	w.best, w.bestKey = best, key
 }
 
 // setBest records b (nil for none) as w's subtree best.
 func (w *workerRec) setBest(b *workerRec) {
-	w.best, w.bestScore, w.bestRank = b, bestScoreOf(b), bestRankOf(b)
+	w.best, w.bestKey = b, bestKeyOf(b)
 }
 
-// bestScoreOf and bestRankOf are the cached copies a subtree best implies
-// (0 for none).
-func bestScoreOf(b *workerRec) uint32 {
+// bestKeyOf is the cached copy a subtree best implies (0 for none).
+func bestKeyOf(b *workerRec) uint64 {
 	if b == nil {
 		return 0
 	}
-	return b.score
+	return b.key
 }
 
-func bestRankOf(b *workerRec) uint64 {
-	if b == nil {
-		return 0
-	}
-	return b.rank
-}
-
-// subtreeBest computes the best eligible worker among w (by its cached score)
+// subtreeBest computes the best eligible worker among w (by its cached key)
 // and its children's recorded bests, from the workers themselves (the
 // audit's reference for pull).
 func (w *workerRec) subtreeBest() *workerRec {
 	var best *workerRec
-	if w.score > 0 {
+	if w.key > 0 {
 		best = w
 	}
 	if w.left != nil {
@@ -242,14 +258,15 @@ func treapAppend(root, w *workerRec) *workerRec {
 		return asRoot(w)
 	}
 	parent.setRight(w)
-	if w.score == 0 {
+	if w.key == 0 {
 		return root // the ancestors' subtrees gained no eligible worker
 	}
-	for a := parent; a != nil; a = a.parent {
-		if betterWorker(a.best, w) != w {
-			break // w does not beat a's best, nor any ancestor's (a total order)
-		}
-		a.setBest(w)
+	// w beats a's best iff its key is higher (keys of eligible workers
+	// differ, I9); the copy bestKey answers without reading the best's
+	// record. Where w does not beat a's best it beats no ancestor's either
+	// (each ancestor's best is at least a's).
+	for a := parent; a != nil && a.bestKey < w.key; a = a.parent {
+		a.best, a.bestKey = w, w.key
 	}
 	return root
 }
@@ -280,16 +297,16 @@ func treapRemove(root, w *workerRec) *workerRec {
 	return root
 }
 
-// treapRefresh recomputes w's cached score and the bests on its way up to
+// treapRefresh recomputes w's cached key and the bests on its way up to
 // the root after a change that kept w's key (LastHeartbeat, ID): O(depth),
 // no restructuring and no key comparisons. w must be linked.
 func treapRefresh(w *workerRec) {
-	oldScore := w.score
+	oldKey := w.key
 	w.rescore()
 	switch {
-	case w.score == oldScore:
+	case w.key == oldKey:
 		return // nothing any subtree best depends on has changed
-	case w.score < oldScore:
+	case w.key < oldKey:
 		refreshWorse(w)
 		return
 	}
@@ -311,25 +328,25 @@ func treapRefresh(w *workerRec) {
 // recomputed is carried in registers and only the ancestor and its other
 // child are read: this is the hot path of AssignNextAvailable at many
 // workers (docs/benchmarks.md, issue 15). The result is pull's: the best
-// of one total order (score, then rank) whatever the order of comparison.
+// of one total order (the selection key) whatever the order of comparison.
 func refreshWorse(w *workerRec) {
 	if w.best != w {
 		return // w was not even its own subtree's best: no best changes
 	}
 	w.pull()
-	best, score, rank := w.best, w.bestScore, w.bestRank
+	best, key := w.best, w.bestKey
 	for child, n := w, w.parent; n != nil && n.best == w; child, n = n, n.parent {
-		if n.score > score || (n.score == score && score > 0 && n.rank < rank) {
-			best, score, rank = n, n.score, n.rank
+		if n.key > key {
+			best, key = n, n.key
 		}
 		sib := n.left
 		if sib == child {
 			sib = n.right
 		}
-		if sib != nil && (sib.bestScore > score || (sib.bestScore == score && score > 0 && sib.bestRank < rank)) {
-			best, score, rank = sib.best, sib.bestScore, sib.bestRank
+		if sib != nil && sib.bestKey > key {
+			best, key = sib.best, sib.bestKey
 		}
-		n.best, n.bestScore, n.bestRank = best, score, rank
+		n.best, n.bestKey = best, key
 	}
 }
 
@@ -347,7 +364,7 @@ func treapBestAlive(root *workerRec, cutoff uint64, allAlive bool) *workerRec {
 	var best *workerRec
 	for n := root; n != nil; {
 		if allAlive || n.lastHeartbeat > cutoff {
-			if n.score > 0 {
+			if n.key > 0 {
 				best = betterWorker(best, n)
 			}
 			if n.right != nil {

@@ -129,7 +129,7 @@ func TestTreap_MatchesBruteForce(t *testing.T) {
 // when two neighbours' ranks leave no room. Method: register IDs in
 // increasing order ("a" < "aa" < "aaa" < … < "b": each takes a step above
 // the previous) and then in decreasing order just above "a" ("a999",
-// "a998", …: each halves the gap left above "a", so about every 32nd
+// "a998", …: each halves the gap left above "a", so about every 24th
 // registration re-ranks every worker); audit after each (the audit also
 // checks the treap's cached copies of the ranks) and check the chosen
 // worker by brute force.
@@ -150,9 +150,9 @@ func TestWorkerRanks_IDOrderThroughReranks(t *testing.T) {
 			t.Fatalf("after registering %d IDs: %v", i+53, err)
 		}
 	}
-	// Without a re-rank "a999" would sit 2^31 above "a" (half the step "aa"
+	// Without a re-rank "a999" would sit 2^23 above "a" (half the step "aa"
 	// took); a re-rank spreads the ~150 workers over the whole space.
-	if r := h.p.c.workers["a"].rank; h.p.c.workers["a999"].rank-r <= 1<<32 {
+	if r := h.p.c.workers["a"].rank; h.p.c.workers["a999"].rank-r <= rankStep {
 		t.Fatalf("no re-rank spread the ranks again: a=%d a999=%d", r, h.p.c.workers["a999"].rank)
 	}
 	ranks := h.p.c.byID.Len()
@@ -202,12 +202,25 @@ func TestWorkerRec_TreapFieldsInOneLine(t *testing.T) {
 	if size := unsafe.Sizeof(w); size != 192 {
 		t.Fatalf("sizeof(workerRec) = %d, want 192 (a 64-byte aligned size class)", size)
 	}
-	end := unsafe.Offsetof(w.score) + unsafe.Sizeof(w.score)
+	end := unsafe.Offsetof(w.bestKey) + unsafe.Sizeof(w.bestKey)
 	for name, off := range map[string]uintptr{"left": unsafe.Offsetof(w.left), "right": unsafe.Offsetof(w.right),
 		"parent": unsafe.Offsetof(w.parent), "best": unsafe.Offsetof(w.best), "prio": unsafe.Offsetof(w.prio),
-		"rank": unsafe.Offsetof(w.rank), "bestRank": unsafe.Offsetof(w.bestRank), "bestScore": unsafe.Offsetof(w.bestScore)} {
+		"rank": unsafe.Offsetof(w.rank), "key": unsafe.Offsetof(w.key), "bestKey": unsafe.Offsetof(w.bestKey)} {
 		if off >= 64 || end > 64 {
-			t.Fatalf("treap field %s at offset %d (score ends at %d), want all within the first 64 bytes", name, off, end)
+			t.Fatalf("treap field %s at offset %d (bestKey ends at %d), want all within the first 64 bytes", name, off, end)
+		}
+	}
+	// Every field a heartbeat reads or returns (UpdateWorker and the
+	// WorkerNode view) is in the second line, so a heartbeat touches two
+	// lines of the record (the third holds the lease slice).
+	for name, r := range map[string][2]uintptr{"id": {unsafe.Offsetof(w.id), unsafe.Sizeof(w.id)},
+		"generation": {unsafe.Offsetof(w.generation), 8}, "status": {unsafe.Offsetof(w.status), unsafe.Sizeof(w.status)},
+		"capacity": {unsafe.Offsetof(w.capacity), 4}, "current": {unsafe.Offsetof(w.current), 4},
+		"completed": {unsafe.Offsetof(w.completed), 8}, "lastHeartbeat": {unsafe.Offsetof(w.lastHeartbeat), 8},
+		"cpu": {unsafe.Offsetof(w.cpu), 2}, "mem": {unsafe.Offsetof(w.mem), 2}, "net": {unsafe.Offsetof(w.net), 2},
+		"tagBits": {unsafe.Offsetof(w.tagBits), 1}} {
+		if r[0] < 64 || r[0]+r[1] > 128 {
+			t.Fatalf("heartbeat field %s at offsets %d–%d, want all within the second 64 bytes", name, r[0], r[0]+r[1])
 		}
 	}
 	h := newHarness(t, DefaultLimits())
@@ -217,6 +230,26 @@ func TestWorkerRec_TreapFieldsInOneLine(t *testing.T) {
 	for id, w := range h.p.c.workers {
 		if p := uintptr(unsafe.Pointer(w)); p%64 != 0 {
 			t.Fatalf("worker %s's record at %#x is not 64-byte aligned", id, p)
+		}
+	}
+}
+
+// The task record stays 240 bytes, and the fields an assignment reads or
+// writes (grant, the lease value it returns) are its first 104 bytes
+// (state.go), so an assignment at maximum state touches fewer lines of the
+// oldest queued record.
+func TestTaskRec_AssignmentFieldsFirst(t *testing.T) {
+	var r taskRec
+	if size := unsafe.Sizeof(r); size != 240 {
+		t.Fatalf("sizeof(taskRec) = %d, want 240", size)
+	}
+	end := unsafe.Offsetof(r.lease) + unsafe.Sizeof(r.lease)
+	for name, off := range map[string]uintptr{"id": unsafe.Offsetof(r.id), "status": unsafe.Offsetof(r.status),
+		"hasLease": unsafe.Offsetof(r.hasLease), "leaseSlot": unsafe.Offsetof(r.leaseSlot), "attempt": unsafe.Offsetof(r.attempt),
+		"generation": unsafe.Offsetof(r.generation), "version": unsafe.Offsetof(r.version),
+		"xprev": unsafe.Offsetof(r.xprev), "xnext": unsafe.Offsetof(r.xnext)} {
+		if off >= end || end > 104 {
+			t.Fatalf("assignment field %s at offset %d (lease ends at %d), want all within the first 104 bytes", name, off, end)
 		}
 	}
 }

@@ -59,7 +59,10 @@ func normalizeWorkerSpec(s WorkerSpec) ([]WorkerTag, *Error) {
 func (w *workerRec) applySpec(s WorkerSpec, tags []WorkerTag) {
 	w.capacity = s.Capacity
 	w.cpu, w.mem, w.net = s.CPUBasisPoints, s.MemoryBasisPoints, s.NetworkBasisPoints
-	w.tags = tags
+	w.tagBits = 0
+	for _, t := range tags {
+		w.tagBits |= 1 << t
+	}
 }
 
 // RegisterWorker registers a new healthy worker (generation 1, LastHeartbeat =

@@ -217,9 +217,9 @@ func completeAll(t *testing.T, c *client.Client, n int) {
 	}
 }
 
-// drain runs a worker that completes tasks until ctx ends; it returns a
-// channel closed when it stopped.
-func drain(ctx context.Context, t *testing.T, c *client.Client) <-chan struct{} {
+// drain runs a worker that completes tasks from when start is closed
+// until ctx ends; it returns a channel closed when it stopped.
+func drain(ctx context.Context, t *testing.T, c *client.Client, start <-chan struct{}) <-chan struct{} {
 	t.Helper()
 	if _, err := c.RegisterWorker(context.Background(), &pb.RegisterWorkerRequest{WorkerId: "wdrain", Capacity: 16}); err != nil {
 		t.Fatal(err)
@@ -227,6 +227,10 @@ func drain(ctx context.Context, t *testing.T, c *client.Client) <-chan struct{} 
 	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)
+		select {
+		case <-start:
+		case <-ctx.Done():
+		}
 		for ctx.Err() == nil {
 			resp, err := c.Acquire(ctx, &pb.AcquireRequest{WorkerId: "wdrain", MaxTasks: 16, Start: true, LeaseTtlSecs: 30, WaitSecs: 1})
 			if err != nil {
@@ -244,13 +248,21 @@ func drain(ctx context.Context, t *testing.T, c *client.Client) <-chan struct{} 
 // with the failover tests' 50 ms attempt deadlines.
 func TestClient_EnqueueTargetsWaitsForRoom(t *testing.T) {
 	b := setupLimits(t, smallLimits(512, 8, 8, 512))
-	ctx, cancel := context.WithCancel(context.Background())
-	stopped := drain(ctx, t, b.c)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	// NB: the worker starts once the call waits, so that it must wait
+	// (a worker that keeps up would leave it room every time).
+	waiting := make(chan struct{})
+	stopped := drain(ctx, t, b.c, waiting)
 	defer func() { cancel(); <-stopped }()
 	in := targetsOf("t", 300)
 	var waited bool
 	res, err := b.c.EnqueueTargets(ctx, client.EnqueueOptions{ScanID: "s", BatchSize: 64, DeclaredTotal: 300,
-		ProgressFunc: func(p client.EnqueueProgress) { waited = waited || p.Waiting }}, slices.Values(in))
+		ProgressFunc: func(p client.EnqueueProgress) {
+			if p.Waiting && !waited {
+				waited = true
+				close(waiting)
+			}
+		}}, slices.Values(in))
 	if err != nil || res.Enqueued != 300 || res.Waits == 0 || !waited {
 		t.Fatalf("EnqueueTargets = %+v, %v; want 300 enqueued after waiting", res, err)
 	}
@@ -280,7 +292,9 @@ func TestClient_EnqueueTargetsInterruptedThenResumed(t *testing.T) {
 	wantStored(t, b.c, "s", in[:8])
 	// The same call again, with a worker: the 8 count as existing.
 	wctx, wcancel := context.WithTimeout(context.Background(), time.Minute)
-	stopped := drain(wctx, t, b.c)
+	started := make(chan struct{})
+	close(started)
+	stopped := drain(wctx, t, b.c, started)
 	defer func() { wcancel(); <-stopped }()
 	res, err = b.c.EnqueueTargets(wctx, client.EnqueueOptions{ScanID: "s", BatchSize: 16}, slices.Values(in))
 	if err != nil || res.Existing != 8 || res.Enqueued != 92 {

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -319,16 +320,17 @@ func invoke[Req, Resp any](ctx context.Context, c *Client, op string, wait time.
 		resp, err := rpc(actx, creq)
 		timedOut := attemptExpired(ctx, actx, err)
 		cancel()
-		if err == nil || !timedOut && connect.CodeOf(err) != connect.CodeUnavailable {
-			c.router.answered(target)
-		}
 		if err == nil {
+			c.router.answered(target)
 			return resp.Msg, nil
 		}
 		if timedOut {
 			err = connect.NewError(connect.CodeUnavailable, fmt.Errorf("no answer from %s within the attempt timeout: %w", target.Host, err))
 		} else if connectionLost(ctx, err) {
 			err = lostConnection(target.Host, err)
+		}
+		if !timedOut && connect.CodeOf(err) != connect.CodeUnavailable {
+			c.router.answered(target)
 		}
 		lastErr = err
 		c.router.observe(target, err, timedOut)
@@ -350,18 +352,29 @@ func invoke[Req, Resp any](ctx context.Context, c *Client, op string, wait time.
 
 // connectionLost reports whether a try failed because the connection broke
 // under it while the caller still waits: connect reports a reset read as
-// Canceled (the same code as the caller's own cancellation) and a request
+// Canceled (the same code as the caller's own cancellation), a request
 // body whose write the reset cut off as Unavailable ("use of closed
-// network connection"); either way the node may have read the whole
-// request.
+// network connection"), a connection closed before the answer as
+// Unavailable (EOF), and an answer cut off after its status and headers
+// as Unknown ("read message: unexpected EOF": a node that died, or a
+// proxy that broke off, mid-answer — for a Connect unary call the status
+// had already said whether the call succeeded). Either way the node may
+// have read the whole request and applied it.
 func connectionLost(ctx context.Context, err error) bool {
 	switch connect.CodeOf(err) {
-	case connect.CodeCanceled, connect.CodeUnavailable:
+	case connect.CodeCanceled, connect.CodeUnavailable, connect.CodeUnknown:
 	default:
 		return false
 	}
-	return ctx.Err() == nil &&
-		(errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed))
+	return ctx.Err() == nil && brokenConnection(err)
+}
+
+// brokenConnection reports whether err is a transport failure of a
+// connection that carried the request: reset, closed, or ended before the
+// answer did.
+func brokenConnection(err error) bool {
+	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)
 }
 
 // lostConnection turns a broken connection into Unavailable with

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
 	"github.com/termivar/distributed/client"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 )
@@ -34,14 +36,10 @@ func TestClient_ConnectionResetIsUnreachable(t *testing.T) {
 		conn.Close()
 	}))
 	defer srv.Close()
-	c, err := client.New(client.Config{ServerURL: srv.URL, Key: "k", MaxAttempts: 3, MinBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := newResetClient(t, srv.URL)
 	ctx := context.Background()
 
-	_, err = c.Enqueue(ctx, &pb.EnqueueRequest{Tasks: []*pb.NewTask{{TaskId: "t", ScanId: "s", TargetRef: "x"}}})
+	_, err := c.Enqueue(ctx, &pb.EnqueueRequest{Tasks: []*pb.NewTask{{TaskId: "t", ScanId: "s", TargetRef: "x"}}})
 	if !client.IsUnreachable(err) || errors.Is(err, context.Canceled) || hits.Load() != 3 {
 		t.Fatalf("Enqueue through resets = %v after %d tries; want unreachable after 3", err, hits.Load())
 	}
@@ -50,4 +48,55 @@ func TestClient_ConnectionResetIsUnreachable(t *testing.T) {
 	if !client.IsUnreachable(err) || hits.Load() != 1 {
 		t.Fatalf("CreateKey through a reset = %v after %d tries; want unreachable after 1 (not safe to replay)", err, hits.Load())
 	}
+}
+
+// TestClient_CutOffAnswerIsUnknownOutcome: a node (or a proxy in front of
+// it) that breaks off after the answer's status and headers leaves connect
+// an Unknown "read message: unexpected EOF", which is not an answer: the
+// call may have been applied (a Connect status 200 says it was). Complete,
+// safe to replay, is tried again and gets the second try's answer;
+// CreateKey, not safe to replay, reports unreachable with the unknown
+// outcome after one try. Before, both returned the Unknown code at once,
+// which callers took as a definite failure.
+func TestClient_CutOffAnswerIsUnknownOutcome(t *testing.T) {
+	t.Parallel()
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if hits.Add(1)%2 == 0 {
+			w.Header().Set("Content-Type", "application/proto")
+			return // an empty message: the answer of a call that succeeded
+		}
+		w.Header().Set("Content-Type", "application/proto")
+		w.Header().Set("Content-Length", "64")
+		w.WriteHeader(http.StatusOK)
+		conn, _, err := w.(http.Hijacker).Hijack() // NB: flushes the headers first
+		if err == nil {
+			conn.Close()
+		}
+	}))
+	defer srv.Close()
+	c := newResetClient(t, srv.URL)
+	ctx := context.Background()
+
+	if _, err := c.Complete(ctx, &pb.CompleteRequest{LeaseToken: []byte("t")}); err != nil || hits.Load() != 2 {
+		t.Fatalf("Complete after a cut-off answer = %v after %d tries; want the second try's answer", err, hits.Load())
+	}
+	hits.Store(0)
+	_, err := c.CreateKey(ctx, &pb.CreateKeyRequest{Role: "worker"})
+	ce, ok := errors.AsType[*connect.Error](err)
+	if !client.IsUnreachable(err) || !ok || ce.Meta().Get(client.OutcomeHeader) != client.OutcomeUnknown || hits.Load() != 1 {
+		t.Fatalf("CreateKey through a cut-off answer = %v after %d tries; want unreachable with an unknown outcome after 1", err, hits.Load())
+	}
+}
+
+// newResetClient is a client of url that tries a call 3 times with
+// millisecond backoffs.
+func newResetClient(t *testing.T, url string) *client.Client {
+	t.Helper()
+	c, err := client.New(client.Config{ServerURL: url, Key: "k", MaxAttempts: 3, MinBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
 }

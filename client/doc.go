@@ -76,8 +76,11 @@
 //	  RemoveMember
 //
 // A connection that breaks under a request (a node killed mid-call; connect
-// reports it as Canceled) is Unavailable with an unknown outcome: retried
-// only for the calls marked "yes".
+// reports it as Canceled, or Unavailable: EOF), or an answer cut off after
+// its status and headers (connect: Unknown, "read message: unexpected
+// EOF"), is Unavailable with an unknown outcome: retried only for the
+// calls marked "yes". Every other code is an answer: the node decided the
+// call.
 //
 // Results (a stream) has no attempt deadline (a paused node holds it until
 // the caller's context ends) and is retried on Unavailable only until its

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 	"github.com/termivar/distributed/gen/termivar/v1/termivarv1connect"
@@ -204,4 +205,41 @@ func TestForwarder_TransferLeadershipOutlivesTheChange(t *testing.T) {
 	if err := <-transfer; err != nil {
 		t.Fatalf("TransferLeadership through the forward = %v, want the old leader's answer", err)
 	}
+}
+
+// TestForwarder_LeaderChangeAfterAnswerBegan: the leader has begun its
+// answer (response headers sent: for a Connect unary call, status 200 says
+// the call succeeded) when the node's view of the leader changes. The
+// forward must not hand the client a cut-off response, which connect
+// reports as a definite-looking code (Unknown "read message: unexpected
+// EOF" over HTTP/1.1, Internal over HTTP/2): the client would neither
+// retry the call nor treat its outcome as unknown, although the leader
+// applied it. It answers not_leader with an unknown outcome instead.
+func TestForwarder_LeaderChangeAfterAnswerBegan(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	var began atomic.Int64
+	old := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/proto")
+		w.WriteHeader(http.StatusOK)
+		http.NewResponseController(w).Flush()
+		began.Add(1)
+		<-release
+		b, _ := proto.Marshal(&pb.CompleteResponse{Revision: 7})
+		_, _ = w.Write(b)
+	}))
+	old.Config.Protocols = NewHTTPServer("", nil).Protocols // h2c, as the forward speaks it
+	old.Start()
+	t.Cleanup(old.Close)
+	defer close(release)
+	b := setupForward(t, old.URL, time.Minute)
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.worker.Complete(context.Background(), connect.NewRequest(&pb.CompleteRequest{LeaseToken: []byte("t")}))
+		done <- err
+	}()
+	waitUntil(t, "the leader to begin its answer", func() bool { return began.Load() == 1 })
+	newLeader := "http://127.0.0.1:1"
+	b.leader.Store(&newLeader)
+	checkNotLeader(t, <-done, newLeader, OutcomeUnknown)
 }

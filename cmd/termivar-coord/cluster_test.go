@@ -538,6 +538,9 @@ type linInput struct {
 
 type linOutput struct {
 	kind string // ok, exists, absent, active, completed, failed, unknown
+	// err describes the call's error (code, kind, message) for the
+	// failure output; the model ignores it.
+	err string
 }
 
 var linModel = porcupine.NondeterministicModel{
@@ -616,7 +619,11 @@ var linModel = porcupine.NondeterministicModel{
 		return nil
 	},
 	DescribeOperation: func(in, out any) string {
-		return fmt.Sprintf("%s(%s) -> %s", in.(linInput).op, in.(linInput).key, out.(linOutput).kind)
+		o := out.(linOutput)
+		if o.err != "" {
+			return fmt.Sprintf("%s(%s) -> %s [%s]", in.(linInput).op, in.(linInput).key, o.kind, o.err)
+		}
+		return fmt.Sprintf("%s(%s) -> %s", in.(linInput).op, in.(linInput).key, o.kind)
 	},
 }
 
@@ -726,7 +733,7 @@ func (l *linLoad) enqueue(p int, cl *client.Client, k string) {
 	defer cancel()
 	call := l.h.now()
 	_, err := cl.Enqueue(cctx, &pb.EnqueueRequest{Tasks: []*pb.NewTask{{TaskId: k, ScanId: "s", TargetRef: "x"}}})
-	out := linOutput{"ok"}
+	out := linOutput{kind: "ok", err: describeErr(err)}
 	switch {
 	case err == nil:
 	case client.KindOf(err) == distributed.KindTaskAlreadyExists.String():
@@ -743,7 +750,7 @@ func (l *linLoad) get(p int, cl *client.Client, k string) {
 	defer cancel()
 	call := l.h.now()
 	g, err := cl.GetTask(cctx, &pb.GetTaskRequest{TaskId: k})
-	out := linOutput{"unknown"}
+	out := linOutput{kind: "unknown", err: describeErr(err)}
 	switch {
 	case err == nil && g.GetTask().GetStatus() == "completed":
 		out.kind = "completed"
@@ -790,7 +797,7 @@ func (l *linLoad) complete(w int, cl *client.Client, lt *pb.LeasedTask) {
 	defer cancel()
 	call := l.h.now()
 	_, err := cl.Complete(cctx, &pb.CompleteRequest{LeaseToken: lt.GetLeaseToken(), Result: []byte("r")})
-	out := linOutput{"ok"}
+	out := linOutput{kind: "ok", err: describeErr(err)}
 	if err != nil {
 		out.kind = "unknown"
 		if ce := codeOf(err); ce != connect.CodeUnavailable && ce != connect.CodeDeadlineExceeded && ce != connect.CodeCanceled {
@@ -799,6 +806,16 @@ func (l *linLoad) complete(w int, cl *client.Client, lt *pb.LeasedTask) {
 	}
 	l.h.add(10+w, linInput{"complete", lt.GetTaskId()}, call, out)
 	l.ops.Add(1)
+}
+
+// describeErr is err's code, error kind and message for a failure
+// output ("" for nil), so that a history that fails shows why each call
+// failed.
+func describeErr(err error) string {
+	if err == nil {
+		return ""
+	}
+	return fmt.Sprintf("%s/%s: %v", codeOf(err), client.KindOf(err), err)
 }
 
 // checkLinearizable checks h with porcupine and fails the test with the
@@ -915,7 +932,7 @@ func TestCluster_JoinFourthNode(t *testing.T) {
 func TestLinModel_RejectsStaleRead(t *testing.T) {
 	t.Parallel()
 	op := func(c int, o, k string, call, ret int64, out string) porcupine.Operation {
-		return porcupine.Operation{ClientId: c, Input: linInput{o, k}, Call: call, Output: linOutput{out}, Return: ret}
+		return porcupine.Operation{ClientId: c, Input: linInput{o, k}, Call: call, Output: linOutput{kind: out}, Return: ret}
 	}
 	m := linModel.ToModel()
 	ok := []porcupine.Operation{op(0, "enqueue", "a", 0, 10, "ok"), op(1, "get", "a", 5, 6, "absent"), op(1, "get", "a", 11, 12, "active"),

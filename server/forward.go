@@ -47,7 +47,8 @@ const (
 	// LeaderHeader carries the leader's API URL on a not_leader error.
 	LeaderHeader = "Termivar-Leader"
 	// OutcomeHeader is set to OutcomeUnknown on a not_leader error of a
-	// forward that was sent and got no answer.
+	// forward that was sent and got no answer, and on a leader's
+	// Unavailable answer after its proposal reached the log (toConnect).
 	OutcomeHeader  = "Termivar-Outcome"
 	OutcomeUnknown = "unknown"
 	// ForwardTimeout bounds a forwarded call that does not wait on purpose

@@ -347,7 +347,8 @@ func outcomeUnknown(err error) error {
 
 // ProposeAll proposes every command before waiting for any, so they share
 // log entries; results come back in order. An infrastructure error fails
-// the whole call (some commands may still have been applied).
+// the whole call; when some commands were applied (or may be) it
+// errors.Is ErrOutcomeUnknown.
 func (n *Node) ProposeAll(ctx context.Context, cmds []*pb.Command) ([]raftfsm.Response, error) {
 	if err := n.Err(); err != nil {
 		return nil, err
@@ -366,6 +367,7 @@ func (n *Node) ProposeAll(ctx context.Context, cmds []*pb.Command) ([]raftfsm.Re
 		props[i] = p
 	}
 	var firstErr error
+	mayApply := false // a command was applied, or may still be
 	for i, p := range props {
 		if p == nil {
 			continue
@@ -373,12 +375,18 @@ func (n *Node) ProposeAll(ctx context.Context, cmds []*pb.Command) ([]raftfsm.Re
 		select {
 		case r := <-p.done:
 			out[i] = r.resp
+			mayApply = mayApply || r.err == nil || errors.Is(r.err, ErrOutcomeUnknown)
 			if r.err != nil && firstErr == nil {
 				firstErr = r.err
 			}
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
+	}
+	if firstErr != nil && mayApply {
+		// NB: the call fails whole, yet some of its commands took effect
+		// (their entries committed before another entry's refusal) or may.
+		firstErr = outcomeUnknown(firstErr)
 	}
 	return out, firstErr
 }

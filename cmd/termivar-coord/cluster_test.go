@@ -825,13 +825,19 @@ func checkLinearizable(t *testing.T, h *history, label string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	unknown := 0
+	failed := map[string]int{} // "op -> kind [code/kind]" of failed calls
 	for _, op := range h.ops {
-		if op.Output.(linOutput).kind == "unknown" {
+		out := op.Output.(linOutput)
+		if out.kind == "unknown" {
 			unknown++
+		}
+		if out.err != "" && out.kind != "absent" && out.kind != "exists" {
+			code, _, _ := strings.Cut(out.err, ":")
+			failed[fmt.Sprintf("%s -> %s [%s]", op.Input.(linInput).op, out.kind, code)]++
 		}
 	}
 	res := porcupine.CheckOperationsTimeout(linModel.ToModel(), h.ops, 20*time.Second)
-	t.Logf("%s; %d operations (%d with unknown outcome): %s", label, len(h.ops), unknown, res)
+	t.Logf("%s; %d operations (%d with unknown outcome): %s; failed calls: %v", label, len(h.ops), unknown, res, failed)
 	if res == porcupine.Illegal {
 		var b strings.Builder
 		for _, part := range linModel.Partition(h.ops) {

@@ -20,6 +20,7 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 	"github.com/termivar/distributed/gen/termivar/v1/termivarv1connect"
@@ -246,7 +247,8 @@ func (b *bearer) CloseIdleConnections() {
 
 // replaySafe lists the RPCs that may be sent again after a try that got no
 // answer (it may have been applied): a replay changes nothing the first
-// try did not (doc.go has the table and the reasons). Every other RPC,
+// try did not (doc.go has the table and the reasons) — unless the request
+// names an expected revision (expectsRevision). Every other RPC,
 // including any added later and not listed here, has no attempt deadline
 // and is retried only on an Unavailable answer that says it was not
 // handled.
@@ -272,6 +274,39 @@ var replaySafe = map[string]bool{
 	"Producer.ListScans":     true,
 	"Producer.FollowResults": true,
 }
+
+// expectsRevision reports whether m, or an element of one of its lists
+// (CompleteMany items, an Acquire's complete items), names an expected
+// revision: a compare-and-set, which a replay after a first try that was
+// applied fails with revision_conflict instead of the replay's answer
+// (contract A.6: a replay still has to name the current revision). Such a
+// call is not safe to replay.
+func expectsRevision(m protoreflect.Message) bool {
+	fields := m.Descriptor().Fields()
+	if fd := fields.ByName(expectedRevisionField); fd != nil && m.Has(fd) {
+		return true
+	}
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		if !fd.IsList() || fd.Message() == nil || !m.Has(fd) {
+			continue
+		}
+		efd := fd.Message().Fields().ByName(expectedRevisionField)
+		if efd == nil {
+			continue // NB: the elements cannot name one: not walked
+		}
+		l := m.Get(fd).List()
+		for j := range l.Len() {
+			if l.Get(j).Message().Has(efd) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// expectedRevisionField is the request field of a compare-and-set.
+const expectedRevisionField protoreflect.Name = "expected_revision"
 
 // retryable reports whether a failed call may be tried again: Unavailable
 // (not handled; see outcomeUnknown), or an attempt deadline that passed on
@@ -309,6 +344,7 @@ func call[Req, Resp any](ctx context.Context, c *Client, op string, req *Req, rp
 func invoke[Req, Resp any](ctx context.Context, c *Client, op string, wait time.Duration, req *Req, rpc func(context.Context, *connect.Request[Req]) (*connect.Response[Resp], error)) (*Resp, error) {
 	safe := replaySafe[op]
 	if m, ok := any(req).(proto.Message); ok && safe {
+		safe = !expectsRevision(m.ProtoReflect())
 		wait += time.Duration(proto.Size(m)) * time.Second / attemptBytesPerSecond
 	}
 	var lastErr error

@@ -61,21 +61,7 @@ func TestClient_ConnectionResetIsUnreachable(t *testing.T) {
 func TestClient_CutOffAnswerIsUnknownOutcome(t *testing.T) {
 	t.Parallel()
 	var hits atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if hits.Add(1)%2 == 0 {
-			w.Header().Set("Content-Type", "application/proto")
-			return // an empty message: the answer of a call that succeeded
-		}
-		w.Header().Set("Content-Type", "application/proto")
-		w.Header().Set("Content-Length", "64")
-		w.WriteHeader(http.StatusOK)
-		conn, _, err := w.(http.Hijacker).Hijack() // NB: flushes the headers first
-		if err == nil {
-			conn.Close()
-		}
-	}))
-	defer srv.Close()
-	c := newResetClient(t, srv.URL)
+	c := newResetClient(t, cutOffEveryOther(t, &hits))
 	ctx := context.Background()
 
 	if _, err := c.Complete(ctx, &pb.CompleteRequest{LeaseToken: []byte("t")}); err != nil || hits.Load() != 2 {
@@ -99,4 +85,59 @@ func newResetClient(t *testing.T, url string) *client.Client {
 	}
 	t.Cleanup(c.Close)
 	return c
+}
+
+// cutOffEveryOther serves a cut-off answer (status and headers, then the
+// connection closes) to every odd request and an empty success to every
+// even one, counting requests in hits; it returns the server's URL.
+func cutOffEveryOther(t *testing.T, hits *atomic.Int64) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/proto")
+		if hits.Add(1)%2 == 0 {
+			return // an empty message: the answer of a call that succeeded
+		}
+		w.Header().Set("Content-Length", "64")
+		w.WriteHeader(http.StatusOK)
+		conn, _, err := w.(http.Hijacker).Hijack() // NB: flushes the headers first
+		if err == nil {
+			conn.Close()
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// TestClient_ExpectedRevisionIsNotReplayed: a call that names an expected
+// revision (itself, or one of its items) is a compare-and-set: re-sent
+// after a first try that was applied, it fails revision_conflict (contract
+// A.6), a definite-looking answer about a call that took effect. So it is
+// not replayed after an unknown outcome, although its RPC is safe to
+// replay without one: the caller gets the unknown outcome after one try.
+func TestClient_ExpectedRevisionIsNotReplayed(t *testing.T) {
+	t.Parallel()
+	var hits atomic.Int64
+	c := newResetClient(t, cutOffEveryOther(t, &hits))
+	ctx := context.Background()
+	rev := uint64(5)
+	for _, tc := range []struct {
+		name string
+		call func() error
+	}{
+		{"Complete", func() error {
+			_, err := c.Complete(ctx, &pb.CompleteRequest{LeaseToken: []byte("t"), ExpectedRevision: &rev})
+			return err
+		}},
+		{"CompleteMany item", func() error {
+			_, err := c.CompleteMany(ctx, &pb.CompleteManyRequest{Items: []*pb.CompleteRequest{
+				{LeaseToken: []byte("a")}, {LeaseToken: []byte("b"), ExpectedRevision: &rev}}})
+			return err
+		}},
+	} {
+		hits.Store(0)
+		err := tc.call()
+		if !client.IsUnreachable(err) || hits.Load() != 1 {
+			t.Errorf("%s with an expected revision through a cut-off answer = %v after %d tries; want unreachable after 1", tc.name, err, hits.Load())
+		}
+	}
 }

@@ -75,6 +75,12 @@
 //	Cluster.Join,            no      membership changes
 //	  RemoveMember
 //
+// A request that names an expected revision (expected_revision, on the
+// request or on one of its items) is a compare-and-set and is not safe to
+// replay whatever its RPC: once the first try applied, a replay fails
+// revision_conflict (a replay still has to name the current revision,
+// contract A.6) instead of AlreadyCompleted and the like.
+//
 // A connection that breaks under a request (a node killed mid-call; connect
 // reports it as Canceled, or Unavailable: EOF), or an answer cut off after
 // its status and headers (connect: Unknown, "read message: unexpected

@@ -24,6 +24,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	distributed "github.com/termivar/distributed"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 	"github.com/termivar/distributed/gen/termivar/v1/termivarv1connect"
 	"github.com/termivar/distributed/internal/wireerr"
@@ -36,6 +37,7 @@ type forwardBundle struct {
 	producer termivarv1connect.ProducerClient
 	worker   termivarv1connect.WorkerClient
 	cluster  termivarv1connect.ClusterClient
+	url      string // the forwarder's
 }
 
 // setupForward serves a forwarder to leader with the given ForwardTimeout.
@@ -46,7 +48,7 @@ func setupForward(t *testing.T, leader string, timeout time.Duration) *forwardBu
 	b.f = &forwarder{errw: connect.NewErrorWriter(), proxies: map[string]*httputil.ReverseProxy{}, tr: newForwardTransport(nil),
 		nodeID: "follower", timeout: timeout, log: slog.New(slog.DiscardHandler),
 		leaderURLFunc: func() string { b.polls.Add(1); return *b.leader.Load() }}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		l := b.f.leaderURLFunc()
 		p, err := b.f.proxy(l)
 		if err != nil {
@@ -55,6 +57,9 @@ func setupForward(t *testing.T, leader string, timeout time.Duration) *forwardBu
 		}
 		b.f.forward(w, r, l, p)
 	}))
+	srv.Config.Protocols = NewHTTPServer("", nil).Protocols // HTTP/1.1 and h2c (gRPC)
+	srv.Start()
+	b.url = srv.URL
 	hc := &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
 	t.Cleanup(func() {
 		srv.Close()
@@ -242,4 +247,47 @@ func TestForwarder_LeaderChangeAfterAnswerBegan(t *testing.T) {
 	newLeader := "http://127.0.0.1:1"
 	b.leader.Store(&newLeader)
 	checkNotLeader(t, <-done, newLeader, OutcomeUnknown)
+}
+
+// getTaskLeader answers GetTask: the task for "t", task_not_found for any
+// other ID.
+type getTaskLeader struct {
+	termivarv1connect.UnimplementedProducerHandler
+}
+
+func (getTaskLeader) GetTask(_ context.Context, r *connect.Request[pb.GetTaskRequest]) (*connect.Response[pb.GetTaskResponse], error) {
+	if r.Msg.GetTaskId() != "t" {
+		return nil, toConnect(&distributed.Error{Kind: distributed.KindTaskNotFound, TaskID: r.Msg.GetTaskId()})
+	}
+	return connect.NewResponse(&pb.GetTaskResponse{Task: &pb.TaskInfo{TaskId: "t"}}), nil
+}
+
+// TestForwarder_UnaryAnswersPassWhole: the forward reads a unary answer
+// whole before passing it on (bufferUnaryAnswer); the answer, an error's
+// code and detail, and gRPC's trailers (grpc-status) still reach the
+// client unchanged, over the Connect protocol and gRPC.
+func TestForwarder_UnaryAnswersPassWhole(t *testing.T) {
+	t.Parallel()
+	mux := http.NewServeMux()
+	mux.Handle(termivarv1connect.NewProducerHandler(getTaskLeader{}))
+	leader := httptest.NewUnstartedServer(mux)
+	leader.Config.Protocols = NewHTTPServer("", nil).Protocols
+	leader.Start()
+	t.Cleanup(leader.Close)
+	b := setupForward(t, leader.URL, time.Minute)
+	hc := h2cClient("")
+	t.Cleanup(hc.CloseIdleConnections)
+	for name, pc := range map[string]termivarv1connect.ProducerClient{
+		"connect": b.producer,
+		"grpc":    termivarv1connect.NewProducerClient(hc, b.url, connect.WithGRPC()),
+	} {
+		res, err := pc.GetTask(context.Background(), connect.NewRequest(&pb.GetTaskRequest{TaskId: "t"}))
+		if err != nil || res.Msg.GetTask().GetTaskId() != "t" {
+			t.Fatalf("%s: GetTask(t) through the forward = %v, %v; want task t", name, res, err)
+		}
+		_, err = pc.GetTask(context.Background(), connect.NewRequest(&pb.GetTaskRequest{TaskId: "u"}))
+		if code, kind := errKind(err); code != connect.CodeNotFound || kind != "task_not_found" {
+			t.Fatalf("%s: GetTask(u) through the forward = %v; want not_found / task_not_found", name, err)
+		}
+	}
 }

@@ -825,15 +825,14 @@ func checkLinearizable(t *testing.T, h *history, label string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	unknown := 0
-	failed := map[string]int{} // "op -> kind [code/kind]" of failed calls
+	failed := map[string]int{} // "op -> outcome [code/kind: message]" of failed calls
 	for _, op := range h.ops {
 		out := op.Output.(linOutput)
 		if out.kind == "unknown" {
 			unknown++
 		}
 		if out.err != "" && out.kind != "absent" && out.kind != "exists" {
-			code, _, _ := strings.Cut(out.err, ":")
-			failed[fmt.Sprintf("%s -> %s [%s]", op.Input.(linInput).op, out.kind, code)]++
+			failed[fmt.Sprintf("%s -> %s [%s]", op.Input.(linInput).op, out.kind, out.err)]++
 		}
 	}
 	res := porcupine.CheckOperationsTimeout(linModel.ToModel(), h.ops, 20*time.Second)

@@ -261,13 +261,23 @@ func requireOrSkip(t skipper, require, path, missing string) string {
 	return ""
 }
 
+// createKey creates a key with role through cl. NB: CreateKey is not safe
+// to replay, so a client does not re-send it after an unknown outcome (a
+// leader that lost leadership with the entry appended answers Unavailable
+// with Termivar-Outcome: unknown; spurious elections happen under load);
+// a second key is harmless here, so it is created again.
 func (c *tcluster) createKey(cl *client.Client, role string) string {
 	c.t.Helper()
-	r, err := cl.CreateKey(context.Background(), &pb.CreateKeyRequest{Role: role})
-	if err != nil {
-		c.t.Fatalf("CreateKey %s: %v", role, err)
-	}
-	return r.GetKey()
+	var key string
+	waitCond(c.t, "CreateKey "+role, func() bool {
+		r, err := cl.CreateKey(context.Background(), &pb.CreateKeyRequest{Role: role})
+		if err != nil && !client.IsUnreachable(err) {
+			c.t.Fatalf("CreateKey %s: %v", role, err)
+		}
+		key = r.GetKey()
+		return err == nil
+	})
+	return key
 }
 
 func codeOf(err error) connect.Code { return connect.CodeOf(err) }

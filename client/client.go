@@ -321,13 +321,21 @@ func retryable(err error, safe, timedOut bool) bool {
 	return safe || !outcomeUnknown(err)
 }
 
-// outcomeUnknown reports whether a node answered Unavailable after it had
-// forwarded the request to a leader that never answered (OutcomeHeader):
-// the leader may have applied it.
+// outcomeUnknown reports whether a try's failure leaves its outcome
+// unknown (OutcomeHeader): a node answered so (a forward the leader never
+// answered, a leader that lost leadership with the entry appended), the
+// connection broke under it, or it ran out of its attempt deadline.
 func outcomeUnknown(err error) bool {
 	var ce *connect.Error
 	return errors.As(err, &ce) && ce.Meta().Get(OutcomeHeader) == OutcomeUnknown
 }
+
+// MayHaveApplied reports whether err, an error of a Client method, leaves
+// the call's outcome unknown: its last try may have been applied (a node
+// said so, the connection broke under it, or it got no answer in time),
+// so the call must not be taken as one that changed nothing. A caller for
+// which sending the call again is harmless may do so.
+func MayHaveApplied(err error) bool { return outcomeUnknown(err) }
 
 // call runs one unary RPC with retries (invoke without a long-poll wait).
 func call[Req, Resp any](ctx context.Context, c *Client, op string, req *Req, rpc func(context.Context, *connect.Request[Req]) (*connect.Response[Resp], error)) (*Resp, error) {
@@ -361,7 +369,9 @@ func invoke[Req, Resp any](ctx context.Context, c *Client, op string, wait time.
 			return resp.Msg, nil
 		}
 		if timedOut {
-			err = connect.NewError(connect.CodeUnavailable, fmt.Errorf("no answer from %s within the attempt timeout: %w", target.Host, err))
+			ce := connect.NewError(connect.CodeUnavailable, fmt.Errorf("no answer from %s within the attempt timeout: %w", target.Host, err))
+			ce.Meta().Set(OutcomeHeader, OutcomeUnknown)
+			err = ce
 		} else if connectionLost(ctx, err) {
 			err = lostConnection(target.Host, err)
 		}

@@ -86,7 +86,10 @@
 // its status and headers (connect: Unknown, "read message: unexpected
 // EOF"), is Unavailable with an unknown outcome: retried only for the
 // calls marked "yes". Every other code is an answer: the node decided the
-// call.
+// call. MayHaveApplied tells a caller that the error it got leaves the
+// outcome unknown (a node said so, the connection broke, or the last try
+// got no answer in time): the call must not be taken as one that changed
+// nothing.
 //
 // Results (a stream) has no attempt deadline (a paused node holds it until
 // the caller's context ends) and is retried on Unavailable only until its

@@ -88,7 +88,7 @@ func TestServer_LeadershipLostIsUnknownOutcome(t *testing.T) {
 	ctx := context.Background()
 
 	_, err = c.CreateKey(ctx, &pb.CreateKeyRequest{Role: "worker"})
-	if !client.IsUnreachable(err) || be.proposals.Load() != 1 {
+	if !client.IsUnreachable(err) || !client.MayHaveApplied(err) || be.proposals.Load() != 1 {
 		t.Fatalf("CreateKey after leadership lost = %v after %d proposals; want unreachable after 1 (not safe to replay)", err, be.proposals.Load())
 	}
 	be.proposals.Store(0)

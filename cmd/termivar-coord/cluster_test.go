@@ -271,7 +271,7 @@ func (c *tcluster) createKey(cl *client.Client, role string) string {
 	var key string
 	waitCond(c.t, "CreateKey "+role, func() bool {
 		r, err := cl.CreateKey(context.Background(), &pb.CreateKeyRequest{Role: role})
-		if err != nil && !client.IsUnreachable(err) {
+		if err != nil && !client.MayHaveApplied(err) {
 			c.t.Fatalf("CreateKey %s: %v", role, err)
 		}
 		key = r.GetKey()

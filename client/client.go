@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -19,6 +20,7 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 	"github.com/termivar/distributed/gen/termivar/v1/termivarv1connect"
@@ -262,7 +264,8 @@ func (b *bearer) CloseIdleConnections() {
 
 // replaySafe lists the RPCs that may be sent again after a try that got no
 // answer (it may have been applied): a replay changes nothing the first
-// try did not (doc.go has the table and the reasons). Every other RPC,
+// try did not (doc.go has the table and the reasons) — unless the request
+// names an expected revision (expectsRevision). Every other RPC,
 // including any added later and not listed here, has no attempt deadline
 // and is retried only on an Unavailable answer that says it was not
 // handled.
@@ -289,6 +292,39 @@ var replaySafe = map[string]bool{
 	"Producer.FollowResults": true,
 }
 
+// expectsRevision reports whether m, or an element of one of its lists
+// (CompleteMany items, an Acquire's complete items), names an expected
+// revision: a compare-and-set, which a replay after a first try that was
+// applied fails with revision_conflict instead of the replay's answer
+// (contract A.6: a replay still has to name the current revision). Such a
+// call is not safe to replay.
+func expectsRevision(m protoreflect.Message) bool {
+	fields := m.Descriptor().Fields()
+	if fd := fields.ByName(expectedRevisionField); fd != nil && m.Has(fd) {
+		return true
+	}
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		if !fd.IsList() || fd.Message() == nil || !m.Has(fd) {
+			continue
+		}
+		efd := fd.Message().Fields().ByName(expectedRevisionField)
+		if efd == nil {
+			continue // NB: the elements cannot name one: not walked
+		}
+		l := m.Get(fd).List()
+		for j := range l.Len() {
+			if l.Get(j).Message().Has(efd) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// expectedRevisionField is the request field of a compare-and-set.
+const expectedRevisionField protoreflect.Name = "expected_revision"
+
 // retryable reports whether a failed call may be tried again: Unavailable
 // (not handled; see outcomeUnknown), or an attempt deadline that passed on
 // a call that is safe to replay.
@@ -302,13 +338,21 @@ func retryable(err error, safe, timedOut bool) bool {
 	return safe || !outcomeUnknown(err)
 }
 
-// outcomeUnknown reports whether a node answered Unavailable after it had
-// forwarded the request to a leader that never answered (OutcomeHeader):
-// the leader may have applied it.
+// outcomeUnknown reports whether a try's failure leaves its outcome
+// unknown (OutcomeHeader): a node answered so (a forward the leader never
+// answered, a leader that lost leadership with the entry appended), the
+// connection broke under it, or it ran out of its attempt deadline.
 func outcomeUnknown(err error) bool {
 	var ce *connect.Error
 	return errors.As(err, &ce) && ce.Meta().Get(OutcomeHeader) == OutcomeUnknown
 }
+
+// MayHaveApplied reports whether err, an error of a Client method, leaves
+// the call's outcome unknown: its last try may have been applied (a node
+// said so, the connection broke under it, or it got no answer in time),
+// so the call must not be taken as one that changed nothing. A caller for
+// which sending the call again is harmless may do so.
+func MayHaveApplied(err error) bool { return outcomeUnknown(err) }
 
 // call runs one unary RPC with retries (invoke without a long-poll wait).
 func call[Req, Resp any](ctx context.Context, c *Client, op string, req *Req, rpc func(context.Context, *connect.Request[Req]) (*connect.Response[Resp], error)) (*Resp, error) {
@@ -325,6 +369,7 @@ func call[Req, Resp any](ctx context.Context, c *Client, op string, req *Req, rp
 func invoke[Req, Resp any](ctx context.Context, c *Client, op string, wait time.Duration, req *Req, rpc func(context.Context, *connect.Request[Req]) (*connect.Response[Resp], error)) (*Resp, error) {
 	safe := replaySafe[op]
 	if m, ok := any(req).(proto.Message); ok && safe {
+		safe = !expectsRevision(m.ProtoReflect())
 		wait += time.Duration(proto.Size(m)) * time.Second / attemptBytesPerSecond
 	}
 	var lastErr error
@@ -336,16 +381,19 @@ func invoke[Req, Resp any](ctx context.Context, c *Client, op string, wait time.
 		resp, err := rpc(actx, creq)
 		timedOut := attemptExpired(ctx, actx, err)
 		cancel()
-		if err == nil || !timedOut && connect.CodeOf(err) != connect.CodeUnavailable {
-			c.router.answered(target)
-		}
 		if err == nil {
+			c.router.answered(target)
 			return resp.Msg, nil
 		}
 		if timedOut {
-			err = connect.NewError(connect.CodeUnavailable, fmt.Errorf("no answer from %s within the attempt timeout: %w", target.Host, err))
+			ce := connect.NewError(connect.CodeUnavailable, fmt.Errorf("no answer from %s within the attempt timeout: %w", target.Host, err))
+			ce.Meta().Set(OutcomeHeader, OutcomeUnknown)
+			err = ce
 		} else if connectionLost(ctx, err) {
 			err = lostConnection(target.Host, err)
+		}
+		if !timedOut && connect.CodeOf(err) != connect.CodeUnavailable {
+			c.router.answered(target)
 		}
 		lastErr = err
 		c.router.observe(target, err, timedOut)
@@ -367,18 +415,29 @@ func invoke[Req, Resp any](ctx context.Context, c *Client, op string, wait time.
 
 // connectionLost reports whether a try failed because the connection broke
 // under it while the caller still waits: connect reports a reset read as
-// Canceled (the same code as the caller's own cancellation) and a request
+// Canceled (the same code as the caller's own cancellation), a request
 // body whose write the reset cut off as Unavailable ("use of closed
-// network connection"); either way the node may have read the whole
-// request.
+// network connection"), a connection closed before the answer as
+// Unavailable (EOF), and an answer cut off after its status and headers
+// as Unknown ("read message: unexpected EOF": a node that died, or a
+// proxy that broke off, mid-answer — for a Connect unary call the status
+// had already said whether the call succeeded). Either way the node may
+// have read the whole request and applied it.
 func connectionLost(ctx context.Context, err error) bool {
 	switch connect.CodeOf(err) {
-	case connect.CodeCanceled, connect.CodeUnavailable:
+	case connect.CodeCanceled, connect.CodeUnavailable, connect.CodeUnknown:
 	default:
 		return false
 	}
-	return ctx.Err() == nil &&
-		(errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed))
+	return ctx.Err() == nil && brokenConnection(err)
+}
+
+// brokenConnection reports whether err is a transport failure of a
+// connection that carried the request: reset, closed, or ended before the
+// answer did.
+func brokenConnection(err error) bool {
+	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)
 }
 
 // lostConnection turns a broken connection into Unavailable with

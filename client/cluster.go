@@ -20,8 +20,9 @@ const LeaderHeader = "Termivar-Leader"
 
 // OutcomeHeader is set to OutcomeUnknown on an Unavailable answer of a node
 // that forwarded the request to a leader and got no answer (the leader
-// stopped answering or lost leadership meanwhile): the leader may have
-// applied the request. Calls that are not safe to replay are not retried
+// stopped answering or lost leadership meanwhile), or of a leader that
+// lost leadership after the request's entry reached its log: the request
+// may have been applied. Calls that are not safe to replay are not retried
 // after such an answer (server.OutcomeHeader).
 const (
 	OutcomeHeader  = "Termivar-Outcome"

@@ -75,9 +75,21 @@
 //	Cluster.Join,            no      membership changes
 //	  RemoveMember
 //
+// A request that names an expected revision (expected_revision, on the
+// request or on one of its items) is a compare-and-set and is not safe to
+// replay whatever its RPC: once the first try applied, a replay fails
+// revision_conflict (a replay still has to name the current revision,
+// contract A.6) instead of AlreadyCompleted and the like.
+//
 // A connection that breaks under a request (a node killed mid-call; connect
-// reports it as Canceled) is Unavailable with an unknown outcome: retried
-// only for the calls marked "yes".
+// reports it as Canceled, or Unavailable: EOF), or an answer cut off after
+// its status and headers (connect: Unknown, "read message: unexpected
+// EOF"), is Unavailable with an unknown outcome: retried only for the
+// calls marked "yes". Every other code is an answer: the node decided the
+// call. MayHaveApplied tells a caller that the error it got leaves the
+// outcome unknown (a node said so, the connection broke, or the last try
+// got no answer in time): the call must not be taken as one that changed
+// nothing.
 //
 // Results (a stream) has no attempt deadline (a paused node holds it until
 // the caller's context ends) and is retried on Unavailable only until its

@@ -393,8 +393,10 @@ func mapRaftErr(err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrLeadershipTransferInProgress):
-		return ErrNotLeader
+	case errors.Is(err, raft.ErrLeadershipLost):
+		return ErrLeadershipLost // appended: a later leader may commit it
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		return ErrNotLeader // refused before it reached the log
 	case errors.Is(err, raft.ErrRaftShutdown):
 		return ErrClosed
 	}

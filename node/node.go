@@ -208,7 +208,21 @@ func (c *Config) setDefaults() {
 }
 
 // ErrNotLeader is returned by Propose on a node that is not the leader.
+// Alone it says the command never reached the log; wrapped with
+// ErrOutcomeUnknown (ErrLeadershipLost) it may still be applied.
 var ErrNotLeader = errors.New("node: not the leader")
+
+// ErrOutcomeUnknown marks a Propose error after which the command may
+// still be applied: raft had appended its entry when the node lost
+// leadership, and a later leader may commit it (hashicorp/raft
+// ErrLeadershipLost). A caller must not report such a failure as one that
+// changed nothing.
+var ErrOutcomeUnknown = errors.New("node: outcome unknown")
+
+// ErrLeadershipLost is returned by Propose when the node lost leadership
+// after its entry was appended: errors.Is matches both ErrNotLeader (retry
+// on the leader what is safe to replay) and ErrOutcomeUnknown.
+var ErrLeadershipLost = fmt.Errorf("%w: leadership lost before the entry committed; it may still be applied (%w)", ErrNotLeader, ErrOutcomeUnknown)
 
 // ErrClosed is returned by Propose after Close.
 var ErrClosed = errors.New("node: closed")

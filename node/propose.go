@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -106,7 +107,9 @@ type inflightBatch struct {
 // proposals into one log entry and waits until it is applied. The returned
 // Response carries domain errors; the error result is for infrastructure
 // failures (ErrNotLeader, ErrClosed, a raft error, ctx, or Err() once the
-// node has failed).
+// node has failed). A failure that errors.Is ErrOutcomeUnknown came after
+// raft appended the entry (ErrLeadershipLost, a shutdown after the commit):
+// the command may still be applied.
 //
 // NB: if ctx ends first the command may still be applied.
 func (n *Node) Propose(ctx context.Context, cmd *pb.Command) (_ raftfsm.Response, err error) {
@@ -294,6 +297,9 @@ func finish(ib *inflightBatch) {
 	// NB: an entry refused during a leadership transfer is a not-leader
 	// answer too (mapRaftErr), so clients retry it on the new leader.
 	err = mapRaftErr(err)
+	if err != nil && ib.fut != nil && ib.fut.Index() != 0 {
+		err = outcomeUnknown(err)
+	}
 	if err != nil {
 		for _, p := range ib.props {
 			p.done <- proposalResult{err: err}
@@ -325,9 +331,24 @@ func finish(ib *inflightBatch) {
 	}
 }
 
+// outcomeUnknown marks err, the failure of an entry raft had given a log
+// index (appended by this leader), with ErrOutcomeUnknown: raft answers
+// such an entry ErrLeadershipLost when the node steps down and
+// ErrRaftShutdown when it shuts down after the entry committed, yet a
+// later leader (or this node after a restart) may apply it. An entry
+// refused before it reached the log has index 0 (raft's errorFuture, or
+// ErrNotLeader from a follower or a stepping-down leader).
+func outcomeUnknown(err error) error {
+	if errors.Is(err, ErrOutcomeUnknown) {
+		return err
+	}
+	return fmt.Errorf("%w (%w)", err, ErrOutcomeUnknown)
+}
+
 // ProposeAll proposes every command before waiting for any, so they share
 // log entries; results come back in order. An infrastructure error fails
-// the whole call (some commands may still have been applied).
+// the whole call; when some commands were applied (or may be) it
+// errors.Is ErrOutcomeUnknown.
 func (n *Node) ProposeAll(ctx context.Context, cmds []*pb.Command) ([]raftfsm.Response, error) {
 	if err := n.Err(); err != nil {
 		return nil, err
@@ -346,6 +367,7 @@ func (n *Node) ProposeAll(ctx context.Context, cmds []*pb.Command) ([]raftfsm.Re
 		props[i] = p
 	}
 	var firstErr error
+	mayApply := false // a command was applied, or may still be
 	for i, p := range props {
 		if p == nil {
 			continue
@@ -353,12 +375,18 @@ func (n *Node) ProposeAll(ctx context.Context, cmds []*pb.Command) ([]raftfsm.Re
 		select {
 		case r := <-p.done:
 			out[i] = r.resp
+			mayApply = mayApply || r.err == nil || errors.Is(r.err, ErrOutcomeUnknown)
 			if r.err != nil && firstErr == nil {
 				firstErr = r.err
 			}
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
+	}
+	if firstErr != nil && mayApply {
+		// NB: the call fails whole, yet some of its commands took effect
+		// (their entries committed before another entry's refusal) or may.
+		firstErr = outcomeUnknown(firstErr)
 	}
 	return out, firstErr
 }

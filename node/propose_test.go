@@ -36,10 +36,15 @@ import (
 )
 
 // stubRaft is a raftApplier that records each entry's command count and
-// applies the entry to fsm at once, or fails it with failErr.
+// applies the entry to fsm at once, or fails it (every entry after
+// failAfter) with failErr: as raft
+// fails an entry it refused (index 0) or, with failAppended, one it had
+// appended (the entry's index).
 type stubRaft struct {
-	fsm     *raftfsm.FSM
-	failErr error
+	fsm          *raftfsm.FSM
+	failErr      error
+	failAppended bool
+	failAfter    uint64 // entries up to this index are applied
 
 	mu      sync.Mutex
 	index   uint64
@@ -59,7 +64,10 @@ func (s *stubRaft) Apply(data []byte, _ time.Duration) raft.ApplyFuture {
 		count = len(b.GetCommands())
 	}
 	s.entries = append(s.entries, count)
-	if s.failErr != nil {
+	if s.failErr != nil && s.index > s.failAfter && s.failAppended {
+		return stubFuture{index: s.index, err: s.failErr}
+	}
+	if s.failErr != nil && s.index > s.failAfter {
 		return stubFuture{err: s.failErr}
 	}
 	return stubFuture{index: s.index, resp: s.fsm.Apply(&raft.Log{Index: s.index, Data: data})}
@@ -242,16 +250,29 @@ func TestProposer_EntryBytesBound(t *testing.T) {
 	}
 }
 
+// TestProposer_FailedEntryFailsEveryProposer: every proposer of a failed
+// entry gets the entry's error, mapped to the node's; one that failed after
+// raft appended the entry (leadership lost, a shutdown after the commit)
+// is marked ErrOutcomeUnknown, since a later leader may still apply it,
+// and one raft refused before the log is not. (Before, ErrLeadershipLost
+// was a bare ErrNotLeader: the server answered not_leader without an
+// unknown outcome, and the client re-sent calls that are not safe to
+// replay.)
 func TestProposer_FailedEntryFailsEveryProposer(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name    string
-		failErr error
-		want    error
+		name     string
+		failErr  error
+		appended bool
+		want     error
 	}{
-		{"raft error", errors.New("disk on fire"), nil},
-		{"leadership lost", raft.ErrLeadershipLost, ErrNotLeader},
-		{"shutdown", raft.ErrRaftShutdown, ErrClosed},
+		{"raft error", errors.New("disk on fire"), false, nil},
+		{"raft error after the append", errors.New("disk on fire"), true, nil},
+		{"leadership lost", raft.ErrLeadershipLost, true, ErrNotLeader},
+		{"not leader", raft.ErrNotLeader, false, ErrNotLeader},
+		{"transfer in progress", raft.ErrLeadershipTransferInProgress, false, ErrNotLeader},
+		{"shutdown", raft.ErrRaftShutdown, false, ErrClosed},
+		{"shutdown after the commit", raft.ErrRaftShutdown, true, ErrClosed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -260,15 +281,53 @@ func TestProposer_FailedEntryFailsEveryProposer(t *testing.T) {
 				want = tc.failErr
 			}
 			b := setupProposer(t, 64, tc.failErr)
+			b.stub.failAppended = tc.appended
 			props := b.queue(t, "t", 5)
 			b.start()
 			for i, r := range results(t, props) {
 				if !errors.Is(r.err, want) {
 					t.Errorf("proposal %d: err = %v, want %v", i, r.err, want)
 				}
+				if got := errors.Is(r.err, ErrOutcomeUnknown); got != tc.appended {
+					t.Errorf("proposal %d: err = %v; outcome unknown %v, want %v", i, r.err, got, tc.appended)
+				}
 			}
 			if got := b.stub.entrySizes(); !slices.Equal(got, []int{5}) {
 				t.Fatalf("entries = %v, want one entry of 5", got)
+			}
+		})
+	}
+}
+
+// TestNode_ProposeAllPartlyApplied: a ProposeAll whose first entry is
+// applied and whose second raft refuses before the log fails whole with
+// the refusal, marked ErrOutcomeUnknown (its first command took effect: a
+// caller must not report the call as one that changed nothing); when every
+// entry is refused the refusal stays definite.
+func TestNode_ProposeAllPartlyApplied(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		failAfter uint64
+		unknown   bool
+	}{
+		{"first applied", 1, true},
+		{"none applied", 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setupProposer(t, 1, raft.ErrNotLeader) // NB: one command per entry
+			b.stub.failAfter = tc.failAfter
+			b.start()
+			n := &Node{fsm: b.fsm, prop: b.pr, hl: newHealth()}
+			cmds := []*pb.Command{enqueue(raftfsm.SystemTenant, "a"), enqueue(raftfsm.SystemTenant, "b")}
+			_, err := n.ProposeAll(context.Background(), cmds)
+			if !errors.Is(err, ErrNotLeader) || errors.Is(err, ErrOutcomeUnknown) != tc.unknown {
+				t.Fatalf("ProposeAll = %v; want ErrNotLeader, outcome unknown %v", err, tc.unknown)
+			}
+			tv, _ := b.fsm.Tenant(raftfsm.SystemTenant)
+			if _, found, _ := tv.GetTask("a"); found != tc.unknown {
+				t.Fatalf("task a applied = %v, want %v", found, tc.unknown)
 			}
 		})
 	}

@@ -20,10 +20,14 @@ type Backend interface {
 	// Propose stamps cmd with the time, commits and applies it, and
 	// returns the FSM's Response (domain errors in Response.Err). The error
 	// is an infrastructure failure (node.ErrNotLeader, node.ErrClosed,
-	// ctx); the command may still have been applied when ctx ended.
+	// ctx); the command may still have been applied when ctx ended, or
+	// when the error errors.Is node.ErrOutcomeUnknown (toConnect answers
+	// that with an unknown outcome).
 	Propose(ctx context.Context, cmd *pb.Command) (raftfsm.Response, error)
 	// ProposeAll proposes cmds together and returns their responses in
-	// order; an infrastructure error fails the whole call.
+	// order; an infrastructure error fails the whole call, and
+	// errors.Is node.ErrOutcomeUnknown when some of cmds took effect or
+	// may.
 	ProposeAll(ctx context.Context, cmds []*pb.Command) ([]raftfsm.Response, error)
 	// Reads returns a read-only handle on the applied state.
 	Reads() raftfsm.Reader

@@ -180,6 +180,8 @@ func detailOf(err error) *pb.ErrorDetail {
 		return &pb.ErrorDetail{Kind: KindCanceled}
 	case errors.Is(err, context.DeadlineExceeded):
 		return &pb.ErrorDetail{Kind: KindDeadlineExceeded}
+	case errors.Is(err, node.ErrOutcomeUnknown):
+		return &pb.ErrorDetail{Kind: KindUnavailable, Reason: reasonOutcomeUnknown}
 	}
 	return &pb.ErrorDetail{Kind: KindInternal}
 }
@@ -192,9 +194,18 @@ func kindOf(err error) string {
 	return detailOf(err).GetKind()
 }
 
+// reasonOutcomeUnknown is the message of an infrastructure failure (other
+// than not_leader and a closed node) after which the command may still be
+// applied.
+const reasonOutcomeUnknown = "the node failed after the command reached the log; it may still be applied"
+
 // toConnect converts err into a *connect.Error with an ErrorDetail. Messages
 // come from the core or the node and never contain targets, results, tokens
-// or keys.
+// or keys. A failure after which the command may still be applied
+// (node.ErrOutcomeUnknown: leadership lost with the entry appended) is
+// Unavailable and carries OutcomeHeader: OutcomeUnknown, as a forward that
+// got no answer does, so that the client re-sends only calls that are safe
+// to replay.
 func toConnect(err error) error {
 	if err == nil {
 		return nil
@@ -204,12 +215,18 @@ func toConnect(err error) error {
 	}
 	code, detail := classify(err)
 	msg := err.Error()
-	if detail.GetKind() == KindInternal {
+	switch {
+	case detail.GetKind() == KindInternal:
 		msg = "internal error"
+	case detail.GetReason() == reasonOutcomeUnknown:
+		msg = reasonOutcomeUnknown // NB: not the raft or disk error's text
 	}
 	out := connect.NewError(code, errors.New(msg))
 	if d, derr := connect.NewErrorDetail(detail); derr == nil {
 		out.AddDetail(d)
+	}
+	if errors.Is(err, node.ErrOutcomeUnknown) {
+		out.Meta().Set(OutcomeHeader, OutcomeUnknown)
 	}
 	return out
 }

@@ -1,10 +1,13 @@
 package server
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -44,7 +47,8 @@ const (
 	// LeaderHeader carries the leader's API URL on a not_leader error.
 	LeaderHeader = "Termivar-Leader"
 	// OutcomeHeader is set to OutcomeUnknown on a not_leader error of a
-	// forward that was sent and got no answer.
+	// forward that was sent and got no answer, and on a leader's
+	// Unavailable answer after its proposal reached the log (toConnect).
 	OutcomeHeader  = "Termivar-Outcome"
 	OutcomeUnknown = "unknown"
 	// ForwardTimeout bounds a forwarded call that does not wait on purpose
@@ -126,14 +130,63 @@ func (f *forwarder) proxy(leader string) (*httputil.ReverseProxy, error) {
 				pr.Out.Header.Set(ForwardedForHeader, f.s.sealForwardedFor(f.s.source(pr.In, now), now))
 			}
 		},
-		Transport:     f.tr,
-		FlushInterval: -1,
+		Transport:      f.tr,
+		FlushInterval:  -1,
+		ModifyResponse: bufferUnaryAnswer,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			f.proxyError(w, r, leader, err)
 		},
 	}
 	f.proxies[leader] = p
 	return p, nil
+}
+
+// forwardBufferBytes bounds the part of a leader's answer to a unary call
+// that a forward reads before it sends the client anything (the leader
+// holds the whole answer in memory as well); the rest of a larger answer
+// is streamed as it comes.
+const forwardBufferBytes = 64 << 20
+
+// errAnswerCut is the cause of a forward whose leader answer broke off
+// before its end.
+var errAnswerCut = errors.New("the leader's answer was cut off")
+
+// streamingProcedures are the server streams: their answers are passed on
+// as they come.
+var streamingProcedures = map[string]bool{
+	"/termivar.v1.Producer/AggregateResults": true,
+	"/termivar.v1.Cluster/Backup":            true,
+}
+
+// bufferUnaryAnswer reads the leader's whole answer to a unary call (up to
+// forwardBufferBytes) before the proxy writes its status and headers to the
+// client. A unary answer is all or nothing: had the headers gone out first
+// (a Connect status 200 says the call succeeded), a leader change, a
+// ForwardTimeout or the leader's death before the body arrived left the
+// client a cut-off response, which connect reports as a definite-looking
+// code (Unknown "read message: unexpected EOF" over HTTP/1.1, Internal over
+// HTTP/2) that is neither retried nor an unknown outcome — although the
+// leader applied the call. An error here goes to proxyError instead, which
+// answers not_leader with an unknown outcome
+// (TestForwarder_LeaderChangeAfterAnswerBegan).
+func bufferUnaryAnswer(res *http.Response) error {
+	if streamingProcedures[res.Request.URL.Path] {
+		return nil
+	}
+	b, err := io.ReadAll(io.LimitReader(res.Body, forwardBufferBytes+1))
+	if err != nil {
+		return fmt.Errorf("%w: %w", errAnswerCut, err)
+	}
+	if len(b) <= forwardBufferBytes {
+		res.Body.Close() // NB: read to its end: fills res.Trailer (gRPC)
+		res.Body = io.NopCloser(bytes.NewReader(b))
+		return nil
+	}
+	res.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(b), res.Body), res.Body}
+	return nil
 }
 
 // proxyError answers a forward that failed: the leader changed (with the
@@ -157,6 +210,10 @@ func (f *forwarder) proxyError(w http.ResponseWriter, r *http.Request, leader st
 	f.log.Debug("forwarding to the leader failed", "leader", leader, "error", err)
 	if op, ok := errors.AsType[*net.OpError](err); ok && op.Op == "dial" {
 		f.writeErr(w, r, "", "the leader cannot be reached")
+		return
+	}
+	if errors.Is(err, errAnswerCut) {
+		f.writeUnknown(w, r, "", errAnswerCut.Error())
 		return
 	}
 	f.writeUnknown(w, r, "", "the leader did not answer")

@@ -22,7 +22,9 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
+	distributed "github.com/termivar/distributed"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 	"github.com/termivar/distributed/gen/termivar/v1/termivarv1connect"
 	"github.com/termivar/distributed/internal/wireerr"
@@ -35,6 +37,7 @@ type forwardBundle struct {
 	producer termivarv1connect.ProducerClient
 	worker   termivarv1connect.WorkerClient
 	cluster  termivarv1connect.ClusterClient
+	url      string // the forwarder's
 }
 
 // setupForward serves a forwarder to leader with the given ForwardTimeout.
@@ -45,7 +48,7 @@ func setupForward(t *testing.T, leader string, timeout time.Duration) *forwardBu
 	b.f = &forwarder{errw: connect.NewErrorWriter(), proxies: map[string]*httputil.ReverseProxy{}, tr: newForwardTransport(nil),
 		nodeID: "follower", timeout: timeout, log: slog.New(slog.DiscardHandler),
 		leaderURLFunc: func() string { b.polls.Add(1); return *b.leader.Load() }}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		l := b.f.leaderURLFunc()
 		p, err := b.f.proxy(l)
 		if err != nil {
@@ -54,6 +57,9 @@ func setupForward(t *testing.T, leader string, timeout time.Duration) *forwardBu
 		}
 		b.f.forward(w, r, l, p)
 	}))
+	srv.Config.Protocols = NewHTTPServer("", nil).Protocols // HTTP/1.1 and h2c (gRPC)
+	srv.Start()
+	b.url = srv.URL
 	hc := &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
 	t.Cleanup(func() {
 		srv.Close()
@@ -203,5 +209,85 @@ func TestForwarder_TransferLeadershipOutlivesTheChange(t *testing.T) {
 	close(release)
 	if err := <-transfer; err != nil {
 		t.Fatalf("TransferLeadership through the forward = %v, want the old leader's answer", err)
+	}
+}
+
+// TestForwarder_LeaderChangeAfterAnswerBegan: the leader has begun its
+// answer (response headers sent: for a Connect unary call, status 200 says
+// the call succeeded) when the node's view of the leader changes. The
+// forward must not hand the client a cut-off response, which connect
+// reports as a definite-looking code (Unknown "read message: unexpected
+// EOF" over HTTP/1.1, Internal over HTTP/2): the client would neither
+// retry the call nor treat its outcome as unknown, although the leader
+// applied it. It answers not_leader with an unknown outcome instead.
+func TestForwarder_LeaderChangeAfterAnswerBegan(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	var began atomic.Int64
+	old := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/proto")
+		w.WriteHeader(http.StatusOK)
+		http.NewResponseController(w).Flush()
+		began.Add(1)
+		<-release
+		b, _ := proto.Marshal(&pb.CompleteResponse{Revision: 7})
+		_, _ = w.Write(b)
+	}))
+	old.Config.Protocols = NewHTTPServer("", nil).Protocols // h2c, as the forward speaks it
+	old.Start()
+	t.Cleanup(old.Close)
+	defer close(release)
+	b := setupForward(t, old.URL, time.Minute)
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.worker.Complete(context.Background(), connect.NewRequest(&pb.CompleteRequest{LeaseToken: []byte("t")}))
+		done <- err
+	}()
+	waitUntil(t, "the leader to begin its answer", func() bool { return began.Load() == 1 })
+	newLeader := "http://127.0.0.1:1"
+	b.leader.Store(&newLeader)
+	checkNotLeader(t, <-done, newLeader, OutcomeUnknown)
+}
+
+// getTaskLeader answers GetTask: the task for "t", task_not_found for any
+// other ID.
+type getTaskLeader struct {
+	termivarv1connect.UnimplementedProducerHandler
+}
+
+func (getTaskLeader) GetTask(_ context.Context, r *connect.Request[pb.GetTaskRequest]) (*connect.Response[pb.GetTaskResponse], error) {
+	if r.Msg.GetTaskId() != "t" {
+		return nil, toConnect(&distributed.Error{Kind: distributed.KindTaskNotFound, TaskID: r.Msg.GetTaskId()})
+	}
+	return connect.NewResponse(&pb.GetTaskResponse{Task: &pb.TaskInfo{TaskId: "t"}}), nil
+}
+
+// TestForwarder_UnaryAnswersPassWhole: the forward reads a unary answer
+// whole before passing it on (bufferUnaryAnswer); the answer, an error's
+// code and detail, and gRPC's trailers (grpc-status) still reach the
+// client unchanged, over the Connect protocol and gRPC.
+func TestForwarder_UnaryAnswersPassWhole(t *testing.T) {
+	t.Parallel()
+	mux := http.NewServeMux()
+	mux.Handle(termivarv1connect.NewProducerHandler(getTaskLeader{}))
+	leader := httptest.NewUnstartedServer(mux)
+	leader.Config.Protocols = NewHTTPServer("", nil).Protocols
+	leader.Start()
+	t.Cleanup(leader.Close)
+	b := setupForward(t, leader.URL, time.Minute)
+	hc := h2cClient("")
+	t.Cleanup(hc.CloseIdleConnections)
+	for name, pc := range map[string]termivarv1connect.ProducerClient{
+		"connect": b.producer,
+		"grpc":    termivarv1connect.NewProducerClient(hc, b.url, connect.WithGRPC()),
+	} {
+		res, err := pc.GetTask(context.Background(), connect.NewRequest(&pb.GetTaskRequest{TaskId: "t"}))
+		if err != nil || res.Msg.GetTask().GetTaskId() != "t" {
+			t.Fatalf("%s: GetTask(t) through the forward = %v, %v; want task t", name, res, err)
+		}
+		_, err = pc.GetTask(context.Background(), connect.NewRequest(&pb.GetTaskRequest{TaskId: "u"}))
+		if code, kind := errKind(err); code != connect.CodeNotFound || kind != "task_not_found" {
+			t.Fatalf("%s: GetTask(u) through the forward = %v; want not_found / task_not_found", name, err)
+		}
 	}
 }

@@ -98,6 +98,10 @@ func (c clusterFlags) apply(ctx context.Context, cfg *node.Config, logger *slog.
 	return ctx, cancel, nil
 }
 
+// joinReplays bounds the Joins a joiner sends again after one whose
+// outcome is unknown.
+const joinReplays = 5
+
 // joinFunc calls Cluster.Join on a member (which forwards to the leader):
 // credential_only for node.JoinCredential, with the raft address for
 // node.JoinMember. A join_unverified refusal is returned wrapping
@@ -123,6 +127,12 @@ func (c clusterFlags) joinFunc(apiURL string, version uint32, logger *slog.Logge
 		}
 		logger.Info("joining the cluster", "via", c.join, "node_id", nodeID, "raft", raftAddr, "api", apiURL, "credential_only", req.CredentialOnly)
 		res, err := cl.Join(ctx, req)
+		for i := 0; i < joinReplays && client.MayHaveApplied(err) && ctx.Err() == nil; i++ {
+			// NB: the client does not re-send a membership change after an
+			// unknown outcome (a leader that lost leadership with the
+			// entry appended); this node's own Join again is harmless.
+			res, err = cl.Join(ctx, req)
+		}
 		if d, ok := wireerr.DetailOf(err); ok && d.GetKind() == server.KindJoinUnverified {
 			return nil, node.JoinerUnverified(d.GetReason())
 		}

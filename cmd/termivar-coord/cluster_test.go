@@ -261,13 +261,23 @@ func requireOrSkip(t skipper, require, path, missing string) string {
 	return ""
 }
 
+// createKey creates a key with role through cl. NB: CreateKey is not safe
+// to replay, so a client does not re-send it after an unknown outcome (a
+// leader that lost leadership with the entry appended answers Unavailable
+// with Termivar-Outcome: unknown; spurious elections happen under load);
+// a second key is harmless here, so it is created again.
 func (c *tcluster) createKey(cl *client.Client, role string) string {
 	c.t.Helper()
-	r, err := cl.CreateKey(context.Background(), &pb.CreateKeyRequest{Role: role})
-	if err != nil {
-		c.t.Fatalf("CreateKey %s: %v", role, err)
-	}
-	return r.GetKey()
+	var key string
+	waitCond(c.t, "CreateKey "+role, func() bool {
+		r, err := cl.CreateKey(context.Background(), &pb.CreateKeyRequest{Role: role})
+		if err != nil && !client.MayHaveApplied(err) {
+			c.t.Fatalf("CreateKey %s: %v", role, err)
+		}
+		key = r.GetKey()
+		return err == nil
+	})
+	return key
 }
 
 func codeOf(err error) connect.Code { return connect.CodeOf(err) }
@@ -538,6 +548,9 @@ type linInput struct {
 
 type linOutput struct {
 	kind string // ok, exists, absent, active, completed, failed, unknown
+	// err describes the call's error (code, kind, message) for the
+	// failure output; the model ignores it.
+	err string
 }
 
 var linModel = porcupine.NondeterministicModel{
@@ -616,7 +629,11 @@ var linModel = porcupine.NondeterministicModel{
 		return nil
 	},
 	DescribeOperation: func(in, out any) string {
-		return fmt.Sprintf("%s(%s) -> %s", in.(linInput).op, in.(linInput).key, out.(linOutput).kind)
+		o := out.(linOutput)
+		if o.err != "" {
+			return fmt.Sprintf("%s(%s) -> %s [%s]", in.(linInput).op, in.(linInput).key, o.kind, o.err)
+		}
+		return fmt.Sprintf("%s(%s) -> %s", in.(linInput).op, in.(linInput).key, o.kind)
 	},
 }
 
@@ -726,7 +743,7 @@ func (l *linLoad) enqueue(p int, cl *client.Client, k string) {
 	defer cancel()
 	call := l.h.now()
 	_, err := cl.Enqueue(cctx, &pb.EnqueueRequest{Tasks: []*pb.NewTask{{TaskId: k, ScanId: "s", TargetRef: "x"}}})
-	out := linOutput{"ok"}
+	out := linOutput{kind: "ok", err: describeErr(err)}
 	switch {
 	case err == nil:
 	case client.KindOf(err) == distributed.KindTaskAlreadyExists.String():
@@ -743,7 +760,7 @@ func (l *linLoad) get(p int, cl *client.Client, k string) {
 	defer cancel()
 	call := l.h.now()
 	g, err := cl.GetTask(cctx, &pb.GetTaskRequest{TaskId: k})
-	out := linOutput{"unknown"}
+	out := linOutput{kind: "unknown", err: describeErr(err)}
 	switch {
 	case err == nil && g.GetTask().GetStatus() == "completed":
 		out.kind = "completed"
@@ -790,7 +807,7 @@ func (l *linLoad) complete(w int, cl *client.Client, lt *pb.LeasedTask) {
 	defer cancel()
 	call := l.h.now()
 	_, err := cl.Complete(cctx, &pb.CompleteRequest{LeaseToken: lt.GetLeaseToken(), Result: []byte("r")})
-	out := linOutput{"ok"}
+	out := linOutput{kind: "ok", err: describeErr(err)}
 	if err != nil {
 		out.kind = "unknown"
 		if ce := codeOf(err); ce != connect.CodeUnavailable && ce != connect.CodeDeadlineExceeded && ce != connect.CodeCanceled {
@@ -801,6 +818,16 @@ func (l *linLoad) complete(w int, cl *client.Client, lt *pb.LeasedTask) {
 	l.ops.Add(1)
 }
 
+// describeErr is err's code, error kind and message for a failure
+// output ("" for nil), so that a history that fails shows why each call
+// failed.
+func describeErr(err error) string {
+	if err == nil {
+		return ""
+	}
+	return fmt.Sprintf("%s/%s: %v", codeOf(err), client.KindOf(err), err)
+}
+
 // checkLinearizable checks h with porcupine and fails the test with the
 // failing keys' operations if it is not linearizable.
 func checkLinearizable(t *testing.T, h *history, label string) {
@@ -808,13 +835,18 @@ func checkLinearizable(t *testing.T, h *history, label string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	unknown := 0
+	failed := map[string]int{} // "op -> outcome [code/kind: message]" of failed calls
 	for _, op := range h.ops {
-		if op.Output.(linOutput).kind == "unknown" {
+		out := op.Output.(linOutput)
+		if out.kind == "unknown" {
 			unknown++
+		}
+		if out.err != "" && out.kind != "absent" && out.kind != "exists" {
+			failed[fmt.Sprintf("%s -> %s [%s]", op.Input.(linInput).op, out.kind, out.err)]++
 		}
 	}
 	res := porcupine.CheckOperationsTimeout(linModel.ToModel(), h.ops, 20*time.Second)
-	t.Logf("%s; %d operations (%d with unknown outcome): %s", label, len(h.ops), unknown, res)
+	t.Logf("%s; %d operations (%d with unknown outcome): %s; failed calls: %v", label, len(h.ops), unknown, res, failed)
 	if res == porcupine.Illegal {
 		var b strings.Builder
 		for _, part := range linModel.Partition(h.ops) {
@@ -915,7 +947,7 @@ func TestCluster_JoinFourthNode(t *testing.T) {
 func TestLinModel_RejectsStaleRead(t *testing.T) {
 	t.Parallel()
 	op := func(c int, o, k string, call, ret int64, out string) porcupine.Operation {
-		return porcupine.Operation{ClientId: c, Input: linInput{o, k}, Call: call, Output: linOutput{out}, Return: ret}
+		return porcupine.Operation{ClientId: c, Input: linInput{o, k}, Call: call, Output: linOutput{kind: out}, Return: ret}
 	}
 	m := linModel.ToModel()
 	ok := []porcupine.Operation{op(0, "enqueue", "a", 0, 10, "ok"), op(1, "get", "a", 5, 6, "absent"), op(1, "get", "a", 11, 12, "active"),

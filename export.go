@@ -178,10 +178,8 @@ func (w *workerRec) encode(e *encoder) {
 	e.uvarint(uint64(w.mem))
 	e.uvarint(uint64(w.net))
 	e.uvarint(uint64(w.tagCount()))
-	for t := TagLinux; t <= TagExternal; t++ {
-		if w.tagBits&(1<<t) != 0 {
-			e.uvarint(uint64(t))
-		}
+	for t := range tagsOf(w.tagBits) {
+		e.uvarint(uint64(t))
 	}
 }
 

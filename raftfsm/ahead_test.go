@@ -4,7 +4,9 @@ package raftfsm
 // order, exactly DecodeEntry's result — damaged entries included — and
 // skips the other entry types. Method: real framed entries, one of them
 // with a flipped payload byte, mixed with configuration and no-op
-// entries; batches of every length from 0 to all of them.
+// entries; batches of every length from 0 to all of them. Once the FSM is
+// fatal it decodes nothing, as Apply, and still gives one (zero) result
+// per command entry.
 
 import (
 	"errors"
@@ -40,7 +42,7 @@ func TestDecodeAhead_AgreesWithDecodeEntry(t *testing.T) {
 	all := aheadLogs(t)
 	for n := range len(all) + 1 {
 		logs := all[:n]
-		ch := DecodeAhead(logs)
+		ch := New(Options{}).DecodeAhead(logs)
 		for _, l := range logs {
 			if l.Type != raft.LogCommand {
 				continue
@@ -56,6 +58,34 @@ func TestDecodeAhead_AgreesWithDecodeEntry(t *testing.T) {
 			}
 			if !reflect.DeepEqual(got.Cmd, cmd) {
 				t.Fatalf("%d entries: entry %d command differs from DecodeEntry's", n, l.Index)
+			}
+		}
+		if extra, ok := <-ch; ok {
+			t.Fatalf("%d entries: an extra result %+v after the last command entry", n, extra)
+		}
+	}
+}
+
+func TestDecodeAhead_DecodesNothingOnceFatal(t *testing.T) {
+	all := aheadLogs(t)
+	f := New(Options{})
+	f.setFatal(&EntryError{Index: 1, Reason: "test"})
+	for n := range len(all) + 1 {
+		logs := all[:n]
+		ch := f.DecodeAhead(logs)
+		for _, l := range logs {
+			if l.Type != raft.LogCommand {
+				continue
+			}
+			got, ok := <-ch
+			if !ok {
+				t.Fatalf("%d entries: the channel closed before entry %d", n, l.Index)
+			}
+			if got != (Decoded{}) {
+				t.Fatalf("%d entries: entry %d decoded (%+v) although the FSM is fatal", n, l.Index, got)
+			}
+			if r, _ := f.ApplyDecoded(l, got).(Response); !errors.Is(r.Err, f.Fatal()) {
+				t.Fatalf("%d entries: entry %d answered %v, want the fatal error", n, l.Index, r.Err)
 			}
 		}
 		if extra, ok := <-ch; ok {

@@ -93,3 +93,21 @@ func TestDecodeAhead_DecodesNothingOnceFatal(t *testing.T) {
 		}
 	}
 }
+
+// ApplyDecoded given nothing decoded by an FSM that is not fatal is a
+// caller's bug: it must not mark the entry applied without applying it.
+func TestApplyDecoded_NothingDecodedPanicsUnlessFatal(t *testing.T) {
+	f := New(Options{})
+	l := aheadLogs(t)[0]
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("ApplyDecoded of the zero Decoded on an FSM that is not fatal did not panic")
+			}
+		}()
+		f.ApplyDecoded(l, Decoded{})
+	}()
+	if got := f.AppliedIndex(); got != 0 {
+		t.Fatalf("applied index %d after the refused call, want 0", got)
+	}
+}

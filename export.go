@@ -178,15 +178,17 @@ func (w *workerRec) encode(e *encoder) {
 	e.uvarint(uint64(w.mem))
 	e.uvarint(uint64(w.net))
 	e.uvarint(uint64(w.tagCount()))
-	for t := TagLinux; t <= TagExternal; t++ {
-		if w.tagBits&(1<<t) != 0 {
-			e.uvarint(uint64(t))
-		}
+	for t := range tagsOf(w.tagBits) {
+		e.uvarint(uint64(t))
 	}
 }
 
-func decodeWorker(d *decoder) *workerRec {
-	w := &workerRec{
+// decodeWorker reads one worker record. tagsOK is false when its tags
+// are not valid and strictly increasing (the export's form): a set cannot
+// hold others, and a state that would not re-export to its own bytes is
+// refused with its own reason (RestoreWorkerPool), not as a truncation.
+func decodeWorker(d *decoder) (w *workerRec, tagsOK bool) {
+	w = &workerRec{
 		id:            d.str(MaxIdentifierBytes),
 		generation:    d.uvarint(),
 		status:        WorkerStatus(d.u8()),
@@ -197,20 +199,16 @@ func decodeWorker(d *decoder) *workerRec {
 		mem:           d.u16(),
 		net:           d.u16(),
 	}
-	// The tags must be valid and strictly increasing (the export's form):
-	// a set cannot hold others, and a state that would not re-export to
-	// its own bytes is refused.
+	tagsOK = true
 	n := d.count(MaxWorkerTags, 1)
 	for i := 0; i < n; i++ {
 		t := WorkerTag(d.u8())
-		if !t.Valid() || w.tagBits>>t != 0 {
-			d.fail()
-			return w
+		if tagsOK = tagsOK && t.Valid() && w.tagBits>>t == 0; tagsOK {
+			w.tagBits |= 1 << t
 		}
-		w.tagBits |= 1 << t
 	}
 	w.prio = treapPriority(w.id)
-	return w
+	return w, tagsOK
 }
 
 func invalidState(reason string) *Error { return &Error{Kind: KindInvalidState, Reason: reason} }
@@ -285,12 +283,15 @@ func RestoreWorkerPool(data []byte) (*WorkerPool, error) {
 	c.workers = make(map[string]*workerRec, nw)
 	prev := ""
 	for i := 0; i < nw && !d.failed; i++ {
-		w := decodeWorker(d)
+		w, tagsOK := decodeWorker(d)
 		if d.failed {
 			break
 		}
 		if (i > 0 && w.id <= prev) || !ValidIdentifier(w.id) {
 			return nil, invalidState("worker records are not in strict worker-ID order")
+		}
+		if !tagsOK {
+			return nil, invalidState("a worker's tags are not sorted, distinct and valid (I4)")
 		}
 		prev = w.id
 		c.workers[w.id] = w

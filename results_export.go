@@ -1,6 +1,7 @@
 package distributed
 
 import (
+	"bytes"
 	"math"
 	"slices"
 )
@@ -135,9 +136,11 @@ func RestoreResultAggregator(data []byte) (*ResultAggregator, error) {
 		if total > l.MaxTotalBytes {
 			return nil, invalidResultState("total result bytes exceed max_total_bytes")
 		}
-		// NB: appended to an empty slice, not into make(0, len): the
-		// runtime then skips zeroing memory that the copy overwrites.
-		entries[i] = storedResult{receipt: receipt, data: append(make([]byte, 0), raw...)}
+		// NB: bytes.Clone appends to an empty slice, not into make(0, len):
+		// the runtime then skips zeroing memory that the copy overwrites.
+		// raw is not nil (the decoder did not fail), so an empty result
+		// restores as an empty, non-nil one.
+		entries[i] = storedResult{receipt: receipt, data: bytes.Clone(raw)}
 		results[receipt.taskID] = &entries[i]
 		prev = receipt.taskID
 	}

@@ -1,8 +1,10 @@
 package distributed
 
 import (
+	"iter"
 	"math"
 	"math/bits"
+	"slices"
 )
 
 // Scheduling (contract Part F, "Scheduling fields"): not-before times,
@@ -147,15 +149,25 @@ func tagMask(tags []WorkerTag, what string) (uint8, *Error) {
 	return m, nil
 }
 
-// maskTags lists the tags of a bit set in tag order (nil for none).
+// maskTags lists the tags of a bit set in tag order (nil for none): a
+// task's required tags, a worker's tags (tagList) and, without the
+// slice, the export's order (workerRec.encode, tagsOf).
 func maskTags(m uint8) []WorkerTag {
-	var out []WorkerTag
-	for t := TagLinux; t <= TagExternal; t++ {
-		if m&(1<<t) != 0 {
-			out = append(out, t)
+	if m == 0 {
+		return nil
+	}
+	return slices.AppendSeq(make([]WorkerTag, 0, bits.OnesCount8(m)), tagsOf(m))
+}
+
+// tagsOf yields the tags of a bit set in increasing order.
+func tagsOf(m uint8) iter.Seq[WorkerTag] {
+	return func(yield func(WorkerTag) bool) {
+		for t := TagLinux; t <= TagExternal; t++ {
+			if m&(1<<t) != 0 && !yield(t) {
+				return
+			}
 		}
 	}
-	return out
 }
 
 // workerMask is the tag bit set a worker declared.
@@ -166,18 +178,7 @@ func (w *workerRec) tagCount() int { return bits.OnesCount8(w.tagBits) }
 
 // tagList returns w's tags in increasing order (nil for none): the
 // WorkerNode's and the export's form.
-func (w *workerRec) tagList() []WorkerTag {
-	if w.tagBits == 0 {
-		return nil
-	}
-	tags := make([]WorkerTag, 0, w.tagCount())
-	for t := TagLinux; t <= TagExternal; t++ {
-		if w.tagBits&(1<<t) != 0 {
-			tags = append(tags, t)
-		}
-	}
-	return tags
-}
+func (w *workerRec) tagList() []WorkerTag { return maskTags(w.tagBits) }
 
 // scheduling returns t's scheduling fields as a TaskScheduling.
 func (t *taskRec) scheduling() TaskScheduling {

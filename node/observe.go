@@ -58,12 +58,12 @@ var _ raft.BatchingFSM = observedFSM{}
 
 // ApplyBatch is raft.BatchingFSM's: the command entries of logs are
 // applied in order exactly as Apply applies each, while the next one
-// decodes (raftfsm.DecodeAhead; a replay after a restart is hundreds of
+// decodes (raftfsm.FSM.DecodeAhead; a replay after a restart is hundreds of
 // large entries). Other entries (configuration) get a nil response, as
 // raft gives them without a batching FSM.
 func (f observedFSM) ApplyBatch(logs []*raft.Log) []any {
 	out := make([]any, len(logs))
-	ahead := raftfsm.DecodeAhead(logs)
+	ahead := f.FSM.DecodeAhead(logs)
 	for i, l := range logs {
 		if l.Type == raft.LogCommand {
 			results := f.FSM.AppliedResultBytes()

@@ -80,10 +80,10 @@ func TestSnapTrigger_ResultsWaitForTheSnapshotsResults(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name                string
-		growth, lastResults int64
+		growth, lastResults int64 // lastResults < 0: no snapshot written
 		resultsUntilKicked  int64 // result bytes (in entries of 10) that kick
 	}{
-		{"no snapshot yet", 2, 0, 100},
+		{"no snapshot yet", 2, -1, 100},
 		{"a snapshot without results", 2, 0, 100},
 		{"a snapshot's results below the threshold", 2, 40, 100},
 		{"growth 1", 1, 1000, 1000},
@@ -92,7 +92,9 @@ func TestSnapTrigger_ResultsWaitForTheSnapshotsResults(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tr := newSnapTrigger(100, tc.growth)
-			tr.written(tc.lastResults)
+			if tc.lastResults >= 0 {
+				tr.written(tc.lastResults)
+			}
 			for sum := int64(10); sum < tc.resultsUntilKicked; sum += 10 {
 				tr.add(10, 10)
 				if kicked(tr) {

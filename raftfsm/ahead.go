@@ -26,7 +26,13 @@ const aheadEntries = 2
 // a 1 M-task node"). With fewer than two command entries it decodes in
 // the caller's goroutine. The caller must take every command entry's
 // result; the goroutine ends after the last.
-func DecodeAhead(logs []*raft.Log) <-chan Decoded {
+//
+// Once f is fatal it decodes nothing and gives the zero Decoded: Apply
+// decodes nothing then either, and ApplyDecoded answers the fatal error
+// whatever it is given (fatal.go: set once, never cleared), so a batch
+// after a corrupt entry, or the rest of the batch holding it, is not
+// decoded for nothing.
+func (f *FSM) DecodeAhead(logs []*raft.Log) <-chan Decoded {
 	n := 0
 	for _, l := range logs {
 		if l.Type == raft.LogCommand {
@@ -35,21 +41,25 @@ func DecodeAhead(logs []*raft.Log) <-chan Decoded {
 	}
 	ch := make(chan Decoded, min(n, aheadEntries))
 	if n < 2 {
-		decodeAll(logs, ch)
+		f.decodeAll(logs, ch)
 		return ch
 	}
-	go decodeAll(logs, ch)
+	go f.decodeAll(logs, ch)
 	return ch
 }
 
-// decodeAll sends the decode of every command entry of logs to ch, then
-// closes it.
-func decodeAll(logs []*raft.Log, ch chan<- Decoded) {
+// decodeAll sends the decode of every command entry of logs to ch (the
+// zero Decoded once f is fatal), then closes it.
+func (f *FSM) decodeAll(logs []*raft.Log, ch chan<- Decoded) {
 	defer close(ch)
 	for _, l := range logs {
-		if l.Type == raft.LogCommand {
-			cmd, err := DecodeEntry(l.Index, l.Data)
-			ch <- Decoded{Cmd: cmd, Err: err}
+		if l.Type != raft.LogCommand {
+			continue
 		}
+		var d Decoded
+		if f.Fatal() == nil {
+			d.Cmd, d.Err = DecodeEntry(l.Index, l.Data)
+		}
+		ch <- d
 	}
 }

@@ -229,7 +229,10 @@ func (f *FSM) Apply(l *raft.Log) any {
 
 // ApplyDecoded is Apply of the entry l that DecodeEntry (or DecodeAhead)
 // already decoded into d: the same checks in the same order, the same
-// responses, the same fatal error on an entry that does not decode.
+// responses, the same fatal error on an entry that does not decode. The
+// zero Decoded (nothing decoded) is only for an FSM that is fatal already
+// (Apply, DecodeAhead); given to one that is not, it panics rather than
+// mark l applied without applying it.
 func (f *FSM) ApplyDecoded(l *raft.Log, d Decoded) any {
 	f.applyMu.Lock()
 	defer f.applyMu.Unlock()
@@ -237,6 +240,10 @@ func (f *FSM) ApplyDecoded(l *raft.Log, d Decoded) any {
 		return Response{Err: err}
 	}
 	cmd, err := d.Cmd, d.Err
+	if cmd == nil && err == nil {
+		// Invariant: only a fatal FSM is given nothing decoded.
+		panic("raftfsm: ApplyDecoded needs DecodeEntry's result")
+	}
 	if err != nil {
 		return Response{Err: f.setFatal(err)}
 	}

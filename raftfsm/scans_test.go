@@ -211,6 +211,7 @@ func TestFSM_ScanRecordRestore(t *testing.T) {
 		"completion listed twice":                    func(sc []*pb.ScanIndex) { sc[0].CompletedIds = append(sc[0].CompletedIds, "t1") },
 		"completion of another scan's task":          func(sc []*pb.ScanIndex) { sc[0].CompletedIds = []string{"t1", "t2", "t3", "x1"} },
 		"a task of another scan":                     func(sc []*pb.ScanIndex) { sc[0].TaskIds = append(sc[0].TaskIds, "x1") },
+		"a task that does not exist":                 func(sc []*pb.ScanIndex) { sc[0].TaskIds = append(sc[0].TaskIds, "nope") },
 		"a task ID that is not an identifier":        func(sc []*pb.ScanIndex) { sc[0].TaskIds = append(sc[0].TaskIds, "bad id") },
 		"a completion ID that is not an identifier":  func(sc []*pb.ScanIndex) { sc[0].CompletedIds = append(sc[0].CompletedIds, "bad id") },
 	}

@@ -106,14 +106,15 @@ func (h h2Only) CloseIdleConnections() {
 }
 
 // get returns the open session to target, opening one when there is none
-// (C4); nil when sessions are off.
+// (C4); nil when sessions are off. NB: targets compare by value: a leader
+// hint parsed again (router.follow) names the same node.
 func (s *sessions) get(target *url.URL) *workerSession {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.off {
 		return nil
 	}
-	if s.cur != nil && (s.cur.target != target || s.cur.broken()) {
+	if s.cur != nil && (*s.cur.target != *target || s.cur.broken()) {
 		s.cur.close()
 		s.cur = nil
 	}

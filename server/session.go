@@ -289,10 +289,7 @@ func (ss *session) fail(id uint64, err error) {
 // sessionError is err as a SessionError: its code, message, detail and
 // metadata, so the client rebuilds the unary call's error.
 func sessionError(err error) *pb.SessionError {
-	ce, ok := errors.AsType[*connect.Error](err)
-	if !ok {
-		ce, _ = errors.AsType[*connect.Error](toConnect(err))
-	}
+	ce, _ := errors.AsType[*connect.Error](toConnect(err)) // NB: toConnect keeps a *connect.Error as it is
 	out := &pb.SessionError{Code: uint32(ce.Code()), Message: ce.Message()}
 	if d, ok := wireerr.DetailOf(ce); ok {
 		out.Detail = d

@@ -439,12 +439,12 @@ func TestAgent_SlotWaitOutlastsStaleSignals(t *testing.T) {
 		}
 		carried <- err
 	}()
-	e := <-out
+	e := recvWithin(t, "the hand-over to end the wait", out)
 	if len(e.hs) != 1 || e.hs[0].taskID != "t1" || e.free != 0 || e.held != 1 {
 		t.Fatalf("the wait ended with %d hand-overs, %d free, %d held; want t1's, 0, 1", len(e.hs), e.free, e.held)
 	}
 	a.settle(e.hs[0], nil)
-	if err := <-carried; err != nil {
+	if err := recvWithin(t, "t1's outcome", carried); err != nil {
 		t.Fatalf("t1's completion: %v, want carried", err)
 	}
 	nextEvent("t1's answer", evCarried)
@@ -456,7 +456,7 @@ func TestAgent_SlotWaitOutlastsStaleSignals(t *testing.T) {
 	delete(a.running, "t1")
 	a.mu.Unlock()
 	a.signalSlot()
-	if e := <-out; len(e.hs) != 0 || e.free != 1 || e.held != 0 || a.slotWaiting {
+	if e := recvWithin(t, "the free slot to end the wait", out); len(e.hs) != 0 || e.free != 1 || e.held != 0 || a.slotWaiting {
 		t.Fatalf("a slot free: %+v, waiting %v", e, a.slotWaiting)
 	}
 
@@ -470,10 +470,22 @@ func TestAgent_SlotWaitOutlastsStaleSignals(t *testing.T) {
 	a.carried = append(a.carried, h) // as completeCarried does, without its signal
 	a.mu.Unlock()
 	cancel()
-	if e := <-out; len(e.hs) != 0 {
+	if e := recvWithin(t, "soft's end to end the wait", out); len(e.hs) != 0 {
 		t.Fatalf("soft ended: %+v", e)
 	}
-	if err := <-h.done; !errors.Is(err, errNotCarried) {
+	if err := recvWithin(t, "t2's completion handed back", h.done); !errors.Is(err, errNotCarried) {
 		t.Fatalf("handed back %v, want errNotCarried", err)
 	}
+}
+
+// recvWithin receives from ch, failing the test after 10 s.
+func recvWithin[T any](t *testing.T, what string, ch <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+	}
+	panic("unreachable")
 }

@@ -114,8 +114,10 @@
 // above: a message whose stream broke before its answer is Unavailable
 // with an unknown outcome, as a unary call whose connection broke, and is
 // retried on a new stream (all three are marked "replay"). A server
-// without sessions, or a connection that speaks only HTTP/1.1, turns
-// sessions off for the Client and the calls go unary. AcquireNotify lets
+// without sessions, a connection that speaks only HTTP/1.1, or a session
+// refused at its open because its key has the server's
+// --max-sessions-per-key open, turns sessions off for the Client and the
+// calls go unary. AcquireNotify lets
 // a worker carry completions on an Acquire that long-polls: the session
 // answers the completions at once, the leases when tasks arrive.
 //

@@ -37,7 +37,9 @@ import (
 //   - C5: a message the server refused with session_limit (the session
 //     has --max-session-messages awaiting their answer: a Client shared
 //     by that many concurrent callers) was not run; it is sent as its
-//     unary call.
+//     unary call. A stream the server ended session_limit was refused at
+//     its open (its key has --max-sessions-per-key open) and ran no
+//     message: sessions go off for the Client as in C3.
 
 // kindSessionLimit is server.KindSessionLimit: a message refused, not
 // run, because its session has the server's bound of messages awaiting
@@ -104,14 +106,15 @@ func (h h2Only) CloseIdleConnections() {
 }
 
 // get returns the open session to target, opening one when there is none
-// (C4); nil when sessions are off.
+// (C4); nil when sessions are off. NB: targets compare by value: a leader
+// hint parsed again (router.follow) names the same node.
 func (s *sessions) get(target *url.URL) *workerSession {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.off {
 		return nil
 	}
-	if s.cur != nil && (s.cur.target != target || s.cur.broken()) {
+	if s.cur != nil && (*s.cur.target != *target || s.cur.broken()) {
 		s.cur.close()
 		s.cur = nil
 	}
@@ -253,17 +256,17 @@ func (ws *workerSession) end(err error) {
 	}
 }
 
-// streamEnd classifies the error that ended a stream: Unimplemented (C3),
-// the server's own error (C2), or a broken stream (C1).
+// streamEnd classifies the error that ended a stream: Unimplemented (C3)
+// or an open refused session_limit (C5), the server's own error (C2), or
+// a broken stream (C1).
 func streamEnd(target *url.URL, err error) error {
 	ce, ok := errors.AsType[*connect.Error](err)
-	if errors.Is(err, errNoSession) || ok && ce.Code() == connect.CodeUnimplemented {
+	d, fromServer := wireerr.DetailOf(err)
+	switch {
+	case errors.Is(err, errNoSession), ok && ce.Code() == connect.CodeUnimplemented, fromServer && d.GetKind() == kindSessionLimit:
 		return fmt.Errorf("%w: %w", errNoSession, err)
-	}
-	if ok {
-		if _, fromServer := wireerr.DetailOf(ce); fromServer {
-			return ce
-		}
+	case fromServer:
+		return ce
 	}
 	return lostConnection(target.Host, err)
 }

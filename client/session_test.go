@@ -284,6 +284,38 @@ func TestSession_FullSessionGoesUnary(t *testing.T) {
 	}
 }
 
+// TestSession_RefusedOpenGoesUnary: a session open the server refuses
+// with session_limit (its key has --max-sessions-per-key open) ran no
+// message; the call goes as its unary call and the client stays unary
+// (one refused open, not one per call).
+func TestSession_RefusedOpenGoesUnary(t *testing.T) {
+	srv, err := clienttest.New(clienttest.Options{MaxSessionsPerKey: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	first := sessionClient(t, srv, h2cGate(), 0)
+	registerW1(t, first)
+	ctx := context.Background()
+	if _, err := first.Acquire(ctx, &pb.AcquireRequest{WorkerId: "w1"}); err != nil {
+		t.Fatal(err)
+	}
+	g := h2cGate()
+	second := sessionClient(t, srv, g, 0)
+	for _, id := range []string{"a", "b"} {
+		if _, err := second.Enqueue(ctx, oneTask(id)); err != nil {
+			t.Fatal(err)
+		}
+		got, err := second.Acquire(ctx, &pb.AcquireRequest{WorkerId: "w1"})
+		if err != nil || len(got.GetTasks()) != 1 || got.GetTasks()[0].GetTaskId() != id {
+			t.Fatalf("acquire %s beyond the key's sessions: %v, %v", id, got, err)
+		}
+	}
+	if g.count("Session") != 1 || g.count("Acquire") != 2 {
+		t.Fatalf("Session %d, unary Acquire %d; want 1, 2", g.count("Session"), g.count("Acquire"))
+	}
+}
+
 // sessionCallAllocBudget bounds the allocations of one worker call over a
 // session, both ends in this process (the call of
 // BenchmarkClient_WorkerCallFloor: 61 measured, against 185 for the unary

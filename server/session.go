@@ -228,41 +228,41 @@ func (ss *session) dispatch(ctx context.Context, m *pb.SessionRequest) {
 
 // serve answers one message as its unary call would (S2).
 func (ss *session) serve(ctx context.Context, m *pb.SessionRequest) {
-	s, id, start := ss.h.s, m.GetId(), time.Now()
+	id := m.GetId()
 	switch op := m.GetOp().(type) {
 	case *pb.SessionRequest_Acquire:
 		early := func(done []*pb.CompleteItemResult) {
 			ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Completed{Completed: &pb.CompleteManyResponse{Results: done}}})
 		}
-		res, err := callMsg(ctx, s, sessionAcquire, op.Acquire, true, ss.h.acquire(early))
-		s.cfg.Metrics.Observe(sessionAcquire, start, err)
-		ss.answer(ctx, id, err, func() *pb.SessionResponse {
-			return &pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Acquire{Acquire: res}}
+		serveMsg(ctx, ss, id, sessionAcquire, op.Acquire, ss.h.acquire(early), func(r *pb.AcquireResponse) *pb.SessionResponse {
+			return &pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Acquire{Acquire: r}}
 		})
 	case *pb.SessionRequest_CompleteMany:
-		res, err := callMsg(ctx, s, sessionCompleteMany, op.CompleteMany, true, ss.h.completeMany)
-		s.cfg.Metrics.Observe(sessionCompleteMany, start, err)
-		ss.answer(ctx, id, err, func() *pb.SessionResponse {
-			return &pb.SessionResponse{Id: id, Result: &pb.SessionResponse_CompleteMany{CompleteMany: res}}
+		serveMsg(ctx, ss, id, sessionCompleteMany, op.CompleteMany, ss.h.completeMany, func(r *pb.CompleteManyResponse) *pb.SessionResponse {
+			return &pb.SessionResponse{Id: id, Result: &pb.SessionResponse_CompleteMany{CompleteMany: r}}
 		})
 	case *pb.SessionRequest_Complete:
-		res, err := callMsg(ctx, s, sessionComplete, op.Complete, true, ss.h.complete)
-		s.cfg.Metrics.Observe(sessionComplete, start, err)
-		ss.answer(ctx, id, err, func() *pb.SessionResponse {
-			return &pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Complete{Complete: res}}
+		serveMsg(ctx, ss, id, sessionComplete, op.Complete, ss.h.complete, func(r *pb.CompleteResponse) *pb.SessionResponse {
+			return &pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Complete{Complete: r}}
 		})
 	default:
 		ss.fail(id, toConnect(errInvalid("session message carries no operation")))
 	}
 }
 
-// answer sends ok() or, when err is set, err as the message's answer.
-func (ss *session) answer(ctx context.Context, id uint64, err error, ok func() *pb.SessionResponse) {
+// serveMsg runs message id, msg of procedure, through callMsg with fn,
+// records its metrics under procedure, and sends ok(its response) or its
+// error as its answer (S2).
+func serveMsg[Req, Res any](ctx context.Context, ss *session, id uint64, procedure string, msg *Req,
+	fn func(context.Context, principal, *Req) (*Res, uint64, error), ok func(*Res) *pb.SessionResponse) {
+	start := time.Now()
+	res, err := callMsg(ctx, ss.h.s, procedure, msg, true, fn)
+	ss.h.s.cfg.Metrics.Observe(procedure, start, err)
 	if err != nil {
 		ss.fail(id, unknownIfEnded(ctx, err))
 		return
 	}
-	ss.send(ok())
+	ss.send(ok(res))
 }
 
 // unknownIfEnded is err, or, when the session ended under the message
@@ -289,10 +289,7 @@ func (ss *session) fail(id uint64, err error) {
 // sessionError is err as a SessionError: its code, message, detail and
 // metadata, so the client rebuilds the unary call's error.
 func sessionError(err error) *pb.SessionError {
-	ce, ok := errors.AsType[*connect.Error](err)
-	if !ok {
-		ce, _ = errors.AsType[*connect.Error](toConnect(err))
-	}
+	ce, _ := errors.AsType[*connect.Error](toConnect(err)) // NB: toConnect keeps a *connect.Error as it is
 	out := &pb.SessionError{Code: uint32(ce.Code()), Message: ce.Message()}
 	if d, ok := wireerr.DetailOf(ce); ok {
 		out.Detail = d

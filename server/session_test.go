@@ -12,6 +12,7 @@ import (
 
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 	"github.com/termivar/distributed/gen/termivar/v1/termivarv1connect"
+	"github.com/termivar/distributed/internal/apikey"
 	"github.com/termivar/distributed/internal/wireerr"
 )
 
@@ -238,6 +239,33 @@ func TestSession_RevokedKeyEndsStream(t *testing.T) {
 	}
 	if string(b.state(t)) != string(before) {
 		t.Fatal("the refused message changed the state")
+	}
+}
+
+// TestSession_EndAnswersAdmittedFirst: a session whose key is revoked
+// while an acquire of it waits answers that acquire (its wait cut off,
+// empty) before the stream ends Unauthenticated at the next message: the
+// client takes the messages a server-ended stream left unanswered as not
+// run (client/session.go C2), so none the server admitted may be left so.
+func TestSession_EndAnswersAdmittedFirst(t *testing.T) {
+	b := setup(t, nil)
+	key, _ := sessionWorker(t, b)
+	id, _, err := apikey.Parse(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := openSession(t, b, key)
+	sendMsg(t, st, acquireMsg(1, &pb.AcquireRequest{WorkerId: "w1", WaitSecs: 30}))
+	waitUntil(t, "the acquire long-polls", func() bool { return b.api.LongPollsWaiting() == 1 })
+	if _, err := b.clients(b.adminKey).admin.RevokeKey(context.Background(), connect.NewRequest(&pb.RevokeKeyRequest{KeyId: id})); err != nil {
+		t.Fatal(err)
+	}
+	sendMsg(t, st, completeMsg(2, &pb.CompleteManyRequest{Items: []*pb.CompleteRequest{{LeaseToken: []byte("forged")}}}))
+	if r := mustRecv(t, st); r.GetId() != 1 || r.GetAcquire() == nil || len(r.GetAcquire().GetTasks()) != 0 {
+		t.Fatalf("the waiting acquire answered %v, want its empty answer before the stream's end", r)
+	}
+	if _, err := recvMsg(t, st); connect.CodeOf(err) != connect.CodeUnauthenticated {
+		t.Fatalf("stream end: %v, want Unauthenticated", err)
 	}
 }
 

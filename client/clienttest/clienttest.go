@@ -36,6 +36,9 @@ type Options struct {
 	// MaxSessionMessages is server.Limits.MaxSessionMessages (0: its
 	// default).
 	MaxSessionMessages int
+	// MaxSessionsPerKey is server.Limits.MaxSessionsPerKey (0: its
+	// default).
+	MaxSessionsPerKey int
 }
 
 // Server is a running in-process node. Its methods are safe for concurrent
@@ -72,7 +75,7 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	api := server.New(server.Config{Backend: be, Limits: server.Limits{MaxSessionMessages: opts.MaxSessionMessages}})
+	api := server.New(server.Config{Backend: be, Limits: server.Limits{MaxSessionMessages: opts.MaxSessionMessages, MaxSessionsPerKey: opts.MaxSessionsPerKey}})
 	hs := httptest.NewUnstartedServer(api.Handler())
 	// NB: HTTP/1.1 and h2c, as serve speaks them (worker sessions need
 	// HTTP/2).

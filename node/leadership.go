@@ -169,8 +169,17 @@ func (n *Node) HandOverLeadership(ctx context.Context) (string, error) {
 }
 
 // handOver tries raft's pick, then every other voter by name, until one
-// leads; any other leader than this node counts as success.
+// leads; any other leader than this node counts as success. When this
+// node no longer leads (ErrNotLeader) it waits for the new leader: a
+// try that raft gave up on (its target's election outlasted an election
+// timeout under load) still ends this node's leadership once that
+// election's vote request arrives, and the hand-over is done when the
+// winner is known.
 func (n *Node) handOver(ctx context.Context) (string, error) {
+	// NB: registered before the first try, so no leader change after it
+	// slips by unseen.
+	changed := make(chan raft.Observation, 1)
+	defer n.observeLeader(changed)()
 	targets := []string{""}
 	if ms, err := n.Members(); err == nil {
 		for _, m := range ms {
@@ -185,6 +194,9 @@ func (n *Node) handOver(ctx context.Context) (string, error) {
 		id, err = n.TransferLeadership(ctx, target)
 		if id != "" && id != n.cfg.NodeID && (err == nil || errors.Is(err, ErrTransferFailed)) {
 			return id, nil
+		}
+		if errors.Is(err, ErrNotLeader) {
+			return n.awaitNewLeader(ctx, changed, "")
 		}
 		if !errors.Is(err, ErrTransferFailed) {
 			return "", err

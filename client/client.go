@@ -292,6 +292,14 @@ var replaySafe = map[string]bool{
 	"Producer.FollowResults": true,
 }
 
+// changesNothing reports whether req changes nothing whatever its RPC's
+// other requests do, so a replay is safe: a credential_only Join only
+// hands out the cluster secret (doc.go's table).
+func changesNothing(req any) bool {
+	j, ok := req.(*pb.JoinRequest)
+	return ok && j.GetCredentialOnly()
+}
+
 // expectsRevision reports whether m, or an element of one of its lists
 // (CompleteMany items, an Acquire's complete items), names an expected
 // revision: a compare-and-set, which a replay after a first try that was
@@ -367,7 +375,7 @@ func call[Req, Resp any](ctx context.Context, c *Client, op string, req *Req, rp
 // once (it has waited already). Other failures back off before the next
 // try (Backoff).
 func invoke[Req, Resp any](ctx context.Context, c *Client, op string, wait time.Duration, req *Req, rpc func(context.Context, *connect.Request[Req]) (*connect.Response[Resp], error)) (*Resp, error) {
-	safe := replaySafe[op]
+	safe := replaySafe[op] || changesNothing(req)
 	if m, ok := any(req).(proto.Message); ok && safe {
 		safe = !expectsRevision(m.ProtoReflect())
 		wait += time.Duration(proto.Size(m)) * time.Second / attemptBytesPerSecond

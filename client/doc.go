@@ -74,6 +74,8 @@
 //	Admin.CreateKey          no      a replay creates a second key
 //	Cluster.Join,            no      membership changes
 //	  RemoveMember
+//	Cluster.Join with        yes     changes nothing: hands out the
+//	  credential_only                cluster secret
 //
 // A request that names an expected revision (expected_revision, on the
 // request or on one of its items) is a compare-and-set and is not safe to

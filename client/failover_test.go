@@ -316,3 +316,50 @@ func TestClient_FollowsLeaderHint(t *testing.T) {
 		t.Errorf("next call went to %v, want the leader %v", got, want)
 	}
 }
+
+// joinNode answers its first Join with an unknown outcome (a forward cut
+// by a leader change) and every later one with success.
+type joinNode struct {
+	termivarv1connect.UnimplementedClusterHandler
+	hits atomic.Int64
+}
+
+func (n *joinNode) Join(context.Context, *connect.Request[pb.JoinRequest]) (*connect.Response[pb.JoinResponse], error) {
+	if n.hits.Add(1) == 1 {
+		return nil, unavailable("not_leader", map[string]string{client.OutcomeHeader: client.OutcomeUnknown})()
+	}
+	return connect.NewResponse(&pb.JoinResponse{ClusterSecret: []byte("s")}), nil
+}
+
+// TestClient_CredentialOnlyJoinReplayed: a credential_only Join changes
+// nothing, so it is sent again after an unknown outcome; a membership Join
+// is not (doc.go's table).
+func TestClient_CredentialOnlyJoinReplayed(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name  string
+		req   *pb.JoinRequest
+		tries int64
+		ok    bool
+	}{
+		{"credential-only", &pb.JoinRequest{NodeId: "n9", CredentialOnly: true}, 2, true},
+		{"member", &pb.JoinRequest{NodeId: "n9", RaftAddr: "127.0.0.1:1"}, 1, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			n := &joinNode{}
+			mux := http.NewServeMux()
+			mux.Handle(termivarv1connect.NewClusterHandler(n))
+			srv := httptest.NewServer(mux)
+			t.Cleanup(srv.Close)
+			c, _ := newRecordingClient(t, srv.URL, time.Second)
+			_, err := c.Join(context.Background(), tt.req)
+			if got := n.hits.Load(); got != tt.tries || (err == nil) != tt.ok {
+				t.Fatalf("Join: %d tries, err %v; want %d tries, success %v", got, err, tt.tries, tt.ok)
+			}
+			if !tt.ok && !client.MayHaveApplied(err) {
+				t.Fatalf("the membership Join's error %v does not say it may have applied", err)
+			}
+		})
+	}
+}

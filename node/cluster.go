@@ -351,7 +351,7 @@ func (n *Node) cluBarrierDone() bool { return n.clu.barrierTerm.Load() == n.raft
 // leaderInit runs on a leader: a barrier, then whatever of the cluster's
 // bootstrap state is missing.
 func (n *Node) leaderInit(ctx context.Context) error {
-	if err := n.ensureBarrier(); err != nil {
+	if err := n.ensureBarrier(ctx); err != nil {
 		return err
 	}
 	if err := n.ensureCluster(ctx); err != nil {
@@ -377,12 +377,12 @@ func (n *Node) leaderInit(ctx context.Context) error {
 
 // ensureBarrier makes sure that every entry committed before this
 // leader's term is applied (once per term).
-func (n *Node) ensureBarrier() error {
+func (n *Node) ensureBarrier(ctx context.Context) error {
 	term := n.raft.CurrentTerm()
 	if n.clu.barrierTerm.Load() == term {
 		return nil
 	}
-	if err := mapRaftErr(n.raft.Barrier(applyTimeout).Error()); err != nil {
+	if err := n.await(ctx, ErrClosed, func() raft.Future { return n.raft.Barrier(applyTimeout) }); err != nil {
 		return err
 	}
 	n.clu.barrierTerm.Store(term)
@@ -465,7 +465,7 @@ func (n *Node) memberLoop(ctx context.Context) {
 			}
 			continue
 		}
-		if err := n.ensureBarrier(); err != nil {
+		if err := n.ensureBarrier(ctx); err != nil {
 			continue
 		}
 		if n.cfg.APIURL == "" {
@@ -561,15 +561,16 @@ func (n *Node) LinearizableRead(ctx context.Context) error {
 	if n.raft.State() != raft.Leader {
 		return ErrNotLeader
 	}
-	if err := n.ensureBarrier(); err != nil {
+	if err := n.ensureBarrier(ctx); err != nil {
 		return err
 	}
-	// NB: VerifyLeader always completes: a leader that cannot reach a
-	// quorum steps down within the leader lease timeout.
+	// NB: a running raft answers VerifyLeader (a leader that cannot reach
+	// a quorum steps down within its lease); await ends the wait at Close,
+	// where raft would leave a queued one unanswered (futures.go).
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return mapRaftErr(n.raft.VerifyLeader().Error())
+	return n.await(ctx, ErrClosed, n.raft.VerifyLeader)
 }
 
 // Members returns the raft configuration with each node's API URL.
@@ -654,7 +655,9 @@ func (n *Node) AddVoter(ctx context.Context, id, raftAddr, apiURL string, incarn
 	if current {
 		return nil
 	}
-	return mapRaftErr(n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, 30*time.Second).Error())
+	return n.await(ctx, errCutAppend, func() raft.Future {
+		return n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, 30*time.Second)
+	})
 }
 
 // checkIncarnationChange refuses (ErrJoinerUnverified) to record a new
@@ -700,7 +703,7 @@ func (n *Node) RemoveServer(ctx context.Context, id string) error {
 	if n.raft.State() != raft.Leader {
 		return ErrNotLeader
 	}
-	if err := mapRaftErr(n.raft.RemoveServer(raft.ServerID(id), 0, 30*time.Second).Error()); err != nil {
+	if err := n.await(ctx, errCutAppend, func() raft.Future { return n.raft.RemoveServer(raft.ServerID(id), 0, 30*time.Second) }); err != nil {
 		return err
 	}
 	if id != n.cfg.NodeID {

@@ -66,13 +66,13 @@ func (n *Node) TransferLeadership(ctx context.Context, targetID string) (string,
 	// leader change it waits for cannot slip by unseen.
 	changed := make(chan raft.Observation, 1)
 	defer n.observeLeader(changed)()
-	var fut raft.Future
-	if targetID == "" {
-		fut = n.raft.LeadershipTransfer()
-	} else {
-		fut = n.raft.LeadershipTransferToServer(target.ID, target.Address)
+	transfer := func() raft.Future {
+		if targetID == "" {
+			return n.raft.LeadershipTransfer()
+		}
+		return n.raft.LeadershipTransferToServer(target.ID, target.Address)
 	}
-	if err := n.awaitFuture(ctx, fut); err != nil {
+	if err := transferErr(n.await(ctx, ErrClosed, transfer)); err != nil {
 		return "", err
 	}
 	return n.awaitNewLeader(ctx, changed, targetID)
@@ -105,23 +105,16 @@ func (n *Node) transferTarget(targetID string) (raft.Server, error) {
 	return target, nil
 }
 
-// awaitFuture waits for the transfer's future. raft bounds it by two
-// election timeouts, so the goroutine ends soon after ctx does.
-func (n *Node) awaitFuture(ctx context.Context, fut raft.Future) error {
-	errc := make(chan error, 1)
-	go func() { errc <- fut.Error() }()
-	select {
-	case err := <-errc:
-		switch mapped := mapRaftErr(err); {
-		case mapped == nil:
-			return nil
-		case errors.Is(mapped, ErrNotLeader), errors.Is(mapped, ErrClosed):
-			return mapped
-		}
-		return fmt.Errorf("%w: %v", ErrTransferFailed, err)
-	case <-ctx.Done():
-		return fmt.Errorf("node: leadership transfer: %w", ctx.Err())
+// transferErr classifies the wait for the transfer's future (await; raft
+// bounds the transfer by two election timeouts).
+func transferErr(err error) error {
+	switch {
+	case err == nil, errors.Is(err, ErrNotLeader), errors.Is(err, ErrClosed):
+		return err
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("node: leadership transfer: %w", err)
 	}
+	return fmt.Errorf("%w: %v", ErrTransferFailed, err)
 }
 
 // awaitNewLeader waits until this node (now a follower) knows a leader
@@ -176,8 +169,17 @@ func (n *Node) HandOverLeadership(ctx context.Context) (string, error) {
 }
 
 // handOver tries raft's pick, then every other voter by name, until one
-// leads; any other leader than this node counts as success.
+// leads; any other leader than this node counts as success. When this
+// node no longer leads (ErrNotLeader) it waits for the new leader: a
+// try that raft gave up on (its target's election outlasted an election
+// timeout under load) still ends this node's leadership once that
+// election's vote request arrives, and the hand-over is done when the
+// winner is known.
 func (n *Node) handOver(ctx context.Context) (string, error) {
+	// NB: registered before the first try, so no leader change after it
+	// slips by unseen.
+	changed := make(chan raft.Observation, 1)
+	defer n.observeLeader(changed)()
 	targets := []string{""}
 	if ms, err := n.Members(); err == nil {
 		for _, m := range ms {
@@ -192,6 +194,9 @@ func (n *Node) handOver(ctx context.Context) (string, error) {
 		id, err = n.TransferLeadership(ctx, target)
 		if id != "" && id != n.cfg.NodeID && (err == nil || errors.Is(err, ErrTransferFailed)) {
 			return id, nil
+		}
+		if errors.Is(err, ErrNotLeader) {
+			return n.awaitNewLeader(ctx, changed, "")
 		}
 		if !errors.Is(err, ErrTransferFailed) {
 			return "", err

@@ -160,3 +160,23 @@ func TestNode_HandOverLeadershipPastDeadVoter(t *testing.T) {
 		t.Fatalf("HandOverLeadership = %q, %v; %s leads %v, old leader leads %v", got, err, live.NodeID(), live.IsLeader(), leader.IsLeader())
 	}
 }
+
+// TestNode_HandOverWaitsForWinnerWhenLeadershipMoved: a hand-over whose
+// node no longer leads when it tries (an earlier try that raft gave up on
+// still made its target run an election) reports the member that leads
+// now instead of failing with ErrNotLeader.
+func TestNode_HandOverWaitsForWinnerWhenLeadershipMoved(t *testing.T) {
+	t.Parallel()
+	nodes := openCluster(t, 3)
+	from, _ := transferFrom(t, nodes, "")
+	ctx, cancel := context.WithTimeout(context.Background(), HandOverTimeout)
+	defer cancel()
+	got, err := from.handOver(ctx)
+	leads := ""
+	if now := leaderOf(nodes); now != nil {
+		leads = now.NodeID()
+	}
+	if err != nil || got == "" || got == from.NodeID() || got != leads {
+		t.Fatalf("handOver on the deposed %s = %q, %v; %q leads now", from.NodeID(), got, err, leads)
+	}
+}

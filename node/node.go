@@ -267,6 +267,7 @@ type Node struct {
 	prop      *proposer // set in start, once raft runs
 	tracer    trace.Tracer
 	closeOnce sync.Once
+	calls     raftCalls // waits on raft futures (futures.go)
 
 	// Snapshots by log bytes (snapbytes.go): snapshots is woken after
 	// every snapshot written (one key, ""); snapTrig is nil when off.
@@ -574,13 +575,17 @@ func (n *Node) Snapshot() error { return n.raft.Snapshot().Error() }
 
 // Close ends the node's lifetime first (every background loop and call
 // derived from it stops), waits for the loops, shuts raft down and closes
-// the stores. Pending proposals fail with ErrClosed. A second Close
+// the stores. Pending proposals fail with ErrClosed; so do the node's
+// other waits on raft, which raft answers before it stops (futures.go). A second Close
 // returns nil at once.
 func (n *Node) Close() error {
 	var err error
 	n.closeOnce.Do(func() {
 		n.life.Stop()
 		if n.raft != nil {
+			if !n.calls.close(raftShutdownGrace) {
+				n.log.Error("raft left a future unanswered; shutting it down anyway", "grace", raftShutdownGrace)
+			}
 			err = n.shutdownRaft()
 		}
 		n.closeStores()

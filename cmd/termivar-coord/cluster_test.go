@@ -10,6 +10,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -871,9 +872,7 @@ func TestCluster_JoinFourthNode(t *testing.T) {
 	for i := range 50 {
 		tasks = append(tasks, &pb.NewTask{TaskId: fmt.Sprintf("before-%d", i), ScanId: "s", TargetRef: "x"})
 	}
-	if _, err := admin.Enqueue(ctx, &pb.EnqueueRequest{Tasks: tasks}); err != nil {
-		t.Fatal(err)
-	}
+	enqueueFresh(ctx, t, admin, tasks)
 	leader := c.leader()
 	if err := leader.rn.n.Snapshot(); err != nil {
 		t.Fatalf("Snapshot: %v", err)
@@ -905,9 +904,7 @@ func TestCluster_JoinFourthNode(t *testing.T) {
 		return ok && tv.Counters().TaskRecords == 50
 	})
 	c4 := c.client(n4.url, c.adminKey)
-	if _, err := c4.Enqueue(ctx, &pb.EnqueueRequest{Tasks: []*pb.NewTask{{TaskId: "after", ScanId: "s", TargetRef: "x"}}}); err != nil {
-		t.Fatalf("Enqueue via the joiner: %v", err)
-	}
+	enqueueFresh(ctx, t, c4, []*pb.NewTask{{TaskId: "after", ScanId: "s", TargetRef: "x"}})
 	if g, err := c4.GetTask(ctx, &pb.GetTaskRequest{TaskId: "before-7"}); err != nil || g.GetTask().GetStatus() != "queued" {
 		t.Fatalf("GetTask via the joiner = %v, %v", g, err)
 	}
@@ -967,4 +964,27 @@ func TestLinModel_RejectsStaleRead(t *testing.T) {
 			t.Errorf("%s: accepted", name)
 		}
 	}
+}
+
+// enqueueFresh enqueues tasks with new IDs. The client re-sends an Enqueue
+// whose try may have applied (a leader change cut it), and client/doc.go
+// documents the replay's answer: task_already_exists. That answer is
+// accepted only when every task exists with the scan and target sent (the
+// first try applied), never for a task this request did not create.
+func enqueueFresh(ctx context.Context, t testing.TB, cl *client.Client, tasks []*pb.NewTask) {
+	t.Helper()
+	_, err := cl.Enqueue(ctx, &pb.EnqueueRequest{Tasks: tasks})
+	if err == nil {
+		return
+	}
+	if !errors.Is(err, distributed.ErrTaskAlreadyExists) {
+		t.Fatalf("Enqueue: %v", err)
+	}
+	for _, nt := range tasks {
+		g, gerr := cl.GetTask(ctx, &pb.GetTaskRequest{TaskId: nt.GetTaskId()})
+		if gerr != nil || g.GetTask().GetScanId() != nt.GetScanId() || g.GetTask().GetTargetRef() != nt.GetTargetRef() {
+			t.Fatalf("Enqueue answered %v, but task %s is %v, %v: not this request's replay", err, nt.GetTaskId(), g.GetTask(), gerr)
+		}
+	}
+	t.Logf("Enqueue was replayed after a try that applied (%v)", err)
 }

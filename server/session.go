@@ -15,6 +15,7 @@ import (
 	"github.com/termivar/distributed/gen/termivar/v1/termivarv1connect"
 	"github.com/termivar/distributed/internal/audit"
 	"github.com/termivar/distributed/internal/wireerr"
+	"github.com/termivar/distributed/node"
 )
 
 // Worker sessions (docs/node.md, "Worker sessions"): Worker.Session is a
@@ -43,8 +44,17 @@ import (
 //     cancelled) is answered Unavailable with an unknown outcome
 //     (unknownIfEnded), as a unary call whose connection broke.
 
+//   - S6: a message the server cannot read (over the Worker service's
+//     request limit, or not decoding) ends the stream with the unary
+//     call's refusal and an ErrorDetail (message_too_large,
+//     invalid_argument): the client fails it without a retry.
+
 // KindSessionLimit: a worker session limit (S3) was reached.
 const KindSessionLimit = "session_limit"
+
+// KindMessageTooLarge: a worker session message over the Worker
+// service's request limit (S6).
+const KindMessageTooLarge = "message_too_large"
 
 const (
 	sessionProcedure      = termivarv1connect.WorkerSessionProcedure
@@ -174,7 +184,10 @@ func (ss *session) watch(ctx context.Context) func() {
 }
 
 // endCause is the stream's end for a failed Receive: nil when the client
-// closed its side, Unavailable when the server is shutting down.
+// closed its side, Unavailable when the server is shutting down, and for
+// a message the server could not read (S6) the unary call's refusal with
+// an ErrorDetail, so that the client fails it definitively instead of
+// taking the stream as broken (client/session.go C2).
 func (ss *session) endCause(err error) error {
 	select {
 	case <-ss.h.s.stopping:
@@ -184,29 +197,57 @@ func (ss *session) endCause(err error) error {
 	if errors.Is(err, io.EOF) {
 		return nil
 	}
+	if bad := unreadable(err); bad != nil {
+		return toConnect(bad) // NB: not audited, as the unary call connect refuses before its handler
+	}
 	return err
+}
+
+// unreadable is the typed refusal of a message Receive could not read:
+// message_too_large for one over the Worker service's read limit (as its
+// unary call is refused ResourceExhausted), invalid_argument for one that
+// does not decode; nil for any other failure (the stream broke).
+func unreadable(err error) error {
+	ce, ok := errors.AsType[*connect.Error](err)
+	if !ok || len(ce.Details()) > 0 {
+		return nil
+	}
+	switch ce.Code() {
+	case connect.CodeResourceExhausted:
+		return &apiError{KindMessageTooLarge, "session message larger than the Worker service's request limit"}
+	case connect.CodeInvalidArgument:
+		return errInvalid("session message does not decode")
+	}
+	return nil
 }
 
 // admit checks the stream's key and the node before a message (S1, S5).
 func (ss *session) admit() error {
 	s := ss.h.s
-	rec, ok := s.node.Reads().Key(ss.p.KeyID)
-	var err error
-	switch {
-	case !ok || !bytes.Equal(rec.Hash, ss.hash):
-		err = errUnauthenticated("API key revoked or rotated")
-	case !s.node.IsLeader():
+	err := ss.keyErr()
+	if err == nil && !s.node.IsLeader() {
 		return notLeaderError(s.node.LeaderAPIURL(), "not the leader")
 	}
 	if err == nil {
-		if _, ok := s.node.Reads().Tenant(ss.p.Tenant); !ok {
-			err = &apiError{KindUnknownTenant, "tenant does not exist"}
-		}
+		return nil
 	}
-	if err != nil {
-		s.cfg.Metrics.AuthRejected("unauthenticated")
-		s.audit.Record(context.Background(), audit.Entry{KeyID: ss.p.KeyID, Tenant: ss.p.Tenant, Method: "Worker.Session", Outcome: kindOf(err)})
-		return toConnect(err)
+	if isUnauthenticated(err) {
+		s.cfg.Metrics.AuthRejected("unauthenticated") // NB: as preauth counts it; an unknown tenant is not (S1)
+	}
+	s.audit.Record(context.Background(), audit.Entry{KeyID: ss.p.KeyID, Tenant: ss.p.Tenant, Method: "Worker.Session", Outcome: kindOf(err)})
+	return toConnect(err)
+}
+
+// keyErr is authenticate's refusal of the stream's key now: revoked or
+// rotated (unauthenticated), its tenant gone (unknown_tenant); nil if
+// the key still holds (S1).
+func (ss *session) keyErr() error {
+	reads := ss.h.s.node.Reads()
+	if rec, ok := reads.Key(ss.p.KeyID); !ok || !bytes.Equal(rec.Hash, ss.hash) {
+		return errUnauthenticated("API key revoked or rotated")
+	}
+	if _, ok := reads.Tenant(ss.p.Tenant); !ok {
+		return &apiError{KindUnknownTenant, "tenant does not exist"}
 	}
 	return nil
 }
@@ -266,19 +307,15 @@ func serveMsg[Req, Res any](ctx context.Context, ss *session, id uint64, procedu
 }
 
 // unknownIfEnded is err, or, when the session ended under the message
-// (its context cancelled: S5, S1), Unavailable with an unknown outcome: a
-// proposal cut off may still be applied, so the client must treat the
-// message as a unary call whose connection broke (client/session.go C1).
+// (its context cancelled: S5, S1), node.ErrOutcomeUnknown as toConnect
+// answers it (Unavailable, OutcomeUnknown): a proposal cut off may still
+// be applied, so the client must treat the message as a unary call whose
+// connection broke (client/session.go C1).
 func unknownIfEnded(ctx context.Context, err error) error {
 	if ctx.Err() == nil {
 		return err
 	}
-	ce := connect.NewError(connect.CodeUnavailable, errors.New("the worker session ended before the message's outcome was known"))
-	if d, derr := connect.NewErrorDetail(&pb.ErrorDetail{Kind: KindUnavailable, Reason: "session ended"}); derr == nil {
-		ce.AddDetail(d)
-	}
-	ce.Meta().Set(OutcomeHeader, OutcomeUnknown)
-	return ce
+	return toConnect(node.ErrOutcomeUnknown)
 }
 
 // fail answers message id with err (a *connect.Error from toConnect).

@@ -43,11 +43,16 @@ import (
 //     flight are answered; one whose work the end cut off (its context
 //     cancelled) is answered Unavailable with an unknown outcome
 //     (unknownIfEnded), as a unary call whose connection broke.
-
 //   - S6: a message the server cannot read (over the Worker service's
 //     request limit, or not decoding) ends the stream with the unary
 //     call's refusal and an ErrorDetail (message_too_large,
 //     invalid_argument): the client fails it without a retry.
+//   - S7: each message runs under a context of its own; a cancel{id}
+//     (its caller gave up) cancels message id's. A long-polling acquire
+//     cancelled while it waits leases nothing and is answered empty; one
+//     cancelled after it proposed may still be applied. Its answer is
+//     sent either way (the client, which gave up, takes the outcome as
+//     unknown, as a unary call cancelled mid-flight).
 
 // KindSessionLimit: a worker session limit (S3) was reached.
 const KindSessionLimit = "session_limit"
@@ -113,6 +118,9 @@ type session struct {
 	slots  chan struct{} // one per message awaiting its final answer (S3)
 	sendMu sync.Mutex
 	wg     sync.WaitGroup
+
+	cancelMu sync.Mutex
+	cancels  map[uint64]context.CancelFunc // of the messages being served (S7)
 }
 
 // Session serves one worker session stream.
@@ -252,38 +260,75 @@ func (ss *session) keyErr() error {
 	return nil
 }
 
-// dispatch serves m in a goroutine of its own, or answers session_limit
-// when MaxSessionMessages await their answer (S3).
+// dispatch serves m in a goroutine of its own under a context of its own
+// (S7), or answers session_limit when MaxSessionMessages await their
+// answer (S3); a cancel is served here, in order after its message.
 func (ss *session) dispatch(ctx context.Context, m *pb.SessionRequest) {
+	if c := m.GetCancel(); c != nil {
+		ss.cancelMsg(c.GetId())
+		return
+	}
 	select {
 	case ss.slots <- struct{}{}:
 	default:
 		ss.fail(m.GetId(), toConnect(&apiError{KindSessionLimit, errSessionMessageBusy}))
 		return
 	}
+	mctx, stop := ss.track(ctx, m.GetId())
 	ss.wg.Go(func() {
 		defer func() { <-ss.slots }()
-		ss.serve(ctx, m)
+		defer stop()
+		ss.serve(ctx, mctx, m)
 	})
 }
 
-// serve answers one message as its unary call would (S2).
-func (ss *session) serve(ctx context.Context, m *pb.SessionRequest) {
+// track returns message id's context, which cancelMsg(id) cancels, and
+// the func that cancels and forgets it when the message is answered (S7).
+func (ss *session) track(ctx context.Context, id uint64) (context.Context, func()) {
+	mctx, cancel := context.WithCancel(ctx)
+	ss.cancelMu.Lock()
+	if ss.cancels == nil {
+		ss.cancels = map[uint64]context.CancelFunc{}
+	}
+	ss.cancels[id] = cancel
+	ss.cancelMu.Unlock()
+	return mctx, func() {
+		ss.cancelMu.Lock()
+		delete(ss.cancels, id)
+		ss.cancelMu.Unlock()
+		cancel()
+	}
+}
+
+// cancelMsg cancels message id's context; a message already answered
+// (or never sent) is left alone (S7).
+func (ss *session) cancelMsg(id uint64) {
+	ss.cancelMu.Lock()
+	cancel := ss.cancels[id]
+	ss.cancelMu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+}
+
+// serve answers one message as its unary call would (S2); it runs under
+// mctx, the message's context, and ctx is the session's.
+func (ss *session) serve(ctx, mctx context.Context, m *pb.SessionRequest) {
 	id := m.GetId()
 	switch op := m.GetOp().(type) {
 	case *pb.SessionRequest_Acquire:
 		early := func(done []*pb.CompleteItemResult) {
 			ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Completed{Completed: &pb.CompleteManyResponse{Results: done}}})
 		}
-		serveMsg(ctx, ss, id, sessionAcquire, op.Acquire, ss.h.acquire(early), func(r *pb.AcquireResponse) *pb.SessionResponse {
+		serveMsg(ctx, mctx, ss, id, sessionAcquire, op.Acquire, ss.h.acquire(early), func(r *pb.AcquireResponse) *pb.SessionResponse {
 			return &pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Acquire{Acquire: r}}
 		})
 	case *pb.SessionRequest_CompleteMany:
-		serveMsg(ctx, ss, id, sessionCompleteMany, op.CompleteMany, ss.h.completeMany, func(r *pb.CompleteManyResponse) *pb.SessionResponse {
+		serveMsg(ctx, mctx, ss, id, sessionCompleteMany, op.CompleteMany, ss.h.completeMany, func(r *pb.CompleteManyResponse) *pb.SessionResponse {
 			return &pb.SessionResponse{Id: id, Result: &pb.SessionResponse_CompleteMany{CompleteMany: r}}
 		})
 	case *pb.SessionRequest_Complete:
-		serveMsg(ctx, ss, id, sessionComplete, op.Complete, ss.h.complete, func(r *pb.CompleteResponse) *pb.SessionResponse {
+		serveMsg(ctx, mctx, ss, id, sessionComplete, op.Complete, ss.h.complete, func(r *pb.CompleteResponse) *pb.SessionResponse {
 			return &pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Complete{Complete: r}}
 		})
 	default:
@@ -291,13 +336,13 @@ func (ss *session) serve(ctx context.Context, m *pb.SessionRequest) {
 	}
 }
 
-// serveMsg runs message id, msg of procedure, through callMsg with fn,
-// records its metrics under procedure, and sends ok(its response) or its
-// error as its answer (S2).
-func serveMsg[Req, Res any](ctx context.Context, ss *session, id uint64, procedure string, msg *Req,
+// serveMsg runs message id, msg of procedure, through callMsg with fn
+// under mctx, records its metrics under procedure, and sends ok(its
+// response) or its error as its answer (S2); ctx is the session's.
+func serveMsg[Req, Res any](ctx, mctx context.Context, ss *session, id uint64, procedure string, msg *Req,
 	fn func(context.Context, principal, *Req) (*Res, uint64, error), ok func(*Res) *pb.SessionResponse) {
 	start := time.Now()
-	res, err := callMsg(ctx, ss.h.s, procedure, msg, true, fn)
+	res, err := callMsg(mctx, ss.h.s, procedure, msg, true, fn)
 	ss.h.s.cfg.Metrics.Observe(procedure, start, err)
 	if err != nil {
 		ss.fail(id, unknownIfEnded(ctx, err))

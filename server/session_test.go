@@ -444,3 +444,34 @@ func TestSession_AdmitMetricsAsUnary(t *testing.T) {
 		t.Fatalf("revoked key counted %v unauthenticated rejections, want 1", n)
 	}
 }
+
+// TestSession_CancelledLongPollLeasesNothing: a cancel of a long-polling
+// acquire ends its wait at once (answered empty, S7) and it leases
+// nothing: the task enqueued afterwards is leased by the next acquire. A
+// cancel of a message already answered, or of none, changes nothing.
+func TestSession_CancelledLongPollLeasesNothing(t *testing.T) {
+	b := setup(t, nil)
+	key, c := sessionWorker(t, b)
+	st := openSession(t, b, key)
+	sendMsg(t, st, acquireMsg(1, &pb.AcquireRequest{WorkerId: "w1", WaitSecs: 60}))
+	waitUntil(t, "the acquire long-polls", func() bool { return b.api.LongPollsWaiting() == 1 })
+	sendMsg(t, st, &pb.SessionRequest{Op: &pb.SessionRequest_Cancel{Cancel: &pb.SessionCancel{Id: 1}}})
+	if r := mustRecv(t, st); r.GetId() != 1 || r.GetAcquire() == nil || len(r.GetAcquire().GetTasks()) != 0 {
+		t.Fatalf("cancelled acquire answered %v, want its empty answer", r)
+	}
+	if n := b.api.LongPollsWaiting(); n != 0 {
+		t.Fatalf("%d acquires still long-poll after the cancel", n)
+	}
+	sendMsg(t, st, &pb.SessionRequest{Op: &pb.SessionRequest_Cancel{Cancel: &pb.SessionCancel{Id: 1}}})  // answered already
+	sendMsg(t, st, &pb.SessionRequest{Op: &pb.SessionRequest_Cancel{Cancel: &pb.SessionCancel{Id: 99}}}) // never sent
+	enqueueIDs(t, b, "a")
+	got, err := c.worker.Acquire(context.Background(), connect.NewRequest(&pb.AcquireRequest{WorkerId: "w1", Start: true}))
+	if err != nil || len(got.Msg.GetTasks()) != 1 || got.Msg.GetTasks()[0].GetTaskId() != "a" {
+		t.Fatalf("acquire after the cancel: %v, %v; want task a, unleased by the cancelled one", got, err)
+	}
+	// The session still serves messages: a cancel is no message of its own.
+	sendMsg(t, st, completeMsg(2, &pb.CompleteManyRequest{Items: []*pb.CompleteRequest{{LeaseToken: got.Msg.GetTasks()[0].GetLeaseToken(), Result: []byte("ok")}}}))
+	if r := mustRecv(t, st); r.GetId() != 2 || r.GetCompleteMany().GetResults()[0].GetResponse() == nil {
+		t.Fatalf("complete after the cancels answered %v", r)
+	}
+}

@@ -123,8 +123,9 @@
 // callback runs on a goroutine of its own (it may call the Client), and
 // the Acquire returns after it. A caller that gives up (its context ends)
 // returns at once and its message is cancelled on the server: a
-// long-polling Acquire given up leases nothing (one already proposed may
-// still be applied: MayHaveApplied, as for a unary call). A message over
+// long-polling Acquire given up leases nothing; one the server had
+// already proposed may still be applied, as a unary call cancelled
+// mid-flight may (its Canceled error does not say it was not). A message over
 // the server's request bound fails ResourceExhausted (message_too_large)
 // without a retry, as its unary call does.
 //

@@ -587,9 +587,10 @@ func (c *Client) Acquire(ctx context.Context, req *pb.AcquireRequest) (*pb.Acqui
 // answers to req.Complete as soon as a worker session reports them
 // durable — before the leases of an Acquire that long-polls, so a worker
 // can carry its completions on a waiting Acquire instead of a call of
-// their own (docs/node.md, "Worker sessions"). It may be called from
-// another goroutine, before AcquireNotify returns, and again on a retry
-// (the replay answers already_completed). The response carries the
+// their own (docs/node.md, "Worker sessions"). It is called on a
+// goroutine of its own (not the session's reader: it may take its time
+// and may call the Client), before AcquireNotify returns, and again on a
+// retry (the replay answers already_completed). The response carries the
 // answers in every case; without a session, when the Acquire does not
 // wait, or when its completions are split over several calls
 // (Config.CompleteManyCallBytes), completed is not called.

@@ -121,7 +121,15 @@
 // --max-sessions-per-key open, turns sessions off for the Client and the
 // calls go unary. AcquireNotify lets
 // a worker carry completions on an Acquire that long-polls: the session
-// answers the completions at once, the leases when tasks arrive.
+// answers the completions at once, the leases when tasks arrive; its
+// callback runs on a goroutine of its own (it may call the Client), and
+// the Acquire returns after it. A caller that gives up (its context ends)
+// returns at once and its message is cancelled on the server: a
+// long-polling Acquire given up leases nothing; one the server had
+// already proposed may still be applied, as a unary call cancelled
+// mid-flight may (its Canceled error does not say it was not). A message over
+// the server's request bound fails ResourceExhausted (message_too_large)
+// without a retry, as its unary call does.
 //
 // Every method is safe for concurrent use. Errors that the server returns
 // match the core's sentinels: errors.Is(err, distributed.ErrLeaseExpired);

@@ -40,6 +40,15 @@ import (
 //     unary call. A stream the server ended session_limit was refused at
 //     its open (its key has --max-sessions-per-key open) and ran no
 //     message: sessions go off for the Client as in C3.
+//   - C6: a caller that gives up (its context ends) returns Canceled or
+//     DeadlineExceeded at once and sends cancel{id}: the server cancels
+//     the message, so a long-polling Acquire leases nothing for nobody.
+//     One the server had proposed already may still be applied: the
+//     outcome is unknown, as for a unary call cancelled mid-flight.
+//   - C7: AcquireNotify's callback runs on a goroutine of its own, not on
+//     the stream's reader: a slow callback does not stall the session,
+//     and one calling back into the Client does not deadlock it. The
+//     Acquire returns after its callback has returned.
 
 // kindSessionLimit is server.KindSessionLimit: a message refused, not
 // run, because its session has the server's bound of messages awaiting
@@ -167,6 +176,15 @@ type pendingMsg struct {
 	ch        chan sessionAnswer // buffered 1
 	completed []*pb.CompleteItemResult
 	notify    func([]*pb.CompleteItemResult) // AcquireNotify's; nil: none
+	notified  chan struct{}                  // closed when notify has returned; nil: not called (C7)
+}
+
+// waitNotified waits for the notify call started for p, if any (C7): the
+// caller's AcquireNotify returns after its callback.
+func (p *pendingMsg) waitNotified() {
+	if p.notified != nil {
+		<-p.notified
+	}
 }
 
 // workerSession is one open Worker.Session stream.
@@ -231,10 +249,12 @@ func (ws *workerSession) deliver(r *pb.SessionResponse) {
 		// its caller gave up (its try's deadline): as a lost reply
 	case r.GetCompleted() != nil:
 		p.completed = r.GetCompleted().GetResults() // an acquire's carried completions, before its leases
-		if p.notify != nil {
-			ws.mu.Unlock()
-			p.notify(p.completed) // NB: unlocked: it may take its time
-			return
+		if p.notify != nil && p.notified == nil {
+			p.notified = make(chan struct{})
+			go func(done []*pb.CompleteItemResult) { // C7: off the reader
+				defer close(p.notified)
+				p.notify(done)
+			}(p.completed)
 		}
 	default:
 		delete(ws.pending, r.GetId())
@@ -291,15 +311,24 @@ func (ws *workerSession) do(ctx context.Context, m *pb.SessionRequest, notify fu
 	ws.sendMu.Unlock()
 	select {
 	case a := <-p.ch:
+		p.waitNotified()
 		return a.r, a.err
 	case <-ctx.Done():
 		ws.forget(m.GetId())
+		go ws.sendCancel(m.GetId()) // NB: not waiting for flow control: the caller gave up
 		code := connect.CodeCanceled
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			code = connect.CodeDeadlineExceeded
 		}
 		return nil, connect.NewError(code, ctx.Err())
 	}
+}
+
+// sendCancel tells the server that message id's caller gave up (C6).
+func (ws *workerSession) sendCancel(id uint64) {
+	ws.sendMu.Lock()
+	defer ws.sendMu.Unlock()
+	_ = ws.st.Send(&pb.SessionRequest{Op: &pb.SessionRequest_Cancel{Cancel: &pb.SessionCancel{Id: id}}})
 }
 
 func (ws *workerSession) forget(id uint64) {

@@ -99,6 +99,7 @@ var kindCodes = map[string]connect.Code{
 	KindInternal:         connect.CodeInternal,
 	KindBusy:             connect.CodeUnavailable,
 	KindSessionLimit:     connect.CodeResourceExhausted,
+	KindMessageTooLarge:  connect.CodeResourceExhausted,
 	KindAuthThrottled:    connect.CodeResourceExhausted,
 	KindJoinUnverified:   connect.CodeFailedPrecondition,
 	KindNotAMember:       connect.CodeFailedPrecondition,

@@ -15,6 +15,7 @@ import (
 	"github.com/termivar/distributed/gen/termivar/v1/termivarv1connect"
 	"github.com/termivar/distributed/internal/audit"
 	"github.com/termivar/distributed/internal/wireerr"
+	"github.com/termivar/distributed/node"
 )
 
 // Worker sessions (docs/node.md, "Worker sessions"): Worker.Session is a
@@ -42,9 +43,23 @@ import (
 //     flight are answered; one whose work the end cut off (its context
 //     cancelled) is answered Unavailable with an unknown outcome
 //     (unknownIfEnded), as a unary call whose connection broke.
+//   - S6: a message the server cannot read (over the Worker service's
+//     request limit, or not decoding) ends the stream with the unary
+//     call's refusal and an ErrorDetail (message_too_large,
+//     invalid_argument): the client fails it without a retry.
+//   - S7: each message runs under a context of its own; a cancel{id}
+//     (its caller gave up) cancels message id's. A long-polling acquire
+//     cancelled while it waits leases nothing and is answered empty; one
+//     cancelled after it proposed may still be applied. Its answer is
+//     sent either way (the client, which gave up, takes the outcome as
+//     unknown, as a unary call cancelled mid-flight).
 
 // KindSessionLimit: a worker session limit (S3) was reached.
 const KindSessionLimit = "session_limit"
+
+// KindMessageTooLarge: a worker session message over the Worker
+// service's request limit (S6).
+const KindMessageTooLarge = "message_too_large"
 
 const (
 	sessionProcedure      = termivarv1connect.WorkerSessionProcedure
@@ -103,6 +118,9 @@ type session struct {
 	slots  chan struct{} // one per message awaiting its final answer (S3)
 	sendMu sync.Mutex
 	wg     sync.WaitGroup
+
+	cancelMu sync.Mutex
+	cancels  map[uint64]context.CancelFunc // of the messages being served (S7)
 }
 
 // Session serves one worker session stream.
@@ -174,7 +192,10 @@ func (ss *session) watch(ctx context.Context) func() {
 }
 
 // endCause is the stream's end for a failed Receive: nil when the client
-// closed its side, Unavailable when the server is shutting down.
+// closed its side, Unavailable when the server is shutting down, and for
+// a message the server could not read (S6) the unary call's refusal with
+// an ErrorDetail, so that the client fails it definitively instead of
+// taking the stream as broken (client/session.go C2).
 func (ss *session) endCause(err error) error {
 	select {
 	case <-ss.h.s.stopping:
@@ -184,65 +205,130 @@ func (ss *session) endCause(err error) error {
 	if errors.Is(err, io.EOF) {
 		return nil
 	}
+	if bad := unreadable(err); bad != nil {
+		return toConnect(bad) // NB: not audited, as the unary call connect refuses before its handler
+	}
 	return err
+}
+
+// unreadable is the typed refusal of a message Receive could not read:
+// message_too_large for one over the Worker service's read limit (as its
+// unary call is refused ResourceExhausted), invalid_argument for one that
+// does not decode; nil for any other failure (the stream broke).
+func unreadable(err error) error {
+	ce, ok := errors.AsType[*connect.Error](err)
+	if !ok || len(ce.Details()) > 0 {
+		return nil
+	}
+	switch ce.Code() {
+	case connect.CodeResourceExhausted:
+		return &apiError{KindMessageTooLarge, "session message larger than the Worker service's request limit"}
+	case connect.CodeInvalidArgument:
+		return errInvalid("session message does not decode")
+	}
+	return nil
 }
 
 // admit checks the stream's key and the node before a message (S1, S5).
 func (ss *session) admit() error {
 	s := ss.h.s
-	rec, ok := s.node.Reads().Key(ss.p.KeyID)
-	var err error
-	switch {
-	case !ok || !bytes.Equal(rec.Hash, ss.hash):
-		err = errUnauthenticated("API key revoked or rotated")
-	case !s.node.IsLeader():
+	err := ss.keyErr()
+	if err == nil && !s.node.IsLeader() {
 		return notLeaderError(s.node.LeaderAPIURL(), "not the leader")
 	}
 	if err == nil {
-		if _, ok := s.node.Reads().Tenant(ss.p.Tenant); !ok {
-			err = &apiError{KindUnknownTenant, "tenant does not exist"}
-		}
+		return nil
 	}
-	if err != nil {
-		s.cfg.Metrics.AuthRejected("unauthenticated")
-		s.audit.Record(context.Background(), audit.Entry{KeyID: ss.p.KeyID, Tenant: ss.p.Tenant, Method: "Worker.Session", Outcome: kindOf(err)})
-		return toConnect(err)
+	if isUnauthenticated(err) {
+		s.cfg.Metrics.AuthRejected("unauthenticated") // NB: as preauth counts it; an unknown tenant is not (S1)
+	}
+	s.audit.Record(context.Background(), audit.Entry{KeyID: ss.p.KeyID, Tenant: ss.p.Tenant, Method: "Worker.Session", Outcome: kindOf(err)})
+	return toConnect(err)
+}
+
+// keyErr is authenticate's refusal of the stream's key now: revoked or
+// rotated (unauthenticated), its tenant gone (unknown_tenant); nil if
+// the key still holds (S1).
+func (ss *session) keyErr() error {
+	reads := ss.h.s.node.Reads()
+	if rec, ok := reads.Key(ss.p.KeyID); !ok || !bytes.Equal(rec.Hash, ss.hash) {
+		return errUnauthenticated("API key revoked or rotated")
+	}
+	if _, ok := reads.Tenant(ss.p.Tenant); !ok {
+		return &apiError{KindUnknownTenant, "tenant does not exist"}
 	}
 	return nil
 }
 
-// dispatch serves m in a goroutine of its own, or answers session_limit
-// when MaxSessionMessages await their answer (S3).
+// dispatch serves m in a goroutine of its own under a context of its own
+// (S7), or answers session_limit when MaxSessionMessages await their
+// answer (S3); a cancel is served here, in order after its message.
 func (ss *session) dispatch(ctx context.Context, m *pb.SessionRequest) {
+	if c := m.GetCancel(); c != nil {
+		ss.cancelMsg(c.GetId())
+		return
+	}
 	select {
 	case ss.slots <- struct{}{}:
 	default:
 		ss.fail(m.GetId(), toConnect(&apiError{KindSessionLimit, errSessionMessageBusy}))
 		return
 	}
+	mctx, stop := ss.track(ctx, m.GetId())
 	ss.wg.Go(func() {
 		defer func() { <-ss.slots }()
-		ss.serve(ctx, m)
+		defer stop()
+		ss.serve(ctx, mctx, m)
 	})
 }
 
-// serve answers one message as its unary call would (S2).
-func (ss *session) serve(ctx context.Context, m *pb.SessionRequest) {
+// track returns message id's context, which cancelMsg(id) cancels, and
+// the func that cancels and forgets it when the message is answered (S7).
+func (ss *session) track(ctx context.Context, id uint64) (context.Context, func()) {
+	mctx, cancel := context.WithCancel(ctx)
+	ss.cancelMu.Lock()
+	if ss.cancels == nil {
+		ss.cancels = map[uint64]context.CancelFunc{}
+	}
+	ss.cancels[id] = cancel
+	ss.cancelMu.Unlock()
+	return mctx, func() {
+		ss.cancelMu.Lock()
+		delete(ss.cancels, id)
+		ss.cancelMu.Unlock()
+		cancel()
+	}
+}
+
+// cancelMsg cancels message id's context; a message already answered
+// (or never sent) is left alone (S7).
+func (ss *session) cancelMsg(id uint64) {
+	ss.cancelMu.Lock()
+	cancel := ss.cancels[id]
+	ss.cancelMu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+}
+
+// serve answers one message as its unary call would (S2); it runs under
+// mctx, the message's context, and ctx is the session's.
+func (ss *session) serve(ctx, mctx context.Context, m *pb.SessionRequest) {
 	id := m.GetId()
 	switch op := m.GetOp().(type) {
 	case *pb.SessionRequest_Acquire:
 		early := func(done []*pb.CompleteItemResult) {
 			ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Completed{Completed: &pb.CompleteManyResponse{Results: done}}})
 		}
-		serveMsg(ctx, ss, id, sessionAcquire, op.Acquire, ss.h.acquire(early), func(r *pb.AcquireResponse) *pb.SessionResponse {
+		serveMsg(ctx, mctx, ss, id, sessionAcquire, op.Acquire, ss.h.acquire(early), func(r *pb.AcquireResponse) *pb.SessionResponse {
 			return &pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Acquire{Acquire: r}}
 		})
 	case *pb.SessionRequest_CompleteMany:
-		serveMsg(ctx, ss, id, sessionCompleteMany, op.CompleteMany, ss.h.completeMany, func(r *pb.CompleteManyResponse) *pb.SessionResponse {
+		serveMsg(ctx, mctx, ss, id, sessionCompleteMany, op.CompleteMany, ss.h.completeMany, func(r *pb.CompleteManyResponse) *pb.SessionResponse {
 			return &pb.SessionResponse{Id: id, Result: &pb.SessionResponse_CompleteMany{CompleteMany: r}}
 		})
 	case *pb.SessionRequest_Complete:
-		serveMsg(ctx, ss, id, sessionComplete, op.Complete, ss.h.complete, func(r *pb.CompleteResponse) *pb.SessionResponse {
+		serveMsg(ctx, mctx, ss, id, sessionComplete, op.Complete, ss.h.complete, func(r *pb.CompleteResponse) *pb.SessionResponse {
 			return &pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Complete{Complete: r}}
 		})
 	default:
@@ -250,13 +336,13 @@ func (ss *session) serve(ctx context.Context, m *pb.SessionRequest) {
 	}
 }
 
-// serveMsg runs message id, msg of procedure, through callMsg with fn,
-// records its metrics under procedure, and sends ok(its response) or its
-// error as its answer (S2).
-func serveMsg[Req, Res any](ctx context.Context, ss *session, id uint64, procedure string, msg *Req,
+// serveMsg runs message id, msg of procedure, through callMsg with fn
+// under mctx, records its metrics under procedure, and sends ok(its
+// response) or its error as its answer (S2); ctx is the session's.
+func serveMsg[Req, Res any](ctx, mctx context.Context, ss *session, id uint64, procedure string, msg *Req,
 	fn func(context.Context, principal, *Req) (*Res, uint64, error), ok func(*Res) *pb.SessionResponse) {
 	start := time.Now()
-	res, err := callMsg(ctx, ss.h.s, procedure, msg, true, fn)
+	res, err := callMsg(mctx, ss.h.s, procedure, msg, true, fn)
 	ss.h.s.cfg.Metrics.Observe(procedure, start, err)
 	if err != nil {
 		ss.fail(id, unknownIfEnded(ctx, err))
@@ -266,19 +352,15 @@ func serveMsg[Req, Res any](ctx context.Context, ss *session, id uint64, procedu
 }
 
 // unknownIfEnded is err, or, when the session ended under the message
-// (its context cancelled: S5, S1), Unavailable with an unknown outcome: a
-// proposal cut off may still be applied, so the client must treat the
-// message as a unary call whose connection broke (client/session.go C1).
+// (its context cancelled: S5, S1), node.ErrOutcomeUnknown as toConnect
+// answers it (Unavailable, OutcomeUnknown): a proposal cut off may still
+// be applied, so the client must treat the message as a unary call whose
+// connection broke (client/session.go C1).
 func unknownIfEnded(ctx context.Context, err error) error {
 	if ctx.Err() == nil {
 		return err
 	}
-	ce := connect.NewError(connect.CodeUnavailable, errors.New("the worker session ended before the message's outcome was known"))
-	if d, derr := connect.NewErrorDetail(&pb.ErrorDetail{Kind: KindUnavailable, Reason: "session ended"}); derr == nil {
-		ce.AddDetail(d)
-	}
-	ce.Meta().Set(OutcomeHeader, OutcomeUnknown)
-	return ce
+	return toConnect(node.ErrOutcomeUnknown)
 }
 
 // fail answers message id with err (a *connect.Error from toConnect).

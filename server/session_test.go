@@ -13,6 +13,7 @@ import (
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 	"github.com/termivar/distributed/gen/termivar/v1/termivarv1connect"
 	"github.com/termivar/distributed/internal/apikey"
+	"github.com/termivar/distributed/internal/metrics"
 	"github.com/termivar/distributed/internal/wireerr"
 )
 
@@ -342,5 +343,135 @@ func TestSession_UnknownIfEnded(t *testing.T) {
 	}
 	if d, ok := wireerr.DetailOf(ce); !ok || d.GetKind() != KindUnavailable {
 		t.Fatalf("ended session: detail %v", d)
+	}
+}
+
+// garbleCodec is the proto codec whose requests do not decode (a field
+// of wire type 7): a session message the server cannot read.
+type garbleCodec struct{}
+
+func (garbleCodec) Name() string                    { return "proto" }
+func (garbleCodec) Marshal(any) ([]byte, error)     { return []byte{0x0f, 0x01}, nil }
+func (garbleCodec) Unmarshal(b []byte, m any) error { return proto.Unmarshal(b, m.(proto.Message)) }
+
+// TestSession_UnreadableMessageTyped: a message over the Worker service's
+// request limit ends the stream ResourceExhausted (as the unary call is
+// refused) and one that does not decode InvalidArgument, each with its
+// ErrorDetail (server/session.go S6), so the client does not take the
+// stream as broken; neither changes anything.
+func TestSession_UnreadableMessageTyped(t *testing.T) {
+	b := setup(t, nil)
+	key, c := sessionWorker(t, b)
+	enqueueIDs(t, b, "a")
+	before := b.state(t)
+	big := &pb.CompleteRequest{LeaseToken: []byte("x"), Result: make([]byte, MaxWorkerRequestBytes+1)}
+	if _, err := c.worker.Complete(context.Background(), connect.NewRequest(big)); connect.CodeOf(err) != connect.CodeResourceExhausted {
+		t.Fatalf("unary oversized complete: %v", err)
+	}
+	st := openSession(t, b, key)
+	_ = st.Send(&pb.SessionRequest{Id: 1, Op: &pb.SessionRequest_Complete{Complete: big}}) // NB: may meet the stream's end (EOF)
+	_, err := recvMsg(t, st)
+	if d, ok := wireerr.DetailOf(err); connect.CodeOf(err) != connect.CodeResourceExhausted || !ok || d.GetKind() != KindMessageTooLarge {
+		t.Fatalf("oversized message: %v (detail %v), want resource_exhausted %s", err, d, KindMessageTooLarge)
+	}
+	hc := h2cHTTPClient()
+	t.Cleanup(hc.CloseIdleConnections)
+	wc := termivarv1connect.NewWorkerClient(hc, b.srv.URL, connect.WithInterceptors(authInterceptor{key}), connect.WithCodec(garbleCodec{}))
+	gs := wc.Session(context.Background())
+	t.Cleanup(func() { _ = gs.CloseRequest(); _ = gs.CloseResponse() })
+	_ = gs.Send(acquireMsg(2, &pb.AcquireRequest{WorkerId: "w1"}))
+	_, err = recvMsg(t, gs)
+	if d, ok := wireerr.DetailOf(err); connect.CodeOf(err) != connect.CodeInvalidArgument || !ok || d.GetKind() != KindInvalidArgument {
+		t.Fatalf("undecodable message: %v (detail %v), want invalid_argument", err, d)
+	}
+	if string(b.state(t)) != string(before) {
+		t.Fatal("an unreadable message changed the state")
+	}
+}
+
+// authRejected is the node's termivar_api_auth_rejected_total{reason}.
+func authRejected(t *testing.T, reg *metrics.Registry, reason string) float64 {
+	t.Helper()
+	mfs, err := reg.Reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "termivar_api_auth_rejected_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "reason" && l.GetValue() == reason {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// TestSession_AdmitMetricsAsUnary: a session whose key is revoked counts
+// one unauthenticated rejection, as preauth counts the unary call's; one
+// whose tenant is gone is refused unknown_tenant and, as the unary call's
+// is, not counted.
+func TestSession_AdmitMetricsAsUnary(t *testing.T) {
+	reg := metrics.New()
+	b := setupServer(t, nil, Config{Metrics: reg.API})
+	key, _ := sessionWorker(t, b)
+	id, _, err := apikey.Parse(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := b.node.Reads().Key(id)
+	gone := &session{h: workerHandler{b.api}, p: principal{KeyID: id, Tenant: "no-such-tenant"}, hash: rec.Hash}
+	before := authRejected(t, reg, "unauthenticated")
+	if err := gone.admit(); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Fatalf("tenant gone: %v, want unknown_tenant", err)
+	}
+	if n := authRejected(t, reg, "unauthenticated") - before; n != 0 {
+		t.Fatalf("tenant gone counted %v unauthenticated rejections, want 0", n)
+	}
+	st := openSession(t, b, key)
+	if _, err := b.clients(b.adminKey).admin.RevokeKey(context.Background(), connect.NewRequest(&pb.RevokeKeyRequest{KeyId: id})); err != nil {
+		t.Fatal(err)
+	}
+	_ = st.Send(acquireMsg(1, &pb.AcquireRequest{WorkerId: "w1"}))
+	if _, err := recvMsg(t, st); connect.CodeOf(err) != connect.CodeUnauthenticated {
+		t.Fatalf("revoked key: %v", err)
+	}
+	if n := authRejected(t, reg, "unauthenticated") - before; n != 1 {
+		t.Fatalf("revoked key counted %v unauthenticated rejections, want 1", n)
+	}
+}
+
+// TestSession_CancelledLongPollLeasesNothing: a cancel of a long-polling
+// acquire ends its wait at once (answered empty, S7) and it leases
+// nothing: the task enqueued afterwards is leased by the next acquire. A
+// cancel of a message already answered, or of none, changes nothing.
+func TestSession_CancelledLongPollLeasesNothing(t *testing.T) {
+	b := setup(t, nil)
+	key, c := sessionWorker(t, b)
+	st := openSession(t, b, key)
+	sendMsg(t, st, acquireMsg(1, &pb.AcquireRequest{WorkerId: "w1", WaitSecs: 60}))
+	waitUntil(t, "the acquire long-polls", func() bool { return b.api.LongPollsWaiting() == 1 })
+	sendMsg(t, st, &pb.SessionRequest{Op: &pb.SessionRequest_Cancel{Cancel: &pb.SessionCancel{Id: 1}}})
+	if r := mustRecv(t, st); r.GetId() != 1 || r.GetAcquire() == nil || len(r.GetAcquire().GetTasks()) != 0 {
+		t.Fatalf("cancelled acquire answered %v, want its empty answer", r)
+	}
+	if n := b.api.LongPollsWaiting(); n != 0 {
+		t.Fatalf("%d acquires still long-poll after the cancel", n)
+	}
+	sendMsg(t, st, &pb.SessionRequest{Op: &pb.SessionRequest_Cancel{Cancel: &pb.SessionCancel{Id: 1}}})  // answered already
+	sendMsg(t, st, &pb.SessionRequest{Op: &pb.SessionRequest_Cancel{Cancel: &pb.SessionCancel{Id: 99}}}) // never sent
+	enqueueIDs(t, b, "a")
+	got, err := c.worker.Acquire(context.Background(), connect.NewRequest(&pb.AcquireRequest{WorkerId: "w1", Start: true}))
+	if err != nil || len(got.Msg.GetTasks()) != 1 || got.Msg.GetTasks()[0].GetTaskId() != "a" {
+		t.Fatalf("acquire after the cancel: %v, %v; want task a, unleased by the cancelled one", got, err)
+	}
+	// The session still serves messages: a cancel is no message of its own.
+	sendMsg(t, st, completeMsg(2, &pb.CompleteManyRequest{Items: []*pb.CompleteRequest{{LeaseToken: got.Msg.GetTasks()[0].GetLeaseToken(), Result: []byte("ok")}}}))
+	if r := mustRecv(t, st); r.GetId() != 2 || r.GetCompleteMany().GetResults()[0].GetResponse() == nil {
+		t.Fatalf("complete after the cancels answered %v", r)
 	}
 }

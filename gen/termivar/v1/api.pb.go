@@ -6170,6 +6170,7 @@ type SessionRequest struct {
 	//	*SessionRequest_Acquire
 	//	*SessionRequest_CompleteMany
 	//	*SessionRequest_Complete
+	//	*SessionRequest_Cancel
 	Op            isSessionRequest_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -6246,6 +6247,15 @@ func (x *SessionRequest) GetComplete() *CompleteRequest {
 	return nil
 }
 
+func (x *SessionRequest) GetCancel() *SessionCancel {
+	if x != nil {
+		if x, ok := x.Op.(*SessionRequest_Cancel); ok {
+			return x.Cancel
+		}
+	}
+	return nil
+}
+
 type isSessionRequest_Op interface {
 	isSessionRequest_Op()
 }
@@ -6265,11 +6275,67 @@ type SessionRequest_Complete struct {
 	Complete *CompleteRequest `protobuf:"bytes,4,opt,name=complete,proto3,oneof"` // answered as Worker.Complete
 }
 
+type SessionRequest_Cancel struct {
+	// cancel: the caller of message cancel.id gave up; it gets no answer
+	// of its own (its id is unused).
+	Cancel *SessionCancel `protobuf:"bytes,5,opt,name=cancel,proto3,oneof"`
+}
+
 func (*SessionRequest_Acquire) isSessionRequest_Op() {}
 
 func (*SessionRequest_CompleteMany) isSessionRequest_Op() {}
 
 func (*SessionRequest_Complete) isSessionRequest_Op() {}
+
+func (*SessionRequest_Cancel) isSessionRequest_Op() {}
+
+// SessionCancel gives up message id of the same stream: the server
+// cancels its context. An acquire cancelled before it proposed leases
+// nothing; a message cancelled after its proposal may still be applied.
+// The message's answer is sent either way.
+type SessionCancel struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionCancel) Reset() {
+	*x = SessionCancel{}
+	mi := &file_termivar_v1_api_proto_msgTypes[87]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionCancel) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionCancel) ProtoMessage() {}
+
+func (x *SessionCancel) ProtoReflect() protoreflect.Message {
+	mi := &file_termivar_v1_api_proto_msgTypes[87]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionCancel.ProtoReflect.Descriptor instead.
+func (*SessionCancel) Descriptor() ([]byte, []int) {
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{87}
+}
+
+func (x *SessionCancel) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
 
 // SessionError is a message's failure as a whole: what the unary call
 // would have failed with.
@@ -6287,7 +6353,7 @@ type SessionError struct {
 
 func (x *SessionError) Reset() {
 	*x = SessionError{}
-	mi := &file_termivar_v1_api_proto_msgTypes[87]
+	mi := &file_termivar_v1_api_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6299,7 +6365,7 @@ func (x *SessionError) String() string {
 func (*SessionError) ProtoMessage() {}
 
 func (x *SessionError) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[87]
+	mi := &file_termivar_v1_api_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6312,7 +6378,7 @@ func (x *SessionError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionError.ProtoReflect.Descriptor instead.
 func (*SessionError) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{87}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *SessionError) GetCode() uint32 {
@@ -6361,7 +6427,7 @@ type SessionResponse struct {
 
 func (x *SessionResponse) Reset() {
 	*x = SessionResponse{}
-	mi := &file_termivar_v1_api_proto_msgTypes[88]
+	mi := &file_termivar_v1_api_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6373,7 +6439,7 @@ func (x *SessionResponse) String() string {
 func (*SessionResponse) ProtoMessage() {}
 
 func (x *SessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_termivar_v1_api_proto_msgTypes[88]
+	mi := &file_termivar_v1_api_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6386,7 +6452,7 @@ func (x *SessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionResponse.ProtoReflect.Descriptor instead.
 func (*SessionResponse) Descriptor() ([]byte, []int) {
-	return file_termivar_v1_api_proto_rawDescGZIP(), []int{88}
+	return file_termivar_v1_api_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *SessionResponse) GetId() uint64 {
@@ -7021,13 +7087,16 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x15DeleteScheduleRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"4\n" +
 	"\x16DeleteScheduleResponse\x12\x1a\n" +
-	"\brevision\x18\x01 \x01(\x04R\brevision\"\xe4\x01\n" +
+	"\brevision\x18\x01 \x01(\x04R\brevision\"\x9a\x02\n" +
 	"\x0eSessionRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x127\n" +
 	"\aacquire\x18\x02 \x01(\v2\x1b.termivar.v1.AcquireRequestH\x00R\aacquire\x12G\n" +
 	"\rcomplete_many\x18\x03 \x01(\v2 .termivar.v1.CompleteManyRequestH\x00R\fcompleteMany\x12:\n" +
-	"\bcomplete\x18\x04 \x01(\v2\x1c.termivar.v1.CompleteRequestH\x00R\bcompleteB\x04\n" +
-	"\x02op\"\xe0\x01\n" +
+	"\bcomplete\x18\x04 \x01(\v2\x1c.termivar.v1.CompleteRequestH\x00R\bcomplete\x124\n" +
+	"\x06cancel\x18\x05 \x01(\v2\x1a.termivar.v1.SessionCancelH\x00R\x06cancelB\x04\n" +
+	"\x02op\"\x1f\n" +
+	"\rSessionCancel\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\"\xe0\x01\n" +
 	"\fSessionError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x120\n" +
@@ -7103,7 +7172,7 @@ func file_termivar_v1_api_proto_rawDescGZIP() []byte {
 	return file_termivar_v1_api_proto_rawDescData
 }
 
-var file_termivar_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 90)
+var file_termivar_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 91)
 var file_termivar_v1_api_proto_goTypes = []any{
 	(*ErrorDetail)(nil),                  // 0: termivar.v1.ErrorDetail
 	(*WorkerInfo)(nil),                   // 1: termivar.v1.WorkerInfo
@@ -7192,14 +7261,15 @@ var file_termivar_v1_api_proto_goTypes = []any{
 	(*DeleteScheduleRequest)(nil),        // 84: termivar.v1.DeleteScheduleRequest
 	(*DeleteScheduleResponse)(nil),       // 85: termivar.v1.DeleteScheduleResponse
 	(*SessionRequest)(nil),               // 86: termivar.v1.SessionRequest
-	(*SessionError)(nil),                 // 87: termivar.v1.SessionError
-	(*SessionResponse)(nil),              // 88: termivar.v1.SessionResponse
-	nil,                                  // 89: termivar.v1.SessionError.MetaEntry
-	(*ClusterMember)(nil),                // 90: termivar.v1.ClusterMember
-	(*BackupRecord)(nil),                 // 91: termivar.v1.BackupRecord
-	(*CoreLimits)(nil),                   // 92: termivar.v1.CoreLimits
-	(*ResultLimits)(nil),                 // 93: termivar.v1.ResultLimits
-	(*SchedulingOptions)(nil),            // 94: termivar.v1.SchedulingOptions
+	(*SessionCancel)(nil),                // 87: termivar.v1.SessionCancel
+	(*SessionError)(nil),                 // 88: termivar.v1.SessionError
+	(*SessionResponse)(nil),              // 89: termivar.v1.SessionResponse
+	nil,                                  // 90: termivar.v1.SessionError.MetaEntry
+	(*ClusterMember)(nil),                // 91: termivar.v1.ClusterMember
+	(*BackupRecord)(nil),                 // 92: termivar.v1.BackupRecord
+	(*CoreLimits)(nil),                   // 93: termivar.v1.CoreLimits
+	(*ResultLimits)(nil),                 // 94: termivar.v1.ResultLimits
+	(*SchedulingOptions)(nil),            // 95: termivar.v1.SchedulingOptions
 }
 var file_termivar_v1_api_proto_depIdxs = []int32{
 	1,  // 0: termivar.v1.RegisterWorkerResponse.worker:type_name -> termivar.v1.WorkerInfo
@@ -7224,103 +7294,104 @@ var file_termivar_v1_api_proto_depIdxs = []int32{
 	33, // 19: termivar.v1.ListTasksResponse.tasks:type_name -> termivar.v1.TaskInfo
 	46, // 20: termivar.v1.ListScansResponse.scans:type_name -> termivar.v1.ScanInfo
 	49, // 21: termivar.v1.FollowResultsResponse.results:type_name -> termivar.v1.FollowedResult
-	90, // 22: termivar.v1.StatusResponse.members:type_name -> termivar.v1.ClusterMember
-	91, // 23: termivar.v1.StatusResponse.last_backup:type_name -> termivar.v1.BackupRecord
+	91, // 22: termivar.v1.StatusResponse.members:type_name -> termivar.v1.ClusterMember
+	92, // 23: termivar.v1.StatusResponse.last_backup:type_name -> termivar.v1.BackupRecord
 	53, // 24: termivar.v1.StatusResponse.build:type_name -> termivar.v1.BuildInfo
 	1,  // 25: termivar.v1.ListWorkersResponse.workers:type_name -> termivar.v1.WorkerInfo
-	92, // 26: termivar.v1.CreateTenantRequest.limits:type_name -> termivar.v1.CoreLimits
-	93, // 27: termivar.v1.CreateTenantRequest.result_limits:type_name -> termivar.v1.ResultLimits
-	94, // 28: termivar.v1.CreateTenantRequest.scheduling:type_name -> termivar.v1.SchedulingOptions
-	94, // 29: termivar.v1.SetSchedulingOptionsRequest.options:type_name -> termivar.v1.SchedulingOptions
+	93, // 26: termivar.v1.CreateTenantRequest.limits:type_name -> termivar.v1.CoreLimits
+	94, // 27: termivar.v1.CreateTenantRequest.result_limits:type_name -> termivar.v1.ResultLimits
+	95, // 28: termivar.v1.CreateTenantRequest.scheduling:type_name -> termivar.v1.SchedulingOptions
+	95, // 29: termivar.v1.SetSchedulingOptionsRequest.options:type_name -> termivar.v1.SchedulingOptions
 	71, // 30: termivar.v1.ListKeysResponse.keys:type_name -> termivar.v1.KeyInfo
 	81, // 31: termivar.v1.ListSchedulesResponse.schedules:type_name -> termivar.v1.ScheduleInfo
 	6,  // 32: termivar.v1.SessionRequest.acquire:type_name -> termivar.v1.AcquireRequest
 	15, // 33: termivar.v1.SessionRequest.complete_many:type_name -> termivar.v1.CompleteManyRequest
 	13, // 34: termivar.v1.SessionRequest.complete:type_name -> termivar.v1.CompleteRequest
-	0,  // 35: termivar.v1.SessionError.detail:type_name -> termivar.v1.ErrorDetail
-	89, // 36: termivar.v1.SessionError.meta:type_name -> termivar.v1.SessionError.MetaEntry
-	8,  // 37: termivar.v1.SessionResponse.acquire:type_name -> termivar.v1.AcquireResponse
-	17, // 38: termivar.v1.SessionResponse.complete_many:type_name -> termivar.v1.CompleteManyResponse
-	87, // 39: termivar.v1.SessionResponse.error:type_name -> termivar.v1.SessionError
-	17, // 40: termivar.v1.SessionResponse.completed:type_name -> termivar.v1.CompleteManyResponse
-	14, // 41: termivar.v1.SessionResponse.complete:type_name -> termivar.v1.CompleteResponse
-	2,  // 42: termivar.v1.Worker.RegisterWorker:input_type -> termivar.v1.RegisterWorkerRequest
-	4,  // 43: termivar.v1.Worker.Heartbeat:input_type -> termivar.v1.HeartbeatRequest
-	6,  // 44: termivar.v1.Worker.Acquire:input_type -> termivar.v1.AcquireRequest
-	9,  // 45: termivar.v1.Worker.Start:input_type -> termivar.v1.StartRequest
-	11, // 46: termivar.v1.Worker.RenewLease:input_type -> termivar.v1.RenewLeaseRequest
-	13, // 47: termivar.v1.Worker.Complete:input_type -> termivar.v1.CompleteRequest
-	15, // 48: termivar.v1.Worker.CompleteMany:input_type -> termivar.v1.CompleteManyRequest
-	18, // 49: termivar.v1.Worker.Fail:input_type -> termivar.v1.FailRequest
-	21, // 50: termivar.v1.Worker.Deregister:input_type -> termivar.v1.DeregisterRequest
-	86, // 51: termivar.v1.Worker.Session:input_type -> termivar.v1.SessionRequest
-	24, // 52: termivar.v1.Producer.Enqueue:input_type -> termivar.v1.EnqueueRequest
-	25, // 53: termivar.v1.Producer.EnqueueMany:input_type -> termivar.v1.EnqueueManyRequest
-	31, // 54: termivar.v1.Producer.Cancel:input_type -> termivar.v1.CancelRequest
-	35, // 55: termivar.v1.Producer.GetTask:input_type -> termivar.v1.GetTaskRequest
-	37, // 56: termivar.v1.Producer.ListTasks:input_type -> termivar.v1.ListTasksRequest
-	39, // 57: termivar.v1.Producer.ScanProgress:input_type -> termivar.v1.ScanProgressRequest
-	57, // 58: termivar.v1.Producer.UpdateScan:input_type -> termivar.v1.UpdateScanRequest
-	79, // 59: termivar.v1.Producer.CreateSchedule:input_type -> termivar.v1.CreateScheduleRequest
-	82, // 60: termivar.v1.Producer.ListSchedules:input_type -> termivar.v1.ListSchedulesRequest
-	84, // 61: termivar.v1.Producer.DeleteSchedule:input_type -> termivar.v1.DeleteScheduleRequest
-	41, // 62: termivar.v1.Producer.Retry:input_type -> termivar.v1.RetryRequest
-	43, // 63: termivar.v1.Producer.AggregateResults:input_type -> termivar.v1.AggregateResultsRequest
-	45, // 64: termivar.v1.Producer.ListScans:input_type -> termivar.v1.ListScansRequest
-	48, // 65: termivar.v1.Producer.FollowResults:input_type -> termivar.v1.FollowResultsRequest
-	63, // 66: termivar.v1.Producer.DeleteScan:input_type -> termivar.v1.DeleteScanRequest
-	65, // 67: termivar.v1.Producer.PurgeTasks:input_type -> termivar.v1.PurgeTasksRequest
-	77, // 68: termivar.v1.Producer.CancelScan:input_type -> termivar.v1.CancelScanRequest
-	51, // 69: termivar.v1.Admin.Status:input_type -> termivar.v1.StatusRequest
-	54, // 70: termivar.v1.Admin.ListWorkers:input_type -> termivar.v1.ListWorkersRequest
-	56, // 71: termivar.v1.Admin.CreateTenant:input_type -> termivar.v1.CreateTenantRequest
-	61, // 72: termivar.v1.Admin.UpdateTenant:input_type -> termivar.v1.UpdateTenantRequest
-	68, // 73: termivar.v1.Admin.CreateKey:input_type -> termivar.v1.CreateKeyRequest
-	70, // 74: termivar.v1.Admin.ListKeys:input_type -> termivar.v1.ListKeysRequest
-	73, // 75: termivar.v1.Admin.RevokeKey:input_type -> termivar.v1.RevokeKeyRequest
-	75, // 76: termivar.v1.Admin.RotateKey:input_type -> termivar.v1.RotateKeyRequest
-	59, // 77: termivar.v1.Admin.SetSchedulingOptions:input_type -> termivar.v1.SetSchedulingOptionsRequest
-	3,  // 78: termivar.v1.Worker.RegisterWorker:output_type -> termivar.v1.RegisterWorkerResponse
-	5,  // 79: termivar.v1.Worker.Heartbeat:output_type -> termivar.v1.HeartbeatResponse
-	8,  // 80: termivar.v1.Worker.Acquire:output_type -> termivar.v1.AcquireResponse
-	10, // 81: termivar.v1.Worker.Start:output_type -> termivar.v1.StartResponse
-	12, // 82: termivar.v1.Worker.RenewLease:output_type -> termivar.v1.RenewLeaseResponse
-	14, // 83: termivar.v1.Worker.Complete:output_type -> termivar.v1.CompleteResponse
-	17, // 84: termivar.v1.Worker.CompleteMany:output_type -> termivar.v1.CompleteManyResponse
-	19, // 85: termivar.v1.Worker.Fail:output_type -> termivar.v1.FailResponse
-	22, // 86: termivar.v1.Worker.Deregister:output_type -> termivar.v1.DeregisterResponse
-	88, // 87: termivar.v1.Worker.Session:output_type -> termivar.v1.SessionResponse
-	30, // 88: termivar.v1.Producer.Enqueue:output_type -> termivar.v1.EnqueueResponse
-	27, // 89: termivar.v1.Producer.EnqueueMany:output_type -> termivar.v1.EnqueueManyResponse
-	32, // 90: termivar.v1.Producer.Cancel:output_type -> termivar.v1.CancelResponse
-	36, // 91: termivar.v1.Producer.GetTask:output_type -> termivar.v1.GetTaskResponse
-	38, // 92: termivar.v1.Producer.ListTasks:output_type -> termivar.v1.ListTasksResponse
-	40, // 93: termivar.v1.Producer.ScanProgress:output_type -> termivar.v1.ScanProgressResponse
-	58, // 94: termivar.v1.Producer.UpdateScan:output_type -> termivar.v1.UpdateScanResponse
-	80, // 95: termivar.v1.Producer.CreateSchedule:output_type -> termivar.v1.CreateScheduleResponse
-	83, // 96: termivar.v1.Producer.ListSchedules:output_type -> termivar.v1.ListSchedulesResponse
-	85, // 97: termivar.v1.Producer.DeleteSchedule:output_type -> termivar.v1.DeleteScheduleResponse
-	42, // 98: termivar.v1.Producer.Retry:output_type -> termivar.v1.RetryResponse
-	44, // 99: termivar.v1.Producer.AggregateResults:output_type -> termivar.v1.AggregateResultsResponse
-	47, // 100: termivar.v1.Producer.ListScans:output_type -> termivar.v1.ListScansResponse
-	50, // 101: termivar.v1.Producer.FollowResults:output_type -> termivar.v1.FollowResultsResponse
-	64, // 102: termivar.v1.Producer.DeleteScan:output_type -> termivar.v1.DeleteScanResponse
-	66, // 103: termivar.v1.Producer.PurgeTasks:output_type -> termivar.v1.PurgeTasksResponse
-	78, // 104: termivar.v1.Producer.CancelScan:output_type -> termivar.v1.CancelScanResponse
-	52, // 105: termivar.v1.Admin.Status:output_type -> termivar.v1.StatusResponse
-	55, // 106: termivar.v1.Admin.ListWorkers:output_type -> termivar.v1.ListWorkersResponse
-	67, // 107: termivar.v1.Admin.CreateTenant:output_type -> termivar.v1.CreateTenantResponse
-	62, // 108: termivar.v1.Admin.UpdateTenant:output_type -> termivar.v1.UpdateTenantResponse
-	69, // 109: termivar.v1.Admin.CreateKey:output_type -> termivar.v1.CreateKeyResponse
-	72, // 110: termivar.v1.Admin.ListKeys:output_type -> termivar.v1.ListKeysResponse
-	74, // 111: termivar.v1.Admin.RevokeKey:output_type -> termivar.v1.RevokeKeyResponse
-	76, // 112: termivar.v1.Admin.RotateKey:output_type -> termivar.v1.RotateKeyResponse
-	60, // 113: termivar.v1.Admin.SetSchedulingOptions:output_type -> termivar.v1.SetSchedulingOptionsResponse
-	78, // [78:114] is the sub-list for method output_type
-	42, // [42:78] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	87, // 35: termivar.v1.SessionRequest.cancel:type_name -> termivar.v1.SessionCancel
+	0,  // 36: termivar.v1.SessionError.detail:type_name -> termivar.v1.ErrorDetail
+	90, // 37: termivar.v1.SessionError.meta:type_name -> termivar.v1.SessionError.MetaEntry
+	8,  // 38: termivar.v1.SessionResponse.acquire:type_name -> termivar.v1.AcquireResponse
+	17, // 39: termivar.v1.SessionResponse.complete_many:type_name -> termivar.v1.CompleteManyResponse
+	88, // 40: termivar.v1.SessionResponse.error:type_name -> termivar.v1.SessionError
+	17, // 41: termivar.v1.SessionResponse.completed:type_name -> termivar.v1.CompleteManyResponse
+	14, // 42: termivar.v1.SessionResponse.complete:type_name -> termivar.v1.CompleteResponse
+	2,  // 43: termivar.v1.Worker.RegisterWorker:input_type -> termivar.v1.RegisterWorkerRequest
+	4,  // 44: termivar.v1.Worker.Heartbeat:input_type -> termivar.v1.HeartbeatRequest
+	6,  // 45: termivar.v1.Worker.Acquire:input_type -> termivar.v1.AcquireRequest
+	9,  // 46: termivar.v1.Worker.Start:input_type -> termivar.v1.StartRequest
+	11, // 47: termivar.v1.Worker.RenewLease:input_type -> termivar.v1.RenewLeaseRequest
+	13, // 48: termivar.v1.Worker.Complete:input_type -> termivar.v1.CompleteRequest
+	15, // 49: termivar.v1.Worker.CompleteMany:input_type -> termivar.v1.CompleteManyRequest
+	18, // 50: termivar.v1.Worker.Fail:input_type -> termivar.v1.FailRequest
+	21, // 51: termivar.v1.Worker.Deregister:input_type -> termivar.v1.DeregisterRequest
+	86, // 52: termivar.v1.Worker.Session:input_type -> termivar.v1.SessionRequest
+	24, // 53: termivar.v1.Producer.Enqueue:input_type -> termivar.v1.EnqueueRequest
+	25, // 54: termivar.v1.Producer.EnqueueMany:input_type -> termivar.v1.EnqueueManyRequest
+	31, // 55: termivar.v1.Producer.Cancel:input_type -> termivar.v1.CancelRequest
+	35, // 56: termivar.v1.Producer.GetTask:input_type -> termivar.v1.GetTaskRequest
+	37, // 57: termivar.v1.Producer.ListTasks:input_type -> termivar.v1.ListTasksRequest
+	39, // 58: termivar.v1.Producer.ScanProgress:input_type -> termivar.v1.ScanProgressRequest
+	57, // 59: termivar.v1.Producer.UpdateScan:input_type -> termivar.v1.UpdateScanRequest
+	79, // 60: termivar.v1.Producer.CreateSchedule:input_type -> termivar.v1.CreateScheduleRequest
+	82, // 61: termivar.v1.Producer.ListSchedules:input_type -> termivar.v1.ListSchedulesRequest
+	84, // 62: termivar.v1.Producer.DeleteSchedule:input_type -> termivar.v1.DeleteScheduleRequest
+	41, // 63: termivar.v1.Producer.Retry:input_type -> termivar.v1.RetryRequest
+	43, // 64: termivar.v1.Producer.AggregateResults:input_type -> termivar.v1.AggregateResultsRequest
+	45, // 65: termivar.v1.Producer.ListScans:input_type -> termivar.v1.ListScansRequest
+	48, // 66: termivar.v1.Producer.FollowResults:input_type -> termivar.v1.FollowResultsRequest
+	63, // 67: termivar.v1.Producer.DeleteScan:input_type -> termivar.v1.DeleteScanRequest
+	65, // 68: termivar.v1.Producer.PurgeTasks:input_type -> termivar.v1.PurgeTasksRequest
+	77, // 69: termivar.v1.Producer.CancelScan:input_type -> termivar.v1.CancelScanRequest
+	51, // 70: termivar.v1.Admin.Status:input_type -> termivar.v1.StatusRequest
+	54, // 71: termivar.v1.Admin.ListWorkers:input_type -> termivar.v1.ListWorkersRequest
+	56, // 72: termivar.v1.Admin.CreateTenant:input_type -> termivar.v1.CreateTenantRequest
+	61, // 73: termivar.v1.Admin.UpdateTenant:input_type -> termivar.v1.UpdateTenantRequest
+	68, // 74: termivar.v1.Admin.CreateKey:input_type -> termivar.v1.CreateKeyRequest
+	70, // 75: termivar.v1.Admin.ListKeys:input_type -> termivar.v1.ListKeysRequest
+	73, // 76: termivar.v1.Admin.RevokeKey:input_type -> termivar.v1.RevokeKeyRequest
+	75, // 77: termivar.v1.Admin.RotateKey:input_type -> termivar.v1.RotateKeyRequest
+	59, // 78: termivar.v1.Admin.SetSchedulingOptions:input_type -> termivar.v1.SetSchedulingOptionsRequest
+	3,  // 79: termivar.v1.Worker.RegisterWorker:output_type -> termivar.v1.RegisterWorkerResponse
+	5,  // 80: termivar.v1.Worker.Heartbeat:output_type -> termivar.v1.HeartbeatResponse
+	8,  // 81: termivar.v1.Worker.Acquire:output_type -> termivar.v1.AcquireResponse
+	10, // 82: termivar.v1.Worker.Start:output_type -> termivar.v1.StartResponse
+	12, // 83: termivar.v1.Worker.RenewLease:output_type -> termivar.v1.RenewLeaseResponse
+	14, // 84: termivar.v1.Worker.Complete:output_type -> termivar.v1.CompleteResponse
+	17, // 85: termivar.v1.Worker.CompleteMany:output_type -> termivar.v1.CompleteManyResponse
+	19, // 86: termivar.v1.Worker.Fail:output_type -> termivar.v1.FailResponse
+	22, // 87: termivar.v1.Worker.Deregister:output_type -> termivar.v1.DeregisterResponse
+	89, // 88: termivar.v1.Worker.Session:output_type -> termivar.v1.SessionResponse
+	30, // 89: termivar.v1.Producer.Enqueue:output_type -> termivar.v1.EnqueueResponse
+	27, // 90: termivar.v1.Producer.EnqueueMany:output_type -> termivar.v1.EnqueueManyResponse
+	32, // 91: termivar.v1.Producer.Cancel:output_type -> termivar.v1.CancelResponse
+	36, // 92: termivar.v1.Producer.GetTask:output_type -> termivar.v1.GetTaskResponse
+	38, // 93: termivar.v1.Producer.ListTasks:output_type -> termivar.v1.ListTasksResponse
+	40, // 94: termivar.v1.Producer.ScanProgress:output_type -> termivar.v1.ScanProgressResponse
+	58, // 95: termivar.v1.Producer.UpdateScan:output_type -> termivar.v1.UpdateScanResponse
+	80, // 96: termivar.v1.Producer.CreateSchedule:output_type -> termivar.v1.CreateScheduleResponse
+	83, // 97: termivar.v1.Producer.ListSchedules:output_type -> termivar.v1.ListSchedulesResponse
+	85, // 98: termivar.v1.Producer.DeleteSchedule:output_type -> termivar.v1.DeleteScheduleResponse
+	42, // 99: termivar.v1.Producer.Retry:output_type -> termivar.v1.RetryResponse
+	44, // 100: termivar.v1.Producer.AggregateResults:output_type -> termivar.v1.AggregateResultsResponse
+	47, // 101: termivar.v1.Producer.ListScans:output_type -> termivar.v1.ListScansResponse
+	50, // 102: termivar.v1.Producer.FollowResults:output_type -> termivar.v1.FollowResultsResponse
+	64, // 103: termivar.v1.Producer.DeleteScan:output_type -> termivar.v1.DeleteScanResponse
+	66, // 104: termivar.v1.Producer.PurgeTasks:output_type -> termivar.v1.PurgeTasksResponse
+	78, // 105: termivar.v1.Producer.CancelScan:output_type -> termivar.v1.CancelScanResponse
+	52, // 106: termivar.v1.Admin.Status:output_type -> termivar.v1.StatusResponse
+	55, // 107: termivar.v1.Admin.ListWorkers:output_type -> termivar.v1.ListWorkersResponse
+	67, // 108: termivar.v1.Admin.CreateTenant:output_type -> termivar.v1.CreateTenantResponse
+	62, // 109: termivar.v1.Admin.UpdateTenant:output_type -> termivar.v1.UpdateTenantResponse
+	69, // 110: termivar.v1.Admin.CreateKey:output_type -> termivar.v1.CreateKeyResponse
+	72, // 111: termivar.v1.Admin.ListKeys:output_type -> termivar.v1.ListKeysResponse
+	74, // 112: termivar.v1.Admin.RevokeKey:output_type -> termivar.v1.RevokeKeyResponse
+	76, // 113: termivar.v1.Admin.RotateKey:output_type -> termivar.v1.RotateKeyResponse
+	60, // 114: termivar.v1.Admin.SetSchedulingOptions:output_type -> termivar.v1.SetSchedulingOptionsResponse
+	79, // [79:115] is the sub-list for method output_type
+	43, // [43:79] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_termivar_v1_api_proto_init() }
@@ -7349,8 +7420,9 @@ func file_termivar_v1_api_proto_init() {
 		(*SessionRequest_Acquire)(nil),
 		(*SessionRequest_CompleteMany)(nil),
 		(*SessionRequest_Complete)(nil),
+		(*SessionRequest_Cancel)(nil),
 	}
-	file_termivar_v1_api_proto_msgTypes[88].OneofWrappers = []any{
+	file_termivar_v1_api_proto_msgTypes[89].OneofWrappers = []any{
 		(*SessionResponse_Acquire)(nil),
 		(*SessionResponse_CompleteMany)(nil),
 		(*SessionResponse_Error)(nil),
@@ -7363,7 +7435,7 @@ func file_termivar_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_termivar_v1_api_proto_rawDesc), len(file_termivar_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   90,
+			NumMessages:   91,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -140,7 +140,7 @@ type WorkerClient interface {
 	// "Worker sessions"): authenticated once when it opens, the key checked
 	// again before each message. Each SessionRequest is one Acquire or
 	// CompleteMany or Complete under exactly that RPC's rules, answered by its id;
-	// answers may come out of order.
+	// answers may come out of order. A cancel gives up an earlier message.
 	Session(context.Context) *connect.BidiStreamForClient[v1.SessionRequest, v1.SessionResponse]
 }
 
@@ -301,7 +301,7 @@ type WorkerHandler interface {
 	// "Worker sessions"): authenticated once when it opens, the key checked
 	// again before each message. Each SessionRequest is one Acquire or
 	// CompleteMany or Complete under exactly that RPC's rules, answered by its id;
-	// answers may come out of order.
+	// answers may come out of order. A cancel gives up an earlier message.
 	Session(context.Context, *connect.BidiStream[v1.SessionRequest, v1.SessionResponse]) error
 }
 

@@ -191,8 +191,8 @@ type coordinator struct {
 	// feature is used (I11).
 	sched *scheduler
 
-	// interned shares the scan IDs and phases of task records (compact.go);
-	// lastScan and lastPhases are the values it returned last for each.
+	// interned shares the (scan ID, phases) pairs of task records
+	// (compact.go, internMeta); lastMeta is the pair it returned last.
 	interned map[taskMeta]*taskMeta
 	lastMeta *taskMeta
 }

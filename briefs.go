@@ -35,7 +35,7 @@ func (b TaskBrief) CompletedAt() (uint64, bool) {
 func (b TaskBrief) Exists() bool { return b.taskID != "" }
 
 func (t *taskRec) brief() TaskBrief {
-	return TaskBrief{taskID: t.id, scanID: t.scanID, status: t.status, finishedAt: t.finishedAt}
+	return TaskBrief{taskID: t.id, scanID: t.scanID(), status: t.status, finishedAt: t.finishedAt}
 }
 
 // TaskBriefs appends to dst the brief of the task each of ids names, in

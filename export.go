@@ -88,9 +88,9 @@ func (c *coordinator) exportTasks(ids []string) []byte {
 
 func (t *taskRec) encode(e *encoder) {
 	e.str(t.id)
-	e.str(t.scanID)
+	e.str(t.scanID())
 	e.str(t.target)
-	e.str(t.phases)
+	e.str(t.phases())
 	e.uvarint(uint64(t.priority))
 	e.uvarint(uint64(t.status))
 	e.uvarint(t.createdAt)
@@ -130,8 +130,7 @@ func (c *coordinator) decodeTask(d *decoder, version uint8, slab *restoreSlab) (
 	idTarget := slab.idTarget(id, target)
 	t := slab.record()
 	t.id, t.target = idTarget[:len(id)], idTarget[len(id):]
-	t.scanID = c.internBytes(scanID, &c.lastScan)
-	t.phases = c.internBytes(phases, &c.lastPhases)
+	t.meta = internMeta(c, scanID, phases)
 	t.priority = TaskPriority(d.u8())
 	t.status = TaskStatus(d.u8())
 	t.createdAt = d.uvarint()

@@ -17,7 +17,7 @@ func (c *coordinator) exportSizeHint(ids []string) int {
 	n := 256
 	for _, id := range ids {
 		t := c.tasks[id]
-		n += len(t.id) + len(t.scanID) + len(t.target) + len(t.phases) + taskExportOverheadBytes
+		n += len(t.id) + len(t.scanID()) + len(t.target) + len(t.phases()) + taskExportOverheadBytes
 		if t.status == TaskCompleted {
 			n += completedExportOverheadBytes
 		}

@@ -108,7 +108,7 @@ func (c *coordinator) ensureSched() *scheduler {
 	}
 	c.sched = s
 	c.ages.walk(func(t *taskRec) bool {
-		sc := s.scan(t.scanID)
+		sc := s.scan(t.scanID())
 		sc.active++
 		if t.hasLease {
 			sc.inFlight++
@@ -140,7 +140,7 @@ func (s *scheduler) dropIfIdle(sc *scanRec) {
 }
 
 func (s *scheduler) laneOf(t *taskRec) *lane {
-	sc := s.scans[t.scanID]
+	sc := s.scans[t.scanID()]
 	for _, l := range sc.lanes {
 		if l.mask == t.tagMask {
 			return l
@@ -254,7 +254,7 @@ func (s *scheduler) applySettings(id string, next ScanSettings) *scanRec {
 // lane, the scan counts one more in flight and, with FairScans, was
 // served now. Its lanes are repositioned once for all three changes.
 func (s *scheduler) take(t *taskRec, leaseID, logicalTime uint64) {
-	sc := s.scans[t.scanID]
+	sc := s.scans[t.scanID()]
 	sc.inFlight++
 	if s.opts.FairScans {
 		sc.lastServed = leaseID
@@ -302,7 +302,7 @@ func (c *coordinator) notLeasable(t *taskRec, w *workerRec) *Error {
 		return nil
 	}
 	reason := ""
-	switch sc := c.sched.scans[t.scanID]; {
+	switch sc := c.sched.scans[t.scanID()]; {
 	case c.sched.delayed.Has(t):
 		reason = "task is scheduled for later"
 	case t.tagMask&^w.mask() != 0:

@@ -132,7 +132,7 @@ type taskTally struct {
 // its index memberships (I2, I3), its lease (I3, I4, I7, I8) and its
 // retained proof (I10).
 func (c *coordinator) auditTask(t *taskRec, tally *taskTally) *Error {
-	if validateTaskSpec(TaskSpec{TaskID: t.id, ScanID: t.scanID, TargetRef: t.target, Phases: []uint8(t.phases), Priority: t.priority}) != nil {
+	if validateTaskSpec(TaskSpec{TaskID: t.id, ScanID: t.scanID(), TargetRef: t.target, Phases: []uint8(t.phases()), Priority: t.priority}) != nil {
 		return auditError("I2: a task record holds an invalid spec")
 	}
 	if !t.status.Valid() || t.version == 0 {

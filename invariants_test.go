@@ -38,6 +38,8 @@ func TestCheckInvariants_DetectsCorruption(t *testing.T) {
 		"bad utilization":       func(c *coordinator) { c.workers["b"].cpu = 10001 },
 		"invalid tag bit":       func(c *coordinator) { c.workers["b"].tagBits = 1 << (TagExternal + 1) },
 		"invalid target":        func(c *coordinator) { c.tasks["queued"].target = "" },
+		"no scan pair":          func(c *coordinator) { c.tasks["queued"].meta = nil },
+		"invalid scan in pair":  func(c *coordinator) { c.tasks["done"].meta = &taskMeta{scanID: "bad id"} },
 	}
 	for name, corrupt := range corruptions {
 		t.Run(name, func(t *testing.T) {

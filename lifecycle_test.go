@@ -8,6 +8,7 @@ package distributed
 import (
 	"fmt"
 	"math"
+	"strconv"
 	"testing"
 )
 
@@ -526,4 +527,69 @@ func TestLeaseCommands_IdentifierCheckFirst(t *testing.T) {
 	h.failAt(h.rev(), h.now, KindNoQueuedTask, assignNext("w2", 60))
 	h.enqueue("t3", PriorityNormal)
 	h.failAt(h.rev(), h.now, KindWorkerNotFound, assignNext("w2", 60))
+}
+
+// The full lifecycle (enqueue, AssignNext, StartTask, CompleteTask,
+// StoreResult of a 2-byte result) allocates at most two objects per task —
+// the task record and the result's entry — amortized over the maps'
+// growth (issue 15; docs/benchmarks.md). Task IDs are made beforehand, as a
+// host's decoder makes them.
+func TestLifecycle_AllocationBudget(t *testing.T) {
+	if invariantsEnabled {
+		// NB: with the audit on (-race, -tags invariants) every command
+		// runs the full audit, which allocates by design; .ci/run runs this
+		// test again without -race.
+		t.Skip("allocation counts are only the commands' own without the audit; .ci/run runs this test without -race")
+	}
+	const runs = 500
+	p, err := NewWorkerPoolWithLimits(MaximumLimits())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := NewResultAggregatorWithLimits(MaximumResultLimits())
+	if _, err := p.RegisterWorker(p.c.revision, 1, WorkerSpec{WorkerID: "worker-1", Capacity: MaxWorkerCapacity}); err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]string, runs+1) // AllocsPerRun calls once more to warm up
+	for i := range ids {
+		ids[i] = "task-" + strconv.Itoa(i)
+	}
+	result := []byte("ok")
+	var failed error
+	allocs := testing.AllocsPerRun(runs, func() {
+		if failed == nil {
+			failed = lifecycleOnce(p, r, ids[0], result)
+		}
+		ids = ids[1:]
+	})
+	if failed != nil {
+		t.Fatal(failed)
+	}
+	if len(r.results) != runs+1 {
+		t.Fatalf("%d results stored, want %d", len(r.results), runs+1)
+	}
+	t.Logf("%.2f allocations per lifecycle", allocs)
+	if allocs > 2 {
+		t.Errorf("lifecycle allocates %.2f objects per task, want ≤ 2", allocs)
+	}
+}
+
+// lifecycleOnce runs one task through its whole life on p and r.
+func lifecycleOnce(p *WorkerPool, r *ResultAggregator, id string, result []byte) error {
+	if _, err := p.Enqueue(p.c.revision, 1, TaskSpec{TaskID: id, ScanID: "scan", TargetRef: "10.0.0.1"}); err != nil {
+		return err
+	}
+	l, err := p.AssignNext(p.c.revision, 1, "worker-1", 60)
+	if err != nil {
+		return err
+	}
+	if _, err := p.StartTask(p.c.revision, 1, l.Value); err != nil {
+		return err
+	}
+	c, err := p.CompleteTask(p.c.revision, 1, l.Value)
+	if err != nil {
+		return err
+	}
+	_, err = r.StoreResult(r.Revision(), c.Value.Receipt, result)
+	return err
 }

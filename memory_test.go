@@ -113,9 +113,10 @@ func memPerRecord(tb testing.TB, n int, fill func(p *WorkerPool, r *ResultAggreg
 // Budgets for one retained record, in heap bytes at core level (the pool
 // and the result store; the host's own tables come on top). Issue 15's
 // targets are 500 B per queued and 600 B per completed task of resident
-// memory for the whole service. Measured (go1.26.8, amd64): 330 B per
-// queued task, 462 B per completed task with its empty result; the layout
-// before issue 15 measured 733 B and 962 B. The margin (about 15 %) covers
+// memory for the whole service. Measured (go1.26.8, amd64): 311 B per
+// queued task, 461 B per completed task with its empty result (327 B and
+// 477 B with the 240-byte record before the scan ID and phases became one
+// interned pair); the layout before issue 15 measured 733 B and 962 B. The margin (about 15 %) covers
 // map and B-tree fill that varies with N and the Go version.
 const (
 	memBudgetQueuedBytes    = 380

@@ -126,7 +126,7 @@ func (c *coordinator) purgeSelection(f PurgeFilter) ([]*taskRec, *Error) {
 		if f.FinishedBefore != 0 && t.finishedAt >= f.FinishedBefore {
 			return false
 		}
-		if f.ScanID == "" || t.scanID == f.ScanID {
+		if f.ScanID == "" || t.scanID() == f.ScanID {
 			ts = append(ts, t)
 		}
 		return true

@@ -351,9 +351,9 @@ func exportV1(c *coordinator) []byte {
 	for _, id := range ids {
 		t := c.tasks[id]
 		e.str(t.id)
-		e.str(t.scanID)
+		e.str(t.scanID())
 		e.str(t.target)
-		e.str(t.phases)
+		e.str(t.phases())
 		e.uvarint(uint64(t.priority))
 		e.uvarint(uint64(t.status))
 		e.uvarint(t.createdAt)

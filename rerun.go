@@ -184,7 +184,7 @@ func (c *coordinator) rerun(t *taskRec, now uint64) {
 	t.version++
 	c.ages.push(t) // now is the newest creation time (I8)
 	if c.sched != nil {
-		c.sched.scan(t.scanID).active++ // fairness.go (I13)
+		c.sched.scan(t.scanID()).active++ // fairness.go (I13)
 	}
 	c.pushQueue(t)
 }

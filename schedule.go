@@ -386,7 +386,7 @@ func (p *WorkerPool) ScanState(scanID string) (ScanState, error) {
 	st := ScanState{ScanID: scanID}
 	if c.sched == nil {
 		c.ages.walk(func(t *taskRec) bool {
-			if t.scanID == scanID {
+			if t.scanID() == scanID {
 				st.Active++
 				if t.hasLease {
 					st.InFlight++

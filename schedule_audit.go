@@ -49,10 +49,10 @@ func (c *coordinator) auditSchedTask(t *taskRec, tally *schedTally) *Error {
 		}
 		return nil
 	}
-	n := tally.counts[t.scanID]
+	n := tally.counts[t.scanID()]
 	if n == nil {
 		n = &ScanState{}
-		tally.counts[t.scanID] = n
+		tally.counts[t.scanID()] = n
 	}
 	n.Active++
 	if t.hasLease {
@@ -72,7 +72,7 @@ func (c *coordinator) auditSchedTask(t *taskRec, tally *schedTally) *Error {
 		return nil
 	}
 	tally.ready++
-	if sc := s.scans[t.scanID]; sc == nil || !sc.laneHas(t) {
+	if sc := s.scans[t.scanID()]; sc == nil || !sc.laneHas(t) {
 		return auditError("I13: a due queued task is not in its lane")
 	}
 	return nil
@@ -142,7 +142,7 @@ func (c *coordinator) auditLane(sc *scanRec, i int, l *lane) *Error {
 	}
 	bad := false
 	l.ready.Ascend(func(t *taskRec) bool {
-		bad = t.status != TaskQueued || t.scanID != sc.id || t.tagMask != l.mask || c.tasks[t.id] != t
+		bad = t.status != TaskQueued || t.scanID() != sc.id || t.tagMask != l.mask || c.tasks[t.id] != t
 		return !bad
 	})
 	head, ok := l.ready.Min()

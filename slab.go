@@ -11,7 +11,7 @@ import "strings"
 // NB: the trade-off is memory held after a purge: a chunk is freed only
 // when none of its records (or strings) is referenced any more, so a
 // surviving record can keep up to slabRecords records' bytes
-// (slabRecords × 240 B = 15 KiB; the record size is pinned by
+// (slabRecords × 216 B = 13.5 KiB; the record size is pinned by
 // TestTaskRec_AssignmentFieldsFirst) and its ID up to slabStringBytes alive.
 // Records decoded together are neighbours in task-ID order, which purge by
 // scan or finish time usually removes together; records made after the

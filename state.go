@@ -14,8 +14,9 @@ import (
 // taskRec is the retained record of one task. Invariants are numbered as in
 // ARCHITECTURE.md.
 //
-// The record is kept compact (issue 15; docs/benchmarks.md, memory; 240
-// bytes): the scan ID and the phases are interned, and what the record
+// The record is kept compact (issue 15; docs/benchmarks.md, memory; 216
+// bytes, the 224-byte size class): the scan ID and the phases are interned
+// as one shared pair (taskMeta, one pointer), and what the record
 // implies is not stored again (compact.go) — a lease's task ID,
 // generation and attempt are the record's own (I3, I10), the fence a
 // cancelled queued task retains is its generation and previous record
@@ -30,7 +31,7 @@ type taskRec struct {
 	// returns) come first, then the list links, then the rest: at maximum
 	// state an assignment reaches a queued record untouched since it was
 	// enqueued, and grouped these span two or three cache lines of the
-	// 240-byte record instead of all of it (docs/benchmarks.md, issue 15).
+	// 216-byte record instead of all of it (docs/benchmarks.md, issue 15).
 	id       string
 	priority TaskPriority
 	status   TaskStatus
@@ -48,7 +49,7 @@ type taskRec struct {
 	hasStarted          bool
 
 	// retryCount ≤ MaxRetries (32) and leaseSlot < MaxWorkerCapacity
-	// (4096) fit 16 bits, which keeps the record at 240 bytes.
+	// (4096) fit 16 bits, which keeps the record small.
 	retryCount uint16
 	// leaseSlot is the task's index in its lease's worker's leases while
 	// hasLease (I4).
@@ -72,9 +73,8 @@ type taskRec struct {
 	// prev and next link the task into the age list while it is not
 	// terminal, into the finish list while it is (tasklist.go, I3).
 	prev, next *taskRec
-	scanID     string // interned
+	meta       *taskMeta // the scan ID and phases, interned (compact.go)
 	target     string
-	phases     string // interned; "" for none
 	createdAt  uint64
 	startedAt  uint64
 	// finishedAt is when the task became terminal; 0 while it is not (I8).
@@ -191,10 +191,10 @@ type coordinator struct {
 	// feature is used (I11).
 	sched *scheduler
 
-	// interned shares the scan IDs and phases of task records (compact.go);
-	// lastScan and lastPhases are the values it returned last for each.
-	interned             map[string]string
-	lastScan, lastPhases string
+	// interned shares the (scan ID, phases) pairs of task records
+	// (compact.go, internMeta); lastMeta is the pair it returned last.
+	interned map[taskMeta]*taskMeta
+	lastMeta *taskMeta
 }
 
 func queueLess(a, b *taskRec) bool {
@@ -217,7 +217,7 @@ func newCoordinator(l Limits) *coordinator {
 		byExpiry: newExpiryIndex(),
 		workers:  make(map[string]*workerRec),
 		byID:     newWorkerIndex(),
-		interned: make(map[string]string),
+		interned: make(map[taskMeta]*taskMeta),
 	}
 }
 
@@ -473,9 +473,9 @@ func (c *coordinator) dead(w *workerRec, now uint64) bool {
 func (t *taskRec) view() ScanTask {
 	return ScanTask{
 		taskID:         t.id,
-		scanID:         t.scanID,
+		scanID:         t.scanID(),
 		targetRef:      t.target,
-		phases:         t.phases,
+		phases:         t.phases(),
 		status:         t.status,
 		priority:       t.priority,
 		createdAt:      t.createdAt,

@@ -146,9 +146,8 @@ func (c *coordinator) admit(spec TaskSpec, now uint64) *taskRec {
 	mask, _ := tagMask(spec.Scheduling.RequiredTags, "")
 	t := &taskRec{
 		id:        spec.TaskID,
-		scanID:    c.intern(spec.ScanID, &c.lastScan),
+		meta:      internMeta(c, spec.ScanID, spec.Phases),
 		target:    spec.TargetRef,
-		phases:    c.internPhases(spec.Phases),
 		priority:  spec.Priority,
 		status:    TaskQueued,
 		createdAt: now,
@@ -166,7 +165,7 @@ func (c *coordinator) admit(spec TaskSpec, now uint64) *taskRec {
 	c.tasks[t.id] = t
 	c.active++
 	if c.sched != nil {
-		c.sched.scan(t.scanID).active++
+		c.sched.scan(t.scanID()).active++
 	}
 	c.ages.push(t) // now is the newest creation time (I8)
 	c.pushQueue(t)
@@ -318,7 +317,7 @@ func (c *coordinator) terminate(t *taskRec, status TaskStatus, now uint64) {
 	c.active--
 	c.terminal++
 	if c.sched != nil {
-		sc := c.sched.scans[t.scanID]
+		sc := c.sched.scans[t.scanID()]
 		sc.active--
 		c.sched.dropIfIdle(sc)
 	}
@@ -411,7 +410,7 @@ func (c *coordinator) releaseLease(t *taskRec) {
 	w.current--
 	c.refreshWorker(w)
 	if c.sched != nil {
-		c.sched.released(t.scanID)
+		c.sched.released(t.scanID())
 	}
 	t.lease, t.hasLease = leaseRec{}, false
 }

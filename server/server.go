@@ -190,6 +190,7 @@ func readMax(n int64) connect.HandlerOption {
 
 // NewHTTPServer returns an http.Server for h that speaks HTTP/1.1 and
 // unencrypted HTTP/2 (h2c) — gRPC needs HTTP/2 — with sane timeouts.
+// HTTP/2 frames it reads are at most H2MaxReadFrameSize.
 func NewHTTPServer(addr string, h http.Handler) *http.Server {
 	var p http.Protocols
 	p.SetHTTP1(true)
@@ -202,8 +203,17 @@ func NewHTTPServer(addr string, h http.Handler) *http.Server {
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,
+		HTTP2:             &http.HTTP2Config{MaxReadFrameSize: H2MaxReadFrameSize},
 	}
 }
+
+// H2MaxReadFrameSize is the largest HTTP/2 frame the server reads: the
+// protocol's initial 16 KiB, not net/http's 1 MiB. A Go client holds a
+// send buffer of min(this, 512 KiB) for as long as a request body is
+// open, so each worker session stream (docs/node.md, "Worker sessions")
+// kept 512 KiB on its client (docs/benchmarks.md, "1 024 workers with
+// worker sessions").
+const H2MaxReadFrameSize = 16 << 10
 
 // principal is an authenticated caller.
 type principal struct {

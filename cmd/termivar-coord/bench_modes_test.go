@@ -47,6 +47,11 @@ func TestBench_Modes(t *testing.T) {
 	if res.idleConnBytes <= 0 {
 		t.Errorf("bytes_per_idle_conn = %d, want > 0", res.idleConnBytes)
 	}
+	// Each waiting Acquire parks at least its caller and the server's
+	// handler (both ends of the loopback are in this process).
+	if res.idleConnGoroutines < 2 {
+		t.Errorf("goroutines_per_idle_conn = %.2f, want >= 2", res.idleConnGoroutines)
+	}
 	t.Logf("\n%s", s)
 }
 

@@ -118,6 +118,20 @@ func TestBench_H2C(t *testing.T) {
 	}
 }
 
+// TestBench_SessionIdleGoroutines: an idle worker session waiting in an
+// Acquire parks 5 goroutines, both ends of the loopback counted (the
+// caller, the client's stream reader and its HTTP/2 body writer, the
+// server's handler and the waiting message). It parked 7 before the
+// server sent its response headers at the open (the client's Connect
+// stream waited for them in a goroutine) and watched shutdown with
+// context.AfterFunc (a goroutine per session).
+func TestBench_SessionIdleGoroutines(t *testing.T) {
+	res := runBenchArgs(t, []string{"--tasks", "100", "--workers", "4", "--idle-conns", "64", "--worker-session"}, false)
+	if g := res.idleConnGoroutines; g < 4.5 || g > 5.5 {
+		t.Fatalf("goroutines_per_idle_conn = %.2f with worker sessions, want 5", g)
+	}
+}
+
 // runBenchArgs runs one bench with args against a fresh embedded node.
 func runBenchArgs(t *testing.T, args []string, dropAfter bool) benchResult {
 	t.Helper()

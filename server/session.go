@@ -126,8 +126,10 @@ func (h workerHandler) Session(ctx context.Context, st *connect.BidiStream[pb.Se
 	defer h.s.sessions.release(p.KeyID)
 	// NB: the response headers go out now, not with the first answer: until
 	// they arrive the client's Connect stream parks a goroutine on them, for
-	// a whole long-poll when the first message is a waiting acquire.
-	if rc, ok := ctx.Value(sessionCtxKey{}).(*http.ResponseController); ok {
+	// a whole long-poll when the first message is a waiting acquire. Not
+	// for gRPC-Web: it answers a stream that wrote nothing "trailers-only",
+	// its status in the headers, which must not have gone out yet.
+	if rc, ok := ctx.Value(sessionCtxKey{}).(*http.ResponseController); ok && st.Peer().Protocol != connect.ProtocolGRPCWeb {
 		_ = rc.Flush()
 	}
 	ss := &session{h: h, st: st, p: p, hash: rec.Hash, slots: make(chan struct{}, h.s.limits.MaxSessionMessages)}

@@ -17,7 +17,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -93,12 +92,13 @@ type Server struct {
 	preauthSem chan struct{} // one token per request awaiting authentication
 	dashSem    chan struct{} // one token per dashboard overview being built
 
-	stopping chan struct{} // closed by Close: long-polls stop waiting
+	stopCtx  context.Context    // cancelled by Close (session.go's watch waits on it without a goroutine)
+	stop     context.CancelFunc // Close
+	stopping <-chan struct{}    // stopCtx.Done(): long-polls stop waiting
 	// longPolls counts the Acquire calls waiting for work right now.
 	longPolls atomic.Int64
 	// followsWaiting counts the FollowResults calls waiting for a result.
 	followsWaiting atomic.Int64
-	closeOnce      sync.Once
 	sessions       sessionKeys // open worker sessions per key (session.go)
 	limitLog       limitLog
 	build          *pb.BuildInfo // this binary's, for Status
@@ -116,13 +116,15 @@ func New(cfg Config) *Server {
 		cfg.Now = time.Now
 	}
 	lim := cfg.Limits.withDefaults()
-	s := &Server{cfg: cfg, node: cfg.Backend, audit: cfg.Audit, log: cfg.Logger, stopping: make(chan struct{}),
+	s := &Server{cfg: cfg, node: cfg.Backend, audit: cfg.Audit, log: cfg.Logger,
 		limits: lim, now: cfg.Now, errw: connect.NewErrorWriter(),
 		throttle:   newFailureThrottle(lim.AuthFailureBurst, lim.AuthFailureRefill, lim.AuthSources),
 		failures:   cfg.Audit.Failures(audit.FailureConfig{Window: lim.AuthAuditWindow, MaxSources: lim.AuthSources}),
 		preauthSem: make(chan struct{}, lim.MaxPreAuthRequests),
 		dashSem:    make(chan struct{}, maxDashboardBuilds),
 	}
+	s.stopCtx, s.stop = context.WithCancel(context.Background())
+	s.stopping = s.stopCtx.Done()
 	s.fwd = newForwarder(s)
 	s.build = buildinfo.Read().Proto()
 	return s
@@ -137,7 +139,7 @@ func (s *Server) LongPollsWaiting() int64 { return s.longPolls.Load() }
 // shuts down, so that http.Server.Shutdown does not wait up to a minute for
 // long-polls; HTTPServer registers it for that. Close is idempotent.
 func (s *Server) Close() {
-	s.closeOnce.Do(func() { close(s.stopping) })
+	s.stop()
 }
 
 // HTTPServer returns NewHTTPServer(addr, s.Handler()) with the header and
@@ -190,6 +192,7 @@ func readMax(n int64) connect.HandlerOption {
 
 // NewHTTPServer returns an http.Server for h that speaks HTTP/1.1 and
 // unencrypted HTTP/2 (h2c) — gRPC needs HTTP/2 — with sane timeouts.
+// HTTP/2 frames it reads are at most H2MaxReadFrameSize.
 func NewHTTPServer(addr string, h http.Handler) *http.Server {
 	var p http.Protocols
 	p.SetHTTP1(true)
@@ -202,8 +205,17 @@ func NewHTTPServer(addr string, h http.Handler) *http.Server {
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,
+		HTTP2:             &http.HTTP2Config{MaxReadFrameSize: H2MaxReadFrameSize},
 	}
 }
+
+// H2MaxReadFrameSize is the largest HTTP/2 frame the server reads: the
+// protocol's initial 16 KiB, not net/http's 1 MiB. A Go client holds a
+// send buffer of min(this, 512 KiB) for as long as a request body is
+// open, so each worker session stream (docs/node.md, "Worker sessions")
+// kept 512 KiB on its client (docs/benchmarks.md, "1 024 workers with
+// worker sessions").
+const H2MaxReadFrameSize = 16 << 10
 
 // principal is an authenticated caller.
 type principal struct {

@@ -142,6 +142,14 @@ func (h workerHandler) Session(ctx context.Context, st *connect.BidiStream[pb.Se
 		return toConnect(&apiError{KindSessionLimit, "too many open sessions of this key"})
 	}
 	defer h.s.sessions.release(p.KeyID)
+	// NB: the response headers go out now, not with the first answer: until
+	// they arrive the client's Connect stream parks a goroutine on them, for
+	// a whole long-poll when the first message is a waiting acquire. Not
+	// for gRPC-Web: it answers a stream that wrote nothing "trailers-only",
+	// its status in the headers, which must not have gone out yet.
+	if rc, ok := ctx.Value(sessionCtxKey{}).(*http.ResponseController); ok && st.Peer().Protocol != connect.ProtocolGRPCWeb {
+		_ = rc.Flush()
+	}
 	ss := &session{h: h, st: st, p: p, hash: rec.Hash, slots: make(chan struct{}, h.s.limits.MaxSessionMessages)}
 	return ss.run(ctx)
 }
@@ -174,21 +182,30 @@ func (ss *session) run(ctx context.Context) error {
 }
 
 // watch ends a waiting Receive when the server shuts down (S5); the
-// returned func stops watching.
+// returned func stops watching, after which it never touches the stream.
+// NB: context.AfterFunc, not a goroutine per session: a parked goroutine
+// is one more stack for the collector to scan (docs/benchmarks.md,
+// "1 024 workers with worker sessions").
 func (ss *session) watch(ctx context.Context) func() {
 	rc, _ := ctx.Value(sessionCtxKey{}).(*http.ResponseController)
-	done := make(chan struct{})
-	ss.wg.Go(func() {
-		select {
-		case <-ss.h.s.stopping:
-			if rc != nil {
-				_ = rc.SetReadDeadline(time.Now())
-			}
-		case <-done:
-		case <-ctx.Done():
+	if rc == nil {
+		return func() {}
+	}
+	var mu sync.Mutex
+	ended := false
+	stop := context.AfterFunc(ss.h.s.stopCtx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !ended {
+			_ = rc.SetReadDeadline(time.Now())
 		}
 	})
-	return func() { close(done) }
+	return func() {
+		stop()
+		mu.Lock()
+		ended = true
+		mu.Unlock()
+	}
 }
 
 // endCause is the stream's end for a failed Receive: nil when the client

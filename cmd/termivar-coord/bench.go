@@ -195,6 +195,7 @@ type benchResult struct {
 	mode                   string        // the --suite mode's name
 	idleConns              int           // --idle-conns measured after the run (0: none)
 	idleConnBytes          int64         // heap + stacks per idle long-polling connection
+	idleConnGoroutines     float64       // goroutines per idle long-polling connection (both ends)
 	calls                  [4]int64      // Enqueue (and EnqueueMany), Acquire (of which empty), CompleteMany calls
 	workerStartCPU         time.Duration // CPU until every worker waited in its first Acquire (not in cpu)
 }
@@ -227,7 +228,7 @@ func (r benchResult) modeLines() string {
 		s += fmt.Sprintf("\nresident_records=%d", r.resident)
 	}
 	if r.idleConns > 0 {
-		s += fmt.Sprintf("\nidle_conns=%d bytes_per_idle_conn=%d", r.idleConns, r.idleConnBytes)
+		s += fmt.Sprintf("\nidle_conns=%d bytes_per_idle_conn=%d goroutines_per_idle_conn=%.2f", r.idleConns, r.idleConnBytes, r.idleConnGoroutines)
 	}
 	return s
 }
@@ -407,7 +408,7 @@ func bench(ctx context.Context, f benchFlags, url, adminKey string) (benchResult
 	res.leaseP50, res.leaseP99 = percentile(r.leaseLat, 0.50), percentile(r.leaseLat, 0.99)
 	res.e2eP50, res.e2eP99 = percentile(r.e2eLat, 0.50), percentile(r.e2eLat, 0.99)
 	if f.idleConns > 0 {
-		if res.idleConnBytes, err = r.idleConnBytes(ctx, f.idleConns); err != nil {
+		if res.idleConnBytes, res.idleConnGoroutines, err = r.idleConnBytes(ctx, f.idleConns); err != nil {
 			return res, err
 		}
 	}

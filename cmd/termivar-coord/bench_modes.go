@@ -225,9 +225,12 @@ func (r *benchRun) enqueueResident(ctx context.Context, lo, hi int, delay uint64
 // an empty queue and returns the Go heap and stacks they add per
 // connection, both ends of the loopback included (the server's handler,
 // its connection and the client's). Embedded only: the node must share
-// this process's memory statistics.
-func (r *benchRun) idleConnBytes(ctx context.Context, n int) (int64, error) {
+// this process's memory statistics. It also returns the goroutines each
+// waiting connection adds (docs/benchmarks.md, "1 024 workers": the
+// collector scans every parked goroutine's stack on each cycle).
+func (r *benchRun) idleConnBytes(ctx context.Context, n int) (int64, float64, error) {
 	base := settledMem()
+	baseG := runtime.NumGoroutine()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errc := make(chan error, n)
@@ -239,9 +242,10 @@ func (r *benchRun) idleConnBytes(ctx context.Context, n int) (int64, error) {
 		}()
 	}
 	if err := r.waitLongPolls(ctx, int64(n), errc); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return (settledMem() - base) / int64(n), nil
+	g := float64(runtime.NumGoroutine()-baseG) / float64(n)
+	return (settledMem() - base) / int64(n), g, nil
 }
 
 // waitLongPolls polls the node's Status until want Acquire calls wait (or

@@ -47,6 +47,11 @@ func TestBench_Modes(t *testing.T) {
 	if res.idleConnBytes <= 0 {
 		t.Errorf("bytes_per_idle_conn = %d, want > 0", res.idleConnBytes)
 	}
+	// Each waiting Acquire parks at least its caller and the server's
+	// handler (both ends of the loopback are in this process).
+	if res.idleConnGoroutines < 2 {
+		t.Errorf("goroutines_per_idle_conn = %.2f, want >= 2", res.idleConnGoroutines)
+	}
 	t.Logf("\n%s", s)
 }
 
@@ -110,6 +115,20 @@ func TestBench_H2C(t *testing.T) {
 	}
 	if _, err := h2cClient("http://127.0.0.1:1,https://127.0.0.1:2"); err == nil {
 		t.Fatal("h2cClient accepted an https URL")
+	}
+}
+
+// TestBench_SessionIdleGoroutines: an idle worker session waiting in an
+// Acquire parks 5 goroutines, both ends of the loopback counted (the
+// caller, the client's stream reader and its HTTP/2 body writer, the
+// server's handler and the waiting message). It parked 7 before the
+// server sent its response headers at the open (the client's Connect
+// stream waited for them in a goroutine) and watched shutdown with
+// context.AfterFunc (a goroutine per session).
+func TestBench_SessionIdleGoroutines(t *testing.T) {
+	res := runBenchArgs(t, []string{"--tasks", "100", "--workers", "4", "--idle-conns", "64", "--worker-session"}, false)
+	if g := res.idleConnGoroutines; g < 4.5 || g > 5.5 {
+		t.Fatalf("goroutines_per_idle_conn = %.2f with worker sessions, want 5", g)
 	}
 }
 

@@ -28,12 +28,12 @@ func TestSession_CancelledAcquireLeasesNothing(t *testing.T) {
 		_, err := c.Acquire(ctx, &pb.AcquireRequest{WorkerId: "w1", WaitSecs: 60})
 		done <- err
 	}()
-	waitTrue(t, "the acquire long-polls", func() bool { return srv.LongPollsWaiting() == 1 })
+	waitPolls(t, srv, "the acquire long-polls", func() bool { return srv.LongPollsWaiting() == 1 })
 	cancel()
 	if err := <-done; connect.CodeOf(err) != connect.CodeCanceled {
 		t.Fatalf("given-up acquire: %v, want Canceled", err)
 	}
-	waitTrue(t, "the server ends the cancelled poll", func() bool { return srv.LongPollsWaiting() == 0 })
+	waitPolls(t, srv, "the server ends the cancelled poll", func() bool { return srv.LongPollsWaiting() == 0 })
 	if _, err := c.Enqueue(context.Background(), oneTask("a")); err != nil {
 		t.Fatal(err)
 	}

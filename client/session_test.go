@@ -45,15 +45,22 @@ func registerW1(t *testing.T, c *client.Client) {
 	}
 }
 
-// waitTrue polls cond until it holds, failing the test after 10 s.
-func waitTrue(t *testing.T, what string, cond func() bool) {
+// waitPolls waits until cond holds, looking again at each change of
+// srv's waiting long-polls (every cond here ends on such a change),
+// failing the test after 10 s.
+func waitPolls(t *testing.T, srv *clienttest.Server, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+	timeout := time.After(10 * time.Second)
+	for {
+		changed := srv.LongPollsChanged() // NB: before cond reads the count
+		if cond() {
+			return
 		}
-		time.Sleep(time.Millisecond)
+		select {
+		case <-changed:
+		case <-timeout:
+			t.Fatalf("timed out waiting for %s (%d long-polls waiting)", what, srv.LongPollsWaiting())
+		}
 	}
 }
 
@@ -86,7 +93,7 @@ func TestSession_CallsGoAsMessages(t *testing.T) {
 		r, err := c.Acquire(ctx, &pb.AcquireRequest{WorkerId: "w1", WaitSecs: 10, Complete: []*pb.CompleteRequest{{LeaseToken: lease, Result: []byte("ok")}}})
 		ch <- res{r, err}
 	}()
-	waitTrue(t, "the acquire long-polls", func() bool { return srv.LongPollsWaiting() == 1 })
+	waitPolls(t, srv, "the acquire long-polls", func() bool { return srv.LongPollsWaiting() == 1 })
 	cm, err := c.CompleteMany(ctx, &pb.CompleteManyRequest{Items: []*pb.CompleteRequest{{LeaseToken: lease, Result: []byte("ok")}}})
 	if err != nil || !cm.GetResults()[0].GetResponse().GetAlreadyCompleted() {
 		t.Fatalf("complete many while the acquire waits: %v, %v", cm, err)
@@ -176,7 +183,7 @@ func TestSession_BrokenStreamUnknownOutcome(t *testing.T) {
 		if _, err := c.RegisterWorker(context.Background(), &pb.RegisterWorkerRequest{WorkerId: worker, Capacity: 4}); err != nil {
 			t.Fatal(err)
 		}
-		waitTrue(t, "no acquire waiting", func() bool { return srv.LongPollsWaiting() == 0 })
+		waitPolls(t, srv, "no acquire waiting", func() bool { return srv.LongPollsWaiting() == 0 })
 		done := make(chan error, 1)
 		var got *pb.AcquireResponse
 		go func() {
@@ -184,10 +191,10 @@ func TestSession_BrokenStreamUnknownOutcome(t *testing.T) {
 			got, err = c.Acquire(context.Background(), &pb.AcquireRequest{WorkerId: worker, WaitSecs: 10})
 			done <- err
 		}()
-		waitTrue(t, "the acquire long-polls", func() bool { return srv.LongPollsWaiting() == 1 })
+		waitPolls(t, srv, "the acquire long-polls", func() bool { return srv.LongPollsWaiting() == 1 })
 		c.Close() // breaks the stream under the waiting message
 		if attempts == 4 {
-			waitTrue(t, "the retry on a new stream", func() bool { return g.count("Session") == 2 && srv.LongPollsWaiting() == 1 })
+			waitPolls(t, srv, "the retry on a new stream", func() bool { return g.count("Session") == 2 && srv.LongPollsWaiting() == 1 })
 			if _, err := c.Enqueue(context.Background(), oneTask("retried")); err != nil {
 				t.Fatal(err)
 			}
@@ -268,9 +275,9 @@ func TestSession_FullSessionGoesUnary(t *testing.T) {
 		errs <- err
 	}
 	go acquire("w1")
-	waitTrue(t, "the first acquire long-polls", func() bool { return srv.LongPollsWaiting() == 1 })
+	waitPolls(t, srv, "the first acquire long-polls", func() bool { return srv.LongPollsWaiting() == 1 })
 	go acquire("w2")
-	waitTrue(t, "the second acquire long-polls", func() bool { return srv.LongPollsWaiting() == 2 })
+	waitPolls(t, srv, "the second acquire long-polls", func() bool { return srv.LongPollsWaiting() == 2 })
 	if _, err := c.Enqueue(ctx, &pb.EnqueueRequest{Tasks: []*pb.NewTask{{TaskId: "a", ScanId: "s", TargetRef: "t"}, {TaskId: "b", ScanId: "s", TargetRef: "t"}}}); err != nil {
 		t.Fatal(err)
 	}

@@ -97,6 +97,9 @@ type Server struct {
 	stopping <-chan struct{}    // stopCtx.Done(): long-polls stop waiting
 	// longPolls counts the Acquire calls waiting for work right now.
 	longPolls atomic.Int64
+	// longPollsChanged, when set, is closed (and cleared) at the next
+	// change of longPolls (LongPollsChanged).
+	longPollsChanged atomic.Pointer[chan struct{}]
 	// followsWaiting counts the FollowResults calls waiting for a result.
 	followsWaiting atomic.Int64
 	sessions       sessionKeys // open worker sessions per key (session.go)
@@ -132,6 +135,30 @@ func New(cfg Config) *Server {
 
 // LongPollsWaiting returns how many Acquire calls wait for work now.
 func (s *Server) LongPollsWaiting() int64 { return s.longPolls.Load() }
+
+// LongPollsChanged returns a channel closed at the next change of
+// LongPollsWaiting, so that a caller waits on the change instead of
+// polling: take the channel first, then read LongPollsWaiting.
+func (s *Server) LongPollsChanged() <-chan struct{} {
+	for {
+		if p := s.longPollsChanged.Load(); p != nil {
+			return *p
+		}
+		ch := make(chan struct{})
+		if s.longPollsChanged.CompareAndSwap(nil, &ch) {
+			return ch
+		}
+	}
+}
+
+// addLongPoll counts a long-poll starting (1) or ending (-1) and closes
+// the channel LongPollsChanged handed out, if any (one atomic swap).
+func (s *Server) addLongPoll(d int64) {
+	s.longPolls.Add(d)
+	if p := s.longPollsChanged.Swap(nil); p != nil {
+		close(*p)
+	}
+}
 
 // Close wakes every pending Acquire long-poll, which then answers at once
 // with no tasks (as if its wait had ended), and keeps later Acquire calls

@@ -266,8 +266,8 @@ func (h workerHandler) acquireCommand(p principal, m *pb.AcquireRequest) *pb.Com
 // wait blocks an Acquire until it is woken (true) or its wait ends:
 // deadline, caller gone or server shutting down (false).
 func (h workerHandler) wait(ctx context.Context, w *notify.Waiter, deadline <-chan time.Time) bool {
-	h.s.longPolls.Add(1)
-	defer h.s.longPolls.Add(-1)
+	h.s.addLongPoll(1)
+	defer h.s.addLongPoll(-1)
 	select {
 	case <-w.C():
 		return true

@@ -109,6 +109,10 @@ func (s *Server) Advance(d time.Duration) {
 // acquires) wait for work now.
 func (s *Server) LongPollsWaiting() int64 { return s.api.LongPollsWaiting() }
 
+// LongPollsChanged returns a channel closed at the next change of
+// LongPollsWaiting (take it before reading LongPollsWaiting).
+func (s *Server) LongPollsChanged() <-chan struct{} { return s.api.LongPollsChanged() }
+
 // Renewals returns how many RenewLease commands succeeded.
 func (s *Server) Renewals() int { return s.be.Renewals() }
 

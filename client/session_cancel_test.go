@@ -51,19 +51,9 @@ func TestSession_CancelledAcquireLeasesNothing(t *testing.T) {
 // same Client, over the same session, gets its answer while the Acquire
 // still waits, and the Acquire returns after it.
 func TestSession_NotifyMayCallTheClient(t *testing.T) {
-	srv := newServer(t)
-	g := h2cGate()
-	c := sessionClient(t, srv, g, 0)
-	registerW1(t, c)
+	_, g, c, lease := sessionWithLease(t)
 	ctx := context.Background()
-	if _, err := c.Enqueue(ctx, oneTask("a")); err != nil {
-		t.Fatal(err)
-	}
-	got, err := c.Acquire(ctx, &pb.AcquireRequest{WorkerId: "w1", Start: true})
-	if err != nil || len(got.GetTasks()) != 1 {
-		t.Fatalf("acquire: %v, %v", got, err)
-	}
-	item := &pb.CompleteRequest{LeaseToken: got.GetTasks()[0].GetLeaseToken(), Result: []byte("ok")}
+	item := &pb.CompleteRequest{LeaseToken: lease, Result: []byte("ok")}
 	inCallback := make(chan error, 1)
 	returned := make(chan error, 1)
 	var callbackDone bool

@@ -45,6 +45,24 @@ func registerW1(t *testing.T, c *client.Client) {
 	}
 }
 
+// sessionWithLease returns a server, a worker-session client of it over
+// its gate and the lease of task "a", enqueued and started by worker w1.
+func sessionWithLease(t *testing.T) (*clienttest.Server, *gateTransport, *client.Client, []byte) {
+	t.Helper()
+	srv := newServer(t)
+	g := h2cGate()
+	c := sessionClient(t, srv, g, 0)
+	registerW1(t, c)
+	if _, err := c.Enqueue(context.Background(), oneTask("a")); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.Acquire(context.Background(), &pb.AcquireRequest{WorkerId: "w1", Start: true})
+	if err != nil || len(got.GetTasks()) != 1 {
+		t.Fatalf("acquire: %v, %v", got, err)
+	}
+	return srv, g, c, got.GetTasks()[0].GetLeaseToken()
+}
+
 // waitPolls waits until cond holds, looking again at each change of
 // srv's waiting long-polls (every cond here ends on such a change),
 // failing the test after 10 s.
@@ -69,19 +87,8 @@ func waitPolls(t *testing.T, srv *clienttest.Server, what string, cond func() bo
 // over one stream, answer as the unary calls do, and answers come out
 // of order (a CompleteMany answered while an Acquire waits).
 func TestSession_CallsGoAsMessages(t *testing.T) {
-	srv := newServer(t)
-	g := h2cGate()
-	c := sessionClient(t, srv, g, 0)
-	registerW1(t, c)
+	srv, g, c, lease := sessionWithLease(t)
 	ctx := context.Background()
-	if _, err := c.Enqueue(ctx, oneTask("a")); err != nil {
-		t.Fatal(err)
-	}
-	got, err := c.Acquire(ctx, &pb.AcquireRequest{WorkerId: "w1", Start: true})
-	if err != nil || len(got.GetTasks()) != 1 {
-		t.Fatalf("acquire: %v, %v", got, err)
-	}
-	lease := got.GetTasks()[0].GetLeaseToken()
 	// A long-polling Acquire carrying the completion; meanwhile a
 	// CompleteMany of the same lease is answered on the same stream.
 	type res struct {

@@ -70,6 +70,25 @@ func mustRecv(t *testing.T, st *sessionStream) *pb.SessionResponse {
 	return r
 }
 
+// longPolling sends st an acquire of w1 (id 1) that long-polls up to
+// waitSecs and waits until it does, on the server's long-poll changes.
+func longPolling(t *testing.T, b *testBundle, st *sessionStream, waitSecs uint32) {
+	t.Helper()
+	sendMsg(t, st, acquireMsg(1, &pb.AcquireRequest{WorkerId: "w1", WaitSecs: waitSecs}))
+	timeout := time.After(10 * time.Second)
+	for {
+		changed := b.api.LongPollsChanged() // NB: before the count is read
+		if b.api.LongPollsWaiting() == 1 {
+			return
+		}
+		select {
+		case <-changed:
+		case <-timeout:
+			t.Fatal("timed out waiting for the acquire to long-poll")
+		}
+	}
+}
+
 func acquireMsg(id uint64, m *pb.AcquireRequest) *pb.SessionRequest {
 	return &pb.SessionRequest{Id: id, Op: &pb.SessionRequest_Acquire{Acquire: m}}
 }
@@ -256,8 +275,7 @@ func TestSession_EndAnswersAdmittedFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := openSession(t, b, key)
-	sendMsg(t, st, acquireMsg(1, &pb.AcquireRequest{WorkerId: "w1", WaitSecs: 30}))
-	waitUntil(t, "the acquire long-polls", func() bool { return b.api.LongPollsWaiting() == 1 })
+	longPolling(t, b, st, 30)
 	if _, err := b.clients(b.adminKey).admin.RevokeKey(context.Background(), connect.NewRequest(&pb.RevokeKeyRequest{KeyId: id})); err != nil {
 		t.Fatal(err)
 	}
@@ -292,8 +310,7 @@ func TestSession_Limits(t *testing.T) {
 	b := setupServer(t, nil, Config{Limits: Limits{MaxSessionMessages: 1, MaxSessionsPerKey: 1}})
 	key, _ := sessionWorker(t, b)
 	st := openSession(t, b, key)
-	sendMsg(t, st, acquireMsg(1, &pb.AcquireRequest{WorkerId: "w1", WaitSecs: 10}))
-	waitUntil(t, "the acquire long-polls", func() bool { return b.api.LongPollsWaiting() == 1 })
+	longPolling(t, b, st, 10)
 	sendMsg(t, st, acquireMsg(2, &pb.AcquireRequest{WorkerId: "w1"}))
 	r := mustRecv(t, st)
 	if e := r.GetError(); r.GetId() != 2 || connect.Code(e.GetCode()) != connect.CodeResourceExhausted || e.GetDetail().GetKind() != KindSessionLimit {
@@ -315,8 +332,7 @@ func TestSession_ShutdownEndsStream(t *testing.T) {
 	b := setup(t, nil)
 	key, _ := sessionWorker(t, b)
 	st := openSession(t, b, key)
-	sendMsg(t, st, acquireMsg(1, &pb.AcquireRequest{WorkerId: "w1", WaitSecs: 30}))
-	waitUntil(t, "the acquire long-polls", func() bool { return b.api.LongPollsWaiting() == 1 })
+	longPolling(t, b, st, 30)
 	b.api.Close()
 	r := mustRecv(t, st)
 	if r.GetId() != 1 || len(r.GetAcquire().GetTasks()) != 0 {
@@ -453,8 +469,7 @@ func TestSession_CancelledLongPollLeasesNothing(t *testing.T) {
 	b := setup(t, nil)
 	key, c := sessionWorker(t, b)
 	st := openSession(t, b, key)
-	sendMsg(t, st, acquireMsg(1, &pb.AcquireRequest{WorkerId: "w1", WaitSecs: 60}))
-	waitUntil(t, "the acquire long-polls", func() bool { return b.api.LongPollsWaiting() == 1 })
+	longPolling(t, b, st, 60)
 	sendMsg(t, st, &pb.SessionRequest{Op: &pb.SessionRequest_Cancel{Cancel: &pb.SessionCancel{Id: 1}}})
 	if r := mustRecv(t, st); r.GetId() != 1 || r.GetAcquire() == nil || len(r.GetAcquire().GetTasks()) != 0 {
 		t.Fatalf("cancelled acquire answered %v, want its empty answer", r)

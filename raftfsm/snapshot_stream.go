@@ -72,42 +72,15 @@ func (s *stateParts) join() []byte {
 	return out
 }
 
-// snapshotBufferBytes is the buffer writeTo gathers small parts in.
-const snapshotBufferBytes = 256 << 10
-
-// directPartBytes is the size from which writeTo hands a part to w
-// itself instead of copying it into its buffer. NB: with 64 KiB results
-// every result part fitted the buffer, so every snapshot byte of a result
-// was copied once more before raft's sink (docs/benchmarks.md, "64 KiB
-// results, session 7"); a part this large is one write call of its own
-// either way. w must not keep a part after Write returns (io.Writer's
-// contract; raft's FileSnapshotSink copies or writes it).
-const directPartBytes = 32 << 10
-
-// writeTo writes the encoding to w: the small parts through a buffer, the
-// large ones (results of directPartBytes and more) as they are.
+// writeTo writes the encoding to w, buffering the small parts.
 func (s *stateParts) writeTo(w io.Writer) error {
-	bw := bufio.NewWriterSize(w, snapshotBufferBytes)
+	bw := bufio.NewWriterSize(w, 256<<10)
 	for _, p := range s.parts {
-		if err := writePart(bw, w, p); err != nil {
+		if _, err := bw.Write(p); err != nil {
 			return err
 		}
 	}
 	return bw.Flush()
-}
-
-// writePart writes p after what bw holds: through bw when it is small,
-// else bw flushed, then p to w without a copy.
-func writePart(bw *bufio.Writer, w io.Writer, p []byte) error {
-	if len(p) < directPartBytes {
-		_, err := bw.Write(p)
-		return err
-	}
-	if err := bw.Flush(); err != nil {
-		return err
-	}
-	_, err := w.Write(p)
-	return err
 }
 
 // captureState encodes the state as parts: FSMState fields 1-4, each

@@ -16,6 +16,8 @@
 //   - node/propose-failure-notifies-first-only: a failed entry answers
 //     only its first proposer: TestProposer_FailedEntryFailsEveryProposer
 //     sees the others get no answer.
+//   - node/own-entry-never-forgotten: settle leaves a failed entry in
+//     OwnEntries: TestProposer_OwnEntriesHoldOnlyEntriesInFlight sees it.
 package node
 
 import (

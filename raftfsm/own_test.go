@@ -4,6 +4,10 @@
 // entry in full, in Apply and in DecodeAhead alike. Method: an entry whose
 // stored checksum is wrong, so that a computed checksum shows as a fatal
 // corrupt-entry error and a skipped one as an applied command.
+//
+// Mutants these tests kill (scripts/mutants.txt): raftfsm/own-entry-any-buffer
+// (take accepts any slice), raftfsm/own-entry-checksummed-again (decode
+// always computes the checksum).
 package raftfsm
 
 import (

@@ -169,5 +169,5 @@ func (s *watchedLogStore) IsMonotonic() bool {
 // fsmOptions are the FSM options of a node.
 func (n *Node) fsmOptions() raftfsm.Options {
 	return raftfsm.Options{Logger: n.cfg.Logger, WakeFunc: n.wake.Notify, ProgressFunc: n.progress.Notify, FatalFunc: n.onFSMFatal,
-		MaxVersion: n.cfg.MaxVersion()}
+		MaxVersion: n.cfg.MaxVersion(), OwnEntries: n.own}
 }

@@ -233,6 +233,7 @@ type Node struct {
 	cfg    Config
 	log    *slog.Logger
 	fsm    *raftfsm.FSM
+	own    *raftfsm.OwnEntries // shared by the proposer and the FSM (raftfsm/own.go)
 	raft   *raft.Raft
 	wal    *wal.WAL
 	meta   *metadb.BoltMetaDB
@@ -333,6 +334,7 @@ func Open(ctx context.Context, cfg Config) (_ *Node, err error) {
 			return nil, err
 		}
 	}
+	n.own = new(raftfsm.OwnEntries)
 	n.fsm = raftfsm.New(n.fsmOptions())
 	n.snapTrig = newSnapTrigger(cfg.SnapshotBytes, int64(cfg.SnapshotGrowth))
 	existing, err := n.openRaft()
@@ -356,6 +358,7 @@ func (n *Node) start(ctx context.Context, existing, wroteSecret bool) error {
 	cfg := n.cfg
 	n.prop = newProposer(n.raft, n.fsm.LastTime, cfg.NowFunc, entryBounds{commands: cfg.MaxBatchCommands, bytes: cfg.MaxEntryBytes}, n.life.Done())
 	n.prop.m = cfg.Metrics
+	n.prop.own = n.own
 	n.tracer = cfg.TracerProvider.Tracer(tracing.InstrumentationName)
 	n.life.Go(n.prop.run)
 	n.life.Go(n.prop.respond)

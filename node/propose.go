@@ -51,6 +51,10 @@ type proposer struct {
 	// by respond. Invariant: at most cap(slots) such entries.
 	slots chan struct{}
 	m     *metrics.Node // apply latency and batch size; nil: none
+	// own records each entry from its proposal until its answer, so that
+	// the FSM does not checksum the leader's own entries twice
+	// (raftfsm/own.go); nil: none.
+	own *raftfsm.OwnEntries
 }
 
 // maxEntriesInFlight bounds the entries handed to raft and not yet
@@ -101,6 +105,7 @@ type inflightBatch struct {
 	props []*proposal
 	err   error
 	start time.Time // when the entry went to raft
+	data  []byte    // the framed entry (nil when it did not marshal)
 }
 
 // Propose stamps cmd with the leader's time, coalesces it with concurrent
@@ -216,12 +221,14 @@ func (pr *proposer) run(ctx context.Context) {
 		if err != nil {
 			ib.err = err
 		} else {
+			ib.data = data
+			pr.own.Add(data) // before raft may apply it
 			ib.fut = pr.raft.Apply(data, applyTimeout)
 		}
 		select {
 		case pr.inflight <- ib:
 		case <-ctx.Done():
-			finish(ib)
+			pr.settle(ib)
 			pr.failPending()
 			return
 		}
@@ -275,12 +282,20 @@ func (pr *proposer) failPending() {
 // its own response; it returns once run has returned.
 func (pr *proposer) respond(context.Context) {
 	for ib := range pr.inflight {
-		finish(ib)
+		pr.settle(ib)
 		<-pr.slots
 		if ib.err == nil {
 			pr.m.ObserveApply(len(ib.props), time.Since(ib.start))
 		}
 	}
+}
+
+// settle finishes ib and drops its entry from own: applied, it was taken
+// already; failed, it is not applied from this buffer (a later apply of
+// the same index reads it from the log store).
+func (pr *proposer) settle(ib *inflightBatch) {
+	finish(ib)
+	pr.own.Forget(ib.data)
 }
 
 // finish hands every proposer of ib its result: a failed entry fails

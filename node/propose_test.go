@@ -16,6 +16,8 @@
 //   - node/propose-failure-notifies-first-only: a failed entry answers
 //     only its first proposer: TestProposer_FailedEntryFailsEveryProposer
 //     sees the others get no answer.
+//   - node/own-entry-never-forgotten: settle leaves a failed entry in
+//     OwnEntries: TestProposer_OwnEntriesHoldOnlyEntriesInFlight sees it.
 package node
 
 import (
@@ -378,5 +380,30 @@ func TestProposer_ClosedRefusesAndFailsPending(t *testing.T) {
 	}
 	if got := b.stub.entrySizes(); len(got) != 0 {
 		t.Fatalf("entries = %v, want none", got)
+	}
+}
+
+// Every entry the proposer records in OwnEntries is dropped once its
+// proposers have their answer, applied or failed: the set holds only the
+// entries in flight (raftfsm/own.go).
+func TestProposer_OwnEntriesHoldOnlyEntriesInFlight(t *testing.T) {
+	t.Parallel()
+	for _, failErr := range []error{nil, raft.ErrNotLeader} {
+		b := setupProposer(t, 4, failErr)
+		own := &raftfsm.OwnEntries{}
+		b.pr.own = own
+		props := b.queue(t, "t", 10)
+		b.start()
+		for i, r := range results(t, props) {
+			if (r.err != nil) != (failErr != nil) {
+				t.Fatalf("fail %v: proposal %d: %v", failErr, i, r.err)
+			}
+		}
+		// NB: settle drops an entry just after its answers (the stub's FSM
+		// takes none): wait for the last.
+		waitFor(t, "no entry recorded after every answer", func() bool { return own.Len() == 0 })
+		if sizes := b.stub.entrySizes(); len(sizes) < 3 {
+			t.Fatalf("fail %v: %d entries, want at least 3 (10 commands, 4 per entry)", failErr, len(sizes))
+		}
 	}
 }

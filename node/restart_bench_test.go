@@ -13,7 +13,8 @@
 // TERMIVAR_RESTART_TASKS changes the task count,
 // TERMIVAR_RESTART_PROFILE=DIR writes a CPU and an allocation profile of
 // each Open there, and TERMIVAR_RESTART_DIR=DIR keeps the filled data
-// dirs there for later runs (restartDir). restart-ms is the fastest Open
+// dirs there for later runs (restartDir), TERMIVAR_RESTART_GROWTH=G sets
+// Config.SnapshotGrowth (default 1). restart-ms is the fastest Open
 // of the run (-benchtime Nx opens N times); the log line lists each.
 package node
 
@@ -50,7 +51,11 @@ func BenchmarkNode_Restart(b *testing.B) {
 			if mode != "log" {
 				snapBytes = DefaultSnapshotBytes
 			}
-			mut := func(c *Config) { c.SnapshotBytes = snapBytes }
+			growth := 0 // Config's default
+			if v, err := strconv.Atoi(os.Getenv("TERMIVAR_RESTART_GROWTH")); err == nil && v > 0 {
+				growth = v
+			}
+			mut := func(c *Config) { c.SnapshotBytes, c.SnapshotGrowth = snapBytes, growth }
 			dir, filled := restartDir(b, mode)
 			var snapAlloc, heap uint64
 			if !filled {

@@ -58,7 +58,7 @@ func (f *FSM) decodeAll(logs []*raft.Log, ch chan<- Decoded) {
 		}
 		var d Decoded
 		if f.Fatal() == nil {
-			d.Cmd, d.Err = DecodeEntry(l.Index, l.Data)
+			d.Cmd, d.Err = f.decode(l)
 		}
 		ch <- d
 	}

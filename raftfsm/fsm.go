@@ -72,6 +72,10 @@ type Options struct {
 	// SupportedVersion). Lower values emulate an older release, for
 	// mixed-version tests of rolling upgrades (version.go).
 	MaxVersion uint32
+	// OwnEntries, when set, holds the entries this node's proposer framed
+	// and raft holds in memory only: Apply does not recompute their
+	// checksum (own.go).
+	OwnEntries *OwnEntries
 }
 
 // KeyRecord is one API key as the cluster stores it: never the secret.
@@ -213,7 +217,8 @@ func New(opts Options) *FSM {
 	return f
 }
 
-// Apply checks one log entry's integrity frame (frame.go), decodes it and
+// Apply checks one log entry's integrity frame (frame.go; the checksum of
+// an OwnEntries entry is not computed again, own.go), decodes it and
 // applies it. It returns a Response, or a []Response for a Batch (one per
 // element, in order). A committed entry that fails the check or does not
 // decode is never applied as a rejected command: the FSM records a fatal
@@ -223,8 +228,14 @@ func (f *FSM) Apply(l *raft.Log) any {
 	if f.Fatal() != nil {
 		return f.ApplyDecoded(l, Decoded{}) // answers the fatal error, decodes nothing
 	}
-	cmd, err := DecodeEntry(l.Index, l.Data)
+	cmd, err := f.decode(l)
 	return f.ApplyDecoded(l, Decoded{Cmd: cmd, Err: err})
+}
+
+// decode is DecodeEntry of l, without the checksum when l is one of
+// OwnEntries' (own.go).
+func (f *FSM) decode(l *raft.Log) (*pb.Command, error) {
+	return decodeEntry(l.Index, l.Data, !f.opts.OwnEntries.take(l.Data))
 }
 
 // ApplyDecoded is Apply of the entry l that DecodeEntry (or DecodeAhead)

@@ -153,8 +153,8 @@ func (s *Server) settleUnknownKey(r *http.Request, res authResult) (authResult, 
 // caller's key was not revoked by an entry the barrier applied (a new
 // leader authenticates before its per-term barrier): a revocation
 // acknowledged before a read began refuses that read. Locally answered
-// procedures have no barrier and are not re-checked (docs/node.md,
-// "Revoking and rotating keys").
+// procedures have no barrier and are not re-checked (docs/node.md, "Keys
+// on a lagging member").
 func (s *Server) keyStillLive(p principal, procedure string) error {
 	if localProcedures[procedure] || p.KeyID == "" {
 		return nil

@@ -23,6 +23,7 @@ import (
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 	"github.com/termivar/distributed/gen/termivar/v1/termivarv1connect"
 	"github.com/termivar/distributed/internal/apikey"
+	"github.com/termivar/distributed/internal/metrics"
 	"github.com/termivar/distributed/node"
 	"github.com/termivar/distributed/raftfsm"
 )
@@ -35,10 +36,15 @@ type lagBackend struct {
 
 func (l *lagBackend) LinearizableRead(ctx context.Context) error { return l.barrierFunc(ctx) }
 
-// lagServer serves b's node through a lagBackend with barrier.
-func lagServer(t *testing.T, b *testBundle, barrier func(ctx context.Context) error) (*Server, *httptest.Server) {
+// lagServer serves b's node through a lagBackend with barrier; its
+// metrics go to reg (nil: none).
+func lagServer(t *testing.T, b *testBundle, reg *metrics.Registry, barrier func(ctx context.Context) error) (*Server, *httptest.Server) {
 	t.Helper()
-	s := New(Config{Backend: &lagBackend{Backend: b.node, barrierFunc: barrier}})
+	cfg := Config{Backend: &lagBackend{Backend: b.node, barrierFunc: barrier}}
+	if reg != nil {
+		cfg.Metrics = reg.API
+	}
+	s := New(cfg)
 	srv := httptest.NewServer(s.Handler())
 	t.Cleanup(func() {
 		srv.Close()
@@ -71,7 +77,8 @@ func TestKeyCatchUp_LeaderFindsKeyAfterBarrier(t *testing.T) {
 		t.Fatal(err)
 	}
 	var once sync.Once
-	s, srv := lagServer(t, b, func(ctx context.Context) error {
+	reg := metrics.New()
+	s, srv := lagServer(t, b, reg, func(ctx context.Context) error {
 		var err error
 		once.Do(func() { err = createKeyCommand(ctx, b, lagging) })
 		return err
@@ -94,14 +101,23 @@ func TestKeyCatchUp_LeaderFindsKeyAfterBarrier(t *testing.T) {
 	if n := s.catchUp.barriers.Load(); n != 1 {
 		t.Fatalf("barriers after a known key = %d, want 1", n)
 	}
+	if f, b := counterValue(t, reg, catchUpsMetric, "outcome", catchUpFound), counterValue(t, reg, barriersMetric, "", ""); f != 1 || b != 1 {
+		t.Fatalf("metrics: %v found, %v barriers; want 1 and 1", f, b)
+	}
 }
+
+const (
+	catchUpsMetric = "termivar_api_key_catchups_total"
+	barriersMetric = "termivar_api_key_catchup_barriers_total"
+)
 
 func TestKeyCatchUp_UnknownKeysShareOneBarrier(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	release := make(chan struct{})
 	var calls atomic.Int64
-	s, srv := lagServer(t, b, func(ctx context.Context) error {
+	reg := metrics.New()
+	s, srv := lagServer(t, b, reg, func(ctx context.Context) error {
 		if calls.Add(1) == 1 {
 			<-release // the first barrier is held until every request waits
 		}
@@ -140,13 +156,20 @@ func TestKeyCatchUp_UnknownKeysShareOneBarrier(t *testing.T) {
 		t.Fatalf("barriers = %d for 1 + %d concurrent unknown keys, want 2", got, n)
 	}
 	b.assertUnchanged(t, before, "requests with unknown keys")
+	if u, br := counterValue(t, reg, catchUpsMetric, "outcome", catchUpUnknown), counterValue(t, reg, barriersMetric, "", ""); u != n+1 || br != 2 {
+		t.Fatalf("metrics: %v unknown, %v barriers; want %d and 2", u, br, n+1)
+	}
+	if r := authRejected(t, reg, "unauthenticated"); r != n+1 {
+		t.Fatalf("auth rejected unauthenticated = %v, want %d", r, n+1)
+	}
 }
 
 func TestKeyCatchUp_FailedBarrierIsRetryable(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	var deposed atomic.Bool
-	s, srv := lagServer(t, b, func(ctx context.Context) error {
+	reg := metrics.New()
+	s, srv := lagServer(t, b, reg, func(ctx context.Context) error {
 		if deposed.Load() {
 			return node.ErrNotLeader
 		}
@@ -171,6 +194,10 @@ func TestKeyCatchUp_FailedBarrierIsRetryable(t *testing.T) {
 	_, err = adminOf(srv, g.Key).Status(context.Background(), connect.NewRequest(&pb.StatusRequest{}))
 	mustCode(t, err, connect.CodeUnavailable, KindNotLeader)
 	b.assertUnchanged(t, before, "requests whose key could not be looked up")
+	want := float64(DefaultLimits().AuthFailureBurst + 3)
+	if f, r := counterValue(t, reg, catchUpsMetric, "outcome", catchUpFailed), authRejected(t, reg, "unauthenticated"); f != want || r != 0 {
+		t.Fatalf("metrics: %v failed catch-ups, %v unauthenticated; want %v and 0", f, r, want)
+	}
 }
 
 func TestKeyCatchUp_ReadRechecksRevocation(t *testing.T) {
@@ -182,7 +209,7 @@ func TestKeyCatchUp_ReadRechecksRevocation(t *testing.T) {
 		t.Fatal(err)
 	}
 	var once sync.Once
-	_, srv := lagServer(t, b, func(ctx context.Context) error {
+	_, srv := lagServer(t, b, nil, func(ctx context.Context) error {
 		var err error
 		once.Do(func() {
 			// The revocation was acknowledged before the read; this node

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -351,10 +352,26 @@ func retryable(err error, safe, timedOut bool) bool {
 	if timedOut {
 		return safe
 	}
-	if connect.CodeOf(err) != connect.CodeUnavailable {
+	if connect.CodeOf(err) != connect.CodeUnavailable || tlsRefused(err) {
 		return false
 	}
 	return safe || !outcomeUnknown(err)
+}
+
+// tlsRefused reports whether a try failed in a TLS handshake on the
+// certificates (the node's is not trusted or names another host, or the
+// node refused ours with an alert): the same certificates fail the same way
+// on every try, so such an error is returned at once instead of being
+// retried for the whole budget. NB: a node that requires a client
+// certificate the client did not send often breaks the connection instead
+// (TLS 1.3), which is retried like any broken connection.
+func tlsRefused(err error) bool {
+	var verify *tls.CertificateVerificationError
+	var authority x509.UnknownAuthorityError
+	var host x509.HostnameError
+	var op *net.OpError
+	return errors.As(err, &verify) || errors.As(err, &authority) || errors.As(err, &host) ||
+		(errors.As(err, &op) && op.Op == "remote error")
 }
 
 // outcomeUnknown reports whether a try's failure leaves its outcome

@@ -30,8 +30,9 @@
 // answers are retried for every call, up to Config.MaxAttempts tries (or,
 // with Config.RetryTimeout, for that long since the call began),
 // except that a call without "replay" is not retried when the answer says
-// the outcome is unknown (OutcomeHeader); ResourceExhausted and every
-// other code are returned at once.
+// the outcome is unknown (OutcomeHeader); ResourceExhausted, every other
+// code and a TLS handshake refused on the certificates are returned at
+// once.
 //
 // A call is marked "replay" when sending it again after a try that may
 // have been applied changes nothing the first try did not:

@@ -7,6 +7,10 @@ package client_test
 
 import (
 	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -90,5 +94,28 @@ func TestClient_RetryTimeoutBoundsTheCall(t *testing.T) {
 	}
 	if h := n.hits.Load(); h < 2 {
 		t.Fatalf("tries = %d, want a retry within the budget", h)
+	}
+}
+
+func TestClient_RetryTimeoutSkipsRefusedTLS(t *testing.T) {
+	t.Parallel()
+	var tries atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			tries.Add(1)
+		}
+	}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	// NB: the client does not trust the test server's certificate.
+	c := budgetClient(t, srv.URL, time.Minute, time.Millisecond, 2*time.Millisecond)
+	start := time.Now()
+	_, err := c.GetTask(context.Background(), &pb.GetTaskRequest{TaskId: "t"})
+	if err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("GetTask against an untrusted certificate = %v", err)
+	}
+	if n, took := tries.Load(), time.Since(start); n != 1 || took > 30*time.Second {
+		t.Fatalf("%d connections in %v, want 1 (a refused certificate is not retried)", n, took)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"time"
 )
 
 // noLeader reports whether no live member of c leads.
@@ -42,10 +43,12 @@ func TestCluster_CLIRidesOutElection(t *testing.T) {
 		t.Fatal("the election ended before the calls under test began")
 	}
 	// Not safe to replay, but refused before the log (no leader): retried.
+	start := time.Now()
 	code, key, errOut := keysCLI(t, follower.url, c.adminKey, "create", "--role", "producer")
 	if code != exitOK {
 		t.Fatalf("keys create during the election: exit %d: %s", code, errOut)
 	}
+	t.Logf("keys create started with no leader took %v", time.Since(start))
 	if next := c.leader(); next == leader {
 		t.Fatal("the killed member still leads")
 	}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -64,6 +65,16 @@ type Config struct {
 	// a connection error or (for calls that are safe to replay) an expired
 	// attempt deadline (default 4; 1 disables retries).
 	MaxAttempts int
+	// RetryTimeout, when positive, bounds a call's retries by time instead
+	// of by MaxAttempts: a try that failed in a way that may be retried is
+	// tried again as long as RetryTimeout has not passed since the call's
+	// first try began, and a backoff never sleeps past that moment (one
+	// election at the cluster's raft timeouts takes 1–2.5 s; a budget of a
+	// few elections rides one out, docs/node.md "Paused nodes"). The
+	// rules of what is retried stay the same: a call that is not safe to
+	// replay is not re-sent after an unknown outcome (MayHaveApplied).
+	// Default 0: MaxAttempts bounds the tries.
+	RetryTimeout time.Duration
 	// AttemptTimeout bounds one try of a call that is safe to replay (the
 	// table in doc.go): when it passes without an answer — a paused node
 	// accepts connections and never answers — the client moves to the next
@@ -287,6 +298,7 @@ var replaySafe = map[string]bool{
 	"Producer.Retry":         true,
 	"Admin.Status":           true,
 	"Admin.ListWorkers":      true,
+	"Admin.ListKeys":         true,
 	"Cluster.Members":        true,
 	"Producer.ListScans":     true,
 	"Producer.FollowResults": true,
@@ -340,10 +352,26 @@ func retryable(err error, safe, timedOut bool) bool {
 	if timedOut {
 		return safe
 	}
-	if connect.CodeOf(err) != connect.CodeUnavailable {
+	if connect.CodeOf(err) != connect.CodeUnavailable || tlsRefused(err) {
 		return false
 	}
 	return safe || !outcomeUnknown(err)
+}
+
+// tlsRefused reports whether a try failed in a TLS handshake on the
+// certificates (the node's is not trusted or names another host, or the
+// node refused ours with an alert): the same certificates fail the same way
+// on every try, so such an error is returned at once instead of being
+// retried for the whole budget. NB: a node that requires a client
+// certificate the client did not send often breaks the connection instead
+// (TLS 1.3), which is retried like any broken connection.
+func tlsRefused(err error) bool {
+	var verify *tls.CertificateVerificationError
+	var authority x509.UnknownAuthorityError
+	var host x509.HostnameError
+	var op *net.OpError
+	return errors.As(err, &verify) || errors.As(err, &authority) || errors.As(err, &host) ||
+		(errors.As(err, &op) && op.Op == "remote error")
 }
 
 // outcomeUnknown reports whether a try's failure leaves its outcome
@@ -381,6 +409,7 @@ func invoke[Req, Resp any](ctx context.Context, c *Client, op string, wait time.
 		wait += time.Duration(proto.Size(m)) * time.Second / attemptBytesPerSecond
 	}
 	var lastErr error
+	budget := c.newRetryBudget()
 	for attempt := 1; ; attempt++ {
 		target := c.router.target()
 		actx, cancel := c.attemptContext(ctx, target, safe, wait)
@@ -405,20 +434,53 @@ func invoke[Req, Resp any](ctx context.Context, c *Client, op string, wait time.
 		}
 		lastErr = err
 		c.router.observe(target, err, timedOut)
-		if !retryable(err, safe, timedOut) || attempt >= c.cfg.MaxAttempts || ctx.Err() != nil {
+		if !retryable(err, safe, timedOut) || budget.spent(attempt) || ctx.Err() != nil {
 			break
 		}
 		if timedOut {
 			c.log.Debug("re-issuing request on the next node", slog.String("op", op), slog.Int("attempt", attempt), slog.String("unanswered", target.Host))
 			continue
 		}
-		d := Backoff(attempt, c.cfg.MinBackoff, c.cfg.MaxBackoff)
+		d := budget.backoff(attempt)
 		c.log.Debug("retrying request", slog.String("op", op), slog.Int("attempt", attempt), slog.String("node", target.Host), slog.Duration("backoff", d), slog.String("error", connectMessage(err)))
 		if err := Sleep(ctx, d); err != nil {
 			break
 		}
 	}
 	return nil, wrapErr(op, lastErr)
+}
+
+// retryBudget is what one call may still spend on retries: tries
+// (Config.MaxAttempts) or time (Config.RetryTimeout, when positive).
+type retryBudget struct {
+	c        *Client
+	deadline time.Time // zero: counted in tries
+}
+
+// newRetryBudget starts the budget of a call whose first try begins now.
+func (c *Client) newRetryBudget() retryBudget {
+	if c.cfg.RetryTimeout <= 0 {
+		return retryBudget{c: c}
+	}
+	return retryBudget{c: c, deadline: time.Now().Add(c.cfg.RetryTimeout)}
+}
+
+// spent reports whether no try may follow try number attempt.
+func (b retryBudget) spent(attempt int) bool {
+	if b.deadline.IsZero() {
+		return attempt >= b.c.cfg.MaxAttempts
+	}
+	return !time.Now().Before(b.deadline)
+}
+
+// backoff returns the wait before try attempt+1: Backoff, cut to the time
+// left.
+func (b retryBudget) backoff(attempt int) time.Duration {
+	d := Backoff(attempt, b.c.cfg.MinBackoff, b.c.cfg.MaxBackoff)
+	if !b.deadline.IsZero() {
+		d = max(min(d, time.Until(b.deadline)), 0)
+	}
+	return d
 }
 
 // connectionLost reports whether a try failed because the connection broke
@@ -741,4 +803,22 @@ func (c *Client) UpdateTenant(ctx context.Context, req *pb.UpdateTenantRequest) 
 // CreateKey creates an API key; the response shows the key once.
 func (c *Client) CreateKey(ctx context.Context, req *pb.CreateKeyRequest) (*pb.CreateKeyResponse, error) {
 	return call(ctx, c, "Admin.CreateKey", req, c.adminSvc().CreateKey)
+}
+
+// ListKeys lists API keys (IDs, tenants, roles, times; never secrets).
+func (c *Client) ListKeys(ctx context.Context, req *pb.ListKeysRequest) (*pb.ListKeysResponse, error) {
+	return call(ctx, c, "Admin.ListKeys", req, c.adminSvc().ListKeys)
+}
+
+// RevokeKey revokes an API key. Not re-sent after an unknown outcome: a
+// replay of an applied revocation fails (the key is revoked already).
+func (c *Client) RevokeKey(ctx context.Context, req *pb.RevokeKeyRequest) (*pb.RevokeKeyResponse, error) {
+	return call(ctx, c, "Admin.RevokeKey", req, c.adminSvc().RevokeKey)
+}
+
+// RotateKey replaces an API key by a new one of the same tenant and role;
+// the response shows the new key once. Not re-sent after an unknown
+// outcome: a replay would fail on the revoked old key.
+func (c *Client) RotateKey(ctx context.Context, req *pb.RotateKeyRequest) (*pb.RotateKeyResponse, error) {
+	return call(ctx, c, "Admin.RotateKey", req, c.adminSvc().RotateKey)
 }

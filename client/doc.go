@@ -27,10 +27,12 @@
 // paused (SIGSTOPped) node still accepts TCP connections, so the attempt
 // deadline is what takes a client off it. A try that timed out is
 // re-issued at once on the next node; other retries back off. Unavailable
-// answers are retried for every call, up to Config.MaxAttempts tries,
+// answers are retried for every call, up to Config.MaxAttempts tries (or,
+// with Config.RetryTimeout, for that long since the call began),
 // except that a call without "replay" is not retried when the answer says
-// the outcome is unknown (OutcomeHeader); ResourceExhausted and every
-// other code are returned at once.
+// the outcome is unknown (OutcomeHeader); ResourceExhausted, every other
+// code and a TLS handshake refused on the certificates are returned at
+// once.
 //
 // A call is marked "replay" when sending it again after a try that may
 // have been applied changes nothing the first try did not:
@@ -40,6 +42,7 @@
 //	  ListTasks, ScanProgress,
 //	  ListScans, FollowResults,
 //	  Admin.Status, ListWorkers,
+//	  ListKeys,
 //	  Cluster.Members
 //	Worker.Heartbeat         yes     sets the same status again
 //	Worker.Start             yes     same lease: AlreadyStarted
@@ -72,6 +75,8 @@
 //	                                 real conflict
 //	Admin.CreateTenant       no      likewise (tenant exists)
 //	Admin.CreateKey          no      a replay creates a second key
+//	Admin.RevokeKey,         no      a replay of an applied revocation or
+//	  RotateKey                      rotation fails: the key is revoked
 //	Cluster.Join,            no      membership changes
 //	  RemoveMember
 //	Cluster.Join with        yes     changes nothing: hands out the

@@ -3,7 +3,10 @@
 package client
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
+	"net"
 	"testing"
 	"time"
 
@@ -55,6 +58,8 @@ func TestFresh_RetryableTable(t *testing.T) {
 		{"outcome unknown, unsafe", unknown, false, false, false},
 		{"outcome unknown, safe", unknown, true, false, true},
 		{"resource exhausted, safe", exhausted, true, false, false},
+		{"untrusted certificate, safe", connect.NewError(connect.CodeUnavailable, &tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}), true, false, false},
+		{"certificate refused by the node, safe", connect.NewError(connect.CodeUnavailable, &net.OpError{Op: "remote error", Err: errors.New("tls: bad certificate")}), true, false, false},
 	} {
 		if got := retryable(c.err, c.safe, c.timedOut); got != c.want {
 			t.Errorf("%s: retryable = %v, want %v", c.name, got, c.want)

@@ -139,16 +139,17 @@ func (c *Client) followLastAck(ctx context.Context, opts FollowOptions, req *pb.
 func (c *Client) EachResult(ctx context.Context, scanID string, fn func(Result) error) error {
 	const op = "Producer.AggregateResults"
 	var lastErr error
+	budget := c.newRetryBudget()
 	for attempt := 1; ; attempt++ {
 		got, err := c.resultsOnce(ctx, scanID, fn)
 		if err == nil {
 			return nil
 		}
 		lastErr = err
-		if got > 0 || !retryable(err, true, false) || attempt >= c.cfg.MaxAttempts || ctx.Err() != nil {
+		if got > 0 || !retryable(err, true, false) || budget.spent(attempt) || ctx.Err() != nil {
 			break
 		}
-		if Sleep(ctx, Backoff(attempt, c.cfg.MinBackoff, c.cfg.MaxBackoff)) != nil {
+		if Sleep(ctx, budget.backoff(attempt)) != nil {
 			break
 		}
 	}

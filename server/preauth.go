@@ -26,7 +26,12 @@ import (
 //     cannot decide a key it does not know yet (created a moment ago
 //     through the leader), so preauth lets such a request on to the
 //     forwarder, and the leader decides. If the request is served locally
-//     after all, localGate refuses it, still before its body.
+//     after all (this node became leader meanwhile), localGate decides it
+//     as the leader does, still before its body.
+//
+// A leader refuses a key it does not know only after a shared catch-up
+// barrier (keycatchup.go): its key table may lag behind a key another
+// leader acknowledged.
 //
 // Failed authentications are charged to their source (the client's IP, or
 // the verified forwarded address, forwardfor.go): throttled per source
@@ -121,8 +126,16 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, now time.Time) (
 	if !s.node.IsLeader() && !s.keyKnownLocally(r.Header) {
 		return res, true
 	}
-	s.failed(w, r, res, now)
-	return authResult{}, false
+	res, err = s.settleUnknownKey(r, res)
+	if err != nil {
+		s.refuse(w, r, s.withLeaderHint(toConnect(err)), 0)
+		return authResult{}, false
+	}
+	if isUnauthenticated(res.err) {
+		s.failed(w, r, res, now)
+		return authResult{}, false
+	}
+	return res, true
 }
 
 // refuseThrottled answers (and audits) a request from a source that is
@@ -158,11 +171,21 @@ func (s *Server) failed(w http.ResponseWriter, r *http.Request, res authResult, 
 // localGate is gate 2 (see above).
 func (s *Server) localGate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if res, ok := r.Context().Value(authCtxKey{}).(authResult); ok && isUnauthenticated(res.err) {
+		res, ok := r.Context().Value(authCtxKey{}).(authResult)
+		if !ok || !isUnauthenticated(res.err) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		res, err := s.settleUnknownKey(r, res)
+		if err != nil {
+			s.refuse(w, r, s.withLeaderHint(toConnect(err)), 0)
+			return
+		}
+		if isUnauthenticated(res.err) {
 			s.failed(w, r, res, s.now())
 			return
 		}
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), authCtxKey{}, res)))
 	})
 }
 

@@ -103,6 +103,7 @@ type Server struct {
 	// followsWaiting counts the FollowResults calls waiting for a result.
 	followsWaiting atomic.Int64
 	sessions       sessionKeys // open worker sessions per key (session.go)
+	catchUp        *keyCatchUp // barriers before an unknown key is refused (keycatchup.go)
 	limitLog       limitLog
 	build          *pb.BuildInfo // this binary's, for Status
 }
@@ -129,6 +130,7 @@ func New(cfg Config) *Server {
 	s.stopCtx, s.stop = context.WithCancel(context.Background())
 	s.stopping = s.stopCtx.Done()
 	s.fwd = newForwarder(s)
+	s.catchUp = &keyCatchUp{barrierFunc: s.node.LinearizableRead, timeout: KeyCatchUpTimeout, life: s.stopCtx, onBarrier: cfg.Metrics.KeyCatchUpBarrier}
 	s.build = buildinfo.Read().Proto()
 	return s
 }
@@ -320,6 +322,9 @@ func callMsg[Req, Res any](ctx context.Context, s *Server, procedure string, msg
 	var rev uint64
 	if err == nil && !mutating {
 		err = s.readBarrier(ctx, procedure)
+		if err == nil {
+			err = s.keyStillLive(p, procedure)
+		}
 	}
 	if err == nil {
 		res, rev, err = fn(ctx, p, msg)

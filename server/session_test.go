@@ -408,17 +408,27 @@ func TestSession_UnreadableMessageTyped(t *testing.T) {
 // authRejected is the node's termivar_api_auth_rejected_total{reason}.
 func authRejected(t *testing.T, reg *metrics.Registry, reason string) float64 {
 	t.Helper()
+	return counterValue(t, reg, "termivar_api_auth_rejected_total", "reason", reason)
+}
+
+// counterValue is the counter name{label="value"} of reg (label "": the
+// counter without labels).
+func counterValue(t *testing.T, reg *metrics.Registry, name, label, value string) float64 {
+	t.Helper()
 	mfs, err := reg.Reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() != "termivar_api_auth_rejected_total" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
+			if label == "" {
+				return m.GetCounter().GetValue()
+			}
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "reason" && l.GetValue() == reason {
+				if l.GetName() == label && l.GetValue() == value {
 					return m.GetCounter().GetValue()
 				}
 			}

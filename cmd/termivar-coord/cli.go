@@ -21,6 +21,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/termivar/distributed/client"
 )
@@ -109,6 +110,9 @@ type cliEnv struct {
 	server, key string
 	json        bool
 	tls         tlsFlags // --ca-file, --cert-file, --key-file (client.go)
+	// retry is --retry-timeout given before the command name, else
+	// $TERMIVAR_RETRY_TIMEOUT (set false: neither; client.go).
+	retry retryFlag
 }
 
 // usageError is a bad invocation (exit code 1).
@@ -183,9 +187,10 @@ func registeredUsage() string {
 
 // globalFlags are the options every client command accepts.
 type globalFlags struct {
-	server, key string
-	json        bool
-	tls         tlsFlags
+	server, key  string
+	json         bool
+	tls          tlsFlags
+	retryTimeout time.Duration
 }
 
 // newFlagSet returns a flag set with the global options bound to g, whose
@@ -196,6 +201,7 @@ func newFlagSet(env *cliEnv, c clientCommand, g *globalFlags, withJSON bool) *fl
 	fs.StringVar(&g.server, "server", env.server, "node URL (env "+client.EnvServer+", default "+client.DefaultServerURL+")")
 	fs.StringVar(&g.key, "key", env.key, "API key (env "+client.EnvKey+", default the key in ./"+client.DefaultKeyFile+")")
 	g.tls.register(fs, env.tls)
+	registerRetryTimeout(fs, &g.retryTimeout, env.retry)
 	if withJSON {
 		fs.BoolVar(&g.json, "json", env.json, "print JSON instead of a table")
 	}
@@ -233,7 +239,11 @@ func newClient(g *globalFlags) (*client.Client, error) {
 	if err != nil {
 		return nil, usageError{err.Error()}
 	}
-	c, err := client.New(client.Config{ServerURL: server, Key: key, HTTPClient: hc})
+	cfg, err := withRetryTimeout(client.Config{ServerURL: server, Key: key, HTTPClient: hc}, g.retryTimeout)
+	if err != nil {
+		return nil, usageError{err.Error()}
+	}
+	c, err := client.New(cfg)
 	if err != nil {
 		return nil, usageError{err.Error()}
 	}
@@ -250,7 +260,7 @@ func parseGlobal(args []string, env *cliEnv) ([]string, error) {
 			env.json = !hasVal || val == "true"
 			args = args[1:]
 			continue
-		case "server", "key", "ca-file", "cert-file", "key-file":
+		case "server", "key", "ca-file", "cert-file", "key-file", "retry-timeout":
 		default:
 			return args, nil
 		}
@@ -266,6 +276,10 @@ func parseGlobal(args []string, env *cliEnv) ([]string, error) {
 			env.server = val
 		case "key":
 			env.key = val
+		case "retry-timeout":
+			if err := env.retry.Set(val); err != nil {
+				return nil, usagef("flag --retry-timeout: %v", err)
+			}
 		default:
 			env.tls.set(name, val)
 		}
@@ -289,7 +303,11 @@ func writeJSON(w io.Writer, v any) error {
 // it).
 func dispatchRegistered(args []string) (code int, ok bool) {
 	env := &cliEnv{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr}
-	rest, err := parseGlobal(args, env)
+	err := env.retry.fromEnv()
+	var rest []string
+	if err == nil {
+		rest, err = parseGlobal(args, env)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "termivar-coord:", err)
 		return exitUsage, true

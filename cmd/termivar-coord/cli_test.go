@@ -108,7 +108,7 @@ func TestCLI_ExitCodes(t *testing.T) {
 	l.Close()
 	var out, errOut bytes.Buffer
 	env := &cliEnv{stdin: strings.NewReader(""), stdout: &out, stderr: &errOut}
-	if code, _ := runRegistered("status", []string{"--server", dead, "--key", "k"}, env); code != exitUnreachable {
+	if code, _ := runRegistered("status", []string{"--server", dead, "--key", "k", "--retry-timeout", "300ms"}, env); code != exitUnreachable {
 		t.Errorf("status against a closed port: exit %d (%s), want %d", code, errOut.String(), exitUnreachable)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -26,10 +27,12 @@ import (
 // clientFlags are the global flags of the keys, tenants and bench
 // commands (the registered commands use globalFlags, cli.go).
 type clientFlags struct {
-	server   string
-	key      string
-	insecure bool
-	tls      tlsFlags
+	server       string
+	key          string
+	insecure     bool
+	tls          tlsFlags
+	retryTimeout time.Duration
+	envErr       error // an unreadable $TERMIVAR_RETRY_TIMEOUT
 }
 
 func (c *clientFlags) register(fs *flag.FlagSet) {
@@ -38,6 +41,86 @@ func (c *clientFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.key, "key", os.Getenv("TERMIVAR_KEY"), "API key (env TERMIVAR_KEY; default: ./termivar-data/admin.key)")
 	fs.BoolVar(&c.insecure, "insecure", false, "skip TLS certificate verification")
 	c.tls.register(fs, tlsFromEnv())
+	var env retryFlag
+	c.envErr = env.fromEnv()
+	registerRetryTimeout(fs, &c.retryTimeout, env)
+}
+
+// Retry budget of a CLI call (issue: ride out a leader election).
+const (
+	// envRetryTimeout names the environment variable of --retry-timeout.
+	envRetryTimeout = "TERMIVAR_RETRY_TIMEOUT"
+	// defaultRetryTimeout is --retry-timeout's default: a new leader exists
+	// 1–2.5 s after the old one stopped at the default raft timeout
+	// (docs/node.md, "Paused nodes"), so 10 s rides out an election with
+	// a failed round or two, where the 4 tries of client.Config's default
+	// (about 1 s of backoff) did not (etcdctl's --command-timeout is 5 s).
+	defaultRetryTimeout = 10 * time.Second
+	// cliMaxBackoff caps the CLI's backoff between tries, so that a call
+	// finds a new leader within a second of its election.
+	cliMaxBackoff = time.Second
+)
+
+// retryFlag is a --retry-timeout value given outside a flag set (before
+// the command name, or in the environment).
+type retryFlag struct {
+	d   time.Duration
+	set bool
+}
+
+// Set parses a --retry-timeout value: a Go duration, not negative.
+func (r *retryFlag) Set(val string) error {
+	d, err := time.ParseDuration(val)
+	if err == nil && d < 0 {
+		err = errors.New("must not be negative")
+	}
+	if err != nil {
+		return err
+	}
+	r.d, r.set = d, true
+	return nil
+}
+
+// fromEnv sets r from $TERMIVAR_RETRY_TIMEOUT, if set.
+func (r *retryFlag) fromEnv() error {
+	v, ok := os.LookupEnv(envRetryTimeout)
+	if !ok {
+		return nil
+	}
+	if err := r.Set(v); err != nil {
+		return fmt.Errorf("%s: %w", envRetryTimeout, err)
+	}
+	return nil
+}
+
+// registerRetryTimeout binds --retry-timeout to d, with def's value as the
+// default when set.
+func registerRetryTimeout(fs *flag.FlagSet, d *time.Duration, def retryFlag) {
+	v := defaultRetryTimeout
+	if def.set {
+		v = def.d
+	}
+	fs.DurationVar(d, "retry-timeout", v, "retry a failed call (no leader, node unreachable) for this long, with backoff; 0: one try (env "+envRetryTimeout+"). A call that may have been applied is re-sent only if that is harmless")
+}
+
+// withRetryTimeout returns cfg retrying for d (one try when 0).
+func withRetryTimeout(cfg client.Config, d time.Duration) (client.Config, error) {
+	switch {
+	case d < 0:
+		return cfg, errors.New("--retry-timeout must not be negative")
+	case d == 0:
+		cfg.MaxAttempts = 1
+	default:
+		cfg.RetryTimeout, cfg.MaxBackoff = d, cliMaxBackoff
+	}
+	return cfg, nil
+}
+
+// callTimeout bounds one keys or tenants command: its retry budget plus
+// time for a last try (a try of a call that is not safe to replay has no
+// deadline of its own), and never less than the 30 s it always had.
+func callTimeout(retry time.Duration) time.Duration {
+	return max(30*time.Second, retry+15*time.Second)
 }
 
 // httpClient returns a keep-alive client (conns idle connections per host)
@@ -63,8 +146,12 @@ func (c *clientFlags) apiKey() (string, error) {
 	return strings.TrimSpace(string(b)), nil
 }
 
-// adminClient returns the Admin client of url, with the key of apiKey.
-func (c *clientFlags) adminClient(url string) (termivarv1connect.AdminClient, error) {
+// apiClient returns a client of url with the key of apiKey, retrying for
+// --retry-timeout.
+func (c *clientFlags) apiClient(url string) (*client.Client, error) {
+	if c.envErr != nil {
+		return nil, c.envErr
+	}
 	key, err := c.apiKey()
 	if err != nil {
 		return nil, err
@@ -73,7 +160,11 @@ func (c *clientFlags) adminClient(url string) (termivarv1connect.AdminClient, er
 	if err != nil {
 		return nil, err
 	}
-	return newClients(hc, url, key).admin, nil
+	cfg, err := withRetryTimeout(client.Config{ServerURL: url, Key: key, HTTPClient: hc}, c.retryTimeout)
+	if err != nil {
+		return nil, err
+	}
+	return client.New(cfg)
 }
 
 type apiClients struct {

@@ -192,7 +192,7 @@ func checkClusterRefusals(t *testing.T, c *tcluster, via string) {
 	deadLn := listen(t)
 	deadURL := "http://" + deadLn.Addr().String()
 	deadLn.Close()
-	if code, _, errOut := runCLI(t, deadURL, c.adminKey, "cluster", "members"); code != exitUnreachable {
+	if code, _, errOut := runCLI(t, deadURL, c.adminKey, "--retry-timeout", "300ms", "cluster", "members"); code != exitUnreachable {
 		t.Errorf("cluster members against a closed port = %d %s, want %d", code, errOut, exitUnreachable)
 	}
 	if code, _, errOut := runCLI(t, via, c.adminKey, "cluster", "--help"); code != exitOK || !strings.Contains(errOut, "transfer-leadership [--to NODE_ID]") {

@@ -69,6 +69,11 @@ func runEnqueue(ctx context.Context, env *cliEnv, args []string) error {
 		opts.TaskIDs = ids
 	}
 	opts.DeclaredTotal = uint64(in.distinct)
+	if *retryFor > 0 {
+		// NB: --retry-for bounds the ride through an unreachable node from
+		// the last answer on; one call's own retries must not outlast it.
+		g.retryTimeout = min(g.retryTimeout, *retryFor)
+	}
 	c, err := newClient(&g)
 	if err != nil {
 		return err

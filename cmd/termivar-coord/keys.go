@@ -14,12 +14,10 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"connectrpc.com/connect"
-
 	distributed "github.com/termivar/distributed"
 
+	"github.com/termivar/distributed/client"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
-	"github.com/termivar/distributed/gen/termivar/v1/termivarv1connect"
 	"github.com/termivar/distributed/internal/apikey"
 	"github.com/termivar/distributed/internal/wire"
 	"github.com/termivar/distributed/node"
@@ -41,9 +39,8 @@ func runKeysTo(args []string, stdout, stderr io.Writer) int {
 		k.fs = flag.NewFlagSet(k.name, flag.ContinueOnError)
 		k.fs.SetOutput(stderr)
 		k.c.register(k.fs)
-		// NB: the deadline bounds the subcommand's one request.
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
+		// NB: the subcommand bounds its one call (callTimeout).
+		ctx := context.Background()
 		switch args[0] {
 		case "create":
 			return k.create(ctx, args[1:])
@@ -75,12 +72,9 @@ func (k *keysCommand) parse(args []string) ([]string, bool) {
 	return pos, err == nil
 }
 
-// client returns the Admin client, or prints why not (exit 1).
-func (k *keysCommand) client() (termivarv1connect.AdminClient, bool) {
-	// NB: of a comma-separated --server list, keys uses the first node
-	// (any member forwards to the leader).
-	url, _, _ := strings.Cut(k.c.server, ",")
-	admin, err := k.c.adminClient(strings.TrimSpace(url))
+// client returns the client, or prints why not (exit 1).
+func (k *keysCommand) client() (*client.Client, bool) {
+	admin, err := k.c.apiClient(k.c.server)
 	if err == nil {
 		return admin, true
 	}
@@ -99,12 +93,15 @@ func (k *keysCommand) create(ctx context.Context, args []string) int {
 	if !ok {
 		return exitUsage
 	}
-	res, err := admin.CreateKey(ctx, connect.NewRequest(&pb.CreateKeyRequest{Tenant: *tenant, Role: *role}))
+	defer admin.Close()
+	ctx, cancel := context.WithTimeout(ctx, callTimeout(k.c.retryTimeout))
+	defer cancel()
+	res, err := admin.CreateKey(ctx, &pb.CreateKeyRequest{Tenant: *tenant, Role: *role})
 	if err != nil {
 		return exitForTo(k.stderr, k.name, err)
 	}
-	fmt.Fprintf(k.stderr, "created key %s (role %s); it is shown once:\n", res.Msg.GetKeyId(), *role)
-	fmt.Fprintln(k.stdout, res.Msg.GetKey())
+	fmt.Fprintf(k.stderr, "created key %s (role %s); it is shown once:\n", res.GetKeyId(), *role)
+	fmt.Fprintln(k.stdout, res.GetKey())
 	return exitOK
 }
 
@@ -129,11 +126,14 @@ func (k *keysCommand) list(ctx context.Context, args []string) int {
 	if !ok {
 		return exitUsage
 	}
-	res, err := admin.ListKeys(ctx, connect.NewRequest(&pb.ListKeysRequest{Tenant: *tenant, IncludeRevoked: *revoked}))
+	defer admin.Close()
+	ctx, cancel := context.WithTimeout(ctx, callTimeout(k.c.retryTimeout))
+	defer cancel()
+	res, err := admin.ListKeys(ctx, &pb.ListKeysRequest{Tenant: *tenant, IncludeRevoked: *revoked})
 	if err != nil {
 		return exitForTo(k.stderr, k.name, err)
 	}
-	if err := printKeys(k.stdout, res.Msg.GetKeys(), *asJSON); err != nil {
+	if err := printKeys(k.stdout, res.GetKeys(), *asJSON); err != nil {
 		fmt.Fprintf(k.stderr, "termivar-coord %s: %v\n", k.name, err)
 		return exitUsage
 	}
@@ -170,7 +170,7 @@ func secsUTC(s uint64) string {
 // keyIDAndClient parses the one KEYID argument of revoke and rotate
 // (refusing a full key, so a secret never travels as an ID) and returns the
 // admin client; false after printing the usage error.
-func (k *keysCommand) keyIDAndClient(args []string, usage string) (string, termivarv1connect.AdminClient, bool) {
+func (k *keysCommand) keyIDAndClient(args []string, usage string) (string, *client.Client, bool) {
 	pos, ok := k.parse(args)
 	if !ok || len(pos) != 1 {
 		fmt.Fprintln(k.stderr, "usage: termivar-coord "+usage)
@@ -189,7 +189,10 @@ func (k *keysCommand) revoke(ctx context.Context, args []string) int {
 	if !ok {
 		return exitUsage
 	}
-	if _, err := admin.RevokeKey(ctx, connect.NewRequest(&pb.RevokeKeyRequest{KeyId: id})); err != nil {
+	defer admin.Close()
+	ctx, cancel := context.WithTimeout(ctx, callTimeout(k.c.retryTimeout))
+	defer cancel()
+	if _, err := admin.RevokeKey(ctx, &pb.RevokeKeyRequest{KeyId: id}); err != nil {
 		return exitForTo(k.stderr, k.name, err)
 	}
 	fmt.Fprintln(k.stdout, "revoked key", id)
@@ -202,23 +205,26 @@ func (k *keysCommand) rotate(ctx context.Context, args []string) int {
 	if !ok {
 		return exitUsage
 	}
-	res, err := admin.RotateKey(ctx, connect.NewRequest(&pb.RotateKeyRequest{KeyId: id}))
+	defer admin.Close()
+	ctx, cancel := context.WithTimeout(ctx, callTimeout(k.c.retryTimeout))
+	defer cancel()
+	res, err := admin.RotateKey(ctx, &pb.RotateKeyRequest{KeyId: id})
 	if err != nil {
 		return exitForTo(k.stderr, k.name, err)
 	}
 	if *out != "" {
-		if err := node.WriteFileAtomic(*out, []byte(res.Msg.GetKey()+"\n"), 0o600); err != nil {
+		if err := node.WriteFileAtomic(*out, []byte(res.GetKey()+"\n"), 0o600); err != nil {
 			// NB: the old key is already revoked; print the new one rather
 			// than lose it.
 			fmt.Fprintf(k.stderr, "termivar-coord %s: write %s: %v; the new key is:\n", k.name, *out, err)
-			fmt.Fprintln(k.stdout, res.Msg.GetKey())
+			fmt.Fprintln(k.stdout, res.GetKey())
 			return exitRejected
 		}
-		fmt.Fprintf(k.stderr, "revoked key %s; new key %s written to %s\n", id, res.Msg.GetKeyId(), *out)
+		fmt.Fprintf(k.stderr, "revoked key %s; new key %s written to %s\n", id, res.GetKeyId(), *out)
 		return exitOK
 	}
-	fmt.Fprintf(k.stderr, "revoked key %s; new key %s (same tenant and role) is shown once:\n", id, res.Msg.GetKeyId())
-	fmt.Fprintln(k.stdout, res.Msg.GetKey())
+	fmt.Fprintf(k.stderr, "revoked key %s; new key %s (same tenant and role) is shown once:\n", id, res.GetKeyId())
+	fmt.Fprintln(k.stdout, res.GetKey())
 	return exitOK
 }
 
@@ -262,17 +268,18 @@ func runTenants(args []string) int {
 		err = cmp.Or(lim.Validate(), rlim.Validate())
 		req.Limits, req.ResultLimits = wire.LimitsToProto(lim), wire.ResultLimitsToProto(rlim)
 	}
-	var admin termivarv1connect.AdminClient
+	var admin *client.Client
 	if err == nil {
-		admin, err = c.adminClient(c.server)
+		admin, err = c.apiClient(c.server)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "termivar-coord tenants create:", err)
 		return exitUsage
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer admin.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout(c.retryTimeout))
 	defer cancel()
-	if _, err := admin.CreateTenant(ctx, connect.NewRequest(req)); err != nil {
+	if _, err := admin.CreateTenant(ctx, req); err != nil {
 		return exitFor("tenants create", err)
 	}
 	fmt.Println("created tenant", *name)
@@ -295,15 +302,16 @@ func runTenantsUpdate(args []string) int {
 		fmt.Fprintln(os.Stderr, "termivar-coord tenants update:", err)
 		return exitUsage
 	}
-	admin, err := c.adminClient(c.server)
+	admin, err := c.apiClient(c.server)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "termivar-coord tenants update:", err)
 		return exitUsage
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer admin.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout(c.retryTimeout))
 	defer cancel()
 	req := &pb.UpdateTenantRequest{Name: *name, ResultRetentionSecs: secs}
-	if _, err := admin.UpdateTenant(ctx, connect.NewRequest(req)); err != nil {
+	if _, err := admin.UpdateTenant(ctx, req); err != nil {
 		return exitFor("tenants update", err)
 	}
 	fmt.Printf("tenant %s: result retention %s\n", *name, retentionString(secs))

@@ -146,8 +146,8 @@ func TestCLI_KeysListRevokeRotate(t *testing.T) {
 		t.Fatalf("keys rotate printed %q", printed)
 	}
 
-	// An unreachable node exits 3.
-	if code, _, _ := keysCLI(t, "http://"+freeAddr(t), admin, "list"); code != exitUnreachable {
+	// An unreachable node exits 3 (once the retry budget is spent).
+	if code, _, _ := keysCLI(t, "http://"+freeAddr(t), admin, "list", "--retry-timeout", "300ms"); code != exitUnreachable {
 		t.Fatalf("keys list against no node: exit %d, want %d", code, exitUnreachable)
 	}
 }

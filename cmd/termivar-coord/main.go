@@ -15,7 +15,9 @@
 // default http://127.0.0.1:7420) and --key KEY (env TERMIVAR_KEY, default
 // the admin key file of ./termivar-data), and for TLS --ca-file,
 // --cert-file, --key-file (env TERMIVAR_TLS_CA_FILE, TERMIVAR_TLS_CERT_FILE,
-// TERMIVAR_TLS_KEY_FILE). Exit codes: 0 success, 1 usage
+// TERMIVAR_TLS_KEY_FILE), and --retry-timeout D (env TERMIVAR_RETRY_TIMEOUT,
+// default 10 s: how long a call is retried through a leader election or an
+// unreachable node; 0: one try). Exit codes: 0 success, 1 usage
 // error, 2 rejected request, 3 server unreachable.
 package main
 

@@ -15,6 +15,8 @@ type API struct {
 	latency  *prometheus.HistogramVec
 	authFail *prometheus.CounterVec
 	limits   *prometheus.CounterVec
+	catchUps *prometheus.CounterVec
+	barriers prometheus.Counter
 }
 
 func newAPI() *API {
@@ -31,17 +33,37 @@ func newAPI() *API {
 		limits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "termivar_limit_rejections_total",
 			Help: "Commands refused because a tenant limit was reached, by error kind."},
 			[]string{"tenant", "kind"}),
+		catchUps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "termivar_api_key_catchups_total",
+			Help: "Requests whose API key the leader did not know and looked up again after a catch-up barrier: found, unknown (refused unauthenticated), failed (no barrier in time: answered unavailable)."},
+			[]string{"outcome"}),
+		barriers: prometheus.NewCounter(prometheus.CounterOpts{Name: "termivar_api_key_catchup_barriers_total",
+			Help: "Catch-up barriers run for unknown API keys (each serves every request that waited for it)."}),
 	}
 }
 
 func (m *API) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.requests, m.latency, m.authFail, m.limits}
+	return []prometheus.Collector{m.requests, m.latency, m.authFail, m.limits, m.catchUps, m.barriers}
 }
 
 // AuthRejected counts a request refused before its body for reason.
 func (m *API) AuthRejected(reason string) {
 	if m != nil {
 		m.authFail.WithLabelValues(reason).Inc()
+	}
+}
+
+// KeyCatchUp counts a request decided after a catch-up barrier, by
+// outcome (server/keycatchup.go).
+func (m *API) KeyCatchUp(outcome string) {
+	if m != nil {
+		m.catchUps.WithLabelValues(outcome).Inc()
+	}
+}
+
+// KeyCatchUpBarrier counts one shared catch-up barrier.
+func (m *API) KeyCatchUpBarrier() {
+	if m != nil {
+		m.barriers.Inc()
 	}
 }
 

@@ -1,0 +1,229 @@
+// Tests of the catch-up before an unknown key is refused (keycatchup.go).
+// Goal: a leader whose key table lags behind an acknowledged key accepts
+// the key after its barrier; a key still unknown after it is refused
+// Unauthenticated; concurrent unknown keys share one barrier; a barrier
+// that fails or times out answers a retryable Unavailable, charged to
+// nobody; a read whose barrier applies a revocation is refused. Method: a
+// second server over the test node whose LinearizableRead is replaced
+// (lagBackend), so that "the barrier applied the lagging entry" and "the
+// barrier hangs" are explicit steps of each test.
+package server
+
+import (
+	"context"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/gen/termivar/v1/termivarv1connect"
+	"github.com/termivar/distributed/internal/apikey"
+	"github.com/termivar/distributed/internal/metrics"
+	"github.com/termivar/distributed/node"
+	"github.com/termivar/distributed/raftfsm"
+)
+
+// lagBackend is the test node with its linearizable barrier replaced.
+type lagBackend struct {
+	Backend
+	barrierFunc func(ctx context.Context) error
+}
+
+func (l *lagBackend) LinearizableRead(ctx context.Context) error { return l.barrierFunc(ctx) }
+
+// lagServer serves b's node through a lagBackend with barrier; its
+// metrics go to reg (nil: none).
+func lagServer(t *testing.T, b *testBundle, reg *metrics.Registry, barrier func(ctx context.Context) error) (*Server, *httptest.Server) {
+	t.Helper()
+	cfg := Config{Backend: &lagBackend{Backend: b.node, barrierFunc: barrier}}
+	if reg != nil {
+		cfg.Metrics = reg.API
+	}
+	s := New(cfg)
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(func() {
+		srv.Close()
+		s.Close()
+	})
+	return s, srv
+}
+
+func producerOf(srv *httptest.Server, key string) termivarv1connect.ProducerClient {
+	return termivarv1connect.NewProducerClient(srv.Client(), srv.URL, connect.WithInterceptors(authInterceptor{key}))
+}
+
+func adminOf(srv *httptest.Server, key string) termivarv1connect.AdminClient {
+	return termivarv1connect.NewAdminClient(srv.Client(), srv.URL, connect.WithInterceptors(authInterceptor{key}))
+}
+
+// createKeyCommand proposes the creation of g (a producer key of the
+// default tenant) on the test node: what a lagging leader applies at its
+// barrier.
+func createKeyCommand(ctx context.Context, b *testBundle, g apikey.Generated) error {
+	return raftfsm.ProposalErr(b.node.Propose(ctx, &pb.Command{Op: &pb.Command_CreateKey{CreateKey: &pb.CreateKey{
+		KeyId: g.ID, SecretHash: g.Hash[:], KeyTenant: raftfsm.SystemTenant, Role: apikey.RoleProducer.String()}}}))
+}
+
+func TestKeyCatchUp_LeaderFindsKeyAfterBarrier(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	lagging, err := apikey.Generate(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	reg := metrics.New()
+	s, srv := lagServer(t, b, reg, func(ctx context.Context) error {
+		var err error
+		once.Do(func() { err = createKeyCommand(ctx, b, lagging) })
+		return err
+	})
+	// The key is acknowledged (by "another leader") but not applied here.
+	if _, ok := b.node.Reads().Key(lagging.ID); ok {
+		t.Fatal("the lagging key is known before the barrier")
+	}
+	res, err := producerOf(srv, lagging.Key).GetTask(context.Background(), connect.NewRequest(&pb.GetTaskRequest{TaskId: "absent"}))
+	if c, k := errKind(err); c != connect.CodeNotFound {
+		t.Fatalf("GetTask with a key applied by the barrier = %v, %v (%v %q), want task not found (authenticated)", res, err, c, k)
+	}
+	if n := s.catchUp.barriers.Load(); n != 1 {
+		t.Fatalf("barriers = %d, want 1", n)
+	}
+	// The key is known now: no further catch-up for it.
+	if _, err := adminOf(srv, lagging.Key).Status(context.Background(), connect.NewRequest(&pb.StatusRequest{})); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.catchUp.barriers.Load(); n != 1 {
+		t.Fatalf("barriers after a known key = %d, want 1", n)
+	}
+	if f, b := counterValue(t, reg, catchUpsMetric, "outcome", catchUpFound), counterValue(t, reg, barriersMetric, "", ""); f != 1 || b != 1 {
+		t.Fatalf("metrics: %v found, %v barriers; want 1 and 1", f, b)
+	}
+}
+
+const (
+	catchUpsMetric = "termivar_api_key_catchups_total"
+	barriersMetric = "termivar_api_key_catchup_barriers_total"
+)
+
+func TestKeyCatchUp_UnknownKeysShareOneBarrier(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	release := make(chan struct{})
+	var calls atomic.Int64
+	reg := metrics.New()
+	s, srv := lagServer(t, b, reg, func(ctx context.Context) error {
+		if calls.Add(1) == 1 {
+			<-release // the first barrier is held until every request waits
+		}
+		return nil
+	})
+	unknown := func() string {
+		g, err := apikey.Generate(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g.Key
+	}
+	before := b.state(t)
+	const n = 8
+	errs := make([]error, n+1)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		_, errs[n] = producerOf(srv, unknown()).GetTask(context.Background(), connect.NewRequest(&pb.GetTaskRequest{TaskId: "x"}))
+	})
+	waitUntil(t, "the first barrier", func() bool { return s.catchUp.barriers.Load() == 1 })
+	for i := range n {
+		key := unknown()
+		wg.Go(func() {
+			_, errs[i] = producerOf(srv, key).Enqueue(context.Background(), connect.NewRequest(&pb.EnqueueRequest{Tasks: []*pb.NewTask{{TaskId: "t", ScanId: "s", TargetRef: "x"}}}))
+		})
+	}
+	waitUntil(t, "every request waiting for a barrier", func() bool { return s.catchUp.waiting.Load() == n+1 })
+	close(release)
+	wg.Wait()
+	for _, err := range errs {
+		mustCode(t, err, connect.CodeUnauthenticated, KindUnauthenticated)
+	}
+	// NB: the first request's barrier began before the others arrived, so
+	// it cannot serve them; all n share the second.
+	if got := s.catchUp.barriers.Load(); got != 2 {
+		t.Fatalf("barriers = %d for 1 + %d concurrent unknown keys, want 2", got, n)
+	}
+	b.assertUnchanged(t, before, "requests with unknown keys")
+	if u, br := counterValue(t, reg, catchUpsMetric, "outcome", catchUpUnknown), counterValue(t, reg, barriersMetric, "", ""); u != n+1 || br != 2 {
+		t.Fatalf("metrics: %v unknown, %v barriers; want %d and 2", u, br, n+1)
+	}
+	if r := authRejected(t, reg, "unauthenticated"); r != n+1 {
+		t.Fatalf("auth rejected unauthenticated = %v, want %d", r, n+1)
+	}
+}
+
+func TestKeyCatchUp_FailedBarrierIsRetryable(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	var deposed atomic.Bool
+	reg := metrics.New()
+	s, srv := lagServer(t, b, reg, func(ctx context.Context) error {
+		if deposed.Load() {
+			return node.ErrNotLeader
+		}
+		<-ctx.Done() // a barrier that never completes
+		return ctx.Err()
+	})
+	s.catchUp.timeout = 20 * time.Millisecond
+	g, err := apikey.Generate(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := b.state(t)
+	// More than the failure burst: a failed catch-up is charged to nobody,
+	// so the source is never throttled.
+	for i := range DefaultLimits().AuthFailureBurst + 2 {
+		_, err := producerOf(srv, g.Key).Enqueue(context.Background(), connect.NewRequest(&pb.EnqueueRequest{Tasks: []*pb.NewTask{{TaskId: "t", ScanId: "s", TargetRef: "x"}}}))
+		if c, k := errKind(err); c != connect.CodeUnavailable || k != KindUnavailable {
+			t.Fatalf("try %d: Enqueue with a key the node could not look up = %v (%v %q), want Unavailable %q", i, err, c, k, KindUnavailable)
+		}
+	}
+	deposed.Store(true)
+	_, err = adminOf(srv, g.Key).Status(context.Background(), connect.NewRequest(&pb.StatusRequest{}))
+	mustCode(t, err, connect.CodeUnavailable, KindNotLeader)
+	b.assertUnchanged(t, before, "requests whose key could not be looked up")
+	want := float64(DefaultLimits().AuthFailureBurst + 3)
+	if f, r := counterValue(t, reg, catchUpsMetric, "outcome", catchUpFailed), authRejected(t, reg, "unauthenticated"); f != want || r != 0 {
+		t.Fatalf("metrics: %v failed catch-ups, %v unauthenticated; want %v and 0", f, r, want)
+	}
+}
+
+func TestKeyCatchUp_ReadRechecksRevocation(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	prod := b.createKey(t, "", "producer")
+	id, _, err := apikey.Parse(prod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	_, srv := lagServer(t, b, nil, func(ctx context.Context) error {
+		var err error
+		once.Do(func() {
+			// The revocation was acknowledged before the read; this node
+			// applies it at the read's barrier.
+			_, err = b.clients(b.adminKey).admin.RevokeKey(ctx, connect.NewRequest(&pb.RevokeKeyRequest{KeyId: id}))
+		})
+		return err
+	})
+	_, err = producerOf(srv, prod).GetTask(context.Background(), connect.NewRequest(&pb.GetTaskRequest{TaskId: "absent"}))
+	mustCode(t, err, connect.CodeUnauthenticated, KindUnauthenticated)
+	if !strings.Contains(err.Error(), "unknown API key") {
+		t.Fatalf("GetTask with a key revoked at the barrier = %v", err)
+	}
+	if _, ok := b.node.Reads().Key(id); ok {
+		t.Fatal("the key is still live")
+	}
+}

@@ -35,10 +35,12 @@ import (
 // most one runs at a time, and every request that arrives while one runs
 // waits for the next one, which then serves all of them (a request cannot
 // ride on a barrier that began before it arrived: that barrier may predate
-// the key's acknowledgement). Requests wait inside the pre-authentication
-// gate, so at most Limits.MaxPreAuthRequests of them wait at once, each at
-// most KeyCatchUpTimeout. Nothing reaches a handler before the key is
-// known.
+// the key's acknowledgement). Requests wait holding a pre-authentication
+// slot (in preauth, or in localGate for a request preauth let on as a
+// follower's), so at most Limits.MaxPreAuthRequests of them wait at once,
+// each for at most two barriers (the one running when it arrived, then
+// its own), 2 × KeyCatchUpTimeout. Nothing reaches a handler before the
+// key is known.
 
 // KeyCatchUpTimeout bounds one shared catch-up barrier: a quorum round
 // trip on a healthy cluster; a leader that cannot complete one within the

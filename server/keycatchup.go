@@ -76,8 +76,15 @@ type catchUpRound struct {
 	err  error
 }
 
+// errCatchUpTimeout ends a wait whose barriers overran their bound.
+var errCatchUpTimeout = errors.New("key catch-up: no barrier within its bound")
+
 // wait returns once a barrier that began after the call has ended: nil
-// when it passed, its error otherwise, or ctx's error.
+// when it passed, its error otherwise, or ctx's error. It waits at most
+// two barriers' bound (the running one, then its own) even when a barrier
+// overruns its context: node.LinearizableRead honours ctx only once raft
+// took the request (the per-term Barrier may wait up to the node's apply
+// timeout to be enqueued, VerifyLeader without a bound).
 func (k *keyCatchUp) wait(ctx context.Context) error {
 	k.mu.Lock()
 	r := k.next
@@ -95,11 +102,15 @@ func (k *keyCatchUp) wait(ctx context.Context) error {
 	}
 	k.waiting.Add(1)
 	defer k.waiting.Add(-1)
+	bound := time.NewTimer(2 * k.timeout)
+	defer bound.Stop()
 	select {
 	case <-r.done:
 		return r.err
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-bound.C:
+		return errCatchUpTimeout
 	}
 }
 

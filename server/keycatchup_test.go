@@ -280,3 +280,34 @@ func TestKeyCatchUp_LocalGateHoldsAPreAuthSlot(t *testing.T) {
 		t.Fatalf("%d pre-authentication slots still taken after the call", n)
 	}
 }
+
+// A barrier that overruns its context (raft has not taken it yet) does
+// not hold a request past two barriers' bound: the request is answered a
+// retryable Unavailable while the barrier still runs, charged to nobody.
+func TestKeyCatchUp_OverrunningBarrierIsBounded(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	release := make(chan struct{})
+	defer close(release)
+	reg := metrics.New()
+	s, srv := lagServer(t, b, reg, func(context.Context) error {
+		<-release // ignores its context
+		return nil
+	})
+	s.catchUp.timeout = 20 * time.Millisecond
+	g, err := apikey.Generate(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var done atomic.Bool
+	var callErr error
+	go func() {
+		_, callErr = producerOf(srv, g.Key).GetTask(context.Background(), connect.NewRequest(&pb.GetTaskRequest{TaskId: "x"}))
+		done.Store(true)
+	}()
+	waitUntil(t, "the request answered while its barrier still runs", done.Load)
+	mustCode(t, callErr, connect.CodeUnavailable, KindUnavailable)
+	if f, r := counterValue(t, reg, catchUpsMetric, "outcome", catchUpFailed), authRejected(t, reg, "unauthenticated"); f != 1 || r != 0 {
+		t.Fatalf("metrics: %v failed catch-ups, %v unauthenticated; want 1 and 0", f, r)
+	}
+}

@@ -133,6 +133,10 @@ func TestKeyCatchUp_UnknownKeysShareOneBarrier(t *testing.T) {
 		}
 		return nil
 	})
+	// NB: the held barrier ignores its context; a long bound keeps a slow
+	// machine from ending the waits (wait's bound) before every request
+	// waits.
+	s.catchUp.timeout = time.Minute
 	unknown := func() string {
 		g, err := apikey.Generate(nil)
 		if err != nil {

@@ -110,7 +110,13 @@ func setupProposer(t *testing.T, maxBatch int, failErr error) *proposerBundle {
 // commands.
 func setupProposerBytes(t *testing.T, maxBatch, maxBytes int, failErr error) *proposerBundle {
 	t.Helper()
-	f := raftfsm.New(raftfsm.Options{})
+	return setupProposerOpts(t, maxBatch, maxBytes, failErr, raftfsm.Options{})
+}
+
+// setupProposerOpts is setupProposerBytes with the stub FSM's options.
+func setupProposerOpts(t *testing.T, maxBatch, maxBytes int, failErr error, opts raftfsm.Options) *proposerBundle {
+	t.Helper()
+	f := raftfsm.New(opts)
 	for _, cmd := range []*pb.Command{
 		{Op: &pb.Command_InitCluster{InitCluster: &pb.InitCluster{EpochId: make([]byte, raftfsm.EpochBytes)}}},
 		{Op: &pb.Command_CreateTenant{CreateTenant: &pb.CreateTenant{Name: raftfsm.SystemTenant,
@@ -383,14 +389,15 @@ func TestProposer_ClosedRefusesAndFailsPending(t *testing.T) {
 	}
 }
 
-// Every entry the proposer records in OwnEntries is dropped once its
-// proposers have their answer, applied or failed: the set holds only the
-// entries in flight (raftfsm/own.go).
+// Every entry the proposer hands to raft is recorded in OwnEntries (the
+// stub's FSM takes each one it applies) and dropped once its proposers
+// have their answer, applied or failed: the set holds only the entries in
+// flight (raftfsm/own.go).
 func TestProposer_OwnEntriesHoldOnlyEntriesInFlight(t *testing.T) {
 	t.Parallel()
 	for _, failErr := range []error{nil, raft.ErrNotLeader} {
-		b := setupProposer(t, 4, failErr)
 		own := &raftfsm.OwnEntries{}
+		b := setupProposerOpts(t, 4, DefaultMaxEntryBytes, failErr, raftfsm.Options{OwnEntries: own})
 		b.pr.own = own
 		props := b.queue(t, "t", 10)
 		b.start()
@@ -399,11 +406,19 @@ func TestProposer_OwnEntriesHoldOnlyEntriesInFlight(t *testing.T) {
 				t.Fatalf("fail %v: proposal %d: %v", failErr, i, r.err)
 			}
 		}
-		// NB: settle drops an entry just after its answers (the stub's FSM
-		// takes none): wait for the last.
+		// NB: settle drops a failed entry just after its answers: wait for
+		// the last.
 		waitFor(t, "no entry recorded after every answer", func() bool { return own.Len() == 0 })
-		if sizes := b.stub.entrySizes(); len(sizes) < 3 {
+		sizes := b.stub.entrySizes()
+		if len(sizes) < 3 {
 			t.Fatalf("fail %v: %d entries, want at least 3 (10 commands, 4 per entry)", failErr, len(sizes))
+		}
+		want := uint64(len(sizes)) // applied: each taken from the very buffer proposed
+		if failErr != nil {
+			want = 0 // failed: none applied
+		}
+		if got := own.Taken(); got != want {
+			t.Fatalf("fail %v: the FSM took %d of %d entries from OwnEntries, want %d", failErr, got, len(sizes), want)
 		}
 	}
 }

@@ -35,10 +35,12 @@ import (
 // most one runs at a time, and every request that arrives while one runs
 // waits for the next one, which then serves all of them (a request cannot
 // ride on a barrier that began before it arrived: that barrier may predate
-// the key's acknowledgement). Requests wait inside the pre-authentication
-// gate, so at most Limits.MaxPreAuthRequests of them wait at once, each at
-// most KeyCatchUpTimeout. Nothing reaches a handler before the key is
-// known.
+// the key's acknowledgement). Requests wait holding a pre-authentication
+// slot (in preauth, or in localGate for a request preauth let on as a
+// follower's), so at most Limits.MaxPreAuthRequests of them wait at once,
+// each for at most two barriers (the one running when it arrived, then
+// its own), 2 × KeyCatchUpTimeout. Nothing reaches a handler before the
+// key is known.
 
 // KeyCatchUpTimeout bounds one shared catch-up barrier: a quorum round
 // trip on a healthy cluster; a leader that cannot complete one within the
@@ -74,8 +76,15 @@ type catchUpRound struct {
 	err  error
 }
 
+// errCatchUpTimeout ends a wait whose barriers overran their bound.
+var errCatchUpTimeout = errors.New("key catch-up: no barrier within its bound")
+
 // wait returns once a barrier that began after the call has ended: nil
-// when it passed, its error otherwise, or ctx's error.
+// when it passed, its error otherwise, or ctx's error. It waits at most
+// two barriers' bound (the running one, then its own) even when a barrier
+// overruns its context: node.LinearizableRead honours ctx only once raft
+// took the request (the per-term Barrier may wait up to the node's apply
+// timeout to be enqueued, VerifyLeader without a bound).
 func (k *keyCatchUp) wait(ctx context.Context) error {
 	k.mu.Lock()
 	r := k.next
@@ -93,11 +102,15 @@ func (k *keyCatchUp) wait(ctx context.Context) error {
 	}
 	k.waiting.Add(1)
 	defer k.waiting.Add(-1)
+	bound := time.NewTimer(2 * k.timeout)
+	defer bound.Stop()
 	select {
 	case <-r.done:
 		return r.err
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-bound.C:
+		return errCatchUpTimeout
 	}
 }
 

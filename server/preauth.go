@@ -90,11 +90,7 @@ func (s *Server) preauth(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		select {
-		case s.preauthSem <- struct{}{}:
-		default:
-			s.cfg.Metrics.AuthRejected("busy")
-			s.refuse(w, r, &apiError{KindBusy, "too many requests awaiting authentication; retry later"}, 0)
+		if !s.admitPreAuth(w, r) {
 			return
 		}
 		res, ok := s.decide(w, r, now)
@@ -126,7 +122,28 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, now time.Time) (
 	if !s.node.IsLeader() && !s.keyKnownLocally(r.Header) {
 		return res, true
 	}
-	res, err = s.settleUnknownKey(r, res)
+	return s.settle(w, r, res, now)
+}
+
+// admitPreAuth takes a pre-authentication slot for r, or answers busy and
+// returns false. The caller gives the slot back (<-s.preauthSem).
+func (s *Server) admitPreAuth(w http.ResponseWriter, r *http.Request) bool {
+	select {
+	case s.preauthSem <- struct{}{}:
+		return true
+	default:
+		s.cfg.Metrics.AuthRejected("busy")
+		s.refuse(w, r, &apiError{KindBusy, "too many requests awaiting authentication; retry later"}, 0)
+		return false
+	}
+}
+
+// settle decides a request whose key authenticate refused (res) on a node
+// that does not forward it (settleUnknownKey): it answers a failure, or
+// Unavailable when this node cannot decide now, and returns false; true
+// with the principal when the key was found after the catch-up.
+func (s *Server) settle(w http.ResponseWriter, r *http.Request, res authResult, now time.Time) (authResult, bool) {
+	res, err := s.settleUnknownKey(r, res)
 	if err != nil {
 		s.refuse(w, r, s.withLeaderHint(toConnect(err)), 0)
 		return authResult{}, false
@@ -176,16 +193,18 @@ func (s *Server) localGate(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		res, err := s.settleUnknownKey(r, res)
-		if err != nil {
-			s.refuse(w, r, s.withLeaderHint(toConnect(err)), 0)
+		// NB: under a pre-authentication slot, as in preauth: a request
+		// preauth let on as a follower's may arrive here after this node
+		// became leader, and its catch-up must count against
+		// MaxPreAuthRequests too (keycatchup.go).
+		if !s.admitPreAuth(w, r) {
 			return
 		}
-		if isUnauthenticated(res.err) {
-			s.failed(w, r, res, s.now())
-			return
+		res, ok = s.settle(w, r, res, s.now())
+		<-s.preauthSem
+		if ok {
+			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), authCtxKey{}, res)))
 		}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), authCtxKey{}, res)))
 	})
 }
 

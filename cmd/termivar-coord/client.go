@@ -146,25 +146,32 @@ func (c *clientFlags) apiKey() (string, error) {
 	return strings.TrimSpace(string(b)), nil
 }
 
-// apiClient returns a client of url with the key of apiKey, retrying for
-// --retry-timeout.
-func (c *clientFlags) apiClient(url string) (*client.Client, error) {
+// callClient returns a client of --server with the key of apiKey,
+// retrying for --retry-timeout, and the context of the command's one call
+// under parent, bounded by callTimeout; done closes the client and ends
+// the context.
+func (c *clientFlags) callClient(parent context.Context) (_ *client.Client, ctx context.Context, done func(), err error) {
 	if c.envErr != nil {
-		return nil, c.envErr
+		return nil, nil, nil, c.envErr
 	}
 	key, err := c.apiKey()
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	hc, err := c.httpClient(1)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
-	cfg, err := withRetryTimeout(client.Config{ServerURL: url, Key: key, HTTPClient: hc}, c.retryTimeout)
+	cfg, err := withRetryTimeout(client.Config{ServerURL: c.server, Key: key, HTTPClient: hc}, c.retryTimeout)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
-	return client.New(cfg)
+	cl, err := client.New(cfg)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(parent, callTimeout(c.retryTimeout))
+	return cl, ctx, func() { cancel(); cl.Close() }, nil
 }
 
 type apiClients struct {

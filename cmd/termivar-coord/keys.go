@@ -39,7 +39,7 @@ func runKeysTo(args []string, stdout, stderr io.Writer) int {
 		k.fs = flag.NewFlagSet(k.name, flag.ContinueOnError)
 		k.fs.SetOutput(stderr)
 		k.c.register(k.fs)
-		// NB: the subcommand bounds its one call (callTimeout).
+		// NB: the subcommand bounds its one call (clientFlags.callClient).
 		ctx := context.Background()
 		switch args[0] {
 		case "create":
@@ -72,14 +72,15 @@ func (k *keysCommand) parse(args []string) ([]string, bool) {
 	return pos, err == nil
 }
 
-// client returns the client, or prints why not (exit 1).
-func (k *keysCommand) client() (*client.Client, bool) {
-	admin, err := k.c.apiClient(k.c.server)
+// client returns the client and the context of the subcommand's one call
+// (clientFlags.callClient), or prints why not (exit 1).
+func (k *keysCommand) client(ctx context.Context) (*client.Client, context.Context, func(), bool) {
+	admin, ctx, done, err := k.c.callClient(ctx)
 	if err == nil {
-		return admin, true
+		return admin, ctx, done, true
 	}
 	fmt.Fprintf(k.stderr, "termivar-coord %s: %v\n", k.name, err)
-	return nil, false
+	return nil, nil, nil, false
 }
 
 func (k *keysCommand) create(ctx context.Context, args []string) int {
@@ -89,13 +90,11 @@ func (k *keysCommand) create(ctx context.Context, args []string) int {
 		fmt.Fprintln(k.stderr, "usage: termivar-coord keys create --tenant T --role admin|producer|worker")
 		return exitUsage
 	}
-	admin, ok := k.client()
+	admin, ctx, done, ok := k.client(ctx)
 	if !ok {
 		return exitUsage
 	}
-	defer admin.Close()
-	ctx, cancel := context.WithTimeout(ctx, callTimeout(k.c.retryTimeout))
-	defer cancel()
+	defer done()
 	res, err := admin.CreateKey(ctx, &pb.CreateKeyRequest{Tenant: *tenant, Role: *role})
 	if err != nil {
 		return exitForTo(k.stderr, k.name, err)
@@ -122,13 +121,11 @@ func (k *keysCommand) list(ctx context.Context, args []string) int {
 		fmt.Fprintln(k.stderr, "usage: termivar-coord keys list [--tenant T] [--revoked] [--json]")
 		return exitUsage
 	}
-	admin, ok := k.client()
+	admin, ctx, done, ok := k.client(ctx)
 	if !ok {
 		return exitUsage
 	}
-	defer admin.Close()
-	ctx, cancel := context.WithTimeout(ctx, callTimeout(k.c.retryTimeout))
-	defer cancel()
+	defer done()
 	res, err := admin.ListKeys(ctx, &pb.ListKeysRequest{Tenant: *tenant, IncludeRevoked: *revoked})
 	if err != nil {
 		return exitForTo(k.stderr, k.name, err)
@@ -167,31 +164,32 @@ func secsUTC(s uint64) string {
 	return time.Unix(int64(s), 0).UTC().Format(time.RFC3339)
 }
 
-// keyIDAndClient parses the one KEYID argument of revoke and rotate
-// (refusing a full key, so a secret never travels as an ID) and returns the
-// admin client; false after printing the usage error.
-func (k *keysCommand) keyIDAndClient(args []string, usage string) (string, *client.Client, bool) {
+// keyID parses the one KEYID argument of revoke and rotate (refusing a
+// full key, so a secret never travels as an ID); false after printing the
+// usage error.
+func (k *keysCommand) keyID(args []string, usage string) (string, bool) {
 	pos, ok := k.parse(args)
 	if !ok || len(pos) != 1 {
 		fmt.Fprintln(k.stderr, "usage: termivar-coord "+usage)
-		return "", nil, false
+		return "", false
 	}
 	if !apikey.ValidID(pos[0]) {
 		fmt.Fprintf(k.stderr, "termivar-coord %s: KEYID is the 16 hex digits after tvk_ (see keys list), not a key\n", k.name)
-		return "", nil, false
+		return "", false
 	}
-	admin, ok := k.client()
-	return pos[0], admin, ok
+	return pos[0], true
 }
 
 func (k *keysCommand) revoke(ctx context.Context, args []string) int {
-	id, admin, ok := k.keyIDAndClient(args, "keys revoke KEYID")
+	id, ok := k.keyID(args, "keys revoke KEYID")
 	if !ok {
 		return exitUsage
 	}
-	defer admin.Close()
-	ctx, cancel := context.WithTimeout(ctx, callTimeout(k.c.retryTimeout))
-	defer cancel()
+	admin, ctx, done, ok := k.client(ctx)
+	if !ok {
+		return exitUsage
+	}
+	defer done()
 	if _, err := admin.RevokeKey(ctx, &pb.RevokeKeyRequest{KeyId: id}); err != nil {
 		return exitForTo(k.stderr, k.name, err)
 	}
@@ -201,13 +199,15 @@ func (k *keysCommand) revoke(ctx context.Context, args []string) int {
 
 func (k *keysCommand) rotate(ctx context.Context, args []string) int {
 	out := k.fs.String("out", "", "write the new key to this file (0600, replaced atomically) instead of stdout")
-	id, admin, ok := k.keyIDAndClient(args, "keys rotate KEYID [--out FILE]")
+	id, ok := k.keyID(args, "keys rotate KEYID [--out FILE]")
 	if !ok {
 		return exitUsage
 	}
-	defer admin.Close()
-	ctx, cancel := context.WithTimeout(ctx, callTimeout(k.c.retryTimeout))
-	defer cancel()
+	admin, ctx, done, ok := k.client(ctx)
+	if !ok {
+		return exitUsage
+	}
+	defer done()
 	res, err := admin.RotateKey(ctx, &pb.RotateKeyRequest{KeyId: id})
 	if err != nil {
 		return exitForTo(k.stderr, k.name, err)
@@ -268,17 +268,19 @@ func runTenants(args []string) int {
 		err = cmp.Or(lim.Validate(), rlim.Validate())
 		req.Limits, req.ResultLimits = wire.LimitsToProto(lim), wire.ResultLimitsToProto(rlim)
 	}
-	var admin *client.Client
+	var (
+		admin *client.Client
+		ctx   context.Context
+		done  func()
+	)
 	if err == nil {
-		admin, err = c.apiClient(c.server)
+		admin, ctx, done, err = c.callClient(context.Background())
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "termivar-coord tenants create:", err)
 		return exitUsage
 	}
-	defer admin.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), callTimeout(c.retryTimeout))
-	defer cancel()
+	defer done()
 	if _, err := admin.CreateTenant(ctx, req); err != nil {
 		return exitFor("tenants create", err)
 	}
@@ -302,14 +304,12 @@ func runTenantsUpdate(args []string) int {
 		fmt.Fprintln(os.Stderr, "termivar-coord tenants update:", err)
 		return exitUsage
 	}
-	admin, err := c.apiClient(c.server)
+	admin, ctx, done, err := c.callClient(context.Background())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "termivar-coord tenants update:", err)
 		return exitUsage
 	}
-	defer admin.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), callTimeout(c.retryTimeout))
-	defer cancel()
+	defer done()
 	req := &pb.UpdateTenantRequest{Name: *name, ResultRetentionSecs: secs}
 	if _, err := admin.UpdateTenant(ctx, req); err != nil {
 		return exitFor("tenants update", err)

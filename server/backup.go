@@ -9,6 +9,7 @@ import (
 	"connectrpc.com/connect"
 
 	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/gen/termivar/v1/termivarv1connect"
 	"github.com/termivar/distributed/internal/audit"
 	"github.com/termivar/distributed/internal/backup"
 	"github.com/termivar/distributed/raftfsm"
@@ -39,6 +40,11 @@ func (h clusterHandler) backup(ctx context.Context, p principal, stream *connect
 		return errDenied("only an admin key of the system tenant may back up the cluster")
 	}
 	if err := h.s.node.LinearizableRead(ctx); err != nil {
+		return err
+	}
+	// A revocation acknowledged before the call is applied by now: the
+	// key is checked again, as every other read's is (callMsg).
+	if err := h.s.keyStillLive(p, termivarv1connect.ClusterBackupProcedure); err != nil {
 		return err
 	}
 	id, err := h.recordBackup(ctx)

@@ -315,3 +315,51 @@ func TestKeyCatchUp_OverrunningBarrierIsBounded(t *testing.T) {
 		t.Fatalf("metrics: %v failed catch-ups, %v unauthenticated; want 1 and 0", f, r)
 	}
 }
+
+// Backup does its own linearizable read: a system admin key revoked before
+// the call (the revocation applied at the read's barrier) is refused, and
+// no backup is recorded or streamed.
+func TestKeyCatchUp_BackupRechecksRevocation(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	admin := b.createKey(t, "", "admin")
+	id, _, err := apikey.Parse(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := b.node.Reads().ExportAt
+	var once sync.Once
+	_, srv := lagServer(t, b, nil, func(ctx context.Context) error {
+		var err error
+		once.Do(func() {
+			_, err = b.clients(b.adminKey).admin.RevokeKey(ctx, connect.NewRequest(&pb.RevokeKeyRequest{KeyId: id}))
+		})
+		return err
+	})
+	st0, err := before()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := termivarv1connect.NewClusterClient(srv.Client(), srv.URL, connect.WithInterceptors(authInterceptor{admin}))
+	st, err := cl.Backup(context.Background(), connect.NewRequest(&pb.BackupRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	chunks := 0
+	for st.Receive() {
+		chunks++
+	}
+	mustCode(t, st.Err(), connect.CodeUnauthenticated, KindUnauthenticated)
+	if chunks != 0 {
+		t.Fatalf("a revoked key received %d backup chunks", chunks)
+	}
+	st1, err := before()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The revocation is the only entry applied: no backup was recorded.
+	if st1.Index != st0.Index+1 {
+		t.Fatalf("applied index %d -> %d, want exactly the revocation", st0.Index, st1.Index)
+	}
+}

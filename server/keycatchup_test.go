@@ -218,21 +218,8 @@ func TestKeyCatchUp_ReadRechecksRevocation(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	prod := b.createKey(t, "", "producer")
-	id, _, err := apikey.Parse(prod)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var once sync.Once
-	_, srv := lagServer(t, b, nil, func(ctx context.Context) error {
-		var err error
-		once.Do(func() {
-			// The revocation was acknowledged before the read; this node
-			// applies it at the read's barrier.
-			_, err = b.clients(b.adminKey).admin.RevokeKey(ctx, connect.NewRequest(&pb.RevokeKeyRequest{KeyId: id}))
-		})
-		return err
-	})
-	_, err = producerOf(srv, prod).GetTask(context.Background(), connect.NewRequest(&pb.GetTaskRequest{TaskId: "absent"}))
+	id, srv := revokedAtBarrier(t, b, prod)
+	_, err := producerOf(srv, prod).GetTask(context.Background(), connect.NewRequest(&pb.GetTaskRequest{TaskId: "absent"}))
 	mustCode(t, err, connect.CodeUnauthenticated, KindUnauthenticated)
 	if !strings.Contains(err.Error(), "unknown API key") {
 		t.Fatalf("GetTask with a key revoked at the barrier = %v", err)
@@ -323,19 +310,8 @@ func TestKeyCatchUp_BackupRechecksRevocation(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	admin := b.createKey(t, "", "admin")
-	id, _, err := apikey.Parse(admin)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, srv := revokedAtBarrier(t, b, admin)
 	before := b.node.Reads().ExportAt
-	var once sync.Once
-	_, srv := lagServer(t, b, nil, func(ctx context.Context) error {
-		var err error
-		once.Do(func() {
-			_, err = b.clients(b.adminKey).admin.RevokeKey(ctx, connect.NewRequest(&pb.RevokeKeyRequest{KeyId: id}))
-		})
-		return err
-	})
 	st0, err := before()
 	if err != nil {
 		t.Fatal(err)
@@ -362,4 +338,24 @@ func TestKeyCatchUp_BackupRechecksRevocation(t *testing.T) {
 	if st1.Index != st0.Index+1 {
 		t.Fatalf("applied index %d -> %d, want exactly the revocation", st0.Index, st1.Index)
 	}
+}
+
+// revokedAtBarrier serves b's node through a lagServer whose first read
+// barrier revokes key: the revocation was acknowledged before the read,
+// and this node applies it at the read's barrier. It returns the key's ID.
+func revokedAtBarrier(t *testing.T, b *testBundle, key string) (string, *httptest.Server) {
+	t.Helper()
+	id, _, err := apikey.Parse(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	_, srv := lagServer(t, b, nil, func(ctx context.Context) error {
+		var err error
+		once.Do(func() {
+			_, err = b.clients(b.adminKey).admin.RevokeKey(ctx, connect.NewRequest(&pb.RevokeKeyRequest{KeyId: id}))
+		})
+		return err
+	})
+	return id, srv
 }

@@ -131,3 +131,28 @@ func TestServer_RefusedEnqueueLeavesClaimedAcquireWaiting(t *testing.T) {
 	}
 	checkLeasedNow(t, p, acquired, "t2")
 }
+
+// An Acquire without wait_secs (a worker's carrying Acquire) that finds
+// nothing answers at once without long-polling: it never counts as
+// waiting (the wait on a timer of 0 parked the handler once per call).
+func TestServer_AcquireWithoutWaitDoesNotLongPoll(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	w := b.clients(b.createKey(t, "", "worker"))
+	if _, err := w.worker.RegisterWorker(ctx, req(&pb.RegisterWorkerRequest{WorkerId: "w1", Capacity: 1})); err != nil {
+		t.Fatal(err)
+	}
+	changed := b.api.LongPollsChanged()
+	r, err := w.worker.Acquire(ctx, req(&pb.AcquireRequest{WorkerId: "w1"}))
+	if err != nil || len(r.Msg.GetTasks()) != 0 {
+		t.Fatalf("Acquire on an empty queue = %v, %v", r, err)
+	}
+	select {
+	case <-changed:
+		t.Fatal("an Acquire without wait long-polled")
+	default:
+	}
+	if q := b.node.Acquirers(); q.Waiting(raftfsm.SystemTenant) != 0 {
+		t.Fatalf("%d waiters left queued", q.Waiting(raftfsm.SystemTenant))
+	}
+}

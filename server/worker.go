@@ -112,8 +112,14 @@ func (h workerHandler) acquire(early func([]*pb.CompleteItemResult)) func(ctx co
 	}
 }
 
-// acquireWithin is acquireOrWait bounded by the request's wait.
+// acquireWithin is acquireOrWait bounded by the request's wait. An
+// Acquire with no wait (a worker's carrying Acquire) only looks: a wait
+// on a timer of 0 parked the handler once more per call for nothing
+// (issue 15, low rates).
 func (h workerHandler) acquireWithin(ctx context.Context, p principal, m *pb.AcquireRequest) (*pb.AcquireResponse, uint64, error) {
+	if m.GetWaitSecs() == 0 {
+		return h.acquireOrWait(ctx, p, m, nil)
+	}
 	deadline := time.NewTimer(time.Duration(m.GetWaitSecs()) * time.Second)
 	defer deadline.Stop()
 	return h.acquireOrWait(ctx, p, m, deadline.C)
@@ -181,7 +187,7 @@ func withCompleted(out *pb.AcquireResponse, completed []*pb.CompleteItemResult) 
 }
 
 // acquireOrWait leases queued tasks to the caller, long-polling until the
-// deadline while there are none. It proposes only when the applied state
+// deadline while there are none (a nil deadline: no wait). It proposes only when the applied state
 // has a leasable task, and waits in the node's Acquirers queue, which
 // wakes about one waiter per new task; its side of the queue's contract
 // (internal/notify.Queue) is here: a wake-up it does not use is passed on,
@@ -231,7 +237,7 @@ func (h workerHandler) acquireOrWait(ctx context.Context, p principal, m *pb.Acq
 				q.WakeBefore(p.Tenant, woke) // the waiters a broadcast would have woken
 			}
 		}
-		if !h.wait(ctx, w, deadline, offer) {
+		if deadline == nil || !h.wait(ctx, w, deadline, offer) {
 			w.Leave()
 			rev := cmp.Or(r.Revision, tv.Counters().Revision)
 			return &pb.AcquireResponse{Revision: rev}, rev, nil

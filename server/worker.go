@@ -274,7 +274,7 @@ func (g *acquireGrant) orLook(look func() (raftfsm.Response, error)) (raftfsm.Re
 // grantLeases proposes enqs, EnqueueTasks commands of n tasks in all,
 // and an AcquireTasks for each Acquire long-poll that offered to wait for
 // them (notify.Queue.Claim, the longest-waiting first, until their
-// max_tasks cover n), together: one log entry when the proposer has room,
+// max_tasks cover n; grantShare), together: one log entry when the proposer has room,
 // instead of the enqueue's entry and then one more per woken Acquire
 // proposing its own (issue 15: at 2 000 tasks/s in batches of 20 that
 // was a third of the entries). Each claimed Acquire gets its command's
@@ -286,7 +286,7 @@ func (g *acquireGrant) orLook(look func() (raftfsm.Response, error)) (raftfsm.Re
 // enqueue caller's cancellation: the Acquire waits for its grant, and
 // every proposal gets an answer (node: applied, failed, or ErrClosed).
 func (s *Server) grantLeases(ctx context.Context, enqs []*pb.Command, tenant string, n int) ([]raftfsm.Response, error) {
-	ws := s.node.Acquirers().Claim(tenant, n)
+	ws := s.node.Acquirers().Claim(tenant, n, n*grantShare)
 	if len(ws) == 0 {
 		return s.node.ProposeAll(ctx, enqs)
 	}
@@ -309,6 +309,17 @@ func (s *Server) grantLeases(ctx context.Context, enqs []*pb.Command, tenant str
 	}
 	return rs[:len(enqs)], nil
 }
+
+// grantShare: an enqueue of n tasks claims only Acquires asking for at
+// most grantShare × n (their max_tasks). One that would get less than an
+// eighth of what it asks for is left to the wake-up: its own lease
+// proposal comes an entry later and takes what further enqueues added
+// meanwhile. NB: with one task per Enqueue at 2 000 tasks/s (coalesced
+// into calls of a few requests) granting to every waiter answered each
+// Acquire of 128 with 1–4 tasks, 0.61–0.89 API calls per task against
+// 0.43–0.45 (docs/benchmarks.md, "2 000 tasks/s, session 7"); batches of
+// 20 still go to workers asking for 128.
+const grantShare = 8
 
 // grantLease is grantLeases of one EnqueueTasks of n tasks, answered as
 // Server.propose answers.

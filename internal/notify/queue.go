@@ -104,10 +104,11 @@ func (w *Waiter) Withdraw() bool {
 }
 
 // Claim takes the longest-waiting waiters of tenant that offer their work
-// out of the queue, until their wants cover n tasks, and returns them;
-// waiters that do not offer (they are looking, not blocked) are passed
-// over. The caller must Grant each exactly once, promptly.
-func (q *Queue) Claim(tenant string, n int) []*Waiter {
+// and want at most maxWant tasks out of the queue, until their wants
+// cover n tasks, and returns them; the others (looking, not blocked, or
+// wanting more) are passed over. The caller must Grant each exactly
+// once, promptly.
+func (q *Queue) Claim(tenant string, n, maxWant int) []*Waiter {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	l := q.ws[tenant]
@@ -117,7 +118,7 @@ func (q *Queue) Claim(tenant string, n int) []*Waiter {
 	var out []*Waiter
 	for e := l.Front(); e != nil && n > 0; {
 		next := e.Next()
-		if w := e.Value.(*Waiter); w.offer != nil {
+		if w := e.Value.(*Waiter); w.offer != nil && w.want <= maxWant {
 			l.Remove(e)
 			w.elem, w.claimed = nil, true
 			out = append(out, w)

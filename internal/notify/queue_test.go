@@ -176,10 +176,10 @@ func TestQueue_ClaimTakesOfferingWaitersOldestFirst(t *testing.T) {
 	for i, w := range []*Waiter{a, b, c} {
 		w.Offer(i)
 	}
-	if got := q.Claim("other", 4); len(got) != 0 {
+	if got := q.Claim("other", 4, 2); len(got) != 0 {
 		t.Fatalf("Claim of another tenant = %d waiters, want 0", len(got))
 	}
-	got := q.Claim("t", 3) // 3 tasks: a (2) and b (2) cover them
+	got := q.Claim("t", 3, 2) // 3 tasks: a (2) and b (2) cover them
 	if len(got) != 2 || got[0] != a || got[1] != b {
 		t.Fatalf("Claim(3) = %v, want [a b]", got)
 	}
@@ -188,6 +188,9 @@ func TestQueue_ClaimTakesOfferingWaitersOldestFirst(t *testing.T) {
 	}
 	if woken(a) || woken(b) {
 		t.Fatal("a claimed waiter woke before its grant")
+	}
+	if big := q.Claim("t", 1, 1); len(big) != 0 { // c wants 2
+		t.Fatalf("Claim(1, maxWant 1) = %v, want none: c wants more", big)
 	}
 	before := q.Woken()
 	for i, w := range got {
@@ -213,7 +216,7 @@ func TestQueue_WithdrawAfterClaimWaitsForGrant(t *testing.T) {
 	a, b := q.Wait("t", 1), q.Wait("t", 1)
 	a.Offer("a")
 	b.Offer("b")
-	claimed := q.Claim("t", 1)
+	claimed := q.Claim("t", 1, 1)
 	if len(claimed) != 1 || claimed[0] != a {
 		t.Fatalf("Claim(1) = %v, want [a]", claimed)
 	}
@@ -223,7 +226,7 @@ func TestQueue_WithdrawAfterClaimWaitsForGrant(t *testing.T) {
 	if b.Withdraw() {
 		t.Fatal("Withdraw of an unclaimed waiter = true")
 	}
-	if got := q.Claim("t", 1); len(got) != 0 {
+	if got := q.Claim("t", 1, 1); len(got) != 0 {
 		t.Fatalf("Claim after b withdrew = %v, want none", got)
 	}
 	a.Grant(nil)
@@ -236,7 +239,7 @@ func TestQueue_WithdrawAfterClaimWaitsForGrant(t *testing.T) {
 	if !woken(b) || !woken(c) || c.Offered() != nil || c.Granted() != nil {
 		t.Fatalf("Notify: b %v, c %v, c's offer %v", woken(b), woken(c), c.Offered())
 	}
-	if got := q.Claim("t", 1); len(got) != 0 {
+	if got := q.Claim("t", 1, 1); len(got) != 0 {
 		t.Fatalf("Claim after every waiter woke = %v", got)
 	}
 }
@@ -248,7 +251,7 @@ func TestQueue_GrantOnlyOncePerClaim(t *testing.T) {
 	w := q.Wait("t", 1)
 	mustPanic(t, "Grant of an unclaimed waiter", func() { w.Grant(1) })
 	w.Offer(1)
-	q.Claim("t", 1)[0].Grant(1)
+	q.Claim("t", 1, 1)[0].Grant(1)
 	mustPanic(t, "a second Grant", func() { w.Grant(2) })
 	if w.Granted() != 1 {
 		t.Fatalf("Granted = %v after a refused second grant, want 1", w.Granted())

@@ -274,9 +274,9 @@ func (g *acquireGrant) orLook(look func() (raftfsm.Response, error)) (raftfsm.Re
 // grantLeases proposes enqs, EnqueueTasks commands of n tasks in all,
 // and an AcquireTasks for each Acquire long-poll that offered to wait for
 // them (notify.Queue.Claim, the longest-waiting first, until their
-// max_tasks cover n; grantShare), together: one log entry when the proposer has room,
-// instead of the enqueue's entry and then one more per woken Acquire
-// proposing its own (issue 15: at 2 000 tasks/s in batches of 20 that
+// max_tasks cover n; grantShare), together: one log entry (one group for
+// the proposer, node.ProposeAll) instead of the enqueue's entry and then
+// one more per woken Acquire proposing its own (issue 15: at 2 000 tasks/s in batches of 20 that
 // was a third of the entries). Each claimed Acquire gets its command's
 // response as if it had proposed it (acquireOrWait: leases, or a refusal
 // it handles as its own). The responses of enqs come back as ProposeAll

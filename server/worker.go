@@ -187,13 +187,14 @@ func withCompleted(out *pb.AcquireResponse, completed []*pb.CompleteItemResult) 
 }
 
 // acquireOrWait leases queued tasks to the caller, long-polling until the
-// deadline while there are none (a nil deadline: no wait). It proposes only when the applied state
-// has a leasable task, and waits in the node's Acquirers queue, which
-// wakes about one waiter per new task; its side of the queue's contract
-// (internal/notify.Queue) is here: a wake-up it does not use is passed on,
-// work it cannot take wakes the waiters a broadcast would have woken, and
-// taking less than it asked for while work is left wakes waiters for the
-// difference.
+// deadline while there are none (a nil deadline: no wait). It proposes
+// only when the applied state has a leasable task (or answers from the
+// lease an enqueue proposed for it: grantLeases), and waits in the
+// node's Acquirers queue, which wakes about one waiter per new task; its
+// side of the queue's contract (internal/notify.Queue) is here: a wake-up
+// it does not use is passed on, work it cannot take wakes the waiters a
+// broadcast would have woken, and taking less than it asked for while
+// work is left wakes waiters for the difference.
 func (h workerHandler) acquireOrWait(ctx context.Context, p principal, m *pb.AcquireRequest, deadline <-chan time.Time) (*pb.AcquireResponse, uint64, error) {
 	q := h.s.node.Acquirers()
 	tv, _ := h.s.node.Reads().Tenant(p.Tenant)
@@ -276,8 +277,9 @@ func (g *acquireGrant) orLook(look func() (raftfsm.Response, error)) (raftfsm.Re
 // them (notify.Queue.Claim, the longest-waiting first, until their
 // max_tasks cover n; grantShare), together: one log entry (one group for
 // the proposer, node.ProposeAll) instead of the enqueue's entry and then
-// one more per woken Acquire proposing its own (issue 15: at 2 000 tasks/s in batches of 20 that
-// was a third of the entries). Each claimed Acquire gets its command's
+// one more per woken Acquire proposing its own (issue 15: at 2 000
+// tasks/s in batches of 20 that was a third of the entries). Each
+// claimed Acquire gets its command's
 // response as if it had proposed it (acquireOrWait: leases, or a refusal
 // it handles as its own). The responses of enqs come back as ProposeAll
 // returns them.

@@ -422,3 +422,68 @@ func TestProposer_OwnEntriesHoldOnlyEntriesInFlight(t *testing.T) {
 		}
 	}
 }
+
+// nodeInfos are SetNodeInfo commands for nodes prefix-0 … prefix-(n-1).
+func nodeInfos(prefix string, n int) []*pb.Command {
+	cmds := make([]*pb.Command, n)
+	for i := range cmds {
+		id := fmt.Sprintf("%s-%d", prefix, i)
+		cmds[i] = &pb.Command{Op: &pb.Command_SetNodeInfo{SetNodeInfo: &pb.SetNodeInfo{NodeId: id, ApiUrl: "http://" + id}}}
+	}
+	return cmds
+}
+
+// TestProposer_GroupIsNotSplit: commands submitted together (submitAll,
+// ProposeAll's path) share one entry: a group that does not fit the entry
+// being formed starts the next one whole, instead of filling the entry
+// and spilling its last command (an enqueue and the leases it grants,
+// server grantLeases); a group larger than an entry goes as single
+// proposals. Everyone is answered.
+func TestProposer_GroupIsNotSplit(t *testing.T) {
+	t.Parallel()
+	b := setupProposer(t, 4, nil)
+	props := b.queue(t, "single", 2)
+	group, err := b.pr.submitAll(context.Background(), nodeInfos("group", 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	big, err := b.pr.submitAll(context.Background(), nodeInfos("big", 5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.start()
+	all := append(append(props, group...), big...)
+	for i, r := range results(t, all) {
+		if r.err != nil || r.resp.Err != nil {
+			t.Fatalf("proposal %d: %v %v", i, r.err, r.resp.Err)
+		}
+	}
+	// The 2 singles (2 + 3 > 4: the group waits); the group and the first
+	// of the 5 singles; the other 4. Splitting the group made [4 4 2].
+	if got := b.stub.entrySizes(); !slices.Equal(got, []int{2, 4, 4}) {
+		t.Fatalf("entries = %v, want [2 4 4]", got)
+	}
+}
+
+// TestProposer_ClosedFailsPendingGroups: a closing proposer answers every
+// member of a queued group and of a carried one with ErrClosed.
+func TestProposer_ClosedFailsPendingGroups(t *testing.T) {
+	t.Parallel()
+	b := setupProposer(t, 4, nil)
+	queued, err := b.pr.submitAll(context.Background(), nodeInfos("queued", 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	carried := newProposal(nodeInfos("carried", 1)[0])
+	carried.rest = []*proposal{newProposal(nodeInfos("carried-rest", 1)[0])}
+	b.pr.carry = carried
+	b.pr.failPending()
+	for i, r := range results(t, append(queued, carried.group(nil)...)) {
+		if !errors.Is(r.err, ErrClosed) {
+			t.Fatalf("pending proposal %d: err = %v, want ErrClosed", i, r.err)
+		}
+	}
+	if b.pr.carry != nil {
+		t.Fatal("the carried group is still held after failPending")
+	}
+}

@@ -86,7 +86,11 @@ func (h producerHandler) proposeEnqueues(ctx context.Context, p principal, cmds 
 	if len(cmds) == 0 {
 		return nil
 	}
-	rs, err := h.s.node.ProposeAll(ctx, cmds)
+	n := 0
+	for _, c := range cmds {
+		n += len(c.GetEnqueue().GetTasks())
+	}
+	rs, err := h.s.grantLeases(ctx, cmds, p.Tenant, n) // leases for waiting Acquires in the same entry
 	if err != nil {
 		for range cmds {
 			h.s.audit.Record(ctx, audit.Entry{KeyID: p.KeyID, Tenant: p.Tenant, Method: methodEnqueueMany, Outcome: kindOf(err)})

@@ -178,12 +178,16 @@ func (pc *perCall) purge(tb testing.TB, lo, hi int) {
 // calls).
 const (
 	enqueueOneAllocBudget      = 120 // measured: 105 (110 before issue 15)
-	acquireCompleteAllocBudget = 222 // measured: 197 for the two calls (204 before issue 15)
+	acquireCompleteAllocBudget = 217 // measured: 194 for the two calls (204 before issue 15, 197 before an Acquire without wait stopped waiting)
 	// One EnqueueMany of enqueueManyRequests single-task requests, and one
 	// Acquire carrying the previous lease's completion (issue 15: fewer
 	// calls per task).
 	enqueueManyAllocBudget     = 916 // measured: 818 (51 per request)
 	acquireCarryingAllocBudget = 153 // measured: 137 (one call per task)
+	// The same Acquire (no wait) finding the queue empty: the call after
+	// each batch at low rates (docs/benchmarks.md, "2 000 tasks/s, session
+	// 7"); it looks without waiting on a timer of 0.
+	acquireCarryingEmptyAllocBudget = 132 // measured: 118 (122 with the wait on a timer of 0)
 )
 
 func TestServer_PerCallAllocBudget(t *testing.T) {
@@ -201,13 +205,17 @@ func TestServer_PerCallAllocBudget(t *testing.T) {
 	em := testing.AllocsPerRun(20, func() { pc.enqueueMany(t, i, enqueueManyRequests); i += enqueueManyRequests })
 	var held []byte
 	carry := testing.AllocsPerRun(200, func() { held = pc.acquireCarrying(t, held, result) })
-	t.Logf("allocations per call: EnqueueOne %.0f, Acquire+Complete %.0f, EnqueueMany(%d) %.0f, Acquire carrying a completion %.0f", enq, ac, enqueueManyRequests, em, carry)
+	empty := newPerCall(t).carryingEmptyAllocs(t, 0, 200, result) // NB: a queue of its own, to empty
+
+	t.Logf("allocations per call: EnqueueOne %.0f, Acquire+Complete %.0f, EnqueueMany(%d) %.0f, Acquire carrying a completion %.0f, the same finding the queue empty %.0f",
+		enq, ac, enqueueManyRequests, em, carry, empty)
 	for _, c := range []struct {
 		name   string
 		got    float64
 		budget int
 	}{{"EnqueueOne", enq, enqueueOneAllocBudget}, {"Acquire+Complete", ac, acquireCompleteAllocBudget},
-		{"EnqueueMany", em, enqueueManyAllocBudget}, {"Acquire carrying", carry, acquireCarryingAllocBudget}} {
+		{"EnqueueMany", em, enqueueManyAllocBudget}, {"Acquire carrying", carry, acquireCarryingAllocBudget},
+		{"Acquire carrying, queue empty", empty, acquireCarryingEmptyAllocBudget}} {
 		if c.got > float64(c.budget) {
 			t.Errorf("%s allocates %.0f times per call, budget %d", c.name, c.got, c.budget)
 		}
@@ -289,4 +297,30 @@ func BenchmarkServer_AcquireCarryingComplete(b *testing.B) {
 		held = pc.acquireCarrying(b, held, result)
 		i++
 	}
+}
+
+// acquireCarryingEmpty completes held with an Acquire that does not wait
+// and finds the queue empty (the bench's workers at low rates: the call
+// after each batch), and returns nothing leased.
+func (pc *perCall) acquireCarryingEmpty(tb testing.TB, held []byte, result []byte) {
+	in := &pb.AcquireRequest{WorkerId: "w1", MaxTasks: 1, Start: true, Complete: []*pb.CompleteRequest{{LeaseToken: held, Result: result}}}
+	var acq pb.AcquireResponse
+	pc.do(tb, termivarv1connect.WorkerAcquireProcedure, pc.work, in, &acq)
+	if len(acq.GetTasks()) != 0 || len(acq.GetCompleted()) != 1 {
+		tb.Fatalf("Acquire leased %d tasks, completed %d, want 0 and 1", len(acq.GetTasks()), len(acq.GetCompleted()))
+	}
+}
+
+// carryingEmptyAllocs is the allocations of one acquireCarryingEmpty
+// on pc with an empty queue: runs+1 tasks (from task lo) are enqueued and
+// leased first, so that each measured call completes one and finds the
+// queue empty.
+func (pc *perCall) carryingEmptyAllocs(tb testing.TB, lo, runs int, result []byte) float64 {
+	held := make([][]byte, 0, runs+1) // NB: AllocsPerRun calls once more to warm up
+	for j := range runs + 1 {
+		pc.enqueueOne(tb, lo+j)
+		held = append(held, pc.acquireCarrying(tb, nil, result))
+	}
+	k := 0
+	return testing.AllocsPerRun(runs, func() { pc.acquireCarryingEmpty(tb, held[k], result); k++ })
 }

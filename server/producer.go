@@ -137,7 +137,8 @@ func (h producerHandler) enqueue(ctx context.Context, p principal, m *pb.Enqueue
 	if err != nil {
 		return nil, 0, err
 	}
-	r, err := h.s.propose(ctx, p, m.ExpectedRevision, cmd)
+	cmd.Tenant, cmd.Principal, cmd.ExpectedRevision = p.Tenant, p.KeyID, m.ExpectedRevision
+	r, err := h.s.grantLease(ctx, cmd, p.Tenant, len(tasks))
 	if err != nil {
 		return nil, r.Revision, err
 	}

@@ -112,8 +112,14 @@ func (h workerHandler) acquire(early func([]*pb.CompleteItemResult)) func(ctx co
 	}
 }
 
-// acquireWithin is acquireOrWait bounded by the request's wait.
+// acquireWithin is acquireOrWait bounded by the request's wait. An
+// Acquire with no wait (a worker's carrying Acquire) only looks: a wait
+// on a timer of 0 parked the handler once more per call for nothing
+// (issue 15, low rates).
 func (h workerHandler) acquireWithin(ctx context.Context, p principal, m *pb.AcquireRequest) (*pb.AcquireResponse, uint64, error) {
+	if m.GetWaitSecs() == 0 {
+		return h.acquireOrWait(ctx, p, m, nil)
+	}
 	deadline := time.NewTimer(time.Duration(m.GetWaitSecs()) * time.Second)
 	defer deadline.Stop()
 	return h.acquireOrWait(ctx, p, m, deadline.C)
@@ -181,24 +187,28 @@ func withCompleted(out *pb.AcquireResponse, completed []*pb.CompleteItemResult) 
 }
 
 // acquireOrWait leases queued tasks to the caller, long-polling until the
-// deadline while there are none. It proposes only when the applied state
-// has a leasable task, and waits in the node's Acquirers queue, which
-// wakes about one waiter per new task; its side of the queue's contract
-// (internal/notify.Queue) is here: a wake-up it does not use is passed on,
-// work it cannot take wakes the waiters a broadcast would have woken, and
-// taking less than it asked for while work is left wakes waiters for the
-// difference.
+// deadline while there are none (a nil deadline: no wait). It proposes
+// only when the applied state has a leasable task (or answers from the
+// lease an enqueue proposed for it: grantLeases), and waits in the
+// node's Acquirers queue, which wakes about one waiter per new task; its
+// side of the queue's contract (internal/notify.Queue) is here: a wake-up
+// it does not use is passed on, work it cannot take wakes the waiters a
+// broadcast would have woken, and taking less than it asked for while
+// work is left wakes waiters for the difference.
 func (h workerHandler) acquireOrWait(ctx context.Context, p principal, m *pb.AcquireRequest, deadline <-chan time.Time) (*pb.AcquireResponse, uint64, error) {
 	q := h.s.node.Acquirers()
 	tv, _ := h.s.node.Reads().Tenant(p.Tenant)
 	want := cmp.Or(int(m.GetMaxTasks()), 1) // the FSM's default, too
-	var woke uint64                         // the bound of the wake-up that ended the last wait (0: none yet)
-	refused := 0                            // refusals since the last wait that saw a leasable task
+	offer := acquireOffer{h: h, p: p, m: m}
+	var woke uint64           // the bound of the wake-up that ended the last wait (0: none yet)
+	refused := 0              // refusals since the last wait that saw a leasable task
+	var granted *acquireGrant // the answer of an AcquireTasks an enqueue proposed for us (grantLeases)
 	for {
 		// NB: register before looking, so an enqueue between the look and
 		// the wait still wakes us.
 		w := q.Wait(p.Tenant, want)
-		r, err := h.tryAcquire(ctx, p, m, tv)
+		r, err := granted.orLook(func() (raftfsm.Response, error) { return h.tryAcquire(ctx, p, m, tv) })
+		granted = nil
 		switch {
 		case err == nil:
 			w.Cancel()
@@ -228,13 +238,103 @@ func (h workerHandler) acquireOrWait(ctx context.Context, p principal, m *pb.Acq
 				q.WakeBefore(p.Tenant, woke) // the waiters a broadcast would have woken
 			}
 		}
-		if !h.wait(ctx, w, deadline) {
+		if deadline == nil || !h.wait(ctx, w, deadline, offer) {
 			w.Leave()
 			rev := cmp.Or(r.Revision, tv.Counters().Revision)
 			return &pb.AcquireResponse{Revision: rev}, rev, nil
 		}
 		woke, refused = w.Gen(), 0
+		granted, _ = w.Granted().(*acquireGrant)
 	}
+}
+
+// acquireOffer is what a waiting Acquire offers an enqueue (notify.Queue
+// Offer and Claim): its AcquireTasks command, proposed by the enqueue in
+// its own call, after the EnqueueTasks (grantLeases).
+type acquireOffer struct {
+	h workerHandler
+	p principal
+	m *pb.AcquireRequest
+}
+
+// acquireGrant is the answer of the AcquireTasks an enqueue proposed for
+// a waiting Acquire, as tryAcquire answers its own.
+type acquireGrant struct {
+	r   raftfsm.Response
+	err error
+}
+
+// orLook is g's answer, or look's when g is nil (no grant).
+func (g *acquireGrant) orLook(look func() (raftfsm.Response, error)) (raftfsm.Response, error) {
+	if g == nil {
+		return look()
+	}
+	return g.r, g.err
+}
+
+// grantLeases proposes enqs, EnqueueTasks commands of n tasks in all,
+// and an AcquireTasks for each Acquire long-poll that offered to wait for
+// them (notify.Queue.Claim, the longest-waiting first, until their
+// max_tasks cover n; grantShare), together: one log entry (one group for
+// the proposer, node.ProposeAll) instead of the enqueue's entry and then
+// one more per woken Acquire proposing its own (issue 15: at 2 000
+// tasks/s in batches of 20 that was a third of the entries). Each
+// claimed Acquire gets its command's
+// response as if it had proposed it (acquireOrWait: leases, or a refusal
+// it handles as its own). The responses of enqs come back as ProposeAll
+// returns them.
+//
+// NB: with a claimed Acquire the commands are proposed without the
+// enqueue caller's cancellation: the Acquire waits for its grant, and
+// every proposal gets an answer (node: applied, failed, or ErrClosed).
+func (s *Server) grantLeases(ctx context.Context, enqs []*pb.Command, tenant string, n int) ([]raftfsm.Response, error) {
+	ws := s.node.Acquirers().Claim(tenant, n, n*grantShare)
+	if len(ws) == 0 {
+		return s.node.ProposeAll(ctx, enqs)
+	}
+	cmds := append(make([]*pb.Command, 0, len(enqs)+len(ws)), enqs...)
+	for _, w := range ws {
+		o := w.Offered().(acquireOffer)
+		cmds = append(cmds, o.h.acquireCommand(o.p, o.m))
+	}
+	rs, err := s.node.ProposeAll(context.WithoutCancel(ctx), cmds)
+	for i, w := range ws {
+		g := &acquireGrant{err: err}
+		if err == nil {
+			g.r = rs[len(enqs)+i]
+			g.err = g.r.Err
+		}
+		w.Grant(g)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return rs[:len(enqs)], nil
+}
+
+// grantShare: an enqueue of n tasks claims only Acquires asking for at
+// most grantShare × n (their max_tasks). One that would get less than an
+// eighth of what it asks for is left to the wake-up: its own lease
+// proposal comes an entry later and takes what further enqueues added
+// meanwhile. NB: with one task per Enqueue at 2 000 tasks/s (coalesced
+// into calls of a few requests) granting to every waiter answered each
+// Acquire of 128 with 1–4 tasks, 0.61–0.89 API calls per task against
+// 0.43–0.45 (docs/benchmarks.md, "2 000 tasks/s, session 7"); batches of
+// 20 still go to workers asking for 128.
+const grantShare = 8
+
+// grantLease is grantLeases of one EnqueueTasks of n tasks, answered as
+// Server.propose answers.
+func (s *Server) grantLease(ctx context.Context, enq *pb.Command, tenant string, n int) (raftfsm.Response, error) {
+	if s.node.Acquirers().Waiting(tenant) == 0 {
+		r, err := s.node.Propose(ctx, enq)
+		return r, raftfsm.ProposalErr(r, err)
+	}
+	rs, err := s.grantLeases(ctx, []*pb.Command{enq}, tenant, n)
+	if err != nil {
+		return raftfsm.Response{}, err
+	}
+	return rs[0], rs[0].Err
 }
 
 // passRemainder wakes waiters for the tasks an Acquire that asked for
@@ -264,8 +364,11 @@ func (h workerHandler) acquireCommand(p principal, m *pb.AcquireRequest) *pb.Com
 }
 
 // wait blocks an Acquire until it is woken (true) or its wait ends:
-// deadline, caller gone or server shutting down (false).
-func (h workerHandler) wait(ctx context.Context, w *notify.Waiter, deadline <-chan time.Time) bool {
+// deadline, caller gone or server shutting down (false). While it blocks
+// it offers its AcquireTasks to enqueues (grantLeases); one that claimed
+// it is waited for (true) even when the wait ended: its leases are ours.
+func (h workerHandler) wait(ctx context.Context, w *notify.Waiter, deadline <-chan time.Time, offer acquireOffer) bool {
+	w.Offer(offer) // NB: before it counts as waiting (LongPollsWaiting), which tests wait for
 	h.s.addLongPoll(1)
 	defer h.s.addLongPoll(-1)
 	select {
@@ -274,6 +377,10 @@ func (h workerHandler) wait(ctx context.Context, w *notify.Waiter, deadline <-ch
 	case <-deadline:
 	case <-ctx.Done():
 	case <-h.s.stopping: // shutting down: answer now, empty
+	}
+	if w.Withdraw() {
+		<-w.C() // NB: grantLeases grants every waiter it claimed
+		return true
 	}
 	return false
 }

@@ -23,6 +23,13 @@ const All = -1
 //
 // A waiter that registers later looks at the queue before it waits.
 //
+// A waiter that offers its work (Offer, while it blocks) may instead be
+// claimed by the caller that brings the work (Claim): that caller does the
+// waiter's work for it in its own log entry and hands it the result
+// (Grant), so the waiter does not propose after its wake-up (issue 15:
+// one entry less per enqueue at low rates). A claimed waiter always gets
+// its grant: Withdraw tells it to wait for it instead of leaving.
+//
 // Notify runs on the FSM's apply goroutine and never blocks. The zero
 // value is ready to use; its methods are safe for concurrent use.
 type Queue struct {
@@ -43,6 +50,13 @@ type Waiter struct {
 	elem   *list.Element // nil once woken or gone
 	gen    uint64        // the wake-up's bound (see WakeBefore); 0 until woken
 	gone   bool
+	// offer is what Claim hands a claimer (nil: not claimable). Invariant:
+	// non-nil only while w is queued.
+	offer any
+	// claimed: Claim took w and a Grant will wake it. Invariant: once
+	// claimed, w is out of its list and woken only by Grant.
+	claimed bool
+	granted any // the value Grant handed w (nil: none)
 }
 
 // Wait registers a waiter for up to want tasks (less than 1 counts as 1)
@@ -66,6 +80,84 @@ func (q *Queue) Wait(tenant string, want int) *Waiter {
 
 // C is closed when the waiter is woken.
 func (w *Waiter) C() <-chan struct{} { return w.c }
+
+// Offer makes w claimable (Claim) with offer while it is queued; the
+// waiter must be blocked on C from then on, doing nothing Claim's grant
+// could duplicate. A nil offer, or a waiter already woken, is a no-op.
+func (w *Waiter) Offer(offer any) {
+	w.q.mu.Lock()
+	defer w.q.mu.Unlock()
+	if w.elem != nil {
+		w.offer = offer
+	}
+}
+
+// Withdraw ends w's offer when its wait ends without a wake-up (deadline,
+// caller gone). true: a Claim took w first, and its Grant is on the way —
+// the waiter must wait on C for it (a claimer grants promptly); false: w
+// is as before Offer (Leave it).
+func (w *Waiter) Withdraw() bool {
+	w.q.mu.Lock()
+	defer w.q.mu.Unlock()
+	w.offer = nil
+	return w.claimed
+}
+
+// Claim takes the longest-waiting waiters of tenant that offer their work
+// and want at most maxWant tasks out of the queue, until their wants
+// cover n tasks, and returns them; the others (looking, not blocked, or
+// wanting more) are passed over. The caller must Grant each exactly
+// once, promptly.
+func (q *Queue) Claim(tenant string, n, maxWant int) []*Waiter {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	l := q.ws[tenant]
+	if l == nil || n <= 0 {
+		return nil
+	}
+	var out []*Waiter
+	for e := l.Front(); e != nil && n > 0; {
+		next := e.Next()
+		if w := e.Value.(*Waiter); w.offer != nil && w.want <= maxWant {
+			l.Remove(e)
+			w.elem, w.claimed = nil, true
+			out = append(out, w)
+			n -= w.want
+		}
+		e = next
+	}
+	q.dropEmpty(tenant, l)
+	return out
+}
+
+// Offered is the offer Claim took w with.
+func (w *Waiter) Offered() any {
+	w.q.mu.Lock()
+	defer w.q.mu.Unlock()
+	return w.offer
+}
+
+// Grant hands a claimed waiter v and wakes it (counted in Woken).
+// Panics when w was not claimed or was granted before: a lost or double
+// grant would lose or duplicate the waiter's work.
+func (w *Waiter) Grant(v any) {
+	w.q.mu.Lock()
+	defer w.q.mu.Unlock()
+	if !w.claimed || w.gen != 0 {
+		panic("notify: Grant of a waiter not claimed, or granted twice")
+	}
+	w.q.n++
+	w.granted, w.offer, w.gen = v, nil, w.q.seq+1
+	close(w.c)
+}
+
+// Granted is the value a Grant handed w (nil: woken otherwise, or not
+// yet).
+func (w *Waiter) Granted() any {
+	w.q.mu.Lock()
+	defer w.q.mu.Unlock()
+	return w.granted
+}
 
 // Gen is the bound of the wake-up that woke w (0: not woken): WakeBefore
 // with it wakes the waiters that registered before that wake-up.
@@ -131,6 +223,7 @@ func (w *Waiter) Cancel() {
 }
 
 func (w *Waiter) leaveLocked() {
+	w.offer = nil
 	if w.elem != nil {
 		l := w.q.ws[w.tenant]
 		l.Remove(w.elem)
@@ -161,7 +254,7 @@ func (q *Queue) Woken() uint64 {
 func (q *Queue) wake(l *list.List, e *list.Element, gen uint64) {
 	q.n++
 	w := l.Remove(e).(*Waiter)
-	w.elem, w.gen = nil, gen
+	w.elem, w.gen, w.offer = nil, gen, nil
 	close(w.c)
 }
 

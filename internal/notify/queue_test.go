@@ -165,3 +165,105 @@ func TestQueue_NotifyCoversWants(t *testing.T) {
 		t.Fatal("Leave did not pass the wake-up on")
 	}
 }
+
+// Claim takes only waiters that offer, oldest first, until their wants
+// cover n; Grant wakes each with its value, counted in Woken, and a
+// waiter passed over stays queued for Notify.
+func TestQueue_ClaimTakesOfferingWaitersOldestFirst(t *testing.T) {
+	var q Queue
+	looking := q.Wait("t", 1) // registered, not offering: it is looking at the state
+	a, b, c := q.Wait("t", 2), q.Wait("t", 2), q.Wait("t", 2)
+	for i, w := range []*Waiter{a, b, c} {
+		w.Offer(i)
+	}
+	if got := q.Claim("other", 4, 2); len(got) != 0 {
+		t.Fatalf("Claim of another tenant = %d waiters, want 0", len(got))
+	}
+	got := q.Claim("t", 3, 2) // 3 tasks: a (2) and b (2) cover them
+	if len(got) != 2 || got[0] != a || got[1] != b {
+		t.Fatalf("Claim(3) = %v, want [a b]", got)
+	}
+	if q.Waiting("t") != 2 {
+		t.Fatalf("Waiting = %d after the claim, want 2 (looking and c)", q.Waiting("t"))
+	}
+	if woken(a) || woken(b) {
+		t.Fatal("a claimed waiter woke before its grant")
+	}
+	if big := q.Claim("t", 1, 1); len(big) != 0 { // c wants 2
+		t.Fatalf("Claim(1, maxWant 1) = %v, want none: c wants more", big)
+	}
+	before := q.Woken()
+	for i, w := range got {
+		if o := w.Offered(); o != i {
+			t.Fatalf("Offered = %v, want %d", o, i)
+		}
+		w.Grant("lease")
+	}
+	if !woken(a) || !woken(b) || a.Granted() != "lease" || q.Woken()-before != 2 || a.Gen() == 0 {
+		t.Fatalf("after Grant: woken %v %v, granted %v, Woken +%d, gen %d", woken(a), woken(b), a.Granted(), q.Woken()-before, a.Gen())
+	}
+	q.Notify("t", 1) // the looking waiter is still first in line for a plain wake-up
+	if !woken(looking) || woken(c) || looking.Granted() != nil {
+		t.Fatalf("Notify(1) after the claim: looking %v, c %v, want the looking waiter woken without a grant", woken(looking), woken(c))
+	}
+}
+
+// Withdraw after a claim tells the waiter that its grant is coming;
+// without one it leaves the waiter queued and unclaimable; a waiter woken
+// by Notify keeps no offer.
+func TestQueue_WithdrawAfterClaimWaitsForGrant(t *testing.T) {
+	var q Queue
+	a, b := q.Wait("t", 1), q.Wait("t", 1)
+	a.Offer("a")
+	b.Offer("b")
+	claimed := q.Claim("t", 1, 1)
+	if len(claimed) != 1 || claimed[0] != a {
+		t.Fatalf("Claim(1) = %v, want [a]", claimed)
+	}
+	if !a.Withdraw() {
+		t.Fatal("Withdraw of a claimed waiter = false, want true (its grant is coming)")
+	}
+	if b.Withdraw() {
+		t.Fatal("Withdraw of an unclaimed waiter = true")
+	}
+	if got := q.Claim("t", 1, 1); len(got) != 0 {
+		t.Fatalf("Claim after b withdrew = %v, want none", got)
+	}
+	a.Grant(nil)
+	if !woken(a) {
+		t.Fatal("a not woken by its grant")
+	}
+	c := q.Wait("t", 1)
+	c.Offer("c")
+	q.Notify("t", 2) // wakes b and c the plain way
+	if !woken(b) || !woken(c) || c.Offered() != nil || c.Granted() != nil {
+		t.Fatalf("Notify: b %v, c %v, c's offer %v", woken(b), woken(c), c.Offered())
+	}
+	if got := q.Claim("t", 1, 1); len(got) != 0 {
+		t.Fatalf("Claim after every waiter woke = %v", got)
+	}
+}
+
+// A grant to a waiter that was not claimed, or a second grant, panics:
+// either would lose or duplicate the waiter's work.
+func TestQueue_GrantOnlyOncePerClaim(t *testing.T) {
+	var q Queue
+	w := q.Wait("t", 1)
+	mustPanic(t, "Grant of an unclaimed waiter", func() { w.Grant(1) })
+	w.Offer(1)
+	q.Claim("t", 1, 1)[0].Grant(1)
+	mustPanic(t, "a second Grant", func() { w.Grant(2) })
+	if w.Granted() != 1 {
+		t.Fatalf("Granted = %v after a refused second grant, want 1", w.Granted())
+	}
+}
+
+func mustPanic(t *testing.T, what string, f func()) {
+	t.Helper()
+	defer func() {
+		if recover() == nil {
+			t.Fatalf("%s did not panic", what)
+		}
+	}()
+	f()
+}

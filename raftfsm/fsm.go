@@ -446,7 +446,11 @@ func (f *FSM) applyAcquire(c tenantCall) Response {
 		return Response{Err: fsmErr(KindInvalidCommand, "max_tasks is above 256")}
 	}
 	p := c.t.pool
-	var out []Acquired
+	// NB: sized once: no assignment leases more than the queued tasks, and
+	// growing it by doubling allocated twice the 400-byte elements (8 % of
+	// the bytes a 16-worker bench allocated; docs/benchmarks.md, "1 024
+	// workers, session 7").
+	out := make([]Acquired, 0, min(n, p.Snapshot().QueuedTasks))
 	for i := range n {
 		tr, err := p.AssignNext(rev, now, a.GetWorkerId(), a.GetLeaseTtlSecs())
 		if err != nil {

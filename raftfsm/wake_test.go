@@ -8,6 +8,7 @@ package raftfsm
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"testing"
 
 	distributed "github.com/termivar/distributed"
@@ -119,5 +120,29 @@ func TestFSM_AcquireRefused(t *testing.T) {
 	r := b.apply(acquireCmd("kw1", "nobody", 1))
 	if r.Err == nil || errors.Is(r.Err, distributed.ErrNoQueuedTask) || r.Value != nil || RefusedLeasable(r) {
 		t.Fatalf("AcquireTasks of an unknown worker = %+v, want another error and no value", r)
+	}
+}
+
+// TestFSM_AcquireResultSized: an AcquireTasks' value is allocated once at
+// its final size when the queue holds fewer tasks than max_tasks (5 of
+// 128: capacity 5; grown by append it was 8), and at max_tasks when the
+// queue holds more.
+func TestFSM_AcquireResultSized(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.must(t, &pb.Command{Principal: "kw1", Op: &pb.Command_RegisterWorker{RegisterWorker: &pb.RegisterWorker{Spec: &pb.WorkerSpec{WorkerId: "w1", Capacity: 64}}}})
+	b.must(t, enqueueCmd("kprod", "a1", "a2", "a3", "a4", "a5"))
+	acq := valueOf[[]Acquired](t, b.must(t, acquireCmd("kw1", "w1", 128)))
+	if len(acq) != 5 || cap(acq) != 5 {
+		t.Fatalf("AcquireTasks of 128 with 5 queued: len %d cap %d, want 5 and 5", len(acq), cap(acq))
+	}
+	var ids []string
+	for i := range 12 {
+		ids = append(ids, "b"+strconv.Itoa(i))
+	}
+	b.must(t, enqueueCmd("kprod", ids...))
+	acq = valueOf[[]Acquired](t, b.must(t, acquireCmd("kw1", "w1", 3)))
+	if len(acq) != 3 || cap(acq) != 3 {
+		t.Fatalf("AcquireTasks of 3 with 12 queued: len %d cap %d, want 3 and 3", len(acq), cap(acq))
 	}
 }

@@ -23,11 +23,23 @@ type sessionStream = connect.BidiStreamForClient[pb.SessionRequest, pb.SessionRe
 // closed at the test's end.
 func openSession(t *testing.T, b *testBundle, key string) *sessionStream {
 	t.Helper()
+	return openSessionOf(t, b, key, false)
+}
+
+// openSessionOf opens a producer session (producer) or a worker session
+// with key over h2c; the stream is closed at the test's end.
+func openSessionOf(t *testing.T, b *testBundle, key string, producer bool) *sessionStream {
+	t.Helper()
 	hc := h2cHTTPClient()
 	t.Cleanup(hc.CloseIdleConnections)
-	wc := termivarv1connect.NewWorkerClient(hc, b.srv.URL, connect.WithInterceptors(authInterceptor{key}))
+	opt := connect.WithInterceptors(authInterceptor{key})
 	ctx, cancel := context.WithCancel(context.Background())
-	st := wc.Session(ctx)
+	var st *sessionStream
+	if producer {
+		st = termivarv1connect.NewProducerClient(hc, b.srv.URL, opt).Session(ctx)
+	} else {
+		st = termivarv1connect.NewWorkerClient(hc, b.srv.URL, opt).Session(ctx)
+	}
 	t.Cleanup(func() {
 		_ = st.CloseRequest()
 		cancel()

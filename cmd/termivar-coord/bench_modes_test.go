@@ -183,8 +183,30 @@ func TestBench_SingleCalls(t *testing.T) {
 // (completions carried, long-polling) go as messages of one session
 // each, never as Acquire or CompleteMany calls, and every task completes.
 func TestBench_WorkerSession(t *testing.T) {
+	res, paths := benchCountingPaths(t, "--worker-session")
+	if res.tasks != 400 || res.calls[3] != 0 || paths.count("Acquire") != 0 || paths.count("CompleteMany") != 0 || paths.count("Session") != 4 {
+		t.Fatalf("%d tasks; calls: CompleteMany %d, unary Acquire %d, unary CompleteMany %d, sessions %d", res.tasks, res.calls[3], paths.count("Acquire"), paths.count("CompleteMany"), paths.count("Session"))
+	}
+}
+
+// TestBench_ProducerSession: with --producer-session the producers'
+// Enqueues go as messages of one producer session, never as Enqueue or
+// EnqueueMany calls; enqueue_calls counts the messages, and every task
+// completes.
+func TestBench_ProducerSession(t *testing.T) {
+	res, paths := benchCountingPaths(t, "--producer-session")
+	if res.tasks != 400 || paths.count("Enqueue") != 0 || paths.count("EnqueueMany") != 0 || paths.count("Session") != 1 || res.calls[0] < 1 || res.calls[0] > 400 {
+		t.Fatalf("%d tasks; Enqueue %d, EnqueueMany %d, sessions %d, session messages %d", res.tasks, paths.count("Enqueue"), paths.count("EnqueueMany"), paths.count("Session"), res.calls[0])
+	}
+}
+
+// benchCountingPaths runs 400 tasks, one per call (8 producers, 4
+// workers), with flag on an embedded node and returns the result and the
+// requests by RPC name.
+func benchCountingPaths(t *testing.T, flag string) (benchResult, *pathCounter) {
+	t.Helper()
 	var f benchFlags
-	if err := newBenchFlagSet(&f).Parse([]string{"--tasks", "400", "--batch", "1", "--acquire", "1", "--producers", "8", "--workers", "4", "--lease-ttl-secs", testLeaseTTL, "--worker-session"}); err != nil {
+	if err := newBenchFlagSet(&f).Parse([]string{"--tasks", "400", "--batch", "1", "--acquire", "1", "--producers", "8", "--workers", "4", "--lease-ttl-secs", testLeaseTTL, flag}); err != nil {
 		t.Fatal(err)
 	}
 	paths := &pathCounter{n: map[string]int{}}
@@ -198,9 +220,7 @@ func TestBench_WorkerSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.tasks != 400 || res.calls[3] != 0 || paths.count("Acquire") != 0 || paths.count("CompleteMany") != 0 || paths.count("Session") != 4 {
-		t.Fatalf("%d tasks; calls: CompleteMany %d, unary Acquire %d, unary CompleteMany %d, sessions %d", res.tasks, res.calls[3], paths.count("Acquire"), paths.count("CompleteMany"), paths.count("Session"))
-	}
+	return res, paths
 }
 
 // pathCounter counts requests by RPC name.

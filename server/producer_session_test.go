@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/internal/wireerr"
 )
 
 func enqueueManyMsg(id uint64, reqs ...*pb.EnqueueRequest) *pb.SessionRequest {
@@ -141,4 +142,25 @@ func TestProducerSession_WrongRoleRefused(t *testing.T) {
 		t.Fatalf("enqueue_many on a worker session answered %v", e)
 	}
 	b.assertUnchanged(t, state, "enqueue_many on a worker session")
+}
+
+// TestProducerSession_OversizedMessageTyped: a message over the Producer
+// service's request bound (not the Worker service's larger one) ends the
+// stream ResourceExhausted / message_too_large, as its unary call is
+// refused, and changes nothing.
+func TestProducerSession_OversizedMessageTyped(t *testing.T) {
+	b := setup(t, nil)
+	key := b.createKey(t, "", "producer")
+	big := &pb.EnqueueManyRequest{Requests: []*pb.EnqueueRequest{{Tasks: []*pb.NewTask{{TaskId: "a", ScanId: "s", TargetRef: string(make([]byte, MaxProducerRequestBytes))}}}}}
+	if _, err := b.clients(key).producer.EnqueueMany(context.Background(), connect.NewRequest(big)); connect.CodeOf(err) != connect.CodeResourceExhausted {
+		t.Fatalf("unary oversized enqueue_many: %v", err)
+	}
+	before := b.state(t)
+	st := openSessionOf(t, b, key, true)
+	_ = st.Send(&pb.SessionRequest{Id: 1, Op: &pb.SessionRequest_EnqueueMany{EnqueueMany: big}}) // NB: may meet the stream's end (EOF)
+	_, err := recvMsg(t, st)
+	if d, ok := wireerr.DetailOf(err); connect.CodeOf(err) != connect.CodeResourceExhausted || !ok || d.GetKind() != KindMessageTooLarge {
+		t.Fatalf("oversized message: %v (detail %v), want resource_exhausted %s", err, d, KindMessageTooLarge)
+	}
+	b.assertUnchanged(t, before, "the oversized message")
 }

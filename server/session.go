@@ -267,7 +267,7 @@ func unreadable(err error) error {
 	}
 	switch ce.Code() {
 	case connect.CodeResourceExhausted:
-		return &apiError{KindMessageTooLarge, "session message larger than the Worker service's request limit"}
+		return &apiError{KindMessageTooLarge, "session message larger than its service's request limit"}
 	case connect.CodeInvalidArgument:
 		return errInvalid("session message does not decode")
 	}

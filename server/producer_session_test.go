@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/internal/metrics"
 	"github.com/termivar/distributed/internal/wireerr"
 )
 
@@ -163,4 +164,25 @@ func TestProducerSession_OversizedMessageTyped(t *testing.T) {
 		t.Fatalf("oversized message: %v (detail %v), want resource_exhausted %s", err, d, KindMessageTooLarge)
 	}
 	b.assertUnchanged(t, before, "the oversized message")
+}
+
+// TestProducerSession_MetricsAsUnary: each enqueue_many message is
+// counted under Producer.EnqueueMany's procedure with its code, as the
+// unary call is.
+func TestProducerSession_MetricsAsUnary(t *testing.T) {
+	reg := metrics.New()
+	b := setupServer(t, nil, Config{Metrics: reg.API})
+	key := b.createKey(t, "", "producer")
+	st := openSessionOf(t, b, key, true)
+	count := func(code string) float64 {
+		return counterValue(t, reg, "termivar_api_requests_total", map[string]string{"procedure": sessionEnqueueMany, "code": code})
+	}
+	ok, bad := count("ok"), count("invalid_argument")
+	sendMsg(t, st, enqueueManyMsg(1, oneTask("a")))
+	mustRecv(t, st)
+	sendMsg(t, st, enqueueManyMsg(2))
+	mustRecv(t, st)
+	if n, m := count("ok")-ok, count("invalid_argument")-bad; n != 1 || m != 1 {
+		t.Fatalf("EnqueueMany requests counted: ok %v, invalid_argument %v; want 1 and 1", n, m)
+	}
 }

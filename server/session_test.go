@@ -420,19 +420,30 @@ func TestSession_UnreadableMessageTyped(t *testing.T) {
 // authRejected is the node's termivar_api_auth_rejected_total{reason}.
 func authRejected(t *testing.T, reg *metrics.Registry, reason string) float64 {
 	t.Helper()
+	return counterValue(t, reg, "termivar_api_auth_rejected_total", map[string]string{"reason": reason})
+}
+
+// counterValue is the value of counter name with every label of labels
+// (0 when no such series exists yet).
+func counterValue(t *testing.T, reg *metrics.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
 	mfs, err := reg.Reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() != "termivar_api_auth_rejected_total" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
+			n := 0
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "reason" && l.GetValue() == reason {
-					return m.GetCounter().GetValue()
+				if v, ok := labels[l.GetName()]; ok && v == l.GetValue() {
+					n++
 				}
+			}
+			if n == len(labels) {
+				return m.GetCounter().GetValue()
 			}
 		}
 	}

@@ -45,15 +45,15 @@ import (
 //     the message, so a long-polling Acquire leases nothing for nobody.
 //     One the server had proposed already may still be applied: the
 //     outcome is unknown, as for a unary call cancelled mid-flight.
-//   - C8: with Config.ProducerSession the coalesced Enqueue calls go as
-//     enqueue_many messages of a Producer.Session stream, a sessions of
-//     their own (never shared with the worker session): C1–C6 hold for
-//     them as written (a cut stream is an EnqueueMany whose connection
-//     broke: Unavailable, OutcomeUnknown).
 //   - C7: AcquireNotify's callback runs on a goroutine of its own, not on
 //     the stream's reader: a slow callback does not stall the session,
 //     and one calling back into the Client does not deadlock it. The
 //     Acquire returns after its callback has returned.
+//   - C8: with Config.ProducerSession the coalesced Enqueue calls go as
+//     enqueue_many messages of a Producer.Session stream, in a sessions
+//     value of their own (never shared with the worker session): C1–C6
+//     hold for them as written (a cut stream is an EnqueueMany whose
+//     connection broke: Unavailable, OutcomeUnknown).
 
 // kindSessionLimit is server.KindSessionLimit: a message refused, not
 // run, because its session has the server's bound of messages awaiting
@@ -63,8 +63,9 @@ const kindSessionLimit = "session_limit"
 // sessionRPC is a try of one call of the unary signature.
 type sessionRPC[Req, Resp any] func(context.Context, *connect.Request[Req]) (*connect.Response[Resp], error)
 
-// errNoSession: the server has no Worker.Session (C3).
-var errNoSession = errors.New("client: the server has no worker sessions")
+// errNoSession: the server has no Worker.Session (or Producer.Session)
+// (C3).
+var errNoSession = errors.New("client: the server has no sessions")
 
 // sessions holds a Client's current worker (or producer) session.
 type sessions struct {

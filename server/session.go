@@ -47,6 +47,12 @@ import (
 //     request limit, or not decoding) ends the stream with the unary
 //     call's refusal and an ErrorDetail (message_too_large,
 //     invalid_argument): the client fails it without a retry.
+//   - S7: each message runs under a context of its own; a cancel{id}
+//     (its caller gave up) cancels message id's. A long-polling acquire
+//     cancelled while it waits leases nothing and is answered empty; one
+//     cancelled after it proposed may still be applied. Its answer is
+//     sent either way (the client, which gave up, takes the outcome as
+//     unknown, as a unary call cancelled mid-flight).
 //   - S8: Producer.Session (docs/node.md, "Producer sessions") is the
 //     same stream for a producer's key: its one operation is
 //     enqueue_many, answered as Producer.EnqueueMany (enqueueManyMsg: the
@@ -54,12 +60,6 @@ import (
 //     metrics under that procedure's name; S1 and S3–S7 hold as written.
 //     Each kind of session refuses the other's operations
 //     invalid_argument, running nothing.
-//   - S7: each message runs under a context of its own; a cancel{id}
-//     (its caller gave up) cancels message id's. A long-polling acquire
-//     cancelled while it waits leases nothing and is answered empty; one
-//     cancelled after it proposed may still be applied. Its answer is
-//     sent either way (the client, which gave up, takes the outcome as
-//     unknown, as a unary call cancelled mid-flight).
 
 // KindSessionLimit: a worker session limit (S3) was reached.
 const KindSessionLimit = "session_limit"
@@ -125,9 +125,9 @@ func isSessionPath(path string) bool {
 
 // session is one open Worker.Session or Producer.Session stream.
 type session struct {
-	h        workerHandler
-	producer bool   // a Producer.Session (S8): enqueue_many only
-	method   string // the audit method of its open and admit refusals
+	h        workerHandler // NB: a producer session's too: both are the Server's handlers
+	producer bool          // a Producer.Session (S8): enqueue_many only
+	method   string        // the audit method of its open and admit refusals
 	st       *connect.BidiStream[pb.SessionRequest, pb.SessionResponse]
 	p        principal
 	hash     []byte        // the key's hash at the open (S1: a rotation ends the stream)

@@ -23,6 +23,7 @@ import (
 	"github.com/termivar/distributed/client"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 	"github.com/termivar/distributed/gen/termivar/v1/termivarv1connect"
+	"github.com/termivar/distributed/internal/metrics"
 	"github.com/termivar/distributed/node"
 	"github.com/termivar/distributed/raftfsm"
 )
@@ -64,6 +65,9 @@ type benchFlags struct {
 	// client's default).
 	producerSession bool
 	enqueueInFlight int
+	// nodeMetrics is the embedded node's registry (nil against --server):
+	// each run reports its raft chain from it (bench_chain.go).
+	nodeMetrics *metrics.Registry
 	// wrapTransport, when set, wraps the run's HTTP transport (tests: a
 	// reply lost on the wire).
 	wrapTransport func(http.RoundTripper) http.RoundTripper
@@ -104,7 +108,8 @@ func runBench(args []string) int {
 	}
 	url, key := f.client.server, f.client.key
 	if f.embedded {
-		stop, u, k, err := startBenchNode(f.dataDir, benchSnapshots{bytes: int64(f.snapshotBytes), growth: f.snapshotGrowth})
+		f.nodeMetrics = metrics.New()
+		stop, u, k, err := startBenchNodeMetrics(f.dataDir, benchSnapshots{bytes: int64(f.snapshotBytes), growth: f.snapshotGrowth}, f.nodeMetrics)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "termivar-coord bench:", err)
 			return exitRejected
@@ -173,6 +178,12 @@ type benchSnapshots struct {
 // has) on dir, or on a temporary dir that stop removes, with the snapshot
 // triggers snap.
 func startBenchNode(dir string, snap benchSnapshots) (stop func(), url, key string, err error) {
+	return startBenchNodeMetrics(dir, snap, nil)
+}
+
+// startBenchNodeMetrics is startBenchNode whose node records its raft
+// instruments in reg (nil: none).
+func startBenchNodeMetrics(dir string, snap benchSnapshots, reg *metrics.Registry) (stop func(), url, key string, err error) {
 	tmp := ""
 	if dir == "" {
 		if tmp, err = os.MkdirTemp("", "termivar-bench-"); err != nil {
@@ -182,7 +193,11 @@ func startBenchNode(dir string, snap benchSnapshots) (stop func(), url, key stri
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	e, err := startEmbedded(ctx, node.Config{DataDir: dir, RaftAddr: "127.0.0.1:0", SnapshotBytes: snap.bytes, SnapshotGrowth: snap.growth}, nil, true)
+	cfg := node.Config{DataDir: dir, RaftAddr: "127.0.0.1:0", SnapshotBytes: snap.bytes, SnapshotGrowth: snap.growth}
+	if reg != nil {
+		cfg.Metrics = reg.Node
+	}
+	e, err := startEmbedded(ctx, cfg, nil, true)
 	if err != nil {
 		return nil, "", "", err
 	}
@@ -212,6 +227,7 @@ type benchResult struct {
 	idleConnGoroutines     float64       // goroutines per idle long-polling connection (both ends)
 	calls                  [4]int64      // Enqueue (and EnqueueMany), Acquire (of which empty), CompleteMany calls
 	workerStartCPU         time.Duration // CPU until every worker waited in its first Acquire (not in cpu)
+	chain                  benchChain    // the embedded node's raft chain during the run (zero: not known)
 }
 
 func (r benchResult) String() string {
@@ -244,7 +260,7 @@ func (r benchResult) modeLines() string {
 	if r.idleConns > 0 {
 		s += fmt.Sprintf("\nidle_conns=%d bytes_per_idle_conn=%d goroutines_per_idle_conn=%.2f", r.idleConns, r.idleConnBytes, r.idleConnGoroutines)
 	}
-	return s
+	return s + r.chain.line()
 }
 
 func (r benchResult) tasksPerSec() float64 { return float64(r.tasks) / r.elapsed.Seconds() }
@@ -434,6 +450,7 @@ func bench(ctx context.Context, f benchFlags, url, adminKey string) (benchResult
 	}
 	defer r.stopRunProfile()
 	r.calls.enqueue.Store(0) // the calls of the run only (not --resident's)
+	chain0 := nodeChain(f.nodeMetrics)
 	start, cpu0 := time.Now(), processCPU()
 	r.start = start
 	for range f.producers {
@@ -441,6 +458,7 @@ func bench(ctx context.Context, f benchFlags, url, adminKey string) (benchResult
 	}
 	wg.Go(func() { r.watchProgress(runCtx, benchStallAfter) })
 	wg.Wait()
+	res.chain = nodeChain(f.nodeMetrics).since(chain0)
 	if r.doneAt.IsZero() { // the run failed: measure up to now
 		r.doneAt, r.doneCPU = time.Now(), processCPU()
 	}

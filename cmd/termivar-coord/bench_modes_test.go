@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/termivar/distributed/internal/metrics"
 )
 
 // testLeaseTTL is the tests' --lease-ttl-secs: under -race at load a
@@ -200,10 +202,28 @@ func TestBench_ProducerSession(t *testing.T) {
 	}
 }
 
+// TestBench_ChainLine: against an embedded node with its raft
+// instruments each run reports its chain (entries' Apply-to-answer time,
+// commands per entry, WAL stores), consistent with the run's log entries;
+// without them (a --server node) the line is absent.
+func TestBench_ChainLine(t *testing.T) {
+	res, _ := benchCountingPaths(t, "--worker-session", metrics.New())
+	c := res.chain
+	if c.entries < 1 || c.commands < c.entries || c.stores < 1 || c.entrySecs <= 0 || c.storeSecs <= 0 || c.entries > float64(res.entries())+2 {
+		t.Fatalf("chain %+v for %d log entries", c, res.entries())
+	}
+	if !strings.Contains(res.String(), "\nraft_entry_apply_to_answer_mean=") {
+		t.Fatalf("no chain line in:\n%s", res)
+	}
+	if line := (benchChain{}).line(); line != "" || nodeChain(nil) != (benchChain{}) {
+		t.Fatalf("without instruments: line %q", line)
+	}
+}
+
 // benchCountingPaths runs 400 tasks, one per call (8 producers, 4
-// workers), with flag on an embedded node and returns the result and the
-// requests by RPC name.
-func benchCountingPaths(t *testing.T, flag string) (benchResult, *pathCounter) {
+// workers), with flag on an embedded node (its raft instruments in reg
+// when not nil) and returns the result and the requests by RPC name.
+func benchCountingPaths(t *testing.T, flag string, reg ...*metrics.Registry) (benchResult, *pathCounter) {
 	t.Helper()
 	var f benchFlags
 	if err := newBenchFlagSet(&f).Parse([]string{"--tasks", "400", "--batch", "1", "--acquire", "1", "--producers", "8", "--workers", "4", "--lease-ttl-secs", testLeaseTTL, flag}); err != nil {
@@ -211,7 +231,10 @@ func benchCountingPaths(t *testing.T, flag string) (benchResult, *pathCounter) {
 	}
 	paths := &pathCounter{n: map[string]int{}}
 	f.wrapTransport = func(next http.RoundTripper) http.RoundTripper { paths.next = next; return paths }
-	stop, url, key, err := startBenchNode(t.TempDir(), benchSnapshots{})
+	if len(reg) > 0 {
+		f.nodeMetrics = reg[0]
+	}
+	stop, url, key, err := startBenchNodeMetrics(t.TempDir(), benchSnapshots{}, f.nodeMetrics)
 	if err != nil {
 		t.Fatal(err)
 	}

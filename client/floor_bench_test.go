@@ -46,8 +46,9 @@ func BenchmarkClient_WorkerCallFloor(b *testing.B) {
 	})
 }
 
-// BenchmarkClient_EnqueueFloor is one producer's Enqueue that the server
-// refuses before the log (an invalid task ID), as a unary HTTP/1.1 call
+// BenchmarkClient_EnqueueFloor is one producer's Enqueue that the core
+// refuses (an invalid task ID) on the clienttest server's in-memory
+// backend (no raft, no disk: the same work every call), as a unary HTTP/1.1 call
 // and as a message of a producer session (h2c), from one caller and
 // from 16 concurrent callers of one client (whose calls the coalescer
 // shares): the per-call floor of the producer side of issue 15's one

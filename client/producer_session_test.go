@@ -209,9 +209,10 @@ func TestProducerSession_FallbackWithoutSession(t *testing.T) {
 }
 
 // producerSessionAllocBudget bounds the allocations of one Enqueue over a
-// producer session, both ends in the process, refused by the server's
-// checks before the log (137 measured when written, the same on every
-// run, against 286 for the unary Enqueue over HTTP/1.1).
+// producer session, both ends in the process, refused by the core (an
+// invalid task ID) on the clienttest server's in-memory backend, no raft
+// and no disk (137 measured when written, the same on every run, against
+// 286 for the unary Enqueue over HTTP/1.1).
 const producerSessionAllocBudget = 160
 
 // TestProducerSession_EnqueueAllocBudget fails when an Enqueue over a
@@ -229,7 +230,7 @@ func TestProducerSession_EnqueueAllocBudget(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		bad := oneTask("bad id") // refused before the log: the same work every call
+		bad := oneTask("bad id") // refused by the core: the same work every call
 		call := func() {
 			if _, err := c.Enqueue(context.Background(), bad); client.KindOf(err) != "invalid_task" {
 				t.Fatalf("enqueue of a bad id: %v", err)

@@ -109,6 +109,15 @@ type Config struct {
 	// sessions (or over HTTP/1.1) the client falls back to unary calls.
 	// Default off.
 	WorkerSession bool
+	// ProducerSession sends the coalesced Enqueue calls (coalesce.go) as
+	// enqueue_many messages of one Producer.Session stream (HTTP/2)
+	// instead of one HTTP request each (session.go; docs/node.md,
+	// "Producer sessions"), with the same retries and outcomes, the
+	// transport rules of WorkerSession and its fallback to unary calls; a
+	// lone caller goes as an enqueue_many of one request. With it
+	// EnqueueCallsInFlight defaults to DefaultSessionEnqueueCallsInFlight.
+	// Default off.
+	ProducerSession bool
 }
 
 // Client is a connection to one node. Its methods are safe for concurrent
@@ -121,6 +130,7 @@ type Client struct {
 	auth   string     // the Authorization header: "Bearer " + the key
 	enq    *coalescer // nil: Config.EnqueueCallsInFlight < 0
 	sess   *sessions  // nil: Config.WorkerSession off
+	psess  *sessions  // nil: Config.ProducerSession off
 
 	// The service clients, each built on first use: a Connect client per
 	// method of a service costs tens of kilobytes, and most programs (a
@@ -217,17 +227,24 @@ func New(cfg Config) (*Client, error) {
 	hc.Transport = &bearer{auth: auth, next: rt, router: rtr}
 	c := &Client{cfg: cfg, router: rtr, hc: &hc, log: log, auth: auth}
 	if cfg.EnqueueCallsInFlight >= 0 {
-		c.enq = &coalescer{c: c, max: cmp.Or(cfg.EnqueueCallsInFlight, DefaultEnqueueCallsInFlight)}
+		def := DefaultEnqueueCallsInFlight
+		if cfg.ProducerSession {
+			def = DefaultSessionEnqueueCallsInFlight
+		}
+		c.enq = &coalescer{c: c, max: cmp.Or(cfg.EnqueueCallsInFlight, def)}
 	}
-	c.sess = newSessions(c, cfg.HTTPClient)
+	c.sess = newSessions(c, cfg.HTTPClient, cfg.WorkerSession, false)
+	c.psess = newSessions(c, cfg.HTTPClient, cfg.ProducerSession, true)
 	return c, nil
 }
 
-// Close closes the client's worker session and idle connections. The
-// client stays usable.
+// Close closes the client's sessions and idle connections. The client
+// stays usable.
 func (c *Client) Close() {
-	if c.sess != nil {
-		c.sess.close()
+	for _, s := range []*sessions{c.sess, c.psess} {
+		if s != nil {
+			s.close()
+		}
 	}
 	c.hc.CloseIdleConnections()
 }

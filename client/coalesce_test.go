@@ -173,6 +173,24 @@ func TestClient_EnqueueCoalescedIndependent(t *testing.T) {
 	if n, m := g.count("Enqueue"), g.count("EnqueueMany"); n != 1 || m != 1 {
 		t.Fatalf("%d Enqueue and %d EnqueueMany calls, want 1 and 1 (31 callers share the second)", n, m)
 	}
+	checkAsAlone(t, ref, reqs, errs, bad)
+	if !errors.Is(errs[3], distributed.ErrTaskAlreadyExists) || !errors.Is(errs[11], distributed.ErrRevisionConflict) {
+		t.Errorf("core errors not rebuilt: %v, %v", errs[3], errs[11])
+	}
+	for i := range reqs {
+		id := reqs[i].GetTasks()[0].GetTaskId()
+		_, err := ref.GetTask(context.Background(), &pb.GetTaskRequest{TaskId: id})
+		if (err == nil) != (bad[i] == nil) {
+			t.Errorf("GetTask(%s) = %v; stored must be %v", id, err, bad[i] == nil)
+		}
+	}
+}
+
+// checkAsAlone fails unless every good request (not in bad) succeeded and
+// every bad one failed as its own single call through ref does (kind,
+// code, reason, the Enqueue op).
+func checkAsAlone(t *testing.T, ref *client.Client, reqs []*pb.EnqueueRequest, errs []error, bad map[int]*pb.EnqueueRequest) {
+	t.Helper()
 	for i, err := range errs {
 		if bad[i] == nil {
 			if err != nil {
@@ -183,16 +201,6 @@ func TestClient_EnqueueCoalescedIndependent(t *testing.T) {
 		_, alone := ref.Enqueue(context.Background(), reqs[i])
 		if err == nil || client.KindOf(err) != client.KindOf(alone) || !sameCode(err, alone) || !strings.HasPrefix(err.Error(), "termivar: Producer.Enqueue:") {
 			t.Errorf("request %d: coalesced %v; alone %v", i, err, alone)
-		}
-	}
-	if !errors.Is(errs[3], distributed.ErrTaskAlreadyExists) || !errors.Is(errs[11], distributed.ErrRevisionConflict) {
-		t.Errorf("core errors not rebuilt: %v, %v", errs[3], errs[11])
-	}
-	for i := range reqs {
-		id := reqs[i].GetTasks()[0].GetTaskId()
-		_, err := ref.GetTask(context.Background(), &pb.GetTaskRequest{TaskId: id})
-		if (err == nil) != (bad[i] == nil) {
-			t.Errorf("GetTask(%s) = %v; stored must be %v", id, err, bad[i] == nil)
 		}
 	}
 }

@@ -136,6 +136,18 @@
 // the server's request bound fails ResourceExhausted (message_too_large)
 // without a retry, as its unary call does.
 //
+// # Producer sessions
+//
+// With Config.ProducerSession, the coalesced Enqueue calls go as
+// enqueue_many messages of one Producer.Session stream (HTTP/2) per node
+// instead of one HTTP request each, a lone caller as an enqueue_many of
+// one request; EnqueueCallsInFlight then defaults to 4. Every caller gets
+// what its own Enqueue would have returned, and the rules of worker
+// sessions hold: a stream cut before an answer is Unavailable with an
+// unknown outcome (retried on a new stream; a replayed request that was
+// applied answers task_already_exists), a revoked key fails without a
+// retry, and a server without producer sessions gets unary calls.
+//
 // Every method is safe for concurrent use. Errors that the server returns
 // match the core's sentinels: errors.Is(err, distributed.ErrLeaseExpired);
 // errors.As(err, &de) with a *distributed.Error de gives the same error,

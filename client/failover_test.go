@@ -40,6 +40,12 @@ type fakeNode struct {
 	answer func() error
 }
 
+// Session answers both services' Session (their embedded Unimplemented
+// handlers make the name ambiguous): the fake has no sessions.
+func (n *fakeNode) Session(context.Context, *connect.BidiStream[pb.SessionRequest, pb.SessionResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("fake node: no sessions"))
+}
+
 func newFakeNode(t *testing.T, answer func() error) *fakeNode {
 	t.Helper()
 	n := &fakeNode{answer: answer}

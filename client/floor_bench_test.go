@@ -2,11 +2,14 @@ package client_test
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/termivar/distributed/client"
+	"github.com/termivar/distributed/client/clienttest"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 )
 
@@ -34,31 +37,73 @@ func BenchmarkClient_GetTask(b *testing.B) {
 // message of a worker session (h2c): the per-call floor of each path.
 // cpu-µs/op is the process's CPU (getrusage) per call, both ends.
 func BenchmarkClient_WorkerCallFloor(b *testing.B) {
-	srv := newServer(b)
 	req := &pb.CompleteManyRequest{Items: []*pb.CompleteRequest{{LeaseToken: []byte("forged"), Result: []byte("r")}}}
-	for _, session := range []bool{false, true} {
-		name := "unary"
-		if session {
-			name = "session"
+	floorRuns(b, func(srv *clienttest.Server, session bool) client.Config {
+		return client.Config{ServerURL: srv.URL, Key: srv.Key, WorkerSession: session}
+	}, func(c *client.Client) error {
+		_, err := c.CompleteMany(context.Background(), req)
+		return err
+	})
+}
+
+// BenchmarkClient_EnqueueFloor is one producer's Enqueue that the core
+// refuses (an invalid task ID) on the clienttest server's in-memory
+// backend (no raft, no disk: the same work every call), as a unary HTTP/1.1 call
+// and as a message of a producer session (h2c), from one caller and
+// from 16 concurrent callers of one client (whose calls the coalescer
+// shares): the per-call floor of the producer side of issue 15's one
+// task per call (docs/benchmarks.md, "One task per call, session 7").
+func BenchmarkClient_EnqueueFloor(b *testing.B) {
+	bad := oneTask("bad id")
+	floorRuns(b, func(srv *clienttest.Server, session bool) client.Config {
+		return client.Config{ServerURL: srv.URL, Key: srv.Key, ProducerSession: session}
+	}, func(c *client.Client) error {
+		if _, err := c.Enqueue(context.Background(), bad); client.KindOf(err) != "invalid_task" {
+			return fmt.Errorf("enqueue of a bad id: %w", err)
 		}
-		b.Run(name, func(b *testing.B) {
-			c, err := client.New(client.Config{ServerURL: srv.URL, Key: srv.Key, WorkerSession: session})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer c.Close()
-			if _, err := c.CompleteMany(context.Background(), req); err != nil {
-				b.Fatal(err)
-			}
-			b.ReportAllocs()
-			cpu0 := processCPU()
-			for b.Loop() {
-				if _, err := c.CompleteMany(context.Background(), req); err != nil {
+		return nil
+	})
+}
+
+// floorRuns runs call as sub-benchmarks unary and session (cfg's client
+// without and with its session), each from one caller and from 16, with
+// the process's CPU per call (cpu-µs/op, both ends).
+func floorRuns(b *testing.B, cfg func(*clienttest.Server, bool) client.Config, call func(*client.Client) error) {
+	srv := newServer(b)
+	for _, session := range []bool{false, true} {
+		for _, callers := range []int{1, 16} {
+			name := map[bool]string{false: "unary", true: "session"}[session] + "/callers=" + strconv.Itoa(callers)
+			b.Run(name, func(b *testing.B) {
+				c, err := client.New(cfg(srv, session))
+				if err != nil {
 					b.Fatal(err)
 				}
-			}
-			b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N)/1e3, "cpu-µs/op")
-		})
+				defer c.Close()
+				if err := call(c); err != nil {
+					b.Fatal(err)
+				}
+				b.ReportAllocs()
+				cpu0 := processCPU()
+				if callers == 1 {
+					for b.Loop() {
+						if err := call(c); err != nil {
+							b.Fatal(err)
+						}
+					}
+				} else {
+					b.SetParallelism(callers)
+					b.RunParallel(func(pb *testing.PB) {
+						for pb.Next() {
+							if err := call(c); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					})
+				}
+				b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N)/1e3, "cpu-µs/op")
+			})
+		}
 	}
 }
 

@@ -49,6 +49,11 @@ import (
 //     the stream's reader: a slow callback does not stall the session,
 //     and one calling back into the Client does not deadlock it. The
 //     Acquire returns after its callback has returned.
+//   - C8: with Config.ProducerSession the coalesced Enqueue calls go as
+//     enqueue_many messages of a Producer.Session stream, in a sessions
+//     value of their own (never shared with the worker session): C1–C6
+//     hold for them as written (a cut stream is an EnqueueMany whose
+//     connection broke: Unavailable, OutcomeUnknown).
 
 // kindSessionLimit is server.KindSessionLimit: a message refused, not
 // run, because its session has the server's bound of messages awaiting
@@ -58,14 +63,16 @@ const kindSessionLimit = "session_limit"
 // sessionRPC is a try of one call of the unary signature.
 type sessionRPC[Req, Resp any] func(context.Context, *connect.Request[Req]) (*connect.Response[Resp], error)
 
-// errNoSession: the server has no Worker.Session (C3).
-var errNoSession = errors.New("client: the server has no worker sessions")
+// errNoSession: the server has no Worker.Session (or Producer.Session)
+// (C3).
+var errNoSession = errors.New("client: the server has no sessions")
 
-// sessions holds a Client's current worker session.
+// sessions holds a Client's current worker (or producer) session.
 type sessions struct {
-	c   *Client
-	hc  *http.Client // HTTP/2: the stream's transport
-	own bool         // hc's transport is ours (closed by close)
+	c        *Client
+	hc       *http.Client // HTTP/2: the stream's transport
+	own      bool         // hc's transport is ours (closed by close)
+	producer bool         // Producer.Session streams (C8), else Worker.Session
 
 	mu     sync.Mutex
 	off    bool // C3
@@ -74,14 +81,15 @@ type sessions struct {
 }
 
 // newSessions returns the session state for c, or nil when sessions are
-// off. Without Config.HTTPClient the stream gets a transport of its own
-// that speaks HTTP/2 (h2c to http:// URLs).
-func newSessions(c *Client, base *http.Client) *sessions {
-	if !c.cfg.WorkerSession {
+// off (!on); producer: Producer.Session streams (C8). Without
+// Config.HTTPClient the stream gets a transport of its own that speaks
+// HTTP/2 (h2c to http:// URLs).
+func newSessions(c *Client, base *http.Client, on, producer bool) *sessions {
+	if !on {
 		return nil
 	}
 	hc := *c.hc
-	s := &sessions{c: c, hc: &hc}
+	s := &sessions{c: c, hc: &hc, producer: producer}
 	if base == nil {
 		t := NewTransport(nil, 4)
 		t.Protocols = new(http.Protocols)
@@ -128,9 +136,20 @@ func (s *sessions) get(target *url.URL) *workerSession {
 		s.cur = nil
 	}
 	if s.cur == nil {
-		s.cur = openSession(s.hc, target, s.c.auth)
+		s.cur = openSession(s.hc, target, s.c.auth, s.producer)
 	}
 	return s.cur
+}
+
+// on reports whether s's calls go as session messages: s is not nil and
+// not turned off (C3).
+func (s *sessions) on() bool {
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.off
 }
 
 func (s *sessions) turnOff() {
@@ -200,10 +219,14 @@ type workerSession struct {
 	err     error // set when the stream ended: every message fails with it
 }
 
-func openSession(hc *http.Client, target *url.URL, auth string) *workerSession {
+func openSession(hc *http.Client, target *url.URL, auth string, producer bool) *workerSession {
 	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), targetKey{}, target))
-	wc := termivarv1connect.NewWorkerClient(hc, target.String())
-	st := wc.Session(ctx)
+	var st *connect.BidiStreamForClient[pb.SessionRequest, pb.SessionResponse]
+	if producer {
+		st = termivarv1connect.NewProducerClient(hc, target.String()).Session(ctx)
+	} else {
+		st = termivarv1connect.NewWorkerClient(hc, target.String()).Session(ctx)
+	}
 	st.RequestHeader().Set("Authorization", auth)
 	ws := &workerSession{target: target, st: st, cancel: cancel, done: make(chan struct{}), pending: map[uint64]*pendingMsg{}}
 	go ws.read()
@@ -337,25 +360,25 @@ func (ws *workerSession) forget(id uint64) {
 	delete(ws.pending, id)
 }
 
-// viaSession returns a try of a call that goes as a session message when
-// sessions are on, and as unary otherwise (C3): wrap makes the message,
-// unwrap takes the answer's response.
-func viaSession[Req, Resp any](c *Client, unary sessionRPC[Req, Resp], wrap func(*Req) *pb.SessionRequest, unwrap func(*pb.SessionResponse) *Resp,
+// viaSession returns a try of a call that goes as a message of sess when
+// sessions are on (sess not nil), and as unary otherwise (C3): wrap makes
+// the message, unwrap takes the answer's response.
+func viaSession[Req, Resp any](sess *sessions, unary sessionRPC[Req, Resp], wrap func(*Req) *pb.SessionRequest, unwrap func(*pb.SessionResponse) *Resp,
 	notify func([]*pb.CompleteItemResult)) sessionRPC[Req, Resp] {
-	if c.sess == nil {
+	if sess == nil {
 		return unary
 	}
 	return func(ctx context.Context, req *connect.Request[Req]) (*connect.Response[Resp], error) {
 		target, _ := ctx.Value(targetKey{}).(*url.URL)
-		ws := c.sess.get(target)
+		ws := sess.get(target)
 		if ws == nil {
 			return unary(ctx, req)
 		}
 		m := wrap(req.Msg)
-		m.Id = c.sess.id()
+		m.Id = sess.id()
 		r, err := ws.do(ctx, m, notify)
 		if errors.Is(err, errNoSession) {
-			c.sess.turnOff()
+			sess.turnOff()
 			return unary(ctx, req)
 		}
 		if err != nil {
@@ -392,7 +415,7 @@ func sessionErr(e *pb.SessionError) error {
 // acquireRPC is a try of Acquire; notify (nil: none) gets the carried
 // completions when a session answers them before the leases.
 func (c *Client) acquireRPC(notify func([]*pb.CompleteItemResult)) sessionRPC[pb.AcquireRequest, pb.AcquireResponse] {
-	return viaSession(c, c.workerSvc().Acquire,
+	return viaSession(c.sess, c.workerSvc().Acquire,
 		func(m *pb.AcquireRequest) *pb.SessionRequest {
 			return &pb.SessionRequest{Op: &pb.SessionRequest_Acquire{Acquire: m}}
 		},
@@ -400,7 +423,7 @@ func (c *Client) acquireRPC(notify func([]*pb.CompleteItemResult)) sessionRPC[pb
 }
 
 func (c *Client) completeManyRPC() sessionRPC[pb.CompleteManyRequest, pb.CompleteManyResponse] {
-	return viaSession(c, c.workerSvc().CompleteMany,
+	return viaSession(c.sess, c.workerSvc().CompleteMany,
 		func(m *pb.CompleteManyRequest) *pb.SessionRequest {
 			return &pb.SessionRequest{Op: &pb.SessionRequest_CompleteMany{CompleteMany: m}}
 		},
@@ -408,9 +431,19 @@ func (c *Client) completeManyRPC() sessionRPC[pb.CompleteManyRequest, pb.Complet
 }
 
 func (c *Client) completeRPC() sessionRPC[pb.CompleteRequest, pb.CompleteResponse] {
-	return viaSession(c, c.workerSvc().Complete,
+	return viaSession(c.sess, c.workerSvc().Complete,
 		func(m *pb.CompleteRequest) *pb.SessionRequest {
 			return &pb.SessionRequest{Op: &pb.SessionRequest_Complete{Complete: m}}
 		},
 		func(r *pb.SessionResponse) *pb.CompleteResponse { return r.GetComplete() }, nil)
+}
+
+// enqueueManyRPC is a try of EnqueueMany, as a producer session's message
+// when Config.ProducerSession is on (C8).
+func (c *Client) enqueueManyRPC() sessionRPC[pb.EnqueueManyRequest, pb.EnqueueManyResponse] {
+	return viaSession(c.psess, c.producerSvc().EnqueueMany,
+		func(m *pb.EnqueueManyRequest) *pb.SessionRequest {
+			return &pb.SessionRequest{Op: &pb.SessionRequest_EnqueueMany{EnqueueMany: m}}
+		},
+		func(r *pb.SessionResponse) *pb.EnqueueManyResponse { return r.GetEnqueueMany() }, nil)
 }

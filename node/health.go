@@ -142,8 +142,9 @@ func (n *Node) storeWatchLoop(ctx context.Context) {
 // node's metrics.
 type watchedLogStore struct {
 	raft.LogStore
-	h *health
-	m *metrics.Node
+	h    *health
+	m    *metrics.Node
+	gate *walGate // the proposer's pacing (walgate.go); nil: none
 }
 
 var _ raft.MonotonicLogStore = (*watchedLogStore)(nil)
@@ -152,7 +153,14 @@ func (s *watchedLogStore) StoreLog(l *raft.Log) error { return s.StoreLogs([]*ra
 
 func (s *watchedLogStore) StoreLogs(logs []*raft.Log) error {
 	start := time.Now()
+	var seq uint64
+	if s.gate != nil {
+		seq = s.gate.begin()
+	}
 	err := s.LogStore.StoreLogs(logs)
+	if s.gate != nil {
+		s.gate.end(seq)
+	}
 	end := time.Now()
 	s.m.ObserveStore(end.Sub(start))
 	s.h.storeResult(err, end)

@@ -230,16 +230,18 @@ var ErrClosed = errors.New("node: closed")
 // Node is a running coordinator node. Its methods are safe for concurrent
 // use.
 type Node struct {
-	cfg    Config
-	log    *slog.Logger
-	fsm    *raftfsm.FSM
-	own    *raftfsm.OwnEntries // shared by the proposer and the FSM (raftfsm/own.go)
-	raft   *raft.Raft
-	wal    *wal.WAL
-	meta   *metadb.BoltMetaDB
-	trans  *raft.NetworkTransport
-	stream *tlsStreamLayer
-	secret []byte
+	cfg  Config
+	log  *slog.Logger
+	fsm  *raftfsm.FSM
+	own  *raftfsm.OwnEntries // shared by the proposer and the FSM (raftfsm/own.go)
+	raft *raft.Raft
+	wal  *wal.WAL
+	// walGate paces the proposer by the log store's writes (walgate.go).
+	walGate *walGate
+	meta    *metadb.BoltMetaDB
+	trans   *raft.NetworkTransport
+	stream  *tlsStreamLayer
+	secret  []byte
 	// incarnation is carried in this node's raft certificate, and
 	// verifyPeer (nil: accept every holder of the cluster credential) and
 	// onRaftRefused (nil: only logged) are the stream layer's hooks; all
@@ -359,6 +361,7 @@ func (n *Node) start(ctx context.Context, existing, wroteSecret bool) error {
 	n.prop = newProposer(n.raft, n.fsm.LastTime, cfg.NowFunc, entryBounds{commands: cfg.MaxBatchCommands, bytes: cfg.MaxEntryBytes}, n.life.Done())
 	n.prop.m = cfg.Metrics
 	n.prop.own = n.own
+	n.prop.wal = n.walGate
 	n.tracer = cfg.TracerProvider.Tracer(tracing.InstrumentationName)
 	n.life.Go(n.prop.run)
 	n.life.Go(n.prop.respond)
@@ -476,7 +479,8 @@ func (n *Node) openRaft() (bool, error) {
 	if cfg.wrapLogStore != nil {
 		logs = cfg.wrapLogStore(logs)
 	}
-	logs = &watchedLogStore{LogStore: logs, h: n.hl, m: cfg.Metrics}
+	n.walGate = newWALGate()
+	logs = &watchedLogStore{LogStore: logs, h: n.hl, m: cfg.Metrics, gate: n.walGate}
 	existing, err := raft.HasExistingState(logs, w, snaps)
 	if err != nil {
 		return false, err

@@ -58,13 +58,19 @@ type proposer struct {
 	// carry is a group that did not fit the entry being formed; it starts
 	// the next one. Only run's goroutine touches it.
 	carry *proposal
+	// wal, when set, holds the next entry until the log store has written
+	// the previous one (walgate.go); nil: entries are formed as soon as a
+	// slot is free.
+	wal *walGate
 }
 
 // maxEntriesInFlight bounds the entries handed to raft and not yet
 // answered. NB: run takes a slot before it forms an entry, so proposals
 // that arrive while both are in flight (being written, synced, applied)
 // wait and share the next entry instead of each making one (issue 15:
-// at low rates one entry per command cost more CPU than the commands).
+// at low rates one entry per command cost more CPU than the commands);
+// with a walGate it also waits for the previous entry's write
+// (walgate.go).
 const maxEntriesInFlight = 2
 
 // DefaultMaxEntryBytes is Config.MaxEntryBytes' default. NB: entries
@@ -122,11 +128,13 @@ type proposalResult struct {
 }
 
 type inflightBatch struct {
-	fut   raft.ApplyFuture
-	props []*proposal
-	err   error
-	start time.Time // when the entry went to raft
-	data  []byte    // the framed entry (nil when it did not marshal)
+	fut      raft.ApplyFuture
+	props    []*proposal
+	err      error
+	start    time.Time     // when the entry went to raft
+	data     []byte        // the framed entry (nil when it did not marshal)
+	walMark  uint64        // the log store's writes begun before it went to raft (walGate.mark)
+	answered chan struct{} // closed by respond once every proposer has its answer
 }
 
 // Propose stamps cmd with the leader's time, coalesces it with concurrent
@@ -258,6 +266,7 @@ func (p *proposal) wait(ctx context.Context) (raftfsm.Response, error) {
 func (pr *proposer) run(ctx context.Context) {
 	defer close(pr.inflight)
 	var lastStamp uint64
+	var prev *inflightBatch // the entry last handed to raft
 	batch := make([]*proposal, 0, pr.maxBatch)
 	for {
 		p, ok := pr.next(ctx)
@@ -273,10 +282,19 @@ func (pr *proposer) run(ctx context.Context) {
 			pr.failPending()
 			return
 		}
+		if !pr.waitWritten(ctx, prev) {
+			failAll(batch, ErrClosed)
+			pr.failPending()
+			return
+		}
 		batch = pr.drain(batch)
 		now := max(lastStamp, pr.lastTime(), uint64(max(pr.now().Unix(), 0)))
 		lastStamp = now
-		ib := &inflightBatch{props: append([]*proposal(nil), batch...), start: time.Now()}
+		ib := &inflightBatch{props: append([]*proposal(nil), batch...), start: time.Now(), answered: make(chan struct{})}
+		if pr.wal != nil {
+			ib.walMark = pr.wal.mark()
+		}
+		prev = ib
 		// NB: framed with its version and CRC-32C (raftfsm/frame.go); Apply
 		// and the startup verification (verify.go) check the frame before
 		// they decode.
@@ -294,6 +312,29 @@ func (pr *proposer) run(ctx context.Context) {
 			pr.settle(ib)
 			pr.failPending()
 			return
+		}
+	}
+}
+
+// waitWritten waits until the log store has finished a write begun after
+// prev went to raft, or prev is answered (walgate.go: the next entry then
+// takes every proposal that arrived during the write); at once without a
+// gate or a previous entry. False when ctx ended first.
+func (pr *proposer) waitWritten(ctx context.Context, prev *inflightBatch) bool {
+	if pr.wal == nil || prev == nil {
+		return true
+	}
+	for {
+		written, changed := pr.wal.writtenAfter(prev.walMark)
+		if written {
+			return true
+		}
+		select {
+		case <-changed:
+		case <-prev.answered:
+			return true
+		case <-ctx.Done():
+			return false
 		}
 	}
 }
@@ -380,6 +421,7 @@ func (pr *proposer) failPending() {
 func (pr *proposer) respond(context.Context) {
 	for ib := range pr.inflight {
 		pr.settle(ib)
+		close(ib.answered)
 		<-pr.slots
 		if ib.err == nil {
 			pr.m.ObserveApply(len(ib.props), time.Since(ib.start))

@@ -26,8 +26,19 @@ const methodEnqueueMany = "Producer.EnqueueMany"
 // and its own result; only a failure of the whole call (authentication,
 // request count, an infrastructure error of the log) fails the call.
 func (h producerHandler) EnqueueMany(ctx context.Context, req *connect.Request[pb.EnqueueManyRequest]) (*connect.Response[pb.EnqueueManyResponse], error) {
+	out, err := h.enqueueManyMsg(ctx, req.Msg)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(out), nil
+}
+
+// enqueueManyMsg is EnqueueMany's work on one message, for the unary call
+// and a producer session's enqueue_many alike (session.go S8); its error
+// is a *connect.Error with the leader hint.
+func (h producerHandler) enqueueManyMsg(ctx context.Context, msg *pb.EnqueueManyRequest) (*pb.EnqueueManyResponse, error) {
 	p, err := principalFrom(ctx)
-	reqs := req.Msg.GetRequests()
+	reqs := msg.GetRequests()
 	if err == nil && (len(reqs) == 0 || len(reqs) > MaxEnqueueMany) {
 		err = errInvalid("enqueue_many needs 1 to 256 requests")
 	}
@@ -40,7 +51,7 @@ func (h producerHandler) EnqueueMany(ctx context.Context, req *connect.Request[p
 	if err != nil {
 		return nil, h.s.withLeaderHint(toConnect(err))
 	}
-	return connect.NewResponse(out), nil
+	return out, nil
 }
 
 // enqueueMany answers every request of an EnqueueMany, each audited; an

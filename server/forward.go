@@ -337,10 +337,10 @@ func (f *forwarder) handler(next http.Handler) http.Handler {
 		case f.s.cfg.NoForwarding:
 			f.writeErr(w, r, leader, "not the leader")
 			return
-		case r.URL.Path == sessionProcedure:
+		case isSessionPath(r.URL.Path):
 			// NB: a stream is not forwarded; the client reconnects to the
 			// leader (session.go S5).
-			f.writeErr(w, r, leader, "not the leader (worker sessions are not forwarded)")
+			f.writeErr(w, r, leader, "not the leader (sessions are not forwarded)")
 			return
 		case r.Header.Get(ForwardedHeader) != "":
 			// NB: never forward twice (stale leader views could loop).

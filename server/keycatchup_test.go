@@ -111,7 +111,7 @@ func TestKeyCatchUp_LeaderFindsKeyAfterBarrier(t *testing.T) {
 	if n := s.catchUp.barriers.Load(); n != 1 {
 		t.Fatalf("barriers after a known key = %d, want 1", n)
 	}
-	if f, b := counterValue(t, reg, catchUpsMetric, "outcome", catchUpFound), counterValue(t, reg, barriersMetric, "", ""); f != 1 || b != 1 {
+	if f, b := counterValue(t, reg, catchUpsMetric, map[string]string{"outcome": catchUpFound}), counterValue(t, reg, barriersMetric, nil); f != 1 || b != 1 {
 		t.Fatalf("metrics: %v found, %v barriers; want 1 and 1", f, b)
 	}
 }
@@ -170,7 +170,7 @@ func TestKeyCatchUp_UnknownKeysShareOneBarrier(t *testing.T) {
 		t.Fatalf("barriers = %d for 1 + %d concurrent unknown keys, want 2", got, n)
 	}
 	b.assertUnchanged(t, before, "requests with unknown keys")
-	if u, br := counterValue(t, reg, catchUpsMetric, "outcome", catchUpUnknown), counterValue(t, reg, barriersMetric, "", ""); u != n+1 || br != 2 {
+	if u, br := counterValue(t, reg, catchUpsMetric, map[string]string{"outcome": catchUpUnknown}), counterValue(t, reg, barriersMetric, nil); u != n+1 || br != 2 {
 		t.Fatalf("metrics: %v unknown, %v barriers; want %d and 2", u, br, n+1)
 	}
 	if r := authRejected(t, reg, "unauthenticated"); r != n+1 {
@@ -209,7 +209,7 @@ func TestKeyCatchUp_FailedBarrierIsRetryable(t *testing.T) {
 	mustCode(t, err, connect.CodeUnavailable, KindNotLeader)
 	b.assertUnchanged(t, before, "requests whose key could not be looked up")
 	want := float64(DefaultLimits().AuthFailureBurst + 3)
-	if f, r := counterValue(t, reg, catchUpsMetric, "outcome", catchUpFailed), authRejected(t, reg, "unauthenticated"); f != want || r != 0 {
+	if f, r := counterValue(t, reg, catchUpsMetric, map[string]string{"outcome": catchUpFailed}), authRejected(t, reg, "unauthenticated"); f != want || r != 0 {
 		t.Fatalf("metrics: %v failed catch-ups, %v unauthenticated; want %v and 0", f, r, want)
 	}
 }
@@ -298,7 +298,7 @@ func TestKeyCatchUp_OverrunningBarrierIsBounded(t *testing.T) {
 	}()
 	waitUntil(t, "the request answered while its barrier still runs", done.Load)
 	mustCode(t, callErr, connect.CodeUnavailable, KindUnavailable)
-	if f, r := counterValue(t, reg, catchUpsMetric, "outcome", catchUpFailed), authRejected(t, reg, "unauthenticated"); f != 1 || r != 0 {
+	if f, r := counterValue(t, reg, catchUpsMetric, map[string]string{"outcome": catchUpFailed}), authRejected(t, reg, "unauthenticated"); f != 1 || r != 0 {
 		t.Fatalf("metrics: %v failed catch-ups, %v unauthenticated; want 1 and 0", f, r)
 	}
 }

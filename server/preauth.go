@@ -280,10 +280,10 @@ func maxBodyBytes(path string) int64 {
 // off; a body never read to its end keeps it, which also bounds net/http's
 // drain of it after the handler.
 func (s *Server) boundBody(w http.ResponseWriter, r *http.Request) {
-	if r.ContentLength == 0 || r.URL.Path == sessionProcedure {
-		// NB: a worker session's body is its stream of messages: each is
-		// bounded by the Worker service's message bound (readMax), and the
-		// stream lives as long as the worker (session.go).
+	if r.ContentLength == 0 || isSessionPath(r.URL.Path) {
+		// NB: a session's body is its stream of messages: each is
+		// bounded by its service's message bound (readMax), and the
+		// stream lives as long as its worker or producer (session.go).
 		return
 	}
 	rc := http.NewResponseController(w)

@@ -53,6 +53,13 @@ import (
 //     cancelled after it proposed may still be applied. Its answer is
 //     sent either way (the client, which gave up, takes the outcome as
 //     unknown, as a unary call cancelled mid-flight).
+//   - S8: Producer.Session (docs/node.md, "Producer sessions") is the
+//     same stream for a producer's key: its one operation is
+//     enqueue_many, answered as Producer.EnqueueMany (enqueueManyMsg: the
+//     same checks, per-request audit lines, limits and error kinds), its
+//     metrics under that procedure's name; S1 and S3–S7 hold as written.
+//     Each kind of session refuses the other's operations
+//     invalid_argument, running nothing.
 
 // KindSessionLimit: a worker session limit (S3) was reached.
 const KindSessionLimit = "session_limit"
@@ -63,6 +70,8 @@ const KindMessageTooLarge = "message_too_large"
 
 const (
 	sessionProcedure      = termivarv1connect.WorkerSessionProcedure
+	producerSessionProc   = termivarv1connect.ProducerSessionProcedure
+	sessionEnqueueMany    = termivarv1connect.ProducerEnqueueManyProcedure
 	sessionAcquire        = termivarv1connect.WorkerAcquireProcedure
 	sessionCompleteMany   = termivarv1connect.WorkerCompleteManyProcedure
 	sessionComplete       = termivarv1connect.WorkerCompleteProcedure
@@ -109,15 +118,22 @@ func sessionHTTP(next http.Handler) http.Handler {
 	})
 }
 
-// session is one open Worker.Session stream.
+// isSessionPath reports whether path is a session stream's (S5, S8).
+func isSessionPath(path string) bool {
+	return path == sessionProcedure || path == producerSessionProc
+}
+
+// session is one open Worker.Session or Producer.Session stream.
 type session struct {
-	h      workerHandler
-	st     *connect.BidiStream[pb.SessionRequest, pb.SessionResponse]
-	p      principal
-	hash   []byte        // the key's hash at the open (S1: a rotation ends the stream)
-	slots  chan struct{} // one per message awaiting its final answer (S3)
-	sendMu sync.Mutex
-	wg     sync.WaitGroup
+	h        workerHandler // NB: a producer session's too: both are the Server's handlers
+	producer bool          // a Producer.Session (S8): enqueue_many only
+	method   string        // the audit method of its open and admit refusals
+	st       *connect.BidiStream[pb.SessionRequest, pb.SessionResponse]
+	p        principal
+	hash     []byte        // the key's hash at the open (S1: a rotation ends the stream)
+	slots    chan struct{} // one per message awaiting its final answer (S3)
+	sendMu   sync.Mutex
+	wg       sync.WaitGroup
 
 	cancelMu sync.Mutex
 	cancels  map[uint64]context.CancelFunc // of the messages being served (S7)
@@ -125,14 +141,26 @@ type session struct {
 
 // Session serves one worker session stream.
 func (h workerHandler) Session(ctx context.Context, st *connect.BidiStream[pb.SessionRequest, pb.SessionResponse]) error {
+	return startSession(ctx, &session{h: h, st: st, method: "Worker.Session"})
+}
+
+// Session serves one producer session stream (S8).
+func (h producerHandler) Session(ctx context.Context, st *connect.BidiStream[pb.SessionRequest, pb.SessionResponse]) error {
+	return startSession(ctx, &session{h: workerHandler(h), st: st, producer: true, method: "Producer.Session"})
+}
+
+// startSession authenticates ss's stream, takes its key's session slot
+// and runs it (S1, S3, S5).
+func startSession(ctx context.Context, ss *session) error {
+	h := ss.h
 	p, err := principalFrom(ctx)
 	if err != nil {
 		// NB: audited as a mutating call's refusal is (call).
-		h.s.audit.Record(ctx, audit.Entry{KeyID: p.KeyID, Tenant: p.Tenant, Method: "Worker.Session", Outcome: kindOf(err)})
+		h.s.audit.Record(ctx, audit.Entry{KeyID: p.KeyID, Tenant: p.Tenant, Method: ss.method, Outcome: kindOf(err)})
 		return h.s.withLeaderHint(toConnect(err))
 	}
 	if !h.s.node.IsLeader() {
-		return notLeaderError(h.s.node.LeaderAPIURL(), "not the leader (worker sessions are not forwarded)")
+		return notLeaderError(h.s.node.LeaderAPIURL(), "not the leader (sessions are not forwarded)")
 	}
 	rec, ok := h.s.node.Reads().Key(p.KeyID)
 	if !ok {
@@ -147,10 +175,10 @@ func (h workerHandler) Session(ctx context.Context, st *connect.BidiStream[pb.Se
 	// a whole long-poll when the first message is a waiting acquire. Not
 	// for gRPC-Web: it answers a stream that wrote nothing "trailers-only",
 	// its status in the headers, which must not have gone out yet.
-	if rc, ok := ctx.Value(sessionCtxKey{}).(*http.ResponseController); ok && st.Peer().Protocol != connect.ProtocolGRPCWeb {
+	if rc, ok := ctx.Value(sessionCtxKey{}).(*http.ResponseController); ok && ss.st.Peer().Protocol != connect.ProtocolGRPCWeb {
 		_ = rc.Flush()
 	}
-	ss := &session{h: h, st: st, p: p, hash: rec.Hash, slots: make(chan struct{}, h.s.limits.MaxSessionMessages)}
+	ss.p, ss.hash, ss.slots = p, rec.Hash, make(chan struct{}, h.s.limits.MaxSessionMessages)
 	return ss.run(ctx)
 }
 
@@ -239,7 +267,7 @@ func unreadable(err error) error {
 	}
 	switch ce.Code() {
 	case connect.CodeResourceExhausted:
-		return &apiError{KindMessageTooLarge, "session message larger than the Worker service's request limit"}
+		return &apiError{KindMessageTooLarge, "session message larger than its service's request limit"}
 	case connect.CodeInvalidArgument:
 		return errInvalid("session message does not decode")
 	}
@@ -259,7 +287,7 @@ func (ss *session) admit() error {
 	if isUnauthenticated(err) {
 		s.cfg.Metrics.AuthRejected("unauthenticated") // NB: as preauth counts it; an unknown tenant is not (S1)
 	}
-	s.audit.Record(context.Background(), audit.Entry{KeyID: ss.p.KeyID, Tenant: ss.p.Tenant, Method: "Worker.Session", Outcome: kindOf(err)})
+	s.audit.Record(context.Background(), audit.Entry{KeyID: ss.p.KeyID, Tenant: ss.p.Tenant, Method: ss.method, Outcome: kindOf(err)})
 	return toConnect(err)
 }
 
@@ -332,6 +360,10 @@ func (ss *session) cancelMsg(id uint64) {
 // mctx, the message's context, and ctx is the session's.
 func (ss *session) serve(ctx, mctx context.Context, m *pb.SessionRequest) {
 	id := m.GetId()
+	if ss.producer {
+		ss.serveProducer(ctx, mctx, m)
+		return
+	}
 	switch op := m.GetOp().(type) {
 	case *pb.SessionRequest_Acquire:
 		early := func(done []*pb.CompleteItemResult) {
@@ -349,8 +381,26 @@ func (ss *session) serve(ctx, mctx context.Context, m *pb.SessionRequest) {
 			return &pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Complete{Complete: r}}
 		})
 	default:
-		ss.fail(id, toConnect(errInvalid("session message carries no operation")))
+		ss.fail(id, toConnect(errInvalid("session message carries no worker operation")))
 	}
+}
+
+// serveProducer answers one message of a Producer.Session (S8).
+func (ss *session) serveProducer(ctx, mctx context.Context, m *pb.SessionRequest) {
+	id := m.GetId()
+	op, ok := m.GetOp().(*pb.SessionRequest_EnqueueMany)
+	if !ok {
+		ss.fail(id, toConnect(errInvalid("session message carries no producer operation")))
+		return
+	}
+	start := time.Now()
+	res, err := producerHandler(ss.h).enqueueManyMsg(mctx, op.EnqueueMany)
+	ss.h.s.cfg.Metrics.Observe(sessionEnqueueMany, start, err)
+	if err != nil {
+		ss.fail(id, unknownIfEnded(ctx, err))
+		return
+	}
+	ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_EnqueueMany{EnqueueMany: res}})
 }
 
 // serveMsg runs message id, msg of procedure, through callMsg with fn

@@ -23,11 +23,23 @@ type sessionStream = connect.BidiStreamForClient[pb.SessionRequest, pb.SessionRe
 // closed at the test's end.
 func openSession(t *testing.T, b *testBundle, key string) *sessionStream {
 	t.Helper()
+	return openSessionOf(t, b, key, false)
+}
+
+// openSessionOf opens a producer session (producer) or a worker session
+// with key over h2c; the stream is closed at the test's end.
+func openSessionOf(t *testing.T, b *testBundle, key string, producer bool) *sessionStream {
+	t.Helper()
 	hc := h2cHTTPClient()
 	t.Cleanup(hc.CloseIdleConnections)
-	wc := termivarv1connect.NewWorkerClient(hc, b.srv.URL, connect.WithInterceptors(authInterceptor{key}))
+	opt := connect.WithInterceptors(authInterceptor{key})
 	ctx, cancel := context.WithCancel(context.Background())
-	st := wc.Session(ctx)
+	var st *sessionStream
+	if producer {
+		st = termivarv1connect.NewProducerClient(hc, b.srv.URL, opt).Session(ctx)
+	} else {
+		st = termivarv1connect.NewWorkerClient(hc, b.srv.URL, opt).Session(ctx)
+	}
 	t.Cleanup(func() {
 		_ = st.CloseRequest()
 		cancel()
@@ -408,12 +420,12 @@ func TestSession_UnreadableMessageTyped(t *testing.T) {
 // authRejected is the node's termivar_api_auth_rejected_total{reason}.
 func authRejected(t *testing.T, reg *metrics.Registry, reason string) float64 {
 	t.Helper()
-	return counterValue(t, reg, "termivar_api_auth_rejected_total", "reason", reason)
+	return counterValue(t, reg, "termivar_api_auth_rejected_total", map[string]string{"reason": reason})
 }
 
-// counterValue is the counter name{label="value"} of reg (label "": the
-// counter without labels).
-func counterValue(t *testing.T, reg *metrics.Registry, name, label, value string) float64 {
+// counterValue is the value of counter name with every label of labels
+// (0 when no such series exists yet).
+func counterValue(t *testing.T, reg *metrics.Registry, name string, labels map[string]string) float64 {
 	t.Helper()
 	mfs, err := reg.Reg.Gather()
 	if err != nil {
@@ -424,13 +436,14 @@ func counterValue(t *testing.T, reg *metrics.Registry, name, label, value string
 			continue
 		}
 		for _, m := range mf.GetMetric() {
-			if label == "" {
-				return m.GetCounter().GetValue()
-			}
+			n := 0
 			for _, l := range m.GetLabel() {
-				if l.GetName() == label && l.GetValue() == value {
-					return m.GetCounter().GetValue()
+				if v, ok := labels[l.GetName()]; ok && v == l.GetValue() {
+					n++
 				}
+			}
+			if n == len(labels) {
+				return m.GetCounter().GetValue()
 			}
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -21,6 +22,8 @@ import (
 	distributed "github.com/termivar/distributed"
 	"github.com/termivar/distributed/client"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/gen/termivar/v1/termivarv1connect"
+	"github.com/termivar/distributed/internal/metrics"
 	"github.com/termivar/distributed/node"
 	"github.com/termivar/distributed/raftfsm"
 )
@@ -56,6 +59,15 @@ type benchFlags struct {
 	// as messages of a worker session (client.Config.WorkerSession, over
 	// h2c), and a worker's Acquire that carries completions long-polls.
 	workerSession bool
+	// producerSession: the producers' client sends its coalesced Enqueue
+	// calls as messages of a producer session (client.Config.ProducerSession,
+	// over h2c); enqueueInFlight is its EnqueueCallsInFlight (0: the
+	// client's default).
+	producerSession bool
+	enqueueInFlight int
+	// nodeMetrics is the embedded node's registry (nil against --server):
+	// each run reports its raft chain from it (bench_chain.go).
+	nodeMetrics *metrics.Registry
 	// wrapTransport, when set, wraps the run's HTTP transport (tests: a
 	// reply lost on the wire).
 	wrapTransport func(http.RoundTripper) http.RoundTripper
@@ -96,7 +108,8 @@ func runBench(args []string) int {
 	}
 	url, key := f.client.server, f.client.key
 	if f.embedded {
-		stop, u, k, err := startBenchNode(f.dataDir, benchSnapshots{bytes: int64(f.snapshotBytes), growth: f.snapshotGrowth})
+		f.nodeMetrics = metrics.New()
+		stop, u, k, err := startBenchNodeMetrics(f.dataDir, benchSnapshots{bytes: int64(f.snapshotBytes), growth: f.snapshotGrowth}, f.nodeMetrics)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "termivar-coord bench:", err)
 			return exitRejected
@@ -137,15 +150,21 @@ func newBenchFlagSet(f *benchFlags) *flag.FlagSet {
 	fs.BoolVar(&f.singleCalls, "single-calls", false, "every Enqueue its own call and every batch of completions its own CompleteMany (off: concurrent Enqueues share calls and a worker's completions ride on its next Acquire)")
 	registerBenchModes(fs, f)
 	fs.BoolVar(&f.workerSession, "worker-session", false, "workers send Acquire and CompleteMany as messages of one Worker.Session stream each (HTTP/2 without TLS, http:// only); an Acquire carrying completions then long-polls, its completions answered at once")
+	fs.BoolVar(&f.producerSession, "producer-session", false, "the producers' coalesced Enqueue calls go as messages of one Producer.Session stream (HTTP/2 without TLS, http:// only); enqueue_calls counts the messages")
+	fs.IntVar(&f.enqueueInFlight, "enqueue-calls-in-flight", 0, "the producers' client.Config.EnqueueCallsInFlight (1-64; 0: the client's default, 2, or 4 with --producer-session)")
 	fs.BoolVar(&f.h2c, "h2c", false, "speak HTTP/2 without TLS (http:// only): the calls of all workers share a few connections")
 	return fs
 }
+
+// maxBenchEnqueueInFlight bounds --enqueue-calls-in-flight (0 is the
+// client's default; --single-calls turns coalescing off).
+const maxBenchEnqueueInFlight = 64
 
 // valid reports whether every numeric flag is within its bound.
 func (f benchFlags) valid() bool {
 	return f.tasks >= 1 && f.tasks <= distributed.MaxTaskRecords && f.producers >= 1 && f.workers >= 1 &&
 		f.batch >= 1 && f.batch <= raftfsm.MaxEnqueueTasks && f.acquireMax >= 1 && f.acquireMax <= raftfsm.MaxAcquireTasks && f.leaseTTL >= 1 &&
-		f.cluster >= 0 && f.cluster <= maxBenchCluster
+		f.cluster >= 0 && f.cluster <= maxBenchCluster && f.enqueueInFlight >= 0 && f.enqueueInFlight <= maxBenchEnqueueInFlight
 }
 
 // benchSnapshots are the embedded node's snapshot triggers: its
@@ -159,6 +178,12 @@ type benchSnapshots struct {
 // has) on dir, or on a temporary dir that stop removes, with the snapshot
 // triggers snap.
 func startBenchNode(dir string, snap benchSnapshots) (stop func(), url, key string, err error) {
+	return startBenchNodeMetrics(dir, snap, nil)
+}
+
+// startBenchNodeMetrics is startBenchNode whose node records its raft
+// instruments in reg (nil: none).
+func startBenchNodeMetrics(dir string, snap benchSnapshots, reg *metrics.Registry) (stop func(), url, key string, err error) {
 	tmp := ""
 	if dir == "" {
 		if tmp, err = os.MkdirTemp("", "termivar-bench-"); err != nil {
@@ -168,7 +193,11 @@ func startBenchNode(dir string, snap benchSnapshots) (stop func(), url, key stri
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	e, err := startEmbedded(ctx, node.Config{DataDir: dir, RaftAddr: "127.0.0.1:0", SnapshotBytes: snap.bytes, SnapshotGrowth: snap.growth}, nil, true)
+	cfg := node.Config{DataDir: dir, RaftAddr: "127.0.0.1:0", SnapshotBytes: snap.bytes, SnapshotGrowth: snap.growth}
+	if reg != nil {
+		cfg.Metrics = reg.Node
+	}
+	e, err := startEmbedded(ctx, cfg, nil, true)
 	if err != nil {
 		return nil, "", "", err
 	}
@@ -198,6 +227,7 @@ type benchResult struct {
 	idleConnGoroutines     float64       // goroutines per idle long-polling connection (both ends)
 	calls                  [4]int64      // Enqueue (and EnqueueMany), Acquire (of which empty), CompleteMany calls
 	workerStartCPU         time.Duration // CPU until every worker waited in its first Acquire (not in cpu)
+	chain                  benchChain    // the embedded node's raft chain during the run (zero: not known)
 }
 
 func (r benchResult) String() string {
@@ -230,7 +260,7 @@ func (r benchResult) modeLines() string {
 	if r.idleConns > 0 {
 		s += fmt.Sprintf("\nidle_conns=%d bytes_per_idle_conn=%d goroutines_per_idle_conn=%.2f", r.idleConns, r.idleConnBytes, r.idleConnGoroutines)
 	}
-	return s
+	return s + r.chain.line()
 }
 
 func (r benchResult) tasksPerSec() float64 { return float64(r.tasks) / r.elapsed.Seconds() }
@@ -251,17 +281,52 @@ func (c *benchCalls) snapshot() [4]int64 {
 }
 
 // benchCallCounter counts the Enqueue and EnqueueMany requests that go
-// through it in n.
+// through it in n, and the messages of a producer session.
 type benchCallCounter struct {
 	next http.RoundTripper
 	n    *atomic.Int64
 }
 
 func (c benchCallCounter) RoundTrip(r *http.Request) (*http.Response, error) {
-	if p := r.URL.Path; strings.HasSuffix(p, "/Enqueue") || strings.HasSuffix(p, "/EnqueueMany") {
+	switch p := r.URL.Path; {
+	case strings.HasSuffix(p, "/Enqueue") || strings.HasSuffix(p, "/EnqueueMany"):
 		c.n.Add(1)
+	case p == termivarv1connect.ProducerSessionProcedure:
+		r = r.WithContext(r.Context()) // NB: a copy: a RoundTripper must not change its request
+		r.Body = &envelopeCounter{ReadCloser: r.Body, n: c.n}
 	}
 	return c.next.RoundTrip(r)
+}
+
+// envelopeCounter counts the Connect envelopes (one message each: a flags
+// byte, a 4-byte big-endian length, the message) read through it.
+type envelopeCounter struct {
+	io.ReadCloser
+	n      *atomic.Int64
+	header [5]byte
+	got    int    // bytes of header read
+	left   uint32 // bytes of the current message still to read
+}
+
+func (e *envelopeCounter) Read(p []byte) (int, error) {
+	n, err := e.ReadCloser.Read(p)
+	for b := p[:n]; len(b) > 0; {
+		if e.left > 0 {
+			k := min(uint32(len(b)), e.left)
+			e.left -= k
+			b = b[k:]
+			continue
+		}
+		k := copy(e.header[e.got:], b)
+		e.got += k
+		b = b[k:]
+		if e.got == len(e.header) {
+			e.n.Add(1)
+			h := e.header
+			e.got, e.left = 0, uint32(h[1])<<24|uint32(h[2])<<16|uint32(h[3])<<8|uint32(h[4]) // big-endian
+		}
+	}
+	return n, err
 }
 
 // CloseIdleConnections forwards to the wrapped transport.
@@ -385,6 +450,7 @@ func bench(ctx context.Context, f benchFlags, url, adminKey string) (benchResult
 	}
 	defer r.stopRunProfile()
 	r.calls.enqueue.Store(0) // the calls of the run only (not --resident's)
+	chain0 := nodeChain(f.nodeMetrics)
 	start, cpu0 := time.Now(), processCPU()
 	r.start = start
 	for range f.producers {
@@ -392,6 +458,7 @@ func bench(ctx context.Context, f benchFlags, url, adminKey string) (benchResult
 	}
 	wg.Go(func() { r.watchProgress(runCtx, benchStallAfter) })
 	wg.Wait()
+	res.chain = nodeChain(f.nodeMetrics).since(chain0)
 	if r.doneAt.IsZero() { // the run failed: measure up to now
 		r.doneAt, r.doneCPU = time.Now(), processCPU()
 	}
@@ -438,16 +505,24 @@ func (r *benchRun) connect(ctx context.Context, url, adminKey string) error {
 	}
 	hc = &counted
 	log := slog.New(retryCounter{&r.retries})
-	inFlight := 0
+	inFlight := r.f.enqueueInFlight
 	if r.f.singleCalls {
 		inFlight = -1
 	}
-	whc, err := r.workerHTTPClient(url, hc)
+	whc, err := r.sessionHTTPClient(url, hc, r.f.workerSession)
+	if err != nil {
+		return err
+	}
+	phc, err := r.sessionHTTPClient(url, hc, r.f.producerSession)
 	if err != nil {
 		return err
 	}
 	newC := func(key string) (*client.Client, error) {
 		return client.New(client.Config{ServerURL: url, Key: key, HTTPClient: hc, MaxAttempts: benchMaxAttempts,
+			MinBackoff: 50 * time.Millisecond, MaxBackoff: time.Second, Logger: log, EnqueueCallsInFlight: inFlight, CompleteManyCallBytes: r.f.completeCallBytes})
+	}
+	newProducerC := func(key string) (*client.Client, error) {
+		return client.New(client.Config{ServerURL: url, Key: key, HTTPClient: phc, MaxAttempts: benchMaxAttempts, ProducerSession: r.f.producerSession,
 			MinBackoff: 50 * time.Millisecond, MaxBackoff: time.Second, Logger: log, EnqueueCallsInFlight: inFlight, CompleteManyCallBytes: r.f.completeCallBytes})
 	}
 	newWorkerC := func(key string) (*client.Client, error) {
@@ -469,7 +544,7 @@ func (r *benchRun) connect(ctx context.Context, url, adminKey string) error {
 		if role == "worker" {
 			return newWorkerC(k.GetKey())
 		}
-		return newC(k.GetKey())
+		return newProducerC(k.GetKey())
 	}
 	if r.prod, err = mkClient("producer"); err != nil {
 		return err
@@ -488,11 +563,12 @@ func (r *benchRun) connect(ctx context.Context, url, adminKey string) error {
 	return r.registerIdle(ctx, mkClient)
 }
 
-// workerHTTPClient is the workers' HTTP client: hc, or with
-// --worker-session one that speaks h2c (the session's stream needs
-// HTTP/2), its Enqueue calls counted as hc's are.
-func (r *benchRun) workerHTTPClient(url string, hc *http.Client) (*http.Client, error) {
-	if !r.f.workerSession || r.f.h2c {
+// sessionHTTPClient is the workers' (or the producers') HTTP client: hc,
+// or with sessions (--worker-session, --producer-session) one that speaks
+// h2c (the session's stream needs HTTP/2), its Enqueue calls counted as
+// hc's are.
+func (r *benchRun) sessionHTTPClient(url string, hc *http.Client, sessions bool) (*http.Client, error) {
+	if !sessions || r.f.h2c {
 		return hc, nil
 	}
 	h, err := h2cClient(url)

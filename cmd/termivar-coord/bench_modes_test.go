@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/termivar/distributed/internal/metrics"
 )
 
 // testLeaseTTL is the tests' --lease-ttl-secs: under -race at load a
@@ -183,13 +185,56 @@ func TestBench_SingleCalls(t *testing.T) {
 // (completions carried, long-polling) go as messages of one session
 // each, never as Acquire or CompleteMany calls, and every task completes.
 func TestBench_WorkerSession(t *testing.T) {
+	res, paths := benchCountingPaths(t, "--worker-session")
+	if res.tasks != 400 || res.calls[3] != 0 || paths.count("Acquire") != 0 || paths.count("CompleteMany") != 0 || paths.count("Session") != 4 {
+		t.Fatalf("%d tasks; calls: CompleteMany %d, unary Acquire %d, unary CompleteMany %d, sessions %d", res.tasks, res.calls[3], paths.count("Acquire"), paths.count("CompleteMany"), paths.count("Session"))
+	}
+}
+
+// TestBench_ProducerSession: with --producer-session the producers'
+// Enqueues go as messages of one producer session, never as Enqueue or
+// EnqueueMany calls; enqueue_calls counts the messages, and every task
+// completes.
+func TestBench_ProducerSession(t *testing.T) {
+	res, paths := benchCountingPaths(t, "--producer-session")
+	if res.tasks != 400 || paths.count("Enqueue") != 0 || paths.count("EnqueueMany") != 0 || paths.count("Session") != 1 || res.calls[0] < 1 || res.calls[0] > 400 {
+		t.Fatalf("%d tasks; Enqueue %d, EnqueueMany %d, sessions %d, session messages %d", res.tasks, paths.count("Enqueue"), paths.count("EnqueueMany"), paths.count("Session"), res.calls[0])
+	}
+}
+
+// TestBench_ChainLine: against an embedded node with its raft
+// instruments each run reports its chain (entries' Apply-to-answer time,
+// commands per entry, WAL stores), consistent with the run's log entries;
+// without them (a --server node) the line is absent.
+func TestBench_ChainLine(t *testing.T) {
+	res, _ := benchCountingPaths(t, "--worker-session", metrics.New())
+	c := res.chain
+	if c.entries < 1 || c.commands < c.entries || c.stores < 1 || c.entrySecs <= 0 || c.storeSecs <= 0 || c.entries > float64(res.entries())+2 {
+		t.Fatalf("chain %+v for %d log entries", c, res.entries())
+	}
+	if !strings.Contains(res.String(), "\nraft_entry_apply_to_answer_mean=") {
+		t.Fatalf("no chain line in:\n%s", res)
+	}
+	if line := (benchChain{}).line(); line != "" || nodeChain(nil) != (benchChain{}) {
+		t.Fatalf("without instruments: line %q", line)
+	}
+}
+
+// benchCountingPaths runs 400 tasks, one per call (8 producers, 4
+// workers), with flag on an embedded node (its raft instruments in reg
+// when not nil) and returns the result and the requests by RPC name.
+func benchCountingPaths(t *testing.T, flag string, reg ...*metrics.Registry) (benchResult, *pathCounter) {
+	t.Helper()
 	var f benchFlags
-	if err := newBenchFlagSet(&f).Parse([]string{"--tasks", "400", "--batch", "1", "--acquire", "1", "--producers", "8", "--workers", "4", "--lease-ttl-secs", testLeaseTTL, "--worker-session"}); err != nil {
+	if err := newBenchFlagSet(&f).Parse([]string{"--tasks", "400", "--batch", "1", "--acquire", "1", "--producers", "8", "--workers", "4", "--lease-ttl-secs", testLeaseTTL, flag}); err != nil {
 		t.Fatal(err)
 	}
 	paths := &pathCounter{n: map[string]int{}}
 	f.wrapTransport = func(next http.RoundTripper) http.RoundTripper { paths.next = next; return paths }
-	stop, url, key, err := startBenchNode(t.TempDir(), benchSnapshots{})
+	if len(reg) > 0 {
+		f.nodeMetrics = reg[0]
+	}
+	stop, url, key, err := startBenchNodeMetrics(t.TempDir(), benchSnapshots{}, f.nodeMetrics)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,9 +243,7 @@ func TestBench_WorkerSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.tasks != 400 || res.calls[3] != 0 || paths.count("Acquire") != 0 || paths.count("CompleteMany") != 0 || paths.count("Session") != 4 {
-		t.Fatalf("%d tasks; calls: CompleteMany %d, unary Acquire %d, unary CompleteMany %d, sessions %d", res.tasks, res.calls[3], paths.count("Acquire"), paths.count("CompleteMany"), paths.count("Session"))
-	}
+	return res, paths
 }
 
 // pathCounter counts requests by RPC name.

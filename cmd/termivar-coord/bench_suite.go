@@ -34,6 +34,9 @@ var benchSuiteModes = [...]struct {
 	{"1 task/call with worker sessions (--worker-session)", func(f *benchFlags) {
 		f.tasks, f.batch, f.acquireMax, f.producers, f.workerSession = 6000, 1, 1, 16, true
 	}},
+	{"1 task/call with worker and producer sessions", func(f *benchFlags) {
+		f.tasks, f.batch, f.acquireMax, f.producers, f.workerSession, f.producerSession = 6000, 1, 1, 16, true, true
+	}},
 	{"1 task/Enqueue, 16 producers, acquire 128", func(f *benchFlags) { f.tasks, f.batch, f.producers = 6000, 1, 16 }},
 	{"rate 2000/s, 1 task/Enqueue, 16 producers", func(f *benchFlags) { f.tasks, f.batch, f.producers, f.rate = 6000, 1, 16, 2000 }},
 	{"rate 2000/s, batches of 20", func(f *benchFlags) { f.tasks, f.batch, f.rate = 6000, 20, 2000 }},

@@ -6159,7 +6159,7 @@ func (x *DeleteScheduleResponse) GetRevision() uint64 {
 	return 0
 }
 
-// SessionRequest is one message of Worker.Session.
+// SessionRequest is one message of Worker.Session or Producer.Session.
 type SessionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// id names the message's answers; the client chooses it, unique among
@@ -6171,6 +6171,7 @@ type SessionRequest struct {
 	//	*SessionRequest_CompleteMany
 	//	*SessionRequest_Complete
 	//	*SessionRequest_Cancel
+	//	*SessionRequest_EnqueueMany
 	Op            isSessionRequest_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -6256,6 +6257,15 @@ func (x *SessionRequest) GetCancel() *SessionCancel {
 	return nil
 }
 
+func (x *SessionRequest) GetEnqueueMany() *EnqueueManyRequest {
+	if x != nil {
+		if x, ok := x.Op.(*SessionRequest_EnqueueMany); ok {
+			return x.EnqueueMany
+		}
+	}
+	return nil
+}
+
 type isSessionRequest_Op interface {
 	isSessionRequest_Op()
 }
@@ -6281,6 +6291,13 @@ type SessionRequest_Cancel struct {
 	Cancel *SessionCancel `protobuf:"bytes,5,opt,name=cancel,proto3,oneof"`
 }
 
+type SessionRequest_EnqueueMany struct {
+	// enqueue_many is answered as Producer.EnqueueMany; only
+	// Producer.Session serves it (Worker.Session answers invalid_argument,
+	// as Producer.Session does acquire, complete_many and complete).
+	EnqueueMany *EnqueueManyRequest `protobuf:"bytes,6,opt,name=enqueue_many,json=enqueueMany,proto3,oneof"`
+}
+
 func (*SessionRequest_Acquire) isSessionRequest_Op() {}
 
 func (*SessionRequest_CompleteMany) isSessionRequest_Op() {}
@@ -6288,6 +6305,8 @@ func (*SessionRequest_CompleteMany) isSessionRequest_Op() {}
 func (*SessionRequest_Complete) isSessionRequest_Op() {}
 
 func (*SessionRequest_Cancel) isSessionRequest_Op() {}
+
+func (*SessionRequest_EnqueueMany) isSessionRequest_Op() {}
 
 // SessionCancel gives up message id of the same stream: the server
 // cancels its context. An acquire cancelled before it proposed leases
@@ -6420,6 +6439,7 @@ type SessionResponse struct {
 	//	*SessionResponse_Error
 	//	*SessionResponse_Completed
 	//	*SessionResponse_Complete
+	//	*SessionResponse_EnqueueMany
 	Result        isSessionResponse_Result `protobuf_oneof:"result"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -6514,6 +6534,15 @@ func (x *SessionResponse) GetComplete() *CompleteResponse {
 	return nil
 }
 
+func (x *SessionResponse) GetEnqueueMany() *EnqueueManyResponse {
+	if x != nil {
+		if x, ok := x.Result.(*SessionResponse_EnqueueMany); ok {
+			return x.EnqueueMany
+		}
+	}
+	return nil
+}
+
 type isSessionResponse_Result interface {
 	isSessionResponse_Result()
 }
@@ -6540,6 +6569,10 @@ type SessionResponse_Complete struct {
 	Complete *CompleteResponse `protobuf:"bytes,6,opt,name=complete,proto3,oneof"` // final
 }
 
+type SessionResponse_EnqueueMany struct {
+	EnqueueMany *EnqueueManyResponse `protobuf:"bytes,7,opt,name=enqueue_many,json=enqueueMany,proto3,oneof"` // final
+}
+
 func (*SessionResponse_Acquire) isSessionResponse_Result() {}
 
 func (*SessionResponse_CompleteMany) isSessionResponse_Result() {}
@@ -6549,6 +6582,8 @@ func (*SessionResponse_Error) isSessionResponse_Result() {}
 func (*SessionResponse_Completed) isSessionResponse_Result() {}
 
 func (*SessionResponse_Complete) isSessionResponse_Result() {}
+
+func (*SessionResponse_EnqueueMany) isSessionResponse_Result() {}
 
 var File_termivar_v1_api_proto protoreflect.FileDescriptor
 
@@ -7087,13 +7122,14 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x15DeleteScheduleRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"4\n" +
 	"\x16DeleteScheduleResponse\x12\x1a\n" +
-	"\brevision\x18\x01 \x01(\x04R\brevision\"\x9a\x02\n" +
+	"\brevision\x18\x01 \x01(\x04R\brevision\"\xe0\x02\n" +
 	"\x0eSessionRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x127\n" +
 	"\aacquire\x18\x02 \x01(\v2\x1b.termivar.v1.AcquireRequestH\x00R\aacquire\x12G\n" +
 	"\rcomplete_many\x18\x03 \x01(\v2 .termivar.v1.CompleteManyRequestH\x00R\fcompleteMany\x12:\n" +
 	"\bcomplete\x18\x04 \x01(\v2\x1c.termivar.v1.CompleteRequestH\x00R\bcomplete\x124\n" +
-	"\x06cancel\x18\x05 \x01(\v2\x1a.termivar.v1.SessionCancelH\x00R\x06cancelB\x04\n" +
+	"\x06cancel\x18\x05 \x01(\v2\x1a.termivar.v1.SessionCancelH\x00R\x06cancel\x12D\n" +
+	"\fenqueue_many\x18\x06 \x01(\v2\x1f.termivar.v1.EnqueueManyRequestH\x00R\venqueueManyB\x04\n" +
 	"\x02op\"\x1f\n" +
 	"\rSessionCancel\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\"\xe0\x01\n" +
@@ -7104,14 +7140,15 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x04meta\x18\x04 \x03(\v2#.termivar.v1.SessionError.MetaEntryR\x04meta\x1a7\n" +
 	"\tMetaEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe2\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa9\x03\n" +
 	"\x0fSessionResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x128\n" +
 	"\aacquire\x18\x02 \x01(\v2\x1c.termivar.v1.AcquireResponseH\x00R\aacquire\x12H\n" +
 	"\rcomplete_many\x18\x03 \x01(\v2!.termivar.v1.CompleteManyResponseH\x00R\fcompleteMany\x121\n" +
 	"\x05error\x18\x04 \x01(\v2\x19.termivar.v1.SessionErrorH\x00R\x05error\x12A\n" +
 	"\tcompleted\x18\x05 \x01(\v2!.termivar.v1.CompleteManyResponseH\x00R\tcompleted\x12;\n" +
-	"\bcomplete\x18\x06 \x01(\v2\x1d.termivar.v1.CompleteResponseH\x00R\bcompleteB\b\n" +
+	"\bcomplete\x18\x06 \x01(\v2\x1d.termivar.v1.CompleteResponseH\x00R\bcomplete\x12E\n" +
+	"\fenqueue_many\x18\a \x01(\v2 .termivar.v1.EnqueueManyResponseH\x00R\venqueueManyB\b\n" +
 	"\x06result2\xf8\x05\n" +
 	"\x06Worker\x12Y\n" +
 	"\x0eRegisterWorker\x12\".termivar.v1.RegisterWorkerRequest\x1a#.termivar.v1.RegisterWorkerResponse\x12J\n" +
@@ -7125,11 +7162,11 @@ const file_termivar_v1_api_proto_rawDesc = "" +
 	"\x04Fail\x12\x18.termivar.v1.FailRequest\x1a\x19.termivar.v1.FailResponse\x12M\n" +
 	"\n" +
 	"Deregister\x12\x1e.termivar.v1.DeregisterRequest\x1a\x1f.termivar.v1.DeregisterResponse\x12H\n" +
-	"\aSession\x12\x1b.termivar.v1.SessionRequest\x1a\x1c.termivar.v1.SessionResponse(\x010\x012\xdd\n" +
-	"\n" +
+	"\aSession\x12\x1b.termivar.v1.SessionRequest\x1a\x1c.termivar.v1.SessionResponse(\x010\x012\xa7\v\n" +
 	"\bProducer\x12D\n" +
 	"\aEnqueue\x12\x1b.termivar.v1.EnqueueRequest\x1a\x1c.termivar.v1.EnqueueResponse\x12P\n" +
-	"\vEnqueueMany\x12\x1f.termivar.v1.EnqueueManyRequest\x1a .termivar.v1.EnqueueManyResponse\x12A\n" +
+	"\vEnqueueMany\x12\x1f.termivar.v1.EnqueueManyRequest\x1a .termivar.v1.EnqueueManyResponse\x12H\n" +
+	"\aSession\x12\x1b.termivar.v1.SessionRequest\x1a\x1c.termivar.v1.SessionResponse(\x010\x01\x12A\n" +
 	"\x06Cancel\x12\x1a.termivar.v1.CancelRequest\x1a\x1b.termivar.v1.CancelResponse\x12D\n" +
 	"\aGetTask\x12\x1b.termivar.v1.GetTaskRequest\x1a\x1c.termivar.v1.GetTaskResponse\x12J\n" +
 	"\tListTasks\x12\x1d.termivar.v1.ListTasksRequest\x1a\x1e.termivar.v1.ListTasksResponse\x12S\n" +
@@ -7308,90 +7345,94 @@ var file_termivar_v1_api_proto_depIdxs = []int32{
 	15, // 33: termivar.v1.SessionRequest.complete_many:type_name -> termivar.v1.CompleteManyRequest
 	13, // 34: termivar.v1.SessionRequest.complete:type_name -> termivar.v1.CompleteRequest
 	87, // 35: termivar.v1.SessionRequest.cancel:type_name -> termivar.v1.SessionCancel
-	0,  // 36: termivar.v1.SessionError.detail:type_name -> termivar.v1.ErrorDetail
-	90, // 37: termivar.v1.SessionError.meta:type_name -> termivar.v1.SessionError.MetaEntry
-	8,  // 38: termivar.v1.SessionResponse.acquire:type_name -> termivar.v1.AcquireResponse
-	17, // 39: termivar.v1.SessionResponse.complete_many:type_name -> termivar.v1.CompleteManyResponse
-	88, // 40: termivar.v1.SessionResponse.error:type_name -> termivar.v1.SessionError
-	17, // 41: termivar.v1.SessionResponse.completed:type_name -> termivar.v1.CompleteManyResponse
-	14, // 42: termivar.v1.SessionResponse.complete:type_name -> termivar.v1.CompleteResponse
-	2,  // 43: termivar.v1.Worker.RegisterWorker:input_type -> termivar.v1.RegisterWorkerRequest
-	4,  // 44: termivar.v1.Worker.Heartbeat:input_type -> termivar.v1.HeartbeatRequest
-	6,  // 45: termivar.v1.Worker.Acquire:input_type -> termivar.v1.AcquireRequest
-	9,  // 46: termivar.v1.Worker.Start:input_type -> termivar.v1.StartRequest
-	11, // 47: termivar.v1.Worker.RenewLease:input_type -> termivar.v1.RenewLeaseRequest
-	13, // 48: termivar.v1.Worker.Complete:input_type -> termivar.v1.CompleteRequest
-	15, // 49: termivar.v1.Worker.CompleteMany:input_type -> termivar.v1.CompleteManyRequest
-	18, // 50: termivar.v1.Worker.Fail:input_type -> termivar.v1.FailRequest
-	21, // 51: termivar.v1.Worker.Deregister:input_type -> termivar.v1.DeregisterRequest
-	86, // 52: termivar.v1.Worker.Session:input_type -> termivar.v1.SessionRequest
-	24, // 53: termivar.v1.Producer.Enqueue:input_type -> termivar.v1.EnqueueRequest
-	25, // 54: termivar.v1.Producer.EnqueueMany:input_type -> termivar.v1.EnqueueManyRequest
-	31, // 55: termivar.v1.Producer.Cancel:input_type -> termivar.v1.CancelRequest
-	35, // 56: termivar.v1.Producer.GetTask:input_type -> termivar.v1.GetTaskRequest
-	37, // 57: termivar.v1.Producer.ListTasks:input_type -> termivar.v1.ListTasksRequest
-	39, // 58: termivar.v1.Producer.ScanProgress:input_type -> termivar.v1.ScanProgressRequest
-	57, // 59: termivar.v1.Producer.UpdateScan:input_type -> termivar.v1.UpdateScanRequest
-	79, // 60: termivar.v1.Producer.CreateSchedule:input_type -> termivar.v1.CreateScheduleRequest
-	82, // 61: termivar.v1.Producer.ListSchedules:input_type -> termivar.v1.ListSchedulesRequest
-	84, // 62: termivar.v1.Producer.DeleteSchedule:input_type -> termivar.v1.DeleteScheduleRequest
-	41, // 63: termivar.v1.Producer.Retry:input_type -> termivar.v1.RetryRequest
-	43, // 64: termivar.v1.Producer.AggregateResults:input_type -> termivar.v1.AggregateResultsRequest
-	45, // 65: termivar.v1.Producer.ListScans:input_type -> termivar.v1.ListScansRequest
-	48, // 66: termivar.v1.Producer.FollowResults:input_type -> termivar.v1.FollowResultsRequest
-	63, // 67: termivar.v1.Producer.DeleteScan:input_type -> termivar.v1.DeleteScanRequest
-	65, // 68: termivar.v1.Producer.PurgeTasks:input_type -> termivar.v1.PurgeTasksRequest
-	77, // 69: termivar.v1.Producer.CancelScan:input_type -> termivar.v1.CancelScanRequest
-	51, // 70: termivar.v1.Admin.Status:input_type -> termivar.v1.StatusRequest
-	54, // 71: termivar.v1.Admin.ListWorkers:input_type -> termivar.v1.ListWorkersRequest
-	56, // 72: termivar.v1.Admin.CreateTenant:input_type -> termivar.v1.CreateTenantRequest
-	61, // 73: termivar.v1.Admin.UpdateTenant:input_type -> termivar.v1.UpdateTenantRequest
-	68, // 74: termivar.v1.Admin.CreateKey:input_type -> termivar.v1.CreateKeyRequest
-	70, // 75: termivar.v1.Admin.ListKeys:input_type -> termivar.v1.ListKeysRequest
-	73, // 76: termivar.v1.Admin.RevokeKey:input_type -> termivar.v1.RevokeKeyRequest
-	75, // 77: termivar.v1.Admin.RotateKey:input_type -> termivar.v1.RotateKeyRequest
-	59, // 78: termivar.v1.Admin.SetSchedulingOptions:input_type -> termivar.v1.SetSchedulingOptionsRequest
-	3,  // 79: termivar.v1.Worker.RegisterWorker:output_type -> termivar.v1.RegisterWorkerResponse
-	5,  // 80: termivar.v1.Worker.Heartbeat:output_type -> termivar.v1.HeartbeatResponse
-	8,  // 81: termivar.v1.Worker.Acquire:output_type -> termivar.v1.AcquireResponse
-	10, // 82: termivar.v1.Worker.Start:output_type -> termivar.v1.StartResponse
-	12, // 83: termivar.v1.Worker.RenewLease:output_type -> termivar.v1.RenewLeaseResponse
-	14, // 84: termivar.v1.Worker.Complete:output_type -> termivar.v1.CompleteResponse
-	17, // 85: termivar.v1.Worker.CompleteMany:output_type -> termivar.v1.CompleteManyResponse
-	19, // 86: termivar.v1.Worker.Fail:output_type -> termivar.v1.FailResponse
-	22, // 87: termivar.v1.Worker.Deregister:output_type -> termivar.v1.DeregisterResponse
-	89, // 88: termivar.v1.Worker.Session:output_type -> termivar.v1.SessionResponse
-	30, // 89: termivar.v1.Producer.Enqueue:output_type -> termivar.v1.EnqueueResponse
-	27, // 90: termivar.v1.Producer.EnqueueMany:output_type -> termivar.v1.EnqueueManyResponse
-	32, // 91: termivar.v1.Producer.Cancel:output_type -> termivar.v1.CancelResponse
-	36, // 92: termivar.v1.Producer.GetTask:output_type -> termivar.v1.GetTaskResponse
-	38, // 93: termivar.v1.Producer.ListTasks:output_type -> termivar.v1.ListTasksResponse
-	40, // 94: termivar.v1.Producer.ScanProgress:output_type -> termivar.v1.ScanProgressResponse
-	58, // 95: termivar.v1.Producer.UpdateScan:output_type -> termivar.v1.UpdateScanResponse
-	80, // 96: termivar.v1.Producer.CreateSchedule:output_type -> termivar.v1.CreateScheduleResponse
-	83, // 97: termivar.v1.Producer.ListSchedules:output_type -> termivar.v1.ListSchedulesResponse
-	85, // 98: termivar.v1.Producer.DeleteSchedule:output_type -> termivar.v1.DeleteScheduleResponse
-	42, // 99: termivar.v1.Producer.Retry:output_type -> termivar.v1.RetryResponse
-	44, // 100: termivar.v1.Producer.AggregateResults:output_type -> termivar.v1.AggregateResultsResponse
-	47, // 101: termivar.v1.Producer.ListScans:output_type -> termivar.v1.ListScansResponse
-	50, // 102: termivar.v1.Producer.FollowResults:output_type -> termivar.v1.FollowResultsResponse
-	64, // 103: termivar.v1.Producer.DeleteScan:output_type -> termivar.v1.DeleteScanResponse
-	66, // 104: termivar.v1.Producer.PurgeTasks:output_type -> termivar.v1.PurgeTasksResponse
-	78, // 105: termivar.v1.Producer.CancelScan:output_type -> termivar.v1.CancelScanResponse
-	52, // 106: termivar.v1.Admin.Status:output_type -> termivar.v1.StatusResponse
-	55, // 107: termivar.v1.Admin.ListWorkers:output_type -> termivar.v1.ListWorkersResponse
-	67, // 108: termivar.v1.Admin.CreateTenant:output_type -> termivar.v1.CreateTenantResponse
-	62, // 109: termivar.v1.Admin.UpdateTenant:output_type -> termivar.v1.UpdateTenantResponse
-	69, // 110: termivar.v1.Admin.CreateKey:output_type -> termivar.v1.CreateKeyResponse
-	72, // 111: termivar.v1.Admin.ListKeys:output_type -> termivar.v1.ListKeysResponse
-	74, // 112: termivar.v1.Admin.RevokeKey:output_type -> termivar.v1.RevokeKeyResponse
-	76, // 113: termivar.v1.Admin.RotateKey:output_type -> termivar.v1.RotateKeyResponse
-	60, // 114: termivar.v1.Admin.SetSchedulingOptions:output_type -> termivar.v1.SetSchedulingOptionsResponse
-	79, // [79:115] is the sub-list for method output_type
-	43, // [43:79] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	25, // 36: termivar.v1.SessionRequest.enqueue_many:type_name -> termivar.v1.EnqueueManyRequest
+	0,  // 37: termivar.v1.SessionError.detail:type_name -> termivar.v1.ErrorDetail
+	90, // 38: termivar.v1.SessionError.meta:type_name -> termivar.v1.SessionError.MetaEntry
+	8,  // 39: termivar.v1.SessionResponse.acquire:type_name -> termivar.v1.AcquireResponse
+	17, // 40: termivar.v1.SessionResponse.complete_many:type_name -> termivar.v1.CompleteManyResponse
+	88, // 41: termivar.v1.SessionResponse.error:type_name -> termivar.v1.SessionError
+	17, // 42: termivar.v1.SessionResponse.completed:type_name -> termivar.v1.CompleteManyResponse
+	14, // 43: termivar.v1.SessionResponse.complete:type_name -> termivar.v1.CompleteResponse
+	27, // 44: termivar.v1.SessionResponse.enqueue_many:type_name -> termivar.v1.EnqueueManyResponse
+	2,  // 45: termivar.v1.Worker.RegisterWorker:input_type -> termivar.v1.RegisterWorkerRequest
+	4,  // 46: termivar.v1.Worker.Heartbeat:input_type -> termivar.v1.HeartbeatRequest
+	6,  // 47: termivar.v1.Worker.Acquire:input_type -> termivar.v1.AcquireRequest
+	9,  // 48: termivar.v1.Worker.Start:input_type -> termivar.v1.StartRequest
+	11, // 49: termivar.v1.Worker.RenewLease:input_type -> termivar.v1.RenewLeaseRequest
+	13, // 50: termivar.v1.Worker.Complete:input_type -> termivar.v1.CompleteRequest
+	15, // 51: termivar.v1.Worker.CompleteMany:input_type -> termivar.v1.CompleteManyRequest
+	18, // 52: termivar.v1.Worker.Fail:input_type -> termivar.v1.FailRequest
+	21, // 53: termivar.v1.Worker.Deregister:input_type -> termivar.v1.DeregisterRequest
+	86, // 54: termivar.v1.Worker.Session:input_type -> termivar.v1.SessionRequest
+	24, // 55: termivar.v1.Producer.Enqueue:input_type -> termivar.v1.EnqueueRequest
+	25, // 56: termivar.v1.Producer.EnqueueMany:input_type -> termivar.v1.EnqueueManyRequest
+	86, // 57: termivar.v1.Producer.Session:input_type -> termivar.v1.SessionRequest
+	31, // 58: termivar.v1.Producer.Cancel:input_type -> termivar.v1.CancelRequest
+	35, // 59: termivar.v1.Producer.GetTask:input_type -> termivar.v1.GetTaskRequest
+	37, // 60: termivar.v1.Producer.ListTasks:input_type -> termivar.v1.ListTasksRequest
+	39, // 61: termivar.v1.Producer.ScanProgress:input_type -> termivar.v1.ScanProgressRequest
+	57, // 62: termivar.v1.Producer.UpdateScan:input_type -> termivar.v1.UpdateScanRequest
+	79, // 63: termivar.v1.Producer.CreateSchedule:input_type -> termivar.v1.CreateScheduleRequest
+	82, // 64: termivar.v1.Producer.ListSchedules:input_type -> termivar.v1.ListSchedulesRequest
+	84, // 65: termivar.v1.Producer.DeleteSchedule:input_type -> termivar.v1.DeleteScheduleRequest
+	41, // 66: termivar.v1.Producer.Retry:input_type -> termivar.v1.RetryRequest
+	43, // 67: termivar.v1.Producer.AggregateResults:input_type -> termivar.v1.AggregateResultsRequest
+	45, // 68: termivar.v1.Producer.ListScans:input_type -> termivar.v1.ListScansRequest
+	48, // 69: termivar.v1.Producer.FollowResults:input_type -> termivar.v1.FollowResultsRequest
+	63, // 70: termivar.v1.Producer.DeleteScan:input_type -> termivar.v1.DeleteScanRequest
+	65, // 71: termivar.v1.Producer.PurgeTasks:input_type -> termivar.v1.PurgeTasksRequest
+	77, // 72: termivar.v1.Producer.CancelScan:input_type -> termivar.v1.CancelScanRequest
+	51, // 73: termivar.v1.Admin.Status:input_type -> termivar.v1.StatusRequest
+	54, // 74: termivar.v1.Admin.ListWorkers:input_type -> termivar.v1.ListWorkersRequest
+	56, // 75: termivar.v1.Admin.CreateTenant:input_type -> termivar.v1.CreateTenantRequest
+	61, // 76: termivar.v1.Admin.UpdateTenant:input_type -> termivar.v1.UpdateTenantRequest
+	68, // 77: termivar.v1.Admin.CreateKey:input_type -> termivar.v1.CreateKeyRequest
+	70, // 78: termivar.v1.Admin.ListKeys:input_type -> termivar.v1.ListKeysRequest
+	73, // 79: termivar.v1.Admin.RevokeKey:input_type -> termivar.v1.RevokeKeyRequest
+	75, // 80: termivar.v1.Admin.RotateKey:input_type -> termivar.v1.RotateKeyRequest
+	59, // 81: termivar.v1.Admin.SetSchedulingOptions:input_type -> termivar.v1.SetSchedulingOptionsRequest
+	3,  // 82: termivar.v1.Worker.RegisterWorker:output_type -> termivar.v1.RegisterWorkerResponse
+	5,  // 83: termivar.v1.Worker.Heartbeat:output_type -> termivar.v1.HeartbeatResponse
+	8,  // 84: termivar.v1.Worker.Acquire:output_type -> termivar.v1.AcquireResponse
+	10, // 85: termivar.v1.Worker.Start:output_type -> termivar.v1.StartResponse
+	12, // 86: termivar.v1.Worker.RenewLease:output_type -> termivar.v1.RenewLeaseResponse
+	14, // 87: termivar.v1.Worker.Complete:output_type -> termivar.v1.CompleteResponse
+	17, // 88: termivar.v1.Worker.CompleteMany:output_type -> termivar.v1.CompleteManyResponse
+	19, // 89: termivar.v1.Worker.Fail:output_type -> termivar.v1.FailResponse
+	22, // 90: termivar.v1.Worker.Deregister:output_type -> termivar.v1.DeregisterResponse
+	89, // 91: termivar.v1.Worker.Session:output_type -> termivar.v1.SessionResponse
+	30, // 92: termivar.v1.Producer.Enqueue:output_type -> termivar.v1.EnqueueResponse
+	27, // 93: termivar.v1.Producer.EnqueueMany:output_type -> termivar.v1.EnqueueManyResponse
+	89, // 94: termivar.v1.Producer.Session:output_type -> termivar.v1.SessionResponse
+	32, // 95: termivar.v1.Producer.Cancel:output_type -> termivar.v1.CancelResponse
+	36, // 96: termivar.v1.Producer.GetTask:output_type -> termivar.v1.GetTaskResponse
+	38, // 97: termivar.v1.Producer.ListTasks:output_type -> termivar.v1.ListTasksResponse
+	40, // 98: termivar.v1.Producer.ScanProgress:output_type -> termivar.v1.ScanProgressResponse
+	58, // 99: termivar.v1.Producer.UpdateScan:output_type -> termivar.v1.UpdateScanResponse
+	80, // 100: termivar.v1.Producer.CreateSchedule:output_type -> termivar.v1.CreateScheduleResponse
+	83, // 101: termivar.v1.Producer.ListSchedules:output_type -> termivar.v1.ListSchedulesResponse
+	85, // 102: termivar.v1.Producer.DeleteSchedule:output_type -> termivar.v1.DeleteScheduleResponse
+	42, // 103: termivar.v1.Producer.Retry:output_type -> termivar.v1.RetryResponse
+	44, // 104: termivar.v1.Producer.AggregateResults:output_type -> termivar.v1.AggregateResultsResponse
+	47, // 105: termivar.v1.Producer.ListScans:output_type -> termivar.v1.ListScansResponse
+	50, // 106: termivar.v1.Producer.FollowResults:output_type -> termivar.v1.FollowResultsResponse
+	64, // 107: termivar.v1.Producer.DeleteScan:output_type -> termivar.v1.DeleteScanResponse
+	66, // 108: termivar.v1.Producer.PurgeTasks:output_type -> termivar.v1.PurgeTasksResponse
+	78, // 109: termivar.v1.Producer.CancelScan:output_type -> termivar.v1.CancelScanResponse
+	52, // 110: termivar.v1.Admin.Status:output_type -> termivar.v1.StatusResponse
+	55, // 111: termivar.v1.Admin.ListWorkers:output_type -> termivar.v1.ListWorkersResponse
+	67, // 112: termivar.v1.Admin.CreateTenant:output_type -> termivar.v1.CreateTenantResponse
+	62, // 113: termivar.v1.Admin.UpdateTenant:output_type -> termivar.v1.UpdateTenantResponse
+	69, // 114: termivar.v1.Admin.CreateKey:output_type -> termivar.v1.CreateKeyResponse
+	72, // 115: termivar.v1.Admin.ListKeys:output_type -> termivar.v1.ListKeysResponse
+	74, // 116: termivar.v1.Admin.RevokeKey:output_type -> termivar.v1.RevokeKeyResponse
+	76, // 117: termivar.v1.Admin.RotateKey:output_type -> termivar.v1.RotateKeyResponse
+	60, // 118: termivar.v1.Admin.SetSchedulingOptions:output_type -> termivar.v1.SetSchedulingOptionsResponse
+	82, // [82:119] is the sub-list for method output_type
+	45, // [45:82] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_termivar_v1_api_proto_init() }
@@ -7421,6 +7462,7 @@ func file_termivar_v1_api_proto_init() {
 		(*SessionRequest_CompleteMany)(nil),
 		(*SessionRequest_Complete)(nil),
 		(*SessionRequest_Cancel)(nil),
+		(*SessionRequest_EnqueueMany)(nil),
 	}
 	file_termivar_v1_api_proto_msgTypes[89].OneofWrappers = []any{
 		(*SessionResponse_Acquire)(nil),
@@ -7428,6 +7470,7 @@ func file_termivar_v1_api_proto_init() {
 		(*SessionResponse_Error)(nil),
 		(*SessionResponse_Completed)(nil),
 		(*SessionResponse_Complete)(nil),
+		(*SessionResponse_EnqueueMany)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

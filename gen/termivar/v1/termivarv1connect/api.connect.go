@@ -69,6 +69,8 @@ const (
 	ProducerEnqueueProcedure = "/termivar.v1.Producer/Enqueue"
 	// ProducerEnqueueManyProcedure is the fully-qualified name of the Producer's EnqueueMany RPC.
 	ProducerEnqueueManyProcedure = "/termivar.v1.Producer/EnqueueMany"
+	// ProducerSessionProcedure is the fully-qualified name of the Producer's Session RPC.
+	ProducerSessionProcedure = "/termivar.v1.Producer/Session"
 	// ProducerCancelProcedure is the fully-qualified name of the Producer's Cancel RPC.
 	ProducerCancelProcedure = "/termivar.v1.Producer/Cancel"
 	// ProducerGetTaskProcedure is the fully-qualified name of the Producer's GetTask RPC.
@@ -453,6 +455,11 @@ type ProducerClient interface {
 	// its own Enqueue would have had, and answered at its position. One
 	// audit line per request.
 	EnqueueMany(context.Context, *connect.Request[v1.EnqueueManyRequest]) (*connect.Response[v1.EnqueueManyResponse], error)
+	// Session is a persistent producer stream over HTTP/2 (docs/node.md,
+	// "Producer sessions"): the Worker.Session stream's rules, with
+	// SessionRequest.enqueue_many its only operation (and cancel), each
+	// answered as Producer.EnqueueMany by its id.
+	Session(context.Context) *connect.BidiStreamForClient[v1.SessionRequest, v1.SessionResponse]
 	Cancel(context.Context, *connect.Request[v1.CancelRequest]) (*connect.Response[v1.CancelResponse], error)
 	GetTask(context.Context, *connect.Request[v1.GetTaskRequest]) (*connect.Response[v1.GetTaskResponse], error)
 	ListTasks(context.Context, *connect.Request[v1.ListTasksRequest]) (*connect.Response[v1.ListTasksResponse], error)
@@ -516,6 +523,12 @@ func NewProducerClient(httpClient connect.HTTPClient, baseURL string, opts ...co
 			httpClient,
 			baseURL+ProducerEnqueueManyProcedure,
 			connect.WithSchema(producerMethods.ByName("EnqueueMany")),
+			connect.WithClientOptions(opts...),
+		),
+		session: connect.NewClient[v1.SessionRequest, v1.SessionResponse](
+			httpClient,
+			baseURL+ProducerSessionProcedure,
+			connect.WithSchema(producerMethods.ByName("Session")),
 			connect.WithClientOptions(opts...),
 		),
 		cancel: connect.NewClient[v1.CancelRequest, v1.CancelResponse](
@@ -615,6 +628,7 @@ func NewProducerClient(httpClient connect.HTTPClient, baseURL string, opts ...co
 type producerClient struct {
 	enqueue          *connect.Client[v1.EnqueueRequest, v1.EnqueueResponse]
 	enqueueMany      *connect.Client[v1.EnqueueManyRequest, v1.EnqueueManyResponse]
+	session          *connect.Client[v1.SessionRequest, v1.SessionResponse]
 	cancel           *connect.Client[v1.CancelRequest, v1.CancelResponse]
 	getTask          *connect.Client[v1.GetTaskRequest, v1.GetTaskResponse]
 	listTasks        *connect.Client[v1.ListTasksRequest, v1.ListTasksResponse]
@@ -640,6 +654,11 @@ func (c *producerClient) Enqueue(ctx context.Context, req *connect.Request[v1.En
 // EnqueueMany calls termivar.v1.Producer.EnqueueMany.
 func (c *producerClient) EnqueueMany(ctx context.Context, req *connect.Request[v1.EnqueueManyRequest]) (*connect.Response[v1.EnqueueManyResponse], error) {
 	return c.enqueueMany.CallUnary(ctx, req)
+}
+
+// Session calls termivar.v1.Producer.Session.
+func (c *producerClient) Session(ctx context.Context) *connect.BidiStreamForClient[v1.SessionRequest, v1.SessionResponse] {
+	return c.session.CallBidiStream(ctx)
 }
 
 // Cancel calls termivar.v1.Producer.Cancel.
@@ -727,6 +746,11 @@ type ProducerHandler interface {
 	// its own Enqueue would have had, and answered at its position. One
 	// audit line per request.
 	EnqueueMany(context.Context, *connect.Request[v1.EnqueueManyRequest]) (*connect.Response[v1.EnqueueManyResponse], error)
+	// Session is a persistent producer stream over HTTP/2 (docs/node.md,
+	// "Producer sessions"): the Worker.Session stream's rules, with
+	// SessionRequest.enqueue_many its only operation (and cancel), each
+	// answered as Producer.EnqueueMany by its id.
+	Session(context.Context, *connect.BidiStream[v1.SessionRequest, v1.SessionResponse]) error
 	Cancel(context.Context, *connect.Request[v1.CancelRequest]) (*connect.Response[v1.CancelResponse], error)
 	GetTask(context.Context, *connect.Request[v1.GetTaskRequest]) (*connect.Response[v1.GetTaskResponse], error)
 	ListTasks(context.Context, *connect.Request[v1.ListTasksRequest]) (*connect.Response[v1.ListTasksResponse], error)
@@ -786,6 +810,12 @@ func NewProducerHandler(svc ProducerHandler, opts ...connect.HandlerOption) (str
 		ProducerEnqueueManyProcedure,
 		svc.EnqueueMany,
 		connect.WithSchema(producerMethods.ByName("EnqueueMany")),
+		connect.WithHandlerOptions(opts...),
+	)
+	producerSessionHandler := connect.NewBidiStreamHandler(
+		ProducerSessionProcedure,
+		svc.Session,
+		connect.WithSchema(producerMethods.ByName("Session")),
 		connect.WithHandlerOptions(opts...),
 	)
 	producerCancelHandler := connect.NewUnaryHandler(
@@ -884,6 +914,8 @@ func NewProducerHandler(svc ProducerHandler, opts ...connect.HandlerOption) (str
 			producerEnqueueHandler.ServeHTTP(w, r)
 		case ProducerEnqueueManyProcedure:
 			producerEnqueueManyHandler.ServeHTTP(w, r)
+		case ProducerSessionProcedure:
+			producerSessionHandler.ServeHTTP(w, r)
 		case ProducerCancelProcedure:
 			producerCancelHandler.ServeHTTP(w, r)
 		case ProducerGetTaskProcedure:
@@ -929,6 +961,10 @@ func (UnimplementedProducerHandler) Enqueue(context.Context, *connect.Request[v1
 
 func (UnimplementedProducerHandler) EnqueueMany(context.Context, *connect.Request[v1.EnqueueManyRequest]) (*connect.Response[v1.EnqueueManyResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Producer.EnqueueMany is not implemented"))
+}
+
+func (UnimplementedProducerHandler) Session(context.Context, *connect.BidiStream[v1.SessionRequest, v1.SessionResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("termivar.v1.Producer.Session is not implemented"))
 }
 
 func (UnimplementedProducerHandler) Cancel(context.Context, *connect.Request[v1.CancelRequest]) (*connect.Response[v1.CancelResponse], error) {

@@ -239,8 +239,21 @@ func (pr *proposer) send(ctx context.Context, p *proposal) (*proposal, error) {
 		return nil, ErrClosed
 	default:
 	}
+	return pr.enqueue(ctx, p)
+}
+
+// enqueue is send past its check of pr.closed: Close may come between
+// the two, and the loop may have drained the queue for the last time, so
+// a sender that queued and then sees Close drains the queue itself (every
+// proposal is answered: a caller without cancellation waits for it).
+func (pr *proposer) enqueue(ctx context.Context, p *proposal) (*proposal, error) {
 	select {
 	case pr.proposals <- p:
+		select {
+		case <-pr.closed:
+			pr.failQueued()
+		default:
+		}
 		return p, nil
 	case <-pr.closed:
 		return nil, ErrClosed
@@ -406,6 +419,12 @@ func (pr *proposer) failPending() {
 		failAll(pr.carry.group(nil), ErrClosed)
 		pr.carry = nil
 	}
+	pr.failQueued()
+}
+
+// failQueued answers every queued proposal ErrClosed (none reached raft).
+// Safe from any goroutine: each proposal is received once.
+func (pr *proposer) failQueued() {
 	for {
 		select {
 		case p := <-pr.proposals:

@@ -487,3 +487,36 @@ func TestProposer_ClosedFailsPendingGroups(t *testing.T) {
 		t.Fatal("the carried group is still held after failPending")
 	}
 }
+
+// TestProposer_QueuedAfterLastDrainIsAnswered: a proposal whose sender
+// passed the closed check before Close and queues it after the loop's
+// last drain (failPending) is still answered, ErrClosed. Unanswered, it
+// hung a caller without cancellation (server grantLeases proposes the
+// leases of claimed Acquires so, and those Acquires wait for them).
+func TestProposer_QueuedAfterLastDrainIsAnswered(t *testing.T) {
+	t.Parallel()
+	b := setupProposer(t, 64, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	b.pr.closed = ctx.Done()
+	cancel()
+	b.pr.failPending() // the loop's last drain
+	// NB: with the queue's room and Close both ready, the select picks
+	// either; 64 tries leave each path taken with near certainty.
+	for i, cmd := range nodeInfos("late", 64) {
+		p, err := b.pr.enqueue(context.Background(), newProposal(cmd))
+		if err != nil {
+			if !errors.Is(err, ErrClosed) {
+				t.Fatalf("proposal %d: %v, want ErrClosed", i, err)
+			}
+			continue
+		}
+		select {
+		case r := <-p.done:
+			if !errors.Is(r.err, ErrClosed) {
+				t.Fatalf("proposal %d: answered %v, want ErrClosed", i, r.err)
+			}
+		default:
+			t.Fatalf("proposal %d, queued after the last drain, is never answered", i)
+		}
+	}
+}

@@ -199,7 +199,7 @@ func (h workerHandler) acquireOrWait(ctx context.Context, p principal, m *pb.Acq
 	q := h.s.node.Acquirers()
 	tv, _ := h.s.node.Reads().Tenant(p.Tenant)
 	want := cmp.Or(int(m.GetMaxTasks()), 1) // the FSM's default, too
-	offer := acquireOffer{h: h, p: p, m: m}
+	offer := acquireOffer{p: p, m: m}
 	var woke uint64           // the bound of the wake-up that ended the last wait (0: none yet)
 	refused := 0              // refusals since the last wait that saw a leasable task
 	var granted *acquireGrant // the answer of an AcquireTasks an enqueue proposed for us (grantLeases)
@@ -249,10 +249,10 @@ func (h workerHandler) acquireOrWait(ctx context.Context, p principal, m *pb.Acq
 }
 
 // acquireOffer is what a waiting Acquire offers an enqueue (notify.Queue
-// Offer and Claim): its AcquireTasks command, proposed by the enqueue in
-// its own call, after the EnqueueTasks (grantLeases).
+// Offer and Claim): what its AcquireTasks command is made of
+// (acquireCommand), proposed by the enqueue in its own call, after the
+// EnqueueTasks (grantLeases, on the same Server).
 type acquireOffer struct {
-	h workerHandler
 	p principal
 	m *pb.AcquireRequest
 }
@@ -295,7 +295,7 @@ func (s *Server) grantLeases(ctx context.Context, enqs []*pb.Command, tenant str
 	cmds := append(make([]*pb.Command, 0, len(enqs)+len(ws)), enqs...)
 	for _, w := range ws {
 		o := w.Offered().(acquireOffer)
-		cmds = append(cmds, o.h.acquireCommand(o.p, o.m))
+		cmds = append(cmds, workerHandler{s}.acquireCommand(o.p, o.m))
 	}
 	rs, err := s.node.ProposeAll(context.WithoutCancel(ctx), cmds)
 	for i, w := range ws {

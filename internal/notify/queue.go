@@ -51,7 +51,7 @@ type Waiter struct {
 	gen    uint64        // the wake-up's bound (see WakeBefore); 0 until woken
 	gone   bool
 	// offer is what Claim hands a claimer (nil: not claimable). Invariant:
-	// non-nil only while w is queued.
+	// non-nil only while w is queued, or claimed and not yet granted.
 	offer any
 	// claimed: Claim took w and a Grant will wake it. Invariant: once
 	// claimed, w is out of its list and woken only by Grant.
@@ -94,12 +94,15 @@ func (w *Waiter) Offer(offer any) {
 
 // Withdraw ends w's offer when its wait ends without a wake-up (deadline,
 // caller gone). true: a Claim took w first, and its Grant is on the way —
-// the waiter must wait on C for it (a claimer grants promptly); false: w
-// is as before Offer (Leave it).
+// the waiter must wait on C for it (a claimer grants promptly), and its
+// offer stays for the claimer (Offered); false: w is as before Offer
+// (Leave it).
 func (w *Waiter) Withdraw() bool {
 	w.q.mu.Lock()
 	defer w.q.mu.Unlock()
-	w.offer = nil
+	if !w.claimed {
+		w.offer = nil
+	}
 	return w.claimed
 }
 

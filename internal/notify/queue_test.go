@@ -223,6 +223,12 @@ func TestQueue_WithdrawAfterClaimWaitsForGrant(t *testing.T) {
 	if !a.Withdraw() {
 		t.Fatal("Withdraw of a claimed waiter = false, want true (its grant is coming)")
 	}
+	// NB: the claimer reads the offer after Claim, maybe after the
+	// waiter's wait ended (server grantLeases: a nil offer panicked the
+	// enqueue and left the waiter without its grant).
+	if o := a.Offered(); o != "a" {
+		t.Fatalf("Offered after Withdraw = %v, want the offer Claim took", o)
+	}
 	if b.Withdraw() {
 		t.Fatal("Withdraw of an unclaimed waiter = true")
 	}

@@ -223,6 +223,10 @@ func (pr *proposer) submitAll(ctx context.Context, cmds []*pb.Command) ([]*propo
 	}
 	for i, p := range props {
 		if _, err := pr.send(ctx, p); err != nil {
+			if i > 0 {
+				// NB: the commands queued before it may still be applied.
+				err = outcomeUnknown(err)
+			}
 			return props[:i], err
 		}
 	}

@@ -24,6 +24,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -517,6 +518,38 @@ func TestProposer_QueuedAfterLastDrainIsAnswered(t *testing.T) {
 			}
 		default:
 			t.Fatalf("proposal %d, queued after the last drain, is never answered", i)
+		}
+	}
+}
+
+// TestProposer_SubmitAllPartlyQueuedIsUnknown: a call too large to go as
+// one group that fails after some of its commands were queued fails
+// ErrOutcomeUnknown (they may still be applied: here they are), not with
+// the plain error that says nothing was.
+func TestProposer_SubmitAllPartlyQueuedIsUnknown(t *testing.T) {
+	t.Parallel()
+	b := setupProposer(t, 4, nil) // not started: the queue fills up
+	ctx, cancel := context.WithCancel(context.Background())
+	full := make(chan struct{})
+	go func() {
+		defer close(full)
+		for len(b.pr.proposals) < cap(b.pr.proposals) {
+			runtime.Gosched()
+		}
+		cancel()
+	}()
+	sent, err := b.pr.submitAll(ctx, nodeInfos("many", cap(b.pr.proposals)+4))
+	<-full
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, ErrOutcomeUnknown) {
+		t.Fatalf("submitAll = %v, want canceled and outcome unknown", err)
+	}
+	if len(sent) != cap(b.pr.proposals) {
+		t.Fatalf("%d proposals queued, want %d", len(sent), cap(b.pr.proposals))
+	}
+	b.start()
+	for i, r := range results(t, sent) {
+		if r.err != nil || r.resp.Err != nil {
+			t.Fatalf("queued proposal %d: %v %v", i, r.err, r.resp.Err)
 		}
 	}
 }

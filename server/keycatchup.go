@@ -39,13 +39,21 @@ import (
 // slot (in preauth, or in localGate for a request preauth let on as a
 // follower's), so at most Limits.MaxPreAuthRequests of them wait at once,
 // each for at most two barriers (the one running when it arrived, then
-// its own), 2 × KeyCatchUpTimeout. Nothing reaches a handler before the
-// key is known.
+// its own), 2 × KeyCatchUpTimeout. One source may hold at most
+// KeyCatchUpsPerSource of those waits at once (more are answered busy at
+// once, without a barrier), so a flood of unknown keys from one source
+// cannot hold every slot for seconds while other sources' requests with
+// good keys are refused busy. Nothing reaches a handler before the key is
+// known.
 
 // KeyCatchUpTimeout bounds one shared catch-up barrier: a quorum round
 // trip on a healthy cluster; a leader that cannot complete one within the
 // cluster election timeout is about to step down.
 const KeyCatchUpTimeout = time.Second
+
+// KeyCatchUpsPerSource bounds the catch-up waits one source holds at once:
+// 1/16 of the default Limits.MaxPreAuthRequests.
+const KeyCatchUpsPerSource = 64
 
 // Outcomes of a catch-up, the label of termivar_api_key_catchups_total.
 const (
@@ -66,6 +74,9 @@ type keyCatchUp struct {
 	next    *catchUpRound // the round requests join; nil: none yet
 	// Invariant: next != nil only while running (the runner starts it).
 
+	perSource int            // waits one source may hold at once
+	bySource  map[string]int // waits held per source. Invariant: every value in 1..perSource
+
 	barriers atomic.Uint64 // barriers started (tests)
 	waiting  atomic.Int64  // requests waiting for a round (tests)
 }
@@ -78,6 +89,31 @@ type catchUpRound struct {
 
 // errCatchUpTimeout ends a wait whose barriers overran their bound.
 var errCatchUpTimeout = errors.New("key catch-up: no barrier within its bound")
+
+// admit takes one of src's catch-up waits, or returns false when src
+// holds perSource already; the caller gives a taken wait back with
+// release(src).
+func (k *keyCatchUp) admit(src string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.bySource[src] >= k.perSource {
+		return false
+	}
+	if k.bySource == nil {
+		k.bySource = make(map[string]int)
+	}
+	k.bySource[src]++
+	return true
+}
+
+// release gives back a wait admit took for src.
+func (k *keyCatchUp) release(src string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.bySource[src]--; k.bySource[src] == 0 {
+		delete(k.bySource, src)
+	}
+}
 
 // wait returns once a barrier that began after the call has ended: nil
 // when it passed, its error otherwise, or ctx's error. It waits at most
@@ -145,7 +181,13 @@ func (s *Server) settleUnknownKey(r *http.Request, res authResult) (authResult, 
 	if !s.node.IsLeader() {
 		return res, &apiError{KindNotLeader, "this node does not know the API key yet and cannot ask the leader; retry"}
 	}
-	if err := s.catchUp.wait(r.Context()); err != nil {
+	if !s.catchUp.admit(res.src) {
+		s.cfg.Metrics.AuthRejected("busy")
+		return res, &apiError{KindBusy, "too many unknown API keys from this source await a catch-up; retry later"}
+	}
+	err := s.catchUp.wait(r.Context())
+	s.catchUp.release(res.src)
+	if err != nil {
 		s.cfg.Metrics.KeyCatchUp(catchUpFailed)
 		if errors.Is(err, node.ErrNotLeader) {
 			return res, &apiError{KindNotLeader, "leadership changed while the API key was looked up; retry"}

@@ -124,19 +124,8 @@ const (
 func TestKeyCatchUp_UnknownKeysShareOneBarrier(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	release := make(chan struct{})
-	var calls atomic.Int64
 	reg := metrics.New()
-	s, srv := lagServer(t, b, reg, func(ctx context.Context) error {
-		if calls.Add(1) == 1 {
-			<-release // the first barrier is held until every request waits
-		}
-		return nil
-	})
-	// NB: the held barrier ignores its context; a long bound keeps a slow
-	// machine from ending the waits (wait's bound) before every request
-	// waits.
-	s.catchUp.timeout = time.Minute
+	s, srv, release := heldBarrierServer(t, b, reg)
 	unknown := func() string {
 		g, err := apikey.Generate(nil)
 		if err != nil {
@@ -358,4 +347,70 @@ func revokedAtBarrier(t *testing.T, b *testBundle, key string) (string, *httptes
 		return err
 	})
 	return id, srv
+}
+
+// One source holds at most perSource catch-up waits: with that many
+// waiting on a held barrier, its next unknown key is answered busy at
+// once (no barrier, nothing changed, not charged as a failed
+// authentication), and the waits are given back when they end.
+func TestKeyCatchUp_PerSourceBound(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	reg := metrics.New()
+	s, srv, release := heldBarrierServer(t, b, reg)
+	const bound = 2
+	s.catchUp.perSource = bound
+	unknown := func() termivarv1connect.ProducerClient {
+		g, err := apikey.Generate(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return producerOf(srv, g.Key)
+	}
+	get := func(p termivarv1connect.ProducerClient) error {
+		_, err := p.GetTask(context.Background(), connect.NewRequest(&pb.GetTaskRequest{TaskId: "x"}))
+		return err
+	}
+	before := b.state(t)
+	errs := make([]error, bound)
+	var wg sync.WaitGroup
+	for i := range bound {
+		p := unknown()
+		wg.Go(func() { errs[i] = get(p) })
+	}
+	waitUntil(t, "the source's waits all taken", func() bool { return s.catchUp.waiting.Load() == bound })
+	mustCode(t, get(unknown()), connect.CodeUnavailable, KindBusy)
+	if got := s.catchUp.barriers.Load(); got != 1 {
+		t.Fatalf("barriers = %d, want 1: the refused request started none", got)
+	}
+	close(release)
+	wg.Wait()
+	for _, err := range errs {
+		mustCode(t, err, connect.CodeUnauthenticated, KindUnauthenticated)
+	}
+	// The waits were given back: the source may wait again.
+	mustCode(t, get(unknown()), connect.CodeUnauthenticated, KindUnauthenticated)
+	b.assertUnchanged(t, before, "requests with unknown keys")
+	if busy, u := authRejected(t, reg, "busy"), authRejected(t, reg, "unauthenticated"); busy != 1 || u != bound+1 {
+		t.Fatalf("auth rejected: %v busy, %v unauthenticated; want 1 and %d", busy, u, bound+1)
+	}
+}
+
+// heldBarrierServer is a lagServer whose first catch-up barrier is held
+// until release is closed (every later one passes at once).
+func heldBarrierServer(t *testing.T, b *testBundle, reg *metrics.Registry) (*Server, *httptest.Server, chan struct{}) {
+	t.Helper()
+	release := make(chan struct{})
+	var calls atomic.Int64
+	s, srv := lagServer(t, b, reg, func(ctx context.Context) error {
+		if calls.Add(1) == 1 {
+			<-release
+		}
+		return nil
+	})
+	// NB: the held barrier ignores its context; a long bound keeps a slow
+	// machine from ending the waits (wait's bound) before every request
+	// waits.
+	s.catchUp.timeout = time.Minute
+	return s, srv, release
 }

@@ -175,7 +175,12 @@ func (k *keyCatchUp) run(r *catchUpRound) {
 // after a shared barrier. It returns the new authResult, or the error to
 // answer instead (Unavailable: this node cannot decide now).
 func (s *Server) settleUnknownKey(r *http.Request, res authResult) (authResult, error) {
+	service, method := splitProcedure(r.URL.Path)
 	if s.keyKnownLocally(r.Header) {
+		// NB: decided again: the key may have been applied since res was
+		// (a member catching up); a wrong secret, a malformed or missing
+		// key fails the same.
+		res.p, res.err = s.authenticate(r.Header, service, method)
 		return res, nil
 	}
 	if !s.node.IsLeader() {
@@ -194,7 +199,6 @@ func (s *Server) settleUnknownKey(r *http.Request, res authResult) (authResult, 
 		}
 		return res, &apiError{KindUnavailable, "could not catch up with the cluster to look up the API key; retry"}
 	}
-	service, method := splitProcedure(r.URL.Path)
 	res.p, res.err = s.authenticate(r.Header, service, method)
 	if isUnauthenticated(res.err) {
 		s.cfg.Metrics.KeyCatchUp(catchUpUnknown)

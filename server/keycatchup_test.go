@@ -414,3 +414,35 @@ func heldBarrierServer(t *testing.T, b *testBundle, reg *metrics.Registry) (*Ser
 	s.catchUp.timeout = time.Minute
 	return s, srv, release
 }
+
+// A key applied between preauth's authentication and its catch-up check
+// (a member catching up) is decided again from the table, not refused
+// with the stale "unknown API key"; a wrong secret still fails.
+func TestKeyCatchUp_KeyAppliedMeanwhileIsDecidedAgain(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	prod := b.createKey(t, "", "producer")
+	stale := authResult{err: errUnauthenticated("unknown API key"), src: "192.0.2.1"}
+	for key, wantOK := range map[string]bool{prod: true, prod[:len(prod)-1] + flipLast(prod): false} {
+		r := httptest.NewRequest(http.MethodPost, "/termivar.v1.Producer/GetTask", nil)
+		r.Header.Set("Authorization", "Bearer "+key)
+		res, err := b.api.settleUnknownKey(r, stale)
+		if err != nil {
+			t.Fatalf("settleUnknownKey: %v", err)
+		}
+		if ok := res.err == nil; ok != wantOK {
+			t.Fatalf("key known meanwhile (right secret %v): err = %v", wantOK, res.err)
+		}
+		if wantOK && res.p.KeyID == "" {
+			t.Fatal("no principal for the key found meanwhile")
+		}
+	}
+}
+
+// flipLast is a character other than s's last.
+func flipLast(s string) string {
+	if s[len(s)-1] == 'A' {
+		return "B"
+	}
+	return "A"
+}

@@ -70,18 +70,6 @@ func handedWithin(t *testing.T, h *heldRaft) int {
 	}
 }
 
-// waitQueued waits until n proposals wait in the proposer's queue.
-func waitQueued(t *testing.T, pr *proposer, n int) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for len(pr.proposals) != n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d proposals queued, want %d", len(pr.proposals), n)
-		}
-		time.Sleep(time.Millisecond) // NB: polling with a deadline: the queue has no change signal
-	}
-}
-
 func TestProposer_NextEntryWhenWALWritten(t *testing.T) {
 	t.Parallel()
 	b, h, g := gatedProposer(t)
@@ -92,10 +80,11 @@ func TestProposer_NextEntryWhenWALWritten(t *testing.T) {
 		t.Fatalf("first entry of %d commands, want 1", n)
 	}
 	rest := b.queue(t, "b", 3)
-	waitQueued(t, b.pr, 2) // b-0 taken: the loop holds it at the gate
-	g.end(inProgress)      // NB: began before the entry went to raft: the gate stays shut
+	// b-0 taken: the loop holds it at the gate.
+	waitFor(t, "the loop to take b-0", func() bool { return len(b.pr.proposals) == 2 })
+	g.end(inProgress) // NB: began before the entry went to raft: the gate stays shut
 	rest = append(rest, b.queue(t, "c", 1)...)
-	waitQueued(t, b.pr, 3)
+	waitFor(t, "c-0 queued", func() bool { return len(b.pr.proposals) == 3 })
 	g.end(g.begin()) // the first entry's write
 	if n := handedWithin(t, h); n != 4 {
 		t.Fatalf("second entry of %d commands, want 4 (every proposal that waited for the write)", n)

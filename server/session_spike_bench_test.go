@@ -102,18 +102,20 @@ func reportCPU(b *testing.B, start time.Duration) {
 	b.ReportMetric(float64(spikeCPU()-start)/float64(b.N)/1e3, "cpu-µs/op")
 }
 
-func BenchmarkSpike_UnaryHTTP1(b *testing.B) {
-	tb, key := spikeBench(b)
-	pc := termivarv1connect.NewProducerClient(tb.srv.Client(), tb.srv.URL, connect.WithInterceptors(authInterceptor{key}))
-	spikeUnary(b, pc)
-}
+func BenchmarkSpike_UnaryHTTP1(b *testing.B) { spikeUnary(b, spikeProducer(b, false)) }
 
-func BenchmarkSpike_UnaryH2C(b *testing.B) {
+func BenchmarkSpike_UnaryH2C(b *testing.B) { spikeUnary(b, spikeProducer(b, true)) }
+
+// spikeProducer is a producer client of a new spike server, over HTTP/1.1
+// or (h2c) HTTP/2 without TLS.
+func spikeProducer(b *testing.B, h2c bool) termivarv1connect.ProducerClient {
 	tb, key := spikeBench(b)
-	hc := h2cHTTPClient()
-	defer hc.CloseIdleConnections()
-	pc := termivarv1connect.NewProducerClient(hc, tb.srv.URL, connect.WithInterceptors(authInterceptor{key}))
-	spikeUnary(b, pc)
+	hc := tb.srv.Client()
+	if h2c {
+		hc = h2cHTTPClient()
+		b.Cleanup(hc.CloseIdleConnections)
+	}
+	return termivarv1connect.NewProducerClient(hc, tb.srv.URL, connect.WithInterceptors(authInterceptor{key}))
 }
 
 func spikeUnary(b *testing.B, pc termivarv1connect.ProducerClient) {
@@ -167,19 +169,9 @@ func BenchmarkSpike_StreamH2C(b *testing.B) {
 // The parallel forms: 16 callers, as the bench's 16 workers (HTTP/1.1:
 // a connection each; h2c: calls multiplexed on shared connections; the
 // stream: one stream each).
-func BenchmarkSpike_UnaryHTTP1Parallel(b *testing.B) {
-	tb, key := spikeBench(b)
-	pc := termivarv1connect.NewProducerClient(tb.srv.Client(), tb.srv.URL, connect.WithInterceptors(authInterceptor{key}))
-	spikeUnaryParallel(b, pc)
-}
+func BenchmarkSpike_UnaryHTTP1Parallel(b *testing.B) { spikeUnaryParallel(b, spikeProducer(b, false)) }
 
-func BenchmarkSpike_UnaryH2CParallel(b *testing.B) {
-	tb, key := spikeBench(b)
-	hc := h2cHTTPClient()
-	defer hc.CloseIdleConnections()
-	pc := termivarv1connect.NewProducerClient(hc, tb.srv.URL, connect.WithInterceptors(authInterceptor{key}))
-	spikeUnaryParallel(b, pc)
-}
+func BenchmarkSpike_UnaryH2CParallel(b *testing.B) { spikeUnaryParallel(b, spikeProducer(b, true)) }
 
 func spikeUnaryParallel(b *testing.B, pc termivarv1connect.ProducerClient) {
 	b.SetParallelism(8) // 16 callers on 2 cores

@@ -142,7 +142,14 @@ func runBenchArgs(t *testing.T, args []string, dropAfter bool) benchResult {
 		t.Fatal(err)
 	}
 	f.dropAfter = dropAfter
-	stop, url, key, err := startBenchNode(t.TempDir(), benchSnapshots{})
+	return runBenchFlags(t, f)
+}
+
+// runBenchFlags runs one bench with f against a fresh embedded node (its
+// raft instruments in f.nodeMetrics when not nil).
+func runBenchFlags(t *testing.T, f benchFlags) benchResult {
+	t.Helper()
+	stop, url, key, err := startBenchNodeMetrics(t.TempDir(), benchSnapshots{}, f.nodeMetrics)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,16 +241,7 @@ func benchCountingPaths(t *testing.T, flag string, reg ...*metrics.Registry) (be
 	if len(reg) > 0 {
 		f.nodeMetrics = reg[0]
 	}
-	stop, url, key, err := startBenchNodeMetrics(t.TempDir(), benchSnapshots{}, f.nodeMetrics)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	res, err := bench(context.Background(), f, url, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return res, paths
+	return runBenchFlags(t, f), paths
 }
 
 // pathCounter counts requests by RPC name.

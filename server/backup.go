@@ -39,12 +39,7 @@ func (h clusterHandler) backup(ctx context.Context, p principal, stream *connect
 	if !p.systemAdmin() {
 		return errDenied("only an admin key of the system tenant may back up the cluster")
 	}
-	if err := h.s.node.LinearizableRead(ctx); err != nil {
-		return err
-	}
-	// A revocation acknowledged before the call is applied by now: the
-	// key is checked again, as every other read's is (callMsg).
-	if err := h.s.keyStillLive(p, termivarv1connect.ClusterBackupProcedure); err != nil {
+	if err := h.s.readBarrier(ctx, p, termivarv1connect.ClusterBackupProcedure); err != nil {
 		return err
 	}
 	id, err := h.recordBackup(ctx)

@@ -383,11 +383,15 @@ func (s *Server) readyToServe() bool {
 	return s.node.IsLeader() || s.node.LeaderAPIURL() != ""
 }
 
-// readBarrier makes a read linearizable (node.LinearizableRead) unless the
-// procedure is answered locally.
-func (s *Server) readBarrier(ctx context.Context, procedure string) error {
+// readBarrier makes p's read of procedure linearizable
+// (node.LinearizableRead) and then re-checks p's key (keyStillLive),
+// unless the procedure is answered locally.
+func (s *Server) readBarrier(ctx context.Context, p principal, procedure string) error {
 	if localProcedures[procedure] {
 		return nil
 	}
-	return s.node.LinearizableRead(ctx)
+	if err := s.node.LinearizableRead(ctx); err != nil {
+		return err
+	}
+	return s.keyStillLive(p)
 }

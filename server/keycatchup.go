@@ -211,11 +211,11 @@ func (s *Server) settleUnknownKey(r *http.Request, res authResult) (authResult, 
 // keyStillLive re-checks, after a read's linearizable barrier, that the
 // caller's key was not revoked by an entry the barrier applied (a new
 // leader authenticates before its per-term barrier): a revocation
-// acknowledged before a read began refuses that read. Locally answered
-// procedures have no barrier and are not re-checked (docs/node.md, "Keys
-// on a lagging member").
-func (s *Server) keyStillLive(p principal, procedure string) error {
-	if localProcedures[procedure] || p.KeyID == "" {
+// acknowledged before a read began refuses that read (readBarrier).
+// Locally answered procedures have no barrier and are not re-checked
+// (docs/node.md, "Keys on a lagging member").
+func (s *Server) keyStillLive(p principal) error {
+	if p.KeyID == "" {
 		return nil
 	}
 	if _, ok := s.node.Reads().Key(p.KeyID); !ok {

@@ -323,10 +323,7 @@ func callMsg[Req, Res any](ctx context.Context, s *Server, procedure string, msg
 	var res *Res
 	var rev uint64
 	if err == nil && !mutating {
-		err = s.readBarrier(ctx, procedure)
-		if err == nil {
-			err = s.keyStillLive(p, procedure)
-		}
+		err = s.readBarrier(ctx, p, procedure)
 	}
 	if err == nil {
 		res, rev, err = fn(ctx, p, msg)

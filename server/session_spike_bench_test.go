@@ -47,7 +47,7 @@ func spikeHandler(s *Server) http.Handler {
 			if _, ok := s.node.Reads().Key(p.KeyID); !ok {
 				return connect.NewError(connect.CodeUnauthenticated, errors.New("key revoked"))
 			}
-			if err := s.readBarrier(ctx, "/termivar.v1.Producer/GetTask"); err != nil {
+			if err := s.readBarrier(ctx, p, "/termivar.v1.Producer/GetTask"); err != nil {
 				return toConnect(err)
 			}
 			tv, _ := s.node.Reads().Tenant(p.Tenant)

@@ -80,8 +80,13 @@ func TestProposer_NextEntryWhenWALWritten(t *testing.T) {
 		t.Fatalf("first entry of %d commands, want 1", n)
 	}
 	rest := b.queue(t, "b", 3)
-	// b-0 taken: the loop holds it at the gate.
-	waitFor(t, "the loop to take b-0", func() bool { return len(b.pr.proposals) == 2 })
+	// b-0 and the second slot taken: the loop holds b-0 at the gate. NB:
+	// waiting for the slot too lets the loop run (a proposal handed to a
+	// parked loop leaves the queue before the loop has run), so that a
+	// proposer without the gate hands [b-0 b-1 b-2] to raft here.
+	waitFor(t, "the loop to hold b-0 at the gate", func() bool {
+		return len(b.pr.proposals) == 2 && len(b.pr.slots) == 2
+	})
 	g.end(inProgress) // NB: began before the entry went to raft: the gate stays shut
 	rest = append(rest, b.queue(t, "c", 1)...)
 	waitFor(t, "c-0 queued", func() bool { return len(b.pr.proposals) == 3 })

@@ -89,6 +89,10 @@ func runBench(args []string) int {
 		fmt.Fprintln(os.Stderr, "termivar-coord bench: flag out of range")
 		return exitUsage
 	}
+	if err := f.client.validRetry(); err != nil {
+		fmt.Fprintln(os.Stderr, "termivar-coord bench:", err)
+		return exitUsage
+	}
 	stopProfiles, err := f.startProfiles()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "termivar-coord bench:", err)
@@ -356,15 +360,13 @@ func percentile(d []time.Duration, p float64) time.Duration {
 	return d[i]
 }
 
-// Bench's clients ride through leader changes: each call gets
-// benchMaxAttempts tries (client.Client moves between the --server URLs,
-// follows leader hints, and re-issues a try that its attempt deadline cut
-// off); a call that still fails unreachable is counted and sent again by
-// the bench loop, up to benchMaxConsecutiveErrors times in a row.
-const (
-	benchMaxAttempts          = 10
-	benchMaxConsecutiveErrors = 20
-)
+// Bench's clients ride through leader changes as the CLI's do: each call
+// is tried again for --retry-timeout (client.Client moves between the
+// --server URLs, follows leader hints, and re-issues a try that its attempt
+// deadline cut off); a call that still fails unreachable is counted and
+// sent again by the bench loop, up to benchMaxConsecutiveErrors times in a
+// row.
+const benchMaxConsecutiveErrors = 20
 
 // retryCounter is a slog.Handler that counts the client's retry messages.
 type retryCounter struct{ n *atomic.Int64 }
@@ -517,17 +519,25 @@ func (r *benchRun) connect(ctx context.Context, url, adminKey string) error {
 	if err != nil {
 		return err
 	}
+	base, err := withRetryTimeout(client.Config{ServerURL: url, MinBackoff: 50 * time.Millisecond, Logger: log,
+		EnqueueCallsInFlight: inFlight, CompleteManyCallBytes: r.f.completeCallBytes}, r.f.client.retryTimeout)
+	if err != nil {
+		return err
+	}
 	newC := func(key string) (*client.Client, error) {
-		return client.New(client.Config{ServerURL: url, Key: key, HTTPClient: hc, MaxAttempts: benchMaxAttempts,
-			MinBackoff: 50 * time.Millisecond, MaxBackoff: time.Second, Logger: log, EnqueueCallsInFlight: inFlight, CompleteManyCallBytes: r.f.completeCallBytes})
+		cfg := base
+		cfg.Key, cfg.HTTPClient = key, hc
+		return client.New(cfg)
 	}
 	newProducerC := func(key string) (*client.Client, error) {
-		return client.New(client.Config{ServerURL: url, Key: key, HTTPClient: phc, MaxAttempts: benchMaxAttempts, ProducerSession: r.f.producerSession,
-			MinBackoff: 50 * time.Millisecond, MaxBackoff: time.Second, Logger: log, EnqueueCallsInFlight: inFlight, CompleteManyCallBytes: r.f.completeCallBytes})
+		cfg := base
+		cfg.Key, cfg.HTTPClient, cfg.ProducerSession = key, phc, r.f.producerSession
+		return client.New(cfg)
 	}
 	newWorkerC := func(key string) (*client.Client, error) {
-		return client.New(client.Config{ServerURL: url, Key: key, HTTPClient: whc, MaxAttempts: benchMaxAttempts, WorkerSession: r.f.workerSession,
-			MinBackoff: 50 * time.Millisecond, MaxBackoff: time.Second, Logger: log, EnqueueCallsInFlight: inFlight, CompleteManyCallBytes: r.f.completeCallBytes})
+		cfg := base
+		cfg.Key, cfg.HTTPClient, cfg.WorkerSession = key, whc, r.f.workerSession
+		return client.New(cfg)
 	}
 	if r.admin, err = newC(adminKey); err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -311,4 +312,43 @@ func (l *loseFirstAcquireReply) RoundTrip(r *http.Request) (*http.Response, erro
 	}
 	<-r.Context().Done()
 	return nil, r.Context().Err()
+}
+
+// TestBench_RetryTimeout: bench refuses an unreadable
+// $TERMIVAR_RETRY_TIMEOUT and a negative --retry-timeout before it starts
+// anything, and its calls try again for --retry-timeout as the CLI's do:
+// with 0 the first call to an unreachable server is tried once, with a
+// budget it is tried again until the budget has passed.
+func TestBench_RetryTimeout(t *testing.T) {
+	t.Setenv(envRetryTimeout, "soon")
+	if code := runBench([]string{"--tasks", "10"}); code != exitUsage {
+		t.Fatalf("bench with %s=soon = %d, want %d", envRetryTimeout, code, exitUsage)
+	}
+	t.Setenv(envRetryTimeout, "")
+	if code := runBench([]string{"--tasks", "10", "--retry-timeout", "-1s"}); code != exitUsage {
+		t.Fatalf("bench --retry-timeout -1s = %d, want %d", code, exitUsage)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + ln.Addr().String()
+	ln.Close() // nothing listens there now: every try is refused
+	for _, tc := range []struct {
+		budget   string
+		retrying bool
+	}{{"0s", false}, {"300ms", true}} {
+		var f benchFlags
+		if err := newBenchFlagSet(&f).Parse([]string{"--embedded=false", "--server", url, "--key", "k", "--retry-timeout", tc.budget}); err != nil {
+			t.Fatal(err)
+		}
+		paths := &pathCounter{n: map[string]int{}}
+		f.wrapTransport = func(next http.RoundTripper) http.RoundTripper { paths.next = next; return paths }
+		if _, err := bench(context.Background(), f, url, "k"); err == nil {
+			t.Fatalf("--retry-timeout %s: bench against %s succeeded", tc.budget, url)
+		}
+		if tries := paths.count("CreateTenant"); (tries > 1) != tc.retrying || tries == 0 {
+			t.Fatalf("--retry-timeout %s: CreateTenant tried %d times", tc.budget, tries)
+		}
+	}
 }

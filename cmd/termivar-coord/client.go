@@ -146,13 +146,25 @@ func (c *clientFlags) apiKey() (string, error) {
 	return strings.TrimSpace(string(b)), nil
 }
 
+// validRetry reports an unreadable $TERMIVAR_RETRY_TIMEOUT or a negative
+// --retry-timeout.
+func (c *clientFlags) validRetry() error {
+	if c.envErr != nil {
+		return c.envErr
+	}
+	if c.retryTimeout < 0 {
+		return errors.New("--retry-timeout must not be negative")
+	}
+	return nil
+}
+
 // callClient returns a client of --server with the key of apiKey,
 // retrying for --retry-timeout, and the context of the command's one call
 // under parent, bounded by callTimeout; done closes the client and ends
 // the context.
 func (c *clientFlags) callClient(parent context.Context) (_ *client.Client, ctx context.Context, done func(), err error) {
-	if c.envErr != nil {
-		return nil, nil, nil, c.envErr
+	if err := c.validRetry(); err != nil {
+		return nil, nil, nil, err
 	}
 	key, err := c.apiKey()
 	if err != nil {

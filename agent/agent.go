@@ -135,6 +135,11 @@ type Agent struct {
 	slotWaiting bool
 	carried     []*handoff
 	carryCh     chan struct{}
+	// carryStrikes counts carrying Acquires in a row the server did not
+	// answer for (under mu); at carryStrikeLimit completions stop riding
+	// until carryOffUntil (handoff.go, carryOutcome).
+	carryStrikes  int
+	carryOffUntil time.Time
 
 	// hook, when set (tests, before Run), is told of the loop's slot
 	// waits, tasks' ends and carried completions' outcomes (events.go).

@@ -3,7 +3,10 @@ package agent
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"time"
 
+	distributed "github.com/termivar/distributed"
 	"github.com/termivar/distributed/client"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
 )
@@ -34,7 +37,7 @@ var errNotCarried = errors.New("agent: completion not carried")
 func (a *Agent) completeCarried(ctx context.Context, taskID string, req *pb.CompleteRequest) (err error, ok bool) {
 	h := &handoff{taskID: taskID, req: req, done: make(chan error, 1)}
 	a.mu.Lock()
-	if !a.slotWaiting {
+	if !a.slotWaiting || time.Now().Before(a.carryOffUntil) {
 		a.mu.Unlock()
 		return nil, false
 	}
@@ -120,7 +123,45 @@ func (a *Agent) carry(soft context.Context, hs []*handoff, req *pb.AcquireReques
 			a.settle(h, client.ItemError(resp.GetCompleted()[i]))
 		}
 	}
+	a.carryOutcome(len(hs), resp, err)
 	return resp, err
+}
+
+// Completions stop riding on Acquires after carryStrikeLimit carrying
+// Acquires in a row that the server did not answer for, for carryPause:
+// a server that predates AcquireRequest.complete ignores the completions,
+// so it refuses the Acquire at capacity (it still counts those tasks) or
+// answers without Completed, and each such completion cost a refused call
+// before its own Complete. A server that knows the field answers for every
+// completion it got, even when it then refuses the lease at capacity (its
+// view of our load ahead of ours, atCapacity) — twice in a row is rare,
+// and a pause only costs the calls completions took before they rode.
+const (
+	carryStrikeLimit = 2
+	carryPause       = 5 * time.Minute
+)
+
+// carryOutcome counts a carrying Acquire of n completions that answered
+// resp, err: a strike when the server did not answer for them (refused at
+// capacity, or no Completed), a reset when it did; other failures (an
+// unreachable server) say nothing of the field and count neither way.
+func (a *Agent) carryOutcome(n int, resp *pb.AcquireResponse, err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case err == nil && len(resp.GetCompleted()) >= n:
+		a.carryStrikes = 0
+		return
+	case err == nil, errors.Is(err, distributed.ErrWorkerAtCapacity):
+		a.carryStrikes++
+	default:
+		return
+	}
+	if a.carryStrikes >= carryStrikeLimit {
+		a.carryStrikes, a.carryOffUntil = 0, time.Now().Add(carryPause)
+		a.log.Info("the server does not answer for completions carried on Acquire; completing each with its own call for a while",
+			slog.Duration("for", carryPause))
+	}
 }
 
 // settle hands h its outcome (each handoff gets exactly one).

@@ -24,6 +24,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
@@ -31,6 +32,7 @@ import (
 	"testing"
 	"time"
 
+	distributed "github.com/termivar/distributed"
 	"github.com/termivar/distributed/client"
 	"github.com/termivar/distributed/client/clienttest"
 	pb "github.com/termivar/distributed/gen/termivar/v1"
@@ -261,13 +263,15 @@ func runOneSlotAgent(t *testing.T, olderServer, holdLoop bool) handoffRun {
 	run.log = newEventLog(t, run.ids, holdLoop)
 	run.a.hook = run.log.hook
 	stop := startRun(t, run.a)
-	for _, id := range run.ids {
+	for i, id := range run.ids {
 		run.log.await("the loop waiting for a slot with "+id+" alone running", waitingAlone(id))
 		run.log.mark()
 		close(release[id])
-		ev := run.log.await(id+"'s carried completion answered", isEvent(evCarried, id))
-		if ev.acked == olderServer {
-			t.Fatalf("%s: the server answered for the carried completion: %v, want %v", id, ev.acked, !olderServer)
+		if run.rides(i) {
+			ev := run.log.await(id+"'s carried completion answered", isEvent(evCarried, id))
+			if ev.acked == olderServer {
+				t.Fatalf("%s: the server answered for the carried completion: %v, want %v", id, ev.acked, !olderServer)
+			}
 		}
 		run.log.await(id+" ended", isEvent(evFinished, id))
 	}
@@ -276,6 +280,13 @@ func runOneSlotAgent(t *testing.T, olderServer, holdLoop bool) handoffRun {
 	}
 	run.checkEnded(t)
 	return run
+}
+
+// rides says whether the i-th task's completion rides on an Acquire: every
+// one against a server that answers for them; against an older server
+// the first carryStrikeLimit, and then none (carryPause).
+func (run handoffRun) rides(i int) bool {
+	return !run.rc.olderServer || i < carryStrikeLimit
 }
 
 // startRun runs a until the returned stop (also a cleanup) ends it.
@@ -300,12 +311,16 @@ func startRun(t *testing.T, a *Agent) (stop func() error) {
 // completion answered once, and is completed with its own result.
 func (run handoffRun) checkEnded(t *testing.T) {
 	t.Helper()
-	for _, id := range run.ids {
+	for i, id := range run.ids {
 		if n := run.log.count(isEvent(evFinished, id)); n != 1 {
 			t.Errorf("%s ended %d times, want 1", id, n)
 		}
-		if n := run.log.count(isEvent(evCarried, id)); n != 1 {
-			t.Errorf("%s's carried completion answered %d times, want 1", id, n)
+		want := 0
+		if run.rides(i) {
+			want = 1
+		}
+		if n := run.log.count(isEvent(evCarried, id)); n != want {
+			t.Errorf("%s's carried completion answered %d times, want %d", id, n, want)
 		}
 		r, err := run.c.GetTask(context.Background(), &pb.GetTaskRequest{TaskId: id})
 		if err != nil || r.GetTask().GetStatus() != "completed" || !r.GetTask().GetHasResult() {
@@ -328,7 +343,7 @@ func (run handoffRun) checkEnded(t *testing.T) {
 	if s := run.a.Stats(); s != want {
 		t.Errorf("stats %+v, want %+v", s, want)
 	}
-	if n := run.rc.carried(); n != len(run.ids) {
+	if n := run.rc.carried(); !run.rc.olderServer && n != len(run.ids) {
 		t.Errorf("%d Acquires carried completions, want %d: one per task", n, len(run.ids))
 	}
 }
@@ -364,7 +379,9 @@ func TestAgent_CompletionsRideOnAcquire(t *testing.T) {
 // Acquire at capacity while tasks are queued, answering no Completed for
 // the last); each task then completes with exactly one Complete of its
 // own, with its result, none lost or left leased, and the agent goes on
-// leasing (it does not take the refusal for a capacity of 0).
+// leasing (it does not take the refusal for a capacity of 0); after
+// carryStrikeLimit such Acquires the completions stop riding (each had
+// cost a refused call before its Complete).
 func TestAgent_CarriedCompletionsAgainstOlderServer(t *testing.T) {
 	t.Parallel()
 	inBothOrders(t, func(t *testing.T, holdLoop bool) {
@@ -374,6 +391,9 @@ func TestAgent_CarriedCompletionsAgainstOlderServer(t *testing.T) {
 		}
 		if n := run.rc.count("CompleteMany"); n != 0 {
 			t.Fatalf("%d CompleteMany calls, want 0", n)
+		}
+		if n := run.rc.carried(); n != carryStrikeLimit {
+			t.Fatalf("%d Acquires carried completions, want %d: after that many refused, completions stop riding", n, carryStrikeLimit)
 		}
 	})
 }
@@ -489,3 +509,41 @@ func recvWithin[T any](t *testing.T, what string, ch <-chan T) T {
 	}
 	panic("unreachable")
 }
+
+// TestAgent_CarryStrikes: completions stop riding only after
+// carryStrikeLimit carrying Acquires in a row that the server did not
+// answer for (refused at capacity, or no Completed); one it answered for
+// resets the count, and a failure that says nothing of the field (the
+// server unreachable) counts neither way.
+func TestAgent_CarryStrikes(t *testing.T) {
+	answered := &pb.AcquireResponse{Completed: []*pb.CompleteItemResult{{}}}
+	unreachable := errors.New("dial tcp: connection refused")
+	for _, tc := range []struct {
+		name   string
+		steps  []error // nil: answered for its one completion; errNoCompleted: answered without Completed
+		paused bool
+	}{
+		{"two refusals", []error{distributed.ErrWorkerAtCapacity, distributed.ErrWorkerAtCapacity}, true},
+		{"two answers without Completed", []error{errNoCompleted, errNoCompleted}, true},
+		{"an answer between", []error{distributed.ErrWorkerAtCapacity, nil, distributed.ErrWorkerAtCapacity}, false},
+		{"unreachable between", []error{distributed.ErrWorkerAtCapacity, unreachable, errNoCompleted}, true},
+		{"unreachable only", []error{unreachable, unreachable, unreachable}, false},
+	} {
+		a := &Agent{log: slog.New(slog.DiscardHandler)}
+		for _, err := range tc.steps {
+			switch err {
+			case nil:
+				a.carryOutcome(1, answered, nil)
+			case errNoCompleted:
+				a.carryOutcome(1, &pb.AcquireResponse{}, nil)
+			default:
+				a.carryOutcome(1, nil, err)
+			}
+		}
+		if paused := time.Now().Before(a.carryOffUntil); paused != tc.paused {
+			t.Errorf("%s: paused %v, want %v", tc.name, paused, tc.paused)
+		}
+	}
+}
+
+var errNoCompleted = errors.New("answered without Completed")

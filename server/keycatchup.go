@@ -40,11 +40,12 @@ import (
 // follower's), so at most Limits.MaxPreAuthRequests of them wait at once,
 // each for at most two barriers (the one running when it arrived, then
 // its own), 2 × KeyCatchUpTimeout. One source may hold at most
-// KeyCatchUpsPerSource of those waits at once (more are answered busy at
-// once, without a barrier), so a flood of unknown keys from one source
-// cannot hold every slot for seconds while other sources' requests with
-// good keys are refused busy. Nothing reaches a handler before the key is
-// known.
+// KeyCatchUpsPerSource of those waits at once, and all sources together
+// half of Limits.MaxPreAuthRequests (more are answered busy at once,
+// without a barrier), so neither a flood of unknown keys from one source
+// nor one from many sources can hold every slot for seconds while
+// requests with good keys are refused busy: those always find the other
+// half. Nothing reaches a handler before the key is known.
 
 // KeyCatchUpTimeout bounds one shared catch-up barrier: a quorum round
 // trip on a healthy cluster; a leader that cannot complete one within the
@@ -76,6 +77,8 @@ type keyCatchUp struct {
 
 	perSource int            // waits one source may hold at once
 	bySource  map[string]int // waits held per source. Invariant: every value in 1..perSource
+	total     int            // waits all sources may hold at once
+	held      int            // waits held. Invariant: held = the sum of bySource ≤ total
 
 	barriers atomic.Uint64 // barriers started (tests)
 	waiting  atomic.Int64  // requests waiting for a round (tests)
@@ -91,18 +94,19 @@ type catchUpRound struct {
 var errCatchUpTimeout = errors.New("key catch-up: no barrier within its bound")
 
 // admit takes one of src's catch-up waits, or returns false when src
-// holds perSource already; the caller gives a taken wait back with
-// release(src).
+// holds perSource already or all sources hold total; the caller gives a
+// taken wait back with release(src).
 func (k *keyCatchUp) admit(src string) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.bySource[src] >= k.perSource {
+	if k.bySource[src] >= k.perSource || k.held >= k.total {
 		return false
 	}
 	if k.bySource == nil {
 		k.bySource = make(map[string]int)
 	}
 	k.bySource[src]++
+	k.held++
 	return true
 }
 
@@ -110,6 +114,7 @@ func (k *keyCatchUp) admit(src string) bool {
 func (k *keyCatchUp) release(src string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	k.held--
 	if k.bySource[src]--; k.bySource[src] == 0 {
 		delete(k.bySource, src)
 	}
@@ -188,7 +193,7 @@ func (s *Server) settleUnknownKey(r *http.Request, res authResult) (authResult, 
 	}
 	if !s.catchUp.admit(res.src) {
 		s.cfg.Metrics.AuthRejected("busy")
-		return res, &apiError{KindBusy, "too many unknown API keys from this source await a catch-up; retry later"}
+		return res, &apiError{KindBusy, "too many unknown API keys await a catch-up; retry later"}
 	}
 	err := s.catchUp.wait(r.Context())
 	s.catchUp.release(res.src)

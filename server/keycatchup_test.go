@@ -360,26 +360,16 @@ func TestKeyCatchUp_PerSourceBound(t *testing.T) {
 	s, srv, release := heldBarrierServer(t, b, reg)
 	const bound = 2
 	s.catchUp.perSource = bound
-	unknown := func() termivarv1connect.ProducerClient {
-		g, err := apikey.Generate(nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return producerOf(srv, g.Key)
-	}
-	get := func(p termivarv1connect.ProducerClient) error {
-		_, err := p.GetTask(context.Background(), connect.NewRequest(&pb.GetTaskRequest{TaskId: "x"}))
-		return err
-	}
+	unknown := func() termivarv1connect.ProducerClient { return unknownProducer(t, srv) }
 	before := b.state(t)
 	errs := make([]error, bound)
 	var wg sync.WaitGroup
 	for i := range bound {
 		p := unknown()
-		wg.Go(func() { errs[i] = get(p) })
+		wg.Go(func() { errs[i] = getTaskX(p) })
 	}
 	waitUntil(t, "the source's waits all taken", func() bool { return s.catchUp.waiting.Load() == bound })
-	mustCode(t, get(unknown()), connect.CodeUnavailable, KindBusy)
+	mustCode(t, getTaskX(unknown()), connect.CodeUnavailable, KindBusy)
 	if got := s.catchUp.barriers.Load(); got != 1 {
 		t.Fatalf("barriers = %d, want 1: the refused request started none", got)
 	}
@@ -389,11 +379,73 @@ func TestKeyCatchUp_PerSourceBound(t *testing.T) {
 		mustCode(t, err, connect.CodeUnauthenticated, KindUnauthenticated)
 	}
 	// The waits were given back: the source may wait again.
-	mustCode(t, get(unknown()), connect.CodeUnauthenticated, KindUnauthenticated)
+	mustCode(t, getTaskX(unknown()), connect.CodeUnauthenticated, KindUnauthenticated)
 	b.assertUnchanged(t, before, "requests with unknown keys")
 	if busy, u := authRejected(t, reg, "busy"), authRejected(t, reg, "unauthenticated"); busy != 1 || u != bound+1 {
 		t.Fatalf("auth rejected: %v busy, %v unauthenticated; want 1 and %d", busy, u, bound+1)
 	}
+}
+
+// TestKeyCatchUp_TotalBound: all sources together hold at most half the
+// pre-authentication slots in catch-up waits (catchUp.total); an unknown
+// key past that is answered busy at once, without a barrier, even from a
+// source below its own bound, so requests with good keys always find
+// slots; the waits given back, unknown keys wait again.
+func TestKeyCatchUp_TotalBound(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	reg := metrics.New()
+	s, srv, held := heldBarrierServer(t, b, reg)
+	release := sync.OnceFunc(func() { close(held) })
+	defer release() // also when the test fails while requests wait
+	if want := s.limits.MaxPreAuthRequests / 2; s.catchUp.total != want {
+		t.Fatalf("total bound %d, want %d: half of the pre-authentication slots", s.catchUp.total, want)
+	}
+	const bound = 2
+	s.catchUp.total = bound // the one test source stays below its own bound
+	unknown := func() termivarv1connect.ProducerClient { return unknownProducer(t, srv) }
+	errs := make([]error, bound)
+	var wg sync.WaitGroup
+	for i := range bound {
+		p := unknown()
+		wg.Go(func() { errs[i] = getTaskX(p) })
+	}
+	waitUntil(t, "every catch-up wait taken", func() bool { return s.catchUp.waiting.Load() == bound })
+	// NB: bounded, so that a request let on to wait fails the test
+	// instead of hanging it.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := unknown().GetTask(ctx, connect.NewRequest(&pb.GetTaskRequest{TaskId: "x"}))
+	mustCode(t, err, connect.CodeUnavailable, KindBusy)
+	// A good key is not held up by the flood.
+	good := producerOf(srv, b.createKey(t, "", "producer"))
+	mustCode(t, getTaskX(good), connect.CodeNotFound, "")
+	release()
+	wg.Wait()
+	for _, err := range errs {
+		mustCode(t, err, connect.CodeUnauthenticated, KindUnauthenticated)
+	}
+	mustCode(t, getTaskX(unknown()), connect.CodeUnauthenticated, KindUnauthenticated)
+	if busy := authRejected(t, reg, "busy"); busy != 1 {
+		t.Fatalf("auth rejected busy %v, want 1", busy)
+	}
+}
+
+// unknownProducer is a producer client of srv with a well-formed key no
+// node knows.
+func unknownProducer(t *testing.T, srv *httptest.Server) termivarv1connect.ProducerClient {
+	t.Helper()
+	g, err := apikey.Generate(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return producerOf(srv, g.Key)
+}
+
+// getTaskX is a GetTask of a task that does not exist.
+func getTaskX(p termivarv1connect.ProducerClient) error {
+	_, err := p.GetTask(context.Background(), connect.NewRequest(&pb.GetTaskRequest{TaskId: "x"}))
+	return err
 }
 
 // heldBarrierServer is a lagServer whose first catch-up barrier is held

@@ -130,7 +130,7 @@ func New(cfg Config) *Server {
 	s.stopCtx, s.stop = context.WithCancel(context.Background())
 	s.stopping = s.stopCtx.Done()
 	s.fwd = newForwarder(s)
-	s.catchUp = &keyCatchUp{barrierFunc: s.node.LinearizableRead, timeout: KeyCatchUpTimeout, perSource: KeyCatchUpsPerSource, life: s.stopCtx, onBarrier: cfg.Metrics.KeyCatchUpBarrier}
+	s.catchUp = &keyCatchUp{barrierFunc: s.node.LinearizableRead, timeout: KeyCatchUpTimeout, perSource: KeyCatchUpsPerSource, total: max(lim.MaxPreAuthRequests/2, 1), life: s.stopCtx, onBarrier: cfg.Metrics.KeyCatchUpBarrier}
 	s.build = buildinfo.Read().Proto()
 	return s
 }

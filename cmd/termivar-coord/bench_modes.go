@@ -16,6 +16,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"strconv"
 	"strings"
 	"time"
@@ -42,6 +43,7 @@ var benchModeFlags = [...]struct {
 	{name: "memprofile", usage: "write an allocation profile of the run to this file", strVar: func(f *benchFlags) *string { return &f.memProfile }},
 	{name: "mutexprofile", usage: "write a mutex contention profile of the run to this file", strVar: func(f *benchFlags) *string { return &f.mutexProfile }},
 	{name: "blockprofile", usage: "write a blocking profile of the run to this file", strVar: func(f *benchFlags) *string { return &f.blockProfile }},
+	{name: "trace", usage: "write an execution trace (runtime/trace) of the run's measured part to this file (ignored with --suite)", strVar: func(f *benchFlags) *string { return &f.traceFile }},
 }
 
 // registerBenchModes adds benchModeFlags to fs.
@@ -105,6 +107,21 @@ func (f benchFlags) startProfiles() (stop func() error, err error) {
 		}
 		return nil
 	}, nil
+}
+
+// startTrace writes an execution trace to path until stop (go tool trace
+// reads it: the goroutine hand-offs of a run, docs/benchmarks.md "2 000
+// tasks/s, session 8").
+func startTrace(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := trace.Start(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { trace.Stop(); f.Close() }, nil
 }
 
 // startCPUProfile writes a CPU profile to path until stop. A single run

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"runtime"
@@ -113,30 +114,28 @@ func (f benchFlags) startProfiles() (stop func() error, err error) {
 // reads it: the goroutine hand-offs of a run, docs/benchmarks.md "2 000
 // tasks/s, session 8").
 func startTrace(path string) (stop func(), err error) {
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, err
-	}
-	if err := trace.Start(f); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return func() { trace.Stop(); f.Close() }, nil
+	return startToFile(path, trace.Start, trace.Stop)
 }
 
 // startCPUProfile writes a CPU profile to path until stop. A single run
 // (not --suite) profiles its measured part only (benchRun.startRun), so
 // that the setup of 1 024 workers' keys and registrations is not in it.
 func startCPUProfile(path string) (stop func(), err error) {
+	return startToFile(path, pprof.StartCPUProfile, pprof.StopCPUProfile)
+}
+
+// startToFile creates path and starts a recorder writing to it; the
+// returned stop ends the recorder and closes the file.
+func startToFile(path string, start func(io.Writer) error, end func()) (stop func(), err error) {
 	f, err := os.Create(path)
 	if err != nil {
 		return nil, err
 	}
-	if err := pprof.StartCPUProfile(f); err != nil {
+	if err := start(f); err != nil {
 		f.Close()
 		return nil, err
 	}
-	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+	return func() { end(); f.Close() }, nil
 }
 
 func writeProfile(path, name string) error {

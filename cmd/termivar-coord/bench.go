@@ -48,6 +48,7 @@ type benchFlags struct {
 	snapshotBytes                          int // --snapshot-bytes: the embedded node's node.Config.SnapshotBytes
 	snapshotGrowth                         int // --snapshot-growth: the embedded node's node.Config.SnapshotGrowth
 	memProfile, mutexProfile, blockProfile string
+	traceFile                              string // --trace: an execution trace of a single run's measured part
 	suite                                  bool
 	dropAfter                              bool // delete the run's scans once measured (--suite: every mode starts from the same heap)
 	h2c                                    bool // HTTP/2 without TLS (h2cClient)
@@ -232,6 +233,7 @@ type benchResult struct {
 	calls                  [4]int64      // Enqueue (and EnqueueMany), Acquire (of which empty), CompleteMany calls
 	workerStartCPU         time.Duration // CPU until every worker waited in its first Acquire (not in cpu)
 	chain                  benchChain    // the embedded node's raft chain during the run (zero: not known)
+	switches               int64         // this process's context switches during the run (0: not reported)
 }
 
 func (r benchResult) String() string {
@@ -257,6 +259,9 @@ func (r benchResult) modeLines() string {
 	s := ""
 	if r.rate > 0 {
 		s += fmt.Sprintf("\nrate=%d", r.rate)
+	}
+	if r.switches > 0 {
+		s += fmt.Sprintf("\ncontext_switches_per_task=%.2f", float64(r.switches)/float64(max(r.tasks, 1)))
 	}
 	if r.resident > 0 {
 		s += fmt.Sprintf("\nresident_records=%d", r.resident)
@@ -410,13 +415,15 @@ type benchRun struct {
 	doneOnce      sync.Once
 	doneAt        time.Time     // when the last task's completion was acknowledged
 	doneCPU       time.Duration // the process's CPU time then
+	doneSwitches  int64         // the process's context switches then (processSwitches)
 	idle          []*client.Client
 
-	cancel   context.CancelFunc // ends the run: all tasks completed, or a failure
-	stopCPU  func()             // ends the measured run's CPU profile (nil: none)
-	cpuOnce  sync.Once
-	errOnce  sync.Once
-	firstErr error
+	cancel    context.CancelFunc // ends the run: all tasks completed, or a failure
+	stopCPU   func()             // ends the measured run's CPU profile (nil: none)
+	stopTrace func()             // ends the measured run's execution trace (nil: none)
+	cpuOnce   sync.Once
+	errOnce   sync.Once
+	firstErr  error
 
 	mu               sync.Mutex // guards leaseLat and e2eLat
 	leaseLat, e2eLat []time.Duration
@@ -453,7 +460,7 @@ func bench(ctx context.Context, f benchFlags, url, adminKey string) (benchResult
 	defer r.stopRunProfile()
 	r.calls.enqueue.Store(0) // the calls of the run only (not --resident's)
 	chain0 := nodeChain(f.nodeMetrics)
-	start, cpu0 := time.Now(), processCPU()
+	start, cpu0, sw0 := time.Now(), processCPU(), processSwitches()
 	r.start = start
 	for range f.producers {
 		wg.Go(func() { r.produce(runCtx) })
@@ -462,9 +469,9 @@ func bench(ctx context.Context, f benchFlags, url, adminKey string) (benchResult
 	wg.Wait()
 	res.chain = nodeChain(f.nodeMetrics).since(chain0)
 	if r.doneAt.IsZero() { // the run failed: measure up to now
-		r.doneAt, r.doneCPU = time.Now(), processCPU()
+		r.doneAt, r.doneCPU, r.doneSwitches = time.Now(), processCPU(), processSwitches()
 	}
-	res.elapsed, res.cpu = r.doneAt.Sub(start), r.doneCPU-cpu0
+	res.elapsed, res.cpu, res.switches = r.doneAt.Sub(start), r.doneCPU-cpu0, r.doneSwitches-sw0
 	res.errors, res.retries = r.errs.Load(), r.retries.Load()
 	res.calls = r.calls.snapshot()
 	r.closeLoad()
@@ -675,29 +682,45 @@ func (r *benchRun) watchProgress(ctx context.Context, stallAfter time.Duration) 
 // cancellation starts is not part of the measured run.
 func (r *benchRun) finish() {
 	r.doneOnce.Do(func() {
-		r.doneAt, r.doneCPU = time.Now(), processCPU()
+		r.doneAt, r.doneCPU, r.doneSwitches = time.Now(), processCPU(), processSwitches()
 		r.stopRunProfile()
 		r.cancel()
 	})
 }
 
-// startRunProfile starts the CPU profile of a single run's measured part
-// (--cpuprofile without --suite; startProfiles covers a suite).
+// startRunProfile starts the CPU profile and the execution trace of a
+// single run's measured part (--cpuprofile, --trace without --suite;
+// startProfiles covers a suite's CPU profile).
 func (r *benchRun) startRunProfile() error {
-	if r.f.cpuProfile == "" || r.f.suite {
+	if r.f.suite {
 		return nil
 	}
-	stop, err := startCPUProfile(r.f.cpuProfile)
-	r.stopCPU = stop
-	return err
+	if r.f.cpuProfile != "" {
+		stop, err := startCPUProfile(r.f.cpuProfile)
+		if err != nil {
+			return err
+		}
+		r.stopCPU = stop
+	}
+	if r.f.traceFile != "" {
+		stop, err := startTrace(r.f.traceFile)
+		if err != nil {
+			r.stopRunProfile()
+			return err
+		}
+		r.stopTrace = stop
+	}
+	return nil
 }
 
-// stopRunProfile ends the run's CPU profile (once; at finish, or when a
-// failed run returns).
+// stopRunProfile ends the run's CPU profile and trace (once; at finish,
+// or when a failed run returns).
 func (r *benchRun) stopRunProfile() {
 	r.cpuOnce.Do(func() {
-		if r.stopCPU != nil {
-			r.stopCPU()
+		for _, stop := range []func(){r.stopCPU, r.stopTrace} {
+			if stop != nil {
+				stop()
+			}
 		}
 	})
 }

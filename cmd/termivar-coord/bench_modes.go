@@ -12,10 +12,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"strconv"
 	"strings"
 	"time"
@@ -42,6 +44,7 @@ var benchModeFlags = [...]struct {
 	{name: "memprofile", usage: "write an allocation profile of the run to this file", strVar: func(f *benchFlags) *string { return &f.memProfile }},
 	{name: "mutexprofile", usage: "write a mutex contention profile of the run to this file", strVar: func(f *benchFlags) *string { return &f.mutexProfile }},
 	{name: "blockprofile", usage: "write a blocking profile of the run to this file", strVar: func(f *benchFlags) *string { return &f.blockProfile }},
+	{name: "trace", usage: "write an execution trace (runtime/trace) of the run's measured part to this file (ignored with --suite)", strVar: func(f *benchFlags) *string { return &f.traceFile }},
 }
 
 // registerBenchModes adds benchModeFlags to fs.
@@ -107,19 +110,32 @@ func (f benchFlags) startProfiles() (stop func() error, err error) {
 	}, nil
 }
 
+// startTrace writes an execution trace to path until stop (go tool trace
+// reads it: the goroutine hand-offs of a run, docs/benchmarks.md "2 000
+// tasks/s, session 8").
+func startTrace(path string) (stop func(), err error) {
+	return startToFile(path, trace.Start, trace.Stop)
+}
+
 // startCPUProfile writes a CPU profile to path until stop. A single run
 // (not --suite) profiles its measured part only (benchRun.startRun), so
 // that the setup of 1 024 workers' keys and registrations is not in it.
 func startCPUProfile(path string) (stop func(), err error) {
+	return startToFile(path, pprof.StartCPUProfile, pprof.StopCPUProfile)
+}
+
+// startToFile creates path and starts a recorder writing to it; the
+// returned stop ends the recorder and closes the file.
+func startToFile(path string, start func(io.Writer) error, end func()) (stop func(), err error) {
 	f, err := os.Create(path)
 	if err != nil {
 		return nil, err
 	}
-	if err := pprof.StartCPUProfile(f); err != nil {
+	if err := start(f); err != nil {
 		f.Close()
 		return nil, err
 	}
-	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+	return func() { end(); f.Close() }, nil
 }
 
 func writeProfile(path, name string) error {

@@ -62,6 +62,7 @@ func runBenchSuite(ctx context.Context, flags benchFlags, url, key string, w io.
 		f := flags
 		f.suite, f.rate, f.resident, f.idleConns, f.dropAfter = false, 0, 0, 0, true
 		f.cpuProfile = "" // the suite's profile covers all its runs (startProfiles)
+		f.traceFile = ""  // a trace is of one run
 		if m.set(&f); f.idleConns > 0 && !f.embedded {
 			continue // the memory of a separate server is not this process's
 		}

@@ -48,6 +48,7 @@ type benchFlags struct {
 	snapshotBytes                          int // --snapshot-bytes: the embedded node's node.Config.SnapshotBytes
 	snapshotGrowth                         int // --snapshot-growth: the embedded node's node.Config.SnapshotGrowth
 	memProfile, mutexProfile, blockProfile string
+	idleProfile                            string // --idle-profile: heap and goroutine profiles of the idle long-polls
 	suite                                  bool
 	dropAfter                              bool // delete the run's scans once measured (--suite: every mode starts from the same heap)
 	h2c                                    bool // HTTP/2 without TLS (h2cClient)
@@ -223,11 +224,11 @@ type benchResult struct {
 	resultBytes            int           // --result-bytes
 	mode                   string        // the --suite mode's name
 	idleConns              int           // --idle-conns measured after the run (0: none)
-	idleConnBytes          int64         // heap + stacks per idle long-polling connection
-	idleConnGoroutines     float64       // goroutines per idle long-polling connection (both ends)
+	idle                   idleMem       // per idle long-polling connection (both ends)
 	calls                  [4]int64      // Enqueue (and EnqueueMany), Acquire (of which empty), CompleteMany calls
 	workerStartCPU         time.Duration // CPU until every worker waited in its first Acquire (not in cpu)
 	chain                  benchChain    // the embedded node's raft chain during the run (zero: not known)
+	gc                     benchGC       // this process's collector and allocator during the run
 }
 
 func (r benchResult) String() string {
@@ -258,9 +259,10 @@ func (r benchResult) modeLines() string {
 		s += fmt.Sprintf("\nresident_records=%d", r.resident)
 	}
 	if r.idleConns > 0 {
-		s += fmt.Sprintf("\nidle_conns=%d bytes_per_idle_conn=%d goroutines_per_idle_conn=%.2f", r.idleConns, r.idleConnBytes, r.idleConnGoroutines)
+		s += fmt.Sprintf("\nidle_conns=%d bytes_per_idle_conn=%d stack_bytes_per_idle_conn=%d goroutines_per_idle_conn=%.2f",
+			r.idleConns, r.idle.bytes, r.idle.stackBytes, r.idle.goroutines)
 	}
-	return s + r.chain.line()
+	return s + r.chain.line() + r.gc.line(r.tasks)
 }
 
 func (r benchResult) tasksPerSec() float64 { return float64(r.tasks) / r.elapsed.Seconds() }
@@ -408,6 +410,7 @@ type benchRun struct {
 	doneOnce      sync.Once
 	doneAt        time.Time     // when the last task's completion was acknowledged
 	doneCPU       time.Duration // the process's CPU time then
+	gc0, doneGC   benchGC       // the process's collector at the start and then
 	idle          []*client.Client
 
 	cancel   context.CancelFunc // ends the run: all tasks completed, or a failure
@@ -452,7 +455,7 @@ func bench(ctx context.Context, f benchFlags, url, adminKey string) (benchResult
 	r.calls.enqueue.Store(0) // the calls of the run only (not --resident's)
 	chain0 := nodeChain(f.nodeMetrics)
 	start, cpu0 := time.Now(), processCPU()
-	r.start = start
+	r.start, r.gc0 = start, readBenchGC()
 	for range f.producers {
 		wg.Go(func() { r.produce(runCtx) })
 	}
@@ -460,8 +463,9 @@ func bench(ctx context.Context, f benchFlags, url, adminKey string) (benchResult
 	wg.Wait()
 	res.chain = nodeChain(f.nodeMetrics).since(chain0)
 	if r.doneAt.IsZero() { // the run failed: measure up to now
-		r.doneAt, r.doneCPU = time.Now(), processCPU()
+		r.doneAt, r.doneCPU, r.doneGC = time.Now(), processCPU(), readBenchGC()
 	}
+	res.gc = r.doneGC.since(r.gc0)
 	res.elapsed, res.cpu = r.doneAt.Sub(start), r.doneCPU-cpu0
 	res.errors, res.retries = r.errs.Load(), r.retries.Load()
 	res.calls = r.calls.snapshot()
@@ -475,7 +479,7 @@ func bench(ctx context.Context, f benchFlags, url, adminKey string) (benchResult
 	res.leaseP50, res.leaseP99 = percentile(r.leaseLat, 0.50), percentile(r.leaseLat, 0.99)
 	res.e2eP50, res.e2eP99 = percentile(r.e2eLat, 0.50), percentile(r.e2eLat, 0.99)
 	if f.idleConns > 0 {
-		if res.idleConnBytes, res.idleConnGoroutines, err = r.idleConnBytes(ctx, f.idleConns); err != nil {
+		if res.idle, err = r.idleConnBytes(ctx, f.idleConns); err != nil {
 			return res, err
 		}
 	}
@@ -665,7 +669,7 @@ func (r *benchRun) watchProgress(ctx context.Context, stallAfter time.Duration) 
 // cancellation starts is not part of the measured run.
 func (r *benchRun) finish() {
 	r.doneOnce.Do(func() {
-		r.doneAt, r.doneCPU = time.Now(), processCPU()
+		r.doneAt, r.doneCPU, r.doneGC = time.Now(), processCPU(), readBenchGC()
 		r.stopRunProfile()
 		r.cancel()
 	})

@@ -42,6 +42,7 @@ var benchModeFlags = [...]struct {
 	{name: "memprofile", usage: "write an allocation profile of the run to this file", strVar: func(f *benchFlags) *string { return &f.memProfile }},
 	{name: "mutexprofile", usage: "write a mutex contention profile of the run to this file", strVar: func(f *benchFlags) *string { return &f.mutexProfile }},
 	{name: "blockprofile", usage: "write a blocking profile of the run to this file", strVar: func(f *benchFlags) *string { return &f.blockProfile }},
+	{name: "idle-profile", usage: "with --idle-conns: write heap and goroutine profiles to this path plus .heap and .goroutine while the idle long-polls wait", strVar: func(f *benchFlags) *string { return &f.idleProfile }},
 }
 
 // registerBenchModes adds benchModeFlags to fs.
@@ -228,7 +229,7 @@ func (r *benchRun) enqueueResident(ctx context.Context, lo, hi int, delay uint64
 // this process's memory statistics. It also returns the goroutines each
 // waiting connection adds (docs/benchmarks.md, "1 024 workers": the
 // collector scans every parked goroutine's stack on each cycle).
-func (r *benchRun) idleConnBytes(ctx context.Context, n int) (int64, float64, error) {
+func (r *benchRun) idleConnBytes(ctx context.Context, n int) (idleMem, error) {
 	base := settledMem()
 	baseG := runtime.NumGoroutine()
 	ctx, cancel := context.WithCancel(ctx)
@@ -242,10 +243,33 @@ func (r *benchRun) idleConnBytes(ctx context.Context, n int) (int64, float64, er
 		}()
 	}
 	if err := r.waitLongPolls(ctx, int64(n), errc); err != nil {
-		return 0, 0, err
+		return idleMem{}, err
 	}
 	g := float64(runtime.NumGoroutine()-baseG) / float64(n)
-	return (settledMem() - base) / int64(n), g, nil
+	m := settledMem()
+	if err := r.writeIdleProfiles(); err != nil {
+		return idleMem{}, err
+	}
+	return idleMem{bytes: (m.total() - base.total()) / int64(n), stackBytes: (m.stack - base.stack) / int64(n), goroutines: g}, nil
+}
+
+// idleMem is what one idle long-polling connection holds (idleConnBytes).
+type idleMem struct {
+	bytes, stackBytes int64   // heap and stacks, of which stacks
+	goroutines        float64 // goroutines, both ends
+}
+
+// writeIdleProfiles writes --idle-profile's heap and goroutine profiles
+// (none when it is empty). The heap profile is as of settledMem's
+// collection, which saw the idle long-polls.
+func (r *benchRun) writeIdleProfiles() error {
+	if r.f.idleProfile == "" {
+		return nil
+	}
+	if err := writeProfile(r.f.idleProfile+".heap", "heap"); err != nil {
+		return err
+	}
+	return writeProfile(r.f.idleProfile+".goroutine", "goroutine")
 }
 
 // waitLongPolls polls the node's Status until want Acquire calls wait (or
@@ -271,13 +295,19 @@ func (r *benchRun) waitLongPolls(ctx context.Context, want int64, errc <-chan er
 	}
 }
 
-// settledMem is the heap in use plus goroutine stacks after a collection.
-func settledMem() int64 {
+// settledMem is the heap in use and the goroutine stacks after a
+// collection.
+func settledMem() benchMem {
 	runtime.GC()
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
-	return int64(m.HeapInuse + m.StackInuse)
+	return benchMem{heap: int64(m.HeapInuse), stack: int64(m.StackInuse)}
 }
+
+// benchMem is the heap in use and the stacks (settledMem).
+type benchMem struct{ heap, stack int64 }
+
+func (m benchMem) total() int64 { return m.heap + m.stack }
 
 // registerIdle creates and registers --idle-conns worker clients.
 func (r *benchRun) registerIdle(ctx context.Context, mk func(string) (*client.Client, error)) error {

@@ -127,7 +127,7 @@ func writeSuiteTable(w io.Writer, results []benchResult, b suiteRate) {
 func suiteExtra(r benchResult) string {
 	switch {
 	case r.idleConns > 0:
-		return fmt.Sprintf("%d B/idle conn", r.idleConnBytes)
+		return fmt.Sprintf("%d B/idle conn", r.idle.bytes)
 	case r.resultBytes >= 1<<10:
 		return fmt.Sprintf("%.0f MB/s of results", float64(r.resultBytes)*r.tasksPerSec()/1e6)
 	}

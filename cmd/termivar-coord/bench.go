@@ -49,6 +49,7 @@ type benchFlags struct {
 	snapshotGrowth                         int // --snapshot-growth: the embedded node's node.Config.SnapshotGrowth
 	memProfile, mutexProfile, blockProfile string
 	idleProfile                            string // --idle-profile: heap and goroutine profiles of the idle long-polls
+	nodeMetricsURL                         string // --node-metrics: the node's /metrics URL (benchNode)
 	suite                                  bool
 	dropAfter                              bool // delete the run's scans once measured (--suite: every mode starts from the same heap)
 	h2c                                    bool // HTTP/2 without TLS (h2cClient)
@@ -229,6 +230,7 @@ type benchResult struct {
 	workerStartCPU         time.Duration // CPU until every worker waited in its first Acquire (not in cpu)
 	chain                  benchChain    // the embedded node's raft chain during the run (zero: not known)
 	gc                     benchGC       // this process's collector and allocator during the run
+	node                   benchNode     // the node's process during the run (--node-metrics; zero: not read)
 }
 
 func (r benchResult) String() string {
@@ -262,7 +264,7 @@ func (r benchResult) modeLines() string {
 		s += fmt.Sprintf("\nidle_conns=%d bytes_per_idle_conn=%d stack_bytes_per_idle_conn=%d goroutines_per_idle_conn=%.2f",
 			r.idleConns, r.idle.bytes, r.idle.stackBytes, r.idle.goroutines)
 	}
-	return s + r.chain.line() + r.gc.line(r.tasks)
+	return s + r.chain.line() + r.gc.line(r.tasks) + r.node.line(r.tasks)
 }
 
 func (r benchResult) tasksPerSec() float64 { return float64(r.tasks) / r.elapsed.Seconds() }
@@ -411,6 +413,7 @@ type benchRun struct {
 	doneAt        time.Time     // when the last task's completion was acknowledged
 	doneCPU       time.Duration // the process's CPU time then
 	gc0, doneGC   benchGC       // the process's collector at the start and then
+	node0, doneNd benchNode     // the node's process at the start and then (--node-metrics)
 	idle          []*client.Client
 
 	cancel   context.CancelFunc // ends the run: all tasks completed, or a failure
@@ -454,6 +457,7 @@ func bench(ctx context.Context, f benchFlags, url, adminKey string) (benchResult
 	defer r.stopRunProfile()
 	r.calls.enqueue.Store(0) // the calls of the run only (not --resident's)
 	chain0 := nodeChain(f.nodeMetrics)
+	r.node0 = readBenchNode(ctx, f.nodeMetricsURL)
 	start, cpu0 := time.Now(), processCPU()
 	r.start, r.gc0 = start, readBenchGC()
 	for range f.producers {
@@ -464,8 +468,9 @@ func bench(ctx context.Context, f benchFlags, url, adminKey string) (benchResult
 	res.chain = nodeChain(f.nodeMetrics).since(chain0)
 	if r.doneAt.IsZero() { // the run failed: measure up to now
 		r.doneAt, r.doneCPU, r.doneGC = time.Now(), processCPU(), readBenchGC()
+		r.doneNd = readBenchNode(ctx, f.nodeMetricsURL)
 	}
-	res.gc = r.doneGC.since(r.gc0)
+	res.gc, res.node = r.doneGC.since(r.gc0), r.doneNd.since(r.node0)
 	res.elapsed, res.cpu = r.doneAt.Sub(start), r.doneCPU-cpu0
 	res.errors, res.retries = r.errs.Load(), r.retries.Load()
 	res.calls = r.calls.snapshot()
@@ -670,6 +675,7 @@ func (r *benchRun) watchProgress(ctx context.Context, stallAfter time.Duration) 
 func (r *benchRun) finish() {
 	r.doneOnce.Do(func() {
 		r.doneAt, r.doneCPU, r.doneGC = time.Now(), processCPU(), readBenchGC()
+		r.doneNd = readBenchNode(context.Background(), r.f.nodeMetricsURL) // NB: after the times: a scrape is not the run's
 		r.stopRunProfile()
 		r.cancel()
 	})

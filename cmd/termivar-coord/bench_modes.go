@@ -42,6 +42,7 @@ var benchModeFlags = [...]struct {
 	{name: "memprofile", usage: "write an allocation profile of the run to this file", strVar: func(f *benchFlags) *string { return &f.memProfile }},
 	{name: "mutexprofile", usage: "write a mutex contention profile of the run to this file", strVar: func(f *benchFlags) *string { return &f.mutexProfile }},
 	{name: "blockprofile", usage: "write a blocking profile of the run to this file", strVar: func(f *benchFlags) *string { return &f.blockProfile }},
+	{name: "node-metrics", usage: "the node's /metrics URL (serve's --metrics-addr): report its CPU per task, GC cycles and goroutines during the run apart from this process's", strVar: func(f *benchFlags) *string { return &f.nodeMetricsURL }},
 	{name: "idle-profile", usage: "with --idle-conns: write heap and goroutine profiles to this path plus .heap and .goroutine while the idle long-polls wait", strVar: func(f *benchFlags) *string { return &f.idleProfile }},
 }
 

@@ -1,0 +1,59 @@
+// --node-metrics (issue 15, 1 024 workers): the node's CPU, GC cycles and
+// goroutines are read from its /metrics exposition before and after a
+// run; a node that cannot be read gives no line instead of a wrong one.
+package main
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/termivar/distributed/internal/metrics"
+)
+
+func TestReadBenchNode_Exposition(t *testing.T) {
+	body := "# HELP process_cpu_seconds_total x\nprocess_cpu_seconds_total 12.5\n" +
+		"go_gc_duration_seconds{quantile=\"0.5\"} 0.001\ngo_gc_duration_seconds_count 40\ngo_goroutines 2075\n"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(body)) }))
+	defer srv.Close()
+	got := readBenchNode(context.Background(), srv.URL)
+	if !got.ok || got.cpuSecs != 12.5 || got.gcCycles != 40 || got.goroutines != 2075 {
+		t.Fatalf("readBenchNode = %+v, want cpu 12.5, gc 40, goroutines 2075", got)
+	}
+	run := got.since(benchNode{cpuSecs: 2.5, gcCycles: 30, goroutines: 9, ok: true})
+	if line := run.line(1000); line != "\nnode_cpu_per_task=10ms node_gc_cycles=10 node_goroutines=2075" {
+		t.Errorf("line = %q", line)
+	}
+}
+
+func TestReadBenchNode_Unreadable(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	defer srv.Close()
+	partial := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("process_cpu_seconds_total 1\n")) // no GC cycles, no goroutines
+	}))
+	defer partial.Close()
+	for name, url := range map[string]string{"none": "", "404": srv.URL, "partial": partial.URL, "refused": "http://127.0.0.1:1/metrics"} {
+		n := readBenchNode(context.Background(), url)
+		if n.ok {
+			t.Errorf("%s: readBenchNode = %+v, want not ok", name, n)
+		}
+		if line := n.since(n).line(100); line != "" {
+			t.Errorf("%s: line = %q, want none", name, line)
+		}
+	}
+}
+
+// TestReadBenchNode_Registry reads a node registry's own exposition (the
+// series serve's --metrics-addr serves), so a renamed series fails here.
+func TestReadBenchNode_Registry(t *testing.T) {
+	reg := metrics.New()
+	srv := httptest.NewServer(promhttp.HandlerFor(reg.Reg, promhttp.HandlerOpts{}))
+	defer srv.Close()
+	if n := readBenchNode(context.Background(), srv.URL); !n.ok || n.goroutines < 1 {
+		t.Fatalf("readBenchNode(registry) = %+v, want every series", n)
+	}
+}

@@ -81,3 +81,11 @@ func (n benchNode) line(tasks int) string {
 	return fmt.Sprintf("\nnode_cpu_per_task=%s node_gc_cycles=%.0f node_goroutines=%.0f",
 		time.Duration(n.cpuSecs/float64(tasks)*float64(time.Second)).Round(10*time.Nanosecond), n.gcCycles, n.goroutines)
 }
+
+// nodeCPUPerTask is r's node CPU per task in seconds (ok: it was read).
+func (r benchResult) nodeCPUPerTask() (float64, bool) {
+	if !r.node.ok || r.tasks <= 0 {
+		return 0, false
+	}
+	return r.node.cpuSecs / float64(r.tasks), true
+}

@@ -4,10 +4,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -55,5 +58,27 @@ func TestReadBenchNode_Registry(t *testing.T) {
 	defer srv.Close()
 	if n := readBenchNode(context.Background(), srv.URL); !n.ok || n.goroutines < 1 {
 		t.Fatalf("readBenchNode(registry) = %+v, want every series", n)
+	}
+}
+
+// TestSuite_NodeColumn: the suite's table gives each mode's node CPU per
+// task and its ratio to the batched default's when every default run was
+// read, and nothing when one was not.
+func TestSuite_NodeColumn(t *testing.T) {
+	mk := func(mode string, nodeSecs float64, ok bool) benchResult {
+		return benchResult{mode: mode, tasks: 1000, elapsed: time.Second, cpu: 30 * time.Millisecond,
+			node: benchNode{cpuSecs: nodeSecs, ok: ok}}
+	}
+	results := []benchResult{mk(suiteDefault, 0.020, true), mk("1024 workers", 0.025, true), mk(suiteDefault, 0.030, true)}
+	var out bytes.Buffer
+	writeSuiteTable(&out, results, suiteBase(results))
+	if !strings.Contains(out.String(), "node CPU/task 25µs x1.00") || !strings.Contains(out.String(), "node CPU/task 20µs x0.80") {
+		t.Errorf("table without the node's column:\n%s", out.String())
+	}
+	results[2].node.ok = false
+	out.Reset()
+	writeSuiteTable(&out, results, suiteBase(results))
+	if strings.Contains(out.String(), "node CPU") {
+		t.Errorf("node column with a default run unread:\n%s", out.String())
 	}
 }

@@ -17,15 +17,21 @@ import (
 // client side (docs/benchmarks.md, "1 024 workers, session 8").
 type benchNode struct {
 	cpuSecs, gcCycles, goroutines float64
-	ok                            bool
+	// stackBytes, heapBytes: the node's stacks and heap in use (gauges;
+	// the heap's includes garbage not yet collected). The run's are as at
+	// its start, when every worker waits in its first Acquire.
+	stackBytes, heapBytes float64
+	ok                    bool
 }
 
 // benchNodeSeries are the series read, by name (the Go and process
 // collectors of internal/metrics).
 var benchNodeSeries = map[string]func(*benchNode, float64){
-	"process_cpu_seconds_total":    func(n *benchNode, v float64) { n.cpuSecs = v },
-	"go_gc_duration_seconds_count": func(n *benchNode, v float64) { n.gcCycles = v },
-	"go_goroutines":                func(n *benchNode, v float64) { n.goroutines = v },
+	"process_cpu_seconds_total":     func(n *benchNode, v float64) { n.cpuSecs = v },
+	"go_gc_duration_seconds_count":  func(n *benchNode, v float64) { n.gcCycles = v },
+	"go_goroutines":                 func(n *benchNode, v float64) { n.goroutines = v },
+	"go_memstats_stack_inuse_bytes": func(n *benchNode, v float64) { n.stackBytes = v },
+	"go_memstats_heap_inuse_bytes":  func(n *benchNode, v float64) { n.heapBytes = v },
 }
 
 // readBenchNode scrapes url (the zero benchNode when url is "" or the
@@ -67,10 +73,11 @@ func readBenchNode(ctx context.Context, url string) benchNode {
 	return n
 }
 
-// since is the run's: n's counters less before's, n's goroutines.
+// since is the run's: n's counters less before's, n's goroutines, and
+// before's memory (every worker waiting).
 func (n benchNode) since(before benchNode) benchNode {
 	return benchNode{cpuSecs: n.cpuSecs - before.cpuSecs, gcCycles: n.gcCycles - before.gcCycles,
-		goroutines: n.goroutines, ok: n.ok && before.ok}
+		goroutines: n.goroutines, stackBytes: before.stackBytes, heapBytes: before.heapBytes, ok: n.ok && before.ok}
 }
 
 // line is the node's line for tasks tasks ("" when not read).
@@ -78,8 +85,8 @@ func (n benchNode) line(tasks int) string {
 	if !n.ok || tasks <= 0 {
 		return ""
 	}
-	return fmt.Sprintf("\nnode_cpu_per_task=%s node_gc_cycles=%.0f node_goroutines=%.0f",
-		time.Duration(n.cpuSecs/float64(tasks)*float64(time.Second)).Round(10*time.Nanosecond), n.gcCycles, n.goroutines)
+	return fmt.Sprintf("\nnode_cpu_per_task=%s node_gc_cycles=%.0f node_goroutines=%.0f node_stack_inuse_at_start=%.0f node_heap_inuse_at_start=%.0f",
+		time.Duration(n.cpuSecs/float64(tasks)*float64(time.Second)).Round(10*time.Nanosecond), n.gcCycles, n.goroutines, n.stackBytes, n.heapBytes)
 }
 
 // nodeCPUPerTask is r's node CPU per task in seconds (ok: it was read).

@@ -19,15 +19,16 @@ import (
 
 func TestReadBenchNode_Exposition(t *testing.T) {
 	body := "# HELP process_cpu_seconds_total x\nprocess_cpu_seconds_total 12.5\n" +
-		"go_gc_duration_seconds{quantile=\"0.5\"} 0.001\ngo_gc_duration_seconds_count 40\ngo_goroutines 2075\n"
+		"go_gc_duration_seconds{quantile=\"0.5\"} 0.001\ngo_gc_duration_seconds_count 40\ngo_goroutines 2075\n" +
+		"go_memstats_stack_inuse_bytes 3.3e+07\ngo_memstats_heap_inuse_bytes 9e+07\n"
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(body)) }))
 	defer srv.Close()
 	got := readBenchNode(context.Background(), srv.URL)
-	if !got.ok || got.cpuSecs != 12.5 || got.gcCycles != 40 || got.goroutines != 2075 {
-		t.Fatalf("readBenchNode = %+v, want cpu 12.5, gc 40, goroutines 2075", got)
+	if !got.ok || got.cpuSecs != 12.5 || got.gcCycles != 40 || got.goroutines != 2075 || got.stackBytes != 33e6 || got.heapBytes != 90e6 {
+		t.Fatalf("readBenchNode = %+v, want cpu 12.5, gc 40, goroutines 2075, stack 33e6, heap 90e6", got)
 	}
-	run := got.since(benchNode{cpuSecs: 2.5, gcCycles: 30, goroutines: 9, ok: true})
-	if line := run.line(1000); line != "\nnode_cpu_per_task=10ms node_gc_cycles=10 node_goroutines=2075" {
+	run := got.since(benchNode{cpuSecs: 2.5, gcCycles: 30, goroutines: 9, stackBytes: 1e6, heapBytes: 2e6, ok: true})
+	if line := run.line(1000); line != "\nnode_cpu_per_task=10ms node_gc_cycles=10 node_goroutines=2075 node_stack_inuse_at_start=1000000 node_heap_inuse_at_start=2000000" {
 		t.Errorf("line = %q", line)
 	}
 }

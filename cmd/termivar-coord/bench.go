@@ -48,8 +48,6 @@ type benchFlags struct {
 	snapshotBytes                          int // --snapshot-bytes: the embedded node's node.Config.SnapshotBytes
 	snapshotGrowth                         int // --snapshot-growth: the embedded node's node.Config.SnapshotGrowth
 	memProfile, mutexProfile, blockProfile string
-	idleProfile                            string // --idle-profile: heap and goroutine profiles of the idle long-polls
-	nodeMetricsURL                         string // --node-metrics: the node's /metrics URL (benchNode)
 	suite                                  bool
 	dropAfter                              bool // delete the run's scans once measured (--suite: every mode starts from the same heap)
 	h2c                                    bool // HTTP/2 without TLS (h2cClient)
@@ -67,6 +65,8 @@ type benchFlags struct {
 	// client's default).
 	producerSession bool
 	enqueueInFlight int
+	idleProfile     string // --idle-profile: heap and goroutine profiles of the idle long-polls
+	nodeMetricsURL  string // --node-metrics: the node's /metrics URL (benchNode)
 	// nodeMetrics is the embedded node's registry (nil against --server):
 	// each run reports its raft chain from it (bench_chain.go).
 	nodeMetrics *metrics.Registry
@@ -226,11 +226,11 @@ type benchResult struct {
 	mode                   string        // the --suite mode's name
 	idleConns              int           // --idle-conns measured after the run (0: none)
 	idle                   idleMem       // per idle long-polling connection (both ends)
+	gc                     benchGC       // this process's collector and allocator during the run
+	node                   benchNode     // the node's process during the run (--node-metrics; zero: not read)
 	calls                  [4]int64      // Enqueue (and EnqueueMany), Acquire (of which empty), CompleteMany calls
 	workerStartCPU         time.Duration // CPU until every worker waited in its first Acquire (not in cpu)
 	chain                  benchChain    // the embedded node's raft chain during the run (zero: not known)
-	gc                     benchGC       // this process's collector and allocator during the run
-	node                   benchNode     // the node's process during the run (--node-metrics; zero: not read)
 }
 
 func (r benchResult) String() string {
@@ -408,12 +408,12 @@ type benchRun struct {
 	result        []byte         // every task's result
 	start         time.Time      // the measured run's start (--rate paces from it)
 	calls         benchCalls     // the measured run's API calls
+	gc0, doneGC   benchGC        // the process's collector at the start and at finish
+	node0, doneNd benchNode      // the node's process at the start and at finish (--node-metrics)
 	owner         *client.Client // the producer, kept after closeLoad for dropScans
 	doneOnce      sync.Once
 	doneAt        time.Time     // when the last task's completion was acknowledged
 	doneCPU       time.Duration // the process's CPU time then
-	gc0, doneGC   benchGC       // the process's collector at the start and then
-	node0, doneNd benchNode     // the node's process at the start and then (--node-metrics)
 	idle          []*client.Client
 
 	cancel   context.CancelFunc // ends the run: all tasks completed, or a failure
@@ -455,11 +455,12 @@ func bench(ctx context.Context, f benchFlags, url, adminKey string) (benchResult
 		return res, err
 	}
 	defer r.stopRunProfile()
+	r.node0 = readBenchNode(ctx, f.nodeMetricsURL)
+	r.gc0 = readBenchGC()
 	r.calls.enqueue.Store(0) // the calls of the run only (not --resident's)
 	chain0 := nodeChain(f.nodeMetrics)
-	r.node0 = readBenchNode(ctx, f.nodeMetricsURL)
 	start, cpu0 := time.Now(), processCPU()
-	r.start, r.gc0 = start, readBenchGC()
+	r.start = start
 	for range f.producers {
 		wg.Go(func() { r.produce(runCtx) })
 	}
@@ -467,13 +468,12 @@ func bench(ctx context.Context, f benchFlags, url, adminKey string) (benchResult
 	wg.Wait()
 	res.chain = nodeChain(f.nodeMetrics).since(chain0)
 	if r.doneAt.IsZero() { // the run failed: measure up to now
-		r.doneAt, r.doneCPU, r.doneGC = time.Now(), processCPU(), readBenchGC()
-		r.doneNd = readBenchNode(ctx, f.nodeMetricsURL)
+		r.doneAt, r.doneCPU = time.Now(), processCPU()
 	}
-	res.gc, res.node = r.doneGC.since(r.gc0), r.doneNd.since(r.node0)
 	res.elapsed, res.cpu = r.doneAt.Sub(start), r.doneCPU-cpu0
 	res.errors, res.retries = r.errs.Load(), r.retries.Load()
 	res.calls = r.calls.snapshot()
+	res.gc, res.node = r.collected(ctx)
 	r.closeLoad()
 	if r.firstErr != nil && r.completed.Load() < int64(f.tasks) {
 		return res, r.firstErr
@@ -674,9 +674,9 @@ func (r *benchRun) watchProgress(ctx context.Context, stallAfter time.Duration) 
 // cancellation starts is not part of the measured run.
 func (r *benchRun) finish() {
 	r.doneOnce.Do(func() {
-		r.doneAt, r.doneCPU, r.doneGC = time.Now(), processCPU(), readBenchGC()
-		r.doneNd = readBenchNode(context.Background(), r.f.nodeMetricsURL) // NB: after the times: a scrape is not the run's
+		r.doneAt, r.doneCPU = time.Now(), processCPU()
 		r.stopRunProfile()
+		r.doneGC, r.doneNd = readBenchGC(), readBenchNode(context.Background(), r.f.nodeMetricsURL)
 		r.cancel()
 	})
 }

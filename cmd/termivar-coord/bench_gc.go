@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"runtime/metrics"
 	"time"
@@ -59,4 +60,13 @@ func (g benchGC) line(tasks int) string {
 	return fmt.Sprintf("\ngc_cycles=%d alloc_bytes_per_task=%.0f allocs_per_task=%.1f gc_cpu_per_task=%s stack_scanned_last_cycle=%d goroutines=%d",
 		g.cycles, float64(g.allocBytes)/n, float64(g.allocObjects)/n,
 		time.Duration(g.gcCPU/n*float64(time.Second)).Round(10*time.Nanosecond), g.stackScanBytes, g.goroutines)
+}
+
+// collected is the run's collector and node figures: as finish read them,
+// or read now for a run that failed before finishing.
+func (r *benchRun) collected(ctx context.Context) (benchGC, benchNode) {
+	if r.doneGC.allocObjects == 0 { // NB: a cumulative count, never 0 once read
+		r.doneGC, r.doneNd = readBenchGC(), readBenchNode(ctx, r.f.nodeMetricsURL)
+	}
+	return r.doneGC.since(r.gc0), r.doneNd.since(r.node0)
 }

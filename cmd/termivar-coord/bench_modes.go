@@ -36,14 +36,14 @@ var benchModeFlags = [...]struct {
 	{name: "rate", usage: "open loop: producers enqueue at this many tasks/s in total (0: as fast as they can)", intVar: func(f *benchFlags) *int { return &f.rate }},
 	{name: "resident", usage: "task records filled before the measured run: half (at most 8192) queued but not due for an hour, the rest completed", intVar: func(f *benchFlags) *int { return &f.resident }},
 	{name: "idle-conns", usage: "after the run, hold this many worker connections in a long-polling Acquire and report the memory per connection (embedded only)", intVar: func(f *benchFlags) *int { return &f.idleConns }},
+	{name: "node-metrics", usage: "the node's /metrics URL (serve's --metrics-addr): report its CPU per task, GC cycles and goroutines during the run apart from this process's", strVar: func(f *benchFlags) *string { return &f.nodeMetricsURL }},
+	{name: "idle-profile", usage: "with --idle-conns: write heap and goroutine profiles to this path plus .heap and .goroutine while the idle long-polls wait", strVar: func(f *benchFlags) *string { return &f.idleProfile }},
 	{name: "complete-call-bytes", usage: "bound of one CompleteMany call's message: a larger one is sent as several calls (0: the client's default, 1 MiB less a page; negative: never split)", intVar: func(f *benchFlags) *int { return &f.completeCallBytes }},
 	{name: "snapshot-bytes", usage: "the embedded node's --snapshot-bytes (0: serve's default; negative: by entry count only)", intVar: func(f *benchFlags) *int { return &f.snapshotBytes }},
 	{name: "snapshot-growth", usage: "the embedded node's --snapshot-growth (0: serve's default; negative: --snapshot-bytes alone)", intVar: func(f *benchFlags) *int { return &f.snapshotGrowth }},
 	{name: "memprofile", usage: "write an allocation profile of the run to this file", strVar: func(f *benchFlags) *string { return &f.memProfile }},
 	{name: "mutexprofile", usage: "write a mutex contention profile of the run to this file", strVar: func(f *benchFlags) *string { return &f.mutexProfile }},
 	{name: "blockprofile", usage: "write a blocking profile of the run to this file", strVar: func(f *benchFlags) *string { return &f.blockProfile }},
-	{name: "node-metrics", usage: "the node's /metrics URL (serve's --metrics-addr): report its CPU per task, GC cycles and goroutines during the run apart from this process's", strVar: func(f *benchFlags) *string { return &f.nodeMetricsURL }},
-	{name: "idle-profile", usage: "with --idle-conns: write heap and goroutine profiles to this path plus .heap and .goroutine while the idle long-polls wait", strVar: func(f *benchFlags) *string { return &f.idleProfile }},
 }
 
 // registerBenchModes adds benchModeFlags to fs.

@@ -31,7 +31,7 @@ sim: ## run a long deterministic simulation (SIM_COMMANDS commands)
 	$(GO) test ./distributedtest/sim -run TestSimLong -sim.commands $(SIM_COMMANDS) -timeout 0 -v
 
 BENCH_NODE_FLAGS ?=
-bench-node: ## every bench mode (single calls, fixed rate, 1024 workers, 64 KiB results, resident records, idle long-polls) in one sitting, with ratios to the batched default (minutes; BENCH_NODE_FLAGS e.g. --embedded=false --server URL --key K)
+bench-node: ## every bench mode (single calls, fixed rate, 1024 workers, 64 KiB results, resident records, idle long-polls) in one sitting, with ratios to the batched default (minutes; BENCH_NODE_FLAGS e.g. --embedded=false --server URL --key K --node-metrics URL/metrics: the node's own CPU per task too)
 	$(GO) build -o bin/termivar-coord-bench ./cmd/termivar-coord
 	./bin/termivar-coord-bench bench --suite $(BENCH_NODE_FLAGS)
 

@@ -66,6 +66,8 @@ type benchFlags struct {
 	// client's default).
 	producerSession bool
 	enqueueInFlight int
+	idleProfile     string // --idle-profile: heap and goroutine profiles of the idle long-polls
+	nodeMetricsURL  string // --node-metrics: the node's /metrics URL (benchNode)
 	// nodeMetrics is the embedded node's registry (nil against --server):
 	// each run reports its raft chain from it (bench_chain.go).
 	nodeMetrics *metrics.Registry
@@ -228,8 +230,9 @@ type benchResult struct {
 	resultBytes            int           // --result-bytes
 	mode                   string        // the --suite mode's name
 	idleConns              int           // --idle-conns measured after the run (0: none)
-	idleConnBytes          int64         // heap + stacks per idle long-polling connection
-	idleConnGoroutines     float64       // goroutines per idle long-polling connection (both ends)
+	idle                   idleMem       // per idle long-polling connection (both ends)
+	gc                     benchGC       // this process's collector and allocator during the run
+	node                   benchNode     // the node's process during the run (--node-metrics; zero: not read)
 	calls                  [4]int64      // Enqueue (and EnqueueMany), Acquire (of which empty), CompleteMany calls
 	workerStartCPU         time.Duration // CPU until every worker waited in its first Acquire (not in cpu)
 	chain                  benchChain    // the embedded node's raft chain during the run (zero: not known)
@@ -267,9 +270,10 @@ func (r benchResult) modeLines() string {
 		s += fmt.Sprintf("\nresident_records=%d", r.resident)
 	}
 	if r.idleConns > 0 {
-		s += fmt.Sprintf("\nidle_conns=%d bytes_per_idle_conn=%d goroutines_per_idle_conn=%.2f", r.idleConns, r.idleConnBytes, r.idleConnGoroutines)
+		s += fmt.Sprintf("\nidle_conns=%d bytes_per_idle_conn=%d stack_bytes_per_idle_conn=%d goroutines_per_idle_conn=%.2f",
+			r.idleConns, r.idle.bytes, r.idle.stackBytes, r.idle.goroutines)
 	}
-	return s + r.chain.line()
+	return s + r.chain.line() + r.gc.line(r.tasks) + r.node.line(r.tasks)
 }
 
 func (r benchResult) tasksPerSec() float64 { return float64(r.tasks) / r.elapsed.Seconds() }
@@ -411,6 +415,8 @@ type benchRun struct {
 	result        []byte         // every task's result
 	start         time.Time      // the measured run's start (--rate paces from it)
 	calls         benchCalls     // the measured run's API calls
+	gc0, doneGC   benchGC        // the process's collector at the start and at finish
+	node0, doneNd benchNode      // the node's process at the start and at finish (--node-metrics)
 	owner         *client.Client // the producer, kept after closeLoad for dropScans
 	doneOnce      sync.Once
 	doneAt        time.Time     // when the last task's completion was acknowledged
@@ -458,6 +464,8 @@ func bench(ctx context.Context, f benchFlags, url, adminKey string) (benchResult
 		return res, err
 	}
 	defer r.stopRunProfile()
+	r.node0 = readBenchNode(ctx, f.nodeMetricsURL)
+	r.gc0 = readBenchGC()
 	r.calls.enqueue.Store(0) // the calls of the run only (not --resident's)
 	chain0 := nodeChain(f.nodeMetrics)
 	start, cpu0, sw0 := time.Now(), processCPU(), processSwitches()
@@ -474,6 +482,7 @@ func bench(ctx context.Context, f benchFlags, url, adminKey string) (benchResult
 	res.elapsed, res.cpu, res.switches = r.doneAt.Sub(start), r.doneCPU-cpu0, r.doneSwitches-sw0
 	res.errors, res.retries = r.errs.Load(), r.retries.Load()
 	res.calls = r.calls.snapshot()
+	res.gc, res.node = r.collected(ctx)
 	r.closeLoad()
 	if r.firstErr != nil && r.completed.Load() < int64(f.tasks) {
 		return res, r.firstErr
@@ -484,7 +493,7 @@ func bench(ctx context.Context, f benchFlags, url, adminKey string) (benchResult
 	res.leaseP50, res.leaseP99 = percentile(r.leaseLat, 0.50), percentile(r.leaseLat, 0.99)
 	res.e2eP50, res.e2eP99 = percentile(r.e2eLat, 0.50), percentile(r.e2eLat, 0.99)
 	if f.idleConns > 0 {
-		if res.idleConnBytes, res.idleConnGoroutines, err = r.idleConnBytes(ctx, f.idleConns); err != nil {
+		if res.idle, err = r.idleConnBytes(ctx, f.idleConns); err != nil {
 			return res, err
 		}
 	}
@@ -684,6 +693,7 @@ func (r *benchRun) finish() {
 	r.doneOnce.Do(func() {
 		r.doneAt, r.doneCPU, r.doneSwitches = time.Now(), processCPU(), processSwitches()
 		r.stopRunProfile()
+		r.doneGC, r.doneNd = readBenchGC(), readBenchNode(context.Background(), r.f.nodeMetricsURL)
 		r.cancel()
 	})
 }

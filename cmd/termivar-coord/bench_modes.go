@@ -38,6 +38,8 @@ var benchModeFlags = [...]struct {
 	{name: "rate", usage: "open loop: producers enqueue at this many tasks/s in total (0: as fast as they can)", intVar: func(f *benchFlags) *int { return &f.rate }},
 	{name: "resident", usage: "task records filled before the measured run: half (at most 8192) queued but not due for an hour, the rest completed", intVar: func(f *benchFlags) *int { return &f.resident }},
 	{name: "idle-conns", usage: "after the run, hold this many worker connections in a long-polling Acquire and report the memory per connection (embedded only)", intVar: func(f *benchFlags) *int { return &f.idleConns }},
+	{name: "node-metrics", usage: "the node's /metrics URL (serve's --metrics-addr): report its CPU per task, GC cycles and goroutines during the run apart from this process's", strVar: func(f *benchFlags) *string { return &f.nodeMetricsURL }},
+	{name: "idle-profile", usage: "with --idle-conns: write heap and goroutine profiles to this path plus .heap and .goroutine while the idle long-polls wait", strVar: func(f *benchFlags) *string { return &f.idleProfile }},
 	{name: "complete-call-bytes", usage: "bound of one CompleteMany call's message: a larger one is sent as several calls (0: the client's default, 1 MiB less a page; negative: never split)", intVar: func(f *benchFlags) *int { return &f.completeCallBytes }},
 	{name: "snapshot-bytes", usage: "the embedded node's --snapshot-bytes (0: serve's default; negative: by entry count only)", intVar: func(f *benchFlags) *int { return &f.snapshotBytes }},
 	{name: "snapshot-growth", usage: "the embedded node's --snapshot-growth (0: serve's default; negative: --snapshot-bytes alone)", intVar: func(f *benchFlags) *int { return &f.snapshotGrowth }},
@@ -244,7 +246,7 @@ func (r *benchRun) enqueueResident(ctx context.Context, lo, hi int, delay uint64
 // this process's memory statistics. It also returns the goroutines each
 // waiting connection adds (docs/benchmarks.md, "1 024 workers": the
 // collector scans every parked goroutine's stack on each cycle).
-func (r *benchRun) idleConnBytes(ctx context.Context, n int) (int64, float64, error) {
+func (r *benchRun) idleConnBytes(ctx context.Context, n int) (idleMem, error) {
 	base := settledMem()
 	baseG := runtime.NumGoroutine()
 	ctx, cancel := context.WithCancel(ctx)
@@ -258,10 +260,33 @@ func (r *benchRun) idleConnBytes(ctx context.Context, n int) (int64, float64, er
 		}()
 	}
 	if err := r.waitLongPolls(ctx, int64(n), errc); err != nil {
-		return 0, 0, err
+		return idleMem{}, err
 	}
 	g := float64(runtime.NumGoroutine()-baseG) / float64(n)
-	return (settledMem() - base) / int64(n), g, nil
+	m := settledMem()
+	if err := r.writeIdleProfiles(); err != nil {
+		return idleMem{}, err
+	}
+	return idleMem{bytes: (m.total() - base.total()) / int64(n), stackBytes: (m.stack - base.stack) / int64(n), goroutines: g}, nil
+}
+
+// idleMem is what one idle long-polling connection holds (idleConnBytes).
+type idleMem struct {
+	bytes, stackBytes int64   // heap and stacks, of which stacks
+	goroutines        float64 // goroutines, both ends
+}
+
+// writeIdleProfiles writes --idle-profile's heap and goroutine profiles
+// (none when it is empty). The heap profile is as of settledMem's
+// collection, which saw the idle long-polls.
+func (r *benchRun) writeIdleProfiles() error {
+	if r.f.idleProfile == "" {
+		return nil
+	}
+	if err := writeProfile(r.f.idleProfile+".heap", "heap"); err != nil {
+		return err
+	}
+	return writeProfile(r.f.idleProfile+".goroutine", "goroutine")
 }
 
 // waitLongPolls polls the node's Status until want Acquire calls wait (or
@@ -287,13 +312,19 @@ func (r *benchRun) waitLongPolls(ctx context.Context, want int64, errc <-chan er
 	}
 }
 
-// settledMem is the heap in use plus goroutine stacks after a collection.
-func settledMem() int64 {
+// settledMem is the heap in use and the goroutine stacks after a
+// collection.
+func settledMem() benchMem {
 	runtime.GC()
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
-	return int64(m.HeapInuse + m.StackInuse)
+	return benchMem{heap: int64(m.HeapInuse), stack: int64(m.StackInuse)}
 }
+
+// benchMem is the heap in use and the stacks (settledMem).
+type benchMem struct{ heap, stack int64 }
+
+func (m benchMem) total() int64 { return m.heap + m.stack }
 
 // registerIdle creates and registers --idle-conns worker clients.
 func (r *benchRun) registerIdle(ctx context.Context, mk func(string) (*client.Client, error)) error {

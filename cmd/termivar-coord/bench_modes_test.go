@@ -10,6 +10,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -30,8 +32,9 @@ import (
 const testLeaseTTL = "10"
 
 func TestBench_Modes(t *testing.T) {
+	prof := filepath.Join(t.TempDir(), "idle")
 	args := []string{"--tasks", "300", "--batch", "1", "--acquire", "1", "--producers", "4", "--workers", "4", "--rate", "2000", "--resident", "600", "--idle-conns", "64",
-		"--lease-ttl-secs", testLeaseTTL}
+		"--lease-ttl-secs", testLeaseTTL, "--idle-profile", prof}
 	// dropAfter as --suite does: the scans, resident ones too, are deleted after the run
 	res := runBenchArgs(t, args, true)
 	s := res.String()
@@ -47,15 +50,42 @@ func TestBench_Modes(t *testing.T) {
 		t.Errorf("raft_log_entries_per_task = %.3f, want in (0, 3.5]", e)
 	}
 	// 64 connections hold megabytes, far above the GC noise of a settled heap.
-	if res.idleConnBytes <= 0 {
-		t.Errorf("bytes_per_idle_conn = %d, want > 0", res.idleConnBytes)
+	if res.idle.bytes <= 0 {
+		t.Errorf("bytes_per_idle_conn = %d, want > 0", res.idle.bytes)
 	}
 	// Each waiting Acquire parks at least its caller and the server's
 	// handler (both ends of the loopback are in this process).
-	if res.idleConnGoroutines < 2 {
-		t.Errorf("goroutines_per_idle_conn = %.2f, want >= 2", res.idleConnGoroutines)
+	if res.idle.goroutines < 2 {
+		t.Errorf("goroutines_per_idle_conn = %.2f, want >= 2", res.idle.goroutines)
+	}
+	// Two parked goroutines hold at least a minimal stack each; the heap
+	// holds the connections' buffers, so stacks are a part, not all.
+	if res.idle.stackBytes <= 0 || res.idle.stackBytes >= res.idle.bytes {
+		t.Errorf("stack_bytes_per_idle_conn = %d of %d, want in (0, bytes)", res.idle.stackBytes, res.idle.bytes)
+	}
+	checkIdleProfiles(t, prof)
+	// The run allocated (its calls decode messages) and the collector's
+	// line says so per task.
+	if res.gc.allocObjects == 0 || res.gc.allocBytes == 0 || res.gc.goroutines == 0 || !strings.Contains(s, "allocs_per_task=") {
+		t.Errorf("collector line missing or empty: %+v in:\n%s", res.gc, s)
 	}
 	t.Logf("\n%s", s)
+}
+
+// checkIdleProfiles checks that --idle-profile wrote a heap and a
+// goroutine profile, each a parsable pprof file (gzip).
+func checkIdleProfiles(t *testing.T, prefix string) {
+	t.Helper()
+	for _, ext := range []string{".heap", ".goroutine"} {
+		b, err := os.ReadFile(prefix + ext)
+		if err != nil {
+			t.Errorf("--idle-profile: %v", err)
+			continue
+		}
+		if len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+			t.Errorf("--idle-profile %s: %d bytes, not a gzipped profile", ext, len(b))
+		}
+	}
 }
 
 func TestBench_Suite(t *testing.T) {
@@ -113,8 +143,8 @@ func TestBench_ModeFlags(t *testing.T) {
 // task completes, the idle long-polls measured), and refuses https URLs.
 func TestBench_H2C(t *testing.T) {
 	res := runBenchArgs(t, []string{"--tasks", "200", "--workers", "8", "--idle-conns", "64", "--h2c"}, false)
-	if res.tasks != 200 || res.idleConnBytes <= 0 {
-		t.Fatalf("h2c run: %d tasks, %d bytes per idle conn", res.tasks, res.idleConnBytes)
+	if res.tasks != 200 || res.idle.bytes <= 0 {
+		t.Fatalf("h2c run: %d tasks, %d bytes per idle conn", res.tasks, res.idle.bytes)
 	}
 	if _, err := h2cClient("http://127.0.0.1:1,https://127.0.0.1:2"); err == nil {
 		t.Fatal("h2cClient accepted an https URL")
@@ -130,7 +160,7 @@ func TestBench_H2C(t *testing.T) {
 // context.AfterFunc (a goroutine per session).
 func TestBench_SessionIdleGoroutines(t *testing.T) {
 	res := runBenchArgs(t, []string{"--tasks", "100", "--workers", "4", "--idle-conns", "64", "--worker-session"}, false)
-	if g := res.idleConnGoroutines; g < 4.5 || g > 5.5 {
+	if g := res.idle.goroutines; g < 4.5 || g > 5.5 {
 		t.Fatalf("goroutines_per_idle_conn = %.2f with worker sessions, want 5", g)
 	}
 }

@@ -88,27 +88,37 @@ func runBenchSuite(ctx context.Context, flags benchFlags, url, key string, w io.
 	return exitOK
 }
 
-// suiteRate is a throughput and a CPU cost per task.
+// suiteRate is a throughput and a CPU cost per task, and the node's own
+// CPU per task when it was read (--node-metrics against --server; 0: not).
 type suiteRate struct {
-	tasksPerSec float64
-	cpuPerTask  time.Duration
+	tasksPerSec    float64
+	cpuPerTask     time.Duration
+	nodeCPUPerTask float64 // seconds
 }
 
 // suiteBase is the mean of the batched default's runs among results.
 func suiteBase(results []benchResult) suiteRate {
 	var b suiteRate
-	n := 0
+	n, nodes := 0, 0
 	for _, r := range results {
 		if r.mode == suiteDefault {
 			b.tasksPerSec += r.tasksPerSec()
 			b.cpuPerTask += r.cpuPerTask()
 			n++
+			if c, ok := r.nodeCPUPerTask(); ok {
+				b.nodeCPUPerTask += c
+				nodes++
+			}
 		}
 	}
 	if n == 0 {
 		return suiteRate{tasksPerSec: 1, cpuPerTask: 1}
 	}
-	return suiteRate{tasksPerSec: b.tasksPerSec / float64(n), cpuPerTask: max(b.cpuPerTask/time.Duration(n), 1)}
+	out := suiteRate{tasksPerSec: b.tasksPerSec / float64(n), cpuPerTask: max(b.cpuPerTask/time.Duration(n), 1)}
+	if nodes == n { // NB: a ratio to a base some runs lack would mislead
+		out.nodeCPUPerTask = b.nodeCPUPerTask / float64(n)
+	}
+	return out
 }
 
 // writeSuiteTable prints one row per mode with its ratios to b (the
@@ -119,7 +129,7 @@ func writeSuiteTable(w io.Writer, results []benchResult, b suiteRate) {
 	for _, r := range results {
 		fmt.Fprintf(tw, "%s\t%.0f\t%.2f\t%s\t%.2f\t%.3f\t%.3f\t%s\t%s\t  %s\t\n", r.mode, r.tasksPerSec(), r.tasksPerSec()/b.tasksPerSec,
 			r.cpuPerTask().Round(100*time.Nanosecond), float64(r.cpuPerTask())/float64(b.cpuPerTask), r.entriesPerTask(), r.callsPerTask(),
-			r.e2eP50.Round(10*time.Microsecond), r.e2eP99.Round(10*time.Microsecond), suiteExtra(r))
+			r.e2eP50.Round(10*time.Microsecond), r.e2eP99.Round(10*time.Microsecond), suiteExtra(r)+suiteNode(r, b))
 	}
 	tw.Flush()
 }
@@ -128,11 +138,23 @@ func writeSuiteTable(w io.Writer, results []benchResult, b suiteRate) {
 func suiteExtra(r benchResult) string {
 	switch {
 	case r.idleConns > 0:
-		return fmt.Sprintf("%d B/idle conn", r.idleConnBytes)
+		return fmt.Sprintf("%d B/idle conn", r.idle.bytes)
 	case r.resultBytes >= 1<<10:
 		return fmt.Sprintf("%.0f MB/s of results", float64(r.resultBytes)*r.tasksPerSec()/1e6)
 	}
 	return ""
+}
+
+// suiteNode is the node's own CPU per task against b's when both were read
+// (--node-metrics): with the node in its own process, the bench's client
+// side (every worker's connection, goroutines and heap) is not in it
+// (docs/benchmarks.md, "1 024 workers, session 8").
+func suiteNode(r benchResult, b suiteRate) string {
+	c, ok := r.nodeCPUPerTask()
+	if !ok || b.nodeCPUPerTask <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(" node CPU/task %s x%.2f", time.Duration(c*float64(time.Second)).Round(100*time.Nanosecond), c/b.nodeCPUPerTask)
 }
 
 // rpcFloor is what one authenticated API call costs without the log: the

@@ -1,13 +1,15 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
-	"strconv"
-	"strings"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // benchNode is what a node in its own process reported on its /metrics
@@ -24,11 +26,11 @@ type benchNode struct {
 	ok                    bool
 }
 
-// benchNodeSeries are the series read, by name (the Go and process
-// collectors of internal/metrics).
+// benchNodeSeries are the families read, by name (the Go and process
+// collectors of internal/metrics); a summary gives its count.
 var benchNodeSeries = map[string]func(*benchNode, float64){
 	"process_cpu_seconds_total":     func(n *benchNode, v float64) { n.cpuSecs = v },
-	"go_gc_duration_seconds_count":  func(n *benchNode, v float64) { n.gcCycles = v },
+	"go_gc_duration_seconds":        func(n *benchNode, v float64) { n.gcCycles = v },
 	"go_goroutines":                 func(n *benchNode, v float64) { n.goroutines = v },
 	"go_memstats_stack_inuse_bytes": func(n *benchNode, v float64) { n.stackBytes = v },
 	"go_memstats_heap_inuse_bytes":  func(n *benchNode, v float64) { n.heapBytes = v },
@@ -55,22 +57,39 @@ func readBenchNode(ctx context.Context, url string) benchNode {
 	if resp.StatusCode != http.StatusOK {
 		return n
 	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := p.TextToMetricFamilies(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return n
+	}
 	found := 0
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		name, val, ok := strings.Cut(sc.Text(), " ")
-		set := benchNodeSeries[name]
-		if !ok || set == nil {
-			continue
-		}
-		if v, err := strconv.ParseFloat(strings.TrimSpace(val), 64); err == nil {
+	for name, set := range benchNodeSeries {
+		if v, ok := familyValue(families[name]); ok {
 			set(&n, v)
 			found++
 		}
 	}
-	n.ok = sc.Err() == nil && found == len(benchNodeSeries)
+	n.ok = found == len(benchNodeSeries)
 	return n
+}
+
+// familyValue is the value of mf's one series (a summary's count).
+func familyValue(mf *dto.MetricFamily) (float64, bool) {
+	if len(mf.GetMetric()) != 1 {
+		return 0, false
+	}
+	m := mf.GetMetric()[0]
+	switch mf.GetType() {
+	case dto.MetricType_COUNTER:
+		return m.GetCounter().GetValue(), true
+	case dto.MetricType_GAUGE:
+		return m.GetGauge().GetValue(), true
+	case dto.MetricType_SUMMARY:
+		return float64(m.GetSummary().GetSampleCount()), true
+	case dto.MetricType_UNTYPED:
+		return m.GetUntyped().GetValue(), true
+	}
+	return 0, false
 }
 
 // since is the run's: n's counters less before's, n's goroutines, and

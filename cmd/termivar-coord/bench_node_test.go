@@ -19,7 +19,7 @@ import (
 
 func TestReadBenchNode_Exposition(t *testing.T) {
 	body := "# HELP process_cpu_seconds_total x\nprocess_cpu_seconds_total 12.5\n" +
-		"go_gc_duration_seconds{quantile=\"0.5\"} 0.001\ngo_gc_duration_seconds_count 40\ngo_goroutines 2075\n" +
+		"# TYPE go_gc_duration_seconds summary\ngo_gc_duration_seconds{quantile=\"0.5\"} 0.001\ngo_gc_duration_seconds_sum 0.04\ngo_gc_duration_seconds_count 40\ngo_goroutines 2075\n" +
 		"go_memstats_stack_inuse_bytes 3.3e+07\ngo_memstats_heap_inuse_bytes 9e+07\n"
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(body)) }))
 	defer srv.Close()

@@ -16,11 +16,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"sync/atomic"
 	"testing"
 
 	"connectrpc.com/connect"
 
 	pb "github.com/termivar/distributed/gen/termivar/v1"
+	"github.com/termivar/distributed/gen/termivar/v1/termivarv1connect"
 	"github.com/termivar/distributed/internal/apikey"
 	"github.com/termivar/distributed/internal/audit"
 	"github.com/termivar/distributed/internal/metrics"
@@ -131,11 +133,7 @@ func floorCalls(b *testing.B, cl *connect.Client[pb.GetTaskRequest, pb.GetTaskRe
 	if _, err := cl.CallUnary(context.Background(), connect.NewRequest(req)); err != nil {
 		b.Fatal(err)
 	}
-	b.SetParallelism(max(1, callers/2))
-	b.ReportAllocs()
-	b.ResetTimer()
-	start := spikeCPU()
-	b.RunParallel(func(p *testing.PB) {
+	parallelCPU(b, callers, func(p *testing.PB) {
 		for p.Next() {
 			if _, err := cl.CallUnary(context.Background(), connect.NewRequest(req)); err != nil {
 				b.Error(err)
@@ -143,7 +141,26 @@ func floorCalls(b *testing.B, cl *connect.Client[pb.GetTaskRequest, pb.GetTaskRe
 			}
 		}
 	})
+}
+
+// parallelCPU runs body from callers goroutines (b.SetParallelism on 2
+// cores) and reports the process's CPU per op.
+func parallelCPU(b *testing.B, callers int, body func(*testing.PB)) {
+	b.SetParallelism(max(1, callers/2))
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := spikeCPU()
+	b.RunParallel(body)
 	reportCPU(b, start)
+}
+
+// floorH2C starts h (floorServer) and returns a client of it that
+// speaks h2c, for the stream benchmarks.
+func floorH2C(b *testing.B, h http.Handler) (*httptest.Server, *http.Client) {
+	srv := floorServer(b, h)
+	hc := h2cHTTPClient()
+	b.Cleanup(hc.CloseIdleConnections)
+	return srv, hc
 }
 
 // BenchmarkFloor_BareStream is (d)'s floor: one message round trip on an
@@ -164,29 +181,133 @@ func BenchmarkFloor_BareStream(b *testing.B) {
 	}, connect.WithCompressMinBytes(256<<10)))
 	for _, callers := range []int{16, 32} {
 		b.Run("h2c/callers="+strconv.Itoa(callers), func(b *testing.B) {
-			srv := floorServer(b, mux)
-			hc := h2cHTTPClient()
-			b.Cleanup(hc.CloseIdleConnections)
+			srv, hc := floorH2C(b, mux)
 			cl := connect.NewClient[pb.GetTaskRequest, pb.GetTaskResponse](hc, srv.URL+floorProcedure)
-			b.SetParallelism(max(1, callers/2))
-			b.ReportAllocs()
-			start := spikeCPU()
-			b.RunParallel(func(p *testing.PB) {
+			parallelCPU(b, callers, func(p *testing.PB) {
 				st := cl.CallBidiStream(context.Background())
 				defer func() { _ = st.CloseRequest(); _ = st.CloseResponse() }()
-				req := &pb.GetTaskRequest{TaskId: "x"}
-				for p.Next() {
-					if err := st.Send(req); err != nil {
+				exchangeLoop(b, p, st, &pb.GetTaskRequest{TaskId: "x"})
+			})
+		})
+	}
+}
+
+// BenchmarkFloor_SessionAcquireEmpty is (d) through this server: one
+// Worker.Session message round trip, an Acquire of one task without
+// waiting that finds the queue empty (answered from the applied state,
+// nothing proposed), each caller a worker with a session of its own,
+// over h2c, with serve's interceptors and the audit line formatted; to
+// read against BenchmarkFloor_BareStream.
+func BenchmarkFloor_SessionAcquireEmpty(b *testing.B) {
+	for _, callers := range []int{16, 32} {
+		b.Run("h2c/callers="+strconv.Itoa(callers), func(b *testing.B) {
+			h, key := serverWorkers(b, callers)
+			srv, hc := floorH2C(b, h)
+			cl := connect.NewClient[pb.SessionRequest, pb.SessionResponse](hc, srv.URL+sessionProcedure, connect.WithInterceptors(authInterceptor{key}))
+			var next atomic.Int32
+			parallelCPU(b, callers, func(p *testing.PB) {
+				st := cl.CallBidiStream(context.Background())
+				defer func() { _ = st.CloseRequest(); _ = st.CloseResponse() }()
+				w := "w" + strconv.Itoa(int(next.Add(1)-1))
+				for id := uint64(1); p.Next(); id++ {
+					m := &pb.SessionRequest{Id: id, Op: &pb.SessionRequest_Acquire{Acquire: &pb.AcquireRequest{WorkerId: w, MaxTasks: 1, Start: true}}}
+					if err := st.Send(m); err != nil {
 						b.Error(err)
 						return
 					}
-					if _, err := st.Receive(); err != nil {
-						b.Error(err)
+					r, err := st.Receive()
+					if err != nil || r.GetId() != id || r.GetAcquire() == nil || len(r.GetAcquire().GetTasks()) != 0 {
+						b.Errorf("answer %v, %v; want an empty acquire of message %d", r, err, id)
 						return
 					}
 				}
 			})
-			reportCPU(b, start)
 		})
+	}
+}
+
+// serverWorkers is serve's stack (as serverNoop without the span
+// interceptor) with a worker key and workers w0..w(n-1) registered.
+func serverWorkers(b *testing.B, n int) (http.Handler, string) {
+	h, key, _ := serverWorkersProducer(b, n)
+	return h, key
+}
+
+// BenchmarkFloor_SessionAcquireCarrying is the bench's worker message
+// through this server over an in-memory backend (no raft, no disk): an
+// Acquire of one task (wait 5 s, started) carrying the completion of the
+// task the worker leased before, each caller a worker with a session of
+// its own, over h2c; the tasks are enqueued before the timer starts.
+func BenchmarkFloor_SessionAcquireCarrying(b *testing.B) {
+	const callers = 16
+	if b.N+callers > 16000 {
+		b.Fatalf("%d tasks: the tenant's active-task limit is 16 384; run with -benchtime Nx, N <= 15 984", b.N+callers)
+	}
+	h, key, producer := serverWorkersProducer(b, callers)
+	pc := &perCall{h: h, producer: producer}
+	for i := 0; i < b.N+callers; i += 1000 {
+		in := &pb.EnqueueRequest{}
+		for j := i; j < min(i+1000, b.N+callers); j++ {
+			id := "t" + strconv.Itoa(j)
+			in.Tasks = append(in.Tasks, &pb.NewTask{TaskId: id, ScanId: "s", TargetRef: "target-" + id})
+		}
+		var out pb.EnqueueResponse
+		pc.do(b, termivarv1connect.ProducerEnqueueProcedure, producer, in, &out)
+	}
+	srv, hc := floorH2C(b, h)
+	cl := connect.NewClient[pb.SessionRequest, pb.SessionResponse](hc, srv.URL+sessionProcedure, connect.WithInterceptors(authInterceptor{key}))
+	var next atomic.Int32
+	result := make([]byte, 32)
+	parallelCPU(b, callers, func(p *testing.PB) {
+		st := cl.CallBidiStream(context.Background())
+		defer func() { _ = st.CloseRequest(); _ = st.CloseResponse() }()
+		w := "w" + strconv.Itoa(int(next.Add(1)-1))
+		var held []byte
+		for id := uint64(1); p.Next(); id++ {
+			in := &pb.AcquireRequest{WorkerId: w, MaxTasks: 1, Start: true, WaitSecs: 5}
+			if held != nil {
+				in.Complete = []*pb.CompleteRequest{{LeaseToken: held, Result: result}}
+			}
+			if err := st.Send(&pb.SessionRequest{Id: id, Op: &pb.SessionRequest_Acquire{Acquire: in}}); err != nil {
+				b.Error(err)
+				return
+			}
+			r, err := st.Receive()
+			for err == nil && r.GetCompleted() != nil { // NB: a waiting acquire answers its completions first
+				r, err = st.Receive()
+			}
+			if err != nil || r.GetId() != id || len(r.GetAcquire().GetTasks()) != 1 {
+				b.Errorf("answer %v, %v; want one task leased by message %d", r, err, id)
+				return
+			}
+			held = r.GetAcquire().GetTasks()[0].GetLeaseToken()
+		}
+	})
+}
+
+// serverWorkersProducer is serverWorkers with a producer key too.
+func serverWorkersProducer(b *testing.B, n int) (http.Handler, string, string) {
+	be := newMemBackend(b)
+	keys := roleKeys(b, be)
+	s := New(Config{Backend: be, Audit: audit.New(nil), Metrics: metrics.New().API})
+	pc := &perCall{h: s.Handler(), work: keys[apikey.RoleWorker]}
+	for i := range n {
+		var reg pb.RegisterWorkerResponse
+		pc.do(b, termivarv1connect.WorkerRegisterWorkerProcedure, pc.work, &pb.RegisterWorkerRequest{WorkerId: "w" + strconv.Itoa(i), Capacity: 1}, &reg)
+	}
+	return pc.h, keys[apikey.RoleWorker], keys[apikey.RoleProducer]
+}
+
+// exchangeLoop sends req and receives one answer on st for each op of p.
+func exchangeLoop(b *testing.B, p *testing.PB, st *connect.BidiStreamForClient[pb.GetTaskRequest, pb.GetTaskResponse], req *pb.GetTaskRequest) {
+	for p.Next() {
+		if err := st.Send(req); err != nil {
+			b.Error(err)
+			return
+		}
+		if _, err := st.Receive(); err != nil {
+			b.Error(err)
+			return
+		}
 	}
 }

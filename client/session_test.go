@@ -332,9 +332,10 @@ func TestSession_RefusedOpenGoesUnary(t *testing.T) {
 
 // sessionCallAllocBudget bounds the allocations of one worker call over a
 // session, both ends in this process (the call of
-// BenchmarkClient_WorkerCallFloor: 61 measured, against 185 for the unary
-// HTTP/1.1 call).
-const sessionCallAllocBudget = 75
+// BenchmarkClient_WorkerCallFloor: 61 measured when written, against 185
+// for the unary HTTP/1.1 call; 65 before and 63 since the server answers
+// a session's messages on a goroutine it reuses, session 8).
+const sessionCallAllocBudget = 71
 
 // TestSession_CallAllocBudget fails when a worker call over a session
 // allocates more than its budget (allocation counts are the same on every

@@ -52,6 +52,18 @@ type perCall struct {
 func newPerCall(tb testing.TB) *perCall {
 	tb.Helper()
 	be := newMemBackend(tb)
+	keys := roleKeys(tb, be)
+	s := New(Config{Backend: be, Audit: audit.New(nil)})
+	pc := &perCall{h: s.Handler(), producer: keys[apikey.RoleProducer], work: keys[apikey.RoleWorker]}
+	var reg pb.RegisterWorkerResponse
+	pc.do(tb, termivarv1connect.WorkerRegisterWorkerProcedure, pc.work, &pb.RegisterWorkerRequest{WorkerId: "w1", Capacity: distributed.MaxWorkerCapacity}, &reg)
+	return pc
+}
+
+// roleKeys creates a producer and a worker key of the system tenant on
+// be.
+func roleKeys(tb testing.TB, be *membackend.Backend) map[apikey.Role]string {
+	tb.Helper()
 	keys := map[apikey.Role]string{}
 	for _, role := range []apikey.Role{apikey.RoleProducer, apikey.RoleWorker} {
 		g, err := CreateKey(context.Background(), be, raftfsm.SystemTenant, role)
@@ -60,11 +72,7 @@ func newPerCall(tb testing.TB) *perCall {
 		}
 		keys[role] = g.Key
 	}
-	s := New(Config{Backend: be, Audit: audit.New(nil)})
-	pc := &perCall{h: s.Handler(), producer: keys[apikey.RoleProducer], work: keys[apikey.RoleWorker]}
-	var reg pb.RegisterWorkerResponse
-	pc.do(tb, termivarv1connect.WorkerRegisterWorkerProcedure, pc.work, &pb.RegisterWorkerRequest{WorkerId: "w1", Capacity: distributed.MaxWorkerCapacity}, &reg)
-	return pc
+	return keys
 }
 
 // do calls procedure with the key through the whole handler and decodes

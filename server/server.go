@@ -97,6 +97,9 @@ type Server struct {
 	stopping <-chan struct{}    // stopCtx.Done(): long-polls stop waiting
 	// longPolls counts the Acquire calls waiting for work right now.
 	longPolls atomic.Int64
+	// sessionServers counts the goroutines sessions started to answer
+	// their messages (session.go serveJobs; tests check the reuse).
+	sessionServers atomic.Int64
 	// longPollsChanged, when set, is closed (and cleared) at the next
 	// change of longPolls (LongPollsChanged).
 	longPollsChanged atomic.Pointer[chan struct{}]

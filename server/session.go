@@ -137,6 +137,25 @@ type session struct {
 
 	cancelMu sync.Mutex
 	cancels  map[uint64]context.CancelFunc // of the messages being served (S7)
+
+	// A goroutine that has its message's answer ready puts a token in
+	// avail before it sends it (at most one holds one); dispatch takes the
+	// token and hands the next message through jobs to that goroutine,
+	// which runs it on a stack already grown instead of a new goroutine
+	// growing one (≈ 3 % of the CPU of one task per call with worker
+	// sessions: docs/benchmarks.md, "One task per call, session 8"). quit
+	// is closed when run stops receiving: the token's goroutine ends
+	// (S4).
+	avail, quit chan struct{}
+	jobs        chan sessionJob
+}
+
+// sessionJob is one message handed to a goroutine: the message, its
+// context and the func that forgets it once answered (track).
+type sessionJob struct {
+	mctx context.Context
+	stop func()
+	m    *pb.SessionRequest
 }
 
 // Session serves one worker session stream.
@@ -179,6 +198,7 @@ func startSession(ctx context.Context, ss *session) error {
 		_ = rc.Flush()
 	}
 	ss.p, ss.hash, ss.slots = p, rec.Hash, make(chan struct{}, h.s.limits.MaxSessionMessages)
+	ss.avail, ss.jobs, ss.quit = make(chan struct{}, 1), make(chan sessionJob, 1), make(chan struct{})
 	return ss.run(ctx)
 }
 
@@ -193,6 +213,7 @@ func (ss *session) run(ctx context.Context) error {
 		if end != nil {
 			cancel() // NB: waiting messages answer at once (S5)
 		}
+		close(ss.quit)
 		ss.wg.Wait()
 		cancel()
 	}()
@@ -320,11 +341,50 @@ func (ss *session) dispatch(ctx context.Context, m *pb.SessionRequest) {
 		return
 	}
 	mctx, stop := ss.track(ctx, m.GetId())
-	ss.wg.Go(func() {
-		defer func() { <-ss.slots }()
-		defer stop()
-		ss.serve(ctx, mctx, m)
-	})
+	job := sessionJob{mctx: mctx, stop: stop, m: m}
+	select {
+	case <-ss.avail:
+		ss.jobs <- job // NB: the token's goroutine takes it (at most one other is in the buffer)
+	default:
+		ss.h.s.sessionServers.Add(1)
+		ss.wg.Go(func() { ss.serveJobs(ctx, job) })
+	}
+}
+
+// serveJobs answers job, then each message dispatch hands it for the
+// token it put in avail, until it finds no room for a token or run stops
+// receiving. NB: goroutines are bounded by the slots, as before: dispatch
+// starts one only when no token is there, and each running one holds a
+// slot.
+func (ss *session) serveJobs(ctx context.Context, job sessionJob) {
+	for ss.serveJob(ctx, job) {
+		select {
+		case job = <-ss.jobs:
+		case <-ss.quit:
+			select {
+			case job = <-ss.jobs: // handed before run stopped receiving
+			default:
+				return
+			}
+		}
+	}
+}
+
+// serveJob answers one message and releases its slot; true when it put
+// a token in avail before sending the answer (the next message handed
+// over then comes to this goroutine).
+func (ss *session) serveJob(ctx context.Context, job sessionJob) bool {
+	r := ss.serve(ctx, job.mctx, job.m)
+	job.stop()
+	<-ss.slots
+	var token bool
+	select {
+	case ss.avail <- struct{}{}:
+		token = true
+	default:
+	}
+	ss.send(r)
+	return token
 }
 
 // track returns message id's context, which cancelMsg(id) cancels, and
@@ -356,66 +416,64 @@ func (ss *session) cancelMsg(id uint64) {
 	}
 }
 
-// serve answers one message as its unary call would (S2); it runs under
-// mctx, the message's context, and ctx is the session's.
-func (ss *session) serve(ctx, mctx context.Context, m *pb.SessionRequest) {
+// serve runs one message as its unary call would (S2) and returns its
+// final answer; it runs under mctx, the message's context, and ctx is the
+// session's.
+func (ss *session) serve(ctx, mctx context.Context, m *pb.SessionRequest) *pb.SessionResponse {
 	id := m.GetId()
 	if ss.producer {
-		ss.serveProducer(ctx, mctx, m)
-		return
+		return ss.serveProducer(ctx, mctx, m)
 	}
 	switch op := m.GetOp().(type) {
 	case *pb.SessionRequest_Acquire:
 		early := func(done []*pb.CompleteItemResult) {
 			ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Completed{Completed: &pb.CompleteManyResponse{Results: done}}})
 		}
-		serveMsg(ctx, mctx, ss, id, sessionAcquire, op.Acquire, ss.h.acquire(early), func(r *pb.AcquireResponse) *pb.SessionResponse {
+		return serveMsg(ctx, mctx, ss, id, sessionAcquire, op.Acquire, ss.h.acquire(early), func(r *pb.AcquireResponse) *pb.SessionResponse {
 			return &pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Acquire{Acquire: r}}
 		})
 	case *pb.SessionRequest_CompleteMany:
-		serveMsg(ctx, mctx, ss, id, sessionCompleteMany, op.CompleteMany, ss.h.completeMany, func(r *pb.CompleteManyResponse) *pb.SessionResponse {
+		return serveMsg(ctx, mctx, ss, id, sessionCompleteMany, op.CompleteMany, ss.h.completeMany, func(r *pb.CompleteManyResponse) *pb.SessionResponse {
 			return &pb.SessionResponse{Id: id, Result: &pb.SessionResponse_CompleteMany{CompleteMany: r}}
 		})
 	case *pb.SessionRequest_Complete:
-		serveMsg(ctx, mctx, ss, id, sessionComplete, op.Complete, ss.h.complete, func(r *pb.CompleteResponse) *pb.SessionResponse {
+		return serveMsg(ctx, mctx, ss, id, sessionComplete, op.Complete, ss.h.complete, func(r *pb.CompleteResponse) *pb.SessionResponse {
 			return &pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Complete{Complete: r}}
 		})
 	default:
-		ss.fail(id, toConnect(errInvalid("session message carries no worker operation")))
+		return failure(id, toConnect(errInvalid("session message carries no worker operation")))
 	}
 }
 
-// serveProducer answers one message of a Producer.Session (S8).
-func (ss *session) serveProducer(ctx, mctx context.Context, m *pb.SessionRequest) {
+// serveProducer runs one message of a Producer.Session (S8) and returns
+// its answer.
+func (ss *session) serveProducer(ctx, mctx context.Context, m *pb.SessionRequest) *pb.SessionResponse {
 	id := m.GetId()
 	op, ok := m.GetOp().(*pb.SessionRequest_EnqueueMany)
 	if !ok {
-		ss.fail(id, toConnect(errInvalid("session message carries no producer operation")))
-		return
+		return failure(id, toConnect(errInvalid("session message carries no producer operation")))
 	}
 	start := time.Now()
 	res, err := producerHandler(ss.h).enqueueManyMsg(mctx, op.EnqueueMany)
 	ss.h.s.cfg.Metrics.Observe(sessionEnqueueMany, start, err)
 	if err != nil {
-		ss.fail(id, unknownIfEnded(ctx, err))
-		return
+		return failure(id, unknownIfEnded(ctx, err))
 	}
-	ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_EnqueueMany{EnqueueMany: res}})
+	return &pb.SessionResponse{Id: id, Result: &pb.SessionResponse_EnqueueMany{EnqueueMany: res}}
 }
 
 // serveMsg runs message id, msg of procedure, through callMsg with fn
-// under mctx, records its metrics under procedure, and sends ok(its
+// under mctx, records its metrics under procedure, and returns ok(its
 // response) or its error as its answer (S2); ctx is the session's.
 func serveMsg[Req, Res any](ctx, mctx context.Context, ss *session, id uint64, procedure string, msg *Req,
-	fn func(context.Context, principal, *Req) (*Res, uint64, error), ok func(*Res) *pb.SessionResponse) {
+	fn func(context.Context, principal, *Req) (*Res, uint64, error), ok func(*Res) *pb.SessionResponse) *pb.SessionResponse {
 	start := time.Now()
 	res, err := callMsg(mctx, ss.h.s, procedure, msg, true, fn)
 	ss.h.s.cfg.Metrics.Observe(procedure, start, err)
 	if err != nil {
-		ss.fail(id, unknownIfEnded(ctx, err))
-		return
+		return failure(id, unknownIfEnded(ctx, err))
 	}
-	ss.send(ok(res))
+	return ok(res)
 }
 
 // unknownIfEnded is err, or, when the session ended under the message
@@ -431,8 +489,11 @@ func unknownIfEnded(ctx context.Context, err error) error {
 }
 
 // fail answers message id with err (a *connect.Error from toConnect).
-func (ss *session) fail(id uint64, err error) {
-	ss.send(&pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Error{Error: sessionError(err)}})
+func (ss *session) fail(id uint64, err error) { ss.send(failure(id, err)) }
+
+// failure is the answer to message id failing with err.
+func failure(id uint64, err error) *pb.SessionResponse {
+	return &pb.SessionResponse{Id: id, Result: &pb.SessionResponse_Error{Error: sessionError(err)}}
 }
 
 // sessionError is err as a SessionError: its code, message, detail and

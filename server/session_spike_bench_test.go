@@ -174,10 +174,7 @@ func BenchmarkSpike_UnaryHTTP1Parallel(b *testing.B) { spikeUnaryParallel(b, spi
 func BenchmarkSpike_UnaryH2CParallel(b *testing.B) { spikeUnaryParallel(b, spikeProducer(b, true)) }
 
 func spikeUnaryParallel(b *testing.B, pc termivarv1connect.ProducerClient) {
-	b.SetParallelism(8) // 16 callers on 2 cores
-	b.ReportAllocs()
-	start := spikeCPU()
-	b.RunParallel(func(pb_ *testing.PB) {
+	parallelCPU(b, 16, func(pb_ *testing.PB) {
 		req := &pb.GetTaskRequest{TaskId: "x"}
 		for pb_.Next() {
 			if _, err := pc.GetTask(context.Background(), connect.NewRequest(req)); err != nil {
@@ -186,7 +183,6 @@ func spikeUnaryParallel(b *testing.B, pc termivarv1connect.ProducerClient) {
 			}
 		}
 	})
-	reportCPU(b, start)
 }
 
 func BenchmarkSpike_StreamH2CParallel(b *testing.B) {
@@ -194,27 +190,13 @@ func BenchmarkSpike_StreamH2CParallel(b *testing.B) {
 	hc := h2cHTTPClient()
 	defer hc.CloseIdleConnections()
 	cl := connect.NewClient[pb.GetTaskRequest, pb.GetTaskResponse](hc, tb.srv.URL+spikeProcedure, connect.WithInterceptors(authInterceptor{key}))
-	b.SetParallelism(8)
-	b.ReportAllocs()
-	start := spikeCPU()
-	b.RunParallel(func(pb_ *testing.PB) {
+	parallelCPU(b, 16, func(pb_ *testing.PB) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		st := cl.CallBidiStream(ctx)
-		req := &pb.GetTaskRequest{TaskId: "x"}
-		for pb_.Next() {
-			if err := st.Send(req); err != nil {
-				b.Error(err)
-				return
-			}
-			if _, err := st.Receive(); err != nil {
-				b.Error(err)
-				return
-			}
-		}
+		exchangeLoop(b, pb_, st, &pb.GetTaskRequest{TaskId: "x"})
 		_ = st.CloseRequest()
 		_, _ = st.Receive()
 		_ = st.CloseResponse()
 	})
-	reportCPU(b, start)
 }

@@ -513,3 +513,45 @@ func TestSession_CancelledLongPollLeasesNothing(t *testing.T) {
 		t.Fatalf("complete after the cancels answered %v", r)
 	}
 }
+
+// TestSession_MessagesReuseGoroutine: messages sent one after another's
+// answer run on the goroutine that answered the one before (one started
+// for the whole run, not one each), two at once on two; once the client
+// closes its side the waiting goroutine ends with the handler (goleak,
+// TestMain), and messages answered meanwhile are answered as before.
+func TestSession_MessagesReuseGoroutine(t *testing.T) {
+	b := setup(t, nil)
+	key, _ := sessionWorker(t, b)
+	st := openSession(t, b, key)
+	before := b.api.sessionServers.Load()
+	for id := uint64(1); id <= 20; id++ {
+		sendMsg(t, st, acquireMsg(id, &pb.AcquireRequest{WorkerId: "w1"}))
+		if r := mustRecv(t, st); r.GetId() != id || r.GetAcquire() == nil || len(r.GetAcquire().GetTasks()) != 0 {
+			t.Fatalf("message %d answered %v", id, r)
+		}
+	}
+	if n := b.api.sessionServers.Load() - before; n != 1 {
+		t.Fatalf("20 messages in a row started %d goroutines, want 1", n)
+	}
+	// A long-poll holds the waiting goroutine: the next message needs a
+	// second one, and both are answered.
+	sendMsg(t, st, acquireMsg(21, &pb.AcquireRequest{WorkerId: "w1", WaitSecs: 10}))
+	waitUntil(t, "the acquire long-polls", func() bool { return b.api.LongPollsWaiting() == 1 })
+	sendMsg(t, st, acquireMsg(22, &pb.AcquireRequest{WorkerId: "w1"}))
+	if r := mustRecv(t, st); r.GetId() != 22 {
+		t.Fatalf("message 22 answered %v", r)
+	}
+	if n := b.api.sessionServers.Load() - before; n != 2 {
+		t.Fatalf("a message beside a long-poll: %d goroutines started in all, want 2", n)
+	}
+	enqueueIDs(t, b, "a")
+	if r := mustRecv(t, st); r.GetId() != 21 || len(r.GetAcquire().GetTasks()) != 1 {
+		t.Fatalf("long-poll answered %v", r)
+	}
+	if err := st.CloseRequest(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Receive(); err == nil {
+		t.Fatal("stream answered after the client closed its side")
+	}
+}

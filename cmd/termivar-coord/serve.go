@@ -17,8 +17,6 @@ import (
 	"syscall"
 	"time"
 
-	"connectrpc.com/connect"
-
 	distributed "github.com/termivar/distributed"
 	"github.com/termivar/distributed/internal/audit"
 	"github.com/termivar/distributed/internal/tracing"
@@ -311,12 +309,12 @@ func startNode(ctx context.Context, f serveFlags, logger *slog.Logger) (_ *runni
 	if err != nil {
 		return nil, err
 	}
-	traceIC, err := tracing.Interceptor(obs.tracer)
+	ics, err := tracing.ServerInterceptors(obs.tracer)
 	if err != nil {
 		return nil, err
 	}
 	srv := server.New(server.Config{Backend: n, Audit: al, Logger: logger, DefaultLeaseTTLSecs: f.leaseTTL, ForwardTLS: forwardTLS, Limits: f.serverLimits,
-		Metrics: obs.reg.API, Interceptors: []connect.Interceptor{traceIC}})
+		Metrics: obs.reg.API, Interceptors: ics})
 	obs.attach(n, srv, f.obs.metricsScans)
 	// NB: HTTPServer wakes pending Acquire long-polls when Shutdown starts,
 	// so shutting down does not wait for them.

@@ -20,3 +20,21 @@ func Interceptor(tp trace.TracerProvider) (connect.Interceptor, error) {
 		otelconnect.WithPropagator(propagation.TraceContext{}), otelconnect.WithoutMetrics(),
 		otelconnect.WithoutTraceEvents(), otelconnect.WithoutServerPeerAttributes())
 }
+
+// ServerInterceptors returns the interceptors a node's API server needs
+// for p: Interceptor(p) when p exports spans, none when it does not. A
+// provider without an exporter records nothing, yet otelconnect still
+// extracted the traceparent, built the attributes and started a
+// non-recording span for every call: ≈ 900 B and about a twentieth of
+// the CPU of a call whose handler does nothing (docs/benchmarks.md, "One
+// task per call, session 8 (branch msgfloor)").
+func ServerInterceptors(p *Provider) ([]connect.Interceptor, error) {
+	if !p.Exporting {
+		return nil, nil
+	}
+	ic, err := Interceptor(p)
+	if err != nil {
+		return nil, err
+	}
+	return []connect.Interceptor{ic}, nil
+}

@@ -6,7 +6,9 @@
 package tracing
 
 import (
+	"connectrpc.com/connect"
 	"context"
+	"google.golang.org/protobuf/types/known/emptypb"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -87,3 +89,55 @@ func TestSetup_ExportsToEndpoint(t *testing.T) {
 		t.Fatal("no span was exported")
 	}
 }
+
+// TestServerInterceptors_OnlyWhenExporting: a provider without an
+// exporter gets no interceptor (its spans would record nothing); one that
+// exports gets the span interceptor.
+func TestServerInterceptors_OnlyWhenExporting(t *testing.T) {
+	off, err := Setup(context.Background(), Config{Getenv: func(string) string { return "" }, ServiceName: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ics, err := ServerInterceptors(off)
+	if err != nil || len(ics) != 0 {
+		t.Fatalf("ServerInterceptors(no exporter) = %d interceptors, %v; want 0, nil", len(ics), err)
+	}
+	exp := &countingExporter{}
+	on, err := Setup(context.Background(), Config{Getenv: func(k string) string {
+		if k == EnvEndpoint {
+			return "http://127.0.0.1:1"
+		}
+		return ""
+	}, ServiceName: "t", NewExporterFunc: func(context.Context) (sdktrace.SpanExporter, error) {
+		return exp, nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ics, err = ServerInterceptors(on)
+	if err != nil || len(ics) != 1 {
+		t.Fatalf("ServerInterceptors(exporting) = %d interceptors, %v; want 1, nil", len(ics), err)
+	}
+	call := ics[0].WrapUnary(func(context.Context, connect.AnyRequest) (connect.AnyResponse, error) {
+		return connect.NewResponse(&emptypb.Empty{}), nil
+	})
+	if _, err := call(context.Background(), connect.NewRequest(&emptypb.Empty{})); err != nil {
+		t.Fatal(err)
+	}
+	if err := on.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := exp.spans.Load(); n != 1 {
+		t.Errorf("exporting interceptor: %d spans exported, want 1", n)
+	}
+}
+
+// countingExporter counts the spans exported to it.
+type countingExporter struct{ spans atomic.Int32 }
+
+func (c *countingExporter) ExportSpans(_ context.Context, s []sdktrace.ReadOnlySpan) error {
+	c.spans.Add(int32(len(s)))
+	return nil
+}
+
+func (c *countingExporter) Shutdown(context.Context) error { return nil }

@@ -346,10 +346,11 @@ func (c *coordinator) auditLive(linked int) *Error {
 }
 
 // shapeOK checks the index's arrays: the lengths and level offsets a
-// slot count (a multiple of liveFan) implies, 0 ≤ head ≤ tail ≤ slots.
+// ring of a power-of-two number of slots implies, and a run of positions
+// 0 ≤ head ≤ tail ≤ head + slots.
 func (x *liveIndex) shapeOK() bool {
 	size := len(x.slots)
-	if len(x.hb) != size || size%liveFan != 0 || x.head < 0 || x.head > x.tail || x.tail > size {
+	if len(x.hb) != size || size&(size-1) != 0 || (size > 0 && size < liveFan) || x.head < 0 || x.head > x.tail || x.tail-x.head > size {
 		return false
 	}
 	var want liveIndex
@@ -359,29 +360,32 @@ func (x *liveIndex) shapeOK() bool {
 	return slices.Equal(x.off, want.off) && len(x.key) == len(want.key) && len(x.at) == len(want.at)
 }
 
-// slotsOK checks every slot: vacant outside [head, tail) and at head only
-// when nothing is linked, otherwise a live worker of ws that names the
-// slot, its heartbeat and key copied right; heartbeats non-decreasing
-// over [0, tail); x.n the count.
+// slotsOK checks every slot: vacant outside the run of positions [head,
+// tail) and at head unless nothing is linked, otherwise a live worker of
+// ws that names the slot, with its heartbeat and key copied right;
+// heartbeats non-decreasing along the run; x.n the count.
 func (x *liveIndex) slotsOK(ws map[string]*workerRec) bool {
 	count := 0
+	for p := x.head; p < x.tail; p++ {
+		if p > x.head && x.hb[x.slotOf(p-1)] > x.hb[x.slotOf(p)] {
+			return false
+		}
+	}
 	for i, w := range x.slots {
-		if (i > 0 && i < x.tail && x.hb[i-1] > x.hb[i]) || x.at[i] != int32(i) {
+		inRun := (i-x.slotOf(x.head))&(len(x.slots)-1) < x.tail-x.head
+		if x.at[i] != int32(i) || (w != nil && !inRun) || (w == nil && x.key[i] != 0) {
 			return false
 		}
 		if w == nil {
-			if x.key[i] != 0 || (i == x.head && x.n > 0) {
-				return false
-			}
 			continue
 		}
 		count++
-		if i < x.head || i >= x.tail || ws[w.id] != w || w.status == WorkerOffline || int(w.slot) != i ||
+		if ws[w.id] != w || w.status == WorkerOffline || int(w.slot) != i ||
 			x.hb[i] != w.lastHeartbeat || w.key != w.wantKey() || x.key[i] != w.key {
 			return false
 		}
 	}
-	return count == x.n
+	return count == x.n && (x.n == 0 || x.first() != nil)
 }
 
 // treeOK checks every node above the slots against a rebuild.

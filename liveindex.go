@@ -1,32 +1,39 @@
 package distributed
 
-// The live-worker index (I9): every non-offline worker in one slot of an
-// array, the slots in the order the workers were linked, and over the
-// slots a tournament tree (eight children per node) whose every node holds
-// the highest selection key below it and the slot that has it.
+import "math/bits"
+
+// The live-worker index (I9): every non-offline worker in one slot of a
+// ring of slots, in the order the workers were linked, and over the slots
+// a tournament tree (eight children per node) whose every node holds the
+// highest selection key below it and the slot that has it.
 //
 // A worker is linked when it registers or is reactivated and relinked when
 // a heartbeat moves its LastHeartbeat, always with LastHeartbeat = now,
 // which no linked worker's exceeds (I8): so it always takes the next free
-// slot at the newest end, and the slots in use are in LastHeartbeat order
-// (ties in no particular order). Its old slot is vacated, not reused. A
+// slot at the newest end (tail), and the slots from the oldest in use
+// (head) to tail are in LastHeartbeat order (ties in no particular order).
+// Its old slot is vacated; head moves past vacated slots, and the ring
+// wraps around, so when every worker heartbeats in turn the slots in use
+// stay one run that moves round the ring and nothing is ever moved. A
 // worker is alive at now exactly when LastHeartbeat > now −
-// HeartbeatTimeoutSecs, so the alive workers fill a suffix of the slots
-// and the dead ones, which PruneDeadWorkers visits, a prefix.
+// HeartbeatTimeoutSecs, so the alive workers fill a suffix of the run and
+// the dead ones, which PruneDeadWorkers visits, a prefix.
 //
-// Costs, n linked workers, the slot array between n+1 and 2n+8 long: a
-// change of a worker's selection key (an assignment, a finished lease, a
+// Costs, n linked workers, a ring of at least 2n slots (a power of two):
+// a change of a worker's selection key (an assignment, a finished lease, a
 // heartbeat in the same second) updates its slot's ancestors, log₈ of the
-// array (5 levels at 4 096 workers, 1 at a handful), each one
-// max-of-eight over one cache line of keys, and stops at the first
-// ancestor that does not change; a heartbeat that moves the key vacates
-// one slot and fills the next, two such updates. When the newest end
-// reaches the array's end, the linked workers are packed to the front in
-// order and the tree rebuilt, O(array) once per at least n+1 links:
+// ring (5 levels at 4 096 workers, 1 at a handful), and scans the eight
+// keys of a node (one cache line) only where the worker was that node's
+// best and its key fell; it stops at the first ancestor whose best is
+// another worker. A heartbeat that moves the key vacates one slot and
+// fills the next, two such updates. Only when the run from head to tail
+// fills the ring (an old worker holds head while the others heartbeat
+// past it round the ring) are the linked workers packed in order into a
+// new ring and the tree rebuilt, O(ring) once per at least n links:
 // O(1) amortised. The best eligible worker overall is the root's, O(1);
 // only when it is dead does a search start from the first alive slot
 // (binary search on the slots' heartbeats) and take the best of the
-// suffix, O(8 log₈ n).
+// rest of the run, O(8 log₈ n).
 //
 // The tie-break between workers (contract A.9: most available slots, then
 // the smallest ID) is one integer per worker, its selection key: its
@@ -115,38 +122,41 @@ func (w *workerRec) rescore() { w.key = w.wantKey() }
 
 // liveIndex is the live-worker index. The zero value is empty.
 //
-// The tree is two flat arrays over all its levels, the slots' level first:
-// level l starts at off[l]; node g of level l+1 covers nodes liveFan·g …
-// liveFan·g+7 of level l. Every level but the root's (one node) has a
-// multiple of liveFan nodes, the last ones padding with no children.
+// Positions head and tail count links from the last pack; position p is
+// slot p mod len(slots). The tree is two flat arrays over all its levels,
+// the slots' level first: level l starts at off[l]; node g of level l+1
+// covers nodes liveFan·g … liveFan·g+7 of level l. Every level but the
+// root's (one node) has a multiple of liveFan nodes, the last ones
+// padding with no children.
 type liveIndex struct {
 	slots []*workerRec // the linked worker in each slot, nil when vacant
 	// hb is each slot's LastHeartbeat as it was linked, kept after the slot
-	// is vacated: non-decreasing over [0, tail), so the first alive slot is
-	// a binary search away.
+	// is vacated: non-decreasing over positions [head, tail), so the first
+	// alive slot is a binary search away.
 	hb []uint64
 	// key is the highest selection key under each node, 0 for none (for a
 	// slot: its worker's key, 0 when vacant); at is the slot holding it,
-	// -1 for none.
+	// -1 for none (for a slot: itself).
 	key []uint64
 	at  []int32
 	off []int // where each level starts in key and at
-	// head is the first slot in use (tail when none is); tail the next free.
+	// head is the position of the oldest slot in use (tail when none is),
+	// tail the next position to fill; tail − head ≤ len(slots).
 	head, tail int
 	n          int // linked workers
 }
 
+// slotOf is position p's slot.
+func (x *liveIndex) slotOf(p int) int { return p & (len(x.slots) - 1) }
+
 // insert links w (not linked) in the next free slot. Its LastHeartbeat
 // must be at least every linked worker's (I8: it is now).
 func (x *liveIndex) insert(w *workerRec) {
-	if x.tail == len(x.slots) {
+	if x.tail-x.head == len(x.slots) {
 		x.pack(x.n + 1)
 	}
-	i := x.tail
+	i := x.slotOf(x.tail)
 	x.tail++
-	if x.n == 0 {
-		x.head = i
-	}
 	x.slots[i], x.hb[i], w.slot = w, w.lastHeartbeat, int32(i)
 	x.n++
 	w.rescore()
@@ -159,8 +169,8 @@ func (x *liveIndex) remove(w *workerRec) {
 	x.slots[i], w.slot = nil, -1
 	x.n--
 	x.set(i, 0)
-	for x.head < x.tail && x.slots[x.head] == nil {
-		x.head++ // amortised O(1): head only moves forward between packs
+	for x.head < x.tail && x.slots[x.slotOf(x.head)] == nil {
+		x.head++ // amortised O(1): head only moves forward
 	}
 }
 
@@ -194,18 +204,17 @@ func (x *liveIndex) set(s int, k uint64) {
 		case at[g] != int32(s):
 			return
 		default:
-			key[g], at[g] = best8(key[c:c+liveFan:c+liveFan], at[c:c+liveFan:c+liveFan])
+			key[g], at[g] = x.nodeBest(c)
 		}
 	}
 }
 
-// best8 returns the highest of a node's liveFan child keys and its slot,
-// or 0 and -1 when every key is 0. Eligible keys are unique (I9), so the
-// maximum is one child. A tournament of pairs, unrolled, so that the
+// best8 returns the position of the highest of a node's liveFan child
+// keys (any position when all are 0). Eligible keys are unique (I9), so
+// the maximum is one child. A tournament of pairs, unrolled, so that the
 // compiler makes most steps a comparison and conditional moves
 // (docs/benchmarks.md, issue 15, fifth pass).
-func best8(ks []uint64, as []int32) (uint64, int32) {
-	ks, as = ks[:liveFan:liveFan], as[:liveFan:liveFan]
+func best8(ks *[liveFan]uint64) uint {
 	a, ia := max2(ks[0], ks[1], 0)
 	b, ib := max2(ks[2], ks[3], 2)
 	c, ic := max2(ks[4], ks[5], 4)
@@ -217,50 +226,52 @@ func best8(ks []uint64, as []int32) (uint64, int32) {
 		c, ic = d, id
 	}
 	if c > a {
-		a, ia = c, ic
+		ia = ic
 	}
-	if a == 0 {
-		return 0, -1
-	}
-	return a, as[ia]
+	return ia
 }
 
 // max2 returns the higher of x and y and its position: i for x, i+1 for y.
-func max2(x, y uint64, i int) (uint64, int) {
+func max2(x, y uint64, i uint) (uint64, uint) {
 	if y > x {
 		return y, i + 1
 	}
 	return x, i
 }
 
-// pack moves the linked workers, in order, to the front of an array sized
-// for need workers (2·need rounded up to liveFan) and rebuilds the tree.
-// The arrays are reused when the size stays the same (the steady state).
-func (x *liveIndex) pack(need int) {
-	size := (2*need + liveFan - 1) / liveFan * liveFan
-	slots, hb := x.slots, x.hb
-	if size != len(x.slots) {
-		x.alloc(size)
+// nodeBest is the best of the liveFan nodes (or slots) from c: its key
+// and slot, 0 and -1 when none has one.
+func (x *liveIndex) nodeBest(c uint) (uint64, int32) {
+	ks := (*[liveFan]uint64)(x.key[c : c+liveFan])
+	j := best8(ks)
+	if ks[j] == 0 {
+		return 0, -1
 	}
+	return ks[j], x.at[c+j]
+}
+
+// pack moves the linked workers, in order, to the first slots of a new
+// ring of at least 2·need slots (a power of two) and rebuilds the tree.
+func (x *liveIndex) pack(need int) {
+	old := *x
+	x.alloc(max(liveFan, 1<<bits.Len(uint(2*need-1))))
 	j := 0
-	for i := x.head; i < x.tail; i++ {
-		if w := slots[i]; w != nil {
-			x.slots[j], x.hb[j], w.slot = w, hb[i], int32(j)
+	for p := old.head; p < old.tail; p++ {
+		if w := old.slots[old.slotOf(p)]; w != nil {
+			x.slots[j], x.hb[j], w.slot = w, old.hb[old.slotOf(p)], int32(j)
 			j++
 		}
 	}
-	clear(x.slots[j:])
-	clear(x.hb[j:])
 	x.head, x.tail = 0, j
 	x.rebuild()
 }
 
-// alloc gives the index empty arrays for size slots (a multiple of
-// liveFan) and the levels above them: each a liveFan-th of the one below,
-// rounded up to a multiple of liveFan, until one node is left.
+// alloc gives the index new arrays for size slots (a power of two, at
+// least liveFan) and the levels above them: each a liveFan-th of the one
+// below, rounded up to a multiple of liveFan, until one node is left.
 func (x *liveIndex) alloc(size int) {
 	x.slots, x.hb = make([]*workerRec, size), make([]uint64, size)
-	x.off = append(x.off[:0], 0)
+	x.off = []int{0}
 	total := size
 	for n := size; n > 1; {
 		n = (n + liveFan - 1) / liveFan
@@ -287,7 +298,7 @@ func (x *liveIndex) rebuild() {
 		for g := end; g < x.levelEnd(l); g++ {
 			x.key[g], x.at[g] = 0, -1 // padding: a node with no children
 			if c := below + (g-end)*liveFan; c < end {
-				x.key[g], x.at[g] = best8(x.key[c:c+liveFan], x.at[c:c+liveFan])
+				x.key[g], x.at[g] = x.nodeBest(uint(c))
 			}
 		}
 	}
@@ -306,7 +317,7 @@ func (x *liveIndex) fill(ws []*workerRec) {
 	if len(ws) == 0 {
 		return
 	}
-	x.alloc((2*len(ws) + liveFan - 1) / liveFan * liveFan)
+	x.alloc(max(liveFan, 1<<bits.Len(uint(2*len(ws)-1))))
 	for i, w := range ws {
 		x.slots[i], x.hb[i], w.slot = w, w.lastHeartbeat, int32(i)
 		w.rescore()
@@ -338,13 +349,14 @@ func (x *liveIndex) bestAlive(cutoff uint64, allAlive bool) *workerRec {
 	return x.bestFrom(x.firstAbove(cutoff))
 }
 
-// firstAbove returns the first slot in [head, tail) whose heartbeat is
-// above cutoff (tail when none is): a binary search, hb being sorted.
+// firstAbove returns the first position in [head, tail) whose slot's
+// heartbeat is above cutoff (tail when none is): a binary search, the
+// heartbeats being sorted.
 func (x *liveIndex) firstAbove(cutoff uint64) int {
 	lo, hi := x.head, x.tail
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
-		if x.hb[m] > cutoff {
+		if x.hb[x.slotOf(m)] > cutoff {
 			hi = m
 		} else {
 			lo = m + 1
@@ -353,25 +365,56 @@ func (x *liveIndex) firstAbove(cutoff uint64) int {
 	return lo
 }
 
-// bestFrom returns the best eligible worker in slots [i, len): on each
-// level, from i's node to the end of its group (its siblings), then on
-// the level above from the node after i's parent (which also covers slots
-// before i). Below the root, a level's group ends within the level.
-func (x *liveIndex) bestFrom(i int) *workerRec {
-	bk, ba := uint64(0), int32(-1)
-	for l := 0; l+1 < len(x.off); l++ {
-		start, n := x.off[l], x.levelEnd(l)-x.off[l]
-		for j := i; j < min(n, (i/liveFan+1)*liveFan); j++ {
-			if x.key[start+j] > bk {
-				bk, ba = x.key[start+j], x.at[start+j]
-			}
+// bestFrom returns the best eligible worker at positions [p, tail): one
+// range of slots, or two where the run wraps round the ring.
+func (x *liveIndex) bestFrom(p int) *workerRec {
+	var k uint64
+	a := int32(-1)
+	switch lo, hi := x.slotOf(p), x.slotOf(x.tail); {
+	case p == x.tail:
+	case lo < hi:
+		k, a = x.rangeBest(lo, hi)
+	default:
+		k, a = x.rangeBest(lo, len(x.slots))
+		if k2, a2 := x.rangeBest(0, hi); k2 > k {
+			a = a2
 		}
-		i = i/liveFan + 1
 	}
-	if ba < 0 {
+	if a < 0 {
 		return nil
 	}
-	return x.slots[ba]
+	return x.slots[a]
+}
+
+// rangeBest returns the highest key in slots [lo, hi) and its slot (0,
+// -1 for none): on each level the partial groups at the two ends are
+// scanned and the whole groups between them are left to the level above,
+// O(8 log₈ n).
+func (x *liveIndex) rangeBest(lo, hi int) (uint64, int32) {
+	bk, ba := uint64(0), int32(-1)
+	scan := func(base, from, to int) {
+		for j := base + from; j < base+to; j++ {
+			if x.key[j] > bk {
+				bk, ba = x.key[j], x.at[j]
+			}
+		}
+	}
+	for _, base := range x.off {
+		if lo >= hi || lo/liveFan == (hi-1)/liveFan {
+			scan(base, lo, hi)
+			break
+		}
+		if r := lo % liveFan; r != 0 {
+			scan(base, lo, lo-r+liveFan)
+			lo += liveFan - r
+		}
+		if r := hi % liveFan; r != 0 {
+			scan(base, hi-r, hi)
+			hi -= r
+		}
+		lo, hi = lo/liveFan, hi/liveFan
+	}
+	return bk, ba
 }
 
 // first returns the linked worker in the oldest slot (the oldest
@@ -380,7 +423,7 @@ func (x *liveIndex) first() *workerRec {
 	if x.n == 0 {
 		return nil
 	}
-	return x.slots[x.head]
+	return x.slots[x.slotOf(x.head)]
 }
 
 // dead returns every linked worker whose LastHeartbeat is at most cutoff:
@@ -388,19 +431,19 @@ func (x *liveIndex) first() *workerRec {
 // them).
 func (x *liveIndex) dead(cutoff uint64) []*workerRec {
 	var out []*workerRec
-	for i := x.head; i < x.tail && x.hb[i] <= cutoff; i++ {
-		if w := x.slots[i]; w != nil {
+	for p := x.head; p < x.tail && x.hb[x.slotOf(p)] <= cutoff; p++ {
+		if w := x.slots[x.slotOf(p)]; w != nil {
 			out = append(out, w)
 		}
 	}
 	return out
 }
 
-// walk visits the linked workers in slot order until visit returns false
-// and reports whether it visited all of them.
+// walk visits the linked workers in slot order from head until visit
+// returns false and reports whether it visited all of them.
 func (x *liveIndex) walk(visit func(*workerRec) bool) bool {
-	for _, w := range x.slots[x.head:x.tail] {
-		if w != nil && !visit(w) {
+	for p := x.head; p < x.tail; p++ {
+		if w := x.slots[x.slotOf(p)]; w != nil && !visit(w) {
 			return false
 		}
 	}

@@ -357,7 +357,7 @@ func (x *liveIndex) shapeOK() bool {
 	if size > 0 {
 		want.alloc(size)
 	}
-	return slices.Equal(x.off, want.off) && len(x.key) == len(want.key) && len(x.at) == len(want.at)
+	return slices.Equal(x.off, want.off) && len(x.key) == len(want.key)
 }
 
 // slotsOK checks every slot: vacant outside the run of positions [head,
@@ -373,7 +373,7 @@ func (x *liveIndex) slotsOK(ws map[string]*workerRec) bool {
 	}
 	for i, w := range x.slots {
 		inRun := (i-x.slotOf(x.head))&(len(x.slots)-1) < x.tail-x.head
-		if x.at[i] != int32(i) || (w != nil && !inRun) || (w == nil && x.key[i] != 0) {
+		if (w != nil && !inRun) || (w == nil && x.key[i] != 0) {
 			return false
 		}
 		if w == nil {
@@ -397,5 +397,5 @@ func (x *liveIndex) treeOK() bool {
 	want.alloc(len(x.slots))
 	copy(want.slots, x.slots)
 	want.rebuild()
-	return slices.Equal(x.key, want.key) && slices.Equal(x.at, want.at)
+	return slices.Equal(x.key, want.key)
 }

@@ -5,7 +5,7 @@ import "math/bits"
 // The live-worker index (I9): every non-offline worker in one slot of a
 // ring of slots, in the order the workers were linked, and over the slots
 // a tournament tree (eight children per node) whose every node holds the
-// highest selection key below it and the slot that has it.
+// highest selection key below it.
 //
 // A worker is linked when it registers or is reactivated and relinked when
 // a heartbeat moves its LastHeartbeat, always with LastHeartbeat = now,
@@ -22,19 +22,20 @@ import "math/bits"
 // Costs, n linked workers, a ring of at least 2n slots (a power of two):
 // a change of a worker's selection key (an assignment, a finished lease, a
 // heartbeat in the same second) updates its slot's ancestors, log₈ of the
-// ring (5 levels at 4 096 workers, 1 at a handful), and scans the eight
-// keys of a node (one cache line) only where the worker was that node's
-// best and its key fell; it stops at the first ancestor whose best is
-// another worker. A heartbeat that moves the key vacates one slot and
-// fills the next, two such updates. Only when the run from head to tail
-// fills the ring (an old worker holds head while the others heartbeat
-// past it round the ring) are the linked workers packed in order into a
-// new ring and the tree rebuilt, O(ring) once per at least n links:
-// O(1) amortised. The best eligible worker overall is the root's, O(1);
-// only when it is dead does a search start from the first alive slot
-// (binary search on the slots' heartbeats) and take the best of the
-// rest of the run, O(8 log₈ n).
-//
+// ring less one (3 levels at 4 096 workers, none at up to 8), and scans
+// the eight keys of a node (one cache line) only where the worker was
+// that node's best and its key fell; it stops at the first ancestor whose
+// best is another worker. A heartbeat that moves the key vacates one slot
+// and fills the next, two such updates. Only when the run from head to
+// tail fills the ring (an old worker holds head while the others
+// heartbeat past it round the ring) are the linked workers packed in
+// order into a new ring and the tree rebuilt, O(ring) once per at least n
+// links: O(1) amortised. The best eligible worker overall is the best of
+// the top level's at most 16 nodes, then down the levels to its slot
+// (the child whose key equals it), O(8 log₈ n); only when it is dead does
+// a search start from the first alive slot (binary search on the slots'
+// heartbeats) and take the best of the rest of the run, O(8 log₈ n).
+
 // The tie-break between workers (contract A.9: most available slots, then
 // the smallest ID) is one integer per worker, its selection key: its
 // score and its rank packed (ranks.go), unique among eligible workers
@@ -54,8 +55,14 @@ const (
 const _ = uint16(MaxWorkerCapacity)
 
 // liveFan is the number of children of a tree node: eight 8-byte keys,
-// one 64-byte cache line.
-const liveFan = 8
+// one 64-byte cache line. The top level has at most liveTop nodes and no
+// root above it: the best is found by scanning them (two lines), which
+// saves the levels that would hold only one or two nodes (at 8 192
+// slots, three levels above the slots instead of five).
+const (
+	liveFan = 8
+	liveTop = 2 * liveFan
+)
 
 // selectionKey packs a worker's score (available slots when eligible
 // ignoring time, else 0) and its rank so that a higher key is the
@@ -123,11 +130,11 @@ func (w *workerRec) rescore() { w.key = w.wantKey() }
 // liveIndex is the live-worker index. The zero value is empty.
 //
 // Positions head and tail count links from the last pack; position p is
-// slot p mod len(slots). The tree is two flat arrays over all its levels,
+// slot p mod len(slots). The tree is one flat array over all its levels,
 // the slots' level first: level l starts at off[l]; node g of level l+1
-// covers nodes liveFan·g … liveFan·g+7 of level l. Every level but the
-// root's (one node) has a multiple of liveFan nodes, the last ones
-// padding with no children.
+// covers nodes liveFan·g … liveFan·g+7 of level l. Every level has a
+// multiple of liveFan nodes, the last ones padding with no children; the
+// top one has at most liveTop.
 type liveIndex struct {
 	slots []*workerRec // the linked worker in each slot, nil when vacant
 	// hb is each slot's LastHeartbeat as it was linked, kept after the slot
@@ -135,11 +142,10 @@ type liveIndex struct {
 	// alive slot is a binary search away.
 	hb []uint64
 	// key is the highest selection key under each node, 0 for none (for a
-	// slot: its worker's key, 0 when vacant); at is the slot holding it,
-	// -1 for none (for a slot: itself).
+	// slot: its worker's key, 0 when vacant). Eligible keys are unique
+	// (I9), so a key names one slot: no slot is stored with it.
 	key []uint64
-	at  []int32
-	off []int // where each level starts in key and at
+	off []int // where each level starts in key
 	// head is the position of the oldest slot in use (tail when none is),
 	// tail the next position to fill; tail − head ≤ len(slots).
 	head, tail int
@@ -177,77 +183,59 @@ func (x *liveIndex) remove(w *workerRec) {
 // refresh recomputes w's (linked) selection key after a change that kept
 // its LastHeartbeat, and the tree above it when the key changed.
 func (x *liveIndex) refresh(w *workerRec) {
-	old := w.key
 	w.rescore()
-	if w.key != old {
-		x.set(int(w.slot), w.key)
-	}
+	x.set(int(w.slot), w.key)
 }
 
 // set stores slot s's new key k and updates its ancestors. Only s
-// changed, so at each ancestor: a k above the node's best makes s the
-// best (no scan); a node whose best is another slot keeps it (s's key was
-// and is below it), and so do all above it: stop; a node whose best was s
-// is recomputed from its children. O(levels); a scan of eight keys only
-// where s was the best and its key fell.
+// changed, so at each ancestor: a k above the node's best makes it the
+// best (no scan); a node whose best is not s's old key keeps it (s's key
+// was and is below it), and so do all above it: stop; a node whose best
+// was s's old key is recomputed from its children. O(levels); a scan of
+// eight keys only where s was the best and its key fell.
 func (x *liveIndex) set(s int, k uint64) {
-	key, at, off := x.key, x.at, x.off
+	key := x.key
+	old := key[s]
+	if old == k {
+		return
+	}
 	key[s] = k
 	i := uint(s)
-	for l := 1; l < len(off); l++ {
-		c := uint(off[l-1]) + i&^(liveFan-1) // the node's first child
+	for l := 1; l < len(x.off); l++ {
+		c := uint(x.off[l-1]) + i&^(liveFan-1) // the node's first child
 		i /= liveFan
-		g := uint(off[l]) + i
+		g := uint(x.off[l]) + i
 		switch {
 		case k > key[g]:
-			key[g], at[g] = k, int32(s)
-		case at[g] != int32(s):
+			key[g] = k
+		case key[g] != old:
 			return
 		default:
-			key[g], at[g] = x.nodeBest(c)
+			key[g] = max8((*[liveFan]uint64)(key[c : c+liveFan]))
 		}
 	}
 }
 
-// best8 returns the position of the highest of a node's liveFan child
-// keys (any position when all are 0). Eligible keys are unique (I9), so
-// the maximum is one child. A tournament of pairs, unrolled, so that the
-// compiler makes most steps a comparison and conditional moves
-// (docs/benchmarks.md, issue 15, fifth pass).
-func best8(ks *[liveFan]uint64) uint {
-	a, ia := max2(ks[0], ks[1], 0)
-	b, ib := max2(ks[2], ks[3], 2)
-	c, ic := max2(ks[4], ks[5], 4)
-	d, id := max2(ks[6], ks[7], 6)
-	if b > a {
-		a, ia = b, ib
-	}
-	if d > c {
-		c, ic = d, id
-	}
-	if c > a {
-		ia = ic
-	}
-	return ia
+// max8 is the highest of a node's liveFan child keys (0 when none has
+// one), without branches.
+func max8(ks *[liveFan]uint64) uint64 {
+	return max(max(max(ks[0], ks[1]), max(ks[2], ks[3])), max(max(ks[4], ks[5]), max(ks[6], ks[7])))
 }
 
-// max2 returns the higher of x and y and its position: i for x, i+1 for y.
-func max2(x, y uint64, i uint) (uint64, uint) {
-	if y > x {
-		return y, i + 1
+// slotUnder returns the slot holding the best key under node g of level l
+// (which has one): down the levels, the child whose key equals it.
+func (x *liveIndex) slotUnder(l, g int) int {
+	k := x.key[x.off[l]+g]
+	for ; l > 0; l-- {
+		c := x.off[l-1] + g*liveFan
+		ks := (*[liveFan]uint64)(x.key[c : c+liveFan])
+		j := 0
+		for j < liveFan-1 && ks[j] != k {
+			j++
+		}
+		g = g*liveFan + j
 	}
-	return x, i
-}
-
-// nodeBest is the best of the liveFan nodes (or slots) from c: its key
-// and slot, 0 and -1 when none has one.
-func (x *liveIndex) nodeBest(c uint) (uint64, int32) {
-	ks := (*[liveFan]uint64)(x.key[c : c+liveFan])
-	j := best8(ks)
-	if ks[j] == 0 {
-		return 0, -1
-	}
-	return ks[j], x.at[c+j]
+	return g
 }
 
 // pack moves the linked workers, in order, to the first slots of a new
@@ -268,27 +256,25 @@ func (x *liveIndex) pack(need int) {
 
 // alloc gives the index new arrays for size slots (a power of two, at
 // least liveFan) and the levels above them: each a liveFan-th of the one
-// below, rounded up to a multiple of liveFan, until one node is left.
+// below, rounded up to a multiple of liveFan, until a level has at most
+// liveTop nodes (the slots themselves at up to liveTop slots).
 func (x *liveIndex) alloc(size int) {
 	x.slots, x.hb = make([]*workerRec, size), make([]uint64, size)
 	x.off = []int{0}
 	total := size
-	for n := size; n > 1; {
-		n = (n + liveFan - 1) / liveFan
-		if n > 1 {
-			n = (n + liveFan - 1) / liveFan * liveFan
-		}
+	for n := size; n > liveTop; {
+		n = (n + liveFan*liveFan - 1) / (liveFan * liveFan) * liveFan
 		x.off = append(x.off, total)
 		total += n
 	}
-	x.key, x.at = make([]uint64, total), make([]int32, total)
+	x.key = make([]uint64, total)
 }
 
 // rebuild recomputes every slot's key from its worker's cached selection
 // key and every node above, O(slots).
 func (x *liveIndex) rebuild() {
 	for i, w := range x.slots {
-		x.key[i], x.at[i] = 0, int32(i)
+		x.key[i] = 0
 		if w != nil {
 			x.key[i] = w.key
 		}
@@ -296,15 +282,15 @@ func (x *liveIndex) rebuild() {
 	for l := 1; l < len(x.off); l++ {
 		below, end := x.off[l-1], x.off[l]
 		for g := end; g < x.levelEnd(l); g++ {
-			x.key[g], x.at[g] = 0, -1 // padding: a node with no children
+			x.key[g] = 0 // padding: a node with no children
 			if c := below + (g-end)*liveFan; c < end {
-				x.key[g], x.at[g] = x.nodeBest(uint(c))
+				x.key[g] = max8((*[liveFan]uint64)(x.key[c : c+liveFan]))
 			}
 		}
 	}
 }
 
-// levelEnd is where level l ends in key and at.
+// levelEnd is where level l ends in key.
 func (x *liveIndex) levelEnd(l int) int {
 	if l+1 < len(x.off) {
 		return x.off[l+1]
@@ -326,15 +312,24 @@ func (x *liveIndex) fill(ws []*workerRec) {
 	x.rebuild()
 }
 
-// root returns the best eligible linked worker, or nil.
+// root returns the best eligible linked worker, or nil: the best node of
+// the top level, then down to its slot.
 func (x *liveIndex) root() *workerRec {
 	if x.n == 0 {
 		return nil
 	}
-	if a := x.at[len(x.at)-1]; a >= 0 {
-		return x.slots[a]
+	top := len(x.off) - 1
+	ks := x.key[x.off[top]:]
+	g, best := 0, uint64(0)
+	for j, k := range ks {
+		if k > best {
+			g, best = j, k
+		}
 	}
-	return nil
+	if best == 0 {
+		return nil
+	}
+	return x.slots[x.slotUnder(top, g)]
 }
 
 // bestAlive returns the best eligible worker whose LastHeartbeat is above
@@ -368,53 +363,55 @@ func (x *liveIndex) firstAbove(cutoff uint64) int {
 // bestFrom returns the best eligible worker at positions [p, tail): one
 // range of slots, or two where the run wraps round the ring.
 func (x *liveIndex) bestFrom(p int) *workerRec {
-	var k uint64
-	a := int32(-1)
+	var b liveBest
 	switch lo, hi := x.slotOf(p), x.slotOf(x.tail); {
 	case p == x.tail:
 	case lo < hi:
-		k, a = x.rangeBest(lo, hi)
+		x.rangeBest(&b, lo, hi)
 	default:
-		k, a = x.rangeBest(lo, len(x.slots))
-		if k2, a2 := x.rangeBest(0, hi); k2 > k {
-			a = a2
-		}
+		x.rangeBest(&b, lo, len(x.slots))
+		x.rangeBest(&b, 0, hi)
 	}
-	if a < 0 {
+	if b.key == 0 {
 		return nil
 	}
-	return x.slots[a]
+	return x.slots[x.slotUnder(b.level, b.node)]
 }
 
-// rangeBest returns the highest key in slots [lo, hi) and its slot (0,
-// -1 for none): on each level the partial groups at the two ends are
-// scanned and the whole groups between them are left to the level above,
-// O(8 log₈ n).
-func (x *liveIndex) rangeBest(lo, hi int) (uint64, int32) {
-	bk, ba := uint64(0), int32(-1)
-	scan := func(base, from, to int) {
-		for j := base + from; j < base+to; j++ {
-			if x.key[j] > bk {
-				bk, ba = x.key[j], x.at[j]
+// liveBest is the best key a range query has found and the node that
+// holds it.
+type liveBest struct {
+	key         uint64
+	level, node int
+}
+
+// rangeBest raises b to the highest key in slots [lo, hi): on each level
+// the partial groups at the two ends are scanned and the whole groups
+// between them are left to the level above; on the top level what is left
+// is scanned. O(8 log₈ n).
+func (x *liveIndex) rangeBest(b *liveBest, lo, hi int) {
+	scan := func(l, from, to int) {
+		for j := from; j < to; j++ {
+			if k := x.key[x.off[l]+j]; k > b.key {
+				*b = liveBest{k, l, j}
 			}
 		}
 	}
-	for _, base := range x.off {
-		if lo >= hi || lo/liveFan == (hi-1)/liveFan {
-			scan(base, lo, hi)
-			break
+	for l := range x.off {
+		if lo >= hi || lo/liveFan == (hi-1)/liveFan || l == len(x.off)-1 {
+			scan(l, lo, hi)
+			return
 		}
 		if r := lo % liveFan; r != 0 {
-			scan(base, lo, lo-r+liveFan)
+			scan(l, lo, lo-r+liveFan)
 			lo += liveFan - r
 		}
 		if r := hi % liveFan; r != 0 {
-			scan(base, hi-r, hi)
+			scan(l, hi-r, hi)
 			hi -= r
 		}
 		lo, hi = lo/liveFan, hi/liveFan
 	}
-	return bk, ba
 }
 
 // first returns the linked worker in the oldest slot (the oldest

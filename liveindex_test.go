@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strconv"
 	"testing"
@@ -261,7 +262,8 @@ func TestTaskRec_AssignmentFieldsFirst(t *testing.T) {
 // (worker, heartbeat) pairs — best eligible worker above any cutoff, the
 // dead prefix, the oldest, the walk — and passes its audit, across random
 // links at a non-decreasing now, unlinks, relinks, key changes and
-// re-ranks (rapid; the packs and growths happen along the way).
+// re-ranks (rapid; the packs and growths happen along the way, and bulk
+// links reach rings of up to 2 048 slots, three levels above the slots).
 func TestLiveIndex_AgainstList(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		var x liveIndex
@@ -274,16 +276,23 @@ func TestLiveIndex_AgainstList(t *testing.T) {
 			w.status = []WorkerStatus{WorkerHealthy, WorkerDegraded}[rapid.IntRange(0, 1).Draw(rt, "status")]
 		}
 		pick := func() int { return rapid.IntRange(0, len(linked)-1).Draw(rt, "pick") }
-		for step := rapid.IntRange(1, 300).Draw(rt, "steps"); step > 0; step-- {
+		for step := rapid.IntRange(1, 150).Draw(rt, "steps"); step > 0; step-- {
 			now += uint64(rapid.IntRange(0, 2).Draw(rt, "tick"))
-			switch op := rapid.IntRange(0, 5).Draw(rt, "op"); {
-			case op == 0 || len(linked) == 0:
+			link := func() {
 				w := &workerRec{id: fmt.Sprint("w", len(all)), rank: nextRank, lastHeartbeat: now}
 				nextRank += uint64(rapid.IntRange(1, 3).Draw(rt, "gap"))
 				newKey(w)
 				all[w.id] = w
 				x.insert(w)
 				linked = append(linked, w)
+			}
+			switch op := rapid.IntRange(0, 6).Draw(rt, "op"); {
+			case op == 0 || len(linked) == 0:
+				link()
+			case op == 5 && len(linked) < 600:
+				for range rapid.IntRange(1, 300).Draw(rt, "bulk") {
+					link()
+				}
 			case op == 1:
 				i := pick()
 				x.remove(linked[i])
@@ -315,7 +324,8 @@ func checkLiveIndex(rt *rapid.T, x *liveIndex, all map[string]*workerRec, linked
 	if !x.shapeOK() || !x.slotsOK(all) || !x.treeOK() || x.n != len(linked) {
 		rt.Fatalf("audit fails: shape %v slots %v tree %v, n %d linked %d", x.shapeOK(), x.slotsOK(all), x.treeOK(), x.n, len(linked))
 	}
-	for cutoff := uint64(0); cutoff <= now+1; cutoff++ {
+	cutoffs := []uint64{0, now / 2, now - 1, now, now + 1}
+	for _, cutoff := range cutoffs {
 		var want *workerRec
 		var dead []string
 		for _, w := range linked {
@@ -337,6 +347,20 @@ func checkLiveIndex(rt *rapid.T, x *liveIndex, all map[string]*workerRec, linked
 		sort.Strings(gotDead)
 		if fmt.Sprint(gotDead) != fmt.Sprint(dead) {
 			rt.Fatalf("dead(%d) = %v, want %v", cutoff, gotDead, dead)
+		}
+	}
+	// Every range query: the best from each (sampled) position of the run
+	// to its end, against the slots themselves.
+	step := max(1, (x.tail-x.head)/32)
+	for p := x.head; p <= x.tail; p += step {
+		var want *workerRec
+		for q := p; q < x.tail; q++ {
+			if w := x.slots[x.slotOf(q)]; w != nil && w.key > 0 && (want == nil || w.key > want.key) {
+				want = w
+			}
+		}
+		if got := x.bestFrom(p); got != want {
+			rt.Fatalf("bestFrom(%d) in run [%d, %d) of %d slots = %v, want %v", p, x.head, x.tail, len(x.slots), got, want)
 		}
 	}
 	var walked []*workerRec
@@ -368,5 +392,37 @@ func TestLiveIndex_AuditCatchesHeartbeatDisorder(t *testing.T) {
 	x.rebuild()
 	if x.slotsOK(all) {
 		t.Fatal("the audit accepts slots out of heartbeat order")
+	}
+}
+
+// Goal: the audit refuses a stale node of the tree above the slots (I9)
+// at every level, although every slot is right. Method: 600 workers
+// (a ring of 2 048 slots, three levels above them); on each level, lower
+// the best node's key, then raise the key of the last node (over vacant
+// slots only, or padding).
+func TestLiveIndex_AuditCatchesStaleNode(t *testing.T) {
+	var x liveIndex
+	all := map[string]*workerRec{}
+	for i := range 600 {
+		w := &workerRec{id: fmt.Sprint("w", i), rank: uint64(i + 1), capacity: uint32(1 + i%7), status: WorkerHealthy, lastHeartbeat: 1}
+		all[w.id] = w
+		x.insert(w)
+	}
+	if len(x.off) != 4 || !x.shapeOK() || !x.slotsOK(all) || !x.treeOK() {
+		t.Fatalf("clean index: %d levels, audit %v %v %v", len(x.off), x.shapeOK(), x.slotsOK(all), x.treeOK())
+	}
+	for l := 1; l < len(x.off); l++ {
+		level := x.key[x.off[l]:x.levelEnd(l)]
+		i := slices.Index(level, slices.Max(level))
+		level[i]--
+		if !x.slotsOK(all) || x.treeOK() {
+			t.Fatalf("level %d: the audit accepts a lowered best", l)
+		}
+		level[i]++
+		level[len(level)-1]++ // over vacant slots only, or padding: its key is 0
+		if x.treeOK() {
+			t.Fatalf("level %d: the audit accepts a key in a padding node", l)
+		}
+		level[len(level)-1]--
 	}
 }

@@ -388,14 +388,15 @@ func (x *liveIndex) slotsOK(ws map[string]*workerRec) bool {
 	return count == x.n && (x.n == 0 || x.first() != nil)
 }
 
-// treeOK checks every node above the slots against a rebuild.
+// treeOK checks every node above the slots against a rebuild, and the
+// cached best slot when it is marked valid.
 func (x *liveIndex) treeOK() bool {
 	if len(x.slots) == 0 {
-		return len(x.key) == 0
+		return len(x.key) == 0 && (!x.bestOK || x.best == -1)
 	}
 	var want liveIndex
 	want.alloc(len(x.slots))
 	copy(want.slots, x.slots)
 	want.rebuild()
-	return slices.Equal(x.key, want.key)
+	return slices.Equal(x.key, want.key) && (!x.bestOK || x.best == x.findBest())
 }

@@ -39,6 +39,7 @@ func TestCheckInvariants_DetectsCorruption(t *testing.T) {
 		"worker in other slot":  func(c *coordinator) { c.workers["b"].slot = c.workers["a"].slot },
 		"head past a worker":    func(c *coordinator) { c.alive.head++ },
 		"linked count":          func(c *coordinator) { c.alive.n++ },
+		"stale cached best":     func(c *coordinator) { c.alive.best, c.alive.bestOK = -1, true },
 		"bad utilization":       func(c *coordinator) { c.workers["b"].cpu = 10001 },
 		"invalid tag bit":       func(c *coordinator) { c.workers["b"].tagBits = 1 << (TagExternal + 1) },
 		"invalid target":        func(c *coordinator) { c.tasks["queued"].target = "" },

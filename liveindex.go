@@ -150,6 +150,11 @@ type liveIndex struct {
 	// tail the next position to fill; tail − head ≤ len(slots).
 	head, tail int
 	n          int // linked workers
+	// best caches root's answer, the slot of the best key (-1 for none),
+	// while bestOK: a read such as GetAvailableWorker after a read costs
+	// O(1). Every change to a key clears bestOK.
+	best   int32
+	bestOK bool
 }
 
 // slotOf is position p's slot.
@@ -200,6 +205,7 @@ func (x *liveIndex) set(s int, k uint64) {
 		return
 	}
 	key[s] = k
+	x.bestOK = false
 	i := uint(s)
 	for l := 1; l < len(x.off); l++ {
 		c := uint(x.off[l-1]) + i&^(liveFan-1) // the node's first child
@@ -273,6 +279,7 @@ func (x *liveIndex) alloc(size int) {
 // rebuild recomputes every slot's key from its worker's cached selection
 // key and every node above, O(slots).
 func (x *liveIndex) rebuild() {
+	x.bestOK = false
 	for i, w := range x.slots {
 		x.key[i] = 0
 		if w != nil {
@@ -312,24 +319,34 @@ func (x *liveIndex) fill(ws []*workerRec) {
 	x.rebuild()
 }
 
-// root returns the best eligible linked worker, or nil: the best node of
-// the top level, then down to its slot.
+// root returns the best eligible linked worker, or nil: the cached
+// answer, or the best node of the top level, then down to its slot.
 func (x *liveIndex) root() *workerRec {
-	if x.n == 0 {
+	if !x.bestOK {
+		x.best, x.bestOK = x.findBest(), true
+	}
+	if x.best < 0 {
 		return nil
 	}
+	return x.slots[x.best]
+}
+
+// findBest returns the slot of the best key, -1 when no slot has one.
+func (x *liveIndex) findBest() int32 {
+	if len(x.slots) == 0 {
+		return -1
+	}
 	top := len(x.off) - 1
-	ks := x.key[x.off[top]:]
 	g, best := 0, uint64(0)
-	for j, k := range ks {
+	for j, k := range x.key[x.off[top]:] {
 		if k > best {
 			g, best = j, k
 		}
 	}
 	if best == 0 {
-		return nil
+		return -1
 	}
-	return x.slots[x.slotUnder(top, g)]
+	return int32(x.slotUnder(top, g))
 }
 
 // bestAlive returns the best eligible worker whose LastHeartbeat is above

@@ -18,7 +18,7 @@ import (
 //	         re-runs (with the re-run and life bases) and attempt history
 //
 // Derived data (queue, indexes, counters, CurrentTasks, the worker lease sets,
-// the treap) is not encoded; Restore rebuilds it and then runs the
+// the live-worker index) is not encoded; Restore rebuilds it and then runs the
 // invariant audit (auditRestored: every check but the index memberships
 // that hold by construction), so any inconsistency in the input is
 // ErrInvalidState.
@@ -372,7 +372,7 @@ func (c *coordinator) linkLease(t *taskRec) *Error {
 }
 
 // rebuildIndexes derives the queue, indexes, counters, worker lease sets and
-// the treap from decoded records (order: every record, in task-ID order),
+// the live-worker index from decoded records (order: every record, in task-ID order),
 // rejecting what cannot be linked. The queue and the expiry index are
 // filled in their own order, the lists linked in time order
 // (fillIndex, rebuildList): the inputs are sorted once at most, not

@@ -36,7 +36,7 @@ func (c *coordinator) audit() *Error { return c.auditWith(nil, false) }
 // allocated in), whose IDs key the task map by construction, instead of
 // in the map's order. Every other check runs as in audit — on the
 // records, their leases and proofs, the counters and the index sizes, the
-// workers, ranks and treap — and so refuses every input audit refuses. In
+// workers, ranks and live-worker index — and so refuses every input audit refuses. In
 // invariants builds the full audit runs as well.
 func (c *coordinator) auditRestored(order []*taskRec) *Error {
 	if len(order) != len(c.tasks) {

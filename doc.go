@@ -62,10 +62,11 @@
 //
 // Every command is O(log n) in tasks and workers (plus O(k log k) in the k
 // records a recovery command changes): the queue, the lease expiries and the
-// task ages are B-trees, and the live workers are a treap keyed by heartbeat
-// and augmented with the best eligible worker of each subtree, so selection
-// and dead-worker discovery never scan. CheckInvariants is the only O(n)
-// audit and is meant for tests.
+// task ages are B-trees, and the live workers are a ring of slots in
+// heartbeat order under an 8-ary tournament tree of selection keys (its
+// packs O(n), amortised O(1)), so selection and dead-worker discovery
+// never scan. CheckInvariants is the only O(n) audit and is meant for
+// tests.
 //
 // # Redaction
 //

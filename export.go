@@ -1,6 +1,9 @@
 package distributed
 
-import "slices"
+import (
+	"cmp"
+	"slices"
+)
 
 // State export (contract A.13). Layout, version 2, inside the codec frame
 // ("TVWP" | 2 | body | CRC-32C):
@@ -15,7 +18,7 @@ import "slices"
 //	         re-runs (with the re-run and life bases) and attempt history
 //
 // Derived data (queue, indexes, counters, CurrentTasks, the worker lease sets,
-// the treap) is not encoded; Restore rebuilds it and then runs the
+// the live-worker index) is not encoded; Restore rebuilds it and then runs the
 // invariant audit (auditRestored: every check but the index memberships
 // that hold by construction), so any inconsistency in the input is
 // ErrInvalidState.
@@ -188,6 +191,7 @@ func (w *workerRec) encode(e *encoder) {
 // refused with its own reason (RestoreWorkerPool), not as a truncation.
 func decodeWorker(d *decoder) (w *workerRec, tagsOK bool) {
 	w = &workerRec{
+		slot:          -1, // linked by the restore (liveindex.go)
 		id:            d.str(MaxIdentifierBytes),
 		generation:    d.uvarint(),
 		status:        WorkerStatus(d.u8()),
@@ -206,7 +210,6 @@ func decodeWorker(d *decoder) (w *workerRec, tagsOK bool) {
 			w.tagBits |= 1 << t
 		}
 	}
-	w.prio = treapPriority(w.id)
 	return w, tagsOK
 }
 
@@ -369,7 +372,7 @@ func (c *coordinator) linkLease(t *taskRec) *Error {
 }
 
 // rebuildIndexes derives the queue, indexes, counters, worker lease sets and
-// the treap from decoded records (order: every record, in task-ID order),
+// the live-worker index from decoded records (order: every record, in task-ID order),
 // rejecting what cannot be linked. The queue and the expiry index are
 // filled in their own order, the lists linked in time order
 // (fillIndex, rebuildList): the inputs are sorted once at most, not
@@ -420,13 +423,7 @@ func (c *coordinator) rebuildIndexes(order []*taskRec) *Error {
 		c.byID.ReplaceOrInsert(w)
 	}
 	c.rerank() // ranks are derived: evenly spaced in ID order (I9)
-	// The live workers enter the treap in ID order, byID's order.
-	c.byID.Ascend(func(w *workerRec) bool {
-		if w.status != WorkerOffline {
-			c.alive = treapInsert(c.alive, w)
-		}
-		return true
-	})
+	c.alive.fill(liveByHeartbeat(c.workers))
 	return nil
 }
 
@@ -457,4 +454,19 @@ func lessCmp(less func(a, b *taskRec) bool) func(a, b *taskRec) int {
 		}
 		return 0
 	}
+}
+
+// liveByHeartbeat returns the non-offline workers in LastHeartbeat order
+// (ties by rank), the order the live-worker index holds them in (I9).
+func liveByHeartbeat(ws map[string]*workerRec) []*workerRec {
+	live := make([]*workerRec, 0, len(ws))
+	for _, w := range ws {
+		if w.status != WorkerOffline {
+			live = append(live, w)
+		}
+	}
+	slices.SortFunc(live, func(a, b *workerRec) int {
+		return cmp.Or(cmp.Compare(a.lastHeartbeat, b.lastHeartbeat), cmp.Compare(a.rank, b.rank))
+	})
+	return live
 }

@@ -384,7 +384,7 @@ func (l *lane) headTask() *taskRec {
 // pay it, once per tag set per AssignNextAvailable.
 func (c *coordinator) bestTagged(now uint64, mask uint8) *workerRec {
 	var best *workerRec
-	treapWalk(c.alive, func(w *workerRec) bool {
+	c.alive.walk(func(w *workerRec) bool {
 		if w.key > 0 && !c.dead(w, now) && mask&^w.mask() == 0 {
 			best = betterWorker(best, w)
 		}

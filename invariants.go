@@ -1,5 +1,7 @@
 package distributed
 
+import "slices"
+
 // CheckInvariants audits the whole state (O(n)) and returns ErrStateInvariant
 // naming the first invariant that does not hold. It is meant for tests, the
 // simulator and Restore; commands never call it.
@@ -34,7 +36,7 @@ func (c *coordinator) audit() *Error { return c.auditWith(nil, false) }
 // allocated in), whose IDs key the task map by construction, instead of
 // in the map's order. Every other check runs as in audit — on the
 // records, their leases and proofs, the counters and the index sizes, the
-// workers, ranks and treap — and so refuses every input audit refuses. In
+// workers, ranks and live-worker index — and so refuses every input audit refuses. In
 // invariants builds the full audit runs as well.
 func (c *coordinator) auditRestored(order []*taskRec) *Error {
 	if len(order) != len(c.tasks) {
@@ -79,7 +81,7 @@ func (c *coordinator) auditWith(order []*taskRec, indexesDerived bool) *Error {
 	if err := c.auditRanks(); err != nil {
 		return err
 	}
-	if err := c.auditTreap(linked); err != nil {
+	if err := c.auditLive(linked); err != nil {
 		return err
 	}
 	return c.auditSched(&sched)
@@ -325,37 +327,76 @@ func (c *coordinator) auditWorker(id string, w *workerRec, leases int) *Error {
 	if w.status == WorkerOffline && w.current != 0 {
 		return auditError("I4: an offline worker holds leases")
 	}
-	if w.status == WorkerOffline && (w.parent != nil || w.left != nil || w.right != nil) {
+	if w.status == WorkerOffline && w.slot != -1 {
 		return auditError("I9: an offline worker is linked into the live-worker index")
 	}
 	return nil
 }
 
-// auditTreap checks the live-worker index (I9): exactly the linked
-// workers, in key order, heap-ordered by priority, with parent links,
-// cached selection keys and subtree bests with their keys' copies.
-func (c *coordinator) auditTreap(linked int) *Error {
-	count := 0
-	var prev *workerRec
-	ok := treapWalk(c.alive, func(w *workerRec) bool {
-		count++
-		if c.workers[w.id] != w || w.status == WorkerOffline || (prev != nil && !workerKeyLess(prev, w)) {
-			return false
-		}
-		if (w.left != nil && (w.left.prio > w.prio || w.left.parent != w)) || (w.right != nil && (w.right.prio > w.prio || w.right.parent != w)) {
-			return false
-		}
-		if w.key != w.wantKey() || w.best != w.subtreeBest() || w.bestKey != bestKeyOf(w.best) {
-			return false
-		}
-		prev = w
-		return true
-	})
-	if c.alive != nil && c.alive.parent != nil {
-		ok = false
-	}
-	if !ok || count != linked {
+// auditLive checks the live-worker index (I9): exactly the linked
+// workers, each in the slot it names, the slots in use between head and
+// tail in LastHeartbeat order, cached selection keys, and every tree node
+// the best of its children.
+func (c *coordinator) auditLive(linked int) *Error {
+	x := &c.alive
+	if !x.shapeOK() || !x.slotsOK(c.workers) || x.n != linked || !x.treeOK() {
 		return auditError("I9: the live-worker index differs from the worker records")
 	}
 	return nil
+}
+
+// shapeOK checks the index's arrays: the lengths and level offsets a
+// ring of a power-of-two number of slots implies, and a run of positions
+// 0 ≤ head ≤ tail ≤ head + slots.
+func (x *liveIndex) shapeOK() bool {
+	size := len(x.slots)
+	if len(x.hb) != size || size&(size-1) != 0 || (size > 0 && size < liveFan) || x.head < 0 || x.head > x.tail || x.tail-x.head > size {
+		return false
+	}
+	var want liveIndex
+	if size > 0 {
+		want.alloc(size)
+	}
+	return slices.Equal(x.off, want.off) && len(x.key) == len(want.key)
+}
+
+// slotsOK checks every slot: vacant outside the run of positions [head,
+// tail) and at head unless nothing is linked, otherwise a live worker of
+// ws that names the slot, with its heartbeat and key copied right;
+// heartbeats non-decreasing along the run; x.n the count.
+func (x *liveIndex) slotsOK(ws map[string]*workerRec) bool {
+	count := 0
+	for p := x.head; p < x.tail; p++ {
+		if p > x.head && x.hb[x.slotOf(p-1)] > x.hb[x.slotOf(p)] {
+			return false
+		}
+	}
+	for i, w := range x.slots {
+		inRun := (i-x.slotOf(x.head))&(len(x.slots)-1) < x.tail-x.head
+		if (w != nil && !inRun) || (w == nil && x.key[i] != 0) {
+			return false
+		}
+		if w == nil {
+			continue
+		}
+		count++
+		if ws[w.id] != w || w.status == WorkerOffline || int(w.slot) != i ||
+			x.hb[i] != w.lastHeartbeat || w.key != w.wantKey() || x.key[i] != w.key {
+			return false
+		}
+	}
+	return count == x.n && (x.n == 0 || x.first() != nil)
+}
+
+// treeOK checks every node above the slots against a rebuild, and the
+// cached best slot when it is marked valid.
+func (x *liveIndex) treeOK() bool {
+	if len(x.slots) == 0 {
+		return len(x.key) == 0 && (!x.bestOK || x.best == -1)
+	}
+	var want liveIndex
+	want.alloc(len(x.slots))
+	copy(want.slots, x.slots)
+	want.rebuild()
+	return slices.Equal(x.key, want.key) && (!x.bestOK || x.best == x.findBest())
 }

@@ -2,12 +2,12 @@ package distributed
 
 import "github.com/google/btree"
 
-// Worker ranks: the live-worker treap breaks ties on the worker ID
-// (contract A.9: most available slots, then the smallest ID; treap keys
-// (LastHeartbeat, ID)). Comparing ID strings at every level of the treap
-// made assignment and heartbeats cost more with more workers, so each
-// worker carries a rank instead: an integer below rankLimit (2^48, so that
-// it packs with the score into one selection key, treap.go) given when it
+// Worker ranks: the live-worker index breaks ties on the worker ID
+// (contract A.9: most available slots, then the smallest ID). Comparing ID
+// strings at every level of the index made assignment and heartbeats cost
+// more with more workers, so each worker carries a rank instead: an
+// integer below rankLimit (2^48, so that it packs with the score into one
+// selection key, liveindex.go) given when it
 // is registered, between the ranks of its neighbours in ID order, and
 // compared in place of the ID.
 //
@@ -43,8 +43,8 @@ func newWorkerIndex() *btree.BTreeG[*workerRec] { return btree.NewG(btreeDegree,
 // is re-ranked evenly in ID order (O(workers), rare: each re-rank leaves a
 // gap of at least 2^36 between neighbours at MaxWorkers, room for 2^12
 // registrations in increasing ID order or 24 halvings after the first
-// step). Re-ranking keeps the order, so the treap stays valid without
-// relinking.
+// step). Re-ranking keeps the order; the live-worker index rebuilds its
+// tree from the new keys.
 func (c *coordinator) addRanked(w *workerRec) {
 	lo, hi := uint64(0), uint64(rankLimit)
 	c.byID.DescendLessOrEqual(w, func(p *workerRec) bool { lo = p.rank; return false })
@@ -68,12 +68,8 @@ func (c *coordinator) rerank() {
 		w.rescore()
 		return true
 	})
-	// The treap's cached copies of its bests' keys follow (the bests
-	// themselves stay: the order is the same).
-	treapWalk(c.alive, func(w *workerRec) bool {
-		w.setBest(w.best)
-		return true
-	})
+	// The tree's copies of the keys follow (liveindex.go).
+	c.alive.rebuild()
 }
 
 // auditRanks checks I9's rank part: byID holds exactly the worker

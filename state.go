@@ -103,49 +103,39 @@ type taskRec struct {
 	history *[]AttemptRecord
 }
 
-// workerRec is the retained record of one worker plus its treap links.
+// workerRec is the retained record of one worker plus its place in the
+// live-worker index (liveindex.go).
 //
-// The treap's fields come first and fill one 64-byte cache line, and the
-// record is padded to 192 bytes, a size class whose objects are 64-byte
-// aligned: a pull (treap.go) then reads one line of the node and one of
-// each child, where the fields straddled two lines in most records
-// (docs/benchmarks.md, issue 15). TestWorkerRec_TreapFieldsInOneLine pins
-// the layout.
+// The record is padded to 128 bytes, a size class whose objects are
+// 64-byte aligned, and the fields a heartbeat or an assignment's refresh
+// reads come first: the selection key and rank, the slot, then the fields
+// UpdateWorker checks and the WorkerNode view returns
+// (TestWorkerRec_HotFieldsFirst pins the layout).
 type workerRec struct {
-	left, right *workerRec
-	parent      *workerRec // nil for the root and for unlinked workers
-	best        *workerRec
-	prio        uint64
-	rank        uint64 // tie-break in ID order (ranks.go, I9)
-	// key is w's selection key (treap.go, selectionKey): its cached
+	// key is w's selection key (liveindex.go, selectionKey): its cached
 	// availableSlots() when eligible ignoring time and its rank packed into
-	// one integer, 0 when not eligible. bestKey copies best's key (0 when
-	// best is nil), so that a pull compares its children's bests with one
-	// integer comparison each, without reading those workers' records (I9).
-	key     uint64
-	bestKey uint64
-
+	// one integer, 0 when not eligible (I9).
+	key  uint64
+	rank uint64 // tie-break in ID order (ranks.go, I9)
+	// slot is w's slot in the live-worker index while it is linked (not
+	// offline), -1 otherwise (I9).
+	slot          int32
+	status        WorkerStatus
+	tagBits       uint8 // the declared tags, bit t for WorkerTag t: a set, sorted and distinct by construction
+	cpu, mem, net uint16
 	id            string
 	generation    uint64
-	status        WorkerStatus
+	lastHeartbeat uint64
 	capacity      uint32
 	current       uint32 // Invariant (I4): equals len(leases).
 	completed     uint64
-	lastHeartbeat uint64
-	cpu, mem, net uint16
-	// tagBits holds the declared tags, bit t for WorkerTag t: a set, so
-	// sorted and distinct by construction. One byte where a slice header
-	// took 24, so that every field a heartbeat reads or returns (id to
-	// tagBits) shares the record's second cache line (docs/benchmarks.md,
-	// issue 15; pinned by TestWorkerRec_TreapFieldsInOneLine).
-	tagBits uint8
 
 	// leases are the tasks whose lease w holds, in no particular order
 	// (workerLeases sorts them), for worker-loss recovery; a task knows its
 	// slot (taskRec.leaseSlot), so adding and dropping are O(1).
 	leases []*taskRec
 
-	_ [40]byte // to 192 bytes (see above)
+	_ [24]byte // to 128 bytes (see above)
 }
 
 func (w *workerRec) effectiveCapacity() uint32 {
@@ -185,7 +175,7 @@ type coordinator struct {
 
 	workers map[string]*workerRec
 	byID    *btree.BTreeG[*workerRec] // every worker in ID order, for ranks (I9)
-	alive   *workerRec                // treap of non-offline workers (I9)
+	alive   liveIndex                 // the non-offline workers (liveindex.go, I9)
 
 	// sched is the scheduling index (fairness.go), nil until a scheduling
 	// feature is used (I11).
@@ -449,7 +439,7 @@ func (p *WorkerPool) RecoveryDue(now, maxAgeSecs uint64) (expiredLeases, deadWor
 	if t := c.ages.head; t != nil && maxAgeSecs > 0 {
 		oldTasks = now >= t.createdAt && now-t.createdAt >= maxAgeSecs
 	}
-	if w := treapFirst(c.alive); w != nil {
+	if w := c.alive.first(); w != nil {
 		deadWorkers = c.dead(w, now)
 	}
 	return expiredLeases, deadWorkers, oldTasks
@@ -460,9 +450,9 @@ func (p *WorkerPool) RecoveryDue(now, maxAgeSecs uint64) (expiredLeases, deadWor
 func (c *coordinator) bestWorker(now uint64) *workerRec {
 	t := c.limits.HeartbeatTimeoutSecs
 	if now < t {
-		return treapBestAlive(c.alive, 0, true)
+		return c.alive.bestAlive(0, true)
 	}
-	return treapBestAlive(c.alive, now-t, false)
+	return c.alive.bestAlive(now-t, false)
 }
 
 // dead reports whether w's heartbeat is stale at now.

@@ -415,23 +415,24 @@ func (c *coordinator) releaseLease(t *taskRec) {
 	t.lease, t.hasLease = leaseRec{}, false
 }
 
-// refreshWorker updates the treap after a change to w that kept its key and
-// link state (only CurrentTasks changed).
+// refreshWorker updates the live-worker index after a change to w that
+// kept its LastHeartbeat and link state (only CurrentTasks changed).
 func (c *coordinator) refreshWorker(w *workerRec) {
 	if w.status != WorkerOffline {
-		treapRefresh(w)
+		c.alive.refresh(w)
 	}
 }
 
-// touchWorker applies change to w while keeping the live-worker treap valid
-// (I9). A linked worker whose key (LastHeartbeat) stays the same is refreshed
-// in place, O(depth) with no restructuring; one whose key moves is unlinked
-// and relinked under the new key; one that goes offline is unlinked.
+// touchWorker applies change to w while keeping the live-worker index
+// valid (I9). A linked worker whose LastHeartbeat stays the same is
+// refreshed in its slot; one whose LastHeartbeat moves (to now, which no
+// linked worker's exceeds, I8) leaves its slot for the next free one at
+// the newest end; one that goes offline leaves the index.
 func (c *coordinator) touchWorker(w *workerRec, change func()) {
 	if w.status == WorkerOffline {
 		change()
 		if w.status != WorkerOffline {
-			c.alive = treapInsert(c.alive, w)
+			c.alive.insert(w)
 		}
 		return
 	}
@@ -441,15 +442,9 @@ func (c *coordinator) touchWorker(w *workerRec, change func()) {
 		c.refreshWorker(w)
 		return
 	}
-	c.alive = treapRemove(c.alive, w) // by parent links: the changed key is not used
-	switch {
-	case w.status == WorkerOffline:
-	case w.lastHeartbeat > c.logicalTime:
-		// A heartbeat in a new second: above every linked key, since no
-		// heartbeat is later than the logical time (I8).
-		c.alive = treapInsertNewest(c.alive, w)
-	default:
-		c.alive = treapInsert(c.alive, w)
+	c.alive.remove(w)
+	if w.status != WorkerOffline {
+		c.alive.insert(w)
 	}
 }
 

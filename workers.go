@@ -94,12 +94,11 @@ func (p *WorkerPool) RegisterWorker(expectedRevision, nowSecs uint64, spec Worke
 		generation:    1,
 		status:        WorkerHealthy,
 		lastHeartbeat: nowSecs,
-		prio:          treapPriority(spec.WorkerID),
 	}
 	w.applySpec(spec, tags)
 	c.workers[w.id] = w
 	c.addRanked(w)
-	c.alive = treapInsert(c.alive, w)
+	c.alive.insert(w)
 	return Transition[WorkerNode]{Revision: c.commit(nowSecs), Value: w.view()}, nil
 }
 
@@ -251,7 +250,7 @@ func (p *WorkerPool) PruneDeadWorkers(expectedRevision, nowSecs uint64) (Transit
 	}
 	var dead []*workerRec
 	if t := c.limits.HeartbeatTimeoutSecs; nowSecs >= t {
-		dead = treapDead(c.alive, nowSecs-t)
+		dead = c.alive.dead(nowSecs - t)
 	}
 	slices.SortFunc(dead, func(a, b *workerRec) int { return cmp.Compare(a.rank, b.rank) }) // ID order (I9)
 	return c.loseWorkers(nowSecs, dead)

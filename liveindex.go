@@ -245,10 +245,17 @@ func (x *liveIndex) slotUnder(l, g int) int {
 }
 
 // pack moves the linked workers, in order, to the first slots of a new
-// ring of at least 2·need slots (a power of two) and rebuilds the tree.
+// ring of at least 2·need slots (a power of two) and rebuilds the tree; a
+// ring of that size already (a worker that stopped heartbeating holds the
+// oldest slot while the others go round) is compacted in place instead.
 func (x *liveIndex) pack(need int) {
+	size := max(liveFan, 1<<bits.Len(uint(2*need-1)))
+	if size == len(x.slots) {
+		x.compact()
+		return
+	}
 	old := *x
-	x.alloc(max(liveFan, 1<<bits.Len(uint(2*need-1))))
+	x.alloc(size)
 	j := 0
 	for p := old.head; p < old.tail; p++ {
 		if w := old.slots[old.slotOf(p)]; w != nil {
@@ -257,6 +264,31 @@ func (x *liveIndex) pack(need int) {
 		}
 	}
 	x.head, x.tail = 0, j
+	x.rebuild()
+}
+
+// compact moves the linked workers, in order, to the positions from head
+// on, in the same arrays (a position is written only after it was read:
+// the j-th worker goes to position head+j, at or before its own), vacates
+// the rest of the run and rebuilds the tree: a pack that keeps the ring's
+// size allocates nothing.
+func (x *liveIndex) compact() {
+	j := x.head
+	for p := x.head; p < x.tail; p++ {
+		s := x.slotOf(p)
+		w := x.slots[s]
+		if w == nil {
+			continue
+		}
+		d := x.slotOf(j)
+		x.slots[s] = nil
+		x.slots[d], x.hb[d], w.slot = w, x.hb[s], int32(d)
+		j++
+	}
+	for p := j; p < x.tail; p++ {
+		x.hb[x.slotOf(p)] = 0
+	}
+	x.tail = j
 	x.rebuild()
 }
 

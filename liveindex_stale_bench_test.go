@@ -5,30 +5,38 @@ import (
 	"testing"
 )
 
+// poolOfWorkers is a pool of n workers w0000… (capacity 4) registered at
+// time 1, heartbeat timeout the longest, and its revision.
+func poolOfWorkers(tb testing.TB, n int) (*WorkerPool, []string, uint64) {
+	tb.Helper()
+	l := DefaultLimits()
+	l.MaxWorkers = n
+	l.HeartbeatTimeoutSecs = MaxHeartbeatTimeoutSecs
+	p, err := NewWorkerPoolWithLimits(l)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	rev := uint64(0)
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("w%04d", i)
+		tr, err := p.RegisterWorker(rev, 1, WorkerSpec{WorkerID: ids[i], Capacity: 4})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		rev = tr.Revision
+	}
+	return p, ids, rev
+}
+
 // BenchmarkLiveIndex_HeartbeatsPastStaleWorker: n workers, w0000 never heartbeats
 // again (a crashed worker not yet pruned), the others heartbeat in turn,
 // one new second per round.
 func BenchmarkLiveIndex_HeartbeatsPastStaleWorker(b *testing.B) {
 	for _, n := range []int{16, 256, 4096} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
-			l := DefaultLimits()
-			l.MaxWorkers = n
-			l.HeartbeatTimeoutSecs = MaxHeartbeatTimeoutSecs
-			p, err := NewWorkerPoolWithLimits(l)
-			if err != nil {
-				b.Fatal(err)
-			}
+			p, ids, rev := poolOfWorkers(b, n)
 			now := uint64(1)
-			rev := uint64(0)
-			ids := make([]string, n)
-			for i := range ids {
-				ids[i] = fmt.Sprintf("w%04d", i)
-				tr, err := p.RegisterWorker(rev, now, WorkerSpec{WorkerID: ids[i], Capacity: 4})
-				if err != nil {
-					b.Fatal(err)
-				}
-				rev = tr.Revision
-			}
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
@@ -52,23 +60,8 @@ func BenchmarkLiveIndex_HeartbeatsPastStaleWorker(b *testing.B) {
 // same size, no garbage per heartbeat), and the index stays right.
 func TestLiveIndex_CompactsInPlace(t *testing.T) {
 	const n = 64
-	l := DefaultLimits()
-	l.MaxWorkers = n
-	l.HeartbeatTimeoutSecs = MaxHeartbeatTimeoutSecs
-	p, err := NewWorkerPoolWithLimits(l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now, rev := uint64(1), uint64(0)
-	ids := make([]string, n)
-	for i := range ids {
-		ids[i] = fmt.Sprintf("w%04d", i)
-		tr, err := p.RegisterWorker(rev, now, WorkerSpec{WorkerID: ids[i], Capacity: 4})
-		if err != nil {
-			t.Fatal(err)
-		}
-		rev = tr.Revision
-	}
+	p, ids, rev := poolOfWorkers(t, n)
+	now := uint64(1)
 	x := &p.c.alive
 	ring, size, full := &x.slots[0], len(x.slots), 0
 	for round := 0; round < 8*size/n; round++ {

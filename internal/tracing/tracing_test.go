@@ -6,9 +6,7 @@
 package tracing
 
 import (
-	"connectrpc.com/connect"
 	"context"
-	"google.golang.org/protobuf/types/known/emptypb"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -17,8 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"google.golang.org/protobuf/types/known/emptypb"
 )
 
 func TestSetup_NoEndpointNoExporter(t *testing.T) {

@@ -353,9 +353,12 @@ func (ss *session) dispatch(ctx context.Context, m *pb.SessionRequest) {
 
 // serveJobs answers job, then each message dispatch hands it for the
 // token it put in avail, until it finds no room for a token or run stops
-// receiving. NB: goroutines are bounded by the slots, as before: dispatch
-// starts one only when no token is there, and each running one holds a
-// slot.
+// receiving. NB: a goroutine holds its slot while it serves, not while
+// it sends the answer (serveJob), so goroutines blocked sending to a
+// client that stopped reading can outnumber the slots; they stay a few
+// times the slots: dispatch starts one only when no token is there, and
+// run itself blocks at the second message handed to a goroutine still
+// sending (jobs holds one) or at a message over the slots (fail sends).
 func (ss *session) serveJobs(ctx context.Context, job sessionJob) {
 	for ss.serveJob(ctx, job) {
 		select {

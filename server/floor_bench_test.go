@@ -5,8 +5,9 @@
 // and over h2c, against (a) a bare Connect handler on its own mux
 // (BenchmarkFloor_BareConnect) and (b) the same no-op behind this
 // server's whole stack as serve builds it — pre-auth gate with key
-// check, forwarder, local gate, the metrics and OpenTelemetry
-// interceptors, callMsg with its audit line (BenchmarkFloor_ServerNoop).
+// check, forwarder, local gate, the metrics interceptor, callMsg with its
+// audit line (BenchmarkFloor_ServerNoop; BenchmarkFloor_ServerNoopOtel
+// adds the OpenTelemetry interceptor serve installed before session 8).
 // cpu-µs/op is the process's CPU (getrusage) per call, both ends; (b) − (a)
 // is ours.
 package server
@@ -62,7 +63,7 @@ func serverNoop(b *testing.B, otel bool) (http.Handler, string) {
 	}
 	tp := &tracing.Provider{TracerProvider: noop.NewTracerProvider()}
 	ics, err := tracing.ServerInterceptors(tp)
-	if otel {
+	if err == nil && otel {
 		var ic connect.Interceptor
 		ic, err = tracing.Interceptor(tp)
 		ics = []connect.Interceptor{ic}

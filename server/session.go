@@ -33,8 +33,10 @@ import (
 //     audit line, error kinds and codes as the unary call; its metrics
 //     are recorded under the unary procedure's name.
 //   - S3: at most Limits.MaxSessionMessages messages await their final
-//     answer; one more is answered session_limit and changes nothing. At
-//     most Limits.MaxSessionsPerKey sessions of one key are open.
+//     answer; one more is answered session_limit and changes nothing. A
+//     message's slot is free before its answer is sent, so a message sent
+//     on an answer finds it. At most Limits.MaxSessionsPerKey sessions of
+//     one key are open.
 //   - S4: answers are sent by id, in the order they are ready; every
 //     goroutine a message started has ended when the handler returns.
 //   - S5: the stream is not forwarded: a follower refuses its open with

@@ -338,6 +338,21 @@ func TestSession_Limits(t *testing.T) {
 	}
 }
 
+// TestSession_SlotFreeOnAnswer: a message's slot is given back before its
+// answer is sent (serveJob), so a client at MaxSessionMessages that sends
+// its next message on each answer is never answered session_limit (S3).
+func TestSession_SlotFreeOnAnswer(t *testing.T) {
+	b := setupServer(t, nil, Config{Limits: Limits{MaxSessionMessages: 1}})
+	key, _ := sessionWorker(t, b)
+	st := openSession(t, b, key)
+	for id := uint64(1); id <= 50; id++ {
+		sendMsg(t, st, acquireMsg(id, &pb.AcquireRequest{WorkerId: "w1"}))
+		if r := mustRecv(t, st); r.GetId() != id || r.GetAcquire() == nil {
+			t.Fatalf("message %d sent on the answer before it, at the limit: answered %v", id, r)
+		}
+	}
+}
+
 // TestSession_ShutdownEndsStream: Close answers the session's waiting
 // acquire (empty) and ends the stream Unavailable; goleak (TestMain)
 // checks that no goroutine of it is left.

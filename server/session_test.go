@@ -573,3 +573,34 @@ func TestSession_MessagesReuseGoroutine(t *testing.T) {
 		t.Fatalf("after the client closed its side: %v, %v; want the stream's clean end (EOF)", r, err)
 	}
 }
+
+// TestSession_CancelOnReusedGoroutine: a message handed to the goroutine
+// that answered the one before runs under a context of its own (S7): a
+// cancel of it ends its long-poll, answered empty, and the next message,
+// on the same goroutine, is not cancelled with it: it long-polls until a
+// task comes.
+func TestSession_CancelOnReusedGoroutine(t *testing.T) {
+	b := setup(t, nil)
+	key, _ := sessionWorker(t, b)
+	st := openSession(t, b, key)
+	before := b.api.sessionServers.Load()
+	sendMsg(t, st, acquireMsg(1, &pb.AcquireRequest{WorkerId: "w1"}))
+	if r := mustRecv(t, st); r.GetId() != 1 || r.GetAcquire() == nil {
+		t.Fatalf("message 1 answered %v", r)
+	}
+	sendMsg(t, st, acquireMsg(2, &pb.AcquireRequest{WorkerId: "w1", WaitSecs: 60}))
+	waitUntil(t, "message 2 long-polls", func() bool { return b.api.LongPollsWaiting() == 1 })
+	sendMsg(t, st, &pb.SessionRequest{Op: &pb.SessionRequest_Cancel{Cancel: &pb.SessionCancel{Id: 2}}})
+	if r := mustRecv(t, st); r.GetId() != 2 || r.GetAcquire() == nil || len(r.GetAcquire().GetTasks()) != 0 {
+		t.Fatalf("cancelled message 2 answered %v, want its empty answer", r)
+	}
+	sendMsg(t, st, acquireMsg(3, &pb.AcquireRequest{WorkerId: "w1", WaitSecs: 60}))
+	waitUntil(t, "message 3 long-polls", func() bool { return b.api.LongPollsWaiting() == 1 })
+	enqueueIDs(t, b, "a")
+	if r := mustRecv(t, st); r.GetId() != 3 || len(r.GetAcquire().GetTasks()) != 1 {
+		t.Fatalf("message 3 answered %v, want task a", r)
+	}
+	if n := b.api.sessionServers.Load() - before; n != 1 {
+		t.Fatalf("3 messages in a row started %d goroutines, want 1", n)
+	}
+}

@@ -328,9 +328,10 @@ func (ss *session) keyErr() error {
 	return nil
 }
 
-// dispatch serves m in a goroutine of its own under a context of its own
-// (S7), or answers session_limit when MaxSessionMessages await their
-// answer (S3); a cancel is served here, in order after its message.
+// dispatch serves m under a context of its own (S7) on the goroutine
+// that offered itself in avail, else on a new one (serveJobs), or answers
+// session_limit when MaxSessionMessages await their answer (S3); a cancel
+// is served here, in order after its message.
 func (ss *session) dispatch(ctx context.Context, m *pb.SessionRequest) {
 	if c := m.GetCancel(); c != nil {
 		ss.cancelMsg(c.GetId())

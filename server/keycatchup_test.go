@@ -417,6 +417,9 @@ func TestKeyCatchUp_TotalBound(t *testing.T) {
 	defer cancel()
 	_, err := unknown().GetTask(ctx, connect.NewRequest(&pb.GetTaskRequest{TaskId: "x"}))
 	mustCode(t, err, connect.CodeUnavailable, KindBusy)
+	if got := s.catchUp.barriers.Load(); got != 1 {
+		t.Fatalf("barriers = %d, want 1: the refused request started none", got)
+	}
 	// A good key is not held up by the flood.
 	good := producerOf(srv, b.createKey(t, "", "producer"))
 	mustCode(t, getTaskX(good), connect.CodeNotFound, "")

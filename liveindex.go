@@ -76,23 +76,6 @@ func selectionKey(score uint32, rank uint64) uint64 {
 	return uint64(score)<<rankBits | (rankLimit - 1 - rank)
 }
 
-// treapPriority is a fixed hash of an ID (the scheduler's tie-break,
-// schedule.go; the name is from the index this file held before).
-func treapPriority(id string) uint64 {
-	// FNV-1a followed by the splitmix64 finalizer.
-	h := uint64(14695981039346656037)
-	for i := 0; i < len(id); i++ {
-		h ^= uint64(id[i])
-		h *= 1099511628211
-	}
-	h ^= h >> 30
-	h *= 0xbf58476d1ce4e5b9
-	h ^= h >> 27
-	h *= 0x94d049bb133111eb
-	h ^= h >> 31
-	return h
-}
-
 // eligibleIgnoringTime reports the parts of eligibility that do not depend on
 // now: healthy and at least one available slot.
 func (w *workerRec) eligibleIgnoringTime() bool {

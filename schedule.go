@@ -212,10 +212,26 @@ func backoffSecs(base, limit uint64, retry uint32, taskID string, attempt uint32
 
 // jitterHash mixes a task ID and an attempt (FNV-1a, splitmix64 finalizer).
 func jitterHash(taskID string, attempt uint32) uint64 {
-	h := treapPriority(taskID) ^ uint64(attempt)*0x9e3779b97f4a7c15
+	h := idHash(taskID) ^ uint64(attempt)*0x9e3779b97f4a7c15
 	h ^= h >> 31
 	h *= 0xbf58476d1ce4e5b9
 	h ^= h >> 29
+	return h
+}
+
+// idHash is a fixed hash of an ID, the first half of jitterHash.
+func idHash(id string) uint64 {
+	// FNV-1a followed by the splitmix64 finalizer.
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(id); i++ {
+		h ^= uint64(id[i])
+		h *= 1099511628211
+	}
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	h ^= h >> 31
 	return h
 }
 

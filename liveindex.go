@@ -232,7 +232,7 @@ func (x *liveIndex) slotUnder(l, g int) int {
 // ring of that size already (a worker that stopped heartbeating holds the
 // oldest slot while the others go round) is compacted in place instead.
 func (x *liveIndex) pack(need int) {
-	size := max(liveFan, 1<<bits.Len(uint(2*need-1)))
+	size := ringSize(need)
 	if size == len(x.slots) {
 		x.compact()
 		return
@@ -248,6 +248,12 @@ func (x *liveIndex) pack(need int) {
 	}
 	x.head, x.tail = 0, j
 	x.rebuild()
+}
+
+// ringSize is the size of a ring for need workers: at least 2·need
+// slots, a power of two, at least liveFan.
+func ringSize(need int) int {
+	return max(liveFan, 1<<bits.Len(uint(2*need-1)))
 }
 
 // compact moves the linked workers, in order, to the positions from head
@@ -325,7 +331,7 @@ func (x *liveIndex) fill(ws []*workerRec) {
 	if len(ws) == 0 {
 		return
 	}
-	x.alloc(max(liveFan, 1<<bits.Len(uint(2*len(ws)-1))))
+	x.alloc(ringSize(len(ws)))
 	for i, w := range ws {
 		x.slots[i], x.hb[i], w.slot = w, w.lastHeartbeat, int32(i)
 		w.rescore()

@@ -353,11 +353,11 @@ func (x *liveIndex) shapeOK() bool {
 	if len(x.hb) != size || size&(size-1) != 0 || (size > 0 && size < liveFan) || x.head < 0 || x.head > x.tail || x.tail-x.head > size {
 		return false
 	}
-	var want liveIndex
-	if size > 0 {
-		want.alloc(size)
+	if size == 0 {
+		return len(x.off) == 0 && len(x.key) == 0
 	}
-	return slices.Equal(x.off, want.off) && len(x.key) == len(want.key)
+	off, total := liveLevels(size)
+	return slices.Equal(x.off, off) && len(x.key) == total
 }
 
 // slotsOK checks every slot: vacant outside the run of positions [head,

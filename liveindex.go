@@ -287,14 +287,21 @@ func (x *liveIndex) compact() {
 // liveTop nodes (the slots themselves at up to liveTop slots).
 func (x *liveIndex) alloc(size int) {
 	x.slots, x.hb = make([]*workerRec, size), make([]uint64, size)
-	x.off = []int{0}
-	total := size
+	var total int
+	x.off, total = liveLevels(size)
+	x.key = make([]uint64, total)
+}
+
+// liveLevels returns where each level of a ring of size slots begins in
+// key, and key's length.
+func liveLevels(size int) (off []int, total int) {
+	off, total = []int{0}, size
 	for n := size; n > liveTop; {
 		n = (n + liveFan*liveFan - 1) / (liveFan * liveFan) * liveFan
-		x.off = append(x.off, total)
+		off = append(off, total)
 		total += n
 	}
-	x.key = make([]uint64, total)
+	return off, total
 }
 
 // rebuild recomputes every slot's key from its worker's cached selection
